@@ -1,0 +1,93 @@
+"""Checks for CI smoke runs (``--fail-on``): each looks at one explanation and names
+the layers at fault. Looked up by name in a registry filled by ``register_check``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import UsageError, did_you_mean
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    image: str
+    layer: str | None
+    detail: str
+
+    def to_json(self) -> dict:
+        return {"check": self.check, "image": self.image, "layer": self.layer, "detail": self.detail}
+
+
+CheckFunction = Callable[["object", float], list[tuple[str | None, str]]]
+_CHECKS: dict[str, CheckFunction] = {}
+
+
+def register_check(name: str):
+    def wrap(function: CheckFunction) -> CheckFunction:
+        _CHECKS[name] = function
+        return function
+
+    return wrap
+
+
+def parse_checks(text: str | None) -> tuple[str, ...]:
+    """``nonfinite,dead`` -> ("nonfinite", "dead"). Raises UsageError for an unknown name."""
+    if not text:
+        return ()
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    for name in names:
+        if name not in _CHECKS:
+            raise UsageError(f"--fail-on {name}: unknown check{did_you_mean(name, _CHECKS)}; choose from {', '.join(_CHECKS)}")
+    return names
+
+
+@register_check("nonfinite")
+def _nonfinite(explanation, _fraction: float):
+    found = []
+    bad = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
+    if bad:
+        found.append((None, f"{bad} non-finite logits"))
+    for layer in explanation.layers:
+        for key, value in layer.tensors().items():
+            if value is not None:
+                count = int(value.size - np.isfinite(value).sum())
+                if count:
+                    found.append((layer.name, f"{key} has {count} NaN/Inf values of {value.size}"))
+    return found
+
+
+@register_check("dead")
+def _dead(explanation, fraction: float):
+    found = []
+    for layer in explanation.layers:
+        if layer.output is None:
+            continue
+        zero = float((layer.output == 0).mean()) if layer.output.size else 1.0
+        if zero >= fraction:
+            found.append((layer.name, f"output is {zero:.1%} zeros (threshold {fraction:.0%})"))
+    return found
+
+
+@register_check("zero-grad")
+def _zero_grad(explanation, _fraction: float):
+    found = []
+    for layer in explanation.layers:
+        grad = layer.grad_output
+        if grad is None:
+            found.append((layer.name, "no gradient reaches this layer's output"))
+        elif not np.any(grad):
+            found.append((layer.name, "grad_output is all zeros"))
+    return found
+
+
+def run_checks(explanation, names: Sequence[str], dead_fraction: float = 1.0) -> list[Finding]:
+    image = explanation.image.source.label
+    findings = []
+    for name in names:
+        for layer, detail in _CHECKS[name](explanation, dead_fraction):
+            findings.append(Finding(name, image, layer, detail))
+    return findings

@@ -1,0 +1,431 @@
+"""Explaining: one forward and backward pass over a batch, and what it tells about each image.
+
+This is the stage between recording and the pictures: it picks each image's target,
+back-propagates the objective, computes the CAMs and hands back one frozen
+``Explanation`` per image, holding numpy arrays only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TargetError, UsageError, did_you_mean
+from .images import Preprocessing, PreparedImage
+from .layers import LayerSpec
+
+OBJECTIVES = ("logit", "ce")
+
+
+@dataclass(frozen=True)
+class ExplainOptions:
+    """What to explain and how (validated by ``ExplainOptions.checked``).
+
+    Attributes:
+        target: ``top1``, a class index, or a class name.
+        objective: ``logit`` (back-propagate the target's logit) or ``ce`` (cross-entropy).
+        cam: a method of ``hookviz.cams`` or ``none``.
+        topk: how many top classes get a CAM of their own (1: the target only).
+    """
+
+    target: str = "top1"
+    objective: str = "logit"
+    cam: str = "gradcam"
+    topk: int = 1
+
+    def checked(self) -> "ExplainOptions":
+        from .cams import get_cam
+
+        if self.objective not in OBJECTIVES:
+            raise UsageError(f"--objective {self.objective}: choose logit or ce")
+        if self.cam != "none":
+            get_cam(self.cam)
+        if self.topk < 1:
+            raise UsageError(f"--topk {self.topk}: must be 1 or more")
+        return self
+
+
+@dataclass(frozen=True)
+class ClassScore:
+    index: int
+    name: str | None
+    logit: float
+    probability: float
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "name": self.name, "score": self.logit, "probability": self.probability}
+
+    @property
+    def label(self) -> str:
+        return f"{self.name or 'class'} ({self.index})"
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    """One recorded layer call for one image; arrays keep a batch dimension of 1.
+
+    Attributes:
+        cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
+        topk_cams: one ``(class, map)`` pair per top class when ``--topk`` > 1.
+    """
+
+    name: str
+    requested: str
+    module_type: str
+    input: np.ndarray | None
+    output: np.ndarray | None
+    grad_input: np.ndarray | None
+    grad_output: np.ndarray | None
+    cam: np.ndarray | None = None
+    cam_note: str | None = None
+    topk_cams: tuple[tuple[ClassScore, np.ndarray], ...] = ()
+
+    def tensors(self) -> dict[str, np.ndarray | None]:
+        return {
+            "input": self.input,
+            "output": self.output,
+            "grad_input": self.grad_input,
+            "grad_output": self.grad_output,
+        }
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Everything hookviz learned about one image. Save it with ``.save(dir)``."""
+
+    image: PreparedImage
+    model: str
+    weights: str
+    preprocessing: Preprocessing
+    objective: str
+    cam_method: str
+    logits: np.ndarray
+    target: ClassScore
+    top5: tuple[ClassScore, ...]
+    layers: tuple[LayerResult, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def __getitem__(self, name: str) -> LayerResult:
+        for layer in self.layers:
+            if name in (layer.name, layer.requested):
+                return layer
+        raise KeyError(f"{name!r} not among " + ", ".join(repr(l.name) for l in self.layers))
+
+    def save(self, directory, pictures: Sequence[str] = ("summary", "channels", "cam"), **options):
+        """Write the pictures, ``report.json`` and ``tensors.npz`` into ``directory``.
+
+        Returns:
+            The list of files written.
+        """
+        from .outputs import save_explanation
+
+        return save_explanation(self, Path(directory), pictures=pictures, **options)
+
+    def figure(self, layer: str | None = None, kind: str = "summary"):
+        """A matplotlib ``Figure`` for one layer (the first by default): summary, channels or cam."""
+        from . import rendering
+
+        chosen = self[layer] if layer is not None else self.layers[0]
+        return rendering.FIGURES[kind](self, chosen)
+
+
+# ----------------------------------------------------------------------------- targets
+
+
+def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
+    """``top1`` -> None; an index -> int; a class name -> its index.
+
+    Raises:
+        TargetError: unknown name (with suggestions) or an index outside the categories.
+    """
+    text = text.strip()
+    if text.lower() in ("top1", "top-1", "top"):
+        return None
+    if re.fullmatch(r"-?\d+", text):
+        index = int(text)
+        if index < 0 or (categories is not None and index >= len(categories)):
+            count = f"0..{len(categories) - 1}" if categories else "0 or more"
+            raise TargetError(f"--target {text}: class index out of range (the model has {count})")
+        return index
+    if not categories:
+        raise TargetError(f"--target {text}: this model has no class names; pass a class index")
+    wanted = _normal(text)
+    for index, name in enumerate(categories):
+        if _normal(name) == wanted:
+            return index
+    raise TargetError(f"--target {text}: not a class name of this model{did_you_mean(text, categories)}")
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", " ").strip()
+
+
+# ----------------------------------------------------------------------------- the pass
+
+
+@contextlib.contextmanager
+def frozen_parameters(model):
+    """Switch parameter gradients off for the block, and restore each flag after it."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def logits_of(output):
+    """The (N, classes) logits in a model's output (a tensor, a tuple's first, a dict's ``out``)."""
+    import torch
+
+    if isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    if isinstance(output, dict):
+        output = output.get("out", output.get("logits", next(iter(output.values()), None)))
+    if not isinstance(output, torch.Tensor) or output.dim() != 2:
+        shape = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
+        raise UsageError(f"the model's output is {shape}, not (batch, classes) logits; hookviz needs a classifier")
+    return output
+
+
+def explain_batch(
+    module,
+    images: Sequence[PreparedImage],
+    layers: Sequence[LayerSpec],
+    options: ExplainOptions,
+    *,
+    model_name: str = "model",
+    weights: str = "",
+    categories: Sequence[str] | None = None,
+    preprocessing: Preprocessing = Preprocessing(),
+    device: str = "cpu",
+) -> list[Explanation]:
+    """Run one forward and backward pass over ``images`` and explain each of them.
+
+    Each image gets its own target (``top1`` is per image). Parameters get no gradients;
+    back-propagation stops at the earliest recorded tensor.
+
+    Raises:
+        TargetError: the target does not exist for this model.
+        UnknownLayerError: a selected layer is not called by the forward pass.
+    """
+    import torch
+
+    from .cams import get_cam
+    from .featuremaps import as_feature_map
+    from .recording import Recording
+
+    batch = torch.stack([image.tensor for image in images]).to(device)
+    fixed_target = parse_target(options.target, categories)
+    with frozen_parameters(module), Recording(module, layers) as recording:
+        logits = logits_of(module(batch))
+        recording.check_complete()
+        count = logits.shape[1]
+        names = list(categories) if categories is not None and len(categories) == count else None
+        if fixed_target is not None and fixed_target >= count:
+            raise TargetError(f"--target {options.target}: class index out of range (the model has 0..{count - 1})")
+        targets = logits.detach().argmax(dim=1) if fixed_target is None else torch.full(
+            (len(images),), fixed_target, dtype=torch.long, device=logits.device
+        )
+        rows = torch.arange(len(images), device=logits.device)
+        target_logit = logits[rows, targets].sum()
+        if options.objective == "ce":
+            objective = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+        else:
+            objective = target_logit
+        topk = min(max(options.topk, 5), count)
+        top_values, top_indices = logits.detach().softmax(dim=1).topk(topk, dim=1)
+        cam_passes = 0
+        if options.cam != "none":
+            cam_passes = (options.objective != "logit") + (options.topk if options.topk > 1 else 0)
+        recording.backward(objective, retain_graph=cam_passes > 0)
+        captures = recording.captures
+        cam_grads = [c.grad_output for c in captures]
+        topk_grads: list[list] = []
+        if options.cam != "none":
+            remaining = cam_passes
+            if options.objective != "logit":
+                remaining -= 1
+                cam_grads = [g for _, g in recording.gradients(target_logit, inputs=False, retain_graph=remaining > 0)]
+            if options.topk > 1:
+                for k in range(min(options.topk, count)):
+                    remaining -= 1
+                    class_logit = logits[rows, top_indices[:, k]].sum()
+                    pairs = recording.gradients(class_logit, inputs=False, retain_graph=remaining > 0)
+                    topk_grads.append([g for _, g in pairs])
+        input_hw = tuple(batch.shape[-2:])
+        cam_fn = get_cam(options.cam) if options.cam != "none" else None
+
+        def cam_of(capture, grads):
+            activation = as_feature_map(capture.output, input_hw)
+            gradient = as_feature_map(grads, input_hw)
+            if activation is None or gradient is None:
+                return None
+            return cam_fn(activation.float(), gradient.float()).detach().cpu().numpy()
+
+        per_layer_cams: list[np.ndarray | None] = []
+        notes: list[str | None] = []
+        per_layer_topk: list[list[np.ndarray | None]] = []
+        for position, capture in enumerate(captures):
+            if cam_fn is None:
+                per_layer_cams.append(None)
+                notes.append("--cam none")
+                per_layer_topk.append([])
+                continue
+            if capture.output is None or as_feature_map(capture.output, input_hw) is None:
+                shape = "none" if capture.output is None else "x".join(map(str, capture.output.shape))
+                per_layer_cams.append(None)
+                notes.append(f"no CAM: output {shape} has no spatial layout")
+                per_layer_topk.append([])
+                continue
+            if cam_grads[position] is None:
+                per_layer_cams.append(None)
+                notes.append("no CAM: the target's logit does not depend on this layer")
+                per_layer_topk.append([])
+                continue
+            per_layer_cams.append(cam_of(capture, cam_grads[position]))
+            notes.append(None)
+            per_layer_topk.append([cam_of(capture, grads[position]) for grads in topk_grads])
+
+        probabilities = logits.detach().softmax(dim=1).cpu().numpy()
+        logits_np = logits.detach().float().cpu().numpy()
+        top_values = top_values.cpu().numpy()
+        top_indices = top_indices.cpu().numpy()
+
+    def score(i: int, index: int) -> ClassScore:
+        return ClassScore(
+            index=int(index),
+            name=names[index] if names else None,
+            logit=float(logits_np[i, index]),
+            probability=float(probabilities[i, index]),
+        )
+
+    results = []
+    for i, image in enumerate(images):
+        layer_results = []
+        for position, capture in enumerate(captures):
+            topk_cams = tuple(
+                (score(i, int(top_indices[i, k])), maps[i])
+                for k, maps in enumerate(per_layer_topk[position])
+                if maps is not None
+            )
+            cam = per_layer_cams[position]
+            layer_results.append(
+                LayerResult(
+                    name=capture.name,
+                    requested=capture.requested,
+                    module_type=capture.module_type,
+                    input=_one(capture.input, i),
+                    output=_one(capture.output, i),
+                    grad_input=_one(capture.grad_input, i),
+                    grad_output=_one(capture.grad_output, i),
+                    cam=None if cam is None else cam[i].copy(),
+                    cam_note=notes[position],
+                    topk_cams=topk_cams,
+                )
+            )
+        results.append(
+            Explanation(
+                image=image,
+                model=model_name,
+                weights=weights,
+                preprocessing=preprocessing,
+                objective=options.objective,
+                cam_method=options.cam,
+                logits=logits_np[i].copy(),
+                target=score(i, int(targets[i])),
+                top5=tuple(score(i, int(j)) for j in top_indices[i, :5]),
+                layers=tuple(layer_results),
+                notes=image.source.notes,
+            )
+        )
+    return results
+
+
+def _one(tensor, i: int) -> np.ndarray | None:
+    """Image ``i`` of a batch tensor as a float32 array with a batch dimension of 1."""
+    if tensor is None:
+        return None
+    return tensor[i : i + 1].detach().float().cpu().numpy().copy()
+
+
+# ----------------------------------------------------------------------------- notebook API
+
+
+def explain(
+    model,
+    image,
+    layers: Sequence[str] | None = None,
+    target: str | int = "top1",
+    *,
+    objective: str = "logit",
+    cam: str = "gradcam",
+    topk: int = 1,
+    preprocessing: Preprocessing | None = None,
+    categories: Sequence[str] | None = None,
+) -> Explanation:
+    """Explain one image with ``model``: the notebook form of ``hookviz run``.
+
+    Args:
+        model: an ``nn.Module``, a ``LoadedModel``, or a model name for ``load_model``.
+        image: a path, a PIL image, or a preprocessed (3, H, W) tensor.
+        layers: layer paths; the usual CAM layer when omitted.
+        target: ``"top1"``, a class index, or a class name.
+        objective, cam, topk: as the CLI options of the same names.
+        preprocessing: overrides the model's own transform.
+        categories: class names when ``model`` is a bare module.
+
+    Returns:
+        An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
+    """
+    import torch
+
+    from .images import LoadedImage, load_image, prepare
+    from .layers import default_layer, resolve_layers
+    from .models import LoadedModel, load_model
+
+    if isinstance(model, str):
+        model = load_model(model)
+    if isinstance(model, LoadedModel):
+        loaded = model
+    else:
+        loaded = LoadedModel("model", model, "as given", tuple(categories) if categories else None, Preprocessing())
+    preprocessing = preprocessing or loaded.preprocessing
+    if isinstance(image, torch.Tensor):
+        tensor = image.detach().float().cpu()
+        if tensor.dim() == 4 and tensor.shape[0] == 1:
+            tensor = tensor[0]
+        shown = _denormalised(tensor, preprocessing)
+        from PIL import Image
+
+        prepared = PreparedImage(LoadedImage(None, Image.fromarray(shown)), tensor, shown)
+    else:
+        prepared = prepare(load_image(image), preprocessing)
+    size = tuple(prepared.tensor.shape[-2:])
+    specs = resolve_layers(loaded.module, list(layers)) if layers else [default_layer(loaded.module, size)]
+    options = ExplainOptions(target=str(target), objective=objective, cam=cam, topk=topk).checked()
+    return explain_batch(
+        loaded.module,
+        [prepared],
+        specs,
+        options,
+        model_name=loaded.name,
+        weights=loaded.weights,
+        categories=categories or loaded.categories,
+        preprocessing=preprocessing,
+        device=str(next(loaded.module.parameters(), torch.zeros(0)).device),
+    )[0]
+
+
+def _denormalised(tensor, preprocessing: Preprocessing) -> np.ndarray:
+    mean = np.asarray(preprocessing.mean, dtype=np.float32)[:, None, None]
+    std = np.asarray(preprocessing.std, dtype=np.float32)[:, None, None]
+    pixels = tensor.numpy() * std + mean
+    return (np.clip(pixels, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)

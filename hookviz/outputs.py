@@ -1,0 +1,212 @@
+"""Outputs: the files of a run, each written atomically.
+
+Every file is written under a temporary name in its own folder and renamed into place,
+so an interrupted run (Ctrl-C, SIGTERM, a kill) leaves complete files or none.
+``report.json`` is written last in each image's folder: its presence marks the image done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+REPORT = "report.json"
+TENSORS = "tensors.npz"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone makes files 0600
+
+
+def atomic_write(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.chmod(temporary, _FILE_MODE)
+        os.replace(temporary, path)
+    except BaseException:
+        with _suppress():
+            os.unlink(temporary)
+        raise
+    return path
+
+
+class _suppress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return exc_info[0] is not None and issubclass(exc_info[0], OSError)
+
+
+def write_json(path: Path, document: dict) -> Path:
+    return atomic_write(path, (json.dumps(document, indent=2, allow_nan=False, default=_jsonable) + "\n").encode())
+
+
+def _jsonable(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def output_names(paths: Sequence[Path]) -> dict[Path, str]:
+    """A folder name per image: its stem, or stem plus a short hash of its full path when
+    two images of the run share a stem. Depends only on the run's full input list, so
+    every ``--shard`` of it agrees."""
+    stems = Counter(_safe(p.stem) for p in paths)
+    names = {}
+    for path in paths:
+        stem = _safe(path.stem)
+        if stems[stem] > 1:
+            digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+            stem = f"{stem}-{digest}"
+        names[path] = stem
+    return names
+
+
+def _safe(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_.+ " else "_" for c in name).strip(" .")
+    return cleaned or "image"
+
+
+def file_name(layer_name: str) -> str:
+    """A layer name as a file name part (``layer3.5.relu:1`` -> ``layer3.5.relu-1``)."""
+    return layer_name.replace(":", "-").replace("/", "_")
+
+
+def tensor_stats(array: np.ndarray | None) -> dict | None:
+    """min, max, mean and std of the finite values, and how many values are not finite."""
+    if array is None:
+        return None
+    values = np.asarray(array, dtype=np.float64)
+    finite_mask = np.isfinite(values)
+    finite = values[finite_mask]
+    stats = {"nonfinite": int(values.size - finite.size)}
+    if finite.size:
+        stats.update(
+            min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()), std=float(finite.std())
+        )
+    else:
+        stats.update(min=None, max=None, mean=None, std=None)
+    return stats
+
+
+def report_of(explanation, files: Sequence[str]) -> dict:
+    """The machine-readable ``report.json`` of one image."""
+    from . import __version__
+
+    source = explanation.image.source
+    layers = []
+    for layer in explanation.layers:
+        tensors = layer.tensors()
+        entry = {
+            "name": layer.name,
+            "requested": layer.requested,
+            "module_type": layer.module_type,
+            "shapes": {k: (list(v.shape) if v is not None else None) for k, v in tensors.items()},
+            "stats": {k: tensor_stats(v) for k, v in tensors.items()},
+        }
+        if layer.cam is not None:
+            entry["cam"] = {"method": explanation.cam_method, "shape": list(layer.cam.shape), **tensor_stats(layer.cam)}
+        elif layer.cam_note:
+            entry["cam"] = {"method": explanation.cam_method, "skipped": layer.cam_note}
+        if layer.topk_cams:
+            entry["cam_topk"] = [score.to_json() for score, _ in layer.topk_cams]
+        layers.append(entry)
+    logits_nonfinite = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
+    return {
+        "hookviz": __version__,
+        "image": str(source.path) if source.path is not None else None,
+        "image_notes": list(explanation.notes),
+        "model": explanation.model,
+        "weights": explanation.weights,
+        "preprocessing": explanation.preprocessing.to_json(),
+        "objective": explanation.objective,
+        "target": _finite_json(explanation.target.to_json()),
+        "top5": [_finite_json(score.to_json()) for score in explanation.top5],
+        "logits": {"count": int(np.size(explanation.logits)), "nonfinite": logits_nonfinite},
+        "layers": layers,
+        "files": list(files),
+    }
+
+
+def _finite_json(entry: dict) -> dict:
+    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in entry.items()}
+
+
+def tensors_npz(explanation) -> bytes:
+    """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``logits``, ``input``."""
+    arrays: dict[str, np.ndarray] = {
+        "logits": np.asarray(explanation.logits, dtype=np.float32)[None],
+        "input": np.asarray(explanation.image.tensor, dtype=np.float32)[None],
+    }
+    for layer in explanation.layers:
+        for key, value in layer.tensors().items():
+            if value is not None:
+                arrays[f"{layer.name}/{key}"] = np.asarray(value, dtype=np.float32)
+        if layer.cam is not None:
+            arrays[f"{layer.name}/cam"] = np.asarray(layer.cam, dtype=np.float32)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def save_explanation(
+    explanation,
+    directory: Path,
+    *,
+    pictures: Sequence[str] = ("summary", "channels", "cam"),
+    save_tensors: bool = False,
+    channels: str | int = 64,
+    scale: str = "tile",
+    grad_channels: bool = False,
+) -> list[Path]:
+    """Write one image's pictures, optional ``tensors.npz`` and, last, ``report.json``.
+
+    Returns:
+        The files written, report last.
+    """
+    from . import rendering
+
+    written: list[Path] = []
+    for layer in explanation.layers:
+        stem = file_name(layer.name)
+        jobs = []
+        if "summary" in pictures:
+            jobs.append((f"{stem}.summary.png", lambda layer=layer: rendering.summary_figure(explanation, layer)))
+        if "channels" in pictures:
+            jobs.append((f"{stem}.channels.png", lambda layer=layer: rendering.channels_figure(
+                explanation, layer, "output", channels, scale)))
+            if grad_channels:
+                jobs.append((f"{stem}.grad_channels.png", lambda layer=layer: rendering.channels_figure(
+                    explanation, layer, "grad_output", channels, scale)))
+        if "cam" in pictures:
+            jobs.append((f"{stem}.cam.png", lambda layer=layer: rendering.cam_figure(explanation, layer)))
+            jobs.append((f"{stem}.cam_topk.png", lambda layer=layer: rendering.cam_topk_figure(explanation, layer)))
+        for name, make in jobs:
+            figure = make()
+            if figure is not None:
+                written.append(atomic_write(directory / name, rendering.png_bytes(figure)))
+    if save_tensors:
+        written.append(atomic_write(directory / TENSORS, tensors_npz(explanation)))
+    report = report_of(explanation, [p.name for p in written])
+    written.append(write_json(directory / REPORT, report))
+    return written

@@ -1,0 +1,332 @@
+"""Rendering: the pictures, as matplotlib ``Figure`` objects on the Agg canvas.
+
+No pyplot: figures are built with the object API, so rendering is safe in threads and
+worker processes and leaves no global state behind. Colour is honest: activations use a
+sequential colormap, gradients a diverging one centred on zero, and every panel has a
+colorbar spanning the true values, so a dead layer never looks like an active one.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize, TwoSlopeNorm
+from matplotlib.figure import Figure
+
+from .featuremaps import as_feature_map
+
+ACTIVATION_CMAP = "viridis"
+GRADIENT_CMAP = "RdBu_r"
+CAM_CMAP = "jet"
+CAM_ALPHA = 0.45
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def new_figure(width: float, height: float) -> Figure:
+    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def png_bytes(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=figure.dpi)
+    return buffer.getvalue()
+
+
+def _shape(array: np.ndarray | None) -> str:
+    return "-" if array is None else "x".join(str(d) for d in array.shape)
+
+
+def _target_text(explanation) -> str:
+    target = explanation.target
+    return f"target {target.label}, p={target.probability:.3f}"
+
+
+def _layer_text(layer) -> str:
+    asked = "" if layer.requested in (layer.name, "(default)") else f" (asked: {layer.requested})"
+    default = " (default layer)" if layer.requested == "(default)" else ""
+    return f"{layer.name}{asked}{default} [{layer.module_type}]"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _norm_for(values: np.ndarray, signed: bool):
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return Normalize(0, 1), "no finite values"
+    low, high = float(finite.min()), float(finite.max())
+    note = f"min {_fmt(low)}, max {_fmt(high)}"
+    if low == high:
+        # A flat map: keep the colorbar readable and let the colour carry sign and size.
+        limit = abs(low) or 1.0
+        if signed:
+            return TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit), f"constant {_fmt(low)} everywhere"
+        return Normalize(min(0.0, low), max(0.0, low) or 1.0), f"constant {_fmt(low)} everywhere"
+    if signed:
+        limit = max(abs(low), abs(high))
+        return TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit), note
+    return Normalize(low, high), note
+
+
+def channel_sum(array: np.ndarray | None, input_hw: tuple[int, int]) -> np.ndarray | None:
+    """The seeds' picture of a tensor: its channels summed, as a 2-D map (or 1-D for a vector)."""
+    if array is None:
+        return None
+    spatial = as_feature_map(array, input_hw)
+    if spatial is not None:
+        return np.asarray(spatial[0], dtype=np.float64).sum(axis=0)
+    flat = np.asarray(array[0], dtype=np.float64)
+    return flat.reshape(-1) if flat.ndim <= 1 else flat.reshape(flat.shape[0], -1).sum(axis=0)
+
+
+def _draw_map(figure: Figure, ax, values: np.ndarray | None, title: str, signed: bool, missing: str) -> None:
+    ax.set_title(title, fontsize=9)
+    if values is None:
+        ax.text(0.5, 0.5, missing, ha="center", va="center", fontsize=9, wrap=True, transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    norm, note = _norm_for(values, signed)
+    cmap = GRADIENT_CMAP if signed else ACTIVATION_CMAP
+    if values.ndim == 1:
+        ax.bar(np.arange(values.size), values, width=1.0, color="tab:red" if signed else "tab:blue")
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_xlabel("feature index", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.set_title(f"{title}\n{note}", fontsize=9)
+        return
+    image = ax.imshow(np.nan_to_num(values, nan=0.0), cmap=cmap, norm=norm, interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(f"{title}\n{note}", fontsize=9)
+    bar = figure.colorbar(image, ax=ax, shrink=0.85)
+    bar.ax.tick_params(labelsize=7)
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def summary_figure(explanation, layer) -> Figure:
+    """The seeds' 2x2 figure (channel-summed input, output, grad_input, grad_output), with
+    the photo beside it and a title naming model, layer, shape and target."""
+    figure = new_figure(13.0, 7.2)
+    grid = figure.add_gridspec(2, 3, width_ratios=[1.0, 1.0, 1.0])
+    input_hw = explanation.image.tensor.shape[-2:]
+    photo = figure.add_subplot(grid[:, 0])
+    photo.imshow(explanation.image.shown)
+    photo.set_axis_off()
+    photo.set_title("model input (after preprocessing)", fontsize=9)
+    panels = [
+        ("input", layer.input, False, grid[0, 1]),
+        ("output", layer.output, False, grid[0, 2]),
+        ("grad_input", layer.grad_input, True, grid[1, 1]),
+        ("grad_output", layer.grad_output, True, grid[1, 2]),
+    ]
+    for label, array, signed, cell in panels:
+        ax = figure.add_subplot(cell)
+        missing = "not recorded" if not label.startswith("grad") else "no gradient reached this tensor"
+        _draw_map(figure, ax, channel_sum(array, input_hw), f"{label} {_shape(array)}, summed over channels", signed, missing)
+    figure.suptitle(
+        f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.output)}\n"
+        f"{_target_text(explanation)} · objective {explanation.objective} · {explanation.image.source.label}",
+        fontsize=10,
+    )
+    return figure
+
+
+# ----------------------------------------------------------------------------- channel grid
+
+
+def select_channels(maps: np.ndarray, spec: str | int | Sequence[int] = 64) -> list[int]:
+    """Which channels a grid shows: the N with the largest mean activation, or an explicit list.
+
+    ``spec`` is an int N, a list of indices, or text: ``64``, ``0-15``, ``3,7,9``.
+    """
+    count = maps.shape[0]
+    if isinstance(spec, str):
+        spec = parse_channels(spec)
+    if isinstance(spec, int):
+        order = np.argsort(-maps.reshape(count, -1).mean(axis=1), kind="stable")
+        return sorted(int(c) for c in order[: min(spec, count)])
+    return [c for c in spec if 0 <= c < count]
+
+
+def parse_channels(text: str) -> int | list[int]:
+    """``64`` -> 64 (the top N); ``0-15`` and ``3,7,9`` -> explicit indices.
+
+    Raises:
+        UsageError: the text is not of one of those forms.
+    """
+    from .errors import UsageError
+
+    text = text.strip()
+    try:
+        if text.isdigit():
+            return int(text)
+        indices: list[int] = []
+        for part in text.split(","):
+            if "-" in part:
+                start, end = (int(v) for v in part.split("-", 1))
+                if end < start:
+                    raise ValueError
+                indices.extend(range(start, end + 1))
+            else:
+                indices.append(int(part))
+        return indices
+    except ValueError:
+        raise UsageError(f"--channels {text!r}: expected a count (64), a range (0-15) or a list (3,7,9)") from None
+
+
+def channels_figure(
+    explanation, layer, which: str = "output", channels: str | int | Sequence[int] = 64, scale: str = "tile"
+) -> Figure | None:
+    """A grid of one tile per channel, each labelled with its index (and range, per tile).
+
+    Returns ``None`` when the tensor has no spatial layout.
+    """
+    array = layer.output if which == "output" else layer.grad_output
+    input_hw = explanation.image.tensor.shape[-2:]
+    spatial = as_feature_map(array, input_hw) if array is not None else None
+    if spatial is None:
+        return None
+    maps = np.asarray(spatial[0], dtype=np.float64)
+    chosen = select_channels(maps if which == "output" else np.abs(maps), channels)
+    if not chosen:
+        return None
+    signed = which != "output"
+    columns = math.ceil(math.sqrt(len(chosen)))
+    rows = math.ceil(len(chosen) / columns)
+    height, width = maps.shape[1:]
+    pad = max(1, round(max(height, width) * 0.08))
+    gap = max(pad, round(height * 0.3))  # room above each tile for its label
+    mosaic = np.full((rows * (height + gap), columns * (width + pad) - pad), np.nan)
+    ranges = []
+    for slot, channel in enumerate(chosen):
+        tile = maps[channel]
+        finite = tile[np.isfinite(tile)]
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+        ranges.append((low, high))
+        if scale == "tile":
+            if signed:
+                limit = max(abs(low), abs(high)) or 1.0
+                tile = tile / limit  # -1..1, centred on zero
+            else:
+                tile = (tile - low) / (high - low) if high > low else np.zeros_like(tile)
+        r, c = divmod(slot, columns)
+        top = r * (height + gap) + gap
+        mosaic[top : top + height, c * (width + pad) : c * (width + pad) + width] = tile
+    tile_inches = max(0.9, min(1.6, 12.0 / columns))
+    grid_width = columns * tile_inches
+    figure = new_figure(grid_width + 1.6, grid_width * mosaic.shape[0] / mosaic.shape[1] + 1.0)
+    ax = figure.add_subplot()
+    cmap = (GRADIENT_CMAP if signed else ACTIVATION_CMAP)
+    import matplotlib
+
+    colormap = matplotlib.colormaps[cmap].copy()
+    colormap.set_bad("white")
+    if scale == "tile":
+        norm = Normalize(-1, 1) if signed else Normalize(0, 1)
+        bar_label = "each tile on its own scale: " + ("value / max|value| of the tile" if signed else "tile min (0) to tile max (1)")
+    else:
+        norm, note = _norm_for(maps[chosen], signed)
+        bar_label = f"one scale for all tiles ({note})"
+    image = ax.imshow(np.ma.masked_invalid(mosaic), cmap=colormap, norm=norm, interpolation="nearest")
+    font = 6 if columns > 6 else 8
+    for slot, channel in enumerate(chosen):
+        r, c = divmod(slot, columns)
+        low, high = ranges[slot]
+        label = f"#{channel}" + (f" [{_fmt(low)}, {_fmt(high)}]" if scale == "tile" else "")
+        ax.text(c * (width + pad) - 0.5, r * (height + gap) + gap - 0.6, label, fontsize=font, va="bottom", ha="left")
+    ax.set_axis_off()
+    bar = figure.colorbar(image, ax=ax, shrink=0.6)
+    bar.set_label(bar_label, fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    figure.suptitle(
+        f"{explanation.model} · {_layer_text(layer)} · {which} {_shape(array)} · "
+        f"{len(chosen)} of {maps.shape[0]} channels\n{_target_text(explanation)}",
+        fontsize=10,
+    )
+    return figure
+
+
+# ----------------------------------------------------------------------------- CAM
+
+
+def _upsample(cam: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    from PIL import Image
+
+    image = Image.fromarray(np.asarray(cam, dtype=np.float32), mode="F")
+    return np.asarray(image.resize((size[1], size[0]), Image.BILINEAR), dtype=np.float64)
+
+
+def _overlay(figure: Figure, ax, photo: np.ndarray, cam: np.ndarray, title: str) -> None:
+    heat = _upsample(cam, photo.shape[:2])
+    top = float(np.nanmax(cam)) if np.isfinite(cam).any() else 0.0
+    ax.imshow(photo)
+    norm = Normalize(0.0, top if top > 0 else 1.0)
+    ax.imshow(heat, cmap=CAM_CMAP, alpha=CAM_ALPHA, norm=norm)
+    ax.set_axis_off()
+    note = " (all zero: nothing here raises this class)" if top == 0 else ""
+    ax.set_title(title + note, fontsize=9)
+    # The colorbar gets an opaque mappable of its own, so its colours are readable.
+    bar = figure.colorbar(ScalarMappable(norm=norm, cmap=CAM_CMAP), ax=ax, shrink=0.8)
+    bar.set_label(f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+
+
+def _photo(explanation) -> np.ndarray:
+    return explanation.image.whole if explanation.image.whole is not None else explanation.image.shown
+
+
+def cam_figure(explanation, layer) -> Figure | None:
+    """The target's CAM over the photo the model saw, beside the photo alone."""
+    if layer.cam is None:
+        return None
+    photo = _photo(explanation)
+    aspect = photo.shape[1] / photo.shape[0]
+    figure = new_figure(2 * 4.6 * aspect + 1.2, 5.2)
+    left, right = figure.subplots(1, 2)
+    left.imshow(photo)
+    left.set_axis_off()
+    left.set_title("model input" if explanation.image.whole is None else "whole photo (resized, not cropped)", fontsize=9)
+    _overlay(figure, right, photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}")
+    figure.suptitle(
+        f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.output)}\n{_target_text(explanation)}",
+        fontsize=10,
+    )
+    return figure
+
+
+def cam_topk_figure(explanation, layer) -> Figure | None:
+    """CAMs of the top-K classes side by side, each on its own colour scale."""
+    if not layer.topk_cams:
+        return None
+    photo = _photo(explanation)
+    count = len(layer.topk_cams)
+    aspect = photo.shape[1] / photo.shape[0]
+    figure = new_figure(count * (3.6 * aspect + 0.9), 4.4)
+    axes = np.atleast_1d(figure.subplots(1, count))
+    for ax, (score, cam) in zip(axes, layer.topk_cams):
+        _overlay(figure, ax, photo, cam, f"{score.label}\np={score.probability:.3f}")
+    figure.suptitle(
+        f"{explanation.model} · {_layer_text(layer)} · {explanation.cam_method} of the top {count} classes",
+        fontsize=10,
+    )
+    return figure
+
+
+FIGURES = {
+    "summary": summary_figure,
+    "channels": channels_figure,
+    "cam": cam_figure,
+    "cam_topk": cam_topk_figure,
+}

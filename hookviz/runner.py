@@ -1,0 +1,371 @@
+"""Runner: one process over many images.
+
+Images are decoded and preprocessed in a background thread, run through the model in
+batches, and each image's files are rendered and written by a worker pool while the
+next batch computes. Only a bounded number of images are in flight at once, so memory
+does not grow with the number of images. A failing image is recorded and skipped; the
+run goes on. ``run.json`` describes the run, also when it is interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .checks import Finding, run_checks
+from .errors import HookvizError, ImageError, OutputError, UsageError
+from .explaining import ExplainOptions, explain_batch
+from .images import DEFAULT_MAX_PIXELS, load_image, prepare
+from .outputs import REPORT, output_names, save_explanation, write_json
+
+RUN_JSON = "run.json"
+PICTURES = ("summary", "channels", "cam")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything ``hookviz run`` was asked to do, checked at the CLI boundary."""
+
+    model: str
+    weights: str = "DEFAULT"
+    seed: int = 0
+    layers: tuple[str, ...] = ()
+    layer_types: tuple[str, ...] = ()
+    explain: ExplainOptions = ExplainOptions()
+    resize: int | None = None
+    crop: int | None = None
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    whole_image: bool = False
+    out: Path = Path("hookviz-out")
+    pictures: tuple[str, ...] = PICTURES
+    save_tensors: bool = False
+    channels: str = "64"
+    scale: str = "tile"
+    grad_channels: bool = False
+    batch_size: int = 8
+    device: str = "auto"
+    skip_existing: bool = False
+    shard: tuple[int, int] | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    fail_on: tuple[str, ...] = ()
+    dead_fraction: float = 1.0
+    render_workers: int = 1
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageStatus:
+    image: str
+    output: str
+    status: str  # done | failed | skipped
+    error: str | None = None
+    target: dict | None = None
+    files: tuple[str, ...] = ()
+    top5: tuple[dict, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "image": self.image, "output": self.output, "status": self.status,
+            "error": self.error, "target": self.target, "top5": list(self.top5), "files": list(self.files),
+        }
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    statuses: tuple[ImageStatus, ...]
+    findings: tuple[Finding, ...]
+    run_json: Path
+    interrupted: bool = False
+    layers: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def failed(self) -> list[ImageStatus]:
+        return [s for s in self.statuses if s.status == "failed"]
+
+    def count(self, status: str) -> int:
+        return sum(1 for s in self.statuses if s.status == status)
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C or SIGTERM stopped the run; ``summary`` holds what was finished."""
+
+    def __init__(self, summary: RunSummary):
+        super().__init__("interrupted")
+        self.summary = summary
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> the first of cuda, mps, cpu that exists. Raises UsageError for one that does not."""
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device == "cpu":
+        return device
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device}: no CUDA device is available here; use --device cpu")
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA devices here")
+        return device
+    if device == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise UsageError("--device mps: Apple's MPS backend is not available here; use --device cpu")
+        return device
+    raise UsageError(f"--device {device}: choose auto, cpu, cuda, cuda:N or mps")
+
+
+def check_writable(out: Path) -> None:
+    """Raises OutputError when ``out`` cannot be created or written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".hookviz-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OutputError(f"--out {out}: cannot write there ({reason}); choose another folder") from None
+
+
+def shard_of(items: Sequence, shard: tuple[int, int] | None) -> list:
+    """The K-th of N deterministic slices (round-robin), K counted from 1."""
+    if shard is None:
+        return list(items)
+    k, n = shard
+    return [item for i, item in enumerate(items) if i % n == k - 1]
+
+
+def run(
+    config: RunConfig,
+    images: Sequence[Path],
+    on_status: Callable[[ImageStatus, int, int], None] | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Explain every image and write its files under ``config.out``.
+
+    Args:
+        config: the checked options.
+        images: image paths, in order (the full list; ``config.shard`` picks a slice of it).
+        on_status: called after each image with (status, images finished, images in this run).
+        on_start: called once with a line saying what will run (model, layers, device).
+
+    Returns:
+        The summary; ``run.json`` is written too.
+
+    Raises:
+        UsageError (and subclasses): bad model, weights, layer, target or output folder.
+        RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
+    """
+    import torch
+
+    from .layers import default_layer, resolve_layers
+    from .models import load_model, with_overrides
+
+    explain_options = config.explain.checked()
+    check_writable(config.out)
+    device = resolve_device(config.device)
+    loaded = load_model(config.model, config.weights, config.seed)
+    module = loaded.module.to(device)
+    preprocessing = with_overrides(
+        loaded.preprocessing, resize=config.resize, crop=config.crop, mean=config.mean,
+        std=config.std, whole_image=config.whole_image,
+    )
+    size = (preprocessing.size, preprocessing.size)
+    if config.layers or config.layer_types:
+        specs = resolve_layers(module, config.layers, config.layer_types)
+    else:
+        specs = [default_layer(module.cpu() if device != "cpu" else module, size)]
+        module = module.to(device)
+    names = output_names(list(images))
+    selected = shard_of(list(images), config.shard)
+    notes = []
+    if not config.layers and not config.layer_types:
+        spec = specs[0]
+        notes.append(f"no --layer given: using {spec.path}{'' if spec.call is None else f':{spec.call}'} "
+                     f"({spec.module_type}), the last layer with a spatial feature map")
+    if on_start:
+        on_start(
+            f"{loaded.name} ({loaded.weights}) on {device}; layers: "
+            + ", ".join(s.path + ("" if s.call is None else f":{s.call}") for s in specs)
+        )
+    started = time.time()
+    statuses: dict[Path, ImageStatus] = {}
+    findings: list[Finding] = []
+    todo: list[Path] = []
+    for path in selected:
+        if config.skip_existing and (config.out / names[path] / REPORT).exists():
+            statuses[path] = ImageStatus(str(path), names[path], "skipped", "already done (--skip-existing)")
+        else:
+            todo.append(path)
+    total = len(selected)
+    finished = [len(statuses)]
+    lock = threading.Lock()
+
+    def report(path: Path, status: ImageStatus) -> None:
+        with lock:
+            statuses[path] = status
+            finished[0] += 1
+            count = finished[0]
+        if on_status:
+            on_status(status, count, total)
+
+    for path in selected:
+        if path in statuses and on_status:
+            on_status(statuses[path], selected.index(path) + 1, total)
+
+    stop = threading.Event()
+    prepared_queue: queue.Queue = queue.Queue(maxsize=max(2, 2 * config.batch_size))
+
+    def load_all() -> None:
+        for path in todo:
+            if stop.is_set():
+                break
+            try:
+                item = prepare(load_image(path, config.max_pixels), preprocessing)
+            except ImageError as exc:
+                item = exc
+            except Exception as exc:  # a decoder bug must fail this image, not the run
+                item = ImageError(f"{path}: could not decode ({type(exc).__name__}: {exc})")
+            while not stop.is_set():
+                try:
+                    prepared_queue.put((path, item), timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+        prepared_queue.put(None)
+
+    loader = threading.Thread(target=load_all, name="hookviz-loader", daemon=True)
+    pool = ThreadPoolExecutor(max_workers=max(1, config.render_workers), thread_name_prefix="hookviz-render")
+    pending: list[tuple[Path, Future]] = []
+
+    def save(path: Path, explanation) -> ImageStatus:
+        directory = config.out / names[path]
+        files = save_explanation(
+            explanation, directory, pictures=config.pictures, save_tensors=config.save_tensors,
+            channels=config.channels, scale=config.scale, grad_channels=config.grad_channels,
+        )
+        return ImageStatus(
+            str(path), names[path], "done", None, explanation.target.to_json(), tuple(p.name for p in files),
+            tuple(score.to_json() for score in explanation.top5),
+        )
+
+    def collect(block_until: int) -> None:
+        while len(pending) > block_until:
+            path, future = pending.pop(0)
+            try:
+                status = future.result()
+            except HookvizError as exc:
+                status = ImageStatus(str(path), names[path], "failed", str(exc))
+            except OSError as exc:
+                status = ImageStatus(str(path), names[path], "failed", f"{path}: writing results failed ({exc})")
+            report(path, status)
+
+    interrupted = False
+    loader.start()
+    try:
+        done_loading = False
+        while not done_loading:
+            batch = []
+            while len(batch) < config.batch_size:
+                item = prepared_queue.get()
+                if item is None:
+                    done_loading = True
+                    break
+                path, prepared = item
+                if isinstance(prepared, ImageError):
+                    report(path, ImageStatus(str(path), names[path], "failed", str(prepared)))
+                else:
+                    batch.append((path, prepared))
+            if not batch:
+                continue
+            explanations = explain_batch(
+                module, [p for _, p in batch], specs, explain_options,
+                model_name=loaded.name, weights=loaded.weights, categories=loaded.categories,
+                preprocessing=preprocessing, device=device,
+            )
+            for (path, _), explanation in zip(batch, explanations):
+                if config.fail_on:
+                    findings.extend(run_checks(explanation, config.fail_on, config.dead_fraction))
+                pending.append((path, pool.submit(save, path, explanation)))
+            del explanations, batch
+            collect(block_until=2 * config.batch_size)
+        collect(block_until=0)
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+        for _, future in pending:
+            future.cancel()
+        pending[:] = [(p, f) for p, f in pending if not f.cancelled()]
+        collect(block_until=0)
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        loader.join(timeout=5)
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+    ordered = tuple(statuses[p] for p in selected if p in statuses)
+    summary = RunSummary(
+        statuses=ordered,
+        findings=tuple(findings),
+        run_json=config.out / RUN_JSON,
+        interrupted=interrupted,
+        layers=tuple(s.path + ("" if s.call is None else f":{s.call}") for s in specs),
+        notes=tuple(notes),
+    )
+    write_json(summary.run_json, _run_document(config, summary, loaded, device, started, total))
+    if interrupted:
+        raise RunInterrupted(summary)
+    return summary
+
+
+def _run_document(config: RunConfig, summary: RunSummary, loaded, device: str, started: float, total: int) -> dict:
+    import torch
+    import torchvision
+
+    from . import __version__
+
+    return {
+        "hookviz": __version__,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "python": platform.python_version(),
+        "command": list(config.command),
+        "model": loaded.name,
+        "weights": loaded.weights,
+        "device": device,
+        "layers": list(summary.layers),
+        "shard": list(config.shard) if config.shard else None,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "seconds": round(time.time() - started, 3),
+        "interrupted": summary.interrupted,
+        "counts": {
+            "images": total,
+            "done": summary.count("done"),
+            "failed": summary.count("failed"),
+            "skipped": summary.count("skipped"),
+        },
+        "images": [s.to_json() for s in summary.statuses],
+        "failures": [{"image": s.image, "error": s.error} for s in summary.failed],
+        "checks": {
+            "enabled": list(config.fail_on),
+            "dead_fraction": config.dead_fraction,
+            "passed": not summary.findings,
+            "findings": [f.to_json() for f in summary.findings],
+        },
+        "notes": list(summary.notes),
+    }
