@@ -53,7 +53,7 @@ def gradcam_plus_plus(activations, grads):
     grads3 = grads2 * grads
     sum_activations = activations.sum(dim=(2, 3), keepdim=True)
     denominator = 2 * grads2 + sum_activations * grads3
-    alpha = grads2 / (denominator + 1e-7)
+    alpha = grads2 / (denominator + 1e-6)  # pytorch-grad-cam's epsilon, so the two agree
     alpha = alpha.where(grads != 0, alpha.new_zeros(()))
     weights = (grads.clamp(min=0) * alpha).sum(dim=(2, 3), keepdim=True)
     return (weights * activations).sum(dim=1).clamp(min=0)

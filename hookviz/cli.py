@@ -265,23 +265,23 @@ def _execute(config, paths, *, json_output: bool, quiet: bool) -> None:
             typer.echo(f"hookviz: {note}", err=True)
     if json_output:
         typer.echo(summary.run_json.read_text(encoding="utf-8"), nl=False)
-    for status in summary.failed:
-        typer.echo(f"hookviz: failed: {status.error}", err=True)
     for finding in summary.findings:
         where = f" {finding.layer}" if finding.layer else ""
         typer.echo(f"hookviz: check {finding.check} failed: {finding.image}{where}: {finding.detail}", err=True)
     done, failed = summary.count("done") + summary.count("skipped"), len(summary.failed)
+    if failed:
+        names = ", ".join(s.image for s in summary.failed[:10]) + (", ..." if failed > 10 else "")
+        typer.echo(f"hookviz: {failed} of {len(summary.statuses)} images failed: {names}; reasons in {summary.run_json}", err=True)
     if not quiet and not json_output:
-        typer.echo(
-            f"hookviz: {done} of {len(summary.statuses)} images done"
-            + (f", {failed} failed" if failed else "")
-            + f"; results in {config.out}/ (run.json)",
-            err=True,
-        )
+        typer.echo(f"hookviz: {done} of {len(summary.statuses)} images done; results in {config.out}/", err=True)
     if failed:
         raise typer.Exit(1)
     if summary.findings:
         raise typer.Exit(3)
+
+
+def _probability(value: float | None) -> str:
+    return "nan" if value is None else f"{value:.3f}"
 
 
 class _Progress:
@@ -311,6 +311,11 @@ class _Progress:
             self.task = self.bar.add_task("images", total=self.total, rate="")
 
     def update(self, status, finished: int, total: int) -> None:
+        if status.status == "failed":  # errors are shown even with --quiet, as they happen
+            if self.bar is not None:
+                self.bar.console.print(f"hookviz: failed: {status.error}", markup=False, highlight=False)
+            else:
+                typer.echo(f"hookviz: failed: {status.error}", err=True)
         if self.bar is not None:
             elapsed = self.bar.tasks[0].elapsed or 0.0
             rate = f"{finished / elapsed:.2f} img/s" if elapsed > 0 else ""
@@ -318,17 +323,14 @@ class _Progress:
         if self.quiet or not self.stdout_lines:
             return
         if status.status == "done":
-            top = " · ".join(
-                f"{(s['name'] or s['index'])} {s['probability']:.3f}" for s in status.top5
-            )
+            top = " · ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
             target = status.target or {}
             line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
             if self.bar is not None:
                 self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
             else:
                 typer.echo(line)
-        elif status.status == "failed" and self.bar is None:
-            typer.echo(f"{status.image}: FAILED", err=False)
+
 
     def close(self) -> None:
         if self.bar is not None:

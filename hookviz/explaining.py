@@ -8,6 +8,7 @@ back-propagates the objective, computes the CAMs and hands back one frozen
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,7 +59,9 @@ class ClassScore:
     probability: float
 
     def to_json(self) -> dict:
-        return {"index": self.index, "name": self.name, "score": self.logit, "probability": self.probability}
+        """As JSON; a non-finite score (NaN weights) becomes null."""
+        finite = lambda v: v if math.isfinite(v) else None  # noqa: E731
+        return {"index": self.index, "name": self.name, "score": finite(self.logit), "probability": finite(self.probability)}
 
     @property
     def label(self) -> str:
@@ -291,7 +294,12 @@ def explain_batch(
                 per_layer_topk.append([])
                 continue
             per_layer_cams.append(cam_of(capture, cam_grads[position]))
-            notes.append(None)
+            spatial_grad = as_feature_map(cam_grads[position], input_hw)
+            notes.append(
+                None if bool(spatial_grad.any()) else
+                "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
+                " (for a transformer's last block, try the block's ln_1)"
+            )
             per_layer_topk.append([cam_of(capture, grads[position]) for grads in topk_grads])
 
         probabilities = logits.detach().softmax(dim=1).cpu().numpy()

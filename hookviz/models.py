@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -145,6 +146,8 @@ def _from_factory(name: str, weights: str, seed: int):
     import torch.nn as nn
 
     module_name, _, attr = name.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` and uvicorn do: modules beside the user import
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except ImportError as exc:
@@ -158,6 +161,9 @@ def _from_factory(name: str, weights: str, seed: int):
     if kind == "default":
         label = f"as built by {name}"
     elif kind == "none":
+        import torch
+
+        torch.manual_seed(seed)  # the factory may have seeded the generator itself
         _reset_parameters(model)
         label = f"none (random init, seed {seed})"
     else:

@@ -140,16 +140,12 @@ def report_of(explanation, files: Sequence[str]) -> dict:
         "weights": explanation.weights,
         "preprocessing": explanation.preprocessing.to_json(),
         "objective": explanation.objective,
-        "target": _finite_json(explanation.target.to_json()),
-        "top5": [_finite_json(score.to_json()) for score in explanation.top5],
+        "target": explanation.target.to_json(),
+        "top5": [score.to_json() for score in explanation.top5],
         "logits": {"count": int(np.size(explanation.logits)), "nonfinite": logits_nonfinite},
         "layers": layers,
         "files": list(files),
     }
-
-
-def _finite_json(entry: dict) -> dict:
-    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in entry.items()}
 
 
 def tensors_npz(explanation) -> bytes:

@@ -231,8 +231,7 @@ def channels_figure(
     cmap = (GRADIENT_CMAP if signed else ACTIVATION_CMAP)
     import matplotlib
 
-    colormap = matplotlib.colormaps[cmap].copy()
-    colormap.set_bad("white")
+    colormap = matplotlib.colormaps[cmap].with_extremes(bad="white")
     if scale == "tile":
         norm = Normalize(-1, 1) if signed else Normalize(0, 1)
         bar_label = "each tile on its own scale: " + ("value / max|value| of the tile" if signed else "tile min (0) to tile max (1)")

@@ -272,6 +272,10 @@ def run(
                 status = ImageStatus(str(path), names[path], "failed", str(exc))
             except OSError as exc:
                 status = ImageStatus(str(path), names[path], "failed", f"{path}: writing results failed ({exc})")
+            except Exception as exc:  # a rendering bug must cost this image, not the whole run
+                status = ImageStatus(
+                    str(path), names[path], "failed", f"{path}: saving failed ({type(exc).__name__}: {exc})"
+                )
             report(path, status)
 
     interrupted = False
@@ -317,17 +321,16 @@ def run(
         loader.join(timeout=5)
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-
-    ordered = tuple(statuses[p] for p in selected if p in statuses)
-    summary = RunSummary(
-        statuses=ordered,
-        findings=tuple(findings),
-        run_json=config.out / RUN_JSON,
-        interrupted=interrupted,
-        layers=tuple(s.path + ("" if s.call is None else f":{s.call}") for s in specs),
-        notes=tuple(notes),
-    )
-    write_json(summary.run_json, _run_document(config, summary, loaded, device, started, total))
+        # run.json describes every run, also one stopped by an error or a signal.
+        summary = RunSummary(
+            statuses=tuple(statuses[p] for p in selected if p in statuses),
+            findings=tuple(findings),
+            run_json=config.out / RUN_JSON,
+            interrupted=interrupted,
+            layers=tuple(s.path + ("" if s.call is None else f":{s.call}") for s in specs),
+            notes=tuple(notes),
+        )
+        write_json(summary.run_json, _run_document(config, summary, loaded, device, started, total))
     if interrupted:
         raise RunInterrupted(summary)
     return summary

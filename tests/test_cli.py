@@ -1,0 +1,195 @@
+"""The command, in-process through typer's CliRunner, as a user and a CI job would use it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from hookviz.cli import app
+
+from .conftest import no_partial_files
+
+TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none"]
+
+
+@pytest.fixture
+def cli():
+    return CliRunner()
+
+
+def invoke(cli, *args):
+    return cli.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_run_writes_pictures_report_and_tensors(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, *TINY, "--layer", "features.-3", "--layer", "act", "--out", out, "--save-tensors")
+    assert result.exit_code == 0, result.output
+    folder = out / "photo"
+    names = sorted(p.name for p in folder.iterdir())
+    for layer in ("features.1", "act-0", "act-1"):
+        for kind in ("summary", "channels", "cam"):
+            assert f"{layer}.{kind}.png" in names
+    report = json.loads((folder / "report.json").read_text())
+    assert report["model"] == "tests.conftest:tiny_net"
+    assert [l["name"] for l in report["layers"]] == ["features.1", "act:0", "act:1"]
+    first = report["layers"][0]
+    assert first["requested"] == "features.-3" and first["module_type"] == "BatchNorm2d"
+    assert first["shapes"] == {k: [1, 4, 224, 224] for k in ("input", "output", "grad_input", "grad_output")}
+    assert set(first["stats"]["output"]) == {"min", "max", "mean", "std", "nonfinite"}
+    assert report["preprocessing"]["resize"] == 256 and report["preprocessing"]["crop"] == 224
+    assert len(report["top5"]) == 5 and report["target"]["index"] == report["top5"][0]["index"]
+    tensors = np.load(folder / "tensors.npz")
+    assert {"logits", "input", "features.1/output", "act:1/grad_output", "act:0/cam"} <= set(tensors.files)
+    assert tensors["input"].shape == (1, 3, 224, 224) and tensors["features.1/output"].dtype == np.float32
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["counts"] == {"images": 1, "done": 1, "failed": 0, "skipped": 0}
+    assert "torch" in run_json and run_json["images"][0]["status"] == "done"
+
+
+def test_mixed_folder_writes_good_images_names_broken_ones_and_exits_1(cli, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    Image.new("RGB", (30, 20), (200, 10, 10)).save(folder / "good.png")
+    Image.new("RGB", (20, 30), (10, 200, 10)).save(folder / "also good.jpg")
+    (folder / "text.png").write_text("not an image")
+    (folder / "empty.jpg").write_bytes(b"")
+    out = tmp_path / "out"
+    result = invoke(cli, "run", folder, *TINY, "--layer", "fc", "--out", out)
+    assert result.exit_code == 1
+    assert "text.png" in result.stderr and "empty.jpg" in result.stderr
+    assert "Traceback" not in result.output
+    assert (out / "good" / "report.json").exists() and (out / "also good" / "report.json").exists()
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["counts"]["failed"] == 2 and run_json["counts"]["done"] == 2
+    assert {Path(f["image"]).name for f in run_json["failures"]} == {"text.png", "empty.jpg"}
+    assert no_partial_files(out)
+
+
+def test_nan_weights_fail_the_nonfinite_check_with_exit_3(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, "--model", "tests.conftest:nan_net", "--layer", "features.3",
+                    "--out", out, "--fail-on", "nonfinite", "--json")
+    assert result.exit_code == 3
+    document = json.loads(result.stdout)
+    assert document == json.loads((out / "run.json").read_text())
+    assert not document["checks"]["passed"]
+    assert any(f["layer"] == "features.3" for f in document["checks"]["findings"])
+
+
+def test_dead_and_zero_grad_checks(cli, photo, tmp_path):
+    # pool's input after ReLU is never all zero; fc's output is; a layer the logits never use gets no gradient
+    result = invoke(cli, "run", photo, *TINY, "--layer", "features.2", "--out", tmp_path / "a",
+                    "--fail-on", "dead,zero-grad", "--dead-fraction", "0.01")
+    assert result.exit_code == 3 and "dead" in result.stderr
+    result = invoke(cli, "run", photo, *TINY, "--layer", "features.2", "--out", tmp_path / "b", "--fail-on", "zero-grad")
+    assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "resnet5O"], "did you mean 'resnet50'"),
+        (["--layer", "featurs.0"], "did you mean"),
+        (["--target", "99"], "out of range"),
+        (["--target", "tabby"], "no class names"),
+        (["--objective", "mse"], "--objective"),
+        (["--cam", "gradkam"], "gradcam"),
+        (["--channels", "a-b"], "--channels"),
+        (["--topk", "3", "--cam", "none"], "--topk"),
+        (["--shard", "3/2"], "--shard"),
+        (["--fail-on", "nan"], "--fail-on"),
+        (["--weights", "/nonexistent/w.pth"], "no such file"),
+        (["--layer-type", "Conv3d"], "Conv3d"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(cli, photo, tmp_path, args, message):
+    base = [*TINY] if "--model" not in args else []
+    if "--weights" in args:
+        base = ["--model", "tests.conftest:tiny_net"]
+    result = invoke(cli, "run", photo, *base, *args, "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out" / "photo").exists()
+
+
+def test_class_names_work_as_targets_and_are_suggested(cli, lite0, cat, tmp_path):
+    result = invoke(cli, "run", cat, "--model", "efficientnet_lite0", "--target", "tabbby", "--out", tmp_path)
+    assert result.exit_code == 2 and "did you mean 'tabby'" in result.stderr
+    result = invoke(cli, "run", cat, "--model", "efficientnet_lite0", "--target", "tabby", "--out", tmp_path,
+                    "--pictures", "none")
+    assert result.exit_code == 0
+    report = json.loads((tmp_path / "cat" / "report.json").read_text())
+    assert report["target"]["name"] == "tabby" and report["target"]["index"] == 281
+
+
+def test_unwritable_out_is_a_usage_error(cli, photo, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = invoke(cli, "run", photo, *TINY, "--out", blocker / "sub")
+    assert result.exit_code == 2 and "--out" in result.stderr
+
+
+def test_missing_image_and_empty_dir(cli, tmp_path):
+    result = invoke(cli, "run", tmp_path / "nope.png", *TINY, "--out", tmp_path / "o")
+    assert result.exit_code == 1 and "nope.png: no such file" in result.stderr
+    (tmp_path / "empty").mkdir()
+    result = invoke(cli, "run", tmp_path / "empty", *TINY, "--out", tmp_path / "o")
+    assert result.exit_code == 2 and "no image files" in result.stderr
+
+
+def test_efficientnet_demo_reports_a_cat(cli, lite0, cat, tmp_path):
+    result = invoke(cli, "run", "--model", "efficientnet_lite0", cat, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "cat" / "report.json").read_text())
+    assert 281 <= report["target"]["index"] <= 285
+    assert "cat" in result.stdout.split("top-5:")[1].split("·")[0] or "tabby" in result.stdout
+    assert "no --layer given: using _swish:1" in result.stderr
+
+
+def test_layers_lists_layer3_5_with_its_shape(cli):
+    result = invoke(cli, "layers", "--model", "resnet50")
+    assert result.exit_code == 0
+    row = next(line for line in result.stdout.splitlines() if line.startswith("layer3.5 "))
+    assert "Bottleneck" in row and "1x1024x14x14" in row
+    relu = next(line for line in result.stdout.splitlines() if line.startswith("layer3.5.relu "))
+    assert relu.rstrip().endswith("3")
+    result = invoke(cli, "layers", "--model", "resnet50", "--type", "Conv2d", "--filter", "layer4")
+    assert all("Conv2d" in line for line in result.stdout.splitlines()[1:])
+
+
+def test_models_lists_builtin_and_torchvision(cli):
+    result = invoke(cli, "models")
+    assert "efficientnet_lite0" in result.stdout and "\nresnet50\n" in result.stdout
+    assert invoke(cli, "--version").stdout.startswith("hookviz ")
+
+
+def test_help_does_not_import_torch():
+    code = (
+        "import sys\n"
+        "from hookviz.cli import app\n"
+        "from typer.testing import CliRunner\n"
+        "for args in (['--help'], ['run', '--help'], ['layers', '--help']):\n"
+        "    assert CliRunner().invoke(app, args).exit_code == 0\n"
+        "print('torch' in sys.modules, 'matplotlib' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False False"
+
+
+def test_python_dash_m_works(photo, tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "hookviz", "run", str(photo), *TINY, "--layer", "fc", "--out", str(tmp_path), "-q"],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert (tmp_path / "photo" / "report.json").exists()

@@ -1,0 +1,172 @@
+"""Decoding every kind of file a user may hand over, and the seeds' preprocessing."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision import transforms
+
+from hookviz.errors import ImageError, UsageError
+from hookviz.images import Preprocessing, find_images, load_image, parse_triple, prepare, read_list
+
+
+def _save(image: Image.Image, path, **kwargs):
+    image.save(path, **kwargs)
+    return path
+
+
+def test_preprocessing_equals_the_seeds_transform(cat):
+    seeds = transforms.Compose(
+        [transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
+         transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+    )
+    expected = seeds(Image.open(cat).convert("RGB"))
+    prepared = prepare(load_image(cat), Preprocessing())
+    torch.testing.assert_close(prepared.tensor, expected, atol=1e-6, rtol=0)
+    assert prepared.shown.shape == (224, 224, 3)
+
+
+def test_no_crop_keeps_the_whole_photo(cat):
+    prepared = prepare(load_image(cat), Preprocessing(crop=False))
+    assert prepared.tensor.shape == (3, 224, 224)
+    assert prepared.whole.shape == (300, 451, 3)
+
+
+def test_16_bit_grayscale_is_scaled_not_clipped(tmp_path):
+    ramp = (np.linspace(0, 65535, 64 * 64).reshape(64, 64)).astype(np.uint16)
+    path = _save(Image.fromarray(ramp), tmp_path / "deep.png")
+    rgb = np.asarray(load_image(path).rgb)
+    assert rgb.shape == (64, 64, 3)
+    assert rgb[0, 0, 0] == 0 and rgb[-1, -1, 0] == 255
+    assert 120 < rgb[32, 0, 0] < 135  # the middle of the ramp is mid-grey, not white
+
+
+def test_32_bit_float_grayscale_is_scaled(tmp_path):
+    values = np.linspace(-3.0, 5.0, 32 * 32, dtype=np.float32).reshape(32, 32)
+    path = _save(Image.fromarray(values, mode="F"), tmp_path / "float.tiff")
+    rgb = np.asarray(load_image(path).rgb)
+    assert rgb.min() == 0 and rgb.max() == 255 and len(np.unique(rgb)) > 100
+
+
+def test_cmyk_jpeg(tmp_path):
+    path = _save(Image.new("CMYK", (40, 30), (0, 255, 255, 0)), tmp_path / "cmyk.jpg")
+    rgb = np.asarray(load_image(path).rgb).astype(int)
+    assert rgb.shape == (30, 40, 3)
+    assert rgb[..., 0].mean() > 200 and rgb[..., 1].mean() < 60  # red stays red
+
+
+def test_transparency_is_composited_over_white(tmp_path):
+    rgba = Image.new("RGBA", (10, 10), (255, 0, 0, 0))
+    rgba.putpixel((0, 0), (0, 0, 255, 255))
+    rgb = np.asarray(load_image(_save(rgba, tmp_path / "a.png")).rgb)
+    assert tuple(rgb[5, 5]) == (255, 255, 255) and tuple(rgb[0, 0]) == (0, 0, 255)
+    la = Image.new("LA", (10, 10), (0, 0))
+    assert tuple(np.asarray(load_image(_save(la, tmp_path / "la.png")).rgb)[1, 1]) == (255, 255, 255)
+    palette = Image.new("P", (10, 10), 0)
+    palette.putpalette([0, 0, 0, 0, 255, 0] + [0] * 762)
+    palette.putpixel((0, 0), 1)
+    path = _save(palette, tmp_path / "p.png", transparency=0)
+    rgb = np.asarray(load_image(path).rgb)
+    assert tuple(rgb[5, 5]) == (255, 255, 255) and tuple(rgb[0, 0]) == (0, 255, 0)
+
+
+def test_multi_frame_gif_and_tiff_use_the_first_frame(tmp_path):
+    frames = [Image.new("RGB", (12, 12), c) for c in ((255, 0, 0), (0, 255, 0), (0, 0, 255))]
+    for name in ("anim.gif", "pages.tiff"):
+        path = tmp_path / name
+        frames[0].save(path, save_all=True, append_images=frames[1:])
+        loaded = load_image(path)
+        assert loaded.notes == ("first frame of 3 used",)
+        assert np.asarray(loaded.rgb)[5, 5, 0] > 200
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    image = Image.new("RGB", (40, 20), (10, 200, 10))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    path = _save(image, tmp_path / "rotated.jpg", exif=exif.tobytes())
+    assert load_image(path).rgb.size == (20, 40)
+
+
+@pytest.mark.parametrize("name, kwargs", [("one.webp", {}), ("one.bmp", {}), ("UPPER.PNG", {}), ("a b é.png", {})])
+def test_other_formats_names_and_1x1(tmp_path, name, kwargs):
+    path = _save(Image.new("RGB", (1, 1), (200, 100, 50)), tmp_path / name, **kwargs)
+    prepared = prepare(load_image(path), Preprocessing())
+    assert prepared.tensor.shape == (3, 224, 224)
+
+
+def test_one_bit_image(tmp_path):
+    image = Image.new("1", (16, 16), 0)
+    image.putpixel((3, 3), 1)
+    rgb = np.asarray(load_image(_save(image, tmp_path / "bits.png")).rgb)
+    assert tuple(rgb[3, 3]) == (255, 255, 255) and tuple(rgb[0, 0]) == (0, 0, 0)
+
+
+def _write(path, data):
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+def _truncated(tmp_path, name, fmt):
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buffer, fmt)
+    path = tmp_path / name
+    path.write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+    return path
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "missing.png", "no such file"),
+        (lambda d: _write(d / "empty.png", b""), "empty"),
+        (lambda d: _write(d / "text.png", "not a png"), "not an image format"),
+        (lambda d: _truncated(d, "cut.png", "PNG"), "corrupt or truncated"),
+        (lambda d: _truncated(d, "cut.jpg", "JPEG"), "corrupt or truncated"),
+        (lambda d: _write(d / "header.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 40), "corrupt|not an image"),
+        (lambda d: _write(d / "drawing.svg", "<svg xmlns='http://www.w3.org/2000/svg'/>"), "SVG"),
+    ],
+)
+def test_broken_files_fail_with_a_message_naming_them(tmp_path, make, message):
+    path = make(tmp_path)
+    with pytest.raises(ImageError, match=message) as error:
+        load_image(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_decompression_bomb_is_refused_fast(tmp_path):
+    path = _save(Image.new("1", (40000, 40000), 0), tmp_path / "bomb.png")
+    assert path.stat().st_size < 1_000_000
+    with pytest.raises(ImageError, match="max-pixels"):
+        load_image(path)
+    with pytest.raises(ImageError, match="max-pixels"):
+        load_image(_save(Image.new("RGB", (100, 100)), tmp_path / "small.png"), max_pixels=5000)
+
+
+def test_thin_strip_is_refused_before_resizing(tmp_path):
+    path = _save(Image.new("RGB", (1, 20000), (9, 9, 9)), tmp_path / "strip.png")
+    with pytest.raises(ImageError, match="too thin"):
+        load_image(path)
+
+
+def test_find_images_expands_dirs_and_globs(tmp_path):
+    (tmp_path / "sub").mkdir()
+    for name in ("b.png", "a.JPG", "sub/c.webp", "notes.txt"):
+        _save(Image.new("RGB", (4, 4)), tmp_path / name, format="PNG") if not name.endswith(".txt") else (tmp_path / name).write_text("x")
+    found = find_images([str(tmp_path)])
+    assert [p.name for p in found] == ["a.JPG", "b.png", "c.webp"]
+    assert [p.name for p in find_images([str(tmp_path / "*.png")])] == ["b.png"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no image files"):
+        find_images([str(tmp_path / "empty")])
+    assert read_list(["a.png", "", "# comment", " b.png "]) == ["a.png", "b.png"]
+
+
+def test_parse_triple():
+    assert parse_triple("0.5", "--mean") == (0.5, 0.5, 0.5)
+    with pytest.raises(UsageError, match="--std"):
+        parse_triple("1,0,1", "--std")

@@ -1,0 +1,171 @@
+"""Recording against an independent computation: the seeds' plain hooks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torchvision
+
+from hookviz.errors import UnknownLayerError
+from hookviz.recording import record
+
+
+class SeedSaveValues:
+    """The seeds' ``SaveValues`` class (000_8c4371a403404799.txt), verbatim in spirit."""
+
+    def __init__(self, layer):
+        self.forward_hook = layer.register_forward_hook(self.hook_fn_act)
+        self.backward_hook = layer.register_full_backward_hook(self.hook_fn_grad)
+
+    def hook_fn_act(self, module, input, output):
+        self.input = input[0]
+        self.output = output
+
+    def hook_fn_grad(self, module, grad_input, grad_output):
+        self.grad_input = grad_input[0]
+        self.grad_output = grad_output[0]
+
+    def remove(self):
+        self.forward_hook.remove()
+        self.backward_hook.remove()
+
+
+def _hook_count(model) -> int:
+    return sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules()
+    )
+
+
+def test_resnet50_layer3_matches_seeds_method_with_ce():
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50(weights=None).eval()
+    x = torch.randn(1, 3, 224, 224)
+    target = torch.tensor([3])
+
+    with record(model, ["layer3.-1"]) as rec:
+        logits = model(x)
+        rec.backward(nn.functional.cross_entropy(logits, target))
+    ours = rec["layer3.-1"]
+    assert ours.name == "layer3.5"
+
+    # The seeds' method needs the in-place ReLUs off (full backward hooks break on them).
+    for module in model.modules():
+        if isinstance(module, nn.ReLU):
+            module.inplace = False
+    seeds = SeedSaveValues(model.layer3[-1])
+    nn.functional.cross_entropy(model(x), target).backward()
+    seeds.remove()
+
+    for key in ("input", "output", "grad_input", "grad_output"):
+        mine, theirs = getattr(ours, key), getattr(seeds, key).detach()
+        assert mine.shape == theirs.shape
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-7, msg=f"{key} differs")
+        assert theirs.abs().max() > 0
+
+
+def test_vgg16_bn_features18_works_where_the_full_backward_hook_fails():
+    torch.manual_seed(0)
+    model = torchvision.models.vgg16_bn(weights=None).eval()
+    x = torch.randn(1, 3, 224, 224)
+
+    seeds = SeedSaveValues(model.features[18])
+    with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
+        model(x)[0, 1].backward()
+    seeds.remove()
+
+    with record(model, ["features.18"]) as rec:
+        logits = model(x)
+        rec.backward(logits[0, 1])
+    capture = rec["features.18"]
+    assert capture.output.shape == (1, 256, 56, 56)
+    # The value recorded is BatchNorm's output, before the in-place ReLU that follows it.
+    assert capture.output.min() < 0
+    # Reference: grad_output by autograd on a copy of the model without in-place ops.
+    for module in model.modules():
+        if isinstance(module, nn.ReLU):
+            module.inplace = False
+    store = {}
+    handle = model.features[18].register_forward_hook(lambda m, i, o: store.update(out=o))
+    reference_logits = model(x)
+    handle.remove()
+    (grad,) = torch.autograd.grad(reference_logits[0, 1], store["out"])
+    torch.testing.assert_close(capture.output, store["out"].detach())
+    torch.testing.assert_close(capture.grad_output, grad)
+    assert _hook_count(model) == 0
+
+
+def test_reused_module_is_recorded_per_call(tiny):
+    x = torch.randn(2, 3, 16, 16)
+    with record(tiny, ["act"]) as rec:
+        rec.backward(tiny(x)[:, 0].sum())
+    names = [c.name for c in rec.captures]
+    assert names == ["act:0", "act:1"]
+    first, second = rec["act:0"], rec["act:1"]
+    # The second call's input is 1.5 times the first call's output.
+    torch.testing.assert_close(second.input, first.output * 1.5)
+    with pytest.raises(KeyError, match="act:0"):
+        rec["act"]
+    with record(tiny, ["act:1"]) as rec:
+        rec.backward(tiny(x)[:, 0].sum())
+    assert [c.name for c in rec.captures] == ["act:1"]
+
+
+def test_grad_input_is_this_modules_own_vjp(tiny):
+    x = torch.randn(1, 3, 16, 16)
+    with record(tiny, ["features.3"]) as rec:
+        rec.backward(tiny(x)[0, 2])
+    capture = rec["features.3"]
+    conv = tiny.features[3]
+    inp = capture.input.clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad(conv(inp), inp, capture.grad_output)
+    torch.testing.assert_close(capture.grad_input, expected)
+
+
+def test_users_own_backward_is_caught_by_tensor_hooks(tiny):
+    x = torch.randn(1, 3, 16, 16)
+    with record(tiny, ["features.1"]) as rec:
+        loss = tiny(x).logsumexp(dim=1).sum()
+        loss.backward()
+    capture = rec["features.1"]
+    assert capture.grad_output is not None and capture.grad_input is not None
+    assert capture.grad_output.shape == capture.output.shape
+    assert tiny.fc.weight.grad is not None  # the user's backward was untouched
+
+
+def test_hooks_are_removed_after_an_exception(tiny):
+    with pytest.raises(ValueError):
+        with record(tiny, ["features.0", "fc"]):
+            assert _hook_count(tiny) > 0
+            raise ValueError("boom")
+    assert _hook_count(tiny) == 0
+
+
+def test_hooks_are_removed_when_the_forward_pass_fails(tiny):
+    with pytest.raises(RuntimeError):
+        with record(tiny, ["features.0"]):
+            tiny(torch.randn(1, 4, 16, 16))  # wrong channel count
+    assert _hook_count(tiny) == 0
+
+
+def test_unused_layer_reports_no_gradient():
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used = nn.Linear(4, 3)
+            self.unused = nn.Linear(4, 3)
+
+        def forward(self, x):
+            self.unused(x)
+            return self.used(x)
+
+    model = TwoHeads()
+    with record(model, ["unused", "used"]) as rec:
+        rec.backward(model(torch.randn(2, 4)).sum())
+    assert rec["unused"].grad_output is None
+    assert rec["used"].grad_output is not None
+
+
+def test_unknown_layer_suggests_close_names(tiny):
+    with pytest.raises(UnknownLayerError, match="features"):
+        record(tiny, ["featurs.0"])
