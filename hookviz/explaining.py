@@ -404,7 +404,9 @@ def explain(
     if isinstance(model, LoadedModel):
         loaded = model
     else:
-        loaded = LoadedModel("model", model, "as given", tuple(categories) if categories else None, Preprocessing())
+        loaded = LoadedModel(
+            type(model).__name__, model, "as given", tuple(categories) if categories else None, Preprocessing()
+        )
     preprocessing = preprocessing or loaded.preprocessing
     if isinstance(image, torch.Tensor):
         tensor = image.detach().float().cpu()

@@ -55,6 +55,17 @@ class _suppress:
         return exc_info[0] is not None and issubclass(exc_info[0], OSError)
 
 
+def sweep_partial_files(out: Path) -> int:
+    """Delete the temporary files a killed run left in ``out`` and its image folders."""
+    removed = 0
+    for pattern in (".*.part", "*/.*.part"):
+        for path in out.glob(pattern):
+            with _suppress():
+                path.unlink()
+                removed += 1
+    return removed
+
+
 def write_json(path: Path, document: dict) -> Path:
     return atomic_write(path, (json.dumps(document, indent=2, allow_nan=False, default=_jsonable) + "\n").encode())
 

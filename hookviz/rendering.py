@@ -134,7 +134,9 @@ def summary_figure(explanation, layer) -> Figure:
     for label, array, signed, cell in panels:
         ax = figure.add_subplot(cell)
         missing = "not recorded" if not label.startswith("grad") else "no gradient reached this tensor"
-        _draw_map(figure, ax, channel_sum(array, input_hw), f"{label} {_shape(array)}, summed over channels", signed, missing)
+        values = channel_sum(array, input_hw)
+        how = "summed over channels" if values is not None and values.ndim == 2 else "per feature"
+        _draw_map(figure, ax, values, f"{label} {_shape(array)}, {how}", signed, missing)
     figure.suptitle(
         f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.output)}\n"
         f"{_target_text(explanation)} · objective {explanation.objective} · {explanation.image.source.label}",

@@ -23,7 +23,7 @@ from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError
 from .explaining import ExplainOptions, explain_batch
 from .images import DEFAULT_MAX_PIXELS, load_image, prepare
-from .outputs import REPORT, output_names, save_explanation, write_json
+from .outputs import REPORT, output_names, save_explanation, sweep_partial_files, write_json
 
 RUN_JSON = "run.json"
 PICTURES = ("summary", "channels", "cam")
@@ -177,6 +177,7 @@ def run(
 
     explain_options = config.explain.checked()
     check_writable(config.out)
+    sweep_partial_files(config.out)
     device = resolve_device(config.device)
     loaded = load_model(config.model, config.weights, config.seed)
     module = loaded.module.to(device)
@@ -279,6 +280,7 @@ def run(
             report(path, status)
 
     interrupted = False
+    cam_noted: set[str] = set()
     loader.start()
     try:
         done_loading = False
@@ -302,6 +304,10 @@ def run(
                 preprocessing=preprocessing, device=device,
             )
             for (path, _), explanation in zip(batch, explanations):
+                for layer in explanation.layers:
+                    if layer.cam_note and explain_options.cam != "none" and layer.name not in cam_noted:
+                        cam_noted.add(layer.name)
+                        notes.append(f"{layer.name}: {layer.cam_note}")
                 if config.fail_on:
                     findings.extend(run_checks(explanation, config.fail_on, config.dead_fraction))
                 pending.append((path, pool.submit(save, path, explanation)))

@@ -89,3 +89,18 @@ def coffee() -> Path:
 
 def no_partial_files(folder: Path) -> bool:
     return not [p for p in folder.rglob("*") if p.name.endswith(".part")]
+
+
+class SlowTinyNet(TinyNet):
+    """TinyNet that takes a while per batch, so a test can interrupt a run midway."""
+
+    def forward(self, x):
+        import time
+
+        time.sleep(0.15)
+        return super().forward(x)
+
+
+def slow_net() -> nn.Module:
+    torch.manual_seed(0)
+    return SlowTinyNet()

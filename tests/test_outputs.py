@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hookviz.explaining import explain
+from hookviz.outputs import atomic_write, file_name, output_names, sweep_partial_files, tensor_stats
+
+from .conftest import no_partial_files
+
+
+def test_atomic_write_replaces_whole_files_and_cleans_up(tmp_path, monkeypatch):
+    target = tmp_path / "a" / "report.json"
+    atomic_write(target, b"one")
+    atomic_write(target, b"two")
+    assert target.read_bytes() == b"two"
+    import os
+
+    def failing_replace(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        atomic_write(target, b"three")
+    assert target.read_bytes() == b"two" and no_partial_files(tmp_path)
+
+
+def test_sweep_removes_leftovers_only(tmp_path):
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "cat" / ".report.json.abc.part").write_text("half")
+    (tmp_path / "cat" / "report.json").write_text("{}")
+    assert sweep_partial_files(tmp_path) == 1
+    assert (tmp_path / "cat" / "report.json").exists() and no_partial_files(tmp_path)
+
+
+def test_stats_count_nonfinite_and_ignore_them():
+    stats = tensor_stats(np.array([1.0, np.nan, 3.0, np.inf]))
+    assert stats == {"nonfinite": 2, "min": 1.0, "max": 3.0, "mean": 2.0, "std": 1.0}
+    assert tensor_stats(np.array([np.nan]))["min"] is None
+
+
+def test_names():
+    assert file_name("layer3.5.relu:1") == "layer3.5.relu-1"
+    from pathlib import Path
+
+    names = output_names([Path("x/a b.png"), Path("y/ü.png")])
+    assert names[Path("x/a b.png")] == "a b" and names[Path("y/ü.png")] == "ü"
+
+
+def test_save_writes_report_last_with_every_file(tmp_path, photo):
+    from .conftest import tiny_net
+
+    result = explain(tiny_net().eval(), photo, layers=["features.1"])
+    written = result.save(tmp_path / "out", save_tensors=True, grad_channels=True)
+    assert written[-1].name == "report.json"
+    report = json.loads(written[-1].read_text())
+    assert report["files"] == [p.name for p in written[:-1]]
+    assert "features.1.grad_channels.png" in report["files"]
+    arrays = np.load(tmp_path / "out" / "tensors.npz")
+    np.testing.assert_array_equal(arrays["features.1/cam"], result.layers[0].cam)

@@ -1,0 +1,127 @@
+"""The pictures: honest colour scales, labels, and no global pyplot state."""
+
+from __future__ import annotations
+
+import io
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from matplotlib.colors import TwoSlopeNorm
+from PIL import Image
+
+from hookviz import rendering
+from hookviz.explaining import explain
+from hookviz.images import Preprocessing
+
+
+@pytest.fixture(scope="module")
+def explanation():
+    from .conftest import SAMPLES, tiny_net
+
+    return explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.1", "fc"], target=1, topk=3)
+
+
+def _images(figure):
+    return [im for ax in figure.axes for im in ax.get_images()]
+
+
+def test_summary_has_photo_four_panels_and_colorbars(explanation):
+    figure = rendering.summary_figure(explanation, explanation["features.1"])
+    title = figure._suptitle.get_text()
+    assert "TinyNet" in title and "features.1" in title and "1x4x224x224" in title
+    assert "class (1)" in title and "p=" in title
+    images = _images(figure)
+    assert len(images) == 5  # the photo and four maps
+    gradients = [im for im in images if im.get_cmap().name == rendering.GRADIENT_CMAP]
+    assert len(gradients) == 2
+    for image in gradients:
+        norm = image.norm
+        assert isinstance(norm, TwoSlopeNorm) and norm.vcenter == 0 and norm.vmin == -norm.vmax
+    colorbars = [ax for ax in figure.axes if ax.get_label() == "<colorbar>"]
+    assert len(colorbars) == 4
+
+
+def test_activation_panel_spans_the_true_range(explanation):
+    layer = explanation["features.1"]
+    figure = rendering.summary_figure(explanation, layer)
+    output_image = _images(figure)[2]
+    summed = layer.output[0].sum(axis=0)
+    assert output_image.norm.vmin == pytest.approx(summed.min()) and output_image.norm.vmax == pytest.approx(summed.max())
+
+
+def test_dead_layer_is_labelled_constant(explanation):
+    layer = explanation["features.1"]
+    dead = replace(layer, output=np.zeros_like(layer.output))
+    figure = rendering.summary_figure(explanation, dead)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert any(t.startswith("output") and "constant 0 everywhere" in t for t in titles)
+
+
+def test_png_is_not_blank(explanation):
+    data = rendering.png_bytes(rendering.cam_figure(explanation, explanation["features.1"]))
+    pixels = np.asarray(Image.open(io.BytesIO(data)).convert("L"), dtype=float)
+    assert pixels.std() > 20
+
+
+def test_channel_grid_labels_and_selection(explanation):
+    layer = explanation["features.1"]
+    figure = rendering.channels_figure(explanation, layer, channels="1,3")
+    labels = [t.get_text() for t in figure.axes[0].texts]
+    assert [l.split()[0] for l in labels] == ["#1", "#3"]
+    means = layer.output[0].mean(axis=(1, 2))
+    top = rendering.select_channels(layer.output[0], 2)
+    assert set(top) == set(np.argsort(-means)[:2])
+    shared = rendering.channels_figure(explanation, layer, scale="shared")
+    assert "one scale" in shared.axes[1].get_ylabel()
+    grads = rendering.channels_figure(explanation, layer, which="grad_output")
+    assert grads.axes[0].get_images()[0].get_cmap().name == rendering.GRADIENT_CMAP
+    assert rendering.channels_figure(explanation, explanation["fc"]) is None  # no spatial layout
+
+
+def test_cam_figures(explanation):
+    layer = explanation["features.1"]
+    figure = rendering.cam_figure(explanation, layer)
+    assert "gradcam" in figure.axes[1].get_title()
+    assert len(layer.topk_cams) == 3
+    topk = rendering.cam_topk_figure(explanation, layer)
+    assert sum(1 for ax in topk.axes if ax.get_label() == "<colorbar>") == 3
+    assert rendering.cam_figure(explanation, explanation["fc"]) is None
+
+
+def test_no_crop_draws_on_the_whole_photo():
+    from .conftest import SAMPLES, tiny_net
+
+    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.1"], preprocessing=Preprocessing(crop=False))
+    figure = rendering.cam_figure(result, result.layers[0])
+    assert figure.axes[0].get_images()[0].get_array().shape == (300, 451, 3)
+
+
+def test_pyplot_is_never_imported():
+    import subprocess
+
+    code = (
+        "import sys, torch\n"
+        "from hookviz.explaining import explain\n"
+        "from hookviz import rendering\n"
+        "m = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.Flatten(), torch.nn.LazyLinear(3))\n"
+        "m(torch.zeros(1, 3, 224, 224))\n"
+        "e = explain(m.eval(), torch.zeros(3, 224, 224), layers=['0'])\n"
+        "rendering.png_bytes(rendering.summary_figure(e, e.layers[0]))\n"
+        "print('matplotlib.pyplot' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_rendering_is_thread_safe(explanation):
+    layer = explanation["features.1"]
+
+    def draw(_):
+        return rendering.png_bytes(rendering.summary_figure(explanation, layer))
+
+    sequential = draw(0)
+    with ThreadPoolExecutor(4) as pool:
+        assert all(result == sequential for result in pool.map(draw, range(8)))

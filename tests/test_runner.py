@@ -1,0 +1,133 @@
+"""Many images in one process: batches, per-image targets, shards, resuming, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from hookviz.explaining import ExplainOptions
+from hookviz.outputs import output_names
+from hookviz.runner import RunConfig, run, shard_of
+
+from .conftest import ROOT, no_partial_files
+
+
+def _config(out: Path, **changes) -> RunConfig:
+    base = dict(model="tests.conftest:tiny_net", weights="none", layers=("features.3",), out=out, pictures=())
+    base.update(changes)
+    return RunConfig(**base)
+
+
+def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, tmp_path):
+    common = dict(model="efficientnet_lite0", weights="DEFAULT", layers=(), pictures=(), save_tensors=True)
+    together = run(RunConfig(out=tmp_path / "batch", batch_size=2, **common), [cat, coffee])
+    alone = run(RunConfig(out=tmp_path / "single", batch_size=1, **common), [cat, coffee])
+    assert [s.status for s in together.statuses] == ["done", "done"]
+    targets = [s.target["name"] for s in together.statuses]
+    assert targets[1] == "espresso" and "cat" in targets[0]
+    for name in ("cat", "coffee"):
+        a = np.load(tmp_path / "batch" / name / "tensors.npz")
+        b = np.load(tmp_path / "single" / name / "tensors.npz")
+        for key in ("_swish:1/cam", "_swish:1/grad_output", "logits"):
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6)
+
+
+def test_parameters_get_no_gradient_and_are_restored(tmp_path, photo):
+    from hookviz.explaining import explain
+
+    from .conftest import tiny_net
+
+    model = tiny_net().eval()
+    flags = [p.requires_grad for p in model.parameters()]
+    explain(model, photo, layers=["features.3"])
+    assert [p.requires_grad for p in model.parameters()] == flags
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_shards_partition_the_list_and_names_agree():
+    items = list(range(10))
+    parts = [shard_of(items, (k, 3)) for k in (1, 2, 3)]
+    assert sorted(sum(parts, [])) == items and all(parts)
+    paths = [Path("a/cat.png"), Path("b/cat.png"), Path("dog.jpg"), Path("a/cat.jpg")]
+    names = output_names(paths)
+    assert len(set(names.values())) == 4 and names[Path("dog.jpg")] == "dog"
+    assert names == output_names(paths)  # stable
+
+
+def test_skip_existing_resumes(tmp_path):
+    images = []
+    for i in range(3):
+        path = tmp_path / f"im{i}.png"
+        Image.new("RGB", (32, 32), (i * 60, 0, 0)).save(path)
+        images.append(path)
+    out = tmp_path / "out"
+    run(_config(out), images[:2])
+    summary = run(_config(out, skip_existing=True), images)
+    assert [s.status for s in summary.statuses] == ["skipped", "skipped", "done"]
+
+
+def test_sigterm_stops_cleanly_with_complete_files(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(40):
+        Image.new("RGB", (40, 30), (i * 6, 100, 50)).save(folder / f"im{i:02d}.png")
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:slow_net",
+         "--weights", "none", "--layer", "features.3", "--batch-size", "2", "--out", str(out), "-q"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 60
+    while not list(out.glob("*/report.json")) and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "--skip-existing" in stderr
+    document = json.loads((out / "run.json").read_text())
+    assert document["interrupted"] is True
+    done = document["counts"]["done"]
+    assert 0 < done < 40
+    assert no_partial_files(out)
+    for folder_out in out.iterdir():
+        if folder_out.is_dir():
+            for png in folder_out.glob("*.png"):
+                Image.open(png).verify()
+            if (folder_out / "report.json").exists():
+                json.loads((folder_out / "report.json").read_text())
+
+
+def test_a_kill_leaves_no_broken_file_under_a_real_name(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(30):
+        Image.new("RGB", (40, 30), (i * 8, 100, 50)).save(folder / f"im{i:02d}.png")
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:slow_net",
+         "--weights", "none", "--layer", "features.3", "--batch-size", "1", "--out", str(out), "-q"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 60
+    while len(list(out.glob("*/*.png"))) < 5 and time.time() < deadline:
+        time.sleep(0.02)
+    process.kill()
+    process.wait(timeout=30)
+    for path in out.rglob("*"):
+        if path.is_file() and not path.name.startswith("."):
+            if path.suffix == ".png":
+                Image.open(path).verify()
+            elif path.suffix == ".json":
+                json.loads(path.read_text())
+    # The next run sweeps temporary files a killed run left behind.
+    run(_config(out, skip_existing=True), sorted(folder.iterdir())[:1])
+    assert no_partial_files(out)
