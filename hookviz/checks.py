@@ -52,11 +52,10 @@ def _nonfinite(explanation, _fraction: float):
     if bad:
         found.append((None, f"{bad} non-finite logits"))
     for layer in explanation.layers:
-        for key, value in layer.tensors().items():
-            if value is not None:
-                count = int(value.size - np.isfinite(value).sum())
-                if count:
-                    found.append((layer.name, f"{key} has {count} NaN/Inf values of {value.size}"))
+        for key, stats in layer.stats.items():
+            if stats and stats["nonfinite"]:
+                total = int(np.prod(layer.shapes[key]))
+                found.append((layer.name, f"{key} has {stats['nonfinite']} NaN/Inf values of {total}"))
     return found
 
 
@@ -64,11 +63,9 @@ def _nonfinite(explanation, _fraction: float):
 def _dead(explanation, fraction: float):
     found = []
     for layer in explanation.layers:
-        if layer.output is None:
-            continue
-        zero = float((layer.output == 0).mean()) if layer.output.size else 1.0
-        if zero >= fraction:
-            found.append((layer.name, f"output is {zero:.1%} zeros (threshold {fraction:.0%})"))
+        stats = layer.stats.get("output")
+        if stats is not None and stats["zero_fraction"] >= fraction:
+            found.append((layer.name, f"output is {stats['zero_fraction']:.1%} zeros (threshold {fraction:.0%})"))
     return found
 
 
@@ -76,10 +73,10 @@ def _dead(explanation, fraction: float):
 def _zero_grad(explanation, _fraction: float):
     found = []
     for layer in explanation.layers:
-        grad = layer.grad_output
-        if grad is None:
+        stats = layer.stats.get("grad_output")
+        if stats is None:
             found.append((layer.name, "no gradient reaches this layer's output"))
-        elif not np.any(grad):
+        elif stats["zero_fraction"] == 1.0:
             found.append((layer.name, "grad_output is all zeros"))
     return found
 

@@ -163,7 +163,7 @@ def _run_config(args: dict):
     from .checks import parse_checks
     from .explaining import ExplainOptions
     from .images import find_images, parse_triple, read_list
-    from .rendering import parse_channels
+    from .summaries import parse_channels
     from .runner import PICTURES, RunConfig
 
     sources = list(args["images"] or [])

@@ -19,6 +19,7 @@ import numpy as np
 from .errors import TargetError, UsageError, did_you_mean
 from .images import Preprocessing, PreparedImage
 from .layers import LayerSpec
+from .summaries import TENSOR_KEYS, channel_sum, channel_tiles, tensor_stats
 
 OBJECTIVES = ("logit", "ce")
 
@@ -70,31 +71,36 @@ class ClassScore:
 
 @dataclass(frozen=True)
 class LayerResult:
-    """One recorded layer call for one image; arrays keep a batch dimension of 1.
+    """One recorded layer call for one image.
 
     Attributes:
+        shapes: the shape of each of the four tensors (batch dimension 1), ``None`` if absent.
+        stats: min/max/mean/std/nonfinite/zero_fraction of each tensor.
+        maps: each tensor summed over channels (the seeds' pictures).
+        tiles: the channels shown in the grids, for ``output`` and ``grad_output``.
         cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
-        topk_cams: one ``(class, map)`` pair per top class when ``--topk`` > 1.
+        topk_cams: one ``(class, map)`` pair per top class when ``topk`` > 1.
+        input, output, grad_input, grad_output: the full arrays (batch dimension 1), kept
+            unless the caller asked only for summaries.
     """
 
     name: str
     requested: str
     module_type: str
-    input: np.ndarray | None
-    output: np.ndarray | None
-    grad_input: np.ndarray | None
-    grad_output: np.ndarray | None
+    shapes: dict
+    stats: dict
+    maps: dict
+    tiles: dict
     cam: np.ndarray | None = None
     cam_note: str | None = None
     topk_cams: tuple[tuple[ClassScore, np.ndarray], ...] = ()
+    input: np.ndarray | None = None
+    output: np.ndarray | None = None
+    grad_input: np.ndarray | None = None
+    grad_output: np.ndarray | None = None
 
     def tensors(self) -> dict[str, np.ndarray | None]:
-        return {
-            "input": self.input,
-            "output": self.output,
-            "grad_input": self.grad_input,
-            "grad_output": self.grad_output,
-        }
+        return {key: getattr(self, key) for key in TENSOR_KEYS}
 
 
 @dataclass(frozen=True)
@@ -209,11 +215,16 @@ def explain_batch(
     categories: Sequence[str] | None = None,
     preprocessing: Preprocessing = Preprocessing(),
     device: str = "cpu",
+    keep_tensors: bool = True,
+    channels: str | int | Sequence[int] = 64,
+    grad_tiles: bool = True,
 ) -> list[Explanation]:
     """Run one forward and backward pass over ``images`` and explain each of them.
 
     Each image gets its own target (``top1`` is per image). Parameters get no gradients;
-    back-propagation stops at the earliest recorded tensor.
+    back-propagation stops at the earliest recorded tensor. Each layer is reduced to its
+    summaries (statistics, channel sums, grid tiles, CAMs) as soon as its gradients exist;
+    ``keep_tensors=False`` then drops the full arrays, so memory stays flat in long runs.
 
     Raises:
         TargetError: the target does not exist for this model.
@@ -325,18 +336,23 @@ def explain_batch(
                 if maps is not None
             )
             cam = per_layer_cams[position]
+            arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
+            tiles = {"output": channel_tiles(arrays["output"], input_hw, channels)}
+            if grad_tiles:
+                tiles["grad_output"] = channel_tiles(arrays["grad_output"], input_hw, channels, by_magnitude=True)
             layer_results.append(
                 LayerResult(
                     name=capture.name,
                     requested=capture.requested,
                     module_type=capture.module_type,
-                    input=_one(capture.input, i),
-                    output=_one(capture.output, i),
-                    grad_input=_one(capture.grad_input, i),
-                    grad_output=_one(capture.grad_output, i),
+                    shapes={k: (tuple(v.shape) if v is not None else None) for k, v in arrays.items()},
+                    stats={k: tensor_stats(v) for k, v in arrays.items()},
+                    maps={k: channel_sum(v, input_hw) for k, v in arrays.items()},
+                    tiles=tiles,
                     cam=None if cam is None else cam[i].copy(),
                     cam_note=notes[position],
                     topk_cams=topk_cams,
+                    **(arrays if keep_tensors else {}),
                 )
             )
         results.append(

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .summaries import tensor_stats
+
 REPORT = "report.json"
 TENSORS = "tensors.npz"
 
@@ -103,23 +105,6 @@ def file_name(layer_name: str) -> str:
     return layer_name.replace(":", "-").replace("/", "_")
 
 
-def tensor_stats(array: np.ndarray | None) -> dict | None:
-    """min, max, mean and std of the finite values, and how many values are not finite."""
-    if array is None:
-        return None
-    values = np.asarray(array, dtype=np.float64)
-    finite_mask = np.isfinite(values)
-    finite = values[finite_mask]
-    stats = {"nonfinite": int(values.size - finite.size)}
-    if finite.size:
-        stats.update(
-            min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()), std=float(finite.std())
-        )
-    else:
-        stats.update(min=None, max=None, mean=None, std=None)
-    return stats
-
-
 def report_of(explanation, files: Sequence[str]) -> dict:
     """The machine-readable ``report.json`` of one image."""
     from . import __version__
@@ -127,16 +112,16 @@ def report_of(explanation, files: Sequence[str]) -> dict:
     source = explanation.image.source
     layers = []
     for layer in explanation.layers:
-        tensors = layer.tensors()
         entry = {
             "name": layer.name,
             "requested": layer.requested,
             "module_type": layer.module_type,
-            "shapes": {k: (list(v.shape) if v is not None else None) for k, v in tensors.items()},
-            "stats": {k: tensor_stats(v) for k, v in tensors.items()},
+            "shapes": {k: (list(v) if v is not None else None) for k, v in layer.shapes.items()},
+            "stats": layer.stats,
         }
         if layer.cam is not None:
-            entry["cam"] = {"method": explanation.cam_method, "shape": list(layer.cam.shape), **tensor_stats(layer.cam)}
+            cam_stats = {k: v for k, v in tensor_stats(layer.cam).items() if k != "zero_fraction"}
+            entry["cam"] = {"method": explanation.cam_method, "shape": list(layer.cam.shape), **cam_stats}
         elif layer.cam_note:
             entry["cam"] = {"method": explanation.cam_method, "skipped": layer.cam_note}
         if layer.topk_cams:
@@ -160,7 +145,10 @@ def report_of(explanation, files: Sequence[str]) -> dict:
 
 
 def tensors_npz(explanation) -> bytes:
-    """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``logits``, ``input``."""
+    """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``logits``, ``input``.
+
+    Needs the full tensors (``explain_batch(keep_tensors=True)``).
+    """
     arrays: dict[str, np.ndarray] = {
         "logits": np.asarray(explanation.logits, dtype=np.float32)[None],
         "input": np.asarray(explanation.image.tensor, dtype=np.float32)[None],
@@ -182,7 +170,6 @@ def save_explanation(
     *,
     pictures: Sequence[str] = ("summary", "channels", "cam"),
     save_tensors: bool = False,
-    channels: str | int = 64,
     scale: str = "tile",
     grad_channels: bool = False,
 ) -> list[Path]:
@@ -201,10 +188,10 @@ def save_explanation(
             jobs.append((f"{stem}.summary.png", lambda layer=layer: rendering.summary_figure(explanation, layer)))
         if "channels" in pictures:
             jobs.append((f"{stem}.channels.png", lambda layer=layer: rendering.channels_figure(
-                explanation, layer, "output", channels, scale)))
+                explanation, layer, "output", scale=scale)))
             if grad_channels:
                 jobs.append((f"{stem}.grad_channels.png", lambda layer=layer: rendering.channels_figure(
-                    explanation, layer, "grad_output", channels, scale)))
+                    explanation, layer, "grad_output", scale=scale)))
         if "cam" in pictures:
             jobs.append((f"{stem}.cam.png", lambda layer=layer: rendering.cam_figure(explanation, layer)))
             jobs.append((f"{stem}.cam_topk.png", lambda layer=layer: rendering.cam_topk_figure(explanation, layer)))

@@ -18,7 +18,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from .featuremaps import as_feature_map
+from .summaries import channel_tiles
 
 ACTIVATION_CMAP = "viridis"
 GRADIENT_CMAP = "RdBu_r"
@@ -41,8 +41,8 @@ def png_bytes(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _shape(array: np.ndarray | None) -> str:
-    return "-" if array is None else "x".join(str(d) for d in array.shape)
+def _shape(shape) -> str:
+    return "-" if shape is None else "x".join(str(d) for d in shape)
 
 
 def _target_text(explanation) -> str:
@@ -78,17 +78,6 @@ def _norm_for(values: np.ndarray, signed: bool):
     return Normalize(low, high), note
 
 
-def channel_sum(array: np.ndarray | None, input_hw: tuple[int, int]) -> np.ndarray | None:
-    """The seeds' picture of a tensor: its channels summed, as a 2-D map (or 1-D for a vector)."""
-    if array is None:
-        return None
-    spatial = as_feature_map(array, input_hw)
-    if spatial is not None:
-        return np.asarray(spatial[0], dtype=np.float64).sum(axis=0)
-    flat = np.asarray(array[0], dtype=np.float64)
-    return flat.reshape(-1) if flat.ndim <= 1 else flat.reshape(flat.shape[0], -1).sum(axis=0)
-
-
 def _draw_map(figure: Figure, ax, values: np.ndarray | None, title: str, signed: bool, missing: str) -> None:
     ax.set_title(title, fontsize=9)
     if values is None:
@@ -120,25 +109,20 @@ def summary_figure(explanation, layer) -> Figure:
     the photo beside it and a title naming model, layer, shape and target."""
     figure = new_figure(13.0, 7.2)
     grid = figure.add_gridspec(2, 3, width_ratios=[1.0, 1.0, 1.0])
-    input_hw = explanation.image.tensor.shape[-2:]
     photo = figure.add_subplot(grid[:, 0])
     photo.imshow(explanation.image.shown)
     photo.set_axis_off()
     photo.set_title("model input (after preprocessing)", fontsize=9)
-    panels = [
-        ("input", layer.input, False, grid[0, 1]),
-        ("output", layer.output, False, grid[0, 2]),
-        ("grad_input", layer.grad_input, True, grid[1, 1]),
-        ("grad_output", layer.grad_output, True, grid[1, 2]),
-    ]
-    for label, array, signed, cell in panels:
+    panels = [("input", grid[0, 1]), ("output", grid[0, 2]), ("grad_input", grid[1, 1]), ("grad_output", grid[1, 2])]
+    for label, cell in panels:
         ax = figure.add_subplot(cell)
-        missing = "not recorded" if not label.startswith("grad") else "no gradient reached this tensor"
-        values = channel_sum(array, input_hw)
+        signed = label.startswith("grad")
+        missing = "no gradient reached this tensor" if signed else "not recorded"
+        values = layer.maps[label]
         how = "summed over channels" if values is not None and values.ndim == 2 else "per feature"
-        _draw_map(figure, ax, values, f"{label} {_shape(array)}, {how}", signed, missing)
+        _draw_map(figure, ax, values, f"{label} {_shape(layer.shapes[label])}, {how}", signed, missing)
     figure.suptitle(
-        f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.output)}\n"
+        f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.shapes['output'])}\n"
         f"{_target_text(explanation)} · objective {explanation.objective} · {explanation.image.source.label}",
         fontsize=10,
     )
@@ -148,62 +132,23 @@ def summary_figure(explanation, layer) -> Figure:
 # ----------------------------------------------------------------------------- channel grid
 
 
-def select_channels(maps: np.ndarray, spec: str | int | Sequence[int] = 64) -> list[int]:
-    """Which channels a grid shows: the N with the largest mean activation, or an explicit list.
-
-    ``spec`` is an int N, a list of indices, or text: ``64``, ``0-15``, ``3,7,9``.
-    """
-    count = maps.shape[0]
-    if isinstance(spec, str):
-        spec = parse_channels(spec)
-    if isinstance(spec, int):
-        order = np.argsort(-maps.reshape(count, -1).mean(axis=1), kind="stable")
-        return sorted(int(c) for c in order[: min(spec, count)])
-    return [c for c in spec if 0 <= c < count]
-
-
-def parse_channels(text: str) -> int | list[int]:
-    """``64`` -> 64 (the top N); ``0-15`` and ``3,7,9`` -> explicit indices.
-
-    Raises:
-        UsageError: the text is not of one of those forms.
-    """
-    from .errors import UsageError
-
-    text = text.strip()
-    try:
-        if text.isdigit():
-            return int(text)
-        indices: list[int] = []
-        for part in text.split(","):
-            if "-" in part:
-                start, end = (int(v) for v in part.split("-", 1))
-                if end < start:
-                    raise ValueError
-                indices.extend(range(start, end + 1))
-            else:
-                indices.append(int(part))
-        return indices
-    except ValueError:
-        raise UsageError(f"--channels {text!r}: expected a count (64), a range (0-15) or a list (3,7,9)") from None
-
-
 def channels_figure(
-    explanation, layer, which: str = "output", channels: str | int | Sequence[int] = 64, scale: str = "tile"
+    explanation, layer, which: str = "output", channels: str | int | Sequence[int] | None = None, scale: str = "tile"
 ) -> Figure | None:
-    """A grid of one tile per channel, each labelled with its index (and range, per tile).
+    """A grid of one tile per channel, each labelled with its index (and its range, per tile).
 
-    Returns ``None`` when the tensor has no spatial layout.
+    Uses the tiles chosen when the layer was summarised; ``channels`` picks others, which
+    needs the full tensors (``explain`` keeps them). Returns ``None`` for a tensor without
+    spatial layout.
     """
-    array = layer.output if which == "output" else layer.grad_output
-    input_hw = explanation.image.tensor.shape[-2:]
-    spatial = as_feature_map(array, input_hw) if array is not None else None
-    if spatial is None:
+    tiles = layer.tiles.get(which)
+    full = layer.output if which == "output" else layer.grad_output
+    if channels is not None and full is not None:
+        tiles = channel_tiles(full, explanation.image.tensor.shape[-2:], channels, by_magnitude=which != "output")
+    if tiles is None:
         return None
-    maps = np.asarray(spatial[0], dtype=np.float64)
-    chosen = select_channels(maps if which == "output" else np.abs(maps), channels)
-    if not chosen:
-        return None
+    maps = tiles.maps.astype(np.float64)
+    chosen = list(tiles.indices)
     signed = which != "output"
     columns = math.ceil(math.sqrt(len(chosen)))
     rows = math.ceil(len(chosen) / columns)
@@ -213,7 +158,7 @@ def channels_figure(
     mosaic = np.full((rows * (height + gap), columns * (width + pad) - pad), np.nan)
     ranges = []
     for slot, channel in enumerate(chosen):
-        tile = maps[channel]
+        tile = maps[slot]
         finite = tile[np.isfinite(tile)]
         low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
         ranges.append((low, high))
@@ -238,7 +183,7 @@ def channels_figure(
         norm = Normalize(-1, 1) if signed else Normalize(0, 1)
         bar_label = "each tile on its own scale: " + ("value / max|value| of the tile" if signed else "tile min (0) to tile max (1)")
     else:
-        norm, note = _norm_for(maps[chosen], signed)
+        norm, note = _norm_for(maps, signed)
         bar_label = f"one scale for all tiles ({note})"
     image = ax.imshow(np.ma.masked_invalid(mosaic), cmap=colormap, norm=norm, interpolation="nearest")
     font = 6 if columns > 6 else 8
@@ -252,8 +197,8 @@ def channels_figure(
     bar.set_label(bar_label, fontsize=8)
     bar.ax.tick_params(labelsize=7)
     figure.suptitle(
-        f"{explanation.model} · {_layer_text(layer)} · {which} {_shape(array)} · "
-        f"{len(chosen)} of {maps.shape[0]} channels\n{_target_text(explanation)}",
+        f"{explanation.model} · {_layer_text(layer)} · {which} {_shape(layer.shapes[which])} · "
+        f"{len(chosen)} of {tiles.total} channels\n{_target_text(explanation)}",
         fontsize=10,
     )
     return figure
@@ -301,7 +246,7 @@ def cam_figure(explanation, layer) -> Figure | None:
     left.set_title("model input" if explanation.image.whole is None else "whole photo (resized, not cropped)", fontsize=9)
     _overlay(figure, right, photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}")
     figure.suptitle(
-        f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.output)}\n{_target_text(explanation)}",
+        f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.shapes['output'])}\n{_target_text(explanation)}",
         fontsize=10,
     )
     return figure

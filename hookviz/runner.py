@@ -257,7 +257,7 @@ def run(
         directory = config.out / names[path]
         files = save_explanation(
             explanation, directory, pictures=config.pictures, save_tensors=config.save_tensors,
-            channels=config.channels, scale=config.scale, grad_channels=config.grad_channels,
+            scale=config.scale, grad_channels=config.grad_channels,
         )
         return ImageStatus(
             str(path), names[path], "done", None, explanation.target.to_json(), tuple(p.name for p in files),
@@ -301,7 +301,8 @@ def run(
             explanations = explain_batch(
                 module, [p for _, p in batch], specs, explain_options,
                 model_name=loaded.name, weights=loaded.weights, categories=loaded.categories,
-                preprocessing=preprocessing, device=device,
+                preprocessing=preprocessing, device=device, keep_tensors=config.save_tensors,
+                channels=config.channels, grad_tiles=config.grad_channels,
             )
             for (path, _), explanation in zip(batch, explanations):
                 for layer in explanation.layers:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from hookviz.checks import parse_checks, run_checks
@@ -21,19 +20,29 @@ def test_healthy_run_passes(explanation):
     assert run_checks(explanation, ("nonfinite", "dead", "zero-grad")) == []
 
 
-def test_each_check_names_the_layer(explanation):
+def _with(explanation, **stats_changes):
     layer = explanation.layers[0]
-    broken = replace(
-        explanation,
-        layers=(replace(layer, output=np.where(layer.output > 0, np.nan, 0.0), grad_output=None),),
-    )
+    stats = {key: (None if value is None else {**layer.stats[key], **value}) for key, value in stats_changes.items()}
+    return replace(explanation, layers=(replace(layer, stats={**layer.stats, **stats}),))
+
+
+def test_each_check_names_the_layer(explanation):
+    broken = _with(explanation, output={"nonfinite": 3}, grad_output=None)
     findings = run_checks(broken, ("nonfinite", "zero-grad"))
     assert {(f.check, f.layer) for f in findings} == {("nonfinite", "features.3"), ("zero-grad", "features.3")}
-    dead = replace(explanation, layers=(replace(layer, output=np.zeros_like(layer.output)),))
+    assert "3 NaN/Inf values" in findings[0].detail
+    dead = _with(explanation, output={"zero_fraction": 1.0})
     assert [f.check for f in run_checks(dead, ("dead",))] == ["dead"]
-    half = replace(explanation, layers=(replace(layer, output=np.where(layer.output > layer.output.mean(), 1.0, 0.0)),))
+    half = _with(explanation, output={"zero_fraction": 0.5})
     assert run_checks(half, ("dead",)) == []
     assert [f.check for f in run_checks(half, ("dead",), dead_fraction=0.3)] == ["dead"]
+    flat = _with(explanation, grad_output={"zero_fraction": 1.0})
+    assert [f.detail for f in run_checks(flat, ("zero-grad",))] == ["grad_output is all zeros"]
+
+
+def test_stats_come_from_the_tensors(explanation):
+    layer = explanation.layers[0]
+    assert layer.stats["output"]["zero_fraction"] == float((layer.output == 0).mean())
 
 
 def test_unknown_check():

@@ -43,7 +43,7 @@ def test_run_writes_pictures_report_and_tensors(cli, photo, tmp_path):
     first = report["layers"][0]
     assert first["requested"] == "features.-3" and first["module_type"] == "BatchNorm2d"
     assert first["shapes"] == {k: [1, 4, 224, 224] for k in ("input", "output", "grad_input", "grad_output")}
-    assert set(first["stats"]["output"]) == {"min", "max", "mean", "std", "nonfinite"}
+    assert set(first["stats"]["output"]) == {"min", "max", "mean", "std", "nonfinite", "zero_fraction"}
     assert report["preprocessing"]["resize"] == 256 and report["preprocessing"]["crop"] == 224
     assert len(report["top5"]) == 5 and report["target"]["index"] == report["top5"][0]["index"]
     tensors = np.load(folder / "tensors.npz")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hookviz.explaining import explain
-from hookviz.outputs import atomic_write, file_name, output_names, sweep_partial_files, tensor_stats
+from hookviz.outputs import atomic_write, file_name, output_names, sweep_partial_files
 
 from .conftest import no_partial_files
 
@@ -33,12 +33,6 @@ def test_sweep_removes_leftovers_only(tmp_path):
     (tmp_path / "cat" / "report.json").write_text("{}")
     assert sweep_partial_files(tmp_path) == 1
     assert (tmp_path / "cat" / "report.json").exists() and no_partial_files(tmp_path)
-
-
-def test_stats_count_nonfinite_and_ignore_them():
-    stats = tensor_stats(np.array([1.0, np.nan, 3.0, np.inf]))
-    assert stats == {"nonfinite": 2, "min": 1.0, "max": 3.0, "mean": 2.0, "std": 1.0}
-    assert tensor_stats(np.array([np.nan]))["min"] is None
 
 
 def test_names():

@@ -1,0 +1,134 @@
+"""hookviz's benchmark: prints measurements, asserts nothing.
+
+    python bench/run.py                 # everything (about 6 minutes on 2 cores)
+    python bench/run.py --skip-a        # without (a), the slowest part
+
+All scenarios run in this one invocation, on the same photos (sample_images/ repeated to
+32), resnet50 with random weights (same cost as pretrained), layer3.-1:
+
+  (a) the seeds' method, one process per image
+  (b) the seeds' method in one process: forward, full backward with parameter gradients,
+      and their 2x2 pyplot figure per image
+  (c) hookviz run with its default pictures (summary, channels, cam: three per image)
+  (d) hookviz run --save-tensors --pictures none
+  (e) memory: all 53 Conv2d layers of resnet50 over 24 photos vs (f) one layer over one photo
+      (both --pictures none, so report.json with each layer's statistics)
+  (g) hookviz --help start-up time
+
+Each scenario runs in a fresh child process; peak RSS is the child's ru_maxrss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted((ROOT / "sample_images").glob("*.png"))
+PY = sys.executable
+
+
+def measure(command: list[str], repeat: int = 1) -> tuple[float, float]:
+    """(median seconds, peak RSS in MB) of ``command`` run ``repeat`` times in a fresh wrapper."""
+    wrapper = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n"
+    )
+    times, peaks = [], []
+    for _ in range(repeat):
+        out = subprocess.run([PY, "-c", wrapper, *command], check=True, capture_output=True, text=True).stdout
+        seconds, peak = (float(v) for v in out.split())
+        times.append(seconds)
+        peaks.append(peak)
+    return statistics.median(times), max(peaks)
+
+
+def photos(folder: Path, count: int) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        source = SAMPLES[i % len(SAMPLES)]
+        target = folder / f"{i:03d}-{source.name}"
+        shutil.copy(source, target)
+        paths.append(target)
+    return paths
+
+
+def hookviz(*args: str) -> list[str]:
+    return [PY, "-m", "hookviz", *args]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--skip-a", action="store_true", help="skip (a), one process per image")
+    parser.add_argument("--images", type=int, default=32)
+    options = parser.parse_args()
+
+    import torch
+
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    work = Path(tempfile.mkdtemp(prefix="hookviz-bench-"))
+    try:
+        images = photos(work / "photos", options.images)
+        common = ["--model", "resnet50", "--weights", "none", "--layer", "layer3.-1", "-q"]
+        rows = []
+        if not options.skip_a:
+            seconds = 0.0
+            peak = 0.0
+            for path in images:
+                s, p = measure([PY, str(ROOT / "bench" / "seeds_method.py"), str(work / "a"), str(path)])
+                seconds += s
+                peak = max(peak, p)
+            rows.append(("a", "seeds' method, one process per image", seconds, peak))
+        s, p = measure([PY, str(ROOT / "bench" / "seeds_method.py"), str(work / "b"), *map(str, images)])
+        rows.append(("b", "seeds' method, one process", s, p))
+        s, p = measure(hookviz("run", str(work / "photos"), *common, "--out", str(work / "c")))
+        rows.append(("c", "hookviz run (summary, channels, cam)", s, p))
+        s, p = measure(hookviz("run", str(work / "photos"), *common, "--out", str(work / "d"),
+                               "--save-tensors", "--pictures", "none"))
+        rows.append(("d", "hookviz run --save-tensors --pictures none", s, p))
+
+        print(f"\n{len(images)} photos, resnet50, layer3.-1")
+        print(f"{'':2} {'scenario':45} {'seconds':>8} {'images/s':>9} {'peak RSS MB':>12}")
+        rate = {}
+        for key, label, seconds, peak in rows:
+            rate[key] = len(images) / seconds
+            print(f"{key:2} {label:45} {seconds:8.1f} {rate[key]:9.2f} {peak:12.0f}")
+        print()
+        if "a" in rate:
+            print(f"(c) / (a) throughput: {rate['c'] / rate['a']:.1f}x   (target at least 15x)")
+        print(f"(c) / (b) throughput: {rate['c'] / rate['b']:.2f}x   (target at least 1.3x; (c) draws 3 pictures to (b)'s 1)")
+        print(f"(d) / (b) throughput: {rate['d'] / rate['b']:.2f}x   (target at least 2.5x)")
+
+        many = photos(work / "photos24", 24)
+        one = photos(work / "photos1", 1)
+        base = ["--model", "resnet50", "--weights", "none", "--pictures", "none", "-q"]
+        s_all, p_all = measure(hookviz("run", str(many[0].parent), *base, "--layer-type", "Conv2d",
+                                       "--out", str(work / "e")))
+        s_one, p_one = measure(hookviz("run", str(one[0]), *base, "--layer", "layer3.-1", "--out", str(work / "f")))
+        print(f"\nmemory: 53 Conv2d layers x 24 photos: {p_all:.0f} MB peak ({s_all:.1f} s); "
+              f"1 layer x 1 photo: {p_one:.0f} MB peak; ratio {p_all / p_one:.2f}x (target at most 2x)")
+
+        help_times = []
+        for _ in range(7):
+            t = time.perf_counter()
+            subprocess.run([str(Path(PY).parent / "hookviz"), "--help"], check=True, capture_output=True)
+            help_times.append(time.perf_counter() - t)
+        print(f"hookviz --help: median {statistics.median(help_times) * 1000:.0f} ms over 7 runs (target under 500 ms)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
