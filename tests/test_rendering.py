@@ -40,7 +40,7 @@ def test_summary_has_photo_four_panels_and_colorbars(explanation):
     for image in gradients:
         norm = image.norm
         assert isinstance(norm, TwoSlopeNorm) and norm.vcenter == 0 and norm.vmin == -norm.vmax
-    colorbars = [ax for ax in figure.axes if ax.get_label() == "<colorbar>"]
+    colorbars = [ax for ax in figure.axes if getattr(ax, "_colorbar", None) is not None]
     assert len(colorbars) == 4
 
 
@@ -86,7 +86,7 @@ def test_cam_figures(explanation):
     assert "gradcam" in figure.axes[1].get_title()
     assert len(layer.topk_cams) == 3
     topk = rendering.cam_topk_figure(explanation, layer)
-    assert sum(1 for ax in topk.axes if ax.get_label() == "<colorbar>") == 3
+    assert sum(1 for ax in topk.axes if getattr(ax, "_colorbar", None) is not None) == 3
     assert rendering.cam_figure(explanation, explanation["fc"]) is None
 
 
