@@ -1,3 +1,5 @@
 from .cli import main
 
-main()
+# Guarded: rendering workers are spawned processes, which import this module again.
+if __name__ == "__main__":
+    main()

@@ -133,22 +133,32 @@ def _type_matches(module, type_name: str) -> bool:
     return type_name in (cls.__name__, f"{cls.__module__}.{cls.__name__}", f"nn.{cls.__name__}")
 
 
-def _run_traced(model, input_size: tuple[int, int]):
-    """Dry forward pass on a zero image; returns (output shapes per path, paths in finishing order)."""
+@dataclass(frozen=True)
+class _Trace:
+    shapes: dict  # path -> output shape per call
+    input_sizes: dict  # path -> input element count per call
+    order: list  # paths in the order their calls finished
+
+
+def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
+    """Dry forward pass on a zero image, watching every module."""
     import torch
 
     from .recording import HookSet
 
     shapes: dict[str, list[tuple[int, ...] | None]] = {}
+    input_sizes: dict[str, list[int]] = {}
     order: list[str] = []
     with HookSet() as hooks:
         for path, module in model.named_modules():
             if not path:
                 continue
 
-            def hook(_module, _inputs, output, path=path):
+            def hook(_module, inputs, output, path=path):
                 tensor = first_tensor(output)
                 shapes.setdefault(path, []).append(tuple(tensor.shape) if tensor is not None else None)
+                given = first_tensor(inputs)
+                input_sizes.setdefault(path, []).append(given.numel() if given is not None else 0)
                 order.append(path)
 
             hooks.add(module.register_forward_hook(hook))
@@ -161,7 +171,7 @@ def _run_traced(model, input_size: tuple[int, int]):
                 f"the model failed a dry forward pass on a 1x3x{input_size[0]}x{input_size[1]} input "
                 f"({type(exc).__name__}: {message}); try another --crop"
             ) from None
-    return shapes, order
+    return _Trace(shapes, input_sizes, order)
 
 
 def trace(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
@@ -170,7 +180,7 @@ def trace(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
     Raises:
         UsageError: the model cannot run on a (1, 3, H, W) input.
     """
-    shapes, _ = _run_traced(model, input_size)
+    shapes = _run_traced(model, input_size).shapes
     return [
         LayerInfo(
             path=path,
@@ -190,7 +200,8 @@ def default_layer(model, input_size: tuple[int, int] = (224, 224)) -> LayerSpec:
     Raises:
         UnknownLayerError: no module outputs a spatial map; pass --layer.
     """
-    shapes, order = _run_traced(model, input_size)
+    traced = _run_traced(model, input_size)
+    shapes, order = traced.shapes, traced.order
     seen: dict[str, int] = {}
     best: tuple[str, int] | None = None
     for path in order:
@@ -228,3 +239,19 @@ def first_tensor(value):
             if found is not None:
                 return found
     return None
+
+
+def recorded_elements(model, specs: Sequence[LayerSpec], input_size: tuple[int, int] = (224, 224)) -> int:
+    """How many tensor elements recording ``specs`` keeps per image (inputs plus outputs),
+    from a dry forward pass; sizes the batches of a run."""
+    import math
+
+    traced = _run_traced(model, input_size)
+    total = 0
+    for spec in specs:
+        outputs = traced.shapes.get(spec.path, [])
+        inputs = traced.input_sizes.get(spec.path, [])
+        calls = range(len(outputs)) if spec.call is None else [spec.call] if spec.call < len(outputs) else []
+        for call in calls:
+            total += inputs[call] + (math.prod(outputs[call]) if outputs[call] else 0)
+    return total

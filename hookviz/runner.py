@@ -9,14 +9,16 @@ run goes on. ``run.json`` describes the run, also when it is interrupted.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Finding, run_checks
@@ -57,7 +59,8 @@ class RunConfig:
     max_pixels: int = DEFAULT_MAX_PIXELS
     fail_on: tuple[str, ...] = ()
     dead_fraction: float = 1.0
-    render_workers: int = 1
+    workers: int = 0  # rendering processes; 0: one per CPU
+    memory_budget: int = 256 * 2**20  # bytes of recorded tensors per batch
     command: tuple[str, ...] = ()
 
 
@@ -172,7 +175,7 @@ def run(
     """
     import torch
 
-    from .layers import default_layer, resolve_layers
+    from .layers import default_layer, recorded_elements, resolve_layers
     from .models import load_model, with_overrides
 
     explain_options = config.explain.checked()
@@ -191,6 +194,10 @@ def run(
     else:
         specs = [default_layer(module.cpu() if device != "cpu" else module, size)]
         module = module.to(device)
+    # Batches hold every recorded tensor (values, copies, gradients) at once: size them so
+    # that recording all 53 convolutions of resnet50 runs one image at a time.
+    per_image = 4 * 3 * recorded_elements(module, specs, size)
+    batch_size = max(1, min(config.batch_size, config.memory_budget // max(1, per_image)))
     names = output_names(list(images))
     selected = shard_of(list(images), config.shard)
     notes = []
@@ -229,7 +236,7 @@ def run(
             on_status(statuses[path], selected.index(path) + 1, total)
 
     stop = threading.Event()
-    prepared_queue: queue.Queue = queue.Queue(maxsize=max(2, 2 * config.batch_size))
+    prepared_queue: queue.Queue = queue.Queue(maxsize=max(2, 2 * batch_size))
 
     def load_all() -> None:
         for path in todo:
@@ -250,25 +257,23 @@ def run(
         prepared_queue.put(None)
 
     loader = threading.Thread(target=load_all, name="hookviz-loader", daemon=True)
-    pool = ThreadPoolExecutor(max_workers=max(1, config.render_workers), thread_name_prefix="hookviz-render")
-    pending: list[tuple[Path, Future]] = []
-
-    def save(path: Path, explanation) -> ImageStatus:
-        directory = config.out / names[path]
-        files = save_explanation(
-            explanation, directory, pictures=config.pictures, save_tensors=config.save_tensors,
-            scale=config.scale, grad_channels=config.grad_channels,
-        )
-        return ImageStatus(
-            str(path), names[path], "done", None, explanation.target.to_json(), tuple(p.name for p in files),
-            tuple(score.to_json() for score in explanation.top5),
-        )
+    workers = config.workers or os.cpu_count() or 1
+    pool = _render_pool(workers if config.pictures else 0)
+    pending: list[tuple[Path, object, Future]] = []
+    save_options = dict(
+        pictures=config.pictures, save_tensors=config.save_tensors, scale=config.scale,
+        grad_channels=config.grad_channels,
+    )
 
     def collect(block_until: int) -> None:
         while len(pending) > block_until:
-            path, future = pending.pop(0)
+            path, explanation, future = pending.pop(0)
             try:
-                status = future.result()
+                files = future.result()
+                status = ImageStatus(
+                    str(path), names[path], "done", None, explanation.target.to_json(),
+                    tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5),
+                )
             except HookvizError as exc:
                 status = ImageStatus(str(path), names[path], "failed", str(exc))
             except OSError as exc:
@@ -286,7 +291,7 @@ def run(
         done_loading = False
         while not done_loading:
             batch = []
-            while len(batch) < config.batch_size:
+            while len(batch) < batch_size:
                 item = prepared_queue.get()
                 if item is None:
                     done_loading = True
@@ -305,22 +310,24 @@ def run(
                 channels=config.channels, grad_tiles=config.grad_channels,
             )
             for (path, _), explanation in zip(batch, explanations):
+                explanation = _portable(explanation)
                 for layer in explanation.layers:
                     if layer.cam_note and explain_options.cam != "none" and layer.name not in cam_noted:
                         cam_noted.add(layer.name)
                         notes.append(f"{layer.name}: {layer.cam_note}")
                 if config.fail_on:
                     findings.extend(run_checks(explanation, config.fail_on, config.dead_fraction))
-                pending.append((path, pool.submit(save, path, explanation)))
+                future = pool.submit(save_explanation, explanation, config.out / names[path], **save_options)
+                pending.append((path, explanation, future))
             del explanations, batch
-            collect(block_until=2 * config.batch_size)
+            collect(block_until=max(2 * workers, batch_size))
         collect(block_until=0)
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
-        for _, future in pending:
+        for _, _, future in pending:
             future.cancel()
-        pending[:] = [(p, f) for p, f in pending if not f.cancelled()]
+        pending[:] = [(p, e, f) for p, e, f in pending if not f.cancelled()]
         collect(block_until=0)
     finally:
         stop.set()
@@ -379,3 +386,28 @@ def _run_document(config: RunConfig, summary: RunSummary, loaded, device: str, s
         },
         "notes": list(summary.notes),
     }
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C goes to the whole process group; the parent decides how to stop, and
+    # lets workers finish the file they are writing.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _render_pool(workers: int):
+    """Processes render in parallel with the model (matplotlib holds the GIL); with no
+    pictures to draw, one thread writing files is enough."""
+    if workers <= 0:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookviz-write")
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
+    )
+
+
+def _portable(explanation):
+    """The explanation without torch tensors or the decoded photo, cheap to send to a worker."""
+    import numpy as np
+
+    image = explanation.image
+    light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
+    return replace(explanation, image=light)
