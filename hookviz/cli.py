@@ -140,6 +140,8 @@ def run(
     max_pixels: Annotated[int, typer.Option(help="Refuse images with more pixels than this (decompression bombs).", min=1)] = 100_000_000,
     fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad.")] = None,
     dead_fraction: Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.", min=0.0, max=1.0)] = 1.0,
+    tensorboard: Annotated[Optional[Path], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")] = None,
+    workers: Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).", min=0)] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     debug: DebugOption = False,
@@ -147,8 +149,8 @@ def run(
     """Record LAYERS of MODEL on IMAGES and write pictures and reports.
 
     Per image, in OUT/<image stem>/: <layer>.summary.png, <layer>.channels.png,
-    <layer>.cam.png, report.json (and tensors.npz with --save-tensors); OUT/run.json
-    describes the whole run.
+    <layer>.cam.png, input.jpg, report.json (and tensors.npz with --save-tensors);
+    OUT/run.json describes the whole run and OUT/index.html shows it in a browser.
 
     Example:
 
@@ -215,6 +217,8 @@ def _run_config(args: dict):
         max_pixels=args["max_pixels"],
         fail_on=parse_checks(args["fail_on"]),
         dead_fraction=args["dead_fraction"],
+        tensorboard=args["tensorboard"],
+        workers=args["workers"],
         command=tuple(sys.argv),
     )
     return config, find_images(sources)

@@ -19,7 +19,7 @@ import numpy as np
 from .errors import TargetError, UsageError, did_you_mean
 from .images import Preprocessing, PreparedImage
 from .layers import LayerSpec
-from .summaries import TENSOR_KEYS, channel_sum, channel_tiles, tensor_stats
+from .summaries import TENSOR_KEYS, channel_sum, channel_tiles, histogram, tensor_stats
 
 OBJECTIVES = ("logit", "ce")
 
@@ -78,6 +78,7 @@ class LayerResult:
         stats: min/max/mean/std/nonfinite/zero_fraction of each tensor.
         maps: each tensor summed over channels (the seeds' pictures).
         tiles: the channels shown in the grids, for ``output`` and ``grad_output``.
+        histograms: value histograms of ``output`` and ``grad_output`` (for TensorBoard).
         cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
         topk_cams: one ``(class, map)`` pair per top class when ``topk`` > 1.
         input, output, grad_input, grad_output: the full arrays (batch dimension 1), kept
@@ -94,6 +95,7 @@ class LayerResult:
     cam: np.ndarray | None = None
     cam_note: str | None = None
     topk_cams: tuple[tuple[ClassScore, np.ndarray], ...] = ()
+    histograms: dict = field(default_factory=dict)
     input: np.ndarray | None = None
     output: np.ndarray | None = None
     grad_input: np.ndarray | None = None
@@ -294,7 +296,7 @@ def explain_batch(
                 per_layer_topk.append([])
                 continue
             if capture.output is None or as_feature_map(capture.output, input_hw) is None:
-                shape = "none" if capture.output is None else "x".join(map(str, capture.output.shape))
+                shape = "none" if capture.output is None else "x".join(map(str, (1, *capture.output.shape[1:])))
                 per_layer_cams.append(None)
                 notes.append(f"no CAM: output {shape} has no spatial layout")
                 per_layer_topk.append([])
@@ -352,6 +354,7 @@ def explain_batch(
                     cam=None if cam is None else cam[i].copy(),
                     cam_note=notes[position],
                     topk_cams=topk_cams,
+                    histograms={k: histogram(arrays[k]) for k in ("output", "grad_output")},
                     **(arrays if keep_tensors else {}),
                 )
             )

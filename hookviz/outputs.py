@@ -22,6 +22,7 @@ from .summaries import tensor_stats
 
 REPORT = "report.json"
 TENSORS = "tensors.npz"
+INPUT_PICTURE = "input.jpg"  # the photo as the model saw it (the whole photo with --no-crop)
 
 
 def _umask() -> int:
@@ -164,6 +165,14 @@ def tensors_npz(explanation) -> bytes:
     return buffer.getvalue()
 
 
+def _jpeg(pixels: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
 def save_explanation(
     explanation,
     directory: Path,
@@ -181,6 +190,8 @@ def save_explanation(
     from . import rendering
 
     written: list[Path] = []
+    if pictures:
+        written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(rendering.photo_of(explanation))))
     for layer in explanation.layers:
         stem = file_name(layer.name)
         jobs = []

@@ -254,7 +254,8 @@ def _overlay(figure: Figure, ax, cax, photo: np.ndarray, cam: np.ndarray, title:
     bar.ax.tick_params(labelsize=7)
 
 
-def _photo(explanation) -> np.ndarray:
+def photo_of(explanation) -> np.ndarray:
+    """The photo a CAM is drawn on: what the model saw, or the whole photo with ``--no-crop``."""
     return explanation.image.whole if explanation.image.whole is not None else explanation.image.shown
 
 
@@ -262,7 +263,7 @@ def cam_figure(explanation, layer) -> Figure | None:
     """The target's CAM over the photo the model saw, beside the photo alone."""
     if layer.cam is None:
         return None
-    photo = _photo(explanation)
+    photo = photo_of(explanation)
     side = 4.3
     panel = side * photo.shape[1] / photo.shape[0]
     sheet = _Sheet(0.2 + 2 * panel + 0.3 + 0.3 + 0.9, 0.95 + side + 0.2)
@@ -283,7 +284,7 @@ def cam_topk_figure(explanation, layer) -> Figure | None:
     """CAMs of the top-K classes side by side, each on its own colour scale."""
     if not layer.topk_cams:
         return None
-    photo = _photo(explanation)
+    photo = photo_of(explanation)
     side = 3.5
     panel = side * photo.shape[1] / photo.shape[0]
     stride = panel + 1.25

@@ -24,8 +24,11 @@ from pathlib import Path
 from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError
 from .explaining import ExplainOptions, explain_batch
+from .gallery import write_gallery
 from .images import DEFAULT_MAX_PIXELS, load_image, prepare
 from .outputs import REPORT, output_names, save_explanation, sweep_partial_files, write_json
+from .tensorboard_log import TensorBoardLog
+from .tensorboard_log import check_available as check_tensorboard
 
 RUN_JSON = "run.json"
 PICTURES = ("summary", "channels", "cam")
@@ -59,6 +62,7 @@ class RunConfig:
     max_pixels: int = DEFAULT_MAX_PIXELS
     fail_on: tuple[str, ...] = ()
     dead_fraction: float = 1.0
+    tensorboard: Path | None = None
     workers: int = 0  # rendering processes; 0: one per CPU
     memory_budget: int = 256 * 2**20  # bytes of recorded tensors per batch
     command: tuple[str, ...] = ()
@@ -179,6 +183,8 @@ def run(
     from .models import load_model, with_overrides
 
     explain_options = config.explain.checked()
+    if config.tensorboard is not None:
+        check_tensorboard()
     check_writable(config.out)
     sweep_partial_files(config.out)
     device = resolve_device(config.device)
@@ -270,6 +276,8 @@ def run(
             path, explanation, future = pending.pop(0)
             try:
                 files = future.result()
+                if board is not None:
+                    board.add(selected.index(path), explanation, files)
                 status = ImageStatus(
                     str(path), names[path], "done", None, explanation.target.to_json(),
                     tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5),
@@ -286,6 +294,7 @@ def run(
 
     interrupted = False
     cam_noted: set[str] = set()
+    board = TensorBoardLog(config.tensorboard) if config.tensorboard is not None else None
     loader.start()
     try:
         done_loading = False
@@ -333,6 +342,8 @@ def run(
         stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
         loader.join(timeout=5)
+        if board is not None:
+            board.close()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
         # run.json describes every run, also one stopped by an error or a signal.
@@ -344,7 +355,9 @@ def run(
             layers=tuple(s.path + ("" if s.call is None else f":{s.call}") for s in specs),
             notes=tuple(notes),
         )
-        write_json(summary.run_json, _run_document(config, summary, loaded, device, started, total))
+        document = _run_document(config, summary, loaded, device, started, total)
+        write_json(summary.run_json, document)
+        write_gallery(config.out, document)
     if interrupted:
         raise RunInterrupted(summary)
     return summary
@@ -385,6 +398,7 @@ def _run_document(config: RunConfig, summary: RunSummary, loaded, device: str, s
             "findings": [f.to_json() for f in summary.findings],
         },
         "notes": list(summary.notes),
+        "tensorboard": str(config.tensorboard) if config.tensorboard else None,
     }
 
 

@@ -112,3 +112,23 @@ def channel_tiles(
     if not chosen:
         return None
     return ChannelTiles(indices=tuple(chosen), maps=maps[chosen].copy(), total=maps.shape[0])
+
+
+def histogram(array: np.ndarray | None, bins: int = 64) -> dict | None:
+    """A histogram of the finite values, in the fields TensorBoard's ``add_histogram_raw`` takes."""
+    if array is None:
+        return None
+    values = np.asarray(array, dtype=np.float64).ravel()
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return None
+    counts, edges = np.histogram(values, bins=bins)
+    return {
+        "min": float(values.min()),
+        "max": float(values.max()),
+        "num": int(values.size),
+        "sum": float(values.sum()),
+        "sum_squares": float((values**2).sum()),
+        "bucket_limits": edges[1:].tolist(),
+        "bucket_counts": counts.tolist(),
+    }

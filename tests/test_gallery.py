@@ -1,0 +1,75 @@
+"""The gallery of a run, rendered in a real headless browser."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hookviz.runner import RunConfig, run
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def gallery_run(tmp_path_factory, lite0):
+    from .conftest import SAMPLES
+
+    out = tmp_path_factory.mktemp("gallery")
+    broken = out.parent / "broken.png"
+    broken.write_text("not a picture")
+    config = RunConfig(model="efficientnet_lite0", layers=("_blocks.-1", "_fc"), out=out / "run",
+                       explain=__import__("hookviz.explaining", fromlist=["x"]).ExplainOptions(topk=2))
+    summary = run(config, [SAMPLES / "cat.png", SAMPLES / "coffee.png", broken])
+    return out / "run", summary
+
+
+def test_gallery_lists_every_image_layer_picture_and_failure(gallery_run):
+    out, summary = gallery_run
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert page.count("<tr><td") == 2
+    for name in ("cat", "coffee"):
+        for picture in ("_blocks.15.summary.png", "_blocks.15.channels.png", "_blocks.15.cam.png",
+                        "_blocks.15.cam_topk.png", "_fc.summary.png", "input.jpg"):
+            assert f'href="{name}/{picture}"' in page
+    assert "espresso" in page and "broken.png" in page and "not an image format" in page
+    assert "http://" not in page and "https://" not in page  # self-contained
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+def test_gallery_renders_in_headless_chromium_without_broken_images(gallery_run, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    out, _ = gallery_run
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1400,6000", f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        driver.get((out / "index.html").as_uri())
+        script = (
+            "const images = Array.from(document.images);"
+            "images.forEach(i => i.loading = 'eager');"
+            "return images.map(i => [i.getAttribute('src'), i.complete, i.naturalWidth]);"
+        )
+        import time
+
+        deadline = time.time() + 30
+        while True:
+            images = driver.execute_script(script)
+            if all(complete for _, complete, _ in images) or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        assert len(images) == 2 * (1 + 4 + 1)  # photo, four pictures of _blocks.15, one of _fc
+        broken = [src for src, complete, width in images if not complete or width == 0]
+        assert broken == []
+        driver.save_screenshot(str(tmp_path / "gallery.png"))
+    finally:
+        driver.quit()
