@@ -213,7 +213,7 @@ def run(
                      f"({spec.module_type}), the last layer with a spatial feature map")
     if on_start:
         on_start(
-            f"{loaded.name} ({loaded.weights}) on {device}; layers: "
+            f"model {loaded.name}, weights {loaded.weights}, on {device}, batches of {batch_size}; layers: "
             + ", ".join(s.path + ("" if s.call is None else f":{s.call}") for s in specs)
         )
     started = time.time()

@@ -193,3 +193,77 @@ def test_python_dash_m_works(photo, tmp_path):
     )
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "photo" / "report.json").exists()
+
+
+def _hostile_inputs(folder: Path) -> dict[str, str]:
+    """name -> the text its one-line error must contain."""
+    import io
+
+    (folder / "empty.png").write_bytes(b"")
+    (folder / "text.png").write_text("just text")
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (80, 80, 3), dtype=np.uint8)).save(buffer, "PNG")
+    (folder / "cut.png").write_bytes(buffer.getvalue()[:400])
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (80, 80, 3), dtype=np.uint8)).save(buffer, "JPEG")
+    (folder / "cut.jpg").write_bytes(buffer.getvalue()[:300])
+    (folder / "header.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\xff" * 60)
+    Image.new("1", (40000, 40000)).save(folder / "bomb.png")
+    Image.new("RGB", (1, 20000)).save(folder / "strip.png")
+    (folder / "vector.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
+    return {
+        "empty.png": "empty", "text.png": "not an image format", "cut.png": "corrupt or truncated",
+        "cut.jpg": "corrupt or truncated", "header.png": "", "bomb.png": "--max-pixels",
+        "strip.png": "too thin", "vector.svg": "SVG",
+    }
+
+
+def test_every_hostile_input_fails_alone_with_its_message(cli, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    expected = _hostile_inputs(folder)
+    Image.new("RGB", (20, 20), (5, 100, 200)).save(folder / "fine.png")
+    out = tmp_path / "out"
+    result = invoke(cli, "run", *sorted(folder.iterdir()), *TINY, "--layer", "features.3", "--out", out)
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    for name, message in expected.items():
+        lines = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:") and name in line]
+        assert len(lines) == 1 and message in lines[0], (name, result.stderr)
+        assert not (out / Path(name).stem).exists()
+    assert (out / "fine" / "report.json").exists()
+    assert no_partial_files(out)
+    failures = json.loads((out / "run.json").read_text())["failures"]
+    assert len(failures) == len(expected)
+
+
+@pytest.mark.parametrize("name, make", [
+    ("16bit.png", lambda p: Image.fromarray((np.arange(400).reshape(20, 20) * 160).astype(np.uint16)).save(p)),
+    ("cmyk.jpg", lambda p: Image.new("CMYK", (20, 20), (0, 200, 200, 0)).save(p)),
+    ("palette.png", lambda p: Image.new("P", (20, 20), 1).save(p, transparency=0)),
+    ("anim.gif", lambda p: Image.new("RGB", (20, 20)).save(p, save_all=True, append_images=[Image.new("RGB", (20, 20))])),
+    ("tiny.webp", lambda p: Image.new("RGB", (1, 1), (9, 9, 9)).save(p)),
+    ("UP PER é.BMP", lambda p: Image.new("RGB", (20, 20)).save(p, format="BMP")),
+])
+def test_awkward_but_valid_images_work(cli, tmp_path, name, make):
+    path = tmp_path / name
+    make(path)
+    result = invoke(cli, "run", path, *TINY, "--layer", "features.3", "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "out" / path.stem / "features.3.summary.png").exists()
+
+
+def test_from_list_reads_stdin_and_preprocessing_options_apply(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    result = cli.invoke(app, ["run", "--from-list", "-", *TINY, "--layer", "features.3", "--out", str(out),
+                              "--resize", "180", "--crop", "160", "--mean", "0.5", "--std", "0.5,0.5,0.5",
+                              "--pictures", "none", "--device", "cpu"], input=f"# photos\n{photo}\n\n")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "photo" / "report.json").read_text())
+    assert report["preprocessing"] == {"resize": 180, "crop": 160, "size": [160, 160], "whole_image": False,
+                                       "mean": [0.5] * 3, "std": [0.5] * 3}
+    assert report["layers"][0]["shapes"]["input"] == [1, 4, 160, 160]
+    result = invoke(cli, "run", photo, *TINY, "--crop", "300", "--out", out)
+    assert result.exit_code == 2 and "--crop 300 is larger than --resize" in result.stderr
+    result = invoke(cli, "run", photo, *TINY, "--device", "cuda:7", "--out", out)
+    assert result.exit_code == 2 and "--device cuda:7" in result.stderr

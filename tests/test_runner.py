@@ -75,7 +75,8 @@ def test_skip_existing_resumes(tmp_path):
     assert [s.status for s in summary.statuses] == ["skipped", "skipped", "done"]
 
 
-def test_sigterm_stops_cleanly_with_complete_files(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_cleanly_with_complete_files(tmp_path, stop):
     folder = tmp_path / "in"
     folder.mkdir()
     for i in range(40):
@@ -89,7 +90,7 @@ def test_sigterm_stops_cleanly_with_complete_files(tmp_path):
     deadline = time.time() + 60
     while not list(out.glob("*/report.json")) and time.time() < deadline:
         time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr and "--skip-existing" in stderr
@@ -131,3 +132,22 @@ def test_a_kill_leaves_no_broken_file_under_a_real_name(tmp_path):
     # The next run sweeps temporary files a killed run left behind.
     run(_config(out, skip_existing=True), sorted(folder.iterdir())[:1])
     assert no_partial_files(out)
+
+
+def test_no_graph_is_built_before_the_first_recorded_layer(photo):
+    """Back-propagation stops at the earliest recorded tensor: layers before it run without autograd."""
+    import torch
+
+    from hookviz.explaining import explain
+
+    from .conftest import tiny_net
+
+    model = tiny_net().eval()
+    seen = {}
+    model.features[0].register_forward_hook(lambda m, i, o: seen.update(early=o.requires_grad))
+    model.fc.register_forward_hook(lambda m, i, o: seen.update(late=o.requires_grad))
+    explain(model, photo, layers=["features.3"])
+    assert seen == {"early": False, "late": True}
+    image = torch.randn(3, 224, 224, requires_grad=False)
+    explain(model, image, layers=["features.0"])
+    assert image.grad is None
