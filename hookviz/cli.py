@@ -330,10 +330,10 @@ class _Progress:
             top = " · ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
             target = status.target or {}
             line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
-            if self.bar is not None:
-                self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            if self.bar is not None and sys.stdout.isatty():
+                self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
             else:
-                typer.echo(line)
+                typer.echo(line)  # stdout, also when it is piped to a file
 
 
     def close(self) -> None:
