@@ -11,9 +11,12 @@ Three kinds of names:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import pickle
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -198,13 +201,19 @@ def _from_torchvision(name: str, weights: str, seed: int):
     members = list(enum.__members__)
     if kind == "default" or weights in members:
         entry = enum.DEFAULT if kind == "default" else enum[weights]
-        _ensure_cached(name, entry)
+        cached = _ensure_cached(name, entry)
         try:
-            model = torchvision.models.get_model(name, weights=entry)
-        except (OSError, RuntimeError, ValueError) as exc:
+            with _weights_only_loads():
+                model = torchvision.models.get_model(name, weights=entry)
+        except pickle.UnpicklingError:
             raise WeightsError(
-                f"--weights {weights}: could not load {name}'s weights {entry} ({_first_line(exc)}); "
-                "pass --weights PATH to a local state_dict"
+                f"--weights {weights}: refused {cached}: it holds pickled Python objects that could run code, "
+                "so it was not loaded (weights_only=True) and nothing ran; delete it and fetch it again"
+            ) from None
+        except (OSError, RuntimeError, ValueError, EOFError) as exc:
+            raise WeightsError(
+                f"--weights {weights}: could not load {name}'s weights from {cached} ({_first_line(exc)}); "
+                "delete the file to fetch it again, or pass --weights PATH to a local state_dict"
             ) from None
         categories = tuple(entry.meta.get("categories") or ()) or None
         return model, f"{weights} ({entry})", categories, _preprocessing_of(entry)
@@ -235,8 +244,35 @@ def _preprocessing_of(entry) -> Preprocessing:
         return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
 
 
-def _ensure_cached(name: str, entry) -> None:
+_FORCE_WEIGHTS_ONLY = threading.Lock()
+
+
+@contextlib.contextmanager
+def _weights_only_loads():
+    """Make every ``torch.load`` in the block use ``weights_only=True``.
+
+    torchvision's builders load pretrained weights through ``torch.hub.load_state_dict_from_url``,
+    which passes ``weights_only=False``; PyTorch's documented ``TORCH_FORCE_WEIGHTS_ONLY_LOAD``
+    overrides that, so hookviz can keep using torchvision's own loading (and its per-model
+    fix-ups) without ever unpickling code.
+    """
+    with _FORCE_WEIGHTS_ONLY:
+        previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+        os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
+            else:
+                os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous
+
+
+def _ensure_cached(name: str, entry) -> Path:
     """Download the weights into the torch hub cache unless they are there already.
+
+    Returns:
+        The cached file.
 
     Raises:
         WeightsError: in one line, when the download is impossible (no network).
@@ -245,7 +281,7 @@ def _ensure_cached(name: str, entry) -> None:
 
     target = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(entry.url)
     if target.exists():
-        return
+        return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         match = torch.hub.HASH_REGEX.search(target.name)
@@ -258,6 +294,7 @@ def _ensure_cached(name: str, entry) -> None:
             f"downloading them failed ({_first_line(exc)}); fetch {entry.url} elsewhere and "
             f"copy it to {target}, or pass --weights PATH (a local state_dict) or --weights none"
         ) from None
+    return target
 
 
 def _load_file(model, path: str) -> str:

@@ -137,3 +137,20 @@ def test_efficientnet_lite0_classifies_the_sample_cat(lite0, cat):
     explanation = explain(lite0, cat, layers=["_blocks.-1"], cam="none")
     assert 281 <= explanation.target.index <= 285
     assert "cat" in explanation.target.name or explanation.target.name == "tabby"
+
+
+def test_default_weights_are_loaded_weights_only(tmp_path, monkeypatch):
+    """torch.hub passes weights_only=False; a booby-trapped file in the cache must still not run."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    marker = tmp_path / "pwned"
+    _Exploit.marker = str(marker)
+    url = torchvision.models.ResNet18_Weights.DEFAULT.url
+    cache = tmp_path / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    torch.save({"fc.weight": _Exploit()}, cache / url.rsplit("/", 1)[1])
+    with pytest.raises(WeightsError, match="refused"):
+        load_model("resnet18", "DEFAULT")
+    assert not marker.exists()
+    import os
+
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
