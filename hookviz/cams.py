@@ -8,34 +8,19 @@ the layer's resolution, before any resizing or normalisation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from .registry import Registry
 
-from .errors import UsageError, did_you_mean
-
-CamFunction = Callable[["object", "object"], "object"]
-_METHODS: dict[str, CamFunction] = {}
-
-
-def register_cam(name: str):
-    def wrap(function: CamFunction) -> CamFunction:
-        _METHODS[name] = function
-        return function
-
-    return wrap
+CAMS: Registry = Registry("--cam", "method", extra_choices=("none",))
+register_cam = CAMS.register
 
 
 def cam_names() -> list[str]:
-    return list(_METHODS)
+    return CAMS.names()
 
 
-def get_cam(name: str) -> CamFunction:
-    """Raises UsageError for an unknown method name."""
-    try:
-        return _METHODS[name]
-    except KeyError:
-        raise UsageError(
-            f"--cam {name}: unknown method{did_you_mean(name, _METHODS)}; choose from {', '.join(_METHODS)}, none"
-        ) from None
+def get_cam(name: str):
+    """The CAM function called ``name``. Raises UsageError for an unknown name."""
+    return CAMS.get(name)
 
 
 @register_cam("gradcam")

@@ -3,12 +3,12 @@ the layers at fault. Looked up by name in a registry filled by ``register_check`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import UsageError, did_you_mean
+from .registry import Registry
 
 
 @dataclass(frozen=True)
@@ -22,16 +22,8 @@ class Finding:
         return {"check": self.check, "image": self.image, "layer": self.layer, "detail": self.detail}
 
 
-CheckFunction = Callable[["object", float], list[tuple[str | None, str]]]
-_CHECKS: dict[str, CheckFunction] = {}
-
-
-def register_check(name: str):
-    def wrap(function: CheckFunction) -> CheckFunction:
-        _CHECKS[name] = function
-        return function
-
-    return wrap
+CHECKS: Registry = Registry("--fail-on", "check")
+register_check = CHECKS.register
 
 
 def parse_checks(text: str | None) -> tuple[str, ...]:
@@ -40,8 +32,7 @@ def parse_checks(text: str | None) -> tuple[str, ...]:
         return ()
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     for name in names:
-        if name not in _CHECKS:
-            raise UsageError(f"--fail-on {name}: unknown check{did_you_mean(name, _CHECKS)}; choose from {', '.join(_CHECKS)}")
+        CHECKS.get(name)
     return names
 
 
@@ -85,6 +76,6 @@ def run_checks(explanation, names: Sequence[str], dead_fraction: float = 1.0) ->
     image = explanation.image.source.label
     findings = []
     for name in names:
-        for layer, detail in _CHECKS[name](explanation, dead_fraction):
+        for layer, detail in CHECKS.get(name)(explanation, dead_fraction):
             findings.append(Finding(name, image, layer, detail))
     return findings

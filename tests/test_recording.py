@@ -7,28 +7,9 @@ import torch
 import torch.nn as nn
 import torchvision
 
+from bench.seeds_method import SaveValues as SeedSaveValues  # the seeds' own class
 from hookviz.errors import UnknownLayerError
 from hookviz.recording import record
-
-
-class SeedSaveValues:
-    """The seeds' ``SaveValues`` class (000_8c4371a403404799.txt), verbatim in spirit."""
-
-    def __init__(self, layer):
-        self.forward_hook = layer.register_forward_hook(self.hook_fn_act)
-        self.backward_hook = layer.register_full_backward_hook(self.hook_fn_grad)
-
-    def hook_fn_act(self, module, input, output):
-        self.input = input[0]
-        self.output = output
-
-    def hook_fn_grad(self, module, grad_input, grad_output):
-        self.grad_input = grad_input[0]
-        self.grad_output = grad_output[0]
-
-    def remove(self):
-        self.forward_hook.remove()
-        self.backward_hook.remove()
 
 
 def _hook_count(model) -> int:

@@ -75,60 +75,57 @@ def test_skip_existing_resumes(tmp_path):
     assert [s.status for s in summary.statuses] == ["skipped", "skipped", "done"]
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_cleanly_with_complete_files(tmp_path, stop):
+def _start_slow_run(tmp_path: Path, count: int, batch_size: int, **popen) -> tuple[subprocess.Popen, Path, Path]:
     folder = tmp_path / "in"
     folder.mkdir()
-    for i in range(40):
-        Image.new("RGB", (40, 30), (i * 6, 100, 50)).save(folder / f"im{i:02d}.png")
+    for i in range(count):
+        Image.new("RGB", (40, 30), (i * 6 % 256, 100, 50)).save(folder / f"im{i:02d}.png")
     out = tmp_path / "out"
     process = subprocess.Popen(
         [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:slow_net",
-         "--weights", "none", "--layer", "features.3", "--batch-size", "2", "--out", str(out), "-q"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "--weights", "none", "--layer", "features.3", "--batch-size", str(batch_size), "--out", str(out), "-q"],
+        cwd=ROOT, **popen,
     )
-    deadline = time.time() + 60
-    while not list(out.glob("*/report.json")) and time.time() < deadline:
-        time.sleep(0.05)
-    process.send_signal(stop)
-    stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
-    assert "interrupted" in stderr and "--skip-existing" in stderr
-    document = json.loads((out / "run.json").read_text())
-    assert document["interrupted"] is True
-    done = document["counts"]["done"]
-    assert 0 < done < 40
-    assert no_partial_files(out)
-    for folder_out in out.iterdir():
-        if folder_out.is_dir():
-            for png in folder_out.glob("*.png"):
-                Image.open(png).verify()
-            if (folder_out / "report.json").exists():
-                json.loads((folder_out / "report.json").read_text())
+    return process, folder, out
 
 
-def test_a_kill_leaves_no_broken_file_under_a_real_name(tmp_path):
-    folder = tmp_path / "in"
-    folder.mkdir()
-    for i in range(30):
-        Image.new("RGB", (40, 30), (i * 8, 100, 50)).save(folder / f"im{i:02d}.png")
-    out = tmp_path / "out"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:slow_net",
-         "--weights", "none", "--layer", "features.3", "--batch-size", "1", "--out", str(out), "-q"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 60
-    while len(list(out.glob("*/*.png"))) < 5 and time.time() < deadline:
+def _wait_for(condition, seconds: float = 60) -> None:
+    deadline = time.time() + seconds
+    while not condition() and time.time() < deadline:
         time.sleep(0.02)
-    process.kill()
-    process.wait(timeout=30)
+
+
+def _assert_complete(out: Path) -> None:
+    """Every file under a real name is whole: PNGs decode, JSON parses."""
     for path in out.rglob("*"):
         if path.is_file() and not path.name.startswith("."):
             if path.suffix == ".png":
                 Image.open(path).verify()
             elif path.suffix == ".json":
                 json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_cleanly_with_complete_files(tmp_path, stop):
+    process, _, out = _start_slow_run(tmp_path, 40, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: list(out.glob("*/report.json")))
+    process.send_signal(stop)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "--skip-existing" in stderr
+    document = json.loads((out / "run.json").read_text())
+    assert document["interrupted"] is True
+    assert 0 < document["counts"]["done"] < 40
+    assert no_partial_files(out)
+    _assert_complete(out)
+
+
+def test_a_kill_leaves_no_broken_file_under_a_real_name(tmp_path):
+    process, folder, out = _start_slow_run(tmp_path, 30, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: len(list(out.glob("*/*.png"))) >= 5)
+    process.kill()
+    process.wait(timeout=30)
+    _assert_complete(out)
     # The next run sweeps temporary files a killed run left behind.
     run(_config(out, skip_existing=True), sorted(folder.iterdir())[:1])
     assert no_partial_files(out)

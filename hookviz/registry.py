@@ -1,0 +1,40 @@
+"""Registry: things hookviz looks up by name (CAM methods, checks), filled by a decorator
+in the manner of torchvision's ``register_model``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from .errors import UsageError, did_you_mean
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Named entries; ``get`` of an unknown name raises one UsageError naming the option."""
+
+    def __init__(self, option: str, what: str, extra_choices: tuple[str, ...] = ()):
+        self.option = option
+        self.what = what
+        self.extra_choices = extra_choices
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def wrap(entry: T) -> T:
+            self._entries[name] = entry
+            return entry
+
+        return wrap
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def get(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            choices = ", ".join([*self._entries, *self.extra_choices])
+            raise UsageError(
+                f"{self.option} {name}: unknown {self.what}{did_you_mean(name, self._entries)}; choose from {choices}"
+            ) from None
