@@ -9,7 +9,7 @@ answers at once.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import signal
 import sys
 from pathlib import Path
@@ -174,7 +174,7 @@ def _run_config(args: dict):
             stream = sys.stdin if args["from_list"] == "-" else open(args["from_list"], encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--from-list {args['from_list']}: cannot read ({exc.strerror})") from None
-        with stream if stream is not sys.stdin else _nullcontext(stream):
+        with stream if stream is not sys.stdin else contextlib.nullcontext(stream):
             sources += read_list(stream)
     if not sources:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
@@ -222,17 +222,6 @@ def _run_config(args: dict):
         command=tuple(sys.argv),
     )
     return config, find_images(sources)
-
-
-class _nullcontext:
-    def __init__(self, value):
-        self.value = value
-
-    def __enter__(self):
-        return self.value
-
-    def __exit__(self, *exc_info):
-        return False
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
