@@ -196,20 +196,17 @@ def save_explanation(
         stem = file_name(layer.name)
         jobs = []
         if "summary" in pictures:
-            jobs.append((f"{stem}.summary.png", lambda layer=layer: rendering.summary_figure(explanation, layer)))
+            jobs.append(("summary", "summary", {}))
         if "channels" in pictures:
-            jobs.append((f"{stem}.channels.png", lambda layer=layer: rendering.channels_figure(
-                explanation, layer, "output", scale=scale)))
+            jobs.append(("channels", "channels", {"which": "output", "scale": scale}))
             if grad_channels:
-                jobs.append((f"{stem}.grad_channels.png", lambda layer=layer: rendering.channels_figure(
-                    explanation, layer, "grad_output", scale=scale)))
+                jobs.append(("grad_channels", "channels", {"which": "grad_output", "scale": scale}))
         if "cam" in pictures:
-            jobs.append((f"{stem}.cam.png", lambda layer=layer: rendering.cam_figure(explanation, layer)))
-            jobs.append((f"{stem}.cam_topk.png", lambda layer=layer: rendering.cam_topk_figure(explanation, layer)))
-        for name, make in jobs:
-            figure = make()
-            if figure is not None:
-                written.append(atomic_write(directory / name, rendering.png_bytes(figure)))
+            jobs.extend([("cam", "cam", {}), ("cam_topk", "cam_topk", {})])
+        for name, kind, options in jobs:
+            data = rendering.render_png(kind, explanation, layer, **options)
+            if data is not None:
+                written.append(atomic_write(directory / f"{stem}.{name}.png", data))
     if save_tensors:
         written.append(atomic_write(directory / TENSORS, tensors_npz(explanation)))
     report = report_of(explanation, [p.name for p in written])

@@ -124,3 +124,26 @@ def test_rendering_is_thread_safe(explanation):
     sequential = draw(0)
     with ThreadPoolExecutor(4) as pool:
         assert all(result == sequential for result in pool.map(draw, range(8)))
+
+
+@pytest.mark.parametrize("kind, options", [
+    ("summary", {}), ("channels", {"which": "output", "scale": "tile"}),
+    ("channels", {"which": "grad_output", "scale": "shared"}), ("cam", {}), ("cam_topk", {}),
+])
+def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options):
+    """render_png reuses one figure per layer across images; the next image must not
+    inherit anything of the previous one."""
+    from .conftest import SAMPLES, tiny_net
+
+    model = tiny_net().eval()
+    first = explain(model, SAMPLES / "cat.png", layers=["features.1"], target=1, topk=3)
+    second = explain(model, SAMPLES / "coffee.png", layers=["features.1"], target=3, topk=3)
+    rendering.render_png(kind, first, first.layers[0], **options)
+    reused = rendering.render_png(kind, second, second.layers[0], **options)
+    builders = {"summary": rendering.summary_figure, "channels": rendering.channels_figure,
+                "cam": rendering.cam_figure, "cam_topk": rendering.cam_topk_figure}
+    fresh = rendering.png_bytes(builders[kind](second, second.layers[0], **options))
+    a = np.asarray(Image.open(io.BytesIO(reused)).convert("RGB"), dtype=int)
+    b = np.asarray(Image.open(io.BytesIO(fresh)).convert("RGB"), dtype=int)
+    assert a.shape == b.shape
+    assert np.abs(a - b).max() == 0
