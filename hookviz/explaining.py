@@ -19,6 +19,7 @@ import numpy as np
 from .errors import TargetError, UsageError, did_you_mean
 from .images import Preprocessing, PreparedImage
 from .layers import LayerSpec
+from .featuremaps import as_feature_map
 from .summaries import TENSOR_KEYS, channel_sum, channel_tiles, histogram, tensor_stats
 
 OBJECTIVES = ("logit", "ce")
@@ -235,7 +236,6 @@ def explain_batch(
     import torch
 
     from .cams import get_cam
-    from .featuremaps import as_feature_map
     from .recording import Recording
 
     batch = torch.stack([image.tensor for image in images]).to(device)
@@ -256,68 +256,31 @@ def explain_batch(
             objective = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
         else:
             objective = target_logit
-        topk = min(max(options.topk, 5), count)
-        top_values, top_indices = logits.detach().softmax(dim=1).topk(topk, dim=1)
-        cam_passes = 0
+        top_indices = logits.detach().topk(min(max(5, options.topk), count), dim=1).indices
+        # A CAM always explains a logit: the target's (the recorded gradients already are
+        # that when it is the objective) and, with --topk, each top class's.
+        cam_objectives: list[tuple[object, object]] = []
         if options.cam != "none":
-            cam_passes = (options.objective != "logit") + (options.topk if options.topk > 1 else 0)
-        recording.backward(objective, retain_graph=cam_passes > 0)
-        captures = recording.captures
-        cam_grads = [c.grad_output for c in captures]
-        topk_grads: list[list] = []
-        if options.cam != "none":
-            remaining = cam_passes
             if options.objective != "logit":
-                remaining -= 1
-                cam_grads = [g for _, g in recording.gradients(target_logit, inputs=False, retain_graph=remaining > 0)]
+                cam_objectives.append(("target", target_logit))
             if options.topk > 1:
-                for k in range(min(options.topk, count)):
-                    remaining -= 1
-                    class_logit = logits[rows, top_indices[:, k]].sum()
-                    pairs = recording.gradients(class_logit, inputs=False, retain_graph=remaining > 0)
-                    topk_grads.append([g for _, g in pairs])
+                cam_objectives += [(k, logits[rows, top_indices[:, k]].sum()) for k in range(min(options.topk, count))]
+        recording.backward(objective, retain_graph=bool(cam_objectives))
+        captures = recording.captures
+        grads_for = {"target": [c.grad_output for c in captures]}
+        for n, (key, cam_objective) in enumerate(cam_objectives):
+            pairs = recording.gradients(cam_objective, inputs=False, retain_graph=n < len(cam_objectives) - 1)
+            grads_for[key] = [grad_output for _, grad_output in pairs]
         input_hw = tuple(batch.shape[-2:])
         cam_fn = get_cam(options.cam) if options.cam != "none" else None
-
-        def cam_of(capture, grads):
-            activation = as_feature_map(capture.output, input_hw)
-            gradient = as_feature_map(grads, input_hw)
-            if activation is None or gradient is None:
-                return None
-            return cam_fn(activation.float(), gradient.float()).detach().cpu().numpy()
-
-        per_layer_cams: list[np.ndarray | None] = []
-        notes: list[str | None] = []
-        per_layer_topk: list[list[np.ndarray | None]] = []
-        for position, capture in enumerate(captures):
-            if cam_fn is None:
-                per_layer_cams.append(None)
-                notes.append("--cam none")
-                per_layer_topk.append([])
-                continue
-            if capture.output is None or as_feature_map(capture.output, input_hw) is None:
-                shape = "none" if capture.output is None else "x".join(map(str, (1, *capture.output.shape[1:])))
-                per_layer_cams.append(None)
-                notes.append(f"no CAM: output {shape} has no spatial layout")
-                per_layer_topk.append([])
-                continue
-            if cam_grads[position] is None:
-                per_layer_cams.append(None)
-                notes.append("no CAM: the target's logit does not depend on this layer")
-                per_layer_topk.append([])
-                continue
-            per_layer_cams.append(cam_of(capture, cam_grads[position]))
-            spatial_grad = as_feature_map(cam_grads[position], input_hw)
-            notes.append(
-                None if bool(spatial_grad.any()) else
-                "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
-                " (for a transformer's last block, try the block's ln_1)"
-            )
-            per_layer_topk.append([cam_of(capture, grads[position]) for grads in topk_grads])
+        topk_keys = [key for key, _ in cam_objectives if key != "target"]
+        layer_cams = [
+            _layer_cams(cam_fn, capture, grads_for, position, topk_keys, input_hw)
+            for position, capture in enumerate(captures)
+        ]
 
         probabilities = logits.detach().softmax(dim=1).cpu().numpy()
         logits_np = logits.detach().float().cpu().numpy()
-        top_values = top_values.cpu().numpy()
         top_indices = top_indices.cpu().numpy()
 
     def score(i: int, index: int) -> ClassScore:
@@ -331,13 +294,14 @@ def explain_batch(
     results = []
     for i, image in enumerate(images):
         layer_results = []
-        for position, capture in enumerate(captures):
-            topk_cams = tuple(
-                (score(i, int(top_indices[i, k])), maps[i])
-                for k, maps in enumerate(per_layer_topk[position])
-                if maps is not None
-            )
-            cam = per_layer_cams[position]
+        for capture, (cams, reason, zero_grad, topk_maps) in zip(captures, layer_cams):
+            topk_cams = tuple((score(i, int(top_indices[i, k])), maps[i]) for k, maps in enumerate(topk_maps))
+            note = reason
+            if cams is not None and zero_grad[i]:
+                note = (
+                    "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
+                    " (for a transformer's last block, try the block's ln_1)"
+                )
             arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
             tiles = {"output": channel_tiles(arrays["output"], input_hw, channels)}
             if grad_tiles:
@@ -351,8 +315,8 @@ def explain_batch(
                     stats={k: tensor_stats(v) for k, v in arrays.items()},
                     maps={k: channel_sum(v, input_hw) for k, v in arrays.items()},
                     tiles=tiles,
-                    cam=None if cam is None else cam[i].copy(),
-                    cam_note=notes[position],
+                    cam=None if cams is None else cams[i].copy(),
+                    cam_note=note,
                     topk_cams=topk_cams,
                     histograms={k: histogram(arrays[k]) for k in ("output", "grad_output")},
                     **(arrays if keep_tensors else {}),
@@ -374,6 +338,35 @@ def explain_batch(
             )
         )
     return results
+
+
+def _layer_cams(cam_fn, capture, grads_for: dict, position: int, topk_keys: list, input_hw):
+    """One layer's CAMs for the whole batch.
+
+    Returns:
+        ``(cams (N, h, w) or None, why there is none, per-image "gradient is all zero" flags,
+        one (N, h, w) array per top class)``.
+    """
+    if cam_fn is None:
+        return None, "--cam none", None, []
+    activation = as_feature_map(capture.output, input_hw)
+    if activation is None:
+        shape = "none" if capture.output is None else "x".join(map(str, (1, *capture.output.shape[1:])))
+        return None, f"no CAM: output {shape} has no spatial layout", None, []
+    gradient = as_feature_map(grads_for["target"][position], input_hw)
+    if gradient is None:
+        return None, "no CAM: the target's logit does not depend on this layer", None, []
+
+    def cam(grads):
+        return cam_fn(activation.float(), grads.float()).detach().cpu().numpy()
+
+    zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().numpy()
+    topk = []
+    for key in topk_keys:
+        grads = as_feature_map(grads_for[key][position], input_hw)
+        blank = np.zeros((activation.shape[0], *activation.shape[2:]), dtype=np.float32)
+        topk.append(cam(grads) if grads is not None else blank)
+    return cam(gradient), None, zero_grad, topk
 
 
 def _one(tensor, i: int) -> np.ndarray | None:
