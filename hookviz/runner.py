@@ -177,16 +177,25 @@ def run(
         UsageError (and subclasses): bad model, weights, layer, target or output folder.
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
-    import torch
-
-    from .layers import default_layer, recorded_elements, resolve_layers
-    from .models import load_model, with_overrides
-
     explain_options = config.explain.checked()
     if config.tensorboard is not None:
         check_tensorboard()
     check_writable(config.out)
     sweep_partial_files(config.out)
+    workers = config.workers or os.cpu_count() or 1
+    pool = _render_pool(workers if config.pictures else 0)
+    try:
+        return _run(config, images, explain_options, pool, workers, on_status, on_start)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run(config: RunConfig, images, explain_options, pool, workers: int, on_status, on_start) -> RunSummary:
+    import torch
+
+    from .layers import default_layer, recorded_elements, resolve_layers
+    from .models import load_model, with_overrides
+
     device = resolve_device(config.device)
     loaded = load_model(config.model, config.weights, config.seed)
     module = loaded.module.to(device)
@@ -237,9 +246,10 @@ def run(
         if on_status:
             on_status(status, count, total)
 
-    for path in selected:
-        if path in statuses and on_status:
-            on_status(statuses[path], selected.index(path) + 1, total)
+    if on_status:
+        for count, status in enumerate(statuses.values(), start=1):
+            on_status(status, count, total)
+    step_of = {path: step for step, path in enumerate(selected)}  # TensorBoard steps
 
     stop = threading.Event()
     prepared_queue: queue.Queue = queue.Queue(maxsize=max(2, 2 * batch_size))
@@ -263,8 +273,6 @@ def run(
         prepared_queue.put(None)
 
     loader = threading.Thread(target=load_all, name="hookviz-loader", daemon=True)
-    workers = config.workers or os.cpu_count() or 1
-    pool = _render_pool(workers if config.pictures else 0)
     pending: list[tuple[Path, object, Future]] = []
     save_options = dict(
         pictures=config.pictures, save_tensors=config.save_tensors, scale=config.scale,
@@ -277,7 +285,7 @@ def run(
             try:
                 files = future.result()
                 if board is not None:
-                    board.add(selected.index(path), explanation, files)
+                    board.add(step_of[path], explanation, files)
                 status = ImageStatus(
                     str(path), names[path], "done", None, explanation.target.to_json(),
                     tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5),
