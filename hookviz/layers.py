@@ -164,7 +164,8 @@ def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
             hooks.add(module.register_forward_hook(hook))
         try:
             with torch.no_grad():
-                model(torch.zeros(1, 3, *input_size))
+                device = next(model.parameters(), torch.zeros(0)).device
+                model(torch.zeros(1, 3, *input_size, device=device))
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
             message = str(exc).splitlines()[0] if str(exc) else ""
             raise UsageError(

@@ -197,6 +197,10 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
     from .models import load_model, with_overrides
 
     device = resolve_device(config.device)
+    if device.startswith("cuda"):
+        # hookviz reports values: compute in full float32, not TF32, so a GPU run matches the CPU's.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     loaded = load_model(config.model, config.weights, config.seed)
     module = loaded.module.to(device)
     preprocessing = with_overrides(
@@ -207,8 +211,7 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
     if config.layers or config.layer_types:
         specs = resolve_layers(module, config.layers, config.layer_types)
     else:
-        specs = [default_layer(module.cpu() if device != "cpu" else module, size)]
-        module = module.to(device)
+        specs = [default_layer(module, size)]
     # Batches hold every recorded tensor (values, copies, gradients) at once: size them so
     # that recording all 53 convolutions of resnet50 runs one image at a time.
     per_image = 4 * 3 * recorded_elements(module, specs, size)

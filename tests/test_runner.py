@@ -148,3 +148,16 @@ def test_no_graph_is_built_before_the_first_recorded_layer(photo):
     image = torch.randn(3, 224, 224, requires_grad=False)
     explain(model, image, layers=["features.0"])
     assert image.grad is None
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_results_equal_the_cpus(lite0, cat, coffee, tmp_path):
+    common = dict(model="efficientnet_lite0", layers=("_blocks.-1",), pictures=(), save_tensors=True)
+    run(RunConfig(out=tmp_path / "cpu", device="cpu", **common), [cat, coffee])
+    run(RunConfig(out=tmp_path / "cuda", device="cuda", **common), [cat, coffee])
+    for name in ("cat", "coffee"):
+        a = np.load(tmp_path / "cpu" / name / "tensors.npz")
+        b = np.load(tmp_path / "cuda" / name / "tensors.npz")
+        for key in a.files:
+            scale = max(1.0, float(np.abs(a[key]).max()))
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-3, atol=1e-4 * scale, err_msg=key)
