@@ -249,7 +249,7 @@ def _execute(config, paths, *, json_output: bool, quiet: bool) -> None:
             f"see {summary.run_json} (rerun with --skip-existing to resume)",
             err=True,
         )
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
         progress.close()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
+from hookviz.explaining import ExplainOptions
 from hookviz.runner import RunConfig, run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -21,7 +21,7 @@ def gallery_run(tmp_path_factory, lite0):
     broken = out.parent / "broken.png"
     broken.write_text("not a picture")
     config = RunConfig(model="efficientnet_lite0", layers=("_blocks.-1", "_fc"), out=out / "run",
-                       explain=__import__("hookviz.explaining", fromlist=["x"]).ExplainOptions(topk=2))
+                       explain=ExplainOptions(topk=2))
     summary = run(config, [SAMPLES / "cat.png", SAMPLES / "coffee.png", broken])
     return out / "run", summary
 

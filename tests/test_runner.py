@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hookviz.explaining import ExplainOptions
 from hookviz.outputs import output_names
 from hookviz.runner import RunConfig, run, shard_of
 
@@ -30,7 +28,7 @@ def _config(out: Path, **changes) -> RunConfig:
 def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, tmp_path):
     common = dict(model="efficientnet_lite0", weights="DEFAULT", layers=(), pictures=(), save_tensors=True)
     together = run(RunConfig(out=tmp_path / "batch", batch_size=2, **common), [cat, coffee])
-    alone = run(RunConfig(out=tmp_path / "single", batch_size=1, **common), [cat, coffee])
+    run(RunConfig(out=tmp_path / "single", batch_size=1, **common), [cat, coffee])
     assert [s.status for s in together.statuses] == ["done", "done"]
     targets = [s.target["name"] for s in together.statuses]
     assert targets[1] == "espresso" and "cat" in targets[0]

@@ -1,0 +1,70 @@
+"""The forward/backward pass and the notebook API, apart from the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from hookviz.errors import TargetError, UsageError
+from hookviz.explaining import ExplainOptions, explain, frozen_parameters, logits_of, parse_target
+
+from .conftest import tiny_net
+
+NAMES = ["tabby", "tiger cat", "Egyptian cat"]
+
+
+def test_parse_target():
+    assert parse_target("top1", NAMES) is None
+    assert parse_target("2", NAMES) == 2
+    assert parse_target("Tiger_Cat", NAMES) == 1
+    with pytest.raises(TargetError, match="out of range"):
+        parse_target("3", NAMES)
+    with pytest.raises(TargetError, match="did you mean 'tabby'"):
+        parse_target("taby", NAMES)
+
+
+def test_options_are_checked():
+    with pytest.raises(UsageError, match="--objective"):
+        ExplainOptions(objective="mse").checked()
+    with pytest.raises(UsageError, match="--topk"):
+        ExplainOptions(topk=0).checked()
+
+
+def test_logits_of_common_output_kinds():
+    logits = torch.zeros(2, 5)
+    assert logits_of((logits, torch.zeros(2, 5))) is logits
+    assert logits_of({"logits": logits}) is logits
+    with pytest.raises(UsageError, match="not \\(batch, classes\\) logits"):
+        logits_of(torch.zeros(2, 3, 4, 4))
+
+
+def test_frozen_parameters_restores_flags_after_an_error():
+    model = tiny_net()
+    model.fc.weight.requires_grad_(False)
+    with pytest.raises(RuntimeError):
+        with frozen_parameters(model):
+            assert not any(p.requires_grad for p in model.parameters())
+            raise RuntimeError
+    assert not model.fc.weight.requires_grad and model.fc.bias.requires_grad
+
+
+def test_explain_takes_a_path_a_pil_image_or_a_tensor(photo):
+    model = tiny_net().eval()
+    from_path = explain(model, photo, layers=["features.3"])
+    from_pil = explain(model, Image.open(photo), layers=["features.3"])
+    from_tensor = explain(model, from_path.image.tensor, layers=["features.3"])
+    np.testing.assert_allclose(from_pil.layers[0].output, from_path.layers[0].output)
+    np.testing.assert_allclose(from_tensor.logits, from_path.logits, rtol=1e-5, atol=1e-6)
+    assert from_path["features.3"].cam.shape == (112, 112)
+    assert from_path.figure("features.3", "cam") is not None
+    assert explain(model, photo).layers[0].requested == "(default)"
+
+
+def test_ce_objective_changes_gradients_not_cams(photo):
+    model = tiny_net().eval()
+    logit = explain(model, photo, layers=["features.3"], target=1)
+    ce = explain(model, photo, layers=["features.3"], target=1, objective="ce")
+    assert not np.allclose(logit.layers[0].grad_output, ce.layers[0].grad_output)
+    np.testing.assert_allclose(logit.layers[0].cam, ce.layers[0].cam, rtol=1e-5, atol=1e-8)

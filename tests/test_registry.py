@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pytest
+
+from hookviz.errors import UsageError, did_you_mean
+from hookviz.registry import Registry
+
+
+def test_registry_lookup_and_suggestions():
+    registry: Registry = Registry("--thing", "thing", extra_choices=("none",))
+
+    @registry.register("alpha")
+    def alpha():
+        return 1
+
+    assert registry.get("alpha") is alpha and registry.names() == ["alpha"]
+    with pytest.raises(UsageError) as error:
+        registry.get("alpah")
+    assert str(error.value) == "--thing alpah: unknown thing (did you mean 'alpha'?); choose from alpha, none"
+
+
+def test_did_you_mean_falls_back_to_substrings():
+    assert did_you_mean("cat", ["tabby cat", "dog"]) == " (did you mean 'tabby cat'?)"
+    assert did_you_mean("zzz", ["a", "b"]) == ""
