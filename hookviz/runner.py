@@ -257,23 +257,26 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
     stop = threading.Event()
     prepared_queue: queue.Queue = queue.Queue(maxsize=max(2, 2 * batch_size))
 
+    def hand_over(item) -> None:
+        while not stop.is_set():  # never block for good: the consumer may have stopped
+            try:
+                prepared_queue.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
     def load_all() -> None:
         for path in todo:
             if stop.is_set():
-                break
+                return
             try:
                 item = prepare(load_image(path, config.max_pixels), preprocessing)
             except ImageError as exc:
                 item = exc
             except Exception as exc:  # a decoder bug must fail this image, not the run
                 item = ImageError(f"{path}: could not decode ({type(exc).__name__}: {exc})")
-            while not stop.is_set():
-                try:
-                    prepared_queue.put((path, item), timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
-        prepared_queue.put(None)
+            hand_over((path, item))
+        hand_over(None)
 
     loader = threading.Thread(target=load_all, name="hookviz-loader", daemon=True)
     pending: list[tuple[Path, object, Future]] = []
