@@ -55,6 +55,7 @@ class _Exploit:
         return (Path.touch, (Path(_Exploit.marker),))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
     marker = tmp_path / "pwned"
     _Exploit.marker = str(marker)
