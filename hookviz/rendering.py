@@ -161,13 +161,13 @@ class _MapPanel:
 
 
 def _summary(explanation, layer):
-    sheet = _Sheet(12.8, 7.3)
-    photo_ax = sheet.axes(0.25, 1.5, 3.9, 3.9)
+    sheet = _Sheet(12.8, 7.5)
+    photo_ax = sheet.axes(0.25, 1.65, 3.9, 3.9)
     photo = photo_ax.imshow(explanation.image.shown, interpolation="bilinear")
     photo_ax.set_axis_off()
     photo_ax.set_title("model input (after preprocessing)", fontsize=9)
     side = 2.45
-    cells = {"input": (5.0, 1.05), "output": (9.05, 1.05), "grad_input": (5.0, 4.35), "grad_output": (9.05, 4.35)}
+    cells = {"input": (5.0, 1.2), "output": (9.05, 1.2), "grad_input": (5.0, 4.55), "grad_output": (9.05, 4.55)}
     panels = {}
     for label, (left, top) in cells.items():
         signed = label.startswith("grad")
@@ -180,8 +180,7 @@ def _summary(explanation, layer):
         photo.set_data(explanation.image.shown)
         for label, panel in panels.items():
             values = layer.maps[label]
-            how = "summed over channels" if values is not None and values.ndim == 2 else "per feature"
-            panel.update(values, f"{label} {_shape(layer.shapes[label])}, {how}")
+            panel.update(values, f"{label} {_shape(layer.shapes[label])}, {_how(layer.shapes[label], values)}")
         sheet.title(
             f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.shapes['output'])}\n"
             f"{_target_text(explanation)} · objective {explanation.objective} · {explanation.image.source.label}"
@@ -189,6 +188,17 @@ def _summary(explanation, layer):
 
     update(explanation, layer)
     return sheet.figure, update
+
+
+def _how(shape, values) -> str:
+    """How a tensor became the panel's picture, so token grids are not mistaken for images."""
+    if values is None or values.ndim != 2:
+        return "per feature"
+    if shape is not None and len(shape) == 3:
+        rows, cols = values.shape
+        dropped = ", first token dropped" if shape[1] == rows * cols + 1 else ""
+        return f"summed over channels\ntokens as a {rows}x{cols} grid{dropped}"
+    return "summed over channels"
 
 
 def summary_figure(explanation, layer) -> Figure:
