@@ -317,6 +317,10 @@ def with_overrides(
     whole_image: bool = False,
 ) -> Preprocessing:
     """The model's preprocessing with the user's ``--resize/--crop/--mean/--std/--no-crop``."""
+    if whole_image and resize is not None:
+        raise UsageError(
+            "--resize has no effect with --no-crop, which resizes the whole photo to the --crop size; drop one"
+        )
     changes: dict = {}
     if resize is not None:
         changes["resize"] = resize

@@ -108,6 +108,7 @@ def test_dead_and_zero_grad_checks(cli, photo, tmp_path):
         (["--fail-on", "nan"], "--fail-on"),
         (["--weights", "/nonexistent/w.pth"], "no such file"),
         (["--layer-type", "Conv3d"], "Conv3d"),
+        (["--no-crop", "--resize", "300"], "--resize has no effect with --no-crop"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(cli, photo, tmp_path, args, message):
