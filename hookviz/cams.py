@@ -14,10 +14,6 @@ CAMS: Registry = Registry("--cam", "method", extra_choices=("none",))
 register_cam = CAMS.register
 
 
-def cam_names() -> list[str]:
-    return CAMS.names()
-
-
 def get_cam(name: str):
     """The CAM function called ``name``. Raises UsageError for an unknown name."""
     return CAMS.get(name)

@@ -12,7 +12,7 @@ import pickle
 import zipfile
 from pathlib import Path
 
-from .errors import WeightsError
+from .errors import WeightsError, first_line
 
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "net", "weights")
 _PREFIXES = ("module.", "_orig_mod.")
@@ -37,7 +37,7 @@ def read_state_dict(path: Path) -> dict:
         try:
             return _unwrap(load_file(str(path), device="cpu"), path)
         except (SafetensorError, OSError, ValueError) as exc:
-            raise WeightsError(f"--weights {path}: not a readable safetensors file ({_line(exc)})") from None
+            raise WeightsError(f"--weights {path}: not a readable safetensors file ({first_line(exc)})") from None
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -47,9 +47,9 @@ def read_state_dict(path: Path) -> dict:
                 "when loaded, so it was not loaded (weights_only=True) and nothing ran; "
                 "re-save it with torch.save(model.state_dict(), path) or as .safetensors"
             ) from None
-        raise WeightsError(f"--weights {path}: not a PyTorch checkpoint ({_line(exc)})") from None
+        raise WeightsError(f"--weights {path}: not a PyTorch checkpoint ({first_line(exc)})") from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
-        raise WeightsError(f"--weights {path}: not a PyTorch checkpoint ({_line(exc)})") from None
+        raise WeightsError(f"--weights {path}: not a PyTorch checkpoint ({first_line(exc)})") from None
     return _unwrap(obj, path)
 
 
@@ -109,8 +109,3 @@ def _few(keys: list[str], n: int = 4) -> str:
         return ""
     more = f", ... {len(keys) - n} more" if len(keys) > n else ""
     return " (" + ", ".join(keys[:n]) + more + ")"
-
-
-def _line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:160] if text else type(exc).__name__

@@ -18,7 +18,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .errors import HookvizError, UsageError
+from .errors import HookvizError, UsageError, describe
 
 app = typer.Typer(
     name="hookviz",
@@ -94,8 +94,7 @@ def _guard(debug: bool, action):
     except Exception as error:  # a bug or a foreign model's failure: one line, unless --debug
         if debug:
             raise
-        text = str(error).strip().splitlines()
-        _fail(f"{type(error).__name__}: {text[0] if text else ''} (rerun with --debug for the traceback)", 1)
+        _fail(f"{describe(error)} (rerun with --debug for the traceback)", 1)
 
 
 # ----------------------------------------------------------------------------- run

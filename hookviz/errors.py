@@ -52,10 +52,16 @@ class RecordingError(HookvizError):
     overwrites its own input in place)."""
 
 
-class CheckFailedError(HookvizError):
-    """A ``--fail-on`` check found a problem (exit code 3)."""
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message (its type's name when it has none), for one-line errors."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:limit] if lines else type(error).__name__
 
-    exit_code = 3
+
+def describe(error: BaseException) -> str:
+    """``"RuntimeError: first line"`` for an exception from code hookviz does not own."""
+    text = first_line(error)
+    return type(error).__name__ if text == type(error).__name__ else f"{type(error).__name__}: {text}"
 
 
 def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:

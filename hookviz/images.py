@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ImageError, UsageError
+from .errors import ImageError, UsageError, first_line
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -157,7 +157,7 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
             f"{path}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)"
         ) from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise ImageError(f"{path}: image data is corrupt or truncated ({_short(exc)})") from None
+        raise ImageError(f"{path}: image data is corrupt or truncated ({first_line(exc)})") from None
 
 
 def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedImage:
@@ -213,11 +213,6 @@ def _gray_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
         scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
     scaled = np.nan_to_num(scaled, nan=0.0, posinf=1.0, neginf=0.0)
     return np.round(np.clip(scaled, 0.0, 1.0) * 255.0).astype(np.uint8)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 # ----------------------------------------------------------------------------- preprocessing

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import UnknownLayerError, UsageError, did_you_mean
+from .errors import UnknownLayerError, UsageError, describe, did_you_mean
 
 _CALL_SUFFIX = re.compile(r"^(?P<path>.*?):(?P<call>-?\d+)$")
 
@@ -167,10 +167,9 @@ def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
                 device = next(model.parameters(), torch.zeros(0)).device
                 model(torch.zeros(1, 3, *input_size, device=device))
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
-            message = str(exc).splitlines()[0] if str(exc) else ""
             raise UsageError(
                 f"the model failed a dry forward pass on a 1x3x{input_size[0]}x{input_size[1]} input "
-                f"({type(exc).__name__}: {message}); try another --crop"
+                f"({describe(exc)}); try another --crop"
             ) from None
     return _Trace(shapes, input_sizes, order)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import UnknownModelError, UsageError, WeightsError, did_you_mean
+from .errors import UnknownModelError, UsageError, WeightsError, did_you_mean, first_line
 from .images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 
 
@@ -203,7 +203,7 @@ def _from_torchvision(name: str, weights: str, seed: int):
             ) from None
         except (OSError, RuntimeError, ValueError, EOFError) as exc:
             raise WeightsError(
-                f"--weights {weights}: could not load {name}'s weights from {cached} ({_first_line(exc)}); "
+                f"--weights {weights}: could not load {name}'s weights from {cached} ({first_line(exc)}); "
                 "delete the file to fetch it again, or pass --weights PATH to a local state_dict"
             ) from None
         categories = tuple(entry.meta.get("categories") or ()) or None
@@ -282,7 +282,7 @@ def _ensure_cached(name: str, entry) -> Path:
     except Exception as exc:  # urllib raises many kinds; each means "no file"
         raise WeightsError(
             f"--weights DEFAULT: {name}'s pretrained weights are not in the torch hub cache and "
-            f"downloading them failed ({_first_line(exc)}); fetch {entry.url} elsewhere and "
+            f"downloading them failed ({first_line(exc)}); fetch {entry.url} elsewhere and "
             f"copy it to {target}, or pass --weights PATH (a local state_dict) or --weights none"
         ) from None
     return target
@@ -300,11 +300,6 @@ def _reset_parameters(model) -> None:
         reset = getattr(sub, "reset_parameters", None)
         if callable(reset):
             reset()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
 
 
 def with_overrides(

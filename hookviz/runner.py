@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Finding, run_checks
-from .errors import HookvizError, ImageError, OutputError, UsageError
+from .errors import HookvizError, ImageError, OutputError, UsageError, describe, first_line
 from .explaining import ExplainOptions, explain_batch
 from .gallery import write_gallery
 from .images import DEFAULT_MAX_PIXELS, load_image, prepare
@@ -274,7 +274,7 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
             except ImageError as exc:
                 item = exc
             except Exception as exc:  # a decoder bug must fail this image, not the run
-                item = ImageError(f"{path}: could not decode ({type(exc).__name__}: {exc})")
+                item = ImageError(f"{path}: could not decode ({describe(exc)})")
             hand_over((path, item))
         hand_over(None)
 
@@ -299,10 +299,10 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
             except HookvizError as exc:
                 status = ImageStatus(str(path), names[path], "failed", str(exc))
             except OSError as exc:
-                status = ImageStatus(str(path), names[path], "failed", f"{path}: writing results failed ({exc})")
+                status = ImageStatus(str(path), names[path], "failed", f"{path}: writing results failed ({first_line(exc)})")
             except Exception as exc:  # a rendering bug must cost this image, not the whole run
                 status = ImageStatus(
-                    str(path), names[path], "failed", f"{path}: saving failed ({type(exc).__name__}: {exc})"
+                    str(path), names[path], "failed", f"{path}: saving failed ({describe(exc)})"
                 )
             report(path, status)
 
