@@ -184,6 +184,11 @@ def run(
     sweep_partial_files(config.out)
     workers = config.workers or os.cpu_count() or 1
     pool = _render_pool(workers if config.pictures else 0)
+    if config.pictures:
+        # Workers start now and load matplotlib while this process imports torch and
+        # builds the model; otherwise they would start only when the first batch is done.
+        for _ in range(workers):
+            pool.submit(_warm_up)
     try:
         return _run(config, images, explain_options, pool, workers, on_status, on_start)
     finally:
@@ -312,9 +317,12 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
     loader.start()
     try:
         done_loading = False
+        # The first batches are small and grow (one image per worker, then doubling): the
+        # renderers start early and always have work while the next batch computes.
+        wanted = min(batch_size, workers) if config.pictures else batch_size
         while not done_loading:
             batch = []
-            while len(batch) < batch_size:
+            while len(batch) < wanted:
                 item = prepared_queue.get()
                 if item is None:
                     done_loading = True
@@ -343,6 +351,7 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
                 future = pool.submit(save_explanation, explanation, config.out / names[path], **save_options)
                 pending.append((path, explanation, future))
             del explanations, batch
+            wanted = min(batch_size, 2 * wanted)
             collect(block_until=max(2 * workers, batch_size))
         collect(block_until=0)
     except KeyboardInterrupt:
@@ -416,10 +425,13 @@ def _run_document(config: RunConfig, summary: RunSummary, loaded, device: str, s
     }
 
 
-def _ignore_sigint() -> None:
+def _init_worker() -> None:
+    from .rendering import configure_worker
+
     # Ctrl-C goes to the whole process group; the parent decides how to stop, and
     # lets workers finish the file they are writing.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_worker()
 
 
 def _render_pool(workers: int):
@@ -428,8 +440,14 @@ def _render_pool(workers: int):
     if workers <= 0:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookviz-write")
     return ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
     )
+
+
+def _warm_up() -> None:
+    from .rendering import warm_up  # in the worker only: the main process never draws
+
+    warm_up()
 
 
 def _portable(explanation):
