@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
+from matplotlib.transforms import offset_copy
 
 from .summaries import channel_tiles
 
@@ -78,9 +79,14 @@ def _photo_inches(photo: np.ndarray, longest: float) -> tuple[float, float]:
 def png_bytes(figure: Figure) -> bytes:
     """The figure as an RGB PNG: the pictures are opaque, so the alpha channel would only
     add a quarter more data to filter and compress."""
+    figure.canvas.draw()
+    return _encode(figure)
+
+
+def _encode(figure: Figure) -> bytes:
+    """The figure's canvas, as drawn, as a PNG."""
     from PIL import Image
 
-    figure.canvas.draw()
     rgba = figure.canvas.buffer_rgba()
     buffer = io.BytesIO()
     Image.frombuffer("RGBA", (rgba.shape[1], rgba.shape[0]), rgba, "raw", "RGBA", 0, 1).convert("RGB").save(
@@ -108,10 +114,13 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
+NO_FINITE = "no finite values"
+
+
 def _norm_for(values: np.ndarray, signed: bool):
     finite = values[np.isfinite(values)]
     if finite.size == 0:
-        return Normalize(0, 1), "no finite values"
+        return Normalize(0, 1), NO_FINITE
     low, high = float(finite.min()), float(finite.max())
     note = f"min {_fmt(low)}, max {_fmt(high)}"
     if low == high:
@@ -124,6 +133,34 @@ def _norm_for(values: np.ndarray, signed: bool):
         limit = max(abs(low), abs(high))
         return TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit), note
     return Normalize(low, high), note
+
+
+class _ValueBar:
+    """A colorbar drawn once, whose three value labels (bottom, middle, top) change.
+
+    The bar is matplotlib's colorbar of a fixed 0..1 scale with tick marks at 0, 1/2 and 1;
+    the labels are Texts of their own beside those marks, so a reused figure redraws three
+    labels instead of a whole axis and its locator. The images keep their true norms.
+    """
+
+    FRACTIONS = (0.0, 0.5, 1.0)
+
+    def __init__(self, figure: Figure, cax, cmap, label: str = ""):
+        self.bar = figure.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap=cmap), cax=cax, ticks=self.FRACTIONS)
+        self.bar.ax.set_yticklabels([])
+        # Where matplotlib puts tick labels: past the tick (3.5 pt) and its pad (3.5 pt).
+        beside = offset_copy(cax.transAxes, figure, x=7, units="points")
+        if label:
+            # Beyond the widest value label ("-1.23e+04" at 7 pt), which the bar cannot measure.
+            self.bar.set_label(label, fontsize=8)
+            cax.yaxis.set_label_coords(1, 0.5, transform=offset_copy(cax.transAxes, figure, x=44, units="points"))
+        self.labels = [cax.text(1, f, "", transform=beside, fontsize=7, va="center", ha="left") for f in self.FRACTIONS]
+
+    def set_norm(self, norm) -> None:
+        """Label the bar with the values ``norm`` maps to its bottom, middle and top;
+        ``None`` leaves it unlabelled (no finite values)."""
+        for text, fraction in zip(self.labels, self.FRACTIONS):
+            text.set_text("" if norm is None else _fmt(float(norm.inverse(fraction))))
 
 
 class _MapPanel:
@@ -139,12 +176,18 @@ class _MapPanel:
         self.image = None
         self.bar = None
 
+    def changing(self) -> list | None:
+        """The artists that change between images, or ``None`` when the panel is redrawn whole."""
+        if self.image is None:
+            return None
+        return [self.image, *self.ax.spines.values(), self.ax.title, *self.bar.labels]
+
     def update(self, values: np.ndarray | None, title: str) -> None:
         if values is not None and values.ndim == 2 and self.image is not None:
             norm, note = _norm_for(values, self.signed)
             self.image.set_data(np.nan_to_num(values, nan=0.0))
             self.image.set_norm(norm)
-            self.bar.update_normal(self.image)
+            self.bar.set_norm(None if note == NO_FINITE else norm)
             self.ax.set_title(f"{title}\n{note}", fontsize=9)
             return
         self.ax.clear()
@@ -168,14 +211,12 @@ class _MapPanel:
             self.ax.tick_params(labelsize=7)
             self.cax.set_axis_off()
             return
-        self.image = self.ax.imshow(
-            np.nan_to_num(values, nan=0.0), cmap=GRADIENT_CMAP if self.signed else ACTIVATION_CMAP,
-            norm=norm, interpolation="nearest",
-        )
+        cmap = GRADIENT_CMAP if self.signed else ACTIVATION_CMAP
+        self.image = self.ax.imshow(np.nan_to_num(values, nan=0.0), cmap=cmap, norm=norm, interpolation="nearest")
         self.ax.set_xticks([])
         self.ax.set_yticks([])
-        self.bar = self.figure.colorbar(self.image, cax=self.cax)
-        self.bar.ax.tick_params(labelsize=7)
+        self.bar = _ValueBar(self.figure, self.cax, cmap)
+        self.bar.set_norm(None if note == NO_FINITE else norm)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -217,7 +258,9 @@ def _summary(explanation, layer):
         )
 
     update(explanation, layer)
-    return sheet.figure, update
+    parts = [panel.changing() for panel in panels.values()]
+    changing = None if None in parts else [photo, *(a for part in parts for a in part), sheet.figure._suptitle]
+    return sheet.figure, update, changing
 
 
 def _how(shape, values) -> str:
@@ -280,45 +323,49 @@ def _channels(explanation, layer, which: str = "output", channels=None, scale: s
         for r, c in (divmod(slot, columns) for slot in range(len(tiles.indices)))
     ]
     ax.set_axis_off()
-    bar = sheet.figure.colorbar(image, cax=cax)
-    bar.ax.tick_params(labelsize=7)
+    if scale == "tile":
+        bar_label = "each tile on its own scale: " + (
+            "value / max|value| of the tile" if signed else "tile min (0) to tile max (1)"
+        )
+    else:
+        bar_label = "one scale for all tiles"
+    bar = _ValueBar(sheet.figure, cax, colormap, bar_label)
 
     def update(explanation, layer):
         tiles = _tiles_for(explanation, layer, which, channels)
         maps = tiles.maps.astype(np.float64)
-        mosaic = np.full(shape, np.nan)
-        for slot, channel in enumerate(tiles.indices):
-            tile = maps[slot]
-            finite = tile[np.isfinite(tile)]
-            low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
-            if scale == "tile":
-                if signed:
-                    tile = tile / (max(abs(low), abs(high)) or 1.0)  # -1..1, centred on zero
-                else:
-                    tile = (tile - low) / (high - low) if high > low else np.zeros_like(tile)
-            r, c = divmod(slot, columns)
-            top = r * (height + gap) + gap
-            mosaic[top : top + height, c * (width + pad) : c * (width + pad) + width] = tile
-            labels[slot].set_text(f"#{channel}" + (f" [{_fmt(low)}, {_fmt(high)}]" if scale == "tile" else ""))
+        finite = np.isfinite(maps)
+        blank = ~finite.any(axis=(1, 2))
+        low = np.where(blank, 0.0, np.where(finite, maps, np.inf).min(axis=(1, 2)))
+        high = np.where(blank, 0.0, np.where(finite, maps, -np.inf).max(axis=(1, 2)))
         if scale == "tile":
-            norm = Normalize(-1, 1) if signed else Normalize(0, 1)
-            bar_label = "each tile on its own scale: " + (
-                "value / max|value| of the tile" if signed else "tile min (0) to tile max (1)"
-            )
+            if signed:  # -1..1, centred on zero
+                limit = np.maximum(np.abs(low), np.abs(high))
+                maps = maps / np.where(limit > 0, limit, 1.0)[:, None, None]
+            else:  # 0..1 from the tile's min to its max; a flat tile is all 0
+                span = (high - low)[:, None, None]
+                maps = np.where(span > 0, (maps - low[:, None, None]) / np.where(span > 0, span, 1.0), 0.0)
+            norm, note = (Normalize(-1, 1) if signed else Normalize(0, 1)), ""
         else:
             norm, note = _norm_for(maps, signed)
-            bar_label = f"one scale for all tiles ({note})"
+        # Tiles in reading order, each below a strip for its label, separated by columns of NaN.
+        slots = np.full((rows * columns, height + gap, width + pad), np.nan)
+        slots[: len(maps), gap:, :width] = maps
+        mosaic = slots.reshape(rows, columns, height + gap, width + pad).transpose(0, 2, 1, 3)
+        mosaic = mosaic.reshape(rows * (height + gap), columns * (width + pad))[:, : shape[1]]
+        for slot, channel in enumerate(tiles.indices):
+            ranges = f" [{_fmt(low[slot])}, {_fmt(high[slot])}]" if scale == "tile" else ""
+            labels[slot].set_text(f"#{channel}{ranges}")
         image.set_data(np.ma.masked_invalid(mosaic))
         image.set_norm(norm)
-        bar.update_normal(image)
-        bar.set_label(bar_label, fontsize=8)
+        bar.set_norm(None if note == NO_FINITE else norm)
         sheet.title(
             f"{explanation.model} · {_layer_text(layer)} · {which} {_shape(layer.shapes[which])} · "
             f"{len(tiles.indices)} of {tiles.total} channels\n{_target_text(explanation)}"
         )
 
     update(explanation, layer)
-    return sheet.figure, update
+    return sheet.figure, update, [image, *labels, *bar.labels, sheet.figure._suptitle]
 
 
 def channels_figure(
@@ -352,10 +399,12 @@ class _Overlay:
         self.photo = ax.imshow(photo, interpolation="bilinear")
         self.heat = ax.imshow(_upsample(cam, photo.shape[:2]), cmap=CAM_CMAP, alpha=CAM_ALPHA, interpolation="bilinear")
         ax.set_axis_off()
-        # The colorbar gets an opaque mappable of its own, so its colours are readable.
-        self.scale = ScalarMappable(cmap=CAM_CMAP)
-        self.bar = figure.colorbar(self.scale, cax=cax)
-        self.bar.ax.tick_params(labelsize=7)
+        # The colorbar has an opaque scale of its own, so its colours are readable.
+        self.bar = _ValueBar(figure, cax, CAM_CMAP, f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)")
+
+    @property
+    def changing(self) -> list:
+        return [self.photo, self.heat, self.ax.title, *self.bar.labels]
 
     def update(self, photo: np.ndarray, cam: np.ndarray, title: str) -> None:
         top = float(np.nanmax(cam)) if np.isfinite(cam).any() else 0.0
@@ -363,9 +412,7 @@ class _Overlay:
         self.photo.set_data(photo)
         self.heat.set_data(_upsample(cam, photo.shape[:2]))
         self.heat.set_norm(norm)
-        self.scale.set_norm(norm)
-        self.bar.update_normal(self.scale)
-        self.bar.set_label(f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)", fontsize=8)
+        self.bar.set_norm(norm)
         note = " (all zero: nothing here raises this class)" if top == 0 else ""
         self.ax.set_title(title + note, fontsize=9)
 
@@ -399,7 +446,7 @@ def _cam(explanation, layer):
         sheet.title(f"{heading}\n{_target_text(explanation)}")
 
     update(explanation, layer)
-    return sheet.figure, update
+    return sheet.figure, update, [plain, *overlay.changing, sheet.figure._suptitle]
 
 
 def cam_figure(explanation, layer) -> Figure | None:
@@ -431,7 +478,7 @@ def _cam_topk(explanation, layer):
         )
 
     update(explanation, layer)
-    return sheet.figure, update
+    return sheet.figure, update, [a for overlay in overlays for a in overlay.changing] + [sheet.figure._suptitle]
 
 
 def cam_topk_figure(explanation, layer) -> Figure | None:
@@ -468,6 +515,36 @@ def warm_up() -> None:
     sheet.title("warm-up 0.123")
     png_bytes(sheet.figure)
 
+
+class _Reused:
+    """A figure kept for the next images of its layer, and how to draw one image into it.
+
+    Only the artists that change are redrawn (matplotlib's blitting): the rest of the
+    figure is drawn once, kept as pixels, and restored under each new image's data.
+    ``changing`` is ``None`` for a figure that must be redrawn whole each time.
+    """
+
+    def __init__(self, figure: Figure, update, changing: list | None):
+        self.figure, self.update, self.changing = figure, update, changing
+        self.background = None
+        for artist in changing or ():
+            artist.set_animated(True)  # left out of the full draw that makes the background
+
+    def png(self) -> bytes:
+        canvas = self.figure.canvas
+        if self.changing is None:
+            canvas.draw()
+            return _encode(self.figure)
+        if self.background is None:
+            canvas.draw()
+            self.background = canvas.copy_from_bbox(self.figure.bbox)
+        else:
+            canvas.restore_region(self.background)
+        for artist in self.changing:
+            self.figure.draw_artist(artist)
+        return _encode(self.figure)
+
+
 _BUILDERS = {"summary": _summary, "channels": _channels, "cam": _cam, "cam_topk": _cam_topk}
 _CACHE_SIZE = 24
 _local = threading.local()
@@ -500,12 +577,13 @@ def render_png(kind: str, explanation, layer, **options) -> bytes | None:
     key = (kind, layer.name, anatomy)
     entry = cache.pop(key, None)
     if entry is None:
-        entry = _BUILDERS[kind](explanation, layer, **options)
-        if entry is None:
+        built = _BUILDERS[kind](explanation, layer, **options)
+        if built is None:
             return None
+        entry = _Reused(*built)
     else:
-        entry[1](explanation, layer)
+        entry.update(explanation, layer)
     cache[key] = entry  # most recently used last
     while len(cache) > _CACHE_SIZE:
         cache.pop(next(iter(cache)))
-    return png_bytes(entry[0])
+    return entry.png()

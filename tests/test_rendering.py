@@ -52,6 +52,24 @@ def test_activation_panel_spans_the_true_range(explanation):
     assert output_image.norm.vmin == pytest.approx(summed.min()) and output_image.norm.vmax == pytest.approx(summed.max())
 
 
+def _bar_labels(figure) -> list[list[str]]:
+    """The value labels beside each colorbar, bottom to top."""
+    return [[t.get_text() for t in ax.texts] for ax in figure.axes if getattr(ax, "_colorbar", None) is not None]
+
+
+def test_colorbars_are_labelled_with_the_true_values(explanation):
+    layer = explanation["features.1"]
+    figure = rendering.summary_figure(explanation, layer)
+    summed = layer.output[0].sum(axis=0)
+    low, high = float(summed.min()), float(summed.max())
+    _, output, grad_input, _ = _bar_labels(figure)  # the panels' order: input, output, grad_input, grad_output
+    assert output == [rendering._fmt(v) for v in (low, (low + high) / 2, high)]
+    limit = float(np.abs(layer.grad_input[0].sum(axis=0)).max())
+    assert grad_input == [rendering._fmt(-limit), "0", rendering._fmt(limit)]  # centred on zero
+    cam = rendering.cam_figure(explanation, layer)
+    assert _bar_labels(cam)[0] == ["0", rendering._fmt(layer.cam.max() / 2), rendering._fmt(layer.cam.max())]
+
+
 def test_dead_layer_is_labelled_constant(explanation):
     layer = explanation["features.1"]
     dead = replace(layer, maps={**layer.maps, "output": np.zeros_like(layer.maps["output"])})
