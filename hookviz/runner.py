@@ -339,6 +339,7 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
                 model_name=loaded.name, weights=loaded.weights, categories=loaded.categories,
                 preprocessing=preprocessing, device=device, keep_tensors=config.save_tensors,
                 channels=config.channels, grad_tiles=config.grad_channels,
+                histograms=config.tensorboard is not None,  # only TensorBoard shows them
             )
             for (path, _), explanation in zip(batch, explanations):
                 explanation = _portable(explanation)

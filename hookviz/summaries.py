@@ -32,12 +32,14 @@ def tensor_stats(array: np.ndarray | None) -> dict | None:
     """min, max, mean and std of the finite values; how many values are not finite; the fraction of zeros."""
     if array is None:
         return None
-    values = np.asarray(array, dtype=np.float64)
-    finite = values[np.isfinite(values)]
+    values = np.asarray(array)
+    mask = np.isfinite(values)
+    finite = values if mask.all() else values[mask]  # no copy in the usual case
     stats: dict = {"nonfinite": int(values.size - finite.size)}
     if finite.size:
-        stats.update(
-            min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()), std=float(finite.std())
+        stats.update(  # accumulated in float64 whatever the tensor's dtype
+            min=float(finite.min()), max=float(finite.max()),
+            mean=float(finite.mean(dtype=np.float64)), std=float(finite.std(dtype=np.float64)),
         )
     else:
         stats.update(min=None, max=None, mean=None, std=None)
