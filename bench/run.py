@@ -1,6 +1,6 @@
 """hookviz's benchmark: prints measurements, asserts nothing.
 
-    python bench/run.py                 # everything (about 6 minutes on 2 cores)
+    python bench/run.py                 # everything (about 4 minutes on 2 cores)
     python bench/run.py --skip-a        # without (a), the slowest part
 
 All scenarios run in this one invocation, on the same photos (sample_images/ repeated to
@@ -36,21 +36,17 @@ SAMPLES = sorted((ROOT / "sample_images").glob("*.png"))
 PY = sys.executable
 
 
-def measure(command: list[str], repeat: int = 1) -> tuple[float, float]:
-    """(median seconds, peak RSS in MB) of ``command`` run ``repeat`` times in a fresh wrapper."""
+def measure(command: list[str]) -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of one run of ``command``, in a fresh wrapper process."""
     wrapper = (
         "import resource, subprocess, sys, time\n"
         "t = time.perf_counter()\n"
         "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
         "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n"
     )
-    times, peaks = [], []
-    for _ in range(repeat):
-        out = subprocess.run([PY, "-c", wrapper, *command], check=True, capture_output=True, text=True).stdout
-        seconds, peak = (float(v) for v in out.split())
-        times.append(seconds)
-        peaks.append(peak)
-    return statistics.median(times), max(peaks)
+    out = subprocess.run([PY, "-c", wrapper, *command], check=True, capture_output=True, text=True).stdout
+    seconds, peak = (float(v) for v in out.split())
+    return seconds, peak
 
 
 def photos(folder: Path, count: int) -> list[Path]:
@@ -72,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-a", action="store_true", help="skip (a), one process per image")
     parser.add_argument("--images", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of (b), (c) and (d), taking turns; medians are shown")
     options = parser.parse_args()
 
     import torch
@@ -91,15 +88,26 @@ def main() -> None:
                 seconds += s
                 peak = max(peak, p)
             rows.append(("a", "seeds' method, one process per image", seconds, peak))
-        s, p = measure([PY, str(ROOT / "bench" / "seeds_method.py"), str(work / "b"), *map(str, images)])
-        rows.append(("b", "seeds' method, one process", s, p))
-        s, p = measure(hookviz("run", str(work / "photos"), *common, "--out", str(work / "c")))
-        rows.append(("c", "hookviz run (summary, channels, cam)", s, p))
-        s, p = measure(hookviz("run", str(work / "photos"), *common, "--out", str(work / "d"),
-                               "--save-tensors", "--pictures", "none"))
-        rows.append(("d", "hookviz run --save-tensors --pictures none", s, p))
+        # (b), (c) and (d) take turns, --repeat times, so that a slow spell of a shared
+        # machine falls on all three; each row is the median of its runs.
+        scenarios = {
+            "b": ("seeds' method, one process",
+                  [PY, str(ROOT / "bench" / "seeds_method.py"), str(work / "b"), *map(str, images)]),
+            "c": ("hookviz run (summary, channels, cam)",
+                  hookviz("run", str(work / "photos"), *common, "--out", str(work / "c"))),
+            "d": ("hookviz run --save-tensors --pictures none",
+                  hookviz("run", str(work / "photos"), *common, "--out", str(work / "d"),
+                          "--save-tensors", "--pictures", "none")),
+        }
+        runs: dict[str, list[tuple[float, float]]] = {key: [] for key in scenarios}
+        for _ in range(options.repeat):
+            for key, (_, command) in scenarios.items():
+                shutil.rmtree(work / key, ignore_errors=True)
+                runs[key].append(measure(command))
+        for key, (label, _) in scenarios.items():
+            rows.append((key, label, statistics.median(s for s, _ in runs[key]), max(p for _, p in runs[key])))
 
-        print(f"\n{len(images)} photos, resnet50, layer3.-1")
+        print(f"\n{len(images)} photos, resnet50, layer3.-1; (b)-(d): median of {options.repeat} runs")
         print(f"{'':2} {'scenario':45} {'seconds':>8} {'images/s':>9} {'peak RSS MB':>12}")
         rate = {}
         for key, label, seconds, peak in rows:
