@@ -308,7 +308,8 @@ def _channels(explanation, layer, which: str = "output", channels=None, scale: s
     signed = which != "output"
     columns, rows, height, width, pad, gap = _grid_geometry(tiles)
     shape = (rows * (height + gap), columns * (width + pad) - pad)
-    tile_inches = max(0.9, min(1.2, 12.0 / columns))
+    # About 7 dots per value, and room for a label like "#1016 [9.62, 69.2]": 1 to 1.2 in.
+    tile_inches = max(1.0, min(1.2, 12.0 / columns, max(height, width) * 7 / DPI))
     grid_width = columns * tile_inches
     grid_height = grid_width * shape[0] / shape[1]
     sheet = _Sheet(grid_width + 1.9, grid_height + 1.0)
@@ -354,8 +355,13 @@ def _channels(explanation, layer, which: str = "output", channels=None, scale: s
         mosaic = slots.reshape(rows, columns, height + gap, width + pad).transpose(0, 2, 1, 3)
         mosaic = mosaic.reshape(rows * (height + gap), columns * (width + pad))[:, : shape[1]]
         for slot, channel in enumerate(tiles.indices):
-            ranges = f" [{_fmt(low[slot])}, {_fmt(high[slot])}]" if scale == "tile" else ""
-            labels[slot].set_text(f"#{channel}{ranges}")
+            if scale != "tile":
+                scope = ""
+            elif signed:  # the tile's colours span -L..L
+                scope = f" ±{_fmt(max(abs(low[slot]), abs(high[slot])))}"
+            else:
+                scope = f" [{_fmt(low[slot])}, {_fmt(high[slot])}]"
+            labels[slot].set_text(f"#{channel}{scope}")
         image.set_data(np.ma.masked_invalid(mosaic))
         image.set_norm(norm)
         bar.set_norm(None if note == NO_FINITE else norm)
@@ -371,7 +377,8 @@ def _channels(explanation, layer, which: str = "output", channels=None, scale: s
 def channels_figure(
     explanation, layer, which: str = "output", channels: str | int | Sequence[int] | None = None, scale: str = "tile"
 ) -> Figure | None:
-    """A grid of one tile per channel, each labelled with its index (and its range, per tile).
+    """A grid of one tile per channel, each labelled with its index (and, on the default
+    per-tile scale, the range its colours span: ``[min, max]``, or ``±L`` for gradients).
 
     Uses the tiles chosen when the layer was summarised; ``channels`` picks others, which
     needs the full tensors (``explain`` keeps them). Returns ``None`` for a tensor without
