@@ -509,9 +509,44 @@ def configure_worker() -> None:
     """Settings for a process that only renders (hookviz's workers), never for a user's.
 
     Text is drawn without FreeType's hinting: at 100 dpi it looks the same, and glyphs (the
-    channel grid labels 64 tiles) render about twice as fast as with the autohinter.
+    channel grid labels 64 tiles) render about twice as fast as with the autohinter. Fonts
+    are read from memory (below).
     """
     matplotlib.rcParams["text.hinting"] = "no_hinting"
+    _read_fonts_from_memory()
+
+
+def _read_fonts_from_memory() -> None:
+    """Hand FreeType each font file's bytes instead of the open file, as matplotlib 3.12
+    does (matplotlib#32064).
+
+    Before that, FreeType reads every glyph it draws through Python file calls: about ten
+    seeks and four reads, each a system call. With the font in memory the same pictures
+    cost ~17% less to make (146 -> 121 ms per image, measured), pixel for pixel the same
+    (tests/test_rendering.py). Only for matplotlib before 3.12, and only where its font
+    manager still builds fonts the way this expects; otherwise nothing changes.
+    """
+    import os
+    import types
+
+    from matplotlib import font_manager, ft2font
+
+    if matplotlib.__version_info__[:2] >= (3, 12) or getattr(font_manager, "ft2font", None) is not ft2font:
+        return
+    contents: dict = {}
+
+    def font_from_memory(path, *args, **kwargs):
+        if isinstance(path, (str, bytes, os.PathLike)):
+            if path not in contents:
+                with open(path, "rb") as stream:
+                    contents[path] = stream.read()
+            path = io.BytesIO(contents[path])
+        return ft2font.FT2Font(path, *args, **kwargs)
+
+    patched = types.ModuleType(ft2font.__name__)
+    patched.__dict__.update(ft2font.__dict__)
+    patched.FT2Font = font_from_memory
+    font_manager.ft2font = patched
 
 
 def warm_up() -> None:

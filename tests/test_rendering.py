@@ -133,6 +133,32 @@ def test_pyplot_is_never_imported():
     assert out.strip() == "False"
 
 
+def test_render_workers_draw_the_same_pixels_as_any_process():
+    """configure_worker() only makes drawing cheaper (fonts read from memory, no hinting):
+    a worker's picture is the one the same settings give in a plain process."""
+    import hashlib
+    import subprocess
+
+    def picture(configure: str) -> str:
+        code = (
+            "import sys, hashlib, torch, matplotlib\n"
+            "torch.manual_seed(0)\n"
+            "from hookviz.explaining import explain\n"
+            "from hookviz import rendering\n"
+            f"{configure}\n"
+            "m = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.Flatten(), torch.nn.LazyLinear(3))\n"
+            "m(torch.zeros(1, 3, 224, 224))\n"
+            "e = explain(m.eval(), torch.rand(3, 224, 224, generator=torch.Generator().manual_seed(0)), layers=['0'])\n"
+            "for kind in ('summary', 'channels', 'cam'):\n"
+            "    print(hashlib.sha256(rendering.render_png(kind, e, e.layers[0])).hexdigest())\n"
+        )
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+    plain = picture("matplotlib.rcParams['text.hinting'] = 'no_hinting'")
+    assert len(plain.split()) == 3 and picture("matplotlib.rcParams['text.hinting'] = 'no_hinting'") == plain
+    assert picture("rendering.configure_worker()") == plain
+
+
 def test_rendering_is_thread_safe(explanation):
     layer = explanation["features.1"]
 
