@@ -187,6 +187,29 @@ def test_help_does_not_import_torch():
     assert out.strip() == "False False"
 
 
+@pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_openmp_threads_sleep_unless_the_user_says_otherwise(preset, expected):
+    """main() asks OpenMP for sleeping threads before torch loads (spinning ones take CPU
+    from the render workers), and keeps a value the user chose."""
+    import os
+
+    code = (
+        "import os, sys\n"
+        "from hookviz.cli import main\n"
+        "sys.argv = ['hookviz', '--version']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(os.environ['OMP_WAIT_POLICY'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset:
+        env["OMP_WAIT_POLICY"] = preset
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.split()[-1] == expected
+
+
 def test_python_dash_m_works(photo, tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "hookviz", "run", str(photo), *TINY, "--layer", "fc", "--out", str(tmp_path), "-q"],

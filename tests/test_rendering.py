@@ -170,18 +170,20 @@ def test_rendering_is_thread_safe(explanation):
         assert all(result == sequential for result in pool.map(draw, range(8)))
 
 
-@pytest.mark.parametrize("kind, options", [
-    ("summary", {}), ("channels", {"which": "output", "scale": "tile"}),
-    ("channels", {"which": "grad_output", "scale": "shared"}), ("cam", {}), ("cam_topk", {}),
+@pytest.mark.parametrize("kind, options, layer", [
+    ("summary", {}, "features.1"), ("summary", {}, "fc"), ("channels", {"which": "output", "scale": "tile"}, "features.1"),
+    ("channels", {"which": "grad_output", "scale": "shared"}, "features.1"), ("cam", {}, "features.1"),
+    ("cam_topk", {}, "features.1"),
 ])
-def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options):
-    """render_png reuses one figure per layer across images; the next image must not
-    inherit anything of the previous one."""
+def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, layer):
+    """render_png reuses one figure per layer across images, redrawing only what changes
+    (or, for the line plots of a vector layer, all of it); the next image must not inherit
+    anything of the previous one."""
     from .conftest import SAMPLES, tiny_net
 
     model = tiny_net().eval()
-    first = explain(model, SAMPLES / "cat.png", layers=["features.1"], target=1, topk=3)
-    second = explain(model, SAMPLES / "coffee.png", layers=["features.1"], target=3, topk=3)
+    first = explain(model, SAMPLES / "cat.png", layers=[layer], target=1, topk=3)
+    second = explain(model, SAMPLES / "coffee.png", layers=[layer], target=3, topk=3)
     rendering.render_png(kind, first, first.layers[0], **options)
     reused = rendering.render_png(kind, second, second.layers[0], **options)
     builders = {"summary": rendering.summary_figure, "channels": rendering.channels_figure,
