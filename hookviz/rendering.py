@@ -115,6 +115,8 @@ def _fmt(value: float) -> str:
 
 
 NO_FINITE = "no finite values"
+#: Where a map is NaN or infinite: a grey no colormap here uses, not the colour of zero.
+NOT_FINITE_COLOUR = "0.55"
 
 
 def _norm_for(values: np.ndarray, signed: bool):
@@ -122,13 +124,15 @@ def _norm_for(values: np.ndarray, signed: bool):
     if finite.size == 0:
         return Normalize(0, 1), NO_FINITE
     low, high = float(finite.min()), float(finite.max())
-    note = f"min {_fmt(low)}, max {_fmt(high)}"
+    holes = f", {values.size - finite.size} not finite (grey)" if finite.size < values.size else ""
     if low == high:
         # A flat map: keep the colorbar readable and let the colour carry sign and size.
         limit = abs(low) or 1.0
+        note = f"constant {_fmt(low)} everywhere{holes}"
         if signed:
-            return TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit), f"constant {_fmt(low)} everywhere"
-        return Normalize(min(0.0, low), max(0.0, low) or 1.0), f"constant {_fmt(low)} everywhere"
+            return TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit), note
+        return Normalize(min(0.0, low), max(0.0, low) or 1.0), note
+    note = f"min {_fmt(low)}, max {_fmt(high)}{holes}"
     if signed:
         limit = max(abs(low), abs(high))
         return TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit), note
@@ -185,7 +189,7 @@ class _MapPanel:
     def update(self, values: np.ndarray | None, title: str) -> None:
         if values is not None and values.ndim == 2 and self.image is not None:
             norm, note = _norm_for(values, self.signed)
-            self.image.set_data(np.nan_to_num(values, nan=0.0))
+            self.image.set_data(values)
             self.image.set_norm(norm)
             self.bar.set_norm(None if note == NO_FINITE else norm)
             self.ax.set_title(f"{title}\n{note}", fontsize=9)
@@ -211,8 +215,10 @@ class _MapPanel:
             self.ax.tick_params(labelsize=7)
             self.cax.set_axis_off()
             return
-        cmap = GRADIENT_CMAP if self.signed else ACTIVATION_CMAP
-        self.image = self.ax.imshow(np.nan_to_num(values, nan=0.0), cmap=cmap, norm=norm, interpolation="nearest")
+        cmap = matplotlib.colormaps[GRADIENT_CMAP if self.signed else ACTIVATION_CMAP]
+        self.image = self.ax.imshow(
+            values, cmap=cmap.with_extremes(bad=NOT_FINITE_COLOUR), norm=norm, interpolation="nearest"
+        )
         self.ax.set_xticks([])
         self.ax.set_yticks([])
         self.bar = _ValueBar(self.figure, self.cax, cmap)

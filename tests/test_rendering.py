@@ -78,6 +78,23 @@ def test_dead_layer_is_labelled_constant(explanation):
     assert any(t.startswith("output") and "constant 0 everywhere" in t for t in titles)
 
 
+def test_non_finite_values_are_grey_not_the_colour_of_zero(explanation):
+    layer = explanation["features.1"]
+    output = layer.maps["output"].copy()
+    band = output.shape[0] // 5
+    output[:band, :] = np.nan  # the top fifth
+    holed = replace(layer, maps={**layer.maps, "output": output, "grad_input": np.full_like(output, np.inf)})
+    figure = rendering.summary_figure(explanation, holed)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert any(t.startswith("output") and f"{output[:band].size} not finite (grey)" in t for t in titles)
+    assert any(t.startswith("grad_input") and "no finite values" in t for t in titles)
+    pixels = np.asarray(Image.open(io.BytesIO(rendering.png_bytes(figure))).convert("RGB"))
+    output_ax = next(ax for ax in figure.axes if ax.get_title().startswith("output"))
+    (x0, y0), (x1, y1) = output_ax.get_window_extent().get_points()
+    inside = pixels[pixels.shape[0] - int(y1) + int((y1 - y0) * 0.1), int(x0) + 3 : int(x1) - 3]  # in the band
+    assert (np.abs(inside.astype(int) - round(0.55 * 255)) <= 1).all()
+
+
 def test_png_is_not_blank(explanation):
     data = rendering.png_bytes(rendering.cam_figure(explanation, explanation["features.1"]))
     pixels = np.asarray(Image.open(io.BytesIO(data)).convert("L"), dtype=float)
