@@ -182,7 +182,9 @@ def run(
         check_tensorboard()
     check_writable(config.out)
     sweep_partial_files(config.out)
-    workers = config.workers or os.cpu_count() or 1
+    # One render process per CPU, but no more than there are images: a one-photo smoke
+    # check on a 64-core machine starts one, not 64 (they all start at once, below).
+    workers = max(1, min(config.workers or os.cpu_count() or 1, len(shard_of(list(images), config.shard))))
     pool = _render_pool(workers if config.pictures else 0)
     if config.pictures:
         # Workers start now and load matplotlib while this process imports torch and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,24 @@ def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, t
         b = np.load(tmp_path / "single" / name / "tensors.npz")
         for key in ("_swish:1/cam", "_swish:1/grad_output", "logits"):
             np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, count):
+    """Render workers all start with the run, so a small run must not start one per CPU."""
+    import hookviz.runner as runner
+
+    asked = []
+    real = runner._render_pool
+    monkeypatch.setattr(runner, "_render_pool", lambda workers: asked.append(workers) or real(workers))
+    photos = []
+    for i in range(count):
+        folder = tmp_path / f"in{i}"
+        folder.mkdir()
+        photos.append(Path(shutil.copy(photo, folder / "photo.png")))
+    summary = run(_config(tmp_path / "out", pictures=("summary",), workers=8), photos)
+    assert [s.status for s in summary.statuses] == ["done"] * count
+    assert asked == [count]
 
 
 def test_parameters_get_no_gradient_and_are_restored(tmp_path, photo):
