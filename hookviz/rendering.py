@@ -59,7 +59,11 @@ class _Sheet:
         # Wrapped only when a line would not fit (a long image path): wrapping measures
         # every word at each draw.
         wrap = max(map(len, text.splitlines())) * _CHAR_INCHES > self.width - 0.2
-        self.figure.suptitle(text, x=0.5, y=1 - 0.1 / self.height, ha="center", va="top", fontsize=10, wrap=wrap)
+        # parse_math=False everywhere: titles carry file, layer and class names, where "$" is
+        # a dollar sign, not mathtext ("price $x^{$.png" would fail to draw).
+        self.figure.suptitle(
+            text, x=0.5, y=1 - 0.1 / self.height, ha="center", va="top", fontsize=10, wrap=wrap, parse_math=False
+        )
 
 
 #: Width of an average character of the 10-point titles, in inches (DejaVu Sans).
@@ -156,9 +160,12 @@ class _ValueBar:
         beside = offset_copy(cax.transAxes, figure, x=7, units="points")
         if label:
             # Beyond the widest value label ("-1.23e+04" at 7 pt), which the bar cannot measure.
-            self.bar.set_label(label, fontsize=8)
+            self.bar.set_label(label, fontsize=8, parse_math=False)
             cax.yaxis.set_label_coords(1, 0.5, transform=offset_copy(cax.transAxes, figure, x=44, units="points"))
-        self.labels = [cax.text(1, f, "", transform=beside, fontsize=7, va="center", ha="left") for f in self.FRACTIONS]
+        self.labels = [
+            cax.text(1, f, "", transform=beside, fontsize=7, va="center", ha="left", parse_math=False)
+            for f in self.FRACTIONS
+        ]
 
     def set_norm(self, norm) -> None:
         """Label the bar with the values ``norm`` maps to its bottom, middle and top;
@@ -192,26 +199,28 @@ class _MapPanel:
             self.image.set_data(values)
             self.image.set_norm(norm)
             self.bar.set_norm(None if note == NO_FINITE else norm)
-            self.ax.set_title(f"{title}\n{note}", fontsize=9)
+            self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False)
             return
         self.ax.clear()
         self.cax.clear()
         self.image = self.bar = None
         if values is None:
-            self.ax.set_title(title, fontsize=9)
-            self.ax.text(0.5, 0.5, self.missing, ha="center", va="center", fontsize=9, transform=self.ax.transAxes)
+            self.ax.set_title(title, fontsize=9, parse_math=False)
+            self.ax.text(
+                0.5, 0.5, self.missing, ha="center", va="center", fontsize=9, transform=self.ax.transAxes, parse_math=False
+            )
             self.ax.set_axis_off()
             self.cax.set_axis_off()
             return
         norm, note = _norm_for(values, self.signed)
-        self.ax.set_title(f"{title}\n{note}", fontsize=9)
+        self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False)
         if values.ndim == 1:
             # Lines, not bars: a single spike among 1000 features must stay visible.
             colour = "tab:red" if self.signed else "tab:blue"
             self.ax.vlines(np.arange(values.size), 0, values, colors=colour, linewidth=1.0)
             self.ax.set_xlim(-0.5, values.size - 0.5)
             self.ax.axhline(0, color="black", linewidth=0.5)
-            self.ax.set_xlabel("feature index", fontsize=8)
+            self.ax.set_xlabel("feature index", fontsize=8, parse_math=False)
             self.ax.tick_params(labelsize=7)
             self.cax.set_axis_off()
             return
@@ -326,7 +335,7 @@ def _channels(explanation, layer, which: str = "output", channels=None, scale: s
     image = ax.imshow(np.ma.masked_invalid(np.full(shape, np.nan)), cmap=colormap, interpolation="nearest")
     font = 6 if columns > 6 else 8
     labels = [
-        ax.text(c * (width + pad) - 0.5, r * (height + gap) + gap - 0.6, "", fontsize=font, va="bottom", ha="left")
+        ax.text(c * (width + pad) - 0.5, r * (height + gap) + gap - 0.6, "", fontsize=font, va="bottom", ha="left", parse_math=False)
         for r, c in (divmod(slot, columns) for slot in range(len(tiles.indices)))
     ]
     ax.set_axis_off()
@@ -427,7 +436,7 @@ class _Overlay:
         self.heat.set_norm(norm)
         self.bar.set_norm(norm)
         note = " (all zero: nothing here raises this class)" if top == 0 else ""
-        self.ax.set_title(title + note, fontsize=9)
+        self.ax.set_title(title + note, fontsize=9, parse_math=False)
 
 
 def photo_of(explanation) -> np.ndarray:

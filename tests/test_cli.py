@@ -268,13 +268,17 @@ def test_every_hostile_input_fails_alone_with_its_message(cli, tmp_path):
     ("anim.gif", lambda p: Image.new("RGB", (20, 20)).save(p, save_all=True, append_images=[Image.new("RGB", (20, 20))])),
     ("tiny.webp", lambda p: Image.new("RGB", (1, 1), (9, 9, 9)).save(p)),
     ("UP PER é.BMP", lambda p: Image.new("RGB", (20, 20)).save(p, format="BMP")),
+    ("price $x^{$.png", lambda p: Image.new("RGB", (20, 20)).save(p)),  # in a title: not mathtext
 ])
 def test_awkward_but_valid_images_work(cli, tmp_path, name, make):
     path = tmp_path / name
     make(path)
     result = invoke(cli, "run", path, *TINY, "--layer", "features.3", "--out", tmp_path / "out")
     assert result.exit_code == 0, result.stderr
-    assert (tmp_path / "out" / path.stem / "features.3.summary.png").exists()
+    (folder,) = [d for d in (tmp_path / "out").iterdir() if d.is_dir()]
+    assert sorted(p.name for p in folder.glob("features.3.*.png")) == [
+        "features.3.cam.png", "features.3.channels.png", "features.3.summary.png"
+    ]
 
 
 def test_from_list_reads_stdin_and_preprocessing_options_apply(cli, photo, tmp_path):
