@@ -49,6 +49,7 @@ class _Sheet:
         self.width, self.height = width, height
         self.figure = Figure(figsize=(width, height), dpi=DPI)
         FigureCanvasAgg(self.figure)
+        self.heading = None  # the title's Text, once set
 
     def axes(self, left: float, top: float, width: float, height: float):
         return self.figure.add_axes(
@@ -61,7 +62,7 @@ class _Sheet:
         wrap = max(map(len, text.splitlines())) * _CHAR_INCHES > self.width - 0.2
         # parse_math=False everywhere: titles carry file, layer and class names, where "$" is
         # a dollar sign, not mathtext ("price $x^{$.png" would fail to draw).
-        self.figure.suptitle(
+        self.heading = self.figure.suptitle(
             text, x=0.5, y=1 - 0.1 / self.height, ha="center", va="top", fontsize=10, wrap=wrap, parse_math=False
         )
 
@@ -194,20 +195,16 @@ class _MapPanel:
         return [self.image, *self.ax.spines.values(), self.ax.title, *self.bar.labels]
 
     def update(self, values: np.ndarray | None, title: str) -> None:
-        if values is not None and values.ndim == 2 and self.image is not None:
-            norm, note = _norm_for(values, self.signed)
-            self.image.set_data(values)
-            self.image.set_norm(norm)
-            self.bar.set_norm(None if note == NO_FINITE else norm)
-            self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False)
-            return
-        self.ax.clear()
-        self.cax.clear()
-        self.image = self.bar = None
+        if values is None or values.ndim != 2 or self.image is None:
+            # Drawn anew: a missing tensor, a vector, or the first 2-D map.
+            self.ax.clear()
+            self.cax.clear()
+            self.image = self.bar = None
         if values is None:
             self.ax.set_title(title, fontsize=9, parse_math=False)
             self.ax.text(
-                0.5, 0.5, self.missing, ha="center", va="center", fontsize=9, transform=self.ax.transAxes, parse_math=False
+                0.5, 0.5, self.missing, ha="center", va="center", fontsize=9,
+                transform=self.ax.transAxes, parse_math=False,
             )
             self.ax.set_axis_off()
             self.cax.set_axis_off()
@@ -224,13 +221,16 @@ class _MapPanel:
             self.ax.tick_params(labelsize=7)
             self.cax.set_axis_off()
             return
-        cmap = matplotlib.colormaps[GRADIENT_CMAP if self.signed else ACTIVATION_CMAP]
-        self.image = self.ax.imshow(
-            values, cmap=cmap.with_extremes(bad=NOT_FINITE_COLOUR), norm=norm, interpolation="nearest"
-        )
-        self.ax.set_xticks([])
-        self.ax.set_yticks([])
-        self.bar = _ValueBar(self.figure, self.cax, cmap)
+        if self.image is None:  # kept, with its bar, for the next images' maps
+            cmap = matplotlib.colormaps[GRADIENT_CMAP if self.signed else ACTIVATION_CMAP]
+            self.image = self.ax.imshow(
+                values, cmap=cmap.with_extremes(bad=NOT_FINITE_COLOUR), norm=norm, interpolation="nearest"
+            )
+            self.ax.set_xticks([])
+            self.ax.set_yticks([])
+            self.bar = _ValueBar(self.figure, self.cax, cmap)
+        self.image.set_data(values)
+        self.image.set_norm(norm)
         self.bar.set_norm(None if note == NO_FINITE else norm)
 
 
@@ -274,7 +274,7 @@ def _summary(explanation, layer):
 
     update(explanation, layer)
     parts = [panel.changing() for panel in panels.values()]
-    changing = None if None in parts else [photo, *(a for part in parts for a in part), sheet.figure._suptitle]
+    changing = None if None in parts else [photo, *(a for part in parts for a in part), sheet.heading]
     return sheet.figure, update, changing
 
 
@@ -335,7 +335,10 @@ def _channels(explanation, layer, which: str = "output", channels=None, scale: s
     image = ax.imshow(np.ma.masked_invalid(np.full(shape, np.nan)), cmap=colormap, interpolation="nearest")
     font = 6 if columns > 6 else 8
     labels = [
-        ax.text(c * (width + pad) - 0.5, r * (height + gap) + gap - 0.6, "", fontsize=font, va="bottom", ha="left", parse_math=False)
+        ax.text(
+            c * (width + pad) - 0.5, r * (height + gap) + gap - 0.6, "",
+            fontsize=font, va="bottom", ha="left", parse_math=False,
+        )
         for r, c in (divmod(slot, columns) for slot in range(len(tiles.indices)))
     ]
     ax.set_axis_off()
@@ -386,7 +389,7 @@ def _channels(explanation, layer, which: str = "output", channels=None, scale: s
         )
 
     update(explanation, layer)
-    return sheet.figure, update, [image, *labels, *bar.labels, sheet.figure._suptitle]
+    return sheet.figure, update, [image, *labels, *bar.labels, sheet.heading]
 
 
 def channels_figure(
@@ -468,7 +471,7 @@ def _cam(explanation, layer):
         sheet.title(f"{heading}\n{_target_text(explanation)}")
 
     update(explanation, layer)
-    return sheet.figure, update, [plain, *overlay.changing, sheet.figure._suptitle]
+    return sheet.figure, update, [plain, *overlay.changing, sheet.heading]
 
 
 def cam_figure(explanation, layer) -> Figure | None:
@@ -500,7 +503,7 @@ def _cam_topk(explanation, layer):
         )
 
     update(explanation, layer)
-    return sheet.figure, update, [a for overlay in overlays for a in overlay.changing] + [sheet.figure._suptitle]
+    return sheet.figure, update, [a for overlay in overlays for a in overlay.changing] + [sheet.heading]
 
 
 def cam_topk_figure(explanation, layer) -> Figure | None:
@@ -524,8 +527,8 @@ def configure_worker() -> None:
     """Settings for a process that only renders (hookviz's workers), never for a user's.
 
     Text is drawn without FreeType's hinting: at 100 dpi it looks the same, and glyphs (the
-    channel grid labels 64 tiles) render about twice as fast as with the autohinter. Fonts
-    are read from memory (below).
+    channel grid alone has 64 labels) render about twice as fast as with the autohinter.
+    Fonts are read from memory (below).
     """
     matplotlib.rcParams["text.hinting"] = "no_hinting"
     _read_fonts_from_memory()
@@ -588,10 +591,9 @@ class _Reused:
             artist.set_animated(True)  # left out of the full draw that makes the background
 
     def png(self) -> bytes:
-        canvas = self.figure.canvas
         if self.changing is None:
-            canvas.draw()
-            return _encode(self.figure)
+            return png_bytes(self.figure)
+        canvas = self.figure.canvas
         if self.background is None:
             canvas.draw()
             self.background = canvas.copy_from_bbox(self.figure.bbox)

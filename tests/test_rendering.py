@@ -44,6 +44,13 @@ def test_summary_has_photo_four_panels_and_colorbars(explanation):
     assert len(colorbars) == 4
 
 
+def test_vector_panels_are_titled_line_plots(explanation):
+    figure = rendering.summary_figure(explanation, explanation["fc"])
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title().startswith(("input", "output", "grad"))]
+    assert len(titles) == 4 and all("per feature" in t and "min" in t for t in titles)
+    assert not _images(figure)[1:]  # lines, not images, beside the photo
+
+
 def test_activation_panel_spans_the_true_range(explanation):
     layer = explanation["features.1"]
     figure = rendering.summary_figure(explanation, layer)
