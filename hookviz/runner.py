@@ -184,7 +184,8 @@ def run(
     sweep_partial_files(config.out)
     # One render process per CPU, but no more than there are images: a one-photo smoke
     # check on a 64-core machine starts one, not 64 (they all start at once, below).
-    workers = max(1, min(config.workers or os.cpu_count() or 1, len(shard_of(list(images), config.shard))))
+    selected = shard_of(list(images), config.shard)
+    workers = max(1, min(config.workers or os.cpu_count() or 1, len(selected)))
     pool = _render_pool(workers if config.pictures else 0)
     if config.pictures:
         # Workers start now and load matplotlib while this process imports torch and
@@ -192,12 +193,12 @@ def run(
         for _ in range(workers):
             pool.submit(_warm_up)
     try:
-        return _run(config, images, explain_options, pool, workers, on_status, on_start)
+        return _run(config, images, selected, explain_options, pool, workers, on_status, on_start)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run(config: RunConfig, images, explain_options, pool, workers: int, on_status, on_start) -> RunSummary:
+def _run(config: RunConfig, images, selected, explain_options, pool, workers: int, on_status, on_start) -> RunSummary:
     import torch
 
     from .layers import default_layer, recorded_elements, resolve_layers
@@ -224,7 +225,6 @@ def _run(config: RunConfig, images, explain_options, pool, workers: int, on_stat
     per_image = 4 * 3 * recorded_elements(module, specs, size)
     batch_size = max(1, min(config.batch_size, config.memory_budget // max(1, per_image)))
     names = output_names(list(images))
-    selected = shard_of(list(images), config.shard)
     notes = []
     if not config.layers and not config.layer_types:
         spec = specs[0]
