@@ -221,6 +221,10 @@ def _gray_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
 def prepare(image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
     """Resize, crop and normalise a decoded photo into the model's input tensor."""
     import torch
+
+    from .lazy_dynamo import import_torchvision
+
+    import_torchvision()
     from torchvision.transforms import functional as F
 
     if preprocessing.crop:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .errors import UnknownModelError, UsageError, WeightsError, did_you_mean, first_line
 from .images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from .lazy_dynamo import import_torchvision
 
 
 @dataclass(frozen=True)
@@ -90,15 +91,16 @@ def builtin_names() -> list[str]:
 
 def torchvision_names() -> list[str]:
     """Names of torchvision's classification models."""
-    import torchvision.models
-
-    return sorted(torchvision.models.list_models(module=torchvision.models))
+    models = _torchvision_models()
+    return sorted(models.list_models(module=models))
 
 
 def imagenet_categories() -> tuple[str, ...]:
-    from torchvision.models import ResNet50_Weights
+    return tuple(_torchvision_models().ResNet50_Weights.IMAGENET1K_V1.meta["categories"])
 
-    return tuple(ResNet50_Weights.IMAGENET1K_V1.meta["categories"])
+
+def _torchvision_models():
+    return import_torchvision().models
 
 
 def load_model(name: str, weights: str = "DEFAULT", seed: int = 0) -> LoadedModel:
@@ -179,15 +181,14 @@ def _from_builtin(entry: BuiltinModel, weights: str, seed: int):
 
 
 def _from_torchvision(name: str, weights: str, seed: int):
-    import torchvision.models
-
+    models = _torchvision_models()
     names = torchvision_names()
     if name not in names:
         raise UnknownModelError(
             f"--model {name}: no such model{did_you_mean(name, names + builtin_names())}; "
             "`hookviz models` lists them, or pass package.module:callable"
         )
-    enum = torchvision.models.get_model_weights(name)
+    enum = models.get_model_weights(name)
     kind = _weights_kind(weights)
     members = list(enum.__members__)
     if kind == "default" or weights in members:
@@ -195,7 +196,7 @@ def _from_torchvision(name: str, weights: str, seed: int):
         cached = _ensure_cached(name, entry)
         try:
             with _weights_only_loads():
-                model = torchvision.models.get_model(name, weights=entry)
+                model = models.get_model(name, weights=entry)
         except pickle.UnpicklingError:
             raise WeightsError(
                 f"--weights {weights}: refused {cached}: it holds pickled Python objects that could run code, "
@@ -209,14 +210,14 @@ def _from_torchvision(name: str, weights: str, seed: int):
         categories = tuple(entry.meta.get("categories") or ()) or None
         return model, f"{weights} ({entry})", categories, _preprocessing_of(entry)
     if kind == "none":
-        model = torchvision.models.get_model(name, weights=None)
+        model = models.get_model(name, weights=None)
         label = f"none (random init, seed {seed})"
     else:
         if not Path(weights).exists() and not any(c in weights for c in "/\\."):
             raise WeightsError(
                 f"--weights {weights}: not a file, nor one of DEFAULT, none, {', '.join(members)}"
             )
-        model = torchvision.models.get_model(name, weights=None)
+        model = models.get_model(name, weights=None)
         label = _load_file(model, weights)
     categories = tuple(enum.DEFAULT.meta.get("categories") or ()) or None
     return model, label, categories, Preprocessing()
