@@ -10,7 +10,6 @@ answers at once.
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import signal
 import sys
@@ -406,14 +405,36 @@ def main() -> None:
     # render workers: measured over 32 photos on 2 cores, a run with pictures finished ~8%
     # sooner with this, and one without pictures no later. A value you set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    app(prog_name="hookviz")
+
+
+def console_main() -> None:
+    """The installed ``hookviz`` command (and ``python -m hookviz``): ``main()``, then exit
+    at once with its exit status.
+
+    When a command returns, every file it wrote is complete and closed, and its worker
+    processes and threads have finished. A normal interpreter shutdown would then spend
+    0.15 s to 0.7 s (measured on 2 cores) freeing the objects torch and torchvision
+    create at import, which the operating system reclaims anyway; so only the output
+    streams are flushed. An unexpected exception still gets Python's usual exit.
+    """
     try:
-        app(prog_name="hookviz")
-    finally:
-        # Every file is complete by now. Without this, interpreter shutdown spends ~0.7 s
-        # (measured on 2 cores) collecting the millions of objects torch and torchvision
-        # create at import, which die with the process anyway.
-        gc.freeze()
+        main()
+        status = 0
+    except SystemExit as exit:
+        status = exit.code
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (hookviz models | head): nothing to save
+            pass
+    os._exit(status)
 
 
 if __name__ == "__main__":
-    main()
+    console_main()

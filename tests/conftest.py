@@ -49,6 +49,12 @@ def tiny_net() -> nn.Module:
     return TinyNet()
 
 
+def chatty_net() -> nn.Module:
+    """A factory that prints, as users' factories do: plain print(), no flush."""
+    print("chatty_net: built")
+    return tiny_net()
+
+
 def nan_net() -> nn.Module:
     model = tiny_net()
     with torch.no_grad():

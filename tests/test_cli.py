@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -190,7 +191,6 @@ def test_help_does_not_import_torch():
 def test_openmp_threads_sleep_unless_the_user_says_otherwise(preset, expected):
     """main() asks OpenMP for sleeping threads before torch loads (spinning ones take CPU
     from the render workers), and keeps a value the user chose."""
-    import os
 
     code = (
         "import os, sys\n"
@@ -215,6 +215,35 @@ def test_python_dash_m_works(photo, tmp_path):
     )
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "photo" / "report.json").exists()
+
+
+def test_the_installed_command_keeps_its_status_and_every_line_it_printed(tmp_path, photo):
+    """console_main() skips interpreter shutdown (os._exit): output streams must be flushed
+    first, and main()'s exit status passed on. Pipes are block-buffered, so a missing flush
+    would lose all of it."""
+    root = Path(__file__).resolve().parent.parent
+
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+    def command(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "hookviz", *args], capture_output=True, text=True, cwd=root, env=buffered
+        )
+
+    listing = command("models")
+    assert listing.returncode == 0
+    assert listing.stdout == CliRunner().invoke(app, ["models"]).stdout
+    assert "efficientnet_lite0" in listing.stdout and "resnet50" in listing.stdout
+    chatty = command("run", str(photo), "--model", "tests.conftest:chatty_net", "--weights", "none",
+                     "--out", str(tmp_path / "chatty"), "-q")
+    assert chatty.returncode == 0, chatty.stderr
+    assert chatty.stdout == "chatty_net: built\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = command("run", str(empty), *TINY, "--out", str(tmp_path / "out"))
+    assert refused.returncode == 2
+    assert refused.stdout == "" and len(refused.stderr.strip().splitlines()) == 1
+    assert "no image files" in refused.stderr
 
 
 def _hostile_inputs(folder: Path) -> dict[str, str]:
