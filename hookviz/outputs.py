@@ -14,8 +14,9 @@ import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -35,13 +36,20 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone makes files 0600
 
 
-def atomic_write(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    ``data`` is the bytes, or a function that writes them into the open file (large
+    arrays then go to the file without first being gathered in memory).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            if callable(data):
+                data(stream)
+            else:
+                stream.write(data)
         os.chmod(temporary, _FILE_MODE)
         os.replace(temporary, path)
     except BaseException:
@@ -138,7 +146,7 @@ def report_of(explanation, files: Sequence[str]) -> dict:
     }
 
 
-def tensors_npz(explanation) -> bytes:
+def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``logits``, ``input``.
 
     Needs the full tensors (``explain_batch(keep_tensors=True)``).
@@ -153,9 +161,7 @@ def tensors_npz(explanation) -> bytes:
                 arrays[f"{layer.name}/{key}"] = np.asarray(value, dtype=np.float32)
         if layer.cam is not None:
             arrays[f"{layer.name}/cam"] = np.asarray(layer.cam, dtype=np.float32)
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
+    np.savez(stream, **arrays)
 
 
 def _jpeg(pixels: np.ndarray) -> bytes:
@@ -201,7 +207,7 @@ def save_explanation(
             if data is not None:
                 written.append(atomic_write(directory / f"{stem}.{name}.png", data))
     if save_tensors:
-        written.append(atomic_write(directory / TENSORS, tensors_npz(explanation)))
+        written.append(atomic_write(directory / TENSORS, lambda stream: write_tensors_npz(explanation, stream)))
     report = report_of(explanation, [p.name for p in written])
     written.append(write_json(directory / REPORT, report))
     return written

@@ -27,6 +27,22 @@ def test_atomic_write_replaces_whole_files_and_cleans_up(tmp_path, monkeypatch):
     assert target.read_bytes() == b"two" and no_partial_files(tmp_path)
 
 
+def test_atomic_write_streams_from_a_writer_and_keeps_the_old_file_if_it_fails(tmp_path):
+    """tensors.npz is written by np.savez straight into the temporary file: one that fails
+    halfway leaves the previous file whole and no temporary file behind."""
+    target = tmp_path / "tensors.npz"
+    atomic_write(target, lambda stream: np.savez(stream, a=np.arange(3.0)))
+    assert np.load(target)["a"].tolist() == [0.0, 1.0, 2.0]
+
+    def half_then_fail(stream):
+        stream.write(b"PK half a zip")
+        raise MemoryError("out of memory")
+
+    with pytest.raises(MemoryError):
+        atomic_write(target, half_then_fail)
+    assert np.load(target)["a"].tolist() == [0.0, 1.0, 2.0] and no_partial_files(tmp_path)
+
+
 def test_sweep_removes_leftovers_only(tmp_path):
     (tmp_path / "cat").mkdir()
     (tmp_path / "cat" / ".report.json.abc.part").write_text("half")
