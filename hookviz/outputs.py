@@ -186,10 +186,10 @@ def save_explanation(
     Returns:
         The files written, report last.
     """
-    from . import rendering
-
     written: list[Path] = []
     if pictures:
+        from . import rendering  # matplotlib: ~0.3 s to import, only for pictures
+
         written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(rendering.photo_of(explanation))))
     for layer in explanation.layers:
         stem = file_name(layer.name)

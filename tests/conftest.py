@@ -98,7 +98,9 @@ def coffee() -> Path:
 def python_output(code: str, env: dict | None = None) -> str:
     """What a fresh interpreter prints running ``code``: for what only a new process shows
     (the modules an import pulls in, settings read at start-up, global state)."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
 
 
 def no_partial_files(folder: Path) -> bool:

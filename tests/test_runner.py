@@ -17,7 +17,7 @@ from PIL import Image
 from hookviz.outputs import output_names
 from hookviz.runner import RunConfig, run, shard_of
 
-from .conftest import ROOT, no_partial_files
+from .conftest import ROOT, no_partial_files, python_output
 
 
 def _config(out: Path, **changes) -> RunConfig:
@@ -56,6 +56,20 @@ def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, coun
     summary = run(_config(tmp_path / "out", pictures=("summary",), workers=8), photos)
     assert [s.status for s in summary.statuses] == ["done"] * count
     assert asked == [count]
+
+
+def test_a_run_without_pictures_never_imports_matplotlib(tmp_path, photo):
+    """matplotlib takes ~0.3 s to import, on a thread that shares the cores with the model."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from hookviz.runner import RunConfig, run\n"
+        f"config = RunConfig(model='tests.conftest:tiny_net', weights='none', out=Path({str(tmp_path)!r}), pictures=(),"
+        " save_tensors=True)\n"
+        f"summary = run(config, [Path({str(photo)!r})])\n"
+        "print(summary.count('done'), 'matplotlib' in sys.modules)\n"
+    )
+    assert python_output(code).split() == ["1", "False"]
 
 
 def test_parameters_get_no_gradient_and_are_restored(tmp_path, photo):
