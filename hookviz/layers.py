@@ -136,7 +136,6 @@ def _type_matches(module, type_name: str) -> bool:
 @dataclass(frozen=True)
 class _Trace:
     shapes: dict  # path -> output shape per call
-    input_sizes: dict  # path -> input element count per call
     order: list  # paths in the order their calls finished
 
 
@@ -147,7 +146,6 @@ def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
     from .recording import HookSet
 
     shapes: dict[str, list[tuple[int, ...] | None]] = {}
-    input_sizes: dict[str, list[int]] = {}
     order: list[str] = []
     with HookSet() as hooks:
         for path, module in model.named_modules():
@@ -157,8 +155,6 @@ def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
             def hook(_module, inputs, output, path=path):
                 tensor = first_tensor(output)
                 shapes.setdefault(path, []).append(tuple(tensor.shape) if tensor is not None else None)
-                given = first_tensor(inputs)
-                input_sizes.setdefault(path, []).append(given.numel() if given is not None else 0)
                 order.append(path)
 
             hooks.add(module.register_forward_hook(hook))
@@ -171,7 +167,7 @@ def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
                 f"the model failed a dry forward pass on a 1x3x{input_size[0]}x{input_size[1]} input "
                 f"({describe(exc)}); try another --crop"
             ) from None
-    return _Trace(shapes, input_sizes, order)
+    return _Trace(shapes, order)
 
 
 def trace(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
@@ -239,19 +235,3 @@ def first_tensor(value):
             if found is not None:
                 return found
     return None
-
-
-def recorded_elements(model, specs: Sequence[LayerSpec], input_size: tuple[int, int] = (224, 224)) -> int:
-    """How many tensor elements recording ``specs`` keeps per image (inputs plus outputs),
-    from a dry forward pass; sizes the batches of a run."""
-    import math
-
-    traced = _run_traced(model, input_size)
-    total = 0
-    for spec in specs:
-        outputs = traced.shapes.get(spec.path, [])
-        inputs = traced.input_sizes.get(spec.path, [])
-        calls = range(len(outputs)) if spec.call is None else [spec.call] if spec.call < len(outputs) else []
-        for call in calls:
-            total += inputs[call] + (math.prod(outputs[call]) if outputs[call] else 0)
-    return total

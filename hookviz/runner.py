@@ -9,6 +9,7 @@ run goes on. ``run.json`` describes the run, also when it is interrupted.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import platform
@@ -25,7 +26,7 @@ from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError, describe, first_line
 from .explaining import ExplainOptions, explain_batch
 from .gallery import write_gallery
-from .images import DEFAULT_MAX_PIXELS, load_image, prepare
+from .images import DEFAULT_MAX_PIXELS, LoadedImage, load_image, prepare
 from .outputs import REPORT, output_names, save_explanation, sweep_partial_files, write_json
 from .tensorboard_log import TensorBoardLog
 from .tensorboard_log import check_available as check_tensorboard
@@ -185,6 +186,8 @@ def run(
     # One render process per CPU, but no more than there are images: a one-photo smoke
     # check on a 64-core machine starts one, not 64 (they all start at once, below).
     selected = shard_of(list(images), config.shard)
+    names = output_names(list(images))
+    todo = [p for p in selected if not (config.skip_existing and (config.out / names[p] / REPORT).exists())]
     workers = max(1, min(config.workers or os.cpu_count() or 1, len(selected)))
     pool = _render_pool(workers if config.pictures else 0)
     if config.pictures:
@@ -192,16 +195,94 @@ def run(
         # builds the model; otherwise they would start only when the first batch is done.
         for _ in range(workers):
             pool.submit(_warm_up)
+    # Decoding needs no torch either: the loader starts now too, on the core that the
+    # import of torch leaves idle.
+    loader = _Loader(todo, config.max_pixels, ahead=max(2, 2 * config.batch_size))
+    loader.start()
     try:
-        return _run(config, images, selected, explain_options, pool, workers, on_status, on_start)
+        return _run(config, selected, names, todo, explain_options, pool, workers, loader, on_status, on_start)
     finally:
+        loader.stop()
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run(config: RunConfig, images, selected, explain_options, pool, workers: int, on_status, on_start) -> RunSummary:
+class _Loader:
+    """Decodes the images in a background thread, in order, at most ``ahead`` of the
+    consumer; prepares them too once ``preprocessing`` is set (it is known only when the
+    model is loaded). Iterating yields ``(path, PreparedImage or ImageError)``."""
+
+    def __init__(self, paths: Sequence[Path], max_pixels: int, ahead: int):
+        self.preprocessing = None
+        self._paths = list(paths)
+        self._max_pixels = max_pixels
+        self._queue: queue.Queue = queue.Queue(maxsize=ahead)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="hookviz-loader", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def __iter__(self):
+        while (item := self._queue.get()) is not None:
+            path, image = item
+            if isinstance(image, LoadedImage):  # decoded before the preprocessing was known
+                image = _prepared(path, image, self.preprocessing)
+            yield path, image
+
+    def _work(self) -> None:
+        for path in self._paths:
+            if self._stop.is_set():
+                return
+            try:
+                image = load_image(path, self._max_pixels)
+            except ImageError as exc:
+                image = exc
+            except Exception as exc:  # a decoder bug must fail this image, not the run
+                image = ImageError(f"{path}: could not decode ({describe(exc)})")
+            else:
+                if self.preprocessing is not None:
+                    image = _prepared(path, image, self.preprocessing)
+            if not self._hand_over((path, image)):
+                return
+        self._hand_over(None)
+
+    def _hand_over(self, item) -> bool:
+        while not self._stop.is_set():  # never block for good: the consumer may have stopped
+            try:
+                self._queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+def _prepared(path: Path, image: LoadedImage, preprocessing):
+    try:
+        return prepare(image, preprocessing)
+    except ImageError as exc:
+        return exc
+    except Exception as exc:
+        return ImageError(f"{path}: could not preprocess ({describe(exc)})")
+
+
+def _recorded_bytes(explanation) -> int:
+    """What recording one image holds during a batch: value, copy and gradient (float32)
+    of every recorded input and output."""
+    elements = sum(
+        math.prod(shape) for layer in explanation.layers for key in ("input", "output")
+        if (shape := layer.shapes.get(key)) is not None
+    )
+    return 4 * 3 * elements
+
+
+def _run(config: RunConfig, selected, names, todo, explain_options, pool, workers: int, loader, on_status, on_start) -> RunSummary:
     import torch
 
-    from .layers import default_layer, recorded_elements, resolve_layers
+    from .layers import default_layer, resolve_layers
     from .models import load_model, with_overrides
 
     device = resolve_device(config.device)
@@ -215,16 +296,17 @@ def _run(config: RunConfig, images, selected, explain_options, pool, workers: in
         loaded.preprocessing, resize=config.resize, crop=config.crop, mean=config.mean,
         std=config.std, whole_image=config.whole_image,
     )
+    loader.preprocessing = preprocessing
     size = (preprocessing.size, preprocessing.size)
     if config.layers or config.layer_types:
         specs = resolve_layers(module, config.layers, config.layer_types)
     else:
         specs = [default_layer(module, size)]
-    # Batches hold every recorded tensor (values, copies, gradients) at once: size them so
-    # that recording all 53 convolutions of resnet50 runs one image at a time.
-    per_image = 4 * 3 * recorded_elements(module, specs, size)
-    batch_size = max(1, min(config.batch_size, config.memory_budget // max(1, per_image)))
-    names = output_names(list(images))
+    # Batches hold every recorded tensor (values, copies, gradients) at once: the first
+    # batch is one image, and what it recorded sizes the others, so that recording all 53
+    # convolutions of resnet50 runs one image at a time.
+    batch_size = config.batch_size
+    sized = False
     notes = []
     if not config.layers and not config.layer_types:
         spec = specs[0]
@@ -232,18 +314,16 @@ def _run(config: RunConfig, images, selected, explain_options, pool, workers: in
                      f"({spec.module_type}), the last layer with a spatial feature map")
     if on_start:
         on_start(
-            f"model {loaded.name}, weights {loaded.weights}, on {device}, batches of {batch_size}; layers: "
+            f"model {loaded.name}, weights {loaded.weights}, on {device}, batches of up to {batch_size}; layers: "
             + ", ".join(s.path + ("" if s.call is None else f":{s.call}") for s in specs)
         )
     started = time.time()
     statuses: dict[Path, ImageStatus] = {}
     findings: list[Finding] = []
-    todo: list[Path] = []
+    waiting = set(todo)
     for path in selected:
-        if config.skip_existing and (config.out / names[path] / REPORT).exists():
+        if path not in waiting:
             statuses[path] = ImageStatus(str(path), names[path], "skipped", "already done (--skip-existing)")
-        else:
-            todo.append(path)
     total = len(selected)
     finished = [len(statuses)]
     lock = threading.Lock()
@@ -261,31 +341,6 @@ def _run(config: RunConfig, images, selected, explain_options, pool, workers: in
             on_status(status, count, total)
     step_of = {path: step for step, path in enumerate(selected)}  # TensorBoard steps
 
-    stop = threading.Event()
-    prepared_queue: queue.Queue = queue.Queue(maxsize=max(2, 2 * batch_size))
-
-    def hand_over(item) -> None:
-        while not stop.is_set():  # never block for good: the consumer may have stopped
-            try:
-                prepared_queue.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-
-    def load_all() -> None:
-        for path in todo:
-            if stop.is_set():
-                return
-            try:
-                item = prepare(load_image(path, config.max_pixels), preprocessing)
-            except ImageError as exc:
-                item = exc
-            except Exception as exc:  # a decoder bug must fail this image, not the run
-                item = ImageError(f"{path}: could not decode ({describe(exc)})")
-            hand_over((path, item))
-        hand_over(None)
-
-    loader = threading.Thread(target=load_all, name="hookviz-loader", daemon=True)
     pending: list[tuple[Path, object, Future]] = []
     save_options = dict(
         pictures=config.pictures, save_tensors=config.save_tensors, scale=config.scale,
@@ -316,16 +371,16 @@ def _run(config: RunConfig, images, selected, explain_options, pool, workers: in
     interrupted = False
     cam_noted: set[str] = set()
     board = TensorBoardLog(config.tensorboard) if config.tensorboard is not None else None
-    loader.start()
+    items = iter(loader)
     try:
         done_loading = False
-        # The first batches are small and grow (one image per worker, then doubling): the
-        # renderers start early and always have work while the next batch computes.
-        wanted = min(batch_size, workers) if config.pictures else batch_size
+        # The first batch is one image (it sizes the others). With pictures, batches then
+        # double: the renderers start early and always have work while the next computes.
+        wanted = 1
         while not done_loading:
             batch = []
             while len(batch) < wanted:
-                item = prepared_queue.get()
+                item = next(items, None)
                 if item is None:
                     done_loading = True
                     break
@@ -343,6 +398,10 @@ def _run(config: RunConfig, images, selected, explain_options, pool, workers: in
                 channels=config.channels, grad_tiles=config.grad_channels,
                 histograms=config.tensorboard is not None,  # only TensorBoard shows them
             )
+            if not sized:
+                sized = True
+                per_image = _recorded_bytes(explanations[0])
+                batch_size = max(1, min(config.batch_size, config.memory_budget // max(1, per_image)))
             for (path, _), explanation in zip(batch, explanations):
                 explanation = _portable(explanation)
                 for layer in explanation.layers:
@@ -354,20 +413,19 @@ def _run(config: RunConfig, images, selected, explain_options, pool, workers: in
                 future = pool.submit(save_explanation, explanation, config.out / names[path], **save_options)
                 pending.append((path, explanation, future))
             del explanations, batch
-            wanted = min(batch_size, 2 * wanted)
+            wanted = min(batch_size, 2 * wanted) if config.pictures else batch_size
             collect(block_until=max(2 * workers, batch_size))
         collect(block_until=0)
     except KeyboardInterrupt:
         interrupted = True
-        stop.set()
+        loader.stop()
         for _, _, future in pending:
             future.cancel()
         pending[:] = [(p, e, f) for p, e, f in pending if not f.cancelled()]
         collect(block_until=0)
     finally:
-        stop.set()
+        loader.stop()
         pool.shutdown(wait=True, cancel_futures=True)
-        loader.join(timeout=5)
         if board is not None:
             board.close()
         if device.startswith("cuda"):

@@ -58,6 +58,31 @@ def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, coun
     assert asked == [count]
 
 
+@pytest.mark.parametrize(
+    "pictures, budget, expected",
+    [
+        ((), 256 * 2**20, [1, 4, 4, 2]),  # one image sizes the batches, then full ones
+        (("summary",), 256 * 2**20, [1, 2, 4, 4]),  # with pictures, batches double
+        ((), 1, [1] * 11),  # recording one image passes the budget: one at a time
+    ],
+)
+def test_batches_are_sized_by_what_the_first_image_recorded(tmp_path, photo, monkeypatch, pictures, budget, expected):
+    import hookviz.runner as runner
+
+    sizes = []
+    real = runner.explain_batch
+
+    def counting(module, images, *args, **kwargs):
+        sizes.append(len(images))
+        return real(module, images, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "explain_batch", counting)
+    photos = [Path(shutil.copy(photo, tmp_path / f"photo{i}.png")) for i in range(11)]
+    summary = run(_config(tmp_path / "out", pictures=pictures, batch_size=4, memory_budget=budget, workers=1), photos)
+    assert summary.count("done") == 11
+    assert sizes == expected
+
+
 def test_a_run_without_pictures_never_imports_matplotlib(tmp_path, photo):
     """matplotlib takes ~0.3 s to import, on a thread that shares the cores with the model."""
     code = (
