@@ -132,7 +132,7 @@ def run(
     mean: Annotated[Optional[str], typer.Option(help="Normalisation mean, r,g,b.")] = None,
     std: Annotated[Optional[str], typer.Option(help="Normalisation std, r,g,b.")] = None,
     no_crop: Annotated[bool, typer.Option("--no-crop", help="Resize the whole photo to the input size instead of cropping.")] = False,
-    batch_size: Annotated[int, typer.Option(help="Images per forward pass.", min=1)] = 8,
+    batch_size: Annotated[int, typer.Option(help="Most images per forward pass (fewer at the start of a run, and when recording them would pass 256 MB).", min=1)] = 8,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
     from_list: Annotated[Optional[str], typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).")] = None,
     skip_existing: Annotated[bool, typer.Option("--skip-existing", help="Skip images whose report.json exists (resume a run).")] = False,
