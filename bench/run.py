@@ -1,6 +1,6 @@
 """hookviz's benchmark: prints measurements, asserts nothing.
 
-    python bench/run.py                 # everything (about 4 minutes on 2 cores)
+    python bench/run.py                 # everything (under 10 minutes on 2 cores)
     python bench/run.py --skip-a        # without (a), the slowest part
 
 All scenarios run in this one invocation, on the same photos (sample_images/ repeated to
