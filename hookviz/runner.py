@@ -226,6 +226,11 @@ class _Loader:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def hold_at_most(self, count: int) -> None:
+        """Change how many images may wait (``queue.Queue`` reads ``maxsize`` at every put)."""
+        with self._queue.mutex:
+            self._queue.maxsize = count
+
     def __iter__(self):
         while (item := self._queue.get()) is not None:
             path, image = item
@@ -402,6 +407,7 @@ def _run(config: RunConfig, selected, names, todo, explain_options, pool, worker
                 sized = True
                 per_image = _recorded_bytes(explanations[0])
                 batch_size = max(1, min(config.batch_size, config.memory_budget // max(1, per_image)))
+                loader.hold_at_most(max(2, 2 * batch_size))  # photos may be large too
             for (path, _), explanation in zip(batch, explanations):
                 explanation = _portable(explanation)
                 for layer in explanation.layers:

@@ -77,10 +77,40 @@ def test_batches_are_sized_by_what_the_first_image_recorded(tmp_path, photo, mon
         return real(module, images, *args, **kwargs)
 
     monkeypatch.setattr(runner, "explain_batch", counting)
+    held = []
+    hold = runner._Loader.hold_at_most
+    monkeypatch.setattr(runner._Loader, "hold_at_most", lambda loader, count: held.append(count) or hold(loader, count))
     photos = [Path(shutil.copy(photo, tmp_path / f"photo{i}.png")) for i in range(11)]
     summary = run(_config(tmp_path / "out", pictures=pictures, batch_size=4, memory_budget=budget, workers=1), photos)
     assert summary.count("done") == 11
     assert sizes == expected
+    assert held == [max(2, 2 * max(sizes))]  # the loader keeps two batches of photos at most
+
+
+def test_the_loader_holds_no_more_images_than_it_is_told(tmp_path, photo):
+    """It starts ahead of the model with room for two full batches; when the first image
+    shows that batches must be small, fewer decoded photos may wait."""
+    from hookviz.images import Preprocessing
+    from hookviz.runner import _Loader
+
+    paths = [Path(shutil.copy(photo, tmp_path / f"photo{i}.png")) for i in range(12)]
+    loader = _Loader(paths, 10**8, ahead=8)
+    loader.start()
+    try:
+        deadline = time.monotonic() + 30
+        while loader._queue.qsize() < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loader._queue.qsize() == 8
+        loader.preprocessing = Preprocessing()
+        loader.hold_at_most(2)
+        items = iter(loader)
+        taken = [next(items) for _ in range(6)]
+        assert all(prepared.tensor.shape == (3, 224, 224) for _, prepared in taken)
+        time.sleep(0.3)  # room for the loader to (wrongly) add a third
+        assert loader._queue.qsize() == 2
+        assert [path for path, _ in taken + list(items)] == paths
+    finally:
+        loader.stop()
 
 
 def test_a_run_without_pictures_never_imports_matplotlib(tmp_path, photo):
