@@ -152,7 +152,7 @@ def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
             if not path:
                 continue
 
-            def hook(_module, inputs, output, path=path):
+            def hook(_module, _inputs, output, path=path):
                 tensor = first_tensor(output)
                 shapes.setdefault(path, []).append(tuple(tensor.shape) if tensor is not None else None)
                 order.append(path)

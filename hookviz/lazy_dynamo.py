@@ -59,7 +59,7 @@ def import_torchvision() -> types.ModuleType:
     with _lock:
         if "torchvision" in sys.modules or _DYNAMO in sys.modules:
             return importlib.import_module("torchvision")
-        import torch  # noqa: F401  (torch itself must be the real one)
+        import torch  # noqa: F401  (first: torch's own import must never meet the stand-ins)
 
         package = _StandIn(_DYNAMO)
         package.__path__ = []  # a package, so that torch._dynamo.utils can be "in" it

@@ -183,11 +183,11 @@ def run(
         check_tensorboard()
     check_writable(config.out)
     sweep_partial_files(config.out)
-    # One render process per CPU, but no more than there are images: a one-photo smoke
-    # check on a 64-core machine starts one, not 64 (they all start at once, below).
     selected = shard_of(list(images), config.shard)
     names = output_names(list(images))
     todo = [p for p in selected if not (config.skip_existing and (config.out / names[p] / REPORT).exists())]
+    # One render process per CPU, but no more than there are images: a one-photo smoke
+    # check on a 64-core machine starts one, not 64 (they all start at once, below).
     workers = max(1, min(config.workers or os.cpu_count() or 1, len(selected)))
     pool = _render_pool(workers if config.pictures else 0)
     if config.pictures:
