@@ -7,7 +7,12 @@ when one of these is first used.
   gradients of layers around your own forward and backward pass.
 * ``explain(model, image, layers=..., target=...)``: the whole ``hookviz run`` pipeline for
   one image, returning an ``Explanation`` with ``.save(dir)`` and ``.figure()``.
-* ``load_model(name, weights)``: torchvision, built-in and ``package.module:callable`` models.
+* ``Explainer.create(load_model(...), ...)``: the same, kept for many images.
+* ``load_model(name, weights)``, ``list_models()``, ``list_layers(model)``.
+* ``run(images, ModelOptions(...), ...)``: ``hookviz run`` as a function.
+
+Nothing here changes the caller's process or model: random state, ``sys.path``, backend
+flags, the model's mode and its parameters' flags are as they were after every call.
 """
 
 __version__ = "0.1.0"
@@ -16,11 +21,25 @@ _LAZY = {
     "record": ("recording", "record"),
     "Recording": ("recording", "Recording"),
     "Capture": ("recording", "Capture"),
-    "explain": ("explaining", "explain"),
+    "explain": ("explainer", "explain"),
+    "Explainer": ("explainer", "Explainer"),
     "Explanation": ("explaining", "Explanation"),
+    "LayerResult": ("explaining", "LayerResult"),
     "load_model": ("models", "load_model"),
+    "list_models": ("models", "list_models"),
+    "LoadedModel": ("models", "LoadedModel"),
+    "list_layers": ("layers", "list_layers"),
     "Preprocessing": ("images", "Preprocessing"),
+    "ModelOptions": ("options", "ModelOptions"),
+    "InputOptions": ("options", "InputOptions"),
+    "LayerOptions": ("options", "LayerOptions"),
+    "TargetOptions": ("options", "TargetOptions"),
+    "PictureOptions": ("options", "PictureOptions"),
+    "RunOptions": ("options", "RunOptions"),
+    "CheckOptions": ("options", "CheckOptions"),
+    "run": ("runner", "run"),
     "HookvizError": ("errors", "HookvizError"),
+    "UsageError": ("errors", "UsageError"),
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -35,3 +54,7 @@ def __getattr__(name):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'hookviz' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

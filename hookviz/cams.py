@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .registry import Registry
 
-CAMS: Registry = Registry("--cam", "method", extra_choices=("none",))
+CAMS: Registry = Registry("cam", "method", extra_choices=("none",))
 register_cam = CAMS.register
 
 

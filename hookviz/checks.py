@@ -22,7 +22,7 @@ class Finding:
         return {"check": self.check, "image": self.image, "layer": self.layer, "detail": self.detail}
 
 
-CHECKS: Registry = Registry("--fail-on", "check")
+CHECKS: Registry = Registry("fail_on", "check")
 register_check = CHECKS.register
 
 

@@ -1,14 +1,27 @@
-"""The one family of errors hookviz raises on purpose.
+"""The one family of errors hookviz raises on purpose, and how their messages name arguments.
 
 Every message names the argument or file at fault and says what to do, in one line.
-The CLI maps each class to an exit code in one place (``cli._exit_code_for``); the
+The CLI maps each class to an exit code in one place (``cli.exit_code_for``); the
 library never prints or exits.
+
+A message names an argument the way its caller wrote it: ``--layer features.9`` when
+the ``hookviz`` command raised it, ``layers='features.9'`` when a Python call did. Build
+those words with ``arg()``; the CLI switches the spelling with ``command_line_spelling()``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
+
+__all__ = [
+    "HookvizError", "UsageError", "UnknownModelError", "UnknownLayerError", "TargetError",
+    "WeightsError", "OutputError", "ImageError", "RecordingError", "ModelRunError",
+    "arg", "hint", "command_line_spelling", "first_line", "describe", "did_you_mean", "display_path",
+]
 
 
 class HookvizError(Exception):
@@ -24,32 +37,93 @@ class UsageError(HookvizError):
 
 
 class UnknownModelError(UsageError):
-    """``--model`` names nothing hookviz can build."""
+    """The model's name names nothing hookviz can build, or its factory failed."""
 
 
 class UnknownLayerError(UsageError):
-    """``--layer`` or ``--layer-type`` matches no module of the model."""
+    """A layer path, pattern or type matches no module of the model."""
 
 
 class TargetError(UsageError):
-    """``--target`` is out of range or not a class name of the model."""
+    """The target is out of range or not a class name of the model."""
 
 
 class WeightsError(UsageError):
-    """``--weights`` cannot be read, or does not fit the model."""
+    """The weights cannot be had, or do not fit the model."""
 
 
 class OutputError(UsageError):
-    """``--out`` cannot be written."""
+    """The output folder cannot be written."""
 
 
 class ImageError(HookvizError):
-    """One image cannot be read or used; the run goes on with the others (exit code 1)."""
+    """One image cannot be read or used; a run goes on with the others (exit code 1)."""
 
 
 class RecordingError(HookvizError):
     """A layer's values could not be recorded faithfully (for example a module that
     overwrites its own input in place)."""
+
+
+class ModelRunError(HookvizError):
+    """The model itself failed on some input; a run fails those images and goes on."""
+
+
+# ----------------------------------------------------------------------------- spelling
+
+# CLI flags whose names are not "--" + the Python argument's name with dashes.
+_FLAGS = {"layers": "--layer", "layer_types": "--layer-type", "whole_image": "--no-crop"}
+
+_HINTS = {
+    "python": {
+        "list_layers": "hookviz.list_layers(model) lists every path",
+        "list_models": "hookviz.list_models() lists them",
+        "debug": "",
+    },
+    "cli": {
+        "list_layers": "`hookviz layers --model NAME` lists every path",
+        "list_models": "`hookviz models` lists them",
+        "debug": " (rerun with --debug for the traceback)",
+    },
+}
+
+_spelling: contextvars.ContextVar[str] = contextvars.ContextVar("hookviz_spelling", default="python")
+_MISSING = object()
+
+
+def arg(name: str, value: object = _MISSING) -> str:
+    """An argument, and optionally its value, as the caller wrote it.
+
+    >>> arg("layers", "features.9")     # from Python
+    "layers='features.9'"
+    >>> with command_line_spelling():
+    ...     arg("layers", "features.9")
+    '--layer features.9'
+    """
+    if _spelling.get() == "cli":
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        return flag if value is _MISSING else f"{flag} {value}"
+    return name if value is _MISSING else f"{name}={value!r}"
+
+
+def hint(key: str) -> str:
+    """A pointer to the tool that helps (``hookviz layers`` on the command line,
+    ``hookviz.list_layers`` in Python)."""
+    return _HINTS[_spelling.get()][key]
+
+
+@contextlib.contextmanager
+def command_line_spelling() -> Iterator[None]:
+    """Messages raised inside this block name command-line flags (the CLI's context;
+    threads started inside it with ``contextvars.copy_context`` keep it)."""
+    token = _spelling.set("cli")
+    try:
+        yield
+    finally:
+        _spelling.reset(token)
+
+
+# ----------------------------------------------------------------------------- helpers
 
 
 def first_line(error: BaseException, limit: int = 200) -> str:
@@ -74,3 +148,10 @@ def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
     if not close:
         return ""
     return " (did you mean " + ", ".join(repr(c) for c in close) + "?)"
+
+
+def display_path(path) -> str:
+    """A path as text that can be printed, drawn and stored as UTF-8: bytes that are not
+    UTF-8 (a Latin-1 name such as ``caf\\xe9.png``) are shown as ``\\xe9``."""
+    text = path if isinstance(path, str) else os.fspath(path)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

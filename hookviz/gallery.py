@@ -1,21 +1,29 @@
 """Gallery: ``OUT/index.html``, a static page over a run's pictures.
 
-One row per image: the photo the model saw, the top-5, and per layer thumbnails of the
-summary, channel grid and CAM that open full size. The run's failures are listed. The
-page is one file with inline CSS and relative links, so it opens from disk (no server)
-and keeps working when the folder is moved or archived.
+One row per image: the photo the model saw, the top-5, and per layer thumbnails of every
+picture the run drew (``pictures.KINDS``), which open full size. The run's failures are
+listed. Shards of one run that share an output folder (``--shard K/N``) each describe
+themselves in ``run-K-of-N.json``; the page shows all of them. It is one file with inline
+CSS and relative links, so it opens from disk (no server) and keeps working when the
+folder is moved or archived.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
-from .outputs import REPORT, atomic_write, file_name
+from .outputs import REPORT, atomic_write, read_report
+from .pictures import INPUT_PICTURE, KINDS
+
+__all__ = ["GALLERY", "write_gallery", "run_documents"]
 
 GALLERY = "index.html"
-KINDS = (("summary", "summary"), ("channels", "channels"), ("cam", "CAM"), ("cam_topk", "top-K CAMs"))
+_LOCK = ".hookviz-gallery.lock"
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -36,21 +44,70 @@ code { font-size: .9em; }
 """
 
 
-def write_gallery(out: Path, run: dict) -> Path:
-    """Write ``out/index.html`` for the run described by ``run`` (run.json's document)."""
-    rows = []
-    for entry in run["images"]:
-        if entry["status"] not in ("done", "skipped"):
+def run_documents(out: Path) -> list[dict]:
+    """Every run description in ``out``: ``run.json`` and the shards' ``run-K-of-N.json``."""
+    documents = []
+    for path in sorted(out.glob("run*.json")):
+        if path.name != "run.json" and not (path.name.startswith("run-") and "-of-" in path.name):
             continue
-        folder = out / entry["output"]
         try:
-            report = json.loads((folder / REPORT).read_text(encoding="utf-8"))
+            document = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        rows.append(_row(entry["output"], report))
-    failures = "".join(f"<li>{_e(f['error'] or f['image'])}</li>" for f in run.get("failures", []))
-    counts = run.get("counts", {})
-    page = f"""<!DOCTYPE html>
+        if isinstance(document, dict) and "hookviz" in document and isinstance(document.get("images"), list):
+            documents.append(document)
+    return documents
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """Shards finishing at once take turns to rewrite the page, so none drops another's images."""
+    try:
+        import fcntl
+    except ImportError:  # not on POSIX: the last writer wins
+        yield
+        return
+    handle = os.open(out / _LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
+def write_gallery(out: Path, run: dict) -> Path:
+    """Write ``out/index.html`` for the run described by ``run`` (its run.json document)
+    and every other shard of it found in ``out``."""
+    with _locked(out):
+        documents = [run]
+        if run.get("shard"):
+            count = run["shard"][1]
+            others = [d for d in run_documents(out) if d.get("shard") and d["shard"][1] == count and d["shard"] != run["shard"]]
+            documents = sorted([run, *others], key=lambda d: d["shard"][0])
+        return atomic_write(out / GALLERY, _page(out, run, documents).encode("utf-8"))
+
+
+def _page(out: Path, run: dict, documents: list[dict]) -> str:
+    rows, failures, seen = [], [], set()
+    counts = {"done": 0, "skipped": 0, "failed": 0, "not_done": 0}
+    for document in documents:
+        for key in counts:
+            counts[key] += document.get("counts", {}).get(key, 0)
+        failures += [f for f in document.get("failures", []) if isinstance(f, dict)]
+        for entry in document.get("images", []):
+            if not isinstance(entry, dict) or entry.get("status") not in ("done", "skipped"):
+                continue
+            if entry.get("output") in seen:
+                continue
+            seen.add(entry.get("output"))
+            report = read_report(out / str(entry.get("output")) / REPORT)
+            if report is not None:
+                rows.append(_row(str(entry["output"]), report))
+    failure_items = "".join(f"<li>{_e(f.get('error') or f.get('image'))}</li>" for f in failures)
+    shards = f" · {len(documents)} shards" if len(documents) > 1 else ""
+    interrupted = " · <b>interrupted</b>" if any(d.get("interrupted") for d in documents) else ""
+    not_done = f", {counts['not_done']} not done" if counts["not_done"] else ""
+    return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -60,10 +117,9 @@ def write_gallery(out: Path, run: dict) -> Path:
 <body>
 <h1>hookviz: {_e(run.get('model', ''))}</h1>
 <div class="meta">weights {_e(run.get('weights', ''))} · layers {_e(', '.join(run.get('layers', [])))} ·
-{counts.get('done', 0)} done, {counts.get('skipped', 0)} skipped, {counts.get('failed', 0)} failed
-{' · <b>interrupted</b>' if run.get('interrupted') else ''}<br>
+{counts['done']} done, {counts['skipped']} skipped, {counts['failed']} failed{not_done}{shards}{interrupted}<br>
 <code>{_e(' '.join(run.get('command', [])))}</code></div>
-{f'<h2>Failures</h2><ul class="failures">{failures}</ul>' if failures else ''}
+{f'<h2>Failures</h2><ul class="failures">{failure_items}</ul>' if failure_items else ''}
 <table>
 <thead><tr><th>photo</th><th>image and top-5</th><th>layers</th></tr></thead>
 <tbody>
@@ -73,34 +129,38 @@ def write_gallery(out: Path, run: dict) -> Path:
 </body>
 </html>
 """
-    return atomic_write(out / GALLERY, page.encode("utf-8"))
 
 
 def _row(folder: str, report: dict) -> str:
-    files = set(report.get("files", []))
+    files = set(report.get("files") or [])
     base = _href(folder)
-    photo = f'<a href="{base}/input.jpg"><img src="{base}/input.jpg" alt="input"></a>' if "input.jpg" in files else ""
+    photo = (
+        f'<a href="{base}/{INPUT_PICTURE}"><img src="{base}/{INPUT_PICTURE}" alt="input"></a>'
+        if INPUT_PICTURE in files else ""
+    )
     top5 = "".join(
-        f"<li>{_e(score['name'] or str(score['index']))} "
-        f"({'nan' if score['probability'] is None else format(score['probability'], '.3f')})</li>"
-        for score in report.get("top5", [])
+        f"<li>{_e(score.get('name') or str(score.get('index')))} "
+        f"({'nan' if score.get('probability') is None else format(score['probability'], '.3f')})</li>"
+        for score in report.get("top5", []) if isinstance(score, dict)
     )
     layers = []
     for layer in report.get("layers", []):
-        stem = file_name(layer["name"])
+        if not isinstance(layer, dict):
+            continue
+        pictures = layer.get("pictures") or {}
         thumbs = "".join(
-            f'<a class="thumb" href="{base}/{_href(f"{stem}.{kind}.png")}">'
-            f'<img loading="lazy" src="{base}/{_href(f"{stem}.{kind}.png")}" alt="{_e(label)}">{_e(label)}</a>'
-            for kind, label in KINDS
-            if f"{stem}.{kind}.png" in files
+            f'<a class="thumb" href="{base}/{_href(pictures[kind.name])}">'
+            f'<img loading="lazy" src="{base}/{_href(pictures[kind.name])}" alt="{_e(kind.label)}">{_e(kind.label)}</a>'
+            for kind in KINDS
+            if pictures.get(kind.name) in files
         )
-        note = layer.get("cam", {}).get("skipped")
+        note = (layer.get("cam") or {}).get("skipped")
         layers.append(
-            f'<div class="layer"><b>{_e(layer["name"])}</b> {_e(layer["module_type"])}'
+            f'<div class="layer"><b>{_e(layer.get("name"))}</b> {_e(layer.get("module_type"))}'
             f'{f" · {_e(note)}" if note else ""}<div class="thumbs">{thumbs}</div></div>'
         )
-    target = report.get("target", {})
-    notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.get("image_notes", []))
+    target = report.get("target") or {}
+    notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.get("notes", []))
     return (
         f'<tr><td class="photo">{photo}</td>'
         f"<td><code>{_e(report.get('image') or folder)}</code>{notes}<br>"

@@ -7,23 +7,20 @@ animations) and refuses files that would exhaust memory.
 
 from __future__ import annotations
 
-import glob
 import os
 import warnings
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ImageError, UsageError, first_line
+from .errors import ImageError, arg, display_path, first_line
+from .options import DEFAULT_MAX_PIXELS
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-#: Above this many pixels a file is refused as a likely decompression bomb (``--max-pixels``).
-DEFAULT_MAX_PIXELS = 100_000_000
 #: A longer side more than this many times the shorter one is refused: "resize the shorter
 #: side to 256" would turn a 1x20000 strip into 256x5120000 pixels.
 MAX_ASPECT_RATIO = 50
@@ -38,9 +35,11 @@ IMAGE_SUFFIXES = frozenset(
 class Preprocessing:
     """How a photo becomes the model's input: resize, centre-crop, normalise.
 
-    With ``crop=True`` (the seeds' ImageNet transform) the shorter side is resized to
-    ``resize`` and the centre ``size`` x ``size`` square is kept. With ``crop=False`` the whole
-    photo is resized to ``size`` x ``size``, so nothing is cut off.
+    With ``crop=True`` (torchvision's usual ImageNet evaluation transform) the shorter side
+    is resized to ``resize`` and the centre ``size`` x ``size`` square is kept. With
+    ``crop=False`` the whole photo is resized to ``size`` x ``size``, so nothing is cut off.
+    ``channels=1`` feeds a grayscale model the photo's luminance, normalised with the
+    first of ``mean`` and ``std``.
     """
 
     resize: int = 256
@@ -48,6 +47,7 @@ class Preprocessing:
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
     crop: bool = True
+    channels: int = 3
 
     def to_json(self) -> dict:
         return {
@@ -55,8 +55,9 @@ class Preprocessing:
             "crop": self.size if self.crop else None,
             "size": [self.size, self.size],
             "whole_image": not self.crop,
-            "mean": list(self.mean),
-            "std": list(self.std),
+            "mean": list(self.mean[: self.channels]),
+            "std": list(self.std[: self.channels]),
+            "channels": self.channels,
         }
 
 
@@ -70,7 +71,7 @@ class LoadedImage:
 
     @property
     def label(self) -> str:
-        return str(self.path) if self.path is not None else "<in-memory image>"
+        return display_path(self.path) if self.path is not None else "<in-memory image>"
 
 
 @dataclass(frozen=True)
@@ -90,43 +91,6 @@ class PreparedImage:
     whole: np.ndarray | None = field(default=None, repr=False)
 
 
-# ----------------------------------------------------------------------------- finding
-
-
-def find_images(sources: Sequence[str]) -> list[Path]:
-    """Expand files, directories (recursively) and quoted glob patterns into image paths.
-
-    Order is deterministic: arguments in the order given, each directory's or pattern's
-    matches sorted. A path given twice is kept once.
-
-    Raises:
-        UsageError: an argument matches nothing, or a directory holds no image.
-    """
-    found: list[Path] = []
-    for source in sources:
-        path = Path(source)
-        if path.is_dir():
-            matches = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-            )
-            if not matches:
-                raise UsageError(f"{source}: directory holds no image files")
-            found.extend(matches)
-        elif path.exists() or not glob.has_magic(source):
-            found.append(path)  # a missing file fails later, as that image's own error
-        else:
-            matches = sorted(Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file())
-            if not matches:
-                raise UsageError(f"{source}: pattern matches no files")
-            found.extend(matches)
-    return list(dict.fromkeys(found))
-
-
-def read_list(lines: Iterable[str]) -> list[str]:
-    """Paths from ``--from-list``: one a line, blank lines and ``#`` comments skipped."""
-    return [s for s in (line.strip() for line in lines) if s and not s.startswith("#")]
-
-
 # ----------------------------------------------------------------------------- decoding
 
 
@@ -139,34 +103,37 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
     if isinstance(source, Image.Image):
         return _to_loaded(None, source, max_pixels)
     path = Path(source)
+    shown = display_path(path)
     if not path.exists():
-        raise ImageError(f"{path}: no such file")
+        raise ImageError(f"{shown}: no such file")
     if path.is_dir():
-        raise ImageError(f"{path}: is a directory, not an image")
+        raise ImageError(f"{shown}: is a directory, not an image")
     if path.stat().st_size == 0:
-        raise ImageError(f"{path}: file is empty (0 bytes)")
+        raise ImageError(f"{shown}: file is empty (0 bytes)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(path) as im:
                 return _to_loaded(path, im, max_pixels)
     except Image.DecompressionBombError:
-        raise ImageError(f"{path}: image is too large to decode safely; raise --max-pixels if you trust it") from None
+        raise ImageError(
+            f"{shown}: image is too large to decode safely; raise {arg('max_pixels')} if you trust it"
+        ) from None
     except UnidentifiedImageError:
         raise ImageError(
-            f"{path}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)"
+            f"{shown}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)"
         ) from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise ImageError(f"{path}: image data is corrupt or truncated ({first_line(exc)})") from None
+        raise ImageError(f"{shown}: image data is corrupt or truncated ({first_line(exc)})") from None
 
 
 def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedImage:
-    label = path if path is not None else "<image>"
+    label = display_path(path) if path is not None else "<image>"
     width, height = im.size
     if width * height > max_pixels:
         raise ImageError(
-            f"{label}: {width}x{height} is {width * height:,} pixels, above --max-pixels "
-            f"{max_pixels:,} (a decompression bomb?); raise --max-pixels if you trust it"
+            f"{label}: {width}x{height} is {width * height:,} pixels, above "
+            f"{arg('max_pixels', f'{max_pixels:,}')} (a decompression bomb?); raise it if you trust the file"
         )
     if width < 1 or height < 1:
         raise ImageError(f"{label}: image has no pixels ({width}x{height})")
@@ -218,8 +185,12 @@ def _gray_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
 # ----------------------------------------------------------------------------- preprocessing
 
 
-def prepare(image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
-    """Resize, crop and normalise a decoded photo into the model's input tensor."""
+def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = DEFAULT_MAX_PIXELS) -> PreparedImage:
+    """Resize, crop and normalise a decoded photo into the model's input tensor.
+
+    Raises:
+        ImageError: resizing would make more than ``max_pixels`` pixels (a huge ``resize``).
+    """
     import torch
 
     from .lazy_dynamo import import_torchvision
@@ -227,27 +198,24 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
     import_torchvision()
     from torchvision.transforms import functional as F
 
+    width, height = image.rgb.size
     if preprocessing.crop:
+        scale = preprocessing.resize / min(width, height)
+        resized = round(width * scale) * round(height * scale)
+        if resized > max_pixels:
+            raise ImageError(
+                f"{image.label}: resizing its shorter side to {arg('resize', preprocessing.resize)} makes "
+                f"{resized:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')}; choose a smaller resize"
+            )
         shown_pil = F.center_crop(F.resize(image.rgb, preprocessing.resize), preprocessing.size)
     else:
         shown_pil = image.rgb.resize((preprocessing.size, preprocessing.size), Image.BILINEAR)
+    if preprocessing.channels == 1:
+        shown_pil = shown_pil.convert("L").convert("RGB")  # shown as the model sees it: grey
     shown = np.asarray(shown_pil, dtype=np.uint8)
-    tensor = torch.from_numpy(shown.copy()).permute(2, 0, 1).float().div_(255.0)
-    tensor = F.normalize(tensor, list(preprocessing.mean), list(preprocessing.std))
+    pixels = shown[..., :1] if preprocessing.channels == 1 else shown
+    tensor = torch.from_numpy(pixels.copy()).permute(2, 0, 1).float().div_(255.0)
+    channels = preprocessing.channels
+    tensor = F.normalize(tensor, list(preprocessing.mean[:channels]), list(preprocessing.std[:channels]))
     whole = None if preprocessing.crop else np.asarray(image.rgb, dtype=np.uint8)
     return PreparedImage(source=image, tensor=tensor, shown=shown, whole=whole)
-
-
-def parse_triple(text: str, option: str) -> tuple[float, float, float]:
-    """Parse ``--mean``/``--std`` values such as ``0.5,0.5,0.5`` (one number means all three)."""
-    try:
-        values = tuple(float(v) for v in text.replace(" ", "").split(","))
-    except ValueError:
-        raise UsageError(f"{option} {text!r}: expected three numbers such as 0.485,0.456,0.406") from None
-    if len(values) == 1:
-        values = values * 3
-    if len(values) != 3:
-        raise UsageError(f"{option} {text!r}: expected three comma-separated numbers, got {len(values)}")
-    if option == "--std" and any(v <= 0 for v in values):
-        raise UsageError(f"{option} {text!r}: standard deviations must be positive")
-    return values  # type: ignore[return-value]

@@ -15,7 +15,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import UnknownLayerError, UsageError, describe, did_you_mean
+from .errors import UnknownLayerError, UsageError, arg, describe, did_you_mean, hint
+from .hooks import HookSet
 
 _CALL_SUFFIX = re.compile(r"^(?P<path>.*?):(?P<call>-?\d+)$")
 
@@ -29,12 +30,20 @@ class LayerSpec:
         path: the canonical dotted path (``layer3.5``).
         call: which call of the module to keep, or ``None`` for every call.
         module_type: the module's class name.
+        explicit: named by its own path (not by a pattern or a type): a module named so that
+            never runs is an error; one a pattern or type selected is skipped with a note.
     """
 
     requested: str
     path: str
     call: int | None
     module_type: str
+    explicit: bool = True
+
+    @property
+    def label(self) -> str:
+        """``path`` or ``path:call``, as reports and messages name it."""
+        return self.path if self.call is None else f"{self.path}:{self.call}"
 
 
 @dataclass(frozen=True)
@@ -65,9 +74,9 @@ def resolve_path(model, text: str) -> LayerSpec:
     match = _CALL_SUFFIX.match(text)
     path, call = (match["path"], int(match["call"])) if match else (text, None)
     if call is not None and call < 0:
-        raise UnknownLayerError(f"--layer {text}: call index must be 0 or more")
+        raise UnknownLayerError(f"{arg('layers', text)}: call index must be 0 or more")
     if not path:
-        raise UnknownLayerError("--layer: empty layer path; `hookviz layers --model NAME` lists them")
+        raise UnknownLayerError(f"{arg('layers', text)}: empty layer path; {hint('list_layers')}")
     module = model
     canonical: list[str] = []
     for part in path.split("."):
@@ -81,14 +90,11 @@ def resolve_path(model, text: str) -> LayerSpec:
         if key not in children:
             where = ".".join(canonical) or "the model"
             options = [".".join(canonical + [c]) for c in children]
-            hint = did_you_mean(".".join(canonical + [part]), options) or did_you_mean(path, module_paths(model))
-            if not hint and options:
+            suggestion = did_you_mean(".".join(canonical + [part]), options) or did_you_mean(path, module_paths(model))
+            if not suggestion and options:
                 shown = ", ".join(options[:8]) + (", ..." if len(options) > 8 else "")
-                hint = f" ({where} has: {shown})"
-            raise UnknownLayerError(
-                f"--layer {text}: {where} has no child {part!r}{hint}; "
-                "`hookviz layers --model NAME` lists every path"
-            )
+                suggestion = f" ({where} has: {shown})"
+            raise UnknownLayerError(f"{arg('layers', text)}: {where} has no child {part!r}{suggestion}; {hint('list_layers')}")
         module = children[key]
         canonical.append(key)
     return LayerSpec(requested=text, path=".".join(canonical), call=call, module_type=type(module).__name__)
@@ -109,9 +115,9 @@ def resolve_layers(model, requests: Sequence[str] = (), types: Sequence[str] = (
             hits = [p for p in modules if p and fnmatch.fnmatchcase(p, pattern)]
             if not hits:
                 raise UnknownLayerError(
-                    f"--layer {request}: pattern matches no module{did_you_mean(pattern, list(modules))}"
+                    f"{arg('layers', request)}: pattern matches no module{did_you_mean(pattern, list(modules))}"
                 )
-            specs.extend(LayerSpec(request, p, call, type(modules[p]).__name__) for p in hits)
+            specs.extend(LayerSpec(request, p, call, type(modules[p]).__name__, explicit=False) for p in hits)
         else:
             specs.append(resolve_path(model, request))
     for type_name in types:
@@ -119,9 +125,9 @@ def resolve_layers(model, requests: Sequence[str] = (), types: Sequence[str] = (
         if not hits:
             present = sorted({type(m).__name__ for m in modules.values()})
             raise UnknownLayerError(
-                f"--layer-type {type_name}: the model has no module of that type{did_you_mean(type_name, present)}"
+                f"{arg('layer_types', type_name)}: the model has no module of that type{did_you_mean(type_name, present)}"
             )
-        specs.extend(LayerSpec(f"type:{type_name}", p, None, type(modules[p]).__name__) for p in hits)
+        specs.extend(LayerSpec(f"type:{type_name}", p, None, type(modules[p]).__name__, explicit=False) for p in hits)
     unique: dict[tuple[str, int | None], LayerSpec] = {}
     for spec in specs:
         unique.setdefault((spec.path, spec.call), spec)
@@ -137,16 +143,19 @@ def _type_matches(module, type_name: str) -> bool:
 class _Trace:
     shapes: dict  # path -> output shape per call
     order: list  # paths in the order their calls finished
+    starts: list  # paths in the order their calls began
 
 
-def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
-    """Dry forward pass on a zero image, watching every module."""
+def _run_traced(model, input_size: tuple[int, int], channels: int = 3) -> _Trace:
+    """Dry forward pass on a zero image, watching every module; the model's mode and
+    parameters are left as they were."""
     import torch
 
-    from .recording import HookSet
+    from .modelstate import evaluation
 
     shapes: dict[str, list[tuple[int, ...] | None]] = {}
     order: list[str] = []
+    starts: list[str] = []
     with HookSet() as hooks:
         for path, module in model.named_modules():
             if not path:
@@ -157,26 +166,41 @@ def _run_traced(model, input_size: tuple[int, int]) -> _Trace:
                 shapes.setdefault(path, []).append(tuple(tensor.shape) if tensor is not None else None)
                 order.append(path)
 
+            hooks.add(module.register_forward_pre_hook(lambda _m, _a, path=path: starts.append(path)))
             hooks.add(module.register_forward_hook(hook))
         try:
-            with torch.no_grad():
+            with torch.no_grad(), evaluation(model):
                 device = next(model.parameters(), torch.zeros(0)).device
-                model(torch.zeros(1, 3, *input_size, device=device))
+                model(torch.zeros(1, channels, *input_size, device=device))
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
-            raise UsageError(
-                f"the model failed a dry forward pass on a 1x3x{input_size[0]}x{input_size[1]} input "
-                f"({describe(exc)}); try another --crop"
-            ) from None
-    return _Trace(shapes, order)
+            raise UsageError(_dry_run_failure(model, input_size, channels, exc)) from None
+    return _Trace(shapes, order, starts)
 
 
-def trace(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
+def _dry_run_failure(model, input_size, channels: int, exc: Exception) -> str:
+    """Why a model failed on a plain image, in one line that names what to change."""
+    import torch.nn as nn
+
+    shape = f"1x{channels}x{input_size[0]}x{input_size[1]}"
+    first = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
+    if first is not None and first.in_channels not in (1, 3):
+        return (
+            f"the model's first convolution takes {first.in_channels} channels; hookviz feeds photos as "
+            f"RGB (3 channels) or grayscale (1), so it cannot run this model on images ({describe(exc)})"
+        )
+    return (
+        f"the model failed a forward pass on a {shape} input ({describe(exc)}); "
+        f"if it needs another input size, pass {arg('crop')}"
+    )
+
+
+def trace(model, input_size: tuple[int, int] = (224, 224), channels: int = 3) -> list[LayerInfo]:
     """Describe every module, in path order, from a dry forward pass on a zero image.
 
     Raises:
-        UsageError: the model cannot run on a (1, 3, H, W) input.
+        UsageError: the model cannot run on a (1, channels, H, W) input.
     """
-    shapes = _run_traced(model, input_size).shapes
+    shapes = _run_traced(model, input_size, channels).shapes
     return [
         LayerInfo(
             path=path,
@@ -189,33 +213,82 @@ def trace(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
     ]
 
 
-def default_layer(model, input_size: tuple[int, int] = (224, 224)) -> LayerSpec:
-    """The last module, in the order calls finish, whose output is a 4-D map with more
-    than one pixel: the usual Grad-CAM layer (resnet50: ``layer4``).
+def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
+    """Every module path of ``model`` with its type, output shape per call and parameter
+    count: the paths ``layers=`` (and ``hookviz run --layer``) take."""
+    from .models import input_channels
+
+    return trace(model, input_size, input_channels(model))
+
+
+SPATIAL_REASON = "the last layer with a spatial feature map"
+TRANSFORMER_REASON = (
+    "the first norm of the last transformer block, as pytorch-grad-cam recommends: after the last "
+    "block no patch token reaches the class token, so later layers' CAMs are empty"
+)
+_TOKEN_NORM = re.compile(r"(layer|rms)_?norm", re.IGNORECASE)
+
+
+def default_layer(model, input_size: tuple[int, int] = (224, 224), channels: int = 3) -> tuple[LayerSpec, str]:
+    """The usual CAM layer, and why it was chosen.
+
+    For a transformer (a block that begins with a LayerNorm over patch tokens: ViT, DeiT,
+    Swin, BEiT, EVA) it is the last such block's first norm. Otherwise it is the last module,
+    in the order calls finish, whose output is a 4-D map with more than one pixel
+    (resnet50: ``layer4``).
 
     Raises:
-        UnknownLayerError: no module outputs a spatial map; pass --layer.
+        UnknownLayerError: no module outputs a spatial map or a token grid; name a layer.
     """
-    traced = _run_traced(model, input_size)
-    shapes, order = traced.shapes, traced.order
-    seen: dict[str, int] = {}
-    best: tuple[str, int] | None = None
-    for path in order:
-        call = seen.get(path, 0)
-        seen[path] = call + 1
-        shape = shapes[path][call]
-        if shape is not None and len(shape) == 4 and shape[2] * shape[3] > 1:
-            best = (path, call)
-    if best is None:
-        raise UnknownLayerError("no module outputs a 4-D feature map; pass --layer (see `hookviz layers`)")
-    path, call = best
+    traced = _run_traced(model, input_size, channels)
+    found = _last_block_first_norm(model, traced, input_size)
+    reason = TRANSFORMER_REASON
+    if found is None:
+        found, reason = _last_spatial_map(traced), SPATIAL_REASON
+    if found is None:
+        raise UnknownLayerError(f"no module outputs a 4-D feature map; pass {arg('layers')} ({hint('list_layers')})")
+    path, call = found
     module = dict(model.named_modules())[path]
-    return LayerSpec(
-        requested="(default)",
-        path=path,
-        call=call if len(shapes[path]) > 1 else None,
+    spec = LayerSpec(
+        requested="(default)", path=path, call=call if len(traced.shapes[path]) > 1 else None,
         module_type=type(module).__name__,
     )
+    return spec, reason
+
+
+def _last_spatial_map(traced: _Trace) -> tuple[str, int] | None:
+    seen: dict[str, int] = {}
+    best = None
+    for path in traced.order:
+        call = seen.get(path, 0)
+        seen[path] = call + 1
+        shape = traced.shapes[path][call]
+        if shape is not None and len(shape) == 4 and shape[2] * shape[3] > 1:
+            best = (path, call)
+    return best
+
+
+def _last_block_first_norm(model, traced: _Trace, input_size) -> tuple[str, int] | None:
+    """The last norm over patch tokens that is the first thing its block calls."""
+    from .featuremaps import token_layout
+
+    modules = dict(model.named_modules())
+    best = None
+    for position, path in enumerate(traced.starts):
+        if "." not in path or not _TOKEN_NORM.search(type(modules[path]).__name__):
+            continue
+        shape = traced.shapes.get(path, [None])[-1]
+        if shape is None or shape[0] != 1 or token_layout(shape, input_size) is None:
+            continue
+        parent = path.rsplit(".", 1)[0]
+        # The calls between the parent's start and this norm's: none may be another child of the parent.
+        begin = max((i for i in range(position) if traced.starts[i] == parent), default=None)
+        if begin is None:
+            continue
+        between = traced.starts[begin + 1 : position]
+        if not any(p.rsplit(".", 1)[0] == parent for p in between if "." in p):
+            best = (path, traced.starts[:position].count(path))
+    return best
 
 
 def first_tensor(value):

@@ -14,6 +14,11 @@ calls it); any other attribute asked of a stand-in imports the real module and r
 attribute, so nothing behaves differently, it is only sooner. After the import the stand-ins
 leave ``sys.modules``: a later ``torch.compile`` or ``import torch._dynamo`` loads the real one.
 When torchvision or torch._dynamo is already imported, this is a plain import.
+
+This is a speed trick for the ``hookviz`` command's own process, which ``enable()`` turns
+on: in anyone else's process (a notebook, a script using the library) ``import_torchvision``
+is a plain ``import torchvision``. Should the stand-ins fail in any way, it falls back to
+the plain import.
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ import types
 _DYNAMO = "torch._dynamo"
 _UTILS = "torch._dynamo.utils"
 _lock = threading.Lock()
+_enabled = False
+
+
+def enable() -> None:
+    """Let ``import_torchvision`` use the stand-ins (the ``hookviz`` command's process only)."""
+    global _enabled
+    _enabled = True
 
 
 class _StandIn(types.ModuleType):
@@ -55,20 +67,34 @@ def _remove_stand_ins() -> None:
 
 
 def import_torchvision() -> types.ModuleType:
-    """``import torchvision``, leaving torch._dynamo unimported."""
+    """``import torchvision``; in the command's process (``enable()``), without torch._dynamo."""
     with _lock:
-        if "torchvision" in sys.modules or _DYNAMO in sys.modules:
+        if not _enabled or "torchvision" in sys.modules or _DYNAMO in sys.modules:
             return importlib.import_module("torchvision")
         import torch  # noqa: F401  (first: torch's own import must never meet the stand-ins)
 
-        package = _StandIn(_DYNAMO)
-        package.__path__ = []  # a package, so that torch._dynamo.utils can be "in" it
-        utils = _StandIn(_UTILS)
-        utils.is_compile_supported = _is_compile_supported
-        package.utils = utils
-        sys.modules[_DYNAMO] = package
-        sys.modules[_UTILS] = utils
+        before = set(sys.modules)
         try:
-            return importlib.import_module("torchvision")
-        finally:
+            return _import_with_stand_ins()
+        except Exception:
+            # Anything unexpected (another torchvision, another torch): forget the partial
+            # import and do the plain one, which raises the real error if there is one.
             _remove_stand_ins()
+            for name in set(sys.modules) - before:
+                if name == "torchvision" or name.startswith("torchvision."):
+                    del sys.modules[name]
+            return importlib.import_module("torchvision")
+
+
+def _import_with_stand_ins() -> types.ModuleType:
+    package = _StandIn(_DYNAMO)
+    package.__path__ = []  # a package, so that torch._dynamo.utils can be "in" it
+    utils = _StandIn(_UTILS)
+    utils.is_compile_supported = _is_compile_supported
+    package.utils = utils
+    sys.modules[_DYNAMO] = package
+    sys.modules[_UTILS] = utils
+    try:
+        return importlib.import_module("torchvision")
+    finally:
+        _remove_stand_ins()

@@ -1,8 +1,11 @@
-"""Outputs: the files of a run, each written atomically.
+"""Outputs: the files of a run, each written atomically, under names that never clash.
 
 Every file is written under a temporary name in its own folder and renamed into place,
-so an interrupted run (Ctrl-C, SIGTERM, a kill) leaves complete files or none.
-``report.json`` is written last in each image's folder: its presence marks the image done.
+so an interrupted run (Ctrl-C, SIGTERM, a kill) leaves complete files or none. A
+temporary name says which host and process writes it, so a later run removes only the
+leftovers of writers that are gone, never those of a run still writing into the same
+folder. ``report.json`` is written last in each image's folder: a complete one marks the
+image done.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import hashlib
 import io
 import json
 import os
-import tempfile
+import re
+import secrets
+import socket
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,37 +26,40 @@ from typing import BinaryIO
 
 import numpy as np
 
+from .errors import display_path
+from .pictures import INPUT_PICTURE, kinds_for
 from .summaries import tensor_stats
+
+__all__ = [
+    "REPORT", "TENSORS", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
+    "output_names", "layer_stems", "report_of", "save_explanation", "read_report",
+]
 
 REPORT = "report.json"
 TENSORS = "tensors.npz"
-INPUT_PICTURE = "input.jpg"  # the photo as the model saw it (the whole photo with --no-crop)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone makes files 0600
+#: Files a run writes at the top of its output folder; no image's folder may take these names.
+RUN_FILE_PATTERN = re.compile(r"^(run(-\d+-of-\d+)?\.json|index\.html|diff\.json)$", re.IGNORECASE)
+#: A leftover temporary file older than this is removed whoever wrote it.
+STALE_SECONDS = 24 * 3600
+_HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:40] or "host"
 
 
 def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
 
     ``data`` is the bytes, or a function that writes them into the open file (large
-    arrays then go to the file without first being gathered in memory).
+    arrays then go to the file without first being gathered in memory). The file gets the
+    mode ``open()`` would give it (the process's umask applies, as the kernel applies it).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    temporary = path.parent / f".{path.name}~{_HOST}~{os.getpid()}~{secrets.token_hex(4)}.part"
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(handle, "wb") as stream:
             if callable(data):
                 data(stream)
             else:
                 stream.write(data)
-        os.chmod(temporary, _FILE_MODE)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -59,14 +68,40 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> Path
     return path
 
 
-def sweep_partial_files(out: Path) -> int:
-    """Delete the temporary files a killed run left in ``out`` and its image folders."""
+def _writer_gone(path: Path, now: float) -> bool:
+    """Whether the temporary file ``path`` is a leftover: its writer (a process on this
+    host) no longer runs, or it is older than a day."""
+    try:
+        if now - path.stat().st_mtime > STALE_SECONDS:
+            return True
+    except OSError:
+        return False
+    parts = path.name[: -len(".part")].rsplit("~", 3)
+    if len(parts) != 4 or parts[1] != _HOST or not parts[2].isdigit():
+        return False  # another host's, or an older hookviz's: only age tells
+    pid = int(parts[2])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, under another user
+        return False
+    return False
+
+
+def sweep_stale_files(out: Path) -> int:
+    """Delete the temporary files that killed runs left in ``out`` and its image folders,
+    and only those: a run still writing into ``out`` (another shard) keeps its own."""
     removed = 0
+    now = time.time()
     for pattern in (".*.part", "*/.*.part"):
         for path in out.glob(pattern):
-            with contextlib.suppress(OSError):
-                path.unlink()
-                removed += 1
+            if _writer_gone(path, now):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    removed += 1
     return removed
 
 
@@ -74,41 +109,76 @@ def write_json(path: Path, document: dict) -> Path:
     return atomic_write(path, (json.dumps(document, indent=2, allow_nan=False, default=_jsonable) + "\n").encode())
 
 
+def read_report(path: Path) -> dict | None:
+    """An image's ``report.json``, or ``None`` when it is missing, empty, truncated or not a report."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("layers"), list):
+        return None
+    return document
+
+
 def _jsonable(value):
     if isinstance(value, (np.floating, np.integer)):
         return value.item()
     if isinstance(value, Path):
-        return str(value)
+        return display_path(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+# ----------------------------------------------------------------------------- names
+
+
+def _digest(text: str, length: int = 8) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()[:length]
+
+
+def _safe(name: str) -> str:
+    cleaned = "".join(c if (c.isalnum() and c.isprintable()) or c in "-_.+ " else "_" for c in name).strip(" .")
+    return cleaned or "image"
+
+
 def output_names(paths: Sequence[Path]) -> dict[Path, str]:
-    """A folder name per image: its stem, or stem plus a short hash of its full path when
-    two images of the run share a stem. Depends only on the run's full input list, so
-    every ``--shard`` of it agrees."""
-    stems = Counter(_safe(p.stem) for p in paths)
+    """A folder name per image: its stem, made safe; with a short hash of its full path
+    when two images of the run share a stem, or when the stem would take the name of a
+    run-level file (``run.json``, ``index.html``). Depends only on the run's full input
+    list, so every ``--shard`` of it agrees."""
+    stems = {path: _safe(path.stem)[:120] for path in paths}
+    counts = Counter(stem.lower() for stem in stems.values())
     names = {}
-    for path in paths:
-        stem = _safe(path.stem)
-        if stems[stem] > 1:
-            digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
-            stem = f"{stem}-{digest}"
+    for path, stem in stems.items():
+        if counts[stem.lower()] > 1 or RUN_FILE_PATTERN.match(stem) or stem != path.stem[:120]:
+            stem = f"{stem}-{_digest(display_path(path.resolve()))}"
         names[path] = stem
     return names
 
 
-def _safe(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "-_.+ " else "_" for c in name).strip(" .")
-    return cleaned or "image"
+def layer_stems(names: Sequence[str]) -> dict[str, str]:
+    """A file-name stem per layer name, unique among ``names``: ``layer3.5.relu:1`` ->
+    ``layer3.5.relu-1``. A name with characters a file name cannot hold (``a/b``) gets a
+    short hash of the name, so it never takes another layer's files (``a_b``)."""
+    stems = {}
+    for name in names:
+        plain = name.replace(":", "-")
+        stem = _safe(plain)
+        if stem != plain or len(stem) > 150:
+            stem = f"{stem[:150]}-{_digest(name, 6)}"
+        stems[name] = stem
+    counts = Counter(stems.values())
+    return {name: (f"{stem}-{_digest(name, 6)}" if counts[stem] > 1 else stem) for name, stem in stems.items()}
 
 
-def file_name(layer_name: str) -> str:
-    """A layer name as a file name part (``layer3.5.relu:1`` -> ``layer3.5.relu-1``)."""
-    return layer_name.replace(":", "-").replace("/", "_")
+# ----------------------------------------------------------------------------- files
 
 
-def report_of(explanation, files: Sequence[str]) -> dict:
-    """The machine-readable ``report.json`` of one image."""
+def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], files: Sequence[str], pictures=None, save_tensors: bool = False) -> dict:
+    """The machine-readable ``report.json`` of one image.
+
+    ``pictures_by_layer`` maps each layer to the pictures asked of it: the file written,
+    or ``None`` where the picture does not apply (a CAM of a vector).
+    """
     from . import __version__
 
     source = explanation.image.source
@@ -120,6 +190,7 @@ def report_of(explanation, files: Sequence[str]) -> dict:
             "module_type": layer.module_type,
             "shapes": {k: (list(v) if v is not None else None) for k, v in layer.shapes.items()},
             "stats": layer.stats,
+            "pictures": pictures_by_layer.get(layer.name, {}),
         }
         if layer.cam is not None:
             cam_stats = {k: v for k, v in tensor_stats(layer.cam).items() if k != "zero_fraction"}
@@ -128,12 +199,15 @@ def report_of(explanation, files: Sequence[str]) -> dict:
             entry["cam"] = {"method": explanation.cam_method, "skipped": layer.cam_note}
         if layer.topk_cams:
             entry["cam_topk"] = [score.to_json() for score, _ in layer.topk_cams]
+        if layer.notes:
+            entry["notes"] = list(layer.notes)
         layers.append(entry)
     logits_nonfinite = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
     return {
         "hookviz": __version__,
-        "image": str(source.path) if source.path is not None else None,
-        "image_notes": list(explanation.notes),
+        "image": display_path(source.path) if source.path is not None else None,
+        "task": explanation.task,
+        "notes": list(explanation.notes),
         "model": explanation.model,
         "weights": explanation.weights,
         "preprocessing": explanation.preprocessing.to_json(),
@@ -141,7 +215,16 @@ def report_of(explanation, files: Sequence[str]) -> dict:
         "target": explanation.target.to_json(),
         "top5": [score.to_json() for score in explanation.top5],
         "logits": {"count": int(np.size(explanation.logits)), "nonfinite": logits_nonfinite},
+        "layer_choice": explanation.layer_choice,
         "layers": layers,
+        "skipped_layers": list(explanation.skipped_layers),
+        "asked": {
+            "pictures": list(pictures.pictures) if pictures is not None else [],
+            "channels": str(pictures.channels) if pictures is not None else None,
+            "scale": pictures.scale if pictures is not None else None,
+            "grad_channels": bool(pictures.grad_channels) if pictures is not None else False,
+            "tensors": save_tensors,
+        },
         "files": list(files),
     }
 
@@ -149,7 +232,7 @@ def report_of(explanation, files: Sequence[str]) -> dict:
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``logits``, ``input``.
 
-    Needs the full tensors (``explain_batch(keep_tensors=True)``).
+    Needs the full tensors (``SummaryOptions(keep_tensors=True)``).
     """
     arrays: dict[str, np.ndarray] = {
         "logits": np.asarray(explanation.logits, dtype=np.float32)[None],
@@ -172,42 +255,35 @@ def _jpeg(pixels: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def save_explanation(
-    explanation,
-    directory: Path,
-    *,
-    pictures: Sequence[str] = ("summary", "channels", "cam"),
-    save_tensors: bool = False,
-    scale: str = "tile",
-    grad_channels: bool = False,
-) -> list[Path]:
+def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bool = False) -> list[Path]:
     """Write one image's pictures, optional ``tensors.npz`` and, last, ``report.json``.
+
+    Args:
+        pictures: a ``PictureOptions``.
 
     Returns:
         The files written, report last.
     """
     written: list[Path] = []
-    if pictures:
+    kinds = kinds_for(pictures)
+    stems = layer_stems([layer.name for layer in explanation.layers])
+    by_layer: dict[str, dict[str, str | None]] = {}
+    if kinds:
         from . import rendering  # matplotlib: ~0.3 s to import, only for pictures
 
         written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(rendering.photo_of(explanation))))
+        cache = rendering.worker_cache()
     for layer in explanation.layers:
-        stem = file_name(layer.name)
-        jobs = []
-        if "summary" in pictures:
-            jobs.append(("summary", "summary", {}))
-        if "channels" in pictures:
-            jobs.append(("channels", "channels", {"which": "output", "scale": scale}))
-            if grad_channels:
-                jobs.append(("grad_channels", "channels", {"which": "grad_output", "scale": scale}))
-        if "cam" in pictures:
-            jobs.extend([("cam", "cam", {}), ("cam_topk", "cam_topk", {})])
-        for name, kind, options in jobs:
-            data = rendering.render_png(kind, explanation, layer, **options)
+        entry = by_layer.setdefault(layer.name, {})
+        for kind in kinds:
+            data = rendering.render_png(kind.name, explanation, layer, cache, **kind.options(pictures))
+            entry[kind.name] = None
             if data is not None:
-                written.append(atomic_write(directory / f"{stem}.{name}.png", data))
+                path = atomic_write(directory / kind.file_name(stems[layer.name]), data)
+                written.append(path)
+                entry[kind.name] = path.name
     if save_tensors:
         written.append(atomic_write(directory / TENSORS, lambda stream: write_tensors_npz(explanation, stream)))
-    report = report_of(explanation, [p.name for p in written])
+    report = report_of(explanation, by_layer, [p.name for p in written], pictures, save_tensors)
     written.append(write_json(directory / REPORT, report))
     return written

@@ -16,29 +16,15 @@ and back-propagation stops there.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .errors import RecordingError, UnknownLayerError
+from .errors import RecordingError, UnknownLayerError, arg
+from .hooks import HookSet
 from .layers import LayerSpec, first_tensor, resolve_layers
 
-
-class HookSet:
-    """Holds hook handles and removes every one of them on exit, on error too."""
-
-    def __init__(self) -> None:
-        self._handles: list = []
-
-    def add(self, handle) -> None:
-        self._handles.append(handle)
-
-    def __enter__(self) -> "HookSet":
-        return self
-
-    def __exit__(self, *exc_info) -> bool:
-        while self._handles:
-            self._handles.pop().remove()
-        return False
+__all__ = ["record", "Recording", "Capture"]
 
 
 @dataclass(frozen=True)
@@ -235,18 +221,36 @@ class Recording:
 
     # -- results
 
-    def check_complete(self) -> None:
-        """Raise ``UnknownLayerError`` for a selected layer the forward pass never called."""
+    def check_complete(self) -> list[LayerSpec]:
+        """Check that the forward pass called every selected layer.
+
+        Returns:
+            The layers a pattern or a type selected that never ran (auxiliary heads in eval
+            mode): they are left out, and the caller notes them.
+
+        Raises:
+            UnknownLayerError: a layer named by its own path never ran (or not that often),
+                or nothing selected ran at all.
+        """
         seen = {(c.spec.path, c.spec.call) for c in self._calls}
+        skipped = []
         for spec in self.specs:
-            if (spec.path, spec.call) not in seen:
-                if spec.call is not None:
-                    calls = next((c.calls_of_module[0] for c in self._calls if c.spec.path == spec.path), None)
-                    ran = f"was called {calls} times" if calls else "was never called"
-                    raise UnknownLayerError(f"--layer {spec.requested}: {spec.path} {ran} in the forward pass")
-                raise UnknownLayerError(
-                    f"--layer {spec.requested}: {spec.path} was never called in the forward pass; pick another layer"
-                )
+            if (spec.path, spec.call) in seen:
+                continue
+            if not spec.explicit:
+                skipped.append(spec)
+                continue
+            if spec.call is not None:
+                calls = next((c.calls_of_module[0] for c in self._calls if c.spec.path == spec.path), None)
+                ran = f"was called {calls} times" if calls else "was never called"
+                raise UnknownLayerError(f"{arg('layers', spec.requested)}: {spec.path} {ran} in the forward pass")
+            raise UnknownLayerError(
+                f"{arg('layers', spec.requested)}: {spec.path} was never called in the forward pass; pick another layer"
+            )
+        if self.specs and not self._calls:
+            asked = ", ".join(dict.fromkeys(s.requested for s in self.specs))
+            raise UnknownLayerError(f"{arg('layers', asked)}: none of the selected modules ran in the forward pass")
+        return skipped
 
     @property
     def captures(self) -> list[Capture]:
@@ -321,21 +325,36 @@ def _first_float(value):
 
 
 def _replace_first(output, old, new):
+    """``output`` with ``old`` replaced by ``new`` wherever it first occurs, each container
+    keeping its own type: a namedtuple stays that namedtuple, a dict subclass (transformers'
+    ``ModelOutput``) that subclass with its attributes, so the parent module still reads
+    ``outputs.last_hidden_state``."""
     if output is old:
         return new
     if isinstance(output, (tuple, list)):
-        items = list(output)
-        for i, item in enumerate(items):
+        for i, item in enumerate(output):
             replaced = _replace_first(item, old, new)
             if replaced is not item:
-                items[i] = replaced
-                return type(output)(items) if not hasattr(output, "_fields") else type(output)(*items)
+                return _with_item(output, i, replaced)
         return output
     if isinstance(output, dict):
         for key, item in output.items():
             replaced = _replace_first(item, old, new)
             if replaced is not item:
-                copy = dict(output)
-                copy[key] = replaced
-                return copy
+                return _with_item(output, key, replaced)
     return output
+
+
+def _with_item(container, key, value):
+    if isinstance(container, tuple):
+        items = list(container)
+        items[key] = value
+        if hasattr(container, "_fields"):  # a namedtuple
+            return type(container)(*items)
+        return tuple(items) if type(container) is tuple else type(container)(items)
+    try:
+        changed = copy.copy(container)  # same type, same attributes
+    except Exception:  # a container that cannot be copied: change the fresh output in place
+        changed = container
+    changed[key] = value  # ModelOutput's __setitem__ updates its attribute too
+    return changed

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from .errors import UsageError, did_you_mean
+from .errors import UsageError, arg, did_you_mean
 
 T = TypeVar("T")
 
@@ -14,8 +14,8 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Named entries; ``get`` of an unknown name raises one UsageError naming the option."""
 
-    def __init__(self, option: str, what: str, extra_choices: tuple[str, ...] = ()):
-        self.option = option
+    def __init__(self, argument: str, what: str, extra_choices: tuple[str, ...] = ()):
+        self.argument = argument  # the Python argument's name; messages spell it as the caller did
         self.what = what
         self.extra_choices = extra_choices
         self._entries: dict[str, T] = {}
@@ -30,11 +30,14 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return list(self._entries)
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
     def get(self, name: str) -> T:
         try:
             return self._entries[name]
         except KeyError:
             choices = ", ".join([*self._entries, *self.extra_choices])
             raise UsageError(
-                f"{self.option} {name}: unknown {self.what}{did_you_mean(name, self._entries)}; choose from {choices}"
+                f"{arg(self.argument, name)}: unknown {self.what}{did_you_mean(name, self._entries)}; choose from {choices}"
             ) from None

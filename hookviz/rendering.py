@@ -1,7 +1,9 @@
 """Rendering: the pictures, as matplotlib ``Figure`` objects on the Agg canvas.
 
 No pyplot: figures are built with the object API, so rendering is safe in threads and
-worker processes and leaves no global state behind. Colour is honest: activations use a
+worker processes and leaves no global state behind. Each picture has a builder
+(``summary_parts``, ``channels_parts``, ``cam_parts``, ``cam_topk_parts``) that keeps the
+contract written in ``hookviz.pictures``; ``pictures.KINDS`` says which file each makes. Colour is honest: activations use a
 sequential colormap, gradients a diverging one centred on zero, and every panel has a
 colorbar spanning the true values, so a dead layer never looks like an active one.
 """
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import io
 import math
-import threading
 from collections.abc import Sequence
 
 import matplotlib
@@ -21,6 +22,7 @@ from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.transforms import offset_copy
 
+from .options import ChannelSelection
 from .summaries import channel_tiles
 
 ACTIVATION_CMAP = "viridis"
@@ -236,12 +238,13 @@ class _MapPanel:
 
 # ----------------------------------------------------------------------------- summary
 #
-# Each picture has a builder that lays out the figure and returns it with an ``update``
-# function that draws one image's data into it. Long runs reuse a figure per layer and
-# picture (``render_png``): only the data, norms and texts change between images.
+# Each builder lays out its figure and returns it with an ``update`` function that draws
+# one image's data into it (the contract is in ``hookviz.pictures``). The render workers
+# reuse a figure per layer and picture (``FigureCache``): only the data, norms and texts
+# change between images.
 
 
-def _summary(explanation, layer):
+def summary_parts(explanation, layer):
     width, height = _photo_inches(explanation.image.shown, longest=3.9)
     left = 0.25 + max(width, 2.4) + 0.6  # room for the photo's title
     sheet = _Sheet(left + 7.8, 7.5)
@@ -290,9 +293,10 @@ def _how(shape, values) -> str:
 
 
 def summary_figure(explanation, layer) -> Figure:
-    """The seeds' 2x2 figure (channel-summed input, output, grad_input, grad_output), with
-    the photo beside it and a title naming model, layer, shape and target."""
-    return _summary(explanation, layer)[0]
+    """The layer's four tensors summed over channels, in a 2x2 grid (input, output,
+    grad_input, grad_output) as the usual hook snippets plot them, with the photo beside it
+    and a title naming model, layer, shape and target."""
+    return summary_parts(explanation, layer)[0]
 
 
 # ----------------------------------------------------------------------------- channel grid
@@ -302,7 +306,8 @@ def _tiles_for(explanation, layer, which: str, channels):
     tiles = layer.tiles.get(which)
     full = layer.output if which == "output" else layer.grad_output
     if channels is not None and full is not None:
-        tiles = channel_tiles(full, explanation.image.tensor.shape[-2:], channels, by_magnitude=which != "output")
+        selection = ChannelSelection.parse(channels)
+        tiles, _ = channel_tiles(full, explanation.image.tensor.shape[-2:], selection, by_magnitude=which != "output")
     return tiles
 
 
@@ -316,7 +321,7 @@ def _grid_geometry(tiles):
     return columns, rows, height, width, pad, gap
 
 
-def _channels(explanation, layer, which: str = "output", channels=None, scale: str = "tile"):
+def channels_parts(explanation, layer, which: str = "output", channels=None, scale: str = "tile"):
     tiles = _tiles_for(explanation, layer, which, channels)
     if tiles is None:
         return None
@@ -402,7 +407,7 @@ def channels_figure(
     needs the full tensors (``explain`` keeps them). Returns ``None`` for a tensor without
     spatial layout.
     """
-    made = _channels(explanation, layer, which, channels, scale)
+    made = channels_parts(explanation, layer, which, channels, scale)
     return None if made is None else made[0]
 
 
@@ -447,12 +452,16 @@ def photo_of(explanation) -> np.ndarray:
     return explanation.image.whole if explanation.image.whole is not None else explanation.image.shown
 
 
-def _cam(explanation, layer):
+def _cam_heading(explanation, layer) -> str:
+    return f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.shapes['output'])}"
+
+
+def cam_parts(explanation, layer):
     if layer.cam is None:
         return None
     photo = photo_of(explanation)
     panel, side = _photo_inches(photo, longest=4.3)
-    heading = f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.shapes['output'])}"
+    heading = _cam_heading(explanation, layer)
     content = 2 * panel + 0.3 + 0.3 + 0.9
     width = max(0.2 + content, len(heading) * _CHAR_INCHES + 0.4)
     x = (width - content) / 2  # the panels centred under a title wider than they are
@@ -468,7 +477,7 @@ def _cam(explanation, layer):
         photo = photo_of(explanation)
         plain.set_data(photo)
         overlay.update(photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}")
-        sheet.title(f"{heading}\n{_target_text(explanation)}")
+        sheet.title(f"{_cam_heading(explanation, layer)}\n{_target_text(explanation)}")
 
     update(explanation, layer)
     return sheet.figure, update, [plain, *overlay.changing, sheet.heading]
@@ -476,11 +485,11 @@ def _cam(explanation, layer):
 
 def cam_figure(explanation, layer) -> Figure | None:
     """The target's CAM over the photo the model saw, beside the photo alone."""
-    made = _cam(explanation, layer)
+    made = cam_parts(explanation, layer)
     return None if made is None else made[0]
 
 
-def _cam_topk(explanation, layer):
+def cam_topk_parts(explanation, layer):
     if not layer.topk_cams:
         return None
     photo = photo_of(explanation)
@@ -508,33 +517,28 @@ def _cam_topk(explanation, layer):
 
 def cam_topk_figure(explanation, layer) -> Figure | None:
     """CAMs of the top-K classes side by side, each on its own colour scale."""
-    made = _cam_topk(explanation, layer)
+    made = cam_topk_parts(explanation, layer)
     return None if made is None else made[0]
-
-
-FIGURES = {
-    "summary": summary_figure,
-    "channels": channels_figure,
-    "cam": cam_figure,
-    "cam_topk": cam_topk_figure,
-}
 
 
 # ----------------------------------------------------------------------------- reuse
 
 
 def configure_worker() -> None:
-    """Settings for a process that only renders (hookviz's workers), never for a user's.
+    """Settings for a process that only renders (hookviz's workers), never for a user's:
+    figures are kept for reuse (``worker_cache``), and text is drawn faster.
 
     Text is drawn without FreeType's hinting: at 100 dpi it looks the same, and glyphs (the
     channel grid alone has 64 labels) render about twice as fast as with the autohinter.
     Fonts are read from memory (below).
     """
+    global _worker_cache
     matplotlib.rcParams["text.hinting"] = "no_hinting"
     _read_fonts_from_memory()
+    _worker_cache = FigureCache()
 
 
-def _read_fonts_from_memory() -> None:
+def _read_fonts_from_memory() -> bool:
     """Hand FreeType each font file's bytes instead of the open file, as matplotlib 3.12
     does (matplotlib#32064).
 
@@ -550,7 +554,7 @@ def _read_fonts_from_memory() -> None:
     from matplotlib import font_manager, ft2font
 
     if matplotlib.__version_info__[:2] >= (3, 12) or getattr(font_manager, "ft2font", None) is not ft2font:
-        return
+        return fonts_from_memory()
     contents: dict = {}
 
     def font_from_memory(path, *args, **kwargs):
@@ -564,7 +568,16 @@ def _read_fonts_from_memory() -> None:
     patched = types.ModuleType(ft2font.__name__)
     patched.__dict__.update(ft2font.__dict__)
     patched.FT2Font = font_from_memory
+    patched.hookviz_fonts_from_memory = True
     font_manager.ft2font = patched
+    return True
+
+
+def fonts_from_memory() -> bool:
+    """Whether this process's font manager reads fonts from memory (``configure_worker``)."""
+    from matplotlib import font_manager
+
+    return bool(getattr(getattr(font_manager, "ft2font", None), "hookviz_fonts_from_memory", False))
 
 
 def warm_up() -> None:
@@ -604,45 +617,74 @@ class _Reused:
         return _encode(self.figure)
 
 
-_BUILDERS = {"summary": _summary, "channels": _channels, "cam": _cam, "cam_topk": _cam_topk}
-_CACHE_SIZE = 24
-_local = threading.local()
+class FigureCache:
+    """Figures kept for the next images of their layer, at most ``size`` of them, the most
+    recently used last. Only render workers keep one (``configure_worker``): a caller's
+    process never holds figures after a call returns."""
+
+    def __init__(self, size: int = 24):
+        self.size = size
+        self._entries: dict = {}
+
+    def take(self, key) -> "_Reused | None":
+        return self._entries.pop(key, None)
+
+    def keep(self, key, entry: "_Reused") -> None:
+        self._entries[key] = entry
+        while len(self._entries) > self.size:
+            self._entries.pop(next(iter(self._entries)))
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
-def _anatomy(kind: str, explanation, layer, options: dict):
-    """What must match for a figure to be reused: everything that decides its layout."""
+_worker_cache: FigureCache | None = None
+
+
+def worker_cache() -> FigureCache | None:
+    """The render worker's cache, or ``None`` in any other process."""
+    return _worker_cache
+
+
+def anatomy(kind: str, explanation, layer, options: dict):
+    """What must match for a figure to be reused: the model, the layer and its output's
+    shape (they are in the titles), and everything that decides the layout."""
     photo = photo_of(explanation).shape
     if kind == "summary":
-        maps = tuple(None if v is None else (v.ndim, v.shape) for v in layer.maps.values())
-        return (explanation.image.shown.shape, maps)
-    if kind == "channels":
+        shape = tuple(None if v is None else (v.ndim, v.shape) for v in layer.maps.values())
+    elif kind in ("channels", "grad_channels"):
         tiles = layer.tiles.get(options.get("which", "output"))
-        return None if tiles is None else (tiles.maps.shape, tuple(sorted(options.items())))
-    if kind == "cam":
-        return None if layer.cam is None else (photo, explanation.image.whole is None)
-    return (photo, tuple(cam.shape for _, cam in layer.topk_cams)) if layer.topk_cams else None
-
-
-def render_png(kind: str, explanation, layer, **options) -> bytes | None:
-    """The PNG of one picture, or ``None`` when it does not apply to this layer.
-
-    Figures are kept per thread and reused for the next image of the same layer and
-    layout: a long run then only redraws data, which is about a third cheaper.
-    """
-    anatomy = _anatomy(kind, explanation, layer, options)
-    if anatomy is None:
+        shape = None if tiles is None else (tiles.maps.shape, tuple(sorted(options.items())))
+    elif kind == "cam":
+        shape = None if layer.cam is None else (photo, layer.cam.shape, explanation.image.whole is None)
+    else:
+        shape = (photo, tuple(cam.shape for _, cam in layer.topk_cams)) if layer.topk_cams else None
+    if shape is None:
         return None
-    cache: dict = _local.__dict__.setdefault("figures", {})
-    key = (kind, layer.name, anatomy)
-    entry = cache.pop(key, None)
+    return (explanation.model, layer.name, layer.shapes.get("output"), explanation.image.shown.shape, shape)
+
+
+def render_png(kind: str, explanation, layer, cache: FigureCache | None = None, **options) -> bytes | None:
+    """The PNG of one picture (a ``pictures.KINDS`` name), or ``None`` when it does not
+    apply to this layer.
+
+    With a ``cache`` (the render workers'), the figure is kept and reused for the next
+    image of the same layer and anatomy: a long run then only redraws data, which is
+    about a third cheaper. Without one, the figure is built, drawn and dropped.
+    """
+    from .pictures import picture_kind
+
+    key = anatomy(kind, explanation, layer, options)
+    if key is None:
+        return None
+    entry = cache.take((kind, key)) if cache is not None else None
     if entry is None:
-        built = _BUILDERS[kind](explanation, layer, **options)
+        built = picture_kind(kind).build(explanation, layer, **options)
         if built is None:
             return None
         entry = _Reused(*built)
     else:
         entry.update(explanation, layer)
-    cache[key] = entry  # most recently used last
-    while len(cache) > _CACHE_SIZE:
-        cache.pop(next(iter(cache)))
+    if cache is not None:
+        cache.keep((kind, key), entry)
     return entry.png()

@@ -1,10 +1,15 @@
 """Runner: one process over many images.
 
-Images are decoded and preprocessed in a background thread, run through the model in
-batches, and each image's files are rendered and written by a worker pool while the
-next batch computes. Only a bounded number of images are in flight at once, so memory
-does not grow with the number of images. A failing image is recorded and skipped; the
-run goes on. ``run.json`` describes the run, also when it is interrupted.
+Photos are decoded in a background thread (``loader``), explained in batches, and each
+image's files are drawn and written by a pool of worker processes while the next batch
+computes. Only a bounded number of images are in flight, so memory does not grow with
+the number of images. An image that fails (an unreadable file, a model that raises on
+it) is recorded and the run goes on. ``run.json`` (``run-K-of-N.json`` for a shard)
+describes the run, also when it is interrupted or stopped by an error.
+
+A run is a ``Run`` whose steps can be read and tested alone: ``start`` (workers and
+loader, before torch is even imported), ``load`` (model and explainer), ``batches``,
+``explain``, ``submit``, ``collect`` and ``finish``.
 """
 
 from __future__ import annotations
@@ -13,67 +18,31 @@ import math
 import multiprocessing
 import os
 import platform
-import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Finding, run_checks
-from .errors import HookvizError, ImageError, OutputError, UsageError, describe, first_line
-from .explaining import ExplainOptions, explain_batch
-from .gallery import write_gallery
-from .images import DEFAULT_MAX_PIXELS, LoadedImage, load_image, prepare
-from .outputs import REPORT, output_names, save_explanation, sweep_partial_files, write_json
-from .tensorboard_log import TensorBoardLog
-from .tensorboard_log import check_available as check_tensorboard
+from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
+from .explaining import SummaryOptions
+from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
+from .outputs import REPORT, TENSORS, output_names, read_report, save_explanation, sweep_stale_files, write_json
+from .pictures import kinds_for
 
-RUN_JSON = "run.json"
-PICTURES = ("summary", "channels", "cam")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything ``hookviz run`` was asked to do, checked at the CLI boundary."""
-
-    model: str
-    weights: str = "DEFAULT"
-    seed: int = 0
-    layers: tuple[str, ...] = ()
-    layer_types: tuple[str, ...] = ()
-    explain: ExplainOptions = ExplainOptions()
-    resize: int | None = None
-    crop: int | None = None
-    mean: tuple[float, float, float] | None = None
-    std: tuple[float, float, float] | None = None
-    whole_image: bool = False
-    out: Path = Path("hookviz-out")
-    pictures: tuple[str, ...] = PICTURES
-    save_tensors: bool = False
-    channels: str = "64"
-    scale: str = "tile"
-    grad_channels: bool = False
-    batch_size: int = 8
-    device: str = "auto"
-    skip_existing: bool = False
-    shard: tuple[int, int] | None = None
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    fail_on: tuple[str, ...] = ()
-    dead_fraction: float = 1.0
-    tensorboard: Path | None = None
-    workers: int = 0  # rendering processes; 0: one per CPU
-    memory_budget: int = 256 * 2**20  # bytes of recorded tensors per batch
-    command: tuple[str, ...] = ()
+__all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
 
 
 @dataclass(frozen=True)
 class ImageStatus:
+    """What became of one image: ``done``, ``failed``, ``skipped`` or ``not_done`` (interrupted)."""
+
     image: str
     output: str
-    status: str  # done | failed | skipped
+    status: str
     error: str | None = None
     target: dict | None = None
     files: tuple[str, ...] = ()
@@ -115,38 +84,29 @@ def resolve_device(device: str) -> str:
     """``auto`` -> the first of cuda, mps, cpu that exists. Raises UsageError for one that does not."""
     import torch
 
+    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if device == "cpu":
-        return device
+        return "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise UsageError(f"--device {device}: no CUDA device is available here; use --device cpu")
+            raise UsageError(f"{arg('device', device)}: no CUDA device is available here; use {arg('device', 'cpu')}")
         index = int(device.split(":", 1)[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():
-            raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA devices here")
-        return device
-    if device == "mps":
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise UsageError("--device mps: Apple's MPS backend is not available here; use --device cpu")
-        return device
-    raise UsageError(f"--device {device}: choose auto, cpu, cuda, cuda:N or mps")
+            raise UsageError(f"{arg('device', device)}: only {torch.cuda.device_count()} CUDA devices here")
+    if device == "mps" and not mps:
+        raise UsageError(f"{arg('device', 'mps')}: Apple's MPS backend is not available here; use {arg('device', 'cpu')}")
+    return device
 
 
-def check_writable(out: Path) -> None:
-    """Raises OutputError when ``out`` cannot be created or written."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".hookviz-probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise OutputError(f"--out {out}: cannot write there ({reason}); choose another folder") from None
+def check_out(out: Path) -> None:
+    """Raises OutputError when ``out`` could not be created or written; creates nothing."""
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise OutputError(f"{arg('out', out)}: {display_path(probe)} is a file, not a folder; choose another folder")
+    if not os.access(probe if probe.exists() else Path.cwd(), os.W_OK | os.X_OK):
+        raise OutputError(f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder")
 
 
 def shard_of(items: Sequence, shard: tuple[int, int] | None) -> list:
@@ -157,17 +117,28 @@ def shard_of(items: Sequence, shard: tuple[int, int] | None) -> list:
     return [item for i, item in enumerate(items) if i % n == k - 1]
 
 
+def run_file_name(shard: tuple[int, int] | None) -> str:
+    """``run.json``, or ``run-K-of-N.json`` for a shard (shards may share a folder)."""
+    return "run.json" if shard is None else f"run-{shard[0]}-of-{shard[1]}.json"
+
+
 def run(
-    config: RunConfig,
     images: Sequence[Path],
+    model: ModelOptions,
+    *,
+    layers: LayerOptions = LayerOptions(),
+    inputs: InputOptions = InputOptions(),
+    target: TargetOptions = TargetOptions(),
+    pictures: PictureOptions = PictureOptions(),
+    options: RunOptions = RunOptions(),
+    checks: CheckOptions = CheckOptions(),
     on_status: Callable[[ImageStatus, int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
 ) -> RunSummary:
-    """Explain every image and write its files under ``config.out``.
+    """Explain every image and write its files under ``options.out``.
 
     Args:
-        config: the checked options.
-        images: image paths, in order (the full list; ``config.shard`` picks a slice of it).
+        images: image paths, in order (the full list; ``options.shard`` picks a slice of it).
         on_status: called after each image with (status, images finished, images in this run).
         on_start: called once with a line saying what will run (model, layers, device).
 
@@ -178,100 +149,361 @@ def run(
         UsageError (and subclasses): bad model, weights, layer, target or output folder.
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
-    explain_options = config.explain.checked()
-    if config.tensorboard is not None:
-        check_tensorboard()
-    check_writable(config.out)
-    sweep_partial_files(config.out)
-    selected = shard_of(list(images), config.shard)
-    names = output_names(list(images))
-    todo = [p for p in selected if not (config.skip_existing and (config.out / names[p] / REPORT).exists())]
-    # One render process per CPU, but no more than there are images: a one-photo smoke
-    # check on a 64-core machine starts one, not 64 (they all start at once, below).
-    workers = max(1, min(config.workers or os.cpu_count() or 1, len(selected)))
-    pool = _render_pool(workers if config.pictures else 0)
-    if config.pictures:
-        # Workers start now and load matplotlib while this process imports torch and
-        # builds the model; otherwise they would start only when the first batch is done.
-        for _ in range(workers):
-            pool.submit(_warm_up)
-    # Decoding needs no torch either: the loader starts now too, on the core that the
-    # import of torch leaves idle.
-    loader = _Loader(todo, config.max_pixels, ahead=max(2, 2 * config.batch_size))
-    loader.start()
-    try:
-        return _run(config, selected, names, todo, explain_options, pool, workers, loader, on_status, on_start)
-    finally:
-        loader.stop()
-        pool.shutdown(wait=True, cancel_futures=True)
+    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures,
+               options=options, checks=checks, on_status=on_status, on_start=on_start).execute()
 
 
-class _Loader:
-    """Decodes the images in a background thread, in order, at most ``ahead`` of the
-    consumer; prepares them too once ``preprocessing`` is set (it is known only when the
-    model is loaded). Iterating yields ``(path, PreparedImage or ImageError)``."""
+class Run:
+    """One run over many images (see ``run`` for the arguments)."""
 
-    def __init__(self, paths: Sequence[Path], max_pixels: int, ahead: int):
-        self.preprocessing = None
-        self._paths = list(paths)
-        self._max_pixels = max_pixels
-        self._queue: queue.Queue = queue.Queue(maxsize=ahead)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, name="hookviz-loader", daemon=True)
+    def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
+                 target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
+                 on_status=None, on_start=None):
+        self.model_options, self.layer_options, self.inputs = model, layers, inputs
+        self.target, self.pictures, self.options, self.checks = target, pictures, options, checks
+        self.on_status, self.on_start = on_status, on_start
+        self.images = list(images)
+        self.selected = shard_of(self.images, options.shard)
+        self.names = output_names(self.images)
+        self.run_json = options.out / run_file_name(options.shard)
+        self.statuses: dict[Path, ImageStatus] = {}
+        self.findings: list[Finding] = []
+        self.notes: list[str] = []
+        self.pending: list[tuple[Path, object, Future]] = []
+        self.finished = 0
+        self.lock = threading.Lock()
+        self.started = time.time()
+        self.explainer = self.device = self.loader = self.pool = self.board = None
+        self.workers = 0
+        self.batch_size = options.batch_size
+        self.sized = False
+        self.interrupted = False
+        self.error: str | None = None
+        self.step_of = {path: step for step, path in enumerate(self.selected)}  # TensorBoard's steps
+
+    # -- the whole run
+
+    def execute(self) -> RunSummary:
+        check_out(self.options.out)
+        if self.options.tensorboard is not None:
+            from .tensorboard_log import check_available
+
+            check_available()
+        try:
+            self.start()
+            self.load()
+            for batch in self.batches():
+                for path, result in self.explain(batch):
+                    self.submit(path, result)
+                self.collect(block_until=max(2 * self.workers, self.batch_size))
+            self.collect(block_until=0)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.cancel()
+        except HookvizError as error:
+            self.error = str(error)
+            raise
+        finally:
+            summary = self.finish()
+        if self.interrupted:
+            raise RunInterrupted(summary)
+        return summary
+
+    # -- steps
 
     def start(self) -> None:
-        self._thread.start()
+        """Start the render workers and (unless resuming) the loader: both work while this
+        process imports torch and builds the model."""
+        wanted = self.options.workers or os.cpu_count() or 1
+        limit = 2 * (os.cpu_count() or 1)
+        if wanted > limit:
+            self.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")
+        # No more render processes than images: a one-photo smoke check on a 64-core
+        # machine starts one, not 64 (they all start at once, below).
+        self.workers = max(1, min(wanted, limit, len(self.selected)))
+        self.pool = _render_pool(self.workers if self.pictures.pictures else 0)
+        if self.pictures.pictures:
+            for _ in range(self.workers):
+                self.pool.submit(_warm_up)
+        if not self.options.skip_existing:
+            self._start_loader(self.selected)
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    def _start_loader(self, paths: list[Path]) -> None:
+        from .loader import ImageLoader
 
-    def hold_at_most(self, count: int) -> None:
-        """Change how many images may wait (``queue.Queue`` reads ``maxsize`` at every put)."""
-        with self._queue.mutex:
-            self._queue.maxsize = count
+        self.loader = ImageLoader(paths, self.inputs.max_pixels, limit=max(2, 2 * self.options.batch_size)).start()
 
-    def __iter__(self):
-        while (item := self._queue.get()) is not None:
-            path, image = item
-            if isinstance(image, LoadedImage):  # decoded before the preprocessing was known
-                image = _prepared(path, image, self.preprocessing)
-            yield path, image
+    def load(self) -> None:
+        """Load the model and build the explainer; create the output folder only once
+        everything it needs has been checked."""
+        from .explainer import Explainer
+        from .models import load_model
 
-    def _work(self) -> None:
-        for path in self._paths:
-            if self._stop.is_set():
-                return
-            try:
-                image = load_image(path, self._max_pixels)
-            except ImageError as exc:
-                image = exc
-            except Exception as exc:  # a decoder bug must fail this image, not the run
-                image = ImageError(f"{path}: could not decode ({describe(exc)})")
+        self.device = resolve_device(self.model_options.device)
+        loaded = load_model(self.model_options)
+        loaded.module.to(self.device)
+        self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target)
+        out = self.options.out
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            from .discovery import OUTPUT_MARKER
+
+            (out / OUTPUT_MARKER).touch()
+        except OSError as exc:
+            raise OutputError(f"{arg('out', out)}: cannot write there ({exc.strerror or type(exc).__name__}); choose another folder") from None
+        sweep_stale_files(out)
+        if self.options.tensorboard is not None:
+            from .tensorboard_log import TensorBoardLog
+
+            self.board = TensorBoardLog(self.options.tensorboard)
+        todo = self._resume()
+        if self.loader is None:
+            self._start_loader(todo)
+        self.loader.set_preprocessing(self.explainer.preprocessing)
+        if self.on_start:
+            self.on_start(self._first_line())
+
+    def _first_line(self) -> str:
+        explainer = self.explainer
+        line = (f"model {explainer.model.name}, weights {explainer.model.weights}, on {self.device}, "
+                f"batches of up to {self.batch_size}; ")
+        if explainer.layer_choice:
+            return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
+        return line + "layers: " + ", ".join(spec.label for spec in explainer.layers)
+
+    def _resume(self) -> list[Path]:
+        """The selected images still to do; with ``skip_existing``, those whose folder holds no
+        complete result of this run's model, layers and pictures are done already."""
+        todo = []
+        for path in self.selected:
+            if self.options.skip_existing and self._complete(self.options.out / self.names[path]):
+                self._report(path, ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)"))
             else:
-                if self.preprocessing is not None:
-                    image = _prepared(path, image, self.preprocessing)
-            if not self._hand_over((path, image)):
+                todo.append(path)
+        return todo
+
+    def _complete(self, folder: Path) -> bool:
+        report = read_report(folder / REPORT)
+        if report is None or report.get("model") != self.explainer.model.name:
+            return False
+        if report.get("weights") != self.explainer.model.weights or report.get("objective") != self.target.objective:
+            return False
+        if self.options.save_tensors and not (folder / TENSORS).exists():
+            return False
+        wanted = [kind.name for kind in kinds_for(self.pictures)]
+        layers = [layer for layer in report["layers"] if isinstance(layer, dict)]
+        skipped = set(report.get("skipped_layers") or ())
+        for spec in self.explainer.layers:
+            matching = [l for l in layers if _names_spec(str(l.get("name")), spec)]
+            if not matching and spec.label not in skipped:
+                return False
+            for layer in matching:
+                pictures = layer.get("pictures") or {}
+                if any(k not in pictures or (pictures[k] is not None and not (folder / pictures[k]).exists()) for k in wanted):
+                    return False
+        return True
+
+    def batches(self) -> Iterator[list[tuple[Path, object]]]:
+        """Batches of prepared photos; photos that cannot be used fail on the way.
+
+        The first batch is one image: what it records sizes the others. With pictures,
+        batches then double, so the renderers start early and always have work.
+        """
+        items = iter(self.loader)
+        wanted = 1
+        while True:
+            batch = []
+            for path, prepared in items:
+                if isinstance(prepared, ImageError):
+                    self._report(path, self._failed(path, str(prepared)))
+                    continue
+                batch.append((path, prepared))
+                if len(batch) >= wanted:
+                    break
+            if not batch:
                 return
-        self._hand_over(None)
+            yield batch
+            wanted = min(self.batch_size, 2 * wanted) if self.pictures.pictures else self.batch_size
 
-    def _hand_over(self, item) -> bool:
-        while not self._stop.is_set():  # never block for good: the consumer may have stopped
-            try:
-                self._queue.put(item, timeout=0.2)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def explain(self, batch: list[tuple[Path, object]]) -> list[tuple[Path, object]]:
+        """``(path, Explanation or the reason it failed)`` for each photo of ``batch``.
+
+        When the model raises on a batch, its photos are tried one by one, so only the
+        ones it fails on fail. A usage error (a target the model lacks) stops the run.
+        """
+        summaries = SummaryOptions(
+            channels=self.pictures.channels, grad_tiles=self.pictures.grad_channels,
+            keep_tensors=self.options.save_tensors, histograms=self.board is not None,
+        )
+        try:
+            explanations = self.explainer.explain_batch([prepared for _, prepared in batch], summaries)
+        except UsageError:
+            raise
+        except Exception as exc:  # the model is foreign code: its failure costs these images, not the run
+            if len(batch) > 1:
+                return [result for item in batch for result in self.explain([item])]
+            path = batch[0][0]
+            reason = str(exc) if isinstance(exc, HookvizError) else f"the model failed on it ({describe(exc)})"
+            return [(path, f"{display_path(path)}: {reason}")]
+        if not self.sized:
+            self._size_batches(explanations[0])
+        return [(path, explanation) for (path, _), explanation in zip(batch, explanations)]
+
+    def _size_batches(self, explanation) -> None:
+        # Batches hold every recorded tensor (values, copies, gradients) at once: what the
+        # first image recorded sizes them, so recording all 53 convolutions of resnet50
+        # runs one image at a time.
+        self.sized = True
+        per_image = _recorded_bytes(explanation)
+        self.batch_size = max(1, min(self.options.batch_size, self.options.memory_budget // max(1, per_image)))
+        self.loader.hold_at_most(max(2, 2 * self.batch_size))  # photos may be large too
+
+    def submit(self, path: Path, result) -> None:
+        """Hand one explanation to the render workers (or record why the image failed)."""
+        if isinstance(result, str):
+            self._report(path, self._failed(path, result))
+            return
+        for note in (*result.notes, *(n for layer in result.layers for n in (layer.notes or ()))):
+            if note not in self.notes:
+                self.notes.append(note)
+        for layer in result.layers:
+            if layer.cam_note and self.target.cam != "none":
+                note = f"{layer.name}: {layer.cam_note}"
+                if note not in self.notes:
+                    self.notes.append(note)
+        if self.checks.fail_on:
+            self.findings.extend(run_checks(result, self.checks.fail_on, self.checks.dead_fraction))
+        portable = _portable(result)
+        future = self.pool.submit(save_explanation, portable, self.options.out / self.names[path], self.pictures,
+                                  save_tensors=self.options.save_tensors)
+        self.pending.append((path, portable, future))
+
+    def collect(self, block_until: int) -> None:
+        """Wait for written images until at most ``block_until`` are in flight."""
+        while len(self.pending) > block_until:
+            path, explanation, future = self.pending.pop(0)
+            self._report(path, self._saved(path, explanation, future))
+
+    def _saved(self, path: Path, explanation, future: Future) -> ImageStatus:
+        try:
+            files = future.result()
+            if self.board is not None:
+                self.board.add(self.step_of[path], explanation, files)
+        except HookvizError as exc:
+            return self._failed(path, str(exc))
+        except OSError as exc:
+            return self._failed(path, f"{display_path(path)}: writing results failed ({first_line(exc)})")
+        except Exception as exc:  # a rendering bug must cost this image, not the whole run
+            return self._failed(path, f"{display_path(path)}: saving failed ({describe(exc)})")
+        return ImageStatus(
+            display_path(path), self.names[path], "done", None, explanation.target.to_json(),
+            tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5),
+        )
+
+    def cancel(self) -> None:
+        """Stop taking photos; images already with a worker are finished, the rest are not done."""
+        if self.loader is not None:
+            self.loader.stop()
+        for _, _, future in self.pending:
+            future.cancel()
+        self.pending = [item for item in self.pending if not item[2].cancelled()]
+        self.collect(block_until=0)
+
+    def finish(self) -> RunSummary:
+        """Stop the helpers and describe the run in its run file and the gallery."""
+        from .gallery import write_gallery
+
+        if self.loader is not None:
+            self.loader.stop()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.board is not None:
+            self.board.close()
+        if self.interrupted:
+            for path in self.selected:
+                self.statuses.setdefault(path, ImageStatus(display_path(path), self.names[path], "not_done", "interrupted"))
+        summary = RunSummary(
+            statuses=tuple(self.statuses[p] for p in self.selected if p in self.statuses),
+            findings=tuple(self.findings),
+            run_json=self.run_json,
+            interrupted=self.interrupted,
+            layers=tuple(spec.label for spec in self.explainer.layers) if self.explainer else (),
+            notes=tuple(self.notes),
+        )
+        if self.explainer is None:
+            return summary  # stopped before the output folder was made: nothing to describe
+        document = self._document(summary)
+        try:
+            write_json(self.run_json, document)
+            write_gallery(self.options.out, document)
+        except OSError as exc:
+            raise HookvizError(
+                f"could not write {display_path(self.run_json)} or index.html ({exc.strerror or first_line(exc)}); "
+                "the images' own files are complete"
+            ) from None
+        return summary
+
+    # -- helpers
+
+    def _failed(self, path: Path, reason: str) -> ImageStatus:
+        return ImageStatus(display_path(path), self.names[path], "failed", reason)
+
+    def _report(self, path: Path, status: ImageStatus) -> None:
+        with self.lock:
+            self.statuses[path] = status
+            self.finished += 1
+            count = self.finished
+        if self.on_status:
+            self.on_status(status, count, len(self.selected))
+
+    def _document(self, summary: RunSummary) -> dict:
+        import torch
+        import torchvision
+
+        from . import __version__
+
+        explainer, options = self.explainer, self.options
+        return {
+            "hookviz": __version__,
+            "torch": torch.__version__,
+            "torchvision": torchvision.__version__,
+            "python": platform.python_version(),
+            "command": [display_path(a) for a in options.command],
+            "model": explainer.model.name,
+            "weights": explainer.model.weights,
+            "task": explainer.model.task,
+            "device": self.device,
+            "layers": list(summary.layers),
+            "layer_choice": explainer.layer_choice,
+            "shard": list(options.shard) if options.shard else None,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+            "seconds": round(time.time() - self.started, 3),
+            "interrupted": summary.interrupted,
+            "error": self.error,
+            "counts": {
+                "images": len(self.selected),
+                "done": summary.count("done"),
+                "failed": summary.count("failed"),
+                "skipped": summary.count("skipped"),
+                "not_done": summary.count("not_done"),
+            },
+            "images": [s.to_json() for s in summary.statuses],
+            "failures": [{"image": s.image, "error": s.error} for s in summary.failed],
+            "checks": {
+                "enabled": list(self.checks.fail_on),
+                "dead_fraction": self.checks.dead_fraction,
+                "passed": not summary.findings,
+                "findings": [f.to_json() for f in summary.findings],
+            },
+            "notes": list(summary.notes),
+            "tensorboard": display_path(options.tensorboard) if options.tensorboard else None,
+        }
 
 
-def _prepared(path: Path, image: LoadedImage, preprocessing):
-    try:
-        return prepare(image, preprocessing)
-    except ImageError as exc:
-        return exc
-    except Exception as exc:
-        return ImageError(f"{path}: could not preprocess ({describe(exc)})")
+def _names_spec(name: str, spec) -> bool:
+    """Whether a report's layer ``name`` (``relu:1``) is a call of the module ``spec`` selects."""
+    path, _, call = name.partition(":")
+    return path == spec.path and (spec.call is None or call == str(spec.call))
 
 
 def _recorded_bytes(explanation) -> int:
@@ -284,221 +516,16 @@ def _recorded_bytes(explanation) -> int:
     return 4 * 3 * elements
 
 
-def _run(config: RunConfig, selected, names, todo, explain_options, pool, workers: int, loader, on_status, on_start) -> RunSummary:
-    import torch
+def _portable(explanation):
+    """The explanation without torch tensors or the decoded photo, cheap to send to a worker."""
+    import numpy as np
 
-    from .layers import default_layer, resolve_layers
-    from .models import load_model, with_overrides
-
-    device = resolve_device(config.device)
-    if device.startswith("cuda"):
-        # hookviz reports values: compute in full float32, not TF32, so a GPU run matches the CPU's.
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    loaded = load_model(config.model, config.weights, config.seed)
-    module = loaded.module.to(device)
-    preprocessing = with_overrides(
-        loaded.preprocessing, resize=config.resize, crop=config.crop, mean=config.mean,
-        std=config.std, whole_image=config.whole_image,
-    )
-    loader.preprocessing = preprocessing
-    size = (preprocessing.size, preprocessing.size)
-    if config.layers or config.layer_types:
-        specs = resolve_layers(module, config.layers, config.layer_types)
-    else:
-        specs = [default_layer(module, size)]
-    # Batches hold every recorded tensor (values, copies, gradients) at once: the first
-    # batch is one image, and what it recorded sizes the others, so that recording all 53
-    # convolutions of resnet50 runs one image at a time.
-    batch_size = config.batch_size
-    sized = False
-    notes = []
-    if not config.layers and not config.layer_types:
-        spec = specs[0]
-        notes.append(f"no --layer given: using {spec.path}{'' if spec.call is None else f':{spec.call}'} "
-                     f"({spec.module_type}), the last layer with a spatial feature map")
-    if on_start:
-        on_start(
-            f"model {loaded.name}, weights {loaded.weights}, on {device}, batches of up to {batch_size}; layers: "
-            + ", ".join(s.path + ("" if s.call is None else f":{s.call}") for s in specs)
-        )
-    started = time.time()
-    statuses: dict[Path, ImageStatus] = {}
-    findings: list[Finding] = []
-    waiting = set(todo)
-    for path in selected:
-        if path not in waiting:
-            statuses[path] = ImageStatus(str(path), names[path], "skipped", "already done (--skip-existing)")
-    total = len(selected)
-    finished = [len(statuses)]
-    lock = threading.Lock()
-
-    def report(path: Path, status: ImageStatus) -> None:
-        with lock:
-            statuses[path] = status
-            finished[0] += 1
-            count = finished[0]
-        if on_status:
-            on_status(status, count, total)
-
-    if on_status:
-        for count, status in enumerate(statuses.values(), start=1):
-            on_status(status, count, total)
-    step_of = {path: step for step, path in enumerate(selected)}  # TensorBoard steps
-
-    pending: list[tuple[Path, object, Future]] = []
-    save_options = dict(
-        pictures=config.pictures, save_tensors=config.save_tensors, scale=config.scale,
-        grad_channels=config.grad_channels,
-    )
-
-    def collect(block_until: int) -> None:
-        while len(pending) > block_until:
-            path, explanation, future = pending.pop(0)
-            try:
-                files = future.result()
-                if board is not None:
-                    board.add(step_of[path], explanation, files)
-                status = ImageStatus(
-                    str(path), names[path], "done", None, explanation.target.to_json(),
-                    tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5),
-                )
-            except HookvizError as exc:
-                status = ImageStatus(str(path), names[path], "failed", str(exc))
-            except OSError as exc:
-                status = ImageStatus(str(path), names[path], "failed", f"{path}: writing results failed ({first_line(exc)})")
-            except Exception as exc:  # a rendering bug must cost this image, not the whole run
-                status = ImageStatus(
-                    str(path), names[path], "failed", f"{path}: saving failed ({describe(exc)})"
-                )
-            report(path, status)
-
-    interrupted = False
-    cam_noted: set[str] = set()
-    board = TensorBoardLog(config.tensorboard) if config.tensorboard is not None else None
-    items = iter(loader)
-    try:
-        done_loading = False
-        # The first batch is one image (it sizes the others). With pictures, batches then
-        # double: the renderers start early and always have work while the next computes.
-        wanted = 1
-        while not done_loading:
-            batch = []
-            while len(batch) < wanted:
-                item = next(items, None)
-                if item is None:
-                    done_loading = True
-                    break
-                path, prepared = item
-                if isinstance(prepared, ImageError):
-                    report(path, ImageStatus(str(path), names[path], "failed", str(prepared)))
-                else:
-                    batch.append((path, prepared))
-            if not batch:
-                continue
-            explanations = explain_batch(
-                module, [p for _, p in batch], specs, explain_options,
-                model_name=loaded.name, weights=loaded.weights, categories=loaded.categories,
-                preprocessing=preprocessing, device=device, keep_tensors=config.save_tensors,
-                channels=config.channels, grad_tiles=config.grad_channels,
-                histograms=config.tensorboard is not None,  # only TensorBoard shows them
-            )
-            if not sized:
-                sized = True
-                per_image = _recorded_bytes(explanations[0])
-                batch_size = max(1, min(config.batch_size, config.memory_budget // max(1, per_image)))
-                loader.hold_at_most(max(2, 2 * batch_size))  # photos may be large too
-            for (path, _), explanation in zip(batch, explanations):
-                explanation = _portable(explanation)
-                for layer in explanation.layers:
-                    if layer.cam_note and explain_options.cam != "none" and layer.name not in cam_noted:
-                        cam_noted.add(layer.name)
-                        notes.append(f"{layer.name}: {layer.cam_note}")
-                if config.fail_on:
-                    findings.extend(run_checks(explanation, config.fail_on, config.dead_fraction))
-                future = pool.submit(save_explanation, explanation, config.out / names[path], **save_options)
-                pending.append((path, explanation, future))
-            del explanations, batch
-            wanted = min(batch_size, 2 * wanted) if config.pictures else batch_size
-            collect(block_until=max(2 * workers, batch_size))
-        collect(block_until=0)
-    except KeyboardInterrupt:
-        interrupted = True
-        loader.stop()
-        for _, _, future in pending:
-            future.cancel()
-        pending[:] = [(p, e, f) for p, e, f in pending if not f.cancelled()]
-        collect(block_until=0)
-    finally:
-        loader.stop()
-        pool.shutdown(wait=True, cancel_futures=True)
-        if board is not None:
-            board.close()
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
-        # run.json describes every run, also one stopped by an error or a signal.
-        summary = RunSummary(
-            statuses=tuple(statuses[p] for p in selected if p in statuses),
-            findings=tuple(findings),
-            run_json=config.out / RUN_JSON,
-            interrupted=interrupted,
-            layers=tuple(s.path + ("" if s.call is None else f":{s.call}") for s in specs),
-            notes=tuple(notes),
-        )
-        document = _run_document(config, summary, loaded, device, started, total)
-        write_json(summary.run_json, document)
-        write_gallery(config.out, document)
-    if interrupted:
-        raise RunInterrupted(summary)
-    return summary
+    image = explanation.image
+    light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
+    return replace(explanation, image=light)
 
 
-def _run_document(config: RunConfig, summary: RunSummary, loaded, device: str, started: float, total: int) -> dict:
-    import torch
-    import torchvision
-
-    from . import __version__
-
-    return {
-        "hookviz": __version__,
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "python": platform.python_version(),
-        "command": list(config.command),
-        "model": loaded.name,
-        "weights": loaded.weights,
-        "device": device,
-        "layers": list(summary.layers),
-        "shard": list(config.shard) if config.shard else None,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "seconds": round(time.time() - started, 3),
-        "interrupted": summary.interrupted,
-        "counts": {
-            "images": total,
-            "done": summary.count("done"),
-            "failed": summary.count("failed"),
-            "skipped": summary.count("skipped"),
-        },
-        "images": [s.to_json() for s in summary.statuses],
-        "failures": [{"image": s.image, "error": s.error} for s in summary.failed],
-        "checks": {
-            "enabled": list(config.fail_on),
-            "dead_fraction": config.dead_fraction,
-            "passed": not summary.findings,
-            "findings": [f.to_json() for f in summary.findings],
-        },
-        "notes": list(summary.notes),
-        "tensorboard": str(config.tensorboard) if config.tensorboard else None,
-    }
-
-
-def _init_worker() -> None:
-    from .rendering import configure_worker
-
-    # Ctrl-C goes to the whole process group; the parent decides how to stop, and
-    # lets workers finish the file they are writing.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    configure_worker()
+# ----------------------------------------------------------------------------- render workers
 
 
 def _render_pool(workers: int):
@@ -507,20 +534,31 @@ def _render_pool(workers: int):
     if workers <= 0:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookviz-write")
     return ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker, initargs=(os.getpid(),),
     )
+
+
+def _init_worker(parent: int) -> None:
+    from .rendering import configure_worker
+
+    # Ctrl-C and SIGTERM go to the whole process group (a terminal, `timeout`, `scancel`):
+    # the parent decides how to stop, and lets workers finish the file they are writing.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
+    configure_worker()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent died (``kill -9``) exits within a second instead of lingering."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(0.5)
 
 
 def _warm_up() -> None:
     from .rendering import warm_up  # in the worker only: the main process never draws
 
     warm_up()
-
-
-def _portable(explanation):
-    """The explanation without torch tensors or the decoded photo, cheap to send to a worker."""
-    import numpy as np
-
-    image = explanation.image
-    light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
-    return replace(explanation, image=light)

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import arg
 from .featuremaps import as_feature_map
+from .options import MAX_TILES, ChannelSelection
 
 TENSOR_KEYS = ("input", "output", "grad_input", "grad_output")
 
@@ -48,8 +49,8 @@ def tensor_stats(array: np.ndarray | None) -> dict | None:
 
 
 def channel_sum(array: np.ndarray | None, input_hw: Sequence[int]) -> np.ndarray | None:
-    """The seeds' picture of a tensor: channels summed into a 2-D map (a 1-D vector for
-    outputs with no spatial layout)."""
+    """A tensor's channels summed into one 2-D map, as the usual hook snippets plot it
+    (a 1-D vector for outputs with no spatial layout)."""
     if array is None:
         return None
     spatial = as_feature_map(array, tuple(input_hw))
@@ -59,61 +60,51 @@ def channel_sum(array: np.ndarray | None, input_hw: Sequence[int]) -> np.ndarray
     return flat.reshape(-1) if flat.ndim <= 1 else flat.reshape(flat.shape[0], -1).sum(axis=0)
 
 
-def parse_channels(text: str | int | Sequence[int]) -> int | list[int]:
-    """``64`` -> 64 (the most active N); ``0-15`` and ``3,7,9`` -> explicit indices.
+def select_channels(maps: np.ndarray, selection: ChannelSelection) -> tuple[list[int], str | None]:
+    """Which of ``maps`` (C, h, w) a grid shows: the most active ones (largest mean), or the
+    listed ones that exist, at most ``MAX_TILES``.
 
-    Raises:
-        UsageError: the text is not of one of those forms.
+    Returns:
+        The channel indices, ascending for a count and in the order listed otherwise, and a
+        note when the selection had to be cut or found nothing.
     """
-    if isinstance(text, int):
-        return text
-    if not isinstance(text, str):
-        return list(text)
-    text = text.strip()
-    try:
-        if text.isdigit():
-            return int(text)
-        indices: list[int] = []
-        for part in text.split(","):
-            if "-" in part:
-                start, end = (int(v) for v in part.split("-", 1))
-                if end < start:
-                    raise ValueError
-                indices.extend(range(start, end + 1))
-            else:
-                indices.append(int(part))
-        return indices
-    except ValueError:
-        raise UsageError(f"--channels {text!r}: expected a count (64), a range (0-15) or a list (3,7,9)") from None
-
-
-def select_channels(maps: np.ndarray, spec: str | int | Sequence[int] = 64) -> list[int]:
-    """Which of ``maps`` (C, h, w) a grid shows: the N with the largest mean, or the listed ones."""
     count = maps.shape[0]
-    spec = parse_channels(spec)
-    if isinstance(spec, int):
+    if selection.count is not None:
         order = np.argsort(-maps.reshape(count, -1).mean(axis=1), kind="stable")
-        return sorted(int(c) for c in order[: min(spec, count)])
-    return [c for c in spec if 0 <= c < count]
+        shown = min(selection.count, count, MAX_TILES)
+        note = None
+        if selection.count > MAX_TILES and count > MAX_TILES:
+            note = f"{arg('channels', selection)}: the grid shows the {MAX_TILES} most active of {count} channels"
+        return sorted(int(c) for c in order[:shown]), note
+    chosen = selection.indices(count)
+    if not chosen:
+        return [], (
+            f"{arg('channels', selection)}: the layer has {count} channels (0-{count - 1}), "
+            "none of those asked for; no channel grid drawn"
+        )
+    if len(chosen) > MAX_TILES:
+        return chosen[:MAX_TILES], f"{arg('channels', selection)}: the grid shows the first {MAX_TILES} of them"
+    return chosen, None
 
 
 def channel_tiles(
-    array: np.ndarray | None, input_hw: Sequence[int], spec: str | int | Sequence[int], by_magnitude: bool = False
-) -> ChannelTiles | None:
-    """The tiles of a channel grid, or ``None`` when the tensor has no spatial layout.
+    array: np.ndarray | None, input_hw: Sequence[int], selection: ChannelSelection, by_magnitude: bool = False
+) -> tuple[ChannelTiles | None, str | None]:
+    """The tiles of a channel grid (``None`` when the tensor has no spatial layout or no
+    channel was selected), and a note when the selection was cut or empty.
 
     Gradients (``by_magnitude``) are ranked by mean absolute value, activations by mean value.
     """
     if array is None:
-        return None
+        return None, None
     spatial = as_feature_map(array, tuple(input_hw))
     if spatial is None:
-        return None
+        return None, None
     maps = np.asarray(spatial[0], dtype=np.float32)
-    chosen = select_channels(np.abs(maps) if by_magnitude else maps, spec)
+    chosen, note = select_channels(np.abs(maps) if by_magnitude else maps, selection)
     if not chosen:
-        return None
-    return ChannelTiles(indices=tuple(chosen), maps=maps[chosen].copy(), total=maps.shape[0])
+        return None, note
+    return ChannelTiles(indices=tuple(chosen), maps=maps[chosen].copy(), total=maps.shape[0]), note
 
 
 def histogram(array: np.ndarray | None, bins: int = 64) -> dict | None:

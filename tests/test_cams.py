@@ -8,9 +8,11 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-from hookviz.explaining import ExplainOptions, explain, explain_batch
-from hookviz.images import PreparedImage, LoadedImage
-from hookviz.layers import resolve_layers
+from hookviz import Explainer, LayerOptions, TargetOptions, explain
+from hookviz.explaining import SummaryOptions
+from hookviz.images import LoadedImage, PreparedImage
+from hookviz.models import LoadedModel
+from hookviz.images import Preprocessing
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +33,13 @@ def _hookviz_cams(model, x, layer, method, target):
     images = [
         PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((224, 224, 3), np.uint8)) for t in x
     ]
-    results = explain_batch(
-        model, images, resolve_layers(model, [layer]), ExplainOptions(target=str(target), cam=method)
-    )
+    results = _explainer(model, layer, TargetOptions(target=str(target), cam=method)).explain_batch(images)
     return np.stack([r.layers[0].cam for r in results])
+
+
+def _explainer(model, layer, target) -> Explainer:
+    loaded = LoadedModel("resnet50", model, "seeded", None, Preprocessing())
+    return Explainer.create(loaded, layers=LayerOptions((layer,)), target=target)
 
 
 def _pgc_scaled(cam: np.ndarray) -> np.ndarray:
@@ -79,9 +84,7 @@ def test_cam_explains_the_logit_whatever_the_objective(resnet50, batch):
     from PIL import Image
 
     image = PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), batch[0], np.zeros((224, 224, 3), np.uint8))
-    ce = explain_batch(
-        resnet50, [image], resolve_layers(resnet50, ["layer4"]), ExplainOptions(target="3", objective="ce")
-    )[0]
+    ce = _explainer(resnet50, "layer4", TargetOptions(target="3", objective="ce")).explain_batch([image])[0]
     np.testing.assert_allclose(ce.layers[0].cam, logit[0], rtol=1e-5, atol=1e-7)
     # ...while grad_output follows the cross-entropy objective.
     assert ce.objective == "ce"

@@ -6,7 +6,7 @@ import pytest
 
 from hookviz.checks import parse_checks, run_checks
 from hookviz.errors import UsageError
-from hookviz.explaining import explain
+from hookviz import explain
 
 
 @pytest.fixture(scope="module")

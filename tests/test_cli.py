@@ -51,7 +51,7 @@ def test_run_writes_pictures_report_and_tensors(cli, photo, tmp_path):
     assert {"logits", "input", "features.1/output", "act:1/grad_output", "act:0/cam"} <= set(tensors.files)
     assert tensors["input"].shape == (1, 3, 224, 224) and tensors["features.1/output"].dtype == np.float32
     run_json = json.loads((out / "run.json").read_text())
-    assert run_json["counts"] == {"images": 1, "done": 1, "failed": 0, "skipped": 0}
+    assert run_json["counts"] == {"images": 1, "done": 1, "failed": 0, "skipped": 0, "not_done": 0}
     assert "torch" in run_json and run_json["images"][0]["status"] == "done"
 
 
@@ -316,7 +316,7 @@ def test_from_list_reads_stdin_and_preprocessing_options_apply(cli, photo, tmp_p
     assert result.exit_code == 0, result.output
     report = json.loads((out / "photo" / "report.json").read_text())
     assert report["preprocessing"] == {"resize": 180, "crop": 160, "size": [160, 160], "whole_image": False,
-                                       "mean": [0.5] * 3, "std": [0.5] * 3}
+                                       "mean": [0.5] * 3, "std": [0.5] * 3, "channels": 3}
     assert report["layers"][0]["shapes"]["input"] == [1, 4, 160, 160]
     result = invoke(cli, "run", photo, *TINY, "--crop", "300", "--out", out)
     assert result.exit_code == 2 and "--crop 300 is larger than --resize" in result.stderr

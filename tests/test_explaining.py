@@ -7,8 +7,10 @@ import pytest
 import torch
 from PIL import Image
 
+from hookviz import TargetOptions, explain
 from hookviz.errors import TargetError, UsageError
-from hookviz.explaining import ExplainOptions, explain, frozen_parameters, logits_of, parse_target
+from hookviz.modelstate import frozen_parameters
+from hookviz.tasks.classify import logits_of, parse_target
 
 from .conftest import tiny_net
 
@@ -26,16 +28,22 @@ def test_parse_target():
 
 
 def test_options_are_checked():
-    with pytest.raises(UsageError, match="--objective"):
-        ExplainOptions(objective="mse").checked()
-    with pytest.raises(UsageError, match="--topk"):
-        ExplainOptions(topk=0).checked()
+    with pytest.raises(UsageError, match="objective='mse'"):
+        TargetOptions(objective="mse")
+    with pytest.raises(UsageError, match="topk=0"):
+        TargetOptions(topk=0)
 
 
 def test_logits_of_common_output_kinds():
     logits = torch.zeros(2, 5)
-    assert logits_of((logits, torch.zeros(2, 5))) is logits
-    assert logits_of({"logits": logits}) is logits
+    assert logits_of({"logits": logits, "features": torch.zeros(2, 32)}) is logits
+    assert logits_of({"out": logits, "aux": torch.zeros(2, 5)}) is logits
+    assert logits_of([logits]) is logits
+    assert logits_of((torch.zeros(2, 32), logits), "1") is logits
+    with pytest.raises(UsageError, match="output_key='0' or output_key='1'"):
+        logits_of((torch.zeros(2, 32), logits))  # an embedding and logits: which is which is not guessed
+    with pytest.raises(UsageError, match="'embedding' 2x32, 'scores' 2x5"):
+        logits_of({"embedding": torch.zeros(2, 32), "scores": logits})
     with pytest.raises(UsageError, match="not \\(batch, classes\\) logits"):
         logits_of(torch.zeros(2, 3, 4, 4))
 

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from hookviz.explaining import ExplainOptions
-from hookviz.runner import RunConfig, run
+from hookviz.options import LayerOptions, ModelOptions, RunOptions, TargetOptions
+from hookviz.runner import run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -20,9 +20,10 @@ def gallery_run(tmp_path_factory, lite0):
     out = tmp_path_factory.mktemp("gallery")
     broken = out.parent / "broken.png"
     broken.write_text("not a picture")
-    config = RunConfig(model="efficientnet_lite0", layers=("_blocks.-1", "_fc"), out=out / "run",
-                       explain=ExplainOptions(topk=2))
-    summary = run(config, [SAMPLES / "cat.png", SAMPLES / "coffee.png", broken])
+    summary = run(
+        [SAMPLES / "cat.png", SAMPLES / "coffee.png", broken], ModelOptions("efficientnet_lite0"),
+        layers=LayerOptions(("_blocks.-1", "_fc")), target=TargetOptions(topk=2), options=RunOptions(out=out / "run"),
+    )
     return out / "run", summary
 
 

@@ -23,7 +23,8 @@ def test_unknown_path_is_one_line_with_suggestions(resnet50):
     with pytest.raises(UnknownLayerError) as error:
         resolve_path(resnet50, "layer3.9")
     message = str(error.value)
-    assert "\n" not in message and "layer3" in message and "hookviz layers" in message
+    assert "\n" not in message and "layer3" in message and "hookviz.list_layers(model)" in message
+    assert message.startswith("layers='layer3.9': ")  # named as a Python caller wrote it
     with pytest.raises(UnknownLayerError, match="layer4"):
         resolve_path(resnet50, "layr4")
 
@@ -38,8 +39,9 @@ def test_glob_and_type_select_several(resnet50):
 
 
 def test_default_layer_is_the_last_spatial_map(resnet50, lite0):
-    assert default_layer(resnet50).path == "layer4"
-    spec = default_layer(lite0.module)
+    spec, reason = default_layer(resnet50)
+    assert spec.path == "layer4" and "spatial feature map" in reason
+    spec, _ = default_layer(lite0.module)
     assert (spec.path, spec.call) == ("_swish", 1)
 
 

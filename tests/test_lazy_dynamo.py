@@ -16,7 +16,8 @@ def test_torchvision_works_and_dynamo_stays_unimported_until_asked_for():
         """
         import sys
         import torch
-        from hookviz.lazy_dynamo import import_torchvision
+        from hookviz.lazy_dynamo import enable, import_torchvision
+        enable()
 
         torchvision = import_torchvision()
         print("after import:", "torch._dynamo" in sys.modules)
@@ -61,7 +62,8 @@ def test_anything_else_asked_of_dynamo_during_the_import_loads_the_real_one(tmp_
     code = textwrap.dedent(
         """
         import sys
-        from hookviz.lazy_dynamo import import_torchvision
+        from hookviz.lazy_dynamo import enable, import_torchvision
+        enable()
 
         torchvision = import_torchvision()
         import torch._dynamo.config
@@ -79,7 +81,8 @@ def test_plain_import_when_dynamo_or_torchvision_is_already_loaded():
         import sys
         import torch._dynamo
         real = sys.modules["torch._dynamo"]
-        from hookviz.lazy_dynamo import import_torchvision
+        from hookviz.lazy_dynamo import enable, import_torchvision
+        enable()
 
         torchvision = import_torchvision()
         from torchvision.ops import roi_align
@@ -106,3 +109,38 @@ def test_a_run_never_imports_dynamo(tmp_path, photo):
         """
     )
     assert python_output(code).split() == ["exit", "0", "False"]
+
+
+def test_the_library_imports_torchvision_plainly():
+    """The stand-ins are a speed trick of the command's own process: a notebook or script
+    that uses the library gets the ordinary import, dynamo included."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import hookviz
+        hookviz.load_model("resnet18", "none")
+        from hookviz import lazy_dynamo
+        print(lazy_dynamo._enabled, type(sys.modules["torch._dynamo"]).__name__)
+        """
+    )
+    assert python_output(code).split() == ["False", "module"]
+
+
+def test_any_failure_of_the_stand_ins_falls_back_to_the_plain_import():
+    code = textwrap.dedent(
+        """
+        import sys
+        from hookviz import lazy_dynamo
+
+        def broken():
+            import torchvision.models  # a partial import, then a failure
+            raise RuntimeError("unexpected")
+
+        lazy_dynamo.enable()
+        lazy_dynamo._import_with_stand_ins = broken
+        torchvision = lazy_dynamo.import_torchvision()
+        model = torchvision.models.resnet18(weights=None)
+        print(type(sys.modules["torch._dynamo"]).__name__, "_StandIn" not in repr(sys.modules.get("torch._dynamo.utils")))
+        """
+    )
+    assert python_output(code).split() == ["module", "True"]

@@ -62,11 +62,11 @@ def test_default_weights_offline_fail_in_one_clear_line(tmp_path, monkeypatch):
         load_model("resnet18", "DEFAULT")
     message = str(error.value)
     assert "\n" not in message
-    assert "--weights PATH" in message and "resnet18" in message and "name resolution" in message
+    assert "weights='PATH'" in message and "resnet18" in message and "name resolution" in message
 
 
 def test_efficientnet_lite0_classifies_the_sample_cat(lite0, cat):
-    from hookviz.explaining import explain
+    from hookviz import explain
 
     assert lite0.preprocessing.mean == (0.5, 0.5, 0.5)
     explanation = explain(lite0, cat, layers=["_blocks.-1"], cam="none")

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from hookviz.explaining import explain
-from hookviz.outputs import atomic_write, file_name, output_names, sweep_partial_files
+from hookviz import explain
+from hookviz.outputs import atomic_write, layer_stems, output_names, sweep_stale_files
 
 from .conftest import no_partial_files
 
@@ -45,14 +45,18 @@ def test_atomic_write_streams_from_a_writer_and_keeps_the_old_file_if_it_fails(t
 
 def test_sweep_removes_leftovers_only(tmp_path):
     (tmp_path / "cat").mkdir()
-    (tmp_path / "cat" / ".report.json.abc.part").write_text("half")
+    import os
+    import time
+
+    (tmp_path / "cat" / ".report.json.abc.part").write_text("half")  # an older hookviz's, a day old
+    os.utime(tmp_path / "cat" / ".report.json.abc.part", (time.time() - 90000, time.time() - 90000))
     (tmp_path / "cat" / "report.json").write_text("{}")
-    assert sweep_partial_files(tmp_path) == 1
+    assert sweep_stale_files(tmp_path) == 1
     assert (tmp_path / "cat" / "report.json").exists() and no_partial_files(tmp_path)
 
 
 def test_names():
-    assert file_name("layer3.5.relu:1") == "layer3.5.relu-1"
+    assert layer_stems(["layer3.5.relu:1"]) == {"layer3.5.relu:1": "layer3.5.relu-1"}
     from pathlib import Path
 
     names = output_names([Path("x/a b.png"), Path("y/ü.png")])

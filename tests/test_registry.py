@@ -7,7 +7,7 @@ from hookviz.registry import Registry
 
 
 def test_registry_lookup_and_suggestions():
-    registry: Registry = Registry("--thing", "thing", extra_choices=("none",))
+    registry: Registry = Registry("thing", "thing", extra_choices=("none",))
 
     @registry.register("alpha")
     def alpha():
@@ -16,7 +16,12 @@ def test_registry_lookup_and_suggestions():
     assert registry.get("alpha") is alpha and registry.names() == ["alpha"]
     with pytest.raises(UsageError) as error:
         registry.get("alpah")
-    assert str(error.value) == "--thing alpah: unknown thing (did you mean 'alpha'?); choose from alpha, none"
+    assert str(error.value) == "thing='alpah': unknown thing (did you mean 'alpha'?); choose from alpha, none"
+    from hookviz.errors import command_line_spelling
+
+    with command_line_spelling(), pytest.raises(UsageError) as error:
+        registry.get("alpah")
+    assert str(error.value).startswith("--thing alpah: unknown thing")
 
 
 def test_did_you_mean_falls_back_to_substrings():

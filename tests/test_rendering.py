@@ -12,7 +12,7 @@ from matplotlib.colors import TwoSlopeNorm
 from PIL import Image
 
 from hookviz import rendering
-from hookviz.explaining import explain
+from hookviz import explain
 from hookviz.images import Preprocessing
 
 from .conftest import python_output
@@ -144,7 +144,7 @@ def test_no_crop_draws_on_the_whole_photo():
 #: Code for a fresh interpreter: a tiny model's explanation ``e`` of a seeded random image.
 _TINY_EXPLANATION = (
     "import torch\n"
-    "from hookviz.explaining import explain\n"
+    "from hookviz import explain\n"
     "torch.manual_seed(0)\n"
     "m = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.Flatten(), torch.nn.LazyLinear(3))\n"
     "m(torch.zeros(1, 3, 224, 224))\n"

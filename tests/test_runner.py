@@ -14,22 +14,24 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from hookviz.options import LayerOptions, ModelOptions, PictureOptions, RunOptions
 from hookviz.outputs import output_names
-from hookviz.runner import RunConfig, run, shard_of
+from hookviz.runner import run, shard_of
 
 from .conftest import ROOT, no_partial_files, python_output
 
 
-def _config(out: Path, **changes) -> RunConfig:
-    base = dict(model="tests.conftest:tiny_net", weights="none", layers=("features.3",), out=out, pictures=())
-    base.update(changes)
-    return RunConfig(**base)
+def _run(out: Path, images, *, model="tests.conftest:tiny_net", weights="none", layers=("features.3",), pictures=(),
+         device="auto", **options):
+    """``run`` with a tiny model on random weights, no pictures unless asked."""
+    return run(images, ModelOptions(model, weights, device=device), layers=LayerOptions(tuple(layers)),
+               pictures=PictureOptions(pictures=pictures), options=RunOptions(out=out, **options))
 
 
 def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, tmp_path):
-    common = dict(model="efficientnet_lite0", weights="DEFAULT", layers=(), pictures=(), save_tensors=True)
-    together = run(RunConfig(out=tmp_path / "batch", batch_size=2, **common), [cat, coffee])
-    run(RunConfig(out=tmp_path / "single", batch_size=1, **common), [cat, coffee])
+    common = dict(model="efficientnet_lite0", weights="DEFAULT", layers=(), save_tensors=True)
+    together = _run(tmp_path / "batch", [cat, coffee], batch_size=2, **common)
+    _run(tmp_path / "single", [cat, coffee], batch_size=1, **common)
     assert [s.status for s in together.statuses] == ["done", "done"]
     targets = [s.target["name"] for s in together.statuses]
     assert targets[1] == "espresso" and "cat" in targets[0]
@@ -53,7 +55,7 @@ def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, coun
         folder = tmp_path / f"in{i}"
         folder.mkdir()
         photos.append(Path(shutil.copy(photo, folder / "photo.png")))
-    summary = run(_config(tmp_path / "out", pictures=("summary",), workers=8), photos)
+    summary = _run(tmp_path / "out", photos, pictures=("summary",), workers=8)
     assert [s.status for s in summary.statuses] == ["done"] * count
     assert asked == [count]
 
@@ -67,21 +69,22 @@ def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, coun
     ],
 )
 def test_batches_are_sized_by_what_the_first_image_recorded(tmp_path, photo, monkeypatch, pictures, budget, expected):
-    import hookviz.runner as runner
+    from hookviz.explainer import Explainer
+    from hookviz.loader import ImageLoader
 
     sizes = []
-    real = runner.explain_batch
+    real = Explainer.explain_batch
 
-    def counting(module, images, *args, **kwargs):
+    def counting(explainer, images, *args, **kwargs):
         sizes.append(len(images))
-        return real(module, images, *args, **kwargs)
+        return real(explainer, images, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "explain_batch", counting)
+    monkeypatch.setattr(Explainer, "explain_batch", counting)
     held = []
-    hold = runner._Loader.hold_at_most
-    monkeypatch.setattr(runner._Loader, "hold_at_most", lambda loader, count: held.append(count) or hold(loader, count))
+    hold = ImageLoader.hold_at_most
+    monkeypatch.setattr(ImageLoader, "hold_at_most", lambda loader, count: held.append(count) or hold(loader, count))
     photos = [Path(shutil.copy(photo, tmp_path / f"photo{i}.png")) for i in range(11)]
-    summary = run(_config(tmp_path / "out", pictures=pictures, batch_size=4, memory_budget=budget, workers=1), photos)
+    summary = _run(tmp_path / "out", photos, pictures=pictures, batch_size=4, memory_budget=budget, workers=1)
     assert summary.count("done") == 11
     assert sizes == expected
     assert held == [max(2, 2 * max(sizes))]  # the loader keeps two batches of photos at most
@@ -91,23 +94,24 @@ def test_the_loader_holds_no_more_images_than_it_is_told(tmp_path, photo):
     """It starts ahead of the model with room for two full batches; when the first image
     shows that batches must be small, fewer decoded photos may wait."""
     from hookviz.images import Preprocessing
-    from hookviz.runner import _Loader
+    from hookviz.loader import ImageLoader
 
     paths = [Path(shutil.copy(photo, tmp_path / f"photo{i}.png")) for i in range(12)]
-    loader = _Loader(paths, 10**8, ahead=8)
+    loader = ImageLoader(paths, 10**8, limit=8)
     loader.start()
     try:
         deadline = time.monotonic() + 30
-        while loader._queue.qsize() < 8 and time.monotonic() < deadline:
+        while loader.waiting < 8 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert loader._queue.qsize() == 8
-        loader.preprocessing = Preprocessing()
+        time.sleep(0.3)  # room for the loader to (wrongly) add a ninth
+        assert loader.waiting == 8
+        loader.set_preprocessing(Preprocessing())
         loader.hold_at_most(2)
         items = iter(loader)
         taken = [next(items) for _ in range(6)]
         assert all(prepared.tensor.shape == (3, 224, 224) for _, prepared in taken)
         time.sleep(0.3)  # room for the loader to (wrongly) add a third
-        assert loader._queue.qsize() == 2
+        assert loader.waiting == 2
         assert [path for path, _ in taken + list(items)] == paths
     finally:
         loader.stop()
@@ -118,17 +122,16 @@ def test_a_run_without_pictures_never_imports_matplotlib(tmp_path, photo):
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from hookviz.runner import RunConfig, run\n"
-        f"config = RunConfig(model='tests.conftest:tiny_net', weights='none', out=Path({str(tmp_path)!r}), pictures=(),"
-        " save_tensors=True)\n"
-        f"summary = run(config, [Path({str(photo)!r})])\n"
+        "from hookviz import ModelOptions, PictureOptions, RunOptions, run\n"
+        f"summary = run([Path({str(photo)!r})], ModelOptions('tests.conftest:tiny_net', 'none'),"
+        f" pictures=PictureOptions(pictures=()), options=RunOptions(out=Path({str(tmp_path)!r}), save_tensors=True))\n"
         "print(summary.count('done'), 'matplotlib' in sys.modules)\n"
     )
     assert python_output(code).split() == ["1", "False"]
 
 
 def test_parameters_get_no_gradient_and_are_restored(tmp_path, photo):
-    from hookviz.explaining import explain
+    from hookviz import explain
 
     from .conftest import tiny_net
 
@@ -156,8 +159,8 @@ def test_skip_existing_resumes(tmp_path):
         Image.new("RGB", (32, 32), (i * 60, 0, 0)).save(path)
         images.append(path)
     out = tmp_path / "out"
-    run(_config(out), images[:2])
-    summary = run(_config(out, skip_existing=True), images)
+    _run(out, images[:2])
+    summary = _run(out, images, skip_existing=True)
     assert [s.status for s in summary.statuses] == ["skipped", "skipped", "done"]
 
 
@@ -213,7 +216,7 @@ def test_a_kill_leaves_no_broken_file_under_a_real_name(tmp_path):
     process.wait(timeout=30)
     _assert_complete(out)
     # The next run sweeps temporary files a killed run left behind.
-    run(_config(out, skip_existing=True), sorted(folder.iterdir())[:1])
+    _run(out, sorted(folder.iterdir())[:1], skip_existing=True)
     assert no_partial_files(out)
 
 
@@ -221,7 +224,7 @@ def test_no_graph_is_built_before_the_first_recorded_layer(photo):
     """Back-propagation stops at the earliest recorded tensor: layers before it run without autograd."""
     import torch
 
-    from hookviz.explaining import explain
+    from hookviz import explain
 
     from .conftest import tiny_net
 
@@ -238,9 +241,9 @@ def test_no_graph_is_built_before_the_first_recorded_layer(photo):
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_results_equal_the_cpus(lite0, cat, coffee, tmp_path):
-    common = dict(model="efficientnet_lite0", layers=("_blocks.-1",), pictures=(), save_tensors=True)
-    run(RunConfig(out=tmp_path / "cpu", device="cpu", **common), [cat, coffee])
-    run(RunConfig(out=tmp_path / "cuda", device="cuda", **common), [cat, coffee])
+    common = dict(model="efficientnet_lite0", weights="DEFAULT", layers=("_blocks.-1",), save_tensors=True)
+    _run(tmp_path / "cpu", [cat, coffee], device="cpu", **common)
+    _run(tmp_path / "cuda", [cat, coffee], device="cuda", **common)
     for name in ("cat", "coffee"):
         a = np.load(tmp_path / "cpu" / name / "tensors.npz")
         b = np.load(tmp_path / "cuda" / name / "tensors.npz")

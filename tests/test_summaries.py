@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from hookviz.errors import UsageError
-from hookviz.summaries import channel_sum, channel_tiles, parse_channels, select_channels, tensor_stats
+from hookviz.options import ChannelSelection
+from hookviz.summaries import channel_sum, channel_tiles, select_channels, tensor_stats
 
 
 def test_stats_count_nonfinite_and_ignore_them():
@@ -14,7 +15,7 @@ def test_stats_count_nonfinite_and_ignore_them():
     assert tensor_stats(np.array([np.nan]))["min"] is None
 
 
-def test_channel_sum_is_the_seeds_picture():
+def test_channel_sum_sums_over_channels():
     array = np.random.default_rng(0).normal(size=(1, 5, 4, 4)).astype(np.float32)
     np.testing.assert_allclose(channel_sum(array, (32, 32)), array[0].sum(axis=0), rtol=1e-6)
     assert channel_sum(np.ones((1, 10), np.float32), (32, 32)).shape == (10,)
@@ -24,13 +25,14 @@ def test_channel_selection():
     maps = np.zeros((6, 2, 2), np.float32)
     maps[4] = 5
     maps[1] = 3
-    assert select_channels(maps, 2) == [1, 4]
-    assert select_channels(maps, "0-2") == [0, 1, 2]
-    assert select_channels(maps, "3,99") == [3]
-    assert parse_channels("3,7,9") == [3, 7, 9]
-    with pytest.raises(UsageError, match="--channels"):
-        parse_channels("5-2")
-    tiles = channel_tiles(maps[None], (32, 32), 1)
-    assert tiles.indices == (4,) and tiles.total == 6 and tiles.maps.shape == (1, 2, 2)
+    parse = ChannelSelection.parse
+    assert select_channels(maps, parse(2)) == ([1, 4], None)
+    assert select_channels(maps, parse("0-2")) == ([0, 1, 2], None)
+    assert select_channels(maps, parse("3,99")) == ([3], None)
+    assert parse("3,7,9").indices(10) == [3, 7, 9]
+    with pytest.raises(UsageError, match="channels='5-2'"):
+        parse("5-2")
+    tiles, note = channel_tiles(maps[None], (32, 32), parse(1))
+    assert tiles.indices == (4,) and tiles.total == 6 and tiles.maps.shape == (1, 2, 2) and note is None
     grads = -maps[None]
-    assert channel_tiles(grads, (32, 32), 1, by_magnitude=True).indices == (4,)
+    assert channel_tiles(grads, (32, 32), parse(1), by_magnitude=True)[0].indices == (4,)

@@ -1,0 +1,22 @@
+# The public API as type checkers and IDEs see it; at run time hookviz/__init__.py loads
+# each name lazily, on first use, so that `import hookviz` does not import torch.
+from .errors import HookvizError as HookvizError, UsageError as UsageError
+from .explainer import Explainer as Explainer, explain as explain
+from .explaining import Explanation as Explanation, LayerResult as LayerResult
+from .images import Preprocessing as Preprocessing
+from .layers import list_layers as list_layers
+from .models import LoadedModel as LoadedModel, list_models as list_models, load_model as load_model
+from .options import (
+    CheckOptions as CheckOptions,
+    InputOptions as InputOptions,
+    LayerOptions as LayerOptions,
+    ModelOptions as ModelOptions,
+    PictureOptions as PictureOptions,
+    RunOptions as RunOptions,
+    TargetOptions as TargetOptions,
+)
+from .recording import Capture as Capture, Recording as Recording, record as record
+from .runner import run as run
+
+__version__: str
+__all__: list[str]

@@ -1,0 +1,143 @@
+"""Discovery: the image files a run takes from its arguments.
+
+Files are taken as given. Folders are searched recursively and patterns expanded, but
+never into hidden folders or files (``.git``, ``.venv``: a virtual environment holds
+dozens of icons) below what was named, into hookviz's own output folders (a folder
+holding a ``run.json`` or a run's marker), nor into the run's own ``--out``: running
+twice in a folder of photos must not explain the first run's pictures.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from PIL import Image
+
+from .errors import UsageError, display_path
+
+__all__ = ["find_images", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
+
+#: Written into an output folder when a run starts, so that no run reads it as photos.
+OUTPUT_MARKER = ".hookviz-output"
+
+IMAGE_SUFFIXES = frozenset(
+    ext.lower() for ext, fmt in Image.registered_extensions().items()
+    if fmt not in {"PDF", "EPS", "PSD", "XVTHUMB", "FITS", "MPEG", "GRIB", "BUFR", "HDF5", "WMF"}
+)
+
+
+def is_output_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a hookviz run's output (its marker, or a run.json of hookviz's)."""
+    if (folder / OUTPUT_MARKER).exists():
+        return True
+    run_json = folder / "run.json"
+    if not run_json.is_file():
+        return False
+    try:
+        with open(run_json, encoding="utf-8") as stream:
+            return "hookviz" in json.loads(stream.read(1_000_000))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+class _Excluded:
+    """Decides, with a cache per folder, whether a path lies in a folder a run never reads."""
+
+    def __init__(self, exclude: Sequence[Path]):
+        self._roots = [_resolved(p) for p in exclude]
+        self._outputs: dict[Path, bool] = {}
+
+    def folder(self, folder: Path) -> bool:
+        resolved = _resolved(folder)
+        if any(resolved == root or root in resolved.parents for root in self._roots):
+            return True
+        if resolved not in self._outputs:
+            self._outputs[resolved] = is_output_folder(resolved)
+        return self._outputs[resolved]
+
+    def below(self, path: Path, top: Path) -> bool:
+        """Whether ``path`` lies in an excluded or hidden folder between ``top`` and itself."""
+        try:
+            parts = path.relative_to(top).parts
+        except ValueError:
+            parts = path.parts
+        folder = top
+        for part in parts[:-1]:
+            folder = folder / part
+            if part.startswith(".") or self.folder(folder):
+                return True
+        return parts[-1].startswith(".") if parts else False
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path.absolute()
+
+
+def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Path]:
+    """Expand files, folders (recursively) and quoted glob patterns into image paths.
+
+    Order is deterministic: arguments in the order given, each folder's or pattern's
+    matches sorted. A path given twice is kept once. Files named outright are always
+    taken; folders and patterns skip hidden entries below them, hookviz output folders,
+    and the folders in ``exclude`` (the run's ``--out``).
+
+    Raises:
+        UsageError: an argument matches nothing, or a folder holds no image.
+    """
+    excluded = _Excluded(exclude)
+    found: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            found.extend(_walk(path, excluded, source))
+        elif path.exists() or not glob.has_magic(source):
+            found.append(path)  # a missing file fails later, as that image's own error
+        else:
+            matches = sorted(
+                Path(p) for p in glob.glob(source, recursive=True)
+                if Path(p).is_file() and Path(p).suffix.lower() in IMAGE_SUFFIXES
+                and not excluded.below(Path(p), Path(_static_prefix(source)))
+            )
+            if not matches:
+                raise UsageError(f"{display_path(source)}: pattern matches no image files (hidden and output folders are skipped)")
+            found.extend(matches)
+    return list(dict.fromkeys(found))
+
+
+def _walk(top: Path, excluded: _Excluded, source: str) -> list[Path]:
+    if excluded.folder(top):
+        raise UsageError(
+            f"{display_path(source)}: is a hookviz output folder (or the run's own output); "
+            "name the photos' folder instead"
+        )
+    matches = []
+    for folder, subfolders, files in os.walk(top):
+        here = Path(folder)
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and not excluded.folder(here / d))
+        matches += [here / f for f in files if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_SUFFIXES]
+    if not matches:
+        raise UsageError(f"{display_path(source)}: folder holds no image files (hidden and output folders are skipped)")
+    return sorted(matches)
+
+
+def _static_prefix(pattern: str) -> str:
+    """The part of a glob pattern before its first wildcard's folder: ``a/b/*/c.png`` -> ``a/b``."""
+    parts = Path(pattern).parts
+    prefix = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        prefix.append(part)
+    return str(Path(*prefix)) if prefix else "."
+
+
+def read_list(lines: Iterable[str]) -> list[str]:
+    """Paths from ``--from-list``: one a line, blank lines and ``#`` comments skipped."""
+    return [s for s in (line.strip() for line in lines) if s and not s.startswith("#")]

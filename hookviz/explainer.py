@@ -1,0 +1,222 @@
+"""The explainer: one object that holds a loaded model, its preprocessing, the layers to
+record and what to explain, and explains images with them.
+
+``hookviz run`` builds one per run and feeds it batches; ``hookviz.explain`` builds one
+for a single image. Both go through ``Explainer.create``, so layer defaulting, input-size
+checks and target checks are written once, and both refuse the same bad values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .errors import UsageError, arg
+from .explaining import Explanation, SummaryOptions, explain_batch
+from .images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
+from .layers import LayerSpec, default_layer, resolve_layers
+from .options import InputOptions, LayerOptions, TargetOptions
+from .sources.base import LoadedModel
+
+__all__ = ["Explainer", "explain"]
+
+
+@dataclass(frozen=True)
+class Explainer:
+    """A model ready to explain images. Build it with ``Explainer.create``.
+
+    Attributes:
+        model: the loaded model (its module is where it will run).
+        preprocessing: the model's own, with the caller's overrides.
+        layers: the layers to record, resolved.
+        target: what to explain.
+        layer_choice: why hookviz chose the layer, when the caller named none.
+        max_pixels: photos with more pixels than this are refused.
+    """
+
+    model: LoadedModel
+    preprocessing: Preprocessing
+    layers: tuple[LayerSpec, ...]
+    target: TargetOptions
+    layer_choice: str | None = None
+    max_pixels: int = InputOptions().max_pixels
+
+    @classmethod
+    def create(
+        cls,
+        model: LoadedModel,
+        *,
+        layers: LayerOptions = LayerOptions(),
+        inputs: InputOptions = InputOptions(),
+        target: TargetOptions = TargetOptions(),
+        preprocessing: Preprocessing | None = None,
+    ) -> "Explainer":
+        """Check the options against the model and resolve its layers.
+
+        Args:
+            preprocessing: replaces the model's own before ``inputs`` apply.
+
+        Raises:
+            UsageError: a layer, target or input size the model cannot take.
+        """
+        from .models import input_channels
+        from .tasks.classify import parse_target
+
+        processing = inputs.apply(preprocessing or model.preprocessing)
+        if input_channels(model.module) == 1:
+            processing = replace(processing, channels=1)
+        _check_input_size(model, processing)
+        parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
+        size = (processing.size, processing.size)
+        choice = None
+        if layers.given:
+            specs = resolve_layers(model.module, layers.layers, layers.layer_types)
+        else:
+            spec, reason = default_layer(model.module, size, processing.channels)
+            specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
+        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels)
+
+    # -- what the pass reads
+
+    @property
+    def task(self):
+        from .tasks import get_task
+
+        return get_task(self.model.task)
+
+    @property
+    def cam(self):
+        """The CAM function, or ``None`` for ``cam='none'``."""
+        from .cams import get_cam
+
+        return None if self.target.cam == "none" else get_cam(self.target.cam)
+
+    @property
+    def device(self) -> str:
+        import torch
+
+        return str(next(self.model.module.parameters(), torch.zeros(0)).device)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.model.notes
+
+    # -- explaining
+
+    def prepare(self, image) -> PreparedImage:
+        """A path, PIL image or preprocessed (C, H, W) tensor, as the model's input.
+
+        Raises:
+            ImageError: the file cannot be read or used.
+        """
+        import torch
+
+        if isinstance(image, PreparedImage):
+            return image
+        if isinstance(image, torch.Tensor):
+            return _from_tensor(image, self.preprocessing)
+        return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
+
+    def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
+        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``)."""
+        return explain_batch(self, images, summaries)
+
+    def explain(self, image, summaries: SummaryOptions = SummaryOptions()) -> Explanation:
+        """Explain one image (a path, PIL image or tensor)."""
+        return self.explain_batch([self.prepare(image)], summaries)[0]
+
+    def __repr__(self) -> str:
+        return f"Explainer({self.model!r}, layers={[s.label for s in self.layers]}, target={self.target.target!r})"
+
+
+def _check_input_size(model: LoadedModel, preprocessing: Preprocessing) -> None:
+    if model.input_size is None:
+        return
+    height, width = model.input_size
+    if (preprocessing.size, preprocessing.size) != (height, width):
+        raise UsageError(
+            f"{arg('crop', preprocessing.size)}: {model.name} takes {height}x{width} inputs, not "
+            f"{preprocessing.size}x{preprocessing.size}; pass {arg('crop', height)} or leave it out"
+        )
+
+
+def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
+    from PIL import Image
+
+    tensor = image.detach().float().cpu()
+    if tensor.dim() == 4 and tensor.shape[0] == 1:
+        tensor = tensor[0]
+    if tensor.dim() != 3:
+        raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
+    channels = tensor.shape[0]
+    mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None]
+    std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None]
+    pixels = (np.clip(tensor.numpy() * std + mean, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
+    shown = np.repeat(pixels, 3, axis=2) if channels == 1 else pixels
+    return PreparedImage(LoadedImage(None, Image.fromarray(shown)), tensor, shown)
+
+
+def explain(
+    model,
+    image,
+    layers: Sequence[str] | str | None = None,
+    target: str | int = "top1",
+    *,
+    objective: str = "logit",
+    cam: str = "gradcam",
+    topk: int = 1,
+    output_key: str | int | None = None,
+    layer_types: Sequence[str] = (),
+    preprocessing: Preprocessing | None = None,
+    inputs: InputOptions | None = None,
+    categories: Sequence[str] | None = None,
+) -> Explanation:
+    """Explain one image with ``model``: the notebook form of ``hookviz run``.
+
+    The model is explained in eval mode without gradients for its parameters; its mode,
+    its parameters' flags and the process's random state are the same afterwards.
+
+    Example::
+
+        result = hookviz.explain(model, "cat.png", layers=["layer4"], target="tabby")
+        result["layer4"].cam, result.figure("layer4", "cam"), result.save("out/")
+
+    Args:
+        model: an ``nn.Module``, a ``LoadedModel``, or a model name for ``load_model``.
+        image: a path, a PIL image, or a preprocessed (C, H, W) tensor.
+        layers: layer paths or globs; the usual CAM layer when omitted.
+        target: ``"top1"``, a class index, or a class name.
+        objective, cam, topk: as the ``hookviz run`` options of the same names.
+        output_key: which entry of the model's output holds the logits, when it returns several.
+        layer_types: also record every module of these classes.
+        preprocessing: replaces the model's own transform.
+        inputs: overrides of the transform (``InputOptions(crop=256)``).
+        categories: class names when ``model`` is a bare module.
+
+    Returns:
+        An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
+
+    Raises:
+        HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
+    """
+    from .models import load_model
+
+    if isinstance(model, str):
+        loaded = load_model(model)
+    elif isinstance(model, LoadedModel):
+        loaded = model
+    else:
+        loaded = LoadedModel(type(model).__name__, model, "as given", tuple(categories) if categories else None, Preprocessing())
+    if categories and isinstance(model, LoadedModel):
+        loaded = replace(loaded, categories=tuple(categories))
+    target_options = TargetOptions(
+        target=str(target), objective=objective, cam=cam, topk=topk,
+        output_key=None if output_key is None else str(output_key),
+    )
+    layer_options = LayerOptions(layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types))
+    explainer = Explainer.create(
+        loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
+    )
+    return explainer.explain(image)

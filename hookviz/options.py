@@ -1,0 +1,448 @@
+"""Options: what a caller asks of hookviz, in a few groups that each check themselves.
+
+The ``hookviz`` command and the Python API build the same groups, so both refuse the same
+bad values with the same words (spelled as the caller wrote them, see ``errors.arg``).
+A group is a frozen dataclass: once built, its values are valid and inner code trusts
+them.
+
+* ``ModelOptions``: which model, which weights, which device.
+* ``InputOptions``: how photos become the model's input (overrides of its preprocessing).
+* ``LayerOptions``: which layers to record.
+* ``TargetOptions``: what to explain (target, objective, CAM method, top-K).
+* ``PictureOptions``: which pictures to draw, and how.
+* ``RunOptions``: where a run writes, in what batches, which slice of the images.
+* ``CheckOptions``: the ``--fail-on`` checks of a CI smoke run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UsageError, arg
+
+__all__ = [
+    "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
+    "CheckOptions", "ChannelSelection", "OBJECTIVES", "PICTURE_GROUPS", "parse_triple", "parse_shard",
+    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS",
+]
+
+#: Longest side hookviz resizes or crops a photo to. Models take 224 to ~1333 pixels; 4096 is
+#: generous, and one 4096x4096 image with its recorded layers already needs gigabytes.
+MAX_SIDE = 4096
+#: At most this many classes get a CAM of their own (``--topk``): each is a panel of one picture.
+MAX_TOPK = 20
+#: At most this many tiles in a channel grid: 512 one-inch tiles are already a 23-inch square.
+MAX_TILES = 512
+#: Above this many pixels a photo is refused as a likely decompression bomb (``--max-pixels``).
+DEFAULT_MAX_PIXELS = 100_000_000
+
+OBJECTIVES = ("logit", "ce")
+#: What ``pictures`` may name; ``pictures.KINDS`` says which files each one gives.
+PICTURE_GROUPS = ("summary", "channels", "cam")
+
+
+def _set(instance, name: str, value) -> None:
+    object.__setattr__(instance, name, value)  # normalising a frozen dataclass's field in __post_init__
+
+
+# ----------------------------------------------------------------------------- model
+
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which model to load, with which weights, on which device.
+
+    Attributes:
+        name: a torchvision model name, a built-in one, or ``package.module:callable``.
+        weights: ``DEFAULT``, ``none`` (random init seeded by ``seed``), a torchvision weights
+            name, or a state_dict file.
+        seed: seeds random initialisation, without touching the caller's random stream.
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+    """
+
+    name: str
+    weights: str = "DEFAULT"
+    seed: int = 0
+    device: str = "auto"
+
+    def __post_init__(self):
+        if not self.name or not self.name.strip():
+            raise UsageError(f"{arg('model', self.name)}: give a model name; {_list_models_hint()}")
+        if not self.weights or not str(self.weights).strip():
+            raise UsageError(f"{arg('weights', self.weights)}: give DEFAULT, none or a file")
+        if not _DEVICE.match(self.device):
+            raise UsageError(f"{arg('device', self.device)}: choose auto, cpu, cuda, cuda:N or mps")
+
+
+def _list_models_hint() -> str:
+    from .errors import hint
+
+    return hint("list_models")
+
+
+# ----------------------------------------------------------------------------- input
+
+
+def parse_triple(text: str, name: str) -> tuple[float, float, float]:
+    """``"0.5,0.5,0.5"`` -> (0.5, 0.5, 0.5); one number means all three.
+
+    Raises:
+        UsageError: not one or three numbers.
+    """
+    try:
+        values = tuple(float(v) for v in str(text).replace(" ", "").split(","))
+    except ValueError:
+        raise UsageError(f"{arg(name, text)}: expected three numbers such as 0.485,0.456,0.406") from None
+    if len(values) == 1:
+        values = values * 3
+    if len(values) != 3:
+        raise UsageError(f"{arg(name, text)}: expected three comma-separated numbers, got {len(values)}")
+    return values  # type: ignore[return-value]
+
+
+def _triple(value, name: str) -> tuple[float, float, float] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_triple(value, name)
+    values = tuple(float(v) for v in value)
+    if len(values) == 1:
+        values = values * 3
+    if len(values) != 3:
+        raise UsageError(f"{arg(name, value)}: expected three numbers (r, g, b)")
+    return values  # type: ignore[return-value]
+
+
+def _side(value, name: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_SIDE:
+        raise UsageError(f"{arg(name, value)}: must be a whole number of pixels from 1 to {MAX_SIDE}")
+    return value
+
+
+@dataclass(frozen=True)
+class InputOptions:
+    """How photos become the model's input. ``None`` keeps what the model's weights expect.
+
+    Attributes:
+        resize: the shorter side before the centre crop.
+        crop: the side of the square the model sees.
+        mean, std: per-channel normalisation (r, g, b); one number means all three.
+        whole_image: resize the whole photo to ``crop`` x ``crop`` instead of cropping.
+        max_pixels: refuse photos with more pixels than this (decompression bombs).
+    """
+
+    resize: int | None = None
+    crop: int | None = None
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    whole_image: bool = False
+    max_pixels: int = DEFAULT_MAX_PIXELS
+
+    def __post_init__(self):
+        _set(self, "resize", _side(self.resize, "resize"))
+        _set(self, "crop", _side(self.crop, "crop"))
+        for name in ("mean", "std"):
+            values = _triple(getattr(self, name), name)
+            if values is not None and not all(math.isfinite(v) for v in values):
+                raise UsageError(f"{arg(name, ','.join(map(str, values)))}: every value must be a finite number")
+            _set(self, name, values)
+        if self.std is not None and any(v <= 0 for v in self.std):
+            raise UsageError(f"{arg('std', ','.join(map(str, self.std)))}: standard deviations must be positive")
+        if self.whole_image and self.resize is not None:
+            raise UsageError(
+                f"{arg('resize')} has no effect with {arg('whole_image')}, which resizes the whole photo "
+                f"to the {arg('crop')} size; drop one"
+            )
+        if not isinstance(self.max_pixels, int) or self.max_pixels < 1:
+            raise UsageError(f"{arg('max_pixels', self.max_pixels)}: must be 1 or more")
+
+    def apply(self, preprocessing):
+        """``preprocessing`` (a model's own ``images.Preprocessing``) with these overrides."""
+        from dataclasses import replace
+
+        changes: dict = {}
+        if self.resize is not None:
+            changes["resize"] = self.resize
+        if self.crop is not None:
+            changes["size"] = self.crop
+        if self.mean is not None:
+            changes["mean"] = self.mean
+        if self.std is not None:
+            changes["std"] = self.std
+        if self.whole_image:
+            changes["crop"] = False
+        result = replace(preprocessing, **changes)
+        if result.crop and result.size > result.resize:
+            raise UsageError(
+                f"{arg('crop', result.size)} is larger than {arg('resize', result.resize)}; the crop must fit"
+            )
+        return result
+
+
+# ----------------------------------------------------------------------------- layers
+
+
+@dataclass(frozen=True)
+class LayerOptions:
+    """Which layers to record: dotted paths and globs, and module classes.
+
+    With neither, hookviz picks the usual CAM layer and says which and why.
+    """
+
+    layers: tuple[str, ...] = ()
+    layer_types: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("layers", "layer_types"):
+            value = getattr(self, name)
+            values = (value,) if isinstance(value, str) else tuple(value or ())
+            for item in values:
+                if not isinstance(item, str) or not item.strip():
+                    raise UsageError(f"{arg(name, item)}: give a layer path such as layer3.-1")
+            _set(self, name, tuple(v.strip() for v in values))
+
+    @property
+    def given(self) -> bool:
+        return bool(self.layers or self.layer_types)
+
+
+# ----------------------------------------------------------------------------- target
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """What to explain.
+
+    Attributes:
+        target: ``top1`` (each image's top class), a class index, or a class name.
+        objective: ``logit`` (back-propagate the target's logit) or ``ce`` (cross-entropy).
+        cam: a method of ``hookviz.cams`` or ``none``; a CAM always explains the target's logit.
+        topk: how many top classes get a CAM of their own (1: the target only).
+        output_key: which part of a model's output holds the logits, when it returns several
+            (a dict key, or an index into a tuple).
+    """
+
+    target: str = "top1"
+    objective: str = "logit"
+    cam: str = "gradcam"
+    topk: int = 1
+    output_key: str | None = None
+
+    def __post_init__(self):
+        from .cams import CAMS
+
+        target = str(self.target).strip()
+        if re.fullmatch(r"-\d+", target):
+            raise UsageError(f"{arg('target', target)}: a class index must be 0 or more")
+        if not target:
+            raise UsageError(f"{arg('target', self.target)}: give top1, a class index or a class name")
+        _set(self, "target", target)
+        if self.objective not in OBJECTIVES:
+            raise UsageError(f"{arg('objective', self.objective)}: choose {' or '.join(OBJECTIVES)}")
+        if self.cam != "none":
+            CAMS.get(self.cam)
+        if not isinstance(self.topk, int) or not 1 <= self.topk <= MAX_TOPK:
+            raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
+        if self.topk > 1 and self.cam == "none":
+            raise UsageError(f"{arg('topk')} needs a CAM method; drop {arg('cam', 'none')}")
+        if self.output_key is not None:
+            key = str(self.output_key).strip()
+            if not key:
+                raise UsageError(f"{arg('output_key', self.output_key)}: give a key or an index")
+            _set(self, "output_key", key)
+
+
+# ----------------------------------------------------------------------------- pictures
+
+
+@dataclass(frozen=True)
+class ChannelSelection:
+    """The channels a grid shows: the ``count`` most active, or every index in ``ranges``
+    (inclusive pairs). Kept as ranges, so ``0-30000000`` costs nothing until a layer's
+    real channel count bounds it."""
+
+    count: int | None = 64
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def parse(cls, value) -> "ChannelSelection":
+        """``64`` (the most active 64), ``0-15`` or ``3,7,9`` (those channels), or a list of ints.
+
+        Raises:
+            UsageError: another form, a count of 0, or a range that runs backwards.
+        """
+        if isinstance(value, ChannelSelection):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        elif isinstance(value, str):
+            text = value.strip()
+        else:
+            return cls(count=None, ranges=tuple((int(v), int(v)) for v in value))
+        if text.isdigit():
+            if int(text) < 1:
+                raise UsageError(
+                    f"{arg('channels', text)}: a count must be 1 or more; for channel 0 alone write 0-0"
+                )
+            return cls(count=int(text))
+        ranges = []
+        try:
+            for part in filter(None, (p.strip() for p in text.split(","))):
+                start, _, end = part.partition("-")
+                low, high = int(start), int(end) if end else int(start)
+                if low < 0 or high < low:
+                    raise ValueError
+                ranges.append((low, high))
+        except ValueError:
+            ranges = []
+        if not ranges:
+            raise UsageError(f"{arg('channels', text)}: expected a count (64), a range (0-15) or a list (3,7,9)")
+        return cls(count=None, ranges=tuple(ranges))
+
+    def __str__(self) -> str:
+        if self.count is not None:
+            return str(self.count)
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges)
+
+    def indices(self, available: int) -> list[int]:
+        """The listed channels that exist among ``available``, in order, without repeats."""
+        chosen: dict[int, None] = {}
+        for low, high in self.ranges:
+            chosen.update(dict.fromkeys(range(low, min(high, available - 1) + 1)))
+        return list(chosen)
+
+
+@dataclass(frozen=True)
+class PictureOptions:
+    """Which pictures to draw per image and layer, and how.
+
+    Attributes:
+        pictures: some of ``summary``, ``channels``, ``cam`` (``()`` or ``"none"``: none).
+        channels: the channels of the grid (``ChannelSelection.parse`` forms).
+        scale: ``tile`` (each tile its own colour scale) or ``shared`` (one for all).
+        grad_channels: also draw the grid of ``grad_output``.
+    """
+
+    pictures: tuple[str, ...] = PICTURE_GROUPS
+    channels: ChannelSelection = field(default_factory=ChannelSelection)
+    scale: str = "tile"
+    grad_channels: bool = False
+
+    def __post_init__(self):
+        pictures = self.pictures
+        if isinstance(pictures, str):
+            pictures = tuple(p.strip() for p in pictures.split(",") if p.strip())
+        pictures = tuple(dict.fromkeys(pictures or ()))
+        if pictures == ("none",):
+            pictures = ()
+        for picture in pictures:
+            if picture not in PICTURE_GROUPS:
+                raise UsageError(f"{arg('pictures', picture)}: choose from {', '.join(PICTURE_GROUPS)}, or none")
+        _set(self, "pictures", pictures)
+        _set(self, "channels", ChannelSelection.parse(self.channels))
+        if self.scale not in ("tile", "shared"):
+            raise UsageError(f"{arg('scale', self.scale)}: choose tile or shared")
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/8"`` -> (2, 8). Raises UsageError for other forms or K outside 1..N."""
+    try:
+        k, n = (int(v) for v in str(text).split("/"))
+    except ValueError:
+        raise UsageError(f"{arg('shard', text)}: expected K/N, such as 1/4") from None
+    if n < 1 or not 1 <= k <= n:
+        raise UsageError(f"{arg('shard', text)}: K must be between 1 and N")
+    return k, n
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where and how a run over many images works.
+
+    Attributes:
+        out: the output folder (one sub-folder per image).
+        save_tensors: also write each image's ``tensors.npz``.
+        batch_size: most images per forward pass.
+        skip_existing: skip images whose folder already holds this run's results.
+        shard: ``(K, N)``: the K-th of N slices of the image list.
+        workers: rendering processes (0: one per CPU).
+        memory_budget: bytes of recorded tensors a batch may hold.
+        tensorboard: also log to this TensorBoard folder.
+        command: the command line, for run.json.
+    """
+
+    out: Path = Path("hookviz-out")
+    save_tensors: bool = False
+    batch_size: int = 8
+    skip_existing: bool = False
+    shard: tuple[int, int] | None = None
+    workers: int = 0
+    memory_budget: int = 256 * 2**20
+    tensorboard: Path | None = None
+    command: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not str(self.out).strip():
+            raise UsageError(f"{arg('out', repr(str(self.out)))}: give a folder name, such as hookviz-out")
+        _set(self, "out", Path(self.out))
+        if isinstance(self.shard, str):
+            _set(self, "shard", parse_shard(self.shard))
+        elif self.shard is not None:
+            parse_shard("/".join(map(str, self.shard)))
+            _set(self, "shard", tuple(self.shard))
+        if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 1024:
+            raise UsageError(f"{arg('batch_size', self.batch_size)}: must be from 1 to 1024")
+        if not isinstance(self.workers, int) or self.workers < 0:
+            raise UsageError(f"{arg('workers', self.workers)}: must be 0 (one per CPU) or more")
+        if self.tensorboard is not None:
+            logdir = Path(self.tensorboard)
+            if not str(self.tensorboard).strip():
+                raise UsageError(f"{arg('tensorboard', repr(str(self.tensorboard)))}: give a folder name")
+            if logdir.exists() and not logdir.is_dir():
+                raise UsageError(f"{arg('tensorboard', logdir)}: is a file, not a folder; choose a folder for the logs")
+            _set(self, "tensorboard", logdir)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """The checks that make a run exit 3 (``--fail-on``) and their threshold.
+
+    Attributes:
+        fail_on: names from ``hookviz.checks.CHECKS`` (``nonfinite``, ``dead``, ``zero-grad``).
+        dead_fraction: ``dead`` means at least this fraction of an output is zero.
+    """
+
+    fail_on: tuple[str, ...] = ()
+    dead_fraction: float = 1.0
+
+    def __post_init__(self):
+        from .checks import CHECKS
+
+        names = self.fail_on
+        if isinstance(names, str):
+            names = tuple(n.strip() for n in names.split(","))
+        names = tuple(dict.fromkeys(n for n in names or () if n))
+        for name in names:
+            CHECKS.get(name)
+        _set(self, "fail_on", names)
+        fraction = self.dead_fraction
+        if not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise UsageError(f"{arg('dead_fraction', fraction)}: must be between 0 and 1")
+
+
+def _tuple(values: Sequence[str] | str | None) -> tuple[str, ...]:
+    if values is None:
+        return ()
+    return (values,) if isinstance(values, str) else tuple(values)

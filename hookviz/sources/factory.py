@@ -1,0 +1,95 @@
+"""Models from a user's factory: ``--model package.module:callable``.
+
+The callable takes no arguments and returns an ``nn.Module``. The current folder is
+importable while the factory is imported and called, as with ``python -m`` and uvicorn,
+and taken off ``sys.path`` again afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import sys
+from collections.abc import Iterator
+
+from ..errors import UnknownModelError, arg, describe
+from ..images import Preprocessing
+from .base import LoadedModel, load_weights_file, register_source, reset_parameters, seeded, weights_kind
+
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+@contextlib.contextmanager
+def _current_folder_importable() -> Iterator[None]:
+    folder = os.getcwd()
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
+@register_source
+class FactorySource:
+    name = "factory"
+    priority = 50  # after the prefixed sources (timm:, hf:), before bare names
+
+    def claims(self, name: str) -> bool:
+        return bool(_FACTORY.match(name)) and not os.path.exists(name)
+
+    def names(self) -> list[str]:
+        return []
+
+    def describe(self, name: str) -> str:
+        return ""
+
+    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+        import torch.nn as nn
+
+        kind = weights_kind(weights)
+        with seeded(seed), _current_folder_importable():
+            model = self._build(name)
+            if not isinstance(model, nn.Module):
+                raise UnknownModelError(
+                    f"{arg('model', name)}: the factory returned {type(model).__name__}, not a torch.nn.Module"
+                )
+            if kind == "none":
+                import torch
+
+                torch.manual_seed(seed)  # the factory may have used or seeded the generator itself
+                reset_parameters(model)
+        if kind == "default":
+            label = f"as built by {name}"
+        elif kind == "none":
+            label = f"none (random init, seed {seed})"
+        else:
+            label = load_weights_file(model, weights)
+        return LoadedModel(name, model, label, None, Preprocessing(), source=self.name)
+
+    @staticmethod
+    def _build(name: str):
+        module_name, _, attribute = name.partition(":")
+        try:
+            target = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UnknownModelError(f"{arg('model', name)}: cannot import {module_name!r} ({exc})") from None
+        except Exception as exc:  # the user's module failed while importing: name it, in one line
+            raise UnknownModelError(f"{arg('model', name)}: importing {module_name!r} failed ({describe(exc)})") from None
+        for part in attribute.split("."):
+            try:
+                target = getattr(target, part)
+            except AttributeError:
+                raise UnknownModelError(
+                    f"{arg('model', name)}: module {module_name!r} has no attribute {attribute!r}"
+                ) from None
+        if not callable(target):
+            raise UnknownModelError(f"{arg('model', name)}: {attribute!r} is not callable")
+        try:
+            return target()
+        except Exception as exc:  # the factory is the user's code: say which one failed, and how
+            raise UnknownModelError(f"{arg('model', name)}: the factory raised {describe(exc)}") from None

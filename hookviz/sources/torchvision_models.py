@@ -1,0 +1,162 @@
+"""torchvision's classification models, through torchvision's own registry
+(``list_models``, ``get_model``, ``get_model_weights``): each weights entry brings its
+transform and category names.
+
+``--weights DEFAULT`` reads the torch hub cache and downloads into it when it can; with no
+network and no file it fails in one line that says where to put the file. Every load is
+``weights_only``: torchvision's loader passes ``weights_only=False``, and PyTorch's
+``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` overrides that for the duration of the load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import threading
+from pathlib import Path
+
+from ..errors import WeightsError, arg, first_line
+from ..images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from ..lazy_dynamo import import_torchvision
+from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
+
+
+def _models():
+    return import_torchvision().models
+
+
+def torchvision_names() -> list[str]:
+    """Names of torchvision's classification models."""
+    models = _models()
+    return sorted(models.list_models(module=models))
+
+
+def imagenet_categories() -> tuple[str, ...]:
+    return tuple(_models().ResNet50_Weights.IMAGENET1K_V1.meta["categories"])
+
+
+def _required_input_size(model) -> tuple[int, int] | None:
+    """The (height, width) a model insists on: torchvision's ViT checks ``image_size``."""
+    size = getattr(model, "image_size", None)
+    return (size, size) if isinstance(size, int) else None
+
+
+@register_source
+class TorchvisionSource:
+    name = "torchvision"
+    priority = 90
+
+    def claims(self, name: str) -> bool:
+        return name in torchvision_names()
+
+    def names(self) -> list[str]:
+        return torchvision_names()
+
+    def describe(self, name: str) -> str:
+        return ""
+
+    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+        models = _models()
+        enum = models.get_model_weights(name)
+        kind = weights_kind(weights)
+        members = list(enum.__members__)
+        if kind == "default" or weights in members:
+            entry = enum.DEFAULT if kind == "default" else enum[weights]
+            with seeded(seed):
+                model = _pretrained(name, weights, entry)
+            categories = tuple(entry.meta.get("categories") or ()) or None
+            return self._loaded(name, model, f"{weights} ({entry})", categories, preprocessing_of(entry))
+        if kind == "other" and not Path(weights).exists() and not any(c in weights for c in "/\\."):
+            raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {', '.join(members)}")
+        with seeded(seed):
+            model = models.get_model(name, weights=None)
+        label = f"none (random init, seed {seed})" if kind == "none" else load_weights_file(model, weights)
+        categories = tuple(enum.DEFAULT.meta.get("categories") or ()) or None
+        return self._loaded(name, model, label, categories, Preprocessing())
+
+    def _loaded(self, name, model, label, categories, preprocessing) -> LoadedModel:
+        return LoadedModel(
+            name, model, label, categories, preprocessing, source=self.name, input_size=_required_input_size(model)
+        )
+
+
+def _pretrained(name: str, weights: str, entry):
+    cached = ensure_cached(name, entry)
+    try:
+        with _weights_only_loads():
+            return _models().get_model(name, weights=entry)
+    except pickle.UnpicklingError:
+        raise WeightsError(
+            f"{arg('weights', weights)}: refused {cached}: it holds pickled Python objects that could run code, "
+            "so it was not loaded (weights_only=True) and nothing ran; delete it and fetch it again"
+        ) from None
+    except (OSError, RuntimeError, ValueError, EOFError) as exc:
+        raise WeightsError(
+            f"{arg('weights', weights)}: could not load {name}'s weights from {cached} ({first_line(exc)}); "
+            f"delete the file to fetch it again, or pass {arg('weights', 'PATH')} to a local state_dict"
+        ) from None
+
+
+def preprocessing_of(entry) -> Preprocessing:
+    """The weights' own eval transform (torchvision records it with each weights entry)."""
+    transform = entry.transforms()
+    try:
+        resize = int(transform.resize_size[0])
+        size = int(transform.crop_size[0])
+        return Preprocessing(resize=resize, size=size, mean=tuple(transform.mean), std=tuple(transform.std))
+    except (AttributeError, IndexError, TypeError):
+        return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
+
+
+_FORCE_WEIGHTS_ONLY = threading.Lock()
+
+
+@contextlib.contextmanager
+def _weights_only_loads():
+    """Make every ``torch.load`` in the block use ``weights_only=True``.
+
+    torchvision's builders load pretrained weights through ``torch.hub.load_state_dict_from_url``,
+    which passes ``weights_only=False``; PyTorch's documented ``TORCH_FORCE_WEIGHTS_ONLY_LOAD``
+    overrides that, so hookviz can keep using torchvision's own loading (and its per-model
+    fix-ups) without ever unpickling code. The variable is restored when the block ends.
+    """
+    with _FORCE_WEIGHTS_ONLY:
+        previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+        os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
+            else:
+                os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous
+
+
+def ensure_cached(name: str, entry) -> Path:
+    """Download the weights into the torch hub cache unless they are there already.
+
+    Returns:
+        The cached file.
+
+    Raises:
+        WeightsError: in one line, when the download is impossible (no network).
+    """
+    import torch.hub
+
+    target = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(entry.url)
+    if target.exists():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        match = torch.hub.HASH_REGEX.search(target.name)
+        torch.hub.download_url_to_file(
+            entry.url, str(target), hash_prefix=match.group(1) if match else None, progress=False
+        )
+    except Exception as exc:  # urllib raises many kinds; each means "no file"
+        raise WeightsError(
+            f"{arg('weights', 'DEFAULT')}: {name}'s pretrained weights are not in the torch hub cache and "
+            f"downloading them failed ({first_line(exc)}); fetch {entry.url} elsewhere and "
+            f"copy it to {target}, or pass {arg('weights', 'PATH')} (a local state_dict) or {arg('weights', 'none')}"
+        ) from None
+    return target

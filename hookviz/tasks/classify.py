@@ -1,0 +1,193 @@
+"""Classification: the model's output holds (batch, classes) logits.
+
+The target is each image's top class, or one class for all (an index or a name). The
+objective is the target's logit (or the cross-entropy against it); CAMs always explain a
+logit: the target's, and with ``topk`` each of the top classes'.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..errors import TargetError, UsageError, arg, did_you_mean
+from .base import ClassScore, ImagePrediction, Plan, register_task
+
+__all__ = ["Classify", "logits_of", "parse_target"]
+
+
+def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
+    """``top1`` -> None; an index -> int; a class name -> its index.
+
+    Raises:
+        TargetError: unknown name (with suggestions) or an index outside the categories.
+    """
+    text = str(text).strip()
+    if text.lower() in ("top1", "top-1", "top"):
+        return None
+    if re.fullmatch(r"-?\d+", text):
+        index = int(text)
+        if index < 0:
+            raise TargetError(f"{arg('target', text)}: a class index must be 0 or more")
+        if categories is not None and index >= len(categories):
+            raise TargetError(f"{arg('target', text)}: class index out of range (the model has 0..{len(categories) - 1})")
+        return index
+    if not categories:
+        raise TargetError(f"{arg('target', text)}: this model has no class names; pass a class index")
+    wanted = _normal(text)
+    for index, name in enumerate(categories):
+        if _normal(name) == wanted:
+            return index
+    raise TargetError(f"{arg('target', text)}: not a class name of this model{did_you_mean(text, categories)}")
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", " ").strip()
+
+
+# ----------------------------------------------------------------------------- the output
+
+
+def _shape(tensor) -> str:
+    return "x".join(map(str, tensor.shape))
+
+
+def _describe(output) -> str:
+    """What a model returned, in a few words: ``a tuple of 2 tensors (1x32, 1x10)``."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return f"a {_shape(output)} tensor"
+    if isinstance(output, dict):
+        parts = [f"{k!r} {_shape(v) if isinstance(v, torch.Tensor) else type(v).__name__}" for k, v in output.items()]
+        return f"a {type(output).__name__} with " + (", ".join(parts[:6]) or "no entries")
+    if isinstance(output, (tuple, list)):
+        parts = [_shape(v) if isinstance(v, torch.Tensor) else type(v).__name__ for v in output]
+        return f"a {type(output).__name__} of {len(output)} (" + ", ".join(parts[:6]) + ")"
+    return f"a {type(output).__name__}"
+
+
+def _select(output, key: str):
+    """``output[key]``: a dict key, a namedtuple field, or an index into a tuple or list."""
+    if isinstance(output, dict):
+        if key in output:
+            return output[key]
+    elif isinstance(output, (tuple, list)):
+        if hasattr(output, "_fields") and key in output._fields:
+            return getattr(output, key)
+        if re.fullmatch(r"-?\d+", key) and -len(output) <= int(key) < len(output):
+            return output[int(key)]
+    raise UsageError(f"{arg('output_key', key)}: the model returned {_describe(output)}; no such entry")
+
+
+def logits_of(output, key: str | None = None):
+    """The (N, classes) logits in a model's output.
+
+    A tensor is taken as it is; from a dict (or ``ModelOutput``) or a namedtuple, its
+    ``logits`` or ``out``; from any container holding exactly one tensor, that one. When
+    several tensors could be the logits, ``key`` says which (a key or an index).
+
+    Raises:
+        UsageError: the output holds several candidates and no ``key``, or no (N, classes) tensor.
+    """
+    import torch
+
+    chosen = output
+    if key is not None:
+        chosen = _select(output, key)
+    elif not isinstance(output, torch.Tensor):
+        chosen = _named_logits(output)
+        if chosen is None:
+            tensors = _tensors(output)
+            if len(tensors) != 1:
+                choices = " or ".join(arg("output_key", k) for k in _keys(output)[:4])
+                raise UsageError(
+                    f"the model returned {_describe(output)}, and hookviz cannot tell which holds the logits; "
+                    f"choose with {choices or arg('output_key', 'KEY')}"
+                )
+            chosen = tensors[0]
+    if not isinstance(chosen, torch.Tensor) or chosen.dim() != 2:
+        raise UsageError(f"the model's output is {_describe(chosen)}, not (batch, classes) logits; hookviz needs a classifier")
+    return chosen
+
+
+def _named_logits(output):
+    for name in ("logits", "out"):
+        if isinstance(output, dict) and name in output:
+            return output[name]
+        if isinstance(output, tuple) and hasattr(output, "_fields") and name in output._fields:
+            return getattr(output, name)
+    return None
+
+
+def _tensors(output) -> list:
+    import torch
+
+    values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _keys(output) -> list[str]:
+    import torch
+
+    if isinstance(output, dict):
+        return [str(k) for k, v in output.items() if isinstance(v, torch.Tensor)]
+    if isinstance(output, (tuple, list)):
+        return [str(i) for i, v in enumerate(output) if isinstance(v, torch.Tensor)]
+    return []
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@register_task
+class Classify:
+    name = "classify"
+
+    def model_input(self, tensors: Sequence, device: str):
+        import torch
+
+        return torch.stack(list(tensors)).to(device)
+
+    def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
+        import torch
+
+        logits = logits_of(output, options.output_key)
+        classes = logits.shape[1]
+        names = list(categories) if categories is not None and len(categories) == classes else None
+        fixed = parse_target(options.target, names)
+        if fixed is not None and fixed >= classes:
+            raise TargetError(f"{arg('target', options.target)}: class index out of range (the model has 0..{classes - 1})")
+        rows = torch.arange(count, device=logits.device)
+        detached = logits.detach()
+        targets = detached.argmax(dim=1) if fixed is None else torch.full((count,), fixed, device=logits.device)
+        target_logit = logits[rows, targets].sum()
+        if options.objective == "ce":
+            objective = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+        else:
+            objective = target_logit
+        topk = min(options.topk, classes)
+        top = detached.topk(min(max(5, topk), classes), dim=1).indices
+        # A CAM always explains a logit: the target's (the recorded gradients already are
+        # that when it is the objective) and, with topk, each top class's.
+        cams: list[tuple[str, object]] = []
+        if options.cam != "none":
+            cams.append(("target", None if options.objective == "logit" else target_logit))
+            if options.topk > 1:
+                cams += [(f"top{k + 1}", logits[rows, top[:, k]].sum()) for k in range(topk)]
+        probabilities = detached.float().softmax(dim=1).cpu().numpy()
+        logits_np = detached.float().cpu().numpy()
+        notes = ()
+        if options.topk > classes:
+            notes = (f"{arg('topk', options.topk)}: the model has {classes} classes; showing all of them",)
+
+        def score(i: int, index: int) -> ClassScore:
+            index = int(index)
+            return ClassScore(index, names[index] if names else None, float(logits_np[i, index]), float(probabilities[i, index]))
+
+        predictions = []
+        for i in range(count):
+            focus = {"target": score(i, targets[i])}
+            focus.update({f"top{k + 1}": score(i, top[i, k]) for k in range(topk)} if options.topk > 1 else {})
+            predictions.append(ImagePrediction(focus["target"], tuple(score(i, j) for j in top[i, :5]), focus, notes))
+        return Plan(objective, cams, predictions, logits_np)
