@@ -140,6 +140,7 @@ def test_broken_files_fail_with_a_message_naming_them(tmp_path, make, message):
     assert str(path) in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.slow
 def test_decompression_bomb_is_refused_fast(tmp_path):
     path = _save(Image.new("1", (40000, 40000), 0), tmp_path / "bomb.png")
     assert path.stat().st_size < 1_000_000
