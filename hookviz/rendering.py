@@ -378,7 +378,9 @@ def channels_parts(explanation, layer, which: str = "output", channels=None, sca
         mosaic = slots.reshape(rows, columns, height + gap, width + pad).transpose(0, 2, 1, 3)
         mosaic = mosaic.reshape(rows * (height + gap), columns * (width + pad))[:, : shape[1]]
         for slot, channel in enumerate(tiles.indices):
-            if scale != "tile":
+            if low[slot] == high[slot] and not blank[slot]:
+                scope = f" ={_fmt(low[slot])}"  # a flat tile: its one value, not a range
+            elif scale != "tile":
                 scope = ""
             elif signed:  # the tile's colours span -L..L
                 scope = f" ±{_fmt(max(abs(low[slot]), abs(high[slot])))}"
@@ -388,9 +390,11 @@ def channels_parts(explanation, layer, which: str = "output", channels=None, sca
         image.set_data(np.ma.masked_invalid(mosaic))
         image.set_norm(norm)
         bar.set_norm(None if note == NO_FINITE else norm)
+        flat = int(((low == high) & ~blank).sum())
+        flat_note = "" if not flat else " · every tile is constant (=value)" if flat == len(tiles.indices) else f" · {flat} constant tiles (=value)"
         sheet.title(
             f"{explanation.model} · {_layer_text(layer)} · {which} {_shape(layer.shapes[which])} · "
-            f"{len(tiles.indices)} of {tiles.total} channels\n{_target_text(explanation)}"
+            f"{len(tiles.indices)} of {tiles.total} channels{flat_note}\n{_target_text(explanation)}"
         )
 
     update(explanation, layer)

@@ -271,3 +271,15 @@ def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, laye
     b = np.asarray(Image.open(io.BytesIO(fresh)).convert("RGB"), dtype=int)
     assert a.shape == b.shape
     assert np.abs(a - b).max() == 0
+
+
+def test_constant_tiles_are_labelled_with_their_value_not_drawn_as_a_range():
+    """Before a global average pool every gradient tile is flat: drawn on its own scale it
+    fills with one full colour, so its label must say it is constant."""
+    from .conftest import SAMPLES, tiny_net
+
+    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["act:1"])
+    figure = rendering.channels_figure(result, result.layers[0], which="grad_output")
+    labels = [t.get_text() for t in figure.axes[0].texts]
+    assert labels and all(" =" in label for label in labels)
+    assert "every tile is constant" in figure._suptitle.get_text()
