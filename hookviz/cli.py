@@ -23,6 +23,8 @@ from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK
 
+__all__ = ["app", "main", "console_main", "exit_code_for"]
+
 app = typer.Typer(
     name="hookviz",
     help="See what a PyTorch vision model computes inside: feature maps, gradients and CAMs.",

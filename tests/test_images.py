@@ -1,4 +1,4 @@
-"""Decoding every kind of file a user may hand over, and the seeds' preprocessing."""
+"""Decoding every kind of file a user may hand over, and torchvision's usual preprocessing."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ def _save(image: Image.Image, path, **kwargs):
     return path
 
 
-def test_preprocessing_equals_the_seeds_transform(cat):
-    seeds = transforms.Compose(
+def test_preprocessing_equals_torchvisions_imagenet_transform(cat):
+    reference = transforms.Compose(
         [transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
          transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
     )
-    expected = seeds(Image.open(cat).convert("RGB"))
+    expected = reference(Image.open(cat).convert("RGB"))
     prepared = prepare(load_image(cat), Preprocessing())
     torch.testing.assert_close(prepared.tensor, expected, atol=1e-6, rtol=0)
     assert prepared.shown.shape == (224, 224, 3)

@@ -1,4 +1,4 @@
-"""Recording against an independent computation: the seeds' plain hooks."""
+"""Recording against an independent computation: the usual snippet's plain hooks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from bench.seeds_method import SaveValues as SeedSaveValues  # the seeds' own class
+from bench.hook_snippet import SaveValues as SnippetSaveValues  # the blog posts' own class
 from hookviz.errors import UnknownLayerError
 from hookviz.recording import record
 
@@ -18,7 +18,7 @@ def _hook_count(model) -> int:
     )
 
 
-def test_resnet50_layer3_matches_seeds_method_with_ce():
+def test_resnet50_layer3_matches_the_usual_snippet_with_ce():
     torch.manual_seed(0)
     model = torchvision.models.resnet50(weights=None).eval()
     x = torch.randn(1, 3, 224, 224)
@@ -30,16 +30,16 @@ def test_resnet50_layer3_matches_seeds_method_with_ce():
     ours = rec["layer3.-1"]
     assert ours.name == "layer3.5"
 
-    # The seeds' method needs the in-place ReLUs off (full backward hooks break on them).
+    # The snippet needs the in-place ReLUs off (full backward hooks break on them).
     for module in model.modules():
         if isinstance(module, nn.ReLU):
             module.inplace = False
-    seeds = SeedSaveValues(model.layer3[-1])
+    snippet = SnippetSaveValues(model.layer3[-1])
     nn.functional.cross_entropy(model(x), target).backward()
-    seeds.remove()
+    snippet.remove()
 
     for key in ("input", "output", "grad_input", "grad_output"):
-        mine, theirs = getattr(ours, key), getattr(seeds, key).detach()
+        mine, theirs = getattr(ours, key), getattr(snippet, key).detach()
         assert mine.shape == theirs.shape
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-7, msg=f"{key} differs")
         assert theirs.abs().max() > 0
@@ -50,10 +50,10 @@ def test_vgg16_bn_features18_works_where_the_full_backward_hook_fails():
     model = torchvision.models.vgg16_bn(weights=None).eval()
     x = torch.randn(1, 3, 224, 224)
 
-    seeds = SeedSaveValues(model.features[18])
+    snippet = SnippetSaveValues(model.features[18])
     with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
         model(x)[0, 1].backward()
-    seeds.remove()
+    snippet.remove()
 
     with record(model, ["features.18"]) as rec:
         logits = model(x)
