@@ -139,6 +139,9 @@ def run(
     cam: Annotated[str, typer.Option(help="gradcam, gradcam++, layercam or none.")] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
+    task: Annotated[str, typer.Option(help="classify, segment or detect; auto: the model's source says, or for a factory's model, its output.")] = "auto",
+    score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
+    max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
@@ -179,13 +182,14 @@ def run(
 
     def options():
         return dict(
-            model=ModelOptions(model, weights, seed, device),
+            model=ModelOptions(model, weights, seed, device, task),
             layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ())),
             inputs=InputOptions(
                 resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
                 std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
             ),
-            target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key),
+            target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
+                                 score_threshold=score_threshold, max_detections=max_detections),
             pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
             options=RunOptions(
                 out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
@@ -309,7 +313,10 @@ class _Progress:
         if status.status == "done":
             top = " · ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
             target = status.target or {}
-            line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
+            if status.target is None:
+                line = f"{status.image}: nothing to explain (see its report.json)"
+            else:
+                line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
             if self.bar is not None and sys.stdout.isatty():
                 self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
             else:
@@ -378,7 +385,8 @@ def layers(
 def models(
     filter: Annotated[Optional[str], typer.Option("--filter", help="Only names containing this text.")] = None,
 ) -> None:
-    """List the model names hookviz can load: built-in ones, then torchvision's classifiers.
+    """List the model names hookviz can load, by task: classifiers (built-in, then
+    torchvision's), segmentation models, detection models.
 
     Example:
 
@@ -388,7 +396,12 @@ def models(
     def action():
         from .models import list_models
 
-        for _source, name, description in list_models(filter):
+        headings = {"classify": "classification", "segment": "segmentation", "detect": "detection"}
+        task = None
+        for row_task, _source, name, description in list_models(filter):
+            if row_task != task:
+                task = row_task
+                typer.echo(f"# {headings.get(task, task)}")
             typer.echo(f"{name}  ({description})" if description else name)
 
     _guard(False, action)

@@ -17,7 +17,7 @@ from .errors import UsageError, arg
 from .explaining import Explanation, SummaryOptions, explain_batch
 from .images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
 from .layers import LayerSpec, default_layer, resolve_layers
-from .options import InputOptions, LayerOptions, TargetOptions
+from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions
 from .sources.base import LoadedModel
 
 __all__ = ["Explainer", "explain"]
@@ -62,19 +62,25 @@ class Explainer:
             UsageError: a layer, target or input size the model cannot take.
         """
         from .models import input_channels
+        from .tasks import get_task
         from .tasks.classify import parse_target
 
-        processing = inputs.apply(preprocessing or model.preprocessing)
+        processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
+        if model.task == "auto":
+            model = replace(model, task=_recognised_task(model.module, processing))
+        task = get_task(model.task)
+        task.check(target)
+        processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
-        size = (processing.size, processing.size)
         choice = None
         if layers.given:
             specs = resolve_layers(model.module, layers.layers, layers.layer_types)
         else:
-            spec, reason = default_layer(model.module, size, processing.channels)
+            root = task.default_root(model.module)
+            spec, reason = default_layer(model.module, processing.trace_size, processing.channels, root=root)
             specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
         return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels)
 
@@ -131,11 +137,19 @@ class Explainer:
         return f"Explainer({self.model!r}, layers={[s.label for s in self.layers]}, target={self.target.target!r})"
 
 
+def _recognised_task(module, preprocessing: Preprocessing) -> str:
+    """What a model does, read from its output on a blank photo (a factory's model)."""
+    from .layers import dry_output
+    from .tasks import recognise_task
+
+    return recognise_task(dry_output(module, preprocessing.trace_size, preprocessing.channels))
+
+
 def _check_input_size(model: LoadedModel, preprocessing: Preprocessing) -> None:
     if model.input_size is None:
         return
     height, width = model.input_size
-    if (preprocessing.size, preprocessing.size) != (height, width):
+    if preprocessing.square and (preprocessing.size, preprocessing.size) != (height, width):
         raise UsageError(
             f"{arg('crop', preprocessing.size)}: {model.name} takes {height}x{width} inputs, not "
             f"{preprocessing.size}x{preprocessing.size}; pass {arg('crop', height)} or leave it out"
@@ -168,6 +182,9 @@ def explain(
     cam: str = "gradcam",
     topk: int = 1,
     output_key: str | int | None = None,
+    score_threshold: float = 0.5,
+    max_detections: int = 5,
+    task: str = "auto",
     layer_types: Sequence[str] = (),
     preprocessing: Preprocessing | None = None,
     inputs: InputOptions | None = None,
@@ -190,6 +207,9 @@ def explain(
         target: ``"top1"``, a class index, or a class name.
         objective, cam, topk: as the ``hookviz run`` options of the same names.
         output_key: which entry of the model's output holds the logits, when it returns several.
+        score_threshold, max_detections: which of a detector's detections are explained.
+        task: ``classify``, ``segment`` or ``detect``; by default the model's source says, or
+            (for a bare module) what its output looks like.
         layer_types: also record every module of these classes.
         preprocessing: replaces the model's own transform.
         inputs: overrides of the transform (``InputOptions(crop=256)``).
@@ -208,12 +228,16 @@ def explain(
     elif isinstance(model, LoadedModel):
         loaded = model
     else:
-        loaded = LoadedModel(type(model).__name__, model, "as given", tuple(categories) if categories else None, Preprocessing())
+        loaded = LoadedModel(type(model).__name__, model, "as given", tuple(categories) if categories else None,
+                             Preprocessing(), task="auto")
     if categories and isinstance(model, LoadedModel):
         loaded = replace(loaded, categories=tuple(categories))
+    if task != "auto":
+        loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
     target_options = TargetOptions(
         target=str(target), objective=objective, cam=cam, topk=topk,
         output_key=None if output_key is None else str(output_key),
+        score_threshold=score_threshold, max_detections=max_detections,
     )
     layer_options = LayerOptions(layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types))
     explainer = Explainer.create(

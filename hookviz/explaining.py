@@ -21,7 +21,7 @@ from .featuremaps import as_feature_map
 from .images import PreparedImage, Preprocessing
 from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_sum, channel_tiles, histogram, tensor_stats
-from .tasks.base import ClassScore
+from .tasks.base import ClassScore, ImagePrediction
 
 __all__ = ["Explanation", "LayerResult", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
 
@@ -90,7 +90,11 @@ class Explanation:
     """Everything hookviz learned about one image. Save it with ``.save(dir)``.
 
     Attributes:
-        task: what the model does (``classify``).
+        target: what the main CAM explains (``None`` when there is nothing to explain, such
+            as an image without detections).
+        prediction: what the model predicted: the top-5, a segmentation's mask and class
+            fractions, a detector's detections.
+        task: what the model does (``classify``, ``segment``, ``detect``).
         layer_choice: why the layer was chosen, when hookviz chose it.
         skipped_layers: selected by a pattern or type, but never called by the forward pass.
         notes: what the report says about the image and the pass (first frame of an
@@ -104,11 +108,12 @@ class Explanation:
     objective: str
     cam_method: str
     logits: np.ndarray
-    target: ClassScore
+    target: ClassScore | None
     top5: tuple[ClassScore, ...]
     layers: tuple[LayerResult, ...]
     notes: tuple[str, ...] = field(default=())
     task: str = "classify"
+    prediction: ImagePrediction | None = field(default=None, repr=False)
     layer_choice: str | None = None
     skipped_layers: tuple[str, ...] = ()
 
@@ -120,7 +125,8 @@ class Explanation:
 
     def __repr__(self) -> str:
         layers = ", ".join(layer.name for layer in self.layers)
-        return f"Explanation({self.image.source.label!r}, model={self.model!r}, target={self.target.label!r}, layers=[{layers}])"
+        target = self.target.label if self.target is not None else None
+        return f"Explanation({self.image.source.label!r}, model={self.model!r}, target={target!r}, layers=[{layers}])"
 
     def save(self, directory, pictures: PictureOptions | Sequence[str] | str = PICTURE_GROUPS, *, save_tensors: bool = False, **picture_options):
         """Write the pictures, ``report.json`` and (with ``save_tensors``) ``tensors.npz`` into ``directory``.
@@ -190,10 +196,10 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     from .recording import Recording
 
     module, task, options = explainer.model.module, explainer.task, explainer.target
-    batch = task.model_input([image.tensor for image in images], explainer.device)
+    tensors = [image.tensor for image in images]
     with full_precision(explainer.device), evaluation(module) as was_training, frozen_parameters(module), \
             Recording(module, explainer.layers) as recording:
-        output = module(batch)
+        output = task.forward(module, tensors, explainer.device, options)
         skipped = recording.check_complete()
         plan = task.plan(output, options, explainer.model.categories, len(images))
         extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None]
@@ -203,7 +209,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         for n, (key, scalar) in enumerate(extra):
             pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
             grads_for[key] = [grad_output for _, grad_output in pairs]
-        input_hw = tuple(batch.shape[-2:])
+        input_hw = tuple(tensors[0].shape[-2:])
         layer_cams = [_layer_cams(explainer.cam, capture, grads_for, position, input_hw) for position, capture in enumerate(captures)]
     notes = list(explainer.notes)
     if was_training:
@@ -238,20 +244,24 @@ def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw,
         preprocessing=explainer.preprocessing,
         objective=explainer.target.objective,
         cam_method=explainer.target.cam,
-        logits=plan.logits[i].copy(),
+        logits=np.array(plan.logits[i], dtype=np.float32),
         target=prediction.target,
         top5=prediction.top5,
         layers=layers,
         notes=tuple(dict.fromkeys((*image.source.notes, *notes, *prediction.notes))),
         task=explainer.task.name,
+        prediction=prediction,
         layer_choice=explainer.layer_choice,
     )
 
 
 def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: SummaryOptions) -> LayerResult:
     maps_by_key, reason, zero_grad = cams
+    main = keys[0] if keys else None
     note = reason
-    if maps_by_key and zero_grad[i]:
+    if maps_by_key and prediction.focus.get(main) is None:
+        maps_by_key, note = None, "no CAM: nothing to explain in this image"
+    elif maps_by_key and zero_grad[i]:
         note = (
             "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
             " (for a transformer's last block, try the block's ln_1)"
@@ -263,7 +273,6 @@ def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: 
             tiles[which], tile_note = channel_tiles(arrays[which], input_hw, summaries.channels, by_magnitude=which != "output")
             if tile_note:
                 layer_notes.append(f"{capture.name}: {tile_note}")
-    main = keys[0] if keys else None
     return LayerResult(
         name=capture.name,
         requested=capture.requested,
@@ -274,11 +283,20 @@ def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: 
         tiles=tiles,
         cam=maps_by_key[main][i].copy() if maps_by_key else None,
         cam_note=note,
-        topk_cams=tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in keys[1:]) if maps_by_key else (),
+        topk_cams=_each_cam(maps_by_key, prediction, keys, i),
         histograms={k: histogram(arrays[k]) for k in ("output", "grad_output")} if summaries.histograms else {},
         notes=tuple(dict.fromkeys(layer_notes)),
         **(arrays if summaries.keep_tensors else {}),
     )
+
+
+def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
+    """The CAMs beyond the main one: each top class's (``topk``), or every detection's (the
+    first included: a detector's picture shows one panel per detection)."""
+    if not maps_by_key:
+        return ()
+    wanted = keys if prediction.detections else keys[1:]
+    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
 
 
 def _layer_cams(cam_fn, capture, grads_for: dict, position: int, input_hw):

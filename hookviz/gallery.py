@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .outputs import REPORT, atomic_write, read_report
-from .pictures import INPUT_PICTURE, KINDS
+from .pictures import INPUT_PICTURE, KINDS, PREDICTION_PICTURE
 
 __all__ = ["GALLERY", "write_gallery", "run_documents"]
 
@@ -134,15 +134,11 @@ def _page(out: Path, run: dict, documents: list[dict]) -> str:
 def _row(folder: str, report: dict) -> str:
     files = set(report.get("files") or [])
     base = _href(folder)
-    photo = (
-        f'<a href="{base}/{INPUT_PICTURE}"><img src="{base}/{INPUT_PICTURE}" alt="input"></a>'
-        if INPUT_PICTURE in files else ""
+    photo = "".join(
+        f'<a href="{base}/{name}"><img src="{base}/{name}" alt="{alt}"></a>'
+        for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction")) if name in files
     )
-    top5 = "".join(
-        f"<li>{_e(score.get('name') or str(score.get('index')))} "
-        f"({'nan' if score.get('probability') is None else format(score['probability'], '.3f')})</li>"
-        for score in report.get("top5", []) if isinstance(score, dict)
-    )
+    top5 = _predicted(report)
     layers = []
     for layer in report.get("layers", []):
         if not isinstance(layer, dict):
@@ -161,11 +157,33 @@ def _row(folder: str, report: dict) -> str:
         )
     target = report.get("target") or {}
     notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.get("notes", []))
+    heading = f"target: {_e(target.get('name') or str(target.get('index')))}" if target else ""
     return (
         f'<tr><td class="photo">{photo}</td>'
         f"<td><code>{_e(report.get('image') or folder)}</code>{notes}<br>"
-        f"target: {_e(target.get('name') or str(target.get('index')))}<ol>{top5}</ol></td>"
+        f"{heading}<ol>{top5}</ol></td>"
         f"<td>{''.join(layers)}</td></tr>\n"
+    )
+
+
+def _predicted(report: dict) -> str:
+    """The list beside the photo: the top-5, a segmentation's classes, or the detections."""
+    prediction = report.get("prediction") or {}
+    if report.get("task") == "segment" and isinstance(prediction.get("classes"), list):
+        return "".join(
+            f"<li>{_e(c.get('name') or c.get('index'))} ({100 * (c.get('fraction') or 0):.1f}% of pixels)</li>"
+            for c in prediction["classes"][:8] if isinstance(c, dict)
+        )
+    if report.get("task") == "detect" and isinstance(prediction.get("detections"), list):
+        items = "".join(
+            f"<li>{_e(d.get('name') or d.get('index'))} {d.get('score') or 0:.2f}</li>"
+            for d in prediction["detections"] if isinstance(d, dict)
+        )
+        return items or f"<li>no detections with score ≥ {_e(prediction.get('score_threshold'))}</li>"
+    return "".join(
+        f"<li>{_e(score.get('name') or str(score.get('index')))} "
+        f"({'nan' if score.get('probability') is None else format(score['probability'], '.3f')})</li>"
+        for score in report.get("top5", []) if isinstance(score, dict)
     )
 
 

@@ -18,7 +18,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from .errors import ImageError, arg, display_path, first_line
 from .options import DEFAULT_MAX_PIXELS
 
-__all__ = ["Preprocessing", "LoadedImage", "PreparedImage", "load_image", "prepare", "IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT_RATIO"]
+__all__ = ["MODES", "Preprocessing", "LoadedImage", "PreparedImage", "load_image", "prepare", "IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT_RATIO"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -33,30 +33,49 @@ IMAGE_SUFFIXES = frozenset(
 )
 
 
+#: How a photo is resized: ``crop`` (shorter side to ``resize``, then the centre ``size`` square),
+#: ``whole`` (the whole photo to ``size`` x ``size``), ``shorter`` (shorter side to ``resize``, nothing
+#: cut: segmentation), ``original`` (the photo as it is: a detector resizes it itself).
+MODES = ("crop", "whole", "shorter", "original")
+
+
 @dataclass(frozen=True)
 class Preprocessing:
-    """How a photo becomes the model's input: resize, centre-crop, normalise.
+    """How a photo becomes the model's input: resize, maybe crop, normalise.
 
-    With ``crop=True`` (torchvision's usual ImageNet evaluation transform) the shorter side
-    is resized to ``resize`` and the centre ``size`` x ``size`` square is kept. With
-    ``crop=False`` the whole photo is resized to ``size`` x ``size``, so nothing is cut off.
-    ``channels=1`` feeds a grayscale model the photo's luminance, normalised with the
-    first of ``mean`` and ``std``.
+    The default, ``mode="crop"``, is torchvision's usual ImageNet evaluation transform (see
+    ``MODES`` for the others). ``channels=1`` feeds a grayscale model the photo's luminance,
+    normalised with the first of ``mean`` and ``std``.
     """
 
     resize: int = 256
     size: int = 224
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
-    crop: bool = True
+    mode: str = "crop"
     channels: int = 3
+
+    @property
+    def crop(self) -> bool:
+        return self.mode == "crop"
+
+    @property
+    def square(self) -> bool:
+        """Whether every photo becomes the same ``size`` x ``size`` input."""
+        return self.mode in ("crop", "whole")
+
+    @property
+    def trace_size(self) -> tuple[int, int]:
+        """An input size for a dry pass: the square, or the resized side (224 for ``original``)."""
+        side = self.size if self.square else self.resize if self.mode == "shorter" else 224
+        return side, side
 
     def to_json(self) -> dict:
         return {
-            "resize": self.resize if self.crop else None,
-            "crop": self.size if self.crop else None,
-            "size": [self.size, self.size],
-            "whole_image": not self.crop,
+            "mode": self.mode,
+            "resize": self.resize if self.mode in ("crop", "shorter") else None,
+            "crop": self.size if self.mode == "crop" else None,
+            "size": [self.size, self.size] if self.square else None,
             "mean": list(self.mean[: self.channels]),
             "std": list(self.std[: self.channels]),
             "channels": self.channels,
@@ -84,7 +103,7 @@ class PreparedImage:
         source: the decoded photo.
         tensor: the normalised (3, size, size) float32 input.
         shown: the same pixels before normalisation, (size, size, 3) uint8, for overlays.
-        whole: the whole photo (uint8), on which a ``crop=False`` CAM is drawn.
+        whole: the whole photo (uint8), on which a ``mode="whole"`` CAM is drawn.
     """
 
     source: LoadedImage
@@ -200,18 +219,7 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
     import_torchvision()
     from torchvision.transforms import functional as F
 
-    width, height = image.rgb.size
-    if preprocessing.crop:
-        scale = preprocessing.resize / min(width, height)
-        resized = round(width * scale) * round(height * scale)
-        if resized > max_pixels:
-            raise ImageError(
-                f"{image.label}: resizing its shorter side to {arg('resize', preprocessing.resize)} makes "
-                f"{resized:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')}; choose a smaller resize"
-            )
-        shown_pil = F.center_crop(F.resize(image.rgb, preprocessing.resize), preprocessing.size)
-    else:
-        shown_pil = image.rgb.resize((preprocessing.size, preprocessing.size), Image.BILINEAR)
+    shown_pil = _resized(image, preprocessing, max_pixels)
     if preprocessing.channels == 1:
         shown_pil = shown_pil.convert("L").convert("RGB")  # shown as the model sees it: grey
     shown = np.asarray(shown_pil, dtype=np.uint8)
@@ -219,5 +227,25 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
     tensor = torch.from_numpy(pixels.copy()).permute(2, 0, 1).float().div_(255.0)
     channels = preprocessing.channels
     tensor = F.normalize(tensor, list(preprocessing.mean[:channels]), list(preprocessing.std[:channels]))
-    whole = None if preprocessing.crop else np.asarray(image.rgb, dtype=np.uint8)
+    whole = np.asarray(image.rgb, dtype=np.uint8) if preprocessing.mode == "whole" else None
     return PreparedImage(source=image, tensor=tensor, shown=shown, whole=whole)
+
+
+def _resized(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int) -> Image.Image:
+    from torchvision.transforms import functional as F
+
+    mode = preprocessing.mode
+    if mode == "whole":
+        return image.rgb.resize((preprocessing.size, preprocessing.size), Image.BILINEAR)
+    if mode == "original":
+        return image.rgb
+    width, height = image.rgb.size
+    scale = preprocessing.resize / min(width, height)
+    resized = round(width * scale) * round(height * scale)
+    if resized > max_pixels:
+        raise ImageError(
+            f"{image.label}: resizing its shorter side to {arg('resize', preprocessing.resize)} makes "
+            f"{resized:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')}; choose a smaller resize"
+        )
+    shorter = F.resize(image.rgb, preprocessing.resize)
+    return F.center_crop(shorter, preprocessing.size) if mode == "crop" else shorter

@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from .errors import UnknownLayerError, UsageError, arg, describe, did_you_mean, hint
 from .hooks import HookSet
 
-__all__ = ["LayerSpec", "LayerInfo", "resolve_path", "resolve_layers", "trace", "list_layers", "default_layer", "first_tensor", "module_paths"]
+__all__ = [
+    "LayerSpec", "LayerInfo", "resolve_path", "resolve_layers", "trace", "list_layers", "default_layer", "dry_output",
+    "first_tensor", "module_paths",
+]
 
 _CALL_SUFFIX = re.compile(r"^(?P<path>.*?):(?P<call>-?\d+)$")
 
@@ -146,11 +149,17 @@ class _Trace:
     shapes: dict  # path -> output shape per call
     order: list  # paths in the order their calls finished
     starts: list  # paths in the order their calls began
+    output: object = None  # the model's own output
 
 
-def _run_traced(model, input_size: tuple[int, int], channels: int = 3) -> _Trace:
-    """Dry forward pass on a zero image, watching every module; the model's mode and
-    parameters are left as they were."""
+def dry_output(model, input_size: tuple[int, int], channels: int = 3):
+    """The model's output on a blank (zero) photo, computed without gradients in eval mode."""
+    return _run_traced(model, input_size, channels, watch=False).output
+
+
+def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bool = True) -> _Trace:
+    """Dry forward pass on a zero image, watching every module (with ``watch``); the
+    model's mode and parameters are left as they were."""
     import torch
 
     from .modelstate import evaluation
@@ -160,7 +169,7 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3) -> _Trace
     starts: list[str] = []
     with HookSet() as hooks:
         for path, module in model.named_modules():
-            if not path:
+            if not path or not watch:
                 continue
 
             def hook(_module, _inputs, output, path=path):
@@ -173,10 +182,10 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3) -> _Trace
         try:
             with torch.no_grad(), evaluation(model):
                 device = next(model.parameters(), torch.zeros(0)).device
-                model(torch.zeros(1, channels, *input_size, device=device))
+                output = model(torch.zeros(1, channels, *input_size, device=device))
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
             raise UsageError(_dry_run_failure(model, input_size, channels, exc)) from None
-    return _Trace(shapes, order, starts)
+    return _Trace(shapes, order, starts, output)
 
 
 def _dry_run_failure(model, input_size, channels: int, exc: Exception) -> str:
@@ -224,6 +233,7 @@ def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerIn
 
 
 SPATIAL_REASON = "the last layer with a spatial feature map"
+BACKBONE_REASON = "the backbone's last feature map"
 TRANSFORMER_REASON = (
     "the first norm of the last transformer block, as pytorch-grad-cam recommends: after the last "
     "block no patch token reaches the class token, so later layers' CAMs are empty"
@@ -231,22 +241,28 @@ TRANSFORMER_REASON = (
 _TOKEN_NORM = re.compile(r"(layer|rms)_?norm", re.IGNORECASE)
 
 
-def default_layer(model, input_size: tuple[int, int] = (224, 224), channels: int = 3) -> tuple[LayerSpec, str]:
+def default_layer(
+    model, input_size: tuple[int, int] = (224, 224), channels: int = 3, root: str | None = None
+) -> tuple[LayerSpec, str]:
     """The usual CAM layer, and why it was chosen.
 
     For a transformer (a block that begins with a LayerNorm over patch tokens: ViT, DeiT,
     Swin, BEiT, EVA) it is the last such block's first norm. Otherwise it is the last module,
     in the order calls finish, whose output is a 4-D map with more than one pixel
-    (resnet50: ``layer4``).
+    (resnet50: ``layer4``). With a ``root`` (a detector's ``backbone.body``), only modules
+    inside it are considered: the backbone's last feature map.
 
     Raises:
         UnknownLayerError: no module outputs a spatial map or a token grid; name a layer.
     """
     traced = _run_traced(model, input_size, channels)
+    if root is not None:
+        inside = lambda path: path.startswith(root + ".")  # noqa: E731
+        traced = _Trace(traced.shapes, [p for p in traced.order if inside(p)], [p for p in traced.starts if inside(p)])
     found = _last_block_first_norm(model, traced, input_size)
     reason = TRANSFORMER_REASON
     if found is None:
-        found, reason = _last_spatial_map(traced), SPATIAL_REASON
+        found, reason = _last_spatial_map(traced), SPATIAL_REASON if root is None else BACKBONE_REASON
     if found is None:
         raise UnknownLayerError(f"no module outputs a 4-D feature map; pass {arg('layers')} ({hint('list_layers')})")
     path, call = found
@@ -265,7 +281,7 @@ def _last_spatial_map(traced: _Trace) -> tuple[str, int] | None:
         call = seen.get(path, 0)
         seen[path] = call + 1
         shape = traced.shapes[path][call]
-        if shape is not None and len(shape) == 4 and shape[2] * shape[3] > 1:
+        if shape is not None and len(shape) == 4 and shape[0] == 1 and shape[2] * shape[3] > 1:
             best = (path, call)
     return best
 

@@ -9,6 +9,8 @@ variables are put back as they were.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .errors import UnknownModelError, arg, did_you_mean, hint
 from .options import ModelOptions
 from .sources.base import LoadedModel
@@ -42,7 +44,7 @@ def load_model(model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 
         if source.claims(options.name):
             loaded = source.load(options.name, options.weights, options.seed)
             loaded.module.eval()
-            return loaded
+            return loaded if options.task == "auto" else replace(loaded, task=options.task)
     known = [n for source in _sources() for n in source.names()]
     raise UnknownModelError(
         f"{arg('model', options.name)}: no such model{did_you_mean(options.name, known)}; "
@@ -50,14 +52,20 @@ def load_model(model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 
     )
 
 
-def list_models(filter: str | None = None) -> list[tuple[str, str, str]]:
-    """Every name a source lists, as ``(source, name, description)``, sources in order."""
+TASK_ORDER = ("classify", "segment", "detect")
+
+
+def list_models(filter: str | None = None) -> list[tuple[str, str, str, str]]:
+    """Every name a source lists, as ``(task, source, name, description)``: grouped by task
+    (classifiers, segmentation, detection), built-in models first within a task."""
     rows = []
     for source in sorted(_sources(), key=lambda s: (s.name != "built-in", s.priority)):
+        task_of = getattr(source, "task_of", lambda name: "classify")
         for name in source.names():
             if not filter or filter in name:
-                rows.append((source.name, name, source.describe(name)))
-    return rows
+                rows.append((task_of(name), source.name, name, source.describe(name)))
+    rank = {task: i for i, task in enumerate(TASK_ORDER)}
+    return sorted(rows, key=lambda row: rank.get(row[0], len(rank)))  # stable: sources keep their order
 
 
 def input_channels(module) -> int:

@@ -27,7 +27,7 @@ from .errors import UsageError, arg
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
     "CheckOptions", "ChannelSelection", "OBJECTIVES", "PICTURE_GROUPS", "parse_triple", "parse_shard",
-    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS",
+    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "MAX_DETECTIONS", "DEFAULT_MAX_PIXELS", "TASK_CHOICES",
 ]
 
 #: Longest side hookviz resizes or crops a photo to. Models take 224 to ~1333 pixels; 4096 is
@@ -35,12 +35,15 @@ __all__ = [
 MAX_SIDE = 4096
 #: At most this many classes get a CAM of their own (``--topk``): each is a panel of one picture.
 MAX_TOPK = 20
+#: At most this many detections per image get a CAM of their own (``--max-detections``).
+MAX_DETECTIONS = 20
 #: At most this many tiles in a channel grid: 512 one-inch tiles are already a 23-inch square.
 MAX_TILES = 512
 #: Above this many pixels a photo is refused as a likely decompression bomb (``--max-pixels``).
 DEFAULT_MAX_PIXELS = 100_000_000
 
 OBJECTIVES = ("logit", "ce")
+TASK_CHOICES = ("auto", "classify", "segment", "detect")
 #: What ``pictures`` may name; ``pictures.KINDS`` says which files each one gives.
 PICTURE_GROUPS = ("summary", "channels", "cam")
 
@@ -65,12 +68,15 @@ class ModelOptions:
             name, or a state_dict file.
         seed: seeds random initialisation, without touching the caller's random stream.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        task: ``classify``, ``segment``, ``detect``, or ``auto``: the source's word for it, or
+            for a factory's model, what its output looks like.
     """
 
     name: str
     weights: str = "DEFAULT"
     seed: int = 0
     device: str = "auto"
+    task: str = "auto"
 
     def __post_init__(self):
         if not self.name or not self.name.strip():
@@ -79,6 +85,8 @@ class ModelOptions:
             raise UsageError(f"{arg('weights', self.weights)}: give DEFAULT, none or a file")
         if not _DEVICE.match(self.device):
             raise UsageError(f"{arg('device', self.device)}: choose auto, cpu, cuda, cuda:N or mps")
+        if self.task not in TASK_CHOICES:
+            raise UsageError(f"{arg('task', self.task)}: choose {', '.join(TASK_CHOICES)}")
 
 
 def _list_models_hint() -> str:
@@ -179,7 +187,7 @@ class InputOptions:
         if self.std is not None:
             changes["std"] = self.std
         if self.whole_image:
-            changes["crop"] = False
+            changes["mode"] = "whole"
         result = replace(preprocessing, **changes)
         if result.crop and result.size > result.resize:
             raise UsageError(
@@ -229,6 +237,8 @@ class TargetOptions:
         topk: how many top classes get a CAM of their own (1: the target only).
         output_key: which part of a model's output holds the logits, when it returns several
             (a dict key, or an index into a tuple).
+        score_threshold: a detector's detections with at least this score are explained.
+        max_detections: at most this many detections per image are explained, best first.
     """
 
     target: str = "top1"
@@ -236,6 +246,8 @@ class TargetOptions:
     cam: str = "gradcam"
     topk: int = 1
     output_key: str | None = None
+    score_threshold: float = 0.5
+    max_detections: int = 5
 
     def __post_init__(self):
         from .cams import CAMS
@@ -254,6 +266,12 @@ class TargetOptions:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
         if self.topk > 1 and self.cam == "none":
             raise UsageError(f"{arg('topk')} needs a CAM method; drop {arg('cam', 'none')}")
+        threshold = self.score_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise UsageError(f"{arg('score_threshold', threshold)}: a score threshold is between 0 and 1")
+        if isinstance(self.max_detections, bool) or not isinstance(self.max_detections, int) \
+                or not 1 <= self.max_detections <= MAX_DETECTIONS:
+            raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:

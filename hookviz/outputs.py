@@ -27,7 +27,7 @@ from typing import BinaryIO
 import numpy as np
 
 from .errors import display_path
-from .pictures import INPUT_PICTURE, kinds_for
+from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
 from .summaries import tensor_stats
 
 __all__ = [
@@ -212,8 +212,9 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "weights": explanation.weights,
         "preprocessing": explanation.preprocessing.to_json(),
         "objective": explanation.objective,
-        "target": explanation.target.to_json(),
+        "target": explanation.target.to_json() if explanation.target is not None else None,
         "top5": [score.to_json() for score in explanation.top5],
+        "prediction": explanation.prediction.details if explanation.prediction is not None else {},
         "logits": {"count": int(np.size(explanation.logits)), "nonfinite": logits_nonfinite},
         "layer_choice": explanation.layer_choice,
         "layers": layers,
@@ -272,6 +273,9 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         from . import rendering  # matplotlib: ~0.3 s to import, only for pictures
 
         written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(rendering.photo_of(explanation))))
+        prediction = rendering.prediction_figure(explanation)
+        if prediction is not None:
+            written.append(atomic_write(directory / PREDICTION_PICTURE, rendering.png_bytes(prediction)))
         cache = rendering.worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})

@@ -29,10 +29,12 @@ from dataclasses import dataclass
 from .errors import UsageError, arg
 from .options import PictureOptions
 
-__all__ = ["PictureKind", "KINDS", "picture_kind", "kinds_for", "INPUT_PICTURE"]
+__all__ = ["PictureKind", "KINDS", "picture_kind", "kinds_for", "INPUT_PICTURE", "PREDICTION_PICTURE"]
 
 #: The photo as the model saw it (the whole photo with ``whole_image``), beside each image's pictures.
 INPUT_PICTURE = "input.jpg"
+#: A segmentation's mask or a detector's boxes over the photo (one per image, not per layer).
+PREDICTION_PICTURE = "prediction.png"
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,8 @@ class Recording:
             tensor = output if _is_float_tensor(output) else _first_float(output)
             if tensor is None:
                 return None
+            if not _is_float_tensor(output) and len(set(_map_sizes(output))) > 1:
+                raise UnknownLayerError(_pyramid_message(self.model, call.spec, output))
             call.output_node = tensor
             self._watch(tensor, call, "grad_output")
             # Downstream gets a copy: an in-place op after this layer would overwrite the recorded output.
@@ -317,6 +319,34 @@ def record(model, layers: Sequence[str | LayerSpec]) -> Recording:
         UnknownLayerError: a path matches no module.
     """
     return Recording(model, layers)
+
+
+def _map_sizes(value) -> list[tuple[int, int]]:
+    """The spatial sizes of the 4-D tensors (feature maps) a container output holds: a
+    feature pyramid's levels have several, which no one map stands for."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [tuple(value.shape[-2:])] if value.dim() == 4 else []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+    return [size for item in items for size in _map_sizes(item)]
+
+
+def _pyramid_message(model, spec: LayerSpec, output) -> str:
+    """Why a layer returning several feature maps (an FPN's levels) is refused, and which to take."""
+    import torch.nn as nn
+
+    modules = dict(model.named_modules())
+    convs = [p for p, m in modules.items() if p.startswith(spec.path + ".") and isinstance(m, nn.Conv2d)]
+    body = next((p for p in (f"{spec.path}.body", f"{spec.path.rsplit('.', 1)[0]}.body") if p in modules), None)
+    suggestions = ([f"{body}.{list(modules[body].named_children())[-1][0]}"] if body else []) + convs[-2:]
+    keys = list(output) if isinstance(output, dict) else list(range(len(output)))
+    such = f"; record a layer with one output instead, such as {' or '.join(suggestions)}" if suggestions else \
+        "; record a layer with one feature map instead"
+    return (
+        f"{arg('layers', spec.requested)}: {spec.path} returns {len(_map_sizes(output))} feature maps "
+        f"({type(output).__name__} of {', '.join(map(str, keys[:6]))}), not one{such}"
+    )
 
 
 def _first_float(value):

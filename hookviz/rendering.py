@@ -25,7 +25,7 @@ from matplotlib.transforms import offset_copy
 from .options import ChannelSelection
 from .summaries import channel_tiles
 
-__all__ = ["summary_parts", "channels_parts", "cam_parts", "cam_topk_parts", "summary_figure", "channels_figure", "cam_figure", "cam_topk_figure", "render_png", "png_bytes", "photo_of", "FigureCache", "worker_cache", "configure_worker", "fonts_from_memory", "warm_up", "anatomy"]
+__all__ = ["summary_parts", "channels_parts", "cam_parts", "cam_topk_parts", "prediction_figure", "summary_figure", "channels_figure", "cam_figure", "cam_topk_figure", "render_png", "png_bytes", "photo_of", "FigureCache", "worker_cache", "configure_worker", "fonts_from_memory", "warm_up", "anatomy"]
 
 ACTIVATION_CMAP = "viridis"
 GRADIENT_CMAP = "RdBu_r"
@@ -110,7 +110,14 @@ def _shape(shape) -> str:
 
 def _target_text(explanation) -> str:
     target = explanation.target
-    return f"target {target.label}, p={target.probability:.3f}"
+    if explanation.task == "detect":
+        count = len(explanation.prediction.detections) if explanation.prediction is not None else 0
+        threshold = explanation.prediction.details.get("score_threshold") if explanation.prediction is not None else None
+        return f"{count} detection{'s' if count != 1 else ''} with score ≥ {threshold}"
+    if target is None:
+        return "no target"
+    measure = "mean p over its pixels" if explanation.task == "segment" else "p"
+    return f"target {target.label}, {measure}={target.probability:.3f}"
 
 
 def _layer_text(layer) -> str:
@@ -442,28 +449,46 @@ def _upsample(cam: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.asarray(image.resize((size[1], size[0]), Image.BILINEAR), dtype=np.float64)
 
 
+def _visible(cam: np.ndarray, window) -> np.ndarray:
+    """The part of a CAM over the photo: a detector pads its batch, and ``window`` is the
+    (height, width) fraction of the padded input the photo covers."""
+    if not window:
+        return cam
+    rows = max(1, min(cam.shape[0], round(cam.shape[0] * window[0])))
+    cols = max(1, min(cam.shape[1], round(cam.shape[1] * window[1])))
+    return cam[:rows, :cols]
+
+
 class _Overlay:
-    """A CAM drawn over the photo, with an opaque colorbar of the raw values."""
+    """A CAM drawn over the photo, with an opaque colorbar of the raw values (and, for a
+    detection, its box)."""
 
     def __init__(self, figure: Figure, ax, cax, photo: np.ndarray, cam: np.ndarray):
+        from matplotlib.patches import Rectangle
+
         self.ax = ax
         self.photo = ax.imshow(photo, interpolation="bilinear")
         self.heat = ax.imshow(_upsample(cam, photo.shape[:2]), cmap=CAM_CMAP, alpha=CAM_ALPHA, interpolation="bilinear")
+        self.box = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor="white", linewidth=2, visible=False))
         ax.set_axis_off()
         # The colorbar has an opaque scale of its own, so its colours are readable.
         self.bar = _ValueBar(figure, cax, CAM_CMAP, f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)")
 
     @property
     def changing(self) -> list:
-        return [self.photo, self.heat, self.ax.title, *self.bar.labels]
+        return [self.photo, self.heat, self.box, self.ax.title, *self.bar.labels]
 
-    def update(self, photo: np.ndarray, cam: np.ndarray, title: str) -> None:
+    def update(self, photo: np.ndarray, cam: np.ndarray, title: str, window=None, box=None) -> None:
         top = float(np.nanmax(cam)) if np.isfinite(cam).any() else 0.0
         norm = Normalize(0.0, top if top > 0 else 1.0)
         self.photo.set_data(photo)
-        self.heat.set_data(_upsample(cam, photo.shape[:2]))
+        self.heat.set_data(_upsample(_visible(cam, window), photo.shape[:2]))
         self.heat.set_norm(norm)
         self.bar.set_norm(norm)
+        self.box.set_visible(box is not None)
+        if box is not None:
+            x0, y0, x1, y1 = box
+            self.box.set_bounds(x0, y0, x1 - x0, y1 - y0)
         note = " (all zero: nothing here raises this class)" if top == 0 else ""
         self.ax.set_title(title + note, fontsize=9, parse_math=False)
 
@@ -478,6 +503,8 @@ def _cam_heading(explanation, layer) -> str:
 
 
 def cam_parts(explanation, layer):
+    if explanation.task == "detect":
+        return cam_topk_parts(explanation, layer, detections=True)  # one panel per detection, with its box
     if layer.cam is None:
         return None
     photo = photo_of(explanation)
@@ -497,7 +524,7 @@ def cam_parts(explanation, layer):
     def update(explanation, layer):
         photo = photo_of(explanation)
         plain.set_data(photo)
-        overlay.update(photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}")
+        overlay.update(photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}", _window(explanation))
         sheet.title(f"{_cam_heading(explanation, layer)}\n{_target_text(explanation)}")
 
     update(explanation, layer)
@@ -510,8 +537,15 @@ def cam_figure(explanation, layer) -> Figure | None:
     return None if made is None else made[0]
 
 
-def cam_topk_parts(explanation, layer):
-    if not layer.topk_cams:
+def _window(explanation):
+    prediction = explanation.prediction
+    return prediction.details.get("window") if prediction is not None else None
+
+
+def cam_topk_parts(explanation, layer, detections: bool = False):
+    """CAMs side by side: of the top-K classes, or (``detections``) of each detection, its
+    box drawn over it."""
+    if not layer.topk_cams or (explanation.task == "detect") != detections:
         return None
     photo = photo_of(explanation)
     panel, side = _photo_inches(photo, longest=3.5)
@@ -525,12 +559,15 @@ def cam_topk_parts(explanation, layer):
 
     def update(explanation, layer):
         photo = photo_of(explanation)
-        for overlay, (score, cam) in zip(overlays, layer.topk_cams):
-            overlay.update(photo, cam, f"{score.label}\np={score.probability:.3f}")
-        sheet.title(
-            f"{explanation.model} · {_layer_text(layer)} · {explanation.cam_method} "
-            f"of the top {len(layer.topk_cams)} classes"
-        )
+        for overlay, (focus, cam) in zip(overlays, layer.topk_cams):
+            if detections:
+                rank = explanation.prediction.detections.index(focus) + 1
+                overlay.update(photo, cam, f"{rank}. {focus.name or 'class'} ({focus.index})\nscore {focus.score:.3f}",
+                               _window(explanation), focus.box)
+            else:
+                overlay.update(photo, cam, f"{focus.label}\np={focus.probability:.3f}", _window(explanation))
+        what = f"{len(layer.topk_cams)} detections" if detections else f"the top {len(layer.topk_cams)} classes"
+        sheet.title(f"{explanation.model} · {_layer_text(layer)} · {explanation.cam_method} of {what}")
 
     update(explanation, layer)
     return sheet.figure, update, [a for overlay in overlays for a in overlay.changing] + [sheet.heading]
@@ -540,6 +577,85 @@ def cam_topk_figure(explanation, layer) -> Figure | None:
     """CAMs of the top-K classes side by side, each on its own colour scale."""
     made = cam_topk_parts(explanation, layer)
     return None if made is None else made[0]
+
+
+# ----------------------------------------------------------------------------- prediction
+
+
+def _class_colour(index: int):
+    return matplotlib.colormaps["tab20"](index % 20)
+
+
+def prediction_figure(explanation) -> Figure | None:
+    """What the model predicted, over the photo it saw: a segmentation's mask with a legend
+    of the classes present, or a detector's boxes with labels and scores. ``None`` for a
+    classifier (its top-5 is in every title and in the gallery)."""
+    prediction = explanation.prediction
+    if prediction is None or explanation.task not in ("segment", "detect"):
+        return None
+    photo = explanation.image.shown
+    width, height = _photo_inches(photo, longest=6.0)
+    legend = 2.6 if explanation.task == "segment" else 0.0
+    title = f"{explanation.model} · {_prediction_text(explanation)}\n{explanation.image.source.label}"
+    sheet_width = max(0.4 + width + legend, max(map(len, title.splitlines())) * _CHAR_INCHES + 0.4)
+    sheet = _Sheet(sheet_width, 0.9 + height + 0.2)
+    ax = sheet.axes((sheet_width - width - legend) / 2, 0.9, width, height)
+    ax.imshow(photo, interpolation="bilinear")
+    ax.set_axis_off()
+    if explanation.task == "segment":
+        _draw_mask(ax, prediction)
+    else:
+        _draw_detections(ax, prediction, photo.shape)
+    sheet.title(title)
+    return sheet.figure
+
+
+def _prediction_text(explanation) -> str:
+    prediction = explanation.prediction
+    if explanation.task == "segment":
+        count = sum(1 for c in prediction.details["classes"] if c["index"] != 0)
+        return f"predicted mask: {count} class{'es' if count != 1 else ''} besides background" if count else \
+            "predicted mask: background only"
+    return _target_text(explanation) if prediction.detections else \
+        f"no detections with score ≥ {prediction.details.get('score_threshold')}"
+
+
+def _draw_mask(ax, prediction) -> str:
+    from matplotlib.patches import Patch
+
+    mask = prediction.mask
+    colours = np.zeros((*mask.shape, 4))
+    classes = [c for c in prediction.details["classes"] if c["index"] != 0]
+    for entry in classes:
+        colours[mask == entry["index"]] = _class_colour(entry["index"])[:3] + (0.55,)
+    ax.imshow(colours, interpolation="nearest")
+    handles = [
+        Patch(color=_class_colour(c["index"]), label=f"{c['name'] or c['index']}  {100 * c['fraction']:.1f}%")
+        for c in classes[:14]
+    ]
+    background = next((c for c in prediction.details["classes"] if c["index"] == 0), None)
+    if background is not None:
+        handles.append(Patch(facecolor="none", edgecolor="0.5", label=f"{background['name'] or 0}  {100 * background['fraction']:.1f}%"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False,
+              title="predicted classes (share of pixels)", title_fontsize=8)
+
+
+def _draw_detections(ax, prediction, shape) -> None:
+    from matplotlib.patches import Rectangle
+
+    threshold = prediction.details.get("score_threshold")
+    for rank, detection in enumerate(prediction.detections, start=1):
+        x0, y0, x1, y1 = detection.box
+        colour = _class_colour(detection.index)
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=colour, linewidth=2))
+        right = x0 > 0.6 * shape[1]  # a label near the right edge ends at its box's right side
+        above = y0 > 0.05 * shape[0]
+        ax.text(x1 if right else x0, y0 if above else y1, f"{rank}. {detection.name or detection.index} {detection.score:.2f}",
+                fontsize=8, va="bottom" if above else "top", ha="right" if right else "left", color="black",
+                bbox={"facecolor": colour, "alpha": 0.85, "pad": 1, "linewidth": 0}, parse_math=False)
+    if not prediction.detections:
+        ax.text(0.5, 0.5, f"no detections ≥ {threshold}", transform=ax.transAxes, ha="center", va="center",
+                fontsize=14, color="white", bbox={"facecolor": "black", "alpha": 0.6}, parse_math=False)
 
 
 # ----------------------------------------------------------------------------- reuse
@@ -676,10 +792,12 @@ def anatomy(kind: str, explanation, layer, options: dict):
     elif kind in ("channels", "grad_channels"):
         tiles = layer.tiles.get(options.get("which", "output"))
         shape = None if tiles is None else (tiles.maps.shape, tuple(sorted(options.items())))
-    elif kind == "cam":
+    elif kind == "cam" and explanation.task != "detect":
         shape = None if layer.cam is None else (photo, layer.cam.shape, explanation.image.whole is None)
-    else:
+    elif (kind == "cam") == (explanation.task == "detect"):  # panels: top-K classes, or each detection
         shape = (photo, tuple(cam.shape for _, cam in layer.topk_cams)) if layer.topk_cams else None
+    else:
+        shape = None
     if shape is None:
         return None
     return (explanation.model, layer.name, layer.shapes.get("output"), explanation.image.shown.shape, shape)

@@ -328,9 +328,16 @@ class Run:
     def explain(self, batch: list[tuple[Path, object]]) -> list[tuple[Path, object]]:
         """``(path, Explanation or the reason it failed)`` for each photo of ``batch``.
 
-        When the model raises on a batch, its photos are tried one by one, so only the
-        ones it fails on fail. A usage error (a target the model lacks) stops the run.
+        Photos of different sizes (a segmenter's or a detector's, which keep their aspect)
+        go through the model in groups of one size. When the model raises on a batch, its
+        photos are tried one by one, so only the ones it fails on fail. A usage error (a
+        target the model lacks) stops the run.
         """
+        sizes: dict[tuple, list] = {}
+        for item in batch:
+            sizes.setdefault(tuple(item[1].tensor.shape), []).append(item)
+        if len(sizes) > 1:
+            return [result for group in sizes.values() for result in self.explain(group)]
         summaries = SummaryOptions(
             channels=self.pictures.channels, grad_tiles=self.pictures.grad_channels,
             keep_tensors=self.options.save_tensors, histograms=self.board is not None,
@@ -395,8 +402,9 @@ class Run:
             return self._failed(path, f"{display_path(path)}: writing results failed ({first_line(exc)})")
         except Exception as exc:  # a rendering bug must cost this image, not the whole run
             return self._failed(path, f"{display_path(path)}: saving failed ({describe(exc)})")
+        target = explanation.target.to_json() if explanation.target is not None else None
         return ImageStatus(
-            display_path(path), self.names[path], "done", None, explanation.target.to_json(),
+            display_path(path), self.names[path], "done", None, target,
             tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5),
         )
 
@@ -513,7 +521,7 @@ def _recorded_bytes(explanation) -> int:
         math.prod(shape) for layer in explanation.layers for key in ("input", "output")
         if (shape := layer.shapes.get(key)) is not None
     )
-    return 4 * 3 * elements
+    return 4 * 3 * elements + 4 * math.prod(explanation.image.tensor.shape)  # and the photo itself
 
 
 def _portable(explanation):

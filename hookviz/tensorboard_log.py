@@ -47,7 +47,7 @@ class TensorBoardLog:
                     pixels = np.asarray(image.convert("RGB"))
                 writer.add_image(f"{layer}/{picture}", pixels, step, dataformats="HWC")
         target = explanation.target
-        if target.probability == target.probability:  # not NaN
+        if target is not None and target.probability == target.probability:  # not NaN
             writer.add_scalar("target/probability", target.probability, step)
         for layer in explanation.layers:
             for key, stats in layer.stats.items():

@@ -33,7 +33,7 @@ def test_preprocessing_equals_torchvisions_imagenet_transform(cat):
 
 
 def test_no_crop_keeps_the_whole_photo(cat):
-    prepared = prepare(load_image(cat), Preprocessing(crop=False))
+    prepared = prepare(load_image(cat), Preprocessing(mode="whole"))
     assert prepared.tensor.shape == (3, 224, 224)
     assert prepared.whole.shape == (300, 451, 3)
 

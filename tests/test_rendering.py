@@ -136,7 +136,7 @@ def test_cam_figures(explanation):
 def test_no_crop_draws_on_the_whole_photo():
     from .conftest import SAMPLES, tiny_net
 
-    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.1"], preprocessing=Preprocessing(crop=False))
+    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.1"], preprocessing=Preprocessing(mode="whole"))
     figure = rendering.cam_figure(result, result.layers[0])
     assert figure.axes[0].get_images()[0].get_array().shape == (300, 451, 3)
 

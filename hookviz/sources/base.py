@@ -35,7 +35,8 @@ class LoadedModel:
         categories: class names, indexable by logit index, or ``None`` when unknown.
         preprocessing: the input transform the weights expect.
         source: the name of the source that built it.
-        task: what the model does: ``classify`` (the only task so far).
+        task: what the model does: ``classify``, ``segment``, ``detect``, or ``auto`` (a
+            factory's model: read from its output when it is first explained).
         input_size: the (height, width) the model requires, when it requires one.
         notes: what a report should say about how the model was loaded.
     """
@@ -73,6 +74,9 @@ class ModelSource(Protocol):
 
     def describe(self, name: str) -> str:
         """One line about ``name`` for ``hookviz models`` ("" for nothing to add)."""
+
+    def task_of(self, name: str) -> str:
+        """What ``name`` does: ``classify``, ``segment``, ``detect`` (``auto``: known only from its output)."""
 
     def load(self, name: str, weights: str, seed: int) -> LoadedModel:
         """Build ``name`` with ``weights`` (``DEFAULT``, ``none``, a file, or the source's own

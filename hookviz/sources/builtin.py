@@ -65,6 +65,9 @@ class BuiltinSource:
     def describe(self, name: str) -> str:
         return f"built-in: {BUILTINS[name].description}"
 
+    def task_of(self, name: str) -> str:
+        return "classify"
+
     def load(self, name: str, weights: str, seed: int) -> LoadedModel:
         from .torchvision_models import imagenet_categories
 

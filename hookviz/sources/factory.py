@@ -48,6 +48,9 @@ class FactorySource:
     def describe(self, name: str) -> str:
         return ""
 
+    def task_of(self, name: str) -> str:
+        return "auto"
+
     def load(self, name: str, weights: str, seed: int) -> LoadedModel:
         import torch.nn as nn
 
@@ -69,7 +72,7 @@ class FactorySource:
             label = f"none (random init, seed {seed})"
         else:
             label = load_weights_file(model, weights)
-        return LoadedModel(name, model, label, None, Preprocessing(), source=self.name)
+        return LoadedModel(name, model, label, None, Preprocessing(), source=self.name, task="auto")
 
     @staticmethod
     def _build(name: str):

@@ -1,6 +1,10 @@
-"""torchvision's classification models, through torchvision's own registry
-(``list_models``, ``get_model``, ``get_model_weights``): each weights entry brings its
-transform and category names.
+"""torchvision's classification, segmentation and detection models, through torchvision's
+own registry (``list_models``, ``get_model``, ``get_model_weights``): each weights entry
+brings its transform and category names.
+
+Segmentation and detection models are built without a separately pretrained backbone
+(``weights_backbone=None``) unless their own weights are loaded: nothing is downloaded
+that ``--weights`` did not ask for.
 
 ``--weights DEFAULT`` reads the torch hub cache and downloads into it when it can; with no
 network and no file it fails in one line that says where to put the file. Every load is
@@ -26,10 +30,20 @@ def _models():
     return import_torchvision().models
 
 
-def torchvision_names() -> list[str]:
-    """Names of torchvision's classification models."""
+def names_by_task() -> dict[str, list[str]]:
+    """torchvision's model names, per task."""
     models = _models()
-    return sorted(models.list_models(module=models))
+    modules = {"classify": models, "segment": models.segmentation, "detect": models.detection}
+    return {task: sorted(models.list_models(module=module)) for task, module in modules.items()}
+
+
+def torchvision_names() -> list[str]:
+    """Names of torchvision's models: classifiers, then segmentation, then detection models."""
+    return [name for names in names_by_task().values() for name in names]
+
+
+def task_of(name: str) -> str:
+    return next((task for task, names in names_by_task().items() if name in names), "classify")
 
 
 def imagenet_categories() -> tuple[str, ...]:
@@ -56,8 +70,12 @@ class TorchvisionSource:
     def describe(self, name: str) -> str:
         return ""
 
+    def task_of(self, name: str) -> str:
+        return task_of(name)
+
     def load(self, name: str, weights: str, seed: int) -> LoadedModel:
         models = _models()
+        task = task_of(name)
         enum = models.get_model_weights(name)
         kind = weights_kind(weights)
         members = list(enum.__members__)
@@ -66,19 +84,39 @@ class TorchvisionSource:
             with seeded(seed):
                 model = _pretrained(name, weights, entry)
             categories = tuple(entry.meta.get("categories") or ()) or None
-            return self._loaded(name, model, f"{weights} ({entry})", categories, preprocessing_of(entry))
+            return self._loaded(name, task, model, f"{weights} ({entry})", categories, preprocessing_of(entry, task))
         if kind == "other" and not Path(weights).exists() and not any(c in weights for c in "/\\."):
             raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {', '.join(members)}")
         with seeded(seed):
-            model = models.get_model(name, weights=None)
+            model = _untrained(name, task, None if kind == "none" else weights)
         label = f"none (random init, seed {seed})" if kind == "none" else load_weights_file(model, weights)
         categories = tuple(enum.DEFAULT.meta.get("categories") or ()) or None
-        return self._loaded(name, model, label, categories, Preprocessing())
+        processing = Preprocessing() if task == "classify" else preprocessing_of(enum.DEFAULT, task)
+        return self._loaded(name, task, model, label, categories, processing)
 
-    def _loaded(self, name, model, label, categories, preprocessing) -> LoadedModel:
+    def _loaded(self, name, task, model, label, categories, preprocessing) -> LoadedModel:
         return LoadedModel(
-            name, model, label, categories, preprocessing, source=self.name, input_size=_required_input_size(model)
+            name, model, label, categories, preprocessing, source=self.name, task=task,
+            input_size=_required_input_size(model),
         )
+
+
+def _untrained(name: str, task: str, weights_file: str | None):
+    """``name`` with random weights (to be overwritten by ``weights_file`` if given): never a
+    pretrained backbone, and with the auxiliary head a segmentation checkpoint holds."""
+    models = _models()
+    if task == "classify":
+        return models.get_model(name, weights=None)
+    options = {"weights_backbone": None}
+    if task == "segment" and weights_file is not None and _has_aux_head(weights_file):
+        options["aux_loss"] = True
+    return models.get_model(name, weights=None, **options)
+
+
+def _has_aux_head(path: str) -> bool:
+    from ..checkpoints import read_state_dict
+
+    return any(key.startswith("aux_classifier.") for key in read_state_dict(Path(path)))
 
 
 def _pretrained(name: str, weights: str, entry):
@@ -98,9 +136,17 @@ def _pretrained(name: str, weights: str, entry):
         ) from None
 
 
-def preprocessing_of(entry) -> Preprocessing:
-    """The weights' own eval transform (torchvision records it with each weights entry)."""
+def preprocessing_of(entry, task: str = "classify") -> Preprocessing:
+    """The weights' own eval transform (torchvision records it with each weights entry): a
+    segmenter's resizes the shorter side and crops nothing; a detector's hands the photo
+    over as it is, in [0, 1] (the model resizes and normalises it itself)."""
     transform = entry.transforms()
+    if task == "detect":
+        return Preprocessing(mode="original", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    if task == "segment":
+        return Preprocessing(
+            resize=int(transform.resize_size[0]), mode="shorter", mean=tuple(transform.mean), std=tuple(transform.std)
+        )
     try:
         resize = int(transform.resize_size[0])
         size = int(transform.crop_size[0])

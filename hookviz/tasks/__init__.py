@@ -1,7 +1,9 @@
 """Tasks: what a model's output means and what to explain in it, one module per task
-(see ``base`` for the interface)."""
+(see ``base`` for the interface): ``classify``, ``segment``, ``detect``."""
 
-from .base import TASKS, ClassScore, ImagePrediction, Plan, Task, get_task, register_task
-from . import classify  # noqa: F401  (registers itself)
+from .base import (TASKS, ClassScore, Detection, ImagePrediction, Plan, Task, get_task, recognise_task,
+                   register_task, task_names)
+from . import classify, detect, segment  # noqa: F401  (each registers itself)
 
-__all__ = ["TASKS", "ClassScore", "ImagePrediction", "Plan", "Task", "get_task", "register_task"]
+__all__ = ["TASKS", "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "get_task", "recognise_task",
+           "register_task", "task_names"]

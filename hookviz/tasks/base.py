@@ -1,10 +1,12 @@
 """The interface every task meets: what a model's output means, and what to explain in it.
 
-A *task* (classify today; segment and detect are shaped to fit) turns a model's output
-into a ``Plan``: the objective whose gradients are recorded, the scalars whose gradients
-make CAMs, and per image what was predicted and what each CAM explains. The forward and
-backward pass (``hookviz.explaining``) is the same for every task; like pytorch-grad-cam's
-target callables, a new task is a new module here, not a new pipeline.
+A *task* (``classify``, ``segment``, ``detect``) runs the model on a batch and turns its
+output into a ``Plan``: the objective whose gradients are recorded, the scalars whose
+gradients make CAMs, and per image what was predicted and what each CAM explains. The
+forward and backward pass (``hookviz.explaining``) is the same for every task; like
+pytorch-grad-cam's target callables (``ClassifierOutputTarget``,
+``SemanticSegmentationTarget``, ``FasterRCNNBoxScoreTarget``), a new task is a new module
+here that registers itself, not a new pipeline.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["ClassScore", "ImagePrediction", "Plan", "Task", "TASKS", "register_task", "get_task"]
+import numpy as np
+
+__all__ = [
+    "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "TASKS", "register_task", "get_task",
+    "task_names", "recognise_task",
+]
+
+
+def _finite(value: float):
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -28,8 +39,7 @@ class ClassScore:
 
     def to_json(self) -> dict:
         """As JSON; a non-finite score (NaN weights) becomes null."""
-        finite = lambda v: v if math.isfinite(v) else None  # noqa: E731
-        return {"index": self.index, "name": self.name, "score": finite(self.logit), "probability": finite(self.probability)}
+        return {"index": self.index, "name": self.name, "score": _finite(self.logit), "probability": _finite(self.probability)}
 
     @property
     def label(self) -> str:
@@ -37,21 +47,45 @@ class ClassScore:
 
 
 @dataclass(frozen=True)
+class Detection:
+    """One detected object: its box in the photo's pixels (x0, y0, x1, y1), class and score."""
+
+    box: tuple[float, float, float, float]
+    index: int
+    name: str | None
+    score: float
+
+    def to_json(self) -> dict:
+        return {"box": [round(v, 2) for v in self.box], "index": self.index, "name": self.name, "score": _finite(self.score)}
+
+    @property
+    def label(self) -> str:
+        return f"{self.name or 'class'} ({self.index}) {self.score:.2f}"
+
+
+@dataclass(frozen=True)
 class ImagePrediction:
     """What the model predicted for one image, and what each CAM of it explains.
 
     Attributes:
-        target: what the objective explains.
-        top5: the best classes, best first.
-        focus: per CAM key of the plan, what that CAM explains for this image (``None``:
-            nothing, its CAM is left out).
+        target: what the main CAM explains (``None``: nothing to explain, such as an image
+            with no detection above the threshold).
+        top5: the best classes (or detections), best first, as class scores.
+        focus: per CAM key of the plan, what that CAM explains for this image: a
+            ``ClassScore`` or a ``Detection`` (``None``: nothing, its CAM is left out).
         notes: what the report should say about the choice.
+        mask: a segmentation's predicted class per pixel of the model's input.
+        detections: a detector's detections above the threshold, best first.
+        details: the task's part of report.json (class fractions, detections, objective).
     """
 
-    target: ClassScore
+    target: ClassScore | None
     top5: tuple[ClassScore, ...]
     focus: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    mask: np.ndarray | None = field(default=None, repr=False)
+    detections: tuple[Detection, ...] = ()
+    details: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -65,7 +99,7 @@ class Plan:
             ``objective`` itself (no second backward pass). The first key is the image's
             main CAM.
         predictions: one per image.
-        logits: the (N, classes) scores reports keep, as float32 numpy.
+        logits: per image, the scores reports keep (float32 numpy, one row per image).
     """
 
     objective: "object"
@@ -76,13 +110,28 @@ class Plan:
 
 class Task(Protocol):
     """Attributes:
-        name: ``classify``.
+        name: ``classify``, ``segment`` or ``detect``.
+        objective_text: what the objective is, in words, for reports.
     """
 
     name: str
 
-    def model_input(self, tensors: Sequence, device: str):
-        """The model's input for a batch of preprocessed image tensors."""
+    def recognises(self, output) -> bool:
+        """Whether a model's output (of a dry pass) is this task's kind (``task="auto"``)."""
+
+    def preprocessing(self, base, inputs):
+        """The model's ``images.Preprocessing`` with the caller's ``InputOptions``, as this task
+        allows them. Raises UsageError for an option the task cannot honour."""
+
+    def check(self, options) -> None:
+        """Raise UsageError for ``TargetOptions`` this task cannot honour."""
+
+    def default_root(self, module) -> str | None:
+        """Where the default layer is looked for (``backbone.body``), or ``None`` for anywhere."""
+
+    def forward(self, module, tensors: Sequence, device: str, options=None):
+        """Run the model on a batch of prepared image tensors (all of one size) with the
+        ``TargetOptions``; return its output."""
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
         """Read the model's ``output`` for ``count`` images and say what to explain.
@@ -100,7 +149,25 @@ def register_task(task_class):
     return task_class
 
 
-def get_task(name: str) -> Task:
-    from . import classify  # noqa: F401  (registers itself)
+def _load_all() -> None:
+    from . import classify, detect, segment  # noqa: F401  (each registers itself)
 
+
+def get_task(name: str) -> Task:
+    _load_all()
     return TASKS[name]
+
+
+def task_names() -> list[str]:
+    _load_all()
+    return list(TASKS)
+
+
+def recognise_task(output) -> str:
+    """The task whose output ``output`` looks like: detection and segmentation outputs have
+    their own shapes; anything else is taken for a classifier's."""
+    _load_all()
+    for name in ("detect", "segment"):
+        if TASKS[name].recognises(output):
+            return name
+    return "classify"

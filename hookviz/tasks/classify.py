@@ -99,6 +99,8 @@ def logits_of(output, key: str | None = None):
         chosen = _named_logits(output)
         if chosen is None:
             tensors = _tensors(output)
+            if not tensors:
+                raise UsageError(_not_logits(output))
             if len(tensors) != 1:
                 choices = " or ".join(arg("output_key", k) for k in _keys(output)[:4])
                 raise UsageError(
@@ -107,8 +109,15 @@ def logits_of(output, key: str | None = None):
                 )
             chosen = tensors[0]
     if not isinstance(chosen, torch.Tensor) or chosen.dim() != 2:
-        raise UsageError(f"the model's output is {_describe(chosen)}, not (batch, classes) logits; hookviz needs a classifier")
+        raise UsageError(_not_logits(chosen))
     return chosen
+
+
+def _not_logits(output) -> str:
+    return (
+        f"the model's output is {_describe(output)}, not (batch, classes) logits; for a segmentation or "
+        f"detection model, pass {arg('task', 'segment')} or {arg('task', 'detect')}"
+    )
 
 
 def _named_logits(output):
@@ -144,10 +153,22 @@ def _keys(output) -> list[str]:
 class Classify:
     name = "classify"
 
-    def model_input(self, tensors: Sequence, device: str):
+    def recognises(self, output) -> bool:
+        return True  # what no other task claims
+
+    def preprocessing(self, base, inputs):
+        return inputs.apply(base)
+
+    def check(self, options) -> None:
+        pass
+
+    def default_root(self, module) -> str | None:
+        return None
+
+    def forward(self, module, tensors: Sequence, device: str, options=None):
         import torch
 
-        return torch.stack(list(tensors)).to(device)
+        return module(torch.stack(list(tensors)).to(device))
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
         import torch
@@ -189,5 +210,12 @@ class Classify:
         for i in range(count):
             focus = {"target": score(i, targets[i])}
             focus.update({f"top{k + 1}": score(i, top[i, k]) for k in range(topk)} if options.topk > 1 else {})
-            predictions.append(ImagePrediction(focus["target"], tuple(score(i, j) for j in top[i, :5]), focus, notes))
+            predictions.append(ImagePrediction(focus["target"], tuple(score(i, j) for j in top[i, :5]), focus, notes,
+                                               details={"objective": _OBJECTIVES[options.objective]}))
         return Plan(objective, cams, predictions, logits_np)
+
+
+_OBJECTIVES = {
+    "logit": "the target class's logit",
+    "ce": "the cross-entropy of the logits against the target class",
+}

@@ -1,0 +1,176 @@
+"""Segmentation: the model's output holds (batch, classes, height, width) logits per pixel
+(torchvision's segmentation models return them as ``{"out": ..., "aux": ...}``; the
+auxiliary head is left out).
+
+The target is a class of the model's categories, or ``top1``: the class other than
+background that covers the most pixels. The objective is the sum of the target's logits
+over the pixels predicted as the target, as pytorch-grad-cam's
+``SemanticSegmentationTarget`` computes it; when no pixel is, the sum over all pixels,
+and the report says so. ``topk`` gives a CAM to each of the K largest classes present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from ..errors import UsageError, arg
+from .base import ClassScore, ImagePrediction, Plan, register_task
+from .classify import parse_target
+
+__all__ = ["Segment", "segmentation_logits"]
+
+BACKGROUND = 0  # torchvision's segmentation categories start with "__background__"
+
+
+def segmentation_logits(output, key: str | None = None):
+    """The (N, classes, H, W) logits in a segmentation model's output: its ``out`` (or
+    ``key``) entry, or the output itself when it is such a tensor.
+
+    Raises:
+        UsageError: no such tensor.
+    """
+    import torch
+
+    chosen = output
+    if isinstance(output, dict):
+        chosen = output.get(key or "out")
+    if not isinstance(chosen, torch.Tensor) or chosen.dim() != 4:
+        shape = "x".join(map(str, chosen.shape)) if isinstance(chosen, torch.Tensor) else type(chosen).__name__
+        raise UsageError(
+            f"the model's output is {shape}, not (batch, classes, height, width) logits; "
+            f"for a segmenter returning a dict, name its entry with {arg('output_key', 'KEY')}"
+        )
+    return chosen
+
+
+@register_task
+class Segment:
+    name = "segment"
+
+    def recognises(self, output) -> bool:
+        import torch
+
+        return isinstance(output, dict) and isinstance(output.get("out"), torch.Tensor) and output["out"].dim() == 4
+
+    def preprocessing(self, base, inputs):
+        if inputs.crop is not None or inputs.whole_image:
+            which = arg("crop") if inputs.crop is not None else arg("whole_image")
+            raise UsageError(
+                f"{which}: a segmentation model sees the whole photo, its shorter side resized "
+                f"({arg('resize')} {base.resize}); drop {which} or change {arg('resize')}"
+            )
+        changes = {k: v for k, v in (("resize", inputs.resize), ("mean", inputs.mean), ("std", inputs.std)) if v is not None}
+        return replace(base, mode="shorter", **changes)
+
+    def check(self, options) -> None:
+        if options.objective != "logit":
+            raise UsageError(
+                f"{arg('objective', options.objective)}: a segmentation is explained by the target class's "
+                f"logits over its pixels; drop {arg('objective')}"
+            )
+
+    def default_root(self, module) -> str | None:
+        return "backbone" if hasattr(module, "backbone") else None
+
+    def forward(self, module, tensors: Sequence, device: str, options=None):
+        import torch
+
+        return module(torch.stack(list(tensors)).to(device))
+
+    def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
+        import torch
+
+        logits = segmentation_logits(output, options.output_key)
+        classes = logits.shape[1]
+        names = list(categories) if categories is not None and len(categories) == classes else None
+        fixed = parse_target(options.target, names)
+        if fixed is not None and fixed >= classes:
+            raise UsageError(f"{arg('target', options.target)}: class index out of range (the model has 0..{classes - 1})")
+        detached = logits.detach()
+        predicted = detached.argmax(dim=1)
+        probabilities = detached.float().softmax(dim=1)
+        images = [_image(predicted[i], detached[i], fixed, classes, options.topk) for i in range(count)]
+        objective = sum(_class_objective(logits[i], predicted[i], image["target"]) for i, image in enumerate(images))
+        cams: list[tuple[str, object]] = []
+        if options.cam != "none":
+            cams.append(("target", None))
+            top = max(len(image["present"]) for image in images) if options.topk > 1 else 0
+            for k in range(min(options.topk, top)):
+                scalar = sum(
+                    _class_objective(logits[i], predicted[i], image["present"][k])
+                    for i, image in enumerate(images) if k < len(image["present"])
+                )
+                cams.append((f"top{k + 1}", scalar))
+        predictions = [
+            _prediction(image, predicted[i], detached[i], probabilities[i], names, options) for i, image in enumerate(images)
+        ]
+        class_means = detached.float().mean(dim=(2, 3)).cpu().numpy()  # per image: each class's mean logit
+        return Plan(objective, cams, predictions, class_means)
+
+
+def _image(predicted, logits, fixed: int | None, classes: int, topk: int) -> dict:
+    """The classes present in one image (largest first, background last) and its target."""
+    import torch
+
+    counts = torch.bincount(predicted.flatten(), minlength=classes)
+    order = [int(c) for c in torch.argsort(counts, descending=True, stable=True) if counts[c] > 0]
+    present = [c for c in order if c != BACKGROUND] or order
+    target = fixed
+    if target is None:
+        foreground = [c for c in order if c != BACKGROUND]
+        if foreground:
+            target = foreground[0]
+        else:  # only background: the class that comes closest over the whole image
+            sums = logits.flatten(1).sum(dim=1)
+            sums[BACKGROUND] = -float("inf")
+            target = int(sums.argmax()) if classes > 1 else 0
+    return {"counts": counts.cpu().numpy(), "present": present, "target": target}
+
+
+def _class_objective(logits, predicted, index: int):
+    """The sum of class ``index``'s logits over its predicted pixels (over all when it has none)."""
+    mask = predicted == index
+    values = logits[index]
+    return (values * mask).sum() if bool(mask.any()) else values.sum()
+
+
+def _prediction(image: dict, predicted, logits, probabilities, names, options) -> ImagePrediction:
+    counts = image["counts"]
+    total = float(counts.sum())
+
+    def score(index: int) -> ClassScore:
+        mask = predicted == index
+        where = mask if bool(mask.any()) else _all_pixels(mask)
+        logit = float(logits[index][where].float().mean())
+        probability = float(probabilities[index][where].mean())
+        return ClassScore(index, names[index] if names else None, logit, probability)
+
+    target = score(image["target"])
+    name = target.name or f"class {target.index}"
+    pixels = int(counts[image["target"]])
+    notes = ()
+    if pixels:
+        objective = f"the sum of {name}'s logits over the {pixels} pixels predicted as {name}"
+    else:
+        objective = f"the sum of {name}'s logits over all pixels (no pixel is predicted as {name})"
+        notes = (f"no pixel is predicted as {name}: its objective is the sum of its logits over all pixels",)
+    focus = {"target": target}
+    if options.topk > 1:
+        focus.update({f"top{k + 1}": score(c) for k, c in enumerate(image["present"][: options.topk])})
+    classes = [
+        {"index": int(c), "name": names[c] if names else None, "fraction": round(float(counts[c]) / total, 6)}
+        for c in np.argsort(-counts, kind="stable") if counts[c] > 0
+    ]
+    return ImagePrediction(
+        target=target, top5=tuple(score(c) for c in image["present"][:5]), focus=focus, notes=notes,
+        mask=predicted.to("cpu").numpy().astype(np.int16), details={"classes": classes, "objective": objective},
+    )
+
+
+def _all_pixels(mask):
+    import torch
+
+    return torch.ones_like(mask)

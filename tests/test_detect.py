@@ -1,0 +1,161 @@
+"""Detection models: one CAM per detection, equal to pytorch-grad-cam's, and the run around it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from PIL import Image
+from typer.testing import CliRunner
+
+import hookviz
+from hookviz.cli import app
+
+from .conftest import SAMPLES
+
+DETECTOR = "fasterrcnn_mobilenet_v3_large_320_fpn"
+LOW = ["--score-threshold", "0.01", "--max-detections", "3"]  # random weights score about 1/91
+
+
+def detector() -> torch.nn.Module:
+    """Factory for ``--model tests.test_detect:detector``: torchvision's detector, random weights."""
+    torch.manual_seed(0)
+    return torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(weights=None, weights_backbone=None)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return detector().eval()
+
+
+@pytest.fixture(scope="module")
+def photo_tensor():
+    return torchvision.transforms.functional.to_tensor(Image.open(SAMPLES / "cat.png").convert("RGB"))
+
+
+def test_each_detections_cam_equals_pytorch_grad_cams_box_score_target(model, photo_tensor):
+    from pytorch_grad_cam import GradCAM
+    from pytorch_grad_cam.utils.model_targets import FasterRCNNBoxScoreTarget
+
+    result = hookviz.explain(model, photo_tensor, layers=["backbone.body.16"], score_threshold=0.01, max_detections=2)
+    assert result.task == "detect" and len(result.prediction.detections) == 2
+    assert model.roi_heads.score_thresh == 0.05  # lowered for the pass only
+    cams = result.layers[0].topk_cams
+    assert [focus for focus, _ in cams] == list(result.prediction.detections)
+    old = model.roi_heads.score_thresh
+    model.roi_heads.score_thresh = 0.001  # so that pytorch-grad-cam's pass sees the same low-scoring boxes
+    try:
+        with GradCAM(model=model, target_layers=[model.backbone.body.get_submodule("16")]) as cam:
+            for detection, ours in cams:
+                cam(input_tensor=photo_tensor[None],
+                    targets=[FasterRCNNBoxScoreTarget([detection.index], [np.array(detection.box)])])
+                activations = cam.activations_and_grads.activations[0].numpy()
+                gradients = cam.activations_and_grads.gradients[0].numpy()
+                theirs = np.maximum((gradients.mean(axis=(2, 3), keepdims=True) * activations).sum(axis=1), 0)[0]
+                assert ours.shape == theirs.shape and theirs.max() > 0
+                assert np.abs(ours - theirs).max() / np.abs(theirs).max() < 1e-3
+    finally:
+        model.roi_heads.score_thresh = old
+
+
+def test_an_image_without_detections_is_done_and_says_so(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector",
+                                      "--weights", "none", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "nothing to explain" in result.stdout and "no detections with a score of at least 0.5" in result.stderr
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert report["task"] == "detect" and report["prediction"]["detections"] == [] and report["target"] is None
+    assert "prediction.png" in report["files"] and "backbone.body.16.summary.png" in report["files"]
+    assert report["layer_choice"].startswith("backbone.body.16") and "backbone's last feature map" in report["layer_choice"]
+
+
+@pytest.mark.slow
+def test_a_detection_run_batches_photos_of_one_size_and_explains_each_detection(tmp_path, model, photo_tensor):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    photo = Image.open(SAMPLES / "cat.png").convert("RGB")
+    for i in range(3):
+        photo.save(folder / f"same{i}.png")
+    photo.resize((200, 150)).save(folder / "small.png")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(folder), "--model", DETECTOR, "--weights", "none", *LOW,
+                                      "--out", str(out), "--save-tensors", "--batch-size", "4"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "same1" / "report.json").read_text())
+    assert len(report["prediction"]["detections"]) == 3 and report["preprocessing"]["mode"] == "original"
+    assert report["layers"][0]["pictures"]["cam"] == "backbone.body.16.cam.png"
+    alone = hookviz.explain(model, photo_tensor, layers=["backbone.body.16"], score_threshold=0.01, max_detections=3)
+    batched = np.load(out / "same1" / "tensors.npz")
+    np.testing.assert_allclose(batched["backbone.body.16/cam"], alone.layers[0].cam, rtol=1e-4, atol=1e-12)
+    assert json.loads((out / "small" / "report.json").read_text())["prediction"]["window"] is not None
+
+
+def test_a_target_class_keeps_only_its_detections(model, photo_tensor):
+    names = torchvision.models.get_model_weights(DETECTOR).DEFAULT.meta["categories"]
+    common = dict(layers=["backbone.body.16"], score_threshold=0.005, max_detections=20, categories=names)
+    every = hookviz.explain(model, photo_tensor, **common)
+    seen = every.prediction.detections[0].index  # random weights: one class scores highest everywhere
+    only = hookviz.explain(model, photo_tensor, target=names[seen], **common)
+    assert only.prediction.detections and all(d.index == seen for d in only.prediction.detections)
+    other = next(i for i, name in enumerate(names) if i != seen and name not in ("__background__", "N/A"))
+    none = hookviz.explain(model, photo_tensor, target=names[other], **common)
+    assert none.prediction.detections == () and none.target is None
+    assert f"no detections of class {names[other]} with a score of at least 0.005" in none.notes
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--score-threshold", "2"], "--score-threshold 2.0: a score threshold is between 0 and 1"),
+    (["--crop", "224"], "--crop: a detector resizes and normalises photos itself"),
+    (["--target", "unicorn"], "--target unicorn: not a class name of this model"),
+    (["--topk", "3"], "--topk 3: a detector gets one CAM per detection; use --max-detections"),
+    (["--layer", "backbone"], "--layer backbone: backbone returns 3 feature maps"),
+])
+def test_detection_usage_errors_are_one_line(tmp_path, args, message):
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
+                                      "--out", str(tmp_path / "out"), *args])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_a_factory_model_is_recognised_from_its_output(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector",
+                                 "--weights", "none", *LOW, "--pictures", "none", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "cat" / "report.json").read_text())["task"] == "detect"
+    result = runner.invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector",
+                                 "--weights", "none", "--task", "classify", "--layer", "backbone.body.16",
+                                 "--out", str(tmp_path / "b")])
+    assert result.exit_code == 2 and "not (batch, classes) logits" in result.stderr
+
+
+@pytest.mark.slow
+def test_models_lists_every_task_and_layers_works_for_each(tmp_path):
+    runner = CliRunner()
+    listing = runner.invoke(app, ["models"]).stdout.splitlines()
+    segmentation = listing[listing.index("# segmentation") + 1 : listing.index("# detection")]
+    detection = listing[listing.index("# detection") + 1 :]
+    assert len(segmentation) == 6 and len(detection) == 12
+    for name in segmentation + detection:
+        result = runner.invoke(app, ["layers", "--model", name, "--crop", "64"])
+        assert result.exit_code == 0, (name, result.output)
+        assert "backbone" in result.stdout
+
+
+@pytest.mark.slow
+def test_default_weights_come_from_the_hub_cache_with_coco_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    entry = torchvision.models.get_model_weights(DETECTOR).DEFAULT
+    cache = tmp_path / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    state = detector().state_dict()
+    torch.save(state, cache / entry.url.rsplit("/", 1)[1])
+    loaded = hookviz.load_model(DETECTOR, "DEFAULT")
+    assert loaded.task == "detect" and loaded.categories[1] == "person" and loaded.preprocessing.mode == "original"
+    assert torch.equal(loaded.module.roi_heads.box_predictor.cls_score.weight, state["roi_heads.box_predictor.cls_score.weight"])
