@@ -9,10 +9,9 @@ and the ``module.`` (DataParallel) and ``_orig_mod.`` (torch.compile) key prefix
 from __future__ import annotations
 
 import pickle
-import zipfile
 from pathlib import Path
 
-from .errors import WeightsError, first_line
+from .errors import WeightsError, arg, display_path, first_line
 
 __all__ = ["read_state_dict", "load_into"]
 
@@ -29,30 +28,41 @@ def read_state_dict(path: Path) -> dict:
     import torch
 
     if not path.exists():
-        raise WeightsError(f"--weights {path}: no such file")
+        raise WeightsError(f"{arg('weights', display_path(path))}: no such file")
     if path.is_dir():
-        raise WeightsError(f"--weights {path}: is a directory; pass the checkpoint file inside it")
+        raise WeightsError(f"{arg('weights', display_path(path))}: is a directory; pass the checkpoint file inside it")
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         try:
             return _unwrap(load_file(str(path), device="cpu"), path)
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise WeightsError(f"--weights {path}: not a readable safetensors file ({first_line(exc)})") from None
+        except (SafetensorError, Exception) as exc:  # a file that is not safetensors, or is cut short
+            raise WeightsError(f"{arg('weights', display_path(path))}: not a readable safetensors file ({first_line(exc)})") from None
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        if "Weights only load failed" in str(exc) or "Unsupported" in str(exc):
+        if _looks_saved(path) and ("Weights only load failed" in str(exc) or "Unsupported" in str(exc)):
             raise WeightsError(
-                f"--weights {path}: refused: the file holds pickled Python objects that could run code "
+                f"{arg('weights', display_path(path))}: refused: the file holds pickled Python objects that could run code "
                 "when loaded, so it was not loaded (weights_only=True) and nothing ran; "
                 "re-save it with torch.save(model.state_dict(), path) or as .safetensors"
             ) from None
-        raise WeightsError(f"--weights {path}: not a PyTorch checkpoint ({first_line(exc)})") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
-        raise WeightsError(f"--weights {path}: not a PyTorch checkpoint ({first_line(exc)})") from None
+        raise WeightsError(f"{arg('weights', display_path(path))}: not a PyTorch checkpoint ({first_line(exc)})") from None
+    except Exception as exc:  # torch.load raises many kinds on a file that is not a checkpoint
+        raise WeightsError(f"{arg('weights', display_path(path))}: not a PyTorch checkpoint ({first_line(exc)})") from None
     return _unwrap(obj, path)
+
+
+def _looks_saved(path: Path) -> bool:
+    """Whether a file starts as torch.save writes (a zip archive, or a pickle's protocol
+    opcode): only then is a refused load a refused pickle, not a file of something else."""
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(4)
+    except OSError:
+        return False
+    return head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"
 
 
 def _unwrap(obj, path: Path) -> dict:
@@ -66,12 +76,12 @@ def _unwrap(obj, path: Path) -> dict:
             obj = inner
     if not isinstance(obj, dict) or not obj:
         raise WeightsError(
-            f"--weights {path}: holds a {type(obj).__name__}, not a state_dict; "
+            f"{arg('weights', display_path(path))}: holds a {type(obj).__name__}, not a state_dict; "
             "save one with torch.save(model.state_dict(), path)"
         )
     tensors = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
     if not tensors:
-        raise WeightsError(f"--weights {path}: the dict holds no tensors; is this a state_dict?")
+        raise WeightsError(f"{arg('weights', display_path(path))}: the dict holds no tensors; is this a state_dict?")
     for prefix in _PREFIXES:
         if all(k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix):]: v for k, v in tensors.items()}
@@ -90,7 +100,7 @@ def load_into(model, path: Path) -> None:
     unexpected = [k for k in state if k not in expected]
     if missing or unexpected:
         raise WeightsError(
-            f"--weights {path}: does not fit {type(model).__name__}: "
+            f"{arg('weights', display_path(path))}: does not fit {type(model).__name__}: "
             f"{len(missing)} missing keys{_few(missing)}, {len(unexpected)} unexpected keys{_few(unexpected)}; "
             "is it a checkpoint of another architecture?"
         )
@@ -100,7 +110,7 @@ def load_into(model, path: Path) -> None:
     ]
     if wrong:
         raise WeightsError(
-            f"--weights {path}: shapes do not fit the model ({len(wrong)} tensors: {'; '.join(wrong[:3])}); "
+            f"{arg('weights', display_path(path))}: shapes do not fit the model ({len(wrong)} tensors: {'; '.join(wrong[:3])}); "
             "was it trained with another number of classes?"
         )
     model.load_state_dict(state, strict=True)

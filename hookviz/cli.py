@@ -61,8 +61,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     version: Annotated[
-        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = None,
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """See what a PyTorch vision model computes inside: feature maps, gradients and CAMs."""
 
@@ -80,12 +80,24 @@ def exit_code_for(error: BaseException) -> int:
     return 1
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into the same clean stop as Ctrl-C."""
+class _Stopper:
+    """Ctrl-C and SIGTERM during ``hookviz run``: the first asks the run to stop after the
+    batch being explained (while the model loads, it stops there and then); later ones only
+    say that it is stopping, so that cleaning up is never cut short."""
 
+    def __init__(self):
+        self.run = None
+        self.signals = 0
 
-def _on_sigterm(_signum, _frame):
-    raise _Terminated()
+    def __call__(self, _signum, _frame):
+        self.signals += 1
+        if self.signals > 1:
+            if self.signals == 2:
+                typer.echo("hookviz: already stopping: finishing the pictures being drawn", err=True)
+            return
+        if self.run is None or self.run.phase == "loading":
+            raise KeyboardInterrupt
+        self.run.request_stop()
 
 
 def _stdout_closed() -> None:
@@ -97,22 +109,22 @@ def _stdout_closed() -> None:
 
 def _guard(debug: bool, action):
     """Run ``action``; turn hookviz's errors into one line (naming command-line flags) and an exit code."""
-    try:
-        with command_line_spelling():
+    with command_line_spelling():
+        try:
             return action()
-    except typer.Exit:
-        raise
-    except BrokenPipeError:
-        _stdout_closed()
-        raise typer.Exit(0) from None
-    except HookvizError as error:
-        if debug:
+        except typer.Exit:
             raise
-        _fail(str(error), exit_code_for(error))
-    except Exception as error:  # a bug or a foreign model's failure: one line, unless --debug
-        if debug:
-            raise
-        _fail(f"{describe(error)}{hint('debug')}", 1)
+        except BrokenPipeError:
+            _stdout_closed()
+            raise typer.Exit(0) from None
+        except HookvizError as error:
+            if debug:
+                raise
+            _fail(str(error), exit_code_for(error))
+        except Exception as error:  # a bug or a foreign model's failure: one line, unless --debug
+            if debug:
+                raise
+            _fail(f"{describe(error)}{hint('debug')}", 1)
 
 
 # ----------------------------------------------------------------------------- run
@@ -209,7 +221,7 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> 
     sources = list(images or [])
     if from_list:
         try:
-            stream = sys.stdin if from_list == "-" else open(from_list, encoding="utf-8")
+            stream = sys.stdin if from_list == "-" else open(from_list, encoding="utf-8", errors="surrogateescape")
         except OSError as exc:
             raise UsageError(f"--from-list {from_list}: cannot read ({exc.strerror})") from None
         with stream if stream is not sys.stdin else contextlib.nullcontext(stream):
@@ -220,23 +232,27 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> 
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
-    from .runner import RunInterrupted, run
+    from .runner import Run, RunInterrupted
 
     progress = _Progress(len(paths), quiet=quiet or json_output, stdout_lines=not (quiet or json_output))
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    stopper = _Stopper()
+    previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        summary = run(paths, **groups, on_status=progress.update, on_start=progress.start)
+        stopper.run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
+        summary = stopper.run.execute()
     except RunInterrupted as stop:
         progress.close()
         summary = stop.summary
+        where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
         typer.echo(
             f"hookviz: interrupted: {summary.count('done')} images written, {len(summary.failed)} failed, "
-            f"{summary.count('not_done')} not done; see {summary.run_json} (rerun with --skip-existing to resume)",
+            f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)",
             err=True,
         )
         raise typer.Exit(130) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         progress.close()
     for note in summary.notes:
         if not quiet:
@@ -398,7 +414,10 @@ def models(
 
         headings = {"classify": "classification", "segment": "segmentation", "detect": "detection"}
         task = None
-        for row_task, _source, name, description in list_models(filter):
+        rows = list_models(filter)
+        if not rows:
+            raise UsageError(f"--filter {filter}: no model name contains it; run `hookviz models` to see them all")
+        for row_task, _source, name, description in rows:
             if row_task != task:
                 task = row_task
                 typer.echo(f"# {headings.get(task, task)}")

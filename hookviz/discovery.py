@@ -108,7 +108,10 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Pa
             if not matches:
                 raise UsageError(f"{display_path(source)}: pattern matches no image files (hidden and output folders are skipped)")
             found.extend(matches)
-    return list(dict.fromkeys(found))
+    unique: dict[Path, Path] = {}
+    for path in found:  # one file spelt two ways (a/x.png, a/../a/x.png) is one image
+        unique.setdefault(_resolved(path), path)
+    return list(unique.values())
 
 
 def _walk(top: Path, excluded: _Excluded, source: str) -> list[Path]:

@@ -129,7 +129,9 @@ def command_line_spelling() -> Iterator[None]:
 def first_line(error: BaseException, limit: int = 200) -> str:
     """The first line of an exception's message (its type's name when it has none), for one-line errors."""
     lines = str(error).strip().splitlines()
-    return lines[0][:limit] if lines else type(error).__name__
+    if not lines:
+        return type(error).__name__
+    return lines[0] if len(lines[0]) <= limit else lines[0][: limit - 1].rstrip() + "…"
 
 
 def describe(error: BaseException) -> str:
@@ -154,4 +156,8 @@ def display_path(path) -> str:
     """A path as text that can be printed, drawn and stored as UTF-8: bytes that are not
     UTF-8 (a Latin-1 name such as ``caf\\xe9.png``) are shown as ``\\xe9``."""
     text = path if isinstance(path, str) else os.fspath(path)
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if text.isprintable():
+        return text
+    # A newline or carriage return in a name would break a one-line message (or overwrite it).
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -117,12 +117,22 @@ class Explainer:
         Raises:
             ImageError: the file cannot be read or used.
         """
+        import os
+
         import torch
+        from PIL import Image
 
         if isinstance(image, PreparedImage):
             return image
         if isinstance(image, torch.Tensor):
             return _from_tensor(image, self.preprocessing)
+        if isinstance(image, np.ndarray) and image.ndim in (2, 3):
+            image = Image.fromarray(np.ascontiguousarray(image))  # an H x W (x 3) photo, as PIL reads arrays
+        if not isinstance(image, (str, os.PathLike, Image.Image)):
+            raise UsageError(
+                f"{arg('image', type(image).__name__)}: expected a path, a PIL image, an H x W x 3 array "
+                "or a preprocessed (C, H, W) tensor"
+            )
         return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
 
     def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
@@ -165,6 +175,11 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
     if tensor.dim() != 3:
         raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
     channels = tensor.shape[0]
+    if channels != preprocessing.channels:
+        raise UsageError(
+            f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a tensor image of {channels} channels; "
+            f"the model takes {preprocessing.channels}"
+        )
     mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None]
     std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None]
     pixels = (np.clip(tensor.numpy() * std + mean, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
@@ -223,10 +238,14 @@ def explain(
     """
     from .models import load_model
 
+    import torch.nn as nn
+
     if isinstance(model, str):
         loaded = load_model(model)
     elif isinstance(model, LoadedModel):
         loaded = model
+    elif not isinstance(model, nn.Module):
+        raise UsageError(f"{arg('model', type(model).__name__)}: expected a torch.nn.Module, a LoadedModel or a model name")
     else:
         loaded = LoadedModel(type(model).__name__, model, "as given", tuple(categories) if categories else None,
                              Preprocessing(), task="auto")

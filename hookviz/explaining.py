@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from .errors import arg
+from .errors import UsageError, arg
 from .featuremaps import as_feature_map
 from .images import PreparedImage, Preprocessing
 from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
@@ -97,6 +97,7 @@ class Explanation:
         task: what the model does (``classify``, ``segment``, ``detect``).
         layer_choice: why the layer was chosen, when hookviz chose it.
         skipped_layers: selected by a pattern or type, but never called by the forward pass.
+        asked: the target options it was explained with (report.json keeps them).
         notes: what the report says about the image and the pass (first frame of an
             animation used, model explained in eval mode, ...).
     """
@@ -114,6 +115,7 @@ class Explanation:
     notes: tuple[str, ...] = field(default=())
     task: str = "classify"
     prediction: ImagePrediction | None = field(default=None, repr=False)
+    asked: dict = field(default_factory=dict, repr=False)
     layer_choice: str | None = None
     skipped_layers: tuple[str, ...] = ()
 
@@ -196,9 +198,15 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     from .recording import Recording
 
     module, task, options = explainer.model.module, explainer.task, explainer.target
+    if any(parameter.is_inference() for parameter in module.parameters()):
+        raise UsageError(
+            "the model's parameters were made under torch.inference_mode, so no gradient can flow through "
+            "them; build or load the model outside inference_mode"
+        )
     tensors = [image.tensor for image in images]
-    with full_precision(explainer.device), evaluation(module) as was_training, frozen_parameters(module), \
-            Recording(module, explainer.layers) as recording:
+    # Gradients are needed even when the caller's code runs under torch.no_grad or inference_mode.
+    with torch.inference_mode(False), torch.enable_grad(), full_precision(explainer.device), \
+            evaluation(module) as was_training, frozen_parameters(module), Recording(module, explainer.layers) as recording:
         output = task.forward(module, tensors, explainer.device, options)
         skipped = recording.check_complete()
         plan = task.plan(output, options, explainer.model.categories, len(images))
@@ -251,6 +259,7 @@ def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw,
         notes=tuple(dict.fromkeys((*image.source.notes, *notes, *prediction.notes))),
         task=explainer.task.name,
         prediction=prediction,
+        asked=asdict(explainer.target),
         layer_choice=explainer.layer_choice,
     )
 

@@ -137,9 +137,14 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
             with Image.open(path) as im:
                 return _to_loaded(path, im, max_pixels)
     except Image.DecompressionBombError:
-        raise ImageError(
-            f"{shown}: image is too large to decode safely; raise {arg('max_pixels')} if you trust it"
-        ) from None
+        cap = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+        if max_pixels < cap:
+            advice = f"raise {arg('max_pixels')} if you trust it"
+        else:  # PIL's own limit is lower than ours, and hookviz leaves PIL's settings alone
+            advice = f"PIL refuses anything above {cap:,} pixels (PIL.Image.MAX_IMAGE_PIXELS); shrink it first"
+        raise ImageError(f"{shown}: image is too large to decode safely; {advice}") from None
+    except PermissionError:
+        raise ImageError(f"{shown}: cannot read it (permission denied)") from None
     except UnidentifiedImageError:
         raise ImageError(
             f"{shown}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)"

@@ -181,8 +181,10 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
             hooks.add(module.register_forward_hook(hook))
         try:
             with torch.no_grad(), evaluation(model):
+                from .tasks.base import model_dtype
+
                 device = next(model.parameters(), torch.zeros(0)).device
-                output = model(torch.zeros(1, channels, *input_size, device=device))
+                output = model(torch.zeros(1, channels, *input_size, device=device, dtype=model_dtype(model)))
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
             raise UsageError(_dry_run_failure(model, input_size, channels, exc)) from None
     return _Trace(shapes, order, starts, output)

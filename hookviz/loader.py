@@ -29,15 +29,17 @@ class ImageLoader:
         paths: the photos, in order.
         max_pixels: refuse larger photos (and resized sizes).
         limit: at most this many photos wait, decoded, for the consumer.
+        stop: when set, iteration ends and the thread stops (a run asked to stop).
     """
 
-    def __init__(self, paths: Sequence[Path], max_pixels: int, limit: int):
+    def __init__(self, paths: Sequence[Path], max_pixels: int, limit: int, stop: threading.Event | None = None):
         self._paths = list(paths)
         self._max_pixels = max_pixels
         self._limit = max(1, limit)
         self._items: deque = deque()
         self._changed = threading.Condition()
         self._stopped = False
+        self._stop_event = stop or threading.Event()
         self._preprocessing = None
         context = contextvars.copy_context()  # messages keep the caller's spelling of arguments
         self._thread = threading.Thread(target=context.run, args=(self._work,), name="hookviz-loader", daemon=True)
@@ -72,9 +74,9 @@ class ImageLoader:
     def __iter__(self) -> Iterator[tuple[Path, PreparedImage | ImageError]]:
         while True:
             with self._changed:
-                while not self._items and not self._stopped:
-                    self._changed.wait()
-                if not self._items:
+                while not self._items and not self._stopping():
+                    self._changed.wait(timeout=0.2)
+                if not self._items or self._stop_event.is_set():
                     return
                 item = self._items.popleft()
                 self._changed.notify_all()
@@ -86,14 +88,17 @@ class ImageLoader:
                 image = self._prepared(path, image, preprocessing)
             yield path, image
 
+    def _stopping(self) -> bool:
+        return self._stopped or self._stop_event.is_set()
+
     # -- the thread
 
     def _work(self) -> None:
         for path in self._paths:
             with self._changed:
-                while len(self._items) >= self._limit and not self._stopped:
-                    self._changed.wait()
-                if self._stopped:
+                while len(self._items) >= self._limit and not self._stopping():
+                    self._changed.wait(timeout=0.2)
+                if self._stopping():
                     return
                 preprocessing = self._preprocessing
             image = self._decoded(path)

@@ -85,6 +85,8 @@ class ModelOptions:
             raise UsageError(f"{arg('weights', self.weights)}: give DEFAULT, none or a file")
         if not _DEVICE.match(self.device):
             raise UsageError(f"{arg('device', self.device)}: choose auto, cpu, cuda, cuda:N or mps")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise UsageError(f"{arg('seed', self.seed)}: a seed is a whole number from 0 to 2**63 - 1")
         if self.task not in TASK_CHOICES:
             raise UsageError(f"{arg('task', self.task)}: choose {', '.join(TASK_CHOICES)}")
 
@@ -449,15 +451,18 @@ class CheckOptions:
         from .checks import CHECKS
 
         names = self.fail_on
+        given = names
         if isinstance(names, str):
             names = tuple(n.strip() for n in names.split(","))
         names = tuple(dict.fromkeys(n for n in names or () if n))
+        if given and not names:
+            raise UsageError(f"{arg('fail_on', given)}: name a check: {', '.join(CHECKS.names())}")
         for name in names:
             CHECKS.get(name)
         _set(self, "fail_on", names)
         fraction = self.dead_fraction
-        if not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise UsageError(f"{arg('dead_fraction', fraction)}: must be between 0 and 1")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
+            raise UsageError(f"{arg('dead_fraction', fraction)}: must be above 0 and at most 1 (1: all zeros)")
 
 
 def _tuple(values: Sequence[str] | str | None) -> tuple[str, ...]:

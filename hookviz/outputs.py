@@ -26,13 +26,13 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .errors import display_path
+from .errors import OutputError, arg, display_path
 from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
 from .summaries import tensor_stats
 
 __all__ = [
     "REPORT", "TENSORS", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
-    "output_names", "layer_stems", "report_of", "save_explanation", "read_report",
+    "output_names", "layer_stems", "report_of", "save_explanation", "read_report", "target_json",
 ]
 
 REPORT = "report.json"
@@ -220,6 +220,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "layers": layers,
         "skipped_layers": list(explanation.skipped_layers),
         "asked": {
+            "target": explanation.asked,
             "pictures": list(pictures.pictures) if pictures is not None else [],
             "channels": str(pictures.channels) if pictures is not None else None,
             "scale": pictures.scale if pictures is not None else None,
@@ -228,6 +229,13 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         },
         "files": list(files),
     }
+
+
+def target_json(options) -> dict:
+    """``TargetOptions`` as report.json keeps them (what ``--skip-existing`` compares)."""
+    from dataclasses import asdict
+
+    return asdict(options)
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
@@ -265,6 +273,8 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     Returns:
         The files written, report last.
     """
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{arg('directory', directory)}: is a file, not a folder; choose a folder")
     written: list[Path] = []
     kinds = kinds_for(pictures)
     stems = layer_stems([layer.name for layer in explanation.layers])

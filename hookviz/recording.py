@@ -84,6 +84,7 @@ class Recording:
             self.specs += resolve_layers(model, strings)
         self._calls: list[_Call] = []
         self._counters: list[list[int]] = []
+        self._count_of: dict[str, list[int]] = {}  # module path -> its calls in the current pass
         self._hooks = HookSet()
         self._store_from_hooks = True
 
@@ -120,6 +121,7 @@ class Recording:
 
         counter = [0]  # calls of this module in the current forward pass
         self._counters.append(counter)
+        self._count_of[specs[0].path] = counter
         stack: list[_Call | None] = []
         wanted_all = any(s.call is None for s in specs)
         by_call = {s.call: s for s in specs if s.call is not None}
@@ -243,8 +245,8 @@ class Recording:
                 skipped.append(spec)
                 continue
             if spec.call is not None:
-                calls = next((c.calls_of_module[0] for c in self._calls if c.spec.path == spec.path), None)
-                ran = f"was called {calls} times" if calls else "was never called"
+                calls = self._count_of.get(spec.path, [0])[0]
+                ran = f"was called {calls} time{'s' if calls != 1 else ''}" if calls else "was never called"
                 raise UnknownLayerError(f"{arg('layers', spec.requested)}: {spec.path} {ran} in the forward pass")
             raise UnknownLayerError(
                 f"{arg('layers', spec.requested)}: {spec.path} was never called in the forward pass; pick another layer"

@@ -479,17 +479,27 @@ class _Overlay:
         return [self.photo, self.heat, self.box, self.ax.title, *self.bar.labels]
 
     def update(self, photo: np.ndarray, cam: np.ndarray, title: str, window=None, box=None) -> None:
-        top = float(np.nanmax(cam)) if np.isfinite(cam).any() else 0.0
+        finite = np.isfinite(cam)
+        top = float(cam[finite].max()) if finite.any() else 0.0
         norm = Normalize(0.0, top if top > 0 else 1.0)
         self.photo.set_data(photo)
-        self.heat.set_data(_upsample(_visible(cam, window), photo.shape[:2]))
+        self.heat.set_data(np.ma.masked_invalid(_upsample(_visible(cam, window), photo.shape[:2])))
         self.heat.set_norm(norm)
-        self.bar.set_norm(norm)
+        self.bar.set_norm(norm if finite.any() else None)
         self.box.set_visible(box is not None)
         if box is not None:
             x0, y0, x1, y1 = box
             self.box.set_bounds(x0, y0, x1 - x0, y1 - y0)
-        note = " (all zero: nothing here raises this class)" if top == 0 else ""
+        if not finite.any():
+            note = " (no finite values: NaN or Inf)"
+        elif not finite.all():
+            note = f" ({int((~finite).sum())} values not finite, left out)"
+        elif top == 0:
+            note = " (all zero: nothing here raises this class)"
+        elif cam.size == 1:
+            note = " (a 1x1 map: no spatial detail)"
+        else:
+            note = ""
         self.ax.set_title(title + note, fontsize=9, parse_math=False)
 
 

@@ -14,6 +14,8 @@ loader, before torch is even imported), ``load`` (model and explainer), ``batche
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import multiprocessing
 import os
@@ -30,7 +32,7 @@ from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
-from .outputs import REPORT, TENSORS, output_names, read_report, save_explanation, sweep_stale_files, write_json
+from .outputs import REPORT, TENSORS, output_names, read_report, save_explanation, sweep_stale_files, target_json, write_json
 from .pictures import kinds_for
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
@@ -177,6 +179,8 @@ class Run:
         self.workers = 0
         self.batch_size = options.batch_size
         self.sized = False
+        self.stopping = threading.Event()
+        self.phase = "loading"  # then "running" (batches), then "finishing"
         self.interrupted = False
         self.error: str | None = None
         self.step_of = {path: step for step, path in enumerate(self.selected)}  # TensorBoard's steps
@@ -186,28 +190,39 @@ class Run:
     def execute(self) -> RunSummary:
         check_out(self.options.out)
         if self.options.tensorboard is not None:
-            from .tensorboard_log import check_available
+            from .tensorboard_log import check_logdir
 
-            check_available()
+            check_logdir(self.options.tensorboard)
         try:
             self.start()
             self.load()
+            self.phase = "running"
             for batch in self.batches():
                 for path, result in self.explain(batch):
                     self.submit(path, result)
                 self.collect(block_until=max(2 * self.workers, self.batch_size))
+                if self.stopping.is_set():
+                    break
             self.collect(block_until=0)
-        except KeyboardInterrupt:
-            self.interrupted = True
-            self.cancel()
-        except HookvizError as error:
-            self.error = str(error)
+        except KeyboardInterrupt:  # before the loop; in it, a stop is asked for with request_stop()
+            self.stopping.set()
+        except Exception as error:
+            self.error = str(error) if isinstance(error, HookvizError) else describe(error)
             raise
         finally:
+            self.phase = "finishing"
+            if self.stopping.is_set():
+                self.interrupted = True
+                self.cancel()
             summary = self.finish()
         if self.interrupted:
             raise RunInterrupted(summary)
         return summary
+
+    def request_stop(self) -> None:
+        """Stop after the batch being explained: images with the render workers are finished,
+        the rest are not done. Safe to call from a signal handler (it only sets a flag)."""
+        self.stopping.set()
 
     # -- steps
 
@@ -223,15 +238,19 @@ class Run:
         self.workers = max(1, min(wanted, limit, len(self.selected)))
         self.pool = _render_pool(self.workers if self.pictures.pictures else 0)
         if self.pictures.pictures:
-            for _ in range(self.workers):
-                self.pool.submit(_warm_up)
+            # Each submit starts one worker; they start with Ctrl-C and SIGTERM held back, so
+            # a signal to the process group cannot interrupt a worker before it ignores them.
+            with _signals_held():
+                for _ in range(self.workers):
+                    self.pool.submit(_warm_up)
         if not self.options.skip_existing:
             self._start_loader(self.selected)
 
     def _start_loader(self, paths: list[Path]) -> None:
         from .loader import ImageLoader
 
-        self.loader = ImageLoader(paths, self.inputs.max_pixels, limit=max(2, 2 * self.options.batch_size)).start()
+        self.loader = ImageLoader(paths, self.inputs.max_pixels, limit=max(2, 2 * self.options.batch_size),
+                                  stop=self.stopping).start()
 
     def load(self) -> None:
         """Load the model and build the explainer; create the output folder only once
@@ -283,10 +302,11 @@ class Run:
         return todo
 
     def _complete(self, folder: Path) -> bool:
+        """Whether ``folder`` holds this run's results: a whole report.json of the same model,
+        weights, preprocessing and target options that lists every layer of this run with every
+        picture this run draws (and tensors.npz when asked)."""
         report = read_report(folder / REPORT)
-        if report is None or report.get("model") != self.explainer.model.name:
-            return False
-        if report.get("weights") != self.explainer.model.weights or report.get("objective") != self.target.objective:
+        if report is None or not self._same_recipe(report):
             return False
         if self.options.save_tensors and not (folder / TENSORS).exists():
             return False
@@ -303,6 +323,16 @@ class Run:
                     return False
         return True
 
+    def _same_recipe(self, report: dict) -> bool:
+        explainer, asked = self.explainer, report.get("asked") or {}
+        grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
+        return (
+            report.get("model") == explainer.model.name and report.get("weights") == explainer.model.weights
+            and report.get("preprocessing") == explainer.preprocessing.to_json()
+            and asked.get("target") == target_json(self.target)
+            and (not grids or (asked.get("channels"), asked.get("scale")) == (str(self.pictures.channels), self.pictures.scale))
+        )
+
     def batches(self) -> Iterator[list[tuple[Path, object]]]:
         """Batches of prepared photos; photos that cannot be used fail on the way.
 
@@ -311,7 +341,7 @@ class Run:
         """
         items = iter(self.loader)
         wanted = 1
-        while True:
+        while not self.stopping.is_set():
             batch = []
             for path, prepared in items:
                 if isinstance(prepared, ImageError):
@@ -399,6 +429,11 @@ class Run:
         except HookvizError as exc:
             return self._failed(path, str(exc))
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # every image after this one would fail the same way
+                raise HookvizError(
+                    f"{arg('out', self.options.out)}: no space left on the device ({display_path(path)} was not "
+                    "written); free some space, then rerun with --skip-existing to resume"
+                ) from None
             return self._failed(path, f"{display_path(path)}: writing results failed ({first_line(exc)})")
         except Exception as exc:  # a rendering bug must cost this image, not the whole run
             return self._failed(path, f"{display_path(path)}: saving failed ({describe(exc)})")
@@ -427,9 +462,10 @@ class Run:
             self.pool.shutdown(wait=True, cancel_futures=True)
         if self.board is not None:
             self.board.close()
-        if self.interrupted:
+        if self.interrupted or self.error:
+            reason = "interrupted" if self.interrupted else "the run stopped on an error"
             for path in self.selected:
-                self.statuses.setdefault(path, ImageStatus(display_path(path), self.names[path], "not_done", "interrupted"))
+                self.statuses.setdefault(path, ImageStatus(display_path(path), self.names[path], "not_done", reason))
         summary = RunSummary(
             statuses=tuple(self.statuses[p] for p in self.selected if p in self.statuses),
             findings=tuple(self.findings),
@@ -447,7 +483,7 @@ class Run:
         except OSError as exc:
             raise HookvizError(
                 f"could not write {display_path(self.run_json)} or index.html ({exc.strerror or first_line(exc)}); "
-                "the images' own files are complete"
+                "each image whose report.json exists is complete"
             ) from None
         return summary
 
@@ -547,14 +583,35 @@ def _render_pool(workers: int):
     )
 
 
-def _init_worker(parent: int) -> None:
-    from .rendering import configure_worker
+_HELD = {signal.SIGINT, signal.SIGTERM}
 
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold Ctrl-C and SIGTERM back in this thread while worker processes start (they inherit
+    the mask); a signal that arrives meanwhile is delivered when the block ends."""
+    hold = getattr(signal, "pthread_sigmask", None)
+    if hold is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = hold(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        hold(signal.SIG_SETMASK, previous)
+
+
+def _init_worker(parent: int) -> None:
     # Ctrl-C and SIGTERM go to the whole process group (a terminal, `timeout`, `scancel`):
     # the parent decides how to stop, and lets workers finish the file they are writing.
+    # They were held back while this process started; ignored from now on.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
+    from .rendering import configure_worker
+
     configure_worker()
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import UsageError, arg
 
-__all__ = ["TensorBoardLog", "check_available"]
+__all__ = ["TensorBoardLog", "check_available", "check_logdir"]
 
 _STATS = ("min", "max", "mean", "std")
 
@@ -24,7 +24,20 @@ def check_available() -> None:
         import tensorboard  # noqa: F401
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401
     except ImportError:
-        raise UsageError("--tensorboard needs the tensorboard package: pip install 'hookviz[tensorboard]'") from None
+        raise UsageError(f"{arg('tensorboard')} needs the tensorboard package: pip install 'hookviz[tensorboard]'") from None
+
+
+def check_logdir(logdir: Path) -> None:
+    """Raises UsageError when tensorboard is missing or ``logdir`` cannot be written (checked
+    before a run starts, so that a run never fails on it halfway)."""
+    import os
+
+    check_available()
+    probe = Path(logdir)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{arg('tensorboard', logdir)}: cannot write there; choose another folder")
 
 
 class TensorBoardLog:

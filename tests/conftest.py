@@ -200,3 +200,47 @@ class PickyNet(TinyNet):
 def picky_net() -> nn.Module:
     torch.manual_seed(0)
     return PickyNet()
+
+
+class NaNLogits(TinyNet):
+    def forward(self, x):
+        return super().forward(x) * float("nan")
+
+
+def nan_logits_net() -> nn.Module:
+    torch.manual_seed(0)
+    return NaNLogits()
+
+
+def double_net() -> nn.Module:
+    return tiny_net().double()
+
+
+class BinaryNet(TinyNet):
+    def __init__(self):
+        super().__init__(classes=1)
+
+
+def binary_net() -> nn.Module:
+    torch.manual_seed(0)
+    return BinaryNet()
+
+
+class BinaryVector(BinaryNet):
+    def forward(self, x):
+        return super().forward(x)[:, 0]
+
+
+def binary_vector_net() -> nn.Module:
+    torch.manual_seed(0)
+    return BinaryVector()
+
+
+class IndexNet(TinyNet):
+    def forward(self, x):
+        return super().forward(x).argmax(dim=1, keepdim=True)
+
+
+def index_net() -> nn.Module:
+    torch.manual_seed(0)
+    return IndexNet()

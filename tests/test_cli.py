@@ -415,7 +415,10 @@ def test_layers_whose_names_differ_only_in_unsafe_characters_keep_their_own_file
         (["--target", "-1"], "--target -1: a class index must be 0 or more"),
         (["--out", ""], "--out '': give a folder name"),
         (["--batch-size", "0"], "--batch-size 0: must be from 1 to 1024"),
-        (["--dead-fraction", "2"], "--dead-fraction 2.0: must be between 0 and 1"),
+        (["--dead-fraction", "2"], "--dead-fraction 2.0: must be above 0 and at most 1"),
+        (["--dead-fraction", "0"], "--dead-fraction 0.0: must be above 0"),
+        (["--seed", "99999999999999999999999"], "--seed 99999999999999999999999: a seed is a whole number"),
+        (["--fail-on", ","], "--fail-on ,: name a check"),
         (["--device", "gpu"], "--device gpu: choose auto, cpu, cuda"),
         (["--pictures", "bogus"], "--pictures bogus: choose from summary, channels, cam"),
         (["--scale", "foo"], "--scale foo: choose tile or shared"),
@@ -514,3 +517,174 @@ def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, ph
                     "--layer", "encoder.ln", "--out", tmp_path / "b")
     assert result.exit_code == 2
     assert "--crop 256: vit_b_16 takes 224x224 inputs, not 256x256; pass --crop 224" in _one_error_line(result)
+
+
+# ----------------------------------------------------------------------------- found by a hostile tester
+
+
+def test_skip_existing_redoes_images_explained_with_other_options(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    base = ["run", photo, *TINY, "--layer", "features.3", "--pictures", "cam", "--out", out]
+    assert invoke(cli, *base, "--target", "1").exit_code == 0
+    for changed in (["--target", "2"], ["--crop", "160", "--resize", "180"], ["--cam", "layercam"]):
+        result = invoke(cli, *base, *changed, "--skip-existing", "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["counts"]["skipped"] == 0, changed
+    result = invoke(cli, *base, "--cam", "layercam", "--skip-existing", "--json")
+    assert json.loads(result.stdout)["counts"]["skipped"] == 1  # the same options again: done already
+
+
+def test_non_finite_logits_are_said_and_their_cam_is_not_drawn_as_zero(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, "--model", "tests.conftest:nan_logits_net", "--weights", "none",
+                    "--layer", "features.3", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "logits are not all finite" in result.stderr
+    report = json.loads((out / "photo" / "report.json").read_text())
+    assert report["target"]["index"] == report["top5"][0]["index"]
+    from hookviz import explain, rendering
+
+    from .conftest import nan_logits_net
+
+    explanation = explain(nan_logits_net().eval(), photo, layers=["features.3"])
+    title = rendering.cam_figure(explanation, explanation.layers[0]).axes[1].get_title()
+    assert "no finite values" in title and "all zero" not in title
+
+
+def test_a_file_that_is_not_a_checkpoint_is_refused_in_one_line(cli, photo, tmp_path):
+    junk = tmp_path / "junk.pth"
+    junk.write_bytes(bytes(range(100)))
+    for weights in (junk, Path("/etc/passwd")):
+        result = invoke(cli, "run", photo, "--model", "tests.conftest:tiny_net", "--weights", weights, "--out", tmp_path / "o")
+        assert result.exit_code == 2
+        assert f"--weights {weights}: not a PyTorch checkpoint" in _one_error_line(result)
+
+
+def test_a_full_disk_stops_the_run_at_the_first_image(cli, tmp_path, monkeypatch):
+    import errno
+
+    import hookviz.outputs as outputs
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(4):
+        Image.new("RGB", (20, 20), (i * 50, 0, 0)).save(folder / f"im{i}.png")
+    real = outputs.atomic_write
+
+    def full(path, data):
+        if path.parent.name.startswith("im"):  # every file of an image (run.json still fits)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(outputs, "atomic_write", full)  # (files are written in this process with no pictures)
+    result = invoke(cli, "run", folder, *TINY, "--layer", "features.3", "--out", tmp_path / "out", "--pictures", "none")
+    assert result.exit_code == 1
+    assert "no space left on the device" in _one_error_line(result) and "--skip-existing" in result.stderr
+    assert result.stderr.count("hookviz: failed:") <= 1
+
+
+@pytest.mark.parametrize("factory, expected", [
+    ("binary_net", 0), ("binary_vector_net", 0),
+])
+def test_a_binary_classifier_gets_a_sigmoid_probability(factory, expected):
+    import torch
+
+    from hookviz import explain
+
+    from . import conftest
+
+    result = explain(getattr(conftest, factory)().eval(), torch.rand(3, 32, 32), layers=["features.3"])
+    assert result.target.index == expected and 0 < result.target.probability < 1
+    assert result.target.probability == pytest.approx(1 / (1 + np.exp(-result.target.logit)))
+
+
+def test_class_indices_are_not_taken_for_logits():
+    import torch
+
+    from hookviz import explain
+    from hookviz.errors import UsageError
+
+    from .conftest import index_net
+
+    with pytest.raises(UsageError, match="of int64 \\(class indices\\?\\)"):
+        explain(index_net().eval(), torch.rand(3, 32, 32), layers=["features.3"])
+
+
+def test_explain_turns_gradients_on_under_no_grad_and_inference_mode(photo):
+    import torch
+
+    from hookviz import explain
+
+    from .conftest import tiny_net
+
+    model = tiny_net().eval()
+    expected = explain(model, photo, layers=["features.3"]).layers[0].cam
+    with torch.no_grad():
+        quiet = explain(model, photo, layers=["features.3"])
+    with torch.inference_mode():
+        inferred = explain(model, photo, layers=["features.3"])
+    np.testing.assert_allclose(quiet.layers[0].cam, expected)
+    np.testing.assert_allclose(inferred.layers[0].cam, expected)
+
+
+def test_python_callers_get_their_own_words(photo, tmp_path):
+    import torch
+
+    from hookviz import explain, load_model
+    from hookviz.errors import UsageError
+
+    from .conftest import tiny_net
+
+    with pytest.raises(UsageError, match="weights='nowhere.pth': no such file"):
+        load_model("tests.conftest:tiny_net", "nowhere.pth")
+    with pytest.raises(UsageError, match="model='NoneType': expected a torch.nn.Module"):
+        explain(None, photo)
+    with pytest.raises(UsageError, match="image='NoneType': expected a path"):
+        explain(tiny_net().eval(), None)
+    with pytest.raises(UsageError, match="a tensor image of 5 channels; the model takes 3"):
+        explain(tiny_net().eval(), torch.zeros(5, 32, 32))
+    from_array = explain(tiny_net().eval(), np.asarray(Image.open(photo)), layers=["features.3"])
+    assert from_array.layers[0].cam is not None
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        from_array.save(blocker)
+
+
+def test_a_float64_model_gets_float64_input(photo):
+    from hookviz import explain
+
+    from .conftest import double_net
+
+    result = explain(double_net().eval(), photo, layers=["features.3"])
+    assert result.layers[0].cam is not None and result.target is not None
+
+
+def test_a_call_that_does_not_exist_says_how_often_the_module_ran(cli, photo, tmp_path):
+    result = invoke(cli, "run", photo, *TINY, "--layer", "act:7", "--out", tmp_path / "o")
+    assert result.exit_code == 2 and "act was called 2 times in the forward pass" in _one_error_line(result)
+
+
+def test_names_with_control_characters_stay_on_one_line_and_two_spellings_are_one_image(cli, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    Image.new("RGB", (20, 20)).save(folder / "two\nlines.png")
+    (folder / "broken\rname.png").write_text("not an image")
+    result = invoke(cli, "run", folder / "two\nlines.png", folder / ".." / "in" / "two\nlines.png",
+                    folder / "broken\rname.png", *TINY, "--layer", "features.3", "--out", tmp_path / "out")
+    assert result.exit_code == 1
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert len(failed) == 1 and "broken\\rname.png" in failed[0]
+    document = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert document["counts"]["images"] == 2 and "two\\nlines.png" in document["images"][0]["image"]
+
+
+def test_from_list_reads_names_that_are_not_utf8(cli, tmp_path):
+    import os
+
+    name = os.fsdecode(b"caf\xe9.png")
+    Image.new("RGB", (20, 20)).save(tmp_path / name)
+    listing = tmp_path / "list.txt"
+    listing.write_bytes(os.fsencode(str(tmp_path / name)) + b"\n")
+    result = invoke(cli, "run", "--from-list", listing, *TINY, "--layer", "features.3", "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output

@@ -428,3 +428,39 @@ def test_a_runs_steps_work_one_by_one(tmp_path):
     assert steps.statuses[images[0]].status == "done" and (tmp_path / "out" / "im00" / "features.3.summary.png").exists()
     summary = steps.finish()
     assert summary.count("done") == 1 and json.loads(summary.run_json.read_text())["counts"]["done"] == 1
+
+
+@pytest.mark.slow
+def test_impatient_ctrl_c_three_times_still_ends_cleanly(tmp_path):
+    import os
+
+    process, _, out = _start_slow_run(tmp_path, 40, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True)
+    _wait_for(lambda: len(list(out.glob("*/report.json"))) >= 2)
+    for _ in range(3):
+        os.killpg(process.pid, signal.SIGINT)  # a terminal sends Ctrl-C to the whole group
+        time.sleep(0.3)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted:" in stderr
+    document = json.loads((out / "run.json").read_text())
+    assert document["interrupted"] and document["counts"]["failed"] == 0
+    done = {entry["output"] for entry in document["images"] if entry["status"] == "done"}
+    assert done == {p.parent.name for p in out.glob("*/report.json")}  # statuses match the files
+    assert no_partial_files(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [0.5, 2.0])
+def test_ctrl_c_while_starting_is_one_quiet_line(tmp_path, after):
+    import os
+
+    process, _, out = _start_slow_run(tmp_path, 4, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True)
+    time.sleep(after)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode in (0, 130), stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    if process.returncode == 130 and not (out / "run.json").exists():
+        assert "stopped before any image was explained" in stderr

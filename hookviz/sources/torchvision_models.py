@@ -86,7 +86,8 @@ class TorchvisionSource:
             categories = tuple(entry.meta.get("categories") or ()) or None
             return self._loaded(name, task, model, f"{weights} ({entry})", categories, preprocessing_of(entry, task))
         if kind == "other" and not Path(weights).exists() and not any(c in weights for c in "/\\."):
-            raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {', '.join(members)}")
+            names = ", ".join(m for m in members if m != "DEFAULT")
+            raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {names}")
         with seeded(seed):
             model = _untrained(name, task, None if kind == "none" else weights)
         label = f"none (random init, seed {seed})" if kind == "none" else load_weights_file(model, weights)
@@ -120,7 +121,7 @@ def _has_aux_head(path: str) -> bool:
 
 
 def _pretrained(name: str, weights: str, entry):
-    cached = ensure_cached(name, entry)
+    cached = ensure_cached(name, entry, weights)
     try:
         with _weights_only_loads():
             return _models().get_model(name, weights=entry)
@@ -179,7 +180,7 @@ def _weights_only_loads():
                 os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous
 
 
-def ensure_cached(name: str, entry) -> Path:
+def ensure_cached(name: str, entry, weights: str = "DEFAULT") -> Path:
     """Download the weights into the torch hub cache unless they are there already.
 
     Returns:
@@ -201,7 +202,7 @@ def ensure_cached(name: str, entry) -> Path:
         )
     except Exception as exc:  # urllib raises many kinds; each means "no file"
         raise WeightsError(
-            f"{arg('weights', 'DEFAULT')}: {name}'s pretrained weights are not in the torch hub cache and "
+            f"{arg('weights', weights)}: {name}'s pretrained weights are not in the torch hub cache and "
             f"downloading them failed ({first_line(exc)}); fetch {entry.url} elsewhere and "
             f"copy it to {target}, or pass {arg('weights', 'PATH')} (a local state_dict) or {arg('weights', 'none')}"
         ) from None

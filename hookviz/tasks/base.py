@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = [
     "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "TASKS", "register_task", "get_task",
-    "task_names", "recognise_task",
+    "task_names", "recognise_task", "model_dtype",
 ]
 
 
@@ -139,6 +139,14 @@ class Task(Protocol):
         Raises:
             UsageError (TargetError): the output or the target does not fit the task.
         """
+
+
+def model_dtype(module):
+    """The floating dtype of the model's parameters (float32 unless it was cast), so that
+    photos go in as the model computes: a float64 model gets float64 input."""
+    import torch
+
+    return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
 
 
 TASKS: dict[str, Task] = {}

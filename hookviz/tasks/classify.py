@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from ..errors import TargetError, UsageError, arg, did_you_mean
-from .base import ClassScore, ImagePrediction, Plan, register_task
+from .base import model_dtype, ClassScore, ImagePrediction, Plan, register_task
 
 __all__ = ["Classify", "logits_of", "parse_target"]
 
@@ -57,7 +57,7 @@ def _describe(output) -> str:
     import torch
 
     if isinstance(output, torch.Tensor):
-        return f"a {_shape(output)} tensor"
+        return f"a {_shape(output)} tensor" if output.dim() else "a scalar tensor"
     if isinstance(output, dict):
         parts = [f"{k!r} {_shape(v) if isinstance(v, torch.Tensor) else type(v).__name__}" for k, v in output.items()]
         return f"a {type(output).__name__} with " + (", ".join(parts[:6]) or "no entries")
@@ -108,8 +108,15 @@ def logits_of(output, key: str | None = None):
                     f"choose with {choices or arg('output_key', 'KEY')}"
                 )
             chosen = tensors[0]
+    if isinstance(chosen, torch.Tensor) and chosen.dim() == 1:
+        chosen = chosen[:, None]  # one score per image: a binary classifier's logit
     if not isinstance(chosen, torch.Tensor) or chosen.dim() != 2:
         raise UsageError(_not_logits(chosen))
+    if not chosen.is_floating_point():
+        raise UsageError(
+            f"the model's output is {_describe(chosen)} of {str(chosen.dtype).replace('torch.', '')} (class indices?), "
+            "not scores a gradient can flow from; return the logits"
+        )
     return chosen
 
 
@@ -168,7 +175,7 @@ class Classify:
     def forward(self, module, tensors: Sequence, device: str, options=None):
         import torch
 
-        return module(torch.stack(list(tensors)).to(device))
+        return module(torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module)))
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
         import torch
@@ -181,14 +188,16 @@ class Classify:
             raise TargetError(f"{arg('target', options.target)}: class index out of range (the model has 0..{classes - 1})")
         rows = torch.arange(count, device=logits.device)
         detached = logits.detach()
-        targets = detached.argmax(dim=1) if fixed is None else torch.full((count,), fixed, device=logits.device)
+        # NaN sorts last (not first, as argmax would put it), so the target is the top-5's first.
+        ranked = detached.float().nan_to_num(nan=-float("inf")).sort(dim=1, descending=True, stable=True).indices
+        targets = ranked[:, 0] if fixed is None else torch.full((count,), fixed, device=logits.device)
         target_logit = logits[rows, targets].sum()
         if options.objective == "ce":
             objective = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
         else:
             objective = target_logit
         topk = min(options.topk, classes)
-        top = detached.topk(min(max(5, topk), classes), dim=1).indices
+        top = ranked[:, : min(max(5, topk), classes)]
         # A CAM always explains a logit: the target's (the recorded gradients already are
         # that when it is the objective) and, with topk, each top class's.
         cams: list[tuple[str, object]] = []
@@ -196,11 +205,14 @@ class Classify:
             cams.append(("target", None if options.objective == "logit" else target_logit))
             if options.topk > 1:
                 cams += [(f"top{k + 1}", logits[rows, top[:, k]].sum()) for k in range(topk)]
-        probabilities = detached.float().softmax(dim=1).cpu().numpy()
+        # One logit per image is a binary classifier's: its probability is the sigmoid's.
+        probabilities = (detached.float().sigmoid() if classes == 1 else detached.float().softmax(dim=1)).cpu().numpy()
         logits_np = detached.float().cpu().numpy()
         notes = ()
         if options.topk > classes:
             notes = (f"{arg('topk', options.topk)}: the model has {classes} classes; showing all of them",)
+        if not bool(torch.isfinite(detached).all()):
+            notes += ("the model's logits are not all finite (NaN or Inf): its target and top-5 are not meaningful",)
 
         def score(i: int, index: int) -> ClassScore:
             index = int(index)

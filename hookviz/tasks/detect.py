@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import UsageError, arg
 from ..hooks import HookSet
-from .base import ClassScore, Detection, ImagePrediction, Plan, register_task
+from .base import model_dtype, ClassScore, Detection, ImagePrediction, Plan, register_task
 from .classify import parse_target
 
 __all__ = ["Detect", "DetectorOutput", "MATCH_IOU"]
@@ -104,7 +104,7 @@ class Detect:
         return None
 
     def forward(self, module, tensors: Sequence, device: str, options=None):
-        images = [tensor.to(device) for tensor in tensors]
+        images = [tensor.to(device=device, dtype=model_dtype(module)) for tensor in tensors]
         sizes: dict = {}
         transform = getattr(module, "transform", None)
         with HookSet() as hooks, _score_thresholds(module, options.score_threshold if options else 0.5):

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import UsageError, arg
-from .base import ClassScore, ImagePrediction, Plan, register_task
+from .base import model_dtype, ClassScore, ImagePrediction, Plan, register_task
 from .classify import parse_target
 
 __all__ = ["Segment", "segmentation_logits"]
@@ -78,7 +78,7 @@ class Segment:
     def forward(self, module, tensors: Sequence, device: str, options=None):
         import torch
 
-        return module(torch.stack(list(tensors)).to(device))
+        return module(torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module)))
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
         import torch
