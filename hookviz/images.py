@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ImageError, arg, display_path, first_line
+from .errors import ImageError, UsageError, arg, display_path, first_line
 from .options import DEFAULT_MAX_PIXELS
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -24,6 +24,13 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 #: A longer side more than this many times the shorter one is refused: "resize the shorter
 #: side to 256" would turn a 1x20000 strip into 256x5120000 pixels.
 MAX_ASPECT_RATIO = 50
+
+#: The resampling filters a model's transform may name, as PIL names them.
+INTERPOLATIONS = {
+    "nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX, "hamming": Image.Resampling.HAMMING,
+}
 
 IMAGE_SUFFIXES = frozenset(
     ext.lower() for ext, fmt in Image.registered_extensions().items()
@@ -39,7 +46,8 @@ class Preprocessing:
     is resized to ``resize`` and the centre ``size`` x ``size`` square is kept. With
     ``crop=False`` the whole photo is resized to ``size`` x ``size``, so nothing is cut off.
     ``channels=1`` feeds a grayscale model the photo's luminance, normalised with the
-    first of ``mean`` and ``std``.
+    first of ``mean`` and ``std``. ``interpolation`` is the resampling filter of every
+    resize (``bilinear``, or ``bicubic`` as most timm weights expect).
     """
 
     resize: int = 256
@@ -48,6 +56,11 @@ class Preprocessing:
     std: tuple[float, float, float] = IMAGENET_STD
     crop: bool = True
     channels: int = 3
+    interpolation: str = "bilinear"
+
+    def __post_init__(self):
+        if self.interpolation not in INTERPOLATIONS:
+            raise UsageError(f"{arg('interpolation', self.interpolation)}: choose from {', '.join(INTERPOLATIONS)}")
 
     def to_json(self) -> dict:
         return {
@@ -55,6 +68,7 @@ class Preprocessing:
             "crop": self.size if self.crop else None,
             "size": [self.size, self.size],
             "whole_image": not self.crop,
+            "interpolation": self.interpolation,
             "mean": list(self.mean[: self.channels]),
             "std": list(self.std[: self.channels]),
             "channels": self.channels,
@@ -199,6 +213,7 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
     from torchvision.transforms import functional as F
 
     width, height = image.rgb.size
+    interpolation = F.InterpolationMode(preprocessing.interpolation)
     if preprocessing.crop:
         scale = preprocessing.resize / min(width, height)
         resized = round(width * scale) * round(height * scale)
@@ -207,9 +222,9 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
                 f"{image.label}: resizing its shorter side to {arg('resize', preprocessing.resize)} makes "
                 f"{resized:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')}; choose a smaller resize"
             )
-        shown_pil = F.center_crop(F.resize(image.rgb, preprocessing.resize), preprocessing.size)
+        shown_pil = F.center_crop(F.resize(image.rgb, preprocessing.resize, interpolation), preprocessing.size)
     else:
-        shown_pil = image.rgb.resize((preprocessing.size, preprocessing.size), Image.BILINEAR)
+        shown_pil = image.rgb.resize((preprocessing.size, preprocessing.size), INTERPOLATIONS[preprocessing.interpolation])
     if preprocessing.channels == 1:
         shown_pil = shown_pil.convert("L").convert("RGB")  # shown as the model sees it: grey
     shown = np.asarray(shown_pil, dtype=np.uint8)

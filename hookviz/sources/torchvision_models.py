@@ -104,7 +104,10 @@ def preprocessing_of(entry) -> Preprocessing:
     try:
         resize = int(transform.resize_size[0])
         size = int(transform.crop_size[0])
-        return Preprocessing(resize=resize, size=size, mean=tuple(transform.mean), std=tuple(transform.std))
+        interpolation = getattr(transform.interpolation, "value", "bilinear")  # efficientnet's weights resize bicubic
+        return Preprocessing(
+            resize=resize, size=size, mean=tuple(transform.mean), std=tuple(transform.std), interpolation=interpolation
+        )
     except (AttributeError, IndexError, TypeError):
         return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
 
