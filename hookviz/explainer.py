@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import UsageError, arg
 from .explaining import Explanation, SummaryOptions, explain_batch
+from .featuremaps import DeclaredLayout
 from .images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
 from .layers import LayerSpec, default_layer, resolve_layers
 from .options import InputOptions, LayerOptions, TargetOptions
@@ -34,6 +35,8 @@ class Explainer:
         target: what to explain.
         layer_choice: why hookviz chose the layer, when the caller named none.
         max_pixels: photos with more pixels than this are refused.
+        declared_layout: what the model declares about its tokens and channel order (the
+            loaded model's own word, else what ``geometry`` reads from the module).
     """
 
     model: LoadedModel
@@ -42,6 +45,7 @@ class Explainer:
     target: TargetOptions
     layer_choice: str | None = None
     max_pixels: int = InputOptions().max_pixels
+    declared_layout: DeclaredLayout | None = None
 
     @classmethod
     def create(
@@ -61,6 +65,7 @@ class Explainer:
         Raises:
             UsageError: a layer, target or input size the model cannot take.
         """
+        from .geometry import declared_layout
         from .models import input_channels
         from .tasks.classify import parse_target
 
@@ -70,13 +75,14 @@ class Explainer:
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
         size = (processing.size, processing.size)
+        declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         choice = None
         if layers.given:
             specs = resolve_layers(model.module, layers.layers, layers.layer_types)
         else:
-            spec, reason = default_layer(model.module, size, processing.channels)
+            spec, reason = default_layer(model.module, size, processing.channels, declared)
             specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
-        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels)
+        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared)
 
     # -- what the pass reads
 

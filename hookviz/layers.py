@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import UnknownLayerError, UsageError, arg, describe, did_you_mean, hint
+from .featuremaps import DeclaredLayout
 from .hooks import HookSet
 
 _CALL_SUFFIX = re.compile(r"^(?P<path>.*?):(?P<call>-?\d+)$")
@@ -222,6 +223,7 @@ def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerIn
 
 
 SPATIAL_REASON = "the last layer with a spatial feature map"
+TOKEN_GRID_REASON = "the last layer with a spatial feature map (here a grid of patch tokens)"
 TRANSFORMER_REASON = (
     "the first norm of the last transformer block, as pytorch-grad-cam recommends: after the last "
     "block no patch token reaches the class token, so later layers' CAMs are empty"
@@ -229,22 +231,28 @@ TRANSFORMER_REASON = (
 _TOKEN_NORM = re.compile(r"(layer|rms)_?norm", re.IGNORECASE)
 
 
-def default_layer(model, input_size: tuple[int, int] = (224, 224), channels: int = 3) -> tuple[LayerSpec, str]:
+def default_layer(
+    model, input_size: tuple[int, int] = (224, 224), channels: int = 3, declared: DeclaredLayout | None = None
+) -> tuple[LayerSpec, str]:
     """The usual CAM layer, and why it was chosen.
 
     For a transformer (a block that begins with a LayerNorm over patch tokens: ViT, DeiT,
     Swin, BEiT, EVA) it is the last such block's first norm. Otherwise it is the last module,
-    in the order calls finish, whose output is a 4-D map with more than one pixel
-    (resnet50: ``layer4``).
+    in the order calls finish, whose output for one image is a 4-D map with more than one
+    pixel (resnet50: ``layer4``) or a grid of patch tokens (LeViT's last stage).
+
+    Args:
+        declared: what the model declares about its tokens (``geometry.declared_layout``);
+            token grids it does not cover are recognised by their count.
 
     Raises:
         UnknownLayerError: no module outputs a spatial map or a token grid; name a layer.
     """
     traced = _run_traced(model, input_size, channels)
-    found = _last_block_first_norm(model, traced, input_size)
+    found = _last_block_first_norm(model, traced, input_size, declared)
     reason = TRANSFORMER_REASON
     if found is None:
-        found, reason = _last_spatial_map(traced), SPATIAL_REASON
+        found, reason = _last_spatial_map(traced, input_size, declared)
     if found is None:
         raise UnknownLayerError(f"no module outputs a 4-D feature map; pass {arg('layers')} ({hint('list_layers')})")
     path, call = found
@@ -256,19 +264,28 @@ def default_layer(model, input_size: tuple[int, int] = (224, 224), channels: int
     return spec, reason
 
 
-def _last_spatial_map(traced: _Trace) -> tuple[str, int] | None:
+def _last_spatial_map(traced: _Trace, input_size, declared) -> tuple[tuple[str, int] | None, str]:
+    """The last call (in finish order) whose output is a map of one image, and the reason to give."""
+    from .featuremaps import layout_of
+
     seen: dict[str, int] = {}
-    best = None
+    best, reason = None, SPATIAL_REASON
     for path in traced.order:
         call = seen.get(path, 0)
         seen[path] = call + 1
         shape = traced.shapes[path][call]
-        if shape is not None and len(shape) == 4 and shape[2] * shape[3] > 1:
-            best = (path, call)
-    return best
+        if shape is None or shape[0] != 1:  # a batch of windows (Swin, MaxViT) is not the image's map
+            continue
+        if len(shape) == 4 and shape[2] * shape[3] > 1:
+            best, reason = (path, call), SPATIAL_REASON
+        elif len(shape) == 3:
+            layout = layout_of(shape, input_size, declared)
+            if layout is not None and layout.grid[0] * layout.grid[1] > 1:
+                best, reason = (path, call), TOKEN_GRID_REASON
+    return best, reason
 
 
-def _last_block_first_norm(model, traced: _Trace, input_size) -> tuple[str, int] | None:
+def _last_block_first_norm(model, traced: _Trace, input_size, declared) -> tuple[str, int] | None:
     """The last norm over patch tokens that is the first thing its block calls."""
     from .featuremaps import token_layout
 
@@ -278,7 +295,7 @@ def _last_block_first_norm(model, traced: _Trace, input_size) -> tuple[str, int]
         if "." not in path or not _TOKEN_NORM.search(type(modules[path]).__name__):
             continue
         shape = traced.shapes.get(path, [None])[-1]
-        if shape is None or shape[0] != 1 or token_layout(shape, input_size) is None:
+        if shape is None or shape[0] != 1 or token_layout(shape, input_size, declared) is None:
             continue
         parent = path.rsplit(".", 1)[0]
         # The calls between the parent's start and this norm's: none may be another child of the parent.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..featuremaps import DeclaredLayout
 from ..images import Preprocessing
 
 __all__ = [
@@ -38,6 +39,8 @@ class LoadedModel:
         task: what the model does: ``classify`` (the only task so far).
         input_size: the (height, width) the model requires, when it requires one.
         notes: what a report should say about how the model was loaded.
+        declared_layout: the model's token and channel layout, when its source knows it
+            better than ``hookviz.geometry`` reads it from the module (``None``: read it).
     """
 
     name: str
@@ -49,6 +52,7 @@ class LoadedModel:
     task: str = "classify"
     input_size: tuple[int, int] | None = None
     notes: tuple[str, ...] = field(default=())
+    declared_layout: DeclaredLayout | None = None
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"
