@@ -11,6 +11,8 @@ a file (and one import line in ``sources/__init__.py``), not editing a chain of 
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,7 @@ from ..images import Preprocessing
 
 __all__ = [
     "LoadedModel", "ModelSource", "SOURCES", "register_source", "weights_kind", "seeded",
-    "reset_parameters", "load_weights_file",
+    "reset_parameters", "load_weights_file", "weights_only_loads", "prefixes",
 ]
 
 
@@ -63,11 +65,16 @@ class ModelSource(Protocol):
 
     Attributes:
         name: how ``hookviz models`` titles its names ("torchvision", "built-in").
-        priority: sources are asked in ascending order; prefixed names (``pkg:attr``) first.
+        priority: sources are asked in ascending order; prefixed names (``timm:``) first.
+        prefix: the prefix that marks this source's names (``"timm:"``), or ``None``.
     """
 
     name: str
     priority: int
+    prefix: str | None
+
+    def about(self) -> str:
+        """One line for ``hookviz models``: what the source offers, or what to install for it."""
 
     def claims(self, name: str) -> bool:
         """Whether ``name`` is this source's to load (cheap: no model is built)."""
@@ -95,6 +102,11 @@ def register_source(source_class):
     SOURCES.append(source_class())
     SOURCES.sort(key=lambda source: source.priority)
     return source_class
+
+
+def prefixes() -> tuple[str, ...]:
+    """The name prefixes sources own (``timm:``, ``hf:``): no other source may claim such a name."""
+    return tuple(source.prefix for source in SOURCES if source.prefix)
 
 
 def weights_kind(weights: str) -> str:
@@ -131,3 +143,28 @@ def load_weights_file(model, path: str) -> str:
 
     load_into(model, Path(path))
     return str(path)
+
+
+_FORCE_WEIGHTS_ONLY = threading.Lock()
+
+
+@contextlib.contextmanager
+def weights_only_loads():
+    """Make every ``torch.load`` in the block use ``weights_only=True``.
+
+    torchvision's builders load pretrained weights through ``torch.hub.load_state_dict_from_url``,
+    which passes ``weights_only=False``, and timm's file loader may too; PyTorch's documented
+    ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` overrides that, so hookviz can keep using each library's
+    own loading (and its per-model fix-ups) without ever unpickling code. The variable is
+    restored when the block ends.
+    """
+    with _FORCE_WEIGHTS_ONLY:
+        previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+        os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
+            else:
+                os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous
