@@ -224,9 +224,10 @@ def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerIn
 
 SPATIAL_REASON = "the last layer with a spatial feature map"
 TOKEN_GRID_REASON = "the last layer with a spatial feature map (here a grid of patch tokens)"
-TRANSFORMER_REASON = (
-    "the first norm of the last transformer block, as pytorch-grad-cam recommends: after the last "
-    "block no patch token reaches the class token, so later layers' CAMs are empty"
+TRANSFORMER_REASON = "the first norm of the last transformer block, as pytorch-grad-cam recommends"
+CLASS_TOKEN_REASON = (
+    TRANSFORMER_REASON + ": when the head reads the class token, no patch token reaches it after the last block, "
+    "so later layers' CAMs are empty"
 )
 _TOKEN_NORM = re.compile(r"(layer|rms)_?norm", re.IGNORECASE)
 
@@ -250,7 +251,7 @@ def default_layer(
     """
     traced = _run_traced(model, input_size, channels)
     found = _last_block_first_norm(model, traced, input_size, declared)
-    reason = TRANSFORMER_REASON
+    reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], input_size, declared)
     if found is None:
         found, reason = _last_spatial_map(traced, input_size, declared)
     if found is None:
@@ -262,6 +263,14 @@ def default_layer(
         module_type=type(module).__name__,
     )
     return spec, reason
+
+
+def _why_transformer(shape, input_size, declared) -> str:
+    """The reason for a block's first norm: the class token's, when there is one."""
+    from .featuremaps import layout_of
+
+    layout = layout_of(shape, input_size, declared)
+    return CLASS_TOKEN_REASON if layout is not None and layout.prefix else TRANSFORMER_REASON
 
 
 def _last_spatial_map(traced: _Trace, input_size, declared) -> tuple[tuple[str, int] | None, str]:
