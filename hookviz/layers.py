@@ -295,25 +295,31 @@ def _last_spatial_map(traced: _Trace, input_size, declared) -> tuple[tuple[str, 
 
 
 def _last_block_first_norm(model, traced: _Trace, input_size, declared) -> tuple[str, int] | None:
-    """The last norm over patch tokens that is the first thing its block calls."""
+    """The last norm over the image's patch tokens that its block calls before any other
+    child of the block puts out those tokens: ViT's ``norm1``, and TNT's, which its block
+    calls after the norms of its inner pixel tokens (a batch of their own). A stage's
+    closing norm (PVT's ``stages.3.norm``) comes after its blocks' tokens, and is not one."""
     from .featuremaps import token_layout
 
     modules = dict(model.named_modules())
+    calls: dict[str, int] = {}
+    began: dict[str, int] = {}  # path -> where its latest call began
+    spoken: dict[str, int] = {}  # parent -> the call (by where it began) in which a child put out the tokens
     best = None
     for position, path in enumerate(traced.starts):
-        if "." not in path or not _TOKEN_NORM.search(type(modules[path]).__name__):
+        call = calls.get(path, 0)
+        calls[path], began[path] = call + 1, position
+        parent = path.rsplit(".", 1)[0] if "." in path else None
+        if parent is None or parent not in began:
             continue
-        shape = traced.shapes.get(path, [None])[-1]
+        shapes = traced.shapes.get(path) or [None]
+        shape = shapes[min(call, len(shapes) - 1)]
+        # One image's tokens: a batch of windows or of inner pixel tokens is not the image's grid.
         if shape is None or shape[0] != 1 or token_layout(shape, input_size, declared) is None:
             continue
-        parent = path.rsplit(".", 1)[0]
-        # The calls between the parent's start and this norm's: none may be another child of the parent.
-        begin = max((i for i in range(position) if traced.starts[i] == parent), default=None)
-        if begin is None:
-            continue
-        between = traced.starts[begin + 1 : position]
-        if not any(p.rsplit(".", 1)[0] == parent for p in between if "." in p):
-            best = (path, traced.starts[:position].count(path))
+        if spoken.get(parent) != began[parent] and _TOKEN_NORM.search(type(modules[path]).__name__):
+            best = (path, call)
+        spoken[parent] = began[parent]
     return best
 
 

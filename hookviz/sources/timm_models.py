@@ -142,12 +142,13 @@ def _pretrained(timm, name: str, arch: str, seed: int):
     try:
         with seeded(seed), weights_only_loads():
             model = timm.create_model(arch, pretrained=True, pretrained_cfg_overlay=overlay)
-    except pickle.UnpicklingError:
-        raise WeightsError(
-            f"{label}: refused {path}: it holds pickled Python objects that could run code, so it was not "
-            "loaded (weights_only=True) and nothing ran; delete it and fetch it again"
-        ) from None
-    except (OSError, RuntimeError, ValueError, KeyError, EOFError) as exc:
+    except (pickle.UnpicklingError, OSError, RuntimeError, ValueError, KeyError, EOFError) as exc:
+        # timm re-raises torch's refusal as its own error; the refusal's words say which it was.
+        if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
+            raise WeightsError(
+                f"{label}: refused {path}: it holds pickled Python objects that could run code, so it was not "
+                "loaded (weights_only=True) and nothing ran; delete it and fetch it again"
+            ) from None
         raise WeightsError(
             f"{label}: could not load {arch}'s weights from {path} ({first_line(exc)}); delete the file to "
             f"fetch it again, or pass {arg('weights', 'PATH')} to a local state_dict"
