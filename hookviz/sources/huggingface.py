@@ -145,7 +145,8 @@ class _Where:
 
         try:
             with seeded(seed), weights_only_loads():
-                return AutoModelForImageClassification.from_pretrained(str(self.repo), dtype=torch.float32, **self.kwargs)
+                model = AutoModelForImageClassification.from_pretrained(str(self.repo), dtype=torch.float32, **self.kwargs)
+            return model.float()  # a float16 checkpoint: gradients and CAMs are computed in float32
         except (OSError, ValueError, RuntimeError) as exc:
             raise self._fail(exc) from None
 
