@@ -38,7 +38,7 @@ class Layout:
     def describe(self) -> str:
         if self.kind == "tokens":
             rows, cols = self.grid
-            dropped = f", first {self.prefix} token{'s' if self.prefix > 1 else ''} dropped" if self.prefix else ""
+            dropped = "" if not self.prefix else ", first token dropped" if self.prefix == 1 else f", first {self.prefix} tokens dropped"
             return f"tokens as a {rows}x{cols} grid{dropped}"
         return "channels last" if self.kind == "nhwc" else ""
 

@@ -288,7 +288,7 @@ def _how(shape, values) -> str:
     if shape is not None and len(shape) == 3:
         rows, cols = values.shape
         prefix = shape[1] - rows * cols  # class, distillation and register tokens
-        dropped = f", first {prefix} token{'s' if prefix > 1 else ''} dropped" if prefix > 0 else ""
+        dropped = "" if prefix < 1 else ", first token dropped" if prefix == 1 else f", first {prefix} tokens dropped"
         return f"summed over channels\ntokens as a {rows}x{cols} grid{dropped}"
     return "summed over channels"
 

@@ -161,3 +161,12 @@ def test_a_swin_is_explained_at_its_last_blocks_first_norm():
     assert layer.name.endswith("layers.1.blocks.0.layernorm_before")
     assert layer.output.shape == (1, 16, 32) and layer.cam.shape == (4, 4)
     assert np.isfinite(layer.cam).all()
+
+
+def test_layers_and_models_list_a_cached_classifier(cached_vit):
+    cli = CliRunner()
+    result = cli.invoke(app, ["layers", "--model", f"hf:{REPO}", "--filter", "vit.layers.1.layernorm_before"])
+    assert result.exit_code == 0, result.output
+    assert "1x17x32" in result.stdout  # a class token and a 4x4 grid, at the processor's 32 pixels
+    result = cli.invoke(app, ["models", "--search", "hf:"])
+    assert f"hf:{REPO}  (vit, 3 classes, cached)" in result.stdout.splitlines()

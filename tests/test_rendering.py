@@ -217,3 +217,13 @@ def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, laye
     b = np.asarray(Image.open(io.BytesIO(fresh)).convert("RGB"), dtype=int)
     assert a.shape == b.shape
     assert np.abs(a - b).max() == 0
+
+
+def test_a_token_panel_says_how_many_prefix_tokens_it_dropped():
+    import numpy as np
+
+    from hookviz.rendering import _how
+
+    assert _how((1, 197, 8), np.zeros((14, 14))).endswith("tokens as a 14x14 grid, first token dropped")
+    assert _how((1, 260, 8), np.zeros((16, 16))).endswith("tokens as a 16x16 grid, first 4 tokens dropped")
+    assert _how((1, 49, 8), np.zeros((7, 7))).endswith("tokens as a 7x7 grid")
