@@ -6,8 +6,8 @@
 All scenarios run in this one invocation, on the same photos (sample_images/ repeated to
 32), resnet50 with random weights (same cost as pretrained), layer3.-1:
 
-  (a) the seeds' method, one process per image
-  (b) the seeds' method in one process: forward, full backward with parameter gradients,
+  (a) the usual hook snippet, one process per image
+  (b) the usual hook snippet in one process: forward, full backward with parameter gradients,
       and their 2x2 pyplot figure per image
   (c) hookviz run with its default pictures (summary, channels, cam: three per image)
   (d) hookviz run --save-tensors --pictures none
@@ -84,15 +84,15 @@ def main() -> None:
             seconds = 0.0
             peak = 0.0
             for path in images:
-                s, p = measure([PY, str(ROOT / "bench" / "seeds_method.py"), str(work / "a"), str(path)])
+                s, p = measure([PY, str(ROOT / "bench" / "hook_snippet.py"), str(work / "a"), str(path)])
                 seconds += s
                 peak = max(peak, p)
-            rows.append(("a", "seeds' method, one process per image", seconds, peak))
+            rows.append(("a", "hook snippet, one process per image", seconds, peak))
         # (b), (c) and (d) take turns, --repeat times, so that a slow spell of a shared
         # machine falls on all three; each row is the median of its runs.
         scenarios = {
-            "b": ("seeds' method, one process",
-                  [PY, str(ROOT / "bench" / "seeds_method.py"), str(work / "b"), *map(str, images)]),
+            "b": ("hook snippet, one process",
+                  [PY, str(ROOT / "bench" / "hook_snippet.py"), str(work / "b"), *map(str, images)]),
             "c": ("hookviz run (summary, channels, cam)",
                   hookviz("run", str(work / "photos"), *common, "--out", str(work / "c"))),
             "d": ("hookviz run --save-tensors --pictures none",

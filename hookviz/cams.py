@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from .registry import Registry
 
+__all__ = ["CAMS", "register_cam", "get_cam", "gradcam", "gradcam_plus_plus", "layercam"]
+
 CAMS: Registry = Registry("cam", "method", extra_choices=("none",))
 register_cam = CAMS.register
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from .errors import WeightsError, first_line
 
+__all__ = ["read_state_dict", "load_into"]
+
 _WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "net", "weights")
 _PREFIXES = ("module.", "_orig_mod.")
 

@@ -10,6 +10,8 @@ import numpy as np
 
 from .registry import Registry
 
+__all__ = ["CHECKS", "Finding", "register_check", "parse_checks", "run_checks"]
+
 
 @dataclass(frozen=True)
 class Finding:

@@ -23,6 +23,8 @@ from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK
 
+__all__ = ["app", "main", "console_main", "exit_code_for"]
+
 app = typer.Typer(
     name="hookviz",
     help="See what a PyTorch vision model computes inside: feature maps, gradients and CAMs.",
@@ -142,7 +144,7 @@ def run(
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
     pictures: Annotated[str, typer.Option(help="Pictures to write: summary,channels,cam or none.")] = "summary,channels,cam",
     save_tensors: Annotated[bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.")] = False,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")] = Path("hookviz-out"),
+    out: Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")] = "hookviz-out",
     resize: Annotated[Optional[int], typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE}).")] = None,
     crop: Annotated[Optional[int], typer.Option(help="Centre-crop to this square (default 224).")] = None,
     mean: Annotated[Optional[str], typer.Option(help="Normalisation mean, r,g,b.")] = None,
@@ -156,7 +158,7 @@ def run(
     max_pixels: Annotated[int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")] = DEFAULT_MAX_PIXELS,
     fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad.")] = None,
     dead_fraction: Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.")] = 1.0,
-    tensorboard: Annotated[Optional[Path], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")] = None,
+    tensorboard: Annotated[Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")] = None,
     workers: Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,

@@ -18,6 +18,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from .errors import ImageError, UsageError, arg, display_path, first_line
 from .options import DEFAULT_MAX_PIXELS
 
+__all__ = ["Preprocessing", "LoadedImage", "PreparedImage", "load_image", "prepare", "IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT_RATIO"]
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 

@@ -19,6 +19,8 @@ from .errors import UnknownLayerError, UsageError, arg, describe, did_you_mean, 
 from .featuremaps import DeclaredLayout
 from .hooks import HookSet
 
+__all__ = ["LayerSpec", "LayerInfo", "resolve_path", "resolve_layers", "trace", "list_layers", "default_layer", "first_tensor", "module_paths"]
+
 _CALL_SUFFIX = re.compile(r"^(?P<path>.*?):(?P<call>-?\d+)$")
 
 

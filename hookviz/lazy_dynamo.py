@@ -28,6 +28,8 @@ import sys
 import threading
 import types
 
+__all__ = ["enable", "import_torchvision"]
+
 _DYNAMO = "torch._dynamo"
 _UTILS = "torch._dynamo.utils"
 _lock = threading.Lock()

@@ -394,8 +394,8 @@ class RunOptions:
     command: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if not str(self.out).strip():
-            raise UsageError(f"{arg('out', repr(str(self.out)))}: give a folder name, such as hookviz-out")
+        if isinstance(self.out, str) and not self.out.strip():
+            raise UsageError(f"{arg('out', repr(self.out))}: give a folder name, such as hookviz-out")
         _set(self, "out", Path(self.out))
         if isinstance(self.shard, str):
             _set(self, "shard", parse_shard(self.shard))
@@ -407,9 +407,9 @@ class RunOptions:
         if not isinstance(self.workers, int) or self.workers < 0:
             raise UsageError(f"{arg('workers', self.workers)}: must be 0 (one per CPU) or more")
         if self.tensorboard is not None:
+            if isinstance(self.tensorboard, str) and not self.tensorboard.strip():
+                raise UsageError(f"{arg('tensorboard', repr(self.tensorboard))}: give a folder name")
             logdir = Path(self.tensorboard)
-            if not str(self.tensorboard).strip():
-                raise UsageError(f"{arg('tensorboard', repr(str(self.tensorboard)))}: give a folder name")
             if logdir.exists() and not logdir.is_dir():
                 raise UsageError(f"{arg('tensorboard', logdir)}: is a file, not a folder; choose a folder for the logs")
             _set(self, "tensorboard", logdir)

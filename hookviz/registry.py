@@ -8,6 +8,8 @@ from typing import Generic, TypeVar
 
 from .errors import UsageError, arg, did_you_mean
 
+__all__ = ["Registry"]
+
 T = TypeVar("T")
 
 

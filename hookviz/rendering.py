@@ -25,6 +25,8 @@ from matplotlib.transforms import offset_copy
 from .options import ChannelSelection
 from .summaries import channel_tiles
 
+__all__ = ["summary_parts", "channels_parts", "cam_parts", "cam_topk_parts", "summary_figure", "channels_figure", "cam_figure", "cam_topk_figure", "render_png", "png_bytes", "photo_of", "FigureCache", "worker_cache", "configure_worker", "fonts_from_memory", "warm_up", "anatomy"]
+
 ACTIVATION_CMAP = "viridis"
 GRADIENT_CMAP = "RdBu_r"
 CAM_CMAP = "jet"
@@ -325,6 +327,42 @@ def _grid_geometry(tiles):
     return columns, rows, height, width, pad, gap
 
 
+def _tile_ranges(maps: np.ndarray):
+    """Each tile's finite min and max, and whether it has no finite value at all."""
+    maps = maps.astype(np.float64)
+    finite = np.isfinite(maps)
+    blank = ~finite.any(axis=(1, 2))
+    low = np.where(blank, 0.0, np.where(finite, maps, np.inf).min(axis=(1, 2)))
+    high = np.where(blank, 0.0, np.where(finite, maps, -np.inf).max(axis=(1, 2)))
+    return low, high, blank
+
+
+def _tile_values(maps: np.ndarray, low, high, signed: bool, scale: str):
+    """The values drawn and their norm: on the ``tile`` scale, each tile mapped to -1..1
+    (signed, centred on zero) or 0..1 (its min to its max; a flat tile is all 0)."""
+    maps = maps.astype(np.float64)
+    if scale != "tile":
+        norm, note = _norm_for(maps, signed)
+        return maps, norm, note
+    if signed:
+        limit = np.maximum(np.abs(low), np.abs(high))
+        return maps / np.where(limit > 0, limit, 1.0)[:, None, None], Normalize(-1, 1), ""
+    span = (high - low)[:, None, None]
+    scaled = np.where(span > 0, (maps - low[:, None, None]) / np.where(span > 0, span, 1.0), 0.0)
+    return scaled, Normalize(0, 1), ""
+
+
+def _tile_scope(low: float, high: float, blank: bool, signed: bool, scale: str) -> str:
+    """What a tile's label says of its values: ``=v`` when flat, else the range its colours span."""
+    if low == high and not blank:
+        return f" ={_fmt(low)}"  # a flat tile: its one value, not a range
+    if scale != "tile":
+        return ""
+    if signed:  # the tile's colours span -L..L
+        return f" ±{_fmt(max(abs(low), abs(high)))}"
+    return f" [{_fmt(low)}, {_fmt(high)}]"
+
+
 def channels_parts(explanation, layer, which: str = "output", channels=None, scale: str = "tile"):
     tiles = _tiles_for(explanation, layer, which, channels)
     if tiles is None:
@@ -361,40 +399,23 @@ def channels_parts(explanation, layer, which: str = "output", channels=None, sca
 
     def update(explanation, layer):
         tiles = _tiles_for(explanation, layer, which, channels)
-        maps = tiles.maps.astype(np.float64)
-        finite = np.isfinite(maps)
-        blank = ~finite.any(axis=(1, 2))
-        low = np.where(blank, 0.0, np.where(finite, maps, np.inf).min(axis=(1, 2)))
-        high = np.where(blank, 0.0, np.where(finite, maps, -np.inf).max(axis=(1, 2)))
-        if scale == "tile":
-            if signed:  # -1..1, centred on zero
-                limit = np.maximum(np.abs(low), np.abs(high))
-                maps = maps / np.where(limit > 0, limit, 1.0)[:, None, None]
-            else:  # 0..1 from the tile's min to its max; a flat tile is all 0
-                span = (high - low)[:, None, None]
-                maps = np.where(span > 0, (maps - low[:, None, None]) / np.where(span > 0, span, 1.0), 0.0)
-            norm, note = (Normalize(-1, 1) if signed else Normalize(0, 1)), ""
-        else:
-            norm, note = _norm_for(maps, signed)
+        low, high, blank = _tile_ranges(tiles.maps)
+        maps, norm, note = _tile_values(tiles.maps, low, high, signed, scale)
         # Tiles in reading order, each below a strip for its label, separated by columns of NaN.
         slots = np.full((rows * columns, height + gap, width + pad), np.nan)
         slots[: len(maps), gap:, :width] = maps
         mosaic = slots.reshape(rows, columns, height + gap, width + pad).transpose(0, 2, 1, 3)
         mosaic = mosaic.reshape(rows * (height + gap), columns * (width + pad))[:, : shape[1]]
         for slot, channel in enumerate(tiles.indices):
-            if scale != "tile":
-                scope = ""
-            elif signed:  # the tile's colours span -L..L
-                scope = f" ±{_fmt(max(abs(low[slot]), abs(high[slot])))}"
-            else:
-                scope = f" [{_fmt(low[slot])}, {_fmt(high[slot])}]"
-            labels[slot].set_text(f"#{channel}{scope}")
+            labels[slot].set_text(f"#{channel}{_tile_scope(low[slot], high[slot], blank[slot], signed, scale)}")
         image.set_data(np.ma.masked_invalid(mosaic))
         image.set_norm(norm)
         bar.set_norm(None if note == NO_FINITE else norm)
+        flat = int(((low == high) & ~blank).sum())
+        flat_note = "" if not flat else " · every tile is constant (=value)" if flat == len(low) else f" · {flat} constant tiles (=value)"
         sheet.title(
             f"{explanation.model} · {_layer_text(layer)} · {which} {_shape(layer.shapes[which])} · "
-            f"{len(tiles.indices)} of {tiles.total} channels\n{_target_text(explanation)}"
+            f"{len(tiles.indices)} of {tiles.total} channels{flat_note}\n{_target_text(explanation)}"
         )
 
     update(explanation, layer)

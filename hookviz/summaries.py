@@ -17,6 +17,8 @@ from .errors import arg
 from .featuremaps import DeclaredLayout, as_feature_map
 from .options import MAX_TILES, ChannelSelection
 
+__all__ = ["TENSOR_KEYS", "ChannelTiles", "tensor_stats", "channel_sum", "select_channels", "channel_tiles", "histogram"]
+
 TENSOR_KEYS = ("input", "output", "grad_input", "grad_output")
 
 

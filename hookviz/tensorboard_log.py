@@ -13,6 +13,8 @@ import numpy as np
 
 from .errors import UsageError
 
+__all__ = ["TensorBoardLog", "check_available"]
+
 _STATS = ("min", "max", "mean", "std")
 
 

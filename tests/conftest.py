@@ -144,3 +144,83 @@ def hub_cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return cache
+
+
+class EmbeddingAndLogits(TinyNet):
+    """Returns (a 32-wide embedding, 10 logits), as metric-learning models do."""
+
+    def __init__(self):
+        super().__init__(classes=10)
+        self.embed = nn.Linear(6, 32)
+
+    def forward(self, x):
+        x = self.pool(self.act(self.features(x))).flatten(1)
+        return self.embed(x), self.fc(x)
+
+
+def embedding_and_logits_net() -> nn.Module:
+    torch.manual_seed(0)
+    return EmbeddingAndLogits()
+
+
+class DictNet(EmbeddingAndLogits):
+    def forward(self, x):
+        embedding, scores = super().forward(x)
+        return {"embedding": embedding, "scores": scores}
+
+
+def dict_net() -> nn.Module:
+    torch.manual_seed(0)
+    return DictNet()
+
+
+class SlashNet(TinyNet):
+    """Two heads whose names differ only in a character file names cannot hold."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleDict({"a/b": nn.Conv2d(6, 3, 1), "a_b": nn.Conv2d(6, 3, 1)})
+
+    def forward(self, x):
+        x = self.act(self.features(x))
+        x = self.heads["a/b"](x) + self.heads["a_b"](x)
+        return self.fc(torch.cat([x, x], dim=1).mean(dim=(2, 3)))
+
+
+def slash_net() -> nn.Module:
+    torch.manual_seed(0)
+    return SlashNet()
+
+
+def broken_factory() -> nn.Module:
+    raise ValueError("no checkpoint at /models/latest.pt")
+
+
+class GrayNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+def gray_net() -> nn.Module:
+    torch.manual_seed(0)
+    return GrayNet()
+
+
+class PickyNet(TinyNet):
+    """Fails on any batch holding a photo whose top-left pixel is bright: a model bug
+    that only some images meet."""
+
+    def forward(self, x):
+        if bool((x[:, :, 0, 0] > 1.5).any()):
+            raise RuntimeError("index 7 is out of bounds for dimension 0 with size 4")
+        return super().forward(x)
+
+
+def picky_net() -> nn.Module:
+    torch.manual_seed(0)
+    return PickyNet()

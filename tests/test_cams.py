@@ -86,8 +86,16 @@ def test_cam_explains_the_logit_whatever_the_objective(resnet50, batch):
     image = PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), batch[0], np.zeros((224, 224, 3), np.uint8))
     ce = _explainer(resnet50, "layer4", TargetOptions(target="3", objective="ce")).explain_batch([image])[0]
     np.testing.assert_allclose(ce.layers[0].cam, logit[0], rtol=1e-5, atol=1e-7)
-    # ...while grad_output follows the cross-entropy objective.
-    assert ce.objective == "ce"
+    # ...while grad_output follows the cross-entropy objective: d CE / d layer4, by plain hooks.
+    store = {}
+    handle = resnet50.layer4.register_forward_hook(lambda m, i, o: store.update(out=o))
+    try:
+        logits = resnet50(batch[:1])
+    finally:
+        handle.remove()
+    (expected,) = torch.autograd.grad(F.cross_entropy(logits, torch.tensor([3])), store["out"])
+    np.testing.assert_allclose(ce.layers[0].grad_output, expected.numpy(), rtol=1e-4, atol=1e-8)
+    assert ce.objective == "ce" and np.abs(expected.numpy()).max() > 0
 
 
 def test_vit_layer_gives_a_14x14_cam():

@@ -175,6 +175,7 @@ def test_models_lists_builtin_and_torchvision(cli):
     assert invoke(cli, "--version").stdout.startswith("hookviz ")
 
 
+@pytest.mark.slow
 def test_help_does_not_import_torch():
     code = (
         "import sys\n"
@@ -187,6 +188,7 @@ def test_help_does_not_import_torch():
     assert python_output(code).strip() == "False False"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
 def test_openmp_threads_sleep_unless_the_user_says_otherwise(preset, expected):
     """main() asks OpenMP for sleeping threads before torch loads (spinning ones take CPU
@@ -208,6 +210,7 @@ def test_openmp_threads_sleep_unless_the_user_says_otherwise(preset, expected):
     assert python_output(code, env).split()[-1] == expected
 
 
+@pytest.mark.slow
 def test_python_dash_m_works(photo, tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "hookviz", "run", str(photo), *TINY, "--layer", "fc", "--out", str(tmp_path), "-q"],
@@ -217,6 +220,7 @@ def test_python_dash_m_works(photo, tmp_path):
     assert (tmp_path / "photo" / "report.json").exists()
 
 
+@pytest.mark.slow
 def test_the_installed_command_keeps_its_status_and_every_line_it_printed(tmp_path, photo):
     """console_main() skips interpreter shutdown (os._exit): output streams must be flushed
     first, and main()'s exit status passed on. Pipes are block-buffered, so a missing flush
@@ -269,6 +273,7 @@ def _hostile_inputs(folder: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_every_hostile_input_fails_alone_with_its_message(cli, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -322,3 +327,190 @@ def test_from_list_reads_stdin_and_preprocessing_options_apply(cli, photo, tmp_p
     assert result.exit_code == 2 and "--crop 300 is larger than --resize" in result.stderr
     result = invoke(cli, "run", photo, *TINY, "--device", "cuda:7", "--out", out)
     assert result.exit_code == 2 and "--device cuda:7" in result.stderr
+
+
+# ----------------------------------------------------------------------------- hardening
+
+
+def _one_error_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:The default weight initialization of GoogleNet")
+@pytest.mark.parametrize("selection", [["--layer-type", "Conv2d"], ["--layer", "*"]])
+def test_modules_a_type_or_glob_selects_but_never_run_are_skipped_with_a_note(cli, photo, tmp_path, selection):
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, "--model", "googlenet", "--weights", "none", *selection,
+                    "--pictures", "none", "--resize", "64", "--crop", "64", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "note: skipped" in result.stderr and "aux1.conv.conv" in result.stderr
+    report = json.loads((out / "photo" / "report.json").read_text())
+    assert "aux1.conv.conv" in report["skipped_layers"]
+    assert "inception5b.branch4.1.conv" in [layer["name"] for layer in report["layers"]]
+    named = invoke(cli, "run", photo, "--model", "googlenet", "--weights", "none", "--layer", "aux1.conv.conv",
+                   "--pictures", "none", "--resize", "64", "--crop", "64", "--out", tmp_path / "named")
+    assert named.exit_code == 2 and "aux1.conv.conv was never called" in _one_error_line(named)
+
+
+def test_logits_are_never_guessed_from_several_outputs(cli, photo, tmp_path):
+    result = invoke(cli, "run", photo, "--model", "tests.conftest:embedding_and_logits_net", "--weights", "none",
+                    "--layer", "features.3", "--out", tmp_path / "a")
+    line = _one_error_line(result)
+    assert result.exit_code == 2
+    assert "tuple of 2 (1x32, 1x10)" in line and "--output-key 0 or --output-key 1" in line
+    result = invoke(cli, "run", photo, "--model", "tests.conftest:embedding_and_logits_net", "--weights", "none",
+                    "--layer", "features.3", "--output-key", "1", "--out", tmp_path / "b", "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "b" / "photo" / "report.json").read_text())["logits"]["count"] == 10
+    result = invoke(cli, "run", photo, "--model", "tests.conftest:dict_net", "--weights", "none",
+                    "--layer", "features.3", "--out", tmp_path / "c")
+    assert result.exit_code == 2 and "'embedding' 1x32, 'scores' 1x10" in _one_error_line(result)
+
+
+def test_image_names_never_clash_with_run_files_or_each_other(cli, tmp_path):
+    import os
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("run.json.png", "index.html.png", "RUN.JSON.png"):
+        Image.new("RGB", (20, 20), (90, 9, 9)).save(folder / name)
+    latin1 = os.fsdecode(b"caf\xe9.png")  # a Latin-1 file name on a UTF-8 system
+    Image.new("RGB", (20, 20), (9, 90, 9)).save(folder / latin1)
+    for pictures in ("none", "summary,channels,cam"):
+        out = tmp_path / f"out-{pictures[:4]}"
+        result = invoke(cli, "run", folder, *TINY, "--layer", "features.3", "--pictures", pictures, "--out", out)
+        assert result.exit_code == 0, result.output
+        assert (out / "run.json").is_file() and (out / "index.html").is_file()
+        document = json.loads((out / "run.json").read_text())
+        assert document["counts"]["done"] == 4
+        outputs = [entry["output"] for entry in document["images"]]
+        assert len(set(o.lower() for o in outputs)) == 4 and not {"run.json", "index.html"} & set(outputs)
+        assert any(entry["image"].endswith("caf\\xe9.png") for entry in document["images"])
+        (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_layers_whose_names_differ_only_in_unsafe_characters_keep_their_own_files(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, "--model", "tests.conftest:slash_net", "--weights", "none",
+                    "--layer", "heads.a/b", "--layer", "heads.a_b", "--out", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "photo" / "report.json").read_text())
+    files = [layer["pictures"]["summary"] for layer in report["layers"]]
+    assert len(set(files)) == 2 and "heads.a_b.summary.png" in files
+    assert all((out / "photo" / f).exists() for f in files)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--topk", "2000"], "--topk 2000: must be from 1 to 20"),
+        (["--resize", "20000"], "--resize 20000: must be a whole number of pixels from 1 to 4096"),
+        (["--crop", "0"], "--crop 0: must be a whole number"),
+        (["--channels", "0"], "--channels 0: a count must be 1 or more"),
+        (["--std", "nan"], "--std nan,nan,nan: every value must be a finite number"),
+        (["--mean", "nan,inf,0"], "--mean nan,inf,0.0: every value must be a finite number"),
+        (["--target", "-1"], "--target -1: a class index must be 0 or more"),
+        (["--out", ""], "--out '': give a folder name"),
+        (["--batch-size", "0"], "--batch-size 0: must be from 1 to 1024"),
+        (["--dead-fraction", "2"], "--dead-fraction 2.0: must be between 0 and 1"),
+        (["--device", "gpu"], "--device gpu: choose auto, cpu, cuda"),
+        (["--pictures", "bogus"], "--pictures bogus: choose from summary, channels, cam"),
+        (["--scale", "foo"], "--scale foo: choose tile or shared"),
+    ],
+)
+def test_absurd_options_are_refused_before_anything_runs(cli, photo, tmp_path, args, message):
+    result = invoke(cli, "run", photo, *TINY, *args)
+    assert result.exit_code == 2, result.output
+    assert message in _one_error_line(result)
+    assert not (tmp_path / "hookviz-out").exists()
+
+
+def test_absurd_options_that_can_be_clamped_are_clamped_with_a_note(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, *TINY, "--layer", "features.3", "--topk", "10",
+                    "--channels", "0-30000000", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "--topk 10: the model has 5 classes" in result.stderr
+    report = json.loads((out / "photo" / "report.json").read_text())
+    assert len(report["layers"][0]["cam_topk"]) == 5
+    assert report["layers"][0]["pictures"]["channels"] == "features.3.channels.png"
+    result = invoke(cli, "run", photo, *TINY, "--layer", "features.3", "--channels", "100-200", "--out", tmp_path / "b")
+    assert result.exit_code == 0, result.output
+    assert "--channels 100-200: the layer has 6 channels (0-5), none of those asked for" in result.stderr
+    report = json.loads((tmp_path / "b" / "photo" / "report.json").read_text())
+    assert report["layers"][0]["pictures"]["channels"] is None and report["layers"][0]["notes"]
+
+
+def test_max_pixels_bounds_the_resized_photo_too(cli, photo, tmp_path):
+    result = invoke(cli, "run", photo, *TINY, "--resize", "4000", "--max-pixels", "1000000", "--out", tmp_path / "o")
+    assert result.exit_code == 1
+    line = next(l for l in result.stderr.splitlines() if l.startswith("hookviz: failed:"))
+    assert "--resize 4000" in line and "--max-pixels 1,000,000" in line
+
+
+def test_errors_name_the_right_argument(cli, photo, tmp_path):
+    result = invoke(cli, "run", photo, "--model", "tests.conftest:broken_factory", "--out", tmp_path / "a")
+    assert result.exit_code == 2
+    assert "--model tests.conftest:broken_factory: the factory raised ValueError: no checkpoint" in _one_error_line(result)
+    logs = tmp_path / "logs.txt"
+    logs.write_text("a file")
+    result = invoke(cli, "run", photo, *TINY, "--tensorboard", logs, "--out", tmp_path / "b")
+    assert result.exit_code == 2 and "is a file, not a folder" in _one_error_line(result)
+    result = invoke(cli, "run", photo, *TINY, "--device", "cuda:0", "--out", tmp_path / "c")
+    if result.exit_code == 2:  # no GPU here: refused before the output folder exists
+        assert "--device cuda:0: no CUDA device" in _one_error_line(result)
+        assert not (tmp_path / "c").exists()
+
+
+def test_a_grayscale_model_gets_grayscale_photos(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, "--model", "tests.conftest:gray_net", "--weights", "none",
+                    "--layer", "conv", "--mean", "0.5", "--std", "0.25", "--out", out, "--save-tensors")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "photo" / "report.json").read_text())
+    assert report["preprocessing"]["channels"] == 1 and report["preprocessing"]["mean"] == [0.5]
+    assert np.load(out / "photo" / "tensors.npz")["input"].shape == (1, 1, 224, 224)
+
+
+def test_run_json_that_cannot_be_written_is_one_line(cli, photo, tmp_path, monkeypatch):
+    import errno
+
+    import hookviz.runner as runner
+
+    def disk_full(path, document):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runner, "write_json", disk_full)
+    result = invoke(cli, "run", photo, *TINY, "--out", tmp_path / "out")
+    assert result.exit_code == 1
+    line = _one_error_line(result)
+    assert "could not write" in line and "run.json" in line and "No space left on device" in line
+
+
+@pytest.mark.slow
+def test_listing_into_a_closed_pipe_is_quiet(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    for command in (["layers", "--model", "resnet18"], ["models"]):
+        shell = f"{sys.executable} -m hookviz {' '.join(command)} | head -1"
+        completed = subprocess.run(shell, shell=True, capture_output=True, text=True, cwd=root)
+        assert completed.stdout.count("\n") == 1 and completed.stderr == "", completed.stderr
+
+
+@pytest.mark.slow
+def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, photo, tmp_path):
+    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--pictures", "none",
+                    "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    first = result.stderr.splitlines()[0]
+    assert "using encoder.layers.encoder_layer_11.ln_1 (LayerNorm)" in first and "pytorch-grad-cam" in first
+    report = json.loads((tmp_path / "out" / "photo" / "report.json").read_text())
+    assert report["layers"][0]["name"] == "encoder.layers.encoder_layer_11.ln_1"
+    assert report["layers"][0]["cam"]["shape"] == [14, 14]
+    assert "transformer block" in report["layer_choice"]
+    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--crop", "256",
+                    "--layer", "encoder.ln", "--out", tmp_path / "b")
+    assert result.exit_code == 2
+    assert "--crop 256: vit_b_16 takes 224x224 inputs, not 256x256; pass --crop 224" in _one_error_line(result)

@@ -76,3 +76,62 @@ def test_ce_objective_changes_gradients_not_cams(photo):
     ce = explain(model, photo, layers=["features.3"], target=1, objective="ce")
     assert not np.allclose(logit.layers[0].grad_output, ce.layers[0].grad_output)
     np.testing.assert_allclose(logit.layers[0].cam, ce.layers[0].cam, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("layers", [["features.3"], None])  # None: the default layer's dry pass too
+def test_explain_leaves_a_model_in_train_mode_as_it_was(photo, layers):
+    model = tiny_net()
+    model.features.append(torch.nn.Dropout(0.5))
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    first = explain(model, photo, layers=layers)
+    second = explain(model, photo, layers=layers)
+    assert model.training and all(m.training for m in model.modules())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BatchNorm statistics too
+    np.testing.assert_array_equal(first.logits, second.logits)  # no dropout: the same every time
+    assert any("train mode" in note for note in first.notes)
+
+
+def test_explain_leaves_the_callers_random_stream_and_sys_path_alone(photo, tmp_path, monkeypatch):
+    import sys
+
+    from hookviz import load_model
+
+    monkeypatch.chdir(tmp_path)
+    path = list(sys.path)
+    model = tiny_net()  # (the test's own factory seeds the generator itself)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    load_model("tests.conftest:tiny_net", "none", seed=5)  # a factory that seeds, then random init
+    load_model("resnet18", "none", seed=5)
+    explain(model, photo, layers=["features.3"])
+    assert torch.equal(torch.rand(3), expected)
+    assert sys.path == path
+
+
+def test_the_library_refuses_what_the_command_refuses():
+    from hookviz import PictureOptions
+
+    with pytest.raises(UsageError, match="scale='foo': choose tile or shared"):
+        PictureOptions(scale="foo")
+    with pytest.raises(UsageError, match="pictures='bogus'"):
+        PictureOptions(pictures=("bogus",))
+    with pytest.raises(UsageError, match="cam='gradkam'"):
+        explain(tiny_net(), torch.zeros(3, 32, 32), cam="gradkam")
+
+
+def test_full_precision_restores_the_processs_tf32_flags():
+    from hookviz.explaining import full_precision
+
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        with full_precision("cuda:0"):
+            assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        with pytest.raises(RuntimeError), full_precision("cuda"):
+            raise RuntimeError("a failing pass")
+        assert torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn

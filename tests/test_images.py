@@ -1,4 +1,4 @@
-"""Decoding every kind of file a user may hand over, and the seeds' preprocessing."""
+"""Decoding every kind of file a user may hand over, and torchvision's usual preprocessing."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ def _save(image: Image.Image, path, **kwargs):
     return path
 
 
-def test_preprocessing_equals_the_seeds_transform(cat):
-    seeds = transforms.Compose(
+def test_preprocessing_equals_torchvisions_imagenet_transform(cat):
+    reference = transforms.Compose(
         [transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
          transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
     )
-    expected = seeds(Image.open(cat).convert("RGB"))
+    expected = reference(Image.open(cat).convert("RGB"))
     prepared = prepare(load_image(cat), Preprocessing())
     torch.testing.assert_close(prepared.tensor, expected, atol=1e-6, rtol=0)
     assert prepared.shown.shape == (224, 224, 3)
@@ -141,6 +141,7 @@ def test_broken_files_fail_with_a_message_naming_them(tmp_path, make, message):
     assert str(path) in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.slow
 def test_decompression_bomb_is_refused_fast(tmp_path):
     path = _save(Image.new("1", (40000, 40000), 0), tmp_path / "bomb.png")
     assert path.stat().st_size < 1_000_000

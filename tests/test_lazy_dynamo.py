@@ -8,7 +8,11 @@ from __future__ import annotations
 import os
 import textwrap
 
+import pytest
+
 from .conftest import python_output
+
+pytestmark = pytest.mark.slow  # every test here starts a fresh interpreter
 
 
 def test_torchvision_works_and_dynamo_stays_unimported_until_asked_for():

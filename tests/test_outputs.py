@@ -74,3 +74,34 @@ def test_save_writes_report_last_with_every_file(tmp_path, photo):
     assert "features.1.grad_channels.png" in report["files"]
     arrays = np.load(tmp_path / "out" / "tensors.npz")
     np.testing.assert_array_equal(arrays["features.1/cam"], result.layers[0].cam)
+
+
+@pytest.mark.slow
+def test_files_get_the_umask_mode_and_the_umask_is_never_touched(tmp_path):
+    from .conftest import python_output
+
+    code = (
+        "import os\n"
+        "calls = []\n"
+        "real = os.umask\n"
+        "os.umask(0o027)\n"
+        "os.umask = lambda mask: calls.append(mask) or real(mask)\n"
+        "from pathlib import Path\n"
+        "from hookviz.outputs import atomic_write\n"
+        f"path = atomic_write(Path({str(tmp_path)!r}) / 'a.json', b'{{}}')\n"
+        "print(oct(path.stat().st_mode & 0o777), calls)\n"
+    )
+    assert python_output(code).split() == ["0o640", "[]"]
+
+
+def test_output_folder_names_never_take_a_run_files_name():
+    from pathlib import Path
+
+    names = output_names([Path("a/run.json.png"), Path("b/index.html.jpg"), Path("c/Run-2-of-4.json.png"), Path("d/x.png")])
+    assert names[Path("d/x.png")] == "x"
+    assert all(name.startswith(stem) and name != stem for name, stem in (
+        (names[Path("a/run.json.png")], "run.json"), (names[Path("b/index.html.jpg")], "index.html"),
+        (names[Path("c/Run-2-of-4.json.png")], "Run-2-of-4.json"),
+    ))
+    stems = layer_stems(["heads.a/b", "heads.a_b", "relu:1"])
+    assert stems["heads.a_b"] == "heads.a_b" and stems["heads.a/b"].startswith("heads.a_b-") and stems["relu:1"] == "relu-1"

@@ -1,4 +1,4 @@
-"""Recording against an independent computation: the seeds' plain hooks."""
+"""Recording against an independent computation: the usual snippet's plain hooks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from bench.seeds_method import SaveValues as SeedSaveValues  # the seeds' own class
+from bench.hook_snippet import SaveValues as SnippetSaveValues  # the blog posts' own class
 from hookviz.errors import UnknownLayerError
 from hookviz.recording import record
 
@@ -18,7 +18,7 @@ def _hook_count(model) -> int:
     )
 
 
-def test_resnet50_layer3_matches_seeds_method_with_ce():
+def test_resnet50_layer3_matches_the_usual_snippet_with_ce():
     torch.manual_seed(0)
     model = torchvision.models.resnet50(weights=None).eval()
     x = torch.randn(1, 3, 224, 224)
@@ -30,16 +30,16 @@ def test_resnet50_layer3_matches_seeds_method_with_ce():
     ours = rec["layer3.-1"]
     assert ours.name == "layer3.5"
 
-    # The seeds' method needs the in-place ReLUs off (full backward hooks break on them).
+    # The snippet needs the in-place ReLUs off (full backward hooks break on them).
     for module in model.modules():
         if isinstance(module, nn.ReLU):
             module.inplace = False
-    seeds = SeedSaveValues(model.layer3[-1])
+    snippet = SnippetSaveValues(model.layer3[-1])
     nn.functional.cross_entropy(model(x), target).backward()
-    seeds.remove()
+    snippet.remove()
 
     for key in ("input", "output", "grad_input", "grad_output"):
-        mine, theirs = getattr(ours, key), getattr(seeds, key).detach()
+        mine, theirs = getattr(ours, key), getattr(snippet, key).detach()
         assert mine.shape == theirs.shape
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-7, msg=f"{key} differs")
         assert theirs.abs().max() > 0
@@ -50,10 +50,10 @@ def test_vgg16_bn_features18_works_where_the_full_backward_hook_fails():
     model = torchvision.models.vgg16_bn(weights=None).eval()
     x = torch.randn(1, 3, 224, 224)
 
-    seeds = SeedSaveValues(model.features[18])
+    snippet = SnippetSaveValues(model.features[18])
     with pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
         model(x)[0, 1].backward()
-    seeds.remove()
+    snippet.remove()
 
     with record(model, ["features.18"]) as rec:
         logits = model(x)
@@ -150,3 +150,79 @@ def test_unused_layer_reports_no_gradient():
 def test_unknown_layer_suggests_close_names(tiny):
     with pytest.raises(UnknownLayerError, match="features"):
         record(tiny, ["featurs.0"])
+
+
+class _Output(dict):
+    """A dict subclass with attributes, as transformers' ModelOutput is."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.__dict__.update(self)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        setattr(self, key, value)
+
+
+class _Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        from collections import namedtuple
+
+        y = self.conv(x)
+        Pair = namedtuple("Pair", "features pooled")
+        return _Output(last_hidden_state=y, extra=Pair(y.relu(), y.mean()))
+
+
+class _Reader(nn.Module):
+    """Reads its backbone's output by attribute, as a transformers model's head does."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = _Backbone()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        out = self.backbone(x)
+        assert isinstance(out, _Output) and type(out.extra).__name__ == "Pair"
+        return self.fc(out.last_hidden_state.mean(dim=(2, 3)) + out.extra.features.mean(dim=(2, 3)))
+
+
+def test_recording_keeps_the_type_of_a_layers_output():
+    model = _Reader().eval()
+    x = torch.randn(1, 3, 8, 8)
+    expected = model(x)
+    with record(model, ["backbone"]) as rec:
+        logits = model(x)
+        rec.backward(logits[0, 1])
+    torch.testing.assert_close(logits, expected)
+    assert rec["backbone"].output.shape == (1, 4, 6, 6) and rec["backbone"].grad_output is not None
+
+
+def test_recording_keeps_transformers_model_output():
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return BaseModelOutputWithPooling(last_hidden_state=self.proj(x), pooler_output=x.mean(1))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = Encoder()
+
+        def forward(self, x):
+            return self.encoder(x).last_hidden_state.sum(dim=1)
+
+    model = Model().eval()
+    with record(model, ["encoder"]) as rec:
+        rec.backward(model(torch.randn(2, 5, 4)).sum())
+    assert rec["encoder"].output.shape == (2, 5, 4) and transformers.__version__

@@ -152,6 +152,7 @@ _TINY_EXPLANATION = (
 )
 
 
+@pytest.mark.slow
 def test_pyplot_is_never_imported():
     code = (
         "import sys\n"
@@ -163,6 +164,7 @@ def test_pyplot_is_never_imported():
     assert python_output(code).strip() == "False"
 
 
+@pytest.mark.slow
 def test_render_workers_draw_the_same_pixels_as_any_process():
     """configure_worker() only makes drawing cheaper (fonts read from memory, no hinting):
     a worker's picture is the one the same settings give in a plain process."""
@@ -173,8 +175,9 @@ def test_render_workers_draw_the_same_pixels_as_any_process():
             "from hookviz import rendering\n"
             f"{configure}\n"
             + _TINY_EXPLANATION
-            + "for kind in ('summary', 'channels', 'cam'):\n"
-            "    print(hashlib.sha256(rendering.render_png(kind, e, e.layers[0])).hexdigest())\n"
+            + "cache = rendering.worker_cache()\n"
+            "for kind in ('summary', 'channels', 'cam'):\n"
+            "    print(hashlib.sha256(rendering.render_png(kind, e, e.layers[0], cache)).hexdigest())\n"
         )
         return python_output(code)
 
@@ -183,6 +186,55 @@ def test_render_workers_draw_the_same_pixels_as_any_process():
     assert picture("rendering.configure_worker()") == plain
 
 
+@pytest.mark.skipif(tuple(map(int, __import__("matplotlib").__version__.split(".")[:2])) >= (3, 12),
+                    reason="matplotlib 3.12 reads fonts from memory itself")
+@pytest.mark.slow
+def test_render_workers_read_fonts_from_memory():
+    """The worker settings must really be in force (the pixel test above passes either way)."""
+    code = (
+        "from matplotlib import font_manager\n"
+        "from hookviz import rendering\n"
+        "before = rendering.fonts_from_memory()\n"
+        "rendering.configure_worker()\n"
+        "font = font_manager.get_font(font_manager.findfont('DejaVu Sans'))\n"
+        "print(before, rendering.fonts_from_memory(), rendering.worker_cache() is not None)\n"
+    )
+    assert python_output(code).split() == ["False", "True", "True"]
+
+
+def test_a_reused_figure_takes_the_new_models_titles():
+    """Two models with a layer of the same name and shape, in one render worker: the second
+    picture must name the second model (the figure-reuse key holds the model)."""
+    from .conftest import SAMPLES, tiny_net
+
+    class OtherNet(type(tiny_net())):
+        pass
+
+    first_model, second_model = tiny_net().eval(), OtherNet().eval()
+    cache = rendering.FigureCache()
+    for kind in ("summary", "cam", "channels"):
+        first = explain(first_model, SAMPLES / "cat.png", layers=["features.1"])
+        second = explain(second_model, SAMPLES / "cat.png", layers=["features.1"])
+        rendering.render_png(kind, first, first.layers[0], cache)
+        reused = rendering.render_png(kind, second, second.layers[0], cache)
+        fresh = rendering.render_png(kind, second, second.layers[0])
+        assert reused == fresh, kind
+
+
+@pytest.mark.slow
+def test_saving_in_a_notebook_keeps_no_figures_alive(tmp_path):
+    code = (
+        "import gc\n"
+        "from matplotlib.figure import Figure\n"
+        + _TINY_EXPLANATION
+        + f"e.save({str(tmp_path)!r})\n"
+        "gc.collect()\n"
+        "print(sum(isinstance(o, Figure) for o in gc.get_objects()))\n"
+    )
+    assert python_output(code).split() == ["0"]
+
+
+@pytest.mark.slow
 def test_rendering_is_thread_safe(explanation):
     layer = explanation["features.1"]
 
@@ -208,8 +260,10 @@ def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, laye
     model = tiny_net().eval()
     first = explain(model, SAMPLES / "cat.png", layers=[layer], target=1, topk=3)
     second = explain(model, SAMPLES / "coffee.png", layers=[layer], target=3, topk=3)
-    rendering.render_png(kind, first, first.layers[0], **options)
-    reused = rendering.render_png(kind, second, second.layers[0], **options)
+    cache = rendering.FigureCache()
+    rendering.render_png(kind, first, first.layers[0], cache, **options)
+    reused = rendering.render_png(kind, second, second.layers[0], cache, **options)
+    assert len(cache) == 1
     builders = {"summary": rendering.summary_figure, "channels": rendering.channels_figure,
                 "cam": rendering.cam_figure, "cam_topk": rendering.cam_topk_figure}
     fresh = rendering.png_bytes(builders[kind](second, second.layers[0], **options))
@@ -227,3 +281,15 @@ def test_a_token_panel_says_how_many_prefix_tokens_it_dropped():
     assert _how((1, 197, 8), np.zeros((14, 14))).endswith("tokens as a 14x14 grid, first token dropped")
     assert _how((1, 260, 8), np.zeros((16, 16))).endswith("tokens as a 16x16 grid, first 4 tokens dropped")
     assert _how((1, 49, 8), np.zeros((7, 7))).endswith("tokens as a 7x7 grid")
+
+
+def test_constant_tiles_are_labelled_with_their_value_not_drawn_as_a_range():
+    """Before a global average pool every gradient tile is flat: drawn on its own scale it
+    fills with one full colour, so its label must say it is constant."""
+    from .conftest import SAMPLES, tiny_net
+
+    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["act:1"])
+    figure = rendering.channels_figure(result, result.layers[0], which="grad_output")
+    labels = [t.get_text() for t in figure.axes[0].texts]
+    assert labels and all(" =" in label for label in labels)
+    assert "every tile is constant" in figure._suptitle.get_text()

@@ -42,6 +42,7 @@ def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, t
             np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [1, 3])
 def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, count):
     """Render workers all start with the run, so a small run must not start one per CPU."""
@@ -117,6 +118,7 @@ def test_the_loader_holds_no_more_images_than_it_is_told(tmp_path, photo):
         loader.stop()
 
 
+@pytest.mark.slow
 def test_a_run_without_pictures_never_imports_matplotlib(tmp_path, photo):
     """matplotlib takes ~0.3 s to import, on a thread that shares the cores with the model."""
     code = (
@@ -194,6 +196,7 @@ def _assert_complete(out: Path) -> None:
                 json.loads(path.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_cleanly_with_complete_files(tmp_path, stop):
     process, _, out = _start_slow_run(tmp_path, 40, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -209,6 +212,7 @@ def test_a_signal_stops_cleanly_with_complete_files(tmp_path, stop):
     _assert_complete(out)
 
 
+@pytest.mark.slow
 def test_a_kill_leaves_no_broken_file_under_a_real_name(tmp_path):
     process, folder, out = _start_slow_run(tmp_path, 30, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for(lambda: len(list(out.glob("*/*.png"))) >= 5)
@@ -250,3 +254,177 @@ def test_cuda_results_equal_the_cpus(lite0, cat, coffee, tmp_path):
         for key in a.files:
             scale = max(1.0, float(np.abs(a[key]).max()))
             np.testing.assert_allclose(b[key], a[key], rtol=1e-3, atol=1e-4 * scale, err_msg=key)
+
+
+# ----------------------------------------------------------------------------- hardening
+
+
+def test_a_model_that_fails_on_some_images_fails_only_those(tmp_path):
+    images = []
+    for i, colour in enumerate([(10, 10, 10), (250, 250, 250), (10, 200, 10), (30, 30, 30)]):
+        path = tmp_path / f"im{i}.png"
+        Image.new("RGB", (40, 30), colour).save(path)
+        images.append(path)
+    out = tmp_path / "out"
+    summary = _run(out, images, model="tests.conftest:picky_net", batch_size=4)
+    assert [s.status for s in summary.statuses] == ["done", "failed", "done", "done"]
+    assert "im1.png: the model failed on it (RuntimeError: index 7 is out of bounds" in summary.statuses[1].error
+    document = json.loads((out / "run.json").read_text())
+    assert document["counts"] == {"images": 4, "done": 3, "failed": 1, "skipped": 0, "not_done": 0}
+    assert [f["image"] for f in document["failures"]] == [str(images[1])]
+
+
+def _images(folder: Path, count: int) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        Image.new("RGB", (32, 24), (i * 20 % 256, 90, 40)).save(folder / f"im{i:02d}.png")
+    return sorted(folder.iterdir())
+
+
+@pytest.mark.slow
+def test_skip_existing_trusts_only_complete_reports_of_this_runs_layers_and_pictures(tmp_path):
+    images = _images(tmp_path / "in", 4)
+    out = tmp_path / "out"
+    _run(out, images, layers=("features.3",), pictures=("summary",))
+    (out / "im00" / "report.json").write_text("")  # empty: killed while... or a disk hiccup
+    (out / "im01" / "report.json").write_text('{"layers": [')  # truncated
+    (out / "im02" / "report.json").write_text("[]")  # not a report at all
+    summary = _run(out, images, layers=("features.3",), pictures=("summary",), skip_existing=True)
+    assert [s.status for s in summary.statuses] == ["done", "done", "done", "skipped"]
+    # Another layer, or another picture, is not done yet, though report.json exists.
+    summary = _run(out, images, layers=("act",), pictures=("summary",), skip_existing=True)
+    assert [s.status for s in summary.statuses] == ["done"] * 4
+    summary = _run(out, images, layers=("act",), pictures=("summary", "cam"), skip_existing=True)
+    assert [s.status for s in summary.statuses] == ["done"] * 4
+    summary = _run(out, images, layers=("act",), pictures=("cam",), skip_existing=True)
+    assert [s.status for s in summary.statuses] == ["skipped"] * 4
+    (out / "im03" / "act-1.cam.png").unlink()
+    summary = _run(out, images, layers=("act",), pictures=("cam",), skip_existing=True)
+    assert [s.status for s in summary.statuses] == ["skipped"] * 3 + ["done"]
+
+
+def test_a_run_sweeps_only_leftovers_whose_writer_is_gone(tmp_path):
+    import os
+    import socket
+
+    images = _images(tmp_path / "in", 1)
+    out = tmp_path / "out"
+    (out / "im00").mkdir(parents=True)
+    host = __import__("hookviz.outputs", fromlist=["_HOST"])._HOST
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        alive = out / "im00" / f".report.json~{host}~{sleeper.pid}~abcd.part"
+        alive.write_text("another shard is writing this")
+        dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                                  text=True).stdout.strip()
+        dead = out / "im00" / f".cam.png~{host}~{dead_pid}~abcd.part"
+        dead.write_text("left by a killed run")
+        _run(out, images)
+        assert alive.exists() and not dead.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert socket.gethostname()
+
+
+@pytest.mark.slow
+def test_shards_side_by_side_share_an_output_folder(tmp_path):
+    folder = tmp_path / "in"
+    _images(folder, 12)
+    out = tmp_path / "out"
+    shards = [
+        subprocess.Popen(
+            [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:slow_net",
+             "--weights", "none", "--layer", "features.3", "--shard", f"{k}/3", "--out", str(out), "-q",
+             "--workers", "1"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for k in (1, 2, 3)
+    ]
+    for shard in shards:
+        _, stderr = shard.communicate(timeout=180)
+        assert shard.returncode == 0, stderr
+    documents = [json.loads((out / f"run-{k}-of-3.json").read_text()) for k in (1, 2, 3)]
+    taken = [entry["output"] for document in documents for entry in document["images"]]
+    assert sorted(taken) == [f"im{i:02d}" for i in range(12)]  # disjoint, and every image
+    assert all(document["counts"]["failed"] == 0 for document in documents)
+    page = (out / "index.html").read_text()
+    assert all(f'href="im{i:02d}/input.jpg"' in page for i in range(12))
+    assert not (out / "run.json").exists() and no_partial_files(out)
+
+
+def _children(pid: int) -> list[int]:
+    completed = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in completed.stdout.split()]
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+@pytest.mark.slow
+def test_render_workers_exit_when_their_parent_is_killed(tmp_path):
+    process, _, out = _start_slow_run(tmp_path, 30, 1, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: len(list(out.glob("*/*.png"))) >= 2)
+    workers = [pid for pid in _children(process.pid) if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+    assert workers
+    process.kill()
+    process.wait(timeout=30)
+    _wait_for(lambda: not any(_alive(pid) for pid in workers), seconds=10)
+    assert not [pid for pid in workers if _alive(pid)]
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_is_a_clean_quiet_stop(tmp_path):
+    import os
+
+    process, _, out = _start_slow_run(tmp_path, 40, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True)
+    _wait_for(lambda: len(list(out.glob("*/report.json"))) >= 2)
+    os.killpg(process.pid, signal.SIGTERM)  # as `timeout` and `scancel` do
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "BrokenProcessPool" not in stderr and "leaked" not in stderr and "Traceback" not in stderr
+    document = json.loads((out / "run.json").read_text())
+    counts = document["counts"]
+    assert counts["failed"] == 0 and counts["done"] > 0 and counts["not_done"] > 0
+    assert counts["done"] + counts["not_done"] == 40
+    assert no_partial_files(out)
+    _assert_complete(out)
+
+
+def test_shards_of_a_real_run_are_disjoint_and_cover_every_image(tmp_path):
+    images = _images(tmp_path / "in", 7)
+    out = tmp_path / "out"
+    taken = []
+    for k in (1, 2, 3):
+        summary = _run(out, images, shard=(k, 3))
+        taken += [s.output for s in summary.statuses if s.status == "done"]
+        assert summary.run_json.name == f"run-{k}-of-3.json"
+    assert sorted(taken) == [f"im{i:02d}" for i in range(7)] and len(set(taken)) == 7
+
+
+def test_a_runs_steps_work_one_by_one(tmp_path):
+    """The steps of a Run can be driven and checked alone: start, load, batches, explain,
+    submit, collect, finish."""
+    from hookviz.runner import Run
+
+    images = _images(tmp_path / "in", 3)
+    steps = Run(images, ModelOptions("tests.conftest:tiny_net", "none"), layers=LayerOptions(("features.3",)),
+                pictures=PictureOptions(pictures=("summary",)), options=RunOptions(out=tmp_path / "out", workers=1))
+    steps.start()
+    assert steps.workers == 1 and not (tmp_path / "out").exists()  # nothing is written before the model loads
+    steps.load()
+    assert (tmp_path / "out").is_dir() and steps.explainer.layers[0].path == "features.3"
+    batches = steps.batches()
+    first = next(batches)
+    assert len(first) == 1  # the first batch sizes the others
+    results = steps.explain(first)
+    assert results[0][0] == images[0] and results[0][1].layers[0].name == "features.3"
+    steps.submit(*results[0])
+    assert len(steps.pending) == 1
+    steps.collect(block_until=0)
+    assert steps.statuses[images[0]].status == "done" and (tmp_path / "out" / "im00" / "features.3.summary.png").exists()
+    summary = steps.finish()
+    assert summary.count("done") == 1 and json.loads(summary.run_json.read_text())["counts"]["done"] == 1

@@ -1,4 +1,4 @@
-"""The seeds' method, as the blog posts in ../shared/seeds/ write it (000_8c4371a403404799.txt).
+"""The usual hook snippet, as the blog posts on layer visualisation write it (a SaveValues class).
 
 A ``SaveValues`` class with ``register_forward_hook`` and ``register_full_backward_hook`` on
 resnet50 ``layer3[-1]``, CrossEntropyLoss against class 0, ``loss.backward()`` (parameter
@@ -6,7 +6,7 @@ gradients included) and the 2x2 ``plt.imshow`` figure of the channel-summed maps
 The only changes: ``weights=None`` instead of a downloaded .pth (the cost is the same), the Agg
 backend, and ``savefig`` instead of ``show``.
 
-Usage: python seeds_method.py OUT_DIR IMAGE [IMAGE ...]
+Usage: python hook_snippet.py OUT_DIR IMAGE [IMAGE ...]
 """
 
 import sys

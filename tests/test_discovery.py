@@ -1,0 +1,65 @@
+"""Which files a run takes: never its own output, nor hidden folders below what was named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from hookviz.cli import app
+from hookviz.discovery import OUTPUT_MARKER, find_images, is_output_folder
+from hookviz.errors import UsageError
+
+TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
+
+
+def _photos(folder, *names):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        Image.new("RGB", (24, 16), (200, 40, 40)).save(folder / name)
+
+
+def test_running_twice_in_a_folder_of_photos_explains_the_photos_only(tmp_path, monkeypatch):
+    _photos(tmp_path, "a.png", "b.png")
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        result = CliRunner().invoke(app, ["run", ".", *TINY])
+        assert result.exit_code == 0, result.output
+        document = json.loads((tmp_path / "hookviz-out" / "run.json").read_text())
+        assert sorted(entry["output"] for entry in document["images"]) == ["a", "b"]
+    assert sorted(p.name for p in (tmp_path / "hookviz-out").iterdir() if p.is_dir()) == ["a", "b"]
+
+
+def test_out_inside_the_image_folder_and_older_runs_are_never_read(tmp_path):
+    _photos(tmp_path / "photos", "a.png")
+    first = CliRunner().invoke(app, ["run", str(tmp_path / "photos"), *TINY, "--out", str(tmp_path / "photos" / "results")])
+    assert first.exit_code == 0, first.output
+    # A second run with another --out must not read the first run's pictures either.
+    second = CliRunner().invoke(app, ["run", str(tmp_path / "photos"), *TINY, "--out", str(tmp_path / "photos" / "again")])
+    assert second.exit_code == 0, second.output
+    document = json.loads((tmp_path / "photos" / "again" / "run.json").read_text())
+    assert [entry["output"] for entry in document["images"]] == ["a"]
+    assert is_output_folder(tmp_path / "photos" / "results")
+
+
+def test_hidden_folders_are_skipped_unless_named(tmp_path):
+    _photos(tmp_path, "a.png")
+    _photos(tmp_path / ".venv" / "share" / "icons", "python.png")
+    _photos(tmp_path / "sub", ".thumbnail.png", "b.png")
+    assert [p.name for p in find_images([str(tmp_path)])] == ["a.png", "b.png"]
+    assert [p.name for p in find_images([str(tmp_path / ".venv")])] == ["python.png"]
+    assert [p.name for p in find_images([str(tmp_path / "**" / "*.png")])] == ["a.png", "b.png"]
+
+
+def test_a_run_marks_its_output_while_it_runs(tmp_path):
+    _photos(tmp_path / "photos", "a.png")
+    (tmp_path / "photos" / "in-progress").mkdir()
+    (tmp_path / "photos" / "in-progress" / OUTPUT_MARKER).touch()
+    _photos(tmp_path / "photos" / "in-progress" / "a", "a.summary.png")
+    assert [p.name for p in find_images([str(tmp_path / "photos")])] == ["a.png"]
+    with pytest.raises(UsageError, match="output folder"):
+        find_images([str(tmp_path / "photos" / "in-progress")])
+    with pytest.raises(UsageError, match="output folder"):
+        find_images([str(tmp_path / "photos")], exclude=[tmp_path / "photos"])
