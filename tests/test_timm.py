@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from hookviz import InputOptions, explain
+from hookviz import Explainer, InputOptions, LoadedModel, Preprocessing, TargetOptions, explain
 from hookviz.cli import app
 from hookviz.errors import UnknownModelError, WeightsError
 from hookviz.models import list_models, load_model
@@ -242,8 +242,10 @@ def test_raw_cams_equal_pytorch_grad_cams_with_its_reshape_transform(name, layer
     torch.manual_seed(1)
     batch = torch.randn(2, 3, 224, 224)
     target = 7
-    results = [explain(model, image, target=target) for image in batch]  # the default layer, chosen by hookviz
-    assert all(r.layers[0].name == layer for r in results)
+    loaded = LoadedModel(name, model, "seeded", None, Preprocessing())
+    explainer = Explainer.create(loaded, target=TargetOptions(target=str(target)))  # the default layer, chosen by hookviz
+    assert explainer.layers[0].path == layer
+    results = explainer.explain_batch([explainer.prepare(image) for image in batch])
     ours = np.stack([r.layers[0].cam for r in results])
     assert ours.shape == (2, *grid) and ours.max() > 0
     module = model.get_submodule(layer)
