@@ -71,6 +71,8 @@ def test_unknown_names_are_refused_with_suggestions():
         load_model("timm:convnxt_tiny", "none")
     with pytest.raises(UnknownModelError, match="Invalid pretrained tag"):
         load_model("timm:convnext_tiny.no_such_tag", "DEFAULT")
+    with pytest.raises(WeightsError, match=r"a timm pretrained tag goes after a dot in the name: model='timm:resnet18.a1_in1k'"):
+        load_model("timm:resnet18", "a1_in1k")
 
 
 def test_without_timm_the_error_says_what_to_install(monkeypatch):

@@ -10,14 +10,16 @@ process that changes them (a notebook, a test) is followed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import WeightsError, arg, first_line
 
-__all__ = ["cache_folder", "offline", "fetch", "not_cached", "cached_repos"]
+__all__ = ["cache_folder", "offline", "quiet", "fetch", "not_cached", "cached_repos"]
 
 _TRUE = {"1", "on", "yes", "true"}
 
@@ -38,13 +40,32 @@ def offline() -> bool:
     return any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-def not_cached(label: str, repo_id: str, reason: str) -> WeightsError:
-    """The one-line error for weights that are neither cached nor downloadable."""
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep huggingface_hub's retry warnings ("Retrying in 2s [Retry 2/5]") off stderr for
+    the block: a failure is reported once, in hookviz's own line. The level is restored."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def not_cached(label: str, repo_id: str, reason: str, needs: str | None = None) -> WeightsError:
+    """The one-line error for files that are neither cached nor downloadable.
+
+    Args:
+        needs: what cannot be done without, when it is more than the weights.
+    """
+    alternatives = needs or (
+        f"or pass {arg('weights', 'PATH')} (a state_dict or .safetensors file) or {arg('weights', 'none')}"
+    )
     return WeightsError(
         f"{label}: {repo_id} is not in the Hugging Face cache ({cache_folder()}) {reason}; "
         f"fetch it where there is network (`hf download {repo_id}`) and copy that cache here "
-        f"(or point HF_HUB_CACHE at a copy), or pass {arg('weights', 'PATH')} (a state_dict or "
-        f".safetensors file) or {arg('weights', 'none')}"
+        f"(or point HF_HUB_CACHE at a copy), {alternatives}"
     )
 
 
@@ -70,7 +91,8 @@ def fetch(repo_id: str, filenames: Sequence[str], label: str, revision: str | No
         raise not_cached(label, repo_id, "and HF_HUB_OFFLINE is set")
     for filename in filenames:
         try:
-            return Path(hf_hub_download(repo_id, filename, cache_dir=folder, revision=revision))
+            with quiet():
+                return Path(hf_hub_download(repo_id, filename, cache_dir=folder, revision=revision))
         except LocalEntryNotFoundError as exc:  # the hub could not be reached
             raise not_cached(label, repo_id, f"and downloading failed ({first_line(exc)})") from None
         except EntryNotFoundError:

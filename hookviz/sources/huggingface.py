@@ -86,7 +86,7 @@ class HuggingFaceSource:
         if not repo:
             raise UnknownModelError(f"{arg('model', name)}: give a repository, such as hf:google/vit-base-patch16-224")
         kind = weights_kind(weights)
-        where = _Where(name, repo, arg("weights", "DEFAULT") if kind == "default" else arg("model", name))
+        where = _Where(name, repo, pretrained=kind == "default")
         config = where.config()
         if kind == "default":
             model = where.pretrained(seed)
@@ -102,10 +102,12 @@ class _Where:
     """Where an ``hf:`` model's files come from (a folder, or the hub through its cache),
     and the one-line errors when they cannot be had."""
 
-    def __init__(self, name: str, repo: str, label: str):
+    def __init__(self, name: str, repo: str, pretrained: bool):
         from .hub import cache_folder, offline
 
-        self.name, self.repo, self.label = name, repo, label
+        self.name, self.repo, self.pretrained_weights = name, repo, pretrained
+        # What a missing file is blamed on: the weights asked for, or the model (its config).
+        self.label = arg("weights", "DEFAULT") if pretrained else arg("model", name)
         self.folder = Path(repo).expanduser()
         if self.folder.is_dir():
             self.kwargs, self.origin = {}, f"folder {self.folder}"
@@ -122,14 +124,19 @@ class _Where:
                 "hookviz does not run; load it yourself and pass the module to hookviz.explain"
             )
         if self.kwargs:
-            return not_cached(self.label, self.repo, "and HF_HUB_OFFLINE is set" if offline() else f"and loading failed ({text})")
+            reason = "and HF_HUB_OFFLINE is set" if offline() else f"and loading failed ({text})"
+            needs = None if self.pretrained_weights else "as hookviz needs its config.json with any weights"
+            return not_cached(self.label, self.repo, reason, needs)
         return WeightsError(f"{self.label}: cannot load {self.folder} ({text})")
 
     def config(self):
         from transformers import AutoConfig, AutoModelForImageClassification
 
+        from .hub import quiet
+
         try:
-            config = AutoConfig.from_pretrained(str(self.repo), **self.kwargs)
+            with quiet():
+                config = AutoConfig.from_pretrained(str(self.repo), **self.kwargs)
         except (OSError, ValueError) as exc:
             raise self._fail(exc) from None
         if type(config) not in AutoModelForImageClassification._model_mapping:
@@ -143,8 +150,10 @@ class _Where:
         import torch
         from transformers import AutoModelForImageClassification
 
+        from .hub import quiet
+
         try:
-            with seeded(seed), weights_only_loads():
+            with seeded(seed), weights_only_loads(), quiet():
                 model = AutoModelForImageClassification.from_pretrained(str(self.repo), dtype=torch.float32, **self.kwargs)
             return model.float()  # a float16 checkpoint: gradients and CAMs are computed in float32
         except (OSError, ValueError, RuntimeError) as exc:
@@ -160,8 +169,11 @@ class _Where:
     def preprocessing(self) -> tuple[Preprocessing, tuple[str, ...]]:
         from transformers import AutoImageProcessor
 
+        from .hub import quiet
+
         try:
-            processor = AutoImageProcessor.from_pretrained(str(self.repo), **self.kwargs)
+            with quiet():
+                processor = AutoImageProcessor.from_pretrained(str(self.repo), **self.kwargs)
         except (OSError, ValueError, KeyError) as exc:
             return Preprocessing(), (f"{self.repo} has no usable image processor ({first_line(exc)}); ImageNet defaults used",)
         return hf_preprocessing(processor)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import pickle
+from pathlib import Path
 
 from ..errors import UnknownModelError, WeightsError, arg, did_you_mean, first_line, hint
 from ..images import INTERPOLATIONS, Preprocessing
@@ -85,6 +86,11 @@ class TimmSource:
             known = [PREFIX + n for n in timm.list_models()]
             raise UnknownModelError(f"{arg('model', name)}: timm has no such model{did_you_mean(name, known)}; {hint('list_models')}")
         kind = weights_kind(weights)
+        if kind == "other" and not Path(weights).exists() and not any(c in weights for c in "/\\."):
+            raise WeightsError(
+                f"{arg('weights', weights)}: not a file, nor DEFAULT or none; a timm pretrained tag goes "
+                f"after a dot in the name: {arg('model', f'{name}.{weights}')}"
+            )
         if kind == "default":
             model, label = _pretrained(timm, name, arch, seed)
         else:
