@@ -82,7 +82,7 @@ def test_without_timm_the_error_says_what_to_install(monkeypatch):
     assert str(error.value) == "model='timm:resnet18' needs timm: pip install 'hookviz[timm]'"
 
 
-def test_the_factory_source_never_claims_a_timm_name(monkeypatch):
+def test_the_factory_source_never_claims_a_timm_name():
     from hookviz.sources.factory import FactorySource
 
     assert not FactorySource().claims("timm:resnet18")

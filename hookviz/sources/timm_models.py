@@ -124,7 +124,7 @@ def _check_head(name: str, classes: int | None) -> None:
 def _pretrained(timm, name: str, arch: str, seed: int):
     """Build ``arch`` with the weights timm names for it, found (or fetched) by hookviz and
     handed to timm as a local file, so timm's own fix-ups (resampled position embeddings,
-    remapped keys) apply and nothing is loaded with pickle."""
+    remapped keys) apply, and every torch.load is weights_only."""
     from .hub import fetch
 
     label = arg("weights", "DEFAULT")
