@@ -39,7 +39,7 @@ ModelOption = Annotated[
     str,
     typer.Option(
         "--model", "-m",
-        help="torchvision model name (resnet50), built-in (efficientnet_lite0) or package.module:callable.",
+        help="torchvision model name (resnet50), built-in (efficientnet_lite0), timm:NAME, hf:ORG/NAME, or package.module:callable.",
     ),
 ]
 WeightsOption = Annotated[
@@ -354,7 +354,7 @@ def layers(
     weights: Annotated[str, typer.Option(help="Weights to load first; none is enough to list layers.")] = "none",
     filter: Annotated[Optional[str], typer.Option("--filter", help="Only paths containing this text or matching this glob.")] = None,
     type: Annotated[Optional[str], typer.Option("--type", help="Only modules of this class (Conv2d).")] = None,
-    crop: Annotated[int, typer.Option(help="Side of the dummy input image.")] = 224,
+    crop: Annotated[Optional[int], typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).")] = None,
     debug: DebugOption = False,
 ) -> None:
     """List every module path of MODEL with its type, output shape, parameters and calls.
@@ -373,10 +373,14 @@ def layers(
         from .models import load_model
         from .options import ModelOptions
 
-        if not 1 <= crop <= MAX_SIDE:
+        if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
         loaded = load_model(ModelOptions(model, weights))
-        rows = list_layers(loaded.module, (crop, crop))
+        if crop is not None:
+            size = (crop, crop)
+        else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)
+            size = loaded.input_size or (loaded.preprocessing.size, loaded.preprocessing.size)
+        rows = list_layers(loaded.module, size)
         if filter:
             rows = [r for r in rows if filter in r.path or fnmatch.fnmatchcase(r.path, filter)]
         if type:
@@ -400,28 +404,31 @@ def layers(
 @app.command()
 def models(
     filter: Annotated[Optional[str], typer.Option("--filter", help="Only names containing this text.")] = None,
+    search: Annotated[Optional[str], typer.Option("--search", help="Only names whose name or description holds every word of TEXT, in any case.")] = None,
 ) -> None:
-    """List the model names hookviz can load, by task: classifiers (built-in, then
-    torchvision's), segmentation models, detection models.
+    """List the model names hookviz can load, by task (classifiers, then segmentation, then
+    detection models) and source: built-in ones, torchvision's, timm's (when timm is
+    installed), the Hugging Face image classifiers in the local cache, and how to name your own.
+
+    Each source starts with a line beginning with '#'; the names follow, one a line.
 
     Example:
 
-        hookviz models --filter resnet
+        hookviz models --search "vit reg4"
     """
 
     def action():
-        from .models import list_models
+        from .models import list_sources
 
-        headings = {"classify": "classification", "segment": "segmentation", "detect": "detection"}
-        task = None
-        rows = list_models(filter)
-        if not rows:
+        listings = list_sources(filter, search)
+        if filter and not search and not any(listing.names for listing in listings):
             raise UsageError(f"--filter {filter}: no model name contains it; run `hookviz models` to see them all")
-        for row_task, _source, name, description in rows:
-            if row_task != task:
-                task = row_task
-                typer.echo(f"# {headings.get(task, task)}")
-            typer.echo(f"{name}  ({description})" if description else name)
+        for listing in listings:
+            count = f"{len(listing.names)} of {listing.total}" if (filter or search) else str(listing.total)
+            plural = "" if (len(listing.names) if (filter or search) else listing.total) == 1 else "s"
+            typer.echo(f"# {listing.source}: {listing.about}" + (f" [{count} name{plural}]" if listing.total else ""))
+            for name, description in listing.names:
+                typer.echo(f"{name}  ({description})" if description else name)
 
     _guard(False, action)
 

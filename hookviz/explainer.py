@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import UsageError, arg
 from .explaining import Explanation, SummaryOptions, explain_batch
+from .featuremaps import DeclaredLayout
 from .images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
 from .layers import LayerSpec, default_layer, resolve_layers
 from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions
@@ -34,6 +35,8 @@ class Explainer:
         target: what to explain.
         layer_choice: why hookviz chose the layer, when the caller named none.
         max_pixels: photos with more pixels than this are refused.
+        declared_layout: what the model declares about its tokens and channel order (the
+            loaded model's own word, else what ``geometry`` reads from the module).
     """
 
     model: LoadedModel
@@ -42,6 +45,7 @@ class Explainer:
     target: TargetOptions
     layer_choice: str | None = None
     max_pixels: int = InputOptions().max_pixels
+    declared_layout: DeclaredLayout | None = None
 
     @classmethod
     def create(
@@ -61,6 +65,7 @@ class Explainer:
         Raises:
             UsageError: a layer, target or input size the model cannot take.
         """
+        from .geometry import declared_layout
         from .models import input_channels
         from .tasks import get_task
         from .tasks.classify import parse_target
@@ -68,21 +73,22 @@ class Explainer:
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
-        if model.task == "auto":
-            model = replace(model, task=_recognised_task(model.module, processing))
+        if model.task == "auto":  # probed at the size asked for: some models take only that
+            model = replace(model, task=_recognised_task(model.module, inputs.apply(processing)))
         task = get_task(model.task)
         task.check(target)
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
+        declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         choice = None
         if layers.given:
             specs = resolve_layers(model.module, layers.layers, layers.layer_types)
         else:
             root = task.default_root(model.module)
-            spec, reason = default_layer(model.module, processing.trace_size, processing.channels, root=root)
+            spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)
             specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
-        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels)
+        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared)
 
     # -- what the pass reads
 

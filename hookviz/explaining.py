@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UsageError, arg
-from .featuremaps import as_feature_map
+from .featuremaps import DeclaredLayout, Layout, as_feature_map, layout_of
 from .images import PreparedImage, Preprocessing
 from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_sum, channel_tiles, histogram, tensor_stats
@@ -57,6 +57,8 @@ class LayerResult:
         cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
         topk_cams: one ``(class, map)`` pair per top class when ``topk`` > 1.
         notes: what the report should say about this layer (a channel selection cut short).
+        layout: how the output was read as a map (tokens on a grid, channels last), and
+            whether the model declared it or hookviz guessed; ``None`` without a spatial layout.
         input, output, grad_input, grad_output: the full arrays (batch dimension 1), kept
             unless the caller asked only for summaries.
     """
@@ -73,6 +75,7 @@ class LayerResult:
     topk_cams: tuple[tuple[ClassScore, np.ndarray], ...] = ()
     histograms: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    layout: Layout | None = None
     input: np.ndarray | None = None
     output: np.ndarray | None = None
     grad_input: np.ndarray | None = None
@@ -100,6 +103,8 @@ class Explanation:
         asked: the target options it was explained with (report.json keeps them).
         notes: what the report says about the image and the pass (first frame of an
             animation used, model explained in eval mode, ...).
+        declared_layout: what the model declares about its token and channel layout
+            (``None``: nothing, every layout was guessed).
     """
 
     image: PreparedImage
@@ -118,6 +123,7 @@ class Explanation:
     asked: dict = field(default_factory=dict, repr=False)
     layer_choice: str | None = None
     skipped_layers: tuple[str, ...] = ()
+    declared_layout: DeclaredLayout | None = None
 
     def __getitem__(self, name: str) -> LayerResult:
         for layer in self.layers:
@@ -218,7 +224,10 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
             grads_for[key] = [grad_output for _, grad_output in pairs]
         input_hw = tuple(tensors[0].shape[-2:])
-        layer_cams = [_layer_cams(explainer.cam, capture, grads_for, position, input_hw) for position, capture in enumerate(captures)]
+        declared = explainer.declared_layout
+        layer_cams = [
+            _layer_cams(explainer.cam, capture, grads_for, position, input_hw, declared) for position, capture in enumerate(captures)
+        ]
     notes = list(explainer.notes)
     if was_training:
         notes.append(TRAIN_MODE_NOTE)
@@ -241,8 +250,9 @@ def _skipped_note(skipped) -> str:
 def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw, summaries, notes) -> Explanation:
     prediction = plan.predictions[i]
     keys = [key for key, _ in plan.cams]
+    declared = explainer.declared_layout
     layers = tuple(
-        _layer_result(capture, i, cams, prediction, keys, input_hw, summaries)
+        _layer_result(capture, i, cams, prediction, keys, input_hw, summaries, declared)
         for capture, cams in zip(captures, layer_cams)
     )
     return Explanation(
@@ -261,10 +271,11 @@ def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw,
         prediction=prediction,
         asked=asdict(explainer.target),
         layer_choice=explainer.layer_choice,
+        declared_layout=declared,
     )
 
 
-def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: SummaryOptions) -> LayerResult:
+def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: SummaryOptions, declared) -> LayerResult:
     maps_by_key, reason, zero_grad = cams
     main = keys[0] if keys else None
     note = reason
@@ -273,13 +284,15 @@ def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: 
     elif maps_by_key and zero_grad[i]:
         note = (
             "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
-            " (for a transformer's last block, try the block's ln_1)"
+            " (for a transformer's last block, try the block's first norm: ln_1, norm1, layernorm_before)"
         )
     arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
     tiles, layer_notes = {}, []
     for which, wanted in (("output", True), ("grad_output", summaries.grad_tiles)):
         if wanted:
-            tiles[which], tile_note = channel_tiles(arrays[which], input_hw, summaries.channels, by_magnitude=which != "output")
+            tiles[which], tile_note = channel_tiles(
+                arrays[which], input_hw, summaries.channels, by_magnitude=which != "output", declared=declared
+            )
             if tile_note:
                 layer_notes.append(f"{capture.name}: {tile_note}")
     return LayerResult(
@@ -288,13 +301,14 @@ def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: 
         module_type=capture.module_type,
         shapes={k: (tuple(v.shape) if v is not None else None) for k, v in arrays.items()},
         stats={k: tensor_stats(v) for k, v in arrays.items()},
-        maps={k: channel_sum(v, input_hw) for k, v in arrays.items()},
+        maps={k: channel_sum(v, input_hw, declared) for k, v in arrays.items()},
         tiles=tiles,
         cam=maps_by_key[main][i].copy() if maps_by_key else None,
         cam_note=note,
         topk_cams=_each_cam(maps_by_key, prediction, keys, i),
         histograms={k: histogram(arrays[k]) for k in ("output", "grad_output")} if summaries.histograms else {},
         notes=tuple(dict.fromkeys(layer_notes)),
+        layout=layout_of(arrays["output"].shape, input_hw, declared) if arrays["output"] is not None else None,
         **(arrays if summaries.keep_tensors else {}),
     )
 
@@ -308,7 +322,7 @@ def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
     return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
 
 
-def _layer_cams(cam_fn, capture, grads_for: dict, position: int, input_hw):
+def _layer_cams(cam_fn, capture, grads_for: dict, position: int, input_hw, declared: DeclaredLayout | None = None):
     """One layer's CAMs for the whole batch.
 
     Returns:
@@ -317,18 +331,18 @@ def _layer_cams(cam_fn, capture, grads_for: dict, position: int, input_hw):
     """
     if cam_fn is None or not grads_for:
         return None, arg("cam", "none"), None
-    activation = as_feature_map(capture.output, input_hw)
+    activation = as_feature_map(capture.output, input_hw, declared)
     if activation is None:
         shape = "none" if capture.output is None else "x".join(map(str, (1, *capture.output.shape[1:])))
         return None, f"no CAM: output {shape} has no spatial layout", None
     main = next(iter(grads_for))
-    gradient = as_feature_map(grads_for[main][position], input_hw)
+    gradient = as_feature_map(grads_for[main][position], input_hw, declared)
     if gradient is None:
         return None, "no CAM: the target's logit does not depend on this layer", None
     blank = np.zeros((activation.shape[0], *activation.shape[2:]), dtype=np.float32)
     maps = {}
     for key, grads in grads_for.items():
-        grads = as_feature_map(grads[position], input_hw)
+        grads = as_feature_map(grads[position], input_hw, declared)
         maps[key] = cam_fn(activation.float(), grads.float()).detach().cpu().numpy() if grads is not None else blank
     zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().numpy()
     return maps, None, zero_grad

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ImageError, arg, display_path, first_line
+from .errors import ImageError, UsageError, arg, display_path, first_line
 from .options import DEFAULT_MAX_PIXELS
 
 __all__ = ["MODES", "Preprocessing", "LoadedImage", "PreparedImage", "load_image", "prepare", "IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT_RATIO"]
@@ -26,6 +26,13 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 #: A longer side more than this many times the shorter one is refused: "resize the shorter
 #: side to 256" would turn a 1x20000 strip into 256x5120000 pixels.
 MAX_ASPECT_RATIO = 50
+
+#: The resampling filters a model's transform may name, as PIL names them.
+INTERPOLATIONS = {
+    "nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX, "hamming": Image.Resampling.HAMMING,
+}
 
 IMAGE_SUFFIXES = frozenset(
     ext.lower() for ext, fmt in Image.registered_extensions().items()
@@ -46,6 +53,8 @@ class Preprocessing:
     The default, ``mode="crop"``, is torchvision's usual ImageNet evaluation transform (see
     ``MODES`` for the others). ``channels=1`` feeds a grayscale model the photo's luminance,
     normalised with the first of ``mean`` and ``std``.
+    ``interpolation`` is the resampling filter of every resize (``bilinear``, or ``bicubic``
+    as most timm weights expect).
     """
 
     resize: int = 256
@@ -54,6 +63,11 @@ class Preprocessing:
     std: tuple[float, float, float] = IMAGENET_STD
     mode: str = "crop"
     channels: int = 3
+    interpolation: str = "bilinear"
+
+    def __post_init__(self):
+        if self.interpolation not in INTERPOLATIONS:
+            raise UsageError(f"{arg('interpolation', self.interpolation)}: choose from {', '.join(INTERPOLATIONS)}")
 
     @property
     def crop(self) -> bool:
@@ -76,6 +90,7 @@ class Preprocessing:
             "resize": self.resize if self.mode in ("crop", "shorter") else None,
             "crop": self.size if self.mode == "crop" else None,
             "size": [self.size, self.size] if self.square else None,
+            "interpolation": self.interpolation,
             "mean": list(self.mean[: self.channels]),
             "std": list(self.std[: self.channels]),
             "channels": self.channels,
@@ -241,7 +256,7 @@ def _resized(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int) 
 
     mode = preprocessing.mode
     if mode == "whole":
-        return image.rgb.resize((preprocessing.size, preprocessing.size), Image.BILINEAR)
+        return image.rgb.resize((preprocessing.size, preprocessing.size), INTERPOLATIONS[preprocessing.interpolation])
     if mode == "original":
         return image.rgb
     width, height = image.rgb.size
@@ -252,5 +267,5 @@ def _resized(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int) 
             f"{image.label}: resizing its shorter side to {arg('resize', preprocessing.resize)} makes "
             f"{resized:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')}; choose a smaller resize"
         )
-    shorter = F.resize(image.rgb, preprocessing.resize)
+    shorter = F.resize(image.rgb, preprocessing.resize, F.InterpolationMode(preprocessing.interpolation))
     return F.center_crop(shorter, preprocessing.size) if mode == "crop" else shorter

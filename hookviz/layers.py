@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import UnknownLayerError, UsageError, arg, describe, did_you_mean, hint
+from .featuremaps import DeclaredLayout
 from .hooks import HookSet
 
 __all__ = [
@@ -236,23 +237,31 @@ def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerIn
 
 SPATIAL_REASON = "the last layer with a spatial feature map"
 BACKBONE_REASON = "the backbone's last feature map"
-TRANSFORMER_REASON = (
-    "the first norm of the last transformer block, as pytorch-grad-cam recommends: after the last "
-    "block no patch token reaches the class token, so later layers' CAMs are empty"
+TOKEN_GRID_REASON = "the last layer with a spatial feature map (here a grid of patch tokens)"
+TRANSFORMER_REASON = "the first norm of the last transformer block, as pytorch-grad-cam recommends"
+CLASS_TOKEN_REASON = (
+    TRANSFORMER_REASON + ": when the head reads the class token, no patch token reaches it after the last block, "
+    "so later layers' CAMs are empty"
 )
 _TOKEN_NORM = re.compile(r"(layer|rms)_?norm", re.IGNORECASE)
 
 
 def default_layer(
-    model, input_size: tuple[int, int] = (224, 224), channels: int = 3, root: str | None = None
+    model, input_size: tuple[int, int] = (224, 224), channels: int = 3, declared: DeclaredLayout | None = None,
+    root: str | None = None,
 ) -> tuple[LayerSpec, str]:
     """The usual CAM layer, and why it was chosen.
 
     For a transformer (a block that begins with a LayerNorm over patch tokens: ViT, DeiT,
     Swin, BEiT, EVA) it is the last such block's first norm. Otherwise it is the last module,
-    in the order calls finish, whose output is a 4-D map with more than one pixel
-    (resnet50: ``layer4``). With a ``root`` (a detector's ``backbone.body``), only modules
-    inside it are considered: the backbone's last feature map.
+    in the order calls finish, whose output for one image is a 4-D map with more than one
+    pixel (resnet50: ``layer4``) or a grid of patch tokens (LeViT's last stage).
+
+    Args:
+        declared: what the model declares about its tokens (``geometry.declared_layout``);
+            token grids it does not cover are recognised by their count.
+        root: only modules inside it are considered (a detector's ``backbone.body``): the
+            backbone's last feature map.
 
     Raises:
         UnknownLayerError: no module outputs a spatial map or a token grid; name a layer.
@@ -261,10 +270,12 @@ def default_layer(
     if root is not None:
         inside = lambda path: path.startswith(root + ".")  # noqa: E731
         traced = _Trace(traced.shapes, [p for p in traced.order if inside(p)], [p for p in traced.starts if inside(p)])
-    found = _last_block_first_norm(model, traced, input_size)
-    reason = TRANSFORMER_REASON
+    found = _last_block_first_norm(model, traced, input_size, declared)
+    reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], input_size, declared)
     if found is None:
-        found, reason = _last_spatial_map(traced), SPATIAL_REASON if root is None else BACKBONE_REASON
+        found, reason = _last_spatial_map(traced, input_size, declared)
+        if found is not None and root is not None:
+            reason = BACKBONE_REASON
     if found is None:
         raise UnknownLayerError(f"no module outputs a 4-D feature map; pass {arg('layers')} ({hint('list_layers')})")
     path, call = found
@@ -276,38 +287,61 @@ def default_layer(
     return spec, reason
 
 
-def _last_spatial_map(traced: _Trace) -> tuple[str, int] | None:
+def _why_transformer(shape, input_size, declared) -> str:
+    """The reason for a block's first norm: the class token's, when there is one."""
+    from .featuremaps import layout_of
+
+    layout = layout_of(shape, input_size, declared)
+    return CLASS_TOKEN_REASON if layout is not None and layout.prefix else TRANSFORMER_REASON
+
+
+def _last_spatial_map(traced: _Trace, input_size, declared) -> tuple[tuple[str, int] | None, str]:
+    """The last call (in finish order) whose output is a map of one image, and the reason to give."""
+    from .featuremaps import layout_of
+
     seen: dict[str, int] = {}
-    best = None
+    best, reason = None, SPATIAL_REASON
     for path in traced.order:
         call = seen.get(path, 0)
         seen[path] = call + 1
         shape = traced.shapes[path][call]
-        if shape is not None and len(shape) == 4 and shape[0] == 1 and shape[2] * shape[3] > 1:
-            best = (path, call)
-    return best
+        if shape is None or shape[0] != 1:  # a batch of windows (Swin, MaxViT) is not the image's map
+            continue
+        if len(shape) == 4 and shape[2] * shape[3] > 1:
+            best, reason = (path, call), SPATIAL_REASON
+        elif len(shape) == 3:
+            layout = layout_of(shape, input_size, declared)
+            if layout is not None and layout.grid[0] * layout.grid[1] > 1:
+                best, reason = (path, call), TOKEN_GRID_REASON
+    return best, reason
 
 
-def _last_block_first_norm(model, traced: _Trace, input_size) -> tuple[str, int] | None:
-    """The last norm over patch tokens that is the first thing its block calls."""
+def _last_block_first_norm(model, traced: _Trace, input_size, declared) -> tuple[str, int] | None:
+    """The last norm over the image's patch tokens that its block calls before any other
+    child of the block puts out those tokens: ViT's ``norm1``, and TNT's, which its block
+    calls after the norms of its inner pixel tokens (a batch of their own). A stage's
+    closing norm (PVT's ``stages.3.norm``) comes after its blocks' tokens, and is not one."""
     from .featuremaps import token_layout
 
     modules = dict(model.named_modules())
+    calls: dict[str, int] = {}
+    began: dict[str, int] = {}  # path -> where its latest call began
+    spoken: dict[str, int] = {}  # parent -> the call (by where it began) in which a child put out the tokens
     best = None
     for position, path in enumerate(traced.starts):
-        if "." not in path or not _TOKEN_NORM.search(type(modules[path]).__name__):
+        call = calls.get(path, 0)
+        calls[path], began[path] = call + 1, position
+        parent = path.rsplit(".", 1)[0] if "." in path else None
+        if parent is None or parent not in began:
             continue
-        shape = traced.shapes.get(path, [None])[-1]
-        if shape is None or shape[0] != 1 or token_layout(shape, input_size) is None:
+        shapes = traced.shapes.get(path) or [None]
+        shape = shapes[min(call, len(shapes) - 1)]
+        # One image's tokens: a batch of windows or of inner pixel tokens is not the image's grid.
+        if shape is None or shape[0] != 1 or token_layout(shape, input_size, declared) is None:
             continue
-        parent = path.rsplit(".", 1)[0]
-        # The calls between the parent's start and this norm's: none may be another child of the parent.
-        begin = max((i for i in range(position) if traced.starts[i] == parent), default=None)
-        if begin is None:
-            continue
-        between = traced.starts[begin + 1 : position]
-        if not any(p.rsplit(".", 1)[0] == parent for p in between if "." in p):
-            best = (path, traced.starts[:position].count(path))
+        if spoken.get(parent) != began[parent] and _TOKEN_NORM.search(type(modules[path]).__name__):
+            best = (path, call)
+        spoken[parent] = began[parent]
     return best
 
 

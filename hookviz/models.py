@@ -1,21 +1,25 @@
 """Models: load one by name, from whichever source claims the name.
 
 The sources live in ``hookviz.sources``, one module each (torchvision's classifiers,
-hookviz's built-in models, ``package.module:callable`` factories); this module asks
-them in order and returns a ``LoadedModel``. Loading never changes the caller's process:
+hookviz's built-in models, timm's models as ``timm:NAME``, Hugging Face classifiers as
+``hf:ORG/NAME``, ``package.module:callable`` factories); this module asks them in order
+and returns a ``LoadedModel``. Loading never changes the caller's process:
 random initialisation uses a forked random stream, and ``sys.path`` and environment
 variables are put back as they were.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .errors import UnknownModelError, arg, did_you_mean, hint
 from .options import ModelOptions
 from .sources.base import LoadedModel
 
-__all__ = ["LoadedModel", "load_model", "list_models", "input_channels"]
+__all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels"]
+
+#: The order ``hookviz models`` shows the sources in; any other follows.
+_LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "factory")
 
 
 def _sources():
@@ -28,8 +32,9 @@ def load_model(model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 
     """Build ``model`` and load ``weights`` into it; return it in eval mode.
 
     Args:
-        model: torchvision model name, built-in name, or ``package.module:callable``
-            (or a whole ``ModelOptions``, whose weights and seed are then used).
+        model: torchvision model name, built-in name, ``timm:NAME``, ``hf:ORG/NAME``, or
+            ``package.module:callable`` (or a whole ``ModelOptions``, whose weights and
+            seed are then used).
         weights: ``DEFAULT`` (pretrained), ``none`` (random init seeded with ``seed``),
             a torchvision weights name (``IMAGENET1K_V1``), or a path to a state_dict
             (``torch.save`` file or ``.safetensors``).
@@ -52,20 +57,67 @@ def load_model(model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 
     )
 
 
+@dataclass(frozen=True)
+class SourceListing:
+    """One source's part of ``hookviz models``.
+
+    Attributes:
+        source: the source's name (``timm``).
+        about: what it offers, or what to install for it.
+        names: ``(name, description)`` of the names that matched.
+        total: how many names the source lists before matching.
+        task: what these models do: a source with models of several tasks (torchvision's
+            classifiers, segmenters, detectors) gives one listing per task.
+    """
+
+    source: str
+    about: str
+    names: tuple[tuple[str, str], ...]
+    total: int
+    task: str = "classify"
+
+
+def _matches(name: str, description: str, filter: str | None, search: str | None) -> bool:
+    if filter and filter not in name:
+        return False
+    if search:
+        text = f"{name} {description}".lower()
+        return all(word in text for word in search.lower().split())
+    return True
+
+
 TASK_ORDER = ("classify", "segment", "detect")
+TASK_WORDS = {"classify": "classification", "segment": "segmentation", "detect": "detection"}
 
 
-def list_models(filter: str | None = None) -> list[tuple[str, str, str, str]]:
-    """Every name a source lists, as ``(task, source, name, description)``: grouped by task
-    (classifiers, segmentation, detection), built-in models first within a task."""
-    rows = []
-    for source in sorted(_sources(), key=lambda s: (s.name != "built-in", s.priority)):
+def list_sources(filter: str | None = None, search: str | None = None) -> list[SourceListing]:
+    """Every source, grouped by task (classifiers, then segmentation, then detection models)
+    and in ``hookviz models`` order within a task, with the names that match.
+
+    Args:
+        filter: keep names containing this text (case-sensitive).
+        search: keep names whose name or description holds every word of this text, in any case.
+    """
+    listings = []
+    order = {name: i for i, name in enumerate(_LISTING_ORDER)}
+    for source in sorted(_sources(), key=lambda s: (order.get(s.name, len(order)), s.priority)):
         task_of = getattr(source, "task_of", lambda name: "classify")
+        by_task: dict[str, list[tuple[str, str]]] = {}
         for name in source.names():
-            if not filter or filter in name:
-                rows.append((task_of(name), source.name, name, source.describe(name)))
+            by_task.setdefault(task_of(name), []).append((name, source.describe(name)))
+        for task, described in (by_task or {"classify": []}).items():
+            kept = tuple((n, d) for n, d in described if _matches(n, d, filter, search))
+            title = source.name if len(by_task) <= 1 else f"{source.name} {TASK_WORDS.get(task, task)}"
+            listings.append(SourceListing(title, source.about(), kept, len(described), task))
     rank = {task: i for i, task in enumerate(TASK_ORDER)}
-    return sorted(rows, key=lambda row: rank.get(row[0], len(rank)))  # stable: sources keep their order
+    return sorted(listings, key=lambda listing: rank.get(listing.task, 0))  # stable: sources keep their order
+
+
+def list_models(filter: str | None = None, search: str | None = None) -> list[tuple[str, str, str]]:
+    """Every name a source lists, as ``(source, name, description)``, sources in order
+    (``filter`` and ``search`` as for ``list_sources``)."""
+    return [(listing.source, name, description) for listing in list_sources(filter, search)
+            for name, description in listing.names]
 
 
 def input_channels(module) -> int:

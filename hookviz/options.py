@@ -63,7 +63,8 @@ class ModelOptions:
     """Which model to load, with which weights, on which device.
 
     Attributes:
-        name: a torchvision model name, a built-in one, or ``package.module:callable``.
+        name: a torchvision model name, a built-in one, ``timm:NAME``, ``hf:ORG/NAME``, or
+            ``package.module:callable``.
         weights: ``DEFAULT``, ``none`` (random init seeded by ``seed``), a torchvision weights
             name, or a state_dict file.
         seed: seeds random initialisation, without touching the caller's random stream.

@@ -190,6 +190,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
             "module_type": layer.module_type,
             "shapes": {k: (list(v) if v is not None else None) for k, v in layer.shapes.items()},
             "stats": layer.stats,
+            "layout": layer.layout.to_json() if layer.layout is not None else None,
             "pictures": pictures_by_layer.get(layer.name, {}),
         }
         if layer.cam is not None:
@@ -217,6 +218,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "prediction": explanation.prediction.details if explanation.prediction is not None else {},
         "logits": {"count": int(np.size(explanation.logits)), "nonfinite": logits_nonfinite},
         "layer_choice": explanation.layer_choice,
+        "declared_layout": explanation.declared_layout.to_json() if explanation.declared_layout is not None else None,
         "layers": layers,
         "skipped_layers": list(explanation.skipped_layers),
         "asked": {

@@ -296,7 +296,8 @@ def _how(shape, values) -> str:
         return "per feature"
     if shape is not None and len(shape) == 3:
         rows, cols = values.shape
-        dropped = ", first token dropped" if shape[1] == rows * cols + 1 else ""
+        prefix = shape[1] - rows * cols  # class, distillation and register tokens
+        dropped = "" if prefix < 1 else ", first token dropped" if prefix == 1 else f", first {prefix} tokens dropped"
         return f"summed over channels\ntokens as a {rows}x{cols} grid{dropped}"
     return "summed over channels"
 
@@ -316,7 +317,10 @@ def _tiles_for(explanation, layer, which: str, channels):
     full = layer.output if which == "output" else layer.grad_output
     if channels is not None and full is not None:
         selection = ChannelSelection.parse(channels)
-        tiles, _ = channel_tiles(full, explanation.image.tensor.shape[-2:], selection, by_magnitude=which != "output")
+        tiles, _ = channel_tiles(
+            full, explanation.image.tensor.shape[-2:], selection, by_magnitude=which != "output",
+            declared=explanation.declared_layout,
+        )
     return tiles
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import arg
-from .featuremaps import as_feature_map
+from .featuremaps import DeclaredLayout, as_feature_map
 from .options import MAX_TILES, ChannelSelection
 
 __all__ = ["TENSOR_KEYS", "ChannelTiles", "tensor_stats", "channel_sum", "select_channels", "channel_tiles", "histogram"]
@@ -50,12 +50,13 @@ def tensor_stats(array: np.ndarray | None) -> dict | None:
     return stats
 
 
-def channel_sum(array: np.ndarray | None, input_hw: Sequence[int]) -> np.ndarray | None:
+def channel_sum(array: np.ndarray | None, input_hw: Sequence[int], declared: DeclaredLayout | None = None) -> np.ndarray | None:
     """A tensor's channels summed into one 2-D map, as the usual hook snippets plot it
-    (a 1-D vector for outputs with no spatial layout)."""
+    (a 1-D vector for outputs with no spatial layout). ``declared``: what the model
+    declares about its layout (see ``featuremaps``)."""
     if array is None:
         return None
-    spatial = as_feature_map(array, tuple(input_hw))
+    spatial = as_feature_map(array, tuple(input_hw), declared)
     if spatial is not None:
         return np.asarray(spatial[0], dtype=np.float32).sum(axis=0)
     flat = np.asarray(array[0], dtype=np.float32)
@@ -90,7 +91,8 @@ def select_channels(maps: np.ndarray, selection: ChannelSelection) -> tuple[list
 
 
 def channel_tiles(
-    array: np.ndarray | None, input_hw: Sequence[int], selection: ChannelSelection, by_magnitude: bool = False
+    array: np.ndarray | None, input_hw: Sequence[int], selection: ChannelSelection, by_magnitude: bool = False,
+    declared: DeclaredLayout | None = None,
 ) -> tuple[ChannelTiles | None, str | None]:
     """The tiles of a channel grid (``None`` when the tensor has no spatial layout or no
     channel was selected), and a note when the selection was cut or empty.
@@ -99,7 +101,7 @@ def channel_tiles(
     """
     if array is None:
         return None, None
-    spatial = as_feature_map(array, tuple(input_hw))
+    spatial = as_feature_map(array, tuple(input_hw), declared)
     if spatial is None:
         return None, None
     maps = np.asarray(spatial[0], dtype=np.float32)

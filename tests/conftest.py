@@ -122,6 +122,30 @@ def slow_net() -> nn.Module:
     return SlowTinyNet()
 
 
+def hub_snapshot(cache: Path, repo_id: str) -> Path:
+    """A folder laid out as huggingface_hub caches ``repo_id`` at its main revision: files a
+    test writes there are "in the Hugging Face cache", with no network ever involved."""
+    import hashlib
+
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    commit = hashlib.sha1(repo_id.encode()).hexdigest()
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    return snapshot
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch) -> Path:
+    """An empty Hugging Face cache of the test's own, with the hub switched off."""
+    cache = tmp_path / "hf-hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
 class EmbeddingAndLogits(TinyNet):
     """Returns (a 32-wide embedding, 10 logits), as metric-learning models do."""
 

@@ -321,7 +321,7 @@ def test_from_list_reads_stdin_and_preprocessing_options_apply(cli, photo, tmp_p
     assert result.exit_code == 0, result.output
     report = json.loads((out / "photo" / "report.json").read_text())
     assert report["preprocessing"] == {"mode": "crop", "resize": 180, "crop": 160, "size": [160, 160],
-                                       "mean": [0.5] * 3, "std": [0.5] * 3, "channels": 3}
+                                       "interpolation": "bilinear", "mean": [0.5] * 3, "std": [0.5] * 3, "channels": 3}
     assert report["layers"][0]["shapes"]["input"] == [1, 4, 160, 160]
     result = invoke(cli, "run", photo, *TINY, "--crop", "300", "--out", out)
     assert result.exit_code == 2 and "--crop 300 is larger than --resize" in result.stderr

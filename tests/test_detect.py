@@ -139,8 +139,10 @@ def test_a_factory_model_is_recognised_from_its_output(tmp_path):
 def test_models_lists_every_task_and_layers_works_for_each(tmp_path):
     runner = CliRunner()
     listing = runner.invoke(app, ["models"]).stdout.splitlines()
-    segmentation = listing[listing.index("# segmentation") + 1 : listing.index("# detection")]
-    detection = listing[listing.index("# detection") + 1 :]
+    heading = {line.split(":")[0]: i for i, line in enumerate(listing) if line.startswith("#")}
+    assert list(heading).index("# torchvision segmentation") > list(heading).index("# factory")  # grouped by task
+    segmentation = listing[heading["# torchvision segmentation"] + 1 : heading["# torchvision detection"]]
+    detection = listing[heading["# torchvision detection"] + 1 :]
     assert len(segmentation) == 6 and len(detection) == 12
     for name in segmentation + detection:
         result = runner.invoke(app, ["layers", "--model", name, "--crop", "64"])

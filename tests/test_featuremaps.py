@@ -26,3 +26,62 @@ def test_class_token_is_dropped_and_values_land_on_the_grid():
     assert grid[0, 0, 0, 0] == tokens[0, 1, 0]  # the first patch, not the class token
     assert grid[0, 1, 0, 1] == tokens[0, 2, 1]
     assert grid[0, 0, 1, 0] == tokens[0, 15, 0]
+
+
+# ----------------------------------------------------------------------------- declared layouts
+
+from hookviz.featuremaps import DeclaredLayout, Layout, layout_of  # noqa: E402
+
+REG4 = DeclaredLayout(prefix=4, patch=(16, 16), strides=(16,), origin="timm: num_prefix_tokens=4")
+DISTILLED = DeclaredLayout(prefix=2, patch=(16, 16), strides=(16,))
+
+
+def test_register_tokens_are_dropped_as_declared_where_counting_fails():
+    tokens = torch.arange(260 * 3, dtype=torch.float32).reshape(1, 260, 3)  # 4 registers + 16x16 patches
+    assert layout_of(tokens.shape, (256, 256)) is None  # 260 or 259 tokens: no grid fits the count
+    assert layout_of(tokens.shape, (256, 256), REG4) == Layout("tokens", 4, (16, 16), declared=True)
+    grid = as_feature_map(tokens, (256, 256), REG4)
+    assert grid.shape == (1, 3, 16, 16)
+    assert torch.equal(grid[0, :, 0, 0], tokens[0, 4])  # the first patch, not a register
+    assert torch.equal(grid[0, :, 1, 0], tokens[0, 4 + 16])
+
+
+def test_distillation_token_is_dropped_too():
+    assert layout_of((1, 198, 192), (224, 224)) is None
+    assert layout_of((1, 198, 192), (224, 224), DISTILLED) == Layout("tokens", 2, (14, 14), declared=True)
+    # The patch embedding's own output holds the patch tokens alone.
+    assert layout_of((1, 196, 192), (224, 224), DISTILLED) == Layout("tokens", 0, (14, 14), declared=True)
+
+
+def test_a_class_token_model_gets_the_same_layout_declared_or_guessed():
+    vit = DeclaredLayout(prefix=1, patch=(16, 16))
+    guessed, declared = layout_of((1, 197, 8), (224, 224)), layout_of((1, 197, 8), (224, 224), vit)
+    assert (guessed.kind, guessed.prefix, guessed.grid) == (declared.kind, declared.prefix, declared.grid)
+    assert guessed.to_json()["basis"] == "guessed" and declared.to_json()["basis"] == "declared"
+
+
+def test_the_patch_grid_follows_the_input_and_rounds_up_when_the_model_pads():
+    dynamic = DeclaredLayout(prefix=1, patch=(16, 16))
+    assert dynamic.patch_grid((96, 64)) == (6, 4)
+    assert layout_of((1, 25, 8), (96, 64), dynamic) == Layout("tokens", 1, (6, 4), declared=True)
+    padded = DeclaredLayout(prefix=1, patch=(16, 16), pad=True)
+    assert padded.patch_grid((200, 200)) == (13, 13)
+    assert layout_of((1, 170, 8), (200, 200), padded).grid == (13, 13)
+
+
+def test_strides_tell_channels_last_from_channels_first():
+    convnext = DeclaredLayout(strides=(4, 8, 16, 32))
+    assert layout_of((1, 2, 2, 320), (64, 64), convnext) == Layout("nhwc", declared=True)
+    assert layout_of((1, 320, 2, 2), (64, 64), convnext) == Layout("nchw", declared=True)
+    # 16 channels on a 16x16 map: both readings fit the strides; only a declared format decides.
+    assert layout_of((1, 16, 16, 16), (64, 64), convnext) == Layout("nchw")
+    swin = DeclaredLayout(strides=(4, 8, 16, 32), channels_last=True)
+    assert layout_of((1, 16, 16, 16), (64, 64), swin) == Layout("nhwc", declared=True)
+
+
+def test_what_the_declaration_does_not_cover_is_guessed():
+    swin = DeclaredLayout(patch=(4, 4), strides=(4, 8, 16, 32), channels_last=True)
+    windows = layout_of((16, 49, 96), (224, 224), swin)  # window attention: 16 windows of 7x7
+    assert windows == Layout("tokens", 0, (7, 7)) and not windows.declared
+    assert layout_of((1, 3, 224, 224), (224, 224), swin) == Layout("nchw")  # the image itself
+    assert layout_of((1, 1000), (224, 224), swin) is None

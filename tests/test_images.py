@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -173,3 +174,18 @@ def test_parse_triple():
     assert parse_triple("0.5", "mean") == (0.5, 0.5, 0.5)
     with pytest.raises(UsageError, match="std='1,0'"):
         parse_triple("1,0", "std")
+
+
+def test_preprocessing_resizes_with_the_interpolation_it_names(cat):
+    bicubic = transforms.Compose(
+        [transforms.Resize(160, interpolation=transforms.InterpolationMode.BICUBIC), transforms.CenterCrop(144),
+         transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.5] * 3)]
+    )
+    expected = bicubic(Image.open(cat).convert("RGB"))
+    processing = Preprocessing(resize=160, size=144, mean=(0.5,) * 3, std=(0.5,) * 3, interpolation="bicubic")
+    prepared = prepare(load_image(cat), processing)
+    torch.testing.assert_close(prepared.tensor, expected, atol=1e-6, rtol=0)
+    assert not torch.allclose(prepare(load_image(cat), replace(processing, interpolation="bilinear")).tensor, expected)
+    assert processing.to_json()["interpolation"] == "bicubic"
+    with pytest.raises(UsageError, match="interpolation='cubic'"):
+        Preprocessing(interpolation="cubic")

@@ -273,6 +273,16 @@ def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, laye
     assert np.abs(a - b).max() == 0
 
 
+def test_a_token_panel_says_how_many_prefix_tokens_it_dropped():
+    import numpy as np
+
+    from hookviz.rendering import _how
+
+    assert _how((1, 197, 8), np.zeros((14, 14))).endswith("tokens as a 14x14 grid, first token dropped")
+    assert _how((1, 260, 8), np.zeros((16, 16))).endswith("tokens as a 16x16 grid, first 4 tokens dropped")
+    assert _how((1, 49, 8), np.zeros((7, 7))).endswith("tokens as a 7x7 grid")
+
+
 def test_constant_tiles_are_labelled_with_their_value_not_drawn_as_a_range():
     """Before a global average pool every gradient tile is flat: drawn on its own scale it
     fills with one full colour, so its label must say it is constant."""

@@ -4,6 +4,6 @@ Importing this package registers every source, in the order they are asked.
 """
 
 from .base import SOURCES, LoadedModel, ModelSource, register_source
-from . import factory, builtin, torchvision_models  # noqa: F401  (each registers its source)
+from . import factory, builtin, torchvision_models, timm_models, huggingface  # noqa: F401  (each registers its source)
 
 __all__ = ["SOURCES", "LoadedModel", "ModelSource", "register_source"]

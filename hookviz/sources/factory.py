@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from ..errors import UnknownModelError, arg, describe
 from ..images import Preprocessing
-from .base import LoadedModel, load_weights_file, register_source, reset_parameters, seeded, weights_kind
+from .base import LoadedModel, load_weights_file, prefixes, register_source, reset_parameters, seeded, weights_kind
 
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -38,8 +38,14 @@ def _current_folder_importable() -> Iterator[None]:
 class FactorySource:
     name = "factory"
     priority = 50  # after the prefixed sources (timm:, hf:), before bare names
+    prefix = None
+
+    def about(self) -> str:
+        return "your own model: --model package.module:callable (a function that returns an nn.Module)"
 
     def claims(self, name: str) -> bool:
+        if name.startswith(prefixes()):  # timm:convnext_tiny is timm's, never "import timm"
+            return False
         return bool(_FACTORY.match(name)) and not os.path.exists(name)
 
     def names(self) -> list[str]:

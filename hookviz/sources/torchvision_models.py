@@ -14,16 +14,14 @@ network and no file it fails in one line that says where to put the file. Every 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
-import threading
 from pathlib import Path
 
 from ..errors import WeightsError, arg, first_line
 from ..images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from ..lazy_dynamo import import_torchvision
-from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
+from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind, weights_only_loads
 
 
 def _models():
@@ -60,6 +58,10 @@ def _required_input_size(model) -> tuple[int, int] | None:
 class TorchvisionSource:
     name = "torchvision"
     priority = 90
+    prefix = None
+
+    def about(self) -> str:
+        return "--model NAME; DEFAULT weights from the torch hub cache"
 
     def claims(self, name: str) -> bool:
         return name in torchvision_names()
@@ -121,9 +123,9 @@ def _has_aux_head(path: str) -> bool:
 
 
 def _pretrained(name: str, weights: str, entry):
-    cached = ensure_cached(name, entry, weights)
+    cached = ensure_cached(name, entry.url, weights)
     try:
-        with _weights_only_loads():
+        with weights_only_loads():
             return _models().get_model(name, weights=entry)
     except pickle.UnpicklingError:
         raise WeightsError(
@@ -151,36 +153,15 @@ def preprocessing_of(entry, task: str = "classify") -> Preprocessing:
     try:
         resize = int(transform.resize_size[0])
         size = int(transform.crop_size[0])
-        return Preprocessing(resize=resize, size=size, mean=tuple(transform.mean), std=tuple(transform.std))
+        interpolation = getattr(transform.interpolation, "value", "bilinear")  # efficientnet's weights resize bicubic
+        return Preprocessing(
+            resize=resize, size=size, mean=tuple(transform.mean), std=tuple(transform.std), interpolation=interpolation
+        )
     except (AttributeError, IndexError, TypeError):
         return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
 
 
-_FORCE_WEIGHTS_ONLY = threading.Lock()
-
-
-@contextlib.contextmanager
-def _weights_only_loads():
-    """Make every ``torch.load`` in the block use ``weights_only=True``.
-
-    torchvision's builders load pretrained weights through ``torch.hub.load_state_dict_from_url``,
-    which passes ``weights_only=False``; PyTorch's documented ``TORCH_FORCE_WEIGHTS_ONLY_LOAD``
-    overrides that, so hookviz can keep using torchvision's own loading (and its per-model
-    fix-ups) without ever unpickling code. The variable is restored when the block ends.
-    """
-    with _FORCE_WEIGHTS_ONLY:
-        previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
-        os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-        try:
-            yield
-        finally:
-            if previous is None:
-                del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
-            else:
-                os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous
-
-
-def ensure_cached(name: str, entry, weights: str = "DEFAULT") -> Path:
+def ensure_cached(name: str, url: str, weights: str = "DEFAULT") -> Path:
     """Download the weights into the torch hub cache unless they are there already.
 
     Returns:
@@ -191,19 +172,19 @@ def ensure_cached(name: str, entry, weights: str = "DEFAULT") -> Path:
     """
     import torch.hub
 
-    target = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(entry.url)
+    target = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
     if target.exists():
         return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         match = torch.hub.HASH_REGEX.search(target.name)
         torch.hub.download_url_to_file(
-            entry.url, str(target), hash_prefix=match.group(1) if match else None, progress=False
+            url, str(target), hash_prefix=match.group(1) if match else None, progress=False
         )
     except Exception as exc:  # urllib raises many kinds; each means "no file"
         raise WeightsError(
             f"{arg('weights', weights)}: {name}'s pretrained weights are not in the torch hub cache and "
-            f"downloading them failed ({first_line(exc)}); fetch {entry.url} elsewhere and "
+            f"downloading them failed ({first_line(exc)}); fetch {url} elsewhere and "
             f"copy it to {target}, or pass {arg('weights', 'PATH')} (a local state_dict) or {arg('weights', 'none')}"
         ) from None
     return target

@@ -17,7 +17,8 @@ __all__ = ["Classify", "logits_of", "parse_target"]
 
 
 def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
-    """``top1`` -> None; an index -> int; a class name -> its index.
+    """``top1`` -> None; an index -> int; a class name (or one of the comma-separated
+    synonyms a name lists) -> its index.
 
     Raises:
         TargetError: unknown name (with suggestions) or an index outside the categories.
@@ -37,6 +38,10 @@ def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
     wanted = _normal(text)
     for index, name in enumerate(categories):
         if _normal(name) == wanted:
+            return index
+    # Hugging Face's ImageNet labels list synonyms ("tabby, tabby cat"): any one of them names the class.
+    for index, name in enumerate(categories):
+        if wanted in (_normal(part) for part in name.split(",")):
             return index
     raise TargetError(f"{arg('target', text)}: not a class name of this model{did_you_mean(text, categories)}")
 

@@ -1,0 +1,176 @@
+"""Hugging Face transformers classifiers as ``hf:ORG/NAME``: tiny models built from configs,
+saved into a hub cache the test lays out itself; the hub is switched off throughout."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from hookviz import InputOptions, explain
+from hookviz.cli import app
+from hookviz.errors import UnknownModelError, WeightsError
+from hookviz.models import load_model
+
+from .conftest import SAMPLES, hub_snapshot
+
+transformers = pytest.importorskip("transformers")
+
+REPO = "hookviz-test/tiny-vit"
+LABELS = {0: "cat", 1: "dog", 2: "tabby, tabby cat"}
+
+
+def _tiny_vit():
+    config = transformers.ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, num_labels=3, id2label=LABELS, label2id={v: k for k, v in LABELS.items()},
+    )
+    torch.manual_seed(0)
+    return transformers.ViTForImageClassification(config).eval()
+
+
+def _save(folder, model, processor=None):
+    model.save_pretrained(folder)
+    (processor or transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3, image_std=[0.5] * 3)).save_pretrained(folder)
+
+
+@pytest.fixture
+def cached_vit(hub_cache):
+    model = _tiny_vit()
+    _save(hub_snapshot(hub_cache, REPO), model)
+    return model
+
+
+def test_default_weights_come_from_the_hub_cache(cached_vit, hub_cache):
+    loaded = load_model(f"hf:{REPO}")
+    for name, value in cached_vit.state_dict().items():
+        assert torch.equal(loaded.module.state_dict()[name], value), name
+    assert loaded.weights == f"DEFAULT ({REPO}, Hugging Face cache)"
+    assert loaded.categories == ("cat", "dog", "tabby, tabby cat")
+    processing = loaded.preprocessing
+    assert (processing.size, processing.crop, processing.mean, processing.interpolation) == (32, False, (0.5,) * 3, "bilinear")
+    assert not loaded.module.training and loaded.module.dtype == torch.float32
+
+
+def test_none_is_built_from_the_config_seeded_without_moving_the_callers_stream(cached_vit):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a = load_model(f"hf:{REPO}", "none", seed=1).module.classifier.weight
+    assert torch.equal(torch.rand(3), expected)
+    b = load_model(f"hf:{REPO}", "none", seed=1).module.classifier.weight
+    c = load_model(f"hf:{REPO}", "none", seed=2).module.classifier.weight
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert not torch.equal(a, cached_vit.classifier.weight)
+
+
+def test_a_state_dict_file_loads_into_the_model(cached_vit, tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "finetuned.safetensors"
+    torch.manual_seed(5)
+    state = {k: torch.randn_like(v) for k, v in cached_vit.state_dict().items()}
+    save_file(state, str(path))
+    loaded = load_model(f"hf:{REPO}", str(path))
+    assert torch.equal(loaded.module.classifier.weight, state["classifier.weight"])
+
+
+def test_offline_and_not_cached_fails_in_one_line_naming_the_cache(hub_cache):
+    with pytest.raises(WeightsError) as error:
+        load_model("hf:google/vit-base-patch16-224")
+    message = str(error.value)
+    assert message.startswith(f"weights='DEFAULT': google/vit-base-patch16-224 is not in the Hugging Face cache ({hub_cache}) and HF_HUB_OFFLINE is set;")
+    assert "\n" not in message and message.endswith("or pass weights='PATH' (a state_dict or .safetensors file) or weights='none'")
+    # Random weights still need the config.
+    with pytest.raises(WeightsError) as error:
+        load_model("hf:google/vit-base-patch16-224", "none")
+    assert str(error.value).startswith("model='hf:google/vit-base-patch16-224': google/vit-base-patch16-224 is not in")
+    assert str(error.value).endswith("as hookviz needs its config.json with any weights")
+
+
+def test_a_folder_saved_with_save_pretrained_loads_too(tmp_path, hub_cache):
+    model = _tiny_vit()
+    _save(tmp_path / "my-vit", model)
+    loaded = load_model(f"hf:{tmp_path / 'my-vit'}")
+    assert torch.equal(loaded.module.classifier.weight, model.classifier.weight)
+    assert "folder" in loaded.weights
+
+
+def test_a_model_that_is_no_image_classifier_is_refused_in_one_line(hub_cache):
+    config = transformers.BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8)
+    config.save_pretrained(hub_snapshot(hub_cache, "hookviz-test/bert"))
+    with pytest.raises(UnknownModelError, match="'bert' model, which transformers has no image classifier for"):
+        load_model("hf:hookviz-test/bert")
+
+
+def test_without_transformers_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(UnknownModelError, match=r"needs transformers: pip install 'hookviz\[hf\]'"):
+        load_model(f"hf:{REPO}")
+
+
+def test_preprocessing_matches_the_image_processor(cached_vit, hub_cache):
+    from PIL import Image
+
+    from hookviz.images import load_image, prepare
+
+    loaded = load_model(f"hf:{REPO}")
+    processor = transformers.AutoImageProcessor.from_pretrained(str(hub_snapshot(hub_cache, REPO)))
+    theirs = processor(images=Image.open(SAMPLES / "cat.png").convert("RGB"), return_tensors="pt")["pixel_values"][0]
+    ours = prepare(load_image(SAMPLES / "cat.png"), loaded.preprocessing).tensor
+    assert ours.shape == theirs.shape == (3, 32, 32)
+    difference = (ours - theirs).abs()
+    assert difference.mean() < 0.02, difference.mean()  # two resizers of the same filter: a level or two apart
+
+
+def test_run_explains_the_last_blocks_first_norm_on_the_declared_grid(cached_vit, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", "--model", f"hf:{REPO}", str(SAMPLES / "cat.png"), "--out", str(out),
+                                      "--target", "tabby", "--device", "cpu"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "no --layer given: using vit.layers.1.layernorm_before (LayerNorm), the first norm" in result.stderr
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert report["target"]["name"] == "tabby, tabby cat"
+    assert report["declared_layout"]["prefix"] == 1
+    layer = report["layers"][0]
+    assert layer["layout"] == {"kind": "tokens", "prefix": 1, "grid": [4, 4], "basis": "declared"}
+    assert layer["cam"]["shape"] == [4, 4] and layer["cam"]["nonfinite"] == 0
+    assert all(layer["pictures"][kind] for kind in ("summary", "channels", "cam"))
+
+
+def test_a_distilled_deit_drops_both_of_its_tokens():
+    config = transformers.DeiTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64, num_labels=4)
+    torch.manual_seed(0)
+    model = transformers.DeiTForImageClassificationWithTeacher(config).eval()
+    result = explain(model, torch.randn(3, 32, 32), target=1, inputs=InputOptions(resize=32, crop=32))
+    layer = result.layers[0]
+    assert layer.name.endswith("layers.1.layernorm_before")
+    assert layer.output.shape == (1, 2 + 16, 32)
+    assert layer.layout.prefix == 2 and layer.layout.declared and layer.cam.shape == (4, 4)
+    assert np.isfinite(layer.cam).all() and layer.cam.max() > 0
+
+
+def test_a_swin_is_explained_at_its_last_blocks_first_norm():
+    config = transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2],
+                                     window_size=4, num_labels=4)
+    torch.manual_seed(0)
+    model = transformers.SwinForImageClassification(config).eval()
+    result = explain(model, torch.randn(3, 32, 32), target=1, inputs=InputOptions(resize=32, crop=32))
+    layer = result.layers[0]
+    assert layer.name.endswith("layers.1.blocks.0.layernorm_before")
+    assert layer.output.shape == (1, 16, 32) and layer.cam.shape == (4, 4)
+    assert np.isfinite(layer.cam).all()
+
+
+def test_layers_and_models_list_a_cached_classifier(cached_vit):
+    cli = CliRunner()
+    result = cli.invoke(app, ["layers", "--model", f"hf:{REPO}", "--filter", "vit.layers.1.layernorm_before"])
+    assert result.exit_code == 0, result.output
+    assert "1x17x32" in result.stdout  # a class token and a 4x4 grid, at the processor's 32 pixels
+    result = cli.invoke(app, ["models", "--search", "hf:"])
+    assert f"hf:{REPO}  (vit, 3 classes, cached)" in result.stdout.splitlines()
