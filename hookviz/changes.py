@@ -72,6 +72,8 @@ def compare_arrays(before, after) -> Figures:
     if not np.array_equal(finite_a, finite_b):
         return Figures(math.inf, math.inf, math.nan, scale)
     a, b = a[finite_a], b[finite_b]
+    if np.array_equal(a, b):
+        return Figures(0.0, 0.0, 1.0, scale)  # exactly, where the cosine would round below 1
     max_abs = float(np.abs(b - a).max()) if a.size else 0.0
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
     norms = float(np.linalg.norm(a)), float(np.linalg.norm(b))
@@ -93,13 +95,15 @@ def _flat(values: np.ndarray) -> bool:
 
 def cam_correlation(before, after) -> float:
     """The Pearson correlation of two CAMs of the same shape, defined for every pair of
-    finite maps: two flat maps (an all-zero CAM is one) correlate 1 when their values
-    agree (to 1e-5 relative) and 0 otherwise, as does a flat map with a varied one.
-    NaN where either map holds a non-finite value."""
+    finite maps: equal maps correlate 1; two flat maps (an all-zero CAM is one) correlate
+    1 when their values agree (to 1e-5 relative) and 0 otherwise, as does a flat map with
+    a varied one. NaN where either map holds a non-finite value."""
     a = np.asarray(before, dtype=np.float64).ravel()
     b = np.asarray(after, dtype=np.float64).ravel()
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         return math.nan
+    if np.array_equal(a, b):
+        return 1.0  # exactly, where the formula would round to 0.9999999999999998
     if _flat(a) or _flat(b):
         if not (_flat(a) and _flat(b)):
             return 0.0

@@ -141,7 +141,10 @@ def fingerprint_of(explanation) -> Fingerprint:
     """The fingerprint of one explained image (needs no full tensors: the channel sums and
     per-channel means every explanation keeps are enough)."""
     image = np.asarray(explanation.image.tensor, dtype=np.float32)  # (C, H, W), normalised
-    model_input = _tensor_print(image.sum(axis=0), image.reshape(image.shape[0], -1).mean(axis=1))
+    # Accumulated in float64: numpy sums a float32 row in an order that depends on its
+    # memory layout, and a run must not drift from itself.
+    means = image.reshape(image.shape[0], -1).mean(axis=1, dtype=np.float64)
+    model_input = _tensor_print(image.sum(axis=0, dtype=np.float64), means)
     layers = {}
     for layer in explanation.layers:
         profiles = getattr(layer, "profiles", None) or {}

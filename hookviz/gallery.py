@@ -191,7 +191,7 @@ def _diff_cell(base: str, change: dict | None) -> str:
     findings = change.get("findings") or []
     lines = [
         target,
-        f"P(target) change: {'n/a' if p_change is None else format(p_change, '+.4f')}",
+        f"P(target) change: {'n/a' if p_change is None else format(p_change, '+.3g')}",
         f"largest relative change: {_number(change.get('change'))}",
         f"lowest CAM correlation: {_number(change.get('lowest_cam_corr'))}",
         f'<span class="drift">{len(findings)} drift findings</span>' if findings else '<span class="steady">no drift</span>',

@@ -554,6 +554,8 @@ def _draw_diff(sheet: _Sheet, image, layer) -> None:
     else:
         where = "the layer's resolution (saved tensors)" if maps.source == "tensors" else "area means of the fingerprint"
         shape = "x".join(map(str, maps.before.shape))
+        if maps.before.ndim == 1:
+            shape = f"{maps.before.size} values"
         norm = _shared_norm(maps.before, maps.after)
         _diff_panel(sheet.figure, slots[0], bars[0], maps.before, norm, ACTIVATION_CMAP, f"output before\n{shape}, {where}")
         _diff_panel(sheet.figure, slots[1], bars[1], maps.after, norm, ACTIVATION_CMAP, "output after\nsame scale as before")
@@ -627,7 +629,7 @@ def _diff_panel(figure: Figure, ax, cax, values: np.ndarray, norm, cmap_name: st
         ax.set_xlim(-0.5, values.size - 0.5)
         ax.set_ylim(norm.vmin, norm.vmax)
         ax.axhline(0, color="black", linewidth=0.5)
-        ax.set_xlabel("feature (area means)", fontsize=8)
+        ax.set_xlabel("feature", fontsize=8)
         ax.tick_params(labelsize=7)
         cax.set_axis_off()
         return
