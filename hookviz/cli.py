@@ -121,23 +121,26 @@ def _guard(debug: bool, action):
 
 # ----------------------------------------------------------------------------- run
 
+ImagesArgument = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="Image files, folders (searched recursively, skipping hidden and output folders) or quoted glob patterns.", show_default=False),
+]
+LayerOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--layer", "-l", help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'."),
+]
+LayerTypeOption = Annotated[Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")]
+
+
 
 @app.command()
 def run(
-    images: Annotated[
-        Optional[list[str]],
-        typer.Argument(help="Image files, folders (searched recursively, skipping hidden and output folders) or quoted glob patterns.", show_default=False),
-    ] = None,
+    images: ImagesArgument = None,
     model: ModelOption = "resnet50",
     weights: WeightsOption = "DEFAULT",
     seed: SeedOption = 0,
-    layer: Annotated[
-        Optional[list[str]],
-        typer.Option("--layer", "-l", help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'."),
-    ] = None,
-    layer_type: Annotated[
-        Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")
-    ] = None,
+    layer: LayerOption = None,
+    layer_type: LayerTypeOption = None,
     target: Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")] = "top1",
     objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
     cam: Annotated[str, typer.Option(help="gradcam, gradcam++, layercam or none.")] = "gradcam",
@@ -177,8 +180,8 @@ def run(
     Per image, in OUT/<image stem>/: <layer>.summary.png, <layer>.channels.png,
     <layer>.cam.png, input.jpg, report.json (and tensors.npz with --save-tensors);
     OUT/run.json describes the whole run and OUT/index.html shows it in a browser.
-    With --baseline BASE the run ends by comparing itself with BASE (OUT/diff.json);
-    --fail-on drift then exits 3 where it changed beyond --rtol/--atol/--min-cam-corr.
+    --baseline BASE ends the run by comparing it with BASE (OUT/diff.json);
+    --fail-on drift then exits 3 past --rtol, --atol or --min-cam-corr.
 
     Example:
 
@@ -358,13 +361,13 @@ def diff(
 ) -> None:
     """Compare the run in NEW with the baseline run in BASE, image by image and layer by layer.
 
-    Writes NEW/diff.json: per image the target and top-5 before and after; per layer each
-    tensor's statistics, and figures of how far it moved (max absolute and relative
-    difference, cosine, of the fingerprints every run keeps, and of the full tensors when
-    both runs used --save-tensors), the CAM correlation and its peak's shift in pixels.
-    Images and layers in one run only are named. Exit codes: 0 compared (no drift, or
-    drift not checked), 3 drift with --fail-on drift, 2 a folder or file that cannot be
-    compared.
+    Writes NEW/diff.json: per image the target and top-5 before and after; per
+    layer each tensor's statistics and how far it moved (max absolute and relative
+    difference, cosine: of the fingerprints every run keeps, and of the full
+    tensors when both runs used --save-tensors), the CAM correlation and how many
+    pixels its peak moved. Images and layers in one run only are named.
+    Exit codes: 0 compared (no drift, or drift not checked), 3 drift with
+    --fail-on drift, 2 a folder or file that cannot be compared.
 
     Example:
 
