@@ -334,6 +334,13 @@ class ImageDiff:
         return max(values, default=0.0)
 
     @property
+    def first_change(self) -> Finding | None:
+        """The first forward tensor that drifted, in the order the forward pass ran: where
+        the computation changed (everything after it changes with it)."""
+        forward = {"model_input", "logits", *FORWARD}
+        return next((f for f in self.findings if f.figure.split(".")[0] in forward), None)
+
+    @property
     def lowest_cam_corr(self) -> float | None:
         values = [layer.cam.corr for layer in self.layers if layer.cam is not None and layer.cam.corr is not None]
         return min(values, default=None)
@@ -345,6 +352,8 @@ class ImageDiff:
         return {
             "image": self.image, "output": self.output, "change": _num(self.change),
             "target_changed": self.target_changed, "lowest_cam_corr": _num(self.lowest_cam_corr),
+            "first_change": None if self.first_change is None else {
+                "layer": self.first_change.layer, "figure": self.first_change.figure},
             "target": {"before": self.target[0], "after": self.target[1]},
             "probability_change": _num(self.probability_change),
             "top5": {"before": list(self.top5[0]), "after": list(self.top5[1])},

@@ -243,18 +243,21 @@ def _probability_change(before: ImageData, after: ImageData) -> float | None:
 
 
 def _findings(image: ImageDiff, tolerances: Tolerances) -> tuple[Finding, ...]:
-    """The drift findings of one image, each naming the layer (``None``: the whole model) and figure."""
+    """The drift findings of one image, each naming the layer (``None``: the whole model) and
+    figure, in the order the computation runs: the first forward one is where it changed."""
     found = []
 
     def add(layer, figure, detail):
         found.append(Finding("drift", image.image, layer, detail, figure))
 
-    if image.target_changed:
-        add(None, "target", f"target {_label(image.target[0])} -> {_label(image.target[1])}")
-    for tensor in (image.model_input, image.logits):
+    def model(tensor):
         drift = tensor.drift(tolerances)
         if drift:
             add(None, f"{tensor.name}.{drift[0]}", f"{tensor.name.replace('_', ' ')}: {drift[1]}")
+
+    if image.target_changed:
+        add(None, "target", f"target {_label(image.target[0])} -> {_label(image.target[1])}")
+    model(image.model_input)  # then the layers in the order the forward pass called them
     for layer in image.layers:
         for tensor in layer.tensors:
             drift = tensor.drift(tolerances)
@@ -262,6 +265,7 @@ def _findings(image: ImageDiff, tolerances: Tolerances) -> tuple[Finding, ...]:
                 add(layer.name, f"{tensor.name}.{drift[0]}", f"{tensor.name}: {drift[1]}")
         if layer.cam is not None and layer.cam.corr is not None and layer.cam.corr < tolerances.min_cam_corr:
             add(layer.name, "cam.corr", f"CAM correlation {layer.cam.corr:.4f} < {tolerances.min_cam_corr:g}")
+    model(image.logits)
     for name in image.only_in_base:
         add(name, "layer", "recorded by the baseline only")
     for name in image.only_in_new:

@@ -189,8 +189,10 @@ def _diff_cell(base: str, change: dict | None) -> str:
               else f"target {names[1]} (unchanged)")
     p_change = change.get("probability_change")
     findings = change.get("findings") or []
+    first = change.get("first_change") or {}
     lines = [
         target,
+        f"first changed at: <b>{_e(_where(first))}</b> ({_e(first.get('figure'))})" if first else "",
         f"P(target) change: {'n/a' if p_change is None else format(p_change, '+.3g')}",
         f"largest relative change: {_number(change.get('change'))}",
         f"lowest CAM correlation: {_number(change.get('lowest_cam_corr'))}",
@@ -203,8 +205,14 @@ def _diff_cell(base: str, change: dict | None) -> str:
     )
     items = "".join(f"<li>{_e(f.get('layer') or 'model')} {_e(f.get('figure'))}: {_e(f.get('detail'))}</li>" for f in findings[:8])
     more = f"<li>and {len(findings) - 8} more in diff.json</li>" if len(findings) > 8 else ""
-    return (f'<td><div class="figures">{"<br>".join(lines)}</div>'
+    return (f'<td><div class="figures">{"<br>".join(line for line in lines if line)}</div>'
             f'{f"<ul class=figures>{items}{more}</ul>" if items else ""}<div class="thumbs">{thumbs}</div></td>')
+
+
+def _where(finding: dict) -> str:
+    if finding.get("layer"):
+        return str(finding["layer"])
+    return "the model's input" if str(finding.get("figure")).startswith("model_input") else "the logits"
 
 
 def _number(value) -> str:

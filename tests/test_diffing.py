@@ -108,6 +108,7 @@ def test_a_perturbed_conv_is_caught_at_that_layer_and_after_it_not_before(baseli
         assert (None, "logits") in flagged and (None, "model_input") not in flagged
         assert {f["image"] for f in image["findings"]} == {image["image"]}
         source = "tensor" if save_tensors else "map"
+        assert image["first_change"] == {"layer": "features.3", "figure": f"output.{source}"}
         assert any(f["figure"] == f"output.{source}" for f in image["findings"] if f["layer"] == "features.3")
         layers = {layer["name"]: layer for layer in image["layers"]}
         for name in BEFORE_THE_CHANGE:
@@ -126,6 +127,7 @@ def test_changed_preprocessing_is_caught_at_the_input(baseline, checkpoints, tmp
     for image in document["images"]:
         flagged = {(f["layer"], f["figure"].split(".")[0]) for f in image["findings"]}
         assert (None, "model_input") in flagged and ("features.0", "input") in flagged
+        assert image["first_change"]["layer"] is None and image["first_change"]["figure"].startswith("model_input.")
     assert any(note.startswith("preprocessing differs: mean [0.485") for note in document["notes"])
 
 
@@ -288,7 +290,7 @@ def test_diff_pictures_go_into_new_and_the_gallery_shows_the_most_changed_first(
     page = (new / "index.html").read_text()
     assert "change from the baseline" in page and "sorted most changed first" in page
     assert page.index('href="coffee/input.jpg"') < page.index('href="cat/input.jpg"')
-    assert 'href="coffee/features.3.diff.png"' in page
+    assert 'href="coffee/features.3.diff.png"' in page and "first changed at: <b>the model&#x27;s input</b>" in page
 
 
 def test_hookviz_diff_redraws_the_new_gallery_and_a_stale_diff_is_not_shown(baseline, checkpoints, tmp_path):
