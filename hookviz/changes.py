@@ -10,7 +10,7 @@ its ``to_json`` for ``diff.json``. ``hookviz.diffing`` makes them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -230,6 +230,16 @@ def _stats_change(before: dict | None, after: dict | None) -> float | None:
 
 
 @dataclass(frozen=True)
+class MapPair:
+    """Two maps a diff picture draws, before and after; ``source`` says at which
+    resolution (``tensors``: the layer's; ``fingerprint``: the fingerprint's area means)."""
+
+    before: np.ndarray = field(repr=False)
+    after: np.ndarray = field(repr=False)
+    source: str = "fingerprint"
+
+
+@dataclass(frozen=True)
 class CamDiff:
     """One layer's CAM, before and after (raw maps, from the full tensors or the fingerprints).
 
@@ -237,33 +247,25 @@ class CamDiff:
         source: ``tensors`` or ``fingerprint``.
         corr: ``cam_correlation``; ``None`` where the maps differ in shape or are not finite.
         peak_shift: ``peak_shift`` in input pixels, or ``None``.
+        shapes: the compared maps' shapes, before and after.
         layer_shape: the CAM's shape at the layer's resolution in the new run (a fingerprint
             keeps area means of one larger than ``fingerprints.CAM_SIDE``).
+        maps: the two maps, kept only until the diff picture is drawn.
     """
 
     source: str
     corr: float | None
     peak_shift: float | None
-    before: np.ndarray = field(repr=False)
-    after: np.ndarray = field(repr=False)
+    shapes: tuple = ((), ())
     layer_shape: tuple | None = None
+    maps: MapPair | None = field(default=None, repr=False)
 
     def to_json(self) -> dict:
         return {
             "source": self.source, "corr": _num(self.corr), "peak_shift_pixels": _num(self.peak_shift),
-            "compared_shape": {"before": list(self.before.shape), "after": list(self.after.shape)},
+            "compared_shape": {"before": list(self.shapes[0]), "after": list(self.shapes[1])},
             "layer_shape": None if self.layer_shape is None else list(self.layer_shape),
         }
-
-
-@dataclass(frozen=True)
-class MapPair:
-    """A layer's channel-summed output before and after, as its diff picture draws it;
-    ``source`` says at which resolution (``tensors``: the layer's; ``fingerprint``: area means)."""
-
-    before: np.ndarray = field(repr=False)
-    after: np.ndarray = field(repr=False)
-    source: str = "fingerprint"
 
 
 @dataclass(frozen=True)
@@ -280,11 +282,16 @@ class LayerDiff:
     module_type: str | None
     tensors: tuple[TensorDiff, ...]
     cam: CamDiff | None = None
-    maps: MapPair | None = None
+    maps: MapPair | None = field(default=None, repr=False)
     picture: str | None = None
 
     def __getitem__(self, name: str) -> TensorDiff:
         return next(t for t in self.tensors if t.name == name)
+
+    def light(self) -> "LayerDiff":
+        """Without the maps only its picture needs: a long comparison keeps every image's
+        figures, not their arrays."""
+        return replace(self, maps=None, cam=None if self.cam is None else replace(self.cam, maps=None))
 
     def to_json(self) -> dict:
         return {
@@ -321,6 +328,9 @@ class ImageDiff:
 
     def __getitem__(self, name: str) -> LayerDiff:
         return next(layer for layer in self.layers if layer.name == name)
+
+    def light(self) -> "ImageDiff":
+        return replace(self, layers=tuple(layer.light() for layer in self.layers))
 
     @property
     def target_changed(self) -> bool:

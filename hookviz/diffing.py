@@ -16,8 +16,9 @@ results and the measures):
 Only forward tensors (the model's input, each layer's input and output, the logits) and
 CAMs make ``drift`` findings. A change at one layer changes the gradients of every layer
 before it, so gradients cannot say where a change happened; they are compared and
-reported, not checked. ``save_diff`` writes ``diff.json`` and the ``<layer>.diff.png``
-pictures into the new run's image folders; ``diff_runs`` is ``hookviz diff``.
+reported, not checked. ``compare`` draws the ``<layer>.diff.png`` pictures into the new
+run's image folders as it goes, ``save_diff`` writes ``diff.json``; ``diff_runs`` is
+``hookviz diff``.
 """
 
 from __future__ import annotations
@@ -52,8 +53,14 @@ class _Side:
     full: np.ndarray | None = None
 
 
-def compare(base: RunFolder, new: RunFolder, tolerances: Tolerances = Tolerances(), checked: bool = False) -> RunDiff:
+def compare(base: RunFolder, new: RunFolder, tolerances: Tolerances = Tolerances(), checked: bool = False,
+            pictures: bool = False) -> RunDiff:
     """Compare ``new`` with ``base``, every image both finished (see the module's docstring).
+
+    Args:
+        checked: whether drift fails the run (``RunDiff.checked``).
+        pictures: draw each compared layer's ``<layer>.diff.png`` into ``new``'s image folder
+            as each image is compared; its maps are let go once drawn.
 
     Raises:
         ComparisonError: no image in common, or an image's files are missing or corrupt.
@@ -67,7 +74,8 @@ def compare(base: RunFolder, new: RunFolder, tolerances: Tolerances = Tolerances
     images = []
     for before_files, after_files in pairs:
         with before_files.load() as before, after_files.load() as after:
-            images.append(_compare_image(before, after, tolerances))
+            image = _compare_image(before, after, tolerances)
+        images.append((_draw(new.path, image) if pictures else image).light())
     images.sort(key=_rank)
     notes = [*_run_notes(base, new, pairs), *_kept_notes(base, new, pairs), *_image_notes(images, only_base, only_new, base, new)]
     return RunDiff(
@@ -194,8 +202,9 @@ def _cam_diff(name: str, before: ImageData, after: ImageData) -> CamDiff | None:
     shape = (after.layers[name].get("cam") or {}).get("shape")
     return CamDiff(
         source=source, corr=cam_correlation(*cams) if same else None,
-        peak_shift=peak_shift(cams[0], cams[1], before.input_hw, after.input_hw), before=cams[0], after=cams[1],
-        layer_shape=tuple(shape) if isinstance(shape, list) else None,
+        peak_shift=peak_shift(cams[0], cams[1], before.input_hw, after.input_hw),
+        shapes=(cams[0].shape, cams[1].shape), layer_shape=tuple(shape) if isinstance(shape, list) else None,
+        maps=MapPair(cams[0], cams[1], source),
     )
 
 
@@ -349,15 +358,8 @@ def _some(names, limit: int = 10) -> str:
 # ----------------------------------------------------------------------------- files
 
 
-def save_diff(diff: RunDiff, path: Path, *, pictures: bool = True) -> RunDiff:
-    """Draw each compared layer's ``<layer>.diff.png`` into the new run's image folders
-    (with ``pictures``), then write ``diff.json`` at ``path``.
-
-    Returns:
-        ``diff`` with the pictures' file names.
-    """
-    if pictures:
-        diff = replace(diff, images=tuple(_draw(diff.new_path, image) for image in diff.images))
+def save_diff(diff: RunDiff, path: Path) -> RunDiff:
+    """Write ``diff.json`` at ``path``."""
     write_json(path, diff.to_json())
     return diff
 
@@ -401,7 +403,7 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
     path = Path(out) if out is not None else after.path / DIFF
     if before.path.resolve() in (path.resolve(), *path.resolve().parents):
         raise UsageError(f"{arg('out', display_path(path))}: inside {before.named}, which a diff never writes into; choose another place")
-    diff = save_diff(compare(before, after, tolerances, "drift" in checks), path, pictures=pictures)
+    diff = save_diff(compare(before, after, tolerances, "drift" in checks, pictures=pictures), path)
     if pictures:
         from .gallery import write_gallery
 
@@ -413,4 +415,4 @@ def compare_with_baseline(baseline: RunFolder, out: Path, run: dict, tolerances:
     """What a run (``run``, its run.json document, its output in ``out``) does as it ends
     with ``--baseline``: compare itself with ``baseline`` and write ``out/diff.json`` (and
     the diff pictures, with ``pictures``)."""
-    return save_diff(compare(baseline, open_run(out, "out", [run]), tolerances, checked), out / DIFF, pictures=pictures)
+    return save_diff(compare(baseline, open_run(out, "out", [run]), tolerances, checked, pictures=pictures), out / DIFF)

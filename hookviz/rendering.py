@@ -529,7 +529,7 @@ def diff_parts(image, layer):
     the channel-summed output before and after on one sequential scale, their difference on
     a diverging scale centred on zero, and the CAM before and after on one scale. Redrawn
     whole for each image; ``None`` when there is neither an output map nor a CAM to compare."""
-    if layer.maps is None and layer.cam is None:
+    if layer.maps is None and (layer.cam is None or layer.cam.maps is None):
         return None
     sheet = _Sheet(11.6, 7.7)
 
@@ -565,17 +565,18 @@ def _draw_diff(sheet: _Sheet, image, layer) -> None:
         title = f"after - before\nmax |diff| {_fmt(limit)}" + (" (identical)" if limit == 0 else "")
         _diff_panel(sheet.figure, slots[2], bars[2], change, diverging, GRADIENT_CMAP, title)
     cam = layer.cam
-    if cam is None:
+    if cam is None or cam.maps is None:
         for ax, bar in zip(lower, lower_bars):
             _empty(ax, bar, "no CAM to compare")
     else:
-        top = max(float(np.nanmax(c)) if np.isfinite(c).any() else 0.0 for c in (cam.before, cam.after))
+        cams = cam.maps
+        top = max(float(np.nanmax(c)) if np.isfinite(c).any() else 0.0 for c in (cams.before, cams.after))
         norm = Normalize(0.0, top if top > 0 else 1.0)
-        shown = "x".join(map(str, cam.before.shape))
-        whole = "x".join(map(str, cam.layer_shape or cam.before.shape))
+        shown = "x".join(map(str, cams.before.shape))
+        whole = "x".join(map(str, cam.layer_shape or cams.before.shape))
         kind = f"raw {shown}" if shown == whole else f"{shown} area means of the {whole} map"
-        _diff_panel(sheet.figure, lower[0], lower_bars[0], cam.before, norm, CAM_CMAP, f"CAM before\n{kind}")
-        _diff_panel(sheet.figure, lower[1], lower_bars[1], cam.after, norm, CAM_CMAP, "CAM after\nsame scale as before")
+        _diff_panel(sheet.figure, lower[0], lower_bars[0], cams.before, norm, CAM_CMAP, f"CAM before\n{kind}")
+        _diff_panel(sheet.figure, lower[1], lower_bars[1], cams.after, norm, CAM_CMAP, "CAM after\nsame scale as before")
     sheet.figure.text(0.35 + 2 * stride, 4.75, _diff_text(image, layer), transform=_inches(sheet),
                       va="top", ha="left", fontsize=9, family="monospace", parse_math=False)
     sheet.title(f"change from the baseline · {layer.name} [{layer.module_type}]\n{image.image}")

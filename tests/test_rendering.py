@@ -227,8 +227,8 @@ def _layer_diff(seed: int):
     after = before + np.float32(0.01) * rng.normal(size=(7, 7)).astype(np.float32)
     cams = np.maximum(before, 0), np.maximum(after, 0)
     output = TensorDiff("output", True, ([1, 4, 7, 7], [1, 4, 7, 7]), map=compare_arrays(before, after))
-    layer = LayerDiff("features.3", "features.3", "Conv2d", (output,), CamDiff("fingerprint", 0.99, 32.0, *cams, (7, 7)),
-                      MapPair(before, after))
+    cam = CamDiff("fingerprint", 0.99, 32.0, ((7, 7), (7, 7)), (7, 7), MapPair(*cams))
+    layer = LayerDiff("features.3", "features.3", "Conv2d", (output,), cam, MapPair(before, after))
     target = {"index": 1, "name": "tabby"}
     image = ImageDiff("cat", "cat.png", (target, target), ((), ()), -0.01, output, output, (layer,))
     return image, layer
@@ -247,7 +247,8 @@ def test_diff_picture_shows_before_and_after_on_one_scale_and_the_difference_cen
     assert difference.norm.vmax == pytest.approx(limit) and difference.norm.vmin == pytest.approx(-limit)
     assert difference.get_cmap().name == rendering.GRADIENT_CMAP
     assert _bar_labels(figure)[2] == [rendering._fmt(-limit), "0", rendering._fmt(limit)]
-    assert cam_before.norm.vmax == cam_after.norm.vmax == pytest.approx(max(layer.cam.before.max(), layer.cam.after.max()))
+    cams = layer.cam.maps
+    assert cam_before.norm.vmax == cam_after.norm.vmax == pytest.approx(max(cams.before.max(), cams.after.max()))
     titles = " ".join(ax.get_title() for ax in figure.axes)
     assert "output before" in titles and "after - before" in titles and "CAM before\nraw 7x7" in titles
     other_image, other_layer = _layer_diff(1)
@@ -261,3 +262,4 @@ def test_diff_picture_needs_something_to_compare():
 
     image, layer = _layer_diff(0)
     assert rendering.diff_parts(image, replace(layer, maps=None, cam=None, tensors=(TensorDiff("input", True),))) is None
+    assert rendering.diff_parts(image, layer.light()) is None  # its maps are let go once drawn
