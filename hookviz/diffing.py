@@ -31,7 +31,7 @@ import numpy as np
 from .changes import (FORWARD, CamDiff, ImageDiff, LayerDiff, MapPair, RunDiff, TensorDiff, cam_correlation,
                       compare_arrays, layers_only, peak_shift)
 from .checks import Finding
-from .errors import ComparisonError, UsageError, arg, display_path
+from .errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
 from .options import Tolerances
 from .outputs import DIFF, atomic_write, layer_stems, write_json
 from .runfiles import ImageData, RunFolder, open_run, version_tuple
@@ -359,8 +359,16 @@ def _some(names, limit: int = 10) -> str:
 
 
 def save_diff(diff: RunDiff, path: Path) -> RunDiff:
-    """Write ``diff.json`` at ``path``."""
-    write_json(path, diff.to_json())
+    """Write ``diff.json`` at ``path``.
+
+    Raises:
+        OutputError: it cannot be written there.
+    """
+    try:
+        write_json(path, diff.to_json())
+    except OSError as exc:
+        raise OutputError(f"{arg('out', display_path(path))}: cannot write there ({exc.strerror or first_line(exc)}); "
+                          "choose another place") from None
     return diff
 
 
@@ -374,7 +382,13 @@ def _draw(new_path: Path, image: ImageDiff) -> ImageDiff:
         figure = kind.figure(image, layer)
         if figure is not None:
             name = kind.file_name(layer.stem)
-            atomic_write(new_path / image.output / name, png_bytes(figure))
+            try:
+                atomic_write(new_path / image.output / name, png_bytes(figure))
+            except OSError as exc:
+                raise OutputError(
+                    f"{display_path(new_path / image.output)}: cannot write the diff pictures there "
+                    f"({exc.strerror or first_line(exc)}); draw none with {arg('pictures', 'none')}"
+                ) from None
             layer = replace(layer, picture=name)
         layers.append(layer)
     return replace(image, layers=tuple(layers))
