@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import arg
+from .errors import UsageError, arg
 from .featuremaps import as_feature_map
 from .images import PreparedImage, Preprocessing
 from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
@@ -147,8 +147,11 @@ class Explanation:
         apply (a CAM of a layer without spatial layout)."""
         from .pictures import picture_kind
 
+        picture = picture_kind(kind)
+        if picture.compares:
+            raise UsageError(f"{arg('kind', kind)}: drawn from two runs compared (hookviz.diff_runs), not from one explanation")
         chosen = self[layer] if layer is not None else self.layers[0]
-        return picture_kind(kind).figure(self, chosen, **options)
+        return picture.figure(self, chosen, **options)
 
 
 # ----------------------------------------------------------------------------- the pass

@@ -51,6 +51,7 @@ class PictureKind:
         builder: the name of its builder in ``hookviz.rendering`` (see the contract above).
         wanted: whether ``PictureOptions`` ask for it, beyond its group being on.
         options: the builder's keyword arguments for those ``PictureOptions``.
+        compares: drawn from a comparison of two runs, not from an explanation (``diff``).
     """
 
     name: str
@@ -59,6 +60,7 @@ class PictureKind:
     builder: str
     wanted: Callable[[PictureOptions], bool] = lambda pictures: True
     options: Callable[[PictureOptions], dict] = lambda pictures: {}
+    compares: bool = False
 
     def file_name(self, stem: str) -> str:
         return f"{stem}.{self.name}.png"
@@ -91,7 +93,7 @@ KINDS: tuple[PictureKind, ...] = (
     ),
     PictureKind("cam", "cam", "CAM", "cam_parts"),
     PictureKind("cam_topk", "cam", "top-K CAMs", "cam_topk_parts"),
-    PictureKind("diff", "diff", "change from the baseline", "diff_parts"),
+    PictureKind("diff", "diff", "change from the baseline", "diff_parts", compares=True),
 )
 
 _BY_NAME = {kind.name: kind for kind in KINDS}

@@ -29,6 +29,7 @@ from pathlib import Path
 from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
+from .fingerprints import FINGERPRINT
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
 from .outputs import DIFF, REPORT, TENSORS, output_names, read_report, save_explanation, sweep_stale_files, write_json
 from .pictures import kinds_for
@@ -311,6 +312,8 @@ class Run:
             return False
         if self.options.save_tensors and not (folder / TENSORS).exists():
             return False
+        if FINGERPRINT not in (report.get("files") or ()):
+            return False  # written before hookviz kept fingerprints: a later comparison needs one
         wanted = [kind.name for kind in kinds_for(self.pictures)]
         layers = [layer for layer in report["layers"] if isinstance(layer, dict)]
         skipped = set(report.get("skipped_layers") or ())

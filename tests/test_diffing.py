@@ -297,7 +297,9 @@ def test_hookviz_diff_redraws_the_new_gallery_and_a_stale_diff_is_not_shown(base
     new = tmp_path / "new"
     _run(new, checkpoints["b"])
     assert "change from the baseline" not in (new / "index.html").read_text()
+    before = _tree(baseline)
     assert invoke("diff", baseline, new).exit_code == 0
+    assert _tree(baseline) == before
     page = (new / "index.html").read_text()
     assert "change from the baseline" in page and 'href="cat/features.3.diff.png"' in page
     _run(new, checkpoints["b"])  # a rerun: the diff.json left there compares the earlier run
@@ -387,3 +389,11 @@ def test_compare_reads_runs_in_python_too(baseline, tmp_path):
     diff = compare(open_run(baseline, "base"), open_run(copy, "new"), Tolerances(), checked=True)
     assert diff.findings == () and diff["cat"]["features.3"]["output"].map.max_abs == 0.0
     assert diff.to_json()["drift"]["passed"] is True
+
+
+def test_an_explanation_does_not_draw_a_diff(tmp_path):
+    from hookviz import explain
+
+    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.3"])
+    with pytest.raises(UsageError, match="kind='diff': drawn from two runs compared"):
+        result.figure("features.3", "diff")
