@@ -163,7 +163,7 @@ class TensorDiff:
         before, after = self.shapes
         if before is not None and after is not None and list(before) != list(after):
             return "shape", f"shape {_shape(before)} -> {_shape(after)}"
-        if (before is None) != (after is None):
+        if (before is None) != (after is None) and self.name in FORWARD:  # a layer's own tensor
             return "presence", f"recorded {'before' if after is None else 'after'} only"
         for source, figures in (("tensor", self.tensor), ("map", self.map), ("channels", self.channels)):
             if figures is not None and not figures.passes(tolerances):
@@ -200,7 +200,8 @@ _STATS = ("mean", "std", "min", "max")
 
 
 def _stats_drift(before: dict | None, after: dict | None, tolerances: Tolerances) -> tuple[str, str] | None:
-    if not isinstance(before, dict) or not isinstance(after, dict):
+    before, after = _numbers(before), _numbers(after)
+    if before is None or after is None:
         return None
     if before.get("nonfinite") != after.get("nonfinite"):
         return "stats.nonfinite", f"NaN/Inf values: {before.get('nonfinite')} -> {after.get('nonfinite')}"
@@ -215,12 +216,24 @@ def _stats_drift(before: dict | None, after: dict | None, tolerances: Tolerances
     return None
 
 
+def _numbers(stats) -> dict | None:
+    """A report's statistics with anything that is not a number as ``None`` (a hand-edited
+    or foreign report must not stop a comparison)."""
+    if not isinstance(stats, dict):
+        return None
+    number = lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # noqa: E731
+    numbers = {name: number(stats.get(name)) for name in _STATS}
+    nonfinite = number(stats.get("nonfinite"))
+    return {**numbers, "nonfinite": None if nonfinite is None else int(nonfinite)}
+
+
 def _stats_scale(stats: dict) -> float:
     return max(abs(stats.get("min") or 0.0), abs(stats.get("max") or 0.0))
 
 
 def _stats_change(before: dict | None, after: dict | None) -> float | None:
-    if not isinstance(before, dict) or not isinstance(after, dict):
+    before, after = _numbers(before), _numbers(after)
+    if before is None or after is None:
         return None
     scale = _stats_scale(before)
     changes = [abs(after[n] - before[n]) for n in _STATS if before.get(n) is not None and after.get(n) is not None]
