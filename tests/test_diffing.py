@@ -397,3 +397,22 @@ def test_an_explanation_does_not_draw_a_diff(tmp_path):
     result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.3"])
     with pytest.raises(UsageError, match="kind='diff': drawn from two runs compared"):
         result.figure("features.3", "diff")
+
+
+def test_statistics_decide_where_nothing_else_was_kept_and_gradients_never_drift():
+    from hookviz.changes import TensorDiff
+
+    stats = {"min": -1.0, "max": 2.0, "mean": 0.5, "std": 0.3, "nonfinite": 0, "zero_fraction": 0.1}
+    shapes = ([1, 4, 7, 7], [1, 4, 7, 7])
+
+    def drift(after, name="output", before=stats):
+        return TensorDiff(name, name in ("input", "output"), shapes, before, after).drift(Tolerances())
+
+    assert drift(dict(stats, zero_fraction=0.2)) is None  # a ReLU's zeros move with float noise
+    assert drift(dict(stats, mean=0.5 + 5e-5 * 2)) is None  # within rtol x max |before|
+    assert drift(dict(stats, mean=0.5 + 1e-3))[0] == "stats.mean"
+    assert drift(dict(stats, nonfinite=3)) == ("stats.nonfinite", "NaN/Inf values: 0 -> 3")
+    assert drift(dict(stats, mean=7.0), name="grad_output") is None
+    assert drift(dict(stats), before=dict(stats, mean="n/a"))[0] == "stats.mean"  # odd, not fatal
+    moved = TensorDiff("output", True, ([1, 4, 7, 7], [1, 4, 8, 8]), stats, stats).drift(Tolerances())
+    assert moved == ("shape", "shape 1x4x7x7 -> 1x4x8x8")
