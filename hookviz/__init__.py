@@ -10,6 +10,7 @@ when one of these is first used.
 * ``Explainer.create(load_model(...), ...)``: the same, kept for many images.
 * ``load_model(name, weights)``, ``list_models()``, ``list_layers(model)``.
 * ``run(images, ModelOptions(...), ...)``: ``hookviz run`` as a function.
+* ``diff_runs(base, new)``: ``hookviz diff`` as a function; a ``RunDiff`` comes back.
 
 Nothing here changes the caller's process or model: random state, ``sys.path``, backend
 flags, the model's mode and its parameters' flags are as they were after every call.
@@ -38,6 +39,9 @@ _LAZY = {
     "RunOptions": ("options", "RunOptions"),
     "CheckOptions": ("options", "CheckOptions"),
     "run": ("runner", "run"),
+    "diff_runs": ("diffing", "diff_runs"),
+    "RunDiff": ("changes", "RunDiff"),
+    "Tolerances": ("options", "Tolerances"),
     "HookvizError": ("errors", "HookvizError"),
     "UsageError": ("errors", "UsageError"),
 }

@@ -1,5 +1,7 @@
 # The public API as type checkers and IDEs see it; at run time hookviz/__init__.py loads
 # each name lazily, on first use, so that `import hookviz` does not import torch.
+from .changes import RunDiff as RunDiff
+from .diffing import diff_runs as diff_runs
 from .errors import HookvizError as HookvizError, UsageError as UsageError
 from .explainer import Explainer as Explainer, explain as explain
 from .explaining import Explanation as Explanation, LayerResult as LayerResult
@@ -14,6 +16,7 @@ from .options import (
     PictureOptions as PictureOptions,
     RunOptions as RunOptions,
     TargetOptions as TargetOptions,
+    Tolerances as Tolerances,
 )
 from .recording import Capture as Capture, Recording as Recording, record as record
 from .runner import run as run

@@ -1,5 +1,8 @@
 """Checks for CI smoke runs (``--fail-on``): each looks at one explanation and names
-the layers at fault. Looked up by name in a registry filled by ``register_check``."""
+the layers at fault. Looked up by name in a registry filled by ``register_check``.
+
+``drift`` is the one check made once per run instead of per image: it compares the run
+with a baseline (``--baseline``) when the run ends (``hookviz.diffing``)."""
 
 from __future__ import annotations
 
@@ -15,26 +18,38 @@ __all__ = ["CHECKS", "Finding", "register_check", "parse_checks", "run_checks"]
 
 @dataclass(frozen=True)
 class Finding:
+    """What a check found: in which image, which layer (``None``: the whole model) and,
+    for ``drift``, which compared figure (``output.map``, ``cam.corr``)."""
+
     check: str
     image: str
     layer: str | None
     detail: str
+    figure: str | None = None
 
     def to_json(self) -> dict:
-        return {"check": self.check, "image": self.image, "layer": self.layer, "detail": self.detail}
+        return {"check": self.check, "image": self.image, "layer": self.layer, "figure": self.figure, "detail": self.detail}
 
 
-CHECKS: Registry = Registry("fail_on", "check")
+#: Checks made once per run against a baseline, not on each explanation.
+BASELINE_CHECKS = ("drift",)
+CHECKS: Registry = Registry("fail_on", "check", extra_choices=BASELINE_CHECKS)
 register_check = CHECKS.register
 
 
-def parse_checks(text: str | None) -> tuple[str, ...]:
-    """``nonfinite,dead`` -> ("nonfinite", "dead"). Raises UsageError for an unknown name."""
+def parse_checks(text) -> tuple[str, ...]:
+    """``nonfinite,dead`` (or a sequence of names) -> ("nonfinite", "dead").
+
+    Raises:
+        UsageError: an unknown name.
+    """
     if not text:
         return ()
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    parts = text.split(",") if isinstance(text, str) else text
+    names = tuple(dict.fromkeys(n.strip() for n in parts if n and n.strip()))
     for name in names:
-        CHECKS.get(name)
+        if name not in BASELINE_CHECKS:
+            CHECKS.get(name)
     return names
 
 
@@ -78,6 +93,8 @@ def run_checks(explanation, names: Sequence[str], dead_fraction: float = 1.0) ->
     image = explanation.image.source.label
     findings = []
     for name in names:
+        if name in BASELINE_CHECKS:
+            continue  # made when the run ends, against its baseline
         for layer, detail in CHECKS.get(name)(explanation, dead_fraction):
             findings.append(Finding(name, image, layer, detail))
     return findings

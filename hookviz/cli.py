@@ -21,7 +21,7 @@ import typer
 
 from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
-from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK
+from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -50,6 +50,12 @@ WeightsOption = Annotated[
 ]
 SeedOption = Annotated[int, typer.Option(help="Seed for random initialisation (--weights none).")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
+_DEFAULTS = Tolerances()
+RtolOption = Annotated[float, typer.Option(
+    help="Drift: a forward tensor may differ from the baseline by atol + rtol x its largest |value| in the baseline.")]
+AtolOption = Annotated[float, typer.Option(help="Drift: the absolute part of that allowance.")]
+MinCamCorrOption = Annotated[float, typer.Option(
+    "--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.")]
 
 
 def _version(value: bool) -> None:
@@ -129,23 +135,26 @@ def _guard(debug: bool, action):
 
 # ----------------------------------------------------------------------------- run
 
+ImagesArgument = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="Image files, folders (searched recursively, skipping hidden and output folders) or quoted glob patterns.", show_default=False),
+]
+LayerOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--layer", "-l", help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'."),
+]
+LayerTypeOption = Annotated[Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")]
+
+
 
 @app.command()
 def run(
-    images: Annotated[
-        Optional[list[str]],
-        typer.Argument(help="Image files, folders (searched recursively, skipping hidden and output folders) or quoted glob patterns.", show_default=False),
-    ] = None,
+    images: ImagesArgument = None,
     model: ModelOption = "resnet50",
     weights: WeightsOption = "DEFAULT",
     seed: SeedOption = 0,
-    layer: Annotated[
-        Optional[list[str]],
-        typer.Option("--layer", "-l", help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'."),
-    ] = None,
-    layer_type: Annotated[
-        Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")
-    ] = None,
+    layer: LayerOption = None,
+    layer_type: LayerTypeOption = None,
     target: Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")] = "top1",
     objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
     cam: Annotated[str, typer.Option(help="gradcam, gradcam++, layercam or none.")] = "gradcam",
@@ -171,8 +180,12 @@ def run(
     skip_existing: Annotated[bool, typer.Option("--skip-existing", help="Skip images whose folder holds complete results for these layers and pictures (resume a run).")] = False,
     shard: Annotated[Optional[str], typer.Option(help="K/N: process the K-th of N slices of the image list (job arrays).")] = None,
     max_pixels: Annotated[int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")] = DEFAULT_MAX_PIXELS,
-    fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad.")] = None,
+    fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline).")] = None,
     dead_fraction: Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.")] = 1.0,
+    baseline: Annotated[Optional[str], typer.Option(help="An earlier run's output folder: end by comparing with it (OUT/diff.json, <layer>.diff.png).")] = None,
+    rtol: RtolOption = _DEFAULTS.rtol,
+    atol: AtolOption = _DEFAULTS.atol,
+    min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
     tensorboard: Annotated[Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")] = None,
     workers: Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")] = False,
@@ -184,13 +197,15 @@ def run(
     Per image, in OUT/<image stem>/: <layer>.summary.png, <layer>.channels.png,
     <layer>.cam.png, input.jpg, report.json (and tensors.npz with --save-tensors);
     OUT/run.json describes the whole run and OUT/index.html shows it in a browser.
+    --baseline BASE ends the run by comparing it with BASE (OUT/diff.json);
+    --fail-on drift then exits 3 past --rtol, --atol or --min-cam-corr.
 
     Example:
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
     from .options import (CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions,
-                          TargetOptions, parse_triple)
+                          TargetOptions, Tolerances, parse_triple)
 
     def options():
         return dict(
@@ -207,7 +222,8 @@ def run(
                 out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
                 shard=shard, workers=workers, tensorboard=tensorboard, command=tuple(sys.argv),
             ),
-            checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction),
+            checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction, baseline=baseline,
+                                tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
         )
 
     groups = _guard(debug, options)
@@ -259,9 +275,7 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
             typer.echo(f"hookviz: note: {note}", err=True)
     if json_output:
         progress.say(summary.run_json.read_text(encoding="utf-8"), nl=False)
-    for finding in summary.findings:
-        where = f" {finding.layer}" if finding.layer else ""
-        typer.echo(f"hookviz: check {finding.check} failed: {finding.image}{where}: {finding.detail}", err=True)
+    _say_findings(summary.findings)
     done, failed = summary.count("done") + summary.count("skipped"), len(summary.failed)
     if failed:
         names = ", ".join(s.image for s in summary.failed[:10]) + (", ..." if failed > 10 else "")
@@ -272,6 +286,14 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
         raise typer.Exit(1)
     if summary.findings:
         raise typer.Exit(3)
+
+
+def _say_findings(findings) -> None:
+    """One line per finding on stderr, naming image, layer and (for drift) the figure."""
+    for finding in findings:
+        where = f" {finding.layer}" if finding.layer else ""
+        figure = f" [{finding.figure}]" if finding.figure else ""
+        typer.echo(f"hookviz: check {finding.check} failed: {finding.image}{where}{figure}: {finding.detail}", err=True)
 
 
 def _probability(value: float | None) -> str:
@@ -343,6 +365,65 @@ class _Progress:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+# ----------------------------------------------------------------------------- diff
+
+
+@app.command()
+def diff(
+    base: Annotated[Path, typer.Argument(metavar="BASE", help="The baseline: an earlier run's output folder (only read).", show_default=False)],
+    new: Annotated[Path, typer.Argument(metavar="NEW", help="The run to compare with it (its image folders get <layer>.diff.png).", show_default=False)],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write diff.json (default NEW/diff.json).")] = None,
+    fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.")] = None,
+    rtol: RtolOption = _DEFAULTS.rtol,
+    atol: AtolOption = _DEFAULTS.atol,
+    min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
+    pictures: Annotated[str, typer.Option(help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json.")] = "diff",
+    json_output: Annotated[bool, typer.Option("--json", help="Print diff.json to stdout (for jq).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors and findings.")] = False,
+    debug: DebugOption = False,
+) -> None:
+    """Compare the run in NEW with the baseline run in BASE, image by image and layer by layer.
+
+    Writes NEW/diff.json: per image the target and top-5 before and after; per
+    layer each tensor's statistics and how far it moved (max absolute and relative
+    difference, cosine: of the fingerprints every run keeps, and of the full
+    tensors when both runs used --save-tensors), the CAM correlation and how many
+    pixels its peak moved. Images and layers in one run only are named.
+    Exit codes: 0 compared (no drift, or drift not checked), 3 drift with
+    --fail-on drift, 2 a folder or file that cannot be compared.
+
+    Example:
+
+        hookviz diff ci/baseline hookviz-out --fail-on drift
+    """
+
+    def action():
+        from .diffing import diff_runs
+        from .options import Tolerances
+
+        if pictures not in ("diff", "none"):
+            raise UsageError(f"--pictures {pictures}: choose diff or none")
+        tolerances = Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)
+        return diff_runs(base, new, out=out, tolerances=tolerances, fail_on=fail_on or (), pictures=pictures == "diff")
+
+    result = _guard(debug, action)
+    for note in result.notes:
+        if not quiet:
+            typer.echo(f"hookviz: note: {note}", err=True)
+    if json_output:
+        import json
+
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    if result.checked:
+        _say_findings(result.findings)
+    if not quiet:
+        path = out or new / "diff.json"
+        verdict = f"{len(result.findings)} drift findings" if result.findings else "no drift beyond the tolerances"
+        typer.echo(f"hookviz: compared {len(result.images)} images: {verdict}; see {path}", err=True)
+    if result.checked and result.findings:
+        raise typer.Exit(3)
 
 
 # ----------------------------------------------------------------------------- layers

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 
 __all__ = [
     "HookvizError", "UsageError", "UnknownModelError", "UnknownLayerError", "TargetError",
-    "WeightsError", "OutputError", "ImageError", "RecordingError", "ModelRunError",
+    "WeightsError", "OutputError", "ComparisonError", "ImageError", "RecordingError", "ModelRunError",
     "arg", "hint", "command_line_spelling", "first_line", "describe", "did_you_mean", "display_path",
 ]
 
@@ -56,6 +56,11 @@ class OutputError(UsageError):
     """The output folder cannot be written."""
 
 
+class ComparisonError(UsageError):
+    """Two runs cannot be compared: a folder that is not a run's output, a missing or
+    corrupt report or fingerprint, or nothing in common."""
+
+
 class ImageError(HookvizError):
     """One image cannot be read or used; a run goes on with the others (exit code 1)."""
 
@@ -71,8 +76,9 @@ class ModelRunError(HookvizError):
 
 # ----------------------------------------------------------------------------- spelling
 
-# CLI flags whose names are not "--" + the Python argument's name with dashes.
-_FLAGS = {"layers": "--layer", "layer_types": "--layer-type", "whole_image": "--no-crop"}
+# CLI flags whose names are not "--" + the Python argument's name with dashes (BASE and
+# NEW are the positional arguments of `hookviz diff`).
+_FLAGS = {"layers": "--layer", "layer_types": "--layer-type", "whole_image": "--no-crop", "base": "BASE", "new": "NEW"}
 
 _HINTS = {
     "python": {

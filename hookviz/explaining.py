@@ -20,7 +20,7 @@ from .errors import UsageError, arg
 from .featuremaps import DeclaredLayout, Layout, as_feature_map, layout_of
 from .images import PreparedImage, Preprocessing
 from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
-from .summaries import TENSOR_KEYS, channel_sum, channel_tiles, histogram, tensor_stats
+from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
 from .tasks.base import ClassScore, ImagePrediction
 
 __all__ = ["Explanation", "LayerResult", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
@@ -52,6 +52,8 @@ class LayerResult:
         shapes: the shape of each of the four tensors (batch dimension 1), ``None`` if absent.
         stats: min/max/mean/std/nonfinite/zero_fraction of each tensor.
         maps: each tensor summed over channels into one map.
+        profiles: each tensor's per-channel means, (C,), ``None`` without a spatial layout
+            (what a baseline's fingerprint keeps beside the maps).
         tiles: the channels shown in the grids, for ``output`` and ``grad_output``.
         histograms: value histograms of ``output`` and ``grad_output`` (for TensorBoard).
         cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
@@ -76,6 +78,7 @@ class LayerResult:
     histograms: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     layout: Layout | None = None
+    profiles: dict = field(default_factory=dict)
     input: np.ndarray | None = None
     output: np.ndarray | None = None
     grad_input: np.ndarray | None = None
@@ -158,8 +161,11 @@ class Explanation:
         apply (a CAM of a layer without spatial layout)."""
         from .pictures import picture_kind
 
+        picture = picture_kind(kind)
+        if picture.compares:
+            raise UsageError(f"{arg('kind', kind)}: drawn from two runs compared (hookviz.diff_runs), not from one explanation")
         chosen = self[layer] if layer is not None else self.layers[0]
-        return picture_kind(kind).figure(self, chosen, **options)
+        return picture.figure(self, chosen, **options)
 
 
 # ----------------------------------------------------------------------------- the pass
@@ -302,6 +308,7 @@ def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: 
         shapes={k: (tuple(v.shape) if v is not None else None) for k, v in arrays.items()},
         stats={k: tensor_stats(v) for k, v in arrays.items()},
         maps={k: channel_sum(v, input_hw, declared) for k, v in arrays.items()},
+        profiles={k: channel_profile(v, input_hw) for k, v in arrays.items()},
         tiles=tiles,
         cam=maps_by_key[main][i].copy() if maps_by_key else None,
         cam_note=note,

@@ -2,7 +2,9 @@
 
 One row per image: the photo the model saw, the top-5, and per layer thumbnails of every
 picture the run drew (``pictures.KINDS``), which open full size. The run's failures are
-listed. Shards of one run that share an output folder (``--shard K/N``) each describe
+listed. A run compared with a baseline (``OUT/diff.json``, written by ``--baseline`` or
+``hookviz diff``) gets a column of its change beside its pictures, and its most changed
+images come first, in the diff's order. Shards of one run that share an output folder (``--shard K/N``) each describe
 themselves in ``run-K-of-N.json``; the page shows all of them. It is one file with inline
 CSS and relative links, so it opens from disk (no server) and keeps working when the
 folder is moved or archived.
@@ -17,7 +19,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .outputs import REPORT, atomic_write, read_report
+from .outputs import DIFF, REPORT, atomic_write, read_report
 from .pictures import INPUT_PICTURE, KINDS, PREDICTION_PICTURE
 
 __all__ = ["GALLERY", "write_gallery", "run_documents"]
@@ -40,6 +42,9 @@ img { display: block; border: 1px solid #ccc; }
 .layer b { font-family: monospace; }
 ol { margin: 0; padding-left: 1.4em; }
 .failures li { color: #a00; }
+.drift { color: #a00; font-weight: bold; }
+.steady { color: #070; }
+.figures { font-size: .85em; color: #444; }
 code { font-size: .9em; }
 """
 
@@ -75,19 +80,40 @@ def _locked(out: Path) -> Iterator[None]:
         os.close(handle)
 
 
-def write_gallery(out: Path, run: dict) -> Path:
+def write_gallery(out: Path, run: dict, diff: dict | None = None) -> Path:
     """Write ``out/index.html`` for the run described by ``run`` (its run.json document)
-    and every other shard of it found in ``out``."""
+    and every other shard of it found in ``out``.
+
+    Args:
+        diff: the run's comparison with a baseline (a diff.json document); by default
+            ``out/diff.json`` when it compares this run (the one a rerun left is stale).
+    """
     with _locked(out):
         documents = [run]
         if run.get("shard"):
             count = run["shard"][1]
             others = [d for d in run_documents(out) if d.get("shard") and d["shard"][1] == count and d["shard"] != run["shard"]]
             documents = sorted([run, *others], key=lambda d: d["shard"][0])
-        return atomic_write(out / GALLERY, _page(out, run, documents).encode("utf-8"))
+        if diff is None:
+            diff = _diff_of(out, documents)
+        return atomic_write(out / GALLERY, _page(out, run, documents, diff).encode("utf-8"))
 
 
-def _page(out: Path, run: dict, documents: list[dict]) -> str:
+def _diff_of(out: Path, documents: list[dict]) -> dict | None:
+    """``out/diff.json`` when it compares the run these documents describe (same start)."""
+    try:
+        diff = json.loads((out / DIFF).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(diff, dict) or not isinstance(diff.get("images"), list):
+        return None
+    started = (diff.get("new") or {}).get("started")
+    return diff if started and started in {d.get("started") for d in documents} else None
+
+
+def _page(out: Path, run: dict, documents: list[dict], diff: dict | None = None) -> str:
+    changes = {e.get("output"): e for e in (diff or {}).get("images", []) if isinstance(e, dict)}
+    order = {output: rank for rank, output in enumerate(changes)}
     rows, failures, seen = [], [], set()
     counts = {"done": 0, "skipped": 0, "failed": 0, "not_done": 0}
     for document in documents:
@@ -102,7 +128,9 @@ def _page(out: Path, run: dict, documents: list[dict]) -> str:
             seen.add(entry.get("output"))
             report = read_report(out / str(entry.get("output")) / REPORT)
             if report is not None:
-                rows.append(_row(str(entry["output"]), report))
+                output = str(entry["output"])
+                rows.append((order.get(output, len(order)), _row(output, report, changes.get(output), diff is not None)))
+    rows = [row for _, row in sorted(rows, key=lambda item: item[0])]  # stable: the run's order otherwise
     failure_items = "".join(f"<li>{_e(f.get('error') or f.get('image'))}</li>" for f in failures)
     shards = f" · {len(documents)} shards" if len(documents) > 1 else ""
     interrupted = " · <b>interrupted</b>" if any(d.get("interrupted") for d in documents) else ""
@@ -120,8 +148,9 @@ def _page(out: Path, run: dict, documents: list[dict]) -> str:
 {counts['done']} done, {counts['skipped']} skipped, {counts['failed']} failed{not_done}{shards}{interrupted}<br>
 <code>{_e(' '.join(run.get('command', [])))}</code></div>
 {f'<h2>Failures</h2><ul class="failures">{failure_items}</ul>' if failure_items else ''}
+{_diff_heading(diff) if diff is not None else ''}
 <table>
-<thead><tr><th>photo</th><th>image and top-5</th><th>layers</th></tr></thead>
+<thead><tr><th>photo</th><th>image and top-5</th><th>layers</th>{'<th>change from the baseline</th>' if diff is not None else ''}</tr></thead>
 <tbody>
 {''.join(rows)}
 </tbody>
@@ -131,7 +160,66 @@ def _page(out: Path, run: dict, documents: list[dict]) -> str:
 """
 
 
-def _row(folder: str, report: dict) -> str:
+def _diff_heading(diff: dict) -> str:
+    base = diff.get("base") or {}
+    drift = diff.get("drift") or {}
+    findings = len(drift.get("findings") or [])
+    verdict = (f'<span class="drift">{findings} drift findings</span>' if findings
+               else '<span class="steady">no drift beyond the tolerances</span>')
+    checked = "" if drift.get("checked") else " (drift not checked: the run does not fail on it)"
+    tolerances = ", ".join(f"{k} {v}" for k, v in (diff.get("tolerances") or {}).items())
+    notes = "".join(f"<li>{_e(note)}</li>" for note in diff.get("notes") or [])
+    return (
+        f"<h2>Compared with the baseline <code>{_e(base.get('folder', ''))}</code></h2>"
+        f'<div class="meta">{verdict}{checked} · tolerances: {_e(tolerances)}<br>'
+        f"Images are sorted most changed first: those whose target changed, then by the largest "
+        f"relative change (max |after &minus; before| / max |before|) of any compared forward tensor "
+        f"(the model's input, a layer's input or output, the logits).</div>"
+        f"{f'<ul>{notes}</ul>' if notes else ''}"
+    )
+
+
+def _diff_cell(base: str, change: dict | None) -> str:
+    """One image's change from the baseline: target, numbers and each layer's diff picture."""
+    if change is None:
+        return "<td><i>not compared</i></td>"
+    before, after = ((change.get("target") or {}).get(k) or {} for k in ("before", "after"))
+    names = [_e(t.get("name") or str(t.get("index"))) for t in (before, after)]
+    target = (f'<span class="drift">target {names[0]} &rarr; {names[1]}</span>' if change.get("target_changed")
+              else f"target {names[1]} (unchanged)")
+    p_change = change.get("probability_change")
+    findings = change.get("findings") or []
+    first = change.get("first_change") or {}
+    lines = [
+        target,
+        f"first changed at: <b>{_e(_where(first))}</b> ({_e(first.get('figure'))})" if first else "",
+        f"P(target) change: {'n/a' if p_change is None else format(p_change, '+.3g')}",
+        f"largest relative change: {_number(change.get('change'))}",
+        f"lowest CAM correlation: {_number(change.get('lowest_cam_corr'))}",
+        f'<span class="drift">{len(findings)} drift findings</span>' if findings else '<span class="steady">no drift</span>',
+    ]
+    thumbs = "".join(
+        f'<a class="thumb" href="{base}/{_href(layer["picture"])}"><img loading="lazy" '
+        f'src="{base}/{_href(layer["picture"])}" alt="change of {_e(layer.get("name"))}">{_e(layer.get("name"))}</a>'
+        for layer in change.get("layers") or [] if isinstance(layer, dict) and layer.get("picture")
+    )
+    items = "".join(f"<li>{_e(f.get('layer') or 'model')} {_e(f.get('figure'))}: {_e(f.get('detail'))}</li>" for f in findings[:8])
+    more = f"<li>and {len(findings) - 8} more in diff.json</li>" if len(findings) > 8 else ""
+    return (f'<td><div class="figures">{"<br>".join(line for line in lines if line)}</div>'
+            f'{f"<ul class=figures>{items}{more}</ul>" if items else ""}<div class="thumbs">{thumbs}</div></td>')
+
+
+def _where(finding: dict) -> str:
+    if finding.get("layer"):
+        return str(finding["layer"])
+    return "the model's input" if str(finding.get("figure")).startswith("model_input") else "the logits"
+
+
+def _number(value) -> str:
+    return "n/a" if value is None else format(value, ".3g")
+
+
+def _row(folder: str, report: dict, change: dict | None = None, compared: bool = False) -> str:
     files = set(report.get("files") or [])
     base = _href(folder)
     photo = "".join(
@@ -162,7 +250,7 @@ def _row(folder: str, report: dict) -> str:
         f'<tr><td class="photo">{photo}</td>'
         f"<td><code>{_e(report.get('image') or folder)}</code>{notes}<br>"
         f"{heading}<ol>{top5}</ol></td>"
-        f"<td>{''.join(layers)}</td></tr>\n"
+        f"<td>{''.join(layers)}</td>{_diff_cell(base, change) if compared else ''}</tr>\n"
     )
 
 

@@ -27,16 +27,19 @@ from typing import BinaryIO
 import numpy as np
 
 from .errors import OutputError, arg, display_path
+from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
 from .summaries import tensor_stats
 
 __all__ = [
-    "REPORT", "TENSORS", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
+    "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
     "output_names", "layer_stems", "report_of", "save_explanation", "read_report", "target_json",
 ]
 
 REPORT = "report.json"
 TENSORS = "tensors.npz"
+#: A run's comparison with a baseline, at the top of its output folder (``hookviz.diffing``).
+DIFF = "diff.json"
 #: Files a run writes at the top of its output folder; no image's folder may take these names.
 RUN_FILE_PATTERN = re.compile(r"^(run(-\d+-of-\d+)?\.json|index\.html|diff\.json)$", re.IGNORECASE)
 #: A leftover temporary file older than this is removed whoever wrote it.
@@ -230,6 +233,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
             "tensors": save_tensors,
         },
         "files": list(files),
+        "fingerprint": description(),
     }
 
 
@@ -267,7 +271,7 @@ def _jpeg(pixels: np.ndarray) -> bytes:
 
 
 def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bool = False) -> list[Path]:
-    """Write one image's pictures, optional ``tensors.npz`` and, last, ``report.json``.
+    """Write one image's pictures, optional ``tensors.npz``, ``fingerprint.npz`` and, last, ``report.json``.
 
     Args:
         pictures: a ``PictureOptions``.
@@ -300,6 +304,10 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
                 entry[kind.name] = path.name
     if save_tensors:
         written.append(atomic_write(directory / TENSORS, lambda stream: write_tensors_npz(explanation, stream)))
+    # Always, and before the report that marks the image complete: a later run compares
+    # itself with this one through it (``hookviz diff``, ``--baseline``).
+    fingerprint = fingerprint_of(explanation)
+    written.append(atomic_write(directory / FINGERPRINT, lambda stream: write_fingerprint(fingerprint, stream)))
     report = report_of(explanation, by_layer, [p.name for p in written], pictures, save_tensors)
     written.append(write_json(directory / REPORT, report))
     return written

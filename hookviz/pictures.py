@@ -19,6 +19,11 @@ or a triple ``(figure, update, changing)``:
 * ``changing``: the artists ``update`` changes, which a reused figure redraws over the
   pixels of everything else (matplotlib's blitting), or ``None`` when the figure must be
   redrawn whole each time.
+
+One kind is drawn from a comparison instead of an explanation: ``diff``'s builder takes a
+``diffing.ImageDiff`` and one of its ``LayerDiff`` s in their place. No ``pictures`` choice
+turns it on; a run draws it as it compares itself with a baseline (``--baseline``), and
+``hookviz diff`` draws it into the newer run's folders.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class PictureKind:
         builder: the name of its builder in ``hookviz.rendering`` (see the contract above).
         wanted: whether ``PictureOptions`` ask for it, beyond its group being on.
         options: the builder's keyword arguments for those ``PictureOptions``.
+        compares: drawn from a comparison of two runs, not from an explanation (``diff``).
     """
 
     name: str
@@ -56,6 +62,7 @@ class PictureKind:
     builder: str
     wanted: Callable[[PictureOptions], bool] = lambda pictures: True
     options: Callable[[PictureOptions], dict] = lambda pictures: {}
+    compares: bool = False
 
     def file_name(self, stem: str) -> str:
         return f"{stem}.{self.name}.png"
@@ -88,6 +95,7 @@ KINDS: tuple[PictureKind, ...] = (
     ),
     PictureKind("cam", "cam", "CAM", "cam_parts"),
     PictureKind("cam_topk", "cam", "top-K CAMs", "cam_topk_parts"),
+    PictureKind("diff", "diff", "change from the baseline", "diff_parts", compares=True),
 )
 
 _BY_NAME = {kind.name: kind for kind in KINDS}
@@ -102,5 +110,5 @@ def picture_kind(name: str) -> PictureKind:
 
 
 def kinds_for(pictures: PictureOptions) -> list[PictureKind]:
-    """The kinds ``pictures`` asks for, in drawing order."""
+    """The kinds ``pictures`` asks for, in drawing order (never ``diff``, which a comparison draws)."""
     return [kind for kind in KINDS if kind.group in pictures.pictures and kind.wanted(pictures)]

@@ -31,8 +31,9 @@ from pathlib import Path
 from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
+from .fingerprints import FINGERPRINT
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
-from .outputs import REPORT, TENSORS, output_names, read_report, save_explanation, sweep_stale_files, target_json, write_json
+from .outputs import DIFF, REPORT, TENSORS, output_names, read_report, save_explanation, sweep_stale_files, target_json, write_json
 from .pictures import kinds_for
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
@@ -183,12 +184,14 @@ class Run:
         self.phase = "loading"  # then "running" (batches), then "finishing"
         self.interrupted = False
         self.error: str | None = None
+        self.baseline = None  # the baseline's RunFolder, read before any work (--baseline)
         self.step_of = {path: step for step, path in enumerate(self.selected)}  # TensorBoard's steps
 
     # -- the whole run
 
     def execute(self) -> RunSummary:
         check_out(self.options.out)
+        self._open_baseline()
         if self.options.tensorboard is not None:
             from .tensorboard_log import check_logdir
 
@@ -245,6 +248,25 @@ class Run:
                     self.pool.submit(_warm_up)
         if not self.options.skip_existing:
             self._start_loader(self.selected)
+
+    def _open_baseline(self) -> None:
+        """Read the baseline first, so that a missing or broken one stops the run before any work."""
+        baseline = self.checks.baseline
+        if baseline is None:
+            return
+        from .runfiles import open_run
+
+        out = self.options.out
+        if self.options.shard is not None:
+            raise UsageError(
+                f"{arg('baseline')} compares a whole run; once every {arg('shard')} has finished, "
+                f"run `hookviz diff {display_path(baseline)} {display_path(out)}`"
+            )
+        base, mine = baseline.resolve(), out.resolve()
+        if base == mine or base in mine.parents or mine in base.parents:
+            raise UsageError(f"{arg('baseline', display_path(baseline))}: overlaps {arg('out', display_path(out))}; "
+                             "a run never writes into its baseline: choose another --out")
+        self.baseline = open_run(baseline, "baseline")
 
     def _start_loader(self, paths: list[Path]) -> None:
         from .loader import ImageLoader
@@ -310,6 +332,8 @@ class Run:
             return False
         if self.options.save_tensors and not (folder / TENSORS).exists():
             return False
+        if FINGERPRINT not in (report.get("files") or ()):
+            return False  # written before hookviz kept fingerprints: a later comparison needs one
         wanted = [kind.name for kind in kinds_for(self.pictures)]
         layers = [layer for layer in report["layers"] if isinstance(layer, dict)]
         skipped = set(report.get("skipped_layers") or ())
@@ -477,6 +501,13 @@ class Run:
         if self.explainer is None:
             return summary  # stopped before the output folder was made: nothing to describe
         document = self._document(summary)
+        failure = None
+        if self.baseline is not None and not self.interrupted and self.error is None:
+            try:
+                summary, document = self._compare(summary, document)
+            except HookvizError as error:  # the run's own files are complete: describe them, then stop
+                self.error = document["error"] = str(error)
+                failure = error
         try:
             write_json(self.run_json, document)
             write_gallery(self.options.out, document)
@@ -485,7 +516,30 @@ class Run:
                 f"could not write {display_path(self.run_json)} or index.html ({exc.strerror or first_line(exc)}); "
                 "each image whose report.json exists is complete"
             ) from None
+        if failure is not None:
+            raise failure
         return summary
+
+    def _compare(self, summary: RunSummary, document: dict) -> tuple[RunSummary, dict]:
+        """Compare the finished run with its baseline: ``OUT/diff.json``, the diff pictures
+        (when the run draws pictures) and, with ``--fail-on drift``, findings that fail the run."""
+        from .diffing import compare_with_baseline
+
+        checks = document["checks"]
+        checks.update(baseline=display_path(self.baseline.path), tolerances=self.checks.tolerances.to_json())
+        if not summary.count("done") + summary.count("skipped"):
+            note = f"{arg('baseline')}: no image finished, nothing to compare"
+            document["notes"].append(note)
+            return replace(summary, notes=(*summary.notes, note)), document
+        checked = "drift" in self.checks.fail_on
+        diff = compare_with_baseline(self.baseline, self.options.out, document, self.checks.tolerances, checked,
+                                     pictures=bool(self.pictures.pictures))
+        findings = (*summary.findings, *(diff.findings if checked else ()))
+        notes = tuple(dict.fromkeys((*summary.notes, *diff.notes)))
+        checks.update(passed=not findings, findings=[f.to_json() for f in findings])
+        document["notes"] = list(notes)
+        document["diff"] = {"file": DIFF, "images": len(diff.images), "drift_findings": len(diff.findings)}
+        return replace(summary, findings=findings, notes=notes), document
 
     # -- helpers
 

@@ -63,6 +63,20 @@ def channel_sum(array: np.ndarray | None, input_hw: Sequence[int], declared: Dec
     return flat.reshape(-1) if flat.ndim <= 1 else flat.reshape(flat.shape[0], -1).sum(axis=0)
 
 
+def channel_profile(array: np.ndarray | None, input_hw: Sequence[int]) -> np.ndarray | None:
+    """Each channel's mean over the map, (C,) float32, or ``None`` for a tensor without
+    spatial layout (its channel sum is the vector itself). A baseline keeps it beside the
+    channel sum: a layer with a 1x1 map (a global pool) sums to one number, which hides
+    which channels changed."""
+    if array is None:
+        return None
+    spatial = as_feature_map(array, tuple(input_hw))
+    if spatial is None:
+        return None
+    maps = np.asarray(spatial[0], dtype=np.float32)
+    return maps.reshape(maps.shape[0], -1).mean(axis=1, dtype=np.float64).astype(np.float32)
+
+
 def select_channels(maps: np.ndarray, selection: ChannelSelection) -> tuple[list[int], str | None]:
     """Which of ``maps`` (C, h, w) a grid shows: the most active ones (largest mean), or the
     listed ones that exist, at most ``MAX_TILES``.

@@ -48,3 +48,10 @@ def test_stats_come_from_the_tensors(explanation):
 def test_unknown_check():
     with pytest.raises(UsageError, match="zero-grad"):
         parse_checks("zero_grad")
+
+
+def test_drift_is_checked_once_per_run_against_a_baseline_not_per_image(explanation):
+    assert parse_checks("nonfinite, drift") == ("nonfinite", "drift")
+    assert run_checks(explanation, ("drift",)) == []
+    with pytest.raises(UsageError, match="choose from nonfinite, dead, zero-grad, drift"):
+        parse_checks("drfit")

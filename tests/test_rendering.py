@@ -293,3 +293,47 @@ def test_constant_tiles_are_labelled_with_their_value_not_drawn_as_a_range():
     labels = [t.get_text() for t in figure.axes[0].texts]
     assert labels and all(" =" in label for label in labels)
     assert "every tile is constant" in figure._suptitle.get_text()
+def _layer_diff(seed: int):
+    from hookviz.changes import CamDiff, ImageDiff, LayerDiff, MapPair, TensorDiff, compare_arrays
+
+    rng = np.random.default_rng(seed)
+    before = rng.normal(size=(7, 7)).astype(np.float32)
+    after = before + np.float32(0.01) * rng.normal(size=(7, 7)).astype(np.float32)
+    cams = np.maximum(before, 0), np.maximum(after, 0)
+    output = TensorDiff("output", True, ([1, 4, 7, 7], [1, 4, 7, 7]), map=compare_arrays(before, after))
+    cam = CamDiff("fingerprint", 0.99, 32.0, ((7, 7), (7, 7)), (7, 7), MapPair(*cams))
+    layer = LayerDiff("features.3", "features.3", "Conv2d", (output,), cam, MapPair(before, after))
+    target = {"index": 1, "name": "tabby"}
+    image = ImageDiff("cat", "cat.png", (target, target), ((), ()), -0.01, output, output, (layer,))
+    return image, layer
+
+
+def test_diff_picture_shows_before_and_after_on_one_scale_and_the_difference_centred_on_zero():
+    image, layer = _layer_diff(0)
+    figure, update, changing = rendering.diff_parts(image, layer)
+    assert changing is None  # redrawn whole: the contract's other form
+    before, after, difference, cam_before, cam_after = _images(figure)
+    maps = layer.maps
+    low, high = float(min(maps.before.min(), maps.after.min())), float(max(maps.before.max(), maps.after.max()))
+    assert before.norm.vmin == after.norm.vmin == pytest.approx(low) and before.norm.vmax == pytest.approx(high)
+    limit = float(np.abs(maps.after.astype(np.float64) - maps.before).max())
+    assert isinstance(difference.norm, TwoSlopeNorm) and difference.norm.vcenter == 0
+    assert difference.norm.vmax == pytest.approx(limit) and difference.norm.vmin == pytest.approx(-limit)
+    assert difference.get_cmap().name == rendering.GRADIENT_CMAP
+    assert _bar_labels(figure)[2] == [rendering._fmt(-limit), "0", rendering._fmt(limit)]
+    cams = layer.cam.maps
+    assert cam_before.norm.vmax == cam_after.norm.vmax == pytest.approx(max(cams.before.max(), cams.after.max()))
+    titles = " ".join(ax.get_title() for ax in figure.axes)
+    assert "output before" in titles and "after - before" in titles and "CAM before\nraw 7x7" in titles
+    other_image, other_layer = _layer_diff(1)
+    update(other_image, other_layer)
+    fresh = rendering.png_bytes(rendering.diff_parts(other_image, other_layer)[0])
+    assert rendering.png_bytes(figure) == fresh
+
+
+def test_diff_picture_needs_something_to_compare():
+    from hookviz.changes import TensorDiff
+
+    image, layer = _layer_diff(0)
+    assert rendering.diff_parts(image, replace(layer, maps=None, cam=None, tensors=(TensorDiff("input", True),))) is None
+    assert rendering.diff_parts(image, layer.light()) is None  # its maps are let go once drawn
