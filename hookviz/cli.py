@@ -207,26 +207,23 @@ def run(
     from .options import (CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions,
                           TargetOptions, Tolerances, parse_triple)
 
-    def options():
-        return dict(
-            model=ModelOptions(model, weights, seed, device, task),
-            layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ())),
-            inputs=InputOptions(
-                resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
-                std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
-            ),
-            target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
-                                 score_threshold=score_threshold, max_detections=max_detections),
-            pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
-            options=RunOptions(
-                out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
-                shard=shard, workers=workers, tensorboard=tensorboard, command=tuple(sys.argv),
-            ),
-            checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction, baseline=baseline,
-                                tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
-        )
-
-    groups = _guard(debug, options)
+    groups = _guard(debug, lambda: dict(
+        model=ModelOptions(model, weights, seed, device, task),
+        layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ())),
+        inputs=InputOptions(
+            resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
+            std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
+        ),
+        target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
+                             score_threshold=score_threshold, max_detections=max_detections),
+        pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
+        options=RunOptions(
+            out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
+            shard=shard, workers=workers, tensorboard=tensorboard, command=tuple(sys.argv),
+        ),
+        checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction, baseline=baseline,
+                            tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
+    ))
     paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
     _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet))
 
