@@ -68,7 +68,7 @@ class Explainer:
         from .geometry import declared_layout
         from .models import input_channels
         from .tasks import get_task
-        from .tasks.classify import parse_target
+        from .tasks.targets import parse_target
 
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:

@@ -296,7 +296,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})
         for kind in kinds:
-            data = rendering.render_png(kind.name, explanation, layer, cache, **kind.options(pictures))
+            data = rendering.render_png(kind, explanation, layer, cache, **kind.options(pictures))
             entry[kind.name] = None
             if data is not None:
                 path = atomic_write(directory / kind.file_name(stems[layer.name]), data)

@@ -941,27 +941,25 @@ def anatomy(kind: str, explanation, layer, options: dict):
     return (explanation.model, layer.name, layer.shapes.get("output"), explanation.image.shown.shape, shape)
 
 
-def render_png(kind: str, explanation, layer, cache: FigureCache | None = None, **options) -> bytes | None:
-    """The PNG of one picture (a ``pictures.KINDS`` name), or ``None`` when it does not
+def render_png(kind, explanation, layer, cache: FigureCache | None = None, **options) -> bytes | None:
+    """The PNG of one picture (a ``pictures.PictureKind``), or ``None`` when it does not
     apply to this layer.
 
     With a ``cache`` (the render workers'), the figure is kept and reused for the next
     image of the same layer and anatomy: a long run then only redraws data, which is
     about a third cheaper. Without one, the figure is built, drawn and dropped.
     """
-    from .pictures import picture_kind
-
-    key = anatomy(kind, explanation, layer, options)
+    key = anatomy(kind.name, explanation, layer, options)
     if key is None:
         return None
-    entry = cache.take((kind, key)) if cache is not None else None
+    entry = cache.take((kind.name, key)) if cache is not None else None
     if entry is None:
-        built = picture_kind(kind).build(explanation, layer, **options)
+        built = kind.build(explanation, layer, **options)
         if built is None:
             return None
         entry = _Reused(*built)
     else:
         entry.update(explanation, layer)
     if cache is not None:
-        cache.keep((kind, key), entry)
+        cache.keep((kind.name, key), entry)
     return entry.png()

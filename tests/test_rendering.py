@@ -12,6 +12,7 @@ from matplotlib.colors import TwoSlopeNorm
 from PIL import Image
 
 from hookviz import rendering
+from hookviz.pictures import picture_kind
 from hookviz import explain
 from hookviz.images import Preprocessing
 
@@ -173,11 +174,12 @@ def test_render_workers_draw_the_same_pixels_as_any_process():
         code = (
             "import hashlib, matplotlib\n"
             "from hookviz import rendering\n"
+            "from hookviz.pictures import picture_kind\n"
             f"{configure}\n"
             + _TINY_EXPLANATION
             + "cache = rendering.worker_cache()\n"
             "for kind in ('summary', 'channels', 'cam'):\n"
-            "    print(hashlib.sha256(rendering.render_png(kind, e, e.layers[0], cache)).hexdigest())\n"
+            "    print(hashlib.sha256(rendering.render_png(picture_kind(kind), e, e.layers[0], cache)).hexdigest())\n"
         )
         return python_output(code)
 
@@ -215,9 +217,9 @@ def test_a_reused_figure_takes_the_new_models_titles():
     for kind in ("summary", "cam", "channels"):
         first = explain(first_model, SAMPLES / "cat.png", layers=["features.1"])
         second = explain(second_model, SAMPLES / "cat.png", layers=["features.1"])
-        rendering.render_png(kind, first, first.layers[0], cache)
-        reused = rendering.render_png(kind, second, second.layers[0], cache)
-        fresh = rendering.render_png(kind, second, second.layers[0])
+        rendering.render_png(picture_kind(kind), first, first.layers[0], cache)
+        reused = rendering.render_png(picture_kind(kind), second, second.layers[0], cache)
+        fresh = rendering.render_png(picture_kind(kind), second, second.layers[0])
         assert reused == fresh, kind
 
 
@@ -261,8 +263,8 @@ def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, laye
     first = explain(model, SAMPLES / "cat.png", layers=[layer], target=1, topk=3)
     second = explain(model, SAMPLES / "coffee.png", layers=[layer], target=3, topk=3)
     cache = rendering.FigureCache()
-    rendering.render_png(kind, first, first.layers[0], cache, **options)
-    reused = rendering.render_png(kind, second, second.layers[0], cache, **options)
+    rendering.render_png(picture_kind(kind), first, first.layers[0], cache, **options)
+    reused = rendering.render_png(picture_kind(kind), second, second.layers[0], cache, **options)
     assert len(cache) == 1
     builders = {"summary": rendering.summary_figure, "channels": rendering.channels_figure,
                 "cam": rendering.cam_figure, "cam_topk": rendering.cam_topk_figure}

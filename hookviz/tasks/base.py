@@ -19,8 +19,7 @@ from typing import Protocol
 import numpy as np
 
 __all__ = [
-    "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "TASKS", "register_task", "get_task",
-    "task_names", "recognise_task", "model_dtype",
+    "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "TASKS", "register_task", "model_dtype",
 ]
 
 
@@ -155,27 +154,3 @@ TASKS: dict[str, Task] = {}
 def register_task(task_class):
     TASKS[task_class.name] = task_class()
     return task_class
-
-
-def _load_all() -> None:
-    from . import classify, detect, segment  # noqa: F401  (each registers itself)
-
-
-def get_task(name: str) -> Task:
-    _load_all()
-    return TASKS[name]
-
-
-def task_names() -> list[str]:
-    _load_all()
-    return list(TASKS)
-
-
-def recognise_task(output) -> str:
-    """The task whose output ``output`` looks like: detection and segmentation outputs have
-    their own shapes; anything else is taken for a classifier's."""
-    _load_all()
-    for name in ("detect", "segment"):
-        if TASKS[name].recognises(output):
-            return name
-    return "classify"

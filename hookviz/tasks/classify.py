@@ -10,44 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..errors import TargetError, UsageError, arg, did_you_mean
+from ..errors import TargetError, UsageError, arg
+from .targets import parse_target
 from .base import model_dtype, ClassScore, ImagePrediction, Plan, register_task
 
 __all__ = ["Classify", "logits_of", "parse_target"]
-
-
-def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
-    """``top1`` -> None; an index -> int; a class name (or one of the comma-separated
-    synonyms a name lists) -> its index.
-
-    Raises:
-        TargetError: unknown name (with suggestions) or an index outside the categories.
-    """
-    text = str(text).strip()
-    if text.lower() in ("top1", "top-1", "top"):
-        return None
-    if re.fullmatch(r"-?\d+", text):
-        index = int(text)
-        if index < 0:
-            raise TargetError(f"{arg('target', text)}: a class index must be 0 or more")
-        if categories is not None and index >= len(categories):
-            raise TargetError(f"{arg('target', text)}: class index out of range (the model has 0..{len(categories) - 1})")
-        return index
-    if not categories:
-        raise TargetError(f"{arg('target', text)}: this model has no class names; pass a class index")
-    wanted = _normal(text)
-    for index, name in enumerate(categories):
-        if _normal(name) == wanted:
-            return index
-    # Hugging Face's ImageNet labels list synonyms ("tabby, tabby cat"): any one of them names the class.
-    for index, name in enumerate(categories):
-        if wanted in (_normal(part) for part in name.split(",")):
-            return index
-    raise TargetError(f"{arg('target', text)}: not a class name of this model{did_you_mean(text, categories)}")
-
-
-def _normal(name: str) -> str:
-    return name.lower().replace("_", " ").strip()
 
 
 # ----------------------------------------------------------------------------- the output

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import UsageError, arg
 from ..hooks import HookSet
 from .base import model_dtype, ClassScore, Detection, ImagePrediction, Plan, register_task
-from .classify import parse_target
+from .targets import parse_target
 
 __all__ = ["Detect", "DetectorOutput", "MATCH_IOU"]
 

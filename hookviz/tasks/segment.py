@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import UsageError, arg
 from .base import model_dtype, ClassScore, ImagePrediction, Plan, register_task
-from .classify import parse_target
+from .targets import parse_target
 
 __all__ = ["Segment", "segmentation_logits"]
 
