@@ -522,6 +522,7 @@ def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, ph
 # ----------------------------------------------------------------------------- found by a hostile tester
 
 
+@pytest.mark.slow
 def test_skip_existing_redoes_images_explained_with_other_options(cli, photo, tmp_path):
     out = tmp_path / "out"
     base = ["run", photo, *TINY, "--layer", "features.3", "--pictures", "cam", "--out", out]

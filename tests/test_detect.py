@@ -94,6 +94,7 @@ def test_a_detection_run_batches_photos_of_one_size_and_explains_each_detection(
     assert json.loads((out / "small" / "report.json").read_text())["prediction"]["window"] is not None
 
 
+@pytest.mark.slow
 def test_a_target_class_keeps_only_its_detections(model, photo_tensor):
     names = torchvision.models.get_model_weights(DETECTOR).DEFAULT.meta["categories"]
     common = dict(layers=["backbone.body.16"], score_threshold=0.005, max_detections=20, categories=names)

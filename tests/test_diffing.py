@@ -267,6 +267,7 @@ def test_bad_arguments_are_refused_before_any_work(baseline, checkpoints, tmp_pa
 # ----------------------------------------------------------------------------- pictures and gallery
 
 
+@pytest.mark.slow
 def test_diff_pictures_go_into_new_and_the_gallery_shows_the_most_changed_first(baseline, checkpoints, tmp_path):
     """Only coffee changes (its photo is darker); it comes first in diff.json and the gallery."""
     photos = tmp_path / "photos"
@@ -293,6 +294,7 @@ def test_diff_pictures_go_into_new_and_the_gallery_shows_the_most_changed_first(
     assert 'href="coffee/features.3.diff.png"' in page and "first changed at: <b>the model&#x27;s input</b>" in page
 
 
+@pytest.mark.slow
 def test_hookviz_diff_redraws_the_new_gallery_and_a_stale_diff_is_not_shown(baseline, checkpoints, tmp_path):
     new = tmp_path / "new"
     _run(new, checkpoints["b"])

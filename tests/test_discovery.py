@@ -21,6 +21,7 @@ def _photos(folder, *names):
         Image.new("RGB", (24, 16), (200, 40, 40)).save(folder / name)
 
 
+@pytest.mark.slow
 def test_running_twice_in_a_folder_of_photos_explains_the_photos_only(tmp_path, monkeypatch):
     _photos(tmp_path, "a.png", "b.png")
     monkeypatch.chdir(tmp_path)
@@ -32,6 +33,7 @@ def test_running_twice_in_a_folder_of_photos_explains_the_photos_only(tmp_path, 
     assert sorted(p.name for p in (tmp_path / "hookviz-out").iterdir() if p.is_dir()) == ["a", "b"]
 
 
+@pytest.mark.slow
 def test_out_inside_the_image_folder_and_older_runs_are_never_read(tmp_path):
     _photos(tmp_path / "photos", "a.png")
     first = CliRunner().invoke(app, ["run", str(tmp_path / "photos"), *TINY, "--out", str(tmp_path / "photos" / "results")])
