@@ -415,7 +415,13 @@ class RunDiff:
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        return tuple(f for image in self.images for f in image.findings)
+        """Every compared image's drift, and every image the baseline finished that this run
+        did not: a run that lost images has changed too."""
+        missing = tuple(
+            Finding("drift", str(image), None, "finished in the baseline, not in this run", "image.missing")
+            for image in self.only_in_base
+        )
+        return tuple(f for image in self.images for f in image.findings) + missing
 
     def to_json(self) -> dict:
         from . import __version__

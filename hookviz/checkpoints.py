@@ -9,6 +9,7 @@ and the ``module.`` (DataParallel) and ``_orig_mod.`` (torch.compile) key prefix
 from __future__ import annotations
 
 import pickle
+import warnings
 from pathlib import Path
 
 from .errors import WeightsError, arg, display_path, first_line
@@ -40,7 +41,9 @@ def read_state_dict(path: Path) -> dict:
         except (SafetensorError, Exception) as exc:  # a file that is not safetensors, or is cut short
             raise WeightsError(f"{arg('weights', display_path(path))}: not a readable safetensors file ({first_line(exc)})") from None
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's own notes on the pickle ("Detected pickle protocol") are noise here
+            warnings.simplefilter("ignore")
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         if _looks_saved(path) and ("Weights only load failed" in str(exc) or "Unsupported" in str(exc)):
             raise WeightsError(

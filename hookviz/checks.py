@@ -79,6 +79,8 @@ def _dead(explanation, fraction: float):
 
 @register_check("zero-grad")
 def _zero_grad(explanation, _fraction: float):
+    if explanation.target is None:  # nothing to explain (no detection above the threshold): no gradient is due
+        return []
     found = []
     for layer in explanation.layers:
         stats = layer.stats.get("grad_output")

@@ -258,7 +258,7 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
         summary = stop.summary
         where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
         typer.echo(
-            f"hookviz: interrupted: {summary.count('done')} images written, {len(summary.failed)} failed, "
+            f"hookviz: interrupted: {_count(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
             f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)",
             err=True,
         )
@@ -291,6 +291,10 @@ def _say_findings(findings) -> None:
         where = f" {finding.layer}" if finding.layer else ""
         figure = f" [{finding.figure}]" if finding.figure else ""
         typer.echo(f"hookviz: check {finding.check} failed: {finding.image}{where}{figure}: {finding.detail}", err=True)
+
+
+def _count(number: int, word: str) -> str:
+    return f"{number} {word}{'' if number == 1 else 's'}"
 
 
 def _probability(value: float | None) -> str:
@@ -348,7 +352,10 @@ class _Progress:
         if status.status == "done":
             top = " · ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
             target = status.target or {}
-            if status.target is None:
+            if status.task == "detect":
+                found = ", ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
+                line = f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
+            elif status.target is None:
                 line = f"{status.image}: nothing to explain (see its report.json)"
             else:
                 line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
@@ -405,7 +412,11 @@ def diff(
         tolerances = Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)
         return diff_runs(base, new, out=out, tolerances=tolerances, fail_on=fail_on or (), pictures=pictures == "diff")
 
-    result = _guard(debug, action)
+    try:
+        result = _guard(debug, action)
+    except KeyboardInterrupt:
+        typer.echo(f"hookviz: interrupted: the comparison was not finished; {out or new / 'diff.json'} not written", err=True)
+        raise typer.Exit(130) from None
     for note in result.notes:
         if not quiet:
             typer.echo(f"hookviz: note: {note}", err=True)
@@ -418,7 +429,8 @@ def diff(
     if not quiet:
         path = out or new / "diff.json"
         verdict = f"{len(result.findings)} drift findings" if result.findings else "no drift beyond the tolerances"
-        typer.echo(f"hookviz: compared {len(result.images)} images: {verdict}; see {path}", err=True)
+        count = len(result.images)
+        typer.echo(f"hookviz: compared {count} image{'s' if count != 1 else ''}: {verdict}; see {path}", err=True)
     if result.checked and result.findings:
         raise typer.Exit(3)
 

@@ -292,7 +292,12 @@ def _run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     b, n = base.run, new.run
     if version_tuple(base.version) > version_tuple(new.version):
         notes.append(f"{base.named} was written by hookviz {base.version}, newer than {new.version}: comparing what this version reads")
-    for key, what in (("model", "models differ"), ("weights", "weights differ")):
+    for folder in (base, new):
+        counts = folder.run.get("counts") or {}
+        if folder.run.get("interrupted") or counts.get("not_done") or folder.run.get("error"):
+            notes.append(f"{folder.named} is an unfinished run (interrupted, or stopped by an error): "
+                         "its missing images are not compared")
+    for key, what in (("model", "models differ"), ("weights", "weights differ"), ("task", "tasks differ")):
         if b.get(key) != n.get(key):
             notes.append(f"{what}: {b.get(key)} -> {n.get(key)}")
     for key in ("torch", "torchvision", "device"):

@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import difflib
 import os
+import re
 from collections.abc import Iterable, Iterator
 
 __all__ = [
@@ -132,12 +133,18 @@ def command_line_spelling() -> Iterator[None]:
 # ----------------------------------------------------------------------------- helpers
 
 
+_UNSAFE = re.compile(r"weights_only|allow_pickle|unsafe", re.IGNORECASE)
+
+
 def first_line(error: BaseException, limit: int = 200) -> str:
     """The first line of an exception's message (its type's name when it has none), for one-line errors."""
     lines = str(error).strip().splitlines()
     if not lines:
         return type(error).__name__
-    return lines[0] if len(lines[0]) <= limit else lines[0][: limit - 1].rstrip() + "…"
+    # A library's advice to load a file unsafely (torch's weights_only=False, numpy's
+    # allow_pickle) is never passed on: hookviz refuses such files on purpose.
+    line = ". ".join(part for part in lines[0].split(". ") if not _UNSAFE.search(part)) or type(error).__name__
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 def describe(error: BaseException) -> str:

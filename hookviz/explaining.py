@@ -225,6 +225,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None]
         recording.backward(plan.objective, retain_graph=bool(extra))
         captures = recording.captures
+        _check_batch_first(captures, len(images))
         grads_for = {key: [c.grad_output for c in captures] for key, scalar in plan.cams if scalar is None}
         for n, (key, scalar) in enumerate(extra):
             pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
@@ -247,10 +248,27 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     ]
 
 
+def _check_batch_first(captures, count: int) -> None:
+    """Refuse a layer whose tensors do not hold one row per photo (a detector's per-proposal
+    head, an attention block's windows): its first row is not the first photo's."""
+    for capture in captures:
+        for name in ("output", "input"):
+            tensor = getattr(capture, name)
+            if tensor is not None and tensor.dim() > 0 and tensor.shape[0] != count:
+                raise UsageError(
+                    f"{arg('layers', capture.requested)}: {capture.name}'s {name} has {tensor.shape[0]} rows for "
+                    f"{count} photo{'s' if count != 1 else ''} (proposals or windows, not photos); "
+                    "record a layer of the backbone instead"
+                )
+
+
 def _skipped_note(skipped) -> str:
     paths = [spec.label for spec in skipped]
     shown = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
-    return f"skipped {len(paths)} selected modules that the forward pass never calls (auxiliary heads?): {shown}"
+    return (
+        f"skipped {len(paths)} selected modules that the forward pass never calls (auxiliary heads?) "
+        f"or that return no single feature map (a feature pyramid): {shown}"
+    )
 
 
 def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw, summaries, notes) -> Explanation:
@@ -266,7 +284,7 @@ def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw,
         model=explainer.model.name,
         weights=explainer.model.weights,
         preprocessing=explainer.preprocessing,
-        objective=explainer.target.objective,
+        objective="score" if explainer.task.name == "detect" else explainer.target.objective,
         cam_method=explainer.target.cam,
         logits=np.array(plan.logits[i], dtype=np.float32),
         target=prediction.target,
@@ -336,8 +354,10 @@ def _layer_cams(cam_fn, capture, grads_for: dict, position: int, input_hw, decla
         ``({key: (N, h, w) maps} or None, why there is none, per-image "the main CAM's
         gradient is all zero" flags)``.
     """
-    if cam_fn is None or not grads_for:
+    if cam_fn is None:
         return None, arg("cam", "none"), None
+    if not grads_for:  # the task found nothing to explain in this batch (no detections)
+        return None, "no CAM: nothing to explain in this image", None
     activation = as_feature_map(capture.output, input_hw, declared)
     if activation is None:
         shape = "none" if capture.output is None else "x".join(map(str, (1, *capture.output.shape[1:])))

@@ -178,6 +178,11 @@ def read_fingerprint(path, layer_names: Sequence[str]) -> Fingerprint:
         raise ValueError(f"not a complete fingerprint archive ({type(exc).__name__})") from None
     if not isinstance(arrays, dict) or any(value.dtype.kind != "f" for value in arrays.values()):
         raise ValueError("holds arrays that are not floating point")
+    if "logits" not in arrays or "model_input/map" not in arrays:
+        raise ValueError("holds no fingerprint of a hookviz run (no logits, no model input)")
+    missing = [name for name in layer_names if not any(key.startswith(f"{name}/") for key in arrays)]
+    if missing:
+        raise ValueError(f"holds nothing of the layers its report lists ({', '.join(missing[:3])})")
 
     def tensor(prefix: str) -> TensorPrint:
         return TensorPrint(arrays.get(f"{prefix}/map"), arrays.get(f"{prefix}/channels"))

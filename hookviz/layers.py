@@ -273,9 +273,14 @@ def default_layer(
     found = _last_block_first_norm(model, traced, input_size, declared)
     reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], input_size, declared)
     if found is None:
-        found, reason = _last_spatial_map(traced, input_size, declared)
-        if found is not None and root is not None:
+        if root is not None:
+            # A detector's backbone may end in maps of a few pixels (SSD's 3x3, 1x1), too coarse to
+            # show where a box came from: its last map of at least 7x7 is taken where it has one.
+            found, reason = _last_spatial_map(traced, input_size, declared, min_side=7)
             reason = BACKBONE_REASON
+        if found is None:
+            found, reason = _last_spatial_map(traced, input_size, declared)
+            reason = BACKBONE_REASON if found is not None and root is not None else reason
     if found is None:
         raise UnknownLayerError(f"no module outputs a 4-D feature map; pass {arg('layers')} ({hint('list_layers')})")
     path, call = found
@@ -295,8 +300,9 @@ def _why_transformer(shape, input_size, declared) -> str:
     return CLASS_TOKEN_REASON if layout is not None and layout.prefix else TRANSFORMER_REASON
 
 
-def _last_spatial_map(traced: _Trace, input_size, declared) -> tuple[tuple[str, int] | None, str]:
-    """The last call (in finish order) whose output is a map of one image, and the reason to give."""
+def _last_spatial_map(traced: _Trace, input_size, declared, min_side: int = 1) -> tuple[tuple[str, int] | None, str]:
+    """The last call (in finish order) whose output is a map of one image (with sides of at
+    least ``min_side``), and the reason to give."""
     from .featuremaps import layout_of
 
     seen: dict[str, int] = {}
@@ -307,7 +313,7 @@ def _last_spatial_map(traced: _Trace, input_size, declared) -> tuple[tuple[str, 
         shape = traced.shapes[path][call]
         if shape is None or shape[0] != 1:  # a batch of windows (Swin, MaxViT) is not the image's map
             continue
-        if len(shape) == 4 and shape[2] * shape[3] > 1:
+        if len(shape) == 4 and shape[2] * shape[3] > 1 and min(shape[2], shape[3]) >= min_side:
             best, reason = (path, call), SPATIAL_REASON
         elif len(shape) == 3:
             layout = layout_of(shape, input_size, declared)
@@ -327,6 +333,7 @@ def _last_block_first_norm(model, traced: _Trace, input_size, declared) -> tuple
     calls: dict[str, int] = {}
     began: dict[str, int] = {}  # path -> where its latest call began
     spoken: dict[str, int] = {}  # parent -> the call (by where it began) in which a child put out the tokens
+    convolved: dict[str, int] = {}  # parent -> the call in which a child put out a channels-first map
     best = None
     for position, path in enumerate(traced.starts):
         call = calls.get(path, 0)
@@ -336,10 +343,17 @@ def _last_block_first_norm(model, traced: _Trace, input_size, declared) -> tuple
             continue
         shapes = traced.shapes.get(path) or [None]
         shape = shapes[min(call, len(shapes) - 1)]
-        # One image's tokens: a batch of windows or of inner pixel tokens is not the image's grid.
-        if shape is None or shape[0] != 1 or token_layout(shape, input_size, declared) is None:
+        if shape is None or shape[0] != 1:
             continue
-        if spoken.get(parent) != began[parent] and _TOKEN_NORM.search(type(modules[path]).__name__):
+        if token_layout(shape, input_size, declared) is None:
+            # A child that puts out a channels-first map first makes it a convolution block
+            # (ConvNeXt's depthwise conv before its channels-last norm), not a transformer's.
+            if len(shape) == 4:
+                convolved[parent] = began[parent]
+            continue
+        # One image's tokens: a batch of windows or of inner pixel tokens is not the image's grid.
+        first = spoken.get(parent) != began[parent] and convolved.get(parent) != began[parent]
+        if first and _TOKEN_NORM.search(type(modules[path]).__name__):
             best = (path, call)
         spoken[parent] = began[parent]
     return best

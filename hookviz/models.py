@@ -47,6 +47,7 @@ def load_model(model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 
     options = model if isinstance(model, ModelOptions) else ModelOptions(model, weights, seed)
     for source in _sources():
         if source.claims(options.name):
+            _check_task(source, options)
             loaded = source.load(options.name, options.weights, options.seed)
             loaded.module.eval()
             return loaded if options.task == "auto" else replace(loaded, task=options.task)
@@ -111,6 +112,16 @@ def list_sources(filter: str | None = None, search: str | None = None) -> list[S
             listings.append(SourceListing(title, source.about(), kept, len(described), task))
     rank = {task: i for i, task in enumerate(TASK_ORDER)}
     return sorted(listings, key=lambda listing: rank.get(listing.task, 0))  # stable: sources keep their order
+
+
+def _check_task(source, options: ModelOptions) -> None:
+    """A source that knows what a model does refuses another ``task``."""
+    known = getattr(source, "task_of", lambda name: "auto")(options.name)
+    if options.task not in ("auto", known) and known != "auto":
+        raise UnknownModelError(
+            f"{arg('task', options.task)}: {options.name} is a {TASK_WORDS.get(known, known)} model; "
+            f"drop {arg('task')} (or pass {arg('task', known)})"
+        )
 
 
 def list_models(filter: str | None = None, search: str | None = None) -> list[tuple[str, str, str]]:

@@ -146,7 +146,8 @@ class InputOptions:
 
     Attributes:
         resize: the shorter side before the centre crop.
-        crop: the side of the square the model sees.
+        crop: the side of the square the model sees; given alone, ``resize`` keeps the model's
+            own ratio to it (``--crop 112`` with a 256/224 transform resizes to 128).
         mean, std: per-channel normalisation (r, g, b); one number means all three.
         whole_image: resize the whole photo to ``crop`` x ``crop`` instead of cropping.
         max_pixels: refuse photos with more pixels than this (decompression bombs).
@@ -186,6 +187,10 @@ class InputOptions:
             changes["resize"] = self.resize
         if self.crop is not None:
             changes["size"] = self.crop
+            if self.resize is None and preprocessing.crop and preprocessing.size:
+                # The crop alone keeps the model's own ratio of crop to resize (224 of 256; a timm
+                # model's crop_pct), so the same share of the photo is seen, at the new size.
+                changes["resize"] = max(self.crop, round(self.crop * preprocessing.resize / preprocessing.size))
         if self.mean is not None:
             changes["mean"] = self.mean
         if self.std is not None:

@@ -11,6 +11,7 @@ image done.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -53,7 +54,16 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> Path
     ``data`` is the bytes, or a function that writes them into the open file (large
     arrays then go to the file without first being gathered in memory). The file gets the
     mode ``open()`` would give it (the process's umask applies, as the kernel applies it).
+    A symbolic link is followed (its target is replaced, the link kept); a path that is a
+    device or a pipe (``/dev/null``) is written into, never replaced.
     """
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else path
+    if path.exists() and not path.is_file():
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+        with open(path, "wb") as stream:  # a device or a pipe: there is nothing to replace
+            data(stream) if callable(data) else stream.write(data)
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.parent / f".{path.name}~{_HOST}~{os.getpid()}~{secrets.token_hex(4)}.part"
     handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -245,7 +255,8 @@ def target_json(options) -> dict:
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
-    """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``logits``, ``input``.
+    """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``<layer>/cam_K`` (the
+    K-th top class's or detection's CAM), ``logits``, ``input``.
 
     Needs the full tensors (``SummaryOptions(keep_tensors=True)``).
     """
@@ -259,6 +270,8 @@ def write_tensors_npz(explanation, stream: BinaryIO) -> None:
                 arrays[f"{layer.name}/{key}"] = np.asarray(value, dtype=np.float32)
         if layer.cam is not None:
             arrays[f"{layer.name}/cam"] = np.asarray(layer.cam, dtype=np.float32)
+        for k, (_, cam) in enumerate(layer.topk_cams, start=1):  # each top class's, or each detection's
+            arrays[f"{layer.name}/cam_{k}"] = np.asarray(cam, dtype=np.float32)
     np.savez(stream, **arrays)
 
 
@@ -298,7 +311,10 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         for kind in kinds:
             data = rendering.render_png(kind, explanation, layer, cache, **kind.options(pictures))
             entry[kind.name] = None
-            if data is not None:
+            if data is None:  # not this time: an earlier run's picture of it would mislead
+                with contextlib.suppress(OSError):
+                    (directory / kind.file_name(stems[layer.name])).unlink()
+            else:
                 path = atomic_write(directory / kind.file_name(stems[layer.name]), data)
                 written.append(path)
                 entry[kind.name] = path.name

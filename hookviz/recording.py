@@ -163,10 +163,16 @@ class Recording:
                     "so its input cannot be recorded; select the layer before it instead"
                 )
             tensor = output if _is_float_tensor(output) else _first_float(output)
+            why = None
             if tensor is None:
+                why = f"its output ({type(output).__name__}) holds no floating-point tensor"
+            elif not _is_float_tensor(output) and len(set(_map_sizes(output))) > 1:
+                why = _pyramid_message(self.model, call.spec, output)
+            if why is not None:
+                if call.spec.explicit:
+                    raise UnknownLayerError(why if why.startswith(arg("layers")) else f"{arg('layers', call.spec.requested)}: {call.spec.path}: {why}; record another layer")
+                self._calls.remove(call)  # a pattern or type picked it: left out, and the run notes it
                 return None
-            if not _is_float_tensor(output) and len(set(_map_sizes(output))) > 1:
-                raise UnknownLayerError(_pyramid_message(self.model, call.spec, output))
             call.output_node = tensor
             self._watch(tensor, call, "grad_output")
             # Downstream gets a copy: an in-place op after this layer would overwrite the recorded output.
@@ -342,12 +348,11 @@ def _pyramid_message(model, spec: LayerSpec, output) -> str:
     convs = [p for p, m in modules.items() if p.startswith(spec.path + ".") and isinstance(m, nn.Conv2d)]
     body = next((p for p in (f"{spec.path}.body", f"{spec.path.rsplit('.', 1)[0]}.body") if p in modules), None)
     suggestions = ([f"{body}.{list(modules[body].named_children())[-1][0]}"] if body else []) + convs[-2:]
-    keys = list(output) if isinstance(output, dict) else list(range(len(output)))
     such = f"; record a layer with one output instead, such as {' or '.join(suggestions)}" if suggestions else \
         "; record a layer with one feature map instead"
     return (
-        f"{arg('layers', spec.requested)}: {spec.path} returns {len(_map_sizes(output))} feature maps "
-        f"({type(output).__name__} of {', '.join(map(str, keys[:6]))}), not one{such}"
+        f"{arg('layers', spec.requested)}: {spec.path} returns {len(_map_sizes(output))} feature maps of "
+        f"{len(set(_map_sizes(output)))} sizes (a feature pyramid?), not one{such}"
     )
 
 

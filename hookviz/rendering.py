@@ -111,9 +111,7 @@ def _shape(shape) -> str:
 def _target_text(explanation) -> str:
     target = explanation.target
     if explanation.task == "detect":
-        count = len(explanation.prediction.detections) if explanation.prediction is not None else 0
-        threshold = explanation.prediction.details.get("score_threshold") if explanation.prediction is not None else None
-        return f"{count} detection{'s' if count != 1 else ''} with score ≥ {threshold}"
+        return _detections_text(explanation.prediction)
     if target is None:
         return "no target"
     measure = "mean p over its pixels" if explanation.task == "segment" else "p"
@@ -278,10 +276,11 @@ def summary_parts(explanation, layer):
         photo.set_data(explanation.image.shown)
         for label, panel in panels.items():
             values = layer.maps[label]
-            panel.update(values, f"{label} {_shape(layer.shapes[label])}, {_how(layer.shapes[label], values)}")
+            shape = layer.shapes[label]
+            panel.update(values, f"{label} {_shape(shape)}, {_how(shape, values)}" if values is not None else label)
         sheet.title(
             f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.shapes['output'])}\n"
-            f"{_target_text(explanation)} · objective {explanation.objective} · {explanation.image.source.label}"
+            f"{_target_text(explanation)} · {_objective_text(explanation)} · {explanation.image.source.label}"
         )
 
     update(explanation, layer)
@@ -290,9 +289,28 @@ def summary_parts(explanation, layer):
     return sheet.figure, update, changing
 
 
+def _detections_text(prediction) -> str:
+    """``3 detections of class person with score ≥ 0.5`` (``no detections ...`` when none)."""
+    count = len(prediction.detections) if prediction is not None else 0
+    details = prediction.details if prediction is not None else {}
+    of = f" of class {details['target']}" if details.get("target") is not None else ""
+    number = "no" if not count else str(count)
+    return f"{number} detection{'s' if count != 1 else ''}{of} with score ≥ {details.get('score_threshold')}"
+
+
+def _objective_text(explanation) -> str:
+    """What the gradient panels are the gradients of."""
+    if explanation.task == "detect":
+        count = len(explanation.prediction.detections) if explanation.prediction is not None else 0
+        return f"gradients of the sum of the {count} detection scores" if count else "no gradients: nothing to explain"
+    return f"objective {explanation.objective}"
+
+
 def _how(shape, values) -> str:
     """How a tensor became the panel's picture, so token grids are not mistaken for images."""
-    if values is None or values.ndim != 2:
+    if values is None:
+        return "not recorded"
+    if values.ndim != 2:
         return "per feature"
     if shape is not None and len(shape) == 3:
         rows, cols = values.shape
@@ -556,6 +574,10 @@ def _window(explanation):
     return prediction.details.get("window") if prediction is not None else None
 
 
+#: Panels a row of CAMs holds before the next row starts (20 detections make four rows, not one).
+_PANELS_PER_ROW = 5
+
+
 def cam_topk_parts(explanation, layer, detections: bool = False):
     """CAMs side by side: of the top-K classes, or (``detections``) of each detection, its
     box drawn over it."""
@@ -563,13 +585,15 @@ def cam_topk_parts(explanation, layer, detections: bool = False):
         return None
     photo = photo_of(explanation)
     panel, side = _photo_inches(photo, longest=3.5)
-    stride = panel + 1.25
-    sheet = _Sheet(0.2 + len(layer.topk_cams) * stride, 1.0 + side + 0.2)
-    overlays = [
-        _Overlay(sheet.figure, sheet.axes(0.2 + k * stride, 1.0, panel, side),
-                 sheet.axes(0.2 + k * stride + panel + 0.12, 1.0, 0.13, side), photo, cam)
-        for k, (_, cam) in enumerate(layer.topk_cams)
-    ]
+    stride, rise = panel + 1.25, side + 1.0
+    columns = min(len(layer.topk_cams), _PANELS_PER_ROW)
+    rows = math.ceil(len(layer.topk_cams) / columns)
+    sheet = _Sheet(0.2 + columns * stride, 0.2 + rows * rise)
+    overlays = []
+    for k, (_, cam) in enumerate(layer.topk_cams):
+        left, top = 0.2 + (k % columns) * stride, 1.0 + (k // columns) * rise
+        overlays.append(_Overlay(sheet.figure, sheet.axes(left, top, panel, side),
+                                 sheet.axes(left + panel + 0.12, top, 0.13, side), photo, cam))
 
     def update(explanation, layer):
         photo = photo_of(explanation)
@@ -580,7 +604,9 @@ def cam_topk_parts(explanation, layer, detections: bool = False):
                                _window(explanation), focus.box)
             else:
                 overlay.update(photo, cam, f"{focus.label}\np={focus.probability:.3f}", _window(explanation))
-        what = f"{len(layer.topk_cams)} detections" if detections else f"the top {len(layer.topk_cams)} classes"
+        count = len(layer.topk_cams)
+        what = f"{count} detection{'s' if count != 1 else ''}" if detections else \
+            f"the top {count} class{'es' if count != 1 else ''}"
         sheet.title(f"{explanation.model} · {_layer_text(layer)} · {explanation.cam_method} of {what}")
 
     update(explanation, layer)
@@ -630,8 +656,7 @@ def _prediction_text(explanation) -> str:
         count = sum(1 for c in prediction.details["classes"] if c["index"] != 0)
         return f"predicted mask: {count} class{'es' if count != 1 else ''} besides background" if count else \
             "predicted mask: background only"
-    return _target_text(explanation) if prediction.detections else \
-        f"no detections with score ≥ {prediction.details.get('score_threshold')}"
+    return _detections_text(prediction)
 
 
 def _draw_mask(ax, prediction) -> str:
@@ -668,7 +693,8 @@ def _draw_detections(ax, prediction, shape) -> None:
                 fontsize=8, va="bottom" if above else "top", ha="right" if right else "left", color="black",
                 bbox={"facecolor": colour, "alpha": 0.85, "pad": 1, "linewidth": 0}, parse_math=False)
     if not prediction.detections:
-        ax.text(0.5, 0.5, f"no detections ≥ {threshold}", transform=ax.transAxes, ha="center", va="center",
+        of = f" of class {prediction.details['target']}" if prediction.details.get("target") is not None else ""
+        ax.text(0.5, 0.5, f"no detections{of} ≥ {threshold}", transform=ax.transAxes, ha="center", va="center",
                 fontsize=14, color="white", bbox={"facecolor": "black", "alpha": 0.6}, parse_math=False)
 # ----------------------------------------------------------------------------- diff
 
@@ -707,7 +733,7 @@ def _draw_diff(sheet: _Sheet, image, layer) -> None:
             shape = f"{maps.before.size} values"
         norm = _shared_norm(maps.before, maps.after)
         _diff_panel(sheet.figure, slots[0], bars[0], maps.before, norm, ACTIVATION_CMAP, f"output before\n{shape}, {where}")
-        _diff_panel(sheet.figure, slots[1], bars[1], maps.after, norm, ACTIVATION_CMAP, "output after\nsame scale as before")
+        _diff_panel(sheet.figure, slots[1], bars[1], maps.after, norm, ACTIVATION_CMAP, "output after\nsame scale as before (it spans both)")
         change = maps.after.astype(np.float64) - maps.before.astype(np.float64)
         limit = float(np.nanmax(np.abs(change))) if np.isfinite(change).any() else 0.0
         diverging = TwoSlopeNorm(vcenter=0.0, vmin=-(limit or 1.0), vmax=limit or 1.0)
@@ -725,7 +751,7 @@ def _draw_diff(sheet: _Sheet, image, layer) -> None:
         whole = "x".join(map(str, cam.layer_shape or cams.before.shape))
         kind = f"raw {shown}" if shown == whole else f"{shown} area means of the {whole} map"
         _diff_panel(sheet.figure, lower[0], lower_bars[0], cams.before, norm, CAM_CMAP, f"CAM before\n{kind}")
-        _diff_panel(sheet.figure, lower[1], lower_bars[1], cams.after, norm, CAM_CMAP, "CAM after\nsame scale as before")
+        _diff_panel(sheet.figure, lower[1], lower_bars[1], cams.after, norm, CAM_CMAP, "CAM after\nsame scale as before (it spans both)")
     sheet.figure.text(0.35 + 2 * stride, 4.75, _diff_text(image, layer), transform=_inches(sheet),
                       va="top", ha="left", fontsize=9, family="monospace", parse_math=False)
     sheet.title(f"change from the baseline · {layer.name} [{layer.module_type}]\n{image.image}")

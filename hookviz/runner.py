@@ -50,11 +50,12 @@ class ImageStatus:
     target: dict | None = None
     files: tuple[str, ...] = ()
     top5: tuple[dict, ...] = ()
+    task: str = "classify"
 
     def to_json(self) -> dict:
         return {
-            "image": self.image, "output": self.output, "status": self.status,
-            "error": self.error, "target": self.target, "top5": list(self.top5), "files": list(self.files),
+            "image": self.image, "output": self.output, "status": self.status, "error": self.error,
+            "task": self.task, "target": self.target, "top5": list(self.top5), "files": list(self.files),
         }
 
 
@@ -265,7 +266,11 @@ class Run:
         base, mine = baseline.resolve(), out.resolve()
         if base == mine or base in mine.parents or mine in base.parents:
             raise UsageError(f"{arg('baseline', display_path(baseline))}: overlaps {arg('out', display_path(out))}; "
-                             "a run never writes into its baseline: choose another --out")
+                             f"a run never writes into its baseline: choose another {arg('out')}")
+        logs = self.options.tensorboard
+        if logs is not None and (logs.resolve() == base or base in logs.resolve().parents):
+            raise UsageError(f"{arg('tensorboard', display_path(logs))}: is inside {arg('baseline', display_path(baseline))}; "
+                             f"a run never writes into its baseline: choose another {arg('tensorboard')} folder")
         self.baseline = open_run(baseline, "baseline")
 
     def _start_loader(self, paths: list[Path]) -> None:
@@ -428,7 +433,8 @@ class Run:
             if note not in self.notes:
                 self.notes.append(note)
         for layer in result.layers:
-            if layer.cam_note and self.target.cam != "none":
+            # (an image with nothing to explain says so once, in its own note)
+            if layer.cam_note and self.target.cam != "none" and result.target is not None:
                 note = f"{layer.name}: {layer.cam_note}"
                 if note not in self.notes:
                     self.notes.append(note)
@@ -464,7 +470,7 @@ class Run:
         target = explanation.target.to_json() if explanation.target is not None else None
         return ImageStatus(
             display_path(path), self.names[path], "done", None, target,
-            tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5),
+            tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5), explanation.task,
         )
 
     def cancel(self) -> None:

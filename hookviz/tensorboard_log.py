@@ -38,6 +38,10 @@ def check_logdir(logdir: Path) -> None:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{arg('tensorboard', logdir)}: cannot write there; choose another folder")
+    try:  # some folders (/proc, a read-only mount) refuse a new folder whatever access() says
+        Path(logdir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{arg('tensorboard', logdir)}: cannot make that folder ({exc.strerror}); choose another") from None
 
 
 class TensorBoardLog:
@@ -55,10 +59,10 @@ class TensorBoardLog:
         writer = self.writer
         for path in files:
             if path.suffix == ".png":
-                layer, _, picture = path.stem.rpartition(".")
+                layer, _, picture = path.stem.rpartition(".")  # (a photo's own picture has no layer)
                 with Image.open(path) as image:
                     pixels = np.asarray(image.convert("RGB"))
-                writer.add_image(f"{layer}/{picture}", pixels, step, dataformats="HWC")
+                writer.add_image(f"{layer}/{picture}" if layer else picture, pixels, step, dataformats="HWC")
         target = explanation.target
         if target is not None and target.probability == target.probability:  # not NaN
             writer.add_scalar("target/probability", target.probability, step)

@@ -323,7 +323,11 @@ def test_from_list_reads_stdin_and_preprocessing_options_apply(cli, photo, tmp_p
     assert report["preprocessing"] == {"mode": "crop", "resize": 180, "crop": 160, "size": [160, 160],
                                        "interpolation": "bilinear", "mean": [0.5] * 3, "std": [0.5] * 3, "channels": 3}
     assert report["layers"][0]["shapes"]["input"] == [1, 4, 160, 160]
-    result = invoke(cli, "run", photo, *TINY, "--crop", "300", "--out", out)
+    result = invoke(cli, "run", photo, *TINY, "--crop", "112", "--out", out, "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    preprocessing = json.loads((out / "photo" / "report.json").read_text())["preprocessing"]
+    assert (preprocessing["resize"], preprocessing["crop"]) == (128, 112)  # 224 of 256, kept
+    result = invoke(cli, "run", photo, *TINY, "--crop", "300", "--resize", "256", "--out", out)
     assert result.exit_code == 2 and "--crop 300 is larger than --resize" in result.stderr
     result = invoke(cli, "run", photo, *TINY, "--device", "cuda:7", "--out", out)
     assert result.exit_code == 2 and "--device cuda:7" in result.stderr

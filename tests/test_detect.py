@@ -66,7 +66,7 @@ def test_an_image_without_detections_is_done_and_says_so(tmp_path):
     result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector",
                                       "--weights", "none", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "nothing to explain" in result.stdout and "no detections with a score of at least 0.5" in result.stderr
+    assert "no detections to explain" in result.stdout and "no detections with a score of at least 0.5" in result.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
     assert report["task"] == "detect" and report["prediction"]["detections"] == [] and report["target"] is None
     assert "prediction.png" in report["files"] and "backbone.body.16.summary.png" in report["files"]
@@ -162,3 +162,59 @@ def test_default_weights_come_from_the_hub_cache_with_coco_names(tmp_path, monke
     loaded = hookviz.load_model(DETECTOR, "DEFAULT")
     assert loaded.task == "detect" and loaded.categories[1] == "person" and loaded.preprocessing.mode == "original"
     assert torch.equal(loaded.module.roi_heads.box_predictor.cls_score.weight, state["roi_heads.box_predictor.cls_score.weight"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["retinanet_resnet50_fpn", "fcos_resnet50_fpn", "ssdlite320_mobilenet_v3_large"])
+def test_detectors_without_roi_heads_explain_each_detection_and_keep_their_cut(name, photo_tensor):
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(name, weights=None, weights_backbone=None).eval()
+    cut = model.score_thresh
+    result = hookviz.explain(model, photo_tensor, score_threshold=0.01, max_detections=2)
+    assert model.score_thresh == cut  # lowered for the pass only
+    assert len(result.prediction.detections) == 2 and len(result.layers[0].topk_cams) == 2
+    assert all(np.isfinite(cam).all() for _, cam in result.layers[0].topk_cams)
+
+
+def test_a_detectors_tensors_hold_every_detections_cam_and_say_what_the_gradients_are(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
+                                      *LOW, "--save-tensors", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    arrays = np.load(out / "cat" / "tensors.npz")
+    assert {"backbone.body.16/cam", "backbone.body.16/cam_1", "backbone.body.16/cam_2", "backbone.body.16/cam_3"} <= set(arrays.files)
+    np.testing.assert_array_equal(arrays["backbone.body.16/cam"], arrays["backbone.body.16/cam_1"])
+    assert json.loads((out / "cat" / "report.json").read_text())["objective"] == "score"
+
+
+def test_a_per_proposal_layer_and_a_layer_without_a_tensor_are_refused(tmp_path):
+    for layer, message in (("roi_heads.box_head", "rows for 1 photo (proposals or windows, not photos)"),
+                           ("transform", "holds no floating-point tensor")):
+        result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
+                                          *LOW, "--layer", layer, "--out", str(tmp_path / layer)])
+        assert result.exit_code == 2 and message in result.stderr, result.output
+
+
+def test_a_glob_over_the_pyramid_skips_what_returns_several_maps(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
+                                      "--layer", "backbone.fpn*", "--pictures", "none", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert "backbone.fpn" in report["skipped_layers"] and "backbone.fpn.layer_blocks.0.0" in [l["name"] for l in report["layers"]]
+
+
+def test_a_task_the_model_does_not_do_is_refused_and_no_detection_is_no_zero_grad(tmp_path):
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "lraspp_mobilenet_v3_large",
+                                      "--weights", "none", "--task", "detect", "--out", str(tmp_path / "a")])
+    assert result.exit_code == 2 and "--task detect: lraspp_mobilenet_v3_large is a segmentation model" in result.stderr
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
+                                      "--fail-on", "zero-grad", "--target", "person", "--score-threshold", "0.01",
+                                      "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output  # nothing to explain: no gradient is due
+    from hookviz import explain, rendering
+
+    names = torchvision.models.get_model_weights(DETECTOR).DEFAULT.meta["categories"]
+    nothing = explain(detector().eval(), SAMPLES / "cat.png", target="person", score_threshold=0.01, categories=names)
+    figure = rendering.prediction_figure(nothing)
+    assert "no detections of class person with score ≥ 0.01" in figure._suptitle.get_text()

@@ -186,7 +186,8 @@ def test_another_model_and_images_in_one_run_only_are_named(baseline, checkpoint
     assert [image.output for image in diff.images] == ["cat"]
     assert diff.only_in_base == (str(SAMPLES / "coffee.png"),) and diff.only_in_new == (str(folder / "dog.png"),)
     assert "models differ: tests.conftest:tiny_net -> tests.conftest:chatty_net" in diff.notes
-    assert diff.findings == ()  # the same weights on the same photo: the same numbers
+    # The same weights on the same photo: the same numbers; the photo the new run lost is drift.
+    assert [(f.image, f.figure) for f in diff.findings] == [(str(SAMPLES / "coffee.png"), "image.missing")]
 
 
 def test_a_baseline_without_fingerprints_is_compared_on_what_it_has(baseline, checkpoints, tmp_path):
@@ -418,3 +419,15 @@ def test_statistics_decide_where_nothing_else_was_kept_and_gradients_never_drift
     assert drift(dict(stats), before=dict(stats, mean="n/a"))[0] == "stats.mean"  # odd, not fatal
     moved = TensorDiff("output", True, ([1, 4, 7, 7], [1, 4, 8, 8]), stats, stats).drift(Tolerances())
     assert moved == ("shape", "shape 1x4x7x7 -> 1x4x8x8")
+
+
+def test_nothing_is_written_into_the_baseline_and_a_foreign_fingerprint_is_refused(baseline, checkpoints, tmp_path):
+    result = _run(tmp_path / "new", checkpoints["a"], "--baseline", baseline, "--tensorboard", baseline / "logs")
+    assert result.exit_code == 2 and "is inside --baseline" in result.stderr
+    assert not (baseline / "logs").exists()
+    foreign = tmp_path / "foreign"
+    shutil.copytree(baseline, foreign)
+    np.savez(foreign / "cat" / "fingerprint.npz", foo=np.zeros(3, np.float32))
+    result = invoke("diff", foreign, baseline, "--fail-on", "drift")
+    assert result.exit_code == 2
+    assert "fingerprint.npz" in result.stderr and "holds no fingerprint of a hookviz run" in result.stderr

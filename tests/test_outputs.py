@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,3 +106,34 @@ def test_output_folder_names_never_take_a_run_files_name():
     ))
     stems = layer_stems(["heads.a/b", "heads.a_b", "relu:1"])
     assert stems["heads.a_b"] == "heads.a_b" and stems["heads.a/b"].startswith("heads.a_b-") and stems["relu:1"] == "relu-1"
+
+
+def test_atomic_write_follows_links_and_writes_into_devices_and_pipes(tmp_path):
+    import os
+    import threading
+
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    atomic_write(link, b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(open(fifo, "rb").read()))
+    reader.start()
+    atomic_write(fifo, b"through")
+    reader.join(timeout=10)
+    assert received == [b"through"] and fifo.is_fifo()
+    atomic_write(Path(os.devnull), b"discarded")
+    assert Path(os.devnull).is_char_device()
+
+
+def test_library_messages_never_pass_on_advice_to_load_unsafely():
+    from hookviz.errors import first_line
+
+    torch_text = ("Weights only load failed. Re-running `torch.load` with `weights_only` set to `False` will likely "
+                  "succeed, but it can result in arbitrary code execution. Unsupported global: GLOBAL os.system")
+    assert first_line(Exception(torch_text)) == "Weights only load failed. Unsupported global: GLOBAL os.system"
+    assert "allow_pickle" not in first_line(ValueError("Cannot load file containing pickled data when allow_pickle=False"))

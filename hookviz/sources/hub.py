@@ -43,14 +43,30 @@ def offline() -> bool:
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """Keep huggingface_hub's retry warnings ("Retrying in 2s [Retry 2/5]") off stderr for
-    the block: a failure is reported once, in hookviz's own line. The level is restored."""
+    the block: a failure is reported once, in hookviz's own line; and transformers' progress
+    bars too. The level and the bars' setting are restored."""
     logger = logging.getLogger("huggingface_hub")
     level = logger.level
     logger.setLevel(logging.ERROR)
+    bars = _progress_bars()
+    was_on = bars is not None and bars.is_progress_bar_enabled()
+    if was_on:
+        bars.disable_progress_bar()  # transformers' "Loading weights: 100%" on every run
     try:
         yield
     finally:
         logger.setLevel(level)
+        if was_on:
+            bars.enable_progress_bar()
+
+
+def _progress_bars():
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:
+        return None
+    needed = ("is_progress_bar_enabled", "disable_progress_bar", "enable_progress_bar")
+    return transformers_logging if all(hasattr(transformers_logging, n) for n in needed) else None
 
 
 def not_cached(label: str, repo_id: str, reason: str, needs: str | None = None) -> WeightsError:

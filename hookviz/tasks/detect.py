@@ -58,11 +58,12 @@ def _score_thresholds(module, threshold: float) -> Iterator[None]:
     saved = []
     for path in _THRESHOLDS:
         owner_path, _, name = path.rpartition(".")
-        owner = module.get_submodule(owner_path) if owner_path else module
-        if hasattr(owner, name) and isinstance(getattr(owner, name), float):
+        owner = getattr(module, owner_path, None) if owner_path else module  # RetinaNet, FCOS, SSD have no roi_heads
+        if owner is not None and isinstance(getattr(owner, name, None), float):
             saved.append((owner, name, getattr(owner, name)))
-            setattr(owner, name, min(getattr(owner, name), threshold))
     try:
+        for owner, name, value in saved:
+            setattr(owner, name, min(value, threshold))
         yield
     finally:
         for owner, name, value in saved:
@@ -187,6 +188,7 @@ def _prediction(result, keep: list[int], window, categories, options, fixed, mos
     what = "" if fixed is None else f" of class {names[fixed] if names and fixed < len(names) else fixed}"
     notes = () if detections else (f"no detections{what} with a score of at least {options.score_threshold}",)
     details = {
+        "target": None if fixed is None else (names[fixed] if names and fixed < len(names) else fixed),
         "score_threshold": options.score_threshold,
         "max_detections": options.max_detections,
         "detections": [d.to_json() for d in detections],

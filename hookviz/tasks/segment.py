@@ -60,7 +60,7 @@ class Segment:
             which = arg("crop") if inputs.crop is not None else arg("whole_image")
             raise UsageError(
                 f"{which}: a segmentation model sees the whole photo, its shorter side resized "
-                f"({arg('resize')} {base.resize}); drop {which} or change {arg('resize')}"
+                f"({arg('resize', inputs.resize or base.resize)}); drop {which} or change {arg('resize')}"
             )
         changes = {k: v for k, v in (("resize", inputs.resize), ("mean", inputs.mean), ("std", inputs.std)) if v is not None}
         return replace(base, mode="shorter", **changes)
