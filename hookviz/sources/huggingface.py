@@ -93,9 +93,20 @@ class HuggingFaceSource:
             label = f"DEFAULT ({repo}, {where.origin})"
         else:
             model = where.from_config(config, seed)
-            label = f"none (random init, seed {seed})" if kind == "none" else load_weights_file(model, weights)
+            label = f"none (random init, seed {seed})" if kind == "none" else _state_dict_file(model, weights)
         preprocessing, notes = where.preprocessing()
         return LoadedModel(name, model, label, _categories(config), preprocessing, source=self.name, notes=notes)
+
+
+def _state_dict_file(model, weights: str) -> str:
+    try:
+        return load_weights_file(model, weights)
+    except WeightsError as error:
+        # transformers renames a checkpoint's keys as it loads: its own files load through their folder.
+        raise WeightsError(
+            f"{error}; a checkpoint written by save_pretrained loads with {arg('model', 'hf:FOLDER')} and "
+            f"{arg('weights', 'DEFAULT')}"
+        ) from None
 
 
 class _Where:
@@ -109,6 +120,10 @@ class _Where:
         # What a missing file is blamed on: the weights asked for, or the model (its config).
         self.label = arg("weights", "DEFAULT") if pretrained else arg("model", name)
         self.folder = Path(repo).expanduser()
+        if repo.startswith((".", "/", "~")) and not self.folder.is_dir():  # meant as a folder, not a hub name
+            raise UnknownModelError(
+                f"{arg('model', name)}: {self.folder} is not a folder; give the folder save_pretrained wrote, or ORG/NAME"
+            )
         if self.folder.is_dir():
             self.kwargs, self.origin = {}, f"folder {self.folder}"
         else:
