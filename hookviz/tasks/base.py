@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 __all__ = [
-    "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "TASKS", "register_task", "model_dtype",
+    "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "TASKS", "register_task", "model_dtype", "stacked",
 ]
 
 
@@ -146,6 +146,13 @@ def model_dtype(module):
     import torch
 
     return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+
+
+def stacked(module, tensors: Sequence, device: str):
+    """The model's output for a batch of same-sized images, stacked into one tensor."""
+    import torch
+
+    return module(torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module)))
 
 
 TASKS: dict[str, Task] = {}

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..errors import TargetError, UsageError, arg
-from .targets import parse_target
-from .base import model_dtype, ClassScore, ImagePrediction, Plan, register_task
+from ..errors import UsageError, arg
+from .targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
+from .base import ClassScore, ImagePrediction, Plan, register_task, stacked
 
 __all__ = ["Classify", "logits_of", "parse_target"]
 
@@ -145,19 +145,14 @@ class Classify:
         return None
 
     def forward(self, module, tensors: Sequence, device: str, options=None):
-        import torch
-
-        return module(torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module)))
+        return stacked(module, tensors, device)
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
         import torch
 
         logits = logits_of(output, options.output_key)
         classes = logits.shape[1]
-        names = list(categories) if categories is not None and len(categories) == classes else None
-        fixed = parse_target(options.target, names)
-        if fixed is not None and fixed >= classes:
-            raise TargetError(f"{arg('target', options.target)}: class index out of range (the model has 0..{classes - 1})")
+        names, fixed = class_target(options.target, categories, classes)
         rows = torch.arange(count, device=logits.device)
         detached = logits.detach()
         # NaN sorts last (not first, as argmax would put it), so the target is the top-5's first.

@@ -17,8 +17,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import UsageError, arg
-from .base import model_dtype, ClassScore, ImagePrediction, Plan, register_task
-from .targets import parse_target
+from .base import ClassScore, ImagePrediction, Plan, register_task, stacked
+from .targets import class_target
 
 __all__ = ["Segment", "segmentation_logits"]
 
@@ -76,19 +76,14 @@ class Segment:
         return "backbone" if hasattr(module, "backbone") else None
 
     def forward(self, module, tensors: Sequence, device: str, options=None):
-        import torch
-
-        return module(torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module)))
+        return stacked(module, tensors, device)
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
         import torch
 
         logits = segmentation_logits(output, options.output_key)
         classes = logits.shape[1]
-        names = list(categories) if categories is not None and len(categories) == classes else None
-        fixed = parse_target(options.target, names)
-        if fixed is not None and fixed >= classes:
-            raise UsageError(f"{arg('target', options.target)}: class index out of range (the model has 0..{classes - 1})")
+        names, fixed = class_target(options.target, categories, classes)
         detached = logits.detach()
         predicted = detached.argmax(dim=1)
         probabilities = detached.float().softmax(dim=1)

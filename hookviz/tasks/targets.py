@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ..errors import TargetError, arg, did_you_mean
 
-__all__ = ["parse_target"]
+__all__ = ["parse_target", "class_target"]
 
 
 def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
@@ -42,3 +42,17 @@ def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
 
 def _normal(name: str) -> str:
     return name.lower().replace("_", " ").strip()
+
+
+def class_target(text: str, categories: Sequence[str] | None, classes: int) -> tuple[list[str] | None, int | None]:
+    """The model's class names (``None`` unless there is one per class of its output) and the
+    class ``text`` names in them (``None`` for ``top1``).
+
+    Raises:
+        TargetError: a name the model lacks, or an index past its ``classes``.
+    """
+    names = list(categories) if categories is not None and len(categories) == classes else None
+    fixed = parse_target(text, names)
+    if fixed is not None and fixed >= classes:
+        raise TargetError(f"{arg('target', text)}: class index out of range (the model has 0..{classes - 1})")
+    return names, fixed
