@@ -246,6 +246,9 @@ def _row(folder: str, report: dict, change: dict | None = None, compared: bool =
     target = report.get("target") or {}
     notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.get("notes", []))
     heading = f"target: {_e(target.get('name') or str(target.get('index')))}" if target else ""
+    if report.get("task") == "detect":
+        threshold = (report.get("prediction") or {}).get("score_threshold")
+        heading = f"detections with score ≥ {_e(threshold)}:"
     return (
         f'<tr><td class="photo">{photo}</td>'
         f"<td><code>{_e(report.get('image') or folder)}</code>{notes}<br>"
