@@ -264,8 +264,10 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
         )
         raise typer.Exit(130) from None
     finally:
+        # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and
+        # a KeyboardInterrupt thrown into its last steps (exit handlers) would print a traceback.
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            signal.signal(number, signal.SIG_IGN if stopper.signals else handler)
         progress.close()
     for note in summary.notes:
         if not quiet:
@@ -558,6 +560,8 @@ def console_main() -> None:
     elif not isinstance(status, int):
         print(status, file=sys.stderr)
         status = 1
+    for number in (signal.SIGINT, signal.SIGTERM):  # the files are complete: nothing is left to stop
+        signal.signal(number, signal.SIG_IGN)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
