@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -518,9 +517,3 @@ class CheckOptions:
             raise UsageError(f"{arg('fail_on', 'drift')} compares the run with a baseline: add {arg('baseline', 'BASE')}")
         if not isinstance(self.tolerances, Tolerances):
             raise UsageError(f"{arg('tolerances', self.tolerances)}: give a Tolerances(rtol=..., atol=..., min_cam_corr=...)")
-
-
-def _tuple(values: Sequence[str] | str | None) -> tuple[str, ...]:
-    if values is None:
-        return ()
-    return (values,) if isinstance(values, str) else tuple(values)

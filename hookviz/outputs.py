@@ -34,6 +34,7 @@ from .summaries import tensor_stats
 
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
+    "existing_ancestor",
     "output_names", "layer_stems", "report_of", "save_explanation", "read_report", "target_json",
 ]
 
@@ -79,6 +80,15 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> Path
             os.unlink(temporary)
         raise
     return path
+
+
+def existing_ancestor(path: Path) -> Path:
+    """``path`` if it exists, else its nearest parent that does: where writing ``path`` would
+    have to create folders, so where writability is checked before a run creates anything."""
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
 
 
 def _writer_gone(path: Path, now: float) -> bool:

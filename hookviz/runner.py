@@ -33,7 +33,7 @@ from .errors import HookvizError, ImageError, OutputError, UsageError, arg, desc
 from .explaining import SummaryOptions
 from .fingerprints import FINGERPRINT
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
-from .outputs import DIFF, REPORT, TENSORS, output_names, read_report, save_explanation, sweep_stale_files, target_json, write_json
+from .outputs import DIFF, REPORT, TENSORS, existing_ancestor, output_names, read_report, save_explanation, sweep_stale_files, target_json, write_json
 from .pictures import kinds_for
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
@@ -104,12 +104,10 @@ def resolve_device(device: str) -> str:
 
 def check_out(out: Path) -> None:
     """Raises OutputError when ``out`` could not be created or written; creates nothing."""
-    probe = out
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
+    probe = existing_ancestor(out)
+    if not probe.is_dir():
         raise OutputError(f"{arg('out', out)}: {display_path(probe)} is a file, not a folder; choose another folder")
-    if not os.access(probe if probe.exists() else Path.cwd(), os.W_OK | os.X_OK):
+    if not os.access(probe, os.W_OK | os.X_OK):
         raise OutputError(f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder")
 
 

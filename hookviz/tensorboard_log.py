@@ -32,10 +32,10 @@ def check_logdir(logdir: Path) -> None:
     before a run starts, so that a run never fails on it halfway)."""
     import os
 
+    from .outputs import existing_ancestor
+
     check_available()
-    probe = Path(logdir)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    probe = existing_ancestor(logdir)
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{arg('tensorboard', logdir)}: cannot write there; choose another folder")
     try:  # some folders (/proc, a read-only mount) refuse a new folder whatever access() says

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 import torchvision
 
 from hookviz import Explainer, LayerOptions, TargetOptions, explain
-from hookviz.explaining import SummaryOptions
 from hookviz.images import LoadedImage, PreparedImage
 from hookviz.models import LoadedModel
 from hookviz.images import Preprocessing

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 import torchvision
 
 from hookviz.featuremaps import DeclaredLayout, Layout, layout_of

@@ -310,13 +310,11 @@ def test_skip_existing_trusts_only_complete_reports_of_this_runs_layers_and_pict
 
 
 def test_a_run_sweeps_only_leftovers_whose_writer_is_gone(tmp_path):
-    import os
-    import socket
+    from hookviz.outputs import _HOST as host
 
     images = _images(tmp_path / "in", 1)
     out = tmp_path / "out"
     (out / "im00").mkdir(parents=True)
-    host = __import__("hookviz.outputs", fromlist=["_HOST"])._HOST
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         alive = out / "im00" / f".report.json~{host}~{sleeper.pid}~abcd.part"
@@ -330,7 +328,6 @@ def test_a_run_sweeps_only_leftovers_whose_writer_is_gone(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert socket.gethostname()
 
 
 @pytest.mark.slow

@@ -79,7 +79,6 @@ class Segment:
         return stacked(module, tensors, device)
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
-        import torch
 
         logits = segmentation_logits(output, options.output_key)
         classes = logits.shape[1]
