@@ -174,3 +174,114 @@ def test_layers_and_models_list_a_cached_classifier(cached_vit):
     assert "1x17x32" in result.stdout  # a class token and a 4x4 grid, at the processor's 32 pixels
     result = cli.invoke(app, ["models", "--search", "hf:"])
     assert f"hf:{REPO}  (vit, 3 classes, cached)" in result.stdout.splitlines()
+
+
+def _custom_code_folder(folder, marker, model_type="hookviz_custom"):
+    """A folder whose config.json names its own modelling code, which writes ``marker`` if it is ever imported."""
+    folder.mkdir()
+    (folder / "modeling_custom.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from transformers import PretrainedConfig, PreTrainedModel\n"
+        "class MyConfig(PretrainedConfig):\n    model_type = 'hookviz_custom'\n"
+        "class MyModel(PreTrainedModel):\n    config_class = MyConfig\n"
+    )
+    auto_map = {"AutoConfig": "modeling_custom.MyConfig", "AutoModelForImageClassification": "modeling_custom.MyModel"}
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": ["MyModel"], "auto_map": auto_map}))
+    return folder
+
+
+def _at_a_terminal(argv, typed: bytes, env: dict) -> tuple[int, str]:
+    """Run ``argv`` with a pseudo-terminal for stdin, stdout and stderr, ``typed`` already typed."""
+    import os
+    import subprocess
+
+    master, slave = os.openpty()
+    try:
+        process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    finally:
+        os.close(slave)
+    os.write(master, typed)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return process.wait(timeout=120), b"".join(chunks).decode(errors="replace")
+
+
+def _custom_code_refusal(folder) -> str:
+    return (
+        f"--model hf:{folder}: {folder} needs its own Python code (auto_map in config.json), which hookviz never "
+        "runs; load the model yourself and pass the module to hookviz.explain"
+    )
+
+
+@pytest.mark.slow  # a fresh interpreter: about 10 s
+def test_a_folder_naming_its_own_code_is_refused_at_a_terminal_without_asking_or_running_it(tmp_path):
+    import os
+
+    marker = tmp_path / "the-folder's-code-ran"
+    folder = _custom_code_folder(tmp_path / "custom", marker)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}  # transformers copies the code under HF_HOME
+    code, output = _at_a_terminal(
+        [sys.executable, "-m", "hookviz", "run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--out", str(tmp_path / "out")],
+        b"y\n", env,
+    )
+    assert code == 2, output
+    assert not marker.exists()
+    assert "Do you wish" not in output and "trust_remote_code=True" not in output
+    errors = [line for line in output.splitlines() if line.startswith("hookviz: error:")]
+    assert errors == [f"hookviz: error: {_custom_code_refusal(folder)}"], output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("model_type", ["hookviz_custom", "vit"])  # a type of its own, or one transformers knows
+def test_a_folder_naming_its_own_code_is_refused_with_yes_typed(tmp_path, hub_cache, monkeypatch, capsys, model_type):
+    import io
+
+    marker = tmp_path / "the-folder's-code-ran"
+    folder = _custom_code_folder(tmp_path / "custom", marker, model_type)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # what transformers' prompt would read
+    with pytest.raises(UnknownModelError) as error:
+        load_model(f"hf:{folder}")
+    assert str(error.value) == _custom_code_refusal(folder).replace(f"--model hf:{folder}", f"model='hf:{folder}'")
+    assert not marker.exists()
+    assert "Do you wish" not in capsys.readouterr().out
+
+
+def test_an_image_processor_naming_its_own_code_is_refused_too(cached_vit, hub_cache):
+    path = hub_snapshot(hub_cache, REPO) / "preprocessor_config.json"
+    document = json.loads(path.read_text())
+    path.write_text(json.dumps({**document, "auto_map": {"AutoImageProcessor": "processing_custom.MyProcessor"}}))
+    with pytest.raises(UnknownModelError, match=r"needs its own Python code \(auto_map in preprocessor_config.json\)"):
+        load_model(f"hf:{REPO}")
+
+
+@pytest.mark.parametrize("weights", ["DEFAULT", "none"])
+def test_transformers_is_always_told_not_to_trust_remote_code(cached_vit, monkeypatch, weights):
+    calls = []
+
+    def spy(owner, method):
+        original = getattr(owner, method).__func__
+
+        def recording(cls, *args, **kwargs):
+            calls.append((f"{owner.__name__}.{method}", kwargs.get("trust_remote_code", "not given")))
+            return original(cls, *args, **kwargs)
+        monkeypatch.setattr(owner, method, classmethod(recording))
+
+    spy(transformers.AutoConfig, "from_pretrained")
+    spy(transformers.AutoImageProcessor, "from_pretrained")
+    spy(transformers.AutoModelForImageClassification, "from_pretrained")
+    spy(transformers.AutoModelForImageClassification, "from_config")
+    load_model(f"hf:{REPO}", weights)
+    model_call = "from_pretrained" if weights == "DEFAULT" else "from_config"
+    assert {name for name, _ in calls} == {
+        "AutoConfig.from_pretrained", "AutoImageProcessor.from_pretrained", f"AutoModelForImageClassification.{model_call}",
+    }
+    assert all(trust is False for _, trust in calls), calls

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import WeightsError, arg, first_line
 
-__all__ = ["cache_folder", "offline", "quiet", "fetch", "not_cached", "cached_repos"]
+__all__ = ["cache_folder", "offline", "quiet", "fetch", "not_cached", "cached_repos", "cached_file"]
 
 _TRUE = {"1", "on", "yes", "true"}
 
@@ -116,6 +116,17 @@ def fetch(repo_id: str, filenames: Sequence[str], label: str, revision: str | No
         except Exception as exc:  # network and HTTP errors come in many kinds; each means "no file"
             raise not_cached(label, repo_id, f"and downloading failed ({first_line(exc)})") from None
     raise not_cached(label, repo_id, f"and the repository has none of {', '.join(filenames)}")
+
+
+def cached_file(repo_id: str, filename: str) -> Path | None:
+    """``filename`` of ``repo_id`` when the cache holds it (no network), else ``None``."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename, cache_dir=cache_folder())
+    except ValueError:  # not a repository name huggingface_hub accepts: nothing cached under it
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 def cached_repos() -> list[tuple[str, dict]]:

@@ -6,8 +6,12 @@ only when the hub is reachable. ``--weights DEFAULT`` loads the repository's wei
 ``none`` builds the model from its config, randomly initialised and seeded; a file is a
 state_dict or ``.safetensors`` of the transformers model. Preprocessing comes from the
 repository's image processor, class names from the config's ``id2label``, and the logits
-from the output's ``.logits`` (``tasks.classify`` reads them). Repositories that need
-their own Python code (``trust_remote_code``) are refused: hookviz never runs it.
+from the output's ``.logits`` (``tasks.classify`` reads them).
+
+A repository that names its own Python code (an ``auto_map`` in its config.json or
+preprocessor_config.json) is refused before transformers reads it, and transformers is
+always told ``trust_remote_code=False``: left to itself it would ask at a terminal whether
+to run the code, and hookviz never runs downloaded code.
 
 transformers is an optional extra, imported only when an ``hf:`` name is loaded.
 """
@@ -15,6 +19,7 @@ transformers is an optional extra, imported only when an ``hf:`` name is loaded.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -27,6 +32,8 @@ __all__ = ["HuggingFaceSource", "PREFIX", "hf_preprocessing"]
 PREFIX = "hf:"
 INSTALL = "pip install 'hookviz[hf]'"
 _CLASSIFIERS = ("ForImageClassification", "ForImageClassificationWithTeacher")
+#: The files whose ``auto_map`` names a repository's own code for what hookviz loads.
+_CODE_MAPS = ("config.json", "preprocessor_config.json")
 #: PIL's resampling numbers, as image processors store them.
 _PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -125,20 +132,41 @@ class _Where:
                 f"{arg('model', name)}: {self.folder} is not a folder; give the folder save_pretrained wrote, or ORG/NAME"
             )
         if self.folder.is_dir():
-            self.kwargs, self.origin = {}, f"folder {self.folder}"
+            self.hub, self.origin = {}, f"folder {self.folder}"
         else:
-            self.kwargs, self.origin = {"cache_dir": str(cache_folder()), "local_files_only": offline()}, "Hugging Face cache"
+            self.hub, self.origin = {"cache_dir": str(cache_folder()), "local_files_only": offline()}, "Hugging Face cache"
+        # Never the prompt "Do you wish to run the custom code? [y/N]": the answer is always no.
+        self.kwargs = {**self.hub, "trust_remote_code": False}
+        self._refuse_custom_code()
+
+    def _refuse_custom_code(self) -> None:
+        """Refuse a repository whose files name its own Python code, before transformers reads
+        them (one not cached yet is refused by transformers itself, told trust_remote_code=False)."""
+        from .hub import cached_file
+
+        for filename in _CODE_MAPS:
+            path = self.folder / filename if not self.hub else cached_file(self.repo, filename)
+            try:
+                document = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else {}
+            except (OSError, ValueError):
+                continue  # unreadable: transformers says so, in its own words
+            if isinstance(document, dict) and document.get("auto_map"):
+                raise self._custom_code(f"auto_map in {filename}")
+
+    def _custom_code(self, why: str) -> UnknownModelError:
+        where = self.folder if not self.hub else self.repo
+        return UnknownModelError(
+            f"{arg('model', self.name)}: {where} needs its own Python code ({why}), which hookviz never runs; "
+            "load the model yourself and pass the module to hookviz.explain"
+        )
 
     def _fail(self, exc: Exception) -> Exception:
         from .hub import not_cached, offline
 
         text = first_line(exc)
         if "trust_remote_code" in str(exc):
-            return UnknownModelError(
-                f"{arg('model', self.name)}: {self.repo} needs its own Python code (trust_remote_code), which "
-                "hookviz does not run; load it yourself and pass the module to hookviz.explain"
-            )
-        if self.kwargs:
+            return self._custom_code("trust_remote_code")
+        if self.hub:
             reason = "and HF_HUB_OFFLINE is set" if offline() else f"and loading failed ({text})"
             needs = None if self.pretrained_weights else "as hookviz needs its config.json with any weights"
             return not_cached(self.label, self.repo, reason, needs)
@@ -179,7 +207,7 @@ class _Where:
         from transformers import AutoModelForImageClassification
 
         with seeded(seed):
-            return AutoModelForImageClassification.from_config(config).float()
+            return AutoModelForImageClassification.from_config(config, trust_remote_code=False).float()
 
     def preprocessing(self) -> tuple[Preprocessing, tuple[str, ...]]:
         from transformers import AutoImageProcessor
