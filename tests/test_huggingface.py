@@ -285,3 +285,84 @@ def test_transformers_is_always_told_not_to_trust_remote_code(cached_vit, monkey
         "AutoConfig.from_pretrained", "AutoImageProcessor.from_pretrained", f"AutoModelForImageClassification.{model_call}",
     }
     assert all(trust is False for _, trust in calls), calls
+
+
+class _Records:
+    """The warnings transformers logs while loading: its stderr handler hangs on the same logger."""
+
+    def __init__(self):
+        import logging
+
+        self.records: list = []
+        self.handler = logging.Handler(logging.WARNING)
+        self.handler.emit = self.records.append
+        self.logger = logging.getLogger("transformers")
+
+    def __enter__(self):
+        self.logger.addHandler(self.handler)
+        return self.records
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+
+
+def _backbone_folder(folder, kind: str):
+    """A checkpoint of a bare backbone (no classifier), as vit-base-patch16-224-in21k and DINOv2 are."""
+    common = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    torch.manual_seed(0)
+    model = transformers.ViTModel(transformers.ViTConfig(**common)) if kind == "vit" else \
+        transformers.Dinov2Model(transformers.Dinov2Config(**common))
+    _save(folder, model)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["vit", "dinov2"])
+def test_a_checkpoint_without_a_classifier_head_is_refused_not_given_a_random_one(tmp_path, hub_cache, kind):
+    folder = _backbone_folder(tmp_path / kind, kind)
+    with _Records() as records, pytest.raises(UnknownModelError) as error:
+        load_model(f"hf:{folder}")
+    assert str(error.value) == (
+        f"model='hf:{folder}': {folder} has no classifier head (classifier.bias, classifier.weight not in the "
+        "checkpoint: transformers would initialise them at random), and hookviz explains a class's logit; choose a "
+        "checkpoint fine-tuned for image classification"
+    )
+    assert [record.getMessage() for record in records] == []  # no load report, no list of layers "not sharded"
+
+
+def test_the_command_refuses_a_headless_checkpoint_in_one_line(tmp_path, hub_cache):
+    folder = _backbone_folder(tmp_path / "vit", "vit")
+    result = CliRunner().invoke(app, ["layers", "--model", f"hf:{folder}", "--weights", "DEFAULT"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: --model hf:{folder}: {folder} has no classifier head (")
+    assert len(result.stderr.strip().splitlines()) == 1 and "\x1b" not in result.output
+
+
+@pytest.mark.parametrize("weights", ["DEFAULT", "none"])
+def test_a_segformer_segmentation_checkpoint_is_refused_as_segmentation(tmp_path, hub_cache, weights):
+    config = transformers.SegformerConfig(depths=[1] * 4, hidden_sizes=[8, 16, 24, 32], num_attention_heads=[1] * 4,
+                                          decoder_hidden_size=16, num_labels=4)
+    torch.manual_seed(0)
+    transformers.SegformerForSemanticSegmentation(config).save_pretrained(tmp_path / "segformer")
+    with pytest.raises(UnknownModelError) as error:
+        load_model(f"hf:{tmp_path / 'segformer'}", weights)
+    assert str(error.value).startswith(
+        f"model='hf:{tmp_path / 'segformer'}': {tmp_path / 'segformer'} is a semantic segmentation model "
+        "(SegformerForSemanticSegmentation), not an image classifier;"
+    )
+
+
+def test_weights_missing_from_the_backbone_are_noted_and_a_clean_load_logs_nothing(tmp_path, hub_cache):
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "vit"
+    _save(folder, _tiny_vit())
+    with _Records() as records:
+        assert load_model(f"hf:{folder}").notes == ()
+    assert records == []
+    state = load_file(str(folder / "model.safetensors"))
+    del state["vit.layernorm.weight"]
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with _Records() as records:
+        loaded = load_model(f"hf:{folder}")
+    assert loaded.notes == (f"1 of the model's weights are not in {folder} and were initialised at random: vit.layernorm.weight",)
+    assert records == []

@@ -40,14 +40,23 @@ def offline() -> bool:
     return any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
+#: Loggers whose warnings hookviz says in its own words, or that need no words: huggingface_hub's
+#: retries ("Retrying in 2s [Retry 2/5]"), and transformers' load report (a table in terminal
+#: colours of the weights a checkpoint lacks: hookviz refuses or notes them itself). The whole
+#: library's logger: raising ``transformers.modeling_utils``'s own level makes transformers
+#: 5 list every layer "not sharded" (it checks that logger's level, not whether it is enabled).
+_QUIETED = ("huggingface_hub", "transformers")
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """Keep huggingface_hub's retry warnings ("Retrying in 2s [Retry 2/5]") off stderr for
-    the block: a failure is reported once, in hookviz's own line; and transformers' progress
-    bars too. The level and the bars' setting are restored."""
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """Keep huggingface_hub's and transformers' warnings (see ``_QUIETED``) and transformers'
+    progress bars off stderr for the block: a failure is reported once, in hookviz's own line.
+    The levels and the bars' setting are restored."""
+    loggers = [logging.getLogger(name) for name in _QUIETED]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     bars = _progress_bars()
     was_on = bars is not None and bars.is_progress_bar_enabled()
     if was_on:
@@ -55,7 +64,8 @@ def quiet() -> Iterator[None]:
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
         if was_on:
             bars.enable_progress_bar()
 

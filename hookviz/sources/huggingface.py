@@ -6,7 +6,9 @@ only when the hub is reachable. ``--weights DEFAULT`` loads the repository's wei
 ``none`` builds the model from its config, randomly initialised and seeded; a file is a
 state_dict or ``.safetensors`` of the transformers model. Preprocessing comes from the
 repository's image processor, class names from the config's ``id2label``, and the logits
-from the output's ``.logits`` (``tasks.classify`` reads them).
+from the output's ``.logits`` (``tasks.classify`` reads them). A checkpoint made for
+another task (``SegformerForSemanticSegmentation``) or without a trained classifier head
+(``ViTModel``, ``Dinov2Model``: transformers would give it a random one) is refused.
 
 A repository that names its own Python code (an ``auto_map`` in its config.json or
 preprocessor_config.json) is refused before transformers reads it, and transformers is
@@ -95,14 +97,17 @@ class HuggingFaceSource:
         kind = weights_kind(weights)
         where = _Where(name, repo, pretrained=kind == "default")
         config = where.config()
+        loading: tuple[str, ...] = ()
         if kind == "default":
-            model = where.pretrained(seed)
+            model, loading = where.pretrained(seed)
             label = f"DEFAULT ({repo}, {where.origin})"
         else:
             model = where.from_config(config, seed)
             label = f"none (random init, seed {seed})" if kind == "none" else _state_dict_file(model, weights)
         preprocessing, notes = where.preprocessing()
-        return LoadedModel(name, model, label, _categories(config), preprocessing, source=self.name, notes=notes)
+        return LoadedModel(
+            name, model, label, _categories(config), preprocessing, source=self.name, notes=loading + notes,
+        )
 
 
 def _state_dict_file(model, weights: str) -> str:
@@ -135,6 +140,7 @@ class _Where:
             self.hub, self.origin = {}, f"folder {self.folder}"
         else:
             self.hub, self.origin = {"cache_dir": str(cache_folder()), "local_files_only": offline()}, "Hugging Face cache"
+        self.where = self.folder if not self.hub else self.repo  # how messages name it
         # Never the prompt "Do you wish to run the custom code? [y/N]": the answer is always no.
         self.kwargs = {**self.hub, "trust_remote_code": False}
         self._refuse_custom_code()
@@ -154,9 +160,8 @@ class _Where:
                 raise self._custom_code(f"auto_map in {filename}")
 
     def _custom_code(self, why: str) -> UnknownModelError:
-        where = self.folder if not self.hub else self.repo
         return UnknownModelError(
-            f"{arg('model', self.name)}: {where} needs its own Python code ({why}), which hookviz never runs; "
+            f"{arg('model', self.name)}: {self.where} needs its own Python code ({why}), which hookviz never runs; "
             "load the model yourself and pass the module to hookviz.explain"
         )
 
@@ -187,20 +192,61 @@ class _Where:
                 f"{arg('model', self.name)}: {self.repo} is a {config.model_type!r} model, which transformers "
                 "has no image classifier for; hookviz explains image classifiers"
             )
+        self._refuse_other_task(config)
         return config
 
+    def _refuse_other_task(self, config) -> None:
+        """Refuse a checkpoint its config says was made for another task: transformers would
+        load its backbone into an image classifier and put a random head on it."""
+        architectures = [str(a) for a in getattr(config, "architectures", None) or ()]
+        if not architectures or any(a.endswith(_CLASSIFIERS) for a in architectures):
+            return
+        for architecture in architectures:
+            task = re.search(r"For([A-Z]\w*)$", architecture)
+            if task is None:
+                continue  # a bare backbone (ViTModel): the missing head is found as its weights load
+            words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", task.group(1)).lower()
+            also = " (torchvision's, such as deeplabv3_resnet50, are explained as segmentation)" if "segmentation" in words else ""
+            raise UnknownModelError(
+                f"{arg('model', self.name)}: {self.where} is a {words} model ({architecture}), not an image "
+                f"classifier; hookviz explains transformers' image classifiers{also}"
+            )
+
     def pretrained(self, seed: int):
+        """The model with the checkpoint's weights, and a note when some were not in it.
+
+        Raises:
+            UnknownModelError: the checkpoint has no classifier head.
+        """
         import torch
         from transformers import AutoModelForImageClassification
 
         from .hub import quiet
 
         try:
+            # quiet(): transformers' own load report (a table in terminal colours) stays off
+            # stderr; what it says that matters is raised or noted here, in hookviz's words.
             with seeded(seed), weights_only_loads(), quiet():
-                model = AutoModelForImageClassification.from_pretrained(str(self.repo), dtype=torch.float32, **self.kwargs)
-            return model.float()  # a float16 checkpoint: gradients and CAMs are computed in float32
+                model, info = AutoModelForImageClassification.from_pretrained(
+                    str(self.repo), dtype=torch.float32, output_loading_info=True, **self.kwargs
+                )
         except (OSError, ValueError, RuntimeError) as exc:
             raise self._fail(exc) from None
+        # a float16 checkpoint: gradients and CAMs are computed in float32
+        return model.float(), self._missing(model, sorted(info.get("missing_keys") or ()))
+
+    def _missing(self, model, missing: list[str]) -> tuple[str, ...]:
+        head = sorted(set(missing) & _head_weights(model))
+        if head:
+            raise UnknownModelError(
+                f"{arg('model', self.name)}: {self.where} has no classifier head ({', '.join(head[:4])} not in "
+                "the checkpoint: transformers would initialise them at random), and hookviz explains a class's "
+                "logit; choose a checkpoint fine-tuned for image classification"
+            )
+        if not missing:
+            return ()
+        listed = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return (f"{len(missing)} of the model's weights are not in {self.where} and were initialised at random: {listed}",)
 
     @staticmethod
     def from_config(config, seed: int):
@@ -220,6 +266,19 @@ class _Where:
         except (OSError, ValueError, KeyError) as exc:
             return Preprocessing(), (f"{self.repo} has no usable image processor ({first_line(exc)}); ImageNet defaults used",)
         return hf_preprocessing(processor)
+
+
+def _head_weights(model) -> set[str]:
+    """The weights of the layers that give the logits: each linear layer with one output per
+    class (``classifier``, ``classifier.1``, DeiT's ``cls_classifier`` and ``distillation_classifier``)."""
+    import torch.nn as nn
+
+    classes = model.config.num_labels
+    return {
+        f"{name}.{weight}" if name else weight
+        for name, module in model.named_modules() if isinstance(module, nn.Linear) and module.out_features == classes
+        for weight, _ in module.named_parameters(recurse=False)
+    }
 
 
 def _categories(config) -> tuple[str, ...] | None:
