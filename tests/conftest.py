@@ -146,6 +146,31 @@ def hub_cache(tmp_path, monkeypatch) -> Path:
     return cache
 
 
+@pytest.fixture
+def unreachable_hub(tmp_path, monkeypatch):
+    """The hub switched on, every connection to it refused, and huggingface_hub's waits between
+    retries counted (not waited); its cache is the test's own."""
+    pytest.importorskip("huggingface_hub")
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _http
+
+    transport = getattr(_http, "httpx2", None) or _http.httpx  # huggingface_hub's HTTP client library
+
+    class NoNetwork:
+        def request(self, method, url, **kwargs):
+            raise transport.ConnectError(f"no network here ({method} {url})")
+
+        stream = request
+
+    waits: list[float] = []
+    monkeypatch.setattr(_http, "get_session", NoNetwork)
+    monkeypatch.setattr(_http.time, "sleep", waits.append)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return waits
+
+
 class EmbeddingAndLogits(TinyNet):
     """Returns (a 32-wide embedding, 10 logits), as metric-learning models do."""
 

@@ -47,3 +47,14 @@ def test_cached_repos_lists_repositories_with_a_config(hub_cache):
     (hub_snapshot(hub_cache, "org/vit") / "config.json").write_text('{"architectures": ["ViTForImageClassification"]}')
     hub_snapshot(hub_cache, "org/empty")
     assert hub.cached_repos() == [("org/vit", {"architectures": ["ViTForImageClassification"]})]
+
+
+def test_fetch_gives_up_at_the_first_network_error_without_waiting_for_retries(unreachable_hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub"))
+    with pytest.raises(WeightsError) as error:
+        hub.fetch("org/model", ("model.safetensors",), "weights='DEFAULT'")
+    assert str(error.value).startswith(
+        f"weights='DEFAULT': org/model is not in the Hugging Face cache ({tmp_path / 'hf-hub'}) and downloading failed "
+        "(the hub could not be reached: no network here (HEAD "
+    )
+    assert unreachable_hub == []

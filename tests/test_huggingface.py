@@ -174,3 +174,195 @@ def test_layers_and_models_list_a_cached_classifier(cached_vit):
     assert "1x17x32" in result.stdout  # a class token and a 4x4 grid, at the processor's 32 pixels
     result = cli.invoke(app, ["models", "--search", "hf:"])
     assert f"hf:{REPO}  (vit, 3 classes, cached)" in result.stdout.splitlines()
+
+
+def _custom_code_folder(folder, marker, model_type="hookviz_custom"):
+    """A folder whose config.json names its own modelling code, which writes ``marker`` if it is ever imported."""
+    folder.mkdir()
+    (folder / "modeling_custom.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from transformers import PretrainedConfig, PreTrainedModel\n"
+        "class MyConfig(PretrainedConfig):\n    model_type = 'hookviz_custom'\n"
+        "class MyModel(PreTrainedModel):\n    config_class = MyConfig\n"
+    )
+    auto_map = {"AutoConfig": "modeling_custom.MyConfig", "AutoModelForImageClassification": "modeling_custom.MyModel"}
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": ["MyModel"], "auto_map": auto_map}))
+    return folder
+
+
+def _at_a_terminal(argv, typed: bytes, env: dict) -> tuple[int, str]:
+    """Run ``argv`` with a pseudo-terminal for stdin, stdout and stderr, ``typed`` already typed."""
+    import os
+    import subprocess
+
+    master, slave = os.openpty()
+    try:
+        process = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    finally:
+        os.close(slave)
+    os.write(master, typed)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the terminal's other end closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return process.wait(timeout=120), b"".join(chunks).decode(errors="replace")
+
+
+def _custom_code_refusal(folder) -> str:
+    return (
+        f"--model hf:{folder}: {folder} needs its own Python code (auto_map in config.json), which hookviz never "
+        "runs; load the model yourself and pass the module to hookviz.explain"
+    )
+
+
+@pytest.mark.slow  # a fresh interpreter: about 10 s
+def test_a_folder_naming_its_own_code_is_refused_at_a_terminal_without_asking_or_running_it(tmp_path):
+    import os
+
+    marker = tmp_path / "the-folder's-code-ran"
+    folder = _custom_code_folder(tmp_path / "custom", marker)
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}  # transformers copies the code under HF_HOME
+    code, output = _at_a_terminal(
+        [sys.executable, "-m", "hookviz", "run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--out", str(tmp_path / "out")],
+        b"y\n", env,
+    )
+    assert code == 2, output
+    assert not marker.exists()
+    assert "Do you wish" not in output and "trust_remote_code=True" not in output
+    errors = [line for line in output.splitlines() if line.startswith("hookviz: error:")]
+    assert errors == [f"hookviz: error: {_custom_code_refusal(folder)}"], output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("model_type", ["hookviz_custom", "vit"])  # a type of its own, or one transformers knows
+def test_a_folder_naming_its_own_code_is_refused_with_yes_typed(tmp_path, hub_cache, monkeypatch, capsys, model_type):
+    import io
+
+    marker = tmp_path / "the-folder's-code-ran"
+    folder = _custom_code_folder(tmp_path / "custom", marker, model_type)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # what transformers' prompt would read
+    with pytest.raises(UnknownModelError) as error:
+        load_model(f"hf:{folder}")
+    assert str(error.value) == _custom_code_refusal(folder).replace(f"--model hf:{folder}", f"model='hf:{folder}'")
+    assert not marker.exists()
+    assert "Do you wish" not in capsys.readouterr().out
+
+
+def test_an_image_processor_naming_its_own_code_is_refused_too(cached_vit, hub_cache):
+    path = hub_snapshot(hub_cache, REPO) / "preprocessor_config.json"
+    document = json.loads(path.read_text())
+    path.write_text(json.dumps({**document, "auto_map": {"AutoImageProcessor": "processing_custom.MyProcessor"}}))
+    with pytest.raises(UnknownModelError, match=r"needs its own Python code \(auto_map in preprocessor_config.json\)"):
+        load_model(f"hf:{REPO}")
+
+
+@pytest.mark.parametrize("weights", ["DEFAULT", "none"])
+def test_transformers_is_always_told_not_to_trust_remote_code(cached_vit, monkeypatch, weights):
+    calls = []
+
+    def spy(owner, method):
+        original = getattr(owner, method).__func__
+
+        def recording(cls, *args, **kwargs):
+            calls.append((f"{owner.__name__}.{method}", kwargs.get("trust_remote_code", "not given")))
+            return original(cls, *args, **kwargs)
+        monkeypatch.setattr(owner, method, classmethod(recording))
+
+    spy(transformers.AutoConfig, "from_pretrained")
+    spy(transformers.AutoImageProcessor, "from_pretrained")
+    spy(transformers.AutoModelForImageClassification, "from_pretrained")
+    spy(transformers.AutoModelForImageClassification, "from_config")
+    load_model(f"hf:{REPO}", weights)
+    model_call = "from_pretrained" if weights == "DEFAULT" else "from_config"
+    assert {name for name, _ in calls} == {
+        "AutoConfig.from_pretrained", "AutoImageProcessor.from_pretrained", f"AutoModelForImageClassification.{model_call}",
+    }
+    assert all(trust is False for _, trust in calls), calls
+
+
+class _Records:
+    """The warnings transformers logs while loading: its stderr handler hangs on the same logger."""
+
+    def __init__(self):
+        import logging
+
+        self.records: list = []
+        self.handler = logging.Handler(logging.WARNING)
+        self.handler.emit = self.records.append
+        self.logger = logging.getLogger("transformers")
+
+    def __enter__(self):
+        self.logger.addHandler(self.handler)
+        return self.records
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+
+
+def _backbone_folder(folder, kind: str):
+    """A checkpoint of a bare backbone (no classifier), as vit-base-patch16-224-in21k and DINOv2 are."""
+    common = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    torch.manual_seed(0)
+    model = transformers.ViTModel(transformers.ViTConfig(**common)) if kind == "vit" else \
+        transformers.Dinov2Model(transformers.Dinov2Config(**common))
+    _save(folder, model)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["vit", "dinov2"])
+def test_a_checkpoint_without_a_classifier_head_is_refused_not_given_a_random_one(tmp_path, hub_cache, kind):
+    folder = _backbone_folder(tmp_path / kind, kind)
+    with _Records() as records, pytest.raises(UnknownModelError) as error:
+        load_model(f"hf:{folder}")
+    assert str(error.value) == (
+        f"model='hf:{folder}': {folder} has no classifier head (classifier.bias, classifier.weight not in the "
+        "checkpoint: transformers would initialise them at random), and hookviz explains a class's logit; choose a "
+        "checkpoint fine-tuned for image classification"
+    )
+    assert [record.getMessage() for record in records] == []  # no load report, no list of layers "not sharded"
+
+
+def test_the_command_refuses_a_headless_checkpoint_in_one_line(tmp_path, hub_cache):
+    folder = _backbone_folder(tmp_path / "vit", "vit")
+    result = CliRunner().invoke(app, ["layers", "--model", f"hf:{folder}", "--weights", "DEFAULT"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: --model hf:{folder}: {folder} has no classifier head (")
+    assert len(result.stderr.strip().splitlines()) == 1 and "\x1b" not in result.output
+
+
+@pytest.mark.parametrize("weights", ["DEFAULT", "none"])
+def test_a_segformer_segmentation_checkpoint_is_refused_as_segmentation(tmp_path, hub_cache, weights):
+    config = transformers.SegformerConfig(depths=[1] * 4, hidden_sizes=[8, 16, 24, 32], num_attention_heads=[1] * 4,
+                                          decoder_hidden_size=16, num_labels=4)
+    torch.manual_seed(0)
+    transformers.SegformerForSemanticSegmentation(config).save_pretrained(tmp_path / "segformer")
+    with pytest.raises(UnknownModelError) as error:
+        load_model(f"hf:{tmp_path / 'segformer'}", weights)
+    assert str(error.value).startswith(
+        f"model='hf:{tmp_path / 'segformer'}': {tmp_path / 'segformer'} is a semantic segmentation model "
+        "(SegformerForSemanticSegmentation), not an image classifier;"
+    )
+
+
+def test_weights_missing_from_the_backbone_are_noted_and_a_clean_load_logs_nothing(tmp_path, hub_cache):
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "vit"
+    _save(folder, _tiny_vit())
+    with _Records() as records:
+        assert load_model(f"hf:{folder}").notes == ()
+    assert records == []
+    state = load_file(str(folder / "model.safetensors"))
+    del state["vit.layernorm.weight"]
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with _Records() as records:
+        loaded = load_model(f"hf:{folder}")
+    assert loaded.notes == (f"1 of the model's weights are not in {folder} and were initialised at random: vit.layernorm.weight",)
+    assert records == []

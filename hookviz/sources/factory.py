@@ -3,6 +3,10 @@
 The callable takes no arguments and returns an ``nn.Module``. The current folder is
 importable while the factory is imported and called, as with ``python -m`` and uvicorn,
 and taken off ``sys.path`` again afterwards.
+
+A factory that downloads pretrained weights (torchvision's ``weights="DEFAULT"``, timm's
+``pretrained=True``) and cannot gets the cache hint of ``--weights DEFAULT`` (see
+``downloads``), and a download from the hub gives up at its first network error.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Iterator
 from ..errors import UnknownModelError, arg, describe
 from ..images import Preprocessing
 from .base import LoadedModel, load_weights_file, prefixes, register_source, reset_parameters, seeded, weights_kind
+from .downloads import failed_download
 
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -61,7 +66,9 @@ class FactorySource:
         import torch.nn as nn
 
         kind = weights_kind(weights)
-        with seeded(seed), _current_folder_importable():
+        from .hub import fail_fast
+
+        with seeded(seed), _current_folder_importable(), fail_fast():
             model = self._build(name)
             if not isinstance(model, nn.Module):
                 raise UnknownModelError(
@@ -101,4 +108,6 @@ class FactorySource:
         try:
             return target()
         except Exception as exc:  # the factory is the user's code: say which one failed, and how
-            raise UnknownModelError(f"{arg('model', name)}: the factory raised {describe(exc)}") from None
+            raise failed_download(name, exc) or UnknownModelError(
+                f"{arg('model', name)}: the factory raised {describe(exc)}"
+            ) from None

@@ -6,6 +6,9 @@ mode is off, and otherwise fails in one line that names the folder. The folder a
 offline switch are read from the environment at each call (``HF_HUB_CACHE``, ``HF_HOME``,
 ``HF_HUB_OFFLINE``), not once at import as ``huggingface_hub.constants`` does, so a
 process that changes them (a notebook, a test) is followed.
+
+When the hub cannot be reached, huggingface_hub retries for about 25 seconds per file
+before it gives up; hookviz gives up at the first network error instead (``fail_fast``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from pathlib import Path
 
 from ..errors import WeightsError, arg, first_line
 
-__all__ = ["cache_folder", "offline", "quiet", "fetch", "not_cached", "cached_repos"]
+__all__ = [
+    "cache_folder", "offline", "quiet", "fail_fast", "HubUnreachable", "fetch", "not_cached", "cached_repos", "cached_file",
+]
 
 _TRUE = {"1", "on", "yes", "true"}
 
@@ -40,22 +45,75 @@ def offline() -> bool:
     return any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
+#: Loggers whose warnings hookviz says in its own words, or that need no words: huggingface_hub's
+#: retries ("Retrying in 2s [Retry 2/5]"), and transformers' load report (a table in terminal
+#: colours of the weights a checkpoint lacks: hookviz refuses or notes them itself). The whole
+#: library's logger: raising ``transformers.modeling_utils``'s own level makes transformers
+#: 5 list every layer "not sharded" (it checks that logger's level, not whether it is enabled).
+_QUIETED = ("huggingface_hub", "transformers")
+
+
+class HubUnreachable(ConnectionError):
+    """The hub could not be reached: raised at the first network error, where huggingface_hub
+    would wait and retry five times."""
+
+
+class _GiveUp(logging.Filter):
+    """On huggingface_hub's retry logger: turns the warning it logs before it waits out a
+    network error (``'[Errno -2] ...' thrown while requesting HEAD URL``) into
+    ``HubUnreachable``, and passes or drops the others (``HTTP Error 503 thrown ...``)."""
+
+    def __init__(self, show: bool):
+        super().__init__()
+        self.show = show
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if " thrown while requesting " in message and not message.startswith("HTTP Error"):
+            error = message.partition(" thrown while requesting ")[0].strip("'")
+            raise HubUnreachable(f"the hub could not be reached: {error}")
+        return self.show
+
+
+@contextlib.contextmanager
+def fail_fast() -> Iterator[None]:
+    """Make a download from the hub fail at its first network error (no network, no name
+    resolution, a timeout) instead of after huggingface_hub's retries, for the block.
+
+    The logger's level and filters are restored. The logger is the process's, so a download
+    in another thread during the block gives up early too.
+    """
+    logger = logging.getLogger("huggingface_hub.utils._http")
+    gate = _GiveUp(show=logger.isEnabledFor(logging.WARNING))
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # the gate sees the warning even when a parent logger is quieter
+    logger.addFilter(gate)
+    try:
+        yield
+    finally:
+        logger.removeFilter(gate)
+        logger.setLevel(level)
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """Keep huggingface_hub's retry warnings ("Retrying in 2s [Retry 2/5]") off stderr for
-    the block: a failure is reported once, in hookviz's own line; and transformers' progress
-    bars too. The level and the bars' setting are restored."""
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """Keep huggingface_hub's and transformers' warnings (see ``_QUIETED``) and transformers'
+    progress bars off stderr for the block: a failure is reported once, in hookviz's own line,
+    and at once (``fail_fast``). The levels and the bars' setting are restored."""
+    loggers = [logging.getLogger(name) for name in _QUIETED]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     bars = _progress_bars()
     was_on = bars is not None and bars.is_progress_bar_enabled()
     if was_on:
         bars.disable_progress_bar()  # transformers' "Loading weights: 100%" on every run
     try:
-        yield
+        with fail_fast():
+            yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
         if was_on:
             bars.enable_progress_bar()
 
@@ -69,17 +127,18 @@ def _progress_bars():
     return transformers_logging if all(hasattr(transformers_logging, n) for n in needed) else None
 
 
-def not_cached(label: str, repo_id: str, reason: str, needs: str | None = None) -> WeightsError:
+def not_cached(label: str, repo_id: str, reason: str, needs: str | None = None, folder: Path | str | None = None) -> WeightsError:
     """The one-line error for files that are neither cached nor downloadable.
 
     Args:
         needs: what cannot be done without, when it is more than the weights.
+        folder: the cache looked in, when it is not hookviz's (``cache_folder()``).
     """
     alternatives = needs or (
         f"or pass {arg('weights', 'PATH')} (a state_dict or .safetensors file) or {arg('weights', 'none')}"
     )
     return WeightsError(
-        f"{label}: {repo_id} is not in the Hugging Face cache ({cache_folder()}) {reason}; "
+        f"{label}: {repo_id} is not in the Hugging Face cache ({folder or cache_folder()}) {reason}; "
         f"fetch it where there is network (`hf download {repo_id}`) and copy that cache here "
         f"(or point HF_HUB_CACHE at a copy), {alternatives}"
     )
@@ -116,6 +175,17 @@ def fetch(repo_id: str, filenames: Sequence[str], label: str, revision: str | No
         except Exception as exc:  # network and HTTP errors come in many kinds; each means "no file"
             raise not_cached(label, repo_id, f"and downloading failed ({first_line(exc)})") from None
     raise not_cached(label, repo_id, f"and the repository has none of {', '.join(filenames)}")
+
+
+def cached_file(repo_id: str, filename: str) -> Path | None:
+    """``filename`` of ``repo_id`` when the cache holds it (no network), else ``None``."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename, cache_dir=cache_folder())
+    except ValueError:  # not a repository name huggingface_hub accepts: nothing cached under it
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 def cached_repos() -> list[tuple[str, dict]]:

@@ -6,8 +6,14 @@ only when the hub is reachable. ``--weights DEFAULT`` loads the repository's wei
 ``none`` builds the model from its config, randomly initialised and seeded; a file is a
 state_dict or ``.safetensors`` of the transformers model. Preprocessing comes from the
 repository's image processor, class names from the config's ``id2label``, and the logits
-from the output's ``.logits`` (``tasks.classify`` reads them). Repositories that need
-their own Python code (``trust_remote_code``) are refused: hookviz never runs it.
+from the output's ``.logits`` (``tasks.classify`` reads them). A checkpoint made for
+another task (``SegformerForSemanticSegmentation``) or without a trained classifier head
+(``ViTModel``, ``Dinov2Model``: transformers would give it a random one) is refused.
+
+A repository that names its own Python code (an ``auto_map`` in its config.json or
+preprocessor_config.json) is refused before transformers reads it, and transformers is
+always told ``trust_remote_code=False``: left to itself it would ask at a terminal whether
+to run the code, and hookviz never runs downloaded code.
 
 transformers is an optional extra, imported only when an ``hf:`` name is loaded.
 """
@@ -15,6 +21,7 @@ transformers is an optional extra, imported only when an ``hf:`` name is loaded.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -27,6 +34,8 @@ __all__ = ["HuggingFaceSource", "PREFIX", "hf_preprocessing"]
 PREFIX = "hf:"
 INSTALL = "pip install 'hookviz[hf]'"
 _CLASSIFIERS = ("ForImageClassification", "ForImageClassificationWithTeacher")
+#: The files whose ``auto_map`` names a repository's own code for what hookviz loads.
+_CODE_MAPS = ("config.json", "preprocessor_config.json")
 #: PIL's resampling numbers, as image processors store them.
 _PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
@@ -88,14 +97,17 @@ class HuggingFaceSource:
         kind = weights_kind(weights)
         where = _Where(name, repo, pretrained=kind == "default")
         config = where.config()
+        loading: tuple[str, ...] = ()
         if kind == "default":
-            model = where.pretrained(seed)
+            model, loading = where.pretrained(seed)
             label = f"DEFAULT ({repo}, {where.origin})"
         else:
             model = where.from_config(config, seed)
             label = f"none (random init, seed {seed})" if kind == "none" else _state_dict_file(model, weights)
         preprocessing, notes = where.preprocessing()
-        return LoadedModel(name, model, label, _categories(config), preprocessing, source=self.name, notes=notes)
+        return LoadedModel(
+            name, model, label, _categories(config), preprocessing, source=self.name, notes=loading + notes,
+        )
 
 
 def _state_dict_file(model, weights: str) -> str:
@@ -125,20 +137,41 @@ class _Where:
                 f"{arg('model', name)}: {self.folder} is not a folder; give the folder save_pretrained wrote, or ORG/NAME"
             )
         if self.folder.is_dir():
-            self.kwargs, self.origin = {}, f"folder {self.folder}"
+            self.hub, self.origin = {}, f"folder {self.folder}"
         else:
-            self.kwargs, self.origin = {"cache_dir": str(cache_folder()), "local_files_only": offline()}, "Hugging Face cache"
+            self.hub, self.origin = {"cache_dir": str(cache_folder()), "local_files_only": offline()}, "Hugging Face cache"
+        self.where = self.folder if not self.hub else self.repo  # how messages name it
+        # Never the prompt "Do you wish to run the custom code? [y/N]": the answer is always no.
+        self.kwargs = {**self.hub, "trust_remote_code": False}
+        self._refuse_custom_code()
+
+    def _refuse_custom_code(self) -> None:
+        """Refuse a repository whose files name its own Python code, before transformers reads
+        them (one not cached yet is refused by transformers itself, told trust_remote_code=False)."""
+        from .hub import cached_file
+
+        for filename in _CODE_MAPS:
+            path = self.folder / filename if not self.hub else cached_file(self.repo, filename)
+            try:
+                document = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else {}
+            except (OSError, ValueError):
+                continue  # unreadable: transformers says so, in its own words
+            if isinstance(document, dict) and document.get("auto_map"):
+                raise self._custom_code(f"auto_map in {filename}")
+
+    def _custom_code(self, why: str) -> UnknownModelError:
+        return UnknownModelError(
+            f"{arg('model', self.name)}: {self.where} needs its own Python code ({why}), which hookviz never runs; "
+            "load the model yourself and pass the module to hookviz.explain"
+        )
 
     def _fail(self, exc: Exception) -> Exception:
         from .hub import not_cached, offline
 
         text = first_line(exc)
         if "trust_remote_code" in str(exc):
-            return UnknownModelError(
-                f"{arg('model', self.name)}: {self.repo} needs its own Python code (trust_remote_code), which "
-                "hookviz does not run; load it yourself and pass the module to hookviz.explain"
-            )
-        if self.kwargs:
+            return self._custom_code("trust_remote_code")
+        if self.hub:
             reason = "and HF_HUB_OFFLINE is set" if offline() else f"and loading failed ({text})"
             needs = None if self.pretrained_weights else "as hookviz needs its config.json with any weights"
             return not_cached(self.label, self.repo, reason, needs)
@@ -159,27 +192,68 @@ class _Where:
                 f"{arg('model', self.name)}: {self.repo} is a {config.model_type!r} model, which transformers "
                 "has no image classifier for; hookviz explains image classifiers"
             )
+        self._refuse_other_task(config)
         return config
 
+    def _refuse_other_task(self, config) -> None:
+        """Refuse a checkpoint its config says was made for another task: transformers would
+        load its backbone into an image classifier and put a random head on it."""
+        architectures = [str(a) for a in getattr(config, "architectures", None) or ()]
+        if not architectures or any(a.endswith(_CLASSIFIERS) for a in architectures):
+            return
+        for architecture in architectures:
+            task = re.search(r"For([A-Z]\w*)$", architecture)
+            if task is None:
+                continue  # a bare backbone (ViTModel): the missing head is found as its weights load
+            words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", task.group(1)).lower()
+            also = " (torchvision's, such as deeplabv3_resnet50, are explained as segmentation)" if "segmentation" in words else ""
+            raise UnknownModelError(
+                f"{arg('model', self.name)}: {self.where} is a {words} model ({architecture}), not an image "
+                f"classifier; hookviz explains transformers' image classifiers{also}"
+            )
+
     def pretrained(self, seed: int):
+        """The model with the checkpoint's weights, and a note when some were not in it.
+
+        Raises:
+            UnknownModelError: the checkpoint has no classifier head.
+        """
         import torch
         from transformers import AutoModelForImageClassification
 
         from .hub import quiet
 
         try:
+            # quiet(): transformers' own load report (a table in terminal colours) stays off
+            # stderr; what it says that matters is raised or noted here, in hookviz's words.
             with seeded(seed), weights_only_loads(), quiet():
-                model = AutoModelForImageClassification.from_pretrained(str(self.repo), dtype=torch.float32, **self.kwargs)
-            return model.float()  # a float16 checkpoint: gradients and CAMs are computed in float32
+                model, info = AutoModelForImageClassification.from_pretrained(
+                    str(self.repo), dtype=torch.float32, output_loading_info=True, **self.kwargs
+                )
         except (OSError, ValueError, RuntimeError) as exc:
             raise self._fail(exc) from None
+        # a float16 checkpoint: gradients and CAMs are computed in float32
+        return model.float(), self._missing(model, sorted(info.get("missing_keys") or ()))
+
+    def _missing(self, model, missing: list[str]) -> tuple[str, ...]:
+        head = sorted(set(missing) & _head_weights(model))
+        if head:
+            raise UnknownModelError(
+                f"{arg('model', self.name)}: {self.where} has no classifier head ({', '.join(head[:4])} not in "
+                "the checkpoint: transformers would initialise them at random), and hookviz explains a class's "
+                "logit; choose a checkpoint fine-tuned for image classification"
+            )
+        if not missing:
+            return ()
+        listed = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return (f"{len(missing)} of the model's weights are not in {self.where} and were initialised at random: {listed}",)
 
     @staticmethod
     def from_config(config, seed: int):
         from transformers import AutoModelForImageClassification
 
         with seeded(seed):
-            return AutoModelForImageClassification.from_config(config).float()
+            return AutoModelForImageClassification.from_config(config, trust_remote_code=False).float()
 
     def preprocessing(self) -> tuple[Preprocessing, tuple[str, ...]]:
         from transformers import AutoImageProcessor
@@ -192,6 +266,19 @@ class _Where:
         except (OSError, ValueError, KeyError) as exc:
             return Preprocessing(), (f"{self.repo} has no usable image processor ({first_line(exc)}); ImageNet defaults used",)
         return hf_preprocessing(processor)
+
+
+def _head_weights(model) -> set[str]:
+    """The weights of the layers that give the logits: each linear layer with one output per
+    class (``classifier``, ``classifier.1``, DeiT's ``cls_classifier`` and ``distillation_classifier``)."""
+    import torch.nn as nn
+
+    classes = model.config.num_labels
+    return {
+        f"{name}.{weight}" if name else weight
+        for name, module in model.named_modules() if isinstance(module, nn.Linear) and module.out_features == classes
+        for weight, _ in module.named_parameters(recurse=False)
+    }
 
 
 def _categories(config) -> tuple[str, ...] | None:

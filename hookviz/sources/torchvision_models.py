@@ -182,9 +182,19 @@ def ensure_cached(name: str, url: str, weights: str = "DEFAULT") -> Path:
             url, str(target), hash_prefix=match.group(1) if match else None, progress=False
         )
     except Exception as exc:  # urllib raises many kinds; each means "no file"
-        raise WeightsError(
-            f"{arg('weights', weights)}: {name}'s pretrained weights are not in the torch hub cache and "
-            f"downloading them failed ({first_line(exc)}); fetch {url} elsewhere and "
-            f"copy it to {target}, or pass {arg('weights', 'PATH')} (a local state_dict) or {arg('weights', 'none')}"
-        ) from None
+        raise not_in_torch_hub(arg("weights", weights), f"{name}'s pretrained weights", url, target, first_line(exc)) from None
     return target
+
+
+def not_in_torch_hub(label: str, what: str, url: str, target, reason: str, alternatives: str | None = None) -> WeightsError:
+    """The one-line error for weights that are neither in the torch hub cache nor downloadable.
+
+    Args:
+        what: the weights, in words ("resnet18's pretrained weights").
+        alternatives: what else to do, when not ``--weights PATH`` or ``none``.
+    """
+    alternatives = alternatives or f"or pass {arg('weights', 'PATH')} (a local state_dict) or {arg('weights', 'none')}"
+    return WeightsError(
+        f"{label}: {what} are not in the torch hub cache and downloading them failed ({reason}); "
+        f"fetch {url} elsewhere and copy it to {target}, {alternatives}"
+    )
