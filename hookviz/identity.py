@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -22,7 +23,9 @@ from .errors import display_path
 __all__ = ["file_sha256", "PhotoIdentity", "Match", "match_photo"]
 
 _CHUNK = 1 << 20
-_cache: dict[tuple[str, int, int], str] = {}
+#: Digests remembered, the most recent first out: a run over a million photos keeps a few.
+_CACHED = 256
+_cache: OrderedDict[tuple[str, int, int], str] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
@@ -47,7 +50,9 @@ def file_sha256(path: Path) -> str:
             digest.update(chunk)
     with _cache_lock:
         _cache[key] = digest.hexdigest()
-    return _cache[key]
+        while len(_cache) > _CACHED:
+            _cache.popitem(last=False)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
