@@ -154,8 +154,9 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(path) as im:
                 loaded = _to_loaded(path, im, max_pixels)
-        # Read again for its digest (from the page cache: ~7 ms for 5 MB), after decoding
-        # succeeded: a file is never held whole in memory, and a broken one costs nothing more.
+        # Read again for its digest, from the page cache (a 5 MB, 12 MP JPEG: ~15 ms, 2% of
+        # decoding it), once decoding succeeded: the file is never held whole in memory, and a
+        # broken one costs nothing more.
         return replace(loaded, identity=PhotoIdentity.of(path))
     except Image.DecompressionBombError:
         cap = 2 * (Image.MAX_IMAGE_PIXELS or 0)

@@ -201,7 +201,7 @@ class Placement:
     match: Match
 
 
-def place(out: Path, path: Path, name: str, taken: Collection[str] = ()) -> Placement:
+def place(out: Path, path: Path, name: str, taken: Collection[str] = (), present: Collection[str] | None = None) -> Placement:
     """The folder for the photo at ``path`` in ``out``, which earlier runs may have filled.
 
     Of its possible names, ``name`` (from ``output_names``), ``plain_name`` and
@@ -210,13 +210,15 @@ def place(out: Path, path: Path, name: str, taken: Collection[str] = ()) -> Plac
     results; else the distinct name. So a photo of another folder with the same file name (a
     camera's ``IMG_0001``) never takes, or overwrites, another photo's results, and an
     earlier run's results are found whichever other photos it ran with. A name in ``taken``
-    (lower case: another image's of this run) is never used.
+    (lower case: another image's of this run) is never used. ``present``, the lower-case
+    names of the folders in ``out`` when the caller listed them, spares looking into the others.
     """
     names = (name, plain_name(path), distinct_name(path))
     candidates = [c for c in dict.fromkeys(n for n in names if n) if c == name or c.lower() not in taken]
     free = None
     for candidate in candidates:
-        report = read_report(out / candidate / REPORT)
+        there = present is None or candidate.lower() in present
+        report = read_report(out / candidate / REPORT) if there else None
         recorded = PhotoIdentity.from_json(report.get("photo")) if report is not None else None
         match = Match.UNKNOWN if report is None else match_photo(recorded, path, file_sha256)
         if match in (Match.SAME, Match.CHANGED):

@@ -322,8 +322,9 @@ class Run:
         result of this photo and of this run's model, weights, layers and pictures is done already."""
         todo = []
         taken = {name.lower() for name in self.names.values()}  # as a case-insensitive file system sees them
+        present = {entry.lower() for entry in os.listdir(self.options.out)}  # one listing, not a look per image
         for path in self.selected:
-            placement = place(self.options.out, path, self.names[path], taken=taken)
+            placement = place(self.options.out, path, self.names[path], taken=taken, present=present)
             self.names[path] = placement.name
             if (self.options.skip_existing and placement.match is Match.SAME
                     and self._complete(self.options.out / placement.name, placement.report)):
