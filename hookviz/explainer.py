@@ -210,7 +210,7 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
         raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
     channels = tensor.shape[0]
     if channels != preprocessing.channels:
-        layout = (f"; it looks like H x W x C, a photo's layout: pass image.permute(2, 0, 1) if it is the model's "
+        layout = ("; it looks like H x W x C, a photo's layout: pass image.permute(2, 0, 1) if it is the model's "
                   "input, or a uint8 tensor or the path to have it preprocessed"
                   if tensor.shape[-1] == preprocessing.channels else "")
         raise UsageError(
