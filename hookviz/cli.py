@@ -275,12 +275,13 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
     if json_output:
         progress.say(summary.run_json.read_text(encoding="utf-8"), nl=False)
     _say_findings(summary.findings)
-    done, failed = summary.count("done") + summary.count("skipped"), len(summary.failed)
+    done, skipped, failed = summary.count("done"), summary.count("skipped"), len(summary.failed)
     if failed:
         names = ", ".join(s.image for s in summary.failed[:10]) + (", ..." if failed > 10 else "")
         typer.echo(f"hookviz: {failed} of {len(summary.statuses)} images failed: {names}; reasons in {summary.run_json}", err=True)
     if not quiet and not json_output:
-        typer.echo(f"hookviz: {done} of {len(summary.statuses)} images done; results in {groups['options'].out}/", err=True)
+        kept = f", {skipped} skipped (done by an earlier run)" if skipped else ""
+        typer.echo(f"hookviz: {done} of {len(summary.statuses)} images done{kept}; results in {groups['options'].out}/", err=True)
     if failed:
         raise typer.Exit(1)
     if summary.findings:

@@ -300,6 +300,9 @@ def _run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     for key, what in (("model", "models differ"), ("weights", "weights differ"), ("task", "tasks differ")):
         if b.get(key) != n.get(key):
             notes.append(f"{what}: {b.get(key)} -> {n.get(key)}")
+    shas = (b.get("weights_sha256"), n.get("weights_sha256"))
+    if b.get("weights") == n.get("weights") and None not in shas and shas[0] != shas[1]:  # a file rewritten in place
+        notes.append(f"weights differ: {n.get('weights')} holds other bytes (SHA-256 {shas[0][:12]}... -> {shas[1][:12]}...)")
     for key in ("torch", "torchvision", "device"):
         if b.get(key) and n.get(key) and b.get(key) != n.get(key):
             notes.append(f"{key} differs: {b.get(key)} -> {n.get(key)}")

@@ -118,10 +118,13 @@ class Explainer:
     # -- explaining
 
     def prepare(self, image) -> PreparedImage:
-        """A path, PIL image or preprocessed (C, H, W) tensor, as the model's input.
+        """A photo (a path, a PIL image, an H x W x 3 uint8 array, a uint8 tensor as
+        ``torchvision.io.read_image`` returns it) preprocessed as the model expects, or a float
+        (C, H, W) tensor taken as the model's input as it is.
 
         Raises:
             ImageError: the file cannot be read or used.
+            UsageError: an array or tensor of a shape that is neither.
         """
         import os
 
@@ -130,14 +133,16 @@ class Explainer:
 
         if isinstance(image, PreparedImage):
             return image
-        if isinstance(image, torch.Tensor):
+        if isinstance(image, torch.Tensor) and image.dtype == torch.uint8:
+            image = _photo_of(image)  # 0-255 pixels are a photo, never a model's input
+        elif isinstance(image, torch.Tensor):
             return _from_tensor(image, self.preprocessing)
         if isinstance(image, np.ndarray) and image.ndim in (2, 3):
             image = Image.fromarray(np.ascontiguousarray(image))  # an H x W (x 3) photo, as PIL reads arrays
         if not isinstance(image, (str, os.PathLike, Image.Image)):
             raise UsageError(
-                f"{arg('image', type(image).__name__)}: expected a path, a PIL image, an H x W x 3 array "
-                "or a preprocessed (C, H, W) tensor"
+                f"{arg('image', type(image).__name__)}: expected a path, a PIL image, an H x W x 3 array, "
+                "a uint8 (C, H, W) tensor or a preprocessed float (C, H, W) tensor"
             )
         return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
 
@@ -172,6 +177,29 @@ def _check_input_size(model: LoadedModel, preprocessing: Preprocessing) -> None:
         )
 
 
+#: A uint8 tensor's channels: gray, gray and alpha, RGB, RGBA (``torchvision.io.ImageReadMode``).
+_PHOTO_CHANNELS = (1, 2, 3, 4)
+
+
+def _photo_of(tensor):
+    """A uint8 tensor of pixels as a PIL image: (C, H, W) as ``read_image`` returns it (or a
+    batch of one), else (H, W) or (H, W, C) as arrays hold photos."""
+    from PIL import Image
+
+    pixels = tensor.detach().cpu()
+    if pixels.dim() == 4 and pixels.shape[0] == 1:
+        pixels = pixels[0]
+    if pixels.dim() == 3 and pixels.shape[0] in _PHOTO_CHANNELS:
+        pixels = pixels.permute(1, 2, 0)
+    elif not (pixels.dim() == 2 or (pixels.dim() == 3 and pixels.shape[-1] in _PHOTO_CHANNELS)):
+        raise UsageError(
+            f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a uint8 tensor is taken as a photo, "
+            "(C, H, W) as torchvision.io.read_image returns it, with 1 to 4 channels"
+        )
+    array = np.ascontiguousarray(pixels.numpy())
+    return Image.fromarray(array[..., 0] if array.ndim == 3 and array.shape[-1] == 1 else array)
+
+
 def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
     from PIL import Image
 
@@ -182,15 +210,32 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
         raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
     channels = tensor.shape[0]
     if channels != preprocessing.channels:
+        layout = ("; it looks like H x W x C, a photo's layout: pass image.permute(2, 0, 1) if it is the model's "
+                  "input, or a uint8 tensor or the path to have it preprocessed"
+                  if tensor.shape[-1] == preprocessing.channels else "")
         raise UsageError(
             f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a tensor image of {channels} channels; "
-            f"the model takes {preprocessing.channels}"
+            f"the model takes {preprocessing.channels}{layout}"
         )
     mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None]
     std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None]
     pixels = (np.clip(tensor.numpy() * std + mean, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
     shown = np.repeat(pixels, 3, axis=2) if channels == 1 else pixels
-    return PreparedImage(LoadedImage(None, Image.fromarray(shown)), tensor, shown)
+    return PreparedImage(LoadedImage(None, Image.fromarray(shown), _raw_pixels_note(tensor, mean, std)), tensor, shown)
+
+
+def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ...]:
+    """A note when a float tensor, taken as the model's input, holds values its normalisation
+    cannot make (half again the value of a white pixel): pixels, not yet preprocessed?"""
+    white = float(((1.0 - mean) / std).max())
+    largest = float(np.nanmax(tensor.numpy(), initial=-np.inf))
+    if not largest > 1.5 * white:
+        return ()
+    return (
+        f"{arg('image')}: a float tensor is taken as the model's input, already preprocessed, but its values "
+        f"reach {largest:.4g}, where this normalisation makes at most {white:.3g} (a white pixel): raw pixels? "
+        "Pass a uint8 tensor (as torchvision.io.read_image returns) or the path to have it preprocessed",
+    )
 
 
 def explain(
@@ -223,7 +268,10 @@ def explain(
 
     Args:
         model: an ``nn.Module``, a ``LoadedModel``, or a model name for ``load_model``.
-        image: a path, a PIL image, or a preprocessed (C, H, W) tensor.
+        image: a photo (a path, a PIL image, an H x W x 3 uint8 array, or a uint8 (C, H, W)
+            tensor as ``torchvision.io.read_image`` returns it), preprocessed as the model
+            expects; or a float (C, H, W) tensor, taken as the model's input as it is (a note
+            says so when its values look like raw pixels).
         layers: layer paths or globs; the usual CAM layer when omitted.
         target: ``"top1"``, a class index, or a class name.
         objective, cam, topk: as the ``hookviz run`` options of the same names.

@@ -108,6 +108,7 @@ class Explanation:
             animation used, model explained in eval mode, ...).
         declared_layout: what the model declares about its token and channel layout
             (``None``: nothing, every layout was guessed).
+        weights_sha256: the SHA-256 of the weights file, when a file was loaded.
     """
 
     image: PreparedImage
@@ -127,6 +128,7 @@ class Explanation:
     layer_choice: str | None = None
     skipped_layers: tuple[str, ...] = ()
     declared_layout: DeclaredLayout | None = None
+    weights_sha256: str | None = None
 
     def __getitem__(self, name: str) -> LayerResult:
         for layer in self.layers:
@@ -283,6 +285,7 @@ def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw,
         image=image,
         model=explainer.model.name,
         weights=explainer.model.weights,
+        weights_sha256=explainer.model.weights_sha256,
         preprocessing=explainer.preprocessing,
         objective="score" if explainer.task.name == "detect" else explainer.target.objective,
         cam_method=explainer.target.cam,

@@ -21,7 +21,8 @@ import secrets
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,13 +30,14 @@ import numpy as np
 
 from .errors import OutputError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
+from .identity import Match, PhotoIdentity, file_sha256, match_photo
 from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
 from .summaries import tensor_stats
 
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
     "existing_ancestor",
-    "output_names", "layer_stems", "report_of", "save_explanation", "read_report", "target_json",
+    "output_names", "plain_name", "distinct_name", "Placement", "place", "layer_stems", "report_of", "save_explanation", "read_report", "target_json",
 ]
 
 REPORT = "report.json"
@@ -165,17 +167,65 @@ def _safe(name: str) -> str:
 
 def output_names(paths: Sequence[Path]) -> dict[Path, str]:
     """A folder name per image: its stem, made safe; with a short hash of its full path
-    when two images of the run share a stem, or when the stem would take the name of a
-    run-level file (``run.json``, ``index.html``). Depends only on the run's full input
-    list, so every ``--shard`` of it agrees."""
-    stems = {path: _safe(path.stem)[:120] for path in paths}
-    counts = Counter(stem.lower() for stem in stems.values())
-    names = {}
-    for path, stem in stems.items():
-        if counts[stem.lower()] > 1 or RUN_FILE_PATTERN.match(stem) or stem != path.stem[:120]:
-            stem = f"{stem}-{_digest(display_path(path.resolve()))}"
-        names[path] = stem
-    return names
+    (``distinct_name``) when two images of the run share a stem, or when the stem would take
+    the name of a run-level file (``run.json``, ``index.html``). Depends only on the run's
+    full input list, so every ``--shard`` of it agrees."""
+    plain = {path: plain_name(path) for path in paths}
+    counts = Counter(name.lower() for name in plain.values() if name is not None)
+    return {
+        path: name if name is not None and counts[name.lower()] == 1 else distinct_name(path)
+        for path, name in plain.items()
+    }
+
+
+def plain_name(path: Path) -> str | None:
+    """An image's folder name when no other image takes it: its stem, or ``None`` when the
+    stem needs characters replaced or would take a run-level file's name."""
+    stem = _safe(path.stem)[:120]
+    return None if RUN_FILE_PATTERN.match(stem) or stem != path.stem[:120] else stem
+
+
+def distinct_name(path: Path) -> str:
+    """The folder name of an image whose stem is taken: the stem and a short hash of its full path."""
+    return f"{_safe(path.stem)[:120]}-{_digest(display_path(path.resolve()))}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one photo's results go: ``name``, its folder under the output folder; the
+    ``report`` already there (``None``: none, or not a whole one); and how the photo that
+    report was made from relates to this one (``identity.Match``)."""
+
+    name: str
+    report: dict | None
+    match: Match
+
+
+def place(out: Path, path: Path, name: str, taken: Collection[str] = (), present: Collection[str] | None = None) -> Placement:
+    """The folder for the photo at ``path`` in ``out``, which earlier runs may have filled.
+
+    Of its possible names, ``name`` (from ``output_names``), ``plain_name`` and
+    ``distinct_name``, it is the one whose report was made from this photo (the same bytes,
+    or this file before it was rewritten); else the first that holds no other photo's
+    results; else the distinct name. So a photo of another folder with the same file name (a
+    camera's ``IMG_0001``) never takes, or overwrites, another photo's results, and an
+    earlier run's results are found whichever other photos it ran with. A name in ``taken``
+    (lower case: another image's of this run) is never used. ``present``, the lower-case
+    names of the folders in ``out`` when the caller listed them, spares looking into the others.
+    """
+    names = (name, plain_name(path), distinct_name(path))
+    candidates = [c for c in dict.fromkeys(n for n in names if n) if c == name or c.lower() not in taken]
+    free = None
+    for candidate in candidates:
+        there = present is None or candidate.lower() in present
+        report = read_report(out / candidate / REPORT) if there else None
+        recorded = PhotoIdentity.from_json(report.get("photo")) if report is not None else None
+        match = Match.UNKNOWN if report is None else match_photo(recorded, path, file_sha256)
+        if match in (Match.SAME, Match.CHANGED):
+            return Placement(candidate, report, match)
+        if match is Match.UNKNOWN and free is None:  # nothing there, or a report of an older hookviz
+            free = Placement(candidate, report, match)
+    return free or Placement(candidates[-1], None, Match.OTHER)
 
 
 def layer_stems(names: Sequence[str]) -> dict[str, str]:
@@ -230,10 +280,12 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
     return {
         "hookviz": __version__,
         "image": display_path(source.path) if source.path is not None else None,
+        "photo": source.identity.to_json() if source.identity is not None else None,
         "task": explanation.task,
         "notes": list(explanation.notes),
         "model": explanation.model,
         "weights": explanation.weights,
+        "weights_sha256": explanation.weights_sha256,
         "preprocessing": explanation.preprocessing.to_json(),
         "objective": explanation.objective,
         "target": explanation.target.to_json() if explanation.target is not None else None,

@@ -148,7 +148,7 @@ class RunFolder:
 
     def describe(self) -> dict:
         """Who wrote it, with what: the lines a diff keeps of each run."""
-        keys = ("hookviz", "torch", "torchvision", "python", "model", "weights", "device", "started")
+        keys = ("hookviz", "torch", "torchvision", "python", "model", "weights", "weights_sha256", "device", "started")
         return {"folder": display_path(self.path), **{key: self.run.get(key) for key in keys}}
 
 

@@ -33,7 +33,8 @@ from .errors import HookvizError, ImageError, OutputError, UsageError, arg, desc
 from .explaining import SummaryOptions
 from .fingerprints import FINGERPRINT
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
-from .outputs import DIFF, REPORT, TENSORS, existing_ancestor, output_names, read_report, save_explanation, sweep_stale_files, target_json, write_json
+from .identity import Match
+from .outputs import DIFF, TENSORS, existing_ancestor, output_names, place, save_explanation, sweep_stale_files, target_json, write_json
 from .pictures import kinds_for
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
@@ -316,22 +317,27 @@ class Run:
         return line + "layers: " + ", ".join(spec.label for spec in explainer.layers)
 
     def _resume(self) -> list[Path]:
-        """The selected images still to do; with ``skip_existing``, those whose folder holds no
-        complete result of this run's model, layers and pictures are done already."""
+        """Give each selected image its folder (``outputs.place``: never another photo's) and
+        return those still to do; with ``skip_existing``, an image whose folder holds a complete
+        result of this photo and of this run's model, weights, layers and pictures is done already."""
         todo = []
+        taken = {name.lower() for name in self.names.values()}  # as a case-insensitive file system sees them
+        present = {entry.lower() for entry in os.listdir(self.options.out)}  # one listing, not a look per image
         for path in self.selected:
-            if self.options.skip_existing and self._complete(self.options.out / self.names[path]):
-                self._report(path, ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)"))
+            placement = place(self.options.out, path, self.names[path], taken=taken, present=present)
+            self.names[path] = placement.name
+            if (self.options.skip_existing and placement.match is Match.SAME
+                    and self._complete(self.options.out / placement.name, placement.report)):
+                self._report(path, ImageStatus(display_path(path), placement.name, "skipped", "already done (skip_existing)"))
             else:
                 todo.append(path)
         return todo
 
-    def _complete(self, folder: Path) -> bool:
-        """Whether ``folder`` holds this run's results: a whole report.json of the same model,
-        weights, preprocessing and target options that lists every layer of this run with every
-        picture this run draws (and tensors.npz when asked)."""
-        report = read_report(folder / REPORT)
-        if report is None or not self._same_recipe(report):
+    def _complete(self, folder: Path, report: dict) -> bool:
+        """Whether ``report`` (``folder``'s) is of this run's results: the same model, weights,
+        preprocessing and target options, listing every layer of this run with every picture
+        this run draws (and tensors.npz when asked)."""
+        if not self._same_recipe(report):
             return False
         if self.options.save_tensors and not (folder / TENSORS).exists():
             return False
@@ -355,6 +361,7 @@ class Run:
         grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
         return (
             report.get("model") == explainer.model.name and report.get("weights") == explainer.model.weights
+            and report.get("weights_sha256") == explainer.model.weights_sha256  # a file rewritten in place
             and report.get("preprocessing") == explainer.preprocessing.to_json()
             and asked.get("target") == target_json(self.target)
             and (not grids or (asked.get("channels"), asked.get("scale")) == (str(self.pictures.channels), self.pictures.scale))
@@ -573,6 +580,7 @@ class Run:
             "command": [display_path(a) for a in options.command],
             "model": explainer.model.name,
             "weights": explainer.model.weights,
+            "weights_sha256": explainer.model.weights_sha256,
             "task": explainer.model.task,
             "device": self.device,
             "layers": list(summary.layers),

@@ -87,3 +87,81 @@ def test_read_state_dict_strips_compile_prefix(tmp_path):
     torch.save([1, 2, 3], tmp_path / "list.pt")
     with pytest.raises(WeightsError, match="not a state_dict"):
         read_state_dict(tmp_path / "list.pt")
+
+
+def _marked_state() -> dict:
+    source = tiny_net()
+    with torch.no_grad():
+        source.fc.bias.fill_(0.25)
+        source.features[1].running_mean.fill_(0.5)
+    return source.state_dict()
+
+
+def test_a_state_dict_without_num_batches_tracked_loads_as_torch_loads_it(tmp_path):
+    """Files saved before PyTorch 0.4.1, or converted from another framework, lack the buffer."""
+    state = {k: v for k, v in _marked_state().items() if not k.endswith("num_batches_tracked")}
+    tiny_net().load_state_dict(dict(state), strict=True)  # torch takes it
+    torch.save(state, tmp_path / "old.pth")
+    loaded = load_model("tests.conftest:tiny_net", str(tmp_path / "old.pth"))
+    assert torch.all(loaded.module.fc.bias == 0.25) and torch.all(loaded.module.features[1].running_mean == 0.5)
+    assert loaded.notes == ()
+
+
+@pytest.mark.parametrize("wrap, prefix", [
+    ("lightning", "model."), ("compiled_dataparallel", "_orig_mod.module."), ("ema", None), ("model_ema", None),
+    ("other_name", None),
+])
+def test_checkpoints_of_training_frameworks_load_with_a_note_on_what_was_undone(tmp_path, wrap, prefix):
+    state = _marked_state()
+    payload = {
+        "lightning": {"state_dict": {f"model.{k}": v for k, v in state.items()}, "epoch": 3, "global_step": 10},
+        "compiled_dataparallel": {f"_orig_mod.module.{k}": v for k, v in state.items()},
+        "ema": {"ema": state},
+        "model_ema": {"model_ema": state, "epoch": 3},
+        "other_name": {"generator": state, "epoch": 3},
+    }[wrap]
+    torch.save(payload, tmp_path / "w.ckpt")
+    loaded = load_model("tests.conftest:tiny_net", str(tmp_path / "w.ckpt"))
+    assert torch.all(loaded.module.fc.bias == 0.25)
+    if prefix is not None:
+        assert any(f"began with {prefix!r}" in note and "stripped it" in note for note in loaded.notes), loaded.notes
+    if wrap == "other_name":
+        assert any("'generator' entry" in note for note in loaded.notes), loaded.notes
+
+
+def test_a_checkpoint_with_a_model_and_its_moving_average_says_which_it_read(tmp_path):
+    state = _marked_state()
+    torch.save({"state_dict": state, "state_dict_ema": {k: v * 0 for k, v in state.items()}}, tmp_path / "w.pth")
+    loaded = load_model("tests.conftest:tiny_net", str(tmp_path / "w.pth"))
+    assert torch.all(loaded.module.fc.bias == 0.25)
+    assert any("'state_dict' entry" in note and "'state_dict_ema'" in note for note in loaded.notes), loaded.notes
+
+
+def test_a_checkpoint_that_fits_neither_way_names_the_prefix_and_the_files_keys(tmp_path):
+    other = torchvision.models.resnet18(weights=None).state_dict()
+    torch.save({"state_dict": {f"model.{k}": v for k, v in other.items()}, "epoch": 3}, tmp_path / "w.ckpt")
+    with pytest.raises(WeightsError) as error:
+        load_model("tests.conftest:tiny_net", str(tmp_path / "w.ckpt"))
+    message = str(error.value)
+    assert "'model.'" in message and "top-level keys: state_dict, epoch" in message, message
+    torch.save({"optimizer": {"lr": 0.1}, "epoch": 3}, tmp_path / "no-tensors.ckpt")
+    with pytest.raises(WeightsError, match="holds no tensors at its top level; its top-level keys: optimizer, epoch"):
+        load_model("tests.conftest:tiny_net", str(tmp_path / "no-tensors.ckpt"))
+
+
+def test_the_command_says_what_it_undid_in_a_note_and_in_report_json(tmp_path, photo):
+    import json
+
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    torch.save({"state_dict": {f"model.{k}": v for k, v in _marked_state().items()}, "epoch": 3}, tmp_path / "last.ckpt")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights",
+                                      str(tmp_path / "last.ckpt"), "--layer", "features.3", "--pictures", "none",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "began with 'model.'" in result.stderr
+    report = json.loads((out / "photo" / "report.json").read_text())
+    assert any("began with 'model.'" in note for note in report["notes"])

@@ -539,6 +539,19 @@ def test_skip_existing_redoes_images_explained_with_other_options(cli, photo, tm
     assert json.loads(result.stdout)["counts"]["skipped"] == 1  # the same options again: done already
 
 
+def test_the_console_counts_skipped_images_as_skipped_not_done(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    other = tmp_path / "other.png"
+    Image.new("RGB", (40, 30), (10, 200, 10)).save(other)
+    base = ["run", *TINY, "--layer", "features.3", "--pictures", "none", "--out", out]
+    assert invoke(cli, *base, photo).exit_code == 0
+    result = invoke(cli, *base, photo, other, "--skip-existing")
+    assert result.exit_code == 0, result.output
+    assert "hookviz: 1 of 2 images done, 1 skipped (done by an earlier run)" in result.stderr
+    counts = json.loads((out / "run.json").read_text())["counts"]
+    assert (counts["done"], counts["skipped"]) == (1, 1)
+
+
 def test_non_finite_logits_are_said_and_their_cam_is_not_drawn_as_zero(cli, photo, tmp_path):
     out = tmp_path / "out"
     result = invoke(cli, "run", photo, "--model", "tests.conftest:nan_logits_net", "--weights", "none",

@@ -120,6 +120,17 @@ def test_a_perturbed_conv_is_caught_at_that_layer_and_after_it_not_before(baseli
     assert f"weights differ: {checkpoints['a']} -> {checkpoints['b']}" in notes
 
 
+def test_a_weights_file_rewritten_in_place_is_said_to_differ(checkpoints, tmp_path):
+    weights = tmp_path / "last.ckpt"
+    shutil.copy(checkpoints["a"], weights)
+    assert _run(tmp_path / "base", weights, images=(SAMPLES / "cat.png",)).exit_code == 0
+    shutil.copy(checkpoints["b"], weights)  # another epoch, saved under the same name
+    _run(tmp_path / "new", weights, "--baseline", tmp_path / "base", images=(SAMPLES / "cat.png",))
+    notes = json.loads((tmp_path / "new" / "run.json").read_text())["notes"]
+    assert any(note.startswith(f"weights differ: {weights} holds other bytes") for note in notes), notes
+    assert json.loads((tmp_path / "new" / "diff.json").read_text())["base"]["weights_sha256"] is not None
+
+
 def test_changed_preprocessing_is_caught_at_the_input(baseline, checkpoints, tmp_path):
     result = _run(tmp_path / "new", checkpoints["a"], "--mean", "0.5,0.456,0.406", "--baseline", baseline, "--fail-on", "drift")
     assert result.exit_code == 3

@@ -70,6 +70,45 @@ def test_explain_takes_a_path_a_pil_image_or_a_tensor(photo):
     assert explain(model, photo).layers[0].requested == "(default)"
 
 
+def _read_image(path, mode=None):
+    """``torchvision.io.read_image``, as users call it (torchvision 0.29 deprecates its decoders)."""
+    import warnings
+
+    import torchvision
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torchvision.io.read_image(str(path)) if mode is None else torchvision.io.read_image(str(path), mode)
+
+
+def test_a_uint8_tensor_is_a_photo_preprocessed_as_its_path_is(lite0, cat):
+    from torchvision.io import ImageReadMode
+
+    stem = ["_conv_stem"]  # any layer: the prediction is what is compared
+    from_path = explain(lite0, cat, layers=stem)
+    pixels = _read_image(cat)
+    assert pixels.dtype == torch.uint8 and pixels.shape[0] == 3
+    for photo in (pixels, pixels[None], pixels.permute(1, 2, 0), _read_image(cat, ImageReadMode.RGB_ALPHA)):
+        from_tensor = explain(lite0, photo, layers=stem)
+        assert from_tensor.top5[0].name == from_path.top5[0].name == "Egyptian cat"
+        np.testing.assert_allclose(from_tensor.logits, from_path.logits, rtol=1e-5, atol=1e-5)
+        assert from_tensor.notes == from_path.notes
+    with pytest.raises(UsageError, match="uint8 tensor is taken as a photo"):
+        explain(lite0, torch.zeros(5, 8, 8, 6, dtype=torch.uint8), layers=stem)
+
+
+def test_a_float_tensor_stays_the_models_input_with_a_note_when_it_looks_like_pixels(lite0, cat):
+    stem = ["_conv_stem"]
+    pixels = _read_image(cat)
+    prepared = explain(lite0, cat, layers=stem).image.tensor
+    assert not any("raw pixels" in note for note in explain(lite0, prepared, layers=stem).notes)
+    raw = explain(lite0, pixels.float(), layers=stem)  # taken as it is: the model sees 0-255
+    assert any("raw pixels?" in note and "uint8 tensor" in note for note in raw.notes), raw.notes
+    np.testing.assert_array_equal(raw.image.tensor.numpy(), pixels.float().numpy())
+    with pytest.raises(UsageError, match="looks like H x W x C"):
+        explain(lite0, pixels.permute(1, 2, 0).float() / 255, layers=stem)
+
+
 def test_ce_objective_changes_gradients_not_cams(photo):
     model = tiny_net().eval()
     logit = explain(model, photo, layers=["features.3"], target=1)

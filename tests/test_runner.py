@@ -172,6 +172,81 @@ def test_skip_existing_resumes(tmp_path):
     assert [s.status for s in summary.statuses] == ["done", "skipped", "skipped"]
 
 
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _photo_of(summary, out: Path, image: Path) -> dict:
+    """The ``photo`` that the report of ``image`` (in ``summary``) records."""
+    status = next(s for s in summary.statuses if s.image == str(image))
+    return json.loads((out / status.output / "report.json").read_text())["photo"]
+
+
+def test_skip_existing_never_keeps_another_photos_results_under_the_same_file_name(tmp_path):
+    """Cameras name every card's first photo IMG_0001: two days into one --out, in two runs."""
+    day1, day2 = tmp_path / "day1" / "IMG_0001.png", tmp_path / "day2" / "IMG_0001.png"
+    for path, colour in ((day1, (200, 10, 10)), (day2, (10, 10, 200))):
+        path.parent.mkdir()
+        Image.new("RGB", (40, 30), colour).save(path)
+    out = tmp_path / "out"
+    first = _run(out, [day1], skip_existing=True)
+    second = _run(out, [day2], skip_existing=True)
+    assert [s.status for s in second.statuses] == ["done"]  # another photo: not "already done"
+    assert second.statuses[0].output != first.statuses[0].output  # nor written over day1's
+    assert _photo_of(first, out, day1)["sha256"] == _sha256(day1)
+    assert _photo_of(second, out, day2)["sha256"] == _sha256(day2)
+    both = _run(out, [day1, day2], skip_existing=True)  # found again, whichever photos a run had
+    assert [(s.status, s.output) for s in both.statuses] == [
+        ("skipped", first.statuses[0].output), ("skipped", second.statuses[0].output)]
+    # A photo rewritten in place is done again, in its own folder; a copy elsewhere is the same photo.
+    Image.new("RGB", (40, 30), (10, 200, 10)).save(day2)
+    again = _run(out, [day2], skip_existing=True)
+    assert [(s.status, s.output) for s in again.statuses] == [("done", second.statuses[0].output)]
+    assert _photo_of(again, out, day2)["sha256"] == _sha256(day2)
+    moved = tmp_path / "archive" / "IMG_0001.png"
+    moved.parent.mkdir()
+    shutil.copy(day1, moved)  # a new modification time, the same bytes
+    assert [s.status for s in _run(out, [moved], skip_existing=True).statuses] == ["skipped"]
+
+
+def test_a_run_without_skip_existing_never_writes_over_another_photos_results(tmp_path):
+    day1, day2 = tmp_path / "day1" / "IMG_0001.png", tmp_path / "day2" / "IMG_0001.png"
+    for path, colour in ((day1, (200, 10, 10)), (day2, (10, 10, 200))):
+        path.parent.mkdir()
+        Image.new("RGB", (40, 30), colour).save(path)
+    out = tmp_path / "out"
+    first, second = _run(out, [day1]), _run(out, [day2])
+    assert first.statuses[0].output != second.statuses[0].output
+    assert _photo_of(first, out, day1)["sha256"] == _sha256(day1)  # still day1's
+    assert _run(out, [day1]).statuses[0].output == first.statuses[0].output  # a rerun: the same folder
+
+
+def test_skip_existing_redoes_images_when_the_weights_file_was_rewritten_in_place(tmp_path):
+    import torch
+
+    from .conftest import tiny_net
+
+    images = _images(tmp_path / "in", 2)
+    weights = tmp_path / "last.ckpt"
+    model = tiny_net()
+    torch.save(model.state_dict(), weights)
+    out = tmp_path / "out"
+    summary = _run(out, images, weights=str(weights))
+    report = json.loads((out / summary.statuses[0].output / "report.json").read_text())
+    assert report["weights"] == str(weights) and report["weights_sha256"] == _sha256(weights)
+    assert json.loads((out / "run.json").read_text())["weights_sha256"] == _sha256(weights)
+    assert [s.status for s in _run(out, images, weights=str(weights), skip_existing=True).statuses] == ["skipped"] * 2
+    with torch.no_grad():
+        model.fc.bias.add_(1.0)  # another epoch, saved under the same name
+    torch.save(model.state_dict(), weights)
+    summary = _run(out, images, weights=str(weights), skip_existing=True)
+    assert [s.status for s in summary.statuses] == ["done"] * 2
+    report = json.loads((out / summary.statuses[0].output / "report.json").read_text())
+    assert report["weights_sha256"] == _sha256(weights)
+
+
 def _start_slow_run(tmp_path: Path, count: int, batch_size: int, **popen) -> tuple[subprocess.Popen, Path, Path]:
     folder = tmp_path / "in"
     folder.mkdir()

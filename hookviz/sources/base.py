@@ -23,7 +23,7 @@ from ..images import Preprocessing
 
 __all__ = [
     "LoadedModel", "ModelSource", "SOURCES", "register_source", "weights_kind", "seeded",
-    "reset_parameters", "load_weights_file", "weights_only_loads", "prefixes",
+    "reset_parameters", "load_weights_file", "random_or_file", "weights_only_loads", "prefixes",
 ]
 
 
@@ -44,6 +44,8 @@ class LoadedModel:
         notes: what a report should say about how the model was loaded.
         declared_layout: the model's token and channel layout, when its source knows it
             better than ``hookviz.geometry`` reads it from the module (``None``: read it).
+        weights_sha256: the SHA-256 of the weights file named by ``--weights PATH`` (``None``
+            for named weights): a file overwritten in place is told apart by it.
     """
 
     name: str
@@ -56,6 +58,7 @@ class LoadedModel:
     input_size: tuple[int, int] | None = None
     notes: tuple[str, ...] = field(default=())
     declared_layout: DeclaredLayout | None = None
+    weights_sha256: str | None = None
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"
@@ -141,12 +144,22 @@ def reset_parameters(model) -> None:
             reset()
 
 
-def load_weights_file(model, path: str) -> str:
-    """Load a state_dict file into ``model``; return the label reports show."""
+def load_weights_file(model, path: str):
+    """Load a state_dict file into ``model``; return a ``checkpoints.LoadedWeights``: the
+    label reports show, the file's SHA-256 and notes on what was undone to fit it."""
     from ..checkpoints import load_into
 
-    load_into(model, Path(path))
-    return str(path)
+    return load_into(model, Path(path))
+
+
+def random_or_file(model, weights: str, seed: int):
+    """``--weights none`` (the model as randomly initialised from ``seed``) or a file loaded
+    into it, as a ``checkpoints.LoadedWeights``."""
+    from ..checkpoints import LoadedWeights
+
+    if weights_kind(weights) == "none":
+        return LoadedWeights(f"none (random init, seed {seed})", None)
+    return load_weights_file(model, weights)
 
 
 _FORCE_WEIGHTS_ONLY = threading.Lock()

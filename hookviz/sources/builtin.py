@@ -8,9 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checkpoints import LoadedWeights
 from ..errors import UsageError, arg
 from ..images import Preprocessing
-from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
+from .base import LoadedModel, load_weights_file, random_or_file, register_source, seeded, weights_kind
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,10 @@ class BuiltinSource:
         entry = BUILTINS[name]
         with seeded(seed):
             model, packaged = entry.make()
-        kind = weights_kind(weights)
-        if kind == "default":
+        if weights_kind(weights) == "default":
             load_weights_file(model, str(packaged))
-            label = f"DEFAULT ({packaged.name}, packaged)"
-        elif kind == "none":
-            label = f"none (random init, seed {seed})"
+            loaded = LoadedWeights(f"DEFAULT ({packaged.name}, packaged)", None)
         else:
-            label = load_weights_file(model, weights)
-        return LoadedModel(name, model, label, imagenet_categories(), entry.preprocessing, source=self.name)
+            loaded = random_or_file(model, weights, seed)
+        return LoadedModel(name, model, loaded.label, imagenet_categories(), entry.preprocessing, source=self.name,
+                           notes=loaded.notes, weights_sha256=loaded.sha256)

@@ -18,6 +18,7 @@ import re
 import sys
 from collections.abc import Iterator
 
+from ..checkpoints import LoadedWeights
 from ..errors import UnknownModelError, arg, describe
 from ..images import Preprocessing
 from .base import LoadedModel, load_weights_file, prefixes, register_source, reset_parameters, seeded, weights_kind
@@ -80,12 +81,13 @@ class FactorySource:
                 torch.manual_seed(seed)  # the factory may have used or seeded the generator itself
                 reset_parameters(model)
         if kind == "default":
-            label = f"as built by {name}"
+            loaded = LoadedWeights(f"as built by {name}", None)
         elif kind == "none":
-            label = f"none (random init, seed {seed})"
+            loaded = LoadedWeights(f"none (random init, seed {seed})", None)
         else:
-            label = load_weights_file(model, weights)
-        return LoadedModel(name, model, label, None, Preprocessing(), source=self.name, task="auto")
+            loaded = load_weights_file(model, weights)
+        return LoadedModel(name, model, loaded.label, None, Preprocessing(), source=self.name, task="auto",
+                           notes=loaded.notes, weights_sha256=loaded.sha256)
 
     @staticmethod
     def _build(name: str):

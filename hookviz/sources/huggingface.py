@@ -25,6 +25,7 @@ import json
 import re
 from pathlib import Path
 
+from ..checkpoints import LoadedWeights
 from ..errors import UnknownModelError, WeightsError, arg, first_line
 from ..images import INTERPOLATIONS, Preprocessing
 from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind, weights_only_loads
@@ -100,17 +101,16 @@ class HuggingFaceSource:
         loading: tuple[str, ...] = ()
         if kind == "default":
             model, loading = where.pretrained(seed)
-            label = f"DEFAULT ({repo}, {where.origin})"
+            loaded = LoadedWeights(f"DEFAULT ({repo}, {where.origin})", None)
         else:
             model = where.from_config(config, seed)
-            label = f"none (random init, seed {seed})" if kind == "none" else _state_dict_file(model, weights)
+            loaded = LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else _state_dict_file(model, weights)
         preprocessing, notes = where.preprocessing()
-        return LoadedModel(
-            name, model, label, _categories(config), preprocessing, source=self.name, notes=loading + notes,
-        )
+        return LoadedModel(name, model, loaded.label, _categories(config), preprocessing, source=self.name,
+                           notes=loading + notes + loaded.notes, weights_sha256=loaded.sha256)
 
 
-def _state_dict_file(model, weights: str) -> str:
+def _state_dict_file(model, weights: str) -> LoadedWeights:
     try:
         return load_weights_file(model, weights)
     except WeightsError as error:

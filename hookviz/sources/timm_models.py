@@ -22,9 +22,10 @@ import math
 import pickle
 from pathlib import Path
 
+from ..checkpoints import LoadedWeights
 from ..errors import UnknownModelError, WeightsError, arg, did_you_mean, first_line, hint
 from ..images import INTERPOLATIONS, Preprocessing
-from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind, weights_only_loads
+from .base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
 
 __all__ = ["TimmSource", "PREFIX", "timm_preprocessing", "timm_categories"]
 
@@ -93,16 +94,17 @@ class TimmSource:
             )
         if kind == "default":
             model, label = _pretrained(timm, name, arch, seed)
+            loaded = LoadedWeights(label, None)
         else:
             with seeded(seed):
                 model = _create(timm, name, arch)
             _check_head(name, getattr(model, "num_classes", None))
-            label = f"none (random init, seed {seed})" if kind == "none" else load_weights_file(model, weights)
+            loaded = random_or_file(model, weights, seed)
         preprocessing, notes = timm_preprocessing(model)
         categories, more = timm_categories(model)
         return LoadedModel(
-            name, model, label, categories, preprocessing, source=self.name,
-            input_size=_required_input_size(model), notes=notes + more,
+            name, model, loaded.label, categories, preprocessing, source=self.name,
+            input_size=_required_input_size(model), notes=notes + more + loaded.notes, weights_sha256=loaded.sha256,
         )
 
 

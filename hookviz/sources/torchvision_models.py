@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import WeightsError, arg, first_line
 from ..images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from ..lazy_dynamo import import_torchvision
-from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind, weights_only_loads
+from .base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
 
 
 def _models():
@@ -92,15 +92,16 @@ class TorchvisionSource:
             raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {names}")
         with seeded(seed):
             model = _untrained(name, task, None if kind == "none" else weights)
-        label = f"none (random init, seed {seed})" if kind == "none" else load_weights_file(model, weights)
+        loaded = random_or_file(model, weights, seed)
         categories = tuple(enum.DEFAULT.meta.get("categories") or ()) or None
         processing = Preprocessing() if task == "classify" else preprocessing_of(enum.DEFAULT, task)
-        return self._loaded(name, task, model, label, categories, processing)
+        return self._loaded(name, task, model, loaded.label, categories, processing,
+                            notes=loaded.notes, weights_sha256=loaded.sha256)
 
-    def _loaded(self, name, task, model, label, categories, preprocessing) -> LoadedModel:
+    def _loaded(self, name, task, model, label, categories, preprocessing, **weights) -> LoadedModel:
         return LoadedModel(
             name, model, label, categories, preprocessing, source=self.name, task=task,
-            input_size=_required_input_size(model),
+            input_size=_required_input_size(model), **weights,
         )
 
 
