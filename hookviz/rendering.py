@@ -335,10 +335,7 @@ def _tiles_for(explanation, layer, which: str, channels):
     full = layer.output if which == "output" else layer.grad_output
     if channels is not None and full is not None:
         selection = ChannelSelection.parse(channels)
-        tiles, _ = channel_tiles(
-            full, explanation.image.tensor.shape[-2:], selection, by_magnitude=which != "output",
-            declared=explanation.declared_layout,
-        )
+        tiles, _ = channel_tiles(full, layer.layout, selection, by_magnitude=which != "output")
     return tiles
 
 
