@@ -10,8 +10,10 @@ an activation, a clone). A LayerNorm or Linear over a 4-D tensor of unknown orde
 its last axis: that is the channel axis.
 
 ``ChannelOrders`` follows this during a forward pass (a ``TorchFunctionMode``, so every op
-is seen, inside any module); ``orders.kind(tensor)`` then says ``nchw``, ``nhwc`` or
-``None`` (unknown: made where the mode cannot see, such as TorchScript, or by a reshape).
+is seen, inside any module); ``orders.kind(tensor)`` then says ``nchw``, ``nhwc`` (or
+another order of the four axes with the batch first, such as ``nwhc`` after
+``x.transpose(1, 3)``) or ``None`` (unknown: made where the mode cannot see, such as
+TorchScript, or by a reshape).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ __all__ = ["ChannelOrders"]
 
 CHANNELS_FIRST = "NCHW"  # the role of each axis, in order
 CHANNELS_LAST = "NHWC"
-_KINDS = {CHANNELS_FIRST: "nchw", CHANNELS_LAST: "nhwc"}
 
 # Ops whose 4-D output is channels-first whatever their input (torch and torch.nn.functional names).
 _CHANNELS_FIRST_OPS = frozenset({
@@ -84,10 +85,12 @@ class ChannelOrders:
         return False
 
     def kind(self, tensor) -> str | None:
-        """``nchw`` or ``nhwc`` for a 4-D tensor whose order is known, else ``None``."""
+        """The order of a 4-D tensor's axes, batch first (``nchw``, ``nhwc``, ``nwhc``, ...),
+        or ``None`` when unknown (or the batch axis was moved)."""
         if tensor is None or self._orders is None:
             return None
-        return _KINDS.get(self._orders.get(tensor))
+        order = self._orders.get(tensor)
+        return order.lower() if order is not None and order[0] == "N" else None
 
     def _mark_input(self, args) -> None:
         import torch

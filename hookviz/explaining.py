@@ -286,10 +286,12 @@ def _layouts(capture, orders, input_hw, declared) -> dict[str, Layout | None]:
     return found
 
 
-def _ambiguous_note(which: str, shape) -> str:
-    """What to say of a tensor whose order nothing settles, and how the caller can settle it."""
-    one = (1, *shape[1:])
-    return f"{which} {'x'.join(map(str, one))} {ambiguity(one)}; pass {arg('layout', 'nhwc')} or {arg('layout', 'nchw')} to say it"
+def _shape_text(shape) -> str:
+    return "x".join(map(str, (1, *shape[1:])))
+
+
+def _how_to_say_it() -> str:
+    return f"pass {arg('layout', 'nhwc')} or {arg('layout', 'nchw')} to say it"
 
 
 def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, summaries, notes) -> Explanation:
@@ -333,9 +335,13 @@ def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOpt
         )
     arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
     tiles, layer_notes = {}, []
-    for which in ("input", "output"):
-        if layouts[which] is not None and not layouts[which].spatial:
-            layer_notes.append(f"{capture.name}: {_ambiguous_note(which, arrays[which].shape)}, so it is drawn as no map")
+    unread = [which for which in ("input", "output") if layouts[which] is not None and not layouts[which].spatial]
+    if unread:
+        shapes = " and ".join(f"{which} {_shape_text(arrays[which].shape)}" for which in unread)
+        layer_notes.append(
+            f"{capture.name}: {shapes} fit{'s' if len(unread) == 1 else ''} channels first and last alike, so "
+            f"{'it is' if len(unread) == 1 else 'they are'} drawn as no map; {_how_to_say_it()}"
+        )
     for which, wanted in (("output", True), ("grad_output", summaries.grad_tiles)):
         if wanted:
             tiles[which], tile_note = channel_tiles(
@@ -383,10 +389,11 @@ def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout 
     if not grads_for:  # the task found nothing to explain in this batch (no detections)
         return None, "no CAM: nothing to explain in this image", None
     if layout is not None and not layout.spatial:
-        return None, "no CAM: " + _ambiguous_note("output", capture.output.shape), None
+        shape = _shape_text(capture.output.shape)
+        return None, f"no CAM: output {shape} {ambiguity((1, *capture.output.shape[1:]))}; {_how_to_say_it()}", None
     activation = reshape(capture.output, layout)
     if activation is None:
-        shape = "none" if capture.output is None else "x".join(map(str, (1, *capture.output.shape[1:])))
+        shape = "none" if capture.output is None else _shape_text(capture.output.shape)
         return None, f"no CAM: output {shape} has no spatial layout", None
     main = next(iter(grads_for))
     gradient = reshape(grads_for[main][position], layout)

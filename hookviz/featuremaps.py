@@ -21,10 +21,13 @@ from dataclasses import dataclass
 
 __all__ = [
     "Layout", "DeclaredLayout", "layout_of", "token_layout", "as_feature_map", "reshape", "patch_grid", "ambiguity",
-    "NCHW", "NHWC", "TOKENS", "AMBIGUOUS", "DECLARED", "DATA_FLOW", "GUESSED", "UNDECIDED",
+    "NCHW", "NHWC", "TOKENS", "AMBIGUOUS", "MAP_ORDERS", "DECLARED", "DATA_FLOW", "GUESSED", "UNDECIDED",
 ]
 
 NCHW, NHWC, TOKENS, AMBIGUOUS = "nchw", "nhwc", "tokens", "ambiguous"  # a Layout's kinds
+# Every order of a map's axes with the batch first: what ``x.transpose(1, 3)`` makes (nwhc)
+# is known from the data flow too, and read back upright.
+MAP_ORDERS = ("nchw", "nhwc", "nwhc", "ncwh", "nhcw", "nwch")
 # A Layout's basis: what the model declares, the ops that made the tensor, the shape alone,
 # or nothing (a map whose shape reads both ways).
 DECLARED, DATA_FLOW, GUESSED, UNDECIDED = "declared", "data flow", "guessed", "undecided"
@@ -37,7 +40,8 @@ class Layout:
     Attributes:
         kind: ``nchw`` (as is), ``nhwc`` (channels last), ``tokens`` (batch, tokens, channels),
             or ``ambiguous`` (a 4-D map that reads as ``nchw`` and ``nhwc`` alike, and that
-            nothing settles: it is not drawn as a map).
+            nothing settles: it is not drawn as a map). The data flow may also find the
+            other orders of ``MAP_ORDERS`` (``nwhc``: ``x.transpose(1, 3)``).
         prefix: tokens before the patch grid (class, distillation, register), dropped from the map.
         grid: the patch grid's (rows, cols), for ``tokens``.
         basis: ``declared`` by the model (or the caller), read from the tensor's ``data flow``,
@@ -63,7 +67,9 @@ class Layout:
             rows, cols = self.grid
             dropped = "" if not self.prefix else ", first token dropped" if self.prefix == 1 else f", first {self.prefix} tokens dropped"
             return f"tokens as a {rows}x{cols} grid{dropped}"
-        return "channels last" if self.kind == NHWC else ""
+        if self.kind in (NCHW, AMBIGUOUS):
+            return ""
+        return "channels last" if self.kind == NHWC else f"axes {self.kind.upper()}"
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "prefix": self.prefix, "grid": list(self.grid) if self.grid else None, "basis": self.basis}
@@ -143,7 +149,7 @@ def layout_of(
 
     Args:
         declared: what the model declares; what it settles is taken from it.
-        flow: a 4-D tensor's order as its data flow tells it (``nchw``, ``nhwc``; see
+        flow: a 4-D tensor's order as its data flow tells it (one of ``MAP_ORDERS``; see
             ``hookviz.dataflow``), ``None`` when unknown.
 
     Returns:
@@ -165,8 +171,8 @@ def ambiguity(shape: tuple[int, ...]) -> str:
     """Why a map of ``shape`` (with its batch dimension) has no layout: the two readings it fits."""
     _, a, b, c = shape
     return (
-        f"reads as {a} channels of {b}x{c} or as a {a}x{b} map of {c} channels (channels last), and neither "
-        "the model nor the ops that made it say which"
+        f"fits channels first ({a} channels of {b}x{c}) and channels last ({c} channels of {a}x{b}) alike, "
+        "and neither the model nor the ops that made it say which"
     )
 
 
@@ -176,7 +182,7 @@ def _map_layout(shape: tuple[int, ...], input_hw: tuple[int, int], declared: Dec
     first, last = (a, b) in grids, (b, c) in grids
     if first != last:  # the declared strides fit one reading only
         return Layout(NHWC if first else NCHW, basis=DECLARED)
-    if flow in (NCHW, NHWC):
+    if flow in MAP_ORDERS:
         return Layout(flow, basis=DATA_FLOW)
     if not first:  # no declared grid fits either reading: the shape may still prefer one
         guess = _guessed_order(a, b, c, input_hw)
@@ -248,8 +254,8 @@ def reshape(tensor, layout: Layout | None):
     or with an ambiguous one."""
     if tensor is None or layout is None or not layout.spatial:
         return None
-    if layout.kind == NHWC:
-        return _transpose(tensor, (0, 3, 1, 2))
+    if layout.kind in MAP_ORDERS and layout.kind != NCHW:  # nhwc: (0, 3, 1, 2)
+        return _transpose(tensor, tuple(layout.kind.index(axis) for axis in NCHW))
     if layout.kind == TOKENS:
         rows, cols = layout.grid
         n, _, channels = tensor.shape

@@ -102,6 +102,8 @@ def test_a_map_whose_side_equals_its_channels_is_ambiguous_unless_its_data_flow_
     assert as_feature_map(torch.zeros(1, 96, 96, 96), (384, 384)) is None
     nhwc = torch.arange(3 * 2 * 2, dtype=torch.float32).reshape(1, 3, 2, 2)  # a 3x2 map of 2 channels
     assert torch.equal(as_feature_map(nhwc, (48, 32), flow="nhwc"), nhwc.permute(0, 3, 1, 2))
+    transposed = torch.randn(1, 8, 8, 8)  # x.transpose(1, 3): width, height, channels
+    assert torch.equal(as_feature_map(transposed, (32, 32), flow="nwhc"), transposed.permute(0, 3, 2, 1))
 
 
 def test_without_data_flow_the_better_fitting_order_is_guessed():
