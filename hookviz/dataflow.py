@@ -18,8 +18,6 @@ TorchScript, or by a reshape).
 
 from __future__ import annotations
 
-import weakref
-
 from .hooks import HookSet
 
 __all__ = ["ChannelOrders"]
@@ -37,7 +35,9 @@ _CHANNELS_FIRST_OPS = frozenset({
 })
 # Ops over the last axis: on a 4-D tensor of unknown order, that axis is the channels.
 _LAST_AXIS_OPS = frozenset({"layer_norm", "rms_norm", "linear"})
-_AXIS_MOVERS = frozenset({"permute", "transpose", "transpose_", "swapaxes", "swapdims", "movedim", "moveaxis"})
+_AXIS_MOVERS = frozenset({
+    "permute", "transpose", "transpose_", "swapaxes", "swapdims", "movedim", "moveaxis", "mT", "mH", "T", "H",
+})
 _RESHAPES = frozenset({
     "view", "reshape", "view_as", "reshape_as", "unflatten", "flatten", "as_strided", "unfold", "view_as_real",
 })
@@ -62,7 +62,7 @@ class ChannelOrders:
         self.model = model
         self._hooks = HookSet()
         self._mode = None
-        self._orders: weakref.WeakKeyDictionary | None = None
+        self._orders = None  # tensor -> the role of each of its axes ("NHWC"), weakly keyed
 
     def __enter__(self) -> "ChannelOrders":
         from torch.utils.weak import WeakTensorKeyDictionary
@@ -114,7 +114,7 @@ def _follow_mode(orders):
             result = func(*args, **kwargs)
             outputs = _four_d(result)
             if outputs:
-                order = _order_after(getattr(func, "__name__", ""), func, args, kwargs, outputs, orders)
+                order = _order_after(_name(func), func, args, kwargs, outputs, orders)
                 for tensor in outputs:
                     if order is None:
                         orders.pop(tensor, None)  # an in-place op may have changed what it was
@@ -125,6 +125,12 @@ def _follow_mode(orders):
     return _Follow()
 
 
+def _name(func) -> str:
+    """An op's name; for a property (``x.mT``, ``x.data``) the property's, not ``__get__``."""
+    name = getattr(func, "__name__", "")
+    return getattr(getattr(func, "__self__", None), "__name__", name) if name == "__get__" else name
+
+
 def _order_after(name: str, func, args, kwargs, outputs, orders) -> str | None:
     """The axis order of ``outputs`` (the 4-D tensors ``func`` returned), or ``None`` if unknown."""
     if name in _CHANNELS_FIRST_OPS:
@@ -133,10 +139,10 @@ def _order_after(name: str, func, args, kwargs, outputs, orders) -> str | None:
     if name in _AXIS_MOVERS:
         source = orders.get(args[0]) if args and inputs and args[0] is inputs[0] else None
         return None if source is None else _moved(func, args, kwargs, source)
-    known = {orders[t] for t in inputs if t in orders}
-    if name in _RESHAPES:
+    if name in _RESHAPES:  # a view that keeps the shape keeps the order; any other scrambles it
         same = [orders[t] for t in inputs if t in orders and t.shape == outputs[0].shape]
         return same[0] if same and len(outputs) == 1 else None
+    known = {orders[t] for t in inputs if t in orders}
     if len(known) == 1:
         return known.pop()
     if not known and name in _LAST_AXIS_OPS:

@@ -51,12 +51,12 @@ def test_a_layer_norm_over_a_map_of_unknown_order_marks_its_last_axis_channels()
 def test_any_axis_move_is_followed():
     class Moves(nn.Module):
         def forward(self, x):
-            return x.transpose(1, 3), torch.movedim(x, 1, -1), x.permute(1, 0, 2, 3)
+            return x.transpose(1, 3), torch.movedim(x, 1, -1), x.mT, x.permute(1, 0, 2, 3)
 
     model = Moves()
     with ChannelOrders(model) as orders:
         found = [orders.kind(t) for t in model(torch.randn(1, 3, 5, 7))]
-    assert found == ["nwhc", "nhwc", None]  # a moved batch axis is no map of one image
+    assert found == ["nwhc", "nhwc", "ncwh", None]  # a moved batch axis is no map of one image
 
 
 def test_the_model_is_left_as_it_was_even_when_it_fails():
