@@ -144,6 +144,9 @@ LayerOption = Annotated[
     typer.Option("--layer", "-l", help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'."),
 ]
 LayerTypeOption = Annotated[Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")]
+LayoutOption = Annotated[str, typer.Option(
+    help="nchw or nhwc: how to read a map whose shape fits both orders (1x96x96x96) when neither the model nor "
+         "the ops that made it say which; auto: no CAM for it, and a note.")]
 
 
 
@@ -155,6 +158,7 @@ def run(
     seed: SeedOption = 0,
     layer: LayerOption = None,
     layer_type: LayerTypeOption = None,
+    layout: LayoutOption = "auto",
     target: Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")] = "top1",
     objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
     cam: Annotated[str, typer.Option(help="gradcam, gradcam++, layercam or none.")] = "gradcam",
@@ -209,7 +213,7 @@ def run(
 
     groups = _guard(debug, lambda: dict(
         model=ModelOptions(model, weights, seed, device, task),
-        layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ())),
+        layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ()), layout),
         inputs=InputOptions(
             resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
             std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,

@@ -81,6 +81,7 @@ class Explainer:
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
         declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
+        declared = _with_layout(declared, layers.layout)
         choice = None
         if layers.given:
             specs = resolve_layers(model.module, layers.layers, layers.layer_types)
@@ -164,6 +165,15 @@ def _recognised_task(module, preprocessing: Preprocessing) -> str:
     from .tasks import recognise_task
 
     return recognise_task(dry_output(module, preprocessing.trace_size, preprocessing.channels))
+
+
+def _with_layout(declared: DeclaredLayout | None, layout: str) -> DeclaredLayout | None:
+    """The model's declaration with the caller's word on maps that read both ways (``layout``)."""
+    if layout == "auto":
+        return declared
+    said = f"channels_last={layout == 'nhwc'} as asked ({arg('layout', layout)})"
+    base = declared if declared is not None else DeclaredLayout()
+    return replace(base, channels_last=layout == "nhwc", origin="; ".join(filter(None, (base.origin, said))))
 
 
 def _check_input_size(model: LoadedModel, preprocessing: Preprocessing) -> None:
@@ -252,6 +262,7 @@ def explain(
     max_detections: int = 5,
     task: str = "auto",
     layer_types: Sequence[str] = (),
+    layout: str = "auto",
     preprocessing: Preprocessing | None = None,
     inputs: InputOptions | None = None,
     categories: Sequence[str] | None = None,
@@ -280,6 +291,9 @@ def explain(
         task: ``classify``, ``segment`` or ``detect``; by default the model's source says, or
             (for a bare module) what its output looks like.
         layer_types: also record every module of these classes.
+        layout: ``nchw`` or ``nhwc``: how to read a map whose shape fits both orders
+            (1x96x96x96) when neither the model nor the ops that made it say which; with
+            ``auto`` such a map gets no CAM and a note.
         preprocessing: replaces the model's own transform.
         inputs: overrides of the transform (``InputOptions(crop=256)``).
         categories: class names when ``model`` is a bare module.
@@ -312,7 +326,9 @@ def explain(
         output_key=None if output_key is None else str(output_key),
         score_threshold=score_threshold, max_detections=max_detections,
     )
-    layer_options = LayerOptions(layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types))
+    layer_options = LayerOptions(
+        layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types), layout=layout,
+    )
     explainer = Explainer.create(
         loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
     )

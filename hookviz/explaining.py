@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UsageError, arg
-from .featuremaps import DeclaredLayout, Layout, as_feature_map, layout_of
+from .featuremaps import DeclaredLayout, Layout, ambiguity, layout_of, reshape
 from .images import PreparedImage, Preprocessing
 from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
@@ -59,8 +59,10 @@ class LayerResult:
         cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
         topk_cams: one ``(class, map)`` pair per top class when ``topk`` > 1.
         notes: what the report should say about this layer (a channel selection cut short).
-        layout: how the output was read as a map (tokens on a grid, channels last), and
-            whether the model declared it or hookviz guessed; ``None`` without a spatial layout.
+        layout: how the output was read as a map (tokens on a grid, channels last), and its
+            basis: declared by the model, read from the ops that made it (``data flow``) or
+            guessed from the shape; ``ambiguous`` when its shape reads both ways and nothing
+            says which (it is then drawn as no map); ``None`` without a spatial layout.
         input, output, grad_input, grad_output: the full arrays (batch dimension 1), kept
             unless the caller asked only for summaries.
     """
@@ -208,6 +210,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     """
     import torch
 
+    from .dataflow import ChannelOrders
     from .modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
     from .recording import Recording
 
@@ -220,7 +223,8 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     tensors = [image.tensor for image in images]
     # Gradients are needed even when the caller's code runs under torch.no_grad or inference_mode.
     with torch.inference_mode(False), torch.enable_grad(), full_precision(explainer.device), \
-            evaluation(module) as was_training, frozen_parameters(module), Recording(module, explainer.layers) as recording:
+            evaluation(module) as was_training, frozen_parameters(module), Recording(module, explainer.layers) as recording, \
+            ChannelOrders(module) as orders:
         output = task.forward(module, tensors, explainer.device, options)
         skipped = recording.check_complete()
         plan = task.plan(output, options, explainer.model.categories, len(images))
@@ -233,9 +237,10 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
             grads_for[key] = [grad_output for _, grad_output in pairs]
         input_hw = tuple(tensors[0].shape[-2:])
-        declared = explainer.declared_layout
+        layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
         layer_cams = [
-            _layer_cams(explainer.cam, capture, grads_for, position, input_hw, declared) for position, capture in enumerate(captures)
+            _layer_cams(explainer.cam, capture, grads_for, position, layouts[position]["output"])
+            for position, capture in enumerate(captures)
         ]
     notes = list(explainer.notes)
     if was_training:
@@ -244,7 +249,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         notes.append(_skipped_note(skipped))
     skipped_labels = tuple(spec.label for spec in skipped)
     return [
-        replace(_explanation(explainer, image, i, captures, layer_cams, plan, input_hw, summaries, tuple(notes)),
+        replace(_explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
                 skipped_layers=skipped_labels)
         for i, image in enumerate(images)
     ]
@@ -273,13 +278,31 @@ def _skipped_note(skipped) -> str:
     )
 
 
-def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw, summaries, notes) -> Explanation:
+def _layouts(capture, orders, input_hw, declared) -> dict[str, Layout | None]:
+    """How each of a call's four tensors lies: its output's and its gradient's alike, as its
+    input's and the input's gradient, from the model's declaration, the data flow, the shape."""
+    found = {}
+    for tensor, keys in ((capture.input, ("input", "grad_input")), (capture.output, ("output", "grad_output"))):
+        layout = None if tensor is None else layout_of(tuple(tensor.shape), input_hw, declared, orders.kind(tensor))
+        found.update(dict.fromkeys(keys, layout))
+    return found
+
+
+def _shape_text(shape) -> str:
+    return "x".join(map(str, (1, *shape[1:])))
+
+
+def _how_to_say_it() -> str:
+    return f"pass {arg('layout', 'nhwc')} or {arg('layout', 'nchw')} to say it"
+
+
+def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, summaries, notes) -> Explanation:
     prediction = plan.predictions[i]
     keys = [key for key, _ in plan.cams]
     declared = explainer.declared_layout
     layers = tuple(
-        _layer_result(capture, i, cams, prediction, keys, input_hw, summaries, declared)
-        for capture, cams in zip(captures, layer_cams)
+        _layer_result(capture, i, cams, prediction, keys, summaries, found)
+        for capture, found, cams in zip(captures, layouts, layer_cams)
     )
     return Explanation(
         image=image,
@@ -302,7 +325,7 @@ def _explanation(explainer, image, i: int, captures, layer_cams, plan, input_hw,
     )
 
 
-def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: SummaryOptions, declared) -> LayerResult:
+def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOptions, layouts: dict) -> LayerResult:
     maps_by_key, reason, zero_grad = cams
     main = keys[0] if keys else None
     note = reason
@@ -315,10 +338,17 @@ def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: 
         )
     arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
     tiles, layer_notes = {}, []
+    unread = [which for which in ("input", "output") if layouts[which] is not None and not layouts[which].spatial]
+    if unread:
+        shapes = " and ".join(f"{which} {_shape_text(arrays[which].shape)}" for which in unread)
+        layer_notes.append(
+            f"{capture.name}: {shapes} fit{'s' if len(unread) == 1 else ''} channels first and last alike, so "
+            f"{'it is' if len(unread) == 1 else 'they are'} drawn as no map; {_how_to_say_it()}"
+        )
     for which, wanted in (("output", True), ("grad_output", summaries.grad_tiles)):
         if wanted:
             tiles[which], tile_note = channel_tiles(
-                arrays[which], input_hw, summaries.channels, by_magnitude=which != "output", declared=declared
+                arrays[which], layouts[which], summaries.channels, by_magnitude=which != "output"
             )
             if tile_note:
                 layer_notes.append(f"{capture.name}: {tile_note}")
@@ -328,15 +358,15 @@ def _layer_result(capture, i: int, cams, prediction, keys, input_hw, summaries: 
         module_type=capture.module_type,
         shapes={k: (tuple(v.shape) if v is not None else None) for k, v in arrays.items()},
         stats={k: tensor_stats(v) for k, v in arrays.items()},
-        maps={k: channel_sum(v, input_hw, declared) for k, v in arrays.items()},
-        profiles={k: channel_profile(v, input_hw) for k, v in arrays.items()},
+        maps={k: channel_sum(v, layouts[k]) for k, v in arrays.items()},
+        profiles={k: channel_profile(v, layouts[k]) for k, v in arrays.items()},
         tiles=tiles,
         cam=maps_by_key[main][i].copy() if maps_by_key else None,
         cam_note=note,
         topk_cams=_each_cam(maps_by_key, prediction, keys, i),
         histograms={k: histogram(arrays[k]) for k in ("output", "grad_output")} if summaries.histograms else {},
         notes=tuple(dict.fromkeys(layer_notes)),
-        layout=layout_of(arrays["output"].shape, input_hw, declared) if arrays["output"] is not None else None,
+        layout=layouts["output"],
         **(arrays if summaries.keep_tensors else {}),
     )
 
@@ -350,8 +380,8 @@ def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
     return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
 
 
-def _layer_cams(cam_fn, capture, grads_for: dict, position: int, input_hw, declared: DeclaredLayout | None = None):
-    """One layer's CAMs for the whole batch.
+def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout | None):
+    """One layer's CAMs for the whole batch, its output read in ``layout``.
 
     Returns:
         ``({key: (N, h, w) maps} or None, why there is none, per-image "the main CAM's
@@ -361,18 +391,21 @@ def _layer_cams(cam_fn, capture, grads_for: dict, position: int, input_hw, decla
         return None, arg("cam", "none"), None
     if not grads_for:  # the task found nothing to explain in this batch (no detections)
         return None, "no CAM: nothing to explain in this image", None
-    activation = as_feature_map(capture.output, input_hw, declared)
+    if layout is not None and not layout.spatial:
+        shape = _shape_text(capture.output.shape)
+        return None, f"no CAM: output {shape} {ambiguity((1, *capture.output.shape[1:]))}; {_how_to_say_it()}", None
+    activation = reshape(capture.output, layout)
     if activation is None:
-        shape = "none" if capture.output is None else "x".join(map(str, (1, *capture.output.shape[1:])))
+        shape = "none" if capture.output is None else _shape_text(capture.output.shape)
         return None, f"no CAM: output {shape} has no spatial layout", None
     main = next(iter(grads_for))
-    gradient = as_feature_map(grads_for[main][position], input_hw, declared)
+    gradient = reshape(grads_for[main][position], layout)
     if gradient is None:
         return None, "no CAM: the target's logit does not depend on this layer", None
     blank = np.zeros((activation.shape[0], *activation.shape[2:]), dtype=np.float32)
     maps = {}
     for key, grads in grads_for.items():
-        grads = as_feature_map(grads[position], input_hw, declared)
+        grads = reshape(grads[position], layout)
         maps[key] = cam_fn(activation.float(), grads.float()).detach().cpu().numpy() if grads is not None else blank
     zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().numpy()
     return maps, None, zero_grad

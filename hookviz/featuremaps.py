@@ -6,9 +6,12 @@ and ConvNeXt blocks work channels-last (batch, height, width, channels).
 
 A model that declares its layout (``DeclaredLayout``: how many prefix tokens, its patch
 size, the strides of its feature maps; see ``hookviz.geometry``) is read as it says.
-Only what the declaration does not cover is guessed: the patch grid inferred from the
-token count and the input's aspect ratio, with or without one class token. Every
-``Layout`` says which of the two it came from.
+A 4-D map's order the declaration leaves open is taken from its data flow (the ops that
+made it, see ``hookviz.dataflow``). Only what neither covers is guessed: the patch grid
+inferred from the token count and the input's aspect ratio, with or without one class
+token; the order of a map whose shape fits one reading better. A map whose shape fits
+both orders equally (1x96x96x96: height, width and channels alike) is never guessed: its
+layout is ``ambiguous``, and it is not drawn as a map. Every ``Layout`` says its basis.
 """
 
 from __future__ import annotations
@@ -16,7 +19,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Layout", "DeclaredLayout", "layout_of", "token_layout", "as_feature_map", "reshape", "patch_grid"]
+__all__ = [
+    "Layout", "DeclaredLayout", "layout_of", "token_layout", "as_feature_map", "reshape", "patch_grid", "ambiguity",
+    "NCHW", "NHWC", "TOKENS", "AMBIGUOUS", "MAP_ORDERS", "DECLARED", "DATA_FLOW", "GUESSED", "UNDECIDED",
+]
+
+NCHW, NHWC, TOKENS, AMBIGUOUS = "nchw", "nhwc", "tokens", "ambiguous"  # a Layout's kinds
+# Every order of a map's axes with the batch first: what ``x.transpose(1, 3)`` makes (nwhc)
+# is known from the data flow too, and read back upright.
+MAP_ORDERS = ("nchw", "nhwc", "nwhc", "ncwh", "nhcw", "nwch")
+# A Layout's basis: what the model declares, the ops that made the tensor, the shape alone,
+# or nothing (a map whose shape reads both ways).
+DECLARED, DATA_FLOW, GUESSED, UNDECIDED = "declared", "data flow", "guessed", "undecided"
 
 
 @dataclass(frozen=True)
@@ -24,29 +38,41 @@ class Layout:
     """How a tensor's dimensions map onto (batch, channels, height, width).
 
     Attributes:
-        kind: ``nchw`` (as is), ``nhwc`` (channels last) or ``tokens`` (batch, tokens, channels).
+        kind: ``nchw`` (as is), ``nhwc`` (channels last), ``tokens`` (batch, tokens, channels),
+            or ``ambiguous`` (a 4-D map that reads as ``nchw`` and ``nhwc`` alike, and that
+            nothing settles: it is not drawn as a map). The data flow may also find the
+            other orders of ``MAP_ORDERS`` (``nwhc``: ``x.transpose(1, 3)``).
         prefix: tokens before the patch grid (class, distillation, register), dropped from the map.
         grid: the patch grid's (rows, cols), for ``tokens``.
-        declared: read from what the model declares (``True``) or guessed from the shape.
+        basis: ``declared`` by the model (or the caller), read from the tensor's ``data flow``,
+            ``guessed`` from the shape, or ``undecided`` (``ambiguous``).
     """
 
     kind: str
     prefix: int = 0
     grid: tuple[int, int] | None = None
-    declared: bool = False
+    basis: str = GUESSED
+
+    @property
+    def declared(self) -> bool:
+        return self.basis == DECLARED
+
+    @property
+    def spatial(self) -> bool:
+        """Whether the tensor can be read as a map in this layout (``ambiguous`` cannot)."""
+        return self.kind != AMBIGUOUS
 
     def describe(self) -> str:
-        if self.kind == "tokens":
+        if self.kind == TOKENS:
             rows, cols = self.grid
             dropped = "" if not self.prefix else ", first token dropped" if self.prefix == 1 else f", first {self.prefix} tokens dropped"
             return f"tokens as a {rows}x{cols} grid{dropped}"
-        return "channels last" if self.kind == "nhwc" else ""
+        if self.kind in (NCHW, AMBIGUOUS):
+            return ""
+        return "channels last" if self.kind == NHWC else f"axes {self.kind.upper()}"
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind, "prefix": self.prefix, "grid": list(self.grid) if self.grid else None,
-            "basis": "declared" if self.declared else "guessed",
-        }
+        return {"kind": self.kind, "prefix": self.prefix, "grid": list(self.grid) if self.grid else None, "basis": self.basis}
 
 
 @dataclass(frozen=True)
@@ -62,7 +88,8 @@ class DeclaredLayout:
         strides: the reductions of its 4-D feature maps (timm's ``feature_info``), which
             tell a (N, C, H, W) map from a channels-last (N, H, W, C) one.
         channels_last: the model declares its feature maps channels-last (timm's Swin
-            ``output_fmt``); ``None`` when it does not say.
+            ``output_fmt``), or the caller does (``layout='nhwc'``); ``None`` when neither
+            says. It decides only maps that fit both orders and whose data flow is unknown.
         origin: what was read, for reports.
     """
 
@@ -115,83 +142,121 @@ def patch_grid(tokens: int, input_hw: tuple[int, int]) -> tuple[int, int] | None
     return best[1], best[2]
 
 
-def layout_of(shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout | None = None) -> Layout | None:
+def layout_of(
+    shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout | None = None, flow: str | None = None,
+) -> Layout | None:
     """The layout of a tensor of ``shape`` (batch first), or ``None`` without a spatial one.
 
-    What ``declared`` settles is taken from it; the rest is guessed from the shape.
+    Args:
+        declared: what the model declares; what it settles is taken from it.
+        flow: a 4-D tensor's order as its data flow tells it (one of ``MAP_ORDERS``; see
+            ``hookviz.dataflow``), ``None`` when unknown.
+
+    Returns:
+        A ``Layout``; for a 4-D map, what the declared strides settle, else the data flow,
+        else the shape when one order fits it better, else the declared channel order, else
+        ``ambiguous``.
     """
-    shape = tuple(shape)
+    shape, input_hw = tuple(shape), tuple(input_hw)
+    if len(shape) == 4:
+        return _map_layout(shape, input_hw, declared, flow)
     if declared is not None:
-        layout = _declared_layout(shape, tuple(input_hw), declared)
+        layout = _declared_tokens(shape, input_hw, declared)
         if layout is not None:
             return layout
-    return _guessed_layout(shape, tuple(input_hw))
+    return _guessed_tokens(shape, input_hw)
 
 
-def _declared_layout(shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout) -> Layout | None:
-    if len(shape) == 3:
-        grid = declared.patch_grid(input_hw)
-        if grid is None or grid[0] * grid[1] < 2:
-            return None
-        cells = grid[0] * grid[1]
-        if shape[1] == cells + declared.prefix:
-            return Layout("tokens", declared.prefix, grid, declared=True)
-        if shape[1] == cells:  # the patch tokens alone (a patch embedding's own output)
-            return Layout("tokens", 0, grid, declared=True)
-        return None
-    if len(shape) == 4:
-        grids = declared.map_grids(input_hw)
-        _, a, b, c = shape
-        first, last = (a, b) in grids, (b, c) in grids
-        if first and not last:
-            return Layout("nhwc", declared=True)
-        if last and not first:
-            return Layout("nchw", declared=True)
-        if first and last and declared.channels_last is not None:
-            return Layout("nhwc" if declared.channels_last else "nchw", declared=True)
+def ambiguity(shape: tuple[int, ...]) -> str:
+    """Why a map of ``shape`` (with its batch dimension) has no layout: the two readings it fits."""
+    _, a, b, c = shape
+    return (
+        f"fits channels first ({a} channels of {b}x{c}) and channels last ({c} channels of {a}x{b}) alike, "
+        "and neither the model nor the ops that made it say which"
+    )
+
+
+def _map_layout(shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout | None, flow: str | None) -> Layout:
+    _, a, b, c = shape
+    grids = declared.map_grids(input_hw) if declared is not None else set()
+    first, last = (a, b) in grids, (b, c) in grids
+    if first != last:  # the declared strides fit one reading only
+        return Layout(NHWC if first else NCHW, basis=DECLARED)
+    if flow in MAP_ORDERS:
+        return Layout(flow, basis=DATA_FLOW)
+    if not first:  # no declared grid fits either reading: the shape may still prefer one
+        guess = _guessed_order(a, b, c, input_hw)
+        if guess is not None:
+            return Layout(guess)
+    if declared is not None and declared.channels_last is not None:
+        return Layout(NHWC if declared.channels_last else NCHW, basis=DECLARED)
+    return Layout(AMBIGUOUS, basis=UNDECIDED)
+
+
+def _guessed_order(a: int, b: int, c: int, input_hw: tuple[int, int]) -> str | None:
+    """The order whose (height, width) fits the input's aspect better; ``None`` for a tie
+    (a square photo's 1x96x96x96, or 1x64x56x64: a side equals the channel count)."""
+    as_first, as_last = _misfit(b, c, input_hw), _misfit(a, b, input_hw)
+    if as_last is None or (as_first is not None and as_first < as_last - 1e-9):
+        return NCHW  # also when neither fits: as convolutions put their maps out
+    if as_first is None or as_last < as_first - 1e-9:
+        return NHWC
     return None
 
 
-def _guessed_layout(shape: tuple[int, ...], input_hw: tuple[int, int]) -> Layout | None:
-    if len(shape) == 4:
-        _, a, b, c = shape
-        if _matches(a, b, input_hw) and not _matches(b, c, input_hw) and c > a:
-            return Layout("nhwc")
-        return Layout("nchw")
-    if len(shape) == 3:
-        _, tokens, _ = shape
-        for skip in (0, 1):  # with or without a class token in front
-            grid = patch_grid(tokens - skip, input_hw) if tokens - skip > 1 else None
-            if grid is not None and (skip == 1 or _is_square_like(grid)):
-                return Layout("tokens", skip, grid)
+def _declared_tokens(shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout) -> Layout | None:
+    if len(shape) != 3:
+        return None
+    grid = declared.patch_grid(input_hw)
+    if grid is None or grid[0] * grid[1] < 2:
+        return None
+    cells = grid[0] * grid[1]
+    if shape[1] == cells + declared.prefix:
+        return Layout(TOKENS, declared.prefix, grid, basis=DECLARED)
+    if shape[1] == cells:  # the patch tokens alone (a patch embedding's own output)
+        return Layout(TOKENS, 0, grid, basis=DECLARED)
+    return None
+
+
+def _guessed_tokens(shape: tuple[int, ...], input_hw: tuple[int, int]) -> Layout | None:
+    if len(shape) != 3:
+        return None
+    _, tokens, _ = shape
+    for skip in (0, 1):  # with or without a class token in front
+        grid = patch_grid(tokens - skip, input_hw) if tokens - skip > 1 else None
+        if grid is not None and (skip == 1 or _is_square_like(grid)):
+            return Layout(TOKENS, skip, grid)
     return None
 
 
 def token_layout(shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout | None = None) -> Layout | None:
     """The layout of a transformer's tensor: patch tokens or channels last, else ``None``."""
     layout = layout_of(tuple(shape), input_hw, declared)
-    return layout if layout is not None and layout.kind != "nchw" else None
+    return layout if layout is not None and layout.kind in (TOKENS, NHWC) else None
 
 
-def as_feature_map(tensor, input_hw: tuple[int, int], declared: DeclaredLayout | None = None):
-    """Return ``tensor`` as (N, C, h, w), or ``None`` if it has no spatial layout.
+def as_feature_map(tensor, input_hw: tuple[int, int], declared: DeclaredLayout | None = None, flow: str | None = None):
+    """Return ``tensor`` as (N, C, h, w), or ``None`` if it has no spatial layout (or an ambiguous one).
 
     Args:
         tensor: a recorded output or gradient, batch first (a torch tensor or numpy array).
         input_hw: the model input's (height, width), used to recognise the layout.
         declared: what the model declares about its layout, if anything.
+        flow: the tensor's order as its data flow tells it (see ``layout_of``).
     """
     if tensor is None:
         return None
-    layout = layout_of(tuple(tensor.shape), input_hw, declared)
-    return None if layout is None else reshape(tensor, layout)
+    return reshape(tensor, layout_of(tuple(tensor.shape), input_hw, declared, flow))
 
 
-def reshape(tensor, layout: Layout):
-    """``tensor`` laid out as ``layout`` says, as (N, C, h, w)."""
-    if layout.kind == "nhwc":
-        return _transpose(tensor, (0, 3, 1, 2))
-    if layout.kind == "tokens":
+def reshape(tensor, layout: Layout | None):
+    """``tensor`` laid out as ``layout`` says, as (N, C, h, w); ``None`` without a layout
+    or with an ambiguous one."""
+    if tensor is None or layout is None or not layout.spatial:
+        return None
+    if layout.kind in MAP_ORDERS and layout.kind != NCHW:  # nhwc: (0, 3, 1, 2)
+        return _transpose(tensor, tuple(layout.kind.index(axis) for axis in NCHW))
+    if layout.kind == TOKENS:
         rows, cols = layout.grid
         n, _, channels = tensor.shape
         return _transpose(tensor[:, layout.prefix :, :].reshape(n, rows, cols, channels), (0, 3, 1, 2))
@@ -202,9 +267,14 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _matches(rows: int, cols: int, input_hw: tuple[int, int]) -> bool:
+def _misfit(rows: int, cols: int, input_hw: tuple[int, int]) -> float | None:
+    """How far a (rows, cols) grid's aspect is from the input's (0: the same), or ``None``
+    when it is too far (more than 1.5 times) to be a map of it."""
     height, width = input_hw
-    return rows > 0 and cols > 0 and abs(math.log((rows / cols) / (height / width))) < math.log(1.5)
+    if rows <= 0 or cols <= 0:
+        return None
+    error = abs(math.log((rows / cols) / (height / width)))
+    return error if error < math.log(1.5) else None
 
 
 def _is_square_like(grid: tuple[int, int]) -> bool:

@@ -27,7 +27,7 @@ from .errors import UsageError, arg
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
     "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "PICTURE_GROUPS", "parse_triple", "parse_shard",
-    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "MAX_DETECTIONS", "DEFAULT_MAX_PIXELS", "TASK_CHOICES",
+    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "MAX_DETECTIONS", "DEFAULT_MAX_PIXELS", "TASK_CHOICES", "LAYOUT_CHOICES",
 ]
 
 #: Longest side hookviz resizes or crops a photo to. Models take 224 to ~1333 pixels; 4096 is
@@ -44,6 +44,8 @@ DEFAULT_MAX_PIXELS = 100_000_000
 
 OBJECTIVES = ("logit", "ce")
 TASK_CHOICES = ("auto", "classify", "segment", "detect")
+#: How a 4-D map that reads both ways, and whose order nothing settles, is read (``--layout``).
+LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
 #: What ``pictures`` may name; ``pictures.KINDS`` says which files each one gives.
 PICTURE_GROUPS = ("summary", "channels", "cam")
 
@@ -212,10 +214,16 @@ class LayerOptions:
     """Which layers to record: dotted paths and globs, and module classes.
 
     With neither, hookviz picks the usual CAM layer and says which and why.
+
+    Attributes:
+        layout: how to read a 4-D map whose shape fits channels-first and channels-last
+            alike (1x96x96x96) when neither the model nor the ops that made it say which:
+            ``nchw`` or ``nhwc``; ``auto`` leaves it undrawn, with a note.
     """
 
     layers: tuple[str, ...] = ()
     layer_types: tuple[str, ...] = ()
+    layout: str = "auto"
 
     def __post_init__(self):
         for name in ("layers", "layer_types"):
@@ -225,6 +233,8 @@ class LayerOptions:
                 if not isinstance(item, str) or not item.strip():
                     raise UsageError(f"{arg(name, item)}: give a layer path such as layer3.-1")
             _set(self, name, tuple(v.strip() for v in values))
+        if self.layout not in LAYOUT_CHOICES:
+            raise UsageError(f"{arg('layout', self.layout)}: choose {', '.join(LAYOUT_CHOICES)}")
 
     @property
     def given(self) -> bool:

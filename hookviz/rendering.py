@@ -203,7 +203,8 @@ class _MapPanel:
             return None
         return [self.image, *self.ax.spines.values(), self.ax.title, *self.bar.labels]
 
-    def update(self, values: np.ndarray | None, title: str) -> None:
+    def update(self, values: np.ndarray | None, title: str, missing: str | None = None) -> None:
+        """Draw ``values``; without them, ``missing`` (else the panel's own words) says why."""
         if values is None or values.ndim != 2 or self.image is None:
             # Drawn anew: a missing tensor, a vector, or the first 2-D map.
             self.ax.clear()
@@ -212,7 +213,7 @@ class _MapPanel:
         if values is None:
             self.ax.set_title(title, fontsize=9, parse_math=False)
             self.ax.text(
-                0.5, 0.5, self.missing, ha="center", va="center", fontsize=9,
+                0.5, 0.5, missing or self.missing, ha="center", va="center", fontsize=9,
                 transform=self.ax.transAxes, parse_math=False,
             )
             self.ax.set_axis_off()
@@ -277,7 +278,9 @@ def summary_parts(explanation, layer):
         for label, panel in panels.items():
             values = layer.maps[label]
             shape = layer.shapes[label]
-            panel.update(values, f"{label} {_shape(shape)}, {_how(shape, values)}" if values is not None else label)
+            # A recorded tensor without a map: its shape reads channels-first and -last alike.
+            unread = f"{_shape(shape)}: channels first or last?\nnot drawn (see report.json)" if shape is not None else None
+            panel.update(values, f"{label} {_shape(shape)}, {_how(shape, values)}" if values is not None else label, unread)
         sheet.title(
             f"{explanation.model} · {_layer_text(layer)} · output {_shape(layer.shapes['output'])}\n"
             f"{_target_text(explanation)} · {_objective_text(explanation)} · {explanation.image.source.label}"
@@ -335,10 +338,7 @@ def _tiles_for(explanation, layer, which: str, channels):
     full = layer.output if which == "output" else layer.grad_output
     if channels is not None and full is not None:
         selection = ChannelSelection.parse(channels)
-        tiles, _ = channel_tiles(
-            full, explanation.image.tensor.shape[-2:], selection, by_magnitude=which != "output",
-            declared=explanation.declared_layout,
-        )
+        tiles, _ = channel_tiles(full, layer.layout, selection, by_magnitude=which != "output")
     return tiles
 
 

@@ -8,13 +8,12 @@ however many images and layers a run has, and keeps what crosses to the renderin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import arg
-from .featuremaps import DeclaredLayout, as_feature_map
+from .featuremaps import Layout, reshape
 from .options import MAX_TILES, ChannelSelection
 
 __all__ = ["TENSOR_KEYS", "ChannelTiles", "tensor_stats", "channel_sum", "select_channels", "channel_tiles", "histogram"]
@@ -50,27 +49,25 @@ def tensor_stats(array: np.ndarray | None) -> dict | None:
     return stats
 
 
-def channel_sum(array: np.ndarray | None, input_hw: Sequence[int], declared: DeclaredLayout | None = None) -> np.ndarray | None:
+def channel_sum(array: np.ndarray | None, layout: Layout | None) -> np.ndarray | None:
     """A tensor's channels summed into one 2-D map, as the usual hook snippets plot it
-    (a 1-D vector for outputs with no spatial layout). ``declared``: what the model
-    declares about its layout (see ``featuremaps``)."""
-    if array is None:
+    (a 1-D vector for outputs with no spatial layout, ``None`` for an ambiguous one).
+    ``layout``: how the tensor lies (``featuremaps.layout_of``)."""
+    if array is None or (layout is not None and not layout.spatial):
         return None
-    spatial = as_feature_map(array, tuple(input_hw), declared)
+    spatial = reshape(array, layout)
     if spatial is not None:
         return np.asarray(spatial[0], dtype=np.float32).sum(axis=0)
     flat = np.asarray(array[0], dtype=np.float32)
     return flat.reshape(-1) if flat.ndim <= 1 else flat.reshape(flat.shape[0], -1).sum(axis=0)
 
 
-def channel_profile(array: np.ndarray | None, input_hw: Sequence[int]) -> np.ndarray | None:
+def channel_profile(array: np.ndarray | None, layout: Layout | None) -> np.ndarray | None:
     """Each channel's mean over the map, (C,) float32, or ``None`` for a tensor without
     spatial layout (its channel sum is the vector itself). A baseline keeps it beside the
     channel sum: a layer with a 1x1 map (a global pool) sums to one number, which hides
     which channels changed."""
-    if array is None:
-        return None
-    spatial = as_feature_map(array, tuple(input_hw))
+    spatial = reshape(array, layout)
     if spatial is None:
         return None
     maps = np.asarray(spatial[0], dtype=np.float32)
@@ -105,17 +102,14 @@ def select_channels(maps: np.ndarray, selection: ChannelSelection) -> tuple[list
 
 
 def channel_tiles(
-    array: np.ndarray | None, input_hw: Sequence[int], selection: ChannelSelection, by_magnitude: bool = False,
-    declared: DeclaredLayout | None = None,
+    array: np.ndarray | None, layout: Layout | None, selection: ChannelSelection, by_magnitude: bool = False,
 ) -> tuple[ChannelTiles | None, str | None]:
-    """The tiles of a channel grid (``None`` when the tensor has no spatial layout or no
-    channel was selected), and a note when the selection was cut or empty.
+    """The tiles of a channel grid (``None`` when the tensor has no spatial layout, an
+    ambiguous one, or no channel was selected), and a note when the selection was cut or empty.
 
     Gradients (``by_magnitude``) are ranked by mean absolute value, activations by mean value.
     """
-    if array is None:
-        return None, None
-    spatial = as_feature_map(array, tuple(input_hw), declared)
+    spatial = reshape(array, layout)
     if spatial is None:
         return None, None
     maps = np.asarray(spatial[0], dtype=np.float32)

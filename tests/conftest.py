@@ -49,6 +49,74 @@ def tiny_net() -> nn.Module:
     return TinyNet()
 
 
+class _TokenMixer(nn.Module):
+    """Mixes a map's pixels as tokens, (B, HW, C), and reshapes them back into a channels-last
+    map, as Swin's window attention does: no op says that map's order."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.fc = nn.Linear(channels, channels)
+        self.out = nn.Identity()
+
+    def forward(self, x):
+        batch, channels, height, width = x.shape
+        tokens = self.fc(x.flatten(2).transpose(1, 2))
+        return self.out(tokens.reshape(batch, height, width, channels)).permute(0, 3, 1, 2)
+
+
+class TinyConvNeXt(nn.Module):
+    """torchvision's ConvNeXt in miniature: a stride-4 stem, then a block whose norm and MLP
+    run channels-last between two ``Permute`` modules, then a token mixer (``mixer.out`` is
+    channels-last). At 32 pixels every map is 8x8 with 8 channels, so its shape reads both
+    ways, as convnext_tiny's 1x96x96x96 does at 384 pixels."""
+
+    def __init__(self, classes: int = 5):
+        from torchvision.ops.misc import Permute
+
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 4, stride=4)
+        self.block = nn.Sequential(
+            nn.Conv2d(8, 8, 3, padding=1, groups=8), Permute([0, 2, 3, 1]), nn.LayerNorm(8),
+            nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8), Permute([0, 3, 1, 2]),
+        )
+        self.mixer = _TokenMixer(8)
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = self.mixer(x + self.block(x))
+        return self.head(x.mean((2, 3)))
+
+
+def tiny_convnext() -> nn.Module:
+    """Factory used as ``--model tests.conftest:tiny_convnext``."""
+    torch.manual_seed(0)
+    return TinyConvNeXt()
+
+
+def hand_gradcam(model, layer: str, image, target: int, channels_last: bool) -> np.ndarray:
+    """Grad-CAM written out with a plain forward hook, told the layer's channel order: the
+    reference for hookviz's own reading of it. ``image``: one (C, H, W) tensor."""
+    store = {}
+    handle = model.get_submodule(layer).register_forward_hook(lambda _m, _i, out: store.update(out=out))
+    try:
+        logits = model(image[None])
+    finally:
+        handle.remove()
+    activation = store["out"]
+    (grad,) = torch.autograd.grad(logits[0, target], activation)
+    if channels_last:
+        activation, grad = activation.permute(0, 3, 1, 2), grad.permute(0, 3, 1, 2)
+    return (grad.mean(dim=(2, 3), keepdim=True) * activation).sum(dim=1).clamp(min=0)[0].detach().numpy()
+
+
+def assert_same_cam(ours: np.ndarray, reference: np.ndarray) -> None:
+    assert ours.shape == reference.shape and reference.max() > 0
+    correlation = np.corrcoef(ours.ravel(), reference.ravel())[0, 1]
+    assert correlation > 0.999, correlation
+    assert np.abs(ours - reference).max() / np.abs(reference).max() < 1e-3
+
+
 def chatty_net() -> nn.Module:
     """A factory that prints, as users' factories do: plain print(), no flush."""
     print("chatty_net: built")

@@ -13,6 +13,8 @@ from hookviz.images import LoadedImage, PreparedImage
 from hookviz.models import LoadedModel
 from hookviz.images import Preprocessing
 
+from .conftest import assert_same_cam, hand_gradcam, tiny_convnext
+
 
 @pytest.fixture(scope="module")
 def resnet50():
@@ -121,6 +123,53 @@ def test_swin_channels_last_output_is_reshaped():
     result = explain(model, torch.randn(3, 224, 224), layers=["features.7"], target=5)
     assert result.layers[0].output.shape == (1, 7, 7, 768)
     assert result.layers[0].cam.shape == (7, 7)
+
+
+# ----------------------------------------------------------------------------- channels-last maps
+
+
+@pytest.mark.parametrize(
+    "layer, channels_last",
+    [("block.2", True), ("block.4", True), ("stem", False), ("block.0", False)],
+    ids=["layernorm", "gelu", "stem-conv", "depthwise-conv"],
+)
+def test_a_map_whose_height_equals_its_channels_is_read_in_the_order_its_ops_made(layer, channels_last):
+    # Every map of this model is 1x8x8x8 at 32 pixels (1x8x8x16 after the first Linear):
+    # the norm and MLP between the Permutes are channels-last, the convolutions channels-first.
+    model = tiny_convnext().eval()
+    image = torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(1))
+    result = explain(model, image, layers=[layer], target=2)
+    (ours,) = result.layers
+    assert (ours.layout.kind, ours.layout.basis) == ("nhwc" if channels_last else "nchw", "data flow")
+    assert_same_cam(ours.cam, hand_gradcam(model, layer, image, 2, channels_last))
+
+
+@pytest.mark.slow
+def test_torchvision_convnext_at_384_pixels_is_read_channels_last():
+    # features.1.0.block.2 (the first block's LayerNorm) puts out 1x96x96x96 at 384 pixels.
+    torch.manual_seed(0)
+    model = torchvision.models.convnext_tiny(weights=None).eval()
+    image = torch.randn(3, 384, 384, generator=torch.Generator().manual_seed(1))
+    result = explain(model, image, layers=["features.1.0.block.2"], target=3)
+    assert result.layers[0].output.shape == (1, 96, 96, 96)
+    assert result.layers[0].layout.kind == "nhwc"
+    assert_same_cam(result.layers[0].cam, hand_gradcam(model, "features.1.0.block.2", image, 3, channels_last=True))
+
+
+def test_a_map_that_reads_both_ways_is_not_guessed_and_the_callers_word_settles_it():
+    model = tiny_convnext().eval()
+    image = torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(1))
+    # mixer.out is tokens reshaped into a 1x8x8x8 map: no op and no declaration says its order.
+    (unsaid,) = explain(model, image, layers=["mixer.out"], target=2).layers
+    assert unsaid.cam is None and unsaid.layout.kind == "ambiguous" and unsaid.maps["output"] is None
+    assert unsaid.cam_note == (
+        "no CAM: output 1x8x8x8 fits channels first (8 channels of 8x8) and channels last (8 channels of 8x8) "
+        "alike, and neither the model nor the ops that made it say which; pass layout='nhwc' or layout='nchw' to say it"
+    )
+    assert "mixer.out: input 1x8x8x8 and output 1x8x8x8 fit channels first and last alike" in unsaid.notes[0]
+    (said,) = explain(model, image, layers=["mixer.out"], target=2, layout="nhwc").layers
+    assert (said.layout.kind, said.layout.basis) == ("nhwc", "declared")
+    assert_same_cam(said.cam, hand_gradcam(model, "mixer.out", image, 2, channels_last=True))
 
 
 def test_gradcam_of_espresso_lies_on_the_cup(lite0, coffee):

@@ -55,6 +55,28 @@ def test_run_writes_pictures_report_and_tensors(cli, photo, tmp_path):
     assert "torch" in run_json and run_json["images"][0]["status"] == "done"
 
 
+def test_report_says_how_each_layout_was_read_and_an_ambiguous_one_waits_for_layout(cli, photo, tmp_path):
+    # Every map of tiny_convnext at 32 pixels is 1x8x8x8: block.2 (a LayerNorm between two
+    # Permutes) is channels-last by its ops; mixer.out (tokens reshaped) by nothing.
+    base = ["run", photo, "--model", "tests.conftest:tiny_convnext", "--weights", "none", "--resize", "32",
+            "--crop", "32", "--layer", "block.2", "--layer", "mixer.out", "--target", "2", "--workers", "1"]
+    result = invoke(cli, *base, "--pictures", "channels,cam", "--out", tmp_path / "auto")
+    assert result.exit_code == 0, result.output
+    layers = {layer["name"]: layer for layer in json.loads((tmp_path / "auto" / "photo" / "report.json").read_text())["layers"]}
+    assert layers["block.2"]["layout"] == {"kind": "nhwc", "prefix": 0, "grid": None, "basis": "data flow"}
+    assert layers["block.2"]["cam"]["shape"] == [8, 8]
+    unsaid = layers["mixer.out"]
+    assert unsaid["layout"] == {"kind": "ambiguous", "prefix": 0, "grid": None, "basis": "undecided"}
+    assert unsaid["cam"]["skipped"].endswith("pass --layout nhwc or --layout nchw to say it")
+    assert unsaid["pictures"]["cam"] is None and unsaid["pictures"]["channels"] is None
+    result = invoke(cli, *base, "--layout", "nhwc", "--pictures", "none", "--out", tmp_path / "said")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "said" / "photo" / "report.json").read_text())
+    said = {layer["name"]: layer for layer in report["layers"]}["mixer.out"]
+    assert said["layout"]["basis"] == "declared" and said["cam"]["shape"] == [8, 8]
+    assert "as asked (--layout nhwc)" in report["declared_layout"]["origin"]
+
+
 def test_mixed_folder_writes_good_images_names_broken_ones_and_exits_1(cli, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -110,6 +132,7 @@ def test_dead_and_zero_grad_checks(cli, photo, tmp_path):
         (["--weights", "/nonexistent/w.pth"], "no such file"),
         (["--layer-type", "Conv3d"], "Conv3d"),
         (["--no-crop", "--resize", "300"], "--resize has no effect with --no-crop"),
+        (["--layout", "hwc"], "--layout hwc: choose auto, nchw, nhwc"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(cli, photo, tmp_path, args, message):

@@ -27,7 +27,7 @@ def test_declared_tokens_fix_what_counting_gets_wrong():
     registers = declared_layout(timm.create_model("vit_little_patch16_reg4_gap_256", img_size=64, depth=1))
     shape = (1, 4 + 16, 320)  # four registers and a 4x4 grid of patches
     assert layout_of(shape, (64, 64)) == Layout("tokens", 0, (4, 5))  # counted: a 4x5 grid, registers as patches
-    assert layout_of(shape, (64, 64), registers) == Layout("tokens", 4, (4, 4), declared=True)
+    assert layout_of(shape, (64, 64), registers) == Layout("tokens", 4, (4, 4), basis="declared")
 
 
 def test_timm_hierarchical_models_declare_strides_and_swin_its_channels_last():

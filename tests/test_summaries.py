@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from hookviz.errors import UsageError
+from hookviz.featuremaps import Layout
 from hookviz.options import ChannelSelection
 from hookviz.summaries import channel_sum, channel_tiles, select_channels, tensor_stats
 
@@ -17,8 +18,10 @@ def test_stats_count_nonfinite_and_ignore_them():
 
 def test_channel_sum_sums_over_channels():
     array = np.random.default_rng(0).normal(size=(1, 5, 4, 4)).astype(np.float32)
-    np.testing.assert_allclose(channel_sum(array, (32, 32)), array[0].sum(axis=0), rtol=1e-6)
-    assert channel_sum(np.ones((1, 10), np.float32), (32, 32)).shape == (10,)
+    np.testing.assert_allclose(channel_sum(array, Layout("nchw")), array[0].sum(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(channel_sum(array, Layout("nhwc")), array[0].sum(axis=-1), rtol=1e-6)
+    assert channel_sum(np.ones((1, 10), np.float32), None).shape == (10,)
+    assert channel_sum(array, Layout("ambiguous")) is None  # drawn as no map, never as a guess
 
 
 def test_channel_selection():
@@ -32,7 +35,7 @@ def test_channel_selection():
     assert parse("3,7,9").indices(10) == [3, 7, 9]
     with pytest.raises(UsageError, match="channels='5-2'"):
         parse("5-2")
-    tiles, note = channel_tiles(maps[None], (32, 32), parse(1))
+    tiles, note = channel_tiles(maps[None], Layout("nchw"), parse(1))
     assert tiles.indices == (4,) and tiles.total == 6 and tiles.maps.shape == (1, 2, 2) and note is None
     grads = -maps[None]
-    assert channel_tiles(grads, (32, 32), parse(1), by_magnitude=True)[0].indices == (4,)
+    assert channel_tiles(grads, Layout("nchw"), parse(1), by_magnitude=True)[0].indices == (4,)

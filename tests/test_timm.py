@@ -17,7 +17,7 @@ from hookviz.cli import app
 from hookviz.errors import UnknownModelError, WeightsError
 from hookviz.models import list_models, load_model
 
-from .conftest import SAMPLES, hub_snapshot
+from .conftest import SAMPLES, assert_same_cam, hand_gradcam, hub_snapshot
 
 timm = pytest.importorskip("timm")
 
@@ -259,6 +259,18 @@ def test_raw_cams_equal_pytorch_grad_cams_with_its_reshape_transform(name, layer
     for mine, reference in zip(_pgc_scaled(ours, 224), theirs):
         correlation = np.corrcoef(mine.ravel(), reference.ravel())[0, 1]
         assert correlation >= 0.999, correlation
+
+
+@pytest.mark.slow
+def test_convnext_at_384_pixels_is_read_channels_last_where_its_height_equals_its_channels():
+    torch.manual_seed(0)
+    model = timm.create_model("convnext_tiny").eval()
+    image = torch.randn(3, 384, 384, generator=torch.Generator().manual_seed(1))
+    layer = "stages.0.blocks.0.norm"
+    result = explain(model, image, layers=[layer], target=3, inputs=InputOptions(resize=384, crop=384))
+    assert result.layers[0].output.shape == (1, 96, 96, 96)  # timm's LayerNorm, channels-last
+    assert (result.layers[0].layout.kind, result.layers[0].layout.basis) == ("nhwc", "data flow")
+    assert_same_cam(result.layers[0].cam, hand_gradcam(model, layer, image, 3, channels_last=True))
 
 
 # ----------------------------------------------------------------------------- what cannot be explained
