@@ -138,7 +138,7 @@ def _compare_layer(name: str, stem: str, before: ImageData, after: ImageData) ->
         tensors.append(_tensor_diff(key, *sides[key]))
     return LayerDiff(
         name=name, stem=stem, module_type=after.layers[name].get("module_type"), tensors=tuple(tensors),
-        cam=_cam_diff(name, before, after), maps=_output_maps(sides["output"], before, after),
+        cam=_cam_diff(name, before, after), maps=_output_maps(name, sides["output"], before, after),
     )
 
 
@@ -213,14 +213,17 @@ def _kept_cam(data: ImageData, name: str) -> np.ndarray | None:
     return None if printed is None else printed.cam
 
 
-def _output_maps(sides, before: ImageData, after: ImageData) -> MapPair | None:
+def _output_maps(name: str, sides, before: ImageData, after: ImageData) -> MapPair | None:
     """What the diff picture draws: the layer's channel-summed output at full resolution
-    when both runs saved the tensor, else the fingerprints' area means."""
+    when both runs saved the tensor (laid out as each run's report says), else the
+    fingerprints' area means."""
+    from .featuremaps import Layout
     from .summaries import channel_sum
 
     base, new = sides
-    if base.full is not None and new.full is not None and before.input_hw and after.input_hw:
-        maps = channel_sum(base.full, before.input_hw), channel_sum(new.full, after.input_hw)
+    layouts = [Layout.from_json(data.layers[name].get("layout")) for data in (before, after)]
+    if base.full is not None and new.full is not None and None not in layouts:
+        maps = channel_sum(base.full, layouts[0]), channel_sum(new.full, layouts[1])
         if maps[0] is not None and maps[1] is not None and maps[0].shape == maps[1].shape:
             return MapPair(maps[0], maps[1], "tensors")
     maps = [None if side.summary is None else side.summary.map for side in sides]

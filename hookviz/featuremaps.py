@@ -74,6 +74,15 @@ class Layout:
     def to_json(self) -> dict:
         return {"kind": self.kind, "prefix": self.prefix, "grid": list(self.grid) if self.grid else None, "basis": self.basis}
 
+    @classmethod
+    def from_json(cls, data) -> "Layout | None":
+        """The layout ``to_json`` wrote, or ``None`` for what is not one (an older report)."""
+        if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+            return None
+        grid = data.get("grid")
+        grid = tuple(grid) if isinstance(grid, list) and len(grid) == 2 else None
+        return cls(data["kind"], int(data.get("prefix") or 0), grid, str(data.get("basis") or GUESSED))
+
 
 @dataclass(frozen=True)
 class DeclaredLayout:
