@@ -34,6 +34,7 @@ from .checks import Finding
 from .errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
 from .options import Tolerances
 from .outputs import DIFF, atomic_write, layer_stems, write_json
+from .records import RunRecord
 from .runfiles import ImageData, RunFolder, open_run, version_tuple
 from .summaries import TENSOR_KEYS
 
@@ -112,12 +113,12 @@ def _compare_image(before: ImageData, after: ImageData, tolerances: Tolerances) 
     base_layers, new_layers = before.layers, after.layers
     stems = layer_stems(list(new_layers))
     layers = tuple(_compare_layer(name, stems[name], before, after) for name in new_layers if name in base_layers)
-    target = (before.report.get("target") or {}, after.report.get("target") or {})
+    target = tuple(data.report.target.to_json() if data.report.target is not None else {} for data in (before, after))
     image = ImageDiff(
         output=after.files.output,
         image=after.files.image,
         target=target,
-        top5=(tuple(before.report.get("top5") or ()), tuple(after.report.get("top5") or ())),
+        top5=tuple(tuple(score.to_json() for score in data.report.top5) for data in (before, after)),
         probability_change=_probability_change(before, after),
         model_input=_tensor_diff("model_input", _model_input(before), _model_input(after)),
         logits=_tensor_diff("logits", _logits(before), _logits(after)),
@@ -137,7 +138,7 @@ def _compare_layer(name: str, stem: str, before: ImageData, after: ImageData) ->
             continue
         tensors.append(_tensor_diff(key, *sides[key]))
     return LayerDiff(
-        name=name, stem=stem, module_type=after.layers[name].get("module_type"), tensors=tuple(tensors),
+        name=name, stem=stem, module_type=after.layers[name].module_type, tensors=tuple(tensors),
         cam=_cam_diff(name, before, after), maps=_output_maps(name, sides["output"], before, after),
     )
 
@@ -162,19 +163,19 @@ def _tensor_diff(name: str, before: _Side, after: _Side) -> TensorDiff:
 
 def _layer_side(data: ImageData, name: str, key: str) -> _Side:
     layer = data.layers[name]
-    shape = (layer.get("shapes") or {}).get(key)
+    shape = layer.shapes.get(key)
     if shape is None:
         return _Side()
     printed = data.fingerprint.layers.get(name) if data.fingerprint is not None else None
     return _Side(
-        shape=shape, stats=(layer.get("stats") or {}).get(key),
+        shape=list(shape), stats=layer.stats.get(key),
         summary=None if printed is None else printed.tensors.get(key), full=data.full(f"{name}/{key}"),
     )
 
 
 def _model_input(data: ImageData) -> _Side:
-    channels = (data.report.get("preprocessing") or {}).get("channels")
-    shape = [channels, *data.input_hw] if isinstance(channels, int) and data.input_hw else None
+    channels = data.report.input_channels
+    shape = [channels, *data.input_hw] if channels is not None and data.input_hw else None
     full = data.full("input")
     return _Side(
         shape=shape, summary=None if data.fingerprint is None else data.fingerprint.model_input,
@@ -185,7 +186,7 @@ def _model_input(data: ImageData) -> _Side:
 def _logits(data: ImageData) -> _Side:
     from .fingerprints import TensorPrint
 
-    count = (data.report.get("logits") or {}).get("count")
+    count = data.report.logits_count
     full = data.full("logits")
     kept = None if data.fingerprint is None or data.fingerprint.logits is None else TensorPrint(data.fingerprint.logits)
     return _Side(shape=[count] if isinstance(count, int) else None, summary=kept, full=None if full is None else full.reshape(-1))
@@ -199,11 +200,12 @@ def _cam_diff(name: str, before: ImageData, after: ImageData) -> CamDiff | None:
     if cams[0] is None or cams[1] is None:
         return None
     same = cams[0].shape == cams[1].shape
-    shape = (after.layers[name].get("cam") or {}).get("shape")
+    cam = after.layers[name].cam
+    shape = cam.shape if cam is not None else None
     return CamDiff(
         source=source, corr=cam_correlation(*cams) if same else None,
         peak_shift=peak_shift(cams[0], cams[1], before.input_hw, after.input_hw),
-        shapes=(cams[0].shape, cams[1].shape), layer_shape=tuple(shape) if isinstance(shape, list) else None,
+        shapes=(cams[0].shape, cams[1].shape), layer_shape=shape,
         maps=MapPair(cams[0], cams[1], source),
     )
 
@@ -217,11 +219,10 @@ def _output_maps(name: str, sides, before: ImageData, after: ImageData) -> MapPa
     """What the diff picture draws: the layer's channel-summed output at full resolution
     when both runs saved the tensor (laid out as each run's report says), else the
     fingerprints' area means."""
-    from .featuremaps import Layout
     from .summaries import channel_sum
 
     base, new = sides
-    layouts = [Layout.from_json(data.layers[name].get("layout")) for data in (before, after)]
+    layouts = [data.layers[name].layout for data in (before, after)]
     if base.full is not None and new.full is not None and None not in layouts:
         maps = channel_sum(base.full, layouts[0]), channel_sum(new.full, layouts[1])
         if maps[0] is not None and maps[1] is not None and maps[0].shape == maps[1].shape:
@@ -235,15 +236,13 @@ def _output_maps(name: str, sides, before: ImageData, after: ImageData) -> MapPa
 def _probability_change(before: ImageData, after: ImageData) -> float | None:
     """P_after(the baseline's target) - P_before(it): from the new target when it is the
     same class, else from the new top-5, else from the new logits (softmax)."""
-    target = before.report.get("target") or {}
-    index, p_before = target.get("index"), target.get("probability")
-    if p_before is None:
+    target = before.report.target
+    if target is None or target.probability is None:
         return None
-    new_target = after.report.get("target") or {}
-    scores = [new_target, *(s for s in after.report.get("top5") or () if isinstance(s, dict))]
-    for score in scores:
-        if score.get("index") == index and score.get("probability") is not None:
-            return score["probability"] - p_before
+    index, p_before = target.index, target.probability
+    for score in (after.report.target, *after.report.top5):
+        if score is not None and score.index == index and score.probability is not None:
+            return score.probability - p_before
     logits = None if after.fingerprint is None else after.fingerprint.logits
     if logits is None or not isinstance(index, int) or not 0 <= index < logits.size or not np.isfinite(logits).all():
         return None
@@ -296,20 +295,21 @@ def _run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     if version_tuple(base.version) > version_tuple(new.version):
         notes.append(f"{base.named} was written by hookviz {base.version}, newer than {new.version}: comparing what this version reads")
     for folder in (base, new):
-        counts = folder.run.get("counts") or {}
-        if folder.run.get("interrupted") or counts.get("not_done") or folder.run.get("error"):
+        if folder.run.unfinished:
             notes.append(f"{folder.named} is an unfinished run (interrupted, or stopped by an error): "
                          "its missing images are not compared")
-    for key, what in (("model", "models differ"), ("weights", "weights differ"), ("task", "tasks differ")):
-        if b.get(key) != n.get(key):
-            notes.append(f"{what}: {b.get(key)} -> {n.get(key)}")
-    shas = (b.get("weights_sha256"), n.get("weights_sha256"))
-    if b.get("weights") == n.get("weights") and None not in shas and shas[0] != shas[1]:  # a file rewritten in place
-        notes.append(f"weights differ: {n.get('weights')} holds other bytes (SHA-256 {shas[0][:12]}... -> {shas[1][:12]}...)")
-    for key in ("torch", "torchvision", "device"):
-        if b.get(key) and n.get(key) and b.get(key) != n.get(key):
-            notes.append(f"{key} differs: {b.get(key)} -> {n.get(key)}")
-    before, after = (files.report.get("preprocessing") or {} for files in pairs[0])
+    for what, old, now in (("models differ", b.model, n.model), ("weights differ", b.weights, n.weights),
+                           ("tasks differ", b.task, n.task)):
+        if old != now:
+            notes.append(f"{what}: {old} -> {now}")
+    shas = (b.weights_sha256, n.weights_sha256)
+    if b.weights == n.weights and None not in shas and shas[0] != shas[1]:  # a file rewritten in place
+        notes.append(f"weights differ: {n.weights} holds other bytes (SHA-256 {shas[0][:12]}... -> {shas[1][:12]}...)")
+    for key, old, now in (("torch", b.torch, n.torch), ("torchvision", b.torchvision, n.torchvision),
+                          ("device", b.device, n.device)):
+        if old and now and old != now:
+            notes.append(f"{key} differs: {old} -> {now}")
+    before, after = (files.report.preprocessing for files in pairs[0])
     changed = [f"{key} {before.get(key)} -> {after.get(key)}" for key in sorted({*before, *after}) if before.get(key) != after.get(key)]
     if changed:
         notes.append("preprocessing differs: " + "; ".join(changed))
@@ -335,7 +335,7 @@ def _image_notes(images, only_base, only_new, base: RunFolder, new: RunFolder) -
 def _layer_notes(before: ImageData, after: ImageData, layers) -> list[str]:
     notes = []
     for layer in layers:
-        cams = [(data.layers[layer.name].get("cam") or {}).get("shape") for data in (before, after)]
+        cams = [getattr(data.layers[layer.name].cam, "shape", None) for data in (before, after)]
         if layer.cam is None and (cams[0] is None) != (cams[1] is None):
             notes.append(f"{layer.name}: a CAM in one run only (--cam differs?); not compared")
     return notes
@@ -349,7 +349,7 @@ def _kept_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     for index, folder in enumerate((base, new)):
         formats = {files[index].fingerprint_format for files in pairs}
         if None in formats:
-            versions = sorted({str(files[index].report.get("hookviz")) for files in pairs})
+            versions = sorted({str(files[index].report.hookviz) for files in pairs})
             notes.append(
                 f"{folder.named} has images without a fingerprint (written by hookviz {', '.join(versions)}): "
                 "those are compared on statistics and top-5 only; rerun it to compare maps and CAMs"
@@ -436,8 +436,9 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
     return diff
 
 
-def compare_with_baseline(baseline: RunFolder, out: Path, run: dict, tolerances: Tolerances, checked: bool, pictures: bool) -> RunDiff:
-    """What a run (``run``, its run.json document, its output in ``out``) does as it ends
+def compare_with_baseline(baseline: RunFolder, out: Path, run: RunRecord, tolerances: Tolerances, checked: bool,
+                          pictures: bool) -> RunDiff:
+    """What a run (``run``, its run.json record, its output in ``out``) does as it ends
     with ``--baseline``: compare itself with ``baseline`` and write ``out/diff.json`` (and
     the diff pictures, with ``pictures``)."""
     return save_diff(compare(baseline, open_run(out, "out", [run]), tolerances, checked, pictures=pictures), out / DIFF)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 
 __all__ = [
     "HookvizError", "UsageError", "UnknownModelError", "UnknownLayerError", "TargetError",
-    "WeightsError", "OutputError", "ComparisonError", "ImageError", "RecordingError", "ModelRunError",
+    "WeightsError", "OutputError", "ComparisonError", "SchemaError", "ImageError", "RecordingError", "ModelRunError",
     "arg", "hint", "command_line_spelling", "first_line", "describe", "did_you_mean", "display_path",
 ]
 
@@ -60,6 +60,11 @@ class OutputError(UsageError):
 class ComparisonError(UsageError):
     """Two runs cannot be compared: a folder that is not a run's output, a missing or
     corrupt report or fingerprint, or nothing in common."""
+
+
+class SchemaError(UsageError):
+    """A run's file (report.json, run.json) was written by a newer hookviz, in a schema this
+    one does not read."""
 
 
 class ImageError(HookvizError):

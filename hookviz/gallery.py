@@ -19,8 +19,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .outputs import DIFF, REPORT, atomic_write, read_report
+from .errors import SchemaError
+from .outputs import DIFF, REPORT, atomic_write
 from .pictures import INPUT_PICTURE, KINDS, PREDICTION_PICTURE
+from .records import Report, RunRecord, read_report, read_run
 
 __all__ = ["GALLERY", "write_gallery", "run_documents"]
 
@@ -49,19 +51,25 @@ code { font-size: .9em; }
 """
 
 
-def run_documents(out: Path) -> list[dict]:
-    """Every run description in ``out``: ``run.json`` and the shards' ``run-K-of-N.json``."""
+def run_documents(out: Path) -> list[RunRecord]:
+    """Every run description in ``out``: ``run.json`` and the shards' ``run-K-of-N.json``
+    (but those of a newer hookviz, which this page cannot show)."""
     documents = []
     for path in sorted(out.glob("run*.json")):
         if path.name != "run.json" and not (path.name.startswith("run-") and "-of-" in path.name):
             continue
-        try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(document, dict) and "hookviz" in document and isinstance(document.get("images"), list):
-            documents.append(document)
+        with contextlib.suppress(SchemaError):
+            document = read_run(path)
+            if document is not None:
+                documents.append(document)
     return documents
+
+
+def _report(path: Path) -> Report | None:
+    try:
+        return read_report(path)
+    except SchemaError:  # another shard's, of a newer hookviz: not shown
+        return None
 
 
 @contextlib.contextmanager
@@ -80,8 +88,8 @@ def _locked(out: Path) -> Iterator[None]:
         os.close(handle)
 
 
-def write_gallery(out: Path, run: dict, diff: dict | None = None) -> Path:
-    """Write ``out/index.html`` for the run described by ``run`` (its run.json document)
+def write_gallery(out: Path, run: RunRecord, diff: dict | None = None) -> Path:
+    """Write ``out/index.html`` for the run described by ``run`` (its run.json record)
     and every other shard of it found in ``out``.
 
     Args:
@@ -90,16 +98,16 @@ def write_gallery(out: Path, run: dict, diff: dict | None = None) -> Path:
     """
     with _locked(out):
         documents = [run]
-        if run.get("shard"):
-            count = run["shard"][1]
-            others = [d for d in run_documents(out) if d.get("shard") and d["shard"][1] == count and d["shard"] != run["shard"]]
-            documents = sorted([run, *others], key=lambda d: d["shard"][0])
+        if run.shard:
+            count = run.shard[1]
+            others = [d for d in run_documents(out) if d.shard and d.shard[1] == count and d.shard != run.shard]
+            documents = sorted([run, *others], key=lambda d: d.shard[0])
         if diff is None:
             diff = _diff_of(out, documents)
         return atomic_write(out / GALLERY, _page(out, run, documents, diff).encode("utf-8"))
 
 
-def _diff_of(out: Path, documents: list[dict]) -> dict | None:
+def _diff_of(out: Path, documents: list[RunRecord]) -> dict | None:
     """``out/diff.json`` when it compares the run these documents describe (same start)."""
     try:
         diff = json.loads((out / DIFF).read_text(encoding="utf-8"))
@@ -108,45 +116,42 @@ def _diff_of(out: Path, documents: list[dict]) -> dict | None:
     if not isinstance(diff, dict) or not isinstance(diff.get("images"), list):
         return None
     started = (diff.get("new") or {}).get("started")
-    return diff if started and started in {d.get("started") for d in documents} else None
+    return diff if started and started in {d.started for d in documents} else None
 
 
-def _page(out: Path, run: dict, documents: list[dict], diff: dict | None = None) -> str:
+def _page(out: Path, run: RunRecord, documents: list[RunRecord], diff: dict | None = None) -> str:
     changes = {e.get("output"): e for e in (diff or {}).get("images", []) if isinstance(e, dict)}
     order = {output: rank for rank, output in enumerate(changes)}
     rows, failures, seen = [], [], set()
     counts = {"done": 0, "skipped": 0, "failed": 0, "not_done": 0}
     for document in documents:
         for key in counts:
-            counts[key] += document.get("counts", {}).get(key, 0)
-        failures += [f for f in document.get("failures", []) if isinstance(f, dict)]
-        for entry in document.get("images", []):
-            if not isinstance(entry, dict) or entry.get("status") not in ("done", "skipped"):
+            counts[key] += getattr(document.counts, key)
+        failures += document.failures
+        for entry in document.images:
+            if entry.status not in ("done", "skipped") or entry.output in seen:
                 continue
-            if entry.get("output") in seen:
-                continue
-            seen.add(entry.get("output"))
-            report = read_report(out / str(entry.get("output")) / REPORT)
+            seen.add(entry.output)
+            report = _report(out / entry.output / REPORT)
             if report is not None:
-                output = str(entry["output"])
-                rows.append((order.get(output, len(order)), _row(output, report, changes.get(output), diff is not None)))
+                rows.append((order.get(entry.output, len(order)), _row(entry.output, report, changes.get(entry.output), diff is not None)))
     rows = [row for _, row in sorted(rows, key=lambda item: item[0])]  # stable: the run's order otherwise
-    failure_items = "".join(f"<li>{_e(f.get('error') or f.get('image'))}</li>" for f in failures)
+    failure_items = "".join(f"<li>{_e(f.error or f.image)}</li>" for f in failures)
     shards = f" · {len(documents)} shards" if len(documents) > 1 else ""
-    interrupted = " · <b>interrupted</b>" if any(d.get("interrupted") for d in documents) else ""
+    interrupted = " · <b>interrupted</b>" if any(d.interrupted for d in documents) else ""
     not_done = f", {counts['not_done']} not done" if counts["not_done"] else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>hookviz: {_e(run.get('model', ''))}</title>
+<title>hookviz: {_e(run.model or '')}</title>
 <style>{_STYLE}</style>
 </head>
 <body>
-<h1>hookviz: {_e(run.get('model', ''))}</h1>
-<div class="meta">weights {_e(run.get('weights', ''))} · layers {_e(', '.join(run.get('layers', [])))} ·
+<h1>hookviz: {_e(run.model or '')}</h1>
+<div class="meta">weights {_e(run.weights or '')} · layers {_e(', '.join(run.layers))} ·
 {counts['done']} done, {counts['skipped']} skipped, {counts['failed']} failed{not_done}{shards}{interrupted}<br>
-<code>{_e(' '.join(run.get('command', [])))}</code></div>
+<code>{_e(' '.join(run.command))}</code></div>
 {f'<h2>Failures</h2><ul class="failures">{failure_items}</ul>' if failure_items else ''}
 {_diff_heading(diff) if diff is not None else ''}
 <table>
@@ -219,8 +224,8 @@ def _number(value) -> str:
     return "n/a" if value is None else format(value, ".3g")
 
 
-def _row(folder: str, report: dict, change: dict | None = None, compared: bool = False) -> str:
-    files = set(report.get("files") or [])
+def _row(folder: str, report: Report, change: dict | None = None, compared: bool = False) -> str:
+    files = set(report.files)
     base = _href(folder)
     photo = "".join(
         f'<a href="{base}/{name}"><img src="{base}/{name}" alt="{alt}"></a>'
@@ -228,53 +233,43 @@ def _row(folder: str, report: dict, change: dict | None = None, compared: bool =
     )
     top5 = _predicted(report)
     layers = []
-    for layer in report.get("layers", []):
-        if not isinstance(layer, dict):
-            continue
-        pictures = layer.get("pictures") or {}
+    for layer in report.layers:
+        pictures = layer.pictures
         thumbs = "".join(
             f'<a class="thumb" href="{base}/{_href(pictures[kind.name])}">'
             f'<img loading="lazy" src="{base}/{_href(pictures[kind.name])}" alt="{_e(kind.label)}">{_e(kind.label)}</a>'
             for kind in KINDS
             if pictures.get(kind.name) in files
         )
-        note = (layer.get("cam") or {}).get("skipped")
+        note = layer.cam.skipped if layer.cam is not None else None
         layers.append(
-            f'<div class="layer"><b>{_e(layer.get("name"))}</b> {_e(layer.get("module_type"))}'
+            f'<div class="layer"><b>{_e(layer.name)}</b> {_e(layer.module_type)}'
             f'{f" · {_e(note)}" if note else ""}<div class="thumbs">{thumbs}</div></div>'
         )
-    target = report.get("target") or {}
-    notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.get("notes", []))
-    heading = f"target: {_e(target.get('name') or str(target.get('index')))}" if target else ""
-    if report.get("task") == "detect":
-        threshold = (report.get("prediction") or {}).get("score_threshold")
-        heading = f"detections with score ≥ {_e(threshold)}:"
+    notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.notes)
+    heading = f"target: {_e(report.target.label)}" if report.target is not None else ""
+    if report.task == "detect":
+        heading = f"detections with score ≥ {_e(report.score_threshold)}:"
     return (
         f'<tr><td class="photo">{photo}</td>'
-        f"<td><code>{_e(report.get('image') or folder)}</code>{notes}<br>"
+        f"<td><code>{_e(report.image or folder)}</code>{notes}<br>"
         f"{heading}<ol>{top5}</ol></td>"
         f"<td>{''.join(layers)}</td>{_diff_cell(base, change) if compared else ''}</tr>\n"
     )
 
 
-def _predicted(report: dict) -> str:
+def _predicted(report: Report) -> str:
     """The list beside the photo: the top-5, a segmentation's classes, or the detections."""
-    prediction = report.get("prediction") or {}
-    if report.get("task") == "segment" and isinstance(prediction.get("classes"), list):
+    if report.classes is not None:
         return "".join(
-            f"<li>{_e(c.get('name') or c.get('index'))} ({100 * (c.get('fraction') or 0):.1f}% of pixels)</li>"
-            for c in prediction["classes"][:8] if isinstance(c, dict)
+            f"<li>{_e(c.name or c.index)} ({100 * (c.fraction or 0):.1f}% of pixels)</li>" for c in report.classes[:8]
         )
-    if report.get("task") == "detect" and isinstance(prediction.get("detections"), list):
-        items = "".join(
-            f"<li>{_e(d.get('name') or d.get('index'))} {d.get('score') or 0:.2f}</li>"
-            for d in prediction["detections"] if isinstance(d, dict)
-        )
-        return items or f"<li>no detections with score ≥ {_e(prediction.get('score_threshold'))}</li>"
+    if report.detections is not None:
+        items = "".join(f"<li>{_e(d.name or d.index)} {d.score or 0:.2f}</li>" for d in report.detections)
+        return items or f"<li>no detections with score ≥ {_e(report.score_threshold)}</li>"
     return "".join(
-        f"<li>{_e(score.get('name') or str(score.get('index')))} "
-        f"({'nan' if score.get('probability') is None else format(score['probability'], '.3f')})</li>"
-        for score in report.get("top5", []) if isinstance(score, dict)
+        f"<li>{_e(score.label)} ({'nan' if score.probability is None else format(score.probability, '.3f')})</li>"
+        for score in report.top5
     )
 
 

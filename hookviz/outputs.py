@@ -30,14 +30,15 @@ import numpy as np
 
 from .errors import OutputError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
-from .identity import Match, PhotoIdentity, file_sha256, match_photo
+from .identity import Match, file_sha256, match_photo
 from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
+from .records import Asked, CamRecord, LayerRecord, Report, Score, read_report
 from .summaries import tensor_stats
 
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
     "existing_ancestor",
-    "output_names", "plain_name", "distinct_name", "Placement", "place", "layer_stems", "report_of", "save_explanation", "read_report", "target_json",
+    "output_names", "plain_name", "distinct_name", "Placement", "place", "layer_stems", "report_of", "save_explanation", "target_json",
 ]
 
 REPORT = "report.json"
@@ -134,17 +135,6 @@ def write_json(path: Path, document: dict) -> Path:
     return atomic_write(path, (json.dumps(document, indent=2, allow_nan=False, default=_jsonable) + "\n").encode())
 
 
-def read_report(path: Path) -> dict | None:
-    """An image's ``report.json``, or ``None`` when it is missing, empty, truncated or not a report."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(document, dict) or not isinstance(document.get("layers"), list):
-        return None
-    return document
-
-
 def _jsonable(value):
     if isinstance(value, (np.floating, np.integer)):
         return value.item()
@@ -197,7 +187,7 @@ class Placement:
     report was made from relates to this one (``identity.Match``)."""
 
     name: str
-    report: dict | None
+    report: Report | None
     match: Match
 
 
@@ -219,8 +209,7 @@ def place(out: Path, path: Path, name: str, taken: Collection[str] = (), present
     for candidate in candidates:
         there = present is None or candidate.lower() in present
         report = read_report(out / candidate / REPORT) if there else None
-        recorded = PhotoIdentity.from_json(report.get("photo")) if report is not None else None
-        match = Match.UNKNOWN if report is None else match_photo(recorded, path, file_sha256)
+        match = Match.UNKNOWN if report is None else match_photo(report.photo, path, file_sha256)
         if match in (Match.SAME, Match.CHANGED):
             return Placement(candidate, report, match)
         if match is Match.UNKNOWN and free is None:  # nothing there, or a report of an older hookviz
@@ -246,7 +235,8 @@ def layer_stems(names: Sequence[str]) -> dict[str, str]:
 # ----------------------------------------------------------------------------- files
 
 
-def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], files: Sequence[str], pictures=None, save_tensors: bool = False) -> dict:
+def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], files: Sequence[str], pictures=None,
+              save_tensors: bool = False) -> Report:
     """The machine-readable ``report.json`` of one image.
 
     ``pictures_by_layer`` maps each layer to the pictures asked of it: the file written,
@@ -255,58 +245,53 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
     from . import __version__
 
     source = explanation.image.source
-    layers = []
-    for layer in explanation.layers:
-        entry = {
-            "name": layer.name,
-            "requested": layer.requested,
-            "module_type": layer.module_type,
-            "shapes": {k: (list(v) if v is not None else None) for k, v in layer.shapes.items()},
-            "stats": layer.stats,
-            "layout": layer.layout.to_json() if layer.layout is not None else None,
-            "pictures": pictures_by_layer.get(layer.name, {}),
-        }
-        if layer.cam is not None:
-            cam_stats = {k: v for k, v in tensor_stats(layer.cam).items() if k != "zero_fraction"}
-            entry["cam"] = {"method": explanation.cam_method, "shape": list(layer.cam.shape), **cam_stats}
-        elif layer.cam_note:
-            entry["cam"] = {"method": explanation.cam_method, "skipped": layer.cam_note}
-        if layer.topk_cams:
-            entry["cam_topk"] = [score.to_json() for score, _ in layer.topk_cams]
-        if layer.notes:
-            entry["notes"] = list(layer.notes)
-        layers.append(entry)
     logits_nonfinite = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
-    return {
-        "hookviz": __version__,
-        "image": display_path(source.path) if source.path is not None else None,
-        "photo": source.identity.to_json() if source.identity is not None else None,
-        "task": explanation.task,
-        "notes": list(explanation.notes),
-        "model": explanation.model,
-        "weights": explanation.weights,
-        "weights_sha256": explanation.weights_sha256,
-        "preprocessing": explanation.preprocessing.to_json(),
-        "objective": explanation.objective,
-        "target": explanation.target.to_json() if explanation.target is not None else None,
-        "top5": [score.to_json() for score in explanation.top5],
-        "prediction": explanation.prediction.details if explanation.prediction is not None else {},
-        "logits": {"count": int(np.size(explanation.logits)), "nonfinite": logits_nonfinite},
-        "layer_choice": explanation.layer_choice,
-        "declared_layout": explanation.declared_layout.to_json() if explanation.declared_layout is not None else None,
-        "layers": layers,
-        "skipped_layers": list(explanation.skipped_layers),
-        "asked": {
-            "target": explanation.asked,
-            "pictures": list(pictures.pictures) if pictures is not None else [],
-            "channels": str(pictures.channels) if pictures is not None else None,
-            "scale": pictures.scale if pictures is not None else None,
-            "grad_channels": bool(pictures.grad_channels) if pictures is not None else False,
-            "tensors": save_tensors,
-        },
-        "files": list(files),
-        "fingerprint": description(),
-    }
+    return Report(
+        hookviz=__version__,
+        image=display_path(source.path) if source.path is not None else None,
+        photo=source.identity,
+        task=explanation.task,
+        notes=tuple(explanation.notes),
+        model=explanation.model,
+        weights=explanation.weights,
+        weights_sha256=explanation.weights_sha256,
+        preprocessing=explanation.preprocessing.to_json(),
+        objective=explanation.objective,
+        target=Score.of(explanation.target) if explanation.target is not None else None,
+        top5=tuple(Score.of(score) for score in explanation.top5),
+        prediction=explanation.prediction.details if explanation.prediction is not None else {},
+        logits_count=int(np.size(explanation.logits)),
+        logits_nonfinite=logits_nonfinite,
+        layer_choice=explanation.layer_choice,
+        declared_layout=explanation.declared_layout.to_json() if explanation.declared_layout is not None else None,
+        layers=tuple(_layer_record(explanation, layer, pictures_by_layer.get(layer.name, {})) for layer in explanation.layers),
+        skipped_layers=tuple(explanation.skipped_layers),
+        asked=Asked(
+            target=explanation.asked,
+            pictures=tuple(pictures.pictures) if pictures is not None else (),
+            channels=str(pictures.channels) if pictures is not None else None,
+            scale=pictures.scale if pictures is not None else None,
+            grad_channels=bool(pictures.grad_channels) if pictures is not None else False,
+            tensors=save_tensors,
+        ),
+        files=tuple(files),
+        fingerprint=description(),
+    )
+
+
+def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerRecord:
+    cam = None
+    if layer.cam is not None:
+        cam_stats = {k: v for k, v in tensor_stats(layer.cam).items() if k != "zero_fraction"}
+        cam = CamRecord(explanation.cam_method, tuple(layer.cam.shape), cam_stats)
+    elif layer.cam_note:
+        cam = CamRecord(explanation.cam_method, skipped=layer.cam_note)
+    return LayerRecord(
+        name=layer.name, requested=layer.requested, module_type=layer.module_type,
+        shapes={k: (tuple(v) if v is not None else None) for k, v in layer.shapes.items()},
+        stats=layer.stats, layout=layer.layout, pictures=pictures, cam=cam,
+        cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams), notes=tuple(layer.notes or ()),
+    )
 
 
 def target_json(options) -> dict:
@@ -387,5 +372,5 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     fingerprint = fingerprint_of(explanation)
     written.append(atomic_write(directory / FINGERPRINT, lambda stream: write_fingerprint(fingerprint, stream)))
     report = report_of(explanation, by_layer, [p.name for p in written], pictures, save_tensors)
-    written.append(write_json(directory / REPORT, report))
+    written.append(write_json(directory / REPORT, report.to_json()))
     return written

@@ -19,7 +19,8 @@ import numpy as np
 
 from .errors import ComparisonError, arg, display_path, first_line
 from .fingerprints import FORMAT, Fingerprint, read_fingerprint
-from .outputs import REPORT, TENSORS, read_report
+from .outputs import REPORT, TENSORS
+from .records import LayerRecord, Report, RunRecord, read_report
 
 __all__ = ["RunFolder", "ImageFiles", "ImageData", "open_run", "version_tuple"]
 
@@ -32,27 +33,24 @@ class ImageFiles:
 
     output: str
     folder: Path
-    report: dict
+    report: Report
 
     @property
     def image(self) -> str:
-        return str(self.report.get("image") or self.output)
+        return self.report.image or self.output
 
     @property
     def layer_names(self) -> list[str]:
-        return [str(layer.get("name")) for layer in self.report["layers"] if isinstance(layer, dict)]
+        return [layer.name for layer in self.report.layers]
 
     @property
     def fingerprint_format(self) -> int | None:
         """The format of its fingerprint, ``None`` for a run that wrote none (before hookviz kept them)."""
-        entry = self.report.get("fingerprint")
-        if not isinstance(entry, dict) or entry.get("file") not in (self.report.get("files") or ()):
-            return None
-        return entry.get("format") if isinstance(entry.get("format"), int) else None
+        return self.report.fingerprint_format
 
     @property
     def has_tensors(self) -> bool:
-        return TENSORS in (self.report.get("files") or ())
+        return TENSORS in self.report.files
 
     @contextlib.contextmanager
     def load(self):
@@ -64,7 +62,7 @@ class ImageFiles:
         """
         fingerprint = None
         if self.fingerprint_format is not None and self.fingerprint_format <= FORMAT:
-            path = self.folder / self.report["fingerprint"]["file"]
+            path = self.folder / self.report.fingerprint_file
             try:
                 fingerprint = read_fingerprint(path, self.layer_names)
             except (OSError, ValueError) as exc:
@@ -89,20 +87,17 @@ class ImageData:
     tensors: object | None = field(default=None, repr=False)  # an open numpy NpzFile
 
     @property
-    def report(self) -> dict:
+    def report(self) -> Report:
         return self.files.report
 
     @property
     def input_hw(self) -> tuple[int, int] | None:
-        size = (self.report.get("preprocessing") or {}).get("size")
-        if isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size):
-            return size[0], size[1]
-        return None
+        return self.report.input_hw
 
     @property
-    def layers(self) -> dict[str, dict]:
+    def layers(self) -> dict[str, LayerRecord]:
         """The report's layers by name, in the run's order."""
-        return {str(layer.get("name")): layer for layer in self.report["layers"] if isinstance(layer, dict)}
+        return self.report.layers_by_name
 
     def full(self, key: str) -> np.ndarray | None:
         """An array of ``tensors.npz`` (``features.3/output``, ``logits``), or ``None``.
@@ -133,7 +128,7 @@ class RunFolder:
 
     path: Path
     argument: str
-    run: dict
+    run: RunRecord
     images: dict = field(default_factory=dict)
     failed: tuple[str, ...] = ()
 
@@ -144,12 +139,11 @@ class RunFolder:
 
     @property
     def version(self) -> str:
-        return str(self.run.get("hookviz") or "unknown")
+        return self.run.hookviz or "unknown"
 
     def describe(self) -> dict:
         """Who wrote it, with what: the lines a diff keeps of each run."""
-        keys = ("hookviz", "torch", "torchvision", "python", "model", "weights", "weights_sha256", "device", "started")
-        return {"folder": display_path(self.path), **{key: self.run.get(key) for key in keys}}
+        return {"folder": display_path(self.path), **self.run.describe()}
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -157,7 +151,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) if part.isdigit() else 0 for part in re.split(r"[.+-]", str(text))[:3])
 
 
-def open_run(path, argument: str, documents: list[dict] | None = None) -> RunFolder:
+def open_run(path, argument: str, documents: list[RunRecord] | None = None) -> RunFolder:
     """Read the output folder of ``hookviz run`` at ``path``.
 
     Args:
@@ -178,21 +172,19 @@ def open_run(path, argument: str, documents: list[dict] | None = None) -> RunFol
     images: dict[str, ImageFiles] = {}
     failed: list[str] = []
     for document in documents:
-        for entry in document.get("images") or ():
-            if not isinstance(entry, dict):
+        for entry in document.images:
+            output = entry.output
+            if entry.status == "failed":
+                failed.append(entry.image)
+            if entry.status not in ("done", "skipped") or output in images:
                 continue
-            output = entry.get("output")
-            if entry.get("status") == "failed":
-                failed.append(str(entry.get("image") or output))
-            if entry.get("status") not in ("done", "skipped") or output in images:
-                continue
-            if not isinstance(output, str) or Path(output).name != output or output in ("", ".", ".."):
+            if Path(output).name != output or output in ("", ".", ".."):
                 raise ComparisonError(f"{arg(argument, display_path(path))}: its run.json names an image folder {output!r} outside the run")
             images[output] = ImageFiles(output, path / output, _report(path / output / REPORT))
     return RunFolder(path, argument, documents[0], images, tuple(failed))
 
 
-def _run_documents(path: Path, argument: str) -> list[dict]:
+def _run_documents(path: Path, argument: str) -> list[RunRecord]:
     files = sorted(p for p in path.iterdir() if _RUN_FILE.match(p.name) and p.is_file())
     if not files:
         raise ComparisonError(
@@ -204,13 +196,14 @@ def _run_documents(path: Path, argument: str) -> list[dict]:
             document = json.loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ComparisonError(f"{display_path(file)}: not readable JSON ({first_line(exc)}); rerun that run") from None
-        if not isinstance(document, dict) or "hookviz" not in document or not isinstance(document.get("images"), list):
+        record = RunRecord.from_json(document, file)
+        if record is None:
             raise ComparisonError(f"{display_path(file)}: not a run description of hookviz; rerun that run")
-        documents.append(document)
+        documents.append(record)
     return documents
 
 
-def _report(path: Path) -> dict:
+def _report(path: Path) -> Report:
     report = read_report(path)
     if report is None:
         state = "missing" if not path.exists() else "truncated or not a report of hookviz"

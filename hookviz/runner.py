@@ -36,28 +36,9 @@ from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, Pic
 from .identity import Match
 from .outputs import DIFF, TENSORS, existing_ancestor, output_names, place, save_explanation, sweep_stale_files, target_json, write_json
 from .pictures import kinds_for
+from .records import Checks, Counts, DiffEntry, ImageStatus, Report, RunRecord
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
-
-
-@dataclass(frozen=True)
-class ImageStatus:
-    """What became of one image: ``done``, ``failed``, ``skipped`` or ``not_done`` (interrupted)."""
-
-    image: str
-    output: str
-    status: str
-    error: str | None = None
-    target: dict | None = None
-    files: tuple[str, ...] = ()
-    top5: tuple[dict, ...] = ()
-    task: str = "classify"
-
-    def to_json(self) -> dict:
-        return {
-            "image": self.image, "output": self.output, "status": self.status, "error": self.error,
-            "task": self.task, "target": self.target, "top5": list(self.top5), "files": list(self.files),
-        }
 
 
 @dataclass(frozen=True)
@@ -333,7 +314,7 @@ class Run:
                 todo.append(path)
         return todo
 
-    def _complete(self, folder: Path, report: dict) -> bool:
+    def _complete(self, folder: Path, report: Report) -> bool:
         """Whether ``report`` (``folder``'s) is of this run's results: the same model, weights,
         preprocessing and target options, listing every layer of this run with every picture
         this run draws (and tensors.npz when asked)."""
@@ -341,30 +322,28 @@ class Run:
             return False
         if self.options.save_tensors and not (folder / TENSORS).exists():
             return False
-        if FINGERPRINT not in (report.get("files") or ()):
+        if FINGERPRINT not in report.files:
             return False  # written before hookviz kept fingerprints: a later comparison needs one
         wanted = [kind.name for kind in kinds_for(self.pictures)]
-        layers = [layer for layer in report["layers"] if isinstance(layer, dict)]
-        skipped = set(report.get("skipped_layers") or ())
         for spec in self.explainer.layers:
-            matching = [l for l in layers if _names_spec(str(l.get("name")), spec)]
-            if not matching and spec.label not in skipped:
+            matching = [layer for layer in report.layers if _names_spec(layer.name, spec)]
+            if not matching and spec.label not in report.skipped_layers:
                 return False
             for layer in matching:
-                pictures = layer.get("pictures") or {}
+                pictures = layer.pictures
                 if any(k not in pictures or (pictures[k] is not None and not (folder / pictures[k]).exists()) for k in wanted):
                     return False
         return True
 
-    def _same_recipe(self, report: dict) -> bool:
-        explainer, asked = self.explainer, report.get("asked") or {}
+    def _same_recipe(self, report: Report) -> bool:
+        explainer, asked = self.explainer, report.asked
         grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
         return (
-            report.get("model") == explainer.model.name and report.get("weights") == explainer.model.weights
-            and report.get("weights_sha256") == explainer.model.weights_sha256  # a file rewritten in place
-            and report.get("preprocessing") == explainer.preprocessing.to_json()
-            and asked.get("target") == target_json(self.target)
-            and (not grids or (asked.get("channels"), asked.get("scale")) == (str(self.pictures.channels), self.pictures.scale))
+            report.model == explainer.model.name and report.weights == explainer.model.weights
+            and report.weights_sha256 == explainer.model.weights_sha256  # a file rewritten in place
+            and report.preprocessing == explainer.preprocessing.to_json()
+            and asked.target == target_json(self.target)
+            and (not grids or (asked.channels, asked.scale) == (str(self.pictures.channels), self.pictures.scale))
         )
 
     def batches(self) -> Iterator[list[tuple[Path, object]]]:
@@ -517,10 +496,11 @@ class Run:
             try:
                 summary, document = self._compare(summary, document)
             except HookvizError as error:  # the run's own files are complete: describe them, then stop
-                self.error = document["error"] = str(error)
+                self.error = str(error)
+                document = replace(document, error=self.error)
                 failure = error
         try:
-            write_json(self.run_json, document)
+            write_json(self.run_json, document.to_json())
             write_gallery(self.options.out, document)
         except OSError as exc:
             raise HookvizError(
@@ -531,25 +511,22 @@ class Run:
             raise failure
         return summary
 
-    def _compare(self, summary: RunSummary, document: dict) -> tuple[RunSummary, dict]:
+    def _compare(self, summary: RunSummary, document: RunRecord) -> tuple[RunSummary, RunRecord]:
         """Compare the finished run with its baseline: ``OUT/diff.json``, the diff pictures
         (when the run draws pictures) and, with ``--fail-on drift``, findings that fail the run."""
         from .diffing import compare_with_baseline
 
-        checks = document["checks"]
-        checks.update(baseline=display_path(self.baseline.path), tolerances=self.checks.tolerances.to_json())
+        checks = replace(document.checks, baseline=display_path(self.baseline.path), tolerances=self.checks.tolerances.to_json())
         if not summary.count("done") + summary.count("skipped"):
             note = f"{arg('baseline')}: no image finished, nothing to compare"
-            document["notes"].append(note)
-            return replace(summary, notes=(*summary.notes, note)), document
+            return replace(summary, notes=(*summary.notes, note)), replace(document, checks=checks, notes=(*document.notes, note))
         checked = "drift" in self.checks.fail_on
         diff = compare_with_baseline(self.baseline, self.options.out, document, self.checks.tolerances, checked,
                                      pictures=bool(self.pictures.pictures))
         findings = (*summary.findings, *(diff.findings if checked else ()))
         notes = tuple(dict.fromkeys((*summary.notes, *diff.notes)))
-        checks.update(passed=not findings, findings=[f.to_json() for f in findings])
-        document["notes"] = list(notes)
-        document["diff"] = {"file": DIFF, "images": len(diff.images), "drift_findings": len(diff.findings)}
+        document = replace(document, checks=replace(checks, passed=not findings, findings=findings), notes=notes,
+                           diff=DiffEntry(DIFF, len(diff.images), len(diff.findings)))
         return replace(summary, findings=findings, notes=notes), document
 
     # -- helpers
@@ -565,49 +542,37 @@ class Run:
         if self.on_status:
             self.on_status(status, count, len(self.selected))
 
-    def _document(self, summary: RunSummary) -> dict:
+    def _document(self, summary: RunSummary) -> RunRecord:
         import torch
         import torchvision
 
         from . import __version__
 
         explainer, options = self.explainer, self.options
-        return {
-            "hookviz": __version__,
-            "torch": torch.__version__,
-            "torchvision": torchvision.__version__,
-            "python": platform.python_version(),
-            "command": [display_path(a) for a in options.command],
-            "model": explainer.model.name,
-            "weights": explainer.model.weights,
-            "weights_sha256": explainer.model.weights_sha256,
-            "task": explainer.model.task,
-            "device": self.device,
-            "layers": list(summary.layers),
-            "layer_choice": explainer.layer_choice,
-            "shard": list(options.shard) if options.shard else None,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
-            "seconds": round(time.time() - self.started, 3),
-            "interrupted": summary.interrupted,
-            "error": self.error,
-            "counts": {
-                "images": len(self.selected),
-                "done": summary.count("done"),
-                "failed": summary.count("failed"),
-                "skipped": summary.count("skipped"),
-                "not_done": summary.count("not_done"),
-            },
-            "images": [s.to_json() for s in summary.statuses],
-            "failures": [{"image": s.image, "error": s.error} for s in summary.failed],
-            "checks": {
-                "enabled": list(self.checks.fail_on),
-                "dead_fraction": self.checks.dead_fraction,
-                "passed": not summary.findings,
-                "findings": [f.to_json() for f in summary.findings],
-            },
-            "notes": list(summary.notes),
-            "tensorboard": display_path(options.tensorboard) if options.tensorboard else None,
-        }
+        return RunRecord(
+            hookviz=__version__,
+            torch=torch.__version__,
+            torchvision=torchvision.__version__,
+            python=platform.python_version(),
+            command=tuple(display_path(a) for a in options.command),
+            model=explainer.model.name,
+            weights=explainer.model.weights,
+            weights_sha256=explainer.model.weights_sha256,
+            task=explainer.model.task,
+            device=self.device,
+            layers=summary.layers,
+            layer_choice=explainer.layer_choice,
+            shard=options.shard,
+            started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+            seconds=round(time.time() - self.started, 3),
+            interrupted=summary.interrupted,
+            error=self.error,
+            counts=Counts(len(self.selected), *(summary.count(s) for s in ("done", "failed", "skipped", "not_done"))),
+            images=summary.statuses,
+            checks=Checks(tuple(self.checks.fail_on), self.checks.dead_fraction, not summary.findings, summary.findings),
+            notes=summary.notes,
+            tensorboard=display_path(options.tensorboard) if options.tensorboard else None,
+        )
 
 
 def _names_spec(name: str, spec) -> bool:

@@ -1,0 +1,183 @@
+"""report.json and run.json: typed records with a published JSON Schema, read back across versions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import hookviz
+from hookviz.cli import app
+from hookviz.records import REPORT_SCHEMA, RUN_SCHEMA, Report, RunRecord, schema_path
+
+from .conftest import ROOT, SAMPLES, tiny_net
+
+TINY = ["--model", "tests.conftest:tiny_net", "--layer", "features.3", "--layer", "act", "--layer", "fc", "--crop", "64"]
+PHOTOS = [SAMPLES / "cat.png", SAMPLES / "coffee.png"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def _validator(kind: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads(schema_path(kind).read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _validate_run_folder(out: Path) -> int:
+    """Check every report.json and run file under ``out`` against its schema; how many there were."""
+    files = [(p, "report") for p in out.glob("*/report.json")] + [(p, "run") for p in out.glob("run*.json")]
+    validators = {kind: _validator(kind) for kind in ("report", "run")}
+    for path, kind in files:
+        validators[kind].validate(json.loads(path.read_text(encoding="utf-8")))
+    assert any(kind == "run" for _, kind in files) and any(kind == "report" for _, kind in files), files
+    return len(files)
+
+
+def _rewrite(path: Path, change) -> None:
+    document = json.loads(path.read_text(encoding="utf-8"))
+    change(document)
+    path.write_text(json.dumps(document), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> dict[str, Path]:
+    """TinyNet's weights, and a copy whose features.3 convolution is changed."""
+    folder = tmp_path_factory.mktemp("weights")
+    model = tiny_net()
+    torch.save(model.state_dict(), folder / "a.pth")
+    with torch.no_grad():
+        model.features[3].weight.mul_(1.01)
+    torch.save(model.state_dict(), folder / "b.pth")
+    return {"a": folder / "a.pth", "b": folder / "b.pth"}
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, weights) -> Path:
+    """A classify run over two photos: a CAM per layer, the top two classes' CAMs, tensors saved."""
+    out = tmp_path_factory.mktemp("runs") / "base"
+    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "cam", "--topk", "2",
+                    "--save-tensors", "--workers", "1", "-q", "--out", out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _copy(base: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(base, copy)
+    return copy
+
+
+def test_a_classify_runs_files_validate_and_read_back_as_written(base):
+    assert _validate_run_folder(base) == 3
+    for path in base.glob("*/report.json"):
+        document = json.loads(path.read_text())
+        assert document["schema"] == REPORT_SCHEMA
+        assert Report.from_json(document).to_json() == document  # the record loses nothing
+    document = json.loads((base / "run.json").read_text())
+    assert document["schema"] == RUN_SCHEMA
+    assert RunRecord.from_json(document).to_json() == document
+
+
+def test_a_resumed_run_a_baseline_run_and_a_diff_write_files_that_validate(base, weights, tmp_path):
+    out = _copy(base, tmp_path)
+    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "cam", "--topk", "2",
+                    "--save-tensors", "--workers", "1", "--out", out, "--skip-existing", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["counts"]["skipped"] == 2
+    _validate_run_folder(out)
+
+    new = tmp_path / "new"
+    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["b"], "--pictures", "none", "-q", "--out", new,
+                    "--baseline", base)
+    assert result.exit_code == 0, result.output
+    document = json.loads((new / "run.json").read_text())
+    assert document["checks"]["baseline"] == str(base) and document["diff"]["images"] == 2
+    _validate_run_folder(new)
+    assert RunRecord.from_json(document).to_json() == document
+
+    result = invoke("diff", base, out, "--out", tmp_path / "diff.json")
+    assert result.exit_code == 0, result.output
+    _validate_run_folder(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ["--model", "lraspp_mobilenet_v3_large", "--resize", "96", "--topk", "2"],
+    ["--model", "tests.test_detect:detector", "--score-threshold", "0.01", "--max-detections", "2", "--pictures", "cam"],
+], ids=["segment", "detect"])
+def test_segment_and_detect_runs_write_files_that_validate(tmp_path, args):
+    result = invoke("run", SAMPLES / "cat.png", *args, "--weights", "none", "--workers", "1", "-q", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    _validate_run_folder(tmp_path)
+    report = json.loads((tmp_path / "cat" / "report.json").read_text())
+    assert Report.from_json(report).to_json() == report
+
+
+def test_a_saved_explanation_writes_a_report_that_validates(tmp_path):
+    result = hookviz.explain(tiny_net(), torch.rand(3, 64, 64), layers=["features.3"])
+    result.save(tmp_path, "cam")
+    _validator("report").validate(json.loads((tmp_path / "report.json").read_text()))
+
+
+def test_a_renamed_key_fails_the_schema(base):
+    report = json.loads(next(base.glob("*/report.json")).read_text())
+    report["top_5"] = report.pop("top5")
+    with pytest.raises(jsonschema.ValidationError):
+        _validator("report").validate(report)
+    run = json.loads((base / "run.json").read_text())
+    run["images"][0]["folder"] = run["images"][0].pop("output")
+    with pytest.raises(jsonschema.ValidationError):
+        _validator("run").validate(run)
+
+
+def test_files_of_an_older_hookviz_without_a_schema_resume_and_compare(base, weights, tmp_path):
+    old = _copy(base, tmp_path)
+    for path in [*old.glob("*/report.json"), old / "run.json"]:
+        _rewrite(path, lambda document: document.pop("schema"))
+    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "cam", "--topk", "2",
+                    "--save-tensors", "--workers", "1", "--out", old, "--skip-existing", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["counts"]["skipped"] == 2
+    assert "schema" not in json.loads((old / "cat" / "report.json").read_text())  # kept, not rewritten
+    _rewrite(old / "run.json", lambda document: document.pop("schema"))  # the resumed run wrote its own
+    result = invoke("diff", old, base, "--out", tmp_path / "diff.json", "--fail-on", "drift")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "diff.json").read_text())["compared"]["images"] == 2
+
+
+def test_a_report_of_a_newer_schema_stops_a_resumed_run_in_one_line(base, weights, tmp_path):
+    out = _copy(base, tmp_path)
+    _rewrite(out / "cat" / "report.json", lambda document: document.update(schema="hookviz/report/2"))
+    before = (out / "cat" / "report.json").read_bytes()
+    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--out", out, "--skip-existing")
+    assert result.exit_code == 2, result.output
+    (line,) = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert f"{out / 'cat' / 'report.json'}: written by a newer hookviz" in line and "upgrade hookviz" in line
+    assert "Traceback" not in result.output and (out / "cat" / "report.json").read_bytes() == before
+
+
+def test_a_run_file_of_a_newer_schema_stops_a_diff_in_one_line(base, tmp_path):
+    new = _copy(base, tmp_path)
+    _rewrite(new / "run.json", lambda document: document.update(schema="hookviz/run/7"))
+    result = invoke("diff", base, new, "--out", tmp_path / "diff.json")
+    assert result.exit_code == 2, result.output
+    (line,) = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert f"{new / 'run.json'}: written by a newer hookviz (schema 'hookviz/run/7'" in line
+    assert not (tmp_path / "diff.json").exists()
+
+
+def test_the_schemas_ship_with_the_package_and_the_readme_names_them():
+    for kind in ("report", "run"):
+        assert schema_path(kind).is_file() and schema_path(kind).parent == Path(hookviz.__file__).parent / "schemas"
+        _validator(kind)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "hookviz/schemas/report.schema.json" in readme and "hookviz/schemas/run.schema.json" in readme
+    assert '"schemas/*.json"' in (ROOT / "pyproject.toml").read_text()
