@@ -20,7 +20,7 @@ def test_a_built_wheel_holds_every_module_and_runs_the_demo(tmp_path):
     )
     (wheel,) = (tmp_path / "dist").glob("hookviz-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    packaged = {p.relative_to(ROOT).as_posix() for p in (ROOT / "hookviz").rglob("*") if p.suffix in (".py", ".pyi", ".typed")}
+    packaged = {p.relative_to(ROOT).as_posix() for p in (ROOT / "hookviz").rglob("*") if p.suffix in (".py", ".pyi", ".typed", ".json")}
     assert packaged <= names, packaged - names
     # Installed alone (its dependencies come from this environment), away from the checkout.
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(tmp_path / "site"),
