@@ -39,7 +39,8 @@ _NAMED = re.compile(r"^hookviz/(\w+)/(\d+)$")
 
 
 def schema_path(kind: str) -> Path:
-    """The published JSON Schema of ``kind`` (``report`` or ``run``), shipped with the package."""
+    """The published JSON Schema of ``kind``, shipped with the package: ``report``, ``run``, or
+    ``diff`` (``diff.json``, whose records are ``changes.RunDiff``'s and whose version is its ``format``)."""
     return Path(__file__).with_name("schemas") / f"{kind}.schema.json"
 
 

@@ -32,9 +32,10 @@ def _validator(kind: str) -> jsonschema.Draft202012Validator:
 
 
 def _validate_run_folder(out: Path) -> int:
-    """Check every report.json and run file under ``out`` against its schema; how many there were."""
+    """Check every report.json, run file and diff.json in ``out`` against its schema; how many there were."""
     files = [(p, "report") for p in out.glob("*/report.json")] + [(p, "run") for p in out.glob("run*.json")]
-    validators = {kind: _validator(kind) for kind in ("report", "run")}
+    files += [(p, "diff") for p in out.glob("diff.json")]
+    validators = {kind: _validator(kind) for kind in ("report", "run", "diff")}
     for path, kind in files:
         validators[kind].validate(json.loads(path.read_text(encoding="utf-8")))
     assert any(kind == "run" for _, kind in files) and any(kind == "report" for _, kind in files), files
@@ -61,10 +62,11 @@ def weights(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory, weights) -> Path:
-    """A classify run over two photos: a CAM per layer, the top two classes' CAMs, tensors saved."""
+    """A classify run over two photos: a CAM per layer and the top two classes', tensors saved;
+    no pictures (the slow tests draw them)."""
     out = tmp_path_factory.mktemp("runs") / "base"
-    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "cam", "--topk", "2",
-                    "--save-tensors", "--workers", "1", "-q", "--out", out)
+    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--topk", "2",
+                    "--save-tensors", "-q", "--out", out)
     assert result.exit_code == 0, result.output
     return out
 
@@ -86,39 +88,44 @@ def test_a_classify_runs_files_validate_and_read_back_as_written(base):
     assert RunRecord.from_json(document).to_json() == document
 
 
-def test_a_resumed_run_a_baseline_run_and_a_diff_write_files_that_validate(base, weights, tmp_path):
+def test_a_resumed_run_writes_files_that_validate(base, weights, tmp_path):
     out = _copy(base, tmp_path)
-    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "cam", "--topk", "2",
-                    "--save-tensors", "--workers", "1", "--out", out, "--skip-existing", "--json")
+    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--topk", "2",
+                    "--save-tensors", "--out", out, "--skip-existing", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["counts"]["skipped"] == 2
     _validate_run_folder(out)
 
+
+def test_a_baseline_run_and_a_diff_write_files_that_validate(base, weights, tmp_path):
     new = tmp_path / "new"
     result = invoke("run", *PHOTOS, *TINY, "--weights", weights["b"], "--pictures", "none", "-q", "--out", new,
                     "--baseline", base)
     assert result.exit_code == 0, result.output
     document = json.loads((new / "run.json").read_text())
     assert document["checks"]["baseline"] == str(base) and document["diff"]["images"] == 2
-    _validate_run_folder(new)
+    assert _validate_run_folder(new) == 4  # two reports, run.json and diff.json
     assert RunRecord.from_json(document).to_json() == document
 
-    result = invoke("diff", base, out, "--out", tmp_path / "diff.json")
+    result = invoke("diff", base, new, "--out", tmp_path / "diff.json", "--pictures", "none")
     assert result.exit_code == 0, result.output
-    _validate_run_folder(out)
+    _validator("diff").validate(json.loads((tmp_path / "diff.json").read_text()))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [
+    [*TINY, "--topk", "2", "--grad-channels"],
     ["--model", "lraspp_mobilenet_v3_large", "--resize", "96", "--topk", "2"],
     ["--model", "tests.test_detect:detector", "--score-threshold", "0.01", "--max-detections", "2", "--pictures", "cam"],
-], ids=["segment", "detect"])
-def test_segment_and_detect_runs_write_files_that_validate(tmp_path, args):
+], ids=["classify", "segment", "detect"])
+def test_runs_that_draw_every_picture_of_each_task_write_files_that_validate(tmp_path, args):
     result = invoke("run", SAMPLES / "cat.png", *args, "--weights", "none", "--workers", "1", "-q", "--out", tmp_path)
     assert result.exit_code == 0, result.output
     _validate_run_folder(tmp_path)
     report = json.loads((tmp_path / "cat" / "report.json").read_text())
     assert Report.from_json(report).to_json() == report
+    assert all(name in report["files"] for layer in report["layers"] for name in layer["pictures"].values() if name)
+    assert "cam" in report["layers"][0]["pictures"]
 
 
 def test_a_saved_explanation_writes_a_report_that_validates(tmp_path):
@@ -142,13 +149,13 @@ def test_files_of_an_older_hookviz_without_a_schema_resume_and_compare(base, wei
     old = _copy(base, tmp_path)
     for path in [*old.glob("*/report.json"), old / "run.json"]:
         _rewrite(path, lambda document: document.pop("schema"))
-    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "cam", "--topk", "2",
-                    "--save-tensors", "--workers", "1", "--out", old, "--skip-existing", "--json")
+    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--topk", "2",
+                    "--save-tensors", "--out", old, "--skip-existing", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["counts"]["skipped"] == 2
     assert "schema" not in json.loads((old / "cat" / "report.json").read_text())  # kept, not rewritten
     _rewrite(old / "run.json", lambda document: document.pop("schema"))  # the resumed run wrote its own
-    result = invoke("diff", old, base, "--out", tmp_path / "diff.json", "--fail-on", "drift")
+    result = invoke("diff", old, base, "--out", tmp_path / "diff.json", "--fail-on", "drift", "--pictures", "none")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "diff.json").read_text())["compared"]["images"] == 2
 
@@ -175,9 +182,9 @@ def test_a_run_file_of_a_newer_schema_stops_a_diff_in_one_line(base, tmp_path):
 
 
 def test_the_schemas_ship_with_the_package_and_the_readme_names_them():
-    for kind in ("report", "run"):
+    for kind in ("report", "run", "diff"):
         assert schema_path(kind).is_file() and schema_path(kind).parent == Path(hookviz.__file__).parent / "schemas"
         _validator(kind)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "hookviz/schemas/report.schema.json" in readme and "hookviz/schemas/run.schema.json" in readme
+    assert all(f"hookviz/schemas/{kind}.schema.json" in readme for kind in ("report", "run", "diff"))
     assert '"schemas/*.json"' in (ROOT / "pyproject.toml").read_text()
