@@ -34,11 +34,11 @@ from .checks import Finding
 from .errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
 from .options import Tolerances
 from .outputs import DIFF, atomic_write, layer_stems, write_json
-from .records import RunRecord
+from .records import DiffEntry, RunRecord
 from .runfiles import ImageData, RunFolder, open_run, version_tuple
 from .summaries import TENSOR_KEYS
 
-__all__ = ["DIFF", "compare", "save_diff", "diff_runs", "compare_with_baseline"]
+__all__ = ["DIFF", "Baseline", "compare", "save_diff", "diff_runs", "compare_with_baseline"]
 
 
 # ----------------------------------------------------------------------------- comparing
@@ -434,6 +434,59 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
 
         write_gallery(after.path, after.run, diff=diff.to_json())
     return diff
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A run's ``--baseline``: the earlier run's folder, read before the run does any work,
+    and the checks (``CheckOptions``) the run ends by making against it."""
+
+    folder: RunFolder
+    checks: object
+
+    @classmethod
+    def open(cls, checks, options) -> Baseline:
+        """Read ``checks.baseline`` for a run with these ``RunOptions``.
+
+        Raises:
+            UsageError: with ``--shard``, or the baseline overlaps the run's output or log folder.
+            ComparisonError: not a run's output, or its files are missing or corrupt.
+        """
+        baseline, out = checks.baseline, options.out
+        if options.shard is not None:
+            raise UsageError(
+                f"{arg('baseline')} compares a whole run; once every {arg('shard')} has finished, "
+                f"run `hookviz diff {display_path(baseline)} {display_path(out)}`"
+            )
+        base, mine = baseline.resolve(), out.resolve()
+        if base == mine or base in mine.parents or mine in base.parents:
+            raise UsageError(f"{arg('baseline', display_path(baseline))}: overlaps {arg('out', display_path(out))}; "
+                             f"a run never writes into its baseline: choose another {arg('out')}")
+        logs = options.tensorboard
+        if logs is not None and (logs.resolve() == base or base in logs.resolve().parents):
+            raise UsageError(f"{arg('tensorboard', display_path(logs))}: is inside {arg('baseline', display_path(baseline))}; "
+                             f"a run never writes into its baseline: choose another {arg('tensorboard')} folder")
+        return cls(open_run(baseline, "baseline"), checks)
+
+    def compare(self, summary, document: RunRecord, out: Path, pictures: bool):
+        """Compare the finished run (``summary``, a ``runner.RunSummary``; ``document``, its
+        run.json; its files in ``out``) with the baseline: ``out/diff.json``, the diff pictures
+        (with ``pictures``) and, with ``--fail-on drift``, findings that fail the run.
+
+        Returns:
+            The summary and the run's description, with the comparison's findings and notes.
+        """
+        checks = replace(document.checks, baseline=display_path(self.folder.path), tolerances=self.checks.tolerances.to_json())
+        if not summary.count("done") + summary.count("skipped"):
+            note = f"{arg('baseline')}: no image finished, nothing to compare"
+            return replace(summary, notes=(*summary.notes, note)), replace(document, checks=checks, notes=(*document.notes, note))
+        checked = "drift" in self.checks.fail_on
+        diff = compare_with_baseline(self.folder, out, document, self.checks.tolerances, checked, pictures=pictures)
+        findings = (*summary.findings, *(diff.findings if checked else ()))
+        notes = tuple(dict.fromkeys((*summary.notes, *diff.notes)))
+        document = replace(document, checks=replace(checks, passed=not findings, findings=findings), notes=notes,
+                           diff=DiffEntry(DIFF, len(diff.images), len(diff.findings)))
+        return replace(summary, findings=findings, notes=notes), document
 
 
 def compare_with_baseline(baseline: RunFolder, out: Path, run: RunRecord, tolerances: Tolerances, checked: bool,

@@ -38,7 +38,7 @@ from .summaries import tensor_stats
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
     "existing_ancestor",
-    "output_names", "plain_name", "distinct_name", "Placement", "place", "layer_stems", "report_of", "save_explanation", "target_json",
+    "output_names", "plain_name", "distinct_name", "Placement", "place", "Recipe", "Folders", "plan_folders", "layer_stems", "report_of", "save_explanation", "target_json",
 ]
 
 REPORT = "report.json"
@@ -215,6 +215,106 @@ def place(out: Path, path: Path, name: str, taken: Collection[str] = (), present
         if match is Match.UNKNOWN and free is None:  # nothing there, or a report of an older hookviz
             free = Placement(candidate, report, match)
     return free or Placement(candidates[-1], None, Match.OTHER)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a run makes of each photo, as ``--skip-existing`` compares it with a report
+    already in the photo's folder: the model, its weights (and their bytes), the
+    preprocessing and target options, the layers, the pictures and whether tensors are saved.
+
+    Attributes:
+        target: the target options as report.json keeps them (``target_json``).
+        layers: the run's layer selections (``layers.LayerSpec``: ``path``, ``call``, ``label``).
+        pictures: a ``PictureOptions``.
+    """
+
+    model: str
+    weights: str
+    weights_sha256: str | None
+    preprocessing: dict
+    target: dict
+    layers: tuple
+    pictures: object
+    save_tensors: bool = False
+
+    @classmethod
+    def of(cls, explainer, target, pictures, save_tensors: bool) -> Recipe:
+        """The recipe of a run with ``explainer`` and these ``TargetOptions`` and ``PictureOptions``."""
+        model = explainer.model
+        return cls(model.name, model.weights, model.weights_sha256, explainer.preprocessing.to_json(), target_json(target),
+                   tuple(explainer.layers), pictures, save_tensors)
+
+    def made(self, folder: Path, report: Report) -> bool:
+        """Whether ``report`` (``folder``'s) is of this recipe's results: the same model, weights,
+        preprocessing and target options, listing every layer of this recipe with every
+        picture it draws (and tensors.npz when asked), each file there."""
+        if not self._same(report):
+            return False
+        if self.save_tensors and not (folder / TENSORS).exists():
+            return False
+        if FINGERPRINT not in report.files:
+            return False  # written before hookviz kept fingerprints: a later comparison needs one
+        wanted = [kind.name for kind in kinds_for(self.pictures)]
+        for spec in self.layers:
+            matching = [layer for layer in report.layers if _names_spec(layer.name, spec)]
+            if not matching and spec.label not in report.skipped_layers:
+                return False
+            for layer in matching:
+                pictures = layer.pictures
+                if any(k not in pictures or (pictures[k] is not None and not (folder / pictures[k]).exists()) for k in wanted):
+                    return False
+        return True
+
+    def _same(self, report: Report) -> bool:
+        asked = report.asked
+        grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
+        return (
+            report.model == self.model and report.weights == self.weights
+            and report.weights_sha256 == self.weights_sha256  # a file rewritten in place
+            and report.preprocessing == self.preprocessing
+            and asked.target == self.target
+            and (not grids or (asked.channels, asked.scale) == (str(self.pictures.channels), self.pictures.scale))
+        )
+
+
+def _names_spec(name: str, spec) -> bool:
+    """Whether a report's layer ``name`` (``relu:1``) is a call of the module ``spec`` selects."""
+    path, _, call = name.partition(":")
+    return path == spec.path and (spec.call is None or call == str(spec.call))
+
+
+@dataclass(frozen=True)
+class Folders:
+    """Where each photo of a run goes (``names``), and which of them are ``done`` already or still ``todo``."""
+
+    names: dict
+    done: tuple[Path, ...] = ()
+    todo: tuple[Path, ...] = ()
+
+
+def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recipe: Recipe | None = None) -> Folders:
+    """Give each photo of ``paths`` its folder in ``out`` (``place``: never another photo's),
+    starting from ``names`` (``output_names`` of the run's full list).
+
+    With a ``recipe`` (``--skip-existing``), a photo whose folder holds a complete result of
+    this photo made by this recipe is done already; the others are still to do.
+
+    Raises:
+        SchemaError: a report there was written by a newer hookviz.
+    """
+    names = dict(names)
+    taken = {name.lower() for name in names.values()}  # as a case-insensitive file system sees them
+    present = {entry.lower() for entry in os.listdir(out)}  # one listing, not a look per image
+    done, todo = [], []
+    for path in paths:
+        placement = place(out, path, names[path], taken=taken, present=present)
+        names[path] = placement.name
+        if recipe is not None and placement.match is Match.SAME and recipe.made(out / placement.name, placement.report):
+            done.append(path)
+        else:
+            todo.append(path)
+    return Folders(names, tuple(done), tuple(todo))
 
 
 def layer_stems(names: Sequence[str]) -> dict[str, str]:

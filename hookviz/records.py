@@ -537,6 +537,34 @@ class RunRecord:
     diff: DiffEntry | None = None
     schema: int = 1
 
+    @classmethod
+    def of(cls, summary, *, explainer, device: str, options, checks, started: float, error: str | None,
+           images: int) -> RunRecord:
+        """The description of a run: ``summary`` (a ``runner.RunSummary``), the ``explainer``
+        it ran on ``device`` with these ``RunOptions`` and ``CheckOptions``, started at
+        ``started`` (``time.time()``), stopped by ``error`` if one did, over ``images`` photos."""
+        import platform
+        import time
+
+        import torch
+        import torchvision
+
+        from . import __version__
+
+        return cls(
+            hookviz=__version__, torch=torch.__version__, torchvision=torchvision.__version__,
+            python=platform.python_version(), command=tuple(display_path(a) for a in options.command),
+            model=explainer.model.name, weights=explainer.model.weights, weights_sha256=explainer.model.weights_sha256,
+            task=explainer.model.task, device=device, layers=tuple(summary.layers), layer_choice=explainer.layer_choice,
+            shard=options.shard, started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+            seconds=round(time.time() - started, 3), interrupted=summary.interrupted, error=error,
+            counts=Counts(images, *(summary.count(s) for s in ("done", "failed", "skipped", "not_done"))),
+            images=tuple(summary.statuses),
+            checks=Checks(tuple(checks.fail_on), checks.dead_fraction, not summary.findings, tuple(summary.findings)),
+            notes=tuple(summary.notes),
+            tensorboard=display_path(options.tensorboard) if options.tensorboard else None,
+        )
+
     @property
     def failures(self) -> tuple[ImageStatus, ...]:
         return tuple(s for s in self.images if s.status == "failed")

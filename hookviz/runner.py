@@ -19,7 +19,6 @@ import errno
 import math
 import multiprocessing
 import os
-import platform
 import signal
 import threading
 import time
@@ -31,12 +30,9 @@ from pathlib import Path
 from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
-from .fingerprints import FINGERPRINT
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
-from .identity import Match
-from .outputs import DIFF, TENSORS, existing_ancestor, output_names, place, save_explanation, sweep_stale_files, target_json, write_json
-from .pictures import kinds_for
-from .records import Checks, Counts, DiffEntry, ImageStatus, Report, RunRecord
+from .outputs import Recipe, existing_ancestor, output_names, plan_folders, save_explanation, sweep_stale_files, write_json
+from .records import ImageStatus, RunRecord
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
 
@@ -165,14 +161,17 @@ class Run:
         self.phase = "loading"  # then "running" (batches), then "finishing"
         self.interrupted = False
         self.error: str | None = None
-        self.baseline = None  # the baseline's RunFolder, read before any work (--baseline)
+        self.baseline = None  # a diffing.Baseline, read before any work (--baseline)
         self.step_of = {path: step for step, path in enumerate(self.selected)}  # TensorBoard's steps
 
     # -- the whole run
 
     def execute(self) -> RunSummary:
         check_out(self.options.out)
-        self._open_baseline()
+        if self.checks.baseline is not None:
+            from .diffing import Baseline
+
+            self.baseline = Baseline.open(self.checks, self.options)
         if self.options.tensorboard is not None:
             from .tensorboard_log import check_logdir
 
@@ -230,29 +229,6 @@ class Run:
         if not self.options.skip_existing:
             self._start_loader(self.selected)
 
-    def _open_baseline(self) -> None:
-        """Read the baseline first, so that a missing or broken one stops the run before any work."""
-        baseline = self.checks.baseline
-        if baseline is None:
-            return
-        from .runfiles import open_run
-
-        out = self.options.out
-        if self.options.shard is not None:
-            raise UsageError(
-                f"{arg('baseline')} compares a whole run; once every {arg('shard')} has finished, "
-                f"run `hookviz diff {display_path(baseline)} {display_path(out)}`"
-            )
-        base, mine = baseline.resolve(), out.resolve()
-        if base == mine or base in mine.parents or mine in base.parents:
-            raise UsageError(f"{arg('baseline', display_path(baseline))}: overlaps {arg('out', display_path(out))}; "
-                             f"a run never writes into its baseline: choose another {arg('out')}")
-        logs = self.options.tensorboard
-        if logs is not None and (logs.resolve() == base or base in logs.resolve().parents):
-            raise UsageError(f"{arg('tensorboard', display_path(logs))}: is inside {arg('baseline', display_path(baseline))}; "
-                             f"a run never writes into its baseline: choose another {arg('tensorboard')} folder")
-        self.baseline = open_run(baseline, "baseline")
-
     def _start_loader(self, paths: list[Path]) -> None:
         from .loader import ImageLoader
 
@@ -298,53 +274,15 @@ class Run:
         return line + "layers: " + ", ".join(spec.label for spec in explainer.layers)
 
     def _resume(self) -> list[Path]:
-        """Give each selected image its folder (``outputs.place``: never another photo's) and
-        return those still to do; with ``skip_existing``, an image whose folder holds a complete
-        result of this photo and of this run's model, weights, layers and pictures is done already."""
-        todo = []
-        taken = {name.lower() for name in self.names.values()}  # as a case-insensitive file system sees them
-        present = {entry.lower() for entry in os.listdir(self.options.out)}  # one listing, not a look per image
-        for path in self.selected:
-            placement = place(self.options.out, path, self.names[path], taken=taken, present=present)
-            self.names[path] = placement.name
-            if (self.options.skip_existing and placement.match is Match.SAME
-                    and self._complete(self.options.out / placement.name, placement.report)):
-                self._report(path, ImageStatus(display_path(path), placement.name, "skipped", "already done (skip_existing)"))
-            else:
-                todo.append(path)
-        return todo
-
-    def _complete(self, folder: Path, report: Report) -> bool:
-        """Whether ``report`` (``folder``'s) is of this run's results: the same model, weights,
-        preprocessing and target options, listing every layer of this run with every picture
-        this run draws (and tensors.npz when asked)."""
-        if not self._same_recipe(report):
-            return False
-        if self.options.save_tensors and not (folder / TENSORS).exists():
-            return False
-        if FINGERPRINT not in report.files:
-            return False  # written before hookviz kept fingerprints: a later comparison needs one
-        wanted = [kind.name for kind in kinds_for(self.pictures)]
-        for spec in self.explainer.layers:
-            matching = [layer for layer in report.layers if _names_spec(layer.name, spec)]
-            if not matching and spec.label not in report.skipped_layers:
-                return False
-            for layer in matching:
-                pictures = layer.pictures
-                if any(k not in pictures or (pictures[k] is not None and not (folder / pictures[k]).exists()) for k in wanted):
-                    return False
-        return True
-
-    def _same_recipe(self, report: Report) -> bool:
-        explainer, asked = self.explainer, report.asked
-        grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
-        return (
-            report.model == explainer.model.name and report.weights == explainer.model.weights
-            and report.weights_sha256 == explainer.model.weights_sha256  # a file rewritten in place
-            and report.preprocessing == explainer.preprocessing.to_json()
-            and asked.target == target_json(self.target)
-            and (not grids or (asked.channels, asked.scale) == (str(self.pictures.channels), self.pictures.scale))
-        )
+        """Give each selected image its folder and return those still to do (``outputs.plan_folders``;
+        with ``skip_existing``, an image already done by this run's recipe is skipped)."""
+        recipe = (Recipe.of(self.explainer, self.target, self.pictures, self.options.save_tensors)
+                  if self.options.skip_existing else None)
+        folders = plan_folders(self.options.out, self.selected, self.names, recipe)
+        self.names = folders.names
+        for path in folders.done:
+            self._report(path, ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)"))
+        return list(folders.todo)
 
     def batches(self) -> Iterator[list[tuple[Path, object]]]:
         """Batches of prepared photos; photos that cannot be used fail on the way.
@@ -490,11 +428,12 @@ class Run:
         )
         if self.explainer is None:
             return summary  # stopped before the output folder was made: nothing to describe
-        document = self._document(summary)
+        document = RunRecord.of(summary, explainer=self.explainer, device=self.device, options=self.options,
+                                checks=self.checks, started=self.started, error=self.error, images=len(self.selected))
         failure = None
         if self.baseline is not None and not self.interrupted and self.error is None:
             try:
-                summary, document = self._compare(summary, document)
+                summary, document = self.baseline.compare(summary, document, self.options.out, bool(self.pictures.pictures))
             except HookvizError as error:  # the run's own files are complete: describe them, then stop
                 self.error = str(error)
                 document = replace(document, error=self.error)
@@ -511,24 +450,6 @@ class Run:
             raise failure
         return summary
 
-    def _compare(self, summary: RunSummary, document: RunRecord) -> tuple[RunSummary, RunRecord]:
-        """Compare the finished run with its baseline: ``OUT/diff.json``, the diff pictures
-        (when the run draws pictures) and, with ``--fail-on drift``, findings that fail the run."""
-        from .diffing import compare_with_baseline
-
-        checks = replace(document.checks, baseline=display_path(self.baseline.path), tolerances=self.checks.tolerances.to_json())
-        if not summary.count("done") + summary.count("skipped"):
-            note = f"{arg('baseline')}: no image finished, nothing to compare"
-            return replace(summary, notes=(*summary.notes, note)), replace(document, checks=checks, notes=(*document.notes, note))
-        checked = "drift" in self.checks.fail_on
-        diff = compare_with_baseline(self.baseline, self.options.out, document, self.checks.tolerances, checked,
-                                     pictures=bool(self.pictures.pictures))
-        findings = (*summary.findings, *(diff.findings if checked else ()))
-        notes = tuple(dict.fromkeys((*summary.notes, *diff.notes)))
-        document = replace(document, checks=replace(checks, passed=not findings, findings=findings), notes=notes,
-                           diff=DiffEntry(DIFF, len(diff.images), len(diff.findings)))
-        return replace(summary, findings=findings, notes=notes), document
-
     # -- helpers
 
     def _failed(self, path: Path, reason: str) -> ImageStatus:
@@ -541,44 +462,6 @@ class Run:
             count = self.finished
         if self.on_status:
             self.on_status(status, count, len(self.selected))
-
-    def _document(self, summary: RunSummary) -> RunRecord:
-        import torch
-        import torchvision
-
-        from . import __version__
-
-        explainer, options = self.explainer, self.options
-        return RunRecord(
-            hookviz=__version__,
-            torch=torch.__version__,
-            torchvision=torchvision.__version__,
-            python=platform.python_version(),
-            command=tuple(display_path(a) for a in options.command),
-            model=explainer.model.name,
-            weights=explainer.model.weights,
-            weights_sha256=explainer.model.weights_sha256,
-            task=explainer.model.task,
-            device=self.device,
-            layers=summary.layers,
-            layer_choice=explainer.layer_choice,
-            shard=options.shard,
-            started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
-            seconds=round(time.time() - self.started, 3),
-            interrupted=summary.interrupted,
-            error=self.error,
-            counts=Counts(len(self.selected), *(summary.count(s) for s in ("done", "failed", "skipped", "not_done"))),
-            images=summary.statuses,
-            checks=Checks(tuple(self.checks.fail_on), self.checks.dead_fraction, not summary.findings, summary.findings),
-            notes=summary.notes,
-            tensorboard=display_path(options.tensorboard) if options.tensorboard else None,
-        )
-
-
-def _names_spec(name: str, spec) -> bool:
-    """Whether a report's layer ``name`` (``relu:1``) is a call of the module ``spec`` selects."""
-    path, _, call = name.partition(":")
-    return path == spec.path and (spec.call is None or call == str(spec.call))
 
 
 def _recorded_bytes(explanation) -> int:
