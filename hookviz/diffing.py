@@ -32,9 +32,9 @@ from .changes import (FORWARD, CamDiff, ImageDiff, LayerDiff, MapPair, RunDiff, 
                       compare_arrays, layers_only, peak_shift)
 from .checks import Finding
 from .errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
-from .options import Tolerances
+from .options import CheckOptions, Tolerances
 from .outputs import DIFF, atomic_write, layer_stems, write_json
-from .records import DiffEntry, RunRecord
+from .records import DiffEntry, RunRecord, Score
 from .runfiles import ImageData, RunFolder, open_run, version_tuple
 from .summaries import TENSOR_KEYS
 
@@ -113,12 +113,11 @@ def _compare_image(before: ImageData, after: ImageData, tolerances: Tolerances) 
     base_layers, new_layers = before.layers, after.layers
     stems = layer_stems(list(new_layers))
     layers = tuple(_compare_layer(name, stems[name], before, after) for name in new_layers if name in base_layers)
-    target = tuple(data.report.target.to_json() if data.report.target is not None else {} for data in (before, after))
     image = ImageDiff(
         output=after.files.output,
         image=after.files.image,
-        target=target,
-        top5=tuple(tuple(score.to_json() for score in data.report.top5) for data in (before, after)),
+        target=(_score_json(before.report.target), _score_json(after.report.target)),
+        top5=(tuple(s.to_json() for s in before.report.top5), tuple(s.to_json() for s in after.report.top5)),
         probability_change=_probability_change(before, after),
         model_input=_tensor_diff("model_input", _model_input(before), _model_input(after)),
         logits=_tensor_diff("logits", _logits(before), _logits(after)),
@@ -128,6 +127,10 @@ def _compare_image(before: ImageData, after: ImageData, tolerances: Tolerances) 
         notes=tuple(_layer_notes(before, after, layers)),
     )
     return replace(image, findings=_findings(image, tolerances))
+
+
+def _score_json(score: Score | None) -> dict:
+    return score.to_json() if score is not None else {}
 
 
 def _compare_layer(name: str, stem: str, before: ImageData, after: ImageData) -> LayerDiff:
@@ -442,7 +445,7 @@ class Baseline:
     and the checks (``CheckOptions``) the run ends by making against it."""
 
     folder: RunFolder
-    checks: object
+    checks: CheckOptions
 
     @classmethod
     def open(cls, checks, options) -> Baseline:

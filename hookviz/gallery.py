@@ -273,7 +273,7 @@ def _predicted(report: Report) -> str:
     )
 
 
-def _e(text: str) -> str:
+def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from .identity import Match, file_sha256, match_photo
 from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
 from .records import Asked, CamRecord, LayerRecord, Report, Score, read_report
 from .summaries import tensor_stats
+
+if TYPE_CHECKING:
+    from .options import PictureOptions
 
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
@@ -235,7 +238,7 @@ class Recipe:
     preprocessing: dict
     target: dict
     layers: tuple
-    pictures: object
+    pictures: PictureOptions
     save_tensors: bool = False
 
     @classmethod
@@ -310,7 +313,8 @@ def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recip
     for path in paths:
         placement = place(out, path, names[path], taken=taken, present=present)
         names[path] = placement.name
-        if recipe is not None and placement.match is Match.SAME and recipe.made(out / placement.name, placement.report):
+        report = placement.report if placement.match is Match.SAME else None
+        if recipe is not None and report is not None and recipe.made(out / placement.name, report):
             done.append(path)
         else:
             todo.append(path)

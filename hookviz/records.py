@@ -177,7 +177,7 @@ class LayerRecord:
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        entry = {
+        entry: dict = {
             "name": self.name, "requested": self.requested, "module_type": self.module_type,
             "shapes": {k: _list(v) for k, v in self.shapes.items()}, "stats": self.stats,
             "layout": self.layout.to_json() if self.layout is not None else None, "pictures": self.pictures,
@@ -461,7 +461,7 @@ class Checks:
     tolerances: dict | None = None
 
     def to_json(self) -> dict:
-        entry = {"enabled": list(self.enabled), "dead_fraction": self.dead_fraction, "passed": self.passed,
+        entry: dict = {"enabled": list(self.enabled), "dead_fraction": self.dead_fraction, "passed": self.passed,
                  "findings": [f.to_json() for f in self.findings]}
         if self.baseline is not None:
             entry.update(baseline=self.baseline, tolerances=self.tolerances)

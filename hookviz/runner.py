@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
@@ -33,6 +34,9 @@ from .explaining import SummaryOptions
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
 from .outputs import Recipe, existing_ancestor, output_names, plan_folders, save_explanation, sweep_stale_files, write_json
 from .records import ImageStatus, RunRecord
+
+if TYPE_CHECKING:
+    from .diffing import Baseline
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
 
@@ -161,7 +165,7 @@ class Run:
         self.phase = "loading"  # then "running" (batches), then "finishing"
         self.interrupted = False
         self.error: str | None = None
-        self.baseline = None  # a diffing.Baseline, read before any work (--baseline)
+        self.baseline: Baseline | None = None  # read before any work (--baseline)
         self.step_of = {path: step for step, path in enumerate(self.selected)}  # TensorBoard's steps
 
     # -- the whole run
