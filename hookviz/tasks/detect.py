@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import UsageError, arg
 from ..hooks import HookSet
-from .base import model_dtype, ClassScore, Detection, ImagePrediction, Plan, register_task
+from .base import model_dtype, ClassScore, Detection, ImagePrediction, Plan, focus_of, register_task
 from .targets import parse_target
 
 __all__ = ["Detect", "DetectorOutput", "MATCH_IOU"]
@@ -141,6 +141,28 @@ class Detect:
         logits = [np.asarray([float(s.detach()) for s in image], dtype=np.float32) for image in scores]
         return Plan(objective, cams, predictions, logits)
 
+    def scorer(self, plan: Plan, key: str, options):
+        """The score of the output box that matches the detection CAM ``key`` explains in each
+        image (same label, highest IoU, at least ``MATCH_IOU``; 0 when none does), as the plan
+        scores it; boxes under ``score_threshold`` are not in the output, so they score 0
+        (see ``Task.scorer``)."""
+        focus = focus_of(plan, key)
+
+        def score(output, images):
+            import torch
+
+            values = []
+            for result, image in zip(output.detections, images.tolist()):
+                detection = focus[image]
+                if detection is None:
+                    values.append(result["scores"].new_zeros(()))
+                    continue
+                box = torch.tensor(detection.box, dtype=result["boxes"].dtype, device=result["boxes"].device)
+                values.append(_matched_score(result, box, detection.index))
+            return torch.stack(values)
+
+        return score
+
 
 def _windows(batch, count: int) -> list:
     """Where each photo lies in the padded batch (torchvision's ``ImageList``)."""
@@ -161,13 +183,16 @@ def _chosen(result, options, fixed: int | None) -> list[int]:
 
 
 def _matched_score(result, box, label: int):
-    """The score of the output box of ``label`` that overlaps ``box`` most (IoU at least 0.5)."""
+    """The score of the output box of ``label`` that overlaps ``box`` most (IoU at least 0.5),
+    else 0."""
     from torchvision.ops import box_iou
 
     same = (result["labels"] == label).nonzero().flatten()
+    if len(same) == 0:  # a re-scored input (a masked photo) may have lost the object
+        return result["scores"].sum() * 0
     overlaps = box_iou(box.detach()[None], result["boxes"].detach()[same])[0]
     best = int(overlaps.argmax())
-    if float(overlaps[best]) < MATCH_IOU:  # cannot happen for a box of the same output; kept honest anyway
+    if float(overlaps[best]) < MATCH_IOU:  # never for a box of the same output; a re-scored input's may
         return result["scores"][same[best]] * 0
     return result["scores"][same[best]]
 
