@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -393,10 +394,10 @@ class _CamSources:
     """
 
     keys: tuple[str, ...]
-    module: object
-    gradients: dict | None = None
-    scores: dict | None = None
-    inputs: object = None
+    module: Any
+    gradients: Any = None
+    scores: Any = None
+    inputs: Any = None
 
 
 def _cam_gradients(recording, captures, plan, extra) -> dict:

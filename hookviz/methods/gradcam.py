@@ -15,6 +15,7 @@ __all__ = ["gradcam"]
 def gradcam(ctx: MethodContext):
     """Grad-CAM: channels weighted by their spatially averaged gradient."""
     activations, grads = ctx.activations, ctx.gradients
+    assert grads is not None  # needs_gradients: the pass gives them
     weights = grads.flatten(2).mean(-1)
     return _weighted(weights, activations)
 

@@ -17,6 +17,7 @@ __all__ = ["gradcam_plus_plus"]
 def gradcam_plus_plus(ctx: MethodContext):
     """Grad-CAM++: channels weighted by their positive gradients, each scaled by its alpha."""
     activations, grads = ctx.activations, ctx.gradients
+    assert grads is not None  # needs_gradients: the pass gives them
     grads2 = grads.pow(2)
     grads3 = grads2 * grads
     spatial = (1,) * (activations.dim() - 2)
