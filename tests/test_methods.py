@@ -261,7 +261,7 @@ def test_rescoring_a_detection_scores_its_matched_box():
     for seen, detection in zip(SEEN, detections):
         assert seen["hooks"] == 0
         assert seen["plain"].item() == pytest.approx(detection.score, rel=1e-5)
-    assert model.roi_heads.score_thresh == 0.05
+    assert model.roi_heads.score_thresh == 0.05 and _hooks_on(model) == 0
 
 
 # ----------------------------------------------------------------------------- maps of any dimension
