@@ -150,6 +150,22 @@ LayoutOption = Annotated[str, typer.Option(
 
 
 
+def _cam_help() -> str:
+    """``--cam``'s help, read from the method registry. cli.py's annotations are strings that
+    typer evaluates each time it builds the command, so a method registered after this module
+    was imported is listed too."""
+    from .methods import METHODS
+
+    names = METHODS.names()
+    return f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}."
+
+
+def _cam_completions(incomplete: str) -> list[str]:
+    from .methods import METHODS
+
+    return [name for name in [*METHODS.names(), *METHODS.extra_choices] if name.startswith(incomplete)]
+
+
 @app.command()
 def run(
     images: ImagesArgument = None,
@@ -161,7 +177,7 @@ def run(
     layout: LayoutOption = "auto",
     target: Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")] = "top1",
     objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
-    cam: Annotated[str, typer.Option(help="gradcam, gradcam++, layercam or none.")] = "gradcam",
+    cam: Annotated[str, typer.Option(help=_cam_help(), autocompletion=_cam_completions)] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
     task: Annotated[str, typer.Option(help="classify, segment or detect; auto: the model's source says, or for a factory's model, its output.")] = "auto",

@@ -10,9 +10,11 @@ gradient flags and the process's precision settings are restored after the pass.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -214,7 +216,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     from .modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
     from .recording import Recording
 
-    module, task, options = explainer.model.module, explainer.task, explainer.target
+    module, task, options, method = explainer.model.module, explainer.task, explainer.target, explainer.method
     if any(parameter.is_inference() for parameter in module.parameters()):
         raise UsageError(
             "the model's parameters were made under torch.inference_mode, so no gradient can flow through "
@@ -223,23 +225,23 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     tensors = [image.tensor for image in images]
     # Gradients are needed even when the caller's code runs under torch.no_grad or inference_mode.
     with torch.inference_mode(False), torch.enable_grad(), full_precision(explainer.device), \
-            evaluation(module) as was_training, frozen_parameters(module), Recording(module, explainer.layers) as recording, \
-            ChannelOrders(module) as orders:
-        output = task.forward(module, tensors, explainer.device, options)
-        skipped = recording.check_complete()
-        plan = task.plan(output, options, explainer.model.categories, len(images))
-        extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None]
-        recording.backward(plan.objective, retain_graph=bool(extra))
-        captures = recording.captures
-        _check_batch_first(captures, len(images))
-        grads_for = {key: [c.grad_output for c in captures] for key, scalar in plan.cams if scalar is None}
-        for n, (key, scalar) in enumerate(extra):
-            pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
-            grads_for[key] = [grad_output for _, grad_output in pairs]
-        input_hw = tuple(tensors[0].shape[-2:])
-        layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
+            evaluation(module) as was_training, frozen_parameters(module):
+        with Recording(module, explainer.layers) as recording, ChannelOrders(module) as orders:
+            output = task.forward(module, tensors, explainer.device, options)
+            skipped = recording.check_complete()
+            plan = task.plan(output, options, explainer.model.categories, len(images))
+            wants_gradients = method is not None and method.needs_gradients
+            extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None] if wants_gradients else []
+            recording.backward(plan.objective, retain_graph=bool(extra))
+            captures = recording.captures
+            _check_batch_first(captures, len(images))
+            gradients = _cam_gradients(recording, captures, plan, extra) if wants_gradients else None
+            input_hw = tuple(tensors[0].shape[-2:])
+            layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
+        # Out of the recording: a method that re-scores runs the bare model, with no hook on it.
+        sources = _cam_sources(explainer, method, plan, tensors, gradients)
         layer_cams = [
-            _layer_cams(explainer.cam, capture, grads_for, position, layouts[position]["output"])
+            _layer_cams(method, capture, sources, position, layouts[position]["output"])
             for position, capture in enumerate(captures)
         ]
     notes = list(explainer.notes)
@@ -380,16 +382,66 @@ def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
     return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
 
 
-def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout | None):
+@dataclass(frozen=True)
+class _CamSources:
+    """What the pass hands the CAM method, per CAM key of the plan (the main one first):
+    only what the method declares it needs, ``None`` otherwise.
+
+    Attributes:
+        gradients: per key, per recorded call, d(key's score)/d(output).
+        scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
+        inputs: the model's input batch (N, C, H, W), on its device, in its dtype.
+    """
+
+    keys: tuple[str, ...]
+    module: Any
+    gradients: Any = None
+    scores: Any = None
+    inputs: Any = None
+
+
+def _cam_gradients(recording, captures, plan, extra) -> dict:
+    """Per CAM key, each call's gradient of the key's score: the objective's own (already
+    recorded) where the key's scalar is the objective, else one more backward pass each."""
+    gradients = {key: [c.grad_output for c in captures] for key, scalar in plan.cams if scalar is None}
+    for n, (key, scalar) in enumerate(extra):
+        pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
+        gradients[key] = [grad_output for _, grad_output in pairs]
+    return {key: gradients[key] for key, _ in plan.cams}  # the plan's order: its first key is the main CAM
+
+
+def _cam_sources(explainer, method, plan, tensors, gradients) -> _CamSources:
+    import torch
+
+    from .methods import RESCORING_BATCH
+    from .tasks.base import Rescoring, model_dtype
+
+    module = explainer.model.module
+    keys = tuple(key for key, _ in plan.cams)
+    sources = _CamSources(keys, module, gradients)
+    if method is None:
+        return sources
+    inputs = None
+    if method.needs_input:
+        inputs = torch.stack(list(tensors)).to(device=explainer.device, dtype=model_dtype(module))
+    scores = None
+    if method.needs_rescoring:
+        task, options = explainer.task, explainer.target
+        scores = {key: Rescoring(task, module, explainer.device, options, task.scorer(plan, key, options), RESCORING_BATCH)
+                  for key in keys}
+    return replace(sources, inputs=inputs, scores=scores)
+
+
+def _layer_cams(method, capture, sources: _CamSources, position: int, layout: Layout | None):
     """One layer's CAMs for the whole batch, its output read in ``layout``.
 
     Returns:
         ``({key: (N, h, w) maps} or None, why there is none, per-image "the main CAM's
         gradient is all zero" flags)``.
     """
-    if cam_fn is None:
+    if method is None:
         return None, arg("cam", "none"), None
-    if not grads_for:  # the task found nothing to explain in this batch (no detections)
+    if not sources.keys:  # the task found nothing to explain in this batch (no detections)
         return None, "no CAM: nothing to explain in this image", None
     if layout is not None and not layout.spatial:
         shape = _shape_text(capture.output.shape)
@@ -398,17 +450,46 @@ def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout 
     if activation is None:
         shape = "none" if capture.output is None else _shape_text(capture.output.shape)
         return None, f"no CAM: output {shape} has no spatial layout", None
-    main = next(iter(grads_for))
-    gradient = reshape(grads_for[main][position], layout)
-    if gradient is None:
-        return None, "no CAM: the target's logit does not depend on this layer", None
+    zero_grad = np.zeros(activation.shape[0], dtype=bool)
+    if method.needs_gradients:
+        gradient = reshape(sources.gradients[sources.keys[0]][position], layout)
+        if gradient is None:
+            return None, "no CAM: the target's logit does not depend on this layer", None
+        zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().numpy()
+    context = _method_context(capture, activation, sources)
     blank = np.zeros((activation.shape[0], *activation.shape[2:]), dtype=np.float32)
     maps = {}
-    for key, grads in grads_for.items():
-        grads = reshape(grads[position], layout)
-        maps[key] = cam_fn(activation.float(), grads.float()).detach().cpu().numpy() if grads is not None else blank
-    zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().numpy()
+    for key in sources.keys:
+        grads = reshape(sources.gradients[key][position], layout) if method.needs_gradients else None
+        if method.needs_gradients and grads is None:
+            maps[key] = blank  # this key's score does not reach the layer
+            continue
+        given = replace(context, gradients=None if grads is None else grads.float(),
+                        score=sources.scores[key] if method.needs_rescoring else None)
+        maps[key] = _computed(method, given)
     return maps, None, zero_grad
+
+
+def _method_context(capture, activation, sources: _CamSources):
+    from .methods import MethodContext
+
+    path = re.sub(r":\d+$", "", capture.name)  # a module called several times: its K-th call
+    return MethodContext(activation.float(), None, sources.module.get_submodule(path), capture.name, sources.inputs)
+
+
+def _computed(method, context) -> np.ndarray:
+    """The method's map, checked to be one (N, *spatial) map per image, as float32 numpy."""
+    import torch
+
+    result = method.compute(context)
+    expected = (context.activations.shape[0], *context.activations.shape[2:])
+    if not isinstance(result, torch.Tensor) or tuple(result.shape) != expected:
+        got = "x".join(map(str, result.shape)) if isinstance(result, torch.Tensor) else type(result).__name__
+        raise UsageError(
+            f"{arg('cam', method.name)}: the method returned {got} at {context.layer}, not one map per image "
+            f"({'x'.join(map(str, expected))}); fix the method or choose another"
+        )
+    return result.detach().float().cpu().numpy()
 
 
 def _one(tensor, i: int) -> np.ndarray | None:
