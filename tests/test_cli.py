@@ -157,6 +157,16 @@ def test_class_names_work_as_targets_and_are_suggested(cli, lite0, cat, tmp_path
     assert report["target"]["name"] == "tabby" and report["target"]["index"] == 281
 
 
+def test_a_word_of_class_names_suggests_the_classes_that_have_it(cli, lite0, cat, tmp_path):
+    # "cat" is a word of five ImageNet names; "crate" and "castle" are only spelt alike.
+    result = invoke(cli, "run", cat, "--model", "efficientnet_lite0", "--target", "cat", "--out", tmp_path)
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert "'Egyptian cat'" in line and "'tiger cat'" in line and "crate" not in line, line
+    assert line.count("'") == 10  # five suggestions
+    assert "Traceback" not in result.output
+
+
 def test_unwritable_out_is_a_usage_error(cli, photo, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
