@@ -239,7 +239,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         input_hw = tuple(tensors[0].shape[-2:])
         layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
         layer_cams = [
-            _layer_cams(explainer.cam, capture, grads_for, position, layouts[position]["output"])
+            _layer_cams(explainer.cam, capture, grads_for, position, layouts[position]["output"], module)
             for position, capture in enumerate(captures)
         ]
     notes = list(explainer.notes)
@@ -326,16 +326,13 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
 
 
 def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOptions, layouts: dict) -> LayerResult:
-    maps_by_key, reason, zero_grad = cams
+    maps_by_key, reason, zero_notes = cams
     main = keys[0] if keys else None
     note = reason
     if maps_by_key and prediction.focus.get(main) is None:
         maps_by_key, note = None, "no CAM: nothing to explain in this image"
-    elif maps_by_key and zero_grad[i]:
-        note = (
-            "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
-            " (for a transformer's last block, try the block's first norm: ln_1, norm1, layernorm_before)"
-        )
+    elif maps_by_key and zero_notes[i]:
+        note = zero_notes[i]
     arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
     tiles, layer_notes = {}, []
     unread = [which for which in ("input", "output") if layouts[which] is not None and not layouts[which].spatial]
@@ -380,12 +377,12 @@ def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
     return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
 
 
-def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout | None):
+def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout | None, module):
     """One layer's CAMs for the whole batch, its output read in ``layout``.
 
     Returns:
-        ``({key: (N, h, w) maps} or None, why there is none, per-image "the main CAM's
-        gradient is all zero" flags)``.
+        ``({key: (N, h, w) maps} or None, why there is none, per image the note to give
+        when the main CAM's gradient is all zero, else None)``.
     """
     if cam_fn is None:
         return None, arg("cam", "none"), None
@@ -407,8 +404,27 @@ def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout 
     for key, grads in grads_for.items():
         grads = reshape(grads[position], layout)
         maps[key] = cam_fn(activation.float(), grads.float()).detach().cpu().numpy() if grads is not None else blank
-    zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().numpy()
-    return maps, None, zero_grad
+    zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().tolist()
+    reached = grads_for[main][position].flatten(1).any(dim=1).cpu().tolist()
+    zero_notes = [_zero_gradient_note(capture.name, module) if zero and token else ZERO_GRADIENT_NOTE if zero else None
+                  for zero, token in zip(zero_grad, reached)]
+    return maps, None, zero_notes
+
+
+ZERO_GRADIENT_NOTE = "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
+_FIRST_NORMS = ("ln_1", "norm1", "layernorm_before")  # torchvision's, timm's and transformers' ViT blocks
+
+
+def _zero_gradient_note(name: str, module) -> str:
+    """The note for a layer whose patch tokens get no gradient while its class token does:
+    the head reads the class token, and after the last block no patch token reaches it."""
+    path = name.split(":")[0]
+    norms = [p for p, _ in module.named_modules() if p.rsplit(".", 1)[-1] in _FIRST_NORMS and p != path]
+    where = f"try {arg('layers', norms[-1])}, the last block's first norm" if norms else "try the last block's first norm"
+    return (
+        "the target's logit has zero gradient at every patch token of this layer (after the last block only the "
+        f"class token reaches the head), so its CAM is zero; {where}"
+    )
 
 
 def _one(tensor, i: int) -> np.ndarray | None:
