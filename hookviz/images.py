@@ -194,7 +194,7 @@ def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedIma
     frames = getattr(im, "n_frames", 1)
     if frames > 1:
         im.seek(0)
-        notes.append(f"first frame of {frames} used")
+        notes.append(f"{label}: first frame of {frames} used")
     im.load()
     im = ImageOps.exif_transpose(im)
     return LoadedImage(path=path, rgb=_rgb(im), notes=tuple(notes))

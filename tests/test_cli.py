@@ -167,6 +167,21 @@ def test_a_word_of_class_names_suggests_the_classes_that_have_it(cli, lite0, cat
     assert "Traceback" not in result.output
 
 
+def test_first_frame_notes_name_their_files(cli, tmp_path):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    frames = [Image.new("RGB", (48, 48), c) for c in ((255, 0, 0), (0, 255, 0), (0, 0, 255))]
+    for name in ("anim.gif", "pages.tiff"):
+        frames[0].save(photos / name, save_all=True, append_images=frames[1:])
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photos, *TINY, "--layer", "fc", "--pictures", "none", "--out", out)
+    assert result.exit_code == 0, result.output
+    notes = json.loads((out / "run.json").read_text())["notes"]
+    for name in ("anim.gif", "pages.tiff"):
+        assert f"{photos / name}: first frame of 3 used" in notes, notes
+        assert f"{photos / name}: first frame of 3 used" in result.stderr + result.stdout
+
+
 def test_unwritable_out_is_a_usage_error(cli, photo, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -83,7 +83,7 @@ def test_multi_frame_gif_and_tiff_use_the_first_frame(tmp_path):
         path = tmp_path / name
         frames[0].save(path, save_all=True, append_images=frames[1:])
         loaded = load_image(path)
-        assert loaded.notes == ("first frame of 3 used",)
+        assert loaded.notes == (f"{path}: first frame of 3 used",)
         assert np.asarray(loaded.rgb)[5, 5, 0] > 200
 
 
