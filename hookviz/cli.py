@@ -364,6 +364,12 @@ class _Progress:
                 line = f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
             elif status.target is None:
                 line = f"{status.image}: nothing to explain (see its report.json)"
+            elif status.task == "segment":
+                shares = " · ".join(
+                    f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {_probability(s['probability'])}" for s in status.top5
+                )
+                line = (f"{status.image}: target {target.get('name') or target.get('index')}; "
+                        f"largest classes (share of pixels, mean probability there): {shares}")
             else:
                 line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
             if self.bar is not None and sys.stdout.isatty():
