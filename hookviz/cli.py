@@ -233,6 +233,7 @@ def run(
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
+    _open_heif()  # before discovery reads the suffixes PIL knows
     from .discovery import find_images, read_list
 
     sources = list(images or [])
@@ -246,6 +247,16 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> 
     if not sources:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
     return find_images(sources, exclude=[out])
+
+
+def _open_heif() -> None:
+    """Let PIL read HEIC photos (an iPhone's) when pillow-heif is installed: the command owns
+    its process, while the library leaves PIL's plug-ins to its caller."""
+    try:
+        from pillow_heif import register_heif_opener
+    except ImportError:
+        return
+    register_heif_opener()
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:

@@ -86,11 +86,13 @@ _HINTS = {
         "list_layers": "hookviz.list_layers(model) lists every path",
         "list_models": "hookviz.list_models() lists them",
         "debug": "",
+        "heif": "install pillow-heif and call pillow_heif.register_heif_opener() first",
     },
     "cli": {
         "list_layers": "`hookviz layers --model NAME` lists every path",
         "list_models": "`hookviz models` lists them",
         "debug": " (rerun with --debug for the traceback)",
+        "heif": "install pillow-heif (pip install pillow-heif), which hookviz then uses",
     },
 }
 

@@ -182,6 +182,36 @@ def test_first_frame_notes_name_their_files(cli, tmp_path):
         assert f"{photos / name}: first frame of 3 used" in result.stderr + result.stdout
 
 
+def test_a_heic_photo_fails_with_the_pillow_heif_hint(cli, tmp_path):
+    heic = tmp_path / "IMG_0001.HEIC"
+    heic.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40)
+    result = invoke(cli, "run", heic, *TINY, "--layer", "fc", "--out", tmp_path / "out")
+    assert result.exit_code == 1, result.output
+    assert f"hookviz: failed: {heic}: a HEIC/HEIF photo, which PIL cannot read alone; install pillow-heif " \
+           "(pip install pillow-heif), which hookviz then uses, or convert it to JPEG or PNG" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_command_opens_heic_photos_with_pillow_heif_when_installed(tmp_path):
+    # A stand-in pillow_heif whose opener makes PIL take .heic files (here PNGs named .heic).
+    fake = tmp_path / "site"
+    fake.mkdir()
+    (fake / "pillow_heif.py").write_text(
+        "from PIL import Image\n\ndef register_heif_opener():\n    Image.register_extension('PNG', '.heic')\n"
+    )
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (40, 30), (10, 120, 200)).save(photos / "IMG_0001.heic", format="PNG")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(root)])}
+    completed = subprocess.run(
+        [sys.executable, "-m", "hookviz", "run", str(photos), *TINY, "--layer", "fc", "--pictures", "none",
+         "--out", str(tmp_path / "out"), "-q"], capture_output=True, text=True, cwd=root, env=env, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["done"] == 1
+
+
 def test_unwritable_out_is_a_usage_error(cli, photo, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

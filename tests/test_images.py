@@ -141,6 +141,19 @@ def test_broken_files_fail_with_a_message_naming_them(tmp_path, make, message):
     assert str(path) in str(error.value) and "\n" not in str(error.value)
 
 
+HEIC_START = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40  # an iPhone photo's first box
+
+
+@pytest.mark.parametrize("name", ["IMG_0001.HEIC", "photo.heif", "renamed.jpg"])
+def test_heic_photos_get_their_own_hint(tmp_path, name):
+    path = _write(tmp_path / name, HEIC_START)
+    with pytest.raises(ImageError) as error:
+        load_image(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: a HEIC/HEIF photo") and "SVG" not in message
+    assert "install pillow-heif and call pillow_heif.register_heif_opener() first, or convert it to JPEG or PNG" in message
+
+
 @pytest.mark.slow
 def test_decompression_bomb_is_refused_fast(tmp_path):
     path = _save(Image.new("1", (40000, 40000), 0), tmp_path / "bomb.png")
