@@ -557,7 +557,29 @@ def main() -> None:
     # sooner with this, and one without pictures no later. A value you set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lazy_dynamo.enable()  # import torchvision without torch._dynamo: ~1 s of every run
-    app(prog_name="hookviz")
+    drawn = app.rich_markup_mode
+    if _plain_text_only():
+        app.rich_markup_mode = None  # click's plain "Error: ..." lines, not rich's boxes and colours
+    try:
+        app(prog_name="hookviz")
+    finally:
+        app.rich_markup_mode = drawn
+
+
+def _plain_text_only() -> bool:
+    """Whether messages must be plain ASCII lines: a dumb terminal, NO_COLOR, a locale that is
+    not UTF-8 (Python itself writes UTF-8 under LC_ALL=C, the terminal may not), or an output
+    encoding without box-drawing characters (PYTHONIOENCODING=ascii)."""
+    if os.environ.get("TERM") == "dumb" or os.environ.get("NO_COLOR"):
+        return True
+    locale = next((os.environ[k] for k in ("LC_ALL", "LC_CTYPE", "LANG") if os.environ.get(k)), "C")
+    if "utf-8" not in locale.lower().replace("utf8", "utf-8"):
+        return True
+    try:
+        "╭─│".encode(sys.stderr.encoding or "ascii")
+    except (LookupError, UnicodeEncodeError):
+        return True
+    return False
 
 
 def console_main() -> None:

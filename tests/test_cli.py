@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,26 @@ def test_the_command_opens_heic_photos_with_pillow_heif_when_installed(tmp_path)
     )
     assert completed.returncode == 0, completed.stderr
     assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["done"] == 1
+
+
+@pytest.mark.parametrize("setting", [{"TERM": "dumb"}, {"NO_COLOR": "1"}, {"LC_ALL": "C"}, {"PYTHONIOENCODING": "ascii"}])
+def test_usage_errors_are_plain_text_where_boxes_and_colours_cannot_show(setting):
+    root = Path(__file__).resolve().parent.parent
+    keep = {k: v for k, v in os.environ.items() if k not in ("TERM", "NO_COLOR", "LC_ALL", "LC_CTYPE", "PYTHONIOENCODING")}
+    capable = {**keep, "TERM": "xterm-256color", "LANG": "C.UTF-8", "FORCE_COLOR": "1"}
+
+    def usage_error(env):
+        completed = subprocess.run([sys.executable, "-m", "hookviz", "run", "--nope"], capture_output=True, cwd=root,
+                                   env=env, check=False)
+        uncoloured = re.sub(rb"\x1b\[[0-9;]*m", b"", completed.stderr)
+        assert completed.returncode == 2 and b"No such option: --nope" in uncoloured, completed.stderr
+        return completed.stderr
+
+    fancy = usage_error(capable)
+    assert "╭".encode() in fancy and b"\x1b[" in fancy  # rich's box and colours, where they can be shown
+    plain = usage_error({**capable, **setting})
+    assert plain.isascii() and b"\x1b" not in plain, plain
+    assert b"Error: No such option: --nope" in plain
 
 
 def test_unwritable_out_is_a_usage_error(cli, photo, tmp_path):
