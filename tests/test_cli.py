@@ -233,6 +233,17 @@ def test_usage_errors_are_plain_text_where_boxes_and_colours_cannot_show(setting
     assert b"Error: No such option: --nope" in plain
 
 
+@pytest.mark.slow
+def test_a_second_run_into_the_same_folder_removes_the_first_runs_pictures(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    for layer in ("features.0", "features.1"):
+        result = invoke(cli, "run", photo, *TINY, "--layer", layer, "--out", out, "-q")
+        assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (out / "photo").iterdir())
+    assert [n for n in names if n.startswith("features.")] == [f"features.1.{k}.png" for k in ("cam", "channels", "summary")]
+    assert sorted([*json.loads((out / "photo" / "report.json").read_text())["files"], "report.json"]) == names
+
+
 def test_unwritable_out_is_a_usage_error(cli, photo, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
