@@ -251,6 +251,7 @@ def run(
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
+    _open_heif()  # before discovery reads the suffixes PIL knows
     from .discovery import find_images, read_list
 
     sources = list(images or [])
@@ -264,6 +265,16 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> 
     if not sources:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
     return find_images(sources, exclude=[out])
+
+
+def _open_heif() -> None:
+    """Let PIL read HEIC photos (an iPhone's) when pillow-heif is installed: the command owns
+    its process, while the library leaves PIL's plug-ins to its caller."""
+    try:
+        from pillow_heif import register_heif_opener
+    except ImportError:
+        return
+    register_heif_opener()
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
@@ -382,6 +393,12 @@ class _Progress:
                 line = f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
             elif status.target is None:
                 line = f"{status.image}: nothing to explain (see its report.json)"
+            elif status.task == "segment":
+                shares = " · ".join(
+                    f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {_probability(s['probability'])}" for s in status.top5
+                )
+                line = (f"{status.image}: target {target.get('name') or target.get('index')}; "
+                        f"largest classes (share of pixels, mean probability there): {shares}")
             else:
                 line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
             if self.bar is not None and sys.stdout.isatty():
@@ -558,7 +575,29 @@ def main() -> None:
     # sooner with this, and one without pictures no later. A value you set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lazy_dynamo.enable()  # import torchvision without torch._dynamo: ~1 s of every run
-    app(prog_name="hookviz")
+    drawn = app.rich_markup_mode
+    if _plain_text_only():
+        app.rich_markup_mode = None  # click's plain "Error: ..." lines, not rich's boxes and colours
+    try:
+        app(prog_name="hookviz")
+    finally:
+        app.rich_markup_mode = drawn
+
+
+def _plain_text_only() -> bool:
+    """Whether messages must be plain ASCII lines: a dumb terminal, NO_COLOR, a locale that is
+    not UTF-8 (Python itself writes UTF-8 under LC_ALL=C, the terminal may not), or an output
+    encoding without box-drawing characters (PYTHONIOENCODING=ascii)."""
+    if os.environ.get("TERM") == "dumb" or os.environ.get("NO_COLOR"):
+        return True
+    locale = next((os.environ[k] for k in ("LC_ALL", "LC_CTYPE", "LANG") if os.environ.get(k)), "C")
+    if "utf-8" not in locale.lower().replace("utf8", "utf-8"):
+        return True
+    try:
+        "╭─│".encode(sys.stderr.encoding or "ascii")
+    except (LookupError, UnicodeEncodeError):
+        return True
+    return False
 
 
 def console_main() -> None:

@@ -328,16 +328,13 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
 
 
 def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOptions, layouts: dict) -> LayerResult:
-    maps_by_key, reason, zero_grad = cams
+    maps_by_key, reason, zero_notes = cams
     main = keys[0] if keys else None
     note = reason
     if maps_by_key and prediction.focus.get(main) is None:
         maps_by_key, note = None, "no CAM: nothing to explain in this image"
-    elif maps_by_key and zero_grad[i]:
-        note = (
-            "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
-            " (for a transformer's last block, try the block's first norm: ln_1, norm1, layernorm_before)"
-        )
+    elif maps_by_key and zero_notes[i]:
+        note = zero_notes[i]
     arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
     tiles, layer_notes = {}, []
     unread = [which for which in ("input", "output") if layouts[which] is not None and not layouts[which].spatial]
@@ -436,8 +433,8 @@ def _layer_cams(method, capture, sources: _CamSources, position: int, layout: La
     """One layer's CAMs for the whole batch, its output read in ``layout``.
 
     Returns:
-        ``({key: (N, h, w) maps} or None, why there is none, per-image "the main CAM's
-        gradient is all zero" flags)``.
+        ``({key: (N, h, w) maps} or None, why there is none, per image the note to give
+        when the main CAM's gradient is all zero, else None)``.
     """
     if method is None:
         return None, arg("cam", "none"), None
@@ -450,12 +447,16 @@ def _layer_cams(method, capture, sources: _CamSources, position: int, layout: La
     if activation is None:
         shape = "none" if capture.output is None else _shape_text(capture.output.shape)
         return None, f"no CAM: output {shape} has no spatial layout", None
-    zero_grad = np.zeros(activation.shape[0], dtype=bool)
+    zero_notes: list = [None] * activation.shape[0]
     if method.needs_gradients:
-        gradient = reshape(sources.gradients[sources.keys[0]][position], layout)
+        raw = sources.gradients[sources.keys[0]][position]
+        gradient = reshape(raw, layout)
         if gradient is None:
             return None, "no CAM: the target's logit does not depend on this layer", None
-        zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().numpy()
+        zero = (~gradient.flatten(1).any(dim=1)).cpu().tolist()
+        reached = raw.flatten(1).any(dim=1).cpu().tolist()  # with the class token, which the map drops
+        zero_notes = [_zero_gradient_note(capture.name, sources.module) if empty and token else ZERO_GRADIENT_NOTE if empty else None
+                      for empty, token in zip(zero, reached)]
     context = _method_context(capture, activation, sources)
     blank = np.zeros((activation.shape[0], *activation.shape[2:]), dtype=np.float32)
     maps = {}
@@ -467,7 +468,23 @@ def _layer_cams(method, capture, sources: _CamSources, position: int, layout: La
         given = replace(context, gradients=None if grads is None else grads.float(),
                         score=sources.scores[key] if method.needs_rescoring else None)
         maps[key] = _computed(method, given)
-    return maps, None, zero_grad
+    return maps, None, zero_notes
+
+
+ZERO_GRADIENT_NOTE = "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
+_FIRST_NORMS = ("ln_1", "norm1", "layernorm_before")  # torchvision's, timm's and transformers' ViT blocks
+
+
+def _zero_gradient_note(name: str, module) -> str:
+    """The note for a layer whose patch tokens get no gradient while its class token does:
+    the head reads the class token, and after the last block no patch token reaches it."""
+    path = name.split(":")[0]
+    norms = [p for p, _ in module.named_modules() if p.rsplit(".", 1)[-1] in _FIRST_NORMS and p != path]
+    where = f"try {arg('layers', norms[-1])}, the last block's first norm" if norms else "try the last block's first norm"
+    return (
+        "the target's logit has zero gradient at every patch token of this layer (after the last block only the "
+        f"class token reaches the head), so its CAM is zero; {where}"
+    )
 
 
 def _method_context(capture, activation, sources: _CamSources):

@@ -34,16 +34,19 @@ def _finite(value: float):
 
 @dataclass(frozen=True)
 class ClassScore:
-    """One class of one image: its index, name, logit and probability."""
+    """One class of one image: its index, name, logit and probability (a segmentation's:
+    the means over the class's pixels, and ``fraction``, the share of pixels it is predicted on)."""
 
     index: int
     name: str | None
     logit: float
     probability: float
+    fraction: float | None = None
 
     def to_json(self) -> dict:
         """As JSON; a non-finite score (NaN weights) becomes null."""
-        return {"index": self.index, "name": self.name, "score": _finite(self.logit), "probability": _finite(self.probability)}
+        found = {"index": self.index, "name": self.name, "score": _finite(self.logit), "probability": _finite(self.probability)}
+        return found if self.fraction is None else {**found, "fraction": round(self.fraction, 6)}
 
     @property
     def label(self) -> str:

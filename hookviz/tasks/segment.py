@@ -167,7 +167,7 @@ def _prediction(image: dict, predicted, logits, probabilities, names, options) -
         where = mask if bool(mask.any()) else _all_pixels(mask)
         logit = float(logits[index][where].float().mean())
         probability = float(probabilities[index][where].mean())
-        return ClassScore(index, names[index] if names else None, logit, probability)
+        return ClassScore(index, names[index] if names else None, logit, probability, float(counts[index]) / total)
 
     target = score(image["target"])
     name = target.name or f"class {target.index}"
