@@ -77,6 +77,21 @@ def test_torchrun_processes_each_take_their_shard_of_one_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_torchrun_itself_runs_the_command_as_the_docs_say(tmp_path):
+    """``torchrun --standalone --nproc-per-node 2 -m hookviz run ...``, for real (on the CPU)."""
+    pytest.importorskip("torch.distributed.run")
+    photos, out = _photos(tmp_path / "in", 5), tmp_path / "out"
+    base = {k: v for k, v in os.environ.items() if k not in LAUNCHERS}
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "hookviz", "run",
+         str(photos), *TINY, "--pictures", "cam", "--workers", "1", "--out", str(out), "-q"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, env={**base, "OMP_NUM_THREADS": "1"},
+    )
+    assert completed.returncode == 0, completed.stderr
+    _assert_one_run_in_shards(out, 2, 5)
+
+
+@pytest.mark.slow
 def test_slurm_array_tasks_take_their_shard_with_shard_auto(tmp_path):
     photos, out = _photos(tmp_path / "in", 5), tmp_path / "out"
     array = {"SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_MAX": "4"}
