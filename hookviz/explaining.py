@@ -167,7 +167,7 @@ class Explanation:
         from .pictures import KINDS, picture_kind
 
         if layer in {k.name for k in KINDS} and not any(layer in (l.name, l.requested) for l in self.layers):
-            layer, kind = None, layer
+            kind, layer = layer, None
         picture = picture_kind(kind)
         if picture.compares:
             raise UsageError(f"{arg('kind', kind)}: drawn from two runs compared (hookviz.diff_runs), not from one explanation")
