@@ -260,6 +260,7 @@ def explain(
     output_key: str | int | None = None,
     score_threshold: float = 0.5,
     max_detections: int = 5,
+    box_objective: str = "score",
     task: str = "auto",
     layer_types: Sequence[str] = (),
     layout: str = "auto",
@@ -288,6 +289,8 @@ def explain(
         objective, cam, topk: as the ``hookviz run`` options of the same names.
         output_key: which entry of the model's output holds the logits, when it returns several.
         score_threshold, max_detections: which of a detector's detections are explained.
+        box_objective: what explains a detection: ``score``, its matched box's score alone, or
+            ``score+iou``, pytorch-grad-cam's ``FasterRCNNBoxScoreTarget`` (plus the box's IoU).
         task: ``classify``, ``segment`` or ``detect``; by default the model's source says, or
             (for a bare module) what its output looks like.
         layer_types: also record every module of these classes.
@@ -324,7 +327,7 @@ def explain(
     target_options = TargetOptions(
         target=str(target), objective=objective, cam=cam, topk=topk,
         output_key=None if output_key is None else str(output_key),
-        score_threshold=score_threshold, max_detections=max_detections,
+        score_threshold=score_threshold, max_detections=max_detections, box_objective=box_objective,
     )
     layer_options = LayerOptions(
         layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types), layout=layout,

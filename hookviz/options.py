@@ -26,7 +26,7 @@ from .errors import UsageError, arg
 
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
-    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "PICTURE_GROUPS", "parse_triple", "parse_shard",
+    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "PICTURE_GROUPS", "parse_triple", "parse_shard",
     "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "MAX_DETECTIONS", "DEFAULT_MAX_PIXELS", "TASK_CHOICES", "LAYOUT_CHOICES",
 ]
 
@@ -43,6 +43,9 @@ MAX_TILES = 512
 DEFAULT_MAX_PIXELS = 100_000_000
 
 OBJECTIVES = ("logit", "ce")
+#: What explains a detection (``--box-objective``): its matched box's score alone, or that
+#: score plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget.
+BOX_OBJECTIVES = ("score", "score+iou")
 TASK_CHOICES = ("auto", "classify", "segment", "detect")
 #: How a 4-D map that reads both ways, and whose order nothing settles, is read (``--layout``).
 LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
@@ -257,6 +260,9 @@ class TargetOptions:
             (a dict key, or an index into a tuple).
         score_threshold: a detector's detections with at least this score are explained.
         max_detections: at most this many detections per image are explained, best first.
+        box_objective: what explains a detection: ``score`` (its matched box's score alone) or
+            ``score+iou`` (pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``: that box's IoU
+            with the detection plus its score); only detectors take anything but ``score``.
     """
 
     target: str = "top1"
@@ -266,6 +272,7 @@ class TargetOptions:
     output_key: str | None = None
     score_threshold: float = 0.5
     max_detections: int = 5
+    box_objective: str = "score"
 
     def __post_init__(self):
         from .cams import CAMS
@@ -290,6 +297,8 @@ class TargetOptions:
         if isinstance(self.max_detections, bool) or not isinstance(self.max_detections, int) \
                 or not 1 <= self.max_detections <= MAX_DETECTIONS:
             raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
+        if self.box_objective not in BOX_OBJECTIVES:
+            raise UsageError(f"{arg('box_objective', self.box_objective)}: choose {' or '.join(BOX_OBJECTIVES)}")
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:

@@ -139,7 +139,9 @@ class Classify:
         return inputs.apply(base)
 
     def check(self, options) -> None:
-        pass
+        if options.box_objective != "score":
+            raise UsageError(f"{arg('box_objective', options.box_objective)}: a classifier has no boxes; "
+                             f"drop {arg('box_objective')}")
 
     def default_root(self, module) -> str | None:
         return None
