@@ -209,9 +209,18 @@ def run(
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
-    from .options import (CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions,
-                          TargetOptions, Tolerances, parse_triple)
     from .cluster import command_shard
+    from .options import (
+        CheckOptions,
+        InputOptions,
+        LayerOptions,
+        ModelOptions,
+        PictureOptions,
+        RunOptions,
+        TargetOptions,
+        Tolerances,
+        parse_triple,
+    )
 
     groups = _guard(debug, lambda: dict(
         model=ModelOptions(model, weights, seed, device, task),

@@ -33,9 +33,19 @@ from .cluster import auto_cuda_device, cpu_share
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
 from .fingerprints import FINGERPRINT
-from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
 from .identity import Match
-from .outputs import DIFF, TENSORS, existing_ancestor, output_names, place, save_explanation, sweep_stale_files, target_json, write_json
+from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
+from .outputs import (
+    DIFF,
+    TENSORS,
+    existing_ancestor,
+    output_names,
+    place,
+    save_explanation,
+    sweep_stale_files,
+    target_json,
+    write_json,
+)
 from .pictures import kinds_for
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
