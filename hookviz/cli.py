@@ -199,7 +199,7 @@ def run(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
     from_list: Annotated[Optional[str], typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).")] = None,
     skip_existing: Annotated[bool, typer.Option("--skip-existing", help="Skip images whose folder holds complete results for these layers and pictures (resume a run).")] = False,
-    shard: Annotated[Optional[str], typer.Option(help="K/N: process the K-th of N slices of the image list (job arrays).")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="K/N: process the K-th of N slices of the image list; auto: the Slurm array task's slice (torchrun's processes take theirs unasked).")] = None,
     max_pixels: Annotated[int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")] = DEFAULT_MAX_PIXELS,
     fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline).")] = None,
     dead_fraction: Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.")] = 1.0,
@@ -225,8 +225,18 @@ def run(
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
-    from .options import (CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions,
-                          TargetOptions, Tolerances, parse_triple)
+    from .cluster import command_shard
+    from .options import (
+        CheckOptions,
+        InputOptions,
+        LayerOptions,
+        ModelOptions,
+        PictureOptions,
+        RunOptions,
+        TargetOptions,
+        Tolerances,
+        parse_triple,
+    )
 
     groups = _guard(debug, lambda: dict(
         model=ModelOptions(model, weights, seed, device, task),
@@ -241,7 +251,7 @@ def run(
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
         options=RunOptions(
             out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
-            shard=shard, workers=workers, tensorboard=tensorboard, command=tuple(sys.argv),
+            shard=command_shard(shard), workers=workers, tensorboard=tensorboard, command=tuple(sys.argv),
         ),
         checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction, baseline=baseline,
                             tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
