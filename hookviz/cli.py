@@ -21,6 +21,7 @@ import typer
 
 from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
+from .interrupts import Interrupted, interrupted_line, on_signal
 from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
@@ -101,7 +102,9 @@ class _Stopper:
             if self.signals == 2:
                 typer.echo("hookviz: already stopping: finishing the pictures being drawn", err=True)
             return
-        if self.run is None or self.run.phase == "loading":
+        if self.run is None:  # the run was not yet made: nothing to describe
+            raise Interrupted
+        if self.run.phase == "loading":
             raise KeyboardInterrupt
         self.run.request_stop()
 
@@ -270,8 +273,9 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
     finally:
         # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and
         # a KeyboardInterrupt thrown into its last steps (exit handlers) would print a traceback.
+        # In the command's own process, a run that ended has nothing left to stop either.
         for number, handler in previous.items():
-            signal.signal(number, signal.SIG_IGN if stopper.signals else handler)
+            signal.signal(number, signal.SIG_IGN if stopper.signals or handler is on_signal else handler)
         progress.close()
     for note in summary.notes:
         if not quiet:
@@ -421,7 +425,7 @@ def diff(
 
     try:
         result = _guard(debug, action)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         typer.echo(f"hookviz: interrupted: the comparison was not finished; {out or new / 'diff.json'} not written", err=True)
         raise typer.Exit(130) from None
     for note in result.notes:
@@ -544,7 +548,7 @@ def main() -> None:
 
 
 def console_main() -> None:
-    """The installed ``hookviz`` command (and ``python -m hookviz``): ``main()``, then exit
+    """The ``hookviz`` command's process (``hookviz.__main__`` calls it): ``main()``, then exit
     at once with its exit status.
 
     When a command returns, every file it wrote is complete and closed, and its worker
@@ -560,6 +564,9 @@ def console_main() -> None:
         status = 0
     except SystemExit as exit:
         status = exit.code
+    except Interrupted:  # Ctrl-C or SIGTERM before the command took them in hand
+        typer.echo(interrupted_line(), err=True)
+        status = 130
     if status is None:
         status = 0
     elif not isinstance(status, int):

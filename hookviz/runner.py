@@ -190,13 +190,13 @@ class Run:
     # -- the whole run
 
     def execute(self) -> RunSummary:
-        check_out(self.options.out)
-        self._open_baseline()
-        if self.options.tensorboard is not None:
-            from .tensorboard_log import check_logdir
-
-            check_logdir(self.options.tensorboard)
         try:
+            check_out(self.options.out)
+            self._open_baseline()
+            if self.options.tensorboard is not None:
+                from .tensorboard_log import check_logdir
+
+                check_logdir(self.options.tensorboard)
             self.start()
             self.load()
             self.phase = "running"
