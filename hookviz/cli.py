@@ -544,7 +544,17 @@ def main() -> None:
     # sooner with this, and one without pictures no later. A value you set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lazy_dynamo.enable()  # import torchvision without torch._dynamo: ~1 s of every run
+    _print_what_cannot_be_encoded()
     app(prog_name="hookviz")
+
+
+def _print_what_cannot_be_encoded() -> None:
+    """A console that cannot spell a file's name (cp1252 and emoji_🐱.png) gets it escaped
+    (emoji_\\U0001f431.png): printing a line must never end a run. Only this process's
+    streams: a library caller's are left as they are."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):  # replaced or closed streams
+            stream.reconfigure(errors="backslashreplace")
 
 
 def console_main() -> None:

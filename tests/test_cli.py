@@ -729,3 +729,27 @@ def test_from_list_reads_names_that_are_not_utf8(cli, tmp_path):
     listing.write_bytes(os.fsencode(str(tmp_path / name)) + b"\n")
     result = invoke(cli, "run", "--from-list", listing, *TINY, "--layer", "features.3", "--out", tmp_path / "out")
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoding", ["cp1252", "latin-1"])
+def test_a_name_the_console_cannot_spell_never_ends_the_run(tmp_path, photo, encoding):
+    """A Windows console (cp1252) or a latin-1 terminal cannot print 🐱: the line shows it
+    escaped, and the run goes on to the next image."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    Image.open(photo).save(folder / "emoji_🐱.png")
+    Image.open(photo).save(folder / "plain.png")
+    out = tmp_path / "out"
+    completed = subprocess.run(
+        [sys.executable, "-m", "hookviz", "run", str(folder), *TINY, "--layer", "fc", "--pictures", "none",
+         "--out", str(out)],
+        capture_output=True, cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "PYTHONIOENCODING": encoding},
+    )
+    stderr = completed.stderr.decode(encoding)
+    assert completed.returncode == 0, stderr
+    assert "Traceback" not in stderr and "UnicodeEncodeError" not in stderr
+    document = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    assert [entry["status"] for entry in document["images"]] == ["done", "done"]
+    assert "emoji_\\U0001f431.png" in completed.stdout.decode(encoding)  # said, as best the console can
