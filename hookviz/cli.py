@@ -88,25 +88,43 @@ def exit_code_for(error: BaseException) -> int:
 
 
 class _Stopper:
-    """Ctrl-C and SIGTERM during ``hookviz run``: the first asks the run to stop after the
-    batch being explained (while the model loads, it stops there and then); later ones only
-    say that it is stopping, so that cleaning up is never cut short."""
+    """Ctrl-C and SIGTERM during ``hookviz run``. The first asks the run to stop: the batch
+    being explained is abandoned at its next module, the pictures being drawn are finished
+    (while the model loads, it stops there and then). A second ends the process at once:
+    the render workers are killed, run.json says which images were finished, and no file
+    is half-written under its real name (every file is renamed into place when whole)."""
 
-    def __init__(self):
+    def __init__(self, progress: "_Progress"):
         self.run = None
+        self.progress = progress
         self.signals = 0
 
     def __call__(self, _signum, _frame):
         self.signals += 1
         if self.signals > 1:
-            if self.signals == 2:
-                typer.echo("hookviz: already stopping: finishing the pictures being drawn", err=True)
-            return
+            self._end_now()
         if self.run is None:  # the run was not yet made: nothing to describe
             raise Interrupted
         if self.run.phase == "loading":
             raise KeyboardInterrupt
         self.run.request_stop()
+
+    def _end_now(self) -> None:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_IGN)
+        summary = self.run.abandon() if self.run is not None else None
+        self.progress.close()
+        line = _interrupted_line(summary) if summary is not None else interrupted_line()
+        # This handler may have interrupted a write to sys.stderr: write around it.
+        stream = sys.stderr
+        os.write(stream.fileno(), f"{line}\n".encode(stream.encoding or "utf-8", "backslashreplace"))
+        os._exit(130)
+
+
+def _interrupted_line(summary) -> str:
+    where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
+    return (f"hookviz: interrupted: {_count(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
+            f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)")
 
 
 def _stdout_closed() -> None:
@@ -255,20 +273,14 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
     from .runner import Run, RunInterrupted
 
     progress = _Progress(len(paths), quiet=quiet or json_output, stdout_lines=not (quiet or json_output))
-    stopper = _Stopper()
+    stopper = _Stopper(progress)
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         stopper.run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
         summary = stopper.run.execute()
     except RunInterrupted as stop:
         progress.close()
-        summary = stop.summary
-        where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
-        typer.echo(
-            f"hookviz: interrupted: {_count(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
-            f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)",
-            err=True,
-        )
+        typer.echo(_interrupted_line(stop.summary), err=True)
         raise typer.Exit(130) from None
     finally:
         # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and
