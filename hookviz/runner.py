@@ -237,7 +237,7 @@ class Run:
         self.stopping.set()
         self.interrupted = True
         self.on_status = self.board = None  # nothing more is printed or logged
-        _kill_workers(self.pool)
+        _kill_workers(self.pool, release=True)
         for path, explanation, future in self.pending:
             if future.done() and not future.cancelled():
                 with contextlib.suppress(HookvizError):
@@ -332,7 +332,11 @@ class Run:
                 f"batches of up to {self.batch_size}; ")
         if explainer.layer_choice:
             return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
-        return line + "layers: " + ", ".join(spec.label for spec in explainer.layers)
+        labels = [spec.label for spec in explainer.layers]
+        if len(labels) <= 4:
+            return line + "layers: " + ", ".join(labels)
+        # densenet121's 58 ReLUs would take 4,886 characters: the run file lists them all
+        return line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {self.run_json.name}"
 
     def _resume(self) -> list[Path]:
         """Give each selected image its folder (``outputs.place``: never another photo's) and
@@ -514,7 +518,9 @@ class Run:
         if self.loader is not None:
             self.loader.stop()
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            if self.error is not None:  # what the workers are drawing is not kept: no need to wait for it
+                _kill_workers(self.pool)
+            self.pool.shutdown(wait=True, cancel_futures=True)  # and the workers have exited
         if self.board is not None:
             self.board.close()
         return self._describe()
@@ -744,15 +750,21 @@ def _exit_with_parent(parent: int) -> None:
         time.sleep(0.5)
 
 
-def _kill_workers(pool) -> None:
-    """End the render processes now (a thread pool's writer ends with the process)."""
+def _kill_workers(pool, release: bool = False) -> None:
+    """End the render processes now (a thread pool's writer ends with the process). With
+    ``release``, for a process about to end at once: unlink the pool's semaphores now, as a
+    normal exit would, or multiprocessing's resource tracker warns of leaked ones."""
     kill = getattr(pool, "kill_workers", None)  # Python 3.14
     if kill is not None:
         kill()
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        with contextlib.suppress(OSError, ValueError):
-            process.kill()
+    else:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+    if release:
+        from multiprocessing import util
+
+        util._run_finalizers(0)  # the semaphores' finalizers (exit priority 0), not the threads' joins
 
 
 def _warm_up() -> None:

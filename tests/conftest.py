@@ -163,10 +163,10 @@ def coffee() -> Path:
     return SAMPLES / "coffee.png"
 
 
-def python_output(code: str, env: dict | None = None) -> str:
-    """What a fresh interpreter prints running ``code``: for what only a new process shows
-    (the modules an import pulls in, settings read at start-up, global state)."""
-    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+def python_output(code: str, env: dict | None = None, args: tuple[str, ...] | list[str] = ()) -> str:
+    """What a fresh interpreter prints running ``code`` (``sys.argv[1:]``: ``args``): for what
+    only a new process shows (the modules an import pulls in, settings read at start-up, global state)."""
+    completed = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
     assert completed.returncode == 0, completed.stderr
     return completed.stdout
 

@@ -609,3 +609,59 @@ def test_a_stop_during_back_propagation_abandons_the_batch_and_leaves_no_hook(tm
     module = steps.explainer.model.module
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
     assert torch.is_grad_enabled()
+
+
+_LEFT_BEHIND = """
+import ctypes, json, os, subprocess, sys
+from pathlib import Path
+
+# Orphans come to this process (a subreaper) and stay listed, as zombies, until it reaps them:
+# a process the command did not wait for cannot slip away unseen.
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+command = subprocess.Popen(json.loads(sys.argv[1]), cwd=sys.argv[2], start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+status = command.wait()
+left = []
+for entry in Path("/proc").iterdir():
+    if entry.name.isdigit():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            name = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if int(fields[2]) == command.pid:
+            left.append(f"{name} ({fields[0]})")
+print(json.dumps([status, left]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux subreaper and /proc")
+def test_the_command_returns_after_every_process_it_started_has_exited(tmp_path):
+    """Render workers and multiprocessing's resource tracker: none outlives the command."""
+    folder = _images(tmp_path / "in", 3)[0].parent
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:tiny_net", "--weights",
+               "none", "--layer", "features.3", "--pictures", "summary", "--out", str(out)]
+    status, left = json.loads(python_output(_LEFT_BEHIND, args=[json.dumps(command), str(ROOT)]))
+    assert status == 0
+    assert left == []
+    assert json.loads((out / "run.json").read_text())["counts"]["done"] == 3
+
+
+def test_a_run_that_stops_on_an_error_does_not_wait_for_its_render_workers(tmp_path):
+    """What they would draw is not kept: a run that stops as the model loads (a class the
+    model lacks) ends without waiting seconds for the workers to start and warm up."""
+    from hookviz import TargetOptions
+    from hookviz.errors import TargetError
+    from hookviz.runner import Run
+
+    images = _images(tmp_path / "in", 4)
+    for pictures in ((), ("summary",)):  # the first, without workers, imports what loading needs
+        steps = Run(images, ModelOptions("tests.conftest:tiny_net", "none"), layers=LayerOptions(("features.3",)),
+                    target=TargetOptions(target="99"), pictures=PictureOptions(pictures=pictures),
+                    options=RunOptions(out=tmp_path / "out", workers=2))
+        started = time.monotonic()
+        with pytest.raises(TargetError):
+            steps.execute()
+    assert time.monotonic() - started < 1.0  # waiting for the workers took 5 s on 2 busy cores
