@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -24,6 +24,9 @@ from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from .interrupts import Interrupted, interrupted_line, on_signal
 from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
+
+if TYPE_CHECKING:
+    from .runner import Run
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -100,8 +103,8 @@ class _Stopper:
     the render workers are killed, run.json says which images were finished, and no file
     is half-written under its real name (every file is renamed into place when whole)."""
 
-    def __init__(self, progress: "_Progress"):
-        self.run = None
+    def __init__(self, progress: _Progress):
+        self.run: Run | None = None
         self.progress = progress
         self.signals = 0
 
@@ -285,8 +288,8 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bo
     stopper = _Stopper(progress)
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        stopper.run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
-        summary = stopper.run.execute()
+        stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
+        summary = run.execute()
     except RunInterrupted as stop:
         progress.close()
         typer.echo(_interrupted_line(stop.summary), err=True)
@@ -605,8 +608,10 @@ def _print_what_cannot_be_encoded() -> None:
     (emoji_\\U0001f431.png): printing a line must never end a run. Only this process's
     streams: a library caller's are left as they are."""
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, ValueError, OSError):  # replaced or closed streams
-            stream.reconfigure(errors="backslashreplace")
+        reconfigure = getattr(stream, "reconfigure", None)  # a stream someone replaced may lack it
+        with contextlib.suppress(ValueError, OSError):  # closed
+            if reconfigure is not None:
+                reconfigure(errors="backslashreplace")
 
 
 def console_main() -> None:
@@ -651,8 +656,9 @@ def _stop_resource_tracker() -> None:
     that would outlive this one for a moment: end it first, so that the command returns
     with no process of its own left."""
     tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
-    with contextlib.suppress(Exception):  # private (Python 3.8 to 3.14): at worst it lingers a moment
-        tracker._stop()
+    if tracker is not None:
+        with contextlib.suppress(Exception):  # private (Python 3.8 to 3.14): at worst it lingers a moment
+            tracker._stop()
 
 
 if __name__ == "__main__":

@@ -764,7 +764,7 @@ def _kill_workers(pool, release: bool = False) -> None:
     if release:
         from multiprocessing import util
 
-        util._run_finalizers(0)  # the semaphores' finalizers (exit priority 0), not the threads' joins
+        util._run_finalizers(0)  # type: ignore[attr-defined]  # the semaphores' (exit priority 0), not the threads' joins
 
 
 def _warm_up() -> None:
