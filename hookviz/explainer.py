@@ -100,11 +100,11 @@ class Explainer:
         return get_task(self.model.task)
 
     @property
-    def cam(self):
-        """The CAM function, or ``None`` for ``cam='none'``."""
-        from .cams import get_cam
+    def method(self):
+        """The CAM method (a ``hookviz.methods.Method``), or ``None`` for ``cam='none'``."""
+        from .methods import get_method
 
-        return None if self.target.cam == "none" else get_cam(self.target.cam)
+        return None if self.target.cam == "none" else get_method(self.target.cam)
 
     @property
     def device(self) -> str:
@@ -307,9 +307,9 @@ def explain(
     Raises:
         HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
     """
-    from .models import load_model
-
     import torch.nn as nn
+
+    from .models import load_model
 
     if isinstance(model, str):
         loaded = load_model(model)

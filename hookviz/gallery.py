@@ -22,7 +22,7 @@ from pathlib import Path
 from .errors import SchemaError
 from .outputs import DIFF, REPORT, atomic_write
 from .pictures import INPUT_PICTURE, KINDS, PREDICTION_PICTURE
-from .records import Report, RunRecord, read_report, read_run
+from .records import ImageStatus, Report, RunRecord, read_report, read_run
 
 __all__ = ["GALLERY", "write_gallery", "run_documents"]
 
@@ -101,7 +101,7 @@ def write_gallery(out: Path, run: RunRecord, diff: dict | None = None) -> Path:
         if run.shard:
             count = run.shard[1]
             others = [d for d in run_documents(out) if d.shard and d.shard[1] == count and d.shard != run.shard]
-            documents = sorted([run, *others], key=lambda d: d.shard[0])
+            documents = sorted([run, *others], key=lambda d: d.shard[0] if d.shard else 0)
         if diff is None:
             diff = _diff_of(out, documents)
         return atomic_write(out / GALLERY, _page(out, run, documents, diff).encode("utf-8"))
@@ -122,7 +122,8 @@ def _diff_of(out: Path, documents: list[RunRecord]) -> dict | None:
 def _page(out: Path, run: RunRecord, documents: list[RunRecord], diff: dict | None = None) -> str:
     changes = {e.get("output"): e for e in (diff or {}).get("images", []) if isinstance(e, dict)}
     order = {output: rank for rank, output in enumerate(changes)}
-    rows, failures, seen = [], [], set()
+    rows, seen = [], set()
+    failures: list[ImageStatus] = []
     counts = {"done": 0, "skipped": 0, "failed": 0, "not_done": 0}
     for document in documents:
         for key in counts:

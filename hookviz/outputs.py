@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from .errors import OutputError, arg, display_path
+from .errors import OutputError, SchemaError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from .identity import Match, file_sha256, match_photo
 from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
@@ -136,6 +136,24 @@ def sweep_stale_files(out: Path) -> int:
 
 def write_json(path: Path, document: dict) -> Path:
     return atomic_write(path, (json.dumps(document, indent=2, allow_nan=False, default=_jsonable) + "\n").encode())
+
+
+_WRITTEN_SUFFIXES = (".png", ".jpg", ".npz")  # pictures, the photo, tensors and fingerprint
+
+
+def _listed_files(directory: Path) -> list[str]:
+    """The files the ``report.json`` in ``directory`` says hookviz wrote there: plain names of
+    the kinds hookviz writes, never a path out of the folder (none for a report of a newer
+    hookviz, whose list this one cannot vouch for)."""
+    try:
+        report = read_report(directory / REPORT)
+    except SchemaError:
+        return []
+    return [
+        name for name in (report.files if report is not None else ())
+        if name == Path(name).name and "\\" not in name and not name.startswith(".")
+        and name.lower().endswith(_WRITTEN_SUFFIXES)
+    ]
 
 
 def _jsonable(value):
@@ -264,8 +282,7 @@ class Recipe:
             if not matching and spec.label not in report.skipped_layers:
                 return False
             for layer in matching:
-                pictures = layer.pictures
-                if any(k not in pictures or (pictures[k] is not None and not (folder / pictures[k]).exists()) for k in wanted):
+                if any(k not in layer.pictures or not _there(folder, layer.pictures[k]) for k in wanted):
                     return False
         return True
 
@@ -279,6 +296,11 @@ class Recipe:
             and asked.target == self.target
             and (not grids or (asked.channels, asked.scale) == (str(self.pictures.channels), self.pictures.scale))
         )
+
+
+def _there(folder: Path, name: str | None) -> bool:
+    """Whether a picture a report lists is in ``folder`` (``None``: it does not apply, nothing to find)."""
+    return name is None or (folder / name).exists()
 
 
 def _names_spec(name: str, spec) -> bool:
@@ -437,6 +459,10 @@ def _jpeg(pixels: np.ndarray) -> bytes:
 def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bool = False) -> list[Path]:
     """Write one image's pictures, optional ``tensors.npz``, ``fingerprint.npz`` and, last, ``report.json``.
 
+    The files an earlier result's report in ``directory`` lists and this one does not write
+    are removed (before the new report): its pictures of other layers would pass for this
+    result's. Files the report does not name are left alone.
+
     Args:
         pictures: a ``PictureOptions``.
 
@@ -445,6 +471,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     """
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{arg('directory', directory)}: is a file, not a folder; choose a folder")
+    earlier = _listed_files(directory)
     written: list[Path] = []
     kinds = kinds_for(pictures)
     stems = layer_stems([layer.name for layer in explanation.layers])
@@ -475,6 +502,9 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     # itself with this one through it (``hookviz diff``, ``--baseline``).
     fingerprint = fingerprint_of(explanation)
     written.append(atomic_write(directory / FINGERPRINT, lambda stream: write_fingerprint(fingerprint, stream)))
+    for name in set(earlier) - {p.name for p in written}:
+        with contextlib.suppress(OSError):
+            (directory / name).unlink()
     report = report_of(explanation, by_layer, [p.name for p in written], pictures, save_tensors)
     written.append(write_json(directory / REPORT, report.to_json()))
     return written

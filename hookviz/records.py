@@ -27,8 +27,21 @@ from .featuremaps import Layout
 from .identity import PhotoIdentity
 
 __all__ = [
-    "REPORT_SCHEMA", "RUN_SCHEMA", "Score", "CamRecord", "LayerRecord", "Asked", "Report", "ImageStatus", "Counts",
-    "Checks", "DiffEntry", "RunRecord", "read_report", "read_run", "schema_path",
+    "REPORT_SCHEMA",
+    "RUN_SCHEMA",
+    "Score",
+    "CamRecord",
+    "LayerRecord",
+    "Asked",
+    "Report",
+    "ImageStatus",
+    "Counts",
+    "Checks",
+    "DiffEntry",
+    "RunRecord",
+    "read_report",
+    "read_run",
+    "schema_path",
 ]
 
 #: The schema of the files this hookviz writes.
@@ -123,8 +136,9 @@ class Score:
     def from_json(cls, entry) -> "Score | None":
         if not isinstance(entry, dict):
             return None
-        return cls(_int(entry.get("index")), _text(entry.get("name")), _number(entry.get("score")),
-                   _number(entry.get("probability")))
+        return cls(
+            _int(entry.get("index")), _text(entry.get("name")), _number(entry.get("score")), _number(entry.get("probability"))
+        )
 
     @property
     def label(self) -> str:
@@ -178,9 +192,13 @@ class LayerRecord:
 
     def to_json(self) -> dict:
         entry: dict = {
-            "name": self.name, "requested": self.requested, "module_type": self.module_type,
-            "shapes": {k: _list(v) for k, v in self.shapes.items()}, "stats": self.stats,
-            "layout": self.layout.to_json() if self.layout is not None else None, "pictures": self.pictures,
+            "name": self.name,
+            "requested": self.requested,
+            "module_type": self.module_type,
+            "shapes": {k: _list(v) for k, v in self.shapes.items()},
+            "stats": self.stats,
+            "layout": self.layout.to_json() if self.layout is not None else None,
+            "pictures": self.pictures,
         }
         if self.cam is not None:
             entry["cam"] = self.cam.to_json()
@@ -194,11 +212,16 @@ class LayerRecord:
     def from_json(cls, entry: dict) -> "LayerRecord":
         pictures = {k: v for k, v in _mapping(entry.get("pictures")).items() if v is None or isinstance(v, str)}
         return cls(
-            name=str(entry.get("name")), requested=_text(entry.get("requested")), module_type=_text(entry.get("module_type")),
+            name=str(entry.get("name")),
+            requested=_text(entry.get("requested")),
+            module_type=_text(entry.get("module_type")),
             shapes={k: _shape(v) for k, v in _mapping(entry.get("shapes")).items()},
             stats={k: (v if isinstance(v, dict) else None) for k, v in _mapping(entry.get("stats")).items()},
-            layout=Layout.from_json(entry.get("layout")), pictures=pictures, cam=CamRecord.from_json(entry.get("cam")),
-            cam_topk=tuple(v for v in entry.get("cam_topk") or () if isinstance(v, dict)), notes=_texts(entry.get("notes")),
+            layout=Layout.from_json(entry.get("layout")),
+            pictures=pictures,
+            cam=CamRecord.from_json(entry.get("cam")),
+            cam_topk=tuple(v for v in entry.get("cam_topk") or () if isinstance(v, dict)),
+            notes=_texts(entry.get("notes")),
         )
 
 
@@ -216,14 +239,26 @@ class Asked:
     tensors: bool = False
 
     def to_json(self) -> dict:
-        return {"target": self.target, "pictures": list(self.pictures), "channels": self.channels, "scale": self.scale,
-                "grad_channels": self.grad_channels, "tensors": self.tensors}
+        return {
+            "target": self.target,
+            "pictures": list(self.pictures),
+            "channels": self.channels,
+            "scale": self.scale,
+            "grad_channels": self.grad_channels,
+            "tensors": self.tensors,
+        }
 
     @classmethod
     def from_json(cls, entry) -> "Asked":
         entry = _mapping(entry)
-        return cls(entry.get("target") if isinstance(entry.get("target"), dict) else None, _texts(entry.get("pictures")),
-                   entry.get("channels"), entry.get("scale"), entry.get("grad_channels") is True, entry.get("tensors") is True)
+        return cls(
+            entry.get("target") if isinstance(entry.get("target"), dict) else None,
+            _texts(entry.get("pictures")),
+            entry.get("channels"),
+            entry.get("scale"),
+            entry.get("grad_channels") is True,
+            entry.get("tensors") is True,
+        )
 
 
 @dataclass(frozen=True)
@@ -265,16 +300,28 @@ class Report:
 
     def to_json(self) -> dict:
         return {
-            _SCHEMA: REPORT_SCHEMA, "hookviz": self.hookviz, "image": self.image,
+            _SCHEMA: REPORT_SCHEMA,
+            "hookviz": self.hookviz,
+            "image": self.image,
             "photo": self.photo.to_json() if self.photo is not None else None,
-            "task": self.task, "notes": list(self.notes), "model": self.model, "weights": self.weights,
-            "weights_sha256": self.weights_sha256, "preprocessing": self.preprocessing, "objective": self.objective,
+            "task": self.task,
+            "notes": list(self.notes),
+            "model": self.model,
+            "weights": self.weights,
+            "weights_sha256": self.weights_sha256,
+            "preprocessing": self.preprocessing,
+            "objective": self.objective,
             "target": self.target.to_json() if self.target is not None else None,
-            "top5": [score.to_json() for score in self.top5], "prediction": self.prediction,
+            "top5": [score.to_json() for score in self.top5],
+            "prediction": self.prediction,
             "logits": {"count": self.logits_count, "nonfinite": self.logits_nonfinite},
-            "layer_choice": self.layer_choice, "declared_layout": self.declared_layout,
-            "layers": [layer.to_json() for layer in self.layers], "skipped_layers": list(self.skipped_layers),
-            "asked": self.asked.to_json(), "files": list(self.files), "fingerprint": self.fingerprint,
+            "layer_choice": self.layer_choice,
+            "declared_layout": self.declared_layout,
+            "layers": [layer.to_json() for layer in self.layers],
+            "skipped_layers": list(self.skipped_layers),
+            "asked": self.asked.to_json(),
+            "files": list(self.files),
+            "fingerprint": self.fingerprint,
         }
 
     @classmethod
@@ -291,18 +338,26 @@ class Report:
             return None
         logits = _mapping(document.get("logits"))
         return cls(
-            hookviz=_text(document.get("hookviz")), image=_text(document.get("image")),
-            photo=PhotoIdentity.from_json(document.get("photo")), task=_text(document.get("task")),
-            notes=_texts(document.get("notes")), model=_text(document.get("model")), weights=_text(document.get("weights")),
-            weights_sha256=_text(document.get("weights_sha256")), preprocessing=_mapping(document.get("preprocessing")),
-            objective=_text(document.get("objective")), target=Score.from_json(document.get("target")),
+            hookviz=_text(document.get("hookviz")),
+            image=_text(document.get("image")),
+            photo=PhotoIdentity.from_json(document.get("photo")),
+            task=_text(document.get("task")),
+            notes=_texts(document.get("notes")),
+            model=_text(document.get("model")),
+            weights=_text(document.get("weights")),
+            weights_sha256=_text(document.get("weights_sha256")),
+            preprocessing=_mapping(document.get("preprocessing")),
+            objective=_text(document.get("objective")),
+            target=Score.from_json(document.get("target")),
             top5=tuple(s for s in map(Score.from_json, document.get("top5") or ()) if s is not None),
             prediction=_mapping(document.get("prediction")),
-            logits_count=_int(logits.get("count")), logits_nonfinite=_int(logits.get("nonfinite")),
+            logits_count=_int(logits.get("count")),
+            logits_nonfinite=_int(logits.get("nonfinite")),
             layer_choice=_text(document.get("layer_choice")),
             declared_layout=document.get("declared_layout") if isinstance(document.get("declared_layout"), dict) else None,
             layers=tuple(LayerRecord.from_json(layer) for layer in document["layers"] if isinstance(layer, dict)),
-            skipped_layers=_texts(document.get("skipped_layers")), asked=Asked.from_json(document.get("asked")),
+            skipped_layers=_texts(document.get("skipped_layers")),
+            asked=Asked.from_json(document.get("asked")),
             files=_texts(document.get("files")),
             fingerprint=document.get("fingerprint") if isinstance(document.get("fingerprint"), dict) else None,
             schema=schema,
@@ -348,8 +403,9 @@ class Report:
         found = self.prediction.get("detections")
         if self.task != "detect" or not isinstance(found, list):
             return None
-        return tuple(Detected(_int(d.get("index")), _text(d.get("name")), _number(d.get("score")))
-                     for d in found if isinstance(d, dict))
+        return tuple(
+            Detected(_int(d.get("index")), _text(d.get("name")), _number(d.get("score"))) for d in found if isinstance(d, dict)
+        )
 
     @property
     def classes(self) -> tuple[ClassShare, ...] | None:
@@ -357,8 +413,11 @@ class Report:
         found = self.prediction.get("classes")
         if self.task != "segment" or not isinstance(found, list):
             return None
-        return tuple(ClassShare(_int(c.get("index")), _text(c.get("name")), _number(c.get("fraction")))
-                     for c in found if isinstance(c, dict))
+        return tuple(
+            ClassShare(_int(c.get("index")), _text(c.get("name")), _number(c.get("fraction")))
+            for c in found
+            if isinstance(c, dict)
+        )
 
 
 @dataclass(frozen=True)
@@ -410,8 +469,14 @@ class ImageStatus:
 
     def to_json(self) -> dict:
         return {
-            "image": self.image, "output": self.output, "status": self.status, "error": self.error,
-            "task": self.task, "target": self.target, "top5": list(self.top5), "files": list(self.files),
+            "image": self.image,
+            "output": self.output,
+            "status": self.status,
+            "error": self.error,
+            "task": self.task,
+            "target": self.target,
+            "top5": list(self.top5),
+            "files": list(self.files),
         }
 
     @classmethod
@@ -420,10 +485,13 @@ class ImageStatus:
             return None
         output = entry.get("output")
         return cls(
-            image=str(entry.get("image") or output), output=output if isinstance(output, str) else "",
-            status=str(entry.get("status")), error=_text(entry.get("error")),
+            image=str(entry.get("image") or output),
+            output=output if isinstance(output, str) else "",
+            status=str(entry.get("status")),
+            error=_text(entry.get("error")),
             target=entry.get("target") if isinstance(entry.get("target"), dict) else None,
-            files=_texts(entry.get("files")), top5=tuple(s for s in entry.get("top5") or () if isinstance(s, dict)),
+            files=_texts(entry.get("files")),
+            top5=tuple(s for s in entry.get("top5") or () if isinstance(s, dict)),
             task=str(entry.get("task") or "classify"),
         )
 
@@ -439,8 +507,13 @@ class Counts:
     not_done: int = 0
 
     def to_json(self) -> dict:
-        return {"images": self.images, "done": self.done, "failed": self.failed, "skipped": self.skipped,
-                "not_done": self.not_done}
+        return {
+            "images": self.images,
+            "done": self.done,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "not_done": self.not_done,
+        }
 
     @classmethod
     def from_json(cls, entry) -> "Counts":
@@ -461,8 +534,12 @@ class Checks:
     tolerances: dict | None = None
 
     def to_json(self) -> dict:
-        entry: dict = {"enabled": list(self.enabled), "dead_fraction": self.dead_fraction, "passed": self.passed,
-                 "findings": [f.to_json() for f in self.findings]}
+        entry: dict = {
+            "enabled": list(self.enabled),
+            "dead_fraction": self.dead_fraction,
+            "passed": self.passed,
+            "findings": [f.to_json() for f in self.findings],
+        }
         if self.baseline is not None:
             entry.update(baseline=self.baseline, tolerances=self.tolerances)
         return entry
@@ -471,15 +548,26 @@ class Checks:
     def from_json(cls, entry) -> "Checks":
         entry = _mapping(entry)
         findings = tuple(f for f in map(_finding, entry.get("findings") or ()) if f is not None)
-        return cls(_texts(entry.get("enabled")), _number(entry.get("dead_fraction")), entry.get("passed") is not False,
-                   findings, _text(entry.get("baseline")), entry.get("tolerances") if isinstance(entry.get("tolerances"), dict) else None)
+        return cls(
+            _texts(entry.get("enabled")),
+            _number(entry.get("dead_fraction")),
+            entry.get("passed") is not False,
+            findings,
+            _text(entry.get("baseline")),
+            entry.get("tolerances") if isinstance(entry.get("tolerances"), dict) else None,
+        )
 
 
 def _finding(entry) -> Finding | None:
     if not isinstance(entry, dict):
         return None
-    return Finding(str(entry.get("check")), str(entry.get("image")), _text(entry.get("layer")), str(entry.get("detail")),
-                   _text(entry.get("figure")))
+    return Finding(
+        str(entry.get("check")),
+        str(entry.get("image")),
+        _text(entry.get("layer")),
+        str(entry.get("detail")),
+        _text(entry.get("figure")),
+    )
 
 
 @dataclass(frozen=True)
@@ -538,8 +626,7 @@ class RunRecord:
     schema: int = 1
 
     @classmethod
-    def of(cls, summary, *, explainer, device: str, options, checks, started: float, error: str | None,
-           images: int) -> RunRecord:
+    def of(cls, summary, *, explainer, device: str, options, checks, started: float, error: str | None, images: int) -> RunRecord:
         """The description of a run: ``summary`` (a ``runner.RunSummary``), the ``explainer``
         it ran on ``device`` with these ``RunOptions`` and ``CheckOptions``, started at
         ``started`` (``time.time()``), stopped by ``error`` if one did, over ``images`` photos."""
@@ -552,12 +639,23 @@ class RunRecord:
         from . import __version__
 
         return cls(
-            hookviz=__version__, torch=torch.__version__, torchvision=torchvision.__version__,
-            python=platform.python_version(), command=tuple(display_path(a) for a in options.command),
-            model=explainer.model.name, weights=explainer.model.weights, weights_sha256=explainer.model.weights_sha256,
-            task=explainer.model.task, device=device, layers=tuple(summary.layers), layer_choice=explainer.layer_choice,
-            shard=options.shard, started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-            seconds=round(time.time() - started, 3), interrupted=summary.interrupted, error=error,
+            hookviz=__version__,
+            torch=torch.__version__,
+            torchvision=torchvision.__version__,
+            python=platform.python_version(),
+            command=tuple(display_path(a) for a in options.command),
+            model=explainer.model.name,
+            weights=explainer.model.weights,
+            weights_sha256=explainer.model.weights_sha256,
+            task=explainer.model.task,
+            device=device,
+            layers=tuple(summary.layers),
+            layer_choice=explainer.layer_choice,
+            shard=options.shard,
+            started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+            seconds=round(time.time() - started, 3),
+            interrupted=summary.interrupted,
+            error=error,
             counts=Counts(images, *(summary.count(s) for s in ("done", "failed", "skipped", "not_done"))),
             images=tuple(summary.statuses),
             checks=Checks(tuple(checks.fail_on), checks.dead_fraction, not summary.findings, tuple(summary.findings)),
@@ -576,20 +674,44 @@ class RunRecord:
 
     def describe(self) -> dict:
         """Who wrote it, with what: the lines a diff keeps of each run."""
-        return {"hookviz": self.hookviz, "torch": self.torch, "torchvision": self.torchvision, "python": self.python,
-                "model": self.model, "weights": self.weights, "weights_sha256": self.weights_sha256,
-                "device": self.device, "started": self.started}
+        return {
+            "hookviz": self.hookviz,
+            "torch": self.torch,
+            "torchvision": self.torchvision,
+            "python": self.python,
+            "model": self.model,
+            "weights": self.weights,
+            "weights_sha256": self.weights_sha256,
+            "device": self.device,
+            "started": self.started,
+        }
 
     def to_json(self) -> dict:
         document = {
-            _SCHEMA: RUN_SCHEMA, "hookviz": self.hookviz, "torch": self.torch, "torchvision": self.torchvision,
-            "python": self.python, "command": list(self.command), "model": self.model, "weights": self.weights,
-            "weights_sha256": self.weights_sha256, "task": self.task, "device": self.device, "layers": list(self.layers),
-            "layer_choice": self.layer_choice, "shard": list(self.shard) if self.shard else None, "started": self.started,
-            "seconds": self.seconds, "interrupted": self.interrupted, "error": self.error, "counts": self.counts.to_json(),
+            _SCHEMA: RUN_SCHEMA,
+            "hookviz": self.hookviz,
+            "torch": self.torch,
+            "torchvision": self.torchvision,
+            "python": self.python,
+            "command": list(self.command),
+            "model": self.model,
+            "weights": self.weights,
+            "weights_sha256": self.weights_sha256,
+            "task": self.task,
+            "device": self.device,
+            "layers": list(self.layers),
+            "layer_choice": self.layer_choice,
+            "shard": list(self.shard) if self.shard else None,
+            "started": self.started,
+            "seconds": self.seconds,
+            "interrupted": self.interrupted,
+            "error": self.error,
+            "counts": self.counts.to_json(),
             "images": [s.to_json() for s in self.images],
             "failures": [{"image": s.image, "error": s.error} for s in self.failures],
-            "checks": self.checks.to_json(), "notes": list(self.notes), "tensorboard": self.tensorboard,
+            "checks": self.checks.to_json(),
+            "notes": list(self.notes),
+            "tensorboard": self.tensorboard,
         }
         if self.diff is not None:
             document["diff"] = self.diff.to_json()
@@ -609,19 +731,30 @@ class RunRecord:
             return None
         shard = document.get("shard")
         return cls(
-            hookviz=_text(document.get("hookviz")), torch=_text(document.get("torch")),
-            torchvision=_text(document.get("torchvision")), python=_text(document.get("python")),
-            command=_texts(document.get("command")), model=_text(document.get("model")),
-            weights=_text(document.get("weights")), weights_sha256=_text(document.get("weights_sha256")),
-            task=_text(document.get("task")), device=_text(document.get("device")), layers=_texts(document.get("layers")),
+            hookviz=_text(document.get("hookviz")),
+            torch=_text(document.get("torch")),
+            torchvision=_text(document.get("torchvision")),
+            python=_text(document.get("python")),
+            command=_texts(document.get("command")),
+            model=_text(document.get("model")),
+            weights=_text(document.get("weights")),
+            weights_sha256=_text(document.get("weights_sha256")),
+            task=_text(document.get("task")),
+            device=_text(document.get("device")),
+            layers=_texts(document.get("layers")),
             layer_choice=_text(document.get("layer_choice")),
             shard=(shard[0], shard[1]) if isinstance(shard, list) and len(shard) == 2 and all(map(_int, shard)) else None,
-            started=_text(document.get("started")), seconds=_number(document.get("seconds")),
-            interrupted=document.get("interrupted") is True, error=_text(document.get("error")),
+            started=_text(document.get("started")),
+            seconds=_number(document.get("seconds")),
+            interrupted=document.get("interrupted") is True,
+            error=_text(document.get("error")),
             counts=Counts.from_json(document.get("counts")),
             images=tuple(s for s in map(ImageStatus.from_json, document["images"]) if s is not None),
-            checks=Checks.from_json(document.get("checks")), notes=_texts(document.get("notes")),
-            tensorboard=_text(document.get("tensorboard")), diff=DiffEntry.from_json(document.get("diff")), schema=schema,
+            checks=Checks.from_json(document.get("checks")),
+            notes=_texts(document.get("notes")),
+            tensorboard=_text(document.get("tensorboard")),
+            diff=DiffEntry.from_json(document.get("diff")),
+            schema=schema,
         )
 
 

@@ -65,8 +65,21 @@ def base(tmp_path_factory, weights) -> Path:
     """A classify run over two photos: a CAM per layer and the top two classes', tensors saved;
     no pictures (the slow tests draw them)."""
     out = tmp_path_factory.mktemp("runs") / "base"
-    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--topk", "2",
-                    "--save-tensors", "-q", "--out", out)
+    result = invoke(
+        "run",
+        *PHOTOS,
+        *TINY,
+        "--weights",
+        weights["a"],
+        "--pictures",
+        "none",
+        "--topk",
+        "2",
+        "--save-tensors",
+        "-q",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -90,8 +103,22 @@ def test_a_classify_runs_files_validate_and_read_back_as_written(base):
 
 def test_a_resumed_run_writes_files_that_validate(base, weights, tmp_path):
     out = _copy(base, tmp_path)
-    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--topk", "2",
-                    "--save-tensors", "--out", out, "--skip-existing", "--json")
+    result = invoke(
+        "run",
+        *PHOTOS,
+        *TINY,
+        "--weights",
+        weights["a"],
+        "--pictures",
+        "none",
+        "--topk",
+        "2",
+        "--save-tensors",
+        "--out",
+        out,
+        "--skip-existing",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["counts"]["skipped"] == 2
     _validate_run_folder(out)
@@ -99,8 +126,9 @@ def test_a_resumed_run_writes_files_that_validate(base, weights, tmp_path):
 
 def test_a_baseline_run_and_a_diff_write_files_that_validate(base, weights, tmp_path):
     new = tmp_path / "new"
-    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["b"], "--pictures", "none", "-q", "--out", new,
-                    "--baseline", base)
+    result = invoke(
+        "run", *PHOTOS, *TINY, "--weights", weights["b"], "--pictures", "none", "-q", "--out", new, "--baseline", base
+    )
     assert result.exit_code == 0, result.output
     document = json.loads((new / "run.json").read_text())
     assert document["checks"]["baseline"] == str(base) and document["diff"]["images"] == 2
@@ -113,11 +141,15 @@ def test_a_baseline_run_and_a_diff_write_files_that_validate(base, weights, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [
-    [*TINY, "--topk", "2", "--grad-channels"],
-    ["--model", "lraspp_mobilenet_v3_large", "--resize", "96", "--topk", "2"],
-    ["--model", "tests.test_detect:detector", "--score-threshold", "0.01", "--max-detections", "2", "--pictures", "cam"],
-], ids=["classify", "segment", "detect"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*TINY, "--topk", "2", "--grad-channels"],
+        ["--model", "lraspp_mobilenet_v3_large", "--resize", "96", "--topk", "2"],
+        ["--model", "tests.test_detect:detector", "--score-threshold", "0.01", "--max-detections", "2", "--pictures", "cam"],
+    ],
+    ids=["classify", "segment", "detect"],
+)
 def test_runs_that_draw_every_picture_of_each_task_write_files_that_validate(tmp_path, args):
     result = invoke("run", SAMPLES / "cat.png", *args, "--weights", "none", "--workers", "1", "-q", "--out", tmp_path)
     assert result.exit_code == 0, result.output
@@ -149,8 +181,22 @@ def test_files_of_an_older_hookviz_without_a_schema_resume_and_compare(base, wei
     old = _copy(base, tmp_path)
     for path in [*old.glob("*/report.json"), old / "run.json"]:
         _rewrite(path, lambda document: document.pop("schema"))
-    result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--topk", "2",
-                    "--save-tensors", "--out", old, "--skip-existing", "--json")
+    result = invoke(
+        "run",
+        *PHOTOS,
+        *TINY,
+        "--weights",
+        weights["a"],
+        "--pictures",
+        "none",
+        "--topk",
+        "2",
+        "--save-tensors",
+        "--out",
+        old,
+        "--skip-existing",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["counts"]["skipped"] == 2
     assert "schema" not in json.loads((old / "cat" / "report.json").read_text())  # kept, not rewritten
@@ -181,10 +227,10 @@ def test_a_run_file_of_a_newer_schema_stops_a_diff_in_one_line(base, tmp_path):
     assert not (tmp_path / "diff.json").exists()
 
 
-def test_the_schemas_ship_with_the_package_and_the_readme_names_them():
+def test_the_schemas_ship_with_the_package_and_the_docs_name_them():
     for kind in ("report", "run", "diff"):
         assert schema_path(kind).is_file() and schema_path(kind).parent == Path(hookviz.__file__).parent / "schemas"
         _validator(kind)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert all(f"hookviz/schemas/{kind}.schema.json" in readme for kind in ("report", "run", "diff"))
+    page = (ROOT / "docs" / "files.md").read_text(encoding="utf-8")
+    assert all(f"hookviz/schemas/{kind}.schema.json" in page for kind in ("report", "run", "diff"))
     assert '"schemas/*.json"' in (ROOT / "pyproject.toml").read_text()
