@@ -116,28 +116,35 @@ def _list(value) -> list | None:
 
 @dataclass(frozen=True)
 class Score:
-    """A class's score as a report keeps it (a ``tasks.base.ClassScore``, read back)."""
+    """A class's score as a report keeps it (a ``tasks.base.ClassScore``, read back): its
+    logit (``score``) and probability; a segmentation's also its share of the pixels (``fraction``)."""
 
     index: int | None
     name: str | None = None
     score: float | None = None
     probability: float | None = None
+    fraction: float | None = None
 
     @classmethod
     def of(cls, class_score) -> "Score":
         # ClassScore says how its numbers become JSON (a NaN becomes null): keep its word.
         entry = class_score.to_json()
-        return cls(entry["index"], entry["name"], entry["score"], entry["probability"])
+        return cls(entry["index"], entry["name"], entry["score"], entry["probability"], entry.get("fraction"))
 
     def to_json(self) -> dict:
-        return {"index": self.index, "name": self.name, "score": self.score, "probability": self.probability}
+        entry = {"index": self.index, "name": self.name, "score": self.score, "probability": self.probability}
+        return entry if self.fraction is None else {**entry, "fraction": self.fraction}
 
     @classmethod
     def from_json(cls, entry) -> "Score | None":
         if not isinstance(entry, dict):
             return None
         return cls(
-            _int(entry.get("index")), _text(entry.get("name")), _number(entry.get("score")), _number(entry.get("probability"))
+            _int(entry.get("index")),
+            _text(entry.get("name")),
+            _number(entry.get("score")),
+            _number(entry.get("probability")),
+            _number(entry.get("fraction")),
         )
 
     @property
