@@ -361,17 +361,21 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     stems = layer_stems([layer.name for layer in explanation.layers])
     by_layer: dict[str, dict[str, str | None]] = {}
     if kinds:
-        from . import rendering  # matplotlib: ~0.3 s to import, only for pictures
+        # matplotlib: ~0.3 s to import, only for pictures
+        from .render import render_png
+        from .render.figures import photo_of
+        from .render.prediction import prediction_png
+        from .render.worker import worker_cache
 
-        written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(rendering.photo_of(explanation))))
-        prediction = rendering.prediction_figure(explanation)
+        written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(photo_of(explanation))))
+        prediction = prediction_png(explanation)
         if prediction is not None:
-            written.append(atomic_write(directory / PREDICTION_PICTURE, rendering.png_bytes(prediction)))
-        cache = rendering.worker_cache()
+            written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
+        cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})
         for kind in kinds:
-            data = rendering.render_png(kind, explanation, layer, cache, **kind.options(pictures))
+            data = render_png(kind, explanation, layer, cache, **kind.options(pictures))
             entry[kind.name] = None
             if data is None:  # not this time: an earlier run's picture of it would mislead
                 with contextlib.suppress(OSError):

@@ -3,7 +3,7 @@
 Everything that names a picture reads it here: which files a run writes, what
 ``--skip-existing`` expects to find, what the gallery shows and how it labels it, what
 TensorBoard logs, and what ``Explanation.figure`` draws. Adding a picture is adding an
-entry (and its builder in ``rendering``).
+entry (and its module in ``hookviz.render.kinds``, with its builder and reuse key).
 
 The figure builders' contract
 -----------------------------
@@ -13,8 +13,8 @@ or a triple ``(figure, update, changing)``:
 
 * ``figure``: a matplotlib ``Figure`` on the Agg canvas, drawn for this image;
 * ``update(explanation, layer)``: draws another image's data into the same figure. It is
-  only called for an image whose picture has the same anatomy (``rendering.anatomy``:
-  same model, layer, shapes and options), and must change every text and image that
+  only called for an image whose picture has the same reuse key (the module's
+  ``reuse_key``: same model, layer, shapes and options), and must change every text and image that
   depends on the data;
 * ``changing``: the artists ``update`` changes, which a reused figure redraws over the
   pixels of everything else (matplotlib's blitting), or ``None`` when the figure must be
@@ -50,7 +50,8 @@ class PictureKind:
         name: its name, and its file name's suffix: ``<layer>.<name>.png``.
         group: the ``pictures`` choice that turns it on (``summary``, ``channels``, ``cam``).
         label: how the gallery captions it.
-        builder: the name of its builder in ``hookviz.rendering`` (see the contract above).
+        module: its module in ``hookviz.render.kinds``, with ``build`` (see the contract above)
+            and ``reuse_key``.
         wanted: whether ``PictureOptions`` ask for it, beyond its group being on.
         options: the builder's keyword arguments for those ``PictureOptions``.
         compares: drawn from a comparison of two runs, not from an explanation (``diff``).
@@ -59,7 +60,7 @@ class PictureKind:
     name: str
     group: str
     label: str
-    builder: str
+    module: str
     wanted: Callable[[PictureOptions], bool] = lambda pictures: True
     options: Callable[[PictureOptions], dict] = lambda pictures: {}
     compares: bool = False
@@ -69,9 +70,15 @@ class PictureKind:
 
     def build(self, explanation, layer, **options):
         """The builder's triple, or ``None``."""
-        from . import rendering
+        return self._module().build(explanation, layer, **options)
 
-        return getattr(rendering, self.builder)(explanation, layer, **options)
+    def reuse_key(self, explanation, layer, options: dict):
+        return self._module().reuse_key(explanation, layer, options)
+
+    def _module(self):
+        import importlib
+
+        return importlib.import_module(f"hookviz.render.kinds.{self.module}")
 
     def figure(self, explanation, layer, **options):
         """A fresh ``Figure`` of this picture, or ``None`` where it does not apply."""
@@ -87,15 +94,15 @@ def _grid(which: str):
 
 
 KINDS: tuple[PictureKind, ...] = (
-    PictureKind("summary", "summary", "summary", "summary_parts"),
-    PictureKind("channels", "channels", "channels", "channels_parts", options=_grid("output")),
+    PictureKind("summary", "summary", "summary", "summary"),
+    PictureKind("channels", "channels", "channels", "channels", options=_grid("output")),
     PictureKind(
-        "grad_channels", "channels", "gradient channels", "channels_parts",
+        "grad_channels", "channels", "gradient channels", "channels",
         wanted=lambda pictures: pictures.grad_channels, options=_grid("grad_output"),
     ),
-    PictureKind("cam", "cam", "CAM", "cam_parts"),
-    PictureKind("cam_topk", "cam", "top-K CAMs", "cam_topk_parts"),
-    PictureKind("diff", "diff", "change from the baseline", "diff_parts", compares=True),
+    PictureKind("cam", "cam", "CAM", "cam"),
+    PictureKind("cam_topk", "cam", "top-K CAMs", "cam_topk"),
+    PictureKind("diff", "diff", "change from the baseline", "diff", compares=True),
 )
 
 _BY_NAME = {kind.name: kind for kind in KINDS}

@@ -676,7 +676,7 @@ def _init_worker(parent: int) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
-    from .rendering import configure_worker
+    from .render.worker import configure_worker
 
     configure_worker()
 
@@ -690,6 +690,6 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def _warm_up() -> None:
-    from .rendering import warm_up  # in the worker only: the main process never draws
+    from .render.worker import warm_up  # in the worker only: the main process never draws
 
     warm_up()

@@ -1,0 +1,55 @@
+"""``<layer>.cam.png``: the target's CAM over the photo the model saw, beside the photo
+alone (for a detector: one panel per detection, its box drawn over it)."""
+
+from __future__ import annotations
+
+from . import anatomy, cam_topk
+
+__all__ = ["build", "reuse_key"]
+
+
+def reuse_key(explanation, layer, options: dict):
+    """The photo's size, the CAM's, and whether the photo is the whole one; ``None`` without a CAM."""
+    from ..figures import photo_of
+
+    if explanation.task == "detect":
+        return cam_topk.panels_key(explanation, layer)
+    shape = None if layer.cam is None else (photo_of(explanation).shape, layer.cam.shape, explanation.image.whole is None)
+    return anatomy(explanation, layer, shape)
+
+
+def _heading(explanation, layer) -> str:
+    from ..figures import layer_text, shape_text
+
+    return f"{explanation.model} · {layer_text(layer)} · output {shape_text(layer.shapes['output'])}"
+
+
+def build(explanation, layer):
+    from ..figures import CHAR_INCHES, Overlay, Sheet, photo_inches, photo_of, target_text, window_of
+
+    if explanation.task == "detect":
+        return cam_topk.panels(explanation, layer, detections=True)  # one panel per detection, with its box
+    if layer.cam is None:
+        return None
+    photo = photo_of(explanation)
+    panel, side = photo_inches(photo, longest=4.3)
+    heading = _heading(explanation, layer)
+    content = 2 * panel + 0.3 + 0.3 + 0.9
+    width = max(0.2 + content, len(heading) * CHAR_INCHES + 0.4)
+    x = (width - content) / 2  # the panels centred under a title wider than they are
+    sheet = Sheet(width, 0.95 + side + 0.2)
+    left = sheet.axes(x, 0.95, panel, side)
+    plain = left.imshow(photo, interpolation="bilinear")
+    left.set_axis_off()
+    left.set_title("model input" if explanation.image.whole is None else "whole photo (resized, not cropped)", fontsize=9)
+    overlay = Overlay(sheet.figure, sheet.axes(x + panel + 0.3, 0.95, panel, side),
+                      sheet.axes(x + 2 * panel + 0.45, 0.95, 0.15, side), photo, layer.cam)
+
+    def update(explanation, layer):
+        photo = photo_of(explanation)
+        plain.set_data(photo)
+        overlay.update(photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}", window_of(explanation))
+        sheet.title(f"{_heading(explanation, layer)}\n{target_text(explanation)}")
+
+    update(explanation, layer)
+    return sheet.figure, update, [plain, *overlay.changing, sheet.heading]
