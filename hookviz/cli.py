@@ -22,6 +22,7 @@ import typer
 from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
+from .render.kinds import default_groups, groups_help
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -170,7 +171,7 @@ def run(
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
-    pictures: Annotated[str, typer.Option(help="Pictures to write: summary,channels,cam or none.")] = "summary,channels,cam",
+    pictures: Annotated[str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.")] = ",".join(default_groups()),
     save_tensors: Annotated[bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.")] = False,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")] = "hookviz-out",
     resize: Annotated[Optional[int], typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE}).")] = None,

@@ -384,8 +384,8 @@ def save_diff(diff: RunDiff, path: Path) -> RunDiff:
 
 
 def _draw(new_path: Path, image: ImageDiff) -> ImageDiff:
-    from .pictures import picture_kind
     from .render import render_png
+    from .render.kinds import picture_kind
 
     kind = picture_kind("diff")
     layers = []

@@ -19,7 +19,7 @@ import numpy as np
 from .errors import UsageError, arg
 from .featuremaps import DeclaredLayout, Layout, ambiguity, layout_of, reshape
 from .images import PreparedImage, Preprocessing
-from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
+from .options import ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
 from .tasks.base import ClassScore, ImagePrediction
 
@@ -143,27 +143,31 @@ class Explanation:
         target = self.target.label if self.target is not None else None
         return f"Explanation({self.image.source.label!r}, model={self.model!r}, target={target!r}, layers=[{layers}])"
 
-    def save(self, directory, pictures: PictureOptions | Sequence[str] | str = PICTURE_GROUPS, *, save_tensors: bool = False, **picture_options):
+    def save(self, directory, pictures: PictureOptions | Sequence[str] | str | None = None, *, save_tensors: bool = False, **picture_options):
         """Write the pictures, ``report.json`` and (with ``save_tensors``) ``tensors.npz`` into ``directory``.
 
         Args:
             pictures: a ``PictureOptions``, or the names of the pictures (``("summary", "cam")``,
-                ``"none"``), with ``channels``, ``scale``, ``grad_channels`` as keywords.
+                ``"none"``; by default ``summary``, ``channels`` and ``cam``), with ``channels``,
+                ``scale``, ``grad_channels`` as keywords.
 
         Returns:
             The list of files written, report last.
         """
         from .outputs import save_explanation
 
-        if not isinstance(pictures, PictureOptions):
+        if pictures is None:
+            pictures = PictureOptions(**picture_options)
+        elif not isinstance(pictures, PictureOptions):
             pictures = PictureOptions(pictures=pictures, **picture_options)
         return save_explanation(self, Path(directory), pictures, save_tensors=save_tensors)
 
     def figure(self, layer: str | None = None, kind: str = "summary", **options):
-        """A matplotlib ``Figure`` for one layer (the first by default): ``summary``,
-        ``channels``, ``grad_channels``, ``cam`` or ``cam_topk``; ``None`` where it does not
-        apply (a CAM of a layer without spatial layout)."""
-        from .pictures import picture_kind
+        """A matplotlib ``Figure`` for one layer (the first by default) of a picture kind
+        (``hookviz.render.kinds``): ``summary``, ``channels``, ``grad_channels``, ``cam``,
+        ``cam_topk`` or a registered one's; ``None`` where it does not apply (a CAM of a layer
+        without spatial layout)."""
+        from .render.kinds import picture_kind
 
         picture = picture_kind(kind)
         if picture.compares:

@@ -1,7 +1,7 @@
 """Gallery: ``OUT/index.html``, a static page over a run's pictures.
 
 One row per image: the photo the model saw, the top-5, and per layer thumbnails of every
-picture the run drew (``pictures.KINDS``), which open full size. The run's failures are
+picture the run drew (``hookviz.render.kinds``), which open full size. The run's failures are
 listed. A run compared with a baseline (``OUT/diff.json``, written by ``--baseline`` or
 ``hookviz diff``) gets a column of its change beside its pictures, and its most changed
 images come first, in the diff's order. Shards of one run that share an output folder (``--shard K/N``) each describe
@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .outputs import DIFF, REPORT, atomic_write, read_report
-from .pictures import INPUT_PICTURE, KINDS, PREDICTION_PICTURE
+from .render import INPUT_PICTURE, PREDICTION_PICTURE
+from .render.kinds import kinds
 
 __all__ = ["GALLERY", "write_gallery", "run_documents"]
 
@@ -235,7 +236,7 @@ def _row(folder: str, report: dict, change: dict | None = None, compared: bool =
         thumbs = "".join(
             f'<a class="thumb" href="{base}/{_href(pictures[kind.name])}">'
             f'<img loading="lazy" src="{base}/{_href(pictures[kind.name])}" alt="{_e(kind.label)}">{_e(kind.label)}</a>'
-            for kind in KINDS
+            for kind in kinds()
             if pictures.get(kind.name) in files
         )
         note = (layer.get("cam") or {}).get("skipped")

@@ -26,7 +26,7 @@ from .errors import UsageError, arg
 
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
-    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "PICTURE_GROUPS", "parse_triple", "parse_shard",
+    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "parse_triple", "parse_shard",
     "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "MAX_DETECTIONS", "DEFAULT_MAX_PIXELS", "TASK_CHOICES", "LAYOUT_CHOICES",
 ]
 
@@ -46,8 +46,6 @@ OBJECTIVES = ("logit", "ce")
 TASK_CHOICES = ("auto", "classify", "segment", "detect")
 #: How a 4-D map that reads both ways, and whose order nothing settles, is read (``--layout``).
 LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
-#: What ``pictures`` may name; ``pictures.KINDS`` says which files each one gives.
-PICTURE_GROUPS = ("summary", "channels", "cam")
 
 
 def _set(instance, name: str, value) -> None:
@@ -357,23 +355,35 @@ class ChannelSelection:
         return list(chosen)
 
 
+def _default_pictures() -> tuple[str, ...]:
+    from .render.kinds import default_groups
+
+    return default_groups()
+
+
 @dataclass(frozen=True)
 class PictureOptions:
     """Which pictures to draw per image and layer, and how.
 
     Attributes:
-        pictures: some of ``summary``, ``channels``, ``cam`` (``()`` or ``"none"``: none).
+        pictures: groups of picture kinds (``hookviz.render.kinds``): some of ``summary``,
+            ``channels``, ``cam`` (the default) or a registered kind's (``()`` or ``"none"``: none).
         channels: the channels of the grid (``ChannelSelection.parse`` forms).
         scale: ``tile`` (each tile its own colour scale) or ``shared`` (one for all).
         grad_channels: also draw the grid of ``grad_output``.
+        kinds: the picture kinds these options ask for, in drawing order (set from the others;
+            they travel with the options to the render workers).
     """
 
-    pictures: tuple[str, ...] = PICTURE_GROUPS
+    pictures: tuple[str, ...] = field(default_factory=_default_pictures)
     channels: ChannelSelection = field(default_factory=ChannelSelection)
     scale: str = "tile"
     grad_channels: bool = False
+    kinds: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        from .render.kinds import kinds_for, picture_groups
+
         pictures = self.pictures
         if isinstance(pictures, str):
             pictures = tuple(p.strip() for p in pictures.split(",") if p.strip())
@@ -381,12 +391,13 @@ class PictureOptions:
         if pictures == ("none",):
             pictures = ()
         for picture in pictures:
-            if picture not in PICTURE_GROUPS:
-                raise UsageError(f"{arg('pictures', picture)}: choose from {', '.join(PICTURE_GROUPS)}, or none")
+            if picture not in picture_groups():
+                raise UsageError(f"{arg('pictures', picture)}: choose from {', '.join(picture_groups())}, or none")
         _set(self, "pictures", pictures)
         _set(self, "channels", ChannelSelection.parse(self.channels))
         if self.scale not in ("tile", "shared"):
             raise UsageError(f"{arg('scale', self.scale)}: choose tile or shared")
+        _set(self, "kinds", kinds_for(self))
 
 
 # ----------------------------------------------------------------------------- run

@@ -31,7 +31,7 @@ import numpy as np
 from .errors import OutputError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from .identity import Match, PhotoIdentity, file_sha256, match_photo
-from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
+from .render import INPUT_PICTURE, PREDICTION_PICTURE
 from .summaries import tensor_stats
 
 __all__ = [
@@ -357,7 +357,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{arg('directory', directory)}: is a file, not a folder; choose a folder")
     written: list[Path] = []
-    kinds = kinds_for(pictures)
+    kinds = pictures.kinds
     stems = layer_stems([layer.name for layer in explanation.layers])
     by_layer: dict[str, dict[str, str | None]] = {}
     if kinds:

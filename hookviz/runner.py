@@ -35,7 +35,6 @@ from .fingerprints import FINGERPRINT
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
 from .identity import Match
 from .outputs import DIFF, TENSORS, existing_ancestor, output_names, place, save_explanation, sweep_stale_files, target_json, write_json
-from .pictures import kinds_for
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
 
@@ -343,7 +342,7 @@ class Run:
             return False
         if FINGERPRINT not in (report.get("files") or ()):
             return False  # written before hookviz kept fingerprints: a later comparison needs one
-        wanted = [kind.name for kind in kinds_for(self.pictures)]
+        wanted = [kind.name for kind in self.pictures.kinds]
         layers = [layer for layer in report["layers"] if isinstance(layer, dict)]
         skipped = set(report.get("skipped_layers") or ())
         for spec in self.explainer.layers:
@@ -358,7 +357,7 @@ class Run:
 
     def _same_recipe(self, report: dict) -> bool:
         explainer, asked = self.explainer, report.get("asked") or {}
-        grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
+        grids = any(kind.group == "channels" for kind in self.pictures.kinds)
         return (
             report.get("model") == explainer.model.name and report.get("weights") == explainer.model.weights
             and report.get("weights_sha256") == explainer.model.weights_sha256  # a file rewritten in place

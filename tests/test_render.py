@@ -11,11 +11,13 @@ import pytest
 from matplotlib.colors import TwoSlopeNorm
 from PIL import Image
 
-from hookviz.pictures import picture_kind
-from hookviz.render import figures, render_png, worker
 from hookviz import explain
+from hookviz.errors import UsageError
 from hookviz.images import Preprocessing
+from hookviz.render import figures, render_png, worker
+from hookviz.render.kinds import PictureKind, groups_help, kinds, picture_groups, picture_kind, register_kind
 
+from . import picture_plugin
 from .conftest import python_output
 
 
@@ -174,7 +176,7 @@ def test_render_workers_draw_the_same_pixels_as_any_process():
         code = (
             "import hashlib, matplotlib\n"
             "from hookviz.render import render_png, worker\n"
-            "from hookviz.pictures import picture_kind\n"
+            "from hookviz.render.kinds import picture_kind\n"
             f"{configure}\n"
             + _TINY_EXPLANATION
             + "cache = worker.worker_cache()\n"
@@ -337,3 +339,68 @@ def test_diff_picture_needs_something_to_compare():
     image, layer = _layer_diff(0)
     assert picture_kind("diff").build(image, replace(layer, maps=None, cam=None, tensors=(TensorDiff("input", True),))) is None
     assert picture_kind("diff").build(image, layer.light()) is None  # its maps are let go once drawn
+
+
+# ----------------------------------------------------------------------------- the registry of kinds
+
+
+def test_an_incomplete_picture_kind_is_refused_when_it_is_registered():
+    """A kind without a reuse key used to be drawn nowhere, silently: now registering it fails."""
+    before = kinds()
+    with pytest.raises(UsageError, match="picture kind 'half' has no reuse_key"):
+        register_kind(PictureKind("half", "half", "half", "half a kind", picture_plugin.build, None))
+    with pytest.raises(UsageError, match="picture kind 'half' has no build"):
+        register_kind(PictureKind("half", "half", "half", "half a kind", "build", picture_plugin.reuse_key))
+    with pytest.raises(UsageError, match="must be a module-level function"):
+        register_kind(PictureKind("half", "half", "half", "half a kind", lambda e, l: None, picture_plugin.reuse_key))
+    with pytest.raises(UsageError, match="picture kind 'toy' is registered already"):
+        register_kind(replace(picture_plugin.KIND, group="other"))
+    with pytest.raises(UsageError, match="its group 'Half Kind' must be"):
+        register_kind(replace(picture_plugin.KIND, name="half", group="Half Kind"))
+    assert kinds() == before
+
+
+def test_pictures_choices_and_their_help_come_from_the_registry():
+    import typer
+
+    from hookviz.cli import app
+    from hookviz.options import PictureOptions
+
+    assert picture_groups()[:3] == ("summary", "channels", "cam") and "toy" in picture_groups()
+    assert "toy (the output's mean, in words)" in groups_help()
+    assert PictureOptions().pictures == ("summary", "channels", "cam")  # a plug-in's kind is drawn when asked for
+    assert [kind.name for kind in PictureOptions(pictures="toy,summary").kinds] == ["summary", "toy"]
+    with pytest.raises(UsageError, match="choose from summary, channels, cam, toy, or none"):
+        PictureOptions(pictures="tile")
+    option = next(p for p in typer.main.get_command(app).commands["run"].params if p.name == "pictures")
+    assert option.default == "summary,channels,cam"
+    assert "summary (input, output and their gradients summed over channels), channels (" in option.help
+
+
+@pytest.mark.slow
+def test_a_plugin_picture_kind_is_drawn_by_a_run_listed_and_shown(tmp_path):
+    """tests/picture_plugin.py registers ``toy`` from outside the package; ``--pictures toy``
+    draws it in a render worker (a fresh process, which imports the plug-in by name), for
+    each image and layer, and the report and the gallery list it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    from .conftest import SAMPLES
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(SAMPLES / "cat.png"), str(SAMPLES / "coffee.png"), "--model", "tests.conftest:tiny_net",
+        "--weights", "none", "--layer", "features.1", "--pictures", "toy", "--workers", "1", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    for image in ("cat", "coffee"):
+        report = json.loads((out / image / "report.json").read_text())
+        assert report["layers"][0]["pictures"] == {"toy": "features.1.toy.png"}
+        assert "features.1.toy.png" in report["files"]
+        assert Image.open(out / image / "features.1.toy.png").size == (300, 120)
+    page = (out / "index.html").read_text()
+    assert 'src="cat/features.1.toy.png" alt="toy picture"' in page and "coffee/features.1.toy.png" in page
+    assert not list(out.glob("*/features.1.summary.png"))  # only what was asked for

@@ -1,18 +1,23 @@
 """Rendering: the pictures, as matplotlib ``Figure`` objects on the Agg canvas.
 
 ``figures`` holds the primitives (sheets, map panels, value bars, CAM overlays, PNG
-encoding), ``kinds`` one module per picture kind, ``prediction`` the per-image prediction
-picture, and ``worker`` the render workers' settings and figure reuse. Importing this
+encoding), ``kinds`` the registry of picture kinds with one module per kind (its builder and
+its reuse key), ``prediction`` the per-image prediction picture, and ``worker`` the render workers' settings and figure reuse. Importing this
 package is cheap: matplotlib is imported where a picture is drawn.
 """
 
 from __future__ import annotations
 
-__all__ = ["render_png"]
+__all__ = ["render_png", "INPUT_PICTURE", "PREDICTION_PICTURE"]
+
+#: The photo as the model saw it (the whole photo with ``whole_image``), beside each image's pictures.
+INPUT_PICTURE = "input.jpg"
+#: A segmentation's mask or a detector's boxes over the photo (one per image, not per layer).
+PREDICTION_PICTURE = "prediction.png"
 
 
 def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:
-    """The PNG of one picture (a ``pictures.PictureKind``), or ``None`` when it does not
+    """The PNG of one picture (a ``kinds.PictureKind``), or ``None`` when it does not
     apply to this layer.
 
     With a ``cache`` (the render workers' ``worker.FigureCache``), the figure is kept and

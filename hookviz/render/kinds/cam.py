@@ -3,17 +3,18 @@ alone (for a detector: one panel per detection, its box drawn over it)."""
 
 from __future__ import annotations
 
-from . import anatomy, cam_topk
+from . import PictureKind, anatomy, register_kind
 
-__all__ = ["build", "reuse_key"]
+__all__ = ["build", "reuse_key", "KIND"]
 
 
 def reuse_key(explanation, layer, options: dict):
     """The photo's size, the CAM's, and whether the photo is the whole one; ``None`` without a CAM."""
     from ..figures import photo_of
+    from .cam_topk import panels_key
 
     if explanation.task == "detect":
-        return cam_topk.panels_key(explanation, layer)
+        return panels_key(explanation, layer)
     shape = None if layer.cam is None else (photo_of(explanation).shape, layer.cam.shape, explanation.image.whole is None)
     return anatomy(explanation, layer, shape)
 
@@ -26,9 +27,10 @@ def _heading(explanation, layer) -> str:
 
 def build(explanation, layer):
     from ..figures import CHAR_INCHES, Overlay, Sheet, photo_inches, photo_of, target_text, window_of
+    from .cam_topk import panels
 
     if explanation.task == "detect":
-        return cam_topk.panels(explanation, layer, detections=True)  # one panel per detection, with its box
+        return panels(explanation, layer, detections=True)  # one panel per detection, with its box
     if layer.cam is None:
         return None
     photo = photo_of(explanation)
@@ -53,3 +55,8 @@ def build(explanation, layer):
 
     update(explanation, layer)
     return sheet.figure, update, [plain, *overlay.changing, sheet.heading]
+
+
+KIND = register_kind(PictureKind(
+    "cam", group="cam", label="CAM", help="the CAM over the photo", build=build, reuse_key=reuse_key, default=True,
+))

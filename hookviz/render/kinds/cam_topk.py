@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from . import anatomy
+from . import PictureKind, anatomy, register_kind
 
-__all__ = ["build", "reuse_key", "panels", "panels_key"]
+__all__ = ["build", "reuse_key", "panels", "panels_key", "KIND"]
 
 #: Panels a row of CAMs holds before the next row starts (20 detections make four rows, not one).
 PANELS_PER_ROW = 5
@@ -66,3 +66,9 @@ def panels(explanation, layer, detections: bool = False):
 
     update(explanation, layer)
     return sheet.figure, update, [a for overlay in overlays for a in overlay.changing] + [sheet.heading]
+
+
+KIND = register_kind(PictureKind(
+    "cam_topk", group="cam", label="top-K CAMs", help="with --topk, the top-K CAMs side by side",
+    build=build, reuse_key=reuse_key, default=True,
+))

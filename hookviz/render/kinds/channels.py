@@ -10,10 +10,11 @@ gets no grid.
 from __future__ import annotations
 
 import math
+from functools import partial
 
-from . import anatomy
+from . import PictureKind, anatomy, grid_options, register_kind
 
-__all__ = ["build", "reuse_key"]
+__all__ = ["build", "reuse_key", "KIND", "GRADIENT_KIND"]
 
 
 def reuse_key(explanation, layer, options: dict):
@@ -152,3 +153,18 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
 
     update(explanation, layer)
     return sheet.figure, update, [image, *labels, *bar.labels, sheet.heading]
+
+
+def _grad_channels_wanted(pictures) -> bool:
+    return pictures.grad_channels
+
+
+KIND = register_kind(PictureKind(
+    "channels", group="channels", label="channels", help="a grid of the output's channels",
+    build=build, reuse_key=reuse_key, options=partial(grid_options, "output"), default=True,
+))
+GRADIENT_KIND = register_kind(PictureKind(
+    "grad_channels", group="channels", label="gradient channels", help="with --grad-channels, one of grad_output's",
+    build=build, reuse_key=reuse_key, wanted=_grad_channels_wanted, options=partial(grid_options, "grad_output"),
+    default=True,
+))

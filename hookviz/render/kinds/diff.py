@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["build", "reuse_key"]
+from . import PictureKind, register_kind
+
+__all__ = ["build", "reuse_key", "KIND"]
 
 
 def _comparable(layer) -> bool:
@@ -147,3 +149,9 @@ def _panel(figure, ax, cax, values, norm, cmap_name: str, title: str) -> None:
     ax.set_xticks([])
     ax.set_yticks([])
     ValueBar(figure, cax, cmap).set_norm(norm)
+
+
+KIND = register_kind(PictureKind(
+    "diff", group="diff", label="change from the baseline", help="the change from a baseline run",
+    build=build, reuse_key=reuse_key, compares=True,
+))

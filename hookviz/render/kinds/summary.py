@@ -4,9 +4,9 @@ photo beside it and a title naming model, layer, shape and target."""
 
 from __future__ import annotations
 
-from . import anatomy
+from . import PictureKind, anatomy, register_kind
 
-__all__ = ["build", "reuse_key"]
+__all__ = ["build", "reuse_key", "KIND"]
 
 
 def reuse_key(explanation, layer, options: dict):
@@ -68,3 +68,9 @@ def how(shape, values) -> str:
         dropped = "" if prefix < 1 else ", first token dropped" if prefix == 1 else f", first {prefix} tokens dropped"
         return f"summed over channels\ntokens as a {rows}x{cols} grid{dropped}"
     return "summed over channels"
+
+
+KIND = register_kind(PictureKind(
+    "summary", group="summary", label="summary", help="input, output and their gradients summed over channels",
+    build=build, reuse_key=reuse_key, default=True,
+))
