@@ -19,6 +19,7 @@ from .options import (
     Tolerances as Tolerances,
 )
 from .recording import Capture as Capture, Recording as Recording, record as record
+from .tasks import DetectOptions as DetectOptions
 from .runner import run as run
 
 __version__: str

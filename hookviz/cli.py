@@ -23,6 +23,7 @@ from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
 from .render.kinds import default_groups, groups_help
+from .tasks import task_names
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -165,7 +166,7 @@ def run(
     cam: Annotated[str, typer.Option(help="gradcam, gradcam++, layercam or none.")] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
-    task: Annotated[str, typer.Option(help="classify, segment or detect; auto: the model's source says, or for a factory's model, its output.")] = "auto",
+    task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
@@ -211,6 +212,7 @@ def run(
     """
     from .options import (CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions,
                           TargetOptions, Tolerances, parse_triple)
+    from .tasks import DetectOptions
 
     groups = _guard(debug, lambda: dict(
         model=ModelOptions(model, weights, seed, device, task),
@@ -219,8 +221,8 @@ def run(
             resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
             std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
         ),
-        target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
-                             score_threshold=score_threshold, max_detections=max_detections),
+        target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key),
+        task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),),
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
         options=RunOptions(
             out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
@@ -305,10 +307,6 @@ def _count(number: int, word: str) -> str:
     return f"{number} {word}{'' if number == 1 else 's'}"
 
 
-def _probability(value: float | None) -> str:
-    return "nan" if value is None else f"{value:.3f}"
-
-
 class _Progress:
     """A rich progress bar on a terminal; one plain line per image otherwise."""
 
@@ -358,15 +356,9 @@ class _Progress:
         if self.quiet or not self.stdout_lines:
             return
         if status.status == "done":
-            top = " · ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
-            target = status.target or {}
-            if status.task == "detect":
-                found = ", ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
-                line = f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
-            elif status.target is None:
-                line = f"{status.image}: nothing to explain (see its report.json)"
-            else:
-                line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
+            from .tasks import reported_task
+
+            line = reported_task(status.task).status_line(status)
             if self.bar is not None and sys.stdout.isatty():
                 self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
             else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ from .featuremaps import DeclaredLayout, Layout, ambiguity, layout_of, reshape
 from .images import PreparedImage, Preprocessing
 from .options import ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
-from .tasks.base import ClassScore, ImagePrediction
+from .tasks import DEFAULT_TASK, ClassScore, ImagePrediction
 
 __all__ = ["Explanation", "LayerResult", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
 
@@ -100,12 +100,13 @@ class Explanation:
     Attributes:
         target: what the main CAM explains (``None`` when there is nothing to explain, such
             as an image without detections).
-        prediction: what the model predicted: the top-5, a segmentation's mask and class
-            fractions, a detector's detections.
-        task: what the model does (``classify``, ``segment``, ``detect``).
+        prediction: what the model predicted, as its task says it (``hookviz.tasks``): a
+            ``ClassPrediction``, a ``SegmentPrediction`` (mask and class fractions), a
+            ``DetectPrediction`` (detections).
+        task: what the model does: a task's name (``classify``, ``segment``, ``detect``).
         layer_choice: why the layer was chosen, when hookviz chose it.
         skipped_layers: selected by a pattern or type, but never called by the forward pass.
-        asked: the target options it was explained with (report.json keeps them).
+        asked: the target options and the task's own it was explained with (report.json keeps them).
         notes: what the report says about the image and the pass (first frame of an
             animation used, model explained in eval mode, ...).
         declared_layout: what the model declares about its token and channel layout
@@ -124,7 +125,7 @@ class Explanation:
     top5: tuple[ClassScore, ...]
     layers: tuple[LayerResult, ...]
     notes: tuple[str, ...] = field(default=())
-    task: str = "classify"
+    task: str = DEFAULT_TASK
     prediction: ImagePrediction | None = field(default=None, repr=False)
     asked: dict = field(default_factory=dict, repr=False)
     layer_choice: str | None = None
@@ -229,9 +230,9 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     with torch.inference_mode(False), torch.enable_grad(), full_precision(explainer.device), \
             evaluation(module) as was_training, frozen_parameters(module), Recording(module, explainer.layers) as recording, \
             ChannelOrders(module) as orders:
-        output = task.forward(module, tensors, explainer.device, options)
+        output = task.forward(module, tensors, explainer.device, options, explainer.task_options)
         skipped = recording.check_complete()
-        plan = task.plan(output, options, explainer.model.categories, len(images))
+        plan = task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
         extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None]
         recording.backward(plan.objective, retain_graph=bool(extra))
         captures = recording.captures
@@ -303,9 +304,11 @@ def _how_to_say_it() -> str:
 def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, summaries, notes) -> Explanation:
     prediction = plan.predictions[i]
     keys = [key for key, _ in plan.cams]
+    # The CAMs drawn as panels: every one (a detector's, one per detection), or those beyond the main one (top-K).
+    panels = keys if explainer.task.cams_as_panels else keys[1:]
     declared = explainer.declared_layout
     layers = tuple(
-        _layer_result(capture, i, cams, prediction, keys, summaries, found)
+        _layer_result(capture, i, cams, prediction, keys, panels, summaries, found)
         for capture, found, cams in zip(captures, layouts, layer_cams)
     )
     return Explanation(
@@ -314,7 +317,7 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         weights=explainer.model.weights,
         weights_sha256=explainer.model.weights_sha256,
         preprocessing=explainer.preprocessing,
-        objective="score" if explainer.task.name == "detect" else explainer.target.objective,
+        objective=explainer.task.objective_name(explainer.target),
         cam_method=explainer.target.cam,
         logits=np.array(plan.logits[i], dtype=np.float32),
         target=prediction.target,
@@ -323,13 +326,13 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         notes=tuple(dict.fromkeys((*image.source.notes, *notes, *prediction.notes))),
         task=explainer.task.name,
         prediction=prediction,
-        asked=asdict(explainer.target),
+        asked=explainer.asked,
         layer_choice=explainer.layer_choice,
         declared_layout=declared,
     )
 
 
-def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOptions, layouts: dict) -> LayerResult:
+def _layer_result(capture, i: int, cams, prediction, keys, panels, summaries: SummaryOptions, layouts: dict) -> LayerResult:
     maps_by_key, reason, zero_grad = cams
     main = keys[0] if keys else None
     note = reason
@@ -367,7 +370,7 @@ def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOpt
         tiles=tiles,
         cam=maps_by_key[main][i].copy() if maps_by_key else None,
         cam_note=note,
-        topk_cams=_each_cam(maps_by_key, prediction, keys, i),
+        topk_cams=_each_cam(maps_by_key, prediction, panels, i),
         histograms={k: histogram(arrays[k]) for k in ("output", "grad_output")} if summaries.histograms else {},
         notes=tuple(dict.fromkeys(layer_notes)),
         layout=layouts["output"],
@@ -375,13 +378,12 @@ def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOpt
     )
 
 
-def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
-    """The CAMs beyond the main one: each top class's (``topk``), or every detection's (the
-    first included: a detector's picture shows one panel per detection)."""
+def _each_cam(maps_by_key, prediction, panels, i: int) -> tuple:
+    """The CAMs drawn as panels (``panels``, their keys): each top class's (``topk``), or every
+    detection's (the first included: a detector's picture shows one panel per detection)."""
     if not maps_by_key:
         return ()
-    wanted = keys if prediction.detections else keys[1:]
-    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
+    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in panels if prediction.focus.get(k) is not None)
 
 
 def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout | None):

@@ -27,7 +27,7 @@ from .errors import UsageError, arg
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
     "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "parse_triple", "parse_shard",
-    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "MAX_DETECTIONS", "DEFAULT_MAX_PIXELS", "TASK_CHOICES", "LAYOUT_CHOICES",
+    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS", "LAYOUT_CHOICES", "task_choices",
 ]
 
 #: Longest side hookviz resizes or crops a photo to. Models take 224 to ~1333 pixels; 4096 is
@@ -35,15 +35,19 @@ __all__ = [
 MAX_SIDE = 4096
 #: At most this many classes get a CAM of their own (``--topk``): each is a panel of one picture.
 MAX_TOPK = 20
-#: At most this many detections per image get a CAM of their own (``--max-detections``).
-MAX_DETECTIONS = 20
 #: At most this many tiles in a channel grid: 512 one-inch tiles are already a 23-inch square.
 MAX_TILES = 512
 #: Above this many pixels a photo is refused as a likely decompression bomb (``--max-pixels``).
 DEFAULT_MAX_PIXELS = 100_000_000
 
 OBJECTIVES = ("logit", "ce")
-TASK_CHOICES = ("auto", "classify", "segment", "detect")
+
+
+def task_choices() -> tuple[str, ...]:
+    """What ``task`` may be: ``auto``, or a task of ``hookviz.tasks``."""
+    from .tasks import task_names
+
+    return ("auto", *task_names())
 #: How a 4-D map that reads both ways, and whose order nothing settles, is read (``--layout``).
 LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
 
@@ -69,8 +73,8 @@ class ModelOptions:
             name, or a state_dict file.
         seed: seeds random initialisation, without touching the caller's random stream.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        task: ``classify``, ``segment``, ``detect``, or ``auto``: the source's word for it, or
-            for a factory's model, what its output looks like.
+        task: a task of ``hookviz.tasks`` (``classify``, ``segment``, ``detect``), or ``auto``:
+            the source's word for it, or for a factory's model, what its output looks like.
     """
 
     name: str
@@ -88,8 +92,8 @@ class ModelOptions:
             raise UsageError(f"{arg('device', self.device)}: choose auto, cpu, cuda, cuda:N or mps")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise UsageError(f"{arg('seed', self.seed)}: a seed is a whole number from 0 to 2**63 - 1")
-        if self.task not in TASK_CHOICES:
-            raise UsageError(f"{arg('task', self.task)}: choose {', '.join(TASK_CHOICES)}")
+        if self.task not in task_choices():
+            raise UsageError(f"{arg('task', self.task)}: choose {', '.join(task_choices())}")
 
 
 def _list_models_hint() -> str:
@@ -253,8 +257,8 @@ class TargetOptions:
         topk: how many top classes get a CAM of their own (1: the target only).
         output_key: which part of a model's output holds the logits, when it returns several
             (a dict key, or an index into a tuple).
-        score_threshold: a detector's detections with at least this score are explained.
-        max_detections: at most this many detections per image are explained, best first.
+
+    A task's own options are a group of its own (``hookviz.tasks.DetectOptions``).
     """
 
     target: str = "top1"
@@ -262,8 +266,6 @@ class TargetOptions:
     cam: str = "gradcam"
     topk: int = 1
     output_key: str | None = None
-    score_threshold: float = 0.5
-    max_detections: int = 5
 
     def __post_init__(self):
         from .cams import CAMS
@@ -282,12 +284,6 @@ class TargetOptions:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
         if self.topk > 1 and self.cam == "none":
             raise UsageError(f"{arg('topk')} needs a CAM method; drop {arg('cam', 'none')}")
-        threshold = self.score_threshold
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
-            raise UsageError(f"{arg('score_threshold', threshold)}: a score threshold is between 0 and 1")
-        if isinstance(self.max_detections, bool) or not isinstance(self.max_detections, int) \
-                or not 1 <= self.max_detections <= MAX_DETECTIONS:
-            raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:

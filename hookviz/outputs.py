@@ -37,7 +37,7 @@ from .summaries import tensor_stats
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
     "existing_ancestor",
-    "output_names", "plain_name", "distinct_name", "Placement", "place", "layer_stems", "report_of", "save_explanation", "read_report", "target_json",
+    "output_names", "plain_name", "distinct_name", "Placement", "place", "layer_stems", "report_of", "save_explanation", "read_report",
 ]
 
 REPORT = "report.json"
@@ -290,7 +290,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "objective": explanation.objective,
         "target": explanation.target.to_json() if explanation.target is not None else None,
         "top5": [score.to_json() for score in explanation.top5],
-        "prediction": explanation.prediction.details if explanation.prediction is not None else {},
+        "prediction": explanation.prediction.to_json() if explanation.prediction is not None else {},
         "logits": {"count": int(np.size(explanation.logits)), "nonfinite": logits_nonfinite},
         "layer_choice": explanation.layer_choice,
         "declared_layout": explanation.declared_layout.to_json() if explanation.declared_layout is not None else None,
@@ -307,13 +307,6 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "files": list(files),
         "fingerprint": description(),
     }
-
-
-def target_json(options) -> dict:
-    """``TargetOptions`` as report.json keeps them (what ``--skip-existing`` compares)."""
-    from dataclasses import asdict
-
-    return asdict(options)
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:

@@ -22,7 +22,7 @@ from matplotlib.transforms import offset_copy
 __all__ = [
     "ACTIVATION_CMAP", "GRADIENT_CMAP", "CAM_CMAP", "CAM_ALPHA", "DPI", "PNG_COMPRESSION", "CHAR_INCHES", "NO_FINITE",
     "NOT_FINITE_COLOUR", "Sheet", "ValueBar", "MapPanel", "Overlay", "photo_inches", "png_bytes", "encode", "shape_text",
-    "layer_text", "fmt", "norm_for", "upsample", "visible", "photo_of", "class_colour", "empty",
+    "layer_text", "fmt", "norm_for", "upsample", "visible", "photo_of", "class_colour", "empty", "task_of", "window_of",
 ]
 
 ACTIVATION_CMAP = "viridis"
@@ -315,36 +315,15 @@ def empty(ax, cax, text: str) -> None:
     cax.set_axis_off()
 
 
-# ----------------------------------------------------------------------------- task words
 
+def task_of(explanation):
+    """The task of ``explanation`` (``hookviz.tasks``): what its pictures say of the target."""
+    from ..tasks import get_task
 
-def target_text(explanation) -> str:
-    target = explanation.target
-    if explanation.task == "detect":
-        return detections_text(explanation.prediction)
-    if target is None:
-        return "no target"
-    measure = "mean p over its pixels" if explanation.task == "segment" else "p"
-    return f"target {target.label}, {measure}={target.probability:.3f}"
-
-
-def detections_text(prediction) -> str:
-    """``3 detections of class person with score ≥ 0.5`` (``no detections ...`` when none)."""
-    count = len(prediction.detections) if prediction is not None else 0
-    details = prediction.details if prediction is not None else {}
-    of = f" of class {details['target']}" if details.get("target") is not None else ""
-    number = "no" if not count else str(count)
-    return f"{number} detection{'s' if count != 1 else ''}{of} with score ≥ {details.get('score_threshold')}"
-
-
-def objective_text(explanation) -> str:
-    """What the gradient panels are the gradients of."""
-    if explanation.task == "detect":
-        count = len(explanation.prediction.detections) if explanation.prediction is not None else 0
-        return f"gradients of the sum of the {count} detection scores" if count else "no gradients: nothing to explain"
-    return f"objective {explanation.objective}"
+    return get_task(explanation.task)
 
 
 def window_of(explanation):
+    """Where the photo lies in the model's input (a detector's padded batch), or ``None``."""
     prediction = explanation.prediction
-    return prediction.details.get("window") if prediction is not None else None
+    return prediction.window if prediction is not None else None

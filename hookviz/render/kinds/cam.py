@@ -1,5 +1,6 @@
 """``<layer>.cam.png``: the target's CAM over the photo the model saw, beside the photo
-alone (for a detector: one panel per detection, its box drawn over it)."""
+alone; for a task whose every CAM is a panel (``Task.cams_as_panels``: a detector's, one per
+detection, its box drawn over it), those panels side by side."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ __all__ = ["build", "reuse_key", "KIND"]
 
 def reuse_key(explanation, layer, options: dict):
     """The photo's size, the CAM's, and whether the photo is the whole one; ``None`` without a CAM."""
-    from ..figures import photo_of
+    from ..figures import photo_of, task_of
     from .cam_topk import panels_key
 
-    if explanation.task == "detect":
+    if task_of(explanation).cams_as_panels:
         return panels_key(explanation, layer)
     shape = None if layer.cam is None else (photo_of(explanation).shape, layer.cam.shape, explanation.image.whole is None)
     return anatomy(explanation, layer, shape)
@@ -26,11 +27,11 @@ def _heading(explanation, layer) -> str:
 
 
 def build(explanation, layer):
-    from ..figures import CHAR_INCHES, Overlay, Sheet, photo_inches, photo_of, target_text, window_of
+    from ..figures import CHAR_INCHES, Overlay, Sheet, photo_inches, photo_of, task_of, window_of
     from .cam_topk import panels
 
-    if explanation.task == "detect":
-        return panels(explanation, layer, detections=True)  # one panel per detection, with its box
+    if task_of(explanation).cams_as_panels:
+        return panels(explanation, layer)
     if layer.cam is None:
         return None
     photo = photo_of(explanation)
@@ -51,7 +52,7 @@ def build(explanation, layer):
         photo = photo_of(explanation)
         plain.set_data(photo)
         overlay.update(photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}", window_of(explanation))
-        sheet.title(f"{_heading(explanation, layer)}\n{target_text(explanation)}")
+        sheet.title(f"{_heading(explanation, layer)}\n{task_of(explanation).headline(explanation)}")
 
     update(explanation, layer)
     return sheet.figure, update, [plain, *overlay.changing, sheet.heading]

@@ -1,5 +1,6 @@
 """``<layer>.cam_topk.png``: with ``topk`` > 1, the CAMs of the top K classes side by side,
-each on its own colour scale."""
+each on its own colour scale (none for a task whose every CAM is a panel of
+``<layer>.cam.png``, which draws them with ``panels``)."""
 
 from __future__ import annotations
 
@@ -22,21 +23,23 @@ def panels_key(explanation, layer):
 
 
 def reuse_key(explanation, layer, options: dict):
-    if explanation.task == "detect":
-        return None
-    return panels_key(explanation, layer)
+    from ..figures import task_of
+
+    return None if task_of(explanation).cams_as_panels else panels_key(explanation, layer)
 
 
 def build(explanation, layer):
-    return panels(explanation, layer)
+    from ..figures import task_of
+
+    return None if task_of(explanation).cams_as_panels else panels(explanation, layer)
 
 
-def panels(explanation, layer, detections: bool = False):
-    """CAMs side by side: of the top-K classes, or (``detections``) of each detection, its
-    box drawn over it."""
-    from ..figures import Overlay, Sheet, layer_text, photo_inches, photo_of, window_of
+def panels(explanation, layer):
+    """The layer's CAM panels side by side (``LayerResult.topk_cams``), titled as the task
+    says: of the top-K classes, or of each detection, its box drawn over it."""
+    from ..figures import Overlay, Sheet, layer_text, photo_inches, photo_of, task_of, window_of
 
-    if not layer.topk_cams or (explanation.task == "detect") != detections:
+    if not layer.topk_cams:
         return None
     photo = photo_of(explanation)
     panel, side = photo_inches(photo, longest=3.5)
@@ -51,17 +54,11 @@ def panels(explanation, layer, detections: bool = False):
                                 sheet.axes(left + panel + 0.12, top, 0.13, side), photo, cam))
 
     def update(explanation, layer):
-        photo = photo_of(explanation)
+        task, photo = task_of(explanation), photo_of(explanation)
         for overlay, (focus, cam) in zip(overlays, layer.topk_cams):
-            if detections:
-                rank = explanation.prediction.detections.index(focus) + 1
-                overlay.update(photo, cam, f"{rank}. {focus.name or 'class'} ({focus.index})\nscore {focus.score:.3f}",
-                               window_of(explanation), focus.box)
-            else:
-                overlay.update(photo, cam, f"{focus.label}\np={focus.probability:.3f}", window_of(explanation))
-        count = len(layer.topk_cams)
-        what = f"{count} detection{'s' if count != 1 else ''}" if detections else \
-            f"the top {count} class{'es' if count != 1 else ''}"
+            title, box = task.cam_panel(explanation, focus)
+            overlay.update(photo, cam, title, window_of(explanation), box)
+        what = task.panels_text(len(layer.topk_cams))
         sheet.title(f"{explanation.model} · {layer_text(layer)} · {explanation.cam_method} of {what}")
 
     update(explanation, layer)

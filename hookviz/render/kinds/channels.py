@@ -94,8 +94,7 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
     import matplotlib
     import numpy as np
 
-    from ..figures import (ACTIVATION_CMAP, DPI, GRADIENT_CMAP, NO_FINITE, Sheet, ValueBar, layer_text, shape_text,
-                           target_text)
+    from ..figures import ACTIVATION_CMAP, DPI, GRADIENT_CMAP, NO_FINITE, Sheet, ValueBar, layer_text, shape_text, task_of
 
     tiles = _tiles_for(explanation, layer, which, channels)
     if tiles is None:
@@ -148,7 +147,7 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
         flat_note = "" if not flat else " · every tile is constant (=value)" if flat == len(low) else f" · {flat} constant tiles (=value)"
         sheet.title(
             f"{explanation.model} · {layer_text(layer)} · {which} {shape_text(layer.shapes[which])} · "
-            f"{len(tiles.indices)} of {tiles.total} channels{flat_note}\n{target_text(explanation)}"
+            f"{len(tiles.indices)} of {tiles.total} channels{flat_note}\n{task_of(explanation).headline(explanation)}"
         )
 
     update(explanation, layer)

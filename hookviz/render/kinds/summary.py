@@ -15,7 +15,7 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def build(explanation, layer):
-    from ..figures import MapPanel, Sheet, layer_text, objective_text, photo_inches, shape_text, target_text
+    from ..figures import MapPanel, Sheet, layer_text, photo_inches, shape_text, task_of
 
     width, height = photo_inches(explanation.image.shown, longest=3.9)
     left = 0.25 + max(width, 2.4) + 0.6  # room for the photo's title
@@ -38,6 +38,7 @@ def build(explanation, layer):
         )
 
     def update(explanation, layer):
+        task = task_of(explanation)
         photo.set_data(explanation.image.shown)
         for label, panel in panels.items():
             values = layer.maps[label]
@@ -47,7 +48,7 @@ def build(explanation, layer):
             panel.update(values, f"{label} {shape_text(shape)}, {how(shape, values)}" if values is not None else label, unread)
         sheet.title(
             f"{explanation.model} · {layer_text(layer)} · output {shape_text(layer.shapes['output'])}\n"
-            f"{target_text(explanation)} · {objective_text(explanation)} · {explanation.image.source.label}"
+            f"{task.headline(explanation)} · {task.objective_text(explanation)} · {explanation.image.source.label}"
         )
 
     update(explanation, layer)
