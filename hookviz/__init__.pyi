@@ -19,8 +19,8 @@ from .options import (
     Tolerances as Tolerances,
 )
 from .recording import Capture as Capture, Recording as Recording, record as record
-from .tasks import DetectOptions as DetectOptions
 from .runner import run as run
+from .tasks import DetectOptions as DetectOptions
 
 __version__: str
 __all__: list[str]

@@ -152,6 +152,22 @@ LayoutOption = Annotated[str, typer.Option(
 
 
 
+def _cam_help() -> str:
+    """``--cam``'s help, read from the method registry. cli.py's annotations are strings that
+    typer evaluates each time it builds the command, so a method registered after this module
+    was imported is listed too."""
+    from .methods import METHODS
+
+    names = METHODS.names()
+    return f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}."
+
+
+def _cam_completions(incomplete: str) -> list[str]:
+    from .methods import METHODS
+
+    return [name for name in [*METHODS.names(), *METHODS.extra_choices] if name.startswith(incomplete)]
+
+
 @app.command()
 def run(
     images: ImagesArgument = None,
@@ -163,12 +179,13 @@ def run(
     layout: LayoutOption = "auto",
     target: Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")] = "top1",
     objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
-    cam: Annotated[str, typer.Option(help="gradcam, gradcam++, layercam or none.")] = "gradcam",
+    cam: Annotated[str, typer.Option(help=_cam_help(), autocompletion=_cam_completions)] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
     task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
+    box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
@@ -184,7 +201,7 @@ def run(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
     from_list: Annotated[Optional[str], typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).")] = None,
     skip_existing: Annotated[bool, typer.Option("--skip-existing", help="Skip images whose folder holds complete results for these layers and pictures (resume a run).")] = False,
-    shard: Annotated[Optional[str], typer.Option(help="K/N: process the K-th of N slices of the image list (job arrays).")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="K/N: process the K-th of N slices of the image list; auto: the Slurm array task's slice (torchrun's processes take theirs unasked).")] = None,
     max_pixels: Annotated[int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")] = DEFAULT_MAX_PIXELS,
     fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline).")] = None,
     dead_fraction: Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.")] = 1.0,
@@ -210,8 +227,18 @@ def run(
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
-    from .options import (CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions,
-                          TargetOptions, Tolerances, parse_triple)
+    from .cluster import command_shard
+    from .options import (
+        CheckOptions,
+        InputOptions,
+        LayerOptions,
+        ModelOptions,
+        PictureOptions,
+        RunOptions,
+        TargetOptions,
+        Tolerances,
+        parse_triple,
+    )
     from .tasks import DetectOptions
 
     groups = _guard(debug, lambda: dict(
@@ -221,12 +248,13 @@ def run(
             resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
             std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
         ),
-        target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key),
+        target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
+                             box_objective=box_objective),
         task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),),
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
         options=RunOptions(
             out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
-            shard=shard, workers=workers, tensorboard=tensorboard, command=tuple(sys.argv),
+            shard=command_shard(shard), workers=workers, tensorboard=tensorboard, command=tuple(sys.argv),
         ),
         checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction, baseline=baseline,
                             tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
@@ -236,6 +264,7 @@ def run(
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
+    _open_heif()  # before discovery reads the suffixes PIL knows
     from .discovery import find_images, read_list
 
     sources = list(images or [])
@@ -249,6 +278,16 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> 
     if not sources:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
     return find_images(sources, exclude=[out])
+
+
+def _open_heif() -> None:
+    """Let PIL read HEIC photos (an iPhone's) when pillow-heif is installed: the command owns
+    its process, while the library leaves PIL's plug-ins to its caller."""
+    try:
+        from pillow_heif import register_heif_opener
+    except ImportError:
+        return
+    register_heif_opener()
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
@@ -533,7 +572,29 @@ def main() -> None:
     # sooner with this, and one without pictures no later. A value you set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lazy_dynamo.enable()  # import torchvision without torch._dynamo: ~1 s of every run
-    app(prog_name="hookviz")
+    drawn = app.rich_markup_mode
+    if _plain_text_only():
+        app.rich_markup_mode = None  # click's plain "Error: ..." lines, not rich's boxes and colours
+    try:
+        app(prog_name="hookviz")
+    finally:
+        app.rich_markup_mode = drawn
+
+
+def _plain_text_only() -> bool:
+    """Whether messages must be plain ASCII lines: a dumb terminal, NO_COLOR, a locale that is
+    not UTF-8 (Python itself writes UTF-8 under LC_ALL=C, the terminal may not), or an output
+    encoding without box-drawing characters (PYTHONIOENCODING=ascii)."""
+    if os.environ.get("TERM") == "dumb" or os.environ.get("NO_COLOR"):
+        return True
+    locale = next((os.environ[k] for k in ("LC_ALL", "LC_CTYPE", "LANG") if os.environ.get(k)), "C")
+    if "utf-8" not in locale.lower().replace("utf8", "utf-8"):
+        return True
+    try:
+        "╭─│".encode(sys.stderr.encoding or "ascii")
+    except (LookupError, UnicodeEncodeError):
+        return True
+    return False
 
 
 def console_main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class Explainer:
     layer_choice: str | None = None
     max_pixels: int = InputOptions().max_pixels
     declared_layout: DeclaredLayout | None = None
-    task_options: object | None = None
+    task_options: Any = None
 
     @classmethod
     def create(
@@ -113,11 +114,11 @@ class Explainer:
         return {**asdict(self.target), **(asdict(self.task_options) if self.task_options is not None else {})}
 
     @property
-    def cam(self):
-        """The CAM function, or ``None`` for ``cam='none'``."""
-        from .cams import get_cam
+    def method(self):
+        """The CAM method (a ``hookviz.methods.Method``), or ``None`` for ``cam='none'``."""
+        from .methods import get_method
 
-        return None if self.target.cam == "none" else get_cam(self.target.cam)
+        return None if self.target.cam == "none" else get_method(self.target.cam)
 
     @property
     def device(self) -> str:
@@ -294,6 +295,7 @@ def explain(
     output_key: str | int | None = None,
     score_threshold: float = 0.5,
     max_detections: int = 5,
+    box_objective: str = "score",
     task: str = "auto",
     layer_types: Sequence[str] = (),
     layout: str = "auto",
@@ -323,6 +325,8 @@ def explain(
         output_key: which entry of the model's output holds the logits, when it returns several.
         score_threshold, max_detections: which of a detector's detections are explained
             (``hookviz.tasks.DetectOptions``).
+        box_objective: what explains a detection: ``score``, its matched box's score alone, or
+            ``score+iou``, pytorch-grad-cam's ``FasterRCNNBoxScoreTarget`` (plus the box's IoU).
         task: ``classify``, ``segment`` or ``detect``; by default the model's source says, or
             (for a bare module) what its output looks like.
         layer_types: also record every module of these classes.
@@ -339,9 +343,9 @@ def explain(
     Raises:
         HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
     """
-    from .models import load_model
-
     import torch.nn as nn
+
+    from .models import load_model
 
     if isinstance(model, str):
         loaded = load_model(model)
@@ -361,6 +365,7 @@ def explain(
     target_options = TargetOptions(
         target=str(target), objective=objective, cam=cam, topk=topk,
         output_key=None if output_key is None else str(output_key),
+        box_objective=box_objective,
     )
     detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
     layer_options = LayerOptions(

@@ -26,7 +26,7 @@ from .errors import UsageError, arg
 
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
-    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "parse_triple", "parse_shard",
+    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "parse_triple", "parse_shard",
     "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS", "LAYOUT_CHOICES", "task_choices",
 ]
 
@@ -41,6 +41,9 @@ MAX_TILES = 512
 DEFAULT_MAX_PIXELS = 100_000_000
 
 OBJECTIVES = ("logit", "ce")
+#: What explains a detection (``--box-objective``): its matched box's score alone, or that
+#: score plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget.
+BOX_OBJECTIVES = ("score", "score+iou")
 
 
 def task_choices() -> tuple[str, ...]:
@@ -48,6 +51,8 @@ def task_choices() -> tuple[str, ...]:
     from .tasks import task_names
 
     return ("auto", *task_names())
+
+
 #: How a 4-D map that reads both ways, and whose order nothing settles, is read (``--layout``).
 LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
 
@@ -253,12 +258,17 @@ class TargetOptions:
     Attributes:
         target: ``top1`` (each image's top class), a class index, or a class name.
         objective: ``logit`` (back-propagate the target's logit) or ``ce`` (cross-entropy).
-        cam: a method of ``hookviz.cams`` or ``none``; a CAM always explains the target's logit.
+        cam: the name of a registered method (``hookviz.methods``) or ``none``; a CAM always
+            explains the target's score (a logit), whatever the objective.
         topk: how many top classes get a CAM of their own (1: the target only).
         output_key: which part of a model's output holds the logits, when it returns several
             (a dict key, or an index into a tuple).
+        box_objective: what explains a detection: ``score`` (its matched box's score alone) or
+            ``score+iou`` (pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``: that box's IoU
+            with the detection plus its score); only detectors take anything but ``score``.
 
-    A task's own options are a group of its own (``hookviz.tasks.DetectOptions``).
+    A task's own options are a group of its own (``hookviz.tasks.DetectOptions``: which
+    detections are explained).
     """
 
     target: str = "top1"
@@ -266,9 +276,10 @@ class TargetOptions:
     cam: str = "gradcam"
     topk: int = 1
     output_key: str | None = None
+    box_objective: str = "score"
 
     def __post_init__(self):
-        from .cams import CAMS
+        from .methods import get_method
 
         target = str(self.target).strip()
         if re.fullmatch(r"-\d+", target):
@@ -279,11 +290,13 @@ class TargetOptions:
         if self.objective not in OBJECTIVES:
             raise UsageError(f"{arg('objective', self.objective)}: choose {' or '.join(OBJECTIVES)}")
         if self.cam != "none":
-            CAMS.get(self.cam)
+            get_method(self.cam)
         if not isinstance(self.topk, int) or not 1 <= self.topk <= MAX_TOPK:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
         if self.topk > 1 and self.cam == "none":
             raise UsageError(f"{arg('topk')} needs a CAM method; drop {arg('cam', 'none')}")
+        if self.box_objective not in BOX_OBJECTIVES:
+            raise UsageError(f"{arg('box_objective', self.box_objective)}: choose {' or '.join(BOX_OBJECTIVES)}")
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:
@@ -399,12 +412,18 @@ class PictureOptions:
 # ----------------------------------------------------------------------------- run
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"2/8"`` -> (2, 8). Raises UsageError for other forms or K outside 1..N."""
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """``"2/8"`` -> (2, 8); ``"auto"`` -> what torchrun's or a Slurm array's variables say
+    (``hookviz.cluster``), ``None`` without them. Raises UsageError for other forms or K
+    outside 1..N."""
+    if str(text).strip().lower() == "auto":
+        from .cluster import launcher_shard
+
+        return launcher_shard()
     try:
         k, n = (int(v) for v in str(text).split("/"))
     except ValueError:
-        raise UsageError(f"{arg('shard', text)}: expected K/N, such as 1/4") from None
+        raise UsageError(f"{arg('shard', text)}: expected K/N, such as 1/4, or auto (torchrun's or a Slurm array's)") from None
     if n < 1 or not 1 <= k <= n:
         raise UsageError(f"{arg('shard', text)}: K must be between 1 and N")
     return k, n
@@ -419,7 +438,8 @@ class RunOptions:
         save_tensors: also write each image's ``tensors.npz``.
         batch_size: most images per forward pass.
         skip_existing: skip images whose folder already holds this run's results.
-        shard: ``(K, N)``: the K-th of N slices of the image list.
+        shard: ``(K, N)``: the K-th of N slices of the image list; ``"K/N"``; ``"auto"``:
+            from torchrun's ``RANK``/``WORLD_SIZE`` or a Slurm array's variables (``hookviz.cluster``).
         workers: rendering processes (0: one per CPU).
         memory_budget: bytes of recorded tensors a batch may hold.
         tensorboard: also log to this TensorBoard folder.

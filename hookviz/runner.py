@@ -29,12 +29,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Finding, run_checks
+from .cluster import auto_cuda_device, cpu_share
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
 from .fingerprints import FINGERPRINT
-from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
 from .identity import Match
-from .outputs import DIFF, TENSORS, existing_ancestor, output_names, place, save_explanation, sweep_stale_files, write_json
+from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
+from .outputs import (
+    DIFF,
+    TENSORS,
+    existing_ancestor,
+    output_names,
+    place,
+    save_explanation,
+    sweep_stale_files,
+    write_json,
+)
 from .tasks import DEFAULT_TASK
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
@@ -86,12 +96,13 @@ class RunInterrupted(Exception):
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> the first of cuda, mps, cpu that exists. Raises UsageError for one that does not."""
+    """``auto`` -> the first of cuda (``cuda:LOCAL_RANK`` in a torchrun process), mps, cpu that
+    exists. Raises UsageError for one that does not."""
     import torch
 
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+        return auto_cuda_device(torch.cuda.device_count()) if torch.cuda.is_available() else "mps" if mps else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UsageError(f"{arg('device', device)}: no CUDA device is available here; use {arg('device', 'cpu')}")
@@ -236,7 +247,7 @@ class Run:
     def start(self) -> None:
         """Start the render workers and (unless resuming) the loader: both work while this
         process imports torch and builds the model."""
-        wanted = self.options.workers or os.cpu_count() or 1
+        wanted = self.options.workers or cpu_share()
         limit = 2 * (os.cpu_count() or 1)
         if wanted > limit:
             self.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")

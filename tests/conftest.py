@@ -9,6 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Under pytest-xdist each worker gets one torch thread: two workers on two cores with two
+# OpenMP threads each ran the suite several times slower than one thread each (threads
+# spin waiting for each other). Set before torch is imported; subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 import numpy as np
 import pytest
 import torch
@@ -361,3 +368,44 @@ class IndexNet(TinyNet):
 def index_net() -> nn.Module:
     torch.manual_seed(0)
     return IndexNet()
+
+
+# --- Keeping the fast tier fast -------------------------------------------------------------
+# A test not marked slow may use at most this much CPU time (its process and the processes it
+# waited for), setup included. CPU time, not wall time: it stays put when the machine is busy.
+# HOOKVIZ_TEST_CPU_LIMIT=0 turns the check off (for profiling, or a much slower machine).
+UNMARKED_CPU_LIMIT = float(os.environ.get("HOOKVIZ_TEST_CPU_LIMIT", "4"))
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_CPU_KEY = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_CPU_KEY] = _cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call" or not report.passed:
+        return
+    used = _cpu_seconds() - item.stash.get(_CPU_KEY, _cpu_seconds())
+    if os.environ.get("HOOKVIZ_TEST_CPU_REPORT"):  # a file to append "cpu-seconds node-id" lines to
+        with open(os.environ["HOOKVIZ_TEST_CPU_REPORT"], "a", encoding="utf-8") as log:
+            log.write(f"{used:.2f} {'slow' if item.get_closest_marker('slow') else 'fast'} {item.nodeid}\n")
+    if 0 < UNMARKED_CPU_LIMIT < used and not item.get_closest_marker("slow"):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} used {used:.1f} s of CPU (setup and call) without @pytest.mark.slow; "
+            f"mark it slow or make it smaller (limit {UNMARKED_CPU_LIMIT:g} s, HOOKVIZ_TEST_CPU_LIMIT)"
+        )

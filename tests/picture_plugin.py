@@ -25,6 +25,13 @@ def reuse_key(explanation, layer, options):
     return anatomy(explanation, layer, () if layer.maps.get("output") is not None else None)
 
 
-KIND = register_kind(PictureKind(
-    "toy", group="toy", label="toy picture", help="the output's mean, in words", build=build, reuse_key=reuse_key,
-))
+KIND = register_kind(
+    PictureKind(
+        "toy",
+        group="toy",
+        label="toy picture",
+        help="the output's mean, in words",
+        build=build,
+        reuse_key=reuse_key,
+    )
+)

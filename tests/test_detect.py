@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -36,29 +37,106 @@ def photo_tensor():
     return torchvision.transforms.functional.to_tensor(Image.open(SAMPLES / "cat.png").convert("RGB"))
 
 
-def test_each_detections_cam_equals_pytorch_grad_cams_box_score_target(model, photo_tensor):
-    from pytorch_grad_cam import GradCAM
-    from pytorch_grad_cam.utils.model_targets import FasterRCNNBoxScoreTarget
+@pytest.fixture(scope="module")
+def small_photo():
+    return torchvision.transforms.functional.to_tensor(Image.open(SAMPLES / "cat.png").convert("RGB").resize((200, 160)))
 
-    result = hookviz.explain(model, photo_tensor, layers=["backbone.body.16"], score_threshold=0.01, max_detections=2)
-    assert result.task == "detect" and len(result.prediction.detections) == 2
-    assert model.roi_heads.score_thresh == 0.05  # lowered for the pass only
-    cams = result.layers[0].topk_cams
-    assert [focus for focus, _ in cams] == list(result.prediction.detections)
-    old = model.roi_heads.score_thresh
-    model.roi_heads.score_thresh = 0.001  # so that pytorch-grad-cam's pass sees the same low-scoring boxes
+
+def _forward(model, photo):
+    """The model's output for ``photo`` and the output of ``backbone.body.16`` on the way."""
+    seen = {}
+    handle = model.backbone.body.get_submodule("16").register_forward_hook(lambda _m, _i, out: seen.update(a=out))
     try:
-        with GradCAM(model=model, target_layers=[model.backbone.body.get_submodule("16")]) as cam:
-            for detection, ours in cams:
-                cam(input_tensor=photo_tensor[None],
-                    targets=[FasterRCNNBoxScoreTarget([detection.index], [np.array(detection.box)])])
-                activations = cam.activations_and_grads.activations[0].numpy()
-                gradients = cam.activations_and_grads.gradients[0].numpy()
-                theirs = np.maximum((gradients.mean(axis=(2, 3), keepdims=True) * activations).sum(axis=1), 0)[0]
-                assert ours.shape == theirs.shape and theirs.max() > 0
-                assert np.abs(ours - theirs).max() / np.abs(theirs).max() < 1e-3
+        return model([photo])[0], seen["a"]
+    finally:
+        handle.remove()
+
+
+def _gradcam(activations, objective) -> np.ndarray:
+    grads, = torch.autograd.grad(objective, activations, retain_graph=True)
+    return np.maximum((grads.mean(dim=(2, 3), keepdim=True) * activations).sum(dim=1).detach().numpy(), 0)[0]
+
+
+def _pytorch_grad_cams(model, photo, targets) -> list[np.ndarray]:
+    from pytorch_grad_cam import GradCAM
+
+    maps = []
+    with GradCAM(model=model, target_layers=[model.backbone.body.get_submodule("16")]) as cam:
+        for target in targets:
+            cam(input_tensor=photo[None], targets=[target])
+            activations = cam.activations_and_grads.activations[0].numpy()
+            gradients = cam.activations_and_grads.gradients[0].numpy()
+            maps.append(np.maximum((gradients.mean(axis=(2, 3), keepdims=True) * activations).sum(axis=1), 0)[0])
+    return maps
+
+
+@contextlib.contextmanager
+def _score_thresh(model, value: float):
+    old = model.roi_heads.score_thresh
+    model.roi_heads.score_thresh = value  # so that a pass of the reference sees the same low-scoring boxes
+    try:
+        yield
     finally:
         model.roi_heads.score_thresh = old
+
+
+def _close(ours, theirs) -> bool:
+    return ours.shape == theirs.shape and theirs.max() > 0 and np.abs(ours - theirs).max() / np.abs(theirs).max() < 1e-3
+
+
+@pytest.mark.slow
+def test_score_iou_cams_equal_pytorch_grad_cams_box_score_target_and_score_cams_the_scores_gradient(model, small_photo):
+    from pytorch_grad_cam.utils.model_targets import FasterRCNNBoxScoreTarget
+
+    common = dict(layers=["backbone.body.16"], score_threshold=0.01, max_detections=2)
+    iou = hookviz.explain(model, small_photo, box_objective="score+iou", **common)
+    assert iou.task == "detect" and len(iou.prediction.detections) == 2
+    assert model.roi_heads.score_thresh == 0.05  # lowered for the pass only
+    assert [focus for focus, _ in iou.layers[0].topk_cams] == list(iou.prediction.detections)
+    targets = [FasterRCNNBoxScoreTarget([d.index], [np.array(d.box)]) for d in iou.prediction.detections]
+    nudged = [FasterRCNNBoxScoreTarget([d.index], [np.array(d.box) + 0.5]) for d in iou.prediction.detections]
+    with _score_thresh(model, 0.001):
+        theirs = _pytorch_grad_cams(model, small_photo, targets + nudged)
+        output, activations = _forward(model, small_photo)
+        own = [_gradcam(activations, output["scores"][k]) for k in range(2)]
+    for (_, ours), reference in zip(iou.layers[0].topk_cams, theirs):
+        assert _close(ours, reference)
+    score = hookviz.explain(model, small_photo, **common)
+    for (_, ours), reference in zip(score.layers[0].topk_cams, own):
+        assert _close(ours, reference)
+    # Why the two objectives give the same CAMs here: given the detection's own box, the IoU is 1
+    # and has no gradient. Half a pixel off, as a box rounded to whole pixels is, it has one, and
+    # it outweighs the score's.
+    for reference, off in zip(theirs, theirs[2:]):
+        assert np.corrcoef(reference.ravel(), off.ravel())[0, 1] < 0.9
+    assert iou.logits == pytest.approx(score.logits + 1, abs=1e-6)
+
+
+def test_score_iou_is_pytorch_grad_cams_target_where_the_boxes_move(model, small_photo):
+    """Boxes cut to whole pixels, as pytorch-grad-cam's tutorial passes them: the IoU then has a
+    gradient, and ``score+iou`` must match the target's value and gradient, ``score`` not."""
+    from pytorch_grad_cam.utils.model_targets import FasterRCNNBoxScoreTarget
+
+    from hookviz.tasks.detect import box_objective
+
+    with _score_thresh(model, 0.001):
+        output, activations = _forward(model, small_photo)
+    matched = []
+    for k in range(4):
+        box, label = output["boxes"][k].detach().floor(), int(output["labels"][k])
+        theirs = FasterRCNNBoxScoreTarget([label], [box.numpy()])(output)[0]
+        ours = box_objective(output, box, label, "score+iou")
+        assert float(ours.detach()) == pytest.approx(float(theirs.detach()), abs=1e-6)
+        matched += [(box, label, ours, theirs)] if float(theirs.detach()) > 0 else []
+        other = next(c for c in range(1, 91) if c not in output["labels"][:k + 1])
+        unmatched = box_objective(output, box, other, "score+iou"), FasterRCNNBoxScoreTarget([other], [box.numpy()])(output)
+        assert [float(v.detach().sum()) for v in unmatched] == [0, 0]
+    assert len(matched) >= 2
+    box, label, ours, theirs = matched[0]
+    reference = _gradcam(activations, theirs)
+    assert _close(_gradcam(activations, ours), reference)
+    alone = _gradcam(activations, box_objective(output, box, label, "score"))
+    assert np.corrcoef(alone.ravel(), reference.ravel())[0, 1] < 0.9
 
 
 def test_an_image_without_detections_is_done_and_says_so(tmp_path):
@@ -114,6 +192,7 @@ def test_a_target_class_keeps_only_its_detections(model, photo_tensor):
     (["--target", "unicorn"], "--target unicorn: not a class name of this model"),
     (["--topk", "3"], "--topk 3: a detector gets one CAM per detection; use --max-detections"),
     (["--layer", "backbone"], "--layer backbone: backbone returns 3 feature maps"),
+    (["--box-objective", "iou"], "--box-objective iou: choose score or score+iou"),
 ])
 def test_detection_usage_errors_are_one_line(tmp_path, args, message):
     result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
@@ -121,6 +200,27 @@ def test_detection_usage_errors_are_one_line(tmp_path, args, message):
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("model, words", [
+    ("tests.conftest:tiny_net", "a classifier has no boxes"), ("lraspp_mobilenet_v3_large", "a segmenter has no boxes"),
+])
+def test_a_box_objective_is_refused_for_a_model_without_boxes(tmp_path, model, words):
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", model, "--weights", "none",
+                                      "--box-objective", "score+iou", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"--box-objective score+iou: {words}; drop --box-objective" in lines[0], result.stderr
+
+
+def test_the_box_objective_is_recorded_in_the_report(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none", *LOW,
+                                      "--box-objective", "score+iou", "--pictures", "none", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert report["objective"] == "score+iou" and report["asked"]["target"]["box_objective"] == "score+iou"
+    assert report["prediction"]["objective"].startswith("pytorch-grad-cam's FasterRCNNBoxScoreTarget: the IoU")
 
 
 def test_a_factory_model_is_recognised_from_its_output(tmp_path):

@@ -101,13 +101,24 @@ def test_a_detectors_threshold_does_not_make_a_classifiers_results_stale(tmp_pat
     """--skip-existing compares what was asked of the task: the detector's own options are
     no part of a classifier's run."""
     out = tmp_path / "out"
-    common = ["run", str(SAMPLES / "cat.png"), "--model", "tests.conftest:tiny_net", "--weights", "none",
-              "--pictures", "none", "--out", str(out), "--skip-existing"]
+    common = [
+        "run",
+        str(SAMPLES / "cat.png"),
+        "--model",
+        "tests.conftest:tiny_net",
+        "--weights",
+        "none",
+        "--pictures",
+        "none",
+        "--out",
+        str(out),
+        "--skip-existing",
+    ]
     assert CliRunner().invoke(app, common).exit_code == 0
     again = CliRunner().invoke(app, [*common, "--score-threshold", "0.9"])
     assert again.exit_code == 0 and "0 of 1 images done, 1 skipped" in again.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
-    assert set(report["asked"]["target"]) == {"target", "objective", "cam", "topk", "output_key"}
+    assert set(report["asked"]["target"]) == {"target", "objective", "cam", "topk", "output_key", "box_objective"}
 
 
 def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):
@@ -131,7 +142,11 @@ def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):
     assert [(share.name, share.fraction) for share in prediction.classes] == [("a", 0.75), ("d", 0.25)]
     segmented.save(tmp_path, pictures="none")
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["prediction"] == prediction.to_json() == {
-        "classes": [{"index": 0, "name": "a", "fraction": 0.75}, {"index": 3, "name": "d", "fraction": 0.25}],
-        "objective": "the sum of d's logits over the 128 pixels predicted as d",
-    }
+    assert (
+        report["prediction"]
+        == prediction.to_json()
+        == {
+            "classes": [{"index": 0, "name": "a", "fraction": 0.75}, {"index": 3, "name": "d", "fraction": 0.25}],
+            "objective": "the sum of d's logits over the 128 pixels predicted as d",
+        }
+    )

@@ -20,9 +20,36 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import offset_copy
 
 __all__ = [
-    "ACTIVATION_CMAP", "GRADIENT_CMAP", "CAM_CMAP", "CAM_ALPHA", "DPI", "PNG_COMPRESSION", "CHAR_INCHES", "NO_FINITE",
-    "NOT_FINITE_COLOUR", "Sheet", "ValueBar", "MapPanel", "Overlay", "photo_inches", "png_bytes", "encode", "shape_text",
-    "layer_text", "fmt", "norm_for", "upsample", "visible", "photo_of", "class_colour", "empty", "task_of", "window_of",
+    "ACTIVATION_CMAP",
+    "GRADIENT_CMAP",
+    "CAM_CMAP",
+    "CAM_ALPHA",
+    "DPI",
+    "PNG_COMPRESSION",
+    "CHAR_INCHES",
+    "NO_FINITE",
+    "NOT_FINITE_COLOUR",
+    "MIN_PANEL",
+    "Sheet",
+    "ValueBar",
+    "MapPanel",
+    "Overlay",
+    "cam_boxes",
+    "cam_label",
+    "photo_inches",
+    "png_bytes",
+    "encode",
+    "shape_text",
+    "layer_text",
+    "fmt",
+    "norm_for",
+    "upsample",
+    "visible",
+    "photo_of",
+    "class_colour",
+    "empty",
+    "task_of",
+    "window_of",
 ]
 
 ACTIVATION_CMAP = "viridis"
@@ -166,8 +193,7 @@ class ValueBar:
             self.bar.set_label(label, fontsize=8, parse_math=False)
             cax.yaxis.set_label_coords(1, 0.5, transform=offset_copy(cax.transAxes, figure, x=44, units="points"))
         self.labels = [
-            cax.text(1, f, "", transform=beside, fontsize=7, va="center", ha="left", parse_math=False)
-            for f in self.FRACTIONS
+            cax.text(1, f, "", transform=beside, fontsize=7, va="center", ha="left", parse_math=False) for f in self.FRACTIONS
         ]
 
     def set_norm(self, norm) -> None:
@@ -206,14 +232,21 @@ class MapPanel:
         if values is None:
             self.ax.set_title(title, fontsize=9, parse_math=False)
             self.ax.text(
-                0.5, 0.5, missing or self.missing, ha="center", va="center", fontsize=9,
-                transform=self.ax.transAxes, parse_math=False,
+                0.5,
+                0.5,
+                missing or self.missing,
+                ha="center",
+                va="center",
+                fontsize=9,
+                transform=self.ax.transAxes,
+                parse_math=False,
             )
             self.ax.set_axis_off()
             self.cax.set_axis_off()
             return
         norm, note = norm_for(values, self.signed)
-        self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False)
+        # Raised past the colourbar's top value label, which a title wider than its map reaches.
+        self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False, pad=10)
         if values.ndim == 1:
             # Lines, not bars: a single spike among 1000 features must stay visible.
             colour = "tab:red" if self.signed else "tab:blue"
@@ -262,12 +295,13 @@ class Overlay:
         from matplotlib.patches import Rectangle
 
         self.ax = ax
+        ax.set_anchor("N")  # a thin photo hangs from the top of its box, level with the colourbar's top
         self.photo = ax.imshow(photo, interpolation="bilinear")
         self.heat = ax.imshow(upsample(cam, photo.shape[:2]), cmap=CAM_CMAP, alpha=CAM_ALPHA, interpolation="bilinear")
         self.box = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor="white", linewidth=2, visible=False))
         ax.set_axis_off()
         # The colorbar has an opaque scale of its own, so its colours are readable.
-        self.bar = ValueBar(figure, cax, CAM_CMAP, f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)")
+        self.bar = ValueBar(figure, cax, CAM_CMAP, cam_label(cam))
 
     @property
     def changing(self) -> list:
@@ -298,6 +332,23 @@ class Overlay:
         self.ax.set_title(title + note, fontsize=9, parse_math=False)
 
 
+def cam_label(cam: np.ndarray) -> str:
+    return f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)"
+
+
+#: The smallest box a CAM panel gets, in inches: a thin photo hangs centred in it, so the
+#: panels' titles have the width of the usual 224-pixel input, and the colourbar the height
+#: of its label.
+MIN_PANEL = 2.24
+
+
+def cam_boxes(photo: np.ndarray, cam: np.ndarray, longest: float) -> tuple[float, float]:
+    """(width, height) in inches of a CAM panel and its colourbar: the photo's, at least
+    ``MIN_PANEL`` wide and as tall as the bar's label (8 pt, vertical) is long."""
+    width, height = photo_inches(photo, longest)
+    return max(width, MIN_PANEL), max(height, len(cam_label(cam)) * CHAR_INCHES * 0.8 + 0.3)
+
+
 def photo_of(explanation) -> np.ndarray:
     """The photo a CAM is drawn on: what the model saw, or the whole photo with ``--no-crop``."""
     return explanation.image.whole if explanation.image.whole is not None else explanation.image.shown
@@ -313,7 +364,6 @@ def empty(ax, cax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, transform=ax.transAxes, parse_math=False)
     ax.set_axis_off()
     cax.set_axis_off()
-
 
 
 def task_of(explanation):

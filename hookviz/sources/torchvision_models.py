@@ -117,7 +117,7 @@ def _untrained(name: str, weights_file: str | None):
 
     models = _models()
     takes = inspect.signature(models.get_model_builder(name)).parameters
-    options = {}
+    options: dict[str, object] = {}
     if "weights_backbone" in takes:  # segmenters and detectors
         options["weights_backbone"] = None
     if "aux_loss" in takes and weights_file is not None and _has_aux_head(weights_file):

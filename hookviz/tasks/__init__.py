@@ -1,12 +1,12 @@
 """Tasks: what a model's output means and what to explain in it, one module per task
 (see ``base`` for the interface): ``classify``, ``segment``, ``detect``. Importing this
 package registers each of them; every list of tasks hookviz shows (the ``task`` choices,
-their order, their words, the order in which a model's output is recognised) is read from
-``TASKS``. Importing it is cheap: no task imports torch or numpy before it runs.
+their order, their words, the order in which a model's output is recognised, both by
+``priority``) is read from ``TASKS``. Importing it is cheap: no task imports torch or numpy before it runs.
 """
 
+from . import classify, detect, segment  # noqa: F401  (each registers itself)
 from .base import TASKS, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, Task, TaskBase, register_task
-from . import classify, segment, detect  # noqa: F401,E402  (each registers itself, in listing order)
 from .classify import ClassPrediction
 from .detect import DetectOptions, DetectPrediction
 from .segment import ClassShare, SegmentPrediction
@@ -20,24 +20,25 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
-def task_names() -> list[str]:
-    """Every task's name, in listing order (the order they were registered)."""
-    return list(TASKS)
-
-
 def _by_priority() -> list[Task]:
-    return sorted(TASKS.values(), key=lambda task: -task.priority)
+    return sorted(TASKS.values(), key=lambda task: task.priority)
+
+
+def task_names() -> list[str]:
+    """Every task's name, in listing order: the lowest ``priority`` first (the most general,
+    classification, to the most particular, detection)."""
+    return [task.name for task in _by_priority()]
 
 
 #: The task of a model that nothing says otherwise of: the one that claims every output.
-DEFAULT_TASK = _by_priority()[-1].name
+DEFAULT_TASK = _by_priority()[0].name
 
 
 def recognise_task(output) -> str:
     """The task whose output ``output`` looks like: each task is asked, the highest
     ``priority`` first (a detector's and a segmenter's outputs have their own shapes); the
     last claims anything."""
-    return next((task.name for task in _by_priority() if task.recognises(output)), DEFAULT_TASK)
+    return next((task.name for task in reversed(_by_priority()) if task.recognises(output)), DEFAULT_TASK)
 
 
 def task_words(name: str) -> str:

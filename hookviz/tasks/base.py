@@ -8,6 +8,10 @@ pytorch-grad-cam's target callables (``ClassifierOutputTarget``,
 ``SemanticSegmentationTarget``, ``FasterRCNNBoxScoreTarget``), a new task is a new module
 here that registers itself, not a new pipeline.
 
+A task also says what a target's *score* is on a new input (``scorer``), so that a CAM
+method that re-scores altered inputs (Score-CAM's masked photos) works for every task; the
+pass wraps it in a ``Rescoring``, the ``score`` a method finds in its ``MethodContext``.
+
 A task also says what the rest of hookviz shows of it, so nothing outside this package
 asks which task it is: the words of the pictures' titles (``headline``,
 ``objective_text``), its CAM panels, its ``prediction.png`` (``draw_prediction``), what
@@ -18,13 +22,13 @@ option group (``DetectOptions``). ``TaskBase`` says it for tasks that explain cl
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = [
-    "ClassScore", "Detection", "ImagePrediction", "Plan", "PredictionPanel", "Task", "TaskBase", "TASKS",
-    "register_task", "model_dtype", "stacked",
+    "ClassScore", "Detection", "ImagePrediction", "Plan", "PredictionPanel", "Rescoring", "Task", "TaskBase", "TASKS",
+    "focus_of", "probability_text", "register_task", "model_dtype", "stacked",
 ]
 
 
@@ -34,16 +38,19 @@ def _finite(value: float):
 
 @dataclass(frozen=True)
 class ClassScore:
-    """One class of one image: its index, name, logit and probability."""
+    """One class of one image: its index, name, logit and probability (a segmentation's:
+    the means over the class's pixels, and ``fraction``, the share of pixels it is predicted on)."""
 
     index: int
     name: str | None
     logit: float
     probability: float
+    fraction: float | None = None
 
     def to_json(self) -> dict:
         """As JSON; a non-finite score (NaN weights) becomes null."""
-        return {"index": self.index, "name": self.name, "score": _finite(self.logit), "probability": _finite(self.probability)}
+        found = {"index": self.index, "name": self.name, "score": _finite(self.logit), "probability": _finite(self.probability)}
+        return found if self.fraction is None else {**found, "fraction": round(self.fraction, 6)}
 
     @property
     def label(self) -> str:
@@ -129,6 +136,7 @@ class Task(Protocol):
         words: what it is, in a word for listings (``classification``).
         priority: which task a model's output is tried for first when the task is
             recognised (``task="auto"``): the highest first; the lowest claims the rest.
+            Listings go the other way: the lowest (the most general task) first.
         options_type: the option group of its own (``DetectOptions``), or ``None``.
         torchvision_module: where torchvision keeps its models, or ``None``.
         cams_as_panels: every CAM of an image is a panel of ``<layer>.cam.png`` (a
@@ -171,6 +179,16 @@ class Task(Protocol):
             UsageError (TargetError): the output or the target does not fit the task.
         """
 
+    def scorer(self, plan: Plan, key: str, options) -> Callable:
+        """How the target of CAM ``key`` (what ``plan.predictions[i].focus[key]`` is) scores on
+        a new input: a callable ``scorer(output, images)`` that takes the model's output (as
+        ``forward`` returns it) on a batch of M inputs and, for each row, the image of the plan
+        it stands for (a (M,) long tensor), and returns (M,) scores: a classifier's class logit,
+        a segmentation class's mean logit over the pixels first predicted as it, the score of a
+        detector's box that matches the detection; 0 where the image has nothing to explain.
+        On the plan's own inputs it gives the focus's own score (``ClassScore.logit``,
+        ``Detection.score``)."""
+
     def objective_name(self, options) -> str:
         """What report.json calls the objective (``logit``, ``ce``, ``score``)."""
 
@@ -193,6 +211,9 @@ class Task(Protocol):
     def draw_prediction(self, ax, explanation) -> None:
         """Draw what the model predicted over the photo already shown in ``ax``."""
 
+    def prediction_lines(self, explanation) -> list[str]:
+        """What the model predicted, in lines of text (a notebook shows them): ``top-5: ...``."""
+
     def status_line(self, status) -> str:
         """The line ``hookviz run`` prints for an image done (a ``runner.ImageStatus``)."""
 
@@ -201,7 +222,8 @@ class Task(Protocol):
         the items (plain text)."""
 
 
-def _probability(value) -> str:
+def probability_text(value) -> str:
+    """A probability as the progress lines print it (``nan`` for a non-finite one)."""
     return "nan" if value is None else format(value, ".3f")
 
 
@@ -243,10 +265,15 @@ class TaskBase:
     def draw_prediction(self, ax, explanation) -> None:
         pass
 
+    def prediction_lines(self, explanation) -> list[str]:
+        if not explanation.top5:
+            return []
+        return ["top-5: " + " · ".join(f"{c.label} {c.probability:.3f}" for c in explanation.top5)]
+
     def status_line(self, status) -> str:
         if status.target is None:
             return f"{status.image}: nothing to explain (see its report.json)"
-        top = " · ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
+        top = " · ".join(f"{s['name'] or s['index']} {probability_text(s['probability'])}" for s in status.top5)
         return f"{status.image}: target {status.target.get('name') or status.target.get('index')}; top-5: {top}"
 
     def gallery_list(self, report: dict) -> tuple[str, list[str]]:
@@ -273,6 +300,43 @@ def stacked(module, tensors: Sequence, device: str):
     import torch
 
     return module(torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module)))
+
+
+def focus_of(plan: Plan, key: str) -> list:
+    """Per image of the plan, what CAM ``key`` explains (``None``: nothing)."""
+    return [prediction.focus.get(key) for prediction in plan.predictions]
+
+
+@dataclass(frozen=True)
+class Rescoring:
+    """``score(batch, images=None)``: the model run on new inputs (M, C, H, W) under
+    ``torch.no_grad``, ``chunk`` rows a pass, each row scored by ``scorer`` for the image
+    ``images[row]`` stands for (default: row ``i`` is image ``i``). Returns (M,) float32.
+
+    It runs the bare model (no hookviz hook is on it while it does) in the mode the pass put
+    it in; like every forward of the pass, it changes nothing in the model."""
+
+    task: Task
+    module: object
+    device: str
+    options: object
+    scorer: Callable
+    chunk: int
+    task_options: object = None
+
+    def __call__(self, batch, images=None):
+        import torch
+
+        rows = torch.arange(len(batch)) if images is None else torch.as_tensor(images, dtype=torch.long).flatten()
+        if len(rows) != len(batch):
+            raise ValueError(f"score: {len(batch)} inputs but {len(rows)} image indices")
+        scores = []
+        with torch.no_grad():
+            for start in range(0, len(batch), self.chunk):
+                part = batch[start : start + self.chunk]
+                output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
+                scores.append(self.scorer(output, rows[start : start + self.chunk]).detach().float())
+        return torch.cat(scores) if scores else torch.zeros(0)
 
 
 TASKS: dict[str, Task] = {}

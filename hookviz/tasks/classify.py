@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError, arg
+from .base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
 from .targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
-from .base import ClassScore, ImagePrediction, Plan, TaskBase, register_task, stacked
 
 __all__ = ["Classify", "ClassPrediction", "logits_of", "parse_target"]
 
@@ -172,7 +172,9 @@ class Classify(TaskBase):
             return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
 
     def check(self, options) -> None:
-        pass
+        if options.box_objective != "score":
+            raise UsageError(f"{arg('box_objective', options.box_objective)}: a classifier has no boxes; "
+                             f"drop {arg('box_objective')}")
 
     def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
         return stacked(module, tensors, device)
@@ -222,6 +224,20 @@ class Classify(TaskBase):
             predictions.append(ClassPrediction(target=focus["target"], top5=tuple(score(i, j) for j in top[i, :5]),
                                                focus=focus, notes=notes, objective=_OBJECTIVES[options.objective]))
         return Plan(objective, cams, predictions, logits_np)
+
+    def scorer(self, plan: Plan, key: str, options):
+        """The logit of the class CAM ``key`` explains in each image (see ``Task.scorer``)."""
+        import torch
+
+        classes = torch.tensor([-1 if focus is None else focus.index for focus in focus_of(plan, key)])
+
+        def score(output, images):
+            logits = logits_of(output, options.output_key)
+            chosen = classes.to(logits.device)[images.to(logits.device)]
+            values = logits.gather(1, chosen.clamp(min=0)[:, None])[:, 0]
+            return values.where(chosen >= 0, values.new_zeros(()))
+
+        return score
 
 
 _OBJECTIVES = {

@@ -3,11 +3,17 @@
 the detector resizes and normalises it itself.
 
 Every detection with a score of at least ``score_threshold`` (at most ``max_detections``,
-best first; only one class's with a target other than ``top1``) is explained on its own:
-its objective is the score of the output box that matches it (same label, highest IoU, at
-least 0.5), as pytorch-grad-cam's ``FasterRCNNBoxScoreTarget`` computes it, and it gets its
-own CAM. The recorded gradients are those of all the explained detections' scores together.
-An image with no detection above the threshold is done, with nothing to explain.
+best first; only one class's with a target other than ``top1``) is explained on its own, and
+gets its own CAM. Its objective (the ``box_objective`` option, computed by the function of that
+name) is by default the matched box's score alone: the score of the output box of its label that overlaps it most
+(IoU at least 0.5), which in the pass that found it is the detection itself. ``score+iou`` is
+pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``: that box's IoU with the detection plus its
+score. In the pass that found the detection the IoU is 1 and adds no gradient (torch splits
+the gradient of a min or max between equal inputs, so the overlap and the union move
+together), so both give the same CAMs; they part where the boxes move (a re-scored input, or
+a box given to the nearest pixel, as pytorch-grad-cam's tutorial passes them). The recorded
+gradients are those of all the explained detections' objectives together. An image with no
+detection above the threshold is done, with nothing to explain.
 
 ``score_threshold`` and ``max_detections`` are the task's own options (``DetectOptions``).
 """
@@ -20,15 +26,35 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError, arg
 from ..hooks import HookSet
-from .base import model_dtype, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, TaskBase, register_task
+from .base import (
+    ClassScore,
+    Detection,
+    ImagePrediction,
+    Plan,
+    PredictionPanel,
+    TaskBase,
+    focus_of,
+    model_dtype,
+    probability_text,
+    register_task,
+)
 from .targets import parse_target
 
-__all__ = ["Detect", "DetectOptions", "DetectPrediction", "DetectorOutput", "MATCH_IOU", "MAX_DETECTIONS"]
+__all__ = ["Detect", "DetectOptions", "DetectPrediction", "DetectorOutput", "MATCH_IOU", "MAX_DETECTIONS", "box_objective"]
 
-#: A detection's objective is the score of the output box of its label that overlaps it most, if at least this much.
+#: A detection's objective is that of the output box that overlaps it most, if at least this much
+#: (``score+iou``: more than this, as pytorch-grad-cam's ``iou_threshold``).
 MATCH_IOU = 0.5
 #: At most this many detections per image get a CAM of their own (``max_detections``).
 MAX_DETECTIONS = 20
+#: What report.json says each ``box_objective`` is.
+_OBJECTIVE_TEXT = {
+    "score": f"the matched box's score alone (the output box of the detection's label that overlaps it most, IoU at "
+             f"least {MATCH_IOU}: the detection itself); one CAM per detection",
+    "score+iou": "pytorch-grad-cam's FasterRCNNBoxScoreTarget: the IoU with the detection of the output box that "
+                 f"overlaps it most, plus that box's score (0 unless the IoU is above {MATCH_IOU} and the label the "
+                 "detection's); one CAM per detection",
+}
 _THRESHOLDS = ("score_thresh", "roi_heads.score_thresh")  # where torchvision's detectors keep theirs
 
 
@@ -198,8 +224,8 @@ class Detect(TaskBase):
         own = task_options or DetectOptions()
         fixed = parse_target(options.target, categories)
         chosen = [_chosen(result, own, fixed) for result in output.detections]
-        scores = [[_matched_score(result, result["boxes"][k], int(result["labels"][k])) for k in keep]
-                  for result, keep in zip(output.detections, chosen)]
+        scores = [[box_objective(result, result["boxes"][k], int(result["labels"][k]), options.box_objective)
+                   for k in keep] for result, keep in zip(output.detections, chosen)]
         most = max((len(s) for s in scores), default=0)
         objective = sum((s for image in scores for s in image), torch.zeros(()))
         cams: list[tuple[str, object]] = []
@@ -209,15 +235,37 @@ class Detect(TaskBase):
             else:
                 cams = [(f"det{j + 1}", sum(image[j] for image in scores if j < len(image))) for j in range(most)]
         predictions = [
-            _prediction(result, keep, output.windows[i] if output.windows else None, categories, own, fixed, most)
+            _prediction(result, keep, output.windows[i] if output.windows else None, categories, own, fixed, most,
+                        _OBJECTIVE_TEXT[options.box_objective])
             for i, (result, keep) in enumerate(zip(output.detections, chosen))
         ]
         logits = [np.asarray([float(s.detach()) for s in image], dtype=np.float32) for image in scores]
         return Plan(objective, cams, predictions, logits)
 
+    def scorer(self, plan: Plan, key: str, options):
+        """The objective (``options.box_objective``) of the detection the CAM ``key`` explains
+        in each image, as the plan scores it (0 when no output box matches); boxes under ``score_threshold`` are not in the output, so they score 0
+        (see ``Task.scorer``)."""
+        focus = focus_of(plan, key)
+
+        def score(output, images):
+            import torch
+
+            values = []
+            for result, image in zip(output.detections, images.tolist()):
+                detection = focus[image]
+                if detection is None:
+                    values.append(result["scores"].new_zeros(()))
+                    continue
+                box = torch.tensor(detection.box, dtype=result["boxes"].dtype, device=result["boxes"].device)
+                values.append(box_objective(result, box, detection.index, options.box_objective))
+            return torch.stack(values)
+
+        return score
+
 
     def objective_name(self, options) -> str:
-        return "score"
+        return options.box_objective
 
     # -- what it shows
 
@@ -261,9 +309,11 @@ class Detect(TaskBase):
                     ha="center", va="center", fontsize=14, color="white", bbox={"facecolor": "black", "alpha": 0.6},
                     parse_math=False)
 
+    def prediction_lines(self, explanation) -> list[str]:
+        return [f"detections: {', '.join(d.label for d in explanation.prediction.detections) or 'none'}"]
+
     def status_line(self, status) -> str:
-        found = ", ".join(f"{s['name'] or s['index']} {'nan' if s['probability'] is None else format(s['probability'], '.3f')}"
-                          for s in status.top5)
+        found = ", ".join(f"{s['name'] or s['index']} {probability_text(s['probability'])}" for s in status.top5)
         return f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
 
     def gallery_list(self, report: dict) -> tuple[str, list[str]]:
@@ -294,19 +344,43 @@ def _chosen(result, options: DetectOptions, fixed: int | None) -> list[int]:
     return keep[: options.max_detections]
 
 
-def _matched_score(result, box, label: int):
-    """The score of the output box of ``label`` that overlaps ``box`` most (IoU at least 0.5)."""
+def box_objective(result, box, label: int, objective: str = "score"):
+    """The scalar that explains one detection (``box``, ``label``) in a detector's output.
+
+    Args:
+        result: one image's output, a dict of ``boxes``, ``labels`` and ``scores``.
+        box: the detection's box (x0, y0, x1, y1), a tensor; its own gradient is not followed.
+        label: the detection's class.
+        objective: ``score``: the score of the output box of ``label`` that overlaps ``box``
+            most, if by at least ``MATCH_IOU``. ``score+iou``: pytorch-grad-cam's
+            ``FasterRCNNBoxScoreTarget``: of all output boxes, the one that overlaps ``box``
+            most; its IoU plus its score if the IoU is above ``MATCH_IOU`` and its label is
+            ``label``.
+
+    Returns:
+        A scalar tensor in the output's graph (0 when nothing matches).
+    """
     from torchvision.ops import box_iou
 
-    same = (result["labels"] == label).nonzero().flatten()
-    overlaps = box_iou(box.detach()[None], result["boxes"].detach()[same])[0]
+    boxes, labels, scores = result["boxes"], result["labels"], result["scores"]
+    box = box.detach().to(boxes.dtype)[None]
+    if objective == "score+iou":
+        overlaps = box_iou(box, boxes)[0]  # the output boxes keep their gradient: the IoU is explained too
+        best = int(overlaps.argmax()) if len(boxes) else None
+        if best is None or not (float(overlaps[best].detach()) > MATCH_IOU and int(labels[best]) == label):
+            return scores.sum() * 0
+        return overlaps[best] + scores[best]
+    same = (labels == label).nonzero().flatten()
+    if not len(same):
+        return scores.sum() * 0
+    overlaps = box_iou(box, boxes.detach()[same])[0]
     best = int(overlaps.argmax())
-    if float(overlaps[best]) < MATCH_IOU:  # cannot happen for a box of the same output; kept honest anyway
-        return result["scores"][same[best]] * 0
-    return result["scores"][same[best]]
+    return scores[same[best]] if float(overlaps[best]) >= MATCH_IOU else scores[same[best]] * 0
 
 
-def _prediction(result, keep: list[int], window, categories, options: DetectOptions, fixed, most: int) -> DetectPrediction:
+def _prediction(
+    result, keep: list[int], window, categories, options: DetectOptions, fixed, most: int, objective: str
+) -> DetectPrediction:
     names = list(categories) if categories is not None else None
     detections = tuple(
         Detection(
@@ -326,6 +400,5 @@ def _prediction(result, keep: list[int], window, categories, options: DetectOpti
         window=tuple(window) if window else None, detections=detections,
         of_class=None if fixed is None else (names[fixed] if names and fixed < len(names) else fixed),
         score_threshold=options.score_threshold, max_detections=options.max_detections,
-        objective="the score of the output box that matches each detection (same label, highest IoU, at least "
-                  f"{MATCH_IOU}); one CAM per detection",
+        objective=objective,
     )

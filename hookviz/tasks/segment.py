@@ -15,7 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError, arg
-from .base import ClassScore, ImagePrediction, Plan, PredictionPanel, TaskBase, register_task, stacked
+from .base import (
+    ClassScore,
+    ImagePrediction,
+    Plan,
+    PredictionPanel,
+    TaskBase,
+    focus_of,
+    probability_text,
+    register_task,
+    stacked,
+)
 from .targets import class_target
 
 __all__ = ["Segment", "SegmentPrediction", "ClassShare", "segmentation_logits"]
@@ -112,6 +122,9 @@ class Segment(TaskBase):
                 f"{arg('objective', options.objective)}: a segmentation is explained by the target class's "
                 f"logits over its pixels; drop {arg('objective')}"
             )
+        if options.box_objective != "score":
+            raise UsageError(f"{arg('box_objective', options.box_objective)}: a segmenter has no boxes; "
+                             f"drop {arg('box_objective')}")
 
     def default_root(self, module) -> str | None:
         return "backbone" if hasattr(module, "backbone") else None
@@ -139,11 +152,36 @@ class Segment(TaskBase):
                     for i, image in enumerate(images) if k < len(image["present"])
                 )
                 cams.append((f"top{k + 1}", scalar))
-        predictions = [
+        predictions: list[ImagePrediction] = [
             _prediction(image, predicted[i], detached[i], probabilities[i], names, options) for i, image in enumerate(images)
         ]
         class_means = detached.float().mean(dim=(2, 3)).cpu().numpy()  # per image: each class's mean logit
         return Plan(objective, cams, predictions, class_means)
+
+    def scorer(self, plan: Plan, key: str, options):
+        """The mean logit of the class CAM ``key`` explains in each image, over the pixels the
+        first pass predicted as that class (all pixels when none was), as its ``ClassScore``
+        reports it; the pixels stay those of the first pass, as pytorch-grad-cam's
+        ``SemanticSegmentationTarget`` keeps its mask (see ``Task.scorer``)."""
+        import torch
+
+        classes, weights = [], []
+        for prediction, focus in zip(plan.predictions, focus_of(plan, key)):
+            assert isinstance(prediction, SegmentPrediction)  # a segmentation's plan holds nothing else
+            mask = torch.from_numpy(prediction.mask == (-1 if focus is None else focus.index))
+            if focus is not None and not bool(mask.any()):
+                mask = torch.ones_like(mask)
+            classes.append(0 if focus is None else focus.index)
+            weights.append(mask.double() / max(int(mask.sum()), 1))  # zero weights: nothing to explain
+        classes_t, weights_t = torch.tensor(classes), torch.stack(weights)
+
+        def score(output, images):
+            logits = segmentation_logits(output, options.output_key)
+            rows = images.to(logits.device)
+            picked = logits[torch.arange(len(rows), device=logits.device), classes_t.to(logits.device)[rows]]
+            return (picked.double() * weights_t.to(logits.device)[rows]).flatten(1).sum(dim=1).float()
+
+        return score
 
     # -- what it shows
 
@@ -186,6 +224,15 @@ class Segment(TaskBase):
                      for c in classes[:8] if isinstance(c, dict)]
         return heading, items
 
+    def status_line(self, status) -> str:
+        if status.target is None:
+            return super().status_line(status)
+        shares = " · ".join(
+            f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {probability_text(s['probability'])}" for s in status.top5
+        )
+        return (f"{status.image}: target {status.target.get('name') or status.target.get('index')}; "
+                f"largest classes (share of pixels, mean probability there): {shares}")
+
 
 def _image(predicted, logits, fixed: int | None, classes: int, topk: int) -> dict:
     """The classes present in one image (largest first, background last) and its target."""
@@ -224,7 +271,7 @@ def _prediction(image: dict, predicted, logits, probabilities, names, options) -
         where = mask if bool(mask.any()) else _all_pixels(mask)
         logit = float(logits[index][where].float().mean())
         probability = float(probabilities[index][where].mean())
-        return ClassScore(index, names[index] if names else None, logit, probability)
+        return ClassScore(index, names[index] if names else None, logit, probability, float(counts[index]) / total)
 
     target = score(image["target"])
     name = target.name or f"class {target.index}"

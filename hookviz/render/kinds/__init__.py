@@ -57,8 +57,16 @@ from dataclasses import dataclass
 from ...errors import UsageError, arg
 
 __all__ = [
-    "PictureKind", "register_kind", "kinds", "picture_kind", "kinds_for", "picture_groups", "default_groups",
-    "groups_help", "anatomy", "grid_options",
+    "PictureKind",
+    "register_kind",
+    "kinds",
+    "picture_kind",
+    "kinds_for",
+    "picture_groups",
+    "default_groups",
+    "groups_help",
+    "anatomy",
+    "grid_options",
 ]
 
 
@@ -158,8 +166,9 @@ def picture_kind(name: str) -> PictureKind:
 
 def kinds_for(pictures) -> tuple[PictureKind, ...]:
     """The kinds a ``PictureOptions`` asks for, in drawing order (never one that compares runs)."""
-    return tuple(kind for kind in _KINDS.values()
-                 if not kind.compares and kind.group in pictures.pictures and kind.wanted(pictures))
+    return tuple(
+        kind for kind in _KINDS.values() if not kind.compares and kind.group in pictures.pictures and kind.wanted(pictures)
+    )
 
 
 def picture_groups() -> tuple[str, ...]:
@@ -189,5 +198,5 @@ def anatomy(explanation, layer, shape):
     return (explanation.model, layer.name, layer.shapes.get("output"), explanation.image.shown.shape, shape)
 
 
-# Each module registers its kinds, in drawing order.
-from . import summary, channels, cam, cam_topk, diff  # noqa: E402,F401
+# Each module registers its kinds: drawing order is this order, so it is not sorted by name.
+from . import summary, channels, cam, cam_topk, diff  # noqa: E402,F401  # isort: skip

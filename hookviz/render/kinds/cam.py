@@ -27,7 +27,7 @@ def _heading(explanation, layer) -> str:
 
 
 def build(explanation, layer):
-    from ..figures import CHAR_INCHES, Overlay, Sheet, photo_inches, photo_of, task_of, window_of
+    from ..figures import CHAR_INCHES, Overlay, Sheet, cam_boxes, photo_of, task_of, window_of
     from .cam_topk import panels
 
     if task_of(explanation).cams_as_panels:
@@ -35,18 +35,24 @@ def build(explanation, layer):
     if layer.cam is None:
         return None
     photo = photo_of(explanation)
-    panel, side = photo_inches(photo, longest=4.3)
+    panel, side = cam_boxes(photo, layer.cam, longest=4.3)
     heading = _heading(explanation, layer)
     content = 2 * panel + 0.3 + 0.3 + 0.9
     width = max(0.2 + content, len(heading) * CHAR_INCHES + 0.4)
     x = (width - content) / 2  # the panels centred under a title wider than they are
     sheet = Sheet(width, 0.95 + side + 0.2)
     left = sheet.axes(x, 0.95, panel, side)
+    left.set_anchor("N")
     plain = left.imshow(photo, interpolation="bilinear")
     left.set_axis_off()
     left.set_title("model input" if explanation.image.whole is None else "whole photo (resized, not cropped)", fontsize=9)
-    overlay = Overlay(sheet.figure, sheet.axes(x + panel + 0.3, 0.95, panel, side),
-                      sheet.axes(x + 2 * panel + 0.45, 0.95, 0.15, side), photo, layer.cam)
+    overlay = Overlay(
+        sheet.figure,
+        sheet.axes(x + panel + 0.3, 0.95, panel, side),
+        sheet.axes(x + 2 * panel + 0.45, 0.95, 0.15, side),
+        photo,
+        layer.cam,
+    )
 
     def update(explanation, layer):
         photo = photo_of(explanation)
@@ -58,6 +64,14 @@ def build(explanation, layer):
     return sheet.figure, update, [plain, *overlay.changing, sheet.heading]
 
 
-KIND = register_kind(PictureKind(
-    "cam", group="cam", label="CAM", help="the CAM over the photo", build=build, reuse_key=reuse_key, default=True,
-))
+KIND = register_kind(
+    PictureKind(
+        "cam",
+        group="cam",
+        label="CAM",
+        help="the CAM over the photo",
+        build=build,
+        reuse_key=reuse_key,
+        default=True,
+    )
+)

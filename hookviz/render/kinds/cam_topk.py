@@ -37,12 +37,13 @@ def build(explanation, layer):
 def panels(explanation, layer):
     """The layer's CAM panels side by side (``LayerResult.topk_cams``), titled as the task
     says: of the top-K classes, or of each detection, its box drawn over it."""
-    from ..figures import Overlay, Sheet, layer_text, photo_inches, photo_of, task_of, window_of
+    from ..figures import Overlay, Sheet, cam_boxes, cam_label, layer_text, photo_of, task_of, window_of
 
     if not layer.topk_cams:
         return None
     photo = photo_of(explanation)
-    panel, side = photo_inches(photo, longest=3.5)
+    most_said = max((cam for _, cam in layer.topk_cams), key=lambda cam: len(cam_label(cam)))  # the longest bar label
+    panel, side = cam_boxes(photo, most_said, longest=3.5)
     stride, rise = panel + 1.25, side + 1.0
     columns = min(len(layer.topk_cams), PANELS_PER_ROW)
     rows = math.ceil(len(layer.topk_cams) / columns)
@@ -50,8 +51,11 @@ def panels(explanation, layer):
     overlays = []
     for k, (_, cam) in enumerate(layer.topk_cams):
         left, top = 0.2 + (k % columns) * stride, 1.0 + (k // columns) * rise
-        overlays.append(Overlay(sheet.figure, sheet.axes(left, top, panel, side),
-                                sheet.axes(left + panel + 0.12, top, 0.13, side), photo, cam))
+        overlays.append(
+            Overlay(
+                sheet.figure, sheet.axes(left, top, panel, side), sheet.axes(left + panel + 0.12, top, 0.13, side), photo, cam
+            )
+        )
 
     def update(explanation, layer):
         task, photo = task_of(explanation), photo_of(explanation)
@@ -65,7 +69,14 @@ def panels(explanation, layer):
     return sheet.figure, update, [a for overlay in overlays for a in overlay.changing] + [sheet.heading]
 
 
-KIND = register_kind(PictureKind(
-    "cam_topk", group="cam", label="top-K CAMs", help="with --topk, the top-K CAMs side by side",
-    build=build, reuse_key=reuse_key, default=True,
-))
+KIND = register_kind(
+    PictureKind(
+        "cam_topk",
+        group="cam",
+        label="top-K CAMs",
+        help="with --topk, the top-K CAMs side by side",
+        build=build,
+        reuse_key=reuse_key,
+        default=True,
+    )
+)

@@ -115,8 +115,13 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
     font = 6 if columns > 6 else 8
     labels = [
         ax.text(
-            c * (width + pad) - 0.5, r * (height + gap) + gap - 0.6, "",
-            fontsize=font, va="bottom", ha="left", parse_math=False,
+            c * (width + pad) - 0.5,
+            r * (height + gap) + gap - 0.6,
+            "",
+            fontsize=font,
+            va="bottom",
+            ha="left",
+            parse_math=False,
         )
         for r, c in (divmod(slot, columns) for slot in range(len(tiles.indices)))
     ]
@@ -144,7 +149,9 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
         image.set_norm(norm)
         bar.set_norm(None if note == NO_FINITE else norm)
         flat = int(((low == high) & ~blank).sum())
-        flat_note = "" if not flat else " · every tile is constant (=value)" if flat == len(low) else f" · {flat} constant tiles (=value)"
+        flat_note = (
+            "" if not flat else " · every tile is constant (=value)" if flat == len(low) else f" · {flat} constant tiles (=value)"
+        )
         sheet.title(
             f"{explanation.model} · {layer_text(layer)} · {which} {shape_text(layer.shapes[which])} · "
             f"{len(tiles.indices)} of {tiles.total} channels{flat_note}\n{task_of(explanation).headline(explanation)}"
@@ -158,12 +165,28 @@ def _grad_channels_wanted(pictures) -> bool:
     return pictures.grad_channels
 
 
-KIND = register_kind(PictureKind(
-    "channels", group="channels", label="channels", help="a grid of the output's channels",
-    build=build, reuse_key=reuse_key, options=partial(grid_options, "output"), default=True,
-))
-GRADIENT_KIND = register_kind(PictureKind(
-    "grad_channels", group="channels", label="gradient channels", help="with --grad-channels, one of grad_output's",
-    build=build, reuse_key=reuse_key, wanted=_grad_channels_wanted, options=partial(grid_options, "grad_output"),
-    default=True,
-))
+KIND = register_kind(
+    PictureKind(
+        "channels",
+        group="channels",
+        label="channels",
+        help="a grid of the output's channels",
+        build=build,
+        reuse_key=reuse_key,
+        options=partial(grid_options, "output"),
+        default=True,
+    )
+)
+GRADIENT_KIND = register_kind(
+    PictureKind(
+        "grad_channels",
+        group="channels",
+        label="gradient channels",
+        help="with --grad-channels, one of grad_output's",
+        build=build,
+        reuse_key=reuse_key,
+        wanted=_grad_channels_wanted,
+        options=partial(grid_options, "grad_output"),
+        default=True,
+    )
+)

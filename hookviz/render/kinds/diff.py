@@ -64,7 +64,15 @@ def _draw(sheet, image, layer) -> None:
             shape = f"{maps.before.size} values"
         norm = _shared_norm(maps.before, maps.after)
         _panel(sheet.figure, slots[0], bars[0], maps.before, norm, ACTIVATION_CMAP, f"output before\n{shape}, {where}")
-        _panel(sheet.figure, slots[1], bars[1], maps.after, norm, ACTIVATION_CMAP, "output after\nsame scale as before (it spans both)")
+        _panel(
+            sheet.figure,
+            slots[1],
+            bars[1],
+            maps.after,
+            norm,
+            ACTIVATION_CMAP,
+            "output after\nsame scale as before (it spans both)",
+        )
         change = maps.after.astype(np.float64) - maps.before.astype(np.float64)
         limit = float(np.nanmax(np.abs(change))) if np.isfinite(change).any() else 0.0
         diverging = TwoSlopeNorm(vcenter=0.0, vmin=-(limit or 1.0), vmax=limit or 1.0)
@@ -82,9 +90,20 @@ def _draw(sheet, image, layer) -> None:
         whole = "x".join(map(str, cam.layer_shape or cams.before.shape))
         kind = f"raw {shown}" if shown == whole else f"{shown} area means of the {whole} map"
         _panel(sheet.figure, lower[0], lower_bars[0], cams.before, norm, CAM_CMAP, f"CAM before\n{kind}")
-        _panel(sheet.figure, lower[1], lower_bars[1], cams.after, norm, CAM_CMAP, "CAM after\nsame scale as before (it spans both)")
-    sheet.figure.text(0.35 + 2 * stride, 4.75, _figures_text(image, layer), transform=sheet.inches(),
-                      va="top", ha="left", fontsize=9, family="monospace", parse_math=False)
+        _panel(
+            sheet.figure, lower[1], lower_bars[1], cams.after, norm, CAM_CMAP, "CAM after\nsame scale as before (it spans both)"
+        )
+    sheet.figure.text(
+        0.35 + 2 * stride,
+        4.75,
+        _figures_text(image, layer),
+        transform=sheet.inches(),
+        va="top",
+        ha="left",
+        fontsize=9,
+        family="monospace",
+        parse_math=False,
+    )
     sheet.title(f"change from the baseline · {layer.name} [{layer.module_type}]\n{image.image}")
 
 
@@ -151,7 +170,14 @@ def _panel(figure, ax, cax, values, norm, cmap_name: str, title: str) -> None:
     ValueBar(figure, cax, cmap).set_norm(norm)
 
 
-KIND = register_kind(PictureKind(
-    "diff", group="diff", label="change from the baseline", help="the change from a baseline run",
-    build=build, reuse_key=reuse_key, compares=True,
-))
+KIND = register_kind(
+    PictureKind(
+        "diff",
+        group="diff",
+        label="change from the baseline",
+        help="the change from a baseline run",
+        build=build,
+        reuse_key=reuse_key,
+        compares=True,
+    )
+)

@@ -26,15 +26,22 @@ def build(explanation, layer):
     photo_ax.set_title("model input (after preprocessing)", fontsize=9)
     side = 2.45
     cells = {
-        "input": (left, 1.2), "output": (left + 4.05, 1.2),
-        "grad_input": (left, 4.55), "grad_output": (left + 4.05, 4.55),
+        "input": (left, 1.2),
+        "output": (left + 4.05, 1.2),
+        "grad_input": (left, 4.55),
+        "grad_output": (left + 4.05, 4.55),
     }
     panels = {}
     for label, (left, top) in cells.items():
         signed = label.startswith("grad")
+        ax = sheet.axes(left, top, side, side)
+        ax.set_anchor("N")  # a wide map hangs from its cell's top: its title stays above the colourbar's
         panels[label] = MapPanel(
-            sheet.figure, sheet.axes(left, top, side, side), sheet.axes(left + side + 0.12, top, 0.13, side),
-            signed, "no gradient reached this tensor" if signed else "not recorded",
+            sheet.figure,
+            ax,
+            sheet.axes(left + side + 0.12, top, 0.13, side),
+            signed,
+            "no gradient reached this tensor" if signed else "not recorded",
         )
 
     def update(explanation, layer):
@@ -71,7 +78,14 @@ def how(shape, values) -> str:
     return "summed over channels"
 
 
-KIND = register_kind(PictureKind(
-    "summary", group="summary", label="summary", help="input, output and their gradients summed over channels",
-    build=build, reuse_key=reuse_key, default=True,
-))
+KIND = register_kind(
+    PictureKind(
+        "summary",
+        group="summary",
+        label="summary",
+        help="input, output and their gradients summed over channels",
+        build=build,
+        reuse_key=reuse_key,
+        default=True,
+    )
+)
