@@ -1,7 +1,8 @@
 """Gallery: ``OUT/index.html``, a static page over a run's pictures.
 
-One row per image: the photo the model saw, the top-5, and per layer thumbnails of every
-picture the run drew (``pictures.KINDS``), which open full size. The run's failures are
+One row per image: the photo the model saw, what its task lists of the prediction (the
+top-5, a segmentation's classes, the detections), and per layer thumbnails of every
+picture the run drew (``hookviz.render.kinds``), which open full size. The run's failures are
 listed. A run compared with a baseline (``OUT/diff.json``, written by ``--baseline`` or
 ``hookviz diff``) gets a column of its change beside its pictures, and its most changed
 images come first, in the diff's order. Shards of one run that share an output folder (``--shard K/N``) each describe
@@ -21,8 +22,10 @@ from pathlib import Path
 
 from .errors import SchemaError
 from .outputs import DIFF, REPORT, atomic_write
-from .pictures import INPUT_PICTURE, KINDS, PREDICTION_PICTURE
 from .records import ImageStatus, Report, RunRecord, read_report, read_run
+from .render import INPUT_PICTURE, PREDICTION_PICTURE
+from .render.kinds import kinds
+from .tasks import reported_task
 
 __all__ = ["GALLERY", "write_gallery", "run_documents"]
 
@@ -232,14 +235,15 @@ def _row(folder: str, report: Report, change: dict | None = None, compared: bool
         f'<a href="{base}/{name}"><img src="{base}/{name}" alt="{alt}"></a>'
         for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction")) if name in files
     )
-    top5 = _predicted(report)
+    heading, predicted = reported_task(report.task).gallery_list(report)
+    top5 = "".join(f"<li>{_e(item)}</li>" for item in predicted)
     layers = []
     for layer in report.layers:
         pictures = layer.pictures
         thumbs = "".join(
             f'<a class="thumb" href="{base}/{_href(pictures[kind.name])}">'
             f'<img loading="lazy" src="{base}/{_href(pictures[kind.name])}" alt="{_e(kind.label)}">{_e(kind.label)}</a>'
-            for kind in KINDS
+            for kind in kinds()
             if pictures.get(kind.name) in files
         )
         note = layer.cam.skipped if layer.cam is not None else None
@@ -248,29 +252,11 @@ def _row(folder: str, report: Report, change: dict | None = None, compared: bool
             f'{f" · {_e(note)}" if note else ""}<div class="thumbs">{thumbs}</div></div>'
         )
     notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.notes)
-    heading = f"target: {_e(report.target.label)}" if report.target is not None else ""
-    if report.task == "detect":
-        heading = f"detections with score ≥ {_e(report.score_threshold)}:"
     return (
         f'<tr><td class="photo">{photo}</td>'
         f"<td><code>{_e(report.image or folder)}</code>{notes}<br>"
-        f"{heading}<ol>{top5}</ol></td>"
+        f"{_e(heading)}<ol>{top5}</ol></td>"
         f"<td>{''.join(layers)}</td>{_diff_cell(base, change) if compared else ''}</tr>\n"
-    )
-
-
-def _predicted(report: Report) -> str:
-    """The list beside the photo: the top-5, a segmentation's classes, or the detections."""
-    if report.classes is not None:
-        return "".join(
-            f"<li>{_e(c.name or c.index)} ({100 * (c.fraction or 0):.1f}% of pixels)</li>" for c in report.classes[:8]
-        )
-    if report.detections is not None:
-        items = "".join(f"<li>{_e(d.name or d.index)} {d.score or 0:.2f}</li>" for d in report.detections)
-        return items or f"<li>no detections with score ≥ {_e(report.score_threshold)}</li>"
-    return "".join(
-        f"<li>{_e(score.label)} ({'nan' if score.probability is None else format(score.probability, '.3f')})</li>"
-        for score in report.top5
     )
 
 

@@ -31,8 +31,8 @@ import numpy as np
 from .errors import OutputError, SchemaError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from .identity import Match, file_sha256, match_photo
-from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
 from .records import Asked, CamRecord, LayerRecord, Report, Score, read_report
+from .render import INPUT_PICTURE, PREDICTION_PICTURE
 from .summaries import tensor_stats
 
 if TYPE_CHECKING:
@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
     "existing_ancestor",
-    "output_names", "plain_name", "distinct_name", "Placement", "place", "Recipe", "Folders", "plan_folders", "layer_stems", "report_of", "save_explanation", "target_json",
+    "output_names", "plain_name", "distinct_name", "Placement", "place", "Recipe", "Folders", "plan_folders", "layer_stems",
+    "report_of", "save_explanation",
 ]
 
 REPORT = "report.json"
@@ -245,7 +246,7 @@ class Recipe:
     preprocessing and target options, the layers, the pictures and whether tensors are saved.
 
     Attributes:
-        target: the target options as report.json keeps them (``target_json``).
+        target: the target options as report.json keeps them (``Explainer.asked``).
         layers: the run's layer selections (``layers.LayerSpec``: ``path``, ``call``, ``label``).
         pictures: a ``PictureOptions``.
     """
@@ -260,10 +261,10 @@ class Recipe:
     save_tensors: bool = False
 
     @classmethod
-    def of(cls, explainer, target, pictures, save_tensors: bool) -> Recipe:
-        """The recipe of a run with ``explainer`` and these ``TargetOptions`` and ``PictureOptions``."""
+    def of(cls, explainer, pictures, save_tensors: bool) -> Recipe:
+        """The recipe of a run with ``explainer`` and these ``PictureOptions``."""
         model = explainer.model
-        return cls(model.name, model.weights, model.weights_sha256, explainer.preprocessing.to_json(), target_json(target),
+        return cls(model.name, model.weights, model.weights_sha256, explainer.preprocessing.to_json(), explainer.asked,
                    tuple(explainer.layers), pictures, save_tensors)
 
     def made(self, folder: Path, report: Report) -> bool:
@@ -276,7 +277,7 @@ class Recipe:
             return False
         if FINGERPRINT not in report.files:
             return False  # written before hookviz kept fingerprints: a later comparison needs one
-        wanted = [kind.name for kind in kinds_for(self.pictures)]
+        wanted = [kind.name for kind in self.pictures.kinds]
         for spec in self.layers:
             matching = [layer for layer in report.layers if _names_spec(layer.name, spec)]
             if not matching and spec.label not in report.skipped_layers:
@@ -288,7 +289,7 @@ class Recipe:
 
     def _same(self, report: Report) -> bool:
         asked = report.asked
-        grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
+        grids = any(kind.group == "channels" for kind in self.pictures.kinds)
         return (
             report.model == self.model and report.weights == self.weights
             and report.weights_sha256 == self.weights_sha256  # a file rewritten in place
@@ -385,7 +386,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         objective=explanation.objective,
         target=Score.of(explanation.target) if explanation.target is not None else None,
         top5=tuple(Score.of(score) for score in explanation.top5),
-        prediction=explanation.prediction.details if explanation.prediction is not None else {},
+        prediction=explanation.prediction.to_json() if explanation.prediction is not None else {},
         logits_count=int(np.size(explanation.logits)),
         logits_nonfinite=logits_nonfinite,
         layer_choice=explanation.layer_choice,
@@ -418,13 +419,6 @@ def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerR
         stats=layer.stats, layout=layer.layout, pictures=pictures, cam=cam,
         cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams), notes=tuple(layer.notes or ()),
     )
-
-
-def target_json(options) -> dict:
-    """``TargetOptions`` as report.json keeps them (what ``--skip-existing`` compares)."""
-    from dataclasses import asdict
-
-    return asdict(options)
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
@@ -473,21 +467,25 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         raise OutputError(f"{arg('directory', directory)}: is a file, not a folder; choose a folder")
     earlier = _listed_files(directory)
     written: list[Path] = []
-    kinds = kinds_for(pictures)
+    kinds = pictures.kinds
     stems = layer_stems([layer.name for layer in explanation.layers])
     by_layer: dict[str, dict[str, str | None]] = {}
     if kinds:
-        from . import rendering  # matplotlib: ~0.3 s to import, only for pictures
+        # matplotlib: ~0.3 s to import, only for pictures
+        from .render import render_png
+        from .render.figures import photo_of
+        from .render.prediction import prediction_png
+        from .render.worker import worker_cache
 
-        written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(rendering.photo_of(explanation))))
-        prediction = rendering.prediction_figure(explanation)
+        written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(photo_of(explanation))))
+        prediction = prediction_png(explanation)
         if prediction is not None:
-            written.append(atomic_write(directory / PREDICTION_PICTURE, rendering.png_bytes(prediction)))
-        cache = rendering.worker_cache()
+            written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
+        cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})
         for kind in kinds:
-            data = rendering.render_png(kind, explanation, layer, cache, **kind.options(pictures))
+            data = render_png(kind, explanation, layer, cache, **kind.options(pictures))
             entry[kind.name] = None
             if data is None:  # not this time: an earlier run's picture of it would mislead
                 with contextlib.suppress(OSError):

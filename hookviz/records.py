@@ -25,6 +25,7 @@ from .checks import Finding
 from .errors import SchemaError, display_path
 from .featuremaps import Layout
 from .identity import PhotoIdentity
+from .tasks import DEFAULT_TASK
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -399,51 +400,6 @@ class Report:
     def input_channels(self) -> int | None:
         return _int(self.preprocessing.get("channels"))
 
-    @property
-    def score_threshold(self):
-        """A detector's: the least score of a detection it lists."""
-        return self.prediction.get("score_threshold")
-
-    @property
-    def detections(self) -> tuple[Detected, ...] | None:
-        """A detector's detections, best first; ``None`` for another task."""
-        found = self.prediction.get("detections")
-        if self.task != "detect" or not isinstance(found, list):
-            return None
-        return tuple(
-            Detected(_int(d.get("index")), _text(d.get("name")), _number(d.get("score"))) for d in found if isinstance(d, dict)
-        )
-
-    @property
-    def classes(self) -> tuple[ClassShare, ...] | None:
-        """A segmentation's classes present, largest first; ``None`` for another task."""
-        found = self.prediction.get("classes")
-        if self.task != "segment" or not isinstance(found, list):
-            return None
-        return tuple(
-            ClassShare(_int(c.get("index")), _text(c.get("name")), _number(c.get("fraction")))
-            for c in found
-            if isinstance(c, dict)
-        )
-
-
-@dataclass(frozen=True)
-class Detected:
-    """A detection a report lists (its part of ``tasks.base.Detection``'s JSON)."""
-
-    index: int | None
-    name: str | None
-    score: float | None
-
-
-@dataclass(frozen=True)
-class ClassShare:
-    """A class a segmentation's report lists, and its share of the pixels."""
-
-    index: int | None
-    name: str | None
-    fraction: float | None
-
 
 def read_report(path: Path) -> Report | None:
     """An image's ``report.json``, or ``None`` when it is missing, empty, truncated or not a report.
@@ -472,7 +428,7 @@ class ImageStatus:
     target: dict | None = None
     files: tuple[str, ...] = ()
     top5: tuple[dict, ...] = ()
-    task: str = "classify"
+    task: str = DEFAULT_TASK
 
     def to_json(self) -> dict:
         return {
@@ -499,7 +455,7 @@ class ImageStatus:
             target=entry.get("target") if isinstance(entry.get("target"), dict) else None,
             files=_texts(entry.get("files")),
             top5=tuple(s for s in entry.get("top5") or () if isinstance(s, dict)),
-            task=str(entry.get("task") or "classify"),
+            task=str(entry.get("task") or DEFAULT_TASK),
         )
 
 

@@ -127,6 +127,7 @@ def run(
     pictures: PictureOptions = PictureOptions(),
     options: RunOptions = RunOptions(),
     checks: CheckOptions = CheckOptions(),
+    task_options: Sequence = (),
     on_status: Callable[[ImageStatus, int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
 ) -> RunSummary:
@@ -134,6 +135,8 @@ def run(
 
     Args:
         images: image paths, in order (the full list; ``options.shard`` picks a slice of it).
+        task_options: tasks' own option groups (``hookviz.tasks.DetectOptions(...)``); the
+            model's task takes its own.
         on_status: called after each image with (status, images finished, images in this run).
         on_start: called once with a line saying what will run (model, layers, device).
 
@@ -144,8 +147,8 @@ def run(
         UsageError (and subclasses): bad model, weights, layer, target or output folder.
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
-    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures,
-               options=options, checks=checks, on_status=on_status, on_start=on_start).execute()
+    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures, options=options,
+               checks=checks, task_options=task_options, on_status=on_status, on_start=on_start).execute()
 
 
 class Run:
@@ -153,8 +156,9 @@ class Run:
 
     def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
                  target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
-                 on_status=None, on_start=None):
+                 task_options=(), on_status=None, on_start=None):
         self.model_options, self.layer_options, self.inputs = model, layers, inputs
+        self.task_options = tuple(task_options)
         self.target, self.pictures, self.options, self.checks = target, pictures, options, checks
         self.on_status, self.on_start = on_status, on_start
         self.images = list(images)
@@ -276,7 +280,8 @@ class Run:
         self.device = resolve_device(self.model_options.device)
         loaded = load_model(self.model_options)
         loaded.module.to(self.device)
-        self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target)
+        self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
+                                          task_options=self.task_options)
         out = self.options.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -312,8 +317,7 @@ class Run:
     def _resume(self) -> list[Path]:
         """Give each selected image its folder and return those still to do (``outputs.plan_folders``;
         with ``skip_existing``, an image already done by this run's recipe is skipped)."""
-        recipe = (Recipe.of(self.explainer, self.target, self.pictures, self.options.save_tensors)
-                  if self.options.skip_existing else None)
+        recipe = Recipe.of(self.explainer, self.pictures, self.options.save_tensors) if self.options.skip_existing else None
         folders = plan_folders(self.options.out, self.selected, self.names, recipe)
         self.names = folders.names
         for path in folders.done:
@@ -599,7 +603,7 @@ def _init_worker(parent: int) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
-    from .rendering import configure_worker
+    from .render.worker import configure_worker
 
     configure_worker()
 
@@ -630,6 +634,6 @@ def _kill_workers(pool, release: bool = False) -> None:
 
 
 def _warm_up() -> None:
-    from .rendering import warm_up  # in the worker only: the main process never draws
+    from .render.worker import warm_up  # in the worker only: the main process never draws
 
     warm_up()
