@@ -118,10 +118,7 @@ def _reference_photos(reference) -> list:
     from ..discovery import find_images
 
     if isinstance(reference, (str, Path)) and Path(reference).is_dir():
-        found = find_images([str(reference)])
-        if not found:
-            raise UsageError(f"{arg('target_image', str(reference))}: the folder holds no images; pass a photo or a folder of photos")
-        return found
+        return find_images([str(reference)])  # refuses a folder without images
     return [reference]
 
 
