@@ -100,7 +100,7 @@ class TimmSource:
                 model = _create(timm, name, arch)
             loaded = random_or_file(model, weights, seed)
         preprocessing, notes = timm_preprocessing(model)
-        categories, more = timm_categories(model) if _task(model) == "classify" else (None, ())
+        categories, more = (None, ()) if getattr(model, "num_classes", None) == 0 else timm_categories(model)
         return LoadedModel(
             name, model, loaded.label, categories, preprocessing, source=self.name, task=_task(model),
             input_size=_required_input_size(model), notes=notes + more + loaded.notes, weights_sha256=loaded.sha256,
@@ -117,7 +117,10 @@ def _create(timm, name: str, arch: str, **kwargs):
 def _task(model) -> str:
     """A model without a classifier head (``num_classes=0``: a feature extractor) returns an
     embedding, explained by its similarity to a reference photo (``target_image``)."""
-    return "embed" if getattr(model, "num_classes", None) == 0 else "classify"
+    from ..tasks import DEFAULT_TASK
+    from ..tasks.embed import Embed
+
+    return Embed.name if getattr(model, "num_classes", None) == 0 else DEFAULT_TASK
 
 
 def _pretrained(timm, name: str, arch: str, seed: int):
