@@ -224,7 +224,7 @@ class Embed(TaskBase):
         if options.cam != "none":
             cams = [("target", None), *((key, similarities[:, k].sum()) for k, key in enumerate(keys) if k)]
         values = similarities.detach().float().cpu().numpy()
-        predictions = []
+        predictions: list[ImagePrediction] = []
         for i in range(count):
             scores = [ClassScore(k, name, float(values[i, k]), float(values[i, k])) for k, name in enumerate(names)]
             ranked = sorted(scores, key=lambda score: -score.logit if score.logit == score.logit else float("inf"))
