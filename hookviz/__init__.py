@@ -36,6 +36,7 @@ _LAZY = {
     "LayerOptions": ("options", "LayerOptions"),
     "TargetOptions": ("options", "TargetOptions"),
     "DetectOptions": ("tasks", "DetectOptions"),
+    "EmbedOptions": ("tasks", "EmbedOptions"),
     "PictureOptions": ("options", "PictureOptions"),
     "RunOptions": ("options", "RunOptions"),
     "CheckOptions": ("options", "CheckOptions"),

@@ -216,6 +216,7 @@ def run(
     task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
+    target_image: Annotated[Optional[list[str]], typer.Option("--target-image", help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.")] = None,
     box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
@@ -271,7 +272,7 @@ def run(
         Tolerances,
         parse_triple,
     )
-    from .tasks import DetectOptions
+    from .tasks import DetectOptions, EmbedOptions
 
     groups = _guard(debug, lambda: dict(
         model=ModelOptions(model, weights, seed, device, task),
@@ -282,7 +283,8 @@ def run(
         ),
         target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
                              box_objective=box_objective),
-        task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),),
+        task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),
+                      EmbedOptions(target_images=tuple(target_image or ()))),
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
         options=RunOptions(
             out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,

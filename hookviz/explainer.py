@@ -80,6 +80,7 @@ class Explainer:
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
+        model = _chosen_task(model, task_options)
         if model.task == "auto":  # probed at the size asked for: some models take only that
             model = replace(model, task=_recognised_task(model.module, inputs.apply(processing)))
         task = get_task(model.task)
@@ -88,6 +89,8 @@ class Explainer:
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
+        reader = cls(model, processing, (), target, max_pixels=inputs.max_pixels)
+        own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
         declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         declared = _with_layout(declared, layers.layout)
         choice = None
@@ -111,7 +114,9 @@ class Explainer:
     def asked(self) -> dict:
         """What was asked of the task, as report.json keeps it (what ``--skip-existing``
         compares): the target options and the task's own."""
-        return {**asdict(self.target), **(asdict(self.task_options) if self.task_options is not None else {})}
+        own = self.task_options
+        asked = {} if own is None else own.asked() if hasattr(own, "asked") else asdict(own)
+        return {**asdict(self.target), **asked}
 
     @property
     def method(self):
@@ -192,6 +197,20 @@ def _own_options(task, given: Sequence):
     if len(own) > 1:
         raise UsageError(f"{arg('task_options')}: {len(own)} {task.options_type.__name__}s; give one")
     return own[0] if own else task.options_type()
+
+
+def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
+    """``model`` made the task of an option group that chooses it (``target_image``: an
+    embedding's), when its source stated no task or the default one."""
+    from .tasks import DEFAULT_TASK, TASKS
+
+    if model.task not in ("auto", DEFAULT_TASK):
+        return model
+    for options in given:
+        chooser = next((t for t in TASKS.values() if t.options_type is not None and isinstance(options, t.options_type)), None)
+        if chooser is not None and chooser.chosen_by(options):
+            return replace(model, task=chooser.name)
+    return model
 
 
 def _recognised_task(module, preprocessing: Preprocessing) -> str:
@@ -302,6 +321,7 @@ def explain(
     preprocessing: Preprocessing | None = None,
     inputs: InputOptions | None = None,
     categories: Sequence[str] | None = None,
+    target_image=None,
 ) -> Explanation:
     """Explain one image with ``model``: the notebook form of ``hookviz run``.
 
@@ -336,6 +356,10 @@ def explain(
         preprocessing: replaces the model's own transform.
         inputs: overrides of the transform (``InputOptions(crop=256)``).
         categories: class names when ``model`` is a bare module.
+        target_image: for a model whose output is an embedding: a reference photo (a path, a
+            folder of photos averaged into one concept, an image as ``image`` takes) or a
+            concept's embedding (a 1-D tensor), or a list of them, one CAM each; the objective
+            is the cosine similarity to it (``hookviz.tasks.EmbedOptions``).
 
     Returns:
         An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
@@ -360,7 +384,7 @@ def explain(
         loaded = replace(loaded, categories=tuple(categories))
     if task != "auto":
         loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
-    from .tasks import DetectOptions
+    from .tasks import DetectOptions, EmbedOptions
 
     target_options = TargetOptions(
         target=str(target), objective=objective, cam=cam, topk=topk,
@@ -373,6 +397,6 @@ def explain(
     )
     explainer = Explainer.create(
         loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
-        task_options=(detect_options,),
+        task_options=(detect_options, EmbedOptions(target_images=target_image)),
     )
     return explainer.explain(image)

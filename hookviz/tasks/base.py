@@ -165,6 +165,19 @@ class Task(Protocol):
     def check(self, options) -> None:
         """Raise UsageError for ``TargetOptions`` this task cannot honour."""
 
+    def chosen_by(self, own) -> bool:
+        """Whether the caller's option group of this task (``own``) makes a model of no stated
+        task (or the default task's) this task's: an embedding's ``target_image``."""
+
+    def bind(self, own, model, prepare, device: str, options):
+        """The task's own options made ready for ``model`` (a ``LoadedModel`` on ``device``):
+        what they name computed once (an embedding task's reference embeddings); ``prepare``
+        reads and preprocesses a photo as the explained ones are.
+
+        Raises:
+            UsageError: options the model cannot take.
+        """
+
     def default_root(self, module) -> str | None:
         """Where the default layer is looked for (``backbone.body``), or ``None`` for anywhere."""
 
@@ -240,6 +253,12 @@ class TaskBase:
 
     def default_root(self, module) -> str | None:
         return None
+
+    def chosen_by(self, own) -> bool:
+        return False
+
+    def bind(self, own, model, prepare, device: str, options):
+        return own
 
     def objective_name(self, options) -> str:
         return options.objective
