@@ -214,6 +214,7 @@ def run(
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
     task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
+    trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.")] = False,
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
     box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
@@ -274,7 +275,7 @@ def run(
     from .tasks import DetectOptions
 
     groups = _guard(debug, lambda: dict(
-        model=ModelOptions(model, weights, seed, device, task),
+        model=ModelOptions(model, weights, seed, device, task, trust_checkpoint),
         layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ()), layout),
         inputs=InputOptions(
             resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
