@@ -49,7 +49,7 @@ def _anchor_gradcam(yolo, photo, layer: str, anchor: int, label: int) -> np.ndar
         raw = yolo.module.yolo(photo[None])[0]
     finally:
         handle.remove()
-    grads, = torch.autograd.grad(raw[0, 4 + label, anchor], seen["a"])
+    (grads,) = torch.autograd.grad(raw[0, 4 + label, anchor], seen["a"])
     return np.maximum((grads.mean(dim=(2, 3), keepdim=True) * seen["a"]).sum(dim=1).detach().numpy(), 0)[0]
 
 
@@ -78,8 +78,19 @@ def test_each_box_cam_is_the_gradcam_of_its_anchors_class_score(yolo, photo):
 
 @pytest.mark.slow
 def test_a_run_draws_the_boxes_and_compares_with_a_baseline(tmp_path):
-    common = ["--model", CONFIG, "--weights", "none", "--score-threshold", LOW, "--max-detections", 2,
-              "--pictures", "cam", SAMPLES / "cat.png"]
+    common = [
+        "--model",
+        CONFIG,
+        "--weights",
+        "none",
+        "--score-threshold",
+        LOW,
+        "--max-detections",
+        2,
+        "--pictures",
+        "cam",
+        SAMPLES / "cat.png",
+    ]
     first = invoke("run", *common, "-o", tmp_path / "a")
     assert first.exit_code == 0, first.output
     report = json.loads((tmp_path / "a" / "cat" / "report.json").read_text())
@@ -112,8 +123,9 @@ def test_a_trusted_checkpoint_loads_and_one_of_another_task_is_refused(tmp_path,
     with torch.no_grad():
         assert torch.equal(loaded.module.yolo(photo[None])[0], yolo.module.yolo(photo[None])[0])
     torch.save({"model": SegmentationModel("yolov8n-seg.yaml", verbose=False)}, tmp_path / "seg.pt")
-    result = invoke("run", "--model", f"yolo:{tmp_path / 'seg.pt'}", "--trust-checkpoint", SAMPLES / "cat.png",
-                    "-o", tmp_path / "out")
+    result = invoke(
+        "run", "--model", f"yolo:{tmp_path / 'seg.pt'}", "--trust-checkpoint", SAMPLES / "cat.png", "-o", tmp_path / "out"
+    )
     assert result.exit_code == 2 and "a YOLO segment model" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
@@ -130,7 +142,10 @@ def test_without_ultralytics_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ultralytics", None)
     with pytest.raises(UnknownModelError) as error:
         load_model(CONFIG, weights="none")
-    assert str(error.value) == "model='yolo:yolov8n.yaml' needs ultralytics, an optional extra (AGPL-3.0): pip install 'hookviz[yolo]'"
+    assert (
+        str(error.value)
+        == "model='yolo:yolov8n.yaml' needs ultralytics, an optional extra (AGPL-3.0): pip install 'hookviz[yolo]'"
+    )
 
 
 @pytest.mark.slow

@@ -70,16 +70,19 @@ class YoloDetector(nn.Module):
         output = self.yolo(batch.tensors)
         raw = output[0] if isinstance(output, (tuple, list)) else output  # (N, 4 + classes, anchors), boxes as xywh
         kept, anchors = non_max_suppression(
-            raw.detach(), conf_thres=self.score_thresh, iou_thres=self.iou_thresh, return_idxs=True,
+            raw.detach(),
+            conf_thres=self.score_thresh,
+            iou_thres=self.iou_thresh,
+            return_idxs=True,
         )
         levels = self._levels(batch.tensors.shape[-2:], raw.device)
         return [self._detections(raw[k], found, anchors[k].long().reshape(-1), levels, scales[k]) for k, found in enumerate(kept)]
 
     def _levels(self, size, device) -> torch.Tensor:
         """The stride of each anchor (anchors run finest level first, row by row)."""
-        return torch.cat([
-            torch.full(((size[0] // s) * (size[1] // s),), s, device=device, dtype=torch.long) for s in self.strides
-        ])
+        return torch.cat(
+            [torch.full(((size[0] // s) * (size[1] // s),), s, device=device, dtype=torch.long) for s in self.strides]
+        )
 
     @staticmethod
     def _detections(raw, found, anchors, levels, scale: float) -> dict:

@@ -25,7 +25,6 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..checkpoints import LoadedWeights
 from ..errors import UnknownModelError, WeightsError, arg, describe
 from ..images import Preprocessing
 from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
@@ -68,7 +67,10 @@ def quiet_ultralytics() -> Iterator[None]:
 
     environment = dict(os.environ)
     numpy_print = np.get_printoptions()
-    torch_print = {name: getattr(torch._tensor_str.PRINT_OPTS, name) for name in ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")}
+    torch_print = {
+        name: getattr(torch._tensor_str.PRINT_OPTS, name)
+        for name in ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+    }
     cv2 = _cv2()
     threads = cv2.getNumThreads() if cv2 is not None else None
     logger = logging.getLogger("ultralytics")
@@ -132,7 +134,7 @@ class YoloSource:
         return "detect"
 
     def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
-        spec = name[len(PREFIX):]
+        spec = name[len(PREFIX) :]
         if not spec:
             raise UnknownModelError(f"{arg('model', name)}: name a config (yolo:yolov8n.yaml) or a checkpoint (yolo:best.pt)")
         checkpoint = spec.endswith(".pt")
@@ -153,10 +155,16 @@ class YoloSource:
         categories = _categories(model)
         strides = ", ".join(str(int(s)) for s in detector.strides)
         return LoadedModel(
-            name, detector.eval(), label, categories,
+            name,
+            detector.eval(),
+            label,
+            categories,
             Preprocessing(mode="original", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0)),
-            source=self.name, task="detect", weights_sha256=sha,
-            default_layers=detector.neck_layers, default_layers_reason=NECK_REASON.format(strides=strides),
+            source=self.name,
+            task="detect",
+            weights_sha256=sha,
+            default_layers=detector.neck_layers,
+            default_layers_reason=NECK_REASON.format(strides=strides),
         )
 
 
@@ -217,7 +225,8 @@ def _check_model(name: str, model) -> None:
             f"{arg('model', name)}: a {type(model).__name__}; hookviz explains plain YOLO detection models "
             f"(yolo:{EXAMPLES[0]}, a detect checkpoint)"
         )
-    if getattr(model.model[-1], "end2end", False):
+    head = model.get_submodule(f"model.{len(model.model) - 1}")  # the detect head: the last layer of its Sequential
+    if getattr(head, "end2end", False):
         raise UnknownModelError(
             f"{arg('model', name)}: an NMS-free (end-to-end) head; hookviz explains the boxes a YOLO head's NMS keeps "
             f"(yolo:{EXAMPLES[0]}, yolo:{EXAMPLES[2]})"
@@ -237,5 +246,6 @@ def YoloDetector(model):  # noqa: N802  (it builds a module)
     """``model`` (an ultralytics ``DetectionModel``) as a torchvision-style detector; see ``yolo_detector``."""
     from .yolo_detector import YoloDetector as Detector
 
-    return Detector(model, image_size=IMAGE_SIZE, score_threshold=SCORE_THRESHOLD, iou_threshold=IOU_THRESHOLD,
-                    scores_are=SCORES_ARE)
+    return Detector(
+        model, image_size=IMAGE_SIZE, score_threshold=SCORE_THRESHOLD, iou_threshold=IOU_THRESHOLD, scores_are=SCORES_ARE
+    )

@@ -397,7 +397,7 @@ def _prediction(
     scores = tuple(ClassScore(d.index, d.name, d.score, d.score) for d in detections)
     focus = {f"det{j + 1}": (detections[j] if j < len(detections) else None) for j in range(max(most, 1))}
     what = "" if fixed is None else f" of class {names[fixed] if names and fixed < len(names) else fixed}"
-    notes = () if detections else (f"no detections{what} with a score of at least {options.score_threshold}",)
+    notes: tuple[str, ...] = () if detections else (f"no detections{what} with a score of at least {options.score_threshold}",)
     if "anchors" in result and "strides" in result:  # a detector that says where each score was read (a YOLO)
         notes += tuple(f"detection {j + 1}: its score is read at anchor {int(result['anchors'][k])}, on the "
                        f"stride-{int(result['strides'][k])} map" for j, k in enumerate(keep))
