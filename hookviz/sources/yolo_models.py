@@ -225,7 +225,7 @@ def _check_model(name: str, model) -> None:
             f"{arg('model', name)}: a {type(model).__name__}; hookviz explains plain YOLO detection models "
             f"(yolo:{EXAMPLES[0]}, a detect checkpoint)"
         )
-    head = model.get_submodule(f"model.{len(model.model) - 1}")  # the detect head: the last layer of its Sequential
+    *_, head = model.get_submodule("model").children()  # the detect head: the last layer of its Sequential
     if getattr(head, "end2end", False):
         raise UnknownModelError(
             f"{arg('model', name)}: an NMS-free (end-to-end) head; hookviz explains the boxes a YOLO head's NMS keeps "
