@@ -544,6 +544,7 @@ def layers(
     filter: Annotated[Optional[str], typer.Option("--filter", help="Only paths containing this text or matching this glob.")] = None,
     type: Annotated[Optional[str], typer.Option("--type", help="Only modules of this class (Conv2d).")] = None,
     crop: Annotated[Optional[int], typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).")] = None,
+    trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle).")] = False,
     debug: DebugOption = False,
 ) -> None:
     """List every module path of MODEL with its type, output shape, parameters and calls.
@@ -564,7 +565,7 @@ def layers(
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
-        loaded = load_model(ModelOptions(model, weights))
+        loaded = load_model(ModelOptions(model, weights, trust_checkpoint=trust_checkpoint))
         if crop is not None:
             size = (crop, crop)
         else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)

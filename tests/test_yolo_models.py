@@ -74,6 +74,9 @@ def test_each_box_cam_is_the_gradcam_of_its_anchors_class_score(yolo, photo):
             theirs = _anchor_gradcam(yolo, photo, layer.name, anchor, label)
             assert ours.shape == theirs.shape
             assert np.abs(ours - theirs).max() <= 1e-4 * max(np.abs(theirs).max(), 1e-12)
+    wanted = int(found["labels"][1]) if len(set(found["labels"].tolist())) > 1 else int(found["labels"][0])
+    only = hookviz.explain(yolo, photo, layers=[yolo.module.neck_layers[0]], target=wanted, score_threshold=LOW)
+    assert only.prediction.detections and {d.index for d in only.prediction.detections} == {wanted}
 
 
 @pytest.mark.slow
@@ -112,6 +115,8 @@ def test_a_checkpoint_is_refused_unless_trusted(tmp_path):
     assert result.exit_code == 2
     assert "runs code when loaded" in result.output and "--trust-checkpoint" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+    listed = invoke("layers", "--model", f"yolo:{path}")
+    assert listed.exit_code == 2 and "--trust-checkpoint" in listed.output
 
 
 @pytest.mark.slow
