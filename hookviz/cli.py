@@ -214,6 +214,7 @@ def run(
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
     task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
+    trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.")] = False,
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
     target_image: Annotated[Optional[list[str]], typer.Option("--target-image", help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.")] = None,
@@ -275,7 +276,7 @@ def run(
     from .tasks import DetectOptions, EmbedOptions
 
     groups = _guard(debug, lambda: dict(
-        model=ModelOptions(model, weights, seed, device, task),
+        model=ModelOptions(model, weights, seed, device, task, trust_checkpoint),
         layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ()), layout),
         inputs=InputOptions(
             resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
@@ -545,6 +546,7 @@ def layers(
     filter: Annotated[Optional[str], typer.Option("--filter", help="Only paths containing this text or matching this glob.")] = None,
     type: Annotated[Optional[str], typer.Option("--type", help="Only modules of this class (Conv2d).")] = None,
     crop: Annotated[Optional[int], typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).")] = None,
+    trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle).")] = False,
     debug: DebugOption = False,
 ) -> None:
     """List every module path of MODEL with its type, output shape, parameters and calls.
@@ -565,7 +567,7 @@ def layers(
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
-        loaded = load_model(ModelOptions(model, weights))
+        loaded = load_model(ModelOptions(model, weights, trust_checkpoint=trust_checkpoint))
         if crop is not None:
             size = (crop, crop)
         else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)

@@ -96,6 +96,9 @@ class Explainer:
         choice = None
         if layers.given:
             specs = resolve_layers(model.module, layers.layers, layers.layer_types)
+        elif model.default_layers:  # the source knows them (a YOLO's neck outputs)
+            specs = resolve_layers(model.module, model.default_layers)
+            choice = f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
         else:
             root = task.default_root(model.module)
             spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)

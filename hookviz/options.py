@@ -80,6 +80,8 @@ class ModelOptions:
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
         task: a task of ``hookviz.tasks`` (``classify``, ``segment``, ``detect``), or ``auto``:
             the source's word for it, or for a factory's model, what its output looks like.
+        trust_checkpoint: load a checkpoint that runs code when loaded (a pickled YOLO
+            ``.pt``); refused otherwise.
     """
 
     name: str
@@ -87,6 +89,7 @@ class ModelOptions:
     seed: int = 0
     device: str = "auto"
     task: str = "auto"
+    trust_checkpoint: bool = False
 
     def __post_init__(self):
         if not self.name or not self.name.strip():

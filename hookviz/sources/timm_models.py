@@ -80,7 +80,7 @@ class TimmSource:
         head = ", no classifier head (an embedding: explain with --target-image)" if cfg.num_classes == 0 else ""
         return f"{size}, {weights}{head}"
 
-    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         timm = _import_timm(name)
         arch = name[len(PREFIX):]
         if not arch or not timm.is_model(arch):
