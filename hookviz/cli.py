@@ -150,6 +150,22 @@ LayoutOption = Annotated[str, typer.Option(
 
 
 
+def _cam_help() -> str:
+    """``--cam``'s help, read from the method registry. cli.py's annotations are strings that
+    typer evaluates each time it builds the command, so a method registered after this module
+    was imported is listed too."""
+    from .methods import METHODS
+
+    names = METHODS.names()
+    return f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}."
+
+
+def _cam_completions(incomplete: str) -> list[str]:
+    from .methods import METHODS
+
+    return [name for name in [*METHODS.names(), *METHODS.extra_choices] if name.startswith(incomplete)]
+
+
 @app.command()
 def run(
     images: ImagesArgument = None,
@@ -161,7 +177,7 @@ def run(
     layout: LayoutOption = "auto",
     target: Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")] = "top1",
     objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
-    cam: Annotated[str, typer.Option(help="gradcam, gradcam++, layercam or none.")] = "gradcam",
+    cam: Annotated[str, typer.Option(help=_cam_help(), autocompletion=_cam_completions)] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
     task: Annotated[str, typer.Option(help="classify, segment or detect; auto: the model's source says, or for a factory's model, its output.")] = "auto",
@@ -235,6 +251,7 @@ def run(
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
+    _open_heif()  # before discovery reads the suffixes PIL knows
     from .discovery import find_images, read_list
 
     sources = list(images or [])
@@ -248,6 +265,16 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> 
     if not sources:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
     return find_images(sources, exclude=[out])
+
+
+def _open_heif() -> None:
+    """Let PIL read HEIC photos (an iPhone's) when pillow-heif is installed: the command owns
+    its process, while the library leaves PIL's plug-ins to its caller."""
+    try:
+        from pillow_heif import register_heif_opener
+    except ImportError:
+        return
+    register_heif_opener()
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
@@ -366,6 +393,12 @@ class _Progress:
                 line = f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
             elif status.target is None:
                 line = f"{status.image}: nothing to explain (see its report.json)"
+            elif status.task == "segment":
+                shares = " · ".join(
+                    f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {_probability(s['probability'])}" for s in status.top5
+                )
+                line = (f"{status.image}: target {target.get('name') or target.get('index')}; "
+                        f"largest classes (share of pixels, mean probability there): {shares}")
             else:
                 line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
             if self.bar is not None and sys.stdout.isatty():
@@ -542,7 +575,29 @@ def main() -> None:
     # sooner with this, and one without pictures no later. A value you set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lazy_dynamo.enable()  # import torchvision without torch._dynamo: ~1 s of every run
-    app(prog_name="hookviz")
+    drawn = app.rich_markup_mode
+    if _plain_text_only():
+        app.rich_markup_mode = None  # click's plain "Error: ..." lines, not rich's boxes and colours
+    try:
+        app(prog_name="hookviz")
+    finally:
+        app.rich_markup_mode = drawn
+
+
+def _plain_text_only() -> bool:
+    """Whether messages must be plain ASCII lines: a dumb terminal, NO_COLOR, a locale that is
+    not UTF-8 (Python itself writes UTF-8 under LC_ALL=C, the terminal may not), or an output
+    encoding without box-drawing characters (PYTHONIOENCODING=ascii)."""
+    if os.environ.get("TERM") == "dumb" or os.environ.get("NO_COLOR"):
+        return True
+    locale = next((os.environ[k] for k in ("LC_ALL", "LC_CTYPE", "LANG") if os.environ.get(k)), "C")
+    if "utf-8" not in locale.lower().replace("utf8", "utf-8"):
+        return True
+    try:
+        "╭─│".encode(sys.stderr.encoding or "ascii")
+    except (LookupError, UnicodeEncodeError):
+        return True
+    return False
 
 
 def console_main() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .errors import UsageError, display_path
+from .errors import UsageError, arg, display_path
 
 __all__ = ["find_images", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
 
@@ -48,12 +48,19 @@ class _Excluded:
     """Decides, with a cache per folder, whether a path lies in a folder a run never reads."""
 
     def __init__(self, exclude: Sequence[Path]):
-        self._roots = [_resolved(p) for p in exclude]
+        self._given = {_resolved(p): p for p in exclude}
         self._outputs: dict[Path, bool] = {}
+
+    def root(self, folder: Path) -> Path | None:
+        """The excluded folder (as it was given) that is ``folder`` or holds it, if any."""
+        return self._root(_resolved(folder))
+
+    def _root(self, resolved: Path) -> Path | None:
+        return next((given for root, given in self._given.items() if resolved == root or root in resolved.parents), None)
 
     def folder(self, folder: Path) -> bool:
         resolved = _resolved(folder)
-        if any(resolved == root or root in resolved.parents for root in self._roots):
+        if self._root(resolved) is not None:
             return True
         if resolved not in self._outputs:
             self._outputs[resolved] = is_output_folder(resolved)
@@ -86,10 +93,11 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Pa
     Order is deterministic: arguments in the order given, each folder's or pattern's
     matches sorted. A path given twice is kept once. Files named outright are always
     taken; folders and patterns skip hidden entries below them, hookviz output folders,
-    and the folders in ``exclude`` (the run's ``--out``).
+    and the folders in ``exclude`` (the run's ``out``).
 
     Raises:
-        UsageError: an argument matches nothing, or a folder holds no image.
+        UsageError: an argument matches nothing, a folder holds no image, or a folder named
+            is (or lies in) one of ``exclude``: the run's ``out``.
     """
     excluded = _Excluded(exclude)
     found: list[Path] = []
@@ -115,11 +123,12 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Pa
 
 
 def _walk(top: Path, excluded: _Excluded, source: str) -> list[Path]:
+    out = excluded.root(top)
+    if out is not None:
+        what = "is the folder" if _resolved(top) == _resolved(out) else f"holds {display_path(source)}, a folder"
+        raise UsageError(f"{arg('out', display_path(out))}: {what} of the photos to explain; choose another {arg('out')}")
     if excluded.folder(top):
-        raise UsageError(
-            f"{display_path(source)}: is a hookviz output folder (or the run's own output); "
-            "name the photos' folder instead"
-        )
+        raise UsageError(f"{display_path(source)}: is a hookviz output folder; name the photos' folder instead")
     matches = []
     for folder, subfolders, files in os.walk(top):
         here = Path(folder)

@@ -86,11 +86,13 @@ _HINTS = {
         "list_layers": "hookviz.list_layers(model) lists every path",
         "list_models": "hookviz.list_models() lists them",
         "debug": "",
+        "heif": "install pillow-heif and call pillow_heif.register_heif_opener() first",
     },
     "cli": {
         "list_layers": "`hookviz layers --model NAME` lists every path",
         "list_models": "`hookviz models` lists them",
         "debug": " (rerun with --debug for the traceback)",
+        "heif": "install pillow-heif (pip install pillow-heif), which hookviz then uses",
     },
 }
 
@@ -154,12 +156,25 @@ def describe(error: BaseException) -> str:
 
 
 def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
-    """Return ``" (did you mean 'a', 'b'?)"`` for the closest choices, or ``""``."""
+    """Return ``" (did you mean 'a', 'b'?)"`` for the closest choices, or ``""``.
+
+    Choices that hold ``word`` as a whole word come first (``cat`` -> ``'tiger cat'``), then
+    those that hold it anywhere (``'polecat'``), then those spelt alike (``'crate'``); each
+    group from the most alike.
+    """
     choices = list(dict.fromkeys(choices))
-    close = difflib.get_close_matches(word, choices, n=n, cutoff=0.5)
-    if not close:
-        lowered = word.lower()
-        close = [c for c in choices if lowered and lowered in c.lower()][:n]
+    lowered = word.lower().strip()
+    if not lowered:
+        return ""
+    whole = re.compile(r"(?<![^\W_])" + re.escape(lowered) + r"(?![^\W_])")
+    words = [c for c in choices if whole.search(c.lower())]
+    within = [c for c in choices if lowered in c.lower() and c not in words]
+    spelt = [c for c in difflib.get_close_matches(word, choices, n=n, cutoff=0.5) if c not in words and c not in within]
+
+    def likeness(choice: str) -> float:
+        return -difflib.SequenceMatcher(None, lowered, choice.lower()).ratio()
+
+    close = (sorted(words, key=likeness) + sorted(within, key=likeness) + spelt)[:n]
     if not close:
         return ""
     return " (did you mean " + ", ".join(repr(c) for c in close) + "?)"

@@ -100,11 +100,11 @@ class Explainer:
         return get_task(self.model.task)
 
     @property
-    def cam(self):
-        """The CAM function, or ``None`` for ``cam='none'``."""
-        from .cams import get_cam
+    def method(self):
+        """The CAM method (a ``hookviz.methods.Method``), or ``None`` for ``cam='none'``."""
+        from .methods import get_method
 
-        return None if self.target.cam == "none" else get_cam(self.target.cam)
+        return None if self.target.cam == "none" else get_method(self.target.cam)
 
     @property
     def device(self) -> str:

@@ -10,9 +10,11 @@ gradient flags and the process's precision settings are restored after the pass.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -214,7 +216,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     from .modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
     from .recording import Recording
 
-    module, task, options = explainer.model.module, explainer.task, explainer.target
+    module, task, options, method = explainer.model.module, explainer.task, explainer.target, explainer.method
     if any(parameter.is_inference() for parameter in module.parameters()):
         raise UsageError(
             "the model's parameters were made under torch.inference_mode, so no gradient can flow through "
@@ -223,23 +225,23 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     tensors = [image.tensor for image in images]
     # Gradients are needed even when the caller's code runs under torch.no_grad or inference_mode.
     with torch.inference_mode(False), torch.enable_grad(), full_precision(explainer.device), \
-            evaluation(module) as was_training, frozen_parameters(module), Recording(module, explainer.layers) as recording, \
-            ChannelOrders(module) as orders:
-        output = task.forward(module, tensors, explainer.device, options)
-        skipped = recording.check_complete()
-        plan = task.plan(output, options, explainer.model.categories, len(images))
-        extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None]
-        recording.backward(plan.objective, retain_graph=bool(extra))
-        captures = recording.captures
-        _check_batch_first(captures, len(images))
-        grads_for = {key: [c.grad_output for c in captures] for key, scalar in plan.cams if scalar is None}
-        for n, (key, scalar) in enumerate(extra):
-            pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
-            grads_for[key] = [grad_output for _, grad_output in pairs]
-        input_hw = tuple(tensors[0].shape[-2:])
-        layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
+            evaluation(module) as was_training, frozen_parameters(module):
+        with Recording(module, explainer.layers) as recording, ChannelOrders(module) as orders:
+            output = task.forward(module, tensors, explainer.device, options)
+            skipped = recording.check_complete()
+            plan = task.plan(output, options, explainer.model.categories, len(images))
+            wants_gradients = method is not None and method.needs_gradients
+            extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None] if wants_gradients else []
+            recording.backward(plan.objective, retain_graph=bool(extra))
+            captures = recording.captures
+            _check_batch_first(captures, len(images))
+            gradients = _cam_gradients(recording, captures, plan, extra) if wants_gradients else None
+            input_hw = tuple(tensors[0].shape[-2:])
+            layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
+        # Out of the recording: a method that re-scores runs the bare model, with no hook on it.
+        sources = _cam_sources(explainer, method, plan, tensors, gradients)
         layer_cams = [
-            _layer_cams(explainer.cam, capture, grads_for, position, layouts[position]["output"])
+            _layer_cams(method, capture, sources, position, layouts[position]["output"])
             for position, capture in enumerate(captures)
         ]
     notes = list(explainer.notes)
@@ -326,16 +328,13 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
 
 
 def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOptions, layouts: dict) -> LayerResult:
-    maps_by_key, reason, zero_grad = cams
+    maps_by_key, reason, zero_notes = cams
     main = keys[0] if keys else None
     note = reason
     if maps_by_key and prediction.focus.get(main) is None:
         maps_by_key, note = None, "no CAM: nothing to explain in this image"
-    elif maps_by_key and zero_grad[i]:
-        note = (
-            "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
-            " (for a transformer's last block, try the block's first norm: ln_1, norm1, layernorm_before)"
-        )
+    elif maps_by_key and zero_notes[i]:
+        note = zero_notes[i]
     arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
     tiles, layer_notes = {}, []
     unread = [which for which in ("input", "output") if layouts[which] is not None and not layouts[which].spatial]
@@ -380,16 +379,66 @@ def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
     return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
 
 
-def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout | None):
+@dataclass(frozen=True)
+class _CamSources:
+    """What the pass hands the CAM method, per CAM key of the plan (the main one first):
+    only what the method declares it needs, ``None`` otherwise.
+
+    Attributes:
+        gradients: per key, per recorded call, d(key's score)/d(output).
+        scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
+        inputs: the model's input batch (N, C, H, W), on its device, in its dtype.
+    """
+
+    keys: tuple[str, ...]
+    module: Any
+    gradients: Any = None
+    scores: Any = None
+    inputs: Any = None
+
+
+def _cam_gradients(recording, captures, plan, extra) -> dict:
+    """Per CAM key, each call's gradient of the key's score: the objective's own (already
+    recorded) where the key's scalar is the objective, else one more backward pass each."""
+    gradients = {key: [c.grad_output for c in captures] for key, scalar in plan.cams if scalar is None}
+    for n, (key, scalar) in enumerate(extra):
+        pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
+        gradients[key] = [grad_output for _, grad_output in pairs]
+    return {key: gradients[key] for key, _ in plan.cams}  # the plan's order: its first key is the main CAM
+
+
+def _cam_sources(explainer, method, plan, tensors, gradients) -> _CamSources:
+    import torch
+
+    from .methods import RESCORING_BATCH
+    from .tasks.base import Rescoring, model_dtype
+
+    module = explainer.model.module
+    keys = tuple(key for key, _ in plan.cams)
+    sources = _CamSources(keys, module, gradients)
+    if method is None:
+        return sources
+    inputs = None
+    if method.needs_input:
+        inputs = torch.stack(list(tensors)).to(device=explainer.device, dtype=model_dtype(module))
+    scores = None
+    if method.needs_rescoring:
+        task, options = explainer.task, explainer.target
+        scores = {key: Rescoring(task, module, explainer.device, options, task.scorer(plan, key, options), RESCORING_BATCH)
+                  for key in keys}
+    return replace(sources, inputs=inputs, scores=scores)
+
+
+def _layer_cams(method, capture, sources: _CamSources, position: int, layout: Layout | None):
     """One layer's CAMs for the whole batch, its output read in ``layout``.
 
     Returns:
-        ``({key: (N, h, w) maps} or None, why there is none, per-image "the main CAM's
-        gradient is all zero" flags)``.
+        ``({key: (N, h, w) maps} or None, why there is none, per image the note to give
+        when the main CAM's gradient is all zero, else None)``.
     """
-    if cam_fn is None:
+    if method is None:
         return None, arg("cam", "none"), None
-    if not grads_for:  # the task found nothing to explain in this batch (no detections)
+    if not sources.keys:  # the task found nothing to explain in this batch (no detections)
         return None, "no CAM: nothing to explain in this image", None
     if layout is not None and not layout.spatial:
         shape = _shape_text(capture.output.shape)
@@ -398,17 +447,66 @@ def _layer_cams(cam_fn, capture, grads_for: dict, position: int, layout: Layout 
     if activation is None:
         shape = "none" if capture.output is None else _shape_text(capture.output.shape)
         return None, f"no CAM: output {shape} has no spatial layout", None
-    main = next(iter(grads_for))
-    gradient = reshape(grads_for[main][position], layout)
-    if gradient is None:
-        return None, "no CAM: the target's logit does not depend on this layer", None
+    zero_notes: list = [None] * activation.shape[0]
+    if method.needs_gradients:
+        raw = sources.gradients[sources.keys[0]][position]
+        gradient = reshape(raw, layout)
+        if gradient is None:
+            return None, "no CAM: the target's logit does not depend on this layer", None
+        zero = (~gradient.flatten(1).any(dim=1)).cpu().tolist()
+        reached = raw.flatten(1).any(dim=1).cpu().tolist()  # with the class token, which the map drops
+        zero_notes = [_zero_gradient_note(capture.name, sources.module) if empty and token else ZERO_GRADIENT_NOTE if empty else None
+                      for empty, token in zip(zero, reached)]
+    context = _method_context(capture, activation, sources)
     blank = np.zeros((activation.shape[0], *activation.shape[2:]), dtype=np.float32)
     maps = {}
-    for key, grads in grads_for.items():
-        grads = reshape(grads[position], layout)
-        maps[key] = cam_fn(activation.float(), grads.float()).detach().cpu().numpy() if grads is not None else blank
-    zero_grad = (~gradient.flatten(1).any(dim=1)).cpu().numpy()
-    return maps, None, zero_grad
+    for key in sources.keys:
+        grads = reshape(sources.gradients[key][position], layout) if method.needs_gradients else None
+        if method.needs_gradients and grads is None:
+            maps[key] = blank  # this key's score does not reach the layer
+            continue
+        given = replace(context, gradients=None if grads is None else grads.float(),
+                        score=sources.scores[key] if method.needs_rescoring else None)
+        maps[key] = _computed(method, given)
+    return maps, None, zero_notes
+
+
+ZERO_GRADIENT_NOTE = "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
+_FIRST_NORMS = ("ln_1", "norm1", "layernorm_before")  # torchvision's, timm's and transformers' ViT blocks
+
+
+def _zero_gradient_note(name: str, module) -> str:
+    """The note for a layer whose patch tokens get no gradient while its class token does:
+    the head reads the class token, and after the last block no patch token reaches it."""
+    path = name.split(":")[0]
+    norms = [p for p, _ in module.named_modules() if p.rsplit(".", 1)[-1] in _FIRST_NORMS and p != path]
+    where = f"try {arg('layers', norms[-1])}, the last block's first norm" if norms else "try the last block's first norm"
+    return (
+        "the target's logit has zero gradient at every patch token of this layer (after the last block only the "
+        f"class token reaches the head), so its CAM is zero; {where}"
+    )
+
+
+def _method_context(capture, activation, sources: _CamSources):
+    from .methods import MethodContext
+
+    path = re.sub(r":\d+$", "", capture.name)  # a module called several times: its K-th call
+    return MethodContext(activation.float(), None, sources.module.get_submodule(path), capture.name, sources.inputs)
+
+
+def _computed(method, context) -> np.ndarray:
+    """The method's map, checked to be one (N, *spatial) map per image, as float32 numpy."""
+    import torch
+
+    result = method.compute(context)
+    expected = (context.activations.shape[0], *context.activations.shape[2:])
+    if not isinstance(result, torch.Tensor) or tuple(result.shape) != expected:
+        got = "x".join(map(str, result.shape)) if isinstance(result, torch.Tensor) else type(result).__name__
+        raise UsageError(
+            f"{arg('cam', method.name)}: the method returned {got} at {context.layer}, not one map per image "
+            f"({'x'.join(map(str, expected))}); fix the method or choose another"
+        )
+    return result.detach().float().cpu().numpy()
 
 
 def _one(tensor, i: int) -> np.ndarray | None:

@@ -7,6 +7,7 @@ animations) and refuses files that would exhaust memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from dataclasses import dataclass, field, replace
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ImageError, UsageError, arg, display_path, first_line
+from .errors import ImageError, UsageError, arg, display_path, first_line, hint
 from .identity import PhotoIdentity
 from .options import DEFAULT_MAX_PIXELS
 
@@ -168,11 +169,27 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
     except PermissionError:
         raise ImageError(f"{shown}: cannot read it (permission denied)") from None
     except UnidentifiedImageError:
+        if _is_heif(path):
+            raise ImageError(f"{shown}: a HEIC/HEIF photo, which PIL cannot read alone; {hint('heif')}, "
+                             "or convert it to JPEG or PNG") from None
         raise ImageError(
             f"{shown}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)"
         ) from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(f"{shown}: image data is corrupt or truncated ({first_line(exc)})") from None
+
+
+_HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
+
+
+def _is_heif(path: Path) -> bool:
+    """Whether a file is a HEIC/HEIF photo (an iPhone's), by its name or its ``ftyp`` box."""
+    if path.suffix.lower() in (".heic", ".heif", ".hif"):
+        return True
+    with contextlib.suppress(OSError), open(path, "rb") as stream:
+        head = stream.read(12)
+        return head[4:8] == b"ftyp" and head[8:12] in _HEIF_BRANDS
+    return False
 
 
 def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedImage:
@@ -194,7 +211,7 @@ def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedIma
     frames = getattr(im, "n_frames", 1)
     if frames > 1:
         im.seek(0)
-        notes.append(f"first frame of {frames} used")
+        notes.append(f"{label}: first frame of {frames} used")
     im.load()
     im = ImageOps.exif_transpose(im)
     return LoadedImage(path=path, rgb=_rgb(im), notes=tuple(notes))

@@ -254,7 +254,8 @@ class TargetOptions:
     Attributes:
         target: ``top1`` (each image's top class), a class index, or a class name.
         objective: ``logit`` (back-propagate the target's logit) or ``ce`` (cross-entropy).
-        cam: a method of ``hookviz.cams`` or ``none``; a CAM always explains the target's logit.
+        cam: the name of a registered method (``hookviz.methods``) or ``none``; a CAM always
+            explains the target's score (a logit), whatever the objective.
         topk: how many top classes get a CAM of their own (1: the target only).
         output_key: which part of a model's output holds the logits, when it returns several
             (a dict key, or an index into a tuple).
@@ -275,7 +276,7 @@ class TargetOptions:
     box_objective: str = "score"
 
     def __post_init__(self):
-        from .cams import CAMS
+        from .methods import get_method
 
         target = str(self.target).strip()
         if re.fullmatch(r"-\d+", target):
@@ -286,7 +287,7 @@ class TargetOptions:
         if self.objective not in OBJECTIVES:
             raise UsageError(f"{arg('objective', self.objective)}: choose {' or '.join(OBJECTIVES)}")
         if self.cam != "none":
-            CAMS.get(self.cam)
+            get_method(self.cam)
         if not isinstance(self.topk, int) or not 1 <= self.topk <= MAX_TOPK:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
         if self.topk > 1 and self.cam == "none":

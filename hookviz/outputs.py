@@ -145,6 +145,23 @@ def read_report(path: Path) -> dict | None:
     return document
 
 
+_WRITTEN_SUFFIXES = (".png", ".jpg", ".npz")  # pictures, the photo, tensors and fingerprint
+
+
+def _listed_files(directory: Path) -> list[str]:
+    """The files the ``report.json`` in ``directory`` says hookviz wrote there: plain names of
+    the kinds hookviz writes, never a path out of the folder."""
+    report = read_report(directory / REPORT)
+    names = report.get("files") if report is not None else None
+    if not isinstance(names, list):
+        return []
+    return [
+        name for name in names
+        if isinstance(name, str) and name == Path(name).name and "\\" not in name and not name.startswith(".")
+        and name.lower().endswith(_WRITTEN_SUFFIXES)
+    ]
+
+
 def _jsonable(value):
     if isinstance(value, (np.floating, np.integer)):
         return value.item()
@@ -348,6 +365,10 @@ def _jpeg(pixels: np.ndarray) -> bytes:
 def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bool = False) -> list[Path]:
     """Write one image's pictures, optional ``tensors.npz``, ``fingerprint.npz`` and, last, ``report.json``.
 
+    The files an earlier result's report in ``directory`` lists and this one does not write
+    are removed (before the new report): its pictures of other layers would pass for this
+    result's. Files the report does not name are left alone.
+
     Args:
         pictures: a ``PictureOptions``.
 
@@ -356,6 +377,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     """
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{arg('directory', directory)}: is a file, not a folder; choose a folder")
+    earlier = _listed_files(directory)
     written: list[Path] = []
     kinds = kinds_for(pictures)
     stems = layer_stems([layer.name for layer in explanation.layers])
@@ -386,6 +408,9 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     # itself with this one through it (``hookviz diff``, ``--baseline``).
     fingerprint = fingerprint_of(explanation)
     written.append(atomic_write(directory / FINGERPRINT, lambda stream: write_fingerprint(fingerprint, stream)))
+    for name in set(earlier) - {p.name for p in written}:
+        with contextlib.suppress(OSError):
+            (directory / name).unlink()
     report = report_of(explanation, by_layer, [p.name for p in written], pictures, save_tensors)
     written.append(write_json(directory / REPORT, report))
     return written

@@ -1,5 +1,6 @@
 """Registry: things hookviz looks up by name (CAM methods, checks), filled by a decorator
-in the manner of torchvision's ``register_model``."""
+in the manner of torchvision's ``register_model``, which likewise refuses a second entry
+under a name: two plug-ins must not shadow each other silently."""
 
 from __future__ import annotations
 
@@ -23,11 +24,32 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
+        """A decorator that enters its argument under ``name``.
+
+        Raises:
+            UsageError: ``name`` is taken (by an entry, or by one of the extra choices).
+        """
+        self.check_free(name)
+
         def wrap(entry: T) -> T:
-            self._entries[name] = entry
+            self.add(name, entry)
             return entry
 
         return wrap
+
+    def add(self, name: str, entry: T) -> T:
+        """Enter ``entry`` under ``name``. Raises UsageError when ``name`` is taken."""
+        self.check_free(name)
+        self._entries[name] = entry
+        return entry
+
+    def check_free(self, name: str) -> None:
+        """Raise UsageError, naming ``name``, when an entry or an extra choice has it."""
+        if name in self._entries or name in self.extra_choices:
+            raise UsageError(
+                f"a {self.what} named {name!r} is already registered ({arg(self.argument, name)} chooses it); "
+                "register yours under another name"
+            )
 
     def names(self) -> list[str]:
         return list(self._entries)

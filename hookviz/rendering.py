@@ -220,7 +220,8 @@ class _MapPanel:
             self.cax.set_axis_off()
             return
         norm, note = _norm_for(values, self.signed)
-        self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False)
+        # Raised past the colourbar's top value label, which a title wider than its map reaches.
+        self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False, pad=10)
         if values.ndim == 1:
             # Lines, not bars: a single spike among 1000 features must stay visible.
             colour = "tab:red" if self.signed else "tab:blue"
@@ -268,8 +269,10 @@ def summary_parts(explanation, layer):
     panels = {}
     for label, (left, top) in cells.items():
         signed = label.startswith("grad")
+        ax = sheet.axes(left, top, side, side)
+        ax.set_anchor("N")  # a wide map hangs from its cell's top: its title stays above the colourbar's
         panels[label] = _MapPanel(
-            sheet.figure, sheet.axes(left, top, side, side), sheet.axes(left + side + 0.12, top, 0.13, side),
+            sheet.figure, ax, sheet.axes(left + side + 0.12, top, 0.13, side),
             signed, "no gradient reached this tensor" if signed else "not recorded",
         )
 
@@ -489,12 +492,13 @@ class _Overlay:
         from matplotlib.patches import Rectangle
 
         self.ax = ax
+        ax.set_anchor("N")  # a thin photo hangs from the top of its box, level with the colourbar's top
         self.photo = ax.imshow(photo, interpolation="bilinear")
         self.heat = ax.imshow(_upsample(cam, photo.shape[:2]), cmap=CAM_CMAP, alpha=CAM_ALPHA, interpolation="bilinear")
         self.box = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor="white", linewidth=2, visible=False))
         ax.set_axis_off()
         # The colorbar has an opaque scale of its own, so its colours are readable.
-        self.bar = _ValueBar(figure, cax, CAM_CMAP, f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)")
+        self.bar = _ValueBar(figure, cax, CAM_CMAP, _cam_label(cam))
 
     @property
     def changing(self) -> list:
@@ -525,6 +529,23 @@ class _Overlay:
         self.ax.set_title(title + note, fontsize=9, parse_math=False)
 
 
+def _cam_label(cam: np.ndarray) -> str:
+    return f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)"
+
+
+#: The smallest box a CAM panel gets, in inches: a thin photo hangs centred in it, so the
+#: panels' titles have the width of the usual 224-pixel input, and the colourbar the height
+#: of its label.
+_MIN_PANEL = 2.24
+
+
+def _cam_boxes(photo: np.ndarray, cam: np.ndarray, longest: float) -> tuple[float, float]:
+    """(width, height) in inches of a CAM panel and its colourbar: the photo's, at least
+    ``_MIN_PANEL`` wide and as tall as the bar's label (8 pt, vertical) is long."""
+    width, height = _photo_inches(photo, longest)
+    return max(width, _MIN_PANEL), max(height, len(_cam_label(cam)) * _CHAR_INCHES * 0.8 + 0.3)
+
+
 def photo_of(explanation) -> np.ndarray:
     """The photo a CAM is drawn on: what the model saw, or the whole photo with ``--no-crop``."""
     return explanation.image.whole if explanation.image.whole is not None else explanation.image.shown
@@ -540,13 +561,14 @@ def cam_parts(explanation, layer):
     if layer.cam is None:
         return None
     photo = photo_of(explanation)
-    panel, side = _photo_inches(photo, longest=4.3)
+    panel, side = _cam_boxes(photo, layer.cam, longest=4.3)
     heading = _cam_heading(explanation, layer)
     content = 2 * panel + 0.3 + 0.3 + 0.9
     width = max(0.2 + content, len(heading) * _CHAR_INCHES + 0.4)
     x = (width - content) / 2  # the panels centred under a title wider than they are
     sheet = _Sheet(width, 0.95 + side + 0.2)
     left = sheet.axes(x, 0.95, panel, side)
+    left.set_anchor("N")
     plain = left.imshow(photo, interpolation="bilinear")
     left.set_axis_off()
     left.set_title("model input" if explanation.image.whole is None else "whole photo (resized, not cropped)", fontsize=9)
@@ -584,7 +606,8 @@ def cam_topk_parts(explanation, layer, detections: bool = False):
     if not layer.topk_cams or (explanation.task == "detect") != detections:
         return None
     photo = photo_of(explanation)
-    panel, side = _photo_inches(photo, longest=3.5)
+    most_said = max((cam for _, cam in layer.topk_cams), key=lambda cam: len(_cam_label(cam)))  # the longest bar label
+    panel, side = _cam_boxes(photo, most_said, longest=3.5)
     stride, rise = panel + 1.25, side + 1.0
     columns = min(len(layer.topk_cams), _PANELS_PER_ROW)
     rows = math.ceil(len(layer.topk_cams) / columns)

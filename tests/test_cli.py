@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,6 +156,92 @@ def test_class_names_work_as_targets_and_are_suggested(cli, lite0, cat, tmp_path
     assert result.exit_code == 0
     report = json.loads((tmp_path / "cat" / "report.json").read_text())
     assert report["target"]["name"] == "tabby" and report["target"]["index"] == 281
+
+
+def test_a_word_of_class_names_suggests_the_classes_that_have_it(cli, lite0, cat, tmp_path):
+    # "cat" is a word of five ImageNet names; "crate" and "castle" are only spelt alike.
+    result = invoke(cli, "run", cat, "--model", "efficientnet_lite0", "--target", "cat", "--out", tmp_path)
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert "'Egyptian cat'" in line and "'tiger cat'" in line and "crate" not in line, line
+    assert line.count("'") == 10  # five suggestions
+    assert "Traceback" not in result.output
+
+
+def test_first_frame_notes_name_their_files(cli, tmp_path):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    frames = [Image.new("RGB", (48, 48), c) for c in ((255, 0, 0), (0, 255, 0), (0, 0, 255))]
+    for name in ("anim.gif", "pages.tiff"):
+        frames[0].save(photos / name, save_all=True, append_images=frames[1:])
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photos, *TINY, "--layer", "fc", "--pictures", "none", "--out", out)
+    assert result.exit_code == 0, result.output
+    notes = json.loads((out / "run.json").read_text())["notes"]
+    for name in ("anim.gif", "pages.tiff"):
+        assert f"{photos / name}: first frame of 3 used" in notes, notes
+        assert f"{photos / name}: first frame of 3 used" in result.stderr + result.stdout
+
+
+def test_a_heic_photo_fails_with_the_pillow_heif_hint(cli, tmp_path):
+    heic = tmp_path / "IMG_0001.HEIC"
+    heic.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40)
+    result = invoke(cli, "run", heic, *TINY, "--layer", "fc", "--out", tmp_path / "out")
+    assert result.exit_code == 1, result.output
+    assert f"hookviz: failed: {heic}: a HEIC/HEIF photo, which PIL cannot read alone; install pillow-heif " \
+           "(pip install pillow-heif), which hookviz then uses, or convert it to JPEG or PNG" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_command_opens_heic_photos_with_pillow_heif_when_installed(tmp_path):
+    # A stand-in pillow_heif whose opener makes PIL take .heic files (here PNGs named .heic).
+    fake = tmp_path / "site"
+    fake.mkdir()
+    (fake / "pillow_heif.py").write_text(
+        "from PIL import Image\n\ndef register_heif_opener():\n    Image.register_extension('PNG', '.heic')\n"
+    )
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (40, 30), (10, 120, 200)).save(photos / "IMG_0001.heic", format="PNG")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(root)])}
+    completed = subprocess.run(
+        [sys.executable, "-m", "hookviz", "run", str(photos), *TINY, "--layer", "fc", "--pictures", "none",
+         "--out", str(tmp_path / "out"), "-q"], capture_output=True, text=True, cwd=root, env=env, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["done"] == 1
+
+
+@pytest.mark.parametrize("setting", [{"TERM": "dumb"}, {"NO_COLOR": "1"}, {"LC_ALL": "C"}, {"PYTHONIOENCODING": "ascii"}])
+def test_usage_errors_are_plain_text_where_boxes_and_colours_cannot_show(setting):
+    root = Path(__file__).resolve().parent.parent
+    keep = {k: v for k, v in os.environ.items() if k not in ("TERM", "NO_COLOR", "LC_ALL", "LC_CTYPE", "PYTHONIOENCODING")}
+    capable = {**keep, "TERM": "xterm-256color", "LANG": "C.UTF-8", "FORCE_COLOR": "1"}
+
+    def usage_error(env):
+        completed = subprocess.run([sys.executable, "-m", "hookviz", "run", "--nope"], capture_output=True, cwd=root,
+                                   env=env, check=False)
+        uncoloured = re.sub(rb"\x1b\[[0-9;]*m", b"", completed.stderr)
+        assert completed.returncode == 2 and b"No such option: --nope" in uncoloured, completed.stderr
+        return completed.stderr
+
+    fancy = usage_error(capable)
+    assert "╭".encode() in fancy and b"\x1b[" in fancy  # rich's box and colours, where they can be shown
+    plain = usage_error({**capable, **setting})
+    assert plain.isascii() and b"\x1b" not in plain, plain
+    assert b"Error: No such option: --nope" in plain
+
+
+@pytest.mark.slow
+def test_a_second_run_into_the_same_folder_removes_the_first_runs_pictures(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    for layer in ("features.0", "features.1"):
+        result = invoke(cli, "run", photo, *TINY, "--layer", layer, "--out", out, "-q")
+        assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (out / "photo").iterdir())
+    assert [n for n in names if n.startswith("features.")] == [f"features.1.{k}.png" for k in ("cam", "channels", "summary")]
+    assert sorted([*json.loads((out / "photo" / "report.json").read_text())["files"], "report.json"]) == names
 
 
 def test_unwritable_out_is_a_usage_error(cli, photo, tmp_path):

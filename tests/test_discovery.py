@@ -63,5 +63,23 @@ def test_a_run_marks_its_output_while_it_runs(tmp_path):
     assert [p.name for p in find_images([str(tmp_path / "photos")])] == ["a.png"]
     with pytest.raises(UsageError, match="output folder"):
         find_images([str(tmp_path / "photos" / "in-progress")])
-    with pytest.raises(UsageError, match="output folder"):
+    with pytest.raises(UsageError, match="is the folder of the photos to explain"):
         find_images([str(tmp_path / "photos")], exclude=[tmp_path / "photos"])
+
+
+def test_an_out_that_is_or_holds_the_photos_folder_is_named_as_the_fault(tmp_path, monkeypatch):
+    _photos(tmp_path / "photos" / "sub", "a.png")
+    monkeypatch.chdir(tmp_path)
+    sub = tmp_path / "photos" / "sub"
+    for args, message in [
+        (["photos", "-o", "photos"], "--out photos: is the folder of the photos to explain; choose another --out"),
+        (["photos/sub", "--out", "photos"], "--out photos: holds photos/sub, a folder of the photos to explain; choose another --out"),
+        (["photos/sub/", "--out", str(sub)], f"--out {sub}: is the folder of the photos to explain; choose another --out"),
+    ]:
+        result = CliRunner().invoke(app, ["run", *args, *TINY])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip() == f"hookviz: error: {message}", result.stderr
+    # A folder of an earlier run is still called what it is.
+    (sub / OUTPUT_MARKER).touch()
+    with pytest.raises(UsageError, match=r"sub: is a hookviz output folder; name the photos' folder instead"):
+        find_images([str(sub)], exclude=[tmp_path / "out"])

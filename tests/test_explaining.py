@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from hookviz import TargetOptions, explain
+from hookviz import Preprocessing, TargetOptions, explain
 from hookviz.errors import TargetError, UsageError
 from hookviz.modelstate import frozen_parameters
 from hookviz.tasks.classify import logits_of, parse_target
@@ -174,3 +174,31 @@ def test_full_precision_restores_the_processs_tf32_flags():
         assert torch.backends.cuda.matmul.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def _small_vit(head_init: bool):
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+                              num_classes=10).eval()
+    if head_init:
+        with torch.no_grad():
+            model.heads.head.weight.normal_(0, 0.2)  # torchvision zero-inits the head: no gradient at all
+    return model
+
+
+def test_zero_gradient_note_names_the_last_blocks_first_norm_only_where_it_helps():
+    first_norm = "encoder.layers.encoder_layer_1.ln_1"
+    layers = ["encoder.layers.encoder_layer_1", "encoder.ln", first_norm]
+    small = Preprocessing(resize=32, size=32)
+    result = explain(_small_vit(head_init=True), torch.randn(3, 32, 32), layers=layers, target=3, preprocessing=small)
+    for layer in (result[layers[0]], result["encoder.ln"]):
+        assert not layer.cam.any()
+        assert "zero gradient at every patch token" in layer.cam_note
+        assert layer.cam_note.endswith(f"try layers='{first_norm}', the last block's first norm")
+    assert result[first_norm].cam.any() and result[first_norm].cam_note is None
+    # A head of zeros gives no gradient to anything, the class token included: no layer would help.
+    result = explain(_small_vit(head_init=False), torch.randn(3, 32, 32), layers=layers, target=3, preprocessing=small)
+    for layer in result.layers:
+        assert layer.cam_note == "the target's logit has zero gradient at every position of this layer, so its CAM is zero"

@@ -83,7 +83,7 @@ def test_multi_frame_gif_and_tiff_use_the_first_frame(tmp_path):
         path = tmp_path / name
         frames[0].save(path, save_all=True, append_images=frames[1:])
         loaded = load_image(path)
-        assert loaded.notes == ("first frame of 3 used",)
+        assert loaded.notes == (f"{path}: first frame of 3 used",)
         assert np.asarray(loaded.rgb)[5, 5, 0] > 200
 
 
@@ -139,6 +139,19 @@ def test_broken_files_fail_with_a_message_naming_them(tmp_path, make, message):
     with pytest.raises(ImageError, match=message) as error:
         load_image(path)
     assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+HEIC_START = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40  # an iPhone photo's first box
+
+
+@pytest.mark.parametrize("name", ["IMG_0001.HEIC", "photo.heif", "renamed.jpg"])
+def test_heic_photos_get_their_own_hint(tmp_path, name):
+    path = _write(tmp_path / name, HEIC_START)
+    with pytest.raises(ImageError) as error:
+        load_image(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: a HEIC/HEIF photo") and "SVG" not in message
+    assert "install pillow-heif and call pillow_heif.register_heif_opener() first, or convert it to JPEG or PNG" in message
 
 
 @pytest.mark.slow

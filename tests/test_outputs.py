@@ -77,6 +77,24 @@ def test_save_writes_report_last_with_every_file(tmp_path, photo):
     np.testing.assert_array_equal(arrays["features.1/cam"], result.layers[0].cam)
 
 
+def test_save_over_another_result_removes_the_files_its_report_listed_only(tmp_path, photo):
+    from .conftest import tiny_net
+
+    model, out = tiny_net().eval(), tmp_path / "out"
+    first = explain(model, photo, layers=["features.0"]).save(out, save_tensors=True)
+    earlier = json.loads((out / "report.json").read_text())["files"]
+    assert "features.0.summary.png" in earlier and "tensors.npz" in earlier
+    (out / "notes.txt").write_text("mine")
+    (out / "features.9.summary.png").write_bytes(b"not hookviz's")  # named by no report
+    (out / "report.json").write_text((out / "report.json").read_text().replace('"tensors.npz"', '"../outside.npz"'))
+    (tmp_path / "outside.npz").write_bytes(b"")
+    second = explain(model, photo, layers=["features.1"]).save(out, ("summary", "cam"))
+    left = sorted(p.name for p in out.iterdir())
+    assert left == sorted([p.name for p in second] + ["notes.txt", "features.9.summary.png", "tensors.npz"])
+    assert not any(name.startswith("features.0.") for name in left) and (tmp_path / "outside.npz").exists()
+    assert {p.name for p in first} - set(left) == {n for n in earlier if n.startswith("features.0.")}
+
+
 @pytest.mark.slow
 def test_files_get_the_umask_mode_and_the_umask_is_never_touched(tmp_path):
     from .conftest import python_output

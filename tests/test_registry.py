@@ -27,3 +27,9 @@ def test_registry_lookup_and_suggestions():
 def test_did_you_mean_falls_back_to_substrings():
     assert did_you_mean("cat", ["tabby cat", "dog"]) == " (did you mean 'tabby cat'?)"
     assert did_you_mean("zzz", ["a", "b"]) == ""
+
+
+def test_did_you_mean_ranks_whole_words_then_substrings_then_spelling():
+    choices = ["crate", "polecat", "tiger cat", "castle", "Egyptian_cat", "cat5"]
+    assert did_you_mean("cat", choices, n=5) == " (did you mean 'tiger cat', 'Egyptian_cat', 'cat5', 'polecat', 'crate'?)"
+    assert did_you_mean("cat", choices, n=1) == " (did you mean 'tiger cat'?)"

@@ -339,3 +339,40 @@ def test_diff_picture_needs_something_to_compare():
     image, layer = _layer_diff(0)
     assert rendering.diff_parts(image, replace(layer, maps=None, cam=None, tensors=(TensorDiff("input", True),))) is None
     assert rendering.diff_parts(image, layer.light()) is None  # its maps are let go once drawn
+
+
+def _texts(figure):
+    """Every non-empty Text the figure draws: its title, the panels' titles, labels and notes."""
+    found = [t for t in figure.texts]
+    for ax in figure.axes:
+        found += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        if ax.axison:
+            found += [ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels()]
+    return [t for t in found if t.get_visible() and t.get_text().strip()]
+
+
+def _crowded(figure) -> list[str]:
+    """What is drawn outside the figure, or over another text or a colourbar."""
+    renderer = figure.canvas.get_renderer()
+    figure.canvas.draw()
+    whole = figure.bbox
+    texts = [(t.get_text().replace("\n", " | "), t.get_window_extent(renderer)) for t in _texts(figure)]
+    bars = [ax.get_window_extent(renderer) for ax in figure.axes if ax.get_label() == "<colorbar>"]
+    faults = [f"outside: {text!r}" for text, box in texts
+              if box.x0 < whole.x0 - 1 or box.y0 < whole.y0 - 1 or box.x1 > whole.x1 + 1 or box.y1 > whole.y1 + 1]
+    faults += [f"overlap: {a!r} / {b!r}" for i, (a, box) in enumerate(texts) for b, other in texts[i + 1:] if box.overlaps(other)]
+    faults += [f"over a colourbar: {text!r}" for text, box in texts for bar in bars if box.overlaps(bar)]
+    return faults
+
+
+@pytest.mark.parametrize("size", [(2000, 60), (60, 2000), (224, 224)])  # (width, height)
+def test_very_wide_and_very_tall_photos_keep_every_text_inside_and_apart(size):
+    from .conftest import tiny_net
+
+    photo = Image.fromarray(np.random.default_rng(0).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8))
+    model = tiny_net().eval()
+    whole = explain(model, photo, layers=["features.0"], topk=3, preprocessing=Preprocessing(mode="whole", size=64))
+    original = explain(model, photo, layers=["features.0"], preprocessing=Preprocessing(mode="original"))
+    for result, kind in [(whole, "cam"), (whole, "cam_topk"), (original, "summary"), (original, "cam")]:
+        figure = result.figure(kind=kind)
+        assert _crowded(figure) == [], (kind, size)

@@ -83,29 +83,51 @@ def test_segmentation_cam_equals_pytorch_grad_cam(deeplab, cat_tensor, role):
     assert np.abs(ours - theirs).max() <= 1e-3 * max(np.abs(theirs).max(), 1e-12)
 
 
+class Painted(torch.nn.Module):
+    """Logits that paint class 2 over the left 60%, class 5 (more sure of itself) over the
+    rest but a corner of background."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        features = self.conv(x)
+        logits = torch.zeros(x.shape[0], 8, *x.shape[-2:])
+        logits[:, 2, :, : int(0.6 * x.shape[-1])] = 5
+        logits[:, 5, :, int(0.6 * x.shape[-1]):] = 8
+        logits[:, 0, :4, -4:] = 10
+        return {"out": logits + 0.01 * features.mean(1, keepdim=True)}
+
+
+def painted_net():
+    return Painted().eval()
+
+
 def test_top1_is_the_largest_class_besides_background_and_topk_the_largest_present():
-    class Painted(torch.nn.Module):
-        """Logits that paint class 2 over the left 60%, class 5 over the rest but a corner of background."""
-
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-
-        def forward(self, x):
-            features = self.conv(x)
-            logits = torch.zeros(x.shape[0], 8, *x.shape[-2:])
-            logits[:, 2, :, : int(0.6 * x.shape[-1])] = 5
-            logits[:, 5, :, int(0.6 * x.shape[-1]):] = 5
-            logits[:, 0, :4, -4:] = 10
-            return {"out": logits + 0.01 * features.mean(1, keepdim=True)}
-
     names = [f"c{i}" for i in range(8)]
-    result = hookviz.explain(Painted().eval(), torch.rand(3, 20, 30), layers=["conv"], categories=names, topk=3)
+    result = hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], categories=names, topk=3)
     assert result.task == "segment" and result.target.name == "c2"
     assert [score.index for score, _ in result.layers[0].topk_cams] == [2, 5]  # background is not explained
     fractions = {c["name"]: c["fraction"] for c in result.prediction.details["classes"]}
     assert fractions["c2"] == pytest.approx(0.6, abs=1e-5) and fractions["c0"] == pytest.approx(16 / 600, abs=1e-5)
     assert "over the 360 pixels predicted as c2" in result.prediction.details["objective"]
+
+
+def test_the_top5_line_and_report_give_each_classs_share_of_pixels_largest_first(photo, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.test_segment:painted_net", "--weights", "none", "--task", "segment",
+        "--resize", "30", "--layer", "conv", "--pictures", "none", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    top5 = json.loads((out / "photo" / "report.json").read_text())["top5"]
+    assert [s["index"] for s in top5] == [2, 5] and top5[0]["probability"] < top5[1]["probability"]
+    assert top5[0]["fraction"] > top5[1]["fraction"] > 0.3
+    assert json.loads((out / "run.json").read_text())["images"][0]["top5"] == top5
+    line = next(line for line in result.stdout.splitlines() if "photo" in line and "target" in line)
+    assert "(share of pixels, mean probability there): 2 " in line, line
+    assert f"2 {100 * top5[0]['fraction']:.1f}% {top5[0]['probability']:.3f} · 5 " in line, line
 
 
 @pytest.mark.slow

@@ -7,19 +7,24 @@ forward and backward pass (``hookviz.explaining``) is the same for every task; l
 pytorch-grad-cam's target callables (``ClassifierOutputTarget``,
 ``SemanticSegmentationTarget``, ``FasterRCNNBoxScoreTarget``), a new task is a new module
 here that registers itself, not a new pipeline.
+
+A task also says what a target's *score* is on a new input (``scorer``), so that a CAM
+method that re-scores altered inputs (Score-CAM's masked photos) works for every task; the
+pass wraps it in a ``Rescoring``, the ``score`` a method finds in its ``MethodContext``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 __all__ = [
-    "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "TASKS", "register_task", "model_dtype", "stacked",
+    "ClassScore", "Detection", "ImagePrediction", "Plan", "Rescoring", "Task", "TASKS", "focus_of", "register_task",
+    "model_dtype", "stacked",
 ]
 
 
@@ -29,16 +34,19 @@ def _finite(value: float):
 
 @dataclass(frozen=True)
 class ClassScore:
-    """One class of one image: its index, name, logit and probability."""
+    """One class of one image: its index, name, logit and probability (a segmentation's:
+    the means over the class's pixels, and ``fraction``, the share of pixels it is predicted on)."""
 
     index: int
     name: str | None
     logit: float
     probability: float
+    fraction: float | None = None
 
     def to_json(self) -> dict:
         """As JSON; a non-finite score (NaN weights) becomes null."""
-        return {"index": self.index, "name": self.name, "score": _finite(self.logit), "probability": _finite(self.probability)}
+        found = {"index": self.index, "name": self.name, "score": _finite(self.logit), "probability": _finite(self.probability)}
+        return found if self.fraction is None else {**found, "fraction": round(self.fraction, 6)}
 
     @property
     def label(self) -> str:
@@ -139,6 +147,16 @@ class Task(Protocol):
             UsageError (TargetError): the output or the target does not fit the task.
         """
 
+    def scorer(self, plan: Plan, key: str, options) -> Callable:
+        """How the target of CAM ``key`` (what ``plan.predictions[i].focus[key]`` is) scores on
+        a new input: a callable ``scorer(output, images)`` that takes the model's output (as
+        ``forward`` returns it) on a batch of M inputs and, for each row, the image of the plan
+        it stands for (a (M,) long tensor), and returns (M,) scores: a classifier's class logit,
+        a segmentation class's mean logit over the pixels first predicted as it, the score of a
+        detector's box that matches the detection; 0 where the image has nothing to explain.
+        On the plan's own inputs it gives the focus's own score (``ClassScore.logit``,
+        ``Detection.score``)."""
+
 
 def model_dtype(module):
     """The floating dtype of the model's parameters (float32 unless it was cast), so that
@@ -153,6 +171,42 @@ def stacked(module, tensors: Sequence, device: str):
     import torch
 
     return module(torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module)))
+
+
+def focus_of(plan: Plan, key: str) -> list:
+    """Per image of the plan, what CAM ``key`` explains (``None``: nothing)."""
+    return [prediction.focus.get(key) for prediction in plan.predictions]
+
+
+@dataclass(frozen=True)
+class Rescoring:
+    """``score(batch, images=None)``: the model run on new inputs (M, C, H, W) under
+    ``torch.no_grad``, ``chunk`` rows a pass, each row scored by ``scorer`` for the image
+    ``images[row]`` stands for (default: row ``i`` is image ``i``). Returns (M,) float32.
+
+    It runs the bare model (no hookviz hook is on it while it does) in the mode the pass put
+    it in; like every forward of the pass, it changes nothing in the model."""
+
+    task: Task
+    module: object
+    device: str
+    options: object
+    scorer: Callable
+    chunk: int
+
+    def __call__(self, batch, images=None):
+        import torch
+
+        rows = torch.arange(len(batch)) if images is None else torch.as_tensor(images, dtype=torch.long).flatten()
+        if len(rows) != len(batch):
+            raise ValueError(f"score: {len(batch)} inputs but {len(rows)} image indices")
+        scores = []
+        with torch.no_grad():
+            for start in range(0, len(batch), self.chunk):
+                part = batch[start : start + self.chunk]
+                output = self.task.forward(self.module, list(part), self.device, self.options)
+                scores.append(self.scorer(output, rows[start : start + self.chunk]).detach().float())
+        return torch.cat(scores) if scores else torch.zeros(0)
 
 
 TASKS: dict[str, Task] = {}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ..errors import UsageError, arg
 from .targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
-from .base import ClassScore, ImagePrediction, Plan, register_task, stacked
+from .base import ClassScore, ImagePrediction, Plan, focus_of, register_task, stacked
 
 __all__ = ["Classify", "logits_of", "parse_target"]
 
@@ -194,6 +194,20 @@ class Classify:
             predictions.append(ImagePrediction(focus["target"], tuple(score(i, j) for j in top[i, :5]), focus, notes,
                                                details={"objective": _OBJECTIVES[options.objective]}))
         return Plan(objective, cams, predictions, logits_np)
+
+    def scorer(self, plan: Plan, key: str, options):
+        """The logit of the class CAM ``key`` explains in each image (see ``Task.scorer``)."""
+        import torch
+
+        classes = torch.tensor([-1 if focus is None else focus.index for focus in focus_of(plan, key)])
+
+        def score(output, images):
+            logits = logits_of(output, options.output_key)
+            chosen = classes.to(logits.device)[images.to(logits.device)]
+            values = logits.gather(1, chosen.clamp(min=0)[:, None])[:, 0]
+            return values.where(chosen >= 0, values.new_zeros(()))
+
+        return score
 
 
 _OBJECTIVES = {

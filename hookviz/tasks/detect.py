@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import UsageError, arg
 from ..hooks import HookSet
-from .base import model_dtype, ClassScore, Detection, ImagePrediction, Plan, register_task
+from .base import model_dtype, ClassScore, Detection, ImagePrediction, Plan, focus_of, register_task
 from .targets import parse_target
 
 __all__ = ["Detect", "DetectorOutput", "MATCH_IOU", "box_objective"]
@@ -155,6 +155,27 @@ class Detect:
         ]
         logits = [np.asarray([float(s.detach()) for s in image], dtype=np.float32) for image in scores]
         return Plan(objective, cams, predictions, logits)
+
+    def scorer(self, plan: Plan, key: str, options):
+        """The objective (``options.box_objective``) of the detection the CAM ``key`` explains
+        in each image, as the plan scores it (0 when no output box matches); boxes under ``score_threshold`` are not in the output, so they score 0
+        (see ``Task.scorer``)."""
+        focus = focus_of(plan, key)
+
+        def score(output, images):
+            import torch
+
+            values = []
+            for result, image in zip(output.detections, images.tolist()):
+                detection = focus[image]
+                if detection is None:
+                    values.append(result["scores"].new_zeros(()))
+                    continue
+                box = torch.tensor(detection.box, dtype=result["boxes"].dtype, device=result["boxes"].device)
+                values.append(box_objective(result, box, detection.index, options.box_objective))
+            return torch.stack(values)
+
+        return score
 
 
 def _windows(batch, count: int) -> list:

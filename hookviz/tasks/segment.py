@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import UsageError, arg
-from .base import ClassScore, ImagePrediction, Plan, register_task, stacked
+from .base import ClassScore, ImagePrediction, Plan, focus_of, register_task, stacked
 from .targets import class_target
 
 __all__ = ["Segment", "segmentation_logits"]
@@ -107,6 +107,30 @@ class Segment:
         class_means = detached.float().mean(dim=(2, 3)).cpu().numpy()  # per image: each class's mean logit
         return Plan(objective, cams, predictions, class_means)
 
+    def scorer(self, plan: Plan, key: str, options):
+        """The mean logit of the class CAM ``key`` explains in each image, over the pixels the
+        first pass predicted as that class (all pixels when none was), as its ``ClassScore``
+        reports it; the pixels stay those of the first pass, as pytorch-grad-cam's
+        ``SemanticSegmentationTarget`` keeps its mask (see ``Task.scorer``)."""
+        import torch
+
+        classes, weights = [], []
+        for prediction, focus in zip(plan.predictions, focus_of(plan, key)):
+            mask = torch.from_numpy(prediction.mask == (-1 if focus is None else focus.index))
+            if focus is not None and not bool(mask.any()):
+                mask = torch.ones_like(mask)
+            classes.append(0 if focus is None else focus.index)
+            weights.append(mask.double() / max(int(mask.sum()), 1))  # zero weights: nothing to explain
+        classes_t, weights_t = torch.tensor(classes), torch.stack(weights)
+
+        def score(output, images):
+            logits = segmentation_logits(output, options.output_key)
+            rows = images.to(logits.device)
+            picked = logits[torch.arange(len(rows), device=logits.device), classes_t.to(logits.device)[rows]]
+            return (picked.double() * weights_t.to(logits.device)[rows]).flatten(1).sum(dim=1).float()
+
+        return score
+
 
 def _image(predicted, logits, fixed: int | None, classes: int, topk: int) -> dict:
     """The classes present in one image (largest first, background last) and its target."""
@@ -143,7 +167,7 @@ def _prediction(image: dict, predicted, logits, probabilities, names, options) -
         where = mask if bool(mask.any()) else _all_pixels(mask)
         logit = float(logits[index][where].float().mean())
         probability = float(probabilities[index][where].mean())
-        return ClassScore(index, names[index] if names else None, logit, probability)
+        return ClassScore(index, names[index] if names else None, logit, probability, float(counts[index]) / total)
 
     target = score(image["target"])
     name = target.name or f"class {target.index}"

@@ -37,7 +37,7 @@ def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
     for index, name in enumerate(categories):
         if wanted in (_normal(part) for part in name.split(",")):
             return index
-    raise TargetError(f"{arg('target', text)}: not a class name of this model{did_you_mean(text, categories)}")
+    raise TargetError(f"{arg('target', text)}: not a class name of this model{did_you_mean(text, categories, n=5)}")
 
 
 def _normal(name: str) -> str:

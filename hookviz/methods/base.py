@@ -1,0 +1,139 @@
+"""The interface every CAM method meets: what it needs from the pass, and the map it makes.
+
+A method is a ``Method``: a name, what it needs (the gradient of the target's score at the
+layer, the model's input batch, extra forward passes that re-score altered inputs) and a
+``compute(ctx)`` that turns a ``MethodContext`` into one raw map per image. The pass
+(``hookviz.explaining``) owns hooks, gradients and the model; it hands each method only what
+it declares, so a method that needs no gradient also explains a layer the target's score
+never reaches. Like pytorch-grad-cam's ``get_cam_weights(input, layer, targets, activations,
+grads)`` with its ``uses_gradients`` flag, a method never learns the task: ``ctx.score`` is
+the task's own word on what the target's score is (see ``hookviz.tasks.base``).
+
+Example, a method of one's own, then ``hookviz run --cam activation-sum`` in that process::
+
+    from hookviz.methods import register_method
+
+    @register_method("activation-sum", needs_gradients=False)
+    def activation_sum(ctx):
+        \"\"\"The layer's channels summed, after a ReLU.\"\"\"
+        return ctx.activations.sum(dim=1).clamp(min=0)
+
+Nothing here imports torch: ``hookviz --help`` lists the methods without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["METHODS", "RESCORING_BATCH", "Method", "MethodContext", "get_method", "method_names", "register_method"]
+
+#: At most this many altered inputs go through the model in one re-scoring pass.
+RESCORING_BATCH = 32
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """What the pass knows about one layer of one batch, for one target (one CAM key).
+
+    Attributes:
+        activations: the layer's output as a map, (N, C, *spatial), float32, channels first
+            whatever the layer's own order (tokens on a grid, channels last).
+        gradients: d(target's score)/d(activations), the same shape; ``None`` unless the method
+            ``needs_gradients``.
+        module: the layer's ``nn.Module``.
+        layer: the layer's name as reports spell it (``layer4``, ``blocks.3:1``).
+        inputs: the model's input batch (N, C, H, W), as the model took it (its device and
+            dtype); ``None`` unless the method ``needs_input``.
+        score: ``None`` unless the method ``needs_rescoring``; else
+            ``score(batch, images=None)`` runs the model on ``batch`` (M, C, H, W) under
+            ``torch.no_grad`` (at most ``RESCORING_BATCH`` rows a pass) and returns, per row,
+            the score of the target of image ``images[row]`` (default: row ``i`` is image
+            ``i``) as the task defines it: a classifier's class logit, the mean logit of a
+            segmentation class over its predicted pixels, a detection's matched box score.
+            It returns (M,) float32; 0 for an image with nothing to explain.
+    """
+
+    activations: torch.Tensor
+    gradients: torch.Tensor | None
+    module: torch.nn.Module
+    layer: str
+    inputs: torch.Tensor | None = None
+    score: Callable[..., torch.Tensor] | None = None
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.activations.shape))
+        given = [name for name in ("gradients", "inputs", "score") if getattr(self, name) is not None]
+        return f"MethodContext({self.layer!r}, activations {shape}, with {', '.join(given) or 'nothing else'})"
+
+
+@dataclass(frozen=True)
+class Method:
+    """A CAM method. Make and register one with ``register_method``.
+
+    Attributes:
+        name: what ``--cam`` / ``cam=`` calls it.
+        function: ``function(ctx) -> (N, *spatial)`` tensor: the raw map, at the layer's
+            resolution, after a ReLU where the method has one; never resized or normalised.
+        needs_gradients: ``ctx.gradients`` is given (the pass back-propagates each CAM's
+            target); a layer the target does not reach then gets no CAM.
+        needs_rescoring: ``ctx.score`` is given (extra forward passes, no gradients).
+        needs_input: ``ctx.inputs`` is given.
+    """
+
+    name: str
+    function: Callable[[MethodContext], torch.Tensor]
+    needs_gradients: bool = True
+    needs_rescoring: bool = False
+    needs_input: bool = False
+
+    def compute(self, ctx: MethodContext) -> torch.Tensor:
+        """The raw map (N, *spatial) of ``ctx``."""
+        return self.function(ctx)
+
+    @property
+    def summary(self) -> str:
+        """The first line of the function's docstring."""
+        return (self.function.__doc__ or "").strip().split("\n")[0]
+
+    def __repr__(self) -> str:
+        needs = [word for word, flag in (("gradients", self.needs_gradients), ("rescoring", self.needs_rescoring),
+                                         ("input", self.needs_input)) if flag]
+        return f"Method({self.name!r}, needs {', '.join(needs) or 'activations only'})"
+
+
+METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",))
+
+
+def register_method(
+    name: str, *, needs_gradients: bool = True, needs_rescoring: bool = False, needs_input: bool = False,
+) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
+    """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
+    and registers it; the decorated name is then that ``Method``.
+
+    Raises:
+        UsageError: ``name`` is taken (a method of that name, or ``none``), as torchvision's
+            ``register_model`` refuses a second model of one name.
+    """
+    METHODS.check_free(name)  # at the decorator's line, before the function is read
+
+    def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
+        return METHODS.add(name, Method(name, function, needs_gradients, needs_rescoring, needs_input))
+
+    return wrap
+
+
+def get_method(name: str) -> Method:
+    """The method called ``name``. Raises UsageError (with a did-you-mean) for an unknown name."""
+    return METHODS.get(name)
+
+
+def method_names() -> list[str]:
+    """The registered methods' names, in the order they were registered."""
+    return METHODS.names()

@@ -1,0 +1,29 @@
+"""Grad-CAM++ (Chattopadhyay et al. 2018), with the closed-form alphas of the paper's
+exponential-output derivation, as pytorch-grad-cam computes them:
+
+    alpha = g^2 / (2 g^2 + sum_positions(A) g^3);  weights_c = sum_positions(alpha ReLU(g))
+    map = ReLU(sum_c weights_c * A_c)
+"""
+
+from __future__ import annotations
+
+from .base import MethodContext, register_method
+from .gradcam import _weighted
+
+__all__ = ["gradcam_plus_plus"]
+
+
+@register_method("gradcam++", needs_gradients=True)
+def gradcam_plus_plus(ctx: MethodContext):
+    """Grad-CAM++: channels weighted by their positive gradients, each scaled by its alpha."""
+    activations, grads = ctx.activations, ctx.gradients
+    assert grads is not None  # needs_gradients: the pass gives them
+    grads2 = grads.pow(2)
+    grads3 = grads2 * grads
+    spatial = (1,) * (activations.dim() - 2)
+    sum_activations = activations.flatten(2).sum(-1).reshape(*activations.shape[:2], *spatial)
+    denominator = 2 * grads2 + sum_activations * grads3
+    alpha = grads2 / (denominator + 1e-6)  # pytorch-grad-cam's epsilon, so the two agree
+    alpha = alpha.where(grads != 0, alpha.new_zeros(()))
+    weights = (grads.clamp(min=0) * alpha).flatten(2).sum(-1)
+    return _weighted(weights, activations)

@@ -1,0 +1,297 @@
+"""The CAM-method seam: methods registered from outside the package, given only what they
+declare, re-scoring through the task's own score, on maps of any number of dimensions."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+from typer.testing import CliRunner
+
+from hookviz import Explainer, LayerOptions, TargetOptions, UsageError, explain
+from hookviz.cli import app
+from hookviz.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.methods import (
+    METHODS,
+    MethodContext,
+    get_method,
+    method_names,
+    register_method,
+)
+from hookviz.models import LoadedModel
+
+from .conftest import SAMPLES, tiny_net
+
+SEEN: list[dict] = []  # what the spies below were handed, call by call
+
+
+@pytest.fixture(autouse=True)
+def _forget_what_was_seen():
+    SEEN.clear()
+
+
+def _hooks_on(model: nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
+
+
+# ----------------------------------------------------------------------------- methods of this module's own
+
+
+@register_method("activation-sum", needs_gradients=False)
+def activation_sum(ctx):
+    """The layer's channels summed, after a ReLU: a method that needs no gradient."""
+    return ctx.activations.sum(dim=1).clamp(min=0)
+
+
+@register_method("spy-bare", needs_gradients=False)
+def spy_bare(ctx):
+    SEEN.append({"ctx": ctx})
+    return ctx.activations.sum(dim=1).clamp(min=0)
+
+
+@register_method("spy-grad")
+def spy_grad(ctx):
+    SEEN.append({"ctx": ctx})
+    return (ctx.gradients * ctx.activations).sum(dim=1).clamp(min=0)
+
+
+@register_method("bad-shape", needs_gradients=False)
+def bad_shape(ctx):
+    return ctx.activations  # one map per channel, not per image
+
+
+@register_method("spy-score-cam", needs_gradients=False, needs_rescoring=True, needs_input=True)
+def spy_score_cam(ctx):
+    """Score-CAM in a few lines: each channel's normalised map masks the input, and the
+    target's score on the masked input (against the plain input's) weighs that channel."""
+    activations, inputs = ctx.activations, ctx.inputs
+    count, channels = activations.shape[:2]
+    low = activations.flatten(2).min(-1).values[..., None, None]
+    high = activations.flatten(2).max(-1).values[..., None, None]
+    masks = (activations - low) / (high - low).clamp(min=1e-8)
+    upsampled = F.interpolate(masks.flatten(0, 1)[:, None], size=inputs.shape[-2:], mode="bilinear")
+    images = torch.arange(count).repeat_interleave(channels)
+    masked = inputs[images] * upsampled.to(inputs.dtype)
+    scores = ctx.score(masked, images)
+    plain = ctx.score(inputs)
+    many = torch.arange(70) % count  # more rows than one re-scoring pass takes
+    many = torch.arange(70) % count  # more rows than one re-scoring pass takes
+    SEEN.append({
+        "ctx": ctx, "masked": masked, "images": images, "scores": scores, "plain": plain, "many": many,
+        "many_scores": ctx.score(inputs[many], many), "hooks": _hooks_on(ctx.module), "grad": scores.requires_grad,
+    })
+    weights = torch.softmax((scores.view(count, channels) - plain[:, None]).to(activations.dtype), dim=1)
+    return (weights[..., None, None] * activations).sum(dim=1).clamp(min=0)
+
+
+@register_method("spy-plain-score", needs_gradients=False, needs_rescoring=True, needs_input=True)
+def spy_plain_score(ctx):
+    SEEN.append({"ctx": ctx, "plain": ctx.score(ctx.inputs), "hooks": _hooks_on(ctx.module)})
+    return ctx.activations.sum(dim=1).clamp(min=0)
+
+
+# ----------------------------------------------------------------------------- the registry
+
+
+def test_a_second_method_under_a_taken_name_is_refused():
+    with pytest.raises(UsageError, match="'gradcam' is already registered"):
+        register_method("gradcam")(activation_sum.function)
+    with pytest.raises(UsageError, match="'none' is already registered"):
+        register_method("none", needs_gradients=False)(activation_sum.function)
+    with pytest.raises(UsageError, match="'activation-sum' is already registered"):
+        register_method("activation-sum", needs_gradients=False)(lambda ctx: ctx.activations.sum(dim=1))
+    assert get_method("activation-sum") is activation_sum and get_method("gradcam").needs_gradients
+    with pytest.raises(UsageError, match="did you mean 'layercam'"):
+        get_method("layercam2")
+
+
+def test_run_help_lists_every_registered_method():
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0
+    (line,) = [line for line in result.output.splitlines() if "--cam " in line]
+    listed = line.split("CAM method:")[1].split(".")[0]
+    assert [name.strip() for name in listed.replace(" or ", ",").split(",")] == [*method_names(), "none"]
+    assert {"gradcam", "gradcam++", "layercam", "activation-sum", "spy-score-cam"} <= set(METHODS.names())
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def test_a_method_registered_outside_the_package_runs_through_the_command(photo, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
+        "--layer", "features.3", "--cam", "activation-sum", "--save-tensors", "--out", str(out),
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    folder = out / "photo"
+    assert (folder / "features.3.cam.png").stat().st_size > 0
+    report = json.loads((folder / "report.json").read_text())
+    (layer,) = report["layers"]
+    assert layer["cam"]["method"] == "activation-sum" and layer["cam"]["shape"] == [32, 32]
+    tensors = np.load(folder / "tensors.npz")
+    np.testing.assert_allclose(tensors["features.3/cam"], np.maximum(tensors["features.3/output"][0].sum(0), 0), rtol=1e-5)
+
+
+def test_a_method_that_returns_no_map_per_image_is_refused_in_one_line():
+    with pytest.raises(UsageError, match=r"cam='bad-shape': the method returned 1x6x16x16 at features.3, not one map per image \(1x16x16\)"):
+        explain(tiny_net(), torch.zeros(3, 32, 32), layers=["features.3"], cam="bad-shape")
+
+
+# ----------------------------------------------------------------------------- what each method is given
+
+
+class SideBranch(nn.Module):
+    """A branch the logits never use: the target's gradient never reaches ``side``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.side = nn.Conv2d(4, 3, 1)
+        self.head = nn.Linear(4, 5)
+
+    def forward(self, x):
+        features = self.stem(x).relu()
+        self.side(features)
+        return self.head(features.mean(dim=(2, 3)))
+
+
+def test_a_method_gets_only_what_it_declares_and_without_gradients_explains_a_layer_they_never_reach():
+    model, image = SideBranch().eval(), torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(1))
+    (refused,) = explain(model, image, layers=["side"], cam="gradcam").layers
+    assert refused.cam is None and "does not depend on this layer" in refused.cam_note
+    (side,) = explain(model, image, layers=["side"], cam="spy-bare", topk=2, objective="ce").layers
+    np.testing.assert_allclose(side.cam, np.maximum(side.output[0].sum(0), 0), rtol=1e-6)
+    assert side.cam_note is None and len(side.topk_cams) == 2
+    contexts = [seen["ctx"] for seen in SEEN]
+    assert len(contexts) == 3  # the target's, then each top class's
+    assert all(c.gradients is None and c.inputs is None and c.score is None for c in contexts)
+    assert contexts[0].module is model.side and contexts[0].layer == "side"
+    SEEN.clear()
+    (stem,) = explain(model, image, layers=["stem"], cam="spy-grad").layers
+    (given,) = [seen["ctx"] for seen in SEEN]
+    assert given.inputs is None and given.score is None
+    np.testing.assert_array_equal(given.gradients.numpy(), stem.grad_output)
+
+
+# ----------------------------------------------------------------------------- re-scoring
+
+
+def _prepared(tensors) -> list[PreparedImage]:
+    return [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((64, 64, 3), np.uint8)) for t in tensors]
+
+
+def test_rescoring_scores_each_images_class_logit_on_the_bare_model_and_leaves_it_as_it_was():
+    model = tiny_net().train()  # explained in eval mode; its mode and statistics come back
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batch = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    loaded = LoadedModel("tiny", model, "seeded", None, Preprocessing())
+    explainer = Explainer.create(loaded, layers=LayerOptions(("features.3",)),
+                                 target=TargetOptions(cam="spy-score-cam", topk=2))
+    results = explainer.explain_batch(_prepared(batch))
+    assert model.training and _hooks_on(model) == 0
+    assert all(torch.equal(value, before[key]) for key, value in model.state_dict().items())
+    model.eval()
+    with torch.no_grad():
+        logits = model(batch)
+    # One context per CAM key, in the plan's order: the target's, then each top class's.
+    classes = [[r.target.index for r in results], *[[r.top5[k].index for r in results] for k in range(2)]]
+    assert len(SEEN) == 3
+    for seen, wanted in zip(SEEN, classes):
+        assert seen["hooks"] == 0 and not seen["grad"]  # no hook on the model, no graph
+        wanted = torch.tensor(wanted)
+        torch.testing.assert_close(seen["plain"], logits[torch.arange(2), wanted])
+        with torch.no_grad():
+            masked_logits = model(seen["masked"])
+        torch.testing.assert_close(seen["scores"], masked_logits[torch.arange(len(seen["images"])), wanted[seen["images"]]])
+        torch.testing.assert_close(seen["many_scores"], logits[seen["many"], wanted[seen["many"]]])
+        np.testing.assert_array_equal(seen["ctx"].inputs.numpy(), batch.numpy())
+    for result in results:
+        assert result.cam_method == "spy-score-cam" and result.layers[0].cam.shape == (32, 32)
+        assert result.layers[0].cam.max() > 0 and len(result.layers[0].topk_cams) == 2
+    np.testing.assert_allclose(SEEN[0]["plain"].numpy(), [r.target.logit for r in results], rtol=1e-5)
+
+
+class ToySegmenter(nn.Module):
+    """Per-pixel logits of 4 classes, at the input's size, as torchvision's segmenters return them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.classifier = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        logits = self.classifier(self.body(x))
+        return {"out": F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)}
+
+
+def test_rescoring_a_segmentation_scores_the_class_mean_logit_over_its_first_predicted_pixels():
+    model = ToySegmenter().eval()
+    image = torch.randn(3, 64, 64, generator=torch.Generator().manual_seed(4))
+    result = explain(model, image, layers=["body"], task="segment", cam="spy-score-cam")
+    assert result.task == "segment" and result.layers[0].cam.shape == (32, 32)
+    (seen,) = SEEN
+    target = result.target.index
+    pixels = torch.from_numpy(result.prediction.mask == target)
+    assert 0 < int(pixels.sum()) < pixels.numel()
+    with torch.no_grad():
+        plain = model(image[None])["out"][0, target][pixels].mean()
+        masked = model(seen["masked"])["out"][:, target][:, pixels].mean(dim=1)
+    torch.testing.assert_close(seen["plain"], plain[None])
+    torch.testing.assert_close(seen["scores"], masked)
+    assert seen["plain"].item() == pytest.approx(result.target.logit, rel=1e-5)
+
+
+def test_rescoring_a_detection_scores_its_matched_box():
+    from .test_detect import detector
+
+    model = detector().eval()
+    photo = torch.from_numpy(np.array(Image.open(SAMPLES / "cat.png").convert("RGB").resize((96, 96)))).permute(2, 0, 1)
+    result = explain(model, photo.float() / 255, layers=["backbone.body.16"], cam="spy-plain-score",
+                     score_threshold=0.01, max_detections=2)
+    detections = result.prediction.detections
+    assert len(SEEN) == len(detections) == 2  # one context per detection
+    for seen, detection in zip(SEEN, detections):
+        assert seen["hooks"] == 0
+        assert seen["plain"].item() == pytest.approx(detection.score, rel=1e-5)
+    assert model.roi_heads.score_thresh == 0.05 and _hooks_on(model) == 0
+
+
+# ----------------------------------------------------------------------------- maps of any dimension
+
+
+def _by_hand(name: str, a: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Each method's formula, one image and one channel at a time, in float64."""
+    maps = np.zeros((a.shape[0], *a.shape[2:]))
+    for n in range(a.shape[0]):
+        for c in range(a.shape[1]):
+            if name == "gradcam":
+                maps[n] += g[n, c].mean() * a[n, c]
+            elif name == "gradcam++":
+                alpha = g[n, c] ** 2 / (2 * g[n, c] ** 2 + a[n, c].sum() * g[n, c] ** 3 + 1e-6)
+                alpha[g[n, c] == 0] = 0
+                maps[n] += (np.maximum(g[n, c], 0) * alpha).sum() * a[n, c]
+            else:
+                maps[n] += np.maximum(g[n, c], 0) * a[n, c]
+    return np.maximum(maps, 0)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 5, 6), (2, 4, 3, 5, 6)], ids=["2d", "3d"])
+@pytest.mark.parametrize("name", ["gradcam", "gradcam++", "layercam"])
+def test_each_method_equals_its_formula_on_maps_of_any_number_of_dimensions(name, shape):
+    generator = torch.Generator().manual_seed(5)
+    activations = torch.rand(shape, generator=generator, dtype=torch.float64)
+    gradients = torch.randn(shape, generator=generator, dtype=torch.float64)
+    gradients[0, 1] = 0  # a channel the target ignores
+    ours = get_method(name).compute(MethodContext(activations, gradients, nn.Identity(), "clip"))
+    assert ours.shape == (shape[0], *shape[2:])
+    expected = _by_hand(name, activations.numpy(), gradients.numpy())
+    assert expected.max() > 0
+    np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-10, atol=1e-12)
