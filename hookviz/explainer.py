@@ -18,7 +18,7 @@ from .explaining import Explanation, SummaryOptions, explain_batch
 from .featuremaps import DeclaredLayout
 from .images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
 from .layers import LayerSpec, default_layer, resolve_layers
-from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions
+from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
 from .sources.base import LoadedModel
 
 __all__ = ["Explainer", "explain"]
@@ -37,6 +37,7 @@ class Explainer:
         max_pixels: photos with more pixels than this are refused.
         declared_layout: what the model declares about its tokens and channel order (the
             loaded model's own word, else what ``geometry`` reads from the module).
+        trust: how far to trust each CAM: the measures ``hookviz.trust`` adds to each layer.
     """
 
     model: LoadedModel
@@ -46,6 +47,7 @@ class Explainer:
     layer_choice: str | None = None
     max_pixels: int = InputOptions().max_pixels
     declared_layout: DeclaredLayout | None = None
+    trust: TrustOptions = TrustOptions()
 
     @classmethod
     def create(
@@ -56,11 +58,13 @@ class Explainer:
         inputs: InputOptions = InputOptions(),
         target: TargetOptions = TargetOptions(),
         preprocessing: Preprocessing | None = None,
+        trust: TrustOptions = TrustOptions(),
     ) -> "Explainer":
         """Check the options against the model and resolve its layers.
 
         Args:
             preprocessing: replaces the model's own before ``inputs`` apply.
+            trust: the trust measures to add to each CAM (``hookviz.trust``).
 
         Raises:
             UsageError: a layer, target or input size the model cannot take.
@@ -69,6 +73,7 @@ class Explainer:
         from .models import input_channels
         from .tasks import get_task
         from .tasks.targets import parse_target
+        from .trust.assess import check as check_trust
 
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
@@ -77,6 +82,7 @@ class Explainer:
             model = replace(model, task=_recognised_task(model.module, inputs.apply(processing)))
         task = get_task(model.task)
         task.check(target)
+        check_trust(task, target, trust)
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
@@ -89,7 +95,7 @@ class Explainer:
             root = task.default_root(model.module)
             spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)
             specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
-        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared)
+        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, trust)
 
     # -- what the pass reads
 
@@ -148,8 +154,14 @@ class Explainer:
         return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
 
     def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
-        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``)."""
-        return explain_batch(self, images, summaries)
+        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``),
+        then measure how far to trust each CAM when ``trust`` asks (``hookviz.trust``)."""
+        explanations = explain_batch(self, images, summaries)
+        if not self.trust.any:
+            return explanations
+        from .trust.assess import assess
+
+        return assess(self, images, explanations)
 
     def explain(self, image, summaries: SummaryOptions = SummaryOptions()) -> Explanation:
         """Explain one image (a path, PIL image or tensor)."""
@@ -267,6 +279,8 @@ def explain(
     preprocessing: Preprocessing | None = None,
     inputs: InputOptions | None = None,
     categories: Sequence[str] | None = None,
+    faithfulness: bool = False,
+    sanity: bool = False,
 ) -> Explanation:
     """Explain one image with ``model``: the notebook form of ``hookviz run``.
 
@@ -300,6 +314,9 @@ def explain(
         preprocessing: replaces the model's own transform.
         inputs: overrides of the transform (``InputOptions(crop=256)``).
         categories: class names when ``model`` is a bare module.
+        faithfulness: also measure each CAM's deletion, insertion and ROAD curves
+            (``layer.trust``; a classifier's only).
+        sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
 
     Returns:
         An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
@@ -334,5 +351,6 @@ def explain(
     )
     explainer = Explainer.create(
         loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
+        trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
     )
     return explainer.explain(image)

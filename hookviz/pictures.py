@@ -50,7 +50,8 @@ class PictureKind:
         name: its name, and its file name's suffix: ``<layer>.<name>.png``.
         group: the ``pictures`` choice that turns it on (``summary``, ``channels``, ``cam``).
         label: how the gallery captions it.
-        builder: the name of its builder in ``hookviz.rendering`` (see the contract above).
+        builder: the name of its builder in ``hookviz.rendering``, or ``module:function``
+            (see the contract above).
         wanted: whether ``PictureOptions`` ask for it, beyond its group being on.
         options: the builder's keyword arguments for those ``PictureOptions``.
         compares: drawn from a comparison of two runs, not from an explanation (``diff``).
@@ -69,9 +70,10 @@ class PictureKind:
 
     def build(self, explanation, layer, **options):
         """The builder's triple, or ``None``."""
-        from . import rendering
+        import importlib
 
-        return getattr(rendering, self.builder)(explanation, layer, **options)
+        place, _, name = self.builder.rpartition(":")  # "module:function", or a name in rendering
+        return getattr(importlib.import_module(place or f"{__package__}.rendering"), name)(explanation, layer, **options)
 
     def figure(self, explanation, layer, **options):
         """A fresh ``Figure`` of this picture, or ``None`` where it does not apply."""
@@ -95,6 +97,9 @@ KINDS: tuple[PictureKind, ...] = (
     ),
     PictureKind("cam", "cam", "CAM", "cam_parts"),
     PictureKind("cam_topk", "cam", "top-K CAMs", "cam_topk_parts"),
+    # Drawn where the layer's CAM was measured (``TrustOptions``), by ``hookviz.trust.drawing``.
+    PictureKind("faithfulness", "cam", "faithfulness", "hookviz.trust.drawing:faithfulness_parts"),
+    PictureKind("sanity", "cam", "randomisation check", "hookviz.trust.drawing:sanity_parts"),
     PictureKind("diff", "diff", "change from the baseline", "diff_parts", compares=True),
 )
 

@@ -981,6 +981,10 @@ def anatomy(kind: str, explanation, layer, options: dict):
         shape = None if tiles is None else (tiles.maps.shape, tuple(sorted(options.items())))
     elif kind == "cam" and explanation.task != "detect":
         shape = None if layer.cam is None else (photo, layer.cam.shape, explanation.image.whole is None)
+    elif kind in ("faithfulness", "sanity"):
+        from .trust.drawing import reuse_key
+
+        shape = reuse_key(kind, layer)
     elif (kind == "cam") == (explanation.task == "detect"):  # panels: top-K classes, or each detection
         shape = (photo, tuple(cam.shape for _, cam in layer.topk_cams)) if layer.topk_cams else None
     else:

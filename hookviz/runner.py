@@ -32,7 +32,8 @@ from .checks import Finding, run_checks
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
 from .fingerprints import FINGERPRINT
-from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
+from .options import (CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions,
+                      TrustOptions)
 from .identity import Match
 from .outputs import DIFF, TENSORS, existing_ancestor, output_names, place, save_explanation, sweep_stale_files, target_json, write_json
 from .pictures import kinds_for
@@ -68,6 +69,7 @@ class RunSummary:
     interrupted: bool = False
     layers: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    trust: dict | None = None
 
     @property
     def failed(self) -> list[ImageStatus]:
@@ -135,6 +137,7 @@ def run(
     pictures: PictureOptions = PictureOptions(),
     options: RunOptions = RunOptions(),
     checks: CheckOptions = CheckOptions(),
+    trust: TrustOptions = TrustOptions(),
     on_status: Callable[[ImageStatus, int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
 ) -> RunSummary:
@@ -144,6 +147,8 @@ def run(
         images: image paths, in order (the full list; ``options.shard`` picks a slice of it).
         on_status: called after each image with (status, images finished, images in this run).
         on_start: called once with a line saying what will run (model, layers, device).
+        trust: how far to trust each CAM (``hookviz.trust``): per image in report.json and its
+            pictures, over the run in run.json's ``trust``.
 
     Returns:
         The summary; ``run.json`` is written too.
@@ -153,7 +158,7 @@ def run(
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
     return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures,
-               options=options, checks=checks, on_status=on_status, on_start=on_start).execute()
+               options=options, checks=checks, trust=trust, on_status=on_status, on_start=on_start).execute()
 
 
 class Run:
@@ -161,9 +166,12 @@ class Run:
 
     def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
                  target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
-                 on_status=None, on_start=None):
+                 trust=TrustOptions(), on_status=None, on_start=None):
+        from .trust.tally import TrustTally
+
         self.model_options, self.layer_options, self.inputs = model, layers, inputs
         self.target, self.pictures, self.options, self.checks = target, pictures, options, checks
+        self.trust, self.tally = trust, TrustTally()
         self.on_status, self.on_start = on_status, on_start
         self.images = list(images)
         self.selected = shard_of(self.images, options.shard)
@@ -287,7 +295,8 @@ class Run:
         self.device = resolve_device(self.model_options.device)
         loaded = load_model(self.model_options)
         loaded.module.to(self.device)
-        self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target)
+        self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
+                                          trust=self.trust)
         out = self.options.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -364,6 +373,7 @@ class Run:
             and report.get("weights_sha256") == explainer.model.weights_sha256  # a file rewritten in place
             and report.get("preprocessing") == explainer.preprocessing.to_json()
             and asked.get("target") == target_json(self.target)
+            and (asked.get("trust") or {}) == (self.trust.to_json() if self.trust.any else {})
             and (not grids or (asked.get("channels"), asked.get("scale")) == (str(self.pictures.channels), self.pictures.scale))
         )
 
@@ -445,6 +455,7 @@ class Run:
                     self.notes.append(note)
         if self.checks.fail_on:
             self.findings.extend(run_checks(result, self.checks.fail_on, self.checks.dead_fraction))
+        self.tally.add(result)
         portable = _portable(result)
         future = self.pool.submit(save_explanation, portable, self.options.out / self.names[path], self.pictures,
                                   save_tensors=self.options.save_tensors)
@@ -501,13 +512,15 @@ class Run:
             reason = "interrupted" if self.interrupted else "the run stopped on an error"
             for path in self.selected:
                 self.statuses.setdefault(path, ImageStatus(display_path(path), self.names[path], "not_done", reason))
+        trust = self.tally.to_json()
         summary = RunSummary(
             statuses=tuple(self.statuses[p] for p in self.selected if p in self.statuses),
             findings=tuple(self.findings),
             run_json=self.run_json,
             interrupted=self.interrupted,
             layers=tuple(spec.label for spec in self.explainer.layers) if self.explainer else (),
-            notes=tuple(self.notes),
+            notes=(*self.notes, *(trust["summary"] if trust else ())),
+            trust=trust,
         )
         if self.explainer is None:
             return summary  # stopped before the output folder was made: nothing to describe
@@ -607,6 +620,7 @@ class Run:
             },
             "notes": list(summary.notes),
             "tensorboard": display_path(options.tensorboard) if options.tensorboard else None,
+            "trust": summary.trust,
         }
 
 

@@ -88,6 +88,8 @@ def _score_thresholds(module, threshold: float) -> Iterator[None]:
 @register_task
 class Detect:
     name = "detect"
+    probability = None  # a box's score, of a box that deleting pixels moves or removes
+    class_targets = False
 
     def recognises(self, output) -> bool:
         return _is_detections(output)

@@ -49,6 +49,8 @@ def segmentation_logits(output, key: str | None = None):
 @register_task
 class Segment:
     name = "segment"
+    probability = None  # a class over many pixels: no one probability that deleting pixels follows
+    class_targets = True
 
     def recognises(self, output) -> bool:
         import torch
