@@ -5,6 +5,7 @@ promises (the caller's model and random state untouched, a model-blind map flagg
 from __future__ import annotations
 
 import contextlib
+import json
 from functools import partial
 
 import numpy as np
@@ -12,11 +13,12 @@ import pytest
 import torch
 import torchvision
 
+import hookviz
 from hookviz.trust import (
     ROAD_PERCENTILES, cascading_randomisation, deletion_insertion, parametrised_modules, road, spearman,
 )
 
-from .conftest import hand_gradcam, tiny_net
+from .conftest import SAMPLES, hand_gradcam, tiny_net
 
 
 class GivenMaps:
@@ -221,3 +223,134 @@ def test_spearman_equals_scipy_with_ties():
     a, b = rng.integers(0, 5, (8, 8)).astype(float), rng.random((8, 8))
     assert spearman(a, b) == pytest.approx(spearmanr(a.ravel(), b.ravel()).statistic)
     assert spearman(np.zeros((4, 4)), b[:4, :4]) is None
+
+
+# --- through the command and the API --------------------------------------------------------------
+
+def run_cli(tmp_path, *args, image=None):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    photo = image or SAMPLES / "cat.png"
+    return CliRunner().invoke(app, ["run", str(photo), "--model", "tests.conftest:tiny_net", "--layer", "features.3",
+                                    "--resize", "32", "--crop", "32", "--workers", "1", "--out", str(tmp_path / "out"),
+                                    *args])
+
+
+def test_faithfulness_through_the_command_equals_torchcam_on_the_runs_own_map(tmp_path):
+    """report.json's areas are torch-cam's on the photo and CAM the run saved; the picture,
+    the gallery and run.json's ranking follow."""
+    result = run_cli(tmp_path, "--faithfulness", "--save-tensors", "--pictures", "cam")
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "out" / "cat"
+    layer = json.loads((folder / "report.json").read_text())["layers"][0]
+    measured = layer["trust"]["faithfulness"]
+    tensors = np.load(folder / "tensors.npz")
+    inputs, cam = torch.from_numpy(tensors["input"]), torch.from_numpy(tensors["features.3/cam"])[None]
+    theirs = torchcam_areas(tiny_net().eval(), inputs, cam)[0]
+    assert [measured["deletion_insertion"]["deletion_auc"], measured["deletion_insertion"]["insertion_auc"]] == \
+        pytest.approx(theirs, abs=1e-5)
+    assert len(measured["deletion_insertion"]["deletion"]) == 21 and len(measured["road"]["most_relevant_first"]) == 9
+    assert "probability" in measured["score"] and "sanity" not in layer["trust"]
+    assert layer["pictures"]["faithfulness"] == "features.3.faithfulness.png" and layer["pictures"]["sanity"] is None
+    assert (folder / "features.3.faithfulness.png").exists() and not (folder / "features.3.sanity.png").exists()
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    (entry,) = run["trust"]["maps"]
+    assert entry["method"] == "gradcam" and entry["layer"] == "features.3" and entry["images"] == 1
+    assert entry["deletion_auc"] == pytest.approx(theirs[0], abs=1e-5)
+    assert run["trust"]["summary"][0].startswith("faithfulness: on these 1 photos, gradcam at features.3 has")
+    gallery = (tmp_path / "out" / "index.html").read_text()
+    assert "features.3.faithfulness.png" in gallery and "How far to trust the maps" in gallery
+
+
+def test_the_faithfulness_figure_labels_its_curves_axes_and_areas():
+    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], faithfulness=True)
+    measured = result["features.3"].trust
+    figure = result.figure("features.3", "faithfulness")
+    curves, road = figure.axes
+    legend = [text.get_text() for text in curves.get_legend().get_texts()]
+    assert legend == [f"deletion, area {measured.deletion.deletion_auc:.3f} (lower: better)",
+                      f"insertion, area {measured.deletion.insertion_auc:.3f} (higher: better)"]
+    assert "fraction of pixels deleted" in curves.get_xlabel() and "probability" in curves.get_ylabel()
+    assert [len(line.get_xdata()) for line in road.get_lines()[:2]] == [9, 9]
+    assert f"combined {measured.road.combined:+.3f}" in road.get_title()
+
+
+def test_sanity_through_the_command_says_so_in_words(tmp_path):
+    result = run_cli(tmp_path, "--sanity", "--pictures", "cam")
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "out" / "cat"
+    layer = json.loads((folder / "report.json").read_text())["layers"][0]
+    sanity = layer["trust"]["sanity"]
+    assert sanity["layers"] == ["fc", "features.3", "features.1", "features.0"] and len(sanity["correlations"]) == 4
+    assert sanity["threshold"] == 0.5 and sanity["verdict"].startswith("passes" if sanity["explains_model"] else "fails")
+    assert (folder / "features.3.sanity.png").exists() and "faithfulness" not in layer["trust"]
+    assert "randomisation check: gradcam at features.3: " in result.stderr
+
+
+def test_sanity_leaves_the_callers_model_and_random_state_alone():
+    model, photo = tiny_net().train(), torch.rand(3, 24, 24)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    random_state = torch.get_rng_state()
+    result = hookviz.explain(model, photo, layers=["features.3"], sanity=True)
+    assert result["features.3"].trust.sanity.layers[0] == "fc"
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert model.training and torch.equal(random_state, torch.get_rng_state())
+
+
+def test_a_segmenter_gets_the_sanity_check_and_refuses_faithfulness():
+    from hookviz.errors import UsageError
+
+    from .test_segment import painted_net
+
+    result = hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], sanity=True)
+    assert result.task == "segment" and result["conv"].trust.sanity.layers == ("conv",)
+    with pytest.raises(UsageError, match="faithfulness follows the target class's probability .* a segment model's"):
+        hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], faithfulness=True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--faithfulness", "--cam", "none"], "--faithfulness measures a CAM; choose a --cam method, not none"),
+    (["--sanity", "--cam", "none"], "--sanity measures a CAM; choose a --cam method, not none"),
+])
+def test_trust_options_are_refused_in_one_line(tmp_path, args, message):
+    result = run_cli(tmp_path, *args)
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("flag, words", [
+    ("--faithfulness", "--faithfulness follows the target class's probability as pixels are deleted; a detect model's"),
+    ("--sanity", "--sanity explains each image's target again on randomised copies of the model; a detect model's"),
+])
+def test_a_detector_refuses_the_trust_measures_in_one_line(tmp_path, flag, words):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "fasterrcnn_mobilenet_v3_large_320_fpn",
+                                      "--weights", "none", flag, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0] and f"drop {flag}" in lines[0], result.stderr
+
+
+def test_trust_options_check_their_values():
+    from hookviz.errors import UsageError
+    from hookviz.options import TrustOptions
+
+    with pytest.raises(UsageError, match="faithfulness='yes': give True or False"):
+        TrustOptions(faithfulness="yes")
+    with pytest.raises(UsageError, match="seed=-1: a seed is a whole number"):
+        TrustOptions(seed=-1)
+
+
+def test_skip_existing_redoes_an_image_measured_otherwise(tmp_path):
+    assert run_cli(tmp_path, "--pictures", "none").exit_code == 0
+    result = run_cli(tmp_path, "--pictures", "none", "--faithfulness", "--skip-existing")
+    assert result.exit_code == 0, result.output
+    assert "trust" in json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["layers"][0]
+    again = run_cli(tmp_path, "--pictures", "none", "--faithfulness", "--skip-existing")
+    assert "skipped" in again.stderr

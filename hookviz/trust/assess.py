@@ -127,7 +127,7 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict:
     by_class: dict[int, list[int]] = {}
     for i in chosen:
         by_class.setdefault(explanations[i].target.index, []).append(i)
-    found = {}
+    found: dict[int, object] = {}
     for index, members in by_class.items():
         target = replace(explainer.target, target=str(index), topk=1)
         group = [images[i] for i in members]

@@ -17,7 +17,7 @@ __all__ = ["Score", "at_input_size", "chunks"]
 Score = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
-def at_input_size(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+def at_input_size(maps: torch.Tensor, size: tuple[int, ...]) -> torch.Tensor:
     """Maps (N, h, w) resized to ``size`` (N, H, W) in float32, bilinearly with
     ``align_corners=False``, as torch-cam's metrics resize a CAM (a map already at ``size``
     comes back unchanged)."""

@@ -149,7 +149,7 @@ def noisy_linear_imputation(pixels: torch.Tensor, keep: torch.Tensor, noise: flo
     of its neighbours", plus ``noise`` times standard normal noise from ``generator``."""
     import numpy as np
     import torch
-    from scipy.sparse.linalg import spsolve
+    from scipy.sparse.linalg import spsolve  # type: ignore[import-untyped]
 
     flat = pixels.reshape(pixels.shape[0], -1)
     keep_flat = keep.reshape(-1).numpy()
@@ -164,11 +164,11 @@ def noisy_linear_imputation(pixels: torch.Tensor, keep: torch.Tensor, noise: flo
     return result.reshape_as(pixels)
 
 
-def _linear_system(flat: np.ndarray, keep: np.ndarray, missing: np.ndarray, shape: tuple[int, int]):
+def _linear_system(flat: np.ndarray, keep: np.ndarray, missing: np.ndarray, shape: tuple[int, ...]):
     """The sparse system (n, n) and right-hand sides (n, C) of the missing pixels, built at
     once (pytorch-grad-cam's ``setup_sparse_system``, without its ``lil_matrix`` loop)."""
     import numpy as np
-    from scipy.sparse import coo_matrix
+    from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
 
     height, width = shape
     variable = np.zeros(len(keep), dtype=np.int64)
