@@ -18,7 +18,7 @@ Nothing here changes the caller's process or model: random state, ``sys.path``, 
 flags, the model's mode and its parameters' flags are as they were after every call.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "record": ("recording", "record"),

@@ -28,8 +28,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .changes import (FORWARD, CamDiff, ImageDiff, LayerDiff, MapPair, RunDiff, TensorDiff, cam_correlation,
-                      compare_arrays, layers_only, peak_shift)
+from .changes import (
+    FORWARD,
+    CamDiff,
+    ImageDiff,
+    LayerDiff,
+    MapPair,
+    RunDiff,
+    TensorDiff,
+    cam_correlation,
+    compare_arrays,
+    layers_only,
+    peak_shift,
+)
 from .checks import Finding
 from .errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
 from .options import Tolerances

@@ -324,9 +324,9 @@ def explain(
     Raises:
         HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
     """
-    from .models import load_model
-
     import torch.nn as nn
+
+    from .models import load_model
 
     if isinstance(model, str):
         loaded = load_model(model)

@@ -169,14 +169,24 @@ class Explanation:
     def figure(self, layer: str | None = None, kind: str = "summary", **options):
         """A matplotlib ``Figure`` for one layer (the first by default): ``summary``,
         ``channels``, ``grad_channels``, ``cam`` or ``cam_topk``; ``None`` where it does not
-        apply (a CAM of a layer without spatial layout)."""
-        from .pictures import picture_kind
+        apply (a CAM of a layer without spatial layout). ``figure("cam")`` is the first
+        layer's CAM, unless a layer is called ``cam``."""
+        from .pictures import KINDS, picture_kind
 
+        if layer in {k.name for k in KINDS} and not any(layer in (l.name, l.requested) for l in self.layers):
+            kind, layer = layer, None
         picture = picture_kind(kind)
         if picture.compares:
             raise UsageError(f"{arg('kind', kind)}: drawn from two runs compared (hookviz.diff_runs), not from one explanation")
         chosen = self[layer] if layer is not None else self.layers[0]
         return picture.figure(self, chosen, **options)
+
+    def _repr_html_(self) -> str:
+        """What a notebook shows for ``hookviz.explain(...)`` as a cell's last line: the
+        prediction, and per layer the summary and CAM pictures, as embedded PNGs."""
+        from .notebook import explanation_html
+
+        return explanation_html(self)
 
 
 # ----------------------------------------------------------------------------- the pass

@@ -438,12 +438,18 @@ class PictureOptions:
 # ----------------------------------------------------------------------------- run
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"2/8"`` -> (2, 8). Raises UsageError for other forms or K outside 1..N."""
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """``"2/8"`` -> (2, 8); ``"auto"`` -> what torchrun's or a Slurm array's variables say
+    (``hookviz.cluster``), ``None`` without them. Raises UsageError for other forms or K
+    outside 1..N."""
+    if str(text).strip().lower() == "auto":
+        from .cluster import launcher_shard
+
+        return launcher_shard()
     try:
         k, n = (int(v) for v in str(text).split("/"))
     except ValueError:
-        raise UsageError(f"{arg('shard', text)}: expected K/N, such as 1/4") from None
+        raise UsageError(f"{arg('shard', text)}: expected K/N, such as 1/4, or auto (torchrun's or a Slurm array's)") from None
     if n < 1 or not 1 <= k <= n:
         raise UsageError(f"{arg('shard', text)}: K must be between 1 and N")
     return k, n
@@ -458,7 +464,8 @@ class RunOptions:
         save_tensors: also write each image's ``tensors.npz``.
         batch_size: most images per forward pass.
         skip_existing: skip images whose folder already holds this run's results.
-        shard: ``(K, N)``: the K-th of N slices of the image list.
+        shard: ``(K, N)``: the K-th of N slices of the image list; ``"K/N"``; ``"auto"``:
+            from torchrun's ``RANK``/``WORLD_SIZE`` or a Slurm array's variables (``hookviz.cluster``).
         workers: rendering processes (0: one per CPU).
         memory_budget: bytes of recorded tensors a batch may hold.
         tensorboard: also log to this TensorBoard folder.

@@ -29,13 +29,33 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Finding, run_checks
+from .cluster import auto_cuda_device, cpu_share
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
 from .fingerprints import FINGERPRINT
-from .options import (CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions,
-                      TrustOptions)
+from .hooks import HookSet
 from .identity import Match
-from .outputs import DIFF, TENSORS, existing_ancestor, output_names, place, save_explanation, sweep_stale_files, target_json, write_json
+from .options import (
+    CheckOptions,
+    InputOptions,
+    LayerOptions,
+    ModelOptions,
+    PictureOptions,
+    RunOptions,
+    TargetOptions,
+    TrustOptions,
+)
+from .outputs import (
+    DIFF,
+    TENSORS,
+    existing_ancestor,
+    output_names,
+    place,
+    save_explanation,
+    sweep_stale_files,
+    target_json,
+    write_json,
+)
 from .pictures import kinds_for
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
@@ -88,12 +108,13 @@ class RunInterrupted(Exception):
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> the first of cuda, mps, cpu that exists. Raises UsageError for one that does not."""
+    """``auto`` -> the first of cuda (``cuda:LOCAL_RANK`` in a torchrun process), mps, cpu that
+    exists. Raises UsageError for one that does not."""
     import torch
 
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+        return auto_cuda_device(torch.cuda.device_count()) if torch.cuda.is_available() else "mps" if mps else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UsageError(f"{arg('device', device)}: no CUDA device is available here; use {arg('device', 'cpu')}")
@@ -198,13 +219,13 @@ class Run:
     # -- the whole run
 
     def execute(self) -> RunSummary:
-        check_out(self.options.out)
-        self._open_baseline()
-        if self.options.tensorboard is not None:
-            from .tensorboard_log import check_logdir
-
-            check_logdir(self.options.tensorboard)
         try:
+            check_out(self.options.out)
+            self._open_baseline()
+            if self.options.tensorboard is not None:
+                from .tensorboard_log import check_logdir
+
+                check_logdir(self.options.tensorboard)
             self.start()
             self.load()
             self.phase = "running"
@@ -231,16 +252,33 @@ class Run:
         return summary
 
     def request_stop(self) -> None:
-        """Stop after the batch being explained: images with the render workers are finished,
-        the rest are not done. Safe to call from a signal handler (it only sets a flag)."""
+        """Stop soon: the batch being explained is abandoned at its next module, images with
+        the render workers are finished, the rest are not done. Safe to call from a signal
+        handler (it only sets a flag)."""
         self.stopping.set()
+
+    def abandon(self) -> RunSummary:
+        """End the run now, from a signal handler (a second Ctrl-C): the render workers are
+        killed mid-picture and the run file says which images were finished. Every file is
+        written under a temporary name and renamed into place, so none is left half-written
+        under its real name. The process must end right after (``os._exit``)."""
+        self.stopping.set()
+        self.interrupted = True
+        self.on_status = self.board = None  # nothing more is printed or logged
+        _kill_workers(self.pool, release=True)
+        for path, explanation, future in self.pending:
+            if future.done() and not future.cancelled():
+                with contextlib.suppress(HookvizError):
+                    self._report(path, self._saved(path, explanation, future))
+        self.pending = []
+        return self._describe()
 
     # -- steps
 
     def start(self) -> None:
         """Start the render workers and (unless resuming) the loader: both work while this
         process imports torch and builds the model."""
-        wanted = self.options.workers or os.cpu_count() or 1
+        wanted = self.options.workers or cpu_share()
         limit = 2 * (os.cpu_count() or 1)
         if wanted > limit:
             self.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")
@@ -323,7 +361,11 @@ class Run:
                 f"batches of up to {self.batch_size}; ")
         if explainer.layer_choice:
             return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
-        return line + "layers: " + ", ".join(spec.label for spec in explainer.layers)
+        labels = [spec.label for spec in explainer.layers]
+        if len(labels) <= 4:
+            return line + "layers: " + ", ".join(labels)
+        # densenet121's 58 ReLUs would take 4,886 characters: the run file lists them all
+        return line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {self.run_json.name}"
 
     def _resume(self) -> list[Path]:
         """Give each selected image its folder (``outputs.place``: never another photo's) and
@@ -405,7 +447,8 @@ class Run:
         Photos of different sizes (a segmenter's or a detector's, which keep their aspect)
         go through the model in groups of one size. When the model raises on a batch, its
         photos are tried one by one, so only the ones it fails on fail. A usage error (a
-        target the model lacks) stops the run.
+        target the model lacks) stops the run. A stop asked for meanwhile abandons the
+        pass at the next module: its photos get no result (they are not done).
         """
         sizes: dict[tuple, list] = {}
         for item in batch:
@@ -417,7 +460,10 @@ class Run:
             keep_tensors=self.options.save_tensors, histograms=self.board is not None,
         )
         try:
-            explanations = self.explainer.explain_batch([prepared for _, prepared in batch], summaries)
+            with _stoppable(self.explainer.model.module, self.stopping):
+                explanations = self.explainer.explain_batch([prepared for _, prepared in batch], summaries)
+        except _Stopped:  # abandoned midway: these images are not done
+            return []
         except UsageError:
             raise
         except Exception as exc:  # the model is foreign code: its failure costs these images, not the run
@@ -500,14 +546,20 @@ class Run:
 
     def finish(self) -> RunSummary:
         """Stop the helpers and describe the run in its run file and the gallery."""
-        from .gallery import write_gallery
-
         if self.loader is not None:
             self.loader.stop()
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            if self.error is not None:  # what the workers are drawing is not kept: no need to wait for it
+                _kill_workers(self.pool)
+            self.pool.shutdown(wait=True, cancel_futures=True)  # and the workers have exited
         if self.board is not None:
             self.board.close()
+        return self._describe()
+
+    def _describe(self) -> RunSummary:
+        """The summary, written to the run file and the gallery (once the output folder exists)."""
+        from .gallery import write_gallery
+
         if self.interrupted or self.error:
             reason = "interrupted" if self.interrupted else "the run stopped on an error"
             for path in self.selected:
@@ -624,6 +676,35 @@ class Run:
         }
 
 
+class _Stopped(BaseException):
+    """Raised inside the model's pass when a stop was asked for (not an Exception: the
+    model's own ``except Exception`` must not take it for a failure)."""
+
+
+@contextlib.contextmanager
+def _stoppable(model, stopping: threading.Event) -> Iterator[None]:
+    """For one pass of ``model``: a stop asked for midway ends the pass as the next module
+    starts (forward) or the next module's output gets its gradient (backward), not when
+    the batch ends. One 37x1000 photo through fcn_resnet50 (520x14054 pixels) takes
+    minutes. The hooks only read ``stopping``; they are all removed when the block ends."""
+    import torch
+
+    def check(*_) -> None:
+        if stopping.is_set():
+            raise _Stopped
+
+    def watch(_module, _args, output) -> None:
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            hooks.add(output.register_hook(check))
+
+    with HookSet() as hooks:
+        for module in model.modules():
+            if not isinstance(module, torch.jit.ScriptModule):  # which take no Python hooks
+                hooks.add(module.register_forward_pre_hook(check))
+                hooks.add(module.register_forward_hook(watch))
+        yield
+
+
 def _names_spec(name: str, spec) -> bool:
     """Whether a report's layer ``name`` (``relu:1``) is a call of the module ``spec`` selects."""
     path, _, call = name.partition(":")
@@ -701,6 +782,23 @@ def _exit_with_parent(parent: int) -> None:
         if os.getppid() != parent:
             os._exit(1)
         time.sleep(0.5)
+
+
+def _kill_workers(pool, release: bool = False) -> None:
+    """End the render processes now (a thread pool's writer ends with the process). With
+    ``release``, for a process about to end at once: unlink the pool's semaphores now, as a
+    normal exit would, or multiprocessing's resource tracker warns of leaked ones."""
+    kill = getattr(pool, "kill_workers", None)  # Python 3.14
+    if kill is not None:
+        kill()
+    else:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+    if release:
+        from multiprocessing import util
+
+        util._run_finalizers(0)  # type: ignore[attr-defined]  # the semaphores' (exit priority 0), not the threads' joins
 
 
 def _warm_up() -> None:

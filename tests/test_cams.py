@@ -9,9 +9,8 @@ import torch.nn.functional as F
 import torchvision
 
 from hookviz import Explainer, LayerOptions, TargetOptions, explain
-from hookviz.images import LoadedImage, PreparedImage
+from hookviz.images import LoadedImage, PreparedImage, Preprocessing
 from hookviz.models import LoadedModel
-from hookviz.images import Preprocessing
 
 from .conftest import assert_same_cam, hand_gradcam, tiny_convnext
 

@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 
+from hookviz import explain
 from hookviz.checks import parse_checks, run_checks
 from hookviz.errors import UsageError
-from hookviz import explain
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from hookviz.errors import ImageError, UsageError
 from hookviz.discovery import find_images, read_list
+from hookviz.errors import ImageError, UsageError
 from hookviz.images import Preprocessing, load_image, prepare
 from hookviz.options import parse_triple
 

@@ -1,69 +1,163 @@
-"""The README's examples: the notebook example runs as written, the regression checks'
-commands and workflow use options that exist."""
+"""The README's and the documentation site's examples: the site builds with no broken link or
+reference, every Python example runs as written, every ``hookviz`` command parses with the
+command's own options, and the CI workflow is YAML that runs a smoke check."""
 
 from __future__ import annotations
 
+import html
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
 
 
-def test_notebook_example_runs_as_written(tmp_path, monkeypatch):
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## In a notebook", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def _blocks(path: Path, *kinds: str) -> list[tuple[str, str]]:
+    """The fenced code blocks of ``path`` whose language is one of ``kinds``, in order."""
+    return [(kind, code) for kind, code in re.findall(r"^```(\w+)\n(.*?)^```", path.read_text(encoding="utf-8"), re.S | re.M)
+            if kind in kinds]
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.fixture
+def photos_here(tmp_path, monkeypatch):
+    """A working folder holding the sample photos as the examples name them: ``cat.png``,
+    ``coffee.png`` and ``sample_images/``."""
+    samples = ROOT / "sample_images"
+    shutil.copytree(samples, tmp_path / "sample_images")
+    for photo in samples.glob("*.png"):
+        shutil.copy(photo, tmp_path / photo.name)
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    return tmp_path
+
+
+def _run_python(path: Path) -> dict:
+    namespace: dict = {"__name__": "__docs__"}
+    for n, (_, code) in enumerate(_blocks(path, "python")):
+        exec(compile(code, f"{_name(path)} (python example {n + 1})", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if _blocks(p, "python")], ids=_name)
+def test_every_python_example_runs_as_written(page, photos_here):
+    _run_python(page)
+
+
+def test_the_notebook_example_gives_what_it_says(photos_here):
+    namespace = _run_python(DOCS / "python-api.md")
     result = namespace["result"]
     assert result["layer4"].cam.shape == (7, 7)
-    assert (tmp_path / "out" / "report.json").exists()
-    assert (tmp_path / "out" / "layer4.summary.png").exists()
+    assert (photos_here / "out" / "report.json").exists()
+    assert (photos_here / "out" / "layer4.summary.png").exists()
+    assert [r.top5[0].index for r in namespace["results"]] and len(namespace["results"][0]["layer4"].topk_cams) == 3
 
 
 def _hookviz_commands(text: str) -> list[list[str]]:
-    """Every ``hookviz ...`` command in ``text`` (shell lines, continuation lines joined), split."""
-    import shlex
-
+    """Every ``hookviz ...`` (or ``... -m hookviz ...``) command in shell ``text``, continuation
+    lines joined, comments dropped, split into words after ``hookviz``."""
     joined = re.sub(r"\\\n\s*", " ", text)
     commands = []
     for line in joined.splitlines():
-        for part in re.split(r"&&|;", line.split("#", 1)[0]):
+        for part in re.split(r"&&|;|\|", line.split(" #", 1)[0] if not line.startswith("#") else ""):
             words = shlex.split(part)
             if words[:1] == ["hookviz"]:
                 commands.append(words[1:])
+            elif "-m" in words and words[words.index("-m") + 1:][:1] == ["hookviz"]:
+                commands.append(words[words.index("-m") + 2:])
     return commands
 
 
-def _check_options(words: list[str]) -> None:
+def _parse(words: list[str]) -> None:
+    """Parse ``hookviz WORDS`` as the command would, without running it: an unknown command or
+    option, a missing value or one of the wrong type fails."""
     import typer.main
 
     from hookviz.cli import app
 
-    command = typer.main.get_command(app).commands[words[0]]
-    known = {option for param in command.params for option in param.opts}
-    for word in words[1:]:
-        if word.startswith("-"):
-            assert word in known, f"hookviz {words[0]} has no option {word}"
+    group = typer.main.get_command(app)
+    if words[0].startswith("-"):
+        known = {option for param in group.params for option in param.opts}
+        assert set(words) <= known, f"hookviz has no option among {words}"
+        return
+    command = group.commands.get(words[0])
+    assert command is not None, f"hookviz has no command {words[0]!r}"
+    try:
+        command.make_context(f"hookviz {words[0]}", list(words[1:]))
+    except Exception as error:  # click's UsageError (typer may carry its own copy of click)
+        message = error.format_message() if hasattr(error, "format_message") else repr(error)
+        raise AssertionError(f"hookviz {shlex.join(words)}: {message}") from None
 
 
-def test_regression_checks_commands_and_github_actions_example_are_valid():
-    """The section's commands and its workflow use options that exist, and the workflow is
-    YAML that runs a smoke check against a committed baseline."""
+def _shell_commands(path: Path) -> list[list[str]]:
+    return [words for _, block in _blocks(path, "bash") for words in _hookviz_commands(block)]
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if _shell_commands(p)], ids=_name)
+def test_every_command_parses_with_the_options_it_names(page):
+    for words in _shell_commands(page):
+        _parse(words)
+
+
+def test_the_regression_checks_and_github_actions_example_are_valid():
+    """The page's commands and its workflow use options that exist, and the workflow is YAML
+    that runs a smoke check against a committed baseline and draws what changed on failure."""
     yaml = pytest.importorskip("yaml")
-    section = README.read_text(encoding="utf-8").split("## Regression checks", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```(bash|yaml)\n(.*?)```", section, re.S)
-    commands = [words for kind, block in blocks if kind == "bash" for words in _hookviz_commands(block)]
-    workflow = yaml.safe_load(next(block for kind, block in blocks if kind == "yaml"))
+    page = DOCS / "ci.md"
+    commands = _shell_commands(page)
+    workflow = yaml.safe_load(next(code for _, code in _blocks(page, "yaml")))
     steps = workflow["jobs"]["hookviz"]["steps"]
-    runs = [step["run"] for step in steps if "hookviz" in step.get("run", "")]
-    commands += [words for run in runs for words in _hookviz_commands(run)]
+    commands += [words for step in steps if "hookviz" in step.get("run", "") for words in _hookviz_commands(step["run"])]
     assert {words[0] for words in commands} == {"run", "diff"}
     for words in commands:
-        _check_options(words)
+        _parse(words)
     checked = [words for words in commands if "--baseline" in words and "--fail-on" in words]
     assert any("drift" in words[words.index("--fail-on") + 1] for words in checked)
     assert any(step.get("if") == "failure()" and "hookviz diff" in step.get("run", "") for step in steps)
+
+
+def test_the_readme_is_short_and_keeps_the_set_up_commands_ci_runs():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.encode()) < 12_000
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert ci in text.splitlines()  # the test command, verbatim
+    assert re.search(r"^python3 -m venv .* -e '\.\[demo\]' && \.venv/bin/hookviz run ", text, re.M)
+    for link in re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|png))\)", text):
+        assert (ROOT / link).exists(), link
+
+
+@pytest.mark.slow
+def test_the_site_builds_strict_and_its_command_reference_is_the_commands(tmp_path):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    site = tmp_path / "site"
+    completed = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    import typer.main
+
+    from hookviz.cli import app
+
+    reference = html.unescape((site / "cli" / "index.html").read_text(encoding="utf-8"))
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        assert f"hookviz {name}" in reference
+        for param in command.params:
+            for option in param.opts:
+                assert option in reference, f"hookviz {name} {option} is missing from the command reference"
+    api = (site / "python-api" / "index.html").read_text(encoding="utf-8")
+    assert "Explain one image with" in api and "ModelOptions" in api  # from the docstrings
+    assert (site / "images" / "cat-summary.png").exists()

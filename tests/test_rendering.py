@@ -11,10 +11,9 @@ import pytest
 from matplotlib.colors import TwoSlopeNorm
 from PIL import Image
 
-from hookviz import rendering
-from hookviz.pictures import picture_kind
-from hookviz import explain
+from hookviz import explain, rendering
 from hookviz.images import Preprocessing
+from hookviz.pictures import picture_kind
 
 from .conftest import python_output
 

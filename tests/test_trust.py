@@ -15,7 +15,12 @@ import torchvision
 
 import hookviz
 from hookviz.trust import (
-    ROAD_PERCENTILES, cascading_randomisation, deletion_insertion, parametrised_modules, road, spearman,
+    ROAD_PERCENTILES,
+    cascading_randomisation,
+    deletion_insertion,
+    parametrised_modules,
+    road,
+    spearman,
 )
 
 from .conftest import SAMPLES, hand_gradcam, tiny_net
@@ -40,8 +45,10 @@ class GivenMaps:
 
 def softmax_score(model, classes):
     """``score(batch, images)``: the softmax probability of each image's class."""
+
     def score(batch, images):
         return torch.softmax(model(batch), dim=1)[torch.arange(len(batch)), classes[images]]
+
     return score
 
 
@@ -115,8 +122,11 @@ def gradcam_road(model, inputs, maps, classes, percentiles, seed):
     combined = []
     for i in range(len(inputs)):
         torch.manual_seed(seed)  # the noise of the imputation: hookviz seeds a generator of its own alike
-        combined.append(ROADCombined(list(percentiles))(
-            inputs[i : i + 1], maps[i : i + 1].numpy(), [ClassifierOutputSoftmaxTarget(int(classes[i]))], model))
+        combined.append(
+            ROADCombined(list(percentiles))(
+                inputs[i : i + 1], maps[i : i + 1].numpy(), [ClassifierOutputSoftmaxTarget(int(classes[i]))], model
+            )
+        )
     return np.concatenate(combined)
 
 
@@ -131,8 +141,9 @@ def test_road_combined_equals_pytorch_grad_cam(monkeypatch):
     with torch.no_grad():
         classes = model(inputs).argmax(1)
     ours = road(softmax_score(model, classes), inputs, maps, seed=7, noise=1.0)
-    np.testing.assert_allclose([r.combined for r in ours], gradcam_road(model, inputs, maps, classes, ROAD_PERCENTILES, 7),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        [r.combined for r in ours], gradcam_road(model, inputs, maps, classes, ROAD_PERCENTILES, 7), atol=1e-5
+    )
     assert all(r.forward_passes == 1 + 2 * len(ROAD_PERCENTILES) for r in ours)
 
 
@@ -172,16 +183,18 @@ def test_road_combined_equals_pytorch_grad_cam_on_resnet18():
     model, inputs, maps, classes = seeded(112)
     ours = road(softmax_score(model, classes), inputs, maps, seed=3)
     at_size = torch.nn.functional.interpolate(maps[:, None], size=(112, 112), mode="bilinear")[:, 0]
-    np.testing.assert_allclose([r.combined for r in ours], gradcam_road(model, inputs, at_size, classes,
-                                                                         ROAD_PERCENTILES, 3), atol=1e-5)
+    np.testing.assert_allclose(
+        [r.combined for r in ours], gradcam_road(model, inputs, at_size, classes, ROAD_PERCENTILES, 3), atol=1e-5
+    )
 
 
 # --- the randomisation check --------------------------------------------------------------------
 
+
 def tiny_gradcams(inputs, classes):
-    return lambda model: torch.stack([
-        torch.from_numpy(hand_gradcam(model, "features.3", image, int(c), False)) for image, c in zip(inputs, classes)
-    ])
+    return lambda model: torch.stack(
+        [torch.from_numpy(hand_gradcam(model, "features.3", image, int(c), False)) for image, c in zip(inputs, classes)]
+    )
 
 
 def test_randomisation_goes_from_the_output_down_on_a_copy():
@@ -208,7 +221,10 @@ def test_randomisation_flags_a_map_that_ignores_the_model():
     model = tiny_net().eval()
     torch.manual_seed(9)
     inputs = torch.randn(2, 3, 32, 32)
-    brightness = lambda _model: torch.nn.functional.avg_pool2d(inputs.mean(1, keepdim=True), 2)[:, 0]
+
+    def brightness(_model):
+        return torch.nn.functional.avg_pool2d(inputs.mean(1, keepdim=True), 2)[:, 0]
+
     results = cascading_randomisation(model, brightness, brightness(model))
     for result in results:
         assert result.final == pytest.approx(1.0) and not result.explains_model
@@ -227,15 +243,33 @@ def test_spearman_equals_scipy_with_ties():
 
 # --- through the command and the API --------------------------------------------------------------
 
+
 def run_cli(tmp_path, *args, image=None):
     from typer.testing import CliRunner
 
     from hookviz.cli import app
 
     photo = image or SAMPLES / "cat.png"
-    return CliRunner().invoke(app, ["run", str(photo), "--model", "tests.conftest:tiny_net", "--layer", "features.3",
-                                    "--resize", "32", "--crop", "32", "--workers", "1", "--out", str(tmp_path / "out"),
-                                    *args])
+    return CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--layer",
+            "features.3",
+            "--resize",
+            "32",
+            "--crop",
+            "32",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "out"),
+            *args,
+        ],
+    )
 
 
 def test_faithfulness_through_the_command_equals_torchcam_on_the_runs_own_map(tmp_path):
@@ -249,8 +283,9 @@ def test_faithfulness_through_the_command_equals_torchcam_on_the_runs_own_map(tm
     tensors = np.load(folder / "tensors.npz")
     inputs, cam = torch.from_numpy(tensors["input"]), torch.from_numpy(tensors["features.3/cam"])[None]
     theirs = torchcam_areas(tiny_net().eval(), inputs, cam)[0]
-    assert [measured["deletion_insertion"]["deletion_auc"], measured["deletion_insertion"]["insertion_auc"]] == \
-        pytest.approx(theirs, abs=1e-5)
+    assert [measured["deletion_insertion"]["deletion_auc"], measured["deletion_insertion"]["insertion_auc"]] == pytest.approx(
+        theirs, abs=1e-5
+    )
     assert len(measured["deletion_insertion"]["deletion"]) == 21 and len(measured["road"]["most_relevant_first"]) == 9
     assert "probability" in measured["score"] and "sanity" not in layer["trust"]
     assert layer["pictures"]["faithfulness"] == "features.3.faithfulness.png" and layer["pictures"]["sanity"] is None
@@ -270,8 +305,10 @@ def test_the_faithfulness_figure_labels_its_curves_axes_and_areas():
     figure = result.figure("features.3", "faithfulness")
     curves, road = figure.axes
     legend = [text.get_text() for text in curves.get_legend().get_texts()]
-    assert legend == [f"deletion, area {measured.deletion.deletion_auc:.3f} (lower: better)",
-                      f"insertion, area {measured.deletion.insertion_auc:.3f} (higher: better)"]
+    assert legend == [
+        f"deletion, area {measured.deletion.deletion_auc:.3f} (lower: better)",
+        f"insertion, area {measured.deletion.insertion_auc:.3f} (higher: better)",
+    ]
     assert "fraction of pixels deleted" in curves.get_xlabel() and "probability" in curves.get_ylabel()
     assert [len(line.get_xdata()) for line in road.get_lines()[:2]] == [9, 9]
     assert f"combined {measured.road.combined:+.3f}" in road.get_title()
@@ -310,10 +347,13 @@ def test_a_segmenter_gets_the_sanity_check_and_refuses_faithfulness():
         hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], faithfulness=True)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--faithfulness", "--cam", "none"], "--faithfulness measures a CAM; choose a --cam method, not none"),
-    (["--sanity", "--cam", "none"], "--sanity measures a CAM; choose a --cam method, not none"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--faithfulness", "--cam", "none"], "--faithfulness measures a CAM; choose a --cam method, not none"),
+        (["--sanity", "--cam", "none"], "--sanity measures a CAM; choose a --cam method, not none"),
+    ],
+)
 def test_trust_options_are_refused_in_one_line(tmp_path, args, message):
     result = run_cli(tmp_path, *args)
     assert result.exit_code == 2 and not (tmp_path / "out").exists()
@@ -321,17 +361,32 @@ def test_trust_options_are_refused_in_one_line(tmp_path, args, message):
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
-@pytest.mark.parametrize("flag, words", [
-    ("--faithfulness", "--faithfulness follows the target class's probability as pixels are deleted; a detect model's"),
-    ("--sanity", "--sanity explains each image's target again on randomised copies of the model; a detect model's"),
-])
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        ("--faithfulness", "--faithfulness follows the target class's probability as pixels are deleted; a detect model's"),
+        ("--sanity", "--sanity explains each image's target again on randomised copies of the model; a detect model's"),
+    ],
+)
 def test_a_detector_refuses_the_trust_measures_in_one_line(tmp_path, flag, words):
     from typer.testing import CliRunner
 
     from hookviz.cli import app
 
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "fasterrcnn_mobilenet_v3_large_320_fpn",
-                                      "--weights", "none", flag, "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "fasterrcnn_mobilenet_v3_large_320_fpn",
+            "--weights",
+            "none",
+            flag,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 2 and not (tmp_path / "out").exists()
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0] and f"drop {flag}" in lines[0], result.stderr

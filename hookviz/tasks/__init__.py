@@ -2,8 +2,8 @@
 (see ``base`` for the interface): ``classify``, ``segment``, ``detect``. Importing this
 package registers each of them."""
 
-from .base import TASKS, ClassScore, Detection, ImagePrediction, Plan, Task, register_task
 from . import classify, detect, segment  # noqa: F401  (each registers itself)
+from .base import TASKS, ClassScore, Detection, ImagePrediction, Plan, Task, register_task
 
 __all__ = ["TASKS", "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "get_task", "recognise_task",
            "register_task", "task_names"]

@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 
 from ..errors import UsageError, arg
-from .targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
 from .base import ClassScore, ImagePrediction, Plan, focus_of, register_task, stacked
+from .targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
 
 __all__ = ["Classify", "logits_of", "parse_target"]
 

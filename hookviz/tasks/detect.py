@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import UsageError, arg
 from ..hooks import HookSet
-from .base import model_dtype, ClassScore, Detection, ImagePrediction, Plan, focus_of, register_task
+from .base import ClassScore, Detection, ImagePrediction, Plan, focus_of, model_dtype, register_task
 from .targets import parse_target
 
 __all__ = ["Detect", "DetectorOutput", "MATCH_IOU", "box_objective"]

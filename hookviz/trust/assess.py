@@ -62,10 +62,14 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
                 measured.setdefault((i, layer.name), {})["sanity"] = sanity
     score = explainer.task.probability if trust.faithfulness else None
     return [
-        replace(explanation, trust=trust.to_json(), layers=tuple(
-            replace(layer, trust=LayerTrust(score, **measured[(i, layer.name)])) if (i, layer.name) in measured else layer
-            for layer in explanation.layers
-        ))
+        replace(
+            explanation,
+            trust=trust.to_json(),
+            layers=tuple(
+                replace(layer, trust=LayerTrust(score, **measured[(i, layer.name)])) if (i, layer.name) in measured else layer
+                for layer in explanation.layers
+            ),
+        )
         for i, explanation in enumerate(explanations)
     ]
 
@@ -115,31 +119,39 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict:
     """Per chosen image, its ``Randomisation``; images of one target class share the passes."""
     import torch
 
-    from ..explaining import SummaryOptions, explain_batch
     from ..layers import LayerSpec
-    from ..options import ChannelSelection
     from .sanity import cascading_randomisation
 
     name = layer.name
     path, _, call = name.partition(":")  # the recorded call alone, on the copy
     spec = LayerSpec(name, path, int(call) if call else None, layer.module_type)
-    lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)
     by_class: dict[int, list[int]] = {}
     for i in chosen:
         by_class.setdefault(explanations[i].target.index, []).append(i)
     found: dict[int, object] = {}
     for index, members in by_class.items():
         target = replace(explainer.target, target=str(index), topk=1)
-        group = [images[i] for i in members]
-
-        def explain(model, target=target, group=group):
-            copy = replace(explainer, model=replace(explainer.model, module=model), layers=(spec,), target=target)
-            results = explain_batch(copy, group, lean)
-            maps = [_cam(result, name) for result in results]
-            shape = _cam(explanations[members[0]], name).shape
-            return torch.from_numpy(np.stack([m if m is not None else np.zeros(shape, np.float32) for m in maps]))
-
         original = torch.from_numpy(np.stack([_cam(explanations[i], name) for i in members]))
+        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], tuple(original.shape[1:]))
         results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
         found.update(zip(members, results))
     return found
+
+
+def _explainer_of(explainer, spec, target, group: list, shape: tuple):
+    """``explain(model) -> (N, h, w)``: the CAMs of ``group`` for ``target`` at ``spec``, made
+    with ``model`` (a randomised copy) and ``explainer``'s method and options; a CAM the copy
+    does not make counts as all zero."""
+    import torch
+
+    from ..explaining import SummaryOptions, explain_batch
+    from ..options import ChannelSelection
+
+    lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)
+
+    def explain(model):
+        copy = replace(explainer, model=replace(explainer.model, module=model), layers=(spec,), target=target)
+        maps = [_cam(result, spec.label) for result in explain_batch(copy, group, lean)]
+        return torch.from_numpy(np.stack([m if m is not None else np.zeros(shape, np.float32) for m in maps]))
+
+    return explain

@@ -53,8 +53,11 @@ class DeletionInsertion:
 
     def to_json(self) -> dict:
         return {
-            "deletion_auc": self.deletion_auc, "insertion_auc": self.insertion_auc,
-            "fractions": list(self.fractions), "deletion": list(self.deletion), "insertion": list(self.insertion),
+            "deletion_auc": self.deletion_auc,
+            "insertion_auc": self.insertion_auc,
+            "fractions": list(self.fractions),
+            "deletion": list(self.deletion),
+            "insertion": list(self.insertion),
             "forward_passes": self.forward_passes,
         }
 
@@ -66,8 +69,13 @@ def perturbation_counts(positions: int, steps: int = STEPS) -> list[int]:
 
 
 def deletion_insertion(
-    score: Score, inputs: torch.Tensor, maps: torch.Tensor, *,
-    steps: int = STEPS, baseline: torch.Tensor | None = None, batch_size: int = 64,
+    score: Score,
+    inputs: torch.Tensor,
+    maps: torch.Tensor,
+    *,
+    steps: int = STEPS,
+    baseline: torch.Tensor | None = None,
+    batch_size: int = 64,
 ) -> tuple[DeletionInsertion, ...]:
     """The deletion and insertion curves of each image's map.
 
@@ -122,6 +130,10 @@ def _curves(values: dict, image: int, counts: list[int], fractions, passes: int)
     last = counts[-1]
     deletion = [values[(image, 0, n)] for n in counts]
     insertion = [values[(image, 0, last)], *[values[(image, 1, n)] for n in counts[1:-1]], values[(image, 0, 0)]]
-    area = lambda curve: float(torch.trapezoid(torch.tensor(curve, dtype=torch.float32), fractions))
-    return DeletionInsertion(tuple(fractions.tolist()), tuple(deletion), tuple(insertion),
-                             area(deletion), area(insertion), passes)
+
+    def area(curve):
+        return float(torch.trapezoid(torch.tensor(curve, dtype=torch.float32), fractions))
+
+    return DeletionInsertion(
+        tuple(fractions.tolist()), tuple(deletion), tuple(insertion), area(deletion), area(insertion), passes
+    )

@@ -55,10 +55,20 @@ def faithfulness_parts(explanation, layer):
 
 def _draw_deletion(ax, measured, score: str | None) -> None:
     ax.clear()
-    ax.plot(measured.fractions, measured.deletion, color="tab:red", marker=".",
-            label=f"deletion, area {measured.deletion_auc:.3f} (lower: better)")
-    ax.plot(measured.fractions, measured.insertion, color="tab:green", marker=".",
-            label=f"insertion, area {measured.insertion_auc:.3f} (higher: better)")
+    ax.plot(
+        measured.fractions,
+        measured.deletion,
+        color="tab:red",
+        marker=".",
+        label=f"deletion, area {measured.deletion_auc:.3f} (lower: better)",
+    )
+    ax.plot(
+        measured.fractions,
+        measured.insertion,
+        color="tab:green",
+        marker=".",
+        label=f"insertion, area {measured.insertion_auc:.3f} (higher: better)",
+    )
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("fraction of pixels deleted / inserted, highest-ranked first", fontsize=8)
@@ -72,10 +82,20 @@ def _draw_deletion(ax, measured, score: str | None) -> None:
 def _draw_road(ax, measured) -> None:
     ax.clear()
     imputed = [1 - p / 100 for p in measured.percentiles]
-    ax.plot(imputed, measured.most_relevant_first, color="tab:red", marker=".",
-            label=f"most relevant first, mean {measured.most_relevant_first_mean:+.3f} (lower: better)")
-    ax.plot(imputed, measured.least_relevant_first, color="tab:green", marker=".",
-            label=f"least relevant first, mean {measured.least_relevant_first_mean:+.3f} (higher: better)")
+    ax.plot(
+        imputed,
+        measured.most_relevant_first,
+        color="tab:red",
+        marker=".",
+        label=f"most relevant first, mean {measured.most_relevant_first_mean:+.3f} (lower: better)",
+    )
+    ax.plot(
+        imputed,
+        measured.least_relevant_first,
+        color="tab:green",
+        marker=".",
+        label=f"least relevant first, mean {measured.least_relevant_first_mean:+.3f} (higher: better)",
+    )
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xlim(0, 1)
     ax.set_xlabel("fraction of pixels imputed (noisy linear imputation)", fontsize=8)
@@ -109,15 +129,14 @@ def sanity_parts(explanation, layer):
 
     def update(explanation, layer):
         result = layer.trust.sanity
-        titles = ["original"] + [f"random down to\n{_short(result.layers[s])}, ρ={_rho(result.correlations[s])}"
-                                 for s in steps]
+        titles = ["original"] + [f"random down to\n{_short(result.layers[s])}, ρ={_rho(result.correlations[s])}" for s in steps]
         for ax, index, title in zip(axes, [0, *(s + 1 for s in steps)], titles):
             ax.clear()
             ax.imshow(result.maps[index], cmap="jet", interpolation="bilinear")
             ax.set_title(title, fontsize=7, parse_math=False)
             ax.set_axis_off()
         _draw_correlations(curve, result)
-        verdict = ("explains the model" if result.explains_model else "barely changes: it shows the input, not the model")
+        verdict = "explains the model" if result.explains_model else "barely changes: it shows the input, not the model"
         sheet.title(_heading(explanation, layer, f"layers randomised from the output down; the map {verdict}"))
 
     update(explanation, layer)
@@ -139,7 +158,7 @@ def _draw_correlations(ax, result) -> None:
 
 
 def _short(name: str, width: int = 18) -> str:
-    return name if len(name) <= width else "…" + name[-(width - 1):]
+    return name if len(name) <= width else "…" + name[-(width - 1) :]
 
 
 def _rho(value) -> str:

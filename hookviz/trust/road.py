@@ -40,8 +40,16 @@ __all__ = ["ROAD_PERCENTILES", "Road", "noisy_linear_imputation", "road"]
 ROAD_PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 
 # Rong et al.'s weights of a pixel's 8 neighbours, (row offset, column offset): weight.
-_NEIGHBOURS = (((1, 1), 1 / 12), ((0, 1), 1 / 6), ((-1, 1), 1 / 12), ((1, -1), 1 / 12),
-               ((0, -1), 1 / 6), ((-1, -1), 1 / 12), ((1, 0), 1 / 6), ((-1, 0), 1 / 6))
+_NEIGHBOURS = (
+    ((1, 1), 1 / 12),
+    ((0, 1), 1 / 6),
+    ((-1, 1), 1 / 12),
+    ((1, -1), 1 / 12),
+    ((0, -1), 1 / 6),
+    ((-1, -1), 1 / 12),
+    ((1, 0), 1 / 6),
+    ((-1, 0), 1 / 6),
+)
 
 
 @dataclass(frozen=True)
@@ -79,16 +87,26 @@ class Road:
 
     def to_json(self) -> dict:
         return {
-            "combined": self.combined, "most_relevant_first_mean": self.most_relevant_first_mean,
-            "least_relevant_first_mean": self.least_relevant_first_mean, "score": self.score,
-            "percentiles": list(self.percentiles), "most_relevant_first": list(self.most_relevant_first),
-            "least_relevant_first": list(self.least_relevant_first), "forward_passes": self.forward_passes,
+            "combined": self.combined,
+            "most_relevant_first_mean": self.most_relevant_first_mean,
+            "least_relevant_first_mean": self.least_relevant_first_mean,
+            "score": self.score,
+            "percentiles": list(self.percentiles),
+            "most_relevant_first": list(self.most_relevant_first),
+            "least_relevant_first": list(self.least_relevant_first),
+            "forward_passes": self.forward_passes,
         }
 
 
 def road(
-    score: Score, inputs: torch.Tensor, maps: torch.Tensor, *,
-    percentiles: tuple[int, ...] = ROAD_PERCENTILES, noise: float = 0.01, seed: int = 0, batch_size: int = 64,
+    score: Score,
+    inputs: torch.Tensor,
+    maps: torch.Tensor,
+    *,
+    percentiles: tuple[int, ...] = ROAD_PERCENTILES,
+    noise: float = 0.01,
+    seed: int = 0,
+    batch_size: int = 64,
 ) -> tuple[Road, ...]:
     """ROAD's MoRF and LeRF curves of each image's map.
 
@@ -118,8 +136,7 @@ def road(
         batch = torch.stack([pixels, *lerf, *morf]).to(device=inputs.device, dtype=inputs.dtype)
         scores = _scored(score, batch, image, batch_size)
         changes = [value - scores[0] for value in scores[1:]]
-        results.append(Road(tuple(percentiles), scores[0], tuple(changes[len(lerf):]),
-                            tuple(changes[: len(lerf)]), len(batch)))
+        results.append(Road(tuple(percentiles), scores[0], tuple(changes[len(lerf) :]), tuple(changes[: len(lerf)]), len(batch)))
     return tuple(results)
 
 

@@ -70,16 +70,24 @@ class Randomisation:
         """The check's outcome, in words."""
         if self.explains_model:
             final = "a constant map" if self.final is None else f"rank correlation {self.final:.2f}"
-            return (f"passes: with all {len(self.layers)} parametrised layers random the map changes "
-                    f"({final}, at most {self.threshold:g}), so it depends on what the model learned")
-        return (f"fails: with all {len(self.layers)} parametrised layers random the map keeps rank correlation "
-                f"{self.final:.2f} (above {self.threshold:g}) with the original: it shows the input more than "
-                "the model")
+            return (
+                f"passes: with all {len(self.layers)} parametrised layers random the map changes "
+                f"({final}, at most {self.threshold:g}), so it depends on what the model learned"
+            )
+        return (
+            f"fails: with all {len(self.layers)} parametrised layers random the map keeps rank correlation "
+            f"{self.final:.2f} (above {self.threshold:g}) with the original: it shows the input more than "
+            "the model"
+        )
 
     def to_json(self) -> dict:
         return {
-            "explains_model": self.explains_model, "final_correlation": self.final, "threshold": self.threshold,
-            "verdict": self.verdict, "layers": list(self.layers), "correlations": list(self.correlations),
+            "explains_model": self.explains_model,
+            "final_correlation": self.final,
+            "threshold": self.threshold,
+            "verdict": self.verdict,
+            "layers": list(self.layers),
+            "correlations": list(self.correlations),
         }
 
 
@@ -90,8 +98,12 @@ def parametrised_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Mod
 
 
 def cascading_randomisation(
-    model: torch.nn.Module, explain: Callable[[torch.nn.Module], torch.Tensor], maps: torch.Tensor, *,
-    seed: int = 0, threshold: float = SANITY_THRESHOLD,
+    model: torch.nn.Module,
+    explain: Callable[[torch.nn.Module], torch.Tensor],
+    maps: torch.Tensor,
+    *,
+    seed: int = 0,
+    threshold: float = SANITY_THRESHOLD,
 ) -> tuple[Randomisation, ...]:
     """Cascading randomisation of ``model``'s layers, output end first.
 
@@ -121,8 +133,12 @@ def cascading_randomisation(
             steps.append(explain(randomised).detach().float().cpu().numpy())
     names = tuple(name or "(root)" for name, _ in layers)
     return tuple(
-        Randomisation(names, tuple(spearman(original[i], step[i]) for step in steps), threshold,
-                      np.stack([original[i], *[step[i] for step in steps]]))
+        Randomisation(
+            names,
+            tuple(spearman(original[i], step[i]) for step in steps),
+            threshold,
+            np.stack([original[i], *[step[i] for step in steps]]),
+        )
         for i in range(len(original))
     )
 

@@ -20,8 +20,12 @@ class _Sums:
     def to_json(self, method: str, layer: str) -> dict:
         document: dict = {"method": method, "layer": layer}
         if self.deletion:
-            document.update(images=len(self.deletion), deletion_auc=_mean(self.deletion),
-                            insertion_auc=_mean(self.insertion), road_combined=_mean(self.road))
+            document.update(
+                images=len(self.deletion),
+                deletion_auc=_mean(self.deletion),
+                insertion_auc=_mean(self.insertion),
+                road_combined=_mean(self.road),
+            )
         if self.final:
             known = [value for value in self.final if value is not None]
             document["sanity"] = {
@@ -64,8 +68,11 @@ class TrustTally:
             return None
         maps = [sums.to_json(method, layer) for (method, layer), sums in self._sums.items()]
         maps.sort(key=lambda entry: entry.get("deletion_auc", float("inf")))
-        return {"ranking": "by mean deletion area, lowest (the class goes fastest) first", "maps": maps,
-                "summary": _sentences(maps)}
+        return {
+            "ranking": "by mean deletion area, lowest (the class goes fastest) first",
+            "maps": maps,
+            "summary": _sentences(maps),
+        }
 
 
 def _sentences(maps: list[dict]) -> list[str]:
@@ -73,24 +80,33 @@ def _sentences(maps: list[dict]) -> list[str]:
     measured = [entry for entry in maps if "deletion_auc" in entry]
     if measured:
         best = measured[0]
-        numbers = (f"mean deletion area {best['deletion_auc']:.3f}, insertion area {best['insertion_auc']:.3f}, "
-                   f"ROAD {best['road_combined']:+.3f}")
+        numbers = (
+            f"mean deletion area {best['deletion_auc']:.3f}, insertion area {best['insertion_auc']:.3f}, "
+            f"ROAD {best['road_combined']:+.3f}"
+        )
         where = f"{best['method']} at {best['layer']}"
         if len(measured) == 1:
-            said.append(f"faithfulness: on these {best['images']} photos, {where} has {numbers} "
-                        "(no other map measured to rank it against)")
+            said.append(
+                f"faithfulness: on these {best['images']} photos, {where} has {numbers} "
+                "(no other map measured to rank it against)"
+            )
         else:
             runner_up = measured[1]
-            said.append(f"faithfulness: on these {best['images']} photos, {where} deletes the class fastest "
-                        f"({numbers}; next {runner_up['method']} at {runner_up['layer']}, "
-                        f"{runner_up['deletion_auc']:.3f})")
+            said.append(
+                f"faithfulness: on these {best['images']} photos, {where} deletes the class fastest "
+                f"({numbers}; next {runner_up['method']} at {runner_up['layer']}, "
+                f"{runner_up['deletion_auc']:.3f})"
+            )
     for entry in maps:
         sanity = entry.get("sanity")
         if sanity is None:
             continue
         failing = sanity["images"] - sanity["explains_model"]
-        verdict = ("its map changes with the model's weights on every photo" if not failing else
-                   f"its map barely changes with the model's weights on {failing} of {sanity['images']} photos: "
-                   "there it shows the input, not the model")
+        verdict = (
+            "its map changes with the model's weights on every photo"
+            if not failing
+            else f"its map barely changes with the model's weights on {failing} of {sanity['images']} photos: "
+            "there it shows the input, not the model"
+        )
         said.append(f"randomisation check: {entry['method']} at {entry['layer']}: {verdict}")
     return said

@@ -1,0 +1,142 @@
+"""Which slice of the photos this process takes, and which GPU, when a launcher started it.
+
+``torchrun --nproc-per-node N -m hookviz run ...`` starts N processes, each with ``RANK``,
+``WORLD_SIZE`` and ``LOCAL_RANK`` set: each takes shard ``RANK + 1`` of ``WORLD_SIZE`` (the
+``--shard K/N`` machinery: ``run-K-of-N.json``, one shared gallery) and, with ``--device
+auto`` and CUDA present, the GPU ``cuda:LOCAL_RANK``. A Slurm array job's tasks take their
+shard from ``SLURM_ARRAY_TASK_ID``, ``SLURM_ARRAY_TASK_MIN``, ``SLURM_ARRAY_TASK_STEP`` and
+``SLURM_ARRAY_TASK_COUNT`` when asked with ``--shard auto`` (a Slurm job may be an array for
+reasons of its own, so its variables are not read unasked). An explicit ``--shard K/N`` wins
+over both; without these variables nothing changes.
+
+Only the ``hookviz`` command and ``shard="auto"`` read the environment: ``hookviz.run`` with
+``shard=None`` runs the whole list even inside a torchrun process of the caller's own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from .errors import UsageError, arg
+
+__all__ = ["AUTO", "launcher_shard", "command_shard", "local_rank", "auto_cuda_device", "cpu_share"]
+
+#: The ``shard`` value that reads torchrun's or a Slurm array's variables.
+AUTO = "auto"
+
+_TORCHRUN = ("RANK", "WORLD_SIZE")
+_SLURM_ID, _SLURM_COUNT, _SLURM_MIN, _SLURM_MAX, _SLURM_STEP = (
+    "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+)
+
+
+def _integer(environ: Mapping[str, str], name: str, lowest: int) -> int:
+    text = environ[name]
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = lowest - 1
+    if value < lowest:
+        raise UsageError(f"the environment variable {name}={text!r} is not a whole number of at least {lowest}; "
+                         f"fix the launcher's settings or pass {arg('shard', 'K/N')}")
+    return value
+
+
+def _torchrun_shard(environ: Mapping[str, str]) -> tuple[int, int] | None:
+    present = [name for name in _TORCHRUN if name in environ]
+    if not present:
+        return None
+    if len(present) == 1:
+        missing = next(name for name in _TORCHRUN if name not in environ)
+        raise UsageError(f"{present[0]} is set but {missing} is not, so this process cannot tell its share of the photos; "
+                         f"launch with torchrun, which sets both, or pass {arg('shard', 'K/N')}")
+    rank, world = _integer(environ, "RANK", 0), _integer(environ, "WORLD_SIZE", 1)
+    if rank >= world:
+        raise UsageError(f"RANK={rank} is not below WORLD_SIZE={world}; fix the launcher's settings or pass {arg('shard', 'K/N')}")
+    return None if world == 1 else (rank + 1, world)
+
+
+def _slurm_shard(environ: Mapping[str, str]) -> tuple[int, int] | None:
+    if _SLURM_ID not in environ:
+        return None
+    if _SLURM_COUNT not in environ:
+        raise UsageError(f"{_SLURM_ID} is set but {_SLURM_COUNT} is not (Slurm sets both in an array job); "
+                         f"pass {arg('shard', 'K/N')}")
+    task, count = _integer(environ, _SLURM_ID, 0), _integer(environ, _SLURM_COUNT, 1)
+    first = _integer(environ, _SLURM_MIN, 0) if _SLURM_MIN in environ else 0
+    step = _integer(environ, _SLURM_STEP, 1) if _SLURM_STEP in environ else 1
+    last = _integer(environ, _SLURM_MAX, 0) if _SLURM_MAX in environ else first + (count - 1) * step
+    k, off_step = divmod(task - first, step)
+    if off_step or not 0 <= k < count or last != first + (count - 1) * step:
+        raise UsageError(
+            f"the Slurm array's task ids are not one evenly spaced range ({_SLURM_ID}={task}, {_SLURM_MIN}={first}, "
+            f"{_SLURM_MAX}={last}, {_SLURM_STEP}={step}, {_SLURM_COUNT}={count}); submit it as --array=1-{count} "
+            f"or pass {arg('shard', 'K/N')}"
+        )
+    return k + 1, count
+
+
+def launcher_shard(environ: Mapping[str, str] | None = None, *, slurm: bool = True) -> tuple[int, int] | None:
+    """``(K, N)`` from torchrun's ``RANK``/``WORLD_SIZE`` or (with ``slurm``) a Slurm array's
+    variables; ``None`` when neither is set, or when one process does all the work.
+
+    Raises:
+        UsageError: the variables contradict each other, or both launchers ask to split the photos.
+    """
+    environ = os.environ if environ is None else environ
+    torchrun = _torchrun_shard(environ)
+    array = _slurm_shard(environ) if slurm else None
+    if torchrun and array and array[1] > 1:
+        raise UsageError(
+            f"both torchrun (WORLD_SIZE={torchrun[1]}) and a Slurm array ({_SLURM_COUNT}={array[1]}) would split the "
+            f"photos; use one of them, or pass {arg('shard', 'K/N')}"
+        )
+    return torchrun or (array if array and array[1] > 1 else None)
+
+
+def command_shard(given: str | None, environ: Mapping[str, str] | None = None) -> str | tuple[int, int] | None:
+    """The ``hookviz run`` command's shard: ``given`` as it is (``K/N``, or ``auto``, which
+    ``RunOptions`` reads); when not given, torchrun's (only a launcher that starts several
+    copies of the command at once sets ``RANK`` and ``WORLD_SIZE``)."""
+    if given is not None:
+        return given
+    return launcher_shard(environ, slurm=False)
+
+
+def local_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """torchrun's ``LOCAL_RANK`` (this process's place on its machine), or ``None``."""
+    environ = os.environ if environ is None else environ
+    if "LOCAL_RANK" not in environ:
+        return None
+    return _integer(environ, "LOCAL_RANK", 0)
+
+
+def auto_cuda_device(count: int, environ: Mapping[str, str] | None = None) -> str:
+    """``--device auto`` where ``count`` CUDA devices exist: ``cuda:LOCAL_RANK`` in a process
+    torchrun started (each process its own GPU), else ``cuda``.
+
+    Raises:
+        UsageError: ``LOCAL_RANK`` names a GPU this machine does not have.
+    """
+    rank = local_rank(environ)
+    if rank is None:
+        return "cuda"
+    if rank >= count:
+        raise UsageError(f"LOCAL_RANK={rank}, but this machine has {count} CUDA device{'' if count == 1 else 's'}: "
+                         f"start at most {count} processes per machine (torchrun --nproc-per-node {count}) "
+                         f"or pass {arg('device')}")
+    return f"cuda:{rank}"
+
+
+def cpu_share(environ: Mapping[str, str] | None = None) -> int:
+    """The CPUs this process may use (its affinity, which Slurm's ``--cpus-per-task`` sets),
+    divided among the processes torchrun started on this machine (``LOCAL_WORLD_SIZE``)."""
+    environ = os.environ if environ is None else environ
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        processes = max(1, int(environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        processes = 1
+    return max(1, cpus // processes)
