@@ -24,6 +24,8 @@ from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from .interrupts import Interrupted, interrupted_line, on_signal
 from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
+from .render.kinds import default_groups, groups_help
+from .tasks import task_names
 
 if TYPE_CHECKING:
     from .runner import Run
@@ -211,14 +213,14 @@ def run(
     cam: Annotated[str, typer.Option(help=_cam_help(), autocompletion=_cam_completions)] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
-    task: Annotated[str, typer.Option(help="classify, segment or detect; auto: the model's source says, or for a factory's model, its output.")] = "auto",
+    task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
     box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
-    pictures: Annotated[str, typer.Option(help="Pictures to write: summary,channels,cam or none.")] = "summary,channels,cam",
+    pictures: Annotated[str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.")] = ",".join(default_groups()),
     save_tensors: Annotated[bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.")] = False,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")] = "hookviz-out",
     resize: Annotated[Optional[int], typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE}).")] = None,
@@ -273,6 +275,7 @@ def run(
         TrustOptions,
         parse_triple,
     )
+    from .tasks import DetectOptions
 
     groups = _guard(debug, lambda: dict(
         model=ModelOptions(model, weights, seed, device, task),
@@ -282,8 +285,8 @@ def run(
             std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
         ),
         target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
-                             score_threshold=score_threshold, max_detections=max_detections,
                              box_objective=box_objective),
+        task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),),
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
         options=RunOptions(
             out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
@@ -379,10 +382,6 @@ def _count(number: int, word: str) -> str:
     return f"{number} {word}{'' if number == 1 else 's'}"
 
 
-def _probability(value: float | None) -> str:
-    return "nan" if value is None else f"{value:.3f}"
-
-
 class _Progress:
     """What ``hookviz run`` says while it runs: failures always, as they happen; a line per
     image on stdout for a few images (or ``--verbose``); a rich progress bar when stderr is
@@ -444,21 +443,9 @@ class _Progress:
             self._how_far(finished, total)
 
     def _result_line(self, status) -> None:
-        top = " · ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
-        target = status.target or {}
-        if status.task == "detect":
-            found = ", ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
-            line = f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
-        elif status.target is None:
-            line = f"{status.image}: nothing to explain (see its report.json)"
-        elif status.task == "segment":
-            shares = " · ".join(
-                f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {_probability(s['probability'])}" for s in status.top5
-            )
-            line = (f"{status.image}: target {target.get('name') or target.get('index')}; "
-                    f"largest classes (share of pixels, mean probability there): {shares}")
-        else:
-            line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
+        from .tasks import reported_task
+
+        line = reported_task(status.task).status_line(status)
         if self.bar is not None and sys.stdout.isatty():
             self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,9 @@ import numpy as np
 from .errors import UsageError, arg
 from .featuremaps import DeclaredLayout, Layout, ambiguity, layout_of, reshape
 from .images import PreparedImage, Preprocessing
-from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
+from .options import ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
-from .tasks.base import ClassScore, ImagePrediction
+from .tasks import DEFAULT_TASK, ClassScore, ImagePrediction
 from .trust.records import LayerTrust
 
 __all__ = ["Explanation", "LayerResult", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
@@ -105,12 +105,13 @@ class Explanation:
     Attributes:
         target: what the main CAM explains (``None`` when there is nothing to explain, such
             as an image without detections).
-        prediction: what the model predicted: the top-5, a segmentation's mask and class
-            fractions, a detector's detections.
-        task: what the model does (``classify``, ``segment``, ``detect``).
+        prediction: what the model predicted, as its task says it (``hookviz.tasks``): a
+            ``ClassPrediction``, a ``SegmentPrediction`` (mask and class fractions), a
+            ``DetectPrediction`` (detections).
+        task: what the model does: a task's name (``classify``, ``segment``, ``detect``).
         layer_choice: why the layer was chosen, when hookviz chose it.
         skipped_layers: selected by a pattern or type, but never called by the forward pass.
-        asked: the target options it was explained with (report.json keeps them).
+        asked: the target options and the task's own it was explained with (report.json keeps them).
         notes: what the report says about the image and the pass (first frame of an
             animation used, model explained in eval mode, ...).
         declared_layout: what the model declares about its token and channel layout
@@ -130,7 +131,7 @@ class Explanation:
     top5: tuple[ClassScore, ...]
     layers: tuple[LayerResult, ...]
     notes: tuple[str, ...] = field(default=())
-    task: str = "classify"
+    task: str = DEFAULT_TASK
     prediction: ImagePrediction | None = field(default=None, repr=False)
     asked: dict = field(default_factory=dict, repr=False)
     layer_choice: str | None = None
@@ -150,30 +151,34 @@ class Explanation:
         target = self.target.label if self.target is not None else None
         return f"Explanation({self.image.source.label!r}, model={self.model!r}, target={target!r}, layers=[{layers}])"
 
-    def save(self, directory, pictures: PictureOptions | Sequence[str] | str = PICTURE_GROUPS, *, save_tensors: bool = False, **picture_options):
+    def save(self, directory, pictures: PictureOptions | Sequence[str] | str | None = None, *, save_tensors: bool = False, **picture_options):
         """Write the pictures, ``report.json`` and (with ``save_tensors``) ``tensors.npz`` into ``directory``.
 
         Args:
             pictures: a ``PictureOptions``, or the names of the pictures (``("summary", "cam")``,
-                ``"none"``), with ``channels``, ``scale``, ``grad_channels`` as keywords.
+                ``"none"``; by default ``summary``, ``channels`` and ``cam``), with ``channels``,
+                ``scale``, ``grad_channels`` as keywords.
 
         Returns:
             The list of files written, report last.
         """
         from .outputs import save_explanation
 
-        if not isinstance(pictures, PictureOptions):
+        if pictures is None:
+            pictures = PictureOptions(**picture_options)
+        elif not isinstance(pictures, PictureOptions):
             pictures = PictureOptions(pictures=pictures, **picture_options)
         return save_explanation(self, Path(directory), pictures, save_tensors=save_tensors)
 
     def figure(self, layer: str | None = None, kind: str = "summary", **options):
-        """A matplotlib ``Figure`` for one layer (the first by default): ``summary``,
-        ``channels``, ``grad_channels``, ``cam`` or ``cam_topk``; ``None`` where it does not
-        apply (a CAM of a layer without spatial layout). ``figure("cam")`` is the first
-        layer's CAM, unless a layer is called ``cam``."""
-        from .pictures import KINDS, picture_kind
+        """A matplotlib ``Figure`` for one layer (the first by default) of a picture kind
+        (``hookviz.render.kinds``): ``summary``, ``channels``, ``grad_channels``, ``cam``,
+        ``cam_topk`` or a registered one's; ``None`` where it does not apply (a CAM of a layer
+        without spatial layout). ``figure("cam")`` is the first layer's CAM, unless a layer is
+        called ``cam``."""
+        from .render.kinds import kinds, picture_kind
 
-        if layer in {k.name for k in KINDS} and not any(layer in (l.name, l.requested) for l in self.layers):
+        if layer in {k.name for k in kinds()} and not any(layer in (l.name, l.requested) for l in self.layers):
             kind, layer = layer, None
         picture = picture_kind(kind)
         if picture.compares:
@@ -242,9 +247,9 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     with torch.inference_mode(False), torch.enable_grad(), full_precision(explainer.device), \
             evaluation(module) as was_training, frozen_parameters(module):
         with Recording(module, explainer.layers) as recording, ChannelOrders(module) as orders:
-            output = task.forward(module, tensors, explainer.device, options)
+            output = task.forward(module, tensors, explainer.device, options, explainer.task_options)
             skipped = recording.check_complete()
-            plan = task.plan(output, options, explainer.model.categories, len(images))
+            plan = task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
             wants_gradients = method is not None and method.needs_gradients
             extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None] if wants_gradients else []
             recording.backward(plan.objective, retain_graph=bool(extra))
@@ -316,9 +321,11 @@ def _how_to_say_it() -> str:
 def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, summaries, notes) -> Explanation:
     prediction = plan.predictions[i]
     keys = [key for key, _ in plan.cams]
+    # The CAMs drawn as panels: every one (a detector's, one per detection), or those beyond the main one (top-K).
+    panels = keys if explainer.task.cams_as_panels else keys[1:]
     declared = explainer.declared_layout
     layers = tuple(
-        _layer_result(capture, i, cams, prediction, keys, summaries, found)
+        _layer_result(capture, i, cams, prediction, keys, panels, summaries, found)
         for capture, found, cams in zip(captures, layouts, layer_cams)
     )
     return Explanation(
@@ -327,7 +334,7 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         weights=explainer.model.weights,
         weights_sha256=explainer.model.weights_sha256,
         preprocessing=explainer.preprocessing,
-        objective=explainer.target.box_objective if explainer.task.name == "detect" else explainer.target.objective,
+        objective=explainer.task.objective_name(explainer.target),
         cam_method=explainer.target.cam,
         logits=np.array(plan.logits[i], dtype=np.float32),
         target=prediction.target,
@@ -336,13 +343,13 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         notes=tuple(dict.fromkeys((*image.source.notes, *notes, *prediction.notes))),
         task=explainer.task.name,
         prediction=prediction,
-        asked=asdict(explainer.target),
+        asked=explainer.asked,
         layer_choice=explainer.layer_choice,
         declared_layout=declared,
     )
 
 
-def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOptions, layouts: dict) -> LayerResult:
+def _layer_result(capture, i: int, cams, prediction, keys, panels, summaries: SummaryOptions, layouts: dict) -> LayerResult:
     maps_by_key, reason, zero_notes = cams
     main = keys[0] if keys else None
     note = reason
@@ -377,7 +384,7 @@ def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOpt
         tiles=tiles,
         cam=maps_by_key[main][i].copy() if maps_by_key else None,
         cam_note=note,
-        topk_cams=_each_cam(maps_by_key, prediction, keys, i),
+        topk_cams=_each_cam(maps_by_key, prediction, panels, i),
         histograms={k: histogram(arrays[k]) for k in ("output", "grad_output")} if summaries.histograms else {},
         notes=tuple(dict.fromkeys(layer_notes)),
         layout=layouts["output"],
@@ -385,13 +392,12 @@ def _layer_result(capture, i: int, cams, prediction, keys, summaries: SummaryOpt
     )
 
 
-def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
-    """The CAMs beyond the main one: each top class's (``topk``), or every detection's (the
-    first included: a detector's picture shows one panel per detection)."""
+def _each_cam(maps_by_key, prediction, panels, i: int) -> tuple:
+    """The CAMs drawn as panels (``panels``, their keys): each top class's (``topk``), or every
+    detection's (the first included: a detector's picture shows one panel per detection)."""
     if not maps_by_key:
         return ()
-    wanted = keys if prediction.detections else keys[1:]
-    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
+    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in panels if prediction.focus.get(k) is not None)
 
 
 @dataclass(frozen=True)
@@ -439,8 +445,11 @@ def _cam_sources(explainer, method, plan, tensors, gradients) -> _CamSources:
     scores = None
     if method.needs_rescoring:
         task, options = explainer.task, explainer.target
-        scores = {key: Rescoring(task, module, explainer.device, options, task.scorer(plan, key, options), RESCORING_BATCH)
-                  for key in keys}
+        scores = {
+            key: Rescoring(task, module, explainer.device, options, task.scorer(plan, key, options), RESCORING_BATCH,
+                           explainer.task_options)
+            for key in keys
+        }
     return replace(sources, inputs=inputs, scores=scores)
 
 

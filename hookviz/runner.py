@@ -53,10 +53,9 @@ from .outputs import (
     place,
     save_explanation,
     sweep_stale_files,
-    target_json,
     write_json,
 )
-from .pictures import kinds_for
+from .tasks import DEFAULT_TASK
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
 
@@ -72,7 +71,7 @@ class ImageStatus:
     target: dict | None = None
     files: tuple[str, ...] = ()
     top5: tuple[dict, ...] = ()
-    task: str = "classify"
+    task: str = DEFAULT_TASK
 
     def to_json(self) -> dict:
         return {
@@ -158,6 +157,7 @@ def run(
     pictures: PictureOptions = PictureOptions(),
     options: RunOptions = RunOptions(),
     checks: CheckOptions = CheckOptions(),
+    task_options: Sequence = (),
     trust: TrustOptions = TrustOptions(),
     on_status: Callable[[ImageStatus, int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
@@ -166,6 +166,8 @@ def run(
 
     Args:
         images: image paths, in order (the full list; ``options.shard`` picks a slice of it).
+        task_options: tasks' own option groups (``hookviz.tasks.DetectOptions(...)``); the
+            model's task takes its own.
         on_status: called after each image with (status, images finished, images in this run).
         on_start: called once with a line saying what will run (model, layers, device).
         trust: how far to trust each CAM (``hookviz.trust``): per image in report.json and its
@@ -178,8 +180,8 @@ def run(
         UsageError (and subclasses): bad model, weights, layer, target or output folder.
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
-    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures,
-               options=options, checks=checks, trust=trust, on_status=on_status, on_start=on_start).execute()
+    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures, options=options,
+               checks=checks, task_options=task_options, trust=trust, on_status=on_status, on_start=on_start).execute()
 
 
 class Run:
@@ -187,10 +189,11 @@ class Run:
 
     def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
                  target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
-                 trust=TrustOptions(), on_status=None, on_start=None):
+                 task_options=(), trust=TrustOptions(), on_status=None, on_start=None):
         from .trust.tally import TrustTally
 
         self.model_options, self.layer_options, self.inputs = model, layers, inputs
+        self.task_options = tuple(task_options)
         self.target, self.pictures, self.options, self.checks = target, pictures, options, checks
         self.trust, self.tally = trust, TrustTally()
         self.on_status, self.on_start = on_status, on_start
@@ -334,7 +337,7 @@ class Run:
         loaded = load_model(self.model_options)
         loaded.module.to(self.device)
         self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
-                                          trust=self.trust)
+                                          task_options=self.task_options, trust=self.trust)
         out = self.options.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -394,7 +397,7 @@ class Run:
             return False
         if FINGERPRINT not in (report.get("files") or ()):
             return False  # written before hookviz kept fingerprints: a later comparison needs one
-        wanted = [kind.name for kind in kinds_for(self.pictures)]
+        wanted = [kind.name for kind in self.pictures.kinds]
         layers = [layer for layer in report["layers"] if isinstance(layer, dict)]
         skipped = set(report.get("skipped_layers") or ())
         for spec in self.explainer.layers:
@@ -409,12 +412,12 @@ class Run:
 
     def _same_recipe(self, report: dict) -> bool:
         explainer, asked = self.explainer, report.get("asked") or {}
-        grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
+        grids = any(kind.group == "channels" for kind in self.pictures.kinds)
         return (
             report.get("model") == explainer.model.name and report.get("weights") == explainer.model.weights
             and report.get("weights_sha256") == explainer.model.weights_sha256  # a file rewritten in place
             and report.get("preprocessing") == explainer.preprocessing.to_json()
-            and asked.get("target") == target_json(self.target)
+            and asked.get("target") == explainer.asked
             and (asked.get("trust") or {}) == (self.trust.to_json() if self.trust.any else {})
             and (not grids or (asked.get("channels"), asked.get("scale")) == (str(self.pictures.channels), self.pictures.scale))
         )
@@ -771,7 +774,7 @@ def _init_worker(parent: int) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
-    from .rendering import configure_worker
+    from .render.worker import configure_worker
 
     configure_worker()
 
@@ -802,6 +805,6 @@ def _kill_workers(pool, release: bool = False) -> None:
 
 
 def _warm_up() -> None:
-    from .rendering import warm_up  # in the worker only: the main process never draws
+    from .render.worker import warm_up  # in the worker only: the main process never draws
 
     warm_up()

@@ -670,12 +670,12 @@ def test_non_finite_logits_are_said_and_their_cam_is_not_drawn_as_zero(cli, phot
     assert "logits are not all finite" in result.stderr
     report = json.loads((out / "photo" / "report.json").read_text())
     assert report["target"]["index"] == report["top5"][0]["index"]
-    from hookviz import explain, rendering
+    from hookviz import explain
 
     from .conftest import nan_logits_net
 
     explanation = explain(nan_logits_net().eval(), photo, layers=["features.3"])
-    title = rendering.cam_figure(explanation, explanation.layers[0]).axes[1].get_title()
+    title = explanation.figure(kind="cam").axes[1].get_title()
     assert "no finite values" in title and "all zero" not in title
 
 

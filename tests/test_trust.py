@@ -343,7 +343,7 @@ def test_a_segmenter_gets_the_sanity_check_and_refuses_faithfulness():
 
     result = hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], sanity=True)
     assert result.task == "segment" and result["conv"].trust.sanity.layers == ("conv",)
-    with pytest.raises(UsageError, match="faithfulness follows the target class's probability .* a segment model's"):
+    with pytest.raises(UsageError, match="faithfulness follows the target class's probability .* a segmentation model's"):
         hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], faithfulness=True)
 
 
@@ -364,8 +364,8 @@ def test_trust_options_are_refused_in_one_line(tmp_path, args, message):
 @pytest.mark.parametrize(
     "flag, words",
     [
-        ("--faithfulness", "--faithfulness follows the target class's probability as pixels are deleted; a detect model's"),
-        ("--sanity", "--sanity explains each image's target again on randomised copies of the model; a detect model's"),
+        ("--faithfulness", "--faithfulness follows the target class's probability as pixels are deleted; a detection model's"),
+        ("--sanity", "--sanity explains each image's target again on randomised copies of the model; a detection model's"),
     ],
 )
 def test_a_detector_refuses_the_trust_measures_in_one_line(tmp_path, flag, words):
