@@ -294,7 +294,7 @@ def test_faithfulness_through_the_command_equals_torchcam_on_the_runs_own_map(tm
     (entry,) = run["trust"]["maps"]
     assert entry["method"] == "gradcam" and entry["layer"] == "features.3" and entry["images"] == 1
     assert entry["deletion_auc"] == pytest.approx(theirs[0], abs=1e-5)
-    assert run["trust"]["summary"][0].startswith("faithfulness: on these 1 photos, gradcam at features.3 has")
+    assert run["trust"]["summary"][0].startswith("faithfulness: on this photo, gradcam at features.3 has")
     gallery = (tmp_path / "out" / "index.html").read_text()
     assert "features.3.faithfulness.png" in gallery and "How far to trust the maps" in gallery
 
@@ -409,3 +409,33 @@ def test_skip_existing_redoes_an_image_measured_otherwise(tmp_path):
     assert "trust" in json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["layers"][0]
     again = run_cli(tmp_path, "--pictures", "none", "--faithfulness", "--skip-existing")
     assert "skipped" in again.stderr
+
+
+def test_run_json_ranks_the_runs_maps_by_how_fast_they_delete_the_class(tmp_path):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    result = CliRunner().invoke(app, [
+        "run", str(SAMPLES / "cat.png"), str(SAMPLES / "coffee.png"), "--model", "tests.conftest:tiny_net",
+        "--layer", "features.0", "--layer", "features.3", "--resize", "32", "--crop", "32", "--pictures", "none",
+        "--faithfulness", "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    trust = json.loads((tmp_path / "out" / "run.json").read_text())["trust"]
+    maps = trust["maps"]
+    assert sorted(entry["layer"] for entry in maps) == ["features.0", "features.3"]
+    assert maps[0]["deletion_auc"] <= maps[1]["deletion_auc"] and all(entry["images"] == 2 for entry in maps)
+    reports = [json.loads((tmp_path / "out" / name / "report.json").read_text()) for name in ("cat", "coffee")]
+    for entry in maps:
+        areas = [
+            layer["trust"]["faithfulness"]["deletion_insertion"]["deletion_auc"]
+            for report in reports for layer in report["layers"] if layer["name"] == entry["layer"]
+        ]  # fmt: skip
+        assert entry["deletion_auc"] == pytest.approx(sum(areas) / 2)
+    best, runner_up = maps
+    assert trust["summary"][0].startswith(
+        f"faithfulness: on these 2 photos, gradcam at {best['layer']} deletes the class fastest "
+        f"(mean deletion area {best['deletion_auc']:.3f}"
+    )
+    assert f"next gradcam at {runner_up['layer']}" in trust["summary"][0]

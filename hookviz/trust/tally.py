@@ -85,15 +85,13 @@ def _sentences(maps: list[dict]) -> list[str]:
             f"ROAD {best['road_combined']:+.3f}"
         )
         where = f"{best['method']} at {best['layer']}"
+        photos = "this photo" if best["images"] == 1 else f"these {best['images']} photos"
         if len(measured) == 1:
-            said.append(
-                f"faithfulness: on these {best['images']} photos, {where} has {numbers} "
-                "(no other map measured to rank it against)"
-            )
+            said.append(f"faithfulness: on {photos}, {where} has {numbers} (no other map measured to rank it against)")
         else:
             runner_up = measured[1]
             said.append(
-                f"faithfulness: on these {best['images']} photos, {where} deletes the class fastest "
+                f"faithfulness: on {photos}, {where} deletes the class fastest "
                 f"({numbers}; next {runner_up['method']} at {runner_up['layer']}, "
                 f"{runner_up['deletion_auc']:.3f})"
             )
