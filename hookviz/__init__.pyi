@@ -17,6 +17,7 @@ from .options import (
     RunOptions as RunOptions,
     TargetOptions as TargetOptions,
     Tolerances as Tolerances,
+    TrustOptions as TrustOptions,
 )
 from .recording import Capture as Capture, Recording as Recording, record as record
 from .runner import run as run

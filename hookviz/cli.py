@@ -244,6 +244,8 @@ def run(
     min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
     tensorboard: Annotated[Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")] = None,
     workers: Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")] = 0,
+    faithfulness: Annotated[bool, typer.Option("--faithfulness", help="Measure each CAM: deletion and insertion curves (torch-cam's), ROAD (pytorch-grad-cam's); <layer>.faithfulness.png, run.json ranks the maps. Classifiers only; ~60 forward passes per image and layer.")] = False,
+    sanity: Annotated[bool, typer.Option("--sanity", help="Randomisation check of each CAM (Adebayo et al. 2018): re-explain with the layers randomised from the output down; <layer>.sanity.png. One pass per parametrised layer per image and layer.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).")] = False,
@@ -256,6 +258,7 @@ def run(
     OUT/run.json describes the whole run and OUT/index.html shows it in a browser.
     --baseline BASE ends the run by comparing it with BASE (OUT/diff.json);
     --fail-on drift then exits 3 past --rtol, --atol or --min-cam-corr.
+    --faithfulness and --sanity measure how far to trust each CAM.
 
     Example:
 
@@ -271,6 +274,7 @@ def run(
         RunOptions,
         TargetOptions,
         Tolerances,
+        TrustOptions,
         parse_triple,
     )
     from .tasks import DetectOptions, EmbedOptions
@@ -293,6 +297,7 @@ def run(
         ),
         checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction, baseline=baseline,
                             tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
+        trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
     ))
     paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
     _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))

@@ -19,7 +19,7 @@ from .explaining import Explanation, SummaryOptions, explain_batch
 from .featuremaps import DeclaredLayout
 from .images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
 from .layers import LayerSpec, default_layer, resolve_layers
-from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions
+from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
 from .sources.base import LoadedModel
 
 __all__ = ["Explainer", "explain"]
@@ -40,6 +40,7 @@ class Explainer:
         max_pixels: photos with more pixels than this are refused.
         declared_layout: what the model declares about its tokens and channel order (the
             loaded model's own word, else what ``geometry`` reads from the module).
+        trust: how far to trust each CAM: the measures ``hookviz.trust`` adds to each layer.
     """
 
     model: LoadedModel
@@ -50,6 +51,7 @@ class Explainer:
     max_pixels: int = InputOptions().max_pixels
     declared_layout: DeclaredLayout | None = None
     task_options: Any = None
+    trust: TrustOptions = TrustOptions()
 
     @classmethod
     def create(
@@ -61,6 +63,7 @@ class Explainer:
         target: TargetOptions = TargetOptions(),
         preprocessing: Preprocessing | None = None,
         task_options: Sequence = (),
+        trust: TrustOptions = TrustOptions(),
     ) -> "Explainer":
         """Check the options against the model and resolve its layers.
 
@@ -68,6 +71,7 @@ class Explainer:
             preprocessing: replaces the model's own before ``inputs`` apply.
             task_options: tasks' own option groups (``DetectOptions(...)``); the model's task
                 takes its own (its defaults when none is given), the others are left unused.
+            trust: the trust measures to add to each CAM (``hookviz.trust``).
 
         Raises:
             UsageError: a layer, target or input size the model cannot take.
@@ -76,6 +80,7 @@ class Explainer:
         from .models import input_channels
         from .tasks import get_task
         from .tasks.targets import parse_target
+        from .trust.assess import check as check_trust
 
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
@@ -86,6 +91,7 @@ class Explainer:
         task = get_task(model.task)
         own = _own_options(task, task_options)
         task.check(target)
+        check_trust(task, target, trust)
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
@@ -103,7 +109,7 @@ class Explainer:
             root = task.default_root(model.module)
             spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)
             specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
-        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, own)
+        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, own, trust)
 
     # -- what the pass reads
 
@@ -170,8 +176,14 @@ class Explainer:
         return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
 
     def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
-        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``)."""
-        return explain_batch(self, images, summaries)
+        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``),
+        then measure how far to trust each CAM when ``trust`` asks (``hookviz.trust``)."""
+        explanations = explain_batch(self, images, summaries)
+        if not self.trust.any:
+            return explanations
+        from .trust.assess import assess
+
+        return assess(self, images, explanations)
 
     def explain(self, image, summaries: SummaryOptions = SummaryOptions()) -> Explanation:
         """Explain one image (a path, PIL image or tensor)."""
@@ -325,6 +337,8 @@ def explain(
     inputs: InputOptions | None = None,
     categories: Sequence[str] | None = None,
     target_image=None,
+    faithfulness: bool = False,
+    sanity: bool = False,
 ) -> Explanation:
     """Explain one image with ``model``: the notebook form of ``hookviz run``.
 
@@ -363,6 +377,9 @@ def explain(
             folder of photos averaged into one concept, an image as ``image`` takes) or a
             concept's embedding (a 1-D tensor), or a list of them, one CAM each; the objective
             is the cosine similarity to it (``hookviz.tasks.EmbedOptions``).
+        faithfulness: also measure each CAM's deletion, insertion and ROAD curves
+            (``layer.trust``; a classifier's only).
+        sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
 
     Returns:
         An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
@@ -401,5 +418,6 @@ def explain(
     explainer = Explainer.create(
         loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
         task_options=(detect_options, EmbedOptions(target_images=target_image)),
+        trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
     )
     return explainer.explain(image)

@@ -162,6 +162,8 @@ def _score_thresholds(module, threshold: float) -> Iterator[None]:
 @register_task
 class Detect(TaskBase):
     name = "detect"
+    probability = None  # a box's score, of a box that deleting pixels moves or removes
+    class_targets = False
     words = "detection"
     priority = 20  # its output is the most particular: tried first
     options_type = DetectOptions
