@@ -24,6 +24,7 @@ from .images import PreparedImage, Preprocessing
 from .options import ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
 from .tasks import DEFAULT_TASK, ClassScore, ImagePrediction
+from .trust.records import LayerTrust
 
 __all__ = ["Explanation", "LayerResult", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
 
@@ -61,6 +62,7 @@ class LayerResult:
         cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
         topk_cams: one ``(class, map)`` pair per top class when ``topk`` > 1.
         notes: what the report should say about this layer (a channel selection cut short).
+        trust: how far to trust its CAM (``hookviz.trust``), when measured.
         layout: how the output was read as a map (tokens on a grid, channels last), and its
             basis: declared by the model, read from the ops that made it (``data flow``) or
             guessed from the shape; ``ambiguous`` when its shape reads both ways and nothing
@@ -83,6 +85,7 @@ class LayerResult:
     notes: tuple[str, ...] = ()
     layout: Layout | None = None
     profiles: dict = field(default_factory=dict)
+    trust: LayerTrust | None = None
     input: np.ndarray | None = None
     output: np.ndarray | None = None
     grad_input: np.ndarray | None = None
@@ -114,6 +117,7 @@ class Explanation:
         declared_layout: what the model declares about its token and channel layout
             (``None``: nothing, every layout was guessed).
         weights_sha256: the SHA-256 of the weights file, when a file was loaded.
+        trust: the ``TrustOptions`` its CAMs were measured with, as JSON (``{}``: none).
     """
 
     image: PreparedImage
@@ -134,6 +138,7 @@ class Explanation:
     skipped_layers: tuple[str, ...] = ()
     declared_layout: DeclaredLayout | None = None
     weights_sha256: str | None = None
+    trust: dict = field(default_factory=dict, repr=False)
 
     def __getitem__(self, name: str) -> LayerResult:
         for layer in self.layers:

@@ -22,7 +22,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -259,13 +259,14 @@ class Recipe:
     layers: tuple
     pictures: PictureOptions
     save_tensors: bool = False
+    trust: dict = field(default_factory=dict)
 
     @classmethod
-    def of(cls, explainer, pictures, save_tensors: bool) -> Recipe:
-        """The recipe of a run with ``explainer`` and these ``PictureOptions``."""
+    def of(cls, explainer, pictures, save_tensors: bool, trust) -> Recipe:
+        """The recipe of a run with ``explainer`` and these ``PictureOptions`` and ``TrustOptions``."""
         model = explainer.model
         return cls(model.name, model.weights, model.weights_sha256, explainer.preprocessing.to_json(), explainer.asked,
-                   tuple(explainer.layers), pictures, save_tensors)
+                   tuple(explainer.layers), pictures, save_tensors, trust.to_json() if trust.any else {})
 
     def made(self, folder: Path, report: Report) -> bool:
         """Whether ``report`` (``folder``'s) is of this recipe's results: the same model, weights,
@@ -295,6 +296,7 @@ class Recipe:
             and report.weights_sha256 == self.weights_sha256  # a file rewritten in place
             and report.preprocessing == self.preprocessing
             and asked.target == self.target
+            and asked.trust == self.trust
             and (not grids or (asked.channels, asked.scale) == (str(self.pictures.channels), self.pictures.scale))
         )
 
@@ -400,6 +402,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
             scale=pictures.scale if pictures is not None else None,
             grad_channels=bool(pictures.grad_channels) if pictures is not None else False,
             tensors=save_tensors,
+            trust=explanation.trust,
         ),
         files=tuple(files),
         fingerprint=description(),
@@ -418,6 +421,7 @@ def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerR
         shapes={k: (tuple(v) if v is not None else None) for k, v in layer.shapes.items()},
         stats=layer.stats, layout=layer.layout, pictures=pictures, cam=cam,
         cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams), notes=tuple(layer.notes or ()),
+        trust=layer.trust.to_json() if layer.trust is not None else None,
     )
 
 

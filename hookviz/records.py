@@ -197,6 +197,7 @@ class LayerRecord:
     cam: CamRecord | None = None
     cam_topk: tuple[dict, ...] = ()
     notes: tuple[str, ...] = ()
+    trust: dict | None = None
 
     def to_json(self) -> dict:
         entry: dict = {
@@ -214,6 +215,8 @@ class LayerRecord:
             entry["cam_topk"] = list(self.cam_topk)
         if self.notes:
             entry["notes"] = list(self.notes)
+        if self.trust is not None:
+            entry["trust"] = self.trust
         return entry
 
     @classmethod
@@ -230,14 +233,15 @@ class LayerRecord:
             cam=CamRecord.from_json(entry.get("cam")),
             cam_topk=tuple(v for v in entry.get("cam_topk") or () if isinstance(v, dict)),
             notes=_texts(entry.get("notes")),
+            trust=entry.get("trust") if isinstance(entry.get("trust"), dict) else None,
         )
 
 
 @dataclass(frozen=True)
 class Asked:
     """What an image was explained with (what ``--skip-existing`` compares): the target
-    options (``options.TargetOptions`` as JSON), the pictures and their options, and
-    whether ``tensors.npz`` was saved."""
+    options (``options.TargetOptions`` as JSON), the pictures and their options, whether
+    ``tensors.npz`` was saved, and the trust measures (``options.TrustOptions`` as JSON; ``{}``: none)."""
 
     target: dict | None = None
     pictures: tuple[str, ...] = ()
@@ -245,6 +249,7 @@ class Asked:
     scale: str | None = None
     grad_channels: bool = False
     tensors: bool = False
+    trust: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -254,6 +259,7 @@ class Asked:
             "scale": self.scale,
             "grad_channels": self.grad_channels,
             "tensors": self.tensors,
+            "trust": self.trust,
         }
 
     @classmethod
@@ -266,6 +272,7 @@ class Asked:
             entry.get("scale"),
             entry.get("grad_channels") is True,
             entry.get("tensors") is True,
+            _mapping(entry.get("trust")),
         )
 
 
@@ -560,6 +567,7 @@ class RunRecord:
         shard: (K, N) for ``--shard K/N``.
         started: when it started (local time, ISO 8601); ``seconds``: how long it took.
         error: the error that stopped it, if one did.
+        trust: what the trust measures found over the run (``trust.tally``), ``None`` without them.
         schema: the version it was written in (0: before run files named one).
     """
 
@@ -585,6 +593,7 @@ class RunRecord:
     checks: Checks = Checks()
     notes: tuple[str, ...] = ()
     tensorboard: str | None = None
+    trust: dict | None = None
     diff: DiffEntry | None = None
     schema: int = 1
 
@@ -624,6 +633,7 @@ class RunRecord:
             checks=Checks(tuple(checks.fail_on), checks.dead_fraction, not summary.findings, tuple(summary.findings)),
             notes=tuple(summary.notes),
             tensorboard=display_path(options.tensorboard) if options.tensorboard else None,
+            trust=summary.trust,
         )
 
     @property
@@ -675,6 +685,7 @@ class RunRecord:
             "checks": self.checks.to_json(),
             "notes": list(self.notes),
             "tensorboard": self.tensorboard,
+            "trust": self.trust,
         }
         if self.diff is not None:
             document["diff"] = self.diff.to_json()
@@ -716,6 +727,7 @@ class RunRecord:
             checks=Checks.from_json(document.get("checks")),
             notes=_texts(document.get("notes")),
             tensorboard=_text(document.get("tensorboard")),
+            trust=document.get("trust") if isinstance(document.get("trust"), dict) else None,
             diff=DiffEntry.from_json(document.get("diff")),
             schema=schema,
         )

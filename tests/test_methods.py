@@ -42,7 +42,7 @@ def _hooks_on(model: nn.Module) -> int:
 # ----------------------------------------------------------------------------- methods of this module's own
 
 
-@register_method("activation-sum", needs_gradients=False)
+@register_method("toy-activation-sum", needs_gradients=False)
 def activation_sum(ctx):
     """The layer's channels summed, after a ReLU: a method that needs no gradient."""
     return ctx.activations.sum(dim=1).clamp(min=0)
@@ -103,9 +103,9 @@ def test_a_second_method_under_a_taken_name_is_refused():
         register_method("gradcam")(activation_sum.function)
     with pytest.raises(UsageError, match="'none' is already registered"):
         register_method("none", needs_gradients=False)(activation_sum.function)
-    with pytest.raises(UsageError, match="'activation-sum' is already registered"):
-        register_method("activation-sum", needs_gradients=False)(lambda ctx: ctx.activations.sum(dim=1))
-    assert get_method("activation-sum") is activation_sum and get_method("gradcam").needs_gradients
+    with pytest.raises(UsageError, match="'toy-activation-sum' is already registered"):
+        register_method("toy-activation-sum", needs_gradients=False)(lambda ctx: ctx.activations.sum(dim=1))
+    assert get_method("toy-activation-sum") is activation_sum and get_method("gradcam").needs_gradients
     with pytest.raises(UsageError, match="did you mean 'layercam'"):
         get_method("layercam2")
 
@@ -116,7 +116,7 @@ def test_run_help_lists_every_registered_method():
     (line,) = [line for line in result.output.splitlines() if "--cam " in line]
     listed = line.split("CAM method:")[1].split(".")[0]
     assert [name.strip() for name in listed.replace(" or ", ",").split(",")] == [*method_names(), "none"]
-    assert {"gradcam", "gradcam++", "layercam", "activation-sum", "spy-score-cam"} <= set(METHODS.names())
+    assert {"gradcam", "gradcam++", "layercam", "toy-activation-sum", "spy-score-cam"} <= set(METHODS.names())
 
 
 # ----------------------------------------------------------------------------- the command
@@ -126,14 +126,14 @@ def test_a_method_registered_outside_the_package_runs_through_the_command(photo,
     out = tmp_path / "out"
     result = CliRunner().invoke(app, [
         "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
-        "--layer", "features.3", "--cam", "activation-sum", "--save-tensors", "--out", str(out),
+        "--layer", "features.3", "--cam", "toy-activation-sum", "--save-tensors", "--out", str(out),
     ], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     folder = out / "photo"
     assert (folder / "features.3.cam.png").stat().st_size > 0
     report = json.loads((folder / "report.json").read_text())
     (layer,) = report["layers"]
-    assert layer["cam"]["method"] == "activation-sum" and layer["cam"]["shape"] == [32, 32]
+    assert layer["cam"]["method"] == "toy-activation-sum" and layer["cam"]["shape"] == [32, 32]
     tensors = np.load(folder / "tensors.npz")
     np.testing.assert_allclose(tensors["features.3/cam"], np.maximum(tensors["features.3/output"][0].sum(0), 0), rtol=1e-5)
 

@@ -144,7 +144,7 @@ def test_a_baseline_run_and_a_diff_write_files_that_validate(base, weights, tmp_
 @pytest.mark.parametrize(
     "args",
     [
-        [*TINY, "--topk", "2", "--grad-channels"],
+        [*TINY, "--topk", "2", "--grad-channels", "--faithfulness", "--sanity"],
         ["--model", "lraspp_mobilenet_v3_large", "--resize", "96", "--topk", "2"],
         ["--model", "tests.test_detect:detector", "--score-threshold", "0.01", "--max-detections", "2", "--pictures", "cam"],
     ],
