@@ -644,10 +644,27 @@ def main() -> None:
     if _plain_text_only():
         app.rich_markup_mode = None  # click's plain "Error: ..." lines, not rich's boxes and colours
     _print_what_cannot_be_encoded()
+    _load_plugins()
     try:
         app(prog_name="hookviz")
     finally:
         app.rich_markup_mode = drawn
+
+
+def _load_plugins() -> None:
+    """Plug-ins register their methods, tasks and picture kinds before the options are read,
+    so that the options take their names and ``--help`` lists them (``hookviz.plugins``)."""
+    from .plugins import ENVIRONMENT, load_plugins
+
+    if os.environ.get(ENVIRONMENT) and os.getcwd() not in sys.path:
+        # This process's own path (its render workers inherit it): they import the same
+        # plug-ins from the current folder to draw their pictures.
+        sys.path.insert(0, os.getcwd())
+    try:
+        load_plugins()
+    except HookvizError as error:
+        typer.echo(f"hookviz: error: {error}", err=True)
+        raise SystemExit(exit_code_for(error)) from None
 
 
 def _plain_text_only() -> bool:
