@@ -397,15 +397,17 @@ class _CamSources:
     Attributes:
         gradients: per key, per recorded call, d(key's score)/d(output).
         scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
-        inputs: the model's input batch (N, C, H, W), on its device, in its dtype.
+        batch: the model's input batch (N, C, H, W), on its device, in its dtype (re-scoring
+            a layer's output runs on it; ``needs_input`` hands it to the method).
+        options: the run's ``TargetOptions``.
     """
 
     keys: tuple[str, ...]
     module: Any
     gradients: Any = None
     scores: Any = None
-    inputs: Any = None
-
+    batch: Any = None
+    options: Any = None
 
 def _cam_gradients(recording, captures, plan, extra) -> dict:
     """Per CAM key, each call's gradient of the key's score: the objective's own (already
@@ -425,18 +427,18 @@ def _cam_sources(explainer, method, plan, tensors, gradients) -> _CamSources:
 
     module = explainer.model.module
     keys = tuple(key for key, _ in plan.cams)
-    sources = _CamSources(keys, module, gradients)
+    sources = _CamSources(keys, module, gradients, options=explainer.target)
     if method is None:
         return sources
-    inputs = None
-    if method.needs_input:
-        inputs = torch.stack(list(tensors)).to(device=explainer.device, dtype=model_dtype(module))
+    batch = None
+    if method.needs_input or method.needs_rescoring:
+        batch = torch.stack(list(tensors)).to(device=explainer.device, dtype=model_dtype(module))
     scores = None
     if method.needs_rescoring:
         task, options = explainer.task, explainer.target
         scores = {key: Rescoring(task, module, explainer.device, options, task.scorer(plan, key, options), RESCORING_BATCH)
                   for key in keys}
-    return replace(sources, inputs=inputs, scores=scores)
+    return replace(sources, batch=batch, scores=scores)
 
 
 def _layer_cams(method, capture, sources: _CamSources, position: int, layout: Layout | None):
@@ -467,7 +469,7 @@ def _layer_cams(method, capture, sources: _CamSources, position: int, layout: La
         reached = raw.flatten(1).any(dim=1).cpu().tolist()  # with the class token, which the map drops
         zero_notes = [_zero_gradient_note(capture.name, sources.module) if empty and token else ZERO_GRADIENT_NOTE if empty else None
                       for empty, token in zip(zero, reached)]
-    context = _method_context(capture, activation, sources)
+    context = _method_context(method, capture, activation, sources)
     blank = np.zeros((activation.shape[0], *activation.shape[2:]), dtype=np.float32)
     maps = {}
     for key in sources.keys:
@@ -476,7 +478,9 @@ def _layer_cams(method, capture, sources: _CamSources, position: int, layout: La
             maps[key] = blank  # this key's score does not reach the layer
             continue
         given = replace(context, gradients=None if grads is None else grads.float(),
-                        score=sources.scores[key] if method.needs_rescoring else None)
+                        score=sources.scores[key] if method.needs_rescoring else None,
+                        score_layer=_layer_rescoring(sources.scores[key], sources.batch, context, layout)
+                        if method.needs_rescoring else None)
         maps[key] = _computed(method, given)
     return maps, None, zero_notes
 
@@ -497,11 +501,21 @@ def _zero_gradient_note(name: str, module) -> str:
     )
 
 
-def _method_context(capture, activation, sources: _CamSources):
+def _method_context(method, capture, activation, sources: _CamSources):
     from .methods import MethodContext
 
     path = re.sub(r":\d+$", "", capture.name)  # a module called several times: its K-th call
-    return MethodContext(activation.float(), None, sources.module.get_submodule(path), capture.name, sources.inputs)
+    inputs = sources.batch if method.needs_input else None
+    return MethodContext(activation.detach().float(), None, sources.module.get_submodule(path), capture.name, inputs,
+                         options=sources.options)
+
+
+def _layer_rescoring(rescoring, batch, context, layout):
+    """``score_layer`` for the layer of ``context``: its output (in ``layout``) replaced."""
+    from .probing import LayerRescoring
+
+    call = re.search(r":(\d+)$", context.layer)
+    return LayerRescoring(rescoring, batch, context.module, int(call[1]) if call else 0, layout)
 
 
 def _computed(method, context) -> np.ndarray:

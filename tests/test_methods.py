@@ -25,7 +25,7 @@ from hookviz.methods import (
 )
 from hookviz.models import LoadedModel
 
-from .conftest import SAMPLES, tiny_net
+from .conftest import SAMPLES, tiny_convnext, tiny_net
 
 SEEN: list[dict] = []  # what the spies below were handed, call by call
 
@@ -87,6 +87,17 @@ def spy_score_cam(ctx):
     })
     weights = torch.softmax((scores.view(count, channels) - plain[:, None]).to(activations.dtype), dim=1)
     return (weights[..., None, None] * activations).sum(dim=1).clamp(min=0)
+
+
+@register_method("spy-layer-score", needs_gradients=False, needs_rescoring=True)
+def spy_layer_score(ctx):
+    """Each photo scored with the layer's output as it was, then with its channel 0 set to zero."""
+    everyone = torch.arange(ctx.activations.shape[0])
+    altered = ctx.activations.clone()
+    altered[:, 0] = 0
+    SEEN.append({"ctx": ctx, "plain": ctx.score_layer(ctx.activations, everyone),
+                 "altered": ctx.score_layer(altered, everyone), "hooks": _hooks_on(ctx.module)})
+    return ctx.activations.sum(dim=1).clamp(min=0)
 
 
 @register_method("spy-plain-score", needs_gradients=False, needs_rescoring=True, needs_input=True)
@@ -274,17 +285,21 @@ def _by_hand(name: str, a: np.ndarray, g: np.ndarray) -> np.ndarray:
         for c in range(a.shape[1]):
             if name == "gradcam":
                 maps[n] += g[n, c].mean() * a[n, c]
+            elif name == "xgradcam":
+                maps[n] += (g[n, c] * a[n, c]).sum() / (a[n, c].sum() + 1e-7) * a[n, c]
+            elif name == "hirescam":
+                maps[n] += g[n, c] * a[n, c]
             elif name == "gradcam++":
                 alpha = g[n, c] ** 2 / (2 * g[n, c] ** 2 + a[n, c].sum() * g[n, c] ** 3 + 1e-6)
                 alpha[g[n, c] == 0] = 0
                 maps[n] += (np.maximum(g[n, c], 0) * alpha).sum() * a[n, c]
-            else:
+            elif name == "layercam":
                 maps[n] += np.maximum(g[n, c], 0) * a[n, c]
     return np.maximum(maps, 0)
 
 
 @pytest.mark.parametrize("shape", [(2, 4, 5, 6), (2, 4, 3, 5, 6)], ids=["2d", "3d"])
-@pytest.mark.parametrize("name", ["gradcam", "gradcam++", "layercam"])
+@pytest.mark.parametrize("name", ["gradcam", "gradcam++", "layercam", "xgradcam", "hirescam"])
 def test_each_method_equals_its_formula_on_maps_of_any_number_of_dimensions(name, shape):
     generator = torch.Generator().manual_seed(5)
     activations = torch.rand(shape, generator=generator, dtype=torch.float64)
@@ -295,3 +310,210 @@ def test_each_method_equals_its_formula_on_maps_of_any_number_of_dimensions(name
     expected = _by_hand(name, activations.numpy(), gradients.numpy())
     assert expected.max() > 0
     np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def _eigencam_by_hand(a: np.ndarray) -> np.ndarray:
+    maps = []
+    for image in a:
+        positions = image.reshape(image.shape[0], -1).T
+        centred = positions - positions.mean(axis=0)
+        projection = centred @ np.linalg.svd(centred)[2][0]
+        if np.corrcoef(projection, positions.mean(axis=1))[0, 1] < 0:
+            projection = -projection
+        maps.append(np.maximum(projection, 0).reshape(image.shape[1:]))
+    return np.stack(maps)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 5, 6), (2, 4, 3, 5, 6)], ids=["2d", "3d"])
+def test_eigencam_is_the_first_principal_component_signed_to_agree_with_the_mean_activation(shape):
+    generator = torch.Generator().manual_seed(6)
+    activations = torch.rand(shape, generator=generator, dtype=torch.float64)
+    activations[1] *= -1  # a layer of negative values: the sign follows the mean, not the SVD
+    ours = get_method("eigencam").compute(MethodContext(activations, None, nn.Identity(), "clip"))
+    assert not get_method("eigencam").class_specific and not get_method("eigencam").needs_gradients
+    expected = _eigencam_by_hand(activations.numpy())
+    assert (expected.reshape(2, -1).max(axis=1) > 0).all()
+    np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-8, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- gradient-free methods that re-score
+
+
+class Patchy(nn.Module):
+    """40 channels at ``act``: 36 that vary, 2 constant (0.5 everywhere) and 2 zero everywhere."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.stem = nn.Conv2d(3, 40, 3, stride=4, padding=1)
+        with torch.no_grad():
+            self.stem.weight[36:] = 0
+            self.stem.bias[36:38] = 0.5
+            self.stem.bias[38:] = -1.0
+        self.act = nn.ReLU()
+        self.head = nn.Linear(40, 5)
+
+    def forward(self, x):
+        return self.head(self.act(self.stem(x)).mean(dim=(2, 3)))
+
+
+class Passes:
+    """Counts the rows of each forward pass of a model run under ``torch.inference_mode``."""
+
+    def __init__(self, model):
+        self.rows: list[int] = []
+        self.handle = model.register_forward_pre_hook(self.hook)
+
+    def hook(self, _module, args):
+        if torch.is_inference_mode_enabled():
+            self.rows.append(args[0].shape[0])
+
+
+def _patchy_explained(method: str):
+    model = Patchy().eval()
+    batch = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
+    passes = Passes(model)
+    try:
+        results = Explainer.create(LoadedModel("patchy", model, "seeded", None, Preprocessing()),
+                                   layers=LayerOptions(("act",)), target=TargetOptions(target="3", cam=method)
+                                   ).explain_batch(_prepared(batch))
+    finally:
+        passes.handle.remove()
+    return model, batch, np.stack([r.layers[0].cam for r in results]), passes.rows
+
+
+def _activations(model, batch):
+    with torch.no_grad():
+        return model.act(model.stem(batch))
+
+
+def test_scorecam_scores_masked_inputs_in_batches_and_each_constant_channel_once():
+    model, batch, maps, rows = _patchy_explained("scorecam")
+    # 36 varying channels per photo in passes of 32 masked inputs, and one pass of each photo
+    # masked to zeros for the 4 constant channels
+    assert rows == [2, 32, 32, 8] and sum(rows) == 2 * 36 + 2
+    activations = _activations(model, batch).double()
+    expected = []
+    for n in range(2):
+        scores = []
+        for c in range(40):
+            channel = activations[n, c]
+            mask = F.interpolate(channel[None, None], size=(32, 32), mode="bilinear", align_corners=False)[0, 0]
+            mask = (mask - mask.min()) / (mask.max() - mask.min() + 1e-8)
+            with torch.no_grad():
+                scores.append(model((batch[n] * mask.float())[None])[0, 3].double())
+        weights = torch.softmax(torch.stack(scores), dim=0)
+        expected.append((weights[:, None, None] * activations[n]).sum(0).clamp(min=0).numpy())
+    assert maps.shape == (2, 8, 8) and maps.max() > 0
+    np.testing.assert_allclose(maps, np.stack(expected), rtol=1e-4, atol=1e-6)
+
+
+def test_ablationcam_replaces_the_layers_output_in_batches_and_skips_channels_already_zero():
+    model, batch, maps, rows = _patchy_explained("ablationcam")
+    # each photo once as it is, then 38 ablations each (the 2 zero channels need none)
+    assert rows == [2, 32, 32, 12] and sum(rows) == 2 + 2 * 38
+    activations = _activations(model, batch).double()
+    with torch.no_grad():
+        plain = model(batch)[:, 3].double()
+    expected = []
+    for n in range(2):
+        drops = []
+        for c in range(40):
+            ablated = activations[n].clone()
+            ablated[c] = 0
+            with torch.no_grad():
+                score = model.head(ablated.float().mean(dim=(1, 2))[None])[0, 3].double()
+            drops.append((plain[n] - score) / plain[n].abs())
+        weights = torch.stack(drops)
+        assert weights[38:].abs().max() == 0
+        expected.append((weights[:, None, None] * activations[n]).sum(0).clamp(min=0).numpy())
+    assert maps.shape == (2, 8, 8) and maps.max() > 0
+    np.testing.assert_allclose(maps, np.stack(expected), rtol=1e-4, atol=1e-6)
+    assert _hooks_on(model) == 0
+
+
+class TinyTokens(nn.Module):
+    """A ViT in miniature: 4x4 patch tokens after a class token, (N, 17, 8) at ``block``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(9)
+        self.patches = nn.Conv2d(3, 8, 8, stride=8)
+        self.token = nn.Parameter(torch.randn(1, 1, 8))
+        self.block = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        tokens = self.patches(x).flatten(2).transpose(1, 2)
+        tokens = self.block(torch.cat([self.token.expand(len(x), -1, -1), tokens], dim=1)).relu()
+        return self.head(tokens[:, 0] + tokens[:, 1:].mean(dim=1))
+
+
+def _zero_channel_zero(layout: str):
+    """A forward hook that sets channel 0 of an output laid out as ``layout`` to zero."""
+
+    def hook(_module, _args, output):
+        output = output.clone()
+        if layout == "nhwc":
+            output[..., 0] = 0
+        else:  # tokens: the patch tokens' channel 0, the class token left as it was
+            output[:, 1:, 0] = 0
+        return output
+
+    return hook
+
+
+@pytest.mark.parametrize("model, layer, layout, side", [(tiny_convnext, "mixer.out", "nhwc", 48), (TinyTokens, "block", "tokens", 32)],
+                         ids=["channels-last", "tokens"])
+def test_score_layer_reads_the_maps_back_into_the_layers_own_layout(model, layer, layout, side):
+    model = model().eval()
+    batch = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(10))
+    results = explain(model, batch[0], layers=[layer], cam="spy-layer-score"), explain(model, batch[1], layers=[layer], cam="spy-layer-score")
+    assert [r.layers[0].layout.kind for r in results] == [layout] * 2
+    handle = model.get_submodule(layer).register_forward_hook(_zero_channel_zero(layout))
+    try:
+        with torch.no_grad():
+            altered = model(batch)
+    finally:
+        handle.remove()
+    for seen, result, n in zip(SEEN, results, range(2)):
+        assert seen["hooks"] == 0
+        assert seen["plain"].item() == pytest.approx(result.target.logit, rel=1e-5)
+        assert seen["altered"].item() == pytest.approx(altered[n, result.target.index].item(), rel=1e-5)
+        assert abs(seen["altered"].item() - seen["plain"].item()) > 1e-4  # the change is seen
+
+
+def test_score_layer_of_a_segmentation_scores_the_class_mean_logit_over_its_pixels():
+    model = ToySegmenter().eval()
+    image = torch.randn(3, 64, 64, generator=torch.Generator().manual_seed(4))
+    result = explain(model, image, layers=["body"], task="segment", cam="spy-layer-score")
+    (seen,) = SEEN
+    pixels = torch.from_numpy(result.prediction.mask == result.target.index)
+    with torch.no_grad():
+        features = model.body(image[None])
+        features[:, 0] = 0
+        logits = F.interpolate(model.classifier(features), size=(64, 64), mode="bilinear", align_corners=False)
+    assert seen["plain"].item() == pytest.approx(result.target.logit, rel=1e-5)
+    assert seen["altered"].item() == pytest.approx(logits[0, result.target.index][pixels].mean().item(), rel=1e-5)
+
+
+def test_score_layer_of_a_detection_scores_its_matched_box():
+    from .test_detect import detector
+
+    model = detector().eval()
+    photo = torch.from_numpy(np.array(Image.open(SAMPLES / "cat.png").convert("RGB").resize((96, 96)))).permute(2, 0, 1)
+    result = explain(model, photo.float() / 255, layers=["backbone.body.16"], cam="spy-layer-score",
+                     score_threshold=0.01, max_detections=2)
+    assert len(SEEN) == len(result.prediction.detections) == 2
+    for seen, detection in zip(SEEN, result.prediction.detections):
+        assert seen["plain"].item() == pytest.approx(detection.score, rel=1e-5)
+    assert _hooks_on(model) == 0
+
+
+@pytest.mark.parametrize("method", ["scorecam", "ablationcam"])
+def test_rescoring_methods_explain_a_segmentation(method):
+    model = ToySegmenter().eval()
+    image = torch.randn(3, 64, 64, generator=torch.Generator().manual_seed(4))
+    result = explain(model, image, layers=["body"], task="segment", cam=method)
+    (layer,) = result.layers
+    assert result.cam_method == method and layer.cam.shape == (32, 32) and layer.cam.max() > 0
