@@ -157,13 +157,17 @@ def _cam_help() -> str:
     from .methods import METHODS
 
     names = METHODS.names()
-    return f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}."
+    return (f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}. Several, separated by "
+            "commas (gradcam,eigencam), in one run; the first that maps the layer is drawn in <layer>.cam.png.")
 
 
 def _cam_completions(incomplete: str) -> list[str]:
     from .methods import METHODS
 
-    return [name for name in [*METHODS.names(), *METHODS.extra_choices] if name.startswith(incomplete)]
+    done, _, last = incomplete.rpartition(",")
+    given = done.split(",") if done else []
+    choices = METHODS.names() if given else [*METHODS.names(), *METHODS.extra_choices]
+    return [",".join([*given, name]) for name in choices if name.startswith(last) and name not in given]
 
 
 @app.command()

@@ -100,11 +100,17 @@ class Explainer:
         return get_task(self.model.task)
 
     @property
-    def method(self):
-        """The CAM method (a ``hookviz.methods.Method``), or ``None`` for ``cam='none'``."""
+    def methods(self) -> tuple:
+        """Every CAM method asked for (``hookviz.methods.Method``), in order; ``()`` for ``cam='none'``."""
         from .methods import get_method
 
-        return None if self.target.cam == "none" else get_method(self.target.cam)
+        return tuple(get_method(name) for name in self.target.methods)
+
+    @property
+    def method(self):
+        """The main CAM method: the first that maps the layer (its maps are ``LayerResult.cam``
+        and the top-K), or ``None``."""
+        return next((m for m in self.methods if m.resolution == "layer"), None)
 
     @property
     def device(self) -> str:
@@ -255,7 +261,7 @@ def explain(
     target: str | int = "top1",
     *,
     objective: str = "logit",
-    cam: str = "gradcam",
+    cam: str | Sequence[str] = "gradcam",
     topk: int = 1,
     output_key: str | int | None = None,
     score_threshold: float = 0.5,
@@ -286,7 +292,8 @@ def explain(
             says so when its values look like raw pixels).
         layers: layer paths or globs; the usual CAM layer when omitted.
         target: ``"top1"``, a class index, or a class name.
-        objective, cam, topk: as the ``hookviz run`` options of the same names.
+        objective, cam, topk: as the ``hookviz run`` options of the same names; ``cam`` takes
+            several methods as ``"gradcam,eigencam"`` or a list (``result["layer4"].cams``).
         output_key: which entry of the model's output holds the logits, when it returns several.
         score_threshold, max_detections: which of a detector's detections are explained.
         box_objective: what explains a detection: ``score``, its matched box's score alone, or

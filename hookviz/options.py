@@ -254,9 +254,11 @@ class TargetOptions:
     Attributes:
         target: ``top1`` (each image's top class), a class index, or a class name.
         objective: ``logit`` (back-propagate the target's logit) or ``ce`` (cross-entropy).
-        cam: the name of a registered method (``hookviz.methods``) or ``none``; a CAM always
-            explains the target's score (a logit), whatever the objective.
-        topk: how many top classes get a CAM of their own (1: the target only).
+        cam: the names of registered methods (``hookviz.methods``), separated by commas
+            (``gradcam,eigencam``), or ``none``; a CAM always explains the target's score (a
+            logit), whatever the objective. The first method that makes maps at the layer's
+            resolution is the main one: ``LayerResult.cam``, the ``--topk`` maps.
+        topk: how many top classes get a CAM of their own (1: the target only), by the main method.
         output_key: which part of a model's output holds the logits, when it returns several
             (a dict key, or an index into a tuple).
         score_threshold: a detector's detections with at least this score are explained.
@@ -268,7 +270,7 @@ class TargetOptions:
 
     target: str = "top1"
     objective: str = "logit"
-    cam: str = "gradcam"
+    cam: str = "gradcam"  # or a list of names, kept as one string
     topk: int = 1
     output_key: str | None = None
     score_threshold: float = 0.5
@@ -286,12 +288,12 @@ class TargetOptions:
         _set(self, "target", target)
         if self.objective not in OBJECTIVES:
             raise UsageError(f"{arg('objective', self.objective)}: choose {' or '.join(OBJECTIVES)}")
-        if self.cam != "none":
-            get_method(self.cam)
+        _set(self, "cam", ",".join(_method_names(self.cam)))
+        methods = [get_method(name) for name in self.methods]
         if not isinstance(self.topk, int) or not 1 <= self.topk <= MAX_TOPK:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
-        if self.topk > 1 and self.cam == "none":
-            raise UsageError(f"{arg('topk')} needs a CAM method; drop {arg('cam', 'none')}")
+        if self.topk > 1:
+            _check_topk(self.topk, self.cam, [m for m in methods if m.resolution == "layer"])
         threshold = self.score_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise UsageError(f"{arg('score_threshold', threshold)}: a score threshold is between 0 and 1")
@@ -305,6 +307,38 @@ class TargetOptions:
             if not key:
                 raise UsageError(f"{arg('output_key', self.output_key)}: give a key or an index")
             _set(self, "output_key", key)
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The CAM methods' names, in the order given; ``()`` for ``none``."""
+        return () if self.cam == "none" else tuple(self.cam.split(","))
+
+
+def _method_names(cam) -> list[str]:
+    """``cam`` split at its commas, each name stripped, checked to be one list of methods."""
+    text = ",".join(map(str, cam)) if isinstance(cam, (list, tuple)) else str(cam)
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise UsageError(f"{arg('cam', cam)}: an empty method name; give names separated by commas (gradcam,eigencam)")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UsageError(f"{arg('cam', cam)}: {', '.join(twice)} named twice; give each method once")
+    if "none" in names and len(names) > 1:
+        raise UsageError(f"{arg('cam', cam)}: none means no CAM at all; drop it or the other names")
+    return names
+
+
+def _check_topk(topk: int, cam: str, layer_methods) -> None:
+    """``--topk`` draws the main (first layer-resolution) method's map of each top class."""
+    if not layer_methods:
+        raise UsageError(f"{arg('topk', topk)} needs a method that maps a layer; {arg('cam', cam)} has none")
+    main = layer_methods[0]
+    if not main.class_specific:
+        raise UsageError(
+            f"{arg('topk', topk)} with {arg('cam', cam)}: {main.name} makes the same map for every class (it uses "
+            f"no target), so its top-{topk} maps would be one map {topk} times; drop {arg('topk')} or put a "
+            "class-specific method first"
+        )
 
 
 # ----------------------------------------------------------------------------- pictures

@@ -288,6 +288,8 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
             entry["cam"] = {"method": explanation.cam_method, "shape": list(layer.cam.shape), **cam_stats}
         elif layer.cam_note:
             entry["cam"] = {"method": explanation.cam_method, "skipped": layer.cam_note}
+        if explanation.cam_methods:
+            entry["cams"] = _method_maps_json(layer)
         if layer.topk_cams:
             entry["cam_topk"] = [score.to_json() for score, _ in layer.topk_cams]
         if layer.notes:
@@ -305,6 +307,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "weights_sha256": explanation.weights_sha256,
         "preprocessing": explanation.preprocessing.to_json(),
         "objective": explanation.objective,
+        "cam_methods": list(explanation.cam_methods),
         "target": explanation.target.to_json() if explanation.target is not None else None,
         "top5": [score.to_json() for score in explanation.top5],
         "prediction": explanation.prediction.details if explanation.prediction is not None else {},
@@ -326,6 +329,21 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
     }
 
 
+def _method_maps_json(layer) -> dict:
+    """Per layer method, its map's shape and statistics (and a note), or why it has none."""
+    found = {}
+    for method in (*layer.cams, *(name for name in layer.cam_notes if name not in layer.cams)):
+        if method in layer.cams:
+            cam = layer.cams[method]
+            stats = {k: v for k, v in tensor_stats(cam).items() if k != "zero_fraction"}
+            found[method] = {"shape": list(cam.shape), **stats}
+            if method in layer.cam_notes:
+                found[method]["note"] = layer.cam_notes[method]
+        else:
+            found[method] = {"skipped": layer.cam_notes[method]}
+    return found
+
+
 def target_json(options) -> dict:
     """``TargetOptions`` as report.json keeps them (what ``--skip-existing`` compares)."""
     from dataclasses import asdict
@@ -335,7 +353,8 @@ def target_json(options) -> dict:
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``<layer>/cam_K`` (the
-    K-th top class's or detection's CAM), ``logits``, ``input``.
+    K-th top class's or detection's CAM), ``<layer>/cam.<method>`` (each layer method's map of
+    the target; ``cam`` is the first's), ``logits``, ``input``.
 
     Needs the full tensors (``SummaryOptions(keep_tensors=True)``).
     """
@@ -351,6 +370,8 @@ def write_tensors_npz(explanation, stream: BinaryIO) -> None:
             arrays[f"{layer.name}/cam"] = np.asarray(layer.cam, dtype=np.float32)
         for k, (_, cam) in enumerate(layer.topk_cams, start=1):  # each top class's, or each detection's
             arrays[f"{layer.name}/cam_{k}"] = np.asarray(cam, dtype=np.float32)
+        for method, cam in layer.cams.items():
+            arrays[f"{layer.name}/cam.{method}"] = np.asarray(cam, dtype=np.float32)
     np.savez(stream, **arrays)
 
 

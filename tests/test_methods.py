@@ -517,3 +517,77 @@ def test_rescoring_methods_explain_a_segmentation(method):
     result = explain(model, image, layers=["body"], task="segment", cam=method)
     (layer,) = result.layers
     assert result.cam_method == method and layer.cam.shape == (32, 32) and layer.cam.max() > 0
+
+
+# ----------------------------------------------------------------------------- several methods in one run
+
+
+def test_several_methods_in_one_run_keep_each_map_in_tensors_npz_and_report_json(photo, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
+        "--layer", "features.3", "--layer", "fc", "--cam", "hirescam, eigencam,activation-sum", "--topk", "2",
+        "--save-tensors", "--pictures", "none", "--out", str(out),
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    folder = out / "photo"
+    tensors = np.load(folder / "tensors.npz")
+    report = json.loads((folder / "report.json").read_text())
+    assert report["cam_methods"] == ["hirescam", "eigencam", "activation-sum"]
+    assert report["asked"]["target"]["cam"] == "hirescam,eigencam,activation-sum"
+    conv, fc = report["layers"]
+    assert conv["cam"]["method"] == "hirescam" and len(conv["cam_topk"]) == 2
+    assert list(conv["cams"]) == ["hirescam", "eigencam", "activation-sum"]
+    assert all(entry["shape"] == [32, 32] for entry in conv["cams"].values())
+    output, grad = tensors["features.3/output"][0], tensors["features.3/grad_output"][0]
+    np.testing.assert_allclose(tensors["features.3/cam.activation-sum"], np.maximum(output.sum(0), 0), rtol=1e-5)
+    np.testing.assert_allclose(tensors["features.3/cam.hirescam"], np.maximum((grad * output).sum(0), 0), rtol=1e-4, atol=1e-7)
+    np.testing.assert_array_equal(tensors["features.3/cam"], tensors["features.3/cam.hirescam"])  # the first stays at cam
+    assert tensors["features.3/cam.eigencam"].shape == (32, 32) and "features.3/cam_2" in tensors.files
+    assert conv["cams"]["eigencam"]["max"] == pytest.approx(float(tensors["features.3/cam.eigencam"].max()))
+    assert set(fc["cams"]) == {"hirescam", "eigencam", "activation-sum"}
+    assert all("no spatial layout" in entry["skipped"] for entry in fc["cams"].values())
+    assert not any(key.startswith("fc/cam") for key in tensors.files)
+
+
+def test_several_methods_from_python_each_map_by_name():
+    result = explain(tiny_net(), torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(11)),
+                     layers=["features.3"], cam=["eigencam", "gradcam"])
+    (layer,) = result.layers
+    assert result.cam_method == "eigencam" and result.cam_methods == ("eigencam", "gradcam")
+    assert list(layer.cams) == ["eigencam", "gradcam"] and layer.cam is layer.cams["eigencam"]
+    alone = explain(tiny_net(), torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(11)),
+                    layers=["features.3"], cam="gradcam")
+    np.testing.assert_allclose(layer.cams["gradcam"], alone.layers[0].cam, rtol=1e-6)
+
+
+def test_a_gradient_method_beside_one_without_says_why_it_has_no_map_of_a_layer_the_target_never_reaches():
+    model, image = SideBranch().eval(), torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(1))
+    (side,) = explain(model, image, layers=["side"], cam="activation-sum,gradcam").layers
+    assert list(side.cams) == ["activation-sum"] and side.cam is not None
+    assert "does not depend on this layer" in side.cam_notes["gradcam"]
+
+
+@pytest.mark.parametrize("cam, topk, message", [
+    ("gradcam,,layercam", 1, "--cam gradcam,,layercam: an empty method name; give names separated by commas"),
+    ("gradcam,layercam,gradcam", 1, "--cam gradcam,layercam,gradcam: gradcam named twice; give each method once"),
+    ("gradcam,none", 1, "--cam gradcam,none: none means no CAM at all; drop it or the other names"),
+    ("gradcam,eigencamm", 1, "--cam eigencamm: unknown method (did you mean 'eigencam'"),
+    ("eigencam", 3, "--topk 3 with --cam eigencam: eigencam makes the same map for every class (it uses no target), "
+                    "so its top-3 maps would be one map 3 times; drop --topk or put a class-specific method first"),
+])
+def test_a_bad_list_of_methods_is_refused_in_one_line(photo, tmp_path, cam, topk, message):
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--cam", cam, "--topk", str(topk),
+        "--out", str(tmp_path / "out"),
+    ], env={"COLUMNS": "300", "TERM": "dumb"})
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_topk_with_a_class_specific_method_first_takes_eigencam_after_it():
+    result = explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], cam="gradcam,eigencam", topk=2)
+    assert len(result.layers[0].topk_cams) == 2 and list(result.layers[0].cams) == ["gradcam", "eigencam"]
+    with pytest.raises(UsageError, match=r"topk=2 with cam='eigencam,gradcam': eigencam makes the same map"):
+        explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], cam="eigencam,gradcam", topk=2)
