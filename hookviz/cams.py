@@ -4,7 +4,9 @@ The pass (``hookviz.explaining``) records each layer's output and the gradient o
 CAM key's score; this module hands each method (``hookviz.methods``) only what it
 declares and checks what it returns. The main method (the first that maps the layer)
 explains every key of the plan (the target, each top class, each detection); the others
-explain the target only.
+explain the target only. A method whose maps are at the input's resolution (guided
+backprop, integrated gradients) runs once per batch, for the target, on the context of the
+first recorded layer that has a map (``pixel_maps``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import numpy as np
 from .errors import UsageError, arg
 from .featuremaps import Layout, ambiguity, layout_hint, reshape, shape_text
 
-__all__ = ["Sources", "LayerMaps", "ImageCams", "cam_gradients", "sources_for", "layer_maps", "image_cams", "ZERO_GRADIENT_NOTE"]
+__all__ = [
+    "Sources", "LayerMaps", "ImageCams", "PixelMaps", "cam_gradients", "sources_for", "layer_maps", "image_cams",
+    "pixel_maps", "ZERO_GRADIENT_NOTE",
+]
 
 ZERO_GRADIENT_NOTE = "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
 NOTHING_TO_EXPLAIN = "no CAM: nothing to explain in this image"
@@ -35,6 +40,7 @@ class Sources:
         scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
         batch: the model's input batch (N, C, H, W), on its device, in its dtype (re-scoring
             a layer's output runs on it; ``needs_input`` hands it to the method).
+        input_gradients: per key, the ``input_gradient`` callable (``probing.InputGradients``).
         options: the run's ``TargetOptions``.
     """
 
@@ -43,6 +49,7 @@ class Sources:
     gradients: Any = None
     scores: Any = None
     batch: Any = None
+    input_gradients: Any = None
     options: Any = None
 
 
@@ -100,20 +107,24 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     import torch
 
     from .methods import RESCORING_BATCH
+    from .probing import InputGradients
     from .tasks.base import Rescoring, model_dtype
 
-    module = explainer.model.module
+    module, task, options, device = explainer.model.module, explainer.task, explainer.target, explainer.device
     keys = tuple(key for key, _ in plan.cams)
-    sources = Sources(keys, module, gradients, options=explainer.target)
+    sources = Sources(keys, module, gradients, options=options)
     batch = None
-    if any(m.needs_input or m.needs_rescoring for m in methods):
-        batch = torch.stack(list(tensors)).to(device=explainer.device, dtype=model_dtype(module))
+    if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients for m in methods):
+        batch = torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module))
     scores = None
     if any(m.needs_rescoring for m in methods):
-        task, options = explainer.task, explainer.target
-        scores = {key: Rescoring(task, module, explainer.device, options, task.scorer(plan, key, options), RESCORING_BATCH)
+        scores = {key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH)
                   for key in keys}
-    return replace(sources, batch=batch, scores=scores)
+    input_gradients = None
+    if any(m.needs_input_gradients for m in methods) and keys:  # input methods explain the target only
+        input_gradients = {keys[0]: InputGradients(task, module, device, options, task.scorer(plan, keys[0], options),
+                                                   RESCORING_BATCH)}
+    return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients)
 
 
 def layer_maps(methods, capture, sources: Sources, position: int, layout: Layout | None) -> LayerMaps:
@@ -153,9 +164,69 @@ def image_cams(found: LayerMaps, i: int, prediction, keys) -> ImageCams:
                 notes[name] = found.zero_notes[i]
         else:
             notes[name] = found.reasons[name]
-    main = found.order[0] if found.order else None
-    topk = _each_cam(found.maps.get(main), prediction, keys, i) if main is not None and not nothing else ()
+    if not found.order:
+        return ImageCams(None, None, (), cams, notes)
+    main = found.order[0]
+    topk = () if nothing else _each_cam(found.maps.get(main), prediction, keys, i)
     return ImageCams(cams.get(main), notes.get(main), topk, cams, notes)
+
+
+@dataclass(frozen=True)
+class PixelMaps:
+    """The batch's maps at the input's resolution, of the target.
+
+    Attributes:
+        order: the input methods' names, as asked.
+        maps: per method that made maps, (N, C, H, W).
+        notes: per method that made none, why.
+        layers: per method that used a layer's map (guided Grad-CAM), which.
+    """
+
+    order: tuple[str, ...] = ()
+    maps: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+    layers: dict = field(default_factory=dict)
+
+
+def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
+    """Each input-resolution method's maps of the batch, given the context of the first
+    recorded layer that has a map (``layouts``: each capture's output layout)."""
+    order = tuple(m.name for m in methods)
+    if not sources.keys:
+        return PixelMaps(order, notes=dict.fromkeys(order, NOTHING_TO_EXPLAIN))
+    key = sources.keys[0]
+    position = next((p for p, c in enumerate(captures) if _no_map(c, sources, layouts[p]) is None), None)
+    maps, notes, layers = {}, {}, {}
+    for method in methods:
+        context, why = _pixel_context(method, captures, layouts, sources, position)
+        if context is None:
+            notes[method.name] = why
+            continue
+        given = replace(context, input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None)
+        maps[method.name] = _computed(method, given, tuple(sources.batch.shape))
+        if method.needs_gradients:
+            layers[method.name] = context.layer
+    return PixelMaps(order, maps, notes, layers)
+
+
+def _pixel_context(method, captures, layouts, sources: Sources, position: int | None):
+    """The context an input method is given, or ``(None, why)``."""
+    from .methods import MethodContext
+
+    if position is None:
+        if method.needs_gradients:
+            return None, "no map: no recorded layer has a map to take its CAM from"
+        inputs = sources.batch if method.needs_input else None
+        # no layer to give: activations None, as MethodContext's docstring says an input method may get
+        return MethodContext(None, None, sources.module, "", inputs, options=sources.options), None  # type: ignore[arg-type]
+    capture, layout = captures[position], layouts[position]
+    context = _method_context(method, capture, reshape(capture.output, layout), sources)
+    if not method.needs_gradients:
+        return context, None
+    grads = reshape(sources.gradients[sources.keys[0]][position], layout)
+    if grads is None:
+        return None, f"no map: the target's logit does not depend on {capture.name}, the first layer with a map"
+    return replace(context, gradients=grads.float()), None
 
 
 def _no_map(capture, sources: Sources, layout: Layout | None) -> str | None:
@@ -231,16 +302,18 @@ def _layer_rescoring(rescoring, batch, context, layout):
     return LayerRescoring(rescoring, batch, context.module, int(call[1]) if call else 0, layout)
 
 
-def _computed(method, context) -> np.ndarray:
-    """The method's map, checked to be one (N, *spatial) map per image, as float32 numpy."""
+def _computed(method, context, expected: tuple | None = None) -> np.ndarray:
+    """The method's map, checked to be one map per image, as float32 numpy: (N, *spatial)
+    for a layer method, ``expected`` (the input's shape) for an input method."""
     import torch
 
     result = method.compute(context)
-    expected = (context.activations.shape[0], *context.activations.shape[2:])
+    if expected is None:
+        expected = (context.activations.shape[0], *context.activations.shape[2:])
     if not isinstance(result, torch.Tensor) or tuple(result.shape) != expected:
         got = "x".join(map(str, result.shape)) if isinstance(result, torch.Tensor) else type(result).__name__
         raise UsageError(
-            f"{arg('cam', method.name)}: the method returned {got} at {context.layer}, not one map per image "
+            f"{arg('cam', method.name)}: the method returned {got} at {context.layer or 'the input'}, not one map per image "
             f"({'x'.join(map(str, expected))}); fix the method or choose another"
         )
     return result.detach().float().cpu().numpy()

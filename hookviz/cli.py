@@ -21,7 +21,7 @@ import typer
 
 from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
-from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
+from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_STEPS, MAX_TOPK, Tolerances
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -188,6 +188,8 @@ def run(
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
     box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
+    steps: Annotated[int, typer.Option(help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).")] = 32,
+    ig_baseline: Annotated[str, typer.Option("--ig-baseline", help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).")] = "zero",
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
@@ -251,7 +253,7 @@ def run(
         ),
         target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
                              score_threshold=score_threshold, max_detections=max_detections,
-                             box_objective=box_objective),
+                             box_objective=box_objective, steps=steps, ig_baseline=ig_baseline),
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
         options=RunOptions(
             out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,

@@ -77,6 +77,8 @@ class Explainer:
             model = replace(model, task=_recognised_task(model.module, inputs.apply(processing)))
         task = get_task(model.task)
         task.check(target)
+        for method in target.methods:
+            _check_method(method, model.module)
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
@@ -254,6 +256,15 @@ def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ..
     )
 
 
+def _check_method(name: str, module) -> None:
+    """Refuse a model the method cannot explain (guided backprop without a ReLU), before any image."""
+    from .methods import get_method
+
+    method = get_method(name)
+    if method.check is not None:
+        method.check(module)
+
+
 def explain(
     model,
     image,
@@ -267,6 +278,8 @@ def explain(
     score_threshold: float = 0.5,
     max_detections: int = 5,
     box_objective: str = "score",
+    steps: int = 32,
+    ig_baseline: str = "zero",
     task: str = "auto",
     layer_types: Sequence[str] = (),
     layout: str = "auto",
@@ -298,6 +311,7 @@ def explain(
         score_threshold, max_detections: which of a detector's detections are explained.
         box_objective: what explains a detection: ``score``, its matched box's score alone, or
             ``score+iou``, pytorch-grad-cam's ``FasterRCNNBoxScoreTarget`` (plus the box's IoU).
+        steps, ig_baseline: integrated gradients' steps and baseline (``zero``, ``blur``, ``mean``).
         task: ``classify``, ``segment`` or ``detect``; by default the model's source says, or
             (for a bare module) what its output looks like.
         layer_types: also record every module of these classes.
@@ -332,9 +346,10 @@ def explain(
     if task != "auto":
         loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
     target_options = TargetOptions(
-        target=str(target), objective=objective, cam=cam, topk=topk,
+        target=str(target), objective=objective, cam=cam if isinstance(cam, str) else ",".join(map(str, cam)), topk=topk,
         output_key=None if output_key is None else str(output_key),
         score_threshold=score_threshold, max_detections=max_detections, box_objective=box_objective,
+        steps=steps, ig_baseline=ig_baseline,
     )
     layer_options = LayerOptions(
         layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types), layout=layout,

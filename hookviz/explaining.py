@@ -23,7 +23,7 @@ from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
 from .tasks.base import ClassScore, ImagePrediction
 
-__all__ = ["Explanation", "LayerResult", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
+__all__ = ["Explanation", "LayerResult", "PixelMap", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,29 @@ class LayerResult:
 
 
 @dataclass(frozen=True)
+class PixelMap:
+    """One image's map by a method at the input's resolution (guided backprop, integrated
+    gradients), of the target.
+
+    Attributes:
+        method: the method's name.
+        map: the raw map, (C, H, W) as the model's input (its channels, its resolution), or
+            ``None`` (see ``note``).
+        note: why there is no map.
+        layer: the layer whose CAM it used (guided Grad-CAM), else ``None``.
+    """
+
+    method: str
+    map: np.ndarray | None
+    note: str | None = None
+    layer: str | None = None
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.map.shape)) if self.map is not None else self.note
+        return f"PixelMap({self.method!r}, {shape})"
+
+
+@dataclass(frozen=True)
 class Explanation:
     """Everything hookviz learned about one image. Save it with ``.save(dir)``.
 
@@ -117,6 +140,7 @@ class Explanation:
         weights_sha256: the SHA-256 of the weights file, when a file was loaded.
         cam_method: the main CAM method (the first that maps layers: ``LayerResult.cam``),
             or ``none``; ``cam_methods``: every method asked for, in order.
+        pixel_maps: per method of ``cam_methods`` that maps the input, its ``PixelMap``.
     """
 
     image: PreparedImage
@@ -138,6 +162,7 @@ class Explanation:
     declared_layout: DeclaredLayout | None = None
     weights_sha256: str | None = None
     cam_methods: tuple[str, ...] = ()
+    pixel_maps: dict = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> LayerResult:
         for layer in self.layers:
@@ -227,7 +252,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     """
     import torch
 
-    from .cams import cam_gradients, layer_maps, sources_for
+    from .cams import cam_gradients, layer_maps, pixel_maps, sources_for
     from .dataflow import ChannelOrders
     from .modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
     from .recording import Recording
@@ -261,6 +286,8 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             layer_maps(layer_methods, capture, sources, position, layouts[position]["output"])
             for position, capture in enumerate(captures)
         ]
+        pixels = pixel_maps([m for m in methods if m.resolution == "input"], captures,
+                            [found["output"] for found in layouts], sources)
     notes = list(explainer.notes)
     if was_training:
         notes.append(TRAIN_MODE_NOTE)
@@ -269,7 +296,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     skipped_labels = tuple(spec.label for spec in skipped)
     return [
         replace(_explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
-                skipped_layers=skipped_labels)
+                skipped_layers=skipped_labels, pixel_maps=_image_pixels(pixels, i, plan))
         for i, image in enumerate(images)
     ]
 
@@ -339,6 +366,24 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         layer_choice=explainer.layer_choice,
         declared_layout=declared,
     )
+
+
+def _image_pixels(pixels, i: int, plan) -> dict:
+    """Image ``i``'s share of the batch's input-resolution maps, by method."""
+    from .cams import NOTHING_TO_EXPLAIN
+
+    keys = [key for key, _ in plan.cams]
+    nothing = not keys or plan.predictions[i].focus.get(keys[0]) is None
+    found = {}
+    for name in pixels.order:
+        layer = pixels.layers.get(name)
+        if name in pixels.notes:
+            found[name] = PixelMap(name, None, pixels.notes[name])
+        elif nothing:
+            found[name] = PixelMap(name, None, NOTHING_TO_EXPLAIN, layer)
+        else:
+            found[name] = PixelMap(name, pixels.maps[name][i].copy(), layer=layer)
+    return found
 
 
 def _no_layer_method(cam: str) -> str:

@@ -26,7 +26,7 @@ from .errors import UsageError, arg
 
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
-    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "PICTURE_GROUPS", "parse_triple", "parse_shard",
+    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "PICTURE_GROUPS", "parse_triple", "parse_shard",
     "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "MAX_DETECTIONS", "DEFAULT_MAX_PIXELS", "TASK_CHOICES", "LAYOUT_CHOICES",
 ]
 
@@ -43,6 +43,12 @@ MAX_TILES = 512
 DEFAULT_MAX_PIXELS = 100_000_000
 
 OBJECTIVES = ("logit", "ce")
+#: What integrated gradients integrate from (``--ig-baseline``): zeros in the model's input
+#: space (captum's default), the photo blurred, or the photo's mean colour.
+IG_BASELINES = ("zero", "blur", "mean")
+#: At most this many steps of integrated gradients (``--steps``): each is a forward and
+#: backward pass of every image.
+MAX_STEPS = 1024
 #: What explains a detection (``--box-objective``): its matched box's score alone, or that
 #: score plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget.
 BOX_OBJECTIVES = ("score", "score+iou")
@@ -266,16 +272,22 @@ class TargetOptions:
         box_objective: what explains a detection: ``score`` (its matched box's score alone) or
             ``score+iou`` (pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``: that box's IoU
             with the detection plus its score); only detectors take anything but ``score``.
+        steps: integrated gradients' steps (Gauss-Legendre nodes, as captum's default rule).
+        ig_baseline: what integrated gradients integrate from: ``zero`` (zeros in the model's
+            input space, as captum's default), ``blur`` (the input blurred) or ``mean`` (its
+            mean per channel).
     """
 
     target: str = "top1"
     objective: str = "logit"
-    cam: str = "gradcam"  # or a list of names, kept as one string
+    cam: str = "gradcam"  # a list of names is taken too, and kept as one string
     topk: int = 1
     output_key: str | None = None
     score_threshold: float = 0.5
     max_detections: int = 5
     box_objective: str = "score"
+    steps: int = 32
+    ig_baseline: str = "zero"
 
     def __post_init__(self):
         from .methods import get_method
@@ -302,6 +314,13 @@ class TargetOptions:
             raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
         if self.box_objective not in BOX_OBJECTIVES:
             raise UsageError(f"{arg('box_objective', self.box_objective)}: choose {' or '.join(BOX_OBJECTIVES)}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
+            raise UsageError(
+                f"{arg('steps', self.steps)}: integrated gradients takes 1 to {MAX_STEPS} steps (each a forward and "
+                "backward pass of every image; 32 by default)"
+            )
+        if self.ig_baseline not in IG_BASELINES:
+            raise UsageError(f"{arg('ig_baseline', self.ig_baseline)}: choose {', '.join(IG_BASELINES)}")
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:

@@ -308,6 +308,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "preprocessing": explanation.preprocessing.to_json(),
         "objective": explanation.objective,
         "cam_methods": list(explanation.cam_methods),
+        "pixel_maps": {name: _pixel_map_json(pixels) for name, pixels in explanation.pixel_maps.items()},
         "target": explanation.target.to_json() if explanation.target is not None else None,
         "top5": [score.to_json() for score in explanation.top5],
         "prediction": explanation.prediction.details if explanation.prediction is not None else {},
@@ -344,6 +345,15 @@ def _method_maps_json(layer) -> dict:
     return found
 
 
+def _pixel_map_json(pixels) -> dict:
+    """An input-resolution map's shape and statistics (and the layer it used), or why it has none."""
+    if pixels.map is None:
+        found = {"skipped": pixels.note}
+    else:
+        found = {"shape": list(pixels.map.shape), **{k: v for k, v in tensor_stats(pixels.map).items() if k != "zero_fraction"}}
+    return found if pixels.layer is None else {**found, "layer": pixels.layer}
+
+
 def target_json(options) -> dict:
     """``TargetOptions`` as report.json keeps them (what ``--skip-existing`` compares)."""
     from dataclasses import asdict
@@ -354,7 +364,8 @@ def target_json(options) -> dict:
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``<layer>/cam_K`` (the
     K-th top class's or detection's CAM), ``<layer>/cam.<method>`` (each layer method's map of
-    the target; ``cam`` is the first's), ``logits``, ``input``.
+    the target; ``cam`` is the first's), ``input/<method>`` (each input-resolution map, (C, H, W)),
+    ``logits``, ``input``.
 
     Needs the full tensors (``SummaryOptions(keep_tensors=True)``).
     """
@@ -372,6 +383,9 @@ def write_tensors_npz(explanation, stream: BinaryIO) -> None:
             arrays[f"{layer.name}/cam_{k}"] = np.asarray(cam, dtype=np.float32)
         for method, cam in layer.cams.items():
             arrays[f"{layer.name}/cam.{method}"] = np.asarray(cam, dtype=np.float32)
+    for method, pixels in explanation.pixel_maps.items():
+        if pixels.map is not None:
+            arrays[f"input/{method}"] = np.asarray(pixels.map, dtype=np.float32)
     np.savez(stream, **arrays)
 
 

@@ -170,3 +170,61 @@ def test_ablationcam_equals_pytorch_grad_cams_where_the_score_is_positive(resnet
     assert correlation(mine[negative], theirs[negative]) < 0.5
     lowering = ours(Negated(resnet18).eval(), batch, "model.layer1", "ablationcam", MIXED)
     assert relative(lowering[negative], theirs[negative]) < 1e-3
+
+
+# ----------------------------------------------------------------------------- maps at the input's resolution
+
+
+def pixel_maps(model, batch, layer: str, method: str, target: int, **options) -> np.ndarray:
+    """hookviz's raw (C, H, W) maps of ``batch`` by an input-resolution method, one per photo."""
+    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8))
+              for t in batch]
+    loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
+    target_options = TargetOptions(target=str(target), cam=method, **options)
+    results = Explainer.create(loaded, layers=LayerOptions((layer,)), target=target_options).explain_batch(images)
+    return np.stack([result.pixel_maps[method].map for result in results])
+
+
+def _relus(model: nn.Module) -> list[tuple[str, nn.Module, bool]]:
+    return [(name, module, module.inplace) for name, module in model.named_modules() if isinstance(module, nn.ReLU)]
+
+
+def test_guided_backprop_equals_pytorch_grad_cams_and_leaves_the_model_as_it_was(resnet18, batch):
+    import copy
+
+    from pytorch_grad_cam import GuidedBackpropReLUModel
+
+    before = _relus(resnet18)
+    mine = pixel_maps(resnet18, batch, "layer4", "guided-backprop", POSITIVE)
+    assert _relus(resnet18) == before and all(not m._forward_hooks for _, m, _ in before)
+    theirs_model = copy.deepcopy(resnet18)
+    theirs = np.stack([GuidedBackpropReLUModel(theirs_model, device="cpu")(photo[None], POSITIVE).transpose(2, 0, 1)
+                       for photo in batch])
+    assert mine.shape == theirs.shape == (2, 3, SIDE, SIDE) and np.abs(theirs).max() > 0
+    assert relative(mine, theirs) < 1e-3
+    # pytorch-grad-cam swaps the model's ReLUs for its own and back: what comes back is one
+    # new ReLU shared by every place, no longer in place
+    after = _relus(theirs_model)
+    assert len({id(module) for _, module, _ in after}) == 1 and not any(inplace for _, _, inplace in after)
+    assert all(inplace for _, _, inplace in before)
+
+
+def test_guided_gradcam_equals_captums_with_the_same_upsampling(resnet18, batch):
+    from captum.attr import GuidedGradCam
+
+    mine = pixel_maps(resnet18, batch, "layer4", "guided-gradcam", POSITIVE)
+    theirs = GuidedGradCam(resnet18, resnet18.layer4).attribute(batch, target=POSITIVE, interpolate_mode="bilinear")
+    theirs = theirs.detach().numpy()
+    assert mine.shape == theirs.shape == (2, 3, SIDE, SIDE) and np.abs(theirs).max() > 0
+    assert relative(mine, theirs) < 1e-3
+
+
+@pytest.mark.slow
+def test_integrated_gradients_equal_captums_with_its_gauss_legendre_rule(resnet18, batch):
+    from captum.attr import IntegratedGradients
+
+    mine = pixel_maps(resnet18, batch, "layer4", "integrated-gradients", POSITIVE)  # 32 steps, a zero baseline
+    theirs = IntegratedGradients(resnet18).attribute(batch, target=POSITIVE, n_steps=32, method="gausslegendre")
+    theirs = theirs.detach().numpy()
+    assert mine.shape == theirs.shape == (2, 3, SIDE, SIDE) and np.abs(theirs).max() > 0
+    assert relative(mine, theirs) < 1e-3

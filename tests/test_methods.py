@@ -591,3 +591,108 @@ def test_topk_with_a_class_specific_method_first_takes_eigencam_after_it():
     assert len(result.layers[0].topk_cams) == 2 and list(result.layers[0].cams) == ["gradcam", "eigencam"]
     with pytest.raises(UsageError, match=r"topk=2 with cam='eigencam,gradcam': eigencam makes the same map"):
         explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], cam="eigencam,gradcam", topk=2)
+
+
+# ----------------------------------------------------------------------------- maps at the input's resolution
+
+
+class Smooth(nn.Module):
+    """A model without kinks (tanh), where integrated gradients' sum is the score's change."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(12)
+        self.stem = nn.Conv2d(3, 6, 3, stride=2, padding=1)
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.stem(x)).mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("which", ["zero", "blur", "mean"])
+def test_integrated_gradients_sum_to_the_scores_change_from_each_baseline(which):
+    from hookviz.methods.integrated_gradients import baseline
+
+    model, image = Smooth().eval(), torch.rand(3, 40, 48, generator=torch.Generator().manual_seed(13))
+    result = explain(model, image, layers=["stem"], cam="integrated-gradients", steps=16, ig_baseline=which)
+    pixels = result.pixel_maps["integrated-gradients"]
+    assert pixels.map.shape == (3, 40, 48) and pixels.layer is None and pixels.note is None
+    start = baseline(image[None], which)
+    with torch.no_grad():
+        change = (model(image[None]) - model(start))[0, result.target.index].item()
+    assert abs(change) > 1e-3
+    assert pixels.map.sum() == pytest.approx(change, rel=1e-4, abs=1e-6)  # completeness
+    assert result.asked["steps"] == 16 and result.asked["ig_baseline"] == which
+
+
+def test_the_blur_baseline_is_a_gaussian_of_sigma_a_tenth_of_the_shorter_side():
+    from torchvision.transforms.functional import gaussian_blur
+
+    from hookviz.methods.integrated_gradients import baseline
+
+    image = torch.rand(1, 3, 40, 48, generator=torch.Generator().manual_seed(14))
+    np.testing.assert_allclose(baseline(image, "blur").numpy(), gaussian_blur(image, [25, 25], [4.0, 4.0]).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(baseline(image, "mean")[0, :, 7, 9].numpy(), image.mean(dim=(2, 3))[0].numpy(), rtol=1e-6)
+
+
+def test_input_gradients_of_a_segmentation_are_those_of_the_class_mean_logit_over_its_pixels():
+    model = ToySegmenter().eval()
+    image = torch.randn(3, 64, 64, generator=torch.Generator().manual_seed(4))
+    result = explain(model, image, layers=["body"], task="segment", cam="integrated-gradients", steps=1)
+    pixels = torch.from_numpy(result.prediction.mask == result.target.index)
+    half = (0.5 * image[None]).requires_grad_(True)  # one Gauss-Legendre node: the midpoint, weight 1
+    model(half)["out"][0, result.target.index][pixels].mean().backward()
+    np.testing.assert_allclose(result.pixel_maps["integrated-gradients"].map, (half.grad[0] * image).numpy(),
+                               rtol=1e-4, atol=1e-7)
+
+
+def test_input_methods_explain_a_detection_and_leave_no_hook():
+    from .test_detect import detector
+
+    model = detector().eval()
+    photo = torch.from_numpy(np.array(Image.open(SAMPLES / "cat.png").convert("RGB").resize((96, 96)))).permute(2, 0, 1)
+    result = explain(model, photo.float() / 255, layers=["backbone.body.16"], cam="guided-backprop,integrated-gradients",
+                     steps=2, score_threshold=0.01, max_detections=1)
+    for method in ("guided-backprop", "integrated-gradients"):
+        found = result.pixel_maps[method].map
+        assert found.shape == (3, 96, 96) and np.isfinite(found).all() and np.abs(found).max() > 0
+    assert _hooks_on(model) == 0
+
+
+def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
+        "--layer", "features.3", "--cam", "gradcam,guided-gradcam,integrated-gradients", "--steps", "4",
+        "--ig-baseline", "mean", "--save-tensors", "--pictures", "none", "--out", str(out),
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "photo" / "report.json").read_text())
+    tensors = np.load(out / "photo" / "tensors.npz")
+    assert report["cam_methods"] == ["gradcam", "guided-gradcam", "integrated-gradients"]
+    assert list(report["layers"][0]["cams"]) == ["gradcam"]
+    guided, integrated = report["pixel_maps"]["guided-gradcam"], report["pixel_maps"]["integrated-gradients"]
+    assert guided["shape"] == integrated["shape"] == [3, 64, 64] and guided["layer"] == "features.3"
+    assert "layer" not in integrated and report["asked"]["target"]["steps"] == 4
+    assert tensors["input/guided-gradcam"].shape == tensors["input/integrated-gradients"].shape == (3, 64, 64)
+    assert integrated["max"] == pytest.approx(float(tensors["input/integrated-gradients"].max()))
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--cam", "integrated-gradients", "--steps", "0"], "--steps 0: integrated gradients takes 1 to 1024 steps"),
+    (["--cam", "integrated-gradients", "--ig-baseline", "noise"], "--ig-baseline noise: choose zero, blur, mean"),
+    (["--cam", "gradcam,guided-backprop", "--model", "tests.conftest:tiny_convnext"],
+     "--cam guided-backprop: TinyConvNeXt has no nn.ReLU module (its activations are another function, or F.relu), "
+     "so guided backprop has nothing to guide; choose integrated-gradients"),
+    (["--cam", "guided-gradcam", "--model", "tests.conftest:tiny_convnext"], "--cam guided-gradcam: TinyConvNeXt has no nn.ReLU"),
+    (["--cam", "integrated-gradients", "--topk", "2"], "--topk 2 needs a method that maps a layer; --cam integrated-gradients has none"),
+])
+def test_bad_input_method_options_are_refused_in_one_line(photo, tmp_path, arguments, message):
+    model = [] if "--model" in arguments else ["--model", "tests.conftest:tiny_net"]
+    result = CliRunner().invoke(app, [
+        "run", str(photo), *model, "--weights", "none", *arguments, "--out", str(tmp_path / "out"),
+    ], env={"COLUMNS": "300", "TERM": "dumb"})
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()) and len(result.output.strip().splitlines()) == 1
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()

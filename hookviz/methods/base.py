@@ -124,6 +124,9 @@ class Method:
         resolution: ``layer`` or ``input`` (see the module's docstring).
         class_specific: its map depends on the target (EigenCAM's does not, so ``--topk``
             with it first is refused).
+        check: ``check(model)`` raises UsageError for a model the method cannot explain
+            (guided backprop, a model without ``nn.ReLU``); ``Explainer.create`` calls it
+            before any image is read. ``None``: every model.
     """
 
     name: str
@@ -134,6 +137,7 @@ class Method:
     needs_input_gradients: bool = False
     resolution: str = "layer"
     class_specific: bool = True
+    check: Callable[[Any], None] | None = None
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one."""
@@ -157,6 +161,7 @@ METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",))
 def register_method(
     name: str, *, needs_gradients: bool = True, needs_rescoring: bool = False, needs_input: bool = False,
     needs_input_gradients: bool = False, resolution: str = "layer", class_specific: bool = True,
+    check: Callable[[Any], None] | None = None,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -174,7 +179,7 @@ def register_method(
 
     def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
         method = Method(name, function, needs_gradients, needs_rescoring, needs_input, needs_input_gradients,
-                        resolution, class_specific)
+                        resolution, class_specific, check)
         return METHODS.add(name, method)
 
     return wrap
