@@ -35,6 +35,7 @@ _LAZY = {
     "InputOptions": ("options", "InputOptions"),
     "LayerOptions": ("options", "LayerOptions"),
     "TargetOptions": ("options", "TargetOptions"),
+    "DetectOptions": ("tasks", "DetectOptions"),
     "PictureOptions": ("options", "PictureOptions"),
     "RunOptions": ("options", "RunOptions"),
     "CheckOptions": ("options", "CheckOptions"),

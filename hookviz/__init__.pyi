@@ -20,6 +20,7 @@ from .options import (
 )
 from .recording import Capture as Capture, Recording as Recording, record as record
 from .runner import run as run
+from .tasks import DetectOptions as DetectOptions
 
 __version__: str
 __all__: list[str]

@@ -117,13 +117,14 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients for m in methods):
         batch = torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module))
     scores = None
+    own = explainer.task_options
     if any(m.needs_rescoring for m in methods):
-        scores = {key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH)
+        scores = {key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own)
                   for key in keys}
     input_gradients = None
     if any(m.needs_input_gradients for m in methods) and keys:  # input methods explain the target only
         input_gradients = {keys[0]: InputGradients(task, module, device, options, task.scorer(plan, keys[0], options),
-                                                   RESCORING_BATCH)}
+                                                   RESCORING_BATCH, own)}
     return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients)
 
 
@@ -150,8 +151,9 @@ def layer_maps(methods, capture, sources: Sources, position: int, layout: Layout
     return LayerMaps(order, maps, reasons, zero_notes, gradient_methods)
 
 
-def image_cams(found: LayerMaps, i: int, prediction, keys) -> ImageCams:
-    """Image ``i``'s maps of one layer; ``no_method`` is the note when no method maps layers."""
+def image_cams(found: LayerMaps, i: int, prediction, keys, panels) -> ImageCams:
+    """Image ``i``'s maps of one layer; ``panels``: the keys whose main maps are drawn as
+    panels (every one for a detector, those beyond the target's for the top-K)."""
     main_key = keys[0] if keys else None
     nothing = bool(keys) and prediction.focus.get(main_key) is None
     cams, notes = {}, {}
@@ -167,7 +169,7 @@ def image_cams(found: LayerMaps, i: int, prediction, keys) -> ImageCams:
     if not found.order:
         return ImageCams(None, None, (), cams, notes)
     main = found.order[0]
-    topk = () if nothing else _each_cam(found.maps.get(main), prediction, keys, i)
+    topk = () if nothing else _each_cam(found.maps.get(main), prediction, panels, i)
     return ImageCams(cams.get(main), notes.get(main), topk, cams, notes)
 
 
@@ -242,13 +244,12 @@ def _no_map(capture, sources: Sources, layout: Layout | None) -> str | None:
     return None
 
 
-def _each_cam(maps_by_key, prediction, keys, i: int) -> tuple:
-    """The CAMs beyond the main one: each top class's (``topk``), or every detection's (the
-    first included: a detector's picture shows one panel per detection)."""
+def _each_cam(maps_by_key, prediction, panels, i: int) -> tuple:
+    """The CAMs drawn as panels (``panels``, their keys): each top class's (``topk``), or every
+    detection's (the first included: a detector's picture shows one panel per detection)."""
     if not maps_by_key:
         return ()
-    wanted = keys if prediction.detections else keys[1:]
-    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in wanted if prediction.focus.get(k) is not None)
+    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in panels if prediction.focus.get(k) is not None)
 
 
 def _zero_gradient_notes(name: str, module, raw, layout) -> tuple:

@@ -14,14 +14,21 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
+from .interrupts import Interrupted, interrupted_line, on_signal
 from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_STEPS, MAX_TOPK, Tolerances
+from .render.kinds import default_groups, groups_help
+from .tasks import task_names
+
+if TYPE_CHECKING:
+    from .runner import Run
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -57,6 +64,11 @@ AtolOption = Annotated[float, typer.Option(help="Drift: the absolute part of tha
 MinCamCorrOption = Annotated[float, typer.Option(
     "--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.")]
 
+#: A run of at most this many images prints a line per image (any number: ``--verbose``).
+FEW_IMAGES = 20
+#: Without a terminal (a CI log), a larger run says how far it got this often, in seconds.
+PROGRESS_EVERY = 10.0
+
 
 def _version(value: bool) -> None:
     if value:
@@ -87,23 +99,44 @@ def exit_code_for(error: BaseException) -> int:
 
 
 class _Stopper:
-    """Ctrl-C and SIGTERM during ``hookviz run``: the first asks the run to stop after the
-    batch being explained (while the model loads, it stops there and then); later ones only
-    say that it is stopping, so that cleaning up is never cut short."""
+    """Ctrl-C and SIGTERM during ``hookviz run``. The first asks the run to stop: the batch
+    being explained is abandoned at its next module, the pictures being drawn are finished
+    (while the model loads, it stops there and then). A second ends the process at once:
+    the render workers are killed, run.json says which images were finished, and no file
+    is half-written under its real name (every file is renamed into place when whole)."""
 
-    def __init__(self):
-        self.run = None
+    def __init__(self, progress: _Progress):
+        self.run: Run | None = None
+        self.progress = progress
         self.signals = 0
 
     def __call__(self, _signum, _frame):
         self.signals += 1
         if self.signals > 1:
-            if self.signals == 2:
-                typer.echo("hookviz: already stopping: finishing the pictures being drawn", err=True)
-            return
-        if self.run is None or self.run.phase == "loading":
+            self._end_now()
+        if self.run is None:  # the run was not yet made: nothing to describe
+            raise Interrupted
+        if self.run.phase == "loading":
             raise KeyboardInterrupt
         self.run.request_stop()
+
+    def _end_now(self) -> None:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_IGN)
+        summary = self.run.abandon() if self.run is not None else None
+        self.progress.close()
+        line = _interrupted_line(summary) if summary is not None else interrupted_line()
+        # This handler may have interrupted a write to sys.stderr: write around it.
+        stream = sys.stderr
+        os.write(stream.fileno(), f"{line}\n".encode(stream.encoding or "utf-8", "backslashreplace"))
+        _stop_resource_tracker()
+        os._exit(130)
+
+
+def _interrupted_line(summary) -> str:
+    where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
+    return (f"hookviz: interrupted: {_count(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
+            f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)")
 
 
 def _stdout_closed() -> None:
@@ -184,7 +217,7 @@ def run(
     cam: Annotated[str, typer.Option(help=_cam_help(), autocompletion=_cam_completions)] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
-    task: Annotated[str, typer.Option(help="classify, segment or detect; auto: the model's source says, or for a factory's model, its output.")] = "auto",
+    task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
     box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
@@ -193,7 +226,7 @@ def run(
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
-    pictures: Annotated[str, typer.Option(help="Pictures to write: summary,channels,cam or none.")] = "summary,channels,cam",
+    pictures: Annotated[str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.")] = ",".join(default_groups()),
     save_tensors: Annotated[bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.")] = False,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")] = "hookviz-out",
     resize: Annotated[Optional[int], typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE}).")] = None,
@@ -217,6 +250,7 @@ def run(
     workers: Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).")] = False,
     debug: DebugOption = False,
 ) -> None:
     """Record LAYERS of MODEL on IMAGES and write pictures and reports.
@@ -243,6 +277,7 @@ def run(
         Tolerances,
         parse_triple,
     )
+    from .tasks import DetectOptions
 
     groups = _guard(debug, lambda: dict(
         model=ModelOptions(model, weights, seed, device, task),
@@ -252,8 +287,8 @@ def run(
             std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
         ),
         target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
-                             score_threshold=score_threshold, max_detections=max_detections,
                              box_objective=box_objective, steps=steps, ig_baseline=ig_baseline),
+        task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),),
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
         options=RunOptions(
             out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
@@ -263,7 +298,7 @@ def run(
                             tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
     ))
     paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
-    _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet))
+    _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
@@ -293,30 +328,26 @@ def _open_heif() -> None:
     register_heif_opener()
 
 
-def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
-    from .runner import Run, RunInterrupted
+def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
+    from .runner import Run, RunInterrupted, shard_of
 
-    progress = _Progress(len(paths), quiet=quiet or json_output, stdout_lines=not (quiet or json_output))
-    stopper = _Stopper()
+    count = len(shard_of(paths, groups["options"].shard))
+    progress = _Progress(count, quiet=quiet or json_output, stdout_lines=not (quiet or json_output), verbose=verbose)
+    stopper = _Stopper(progress)
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        stopper.run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
-        summary = stopper.run.execute()
+        stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
+        summary = run.execute()
     except RunInterrupted as stop:
         progress.close()
-        summary = stop.summary
-        where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
-        typer.echo(
-            f"hookviz: interrupted: {_count(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
-            f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)",
-            err=True,
-        )
+        typer.echo(_interrupted_line(stop.summary), err=True)
         raise typer.Exit(130) from None
     finally:
         # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and
         # a KeyboardInterrupt thrown into its last steps (exit handlers) would print a traceback.
+        # In the command's own process, a run that ended has nothing left to stop either.
         for number, handler in previous.items():
-            signal.signal(number, signal.SIG_IGN if stopper.signals else handler)
+            signal.signal(number, signal.SIG_IGN if stopper.signals or handler is on_signal else handler)
         progress.close()
     for note in summary.notes:
         if not quiet:
@@ -329,8 +360,11 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool) -> None:
         names = ", ".join(s.image for s in summary.failed[:10]) + (", ..." if failed > 10 else "")
         typer.echo(f"hookviz: {failed} of {len(summary.statuses)} images failed: {names}; reasons in {summary.run_json}", err=True)
     if not quiet and not json_output:
-        kept = f", {skipped} skipped (done by an earlier run)" if skipped else ""
-        typer.echo(f"hookviz: {done} of {len(summary.statuses)} images done{kept}; results in {groups['options'].out}/", err=True)
+        counts = [f"{done} of {len(summary.statuses)} images done"]
+        counts += [f"{skipped} skipped (done by an earlier run)"] if skipped else []
+        counts += [f"{failed} failed"] if failed else []
+        counts += [f"{summary.count('not_done')} not done"] if summary.count("not_done") else []
+        typer.echo(f"hookviz: {', '.join(counts)}; results in {groups['options'].out}/", err=True)
     if failed:
         raise typer.Exit(1)
     if summary.findings:
@@ -349,24 +383,23 @@ def _count(number: int, word: str) -> str:
     return f"{number} {word}{'' if number == 1 else 's'}"
 
 
-def _probability(value: float | None) -> str:
-    return "nan" if value is None else f"{value:.3f}"
-
-
 class _Progress:
-    """A rich progress bar on a terminal; one plain line per image otherwise."""
+    """What ``hookviz run`` says while it runs: failures always, as they happen; a line per
+    image on stdout for a few images (or ``--verbose``); a rich progress bar when stderr is
+    a terminal, else, for a larger run, a line of counts and time left every ``PROGRESS_EVERY``
+    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``)."""
 
-    def __init__(self, total: int, *, quiet: bool, stdout_lines: bool):
+    def __init__(self, total: int, *, quiet: bool, stdout_lines: bool, verbose: bool = False):
         self.total = total
         self.quiet = quiet
-        self.stdout_lines = stdout_lines
+        self.stdout_lines = stdout_lines and (verbose or total <= FEW_IMAGES)
         self.bar = None
         self.task = None
+        self.failed = self.skipped = 0
+        self.started = self.said = time.monotonic()
 
     def say(self, text: str, nl: bool = True) -> None:
         """A line on stdout; if its reader went away (``| head``), the run goes on silently."""
-        if not self.stdout_lines and text is None:
-            return
         try:
             typer.echo(text, nl=nl)
         except BrokenPipeError:
@@ -374,6 +407,7 @@ class _Progress:
             self.stdout_lines = False
 
     def start(self, line: str) -> None:
+        self.started = self.said = time.monotonic()  # the model is loaded: the images begin
         if self.quiet:
             return
         typer.echo(f"hookviz: {line}", err=True)
@@ -390,6 +424,8 @@ class _Progress:
             self.task = self.bar.add_task("images", total=self.total, rate="")
 
     def update(self, status, finished: int, total: int) -> None:
+        self.failed += status.status == "failed"
+        self.skipped += status.status == "skipped"
         if status.status == "failed":  # errors are shown even with --quiet, as they happen
             if self.bar is not None:
                 self.bar.console.print(f"hookviz: failed: {status.error}", markup=False, highlight=False)
@@ -399,34 +435,44 @@ class _Progress:
             elapsed = self.bar.tasks[0].elapsed or 0.0
             rate = f"{finished / elapsed:.2f} img/s" if elapsed > 0 else ""
             self.bar.update(self.task, completed=finished, rate=rate)
-        if self.quiet or not self.stdout_lines:
+        if self.quiet:
             return
-        if status.status == "done":
-            top = " · ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
-            target = status.target or {}
-            if status.task == "detect":
-                found = ", ".join(f"{s['name'] or s['index']} {_probability(s['probability'])}" for s in status.top5)
-                line = f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
-            elif status.target is None:
-                line = f"{status.image}: nothing to explain (see its report.json)"
-            elif status.task == "segment":
-                shares = " · ".join(
-                    f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {_probability(s['probability'])}" for s in status.top5
-                )
-                line = (f"{status.image}: target {target.get('name') or target.get('index')}; "
-                        f"largest classes (share of pixels, mean probability there): {shares}")
-            else:
-                line = f"{status.image}: target {target.get('name') or target.get('index')}; top-5: {top}"
-            if self.bar is not None and sys.stdout.isatty():
-                self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
-            else:
-                self.say(line)  # stdout, also when it is piped to a file
+        if self.stdout_lines:
+            if status.status == "done":
+                self._result_line(status)
+        elif self.bar is None:
+            self._how_far(finished, total)
 
+    def _result_line(self, status) -> None:
+        from .tasks import reported_task
+
+        line = reported_task(status.task).status_line(status)
+        if self.bar is not None and sys.stdout.isatty():
+            self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
+        else:
+            self.say(line)  # stdout, also when it is piped to a file
+
+    def _how_far(self, finished: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.said < PROGRESS_EVERY or finished >= total:
+            return
+        self.said = now
+        worked = finished - self.skipped  # images found done already took no time
+        left = f", about {_duration((now - self.started) / worked * (total - finished))} left" if worked else ""
+        typer.echo(f"hookviz: {finished} of {total} images, {self.failed} failed{left}", err=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 # ----------------------------------------------------------------------------- diff
@@ -472,7 +518,7 @@ def diff(
 
     try:
         result = _guard(debug, action)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         typer.echo(f"hookviz: interrupted: the comparison was not finished; {out or new / 'diff.json'} not written", err=True)
         raise typer.Exit(130) from None
     for note in result.notes:
@@ -594,6 +640,7 @@ def main() -> None:
     drawn = app.rich_markup_mode
     if _plain_text_only():
         app.rich_markup_mode = None  # click's plain "Error: ..." lines, not rich's boxes and colours
+    _print_what_cannot_be_encoded()
     try:
         app(prog_name="hookviz")
     finally:
@@ -616,8 +663,19 @@ def _plain_text_only() -> bool:
     return False
 
 
+def _print_what_cannot_be_encoded() -> None:
+    """A console that cannot spell a file's name (cp1252 and emoji_🐱.png) gets it escaped
+    (emoji_\\U0001f431.png): printing a line must never end a run. Only this process's
+    streams: a library caller's are left as they are."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # a stream someone replaced may lack it
+        with contextlib.suppress(ValueError, OSError):  # closed
+            if reconfigure is not None:
+                reconfigure(errors="backslashreplace")
+
+
 def console_main() -> None:
-    """The installed ``hookviz`` command (and ``python -m hookviz``): ``main()``, then exit
+    """The ``hookviz`` command's process (``hookviz.__main__`` calls it): ``main()``, then exit
     at once with its exit status.
 
     When a command returns, every file it wrote is complete and closed, and its worker
@@ -633,6 +691,9 @@ def console_main() -> None:
         status = 0
     except SystemExit as exit:
         status = exit.code
+    except Interrupted:  # Ctrl-C or SIGTERM before the command took them in hand
+        typer.echo(interrupted_line(), err=True)
+        status = 130
     if status is None:
         status = 0
     elif not isinstance(status, int):
@@ -641,12 +702,23 @@ def console_main() -> None:
     for number in (signal.SIGINT, signal.SIGTERM):  # the files are complete: nothing is left to stop
         signal.signal(number, signal.SIG_IGN)
     atexit._run_exitfuncs()
+    _stop_resource_tracker()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (hookviz models | head): nothing to save
             pass
     os._exit(status)
+
+
+def _stop_resource_tracker() -> None:
+    """The render pool's semaphores brought up multiprocessing's resource tracker, a process
+    that would outlive this one for a moment: end it first, so that the command returns
+    with no process of its own left."""
+    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
+    if tracker is not None:
+        with contextlib.suppress(Exception):  # private (Python 3.8 to 3.14): at worst it lingers a moment
+            tracker._stop()
 
 
 if __name__ == "__main__":

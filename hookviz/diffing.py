@@ -395,17 +395,17 @@ def save_diff(diff: RunDiff, path: Path) -> RunDiff:
 
 
 def _draw(new_path: Path, image: ImageDiff) -> ImageDiff:
-    from .pictures import picture_kind
-    from .rendering import png_bytes
+    from .render import render_png
+    from .render.kinds import picture_kind
 
     kind = picture_kind("diff")
     layers = []
     for layer in image.layers:
-        figure = kind.figure(image, layer)
-        if figure is not None:
+        data = render_png(kind, image, layer)
+        if data is not None:
             name = kind.file_name(layer.stem)
             try:
-                atomic_write(new_path / image.output / name, png_bytes(figure))
+                atomic_write(new_path / image.output / name, data)
             except OSError as exc:
                 raise OutputError(
                     f"{display_path(new_path / image.output)}: cannot write the diff pictures there "

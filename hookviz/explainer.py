@@ -9,7 +9,8 @@ checks and target checks are written once, and both refuse the same bad values.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,8 @@ class Explainer:
         preprocessing: the model's own, with the caller's overrides.
         layers: the layers to record, resolved.
         target: what to explain.
+        task_options: the task's own option group (``DetectOptions`` for a detector), or
+            ``None`` for a task without one.
         layer_choice: why hookviz chose the layer, when the caller named none.
         max_pixels: photos with more pixels than this are refused.
         declared_layout: what the model declares about its tokens and channel order (the
@@ -46,6 +49,7 @@ class Explainer:
     layer_choice: str | None = None
     max_pixels: int = InputOptions().max_pixels
     declared_layout: DeclaredLayout | None = None
+    task_options: Any = None
 
     @classmethod
     def create(
@@ -56,11 +60,14 @@ class Explainer:
         inputs: InputOptions = InputOptions(),
         target: TargetOptions = TargetOptions(),
         preprocessing: Preprocessing | None = None,
+        task_options: Sequence = (),
     ) -> "Explainer":
         """Check the options against the model and resolve its layers.
 
         Args:
             preprocessing: replaces the model's own before ``inputs`` apply.
+            task_options: tasks' own option groups (``DetectOptions(...)``); the model's task
+                takes its own (its defaults when none is given), the others are left unused.
 
         Raises:
             UsageError: a layer, target or input size the model cannot take.
@@ -76,6 +83,7 @@ class Explainer:
         if model.task == "auto":  # probed at the size asked for: some models take only that
             model = replace(model, task=_recognised_task(model.module, inputs.apply(processing)))
         task = get_task(model.task)
+        own = _own_options(task, task_options)
         task.check(target)
         for method in target.methods:
             _check_method(method, model.module)
@@ -91,7 +99,7 @@ class Explainer:
             root = task.default_root(model.module)
             spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)
             specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
-        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared)
+        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, own)
 
     # -- what the pass reads
 
@@ -100,6 +108,12 @@ class Explainer:
         from .tasks import get_task
 
         return get_task(self.model.task)
+
+    @property
+    def asked(self) -> dict:
+        """What was asked of the task, as report.json keeps it (what ``--skip-existing``
+        compares): the target options and the task's own."""
+        return {**asdict(self.target), **(asdict(self.task_options) if self.task_options is not None else {})}
 
     @property
     def methods(self) -> tuple:
@@ -165,6 +179,27 @@ class Explainer:
 
     def __repr__(self) -> str:
         return f"Explainer({self.model!r}, layers={[s.label for s in self.layers]}, target={self.target.target!r})"
+
+
+def _own_options(task, given: Sequence):
+    """The option group of ``task`` among ``given`` (its defaults when none is).
+
+    Raises:
+        UsageError: something else than a task's option group, or two of one task's.
+    """
+    from .tasks import TASKS
+
+    groups = tuple(t.options_type for t in TASKS.values() if t.options_type is not None)
+    for options in given:
+        if not isinstance(options, groups):
+            names = ", ".join(group.__name__ for group in groups)
+            raise UsageError(f"{arg('task_options', type(options).__name__)}: expected a task's option group ({names})")
+    if task.options_type is None:
+        return None
+    own = [options for options in given if isinstance(options, task.options_type)]
+    if len(own) > 1:
+        raise UsageError(f"{arg('task_options')}: {len(own)} {task.options_type.__name__}s; give one")
+    return own[0] if own else task.options_type()
 
 
 def _recognised_task(module, preprocessing: Preprocessing) -> str:
@@ -308,7 +343,8 @@ def explain(
         objective, cam, topk: as the ``hookviz run`` options of the same names; ``cam`` takes
             several methods as ``"gradcam,eigencam"`` or a list (``result["layer4"].cams``).
         output_key: which entry of the model's output holds the logits, when it returns several.
-        score_threshold, max_detections: which of a detector's detections are explained.
+        score_threshold, max_detections: which of a detector's detections are explained
+            (``hookviz.tasks.DetectOptions``).
         box_objective: what explains a detection: ``score``, its matched box's score alone, or
             ``score+iou``, pytorch-grad-cam's ``FasterRCNNBoxScoreTarget`` (plus the box's IoU).
         steps, ig_baseline: integrated gradients' steps and baseline (``zero``, ``blur``, ``mean``).
@@ -345,16 +381,19 @@ def explain(
         loaded = replace(loaded, categories=tuple(categories))
     if task != "auto":
         loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
+    from .tasks import DetectOptions
+
     target_options = TargetOptions(
         target=str(target), objective=objective, cam=cam if isinstance(cam, str) else ",".join(map(str, cam)), topk=topk,
         output_key=None if output_key is None else str(output_key),
-        score_threshold=score_threshold, max_detections=max_detections, box_objective=box_objective,
-        steps=steps, ig_baseline=ig_baseline,
+        box_objective=box_objective, steps=steps, ig_baseline=ig_baseline,
     )
+    detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
     layer_options = LayerOptions(
         layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types), layout=layout,
     )
     explainer = Explainer.create(
         loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
+        task_options=(detect_options,),
     )
     return explainer.explain(image)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +19,9 @@ import numpy as np
 from .errors import UsageError, arg
 from .featuremaps import DeclaredLayout, Layout, layout_hint, layout_of, shape_text
 from .images import PreparedImage, Preprocessing
-from .options import PICTURE_GROUPS, ChannelSelection, PictureOptions
+from .options import ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
-from .tasks.base import ClassScore, ImagePrediction
+from .tasks import DEFAULT_TASK, ClassScore, ImagePrediction
 
 __all__ = ["Explanation", "LayerResult", "PixelMap", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
 
@@ -127,12 +127,13 @@ class Explanation:
     Attributes:
         target: what the main CAM explains (``None`` when there is nothing to explain, such
             as an image without detections).
-        prediction: what the model predicted: the top-5, a segmentation's mask and class
-            fractions, a detector's detections.
-        task: what the model does (``classify``, ``segment``, ``detect``).
+        prediction: what the model predicted, as its task says it (``hookviz.tasks``): a
+            ``ClassPrediction``, a ``SegmentPrediction`` (mask and class fractions), a
+            ``DetectPrediction`` (detections).
+        task: what the model does: a task's name (``classify``, ``segment``, ``detect``).
         layer_choice: why the layer was chosen, when hookviz chose it.
         skipped_layers: selected by a pattern or type, but never called by the forward pass.
-        asked: the target options it was explained with (report.json keeps them).
+        asked: the target options and the task's own it was explained with (report.json keeps them).
         notes: what the report says about the image and the pass (first frame of an
             animation used, model explained in eval mode, ...).
         declared_layout: what the model declares about its token and channel layout
@@ -154,7 +155,7 @@ class Explanation:
     top5: tuple[ClassScore, ...]
     layers: tuple[LayerResult, ...]
     notes: tuple[str, ...] = field(default=())
-    task: str = "classify"
+    task: str = DEFAULT_TASK
     prediction: ImagePrediction | None = field(default=None, repr=False)
     asked: dict = field(default_factory=dict, repr=False)
     layer_choice: str | None = None
@@ -175,30 +176,34 @@ class Explanation:
         target = self.target.label if self.target is not None else None
         return f"Explanation({self.image.source.label!r}, model={self.model!r}, target={target!r}, layers=[{layers}])"
 
-    def save(self, directory, pictures: PictureOptions | Sequence[str] | str = PICTURE_GROUPS, *, save_tensors: bool = False, **picture_options):
+    def save(self, directory, pictures: PictureOptions | Sequence[str] | str | None = None, *, save_tensors: bool = False, **picture_options):
         """Write the pictures, ``report.json`` and (with ``save_tensors``) ``tensors.npz`` into ``directory``.
 
         Args:
             pictures: a ``PictureOptions``, or the names of the pictures (``("summary", "cam")``,
-                ``"none"``), with ``channels``, ``scale``, ``grad_channels`` as keywords.
+                ``"none"``; by default ``summary``, ``channels`` and ``cam``), with ``channels``,
+                ``scale``, ``grad_channels`` as keywords.
 
         Returns:
             The list of files written, report last.
         """
         from .outputs import save_explanation
 
-        if not isinstance(pictures, PictureOptions):
+        if pictures is None:
+            pictures = PictureOptions(**picture_options)
+        elif not isinstance(pictures, PictureOptions):
             pictures = PictureOptions(pictures=pictures, **picture_options)
         return save_explanation(self, Path(directory), pictures, save_tensors=save_tensors)
 
     def figure(self, layer: str | None = None, kind: str = "summary", **options):
-        """A matplotlib ``Figure`` for one layer (the first by default): ``summary``,
-        ``channels``, ``grad_channels``, ``cam`` or ``cam_topk``; ``None`` where it does not
-        apply (a CAM of a layer without spatial layout). ``figure("cam")`` is the first
-        layer's CAM, unless a layer is called ``cam``."""
-        from .pictures import KINDS, picture_kind
+        """A matplotlib ``Figure`` for one layer (the first by default) of a picture kind
+        (``hookviz.render.kinds``): ``summary``, ``channels``, ``grad_channels``, ``cam``,
+        ``cam_topk`` or a registered one's; ``None`` where it does not apply (a CAM of a layer
+        without spatial layout). ``figure("cam")`` is the first layer's CAM, unless a layer is
+        called ``cam``."""
+        from .render.kinds import kinds, picture_kind
 
-        if layer in {k.name for k in KINDS} and not any(layer in (l.name, l.requested) for l in self.layers):
+        if layer in {k.name for k in kinds()} and not any(layer in (l.name, l.requested) for l in self.layers):
             kind, layer = layer, None
         picture = picture_kind(kind)
         if picture.compares:
@@ -269,9 +274,9 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     with torch.inference_mode(False), torch.enable_grad(), full_precision(explainer.device), \
             evaluation(module) as was_training, frozen_parameters(module):
         with Recording(module, explainer.layers) as recording, ChannelOrders(module) as orders:
-            output = task.forward(module, tensors, explainer.device, options)
+            output = task.forward(module, tensors, explainer.device, options, explainer.task_options)
             skipped = recording.check_complete()
-            plan = task.plan(output, options, explainer.model.categories, len(images))
+            plan = task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
             wants_gradients = any(m.needs_gradients for m in methods)
             extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None] if wants_gradients else []
             recording.backward(plan.objective, retain_graph=bool(extra))
@@ -339,10 +344,12 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
 
     prediction = plan.predictions[i]
     keys = [key for key, _ in plan.cams]
+    # The CAMs drawn as panels: every one (a detector's, one per detection), or those beyond the main one (top-K).
+    panels = keys if explainer.task.cams_as_panels else keys[1:]
     declared = explainer.declared_layout
     unmapped = _no_layer_method(explainer.target.cam)
     layers = tuple(
-        _layer_result(capture, i, image_cams(cams, i, prediction, keys), summaries, found, unmapped)
+        _layer_result(capture, i, image_cams(cams, i, prediction, keys, panels), summaries, found, unmapped)
         for capture, found, cams in zip(captures, layouts, layer_cams)
     )
     main = explainer.method
@@ -352,7 +359,7 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         weights=explainer.model.weights,
         weights_sha256=explainer.model.weights_sha256,
         preprocessing=explainer.preprocessing,
-        objective=explainer.target.box_objective if explainer.task.name == "detect" else explainer.target.objective,
+        objective=explainer.task.objective_name(explainer.target),
         cam_method=main.name if main is not None else "none",
         cam_methods=explainer.target.methods,
         logits=np.array(plan.logits[i], dtype=np.float32),
@@ -362,7 +369,7 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         notes=tuple(dict.fromkeys((*image.source.notes, *notes, *prediction.notes))),
         task=explainer.task.name,
         prediction=prediction,
-        asked=asdict(explainer.target),
+        asked=explainer.asked,
         layer_choice=explainer.layer_choice,
         declared_layout=declared,
     )

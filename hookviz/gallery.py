@@ -1,7 +1,8 @@
 """Gallery: ``OUT/index.html``, a static page over a run's pictures.
 
-One row per image: the photo the model saw, the top-5, and per layer thumbnails of every
-picture the run drew (``pictures.KINDS``), which open full size. The run's failures are
+One row per image: the photo the model saw, what its task lists of the prediction (the
+top-5, a segmentation's classes, the detections), and per layer thumbnails of every
+picture the run drew (``hookviz.render.kinds``), which open full size. The run's failures are
 listed. A run compared with a baseline (``OUT/diff.json``, written by ``--baseline`` or
 ``hookviz diff``) gets a column of its change beside its pictures, and its most changed
 images come first, in the diff's order. Shards of one run that share an output folder (``--shard K/N``) each describe
@@ -20,7 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .outputs import DIFF, REPORT, atomic_write, read_report
-from .pictures import INPUT_PICTURE, KINDS, PREDICTION_PICTURE
+from .render import INPUT_PICTURE, PREDICTION_PICTURE
+from .render.kinds import kinds
+from .tasks import reported_task
 
 __all__ = ["GALLERY", "write_gallery", "run_documents"]
 
@@ -226,7 +229,8 @@ def _row(folder: str, report: dict, change: dict | None = None, compared: bool =
         f'<a href="{base}/{name}"><img src="{base}/{name}" alt="{alt}"></a>'
         for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction")) if name in files
     )
-    top5 = _predicted(report)
+    heading, predicted = reported_task(report.get("task")).gallery_list(report)
+    top5 = "".join(f"<li>{_e(item)}</li>" for item in predicted)
     layers = []
     for layer in report.get("layers", []):
         if not isinstance(layer, dict):
@@ -235,7 +239,7 @@ def _row(folder: str, report: dict, change: dict | None = None, compared: bool =
         thumbs = "".join(
             f'<a class="thumb" href="{base}/{_href(pictures[kind.name])}">'
             f'<img loading="lazy" src="{base}/{_href(pictures[kind.name])}" alt="{_e(kind.label)}">{_e(kind.label)}</a>'
-            for kind in KINDS
+            for kind in kinds()
             if pictures.get(kind.name) in files
         )
         note = (layer.get("cam") or {}).get("skipped")
@@ -243,38 +247,12 @@ def _row(folder: str, report: dict, change: dict | None = None, compared: bool =
             f'<div class="layer"><b>{_e(layer.get("name"))}</b> {_e(layer.get("module_type"))}'
             f'{f" · {_e(note)}" if note else ""}<div class="thumbs">{thumbs}</div></div>'
         )
-    target = report.get("target") or {}
     notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.get("notes", []))
-    heading = f"target: {_e(target.get('name') or str(target.get('index')))}" if target else ""
-    if report.get("task") == "detect":
-        threshold = (report.get("prediction") or {}).get("score_threshold")
-        heading = f"detections with score ≥ {_e(threshold)}:"
     return (
         f'<tr><td class="photo">{photo}</td>'
         f"<td><code>{_e(report.get('image') or folder)}</code>{notes}<br>"
-        f"{heading}<ol>{top5}</ol></td>"
+        f"{_e(heading)}<ol>{top5}</ol></td>"
         f"<td>{''.join(layers)}</td>{_diff_cell(base, change) if compared else ''}</tr>\n"
-    )
-
-
-def _predicted(report: dict) -> str:
-    """The list beside the photo: the top-5, a segmentation's classes, or the detections."""
-    prediction = report.get("prediction") or {}
-    if report.get("task") == "segment" and isinstance(prediction.get("classes"), list):
-        return "".join(
-            f"<li>{_e(c.get('name') or c.get('index'))} ({100 * (c.get('fraction') or 0):.1f}% of pixels)</li>"
-            for c in prediction["classes"][:8] if isinstance(c, dict)
-        )
-    if report.get("task") == "detect" and isinstance(prediction.get("detections"), list):
-        items = "".join(
-            f"<li>{_e(d.get('name') or d.get('index'))} {d.get('score') or 0:.2f}</li>"
-            for d in prediction["detections"] if isinstance(d, dict)
-        )
-        return items or f"<li>no detections with score ≥ {_e(prediction.get('score_threshold'))}</li>"
-    return "".join(
-        f"<li>{_e(score.get('name') or str(score.get('index')))} "
-        f"({'nan' if score.get('probability') is None else format(score['probability'], '.3f')})</li>"
-        for score in report.get("top5", []) if isinstance(score, dict)
     )
 
 

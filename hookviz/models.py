@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from .errors import UnknownModelError, arg, did_you_mean, hint
 from .options import ModelOptions
 from .sources.base import LoadedModel
+from .tasks import DEFAULT_TASK, task_names, task_words
 
 __all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels"]
 
@@ -75,7 +76,7 @@ class SourceListing:
     about: str
     names: tuple[tuple[str, str], ...]
     total: int
-    task: str = "classify"
+    task: str = DEFAULT_TASK
 
 
 def _matches(name: str, description: str, filter: str | None, search: str | None) -> bool:
@@ -87,13 +88,10 @@ def _matches(name: str, description: str, filter: str | None, search: str | None
     return True
 
 
-TASK_ORDER = ("classify", "segment", "detect")
-TASK_WORDS = {"classify": "classification", "segment": "segmentation", "detect": "detection"}
-
-
 def list_sources(filter: str | None = None, search: str | None = None) -> list[SourceListing]:
-    """Every source, grouped by task (classifiers, then segmentation, then detection models)
-    and in ``hookviz models`` order within a task, with the names that match.
+    """Every source, grouped by task in ``hookviz.tasks`` order (classifiers, then
+    segmentation, then detection models) and in ``hookviz models`` order within a task, with
+    the names that match.
 
     Args:
         filter: keep names containing this text (case-sensitive).
@@ -102,15 +100,15 @@ def list_sources(filter: str | None = None, search: str | None = None) -> list[S
     listings = []
     order = {name: i for i, name in enumerate(_LISTING_ORDER)}
     for source in sorted(_sources(), key=lambda s: (order.get(s.name, len(order)), s.priority)):
-        task_of = getattr(source, "task_of", lambda name: "classify")
+        task_of = getattr(source, "task_of", lambda name: DEFAULT_TASK)
         by_task: dict[str, list[tuple[str, str]]] = {}
         for name in source.names():
             by_task.setdefault(task_of(name), []).append((name, source.describe(name)))
-        for task, described in (by_task or {"classify": []}).items():
+        for task, described in (by_task or {DEFAULT_TASK: []}).items():
             kept = tuple((n, d) for n, d in described if _matches(n, d, filter, search))
-            title = source.name if len(by_task) <= 1 else f"{source.name} {TASK_WORDS.get(task, task)}"
+            title = source.name if len(by_task) <= 1 else f"{source.name} {task_words(task)}"
             listings.append(SourceListing(title, source.about(), kept, len(described), task))
-    rank = {task: i for i, task in enumerate(TASK_ORDER)}
+    rank = {task: i for i, task in enumerate(task_names())}
     return sorted(listings, key=lambda listing: rank.get(listing.task, 0))  # stable: sources keep their order
 
 
@@ -119,7 +117,7 @@ def _check_task(source, options: ModelOptions) -> None:
     known = getattr(source, "task_of", lambda name: "auto")(options.name)
     if options.task not in ("auto", known) and known != "auto":
         raise UnknownModelError(
-            f"{arg('task', options.task)}: {options.name} is a {TASK_WORDS.get(known, known)} model; "
+            f"{arg('task', options.task)}: {options.name} is a {task_words(known)} model; "
             f"drop {arg('task')} (or pass {arg('task', known)})"
         )
 

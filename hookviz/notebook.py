@@ -41,17 +41,16 @@ def _img(png: bytes, layer: str, kind: str) -> str:
 
 
 def _heading(explanation) -> str:
+    from .tasks import get_task
+
     target = explanation.target
     parts = [f"<b>{html.escape(explanation.image.source.label)}</b>", f"model {html.escape(explanation.model)}",
              f"task {explanation.task}"]
     if target is not None:
         parts.append(f"target {html.escape(target.label)}, p={target.probability:.3f}")
     rows = [" · ".join(parts)]
-    if explanation.task == "detect" and explanation.prediction is not None:
-        found = ", ".join(html.escape(d.label) for d in explanation.prediction.detections) or "none"
-        rows.append(f"detections: {found}")
-    elif explanation.top5:
-        rows.append("top-5: " + " · ".join(f"{html.escape(c.label)} {c.probability:.3f}" for c in explanation.top5))
+    if explanation.prediction is not None:
+        rows += [html.escape(line) for line in get_task(explanation.task).prediction_lines(explanation)]
     rows += [f"note: {html.escape(note)}" for note in explanation.notes]
     return "".join(f"<p style=\"margin:0.2em 0\">{row}</p>" for row in rows)
 
@@ -61,8 +60,8 @@ def explanation_html(explanation, kinds=NOTEBOOK_KINDS) -> str:
     detections, notes), the prediction picture of a segmenter or detector, and per layer the
     pictures of ``kinds`` that apply to it, each an ``<img>`` whose ``data-layer`` and
     ``data-kind`` name it."""
-    from .pictures import picture_kind
-    from .rendering import prediction_figure
+    from .render.kinds import picture_kind
+    from .render.prediction import prediction_figure
 
     pictures = [picture_kind(kind) for kind in kinds]
     blocks = [_heading(explanation)]

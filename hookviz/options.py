@@ -26,8 +26,8 @@ from .errors import UsageError, arg
 
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
-    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "PICTURE_GROUPS", "parse_triple", "parse_shard",
-    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "MAX_DETECTIONS", "DEFAULT_MAX_PIXELS", "TASK_CHOICES", "LAYOUT_CHOICES",
+    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "parse_triple", "parse_shard",
+    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS", "LAYOUT_CHOICES", "task_choices",
 ]
 
 #: Longest side hookviz resizes or crops a photo to. Models take 224 to ~1333 pixels; 4096 is
@@ -35,8 +35,6 @@ __all__ = [
 MAX_SIDE = 4096
 #: At most this many classes get a CAM of their own (``--topk``): each is a panel of one picture.
 MAX_TOPK = 20
-#: At most this many detections per image get a CAM of their own (``--max-detections``).
-MAX_DETECTIONS = 20
 #: At most this many tiles in a channel grid: 512 one-inch tiles are already a 23-inch square.
 MAX_TILES = 512
 #: Above this many pixels a photo is refused as a likely decompression bomb (``--max-pixels``).
@@ -52,11 +50,17 @@ MAX_STEPS = 1024
 #: What explains a detection (``--box-objective``): its matched box's score alone, or that
 #: score plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget.
 BOX_OBJECTIVES = ("score", "score+iou")
-TASK_CHOICES = ("auto", "classify", "segment", "detect")
+
+
+def task_choices() -> tuple[str, ...]:
+    """What ``task`` may be: ``auto``, or a task of ``hookviz.tasks``."""
+    from .tasks import task_names
+
+    return ("auto", *task_names())
+
+
 #: How a 4-D map that reads both ways, and whose order nothing settles, is read (``--layout``).
 LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
-#: What ``pictures`` may name; ``pictures.KINDS`` says which files each one gives.
-PICTURE_GROUPS = ("summary", "channels", "cam")
 
 
 def _set(instance, name: str, value) -> None:
@@ -80,8 +84,8 @@ class ModelOptions:
             name, or a state_dict file.
         seed: seeds random initialisation, without touching the caller's random stream.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        task: ``classify``, ``segment``, ``detect``, or ``auto``: the source's word for it, or
-            for a factory's model, what its output looks like.
+        task: a task of ``hookviz.tasks`` (``classify``, ``segment``, ``detect``), or ``auto``:
+            the source's word for it, or for a factory's model, what its output looks like.
     """
 
     name: str
@@ -99,8 +103,8 @@ class ModelOptions:
             raise UsageError(f"{arg('device', self.device)}: choose auto, cpu, cuda, cuda:N or mps")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise UsageError(f"{arg('seed', self.seed)}: a seed is a whole number from 0 to 2**63 - 1")
-        if self.task not in TASK_CHOICES:
-            raise UsageError(f"{arg('task', self.task)}: choose {', '.join(TASK_CHOICES)}")
+        if self.task not in task_choices():
+            raise UsageError(f"{arg('task', self.task)}: choose {', '.join(task_choices())}")
 
 
 def _list_models_hint() -> str:
@@ -267,8 +271,6 @@ class TargetOptions:
         topk: how many top classes get a CAM of their own (1: the target only), by the main method.
         output_key: which part of a model's output holds the logits, when it returns several
             (a dict key, or an index into a tuple).
-        score_threshold: a detector's detections with at least this score are explained.
-        max_detections: at most this many detections per image are explained, best first.
         box_objective: what explains a detection: ``score`` (its matched box's score alone) or
             ``score+iou`` (pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``: that box's IoU
             with the detection plus its score); only detectors take anything but ``score``.
@@ -276,6 +278,9 @@ class TargetOptions:
         ig_baseline: what integrated gradients integrate from: ``zero`` (zeros in the model's
             input space, as captum's default), ``blur`` (the input blurred) or ``mean`` (its
             mean per channel).
+
+    A task's own options are a group of its own (``hookviz.tasks.DetectOptions``: which
+    detections are explained).
     """
 
     target: str = "top1"
@@ -283,8 +288,6 @@ class TargetOptions:
     cam: str = "gradcam"  # a list of names is taken too, and kept as one string
     topk: int = 1
     output_key: str | None = None
-    score_threshold: float = 0.5
-    max_detections: int = 5
     box_objective: str = "score"
     steps: int = 32
     ig_baseline: str = "zero"
@@ -306,12 +309,6 @@ class TargetOptions:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
         if self.topk > 1:
             _check_topk(self.topk, self.cam, [m for m in methods if m.resolution == "layer"])
-        threshold = self.score_threshold
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
-            raise UsageError(f"{arg('score_threshold', threshold)}: a score threshold is between 0 and 1")
-        if isinstance(self.max_detections, bool) or not isinstance(self.max_detections, int) \
-                or not 1 <= self.max_detections <= MAX_DETECTIONS:
-            raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
         if self.box_objective not in BOX_OBJECTIVES:
             raise UsageError(f"{arg('box_objective', self.box_objective)}: choose {' or '.join(BOX_OBJECTIVES)}")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
@@ -420,23 +417,35 @@ class ChannelSelection:
         return list(chosen)
 
 
+def _default_pictures() -> tuple[str, ...]:
+    from .render.kinds import default_groups
+
+    return default_groups()
+
+
 @dataclass(frozen=True)
 class PictureOptions:
     """Which pictures to draw per image and layer, and how.
 
     Attributes:
-        pictures: some of ``summary``, ``channels``, ``cam`` (``()`` or ``"none"``: none).
+        pictures: groups of picture kinds (``hookviz.render.kinds``): some of ``summary``,
+            ``channels``, ``cam`` (the default) or a registered kind's (``()`` or ``"none"``: none).
         channels: the channels of the grid (``ChannelSelection.parse`` forms).
         scale: ``tile`` (each tile its own colour scale) or ``shared`` (one for all).
         grad_channels: also draw the grid of ``grad_output``.
+        kinds: the picture kinds these options ask for, in drawing order (set from the others;
+            they travel with the options to the render workers).
     """
 
-    pictures: tuple[str, ...] = PICTURE_GROUPS
+    pictures: tuple[str, ...] = field(default_factory=_default_pictures)
     channels: ChannelSelection = field(default_factory=ChannelSelection)
     scale: str = "tile"
     grad_channels: bool = False
+    kinds: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        from .render.kinds import kinds_for, picture_groups
+
         pictures = self.pictures
         if isinstance(pictures, str):
             pictures = tuple(p.strip() for p in pictures.split(",") if p.strip())
@@ -444,12 +453,13 @@ class PictureOptions:
         if pictures == ("none",):
             pictures = ()
         for picture in pictures:
-            if picture not in PICTURE_GROUPS:
-                raise UsageError(f"{arg('pictures', picture)}: choose from {', '.join(PICTURE_GROUPS)}, or none")
+            if picture not in picture_groups():
+                raise UsageError(f"{arg('pictures', picture)}: choose from {', '.join(picture_groups())}, or none")
         _set(self, "pictures", pictures)
         _set(self, "channels", ChannelSelection.parse(self.channels))
         if self.scale not in ("tile", "shared"):
             raise UsageError(f"{arg('scale', self.scale)}: choose tile or shared")
+        _set(self, "kinds", kinds_for(self))
 
 
 # ----------------------------------------------------------------------------- run

@@ -31,13 +31,13 @@ import numpy as np
 from .errors import OutputError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from .identity import Match, PhotoIdentity, file_sha256, match_photo
-from .pictures import INPUT_PICTURE, PREDICTION_PICTURE, kinds_for
+from .render import INPUT_PICTURE, PREDICTION_PICTURE
 from .summaries import tensor_stats
 
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
     "existing_ancestor",
-    "output_names", "plain_name", "distinct_name", "Placement", "place", "layer_stems", "report_of", "save_explanation", "read_report", "target_json",
+    "output_names", "plain_name", "distinct_name", "Placement", "place", "layer_stems", "report_of", "save_explanation", "read_report",
 ]
 
 REPORT = "report.json"
@@ -311,7 +311,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "pixel_maps": {name: _pixel_map_json(pixels) for name, pixels in explanation.pixel_maps.items()},
         "target": explanation.target.to_json() if explanation.target is not None else None,
         "top5": [score.to_json() for score in explanation.top5],
-        "prediction": explanation.prediction.details if explanation.prediction is not None else {},
+        "prediction": explanation.prediction.to_json() if explanation.prediction is not None else {},
         "logits": {"count": int(np.size(explanation.logits)), "nonfinite": logits_nonfinite},
         "layer_choice": explanation.layer_choice,
         "declared_layout": explanation.declared_layout.to_json() if explanation.declared_layout is not None else None,
@@ -352,13 +352,6 @@ def _pixel_map_json(pixels) -> dict:
     else:
         found = {"shape": list(pixels.map.shape), **{k: v for k, v in tensor_stats(pixels.map).items() if k != "zero_fraction"}}
     return found if pixels.layer is None else {**found, "layer": pixels.layer}
-
-
-def target_json(options) -> dict:
-    """``TargetOptions`` as report.json keeps them (what ``--skip-existing`` compares)."""
-    from dataclasses import asdict
-
-    return asdict(options)
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
@@ -414,21 +407,25 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         raise OutputError(f"{arg('directory', directory)}: is a file, not a folder; choose a folder")
     earlier = _listed_files(directory)
     written: list[Path] = []
-    kinds = kinds_for(pictures)
+    kinds = pictures.kinds
     stems = layer_stems([layer.name for layer in explanation.layers])
     by_layer: dict[str, dict[str, str | None]] = {}
     if kinds:
-        from . import rendering  # matplotlib: ~0.3 s to import, only for pictures
+        # matplotlib: ~0.3 s to import, only for pictures
+        from .render import render_png
+        from .render.figures import photo_of
+        from .render.prediction import prediction_png
+        from .render.worker import worker_cache
 
-        written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(rendering.photo_of(explanation))))
-        prediction = rendering.prediction_figure(explanation)
+        written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(photo_of(explanation))))
+        prediction = prediction_png(explanation)
         if prediction is not None:
-            written.append(atomic_write(directory / PREDICTION_PICTURE, rendering.png_bytes(prediction)))
-        cache = rendering.worker_cache()
+            written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
+        cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})
         for kind in kinds:
-            data = rendering.render_png(kind, explanation, layer, cache, **kind.options(pictures))
+            data = render_png(kind, explanation, layer, cache, **kind.options(pictures))
             entry[kind.name] = None
             if data is None:  # not this time: an earlier run's picture of it would mislead
                 with contextlib.suppress(OSError):

@@ -92,7 +92,7 @@ class InputGradients:
     """``input_gradient(batch, images=None, guided=False)``: d(row's target score)/d(row).
 
     Attributes:
-        task, module, device, options, scorer, chunk: as ``tasks.base.Rescoring``'s.
+        task, module, device, options, scorer, chunk, task_options: as ``tasks.base.Rescoring``'s.
     """
 
     task: Any
@@ -101,6 +101,7 @@ class InputGradients:
     options: Any
     scorer: Any
     chunk: int
+    task_options: Any = None
 
     def __call__(self, batch, images=None, guided: bool = False):
         import torch
@@ -113,7 +114,7 @@ class InputGradients:
         with torch.inference_mode(False), torch.enable_grad(), guide:
             for start in range(0, len(batch), self.chunk):
                 part = batch[start : start + self.chunk].detach().clone().requires_grad_(True)
-                output = self.task.forward(self.module, list(part), self.device, self.options)
+                output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
                 scores = self.scorer(output, rows[start : start + self.chunk])
                 if scores.requires_grad:
                     (gradient,) = torch.autograd.grad(scores.sum(), part, allow_unused=True)

@@ -33,6 +33,7 @@ from .cluster import auto_cuda_device, cpu_share
 from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from .explaining import SummaryOptions
 from .fingerprints import FINGERPRINT
+from .hooks import HookSet
 from .identity import Match
 from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
 from .outputs import (
@@ -43,10 +44,9 @@ from .outputs import (
     place,
     save_explanation,
     sweep_stale_files,
-    target_json,
     write_json,
 )
-from .pictures import kinds_for
+from .tasks import DEFAULT_TASK
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
 
@@ -62,7 +62,7 @@ class ImageStatus:
     target: dict | None = None
     files: tuple[str, ...] = ()
     top5: tuple[dict, ...] = ()
-    task: str = "classify"
+    task: str = DEFAULT_TASK
 
     def to_json(self) -> dict:
         return {
@@ -147,6 +147,7 @@ def run(
     pictures: PictureOptions = PictureOptions(),
     options: RunOptions = RunOptions(),
     checks: CheckOptions = CheckOptions(),
+    task_options: Sequence = (),
     on_status: Callable[[ImageStatus, int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
 ) -> RunSummary:
@@ -154,6 +155,8 @@ def run(
 
     Args:
         images: image paths, in order (the full list; ``options.shard`` picks a slice of it).
+        task_options: tasks' own option groups (``hookviz.tasks.DetectOptions(...)``); the
+            model's task takes its own.
         on_status: called after each image with (status, images finished, images in this run).
         on_start: called once with a line saying what will run (model, layers, device).
 
@@ -164,8 +167,8 @@ def run(
         UsageError (and subclasses): bad model, weights, layer, target or output folder.
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
-    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures,
-               options=options, checks=checks, on_status=on_status, on_start=on_start).execute()
+    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures, options=options,
+               checks=checks, task_options=task_options, on_status=on_status, on_start=on_start).execute()
 
 
 class Run:
@@ -173,8 +176,9 @@ class Run:
 
     def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
                  target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
-                 on_status=None, on_start=None):
+                 task_options=(), on_status=None, on_start=None):
         self.model_options, self.layer_options, self.inputs = model, layers, inputs
+        self.task_options = tuple(task_options)
         self.target, self.pictures, self.options, self.checks = target, pictures, options, checks
         self.on_status, self.on_start = on_status, on_start
         self.images = list(images)
@@ -202,13 +206,13 @@ class Run:
     # -- the whole run
 
     def execute(self) -> RunSummary:
-        check_out(self.options.out)
-        self._open_baseline()
-        if self.options.tensorboard is not None:
-            from .tensorboard_log import check_logdir
-
-            check_logdir(self.options.tensorboard)
         try:
+            check_out(self.options.out)
+            self._open_baseline()
+            if self.options.tensorboard is not None:
+                from .tensorboard_log import check_logdir
+
+                check_logdir(self.options.tensorboard)
             self.start()
             self.load()
             self.phase = "running"
@@ -235,9 +239,26 @@ class Run:
         return summary
 
     def request_stop(self) -> None:
-        """Stop after the batch being explained: images with the render workers are finished,
-        the rest are not done. Safe to call from a signal handler (it only sets a flag)."""
+        """Stop soon: the batch being explained is abandoned at its next module, images with
+        the render workers are finished, the rest are not done. Safe to call from a signal
+        handler (it only sets a flag)."""
         self.stopping.set()
+
+    def abandon(self) -> RunSummary:
+        """End the run now, from a signal handler (a second Ctrl-C): the render workers are
+        killed mid-picture and the run file says which images were finished. Every file is
+        written under a temporary name and renamed into place, so none is left half-written
+        under its real name. The process must end right after (``os._exit``)."""
+        self.stopping.set()
+        self.interrupted = True
+        self.on_status = self.board = None  # nothing more is printed or logged
+        _kill_workers(self.pool, release=True)
+        for path, explanation, future in self.pending:
+            if future.done() and not future.cancelled():
+                with contextlib.suppress(HookvizError):
+                    self._report(path, self._saved(path, explanation, future))
+        self.pending = []
+        return self._describe()
 
     # -- steps
 
@@ -299,7 +320,8 @@ class Run:
         self.device = resolve_device(self.model_options.device)
         loaded = load_model(self.model_options)
         loaded.module.to(self.device)
-        self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target)
+        self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
+                                          task_options=self.task_options)
         out = self.options.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -326,7 +348,11 @@ class Run:
                 f"batches of up to {self.batch_size}; ")
         if explainer.layer_choice:
             return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
-        return line + "layers: " + ", ".join(spec.label for spec in explainer.layers)
+        labels = [spec.label for spec in explainer.layers]
+        if len(labels) <= 4:
+            return line + "layers: " + ", ".join(labels)
+        # densenet121's 58 ReLUs would take 4,886 characters: the run file lists them all
+        return line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {self.run_json.name}"
 
     def _resume(self) -> list[Path]:
         """Give each selected image its folder (``outputs.place``: never another photo's) and
@@ -355,7 +381,7 @@ class Run:
             return False
         if FINGERPRINT not in (report.get("files") or ()):
             return False  # written before hookviz kept fingerprints: a later comparison needs one
-        wanted = [kind.name for kind in kinds_for(self.pictures)]
+        wanted = [kind.name for kind in self.pictures.kinds]
         layers = [layer for layer in report["layers"] if isinstance(layer, dict)]
         skipped = set(report.get("skipped_layers") or ())
         for spec in self.explainer.layers:
@@ -370,12 +396,12 @@ class Run:
 
     def _same_recipe(self, report: dict) -> bool:
         explainer, asked = self.explainer, report.get("asked") or {}
-        grids = any(kind.group == "channels" for kind in kinds_for(self.pictures))
+        grids = any(kind.group == "channels" for kind in self.pictures.kinds)
         return (
             report.get("model") == explainer.model.name and report.get("weights") == explainer.model.weights
             and report.get("weights_sha256") == explainer.model.weights_sha256  # a file rewritten in place
             and report.get("preprocessing") == explainer.preprocessing.to_json()
-            and asked.get("target") == target_json(self.target)
+            and asked.get("target") == explainer.asked
             and (not grids or (asked.get("channels"), asked.get("scale")) == (str(self.pictures.channels), self.pictures.scale))
         )
 
@@ -407,7 +433,8 @@ class Run:
         Photos of different sizes (a segmenter's or a detector's, which keep their aspect)
         go through the model in groups of one size. When the model raises on a batch, its
         photos are tried one by one, so only the ones it fails on fail. A usage error (a
-        target the model lacks) stops the run.
+        target the model lacks) stops the run. A stop asked for meanwhile abandons the
+        pass at the next module: its photos get no result (they are not done).
         """
         sizes: dict[tuple, list] = {}
         for item in batch:
@@ -419,7 +446,10 @@ class Run:
             keep_tensors=self.options.save_tensors, histograms=self.board is not None,
         )
         try:
-            explanations = self.explainer.explain_batch([prepared for _, prepared in batch], summaries)
+            with _stoppable(self.explainer.model.module, self.stopping):
+                explanations = self.explainer.explain_batch([prepared for _, prepared in batch], summaries)
+        except _Stopped:  # abandoned midway: these images are not done
+            return []
         except UsageError:
             raise
         except Exception as exc:  # the model is foreign code: its failure costs these images, not the run
@@ -503,14 +533,20 @@ class Run:
 
     def finish(self) -> RunSummary:
         """Stop the helpers and describe the run in its run file and the gallery."""
-        from .gallery import write_gallery
-
         if self.loader is not None:
             self.loader.stop()
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            if self.error is not None:  # what the workers are drawing is not kept: no need to wait for it
+                _kill_workers(self.pool)
+            self.pool.shutdown(wait=True, cancel_futures=True)  # and the workers have exited
         if self.board is not None:
             self.board.close()
+        return self._describe()
+
+    def _describe(self) -> RunSummary:
+        """The summary, written to the run file and the gallery (once the output folder exists)."""
+        from .gallery import write_gallery
+
         if self.interrupted or self.error:
             reason = "interrupted" if self.interrupted else "the run stopped on an error"
             for path in self.selected:
@@ -624,6 +660,35 @@ class Run:
         }
 
 
+class _Stopped(BaseException):
+    """Raised inside the model's pass when a stop was asked for (not an Exception: the
+    model's own ``except Exception`` must not take it for a failure)."""
+
+
+@contextlib.contextmanager
+def _stoppable(model, stopping: threading.Event) -> Iterator[None]:
+    """For one pass of ``model``: a stop asked for midway ends the pass as the next module
+    starts (forward) or the next module's output gets its gradient (backward), not when
+    the batch ends. One 37x1000 photo through fcn_resnet50 (520x14054 pixels) takes
+    minutes. The hooks only read ``stopping``; they are all removed when the block ends."""
+    import torch
+
+    def check(*_) -> None:
+        if stopping.is_set():
+            raise _Stopped
+
+    def watch(_module, _args, output) -> None:
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            hooks.add(output.register_hook(check))
+
+    with HookSet() as hooks:
+        for module in model.modules():
+            if not isinstance(module, torch.jit.ScriptModule):  # which take no Python hooks
+                hooks.add(module.register_forward_pre_hook(check))
+                hooks.add(module.register_forward_hook(watch))
+        yield
+
+
 def _names_spec(name: str, spec) -> bool:
     """Whether a report's layer ``name`` (``relu:1``) is a call of the module ``spec`` selects."""
     path, _, call = name.partition(":")
@@ -690,7 +755,7 @@ def _init_worker(parent: int) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
-    from .rendering import configure_worker
+    from .render.worker import configure_worker
 
     configure_worker()
 
@@ -703,7 +768,24 @@ def _exit_with_parent(parent: int) -> None:
         time.sleep(0.5)
 
 
+def _kill_workers(pool, release: bool = False) -> None:
+    """End the render processes now (a thread pool's writer ends with the process). With
+    ``release``, for a process about to end at once: unlink the pool's semaphores now, as a
+    normal exit would, or multiprocessing's resource tracker warns of leaked ones."""
+    kill = getattr(pool, "kill_workers", None)  # Python 3.14
+    if kill is not None:
+        kill()
+    else:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+    if release:
+        from multiprocessing import util
+
+        util._run_finalizers(0)  # type: ignore[attr-defined]  # the semaphores' (exit priority 0), not the threads' joins
+
+
 def _warm_up() -> None:
-    from .rendering import warm_up  # in the worker only: the main process never draws
+    from .render.worker import warm_up  # in the worker only: the main process never draws
 
     warm_up()

@@ -170,10 +170,10 @@ def coffee() -> Path:
     return SAMPLES / "coffee.png"
 
 
-def python_output(code: str, env: dict | None = None) -> str:
-    """What a fresh interpreter prints running ``code``: for what only a new process shows
-    (the modules an import pulls in, settings read at start-up, global state)."""
-    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+def python_output(code: str, env: dict | None = None, args: tuple[str, ...] | list[str] = ()) -> str:
+    """What a fresh interpreter prints running ``code`` (``sys.argv[1:]``: ``args``): for what
+    only a new process shows (the modules an import pulls in, settings read at start-up, global state)."""
+    completed = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
     assert completed.returncode == 0, completed.stderr
     return completed.stdout
 
@@ -195,6 +195,68 @@ class SlowTinyNet(TinyNet):
 def slow_net() -> nn.Module:
     torch.manual_seed(0)
     return SlowTinyNet()
+
+
+class _SlowGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        import time
+
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
+class _Pause(nn.Module):
+    """Takes its time, as one layer of a big model does on a big photo; only in a pass that
+    back-propagates, so loading the model (a pass without gradients) is quick."""
+
+    def __init__(self, forward: float = 0.0, backward: float = 0.0):
+        super().__init__()
+        self.seconds = (forward, backward)
+
+    def forward(self, x):
+        import time
+
+        if not x.requires_grad:
+            return x
+        time.sleep(self.seconds[0])
+        return _SlowGradient.apply(x, self.seconds[1]) if self.seconds[1] else x
+
+
+class PausingNet(TinyNet):
+    """TinyNet with ``steps`` pauses after features.3 (the layer the tests record)."""
+
+    def __init__(self, steps: int, forward: float = 0.0, backward: float = 0.0):
+        super().__init__()
+        self.pauses = nn.Sequential(*(_Pause(forward, backward) for _ in range(steps)))
+
+    def forward(self, x):
+        x = self.act(self.pauses(self.features(x)))
+        x = self.act(x * 1.5)
+        return self.fc(self.pool(x).flatten(1))
+
+
+def stepped_net() -> nn.Module:
+    """One photo takes 10 s, in 100 modules of 0.1 s."""
+    torch.manual_seed(0)
+    return PausingNet(100, forward=0.1)
+
+
+def stubborn_net() -> nn.Module:
+    """One photo takes 10 s, in one module."""
+    torch.manual_seed(0)
+    return PausingNet(1, forward=10.0)
+
+
+def slow_backward_net() -> nn.Module:
+    """One photo's backward pass takes 5 s, in 50 modules of 0.1 s."""
+    torch.manual_seed(0)
+    return PausingNet(50, backward=0.1)
 
 
 def hub_snapshot(cache: Path, repo_id: str) -> Path:

@@ -670,12 +670,12 @@ def test_non_finite_logits_are_said_and_their_cam_is_not_drawn_as_zero(cli, phot
     assert "logits are not all finite" in result.stderr
     report = json.loads((out / "photo" / "report.json").read_text())
     assert report["target"]["index"] == report["top5"][0]["index"]
-    from hookviz import explain, rendering
+    from hookviz import explain
 
     from .conftest import nan_logits_net
 
     explanation = explain(nan_logits_net().eval(), photo, layers=["features.3"])
-    title = rendering.cam_figure(explanation, explanation.layers[0]).axes[1].get_title()
+    title = explanation.figure(kind="cam").axes[1].get_title()
     assert "no finite values" in title and "all zero" not in title
 
 
@@ -816,3 +816,74 @@ def test_from_list_reads_names_that_are_not_utf8(cli, tmp_path):
     listing.write_bytes(os.fsencode(str(tmp_path / name)) + b"\n")
     result = invoke(cli, "run", "--from-list", listing, *TINY, "--layer", "features.3", "--out", tmp_path / "out")
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoding", ["cp1252", "latin-1"])
+def test_a_name_the_console_cannot_spell_never_ends_the_run(tmp_path, photo, encoding):
+    """A Windows console (cp1252) or a latin-1 terminal cannot print 🐱: the line shows it
+    escaped, and the run goes on to the next image."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    Image.open(photo).save(folder / "emoji_🐱.png")
+    Image.open(photo).save(folder / "plain.png")
+    out = tmp_path / "out"
+    completed = subprocess.run(
+        [sys.executable, "-m", "hookviz", "run", str(folder), *TINY, "--layer", "fc", "--pictures", "none",
+         "--out", str(out)],
+        capture_output=True, cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "PYTHONIOENCODING": encoding},
+    )
+    stderr = completed.stderr.decode(encoding)
+    assert completed.returncode == 0, stderr
+    assert "Traceback" not in stderr and "UnicodeEncodeError" not in stderr
+    document = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    assert [entry["status"] for entry in document["images"]] == ["done", "done"]
+    assert "emoji_\\U0001f431.png" in completed.stdout.decode(encoding)  # said, as best the console can
+
+
+def _many(folder: Path, count: int) -> Path:
+    folder.mkdir()
+    for i in range(count):
+        Image.new("RGB", (32, 24), (i * 9 % 256, 90, 40)).save(folder / f"im{i:02d}.png")
+    return folder
+
+
+def test_a_large_run_prints_counts_not_a_line_per_image(cli, tmp_path, monkeypatch):
+    """21 images (more than 20), stderr not a terminal (a CI log): a line of counts and time
+    left every PROGRESS_EVERY seconds (here: after every image) instead of one per image."""
+    import re
+
+    import hookviz.cli
+
+    monkeypatch.setattr(hookviz.cli, "PROGRESS_EVERY", 0.0)
+    folder = _many(tmp_path / "in", 21)
+    (folder / "im05.png").write_bytes(b"not a photo")
+    base = ["run", folder, *TINY, "--layer", "features.3", "--pictures", "none"]
+    result = invoke(cli, *base, "--out", tmp_path / "out")
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert "hookviz: failed: " in result.stderr and "im05.png" in result.stderr  # failures, always
+    progress = [line for line in result.stderr.splitlines() if re.fullmatch(r"hookviz: \d+ of 21 images, \d failed.*", line)]
+    assert len(progress) == 20  # not after the last one: the closing line says it
+    assert re.fullmatch(r"hookviz: 20 of 21 images, 1 failed, about \d+ s left", progress[-1]), progress[-1]
+    assert "hookviz: 20 of 21 images done, 1 failed; results in " in result.stderr
+    verbose = invoke(cli, *base, "--out", tmp_path / "verbose", "--verbose")
+    assert len(verbose.stdout.splitlines()) == 20 and "im20.png: target " in verbose.stdout
+    assert not any(re.fullmatch(r"hookviz: \d+ of 21 images, .*", line) for line in verbose.stderr.splitlines())
+    few = invoke(cli, "run", _many(tmp_path / "few", 3), *TINY, "--layer", "features.3", "--pictures", "none",
+                 "--out", tmp_path / "few-out")
+    assert len(few.stdout.splitlines()) == 3
+
+
+def test_the_first_line_names_a_few_layers_and_run_json_all(cli, photo, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, *TINY, "--layer-type", "Conv2d", "--layer-type", "ReLU", "--layer", "fc",
+                    "--pictures", "none", "--out", out)
+    assert result.exit_code == 0, result.output
+    layers = json.loads((out / "run.json").read_text())["layers"]
+    assert len(layers) == 5
+    first = result.stderr.splitlines()[0]
+    assert first.endswith(f"; 5 layers: {', '.join(layers[:3])}, and 2 more; all in run.json"), first
+    two = invoke(cli, "run", photo, *TINY, "--layer-type", "Conv2d", "--pictures", "none", "--out", tmp_path / "two")
+    assert two.stderr.splitlines()[0].endswith("; layers: features.0, features.3")

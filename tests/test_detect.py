@@ -312,9 +312,10 @@ def test_a_task_the_model_does_not_do_is_refused_and_no_detection_is_no_zero_gra
                                       "--fail-on", "zero-grad", "--target", "person", "--score-threshold", "0.01",
                                       "--out", str(tmp_path / "b")])
     assert result.exit_code == 0, result.output  # nothing to explain: no gradient is due
-    from hookviz import explain, rendering
+    from hookviz import explain
+    from hookviz.render.prediction import prediction_figure
 
     names = torchvision.models.get_model_weights(DETECTOR).DEFAULT.meta["categories"]
     nothing = explain(detector().eval(), SAMPLES / "cat.png", target="person", score_threshold=0.01, categories=names)
-    figure = rendering.prediction_figure(nothing)
+    figure = prediction_figure(nothing)
     assert "no detections of class person with score ≥ 0.01" in figure._suptitle.get_text()

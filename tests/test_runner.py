@@ -247,15 +247,16 @@ def test_skip_existing_redoes_images_when_the_weights_file_was_rewritten_in_plac
     assert report["weights_sha256"] == _sha256(weights)
 
 
-def _start_slow_run(tmp_path: Path, count: int, batch_size: int, **popen) -> tuple[subprocess.Popen, Path, Path]:
+def _start_slow_run(tmp_path: Path, count: int, batch_size: int, *, model: str = "slow_net", options=("-q",),
+                    **popen) -> tuple[subprocess.Popen, Path, Path]:
     folder = tmp_path / "in"
     folder.mkdir()
     for i in range(count):
         Image.new("RGB", (40, 30), (i * 6 % 256, 100, 50)).save(folder / f"im{i:02d}.png")
     out = tmp_path / "out"
     process = subprocess.Popen(
-        [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:slow_net",
-         "--weights", "none", "--layer", "features.3", "--batch-size", str(batch_size), "--out", str(out), "-q"],
+        [sys.executable, "-m", "hookviz", "run", str(folder), "--model", f"tests.conftest:{model}",
+         "--weights", "none", "--layer", "features.3", "--batch-size", str(batch_size), "--out", str(out), *options],
         cwd=ROOT, **popen,
     )
     return process, folder, out
@@ -529,16 +530,138 @@ def test_impatient_ctrl_c_three_times_still_ends_cleanly(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("after", [0.5, 2.0])
-def test_ctrl_c_while_starting_is_one_quiet_line(tmp_path, after):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("after", [0.2, 0.5, 1.0, 2.0])
+def test_ctrl_c_while_starting_is_one_quiet_line(tmp_path, after, stop):
+    """At any moment of start-up: while typer imports, while options are read, while torch
+    and the model load (the interpreter's own first ~0.1 s is beyond hookviz's reach)."""
     import os
 
     process, _, out = _start_slow_run(tmp_path, 4, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       start_new_session=True)
     time.sleep(after)
-    os.killpg(process.pid, signal.SIGINT)
+    os.killpg(process.pid, stop)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode in (0, 130), stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    if process.returncode == 130 and not (out / "run.json").exists():
-        assert "stopped before any image was explained" in stderr
+    if process.returncode == 130:
+        assert len(stderr.splitlines()) == 1 and stderr.startswith("hookviz: interrupted"), stderr
+        if not (out / "run.json").exists():
+            assert "stopped before any image was explained" in stderr
+
+
+def _stopped_mid_batch(tmp_path: Path, model: str, signals: int) -> tuple[float, str, dict]:
+    """Start a run whose first batch (one photo) takes 10 s, send ``signals`` SIGTERMs in its
+    middle, and return the seconds from the last signal to the exit, stderr and run.json."""
+    process, _, out = _start_slow_run(tmp_path, 3, 2, model=model, options=("-q", "--pictures", "none"),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: (out / ".hookviz-output").exists())  # the model is loaded: the first batch starts
+    time.sleep(1.5)
+    for _ in range(signals):
+        process.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        time.sleep(0.5)
+    _, stderr = process.communicate(timeout=60)
+    elapsed = time.monotonic() - sent
+    assert process.returncode == 130, stderr
+    assert len(stderr.splitlines()) == 1 and stderr.startswith("hookviz: interrupted: 0 images written"), stderr
+    return elapsed, stderr, json.loads((out / "run.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_stop_abandons_the_batch_being_explained(tmp_path):
+    """One photo takes 10 s (100 modules of 0.1 s): the stop ends the pass at the next module."""
+    elapsed, _, document = _stopped_mid_batch(tmp_path, "stepped_net", signals=1)
+    assert elapsed < 5
+    assert document["interrupted"] is True
+    assert document["counts"] == {"images": 3, "done": 0, "failed": 0, "skipped": 0, "not_done": 3}
+    assert [entry["status"] for entry in document["images"]] == ["not_done"] * 3
+
+
+@pytest.mark.slow
+def test_a_second_signal_ends_the_run_at_once(tmp_path):
+    """One module takes 10 s, so the first stop waits for it; the second does not."""
+    elapsed, _, document = _stopped_mid_batch(tmp_path, "stubborn_net", signals=2)
+    assert elapsed < 3
+    assert document["interrupted"] is True and document["counts"]["not_done"] == 3
+
+
+def test_a_stop_during_back_propagation_abandons_the_batch_and_leaves_no_hook(tmp_path):
+    import threading
+
+    import torch
+
+    from hookviz.runner import Run
+
+    images = _images(tmp_path / "in", 1)
+    steps = Run(images, ModelOptions("tests.conftest:slow_backward_net", "none"), layers=LayerOptions(("features.3",)),
+                pictures=PictureOptions(pictures=()), options=RunOptions(out=tmp_path / "out"))
+    steps.start()
+    try:
+        steps.load()
+        batch = next(steps.batches())
+        threading.Timer(1.0, steps.request_stop).start()  # the backward pass takes 5 s
+        started = time.monotonic()
+        assert steps.explain(batch) == []
+        assert time.monotonic() - started < 2.5
+    finally:
+        steps.finish()
+    module = steps.explainer.model.module
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+    assert torch.is_grad_enabled()
+
+
+_LEFT_BEHIND = """
+import ctypes, json, os, subprocess, sys
+from pathlib import Path
+
+# Orphans come to this process (a subreaper) and stay listed, as zombies, until it reaps them:
+# a process the command did not wait for cannot slip away unseen.
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+command = subprocess.Popen(json.loads(sys.argv[1]), cwd=sys.argv[2], start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+status = command.wait()
+left = []
+for entry in Path("/proc").iterdir():
+    if entry.name.isdigit():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            name = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if int(fields[2]) == command.pid:
+            left.append(f"{name} ({fields[0]})")
+print(json.dumps([status, left]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux subreaper and /proc")
+def test_the_command_returns_after_every_process_it_started_has_exited(tmp_path):
+    """Render workers and multiprocessing's resource tracker: none outlives the command."""
+    folder = _images(tmp_path / "in", 3)[0].parent
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:tiny_net", "--weights",
+               "none", "--layer", "features.3", "--pictures", "summary", "--out", str(out)]
+    status, left = json.loads(python_output(_LEFT_BEHIND, args=[json.dumps(command), str(ROOT)]))
+    assert status == 0
+    assert left == []
+    assert json.loads((out / "run.json").read_text())["counts"]["done"] == 3
+
+
+def test_a_run_that_stops_on_an_error_does_not_wait_for_its_render_workers(tmp_path):
+    """What they would draw is not kept: a run that stops as the model loads (a class the
+    model lacks) ends without waiting seconds for the workers to start and warm up."""
+    from hookviz import TargetOptions
+    from hookviz.errors import TargetError
+    from hookviz.runner import Run
+
+    images = _images(tmp_path / "in", 4)
+    for pictures in ((), ("summary",)):  # the first, without workers, imports what loading needs
+        steps = Run(images, ModelOptions("tests.conftest:tiny_net", "none"), layers=LayerOptions(("features.3",)),
+                    target=TargetOptions(target="99"), pictures=PictureOptions(pictures=pictures),
+                    options=RunOptions(out=tmp_path / "out", workers=2))
+        started = time.monotonic()
+        with pytest.raises(TargetError):
+            steps.execute()
+    assert time.monotonic() - started < 1.0  # waiting for the workers took 5 s on 2 busy cores

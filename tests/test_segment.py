@@ -63,7 +63,7 @@ def test_segmentation_cam_equals_pytorch_grad_cam(deeplab, cat_tensor, role):
     from pytorch_grad_cam.utils.model_targets import SemanticSegmentationTarget
 
     x = cat_tensor
-    present = [c["index"] for c in hookviz.explain(deeplab, x, layers=["backbone.16"]).prediction.details["classes"]]
+    present = [share.index for share in hookviz.explain(deeplab, x, layers=["backbone.16"]).prediction.classes]
     assert len(present) >= 2
     target = {"largest": "top1", "second": str(present[1]), "absent": str(min(set(range(21)) - set(present)))}[role]
     result = hookviz.explain(deeplab, x, layers=["backbone.16"], target=target)
@@ -71,7 +71,7 @@ def test_segmentation_cam_equals_pytorch_grad_cam(deeplab, cat_tensor, role):
     index = result.target.index
     mask = result.prediction.mask == index
     if not mask.any():  # the objective then covers every pixel, and the report says so
-        assert "over all pixels" in result.prediction.details["objective"] and result.notes
+        assert "over all pixels" in result.prediction.objective and result.notes
         mask = np.ones_like(mask)
     with GradCAM(model=_Out(deeplab), target_layers=[deeplab.backbone.get_submodule("16")]) as cam:
         cam(input_tensor=x[None], targets=[SemanticSegmentationTarget(index, mask.astype(np.float32))])
@@ -109,9 +109,9 @@ def test_top1_is_the_largest_class_besides_background_and_topk_the_largest_prese
     result = hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], categories=names, topk=3)
     assert result.task == "segment" and result.target.name == "c2"
     assert [score.index for score, _ in result.layers[0].topk_cams] == [2, 5]  # background is not explained
-    fractions = {c["name"]: c["fraction"] for c in result.prediction.details["classes"]}
+    fractions = {share.name: share.fraction for share in result.prediction.classes}
     assert fractions["c2"] == pytest.approx(0.6, abs=1e-5) and fractions["c0"] == pytest.approx(16 / 600, abs=1e-5)
-    assert "over the 360 pixels predicted as c2" in result.prediction.details["objective"]
+    assert "over the 360 pixels predicted as c2" in result.prediction.objective
 
 
 def test_the_top5_line_and_report_give_each_classs_share_of_pixels_largest_first(photo, tmp_path):

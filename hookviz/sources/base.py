@@ -20,6 +20,7 @@ from typing import Protocol
 
 from ..featuremaps import DeclaredLayout
 from ..images import Preprocessing
+from ..tasks import DEFAULT_TASK
 
 __all__ = [
     "LoadedModel", "ModelSource", "SOURCES", "register_source", "weights_kind", "seeded",
@@ -54,7 +55,7 @@ class LoadedModel:
     categories: tuple[str, ...] | None
     preprocessing: Preprocessing
     source: str = "module"
-    task: str = "classify"
+    task: str = DEFAULT_TASK
     input_size: tuple[int, int] | None = None
     notes: tuple[str, ...] = field(default=())
     declared_layout: DeclaredLayout | None = None

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..checkpoints import LoadedWeights
 from ..errors import UsageError, arg
 from ..images import Preprocessing
+from ..tasks.classify import Classify
 from .base import LoadedModel, load_weights_file, random_or_file, register_source, seeded, weights_kind
 
 
@@ -71,7 +72,7 @@ class BuiltinSource:
         return f"built-in: {BUILTINS[name].description}"
 
     def task_of(self, name: str) -> str:
-        return "classify"
+        return Classify.name
 
     def load(self, name: str, weights: str, seed: int) -> LoadedModel:
         from .torchvision_models import imagenet_categories

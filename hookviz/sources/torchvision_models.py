@@ -19,8 +19,9 @@ import pickle
 from pathlib import Path
 
 from ..errors import WeightsError, arg, first_line
-from ..images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from ..images import Preprocessing
 from ..lazy_dynamo import import_torchvision
+from ..tasks import DEFAULT_TASK, TASKS, get_task
 from .base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
 
 
@@ -29,10 +30,14 @@ def _models():
 
 
 def names_by_task() -> dict[str, list[str]]:
-    """torchvision's model names, per task."""
+    """torchvision's model names, per task (each task says where torchvision keeps its models)."""
+    import importlib
+
     models = _models()
-    modules = {"classify": models, "segment": models.segmentation, "detect": models.detection}
-    return {task: sorted(models.list_models(module=module)) for task, module in modules.items()}
+    return {
+        name: sorted(models.list_models(module=importlib.import_module(task.torchvision_module)))
+        for name, task in TASKS.items() if task.torchvision_module is not None
+    }
 
 
 def torchvision_names() -> list[str]:
@@ -41,7 +46,7 @@ def torchvision_names() -> list[str]:
 
 
 def task_of(name: str) -> str:
-    return next((task for task, names in names_by_task().items() if name in names), "classify")
+    return next((task for task, names in names_by_task().items() if name in names), DEFAULT_TASK)
 
 
 def imagenet_categories() -> tuple[str, ...]:
@@ -86,15 +91,15 @@ class TorchvisionSource:
             with seeded(seed):
                 model = _pretrained(name, weights, entry)
             categories = tuple(entry.meta.get("categories") or ()) or None
-            return self._loaded(name, task, model, f"{weights} ({entry})", categories, preprocessing_of(entry, task))
+            return self._loaded(name, task, model, f"{weights} ({entry})", categories, preprocessing_of(entry, task, True))
         if kind == "other" and not Path(weights).exists() and not any(c in weights for c in "/\\."):
             names = ", ".join(m for m in members if m != "DEFAULT")
             raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {names}")
         with seeded(seed):
-            model = _untrained(name, task, None if kind == "none" else weights)
+            model = _untrained(name, None if kind == "none" else weights)
         loaded = random_or_file(model, weights, seed)
         categories = tuple(enum.DEFAULT.meta.get("categories") or ()) or None
-        processing = Preprocessing() if task == "classify" else preprocessing_of(enum.DEFAULT, task)
+        processing = preprocessing_of(enum.DEFAULT, task, False)
         return self._loaded(name, task, model, loaded.label, categories, processing,
                             notes=loaded.notes, weights_sha256=loaded.sha256)
 
@@ -105,14 +110,17 @@ class TorchvisionSource:
         )
 
 
-def _untrained(name: str, task: str, weights_file: str | None):
+def _untrained(name: str, weights_file: str | None):
     """``name`` with random weights (to be overwritten by ``weights_file`` if given): never a
     pretrained backbone, and with the auxiliary head a segmentation checkpoint holds."""
+    import inspect
+
     models = _models()
-    if task == "classify":
-        return models.get_model(name, weights=None)
-    options = {"weights_backbone": None}
-    if task == "segment" and weights_file is not None and _has_aux_head(weights_file):
+    takes = inspect.signature(models.get_model_builder(name)).parameters
+    options: dict[str, object] = {}
+    if "weights_backbone" in takes:  # segmenters and detectors
+        options["weights_backbone"] = None
+    if "aux_loss" in takes and weights_file is not None and _has_aux_head(weights_file):
         options["aux_loss"] = True
     return models.get_model(name, weights=None, **options)
 
@@ -140,26 +148,12 @@ def _pretrained(name: str, weights: str, entry):
         ) from None
 
 
-def preprocessing_of(entry, task: str = "classify") -> Preprocessing:
-    """The weights' own eval transform (torchvision records it with each weights entry): a
-    segmenter's resizes the shorter side and crops nothing; a detector's hands the photo
-    over as it is, in [0, 1] (the model resizes and normalises it itself)."""
-    transform = entry.transforms()
-    if task == "detect":
-        return Preprocessing(mode="original", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
-    if task == "segment":
-        return Preprocessing(
-            resize=int(transform.resize_size[0]), mode="shorter", mean=tuple(transform.mean), std=tuple(transform.std)
-        )
-    try:
-        resize = int(transform.resize_size[0])
-        size = int(transform.crop_size[0])
-        interpolation = getattr(transform.interpolation, "value", "bilinear")  # efficientnet's weights resize bicubic
-        return Preprocessing(
-            resize=resize, size=size, mean=tuple(transform.mean), std=tuple(transform.std), interpolation=interpolation
-        )
-    except (AttributeError, IndexError, TypeError):
-        return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
+def preprocessing_of(entry, task: str = DEFAULT_TASK, pretrained: bool = True) -> Preprocessing:
+    """The weights' own eval transform (torchvision records it with each weights entry), as
+    the task reads it (``Task.torchvision_preprocessing``): a segmenter's resizes the shorter
+    side and crops nothing; a detector's hands the photo over as it is, in [0, 1] (the model
+    resizes and normalises it itself); a classifier with other weights gets the usual one."""
+    return get_task(task).torchvision_preprocessing(entry.transforms(), pretrained)
 
 
 def ensure_cached(name: str, url: str, weights: str = "DEFAULT") -> Path:

@@ -1,26 +1,53 @@
 """Tasks: what a model's output means and what to explain in it, one module per task
 (see ``base`` for the interface): ``classify``, ``segment``, ``detect``. Importing this
-package registers each of them."""
+package registers each of them; every list of tasks hookviz shows (the ``task`` choices,
+their order, their words, the order in which a model's output is recognised, both by
+``priority``) is read from ``TASKS``. Importing it is cheap: no task imports torch or numpy before it runs.
+"""
 
 from . import classify, detect, segment  # noqa: F401  (each registers itself)
-from .base import TASKS, ClassScore, Detection, ImagePrediction, Plan, Task, register_task
+from .base import TASKS, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, Task, TaskBase, register_task
+from .classify import ClassPrediction
+from .detect import DetectOptions, DetectPrediction
+from .segment import ClassShare, SegmentPrediction
 
-__all__ = ["TASKS", "ClassScore", "Detection", "ImagePrediction", "Plan", "Task", "get_task", "recognise_task",
-           "register_task", "task_names"]
+__all__ = ["TASKS", "ClassPrediction", "ClassScore", "ClassShare", "DEFAULT_TASK", "DetectOptions", "DetectPrediction",
+           "Detection", "ImagePrediction", "Plan", "PredictionPanel", "SegmentPrediction", "Task", "TaskBase", "get_task",
+           "recognise_task", "register_task", "reported_task", "task_names", "task_words"]
 
 
 def get_task(name: str) -> Task:
     return TASKS[name]
 
 
+def _by_priority() -> list[Task]:
+    return sorted(TASKS.values(), key=lambda task: task.priority)
+
+
 def task_names() -> list[str]:
-    return list(TASKS)
+    """Every task's name, in listing order: the lowest ``priority`` first (the most general,
+    classification, to the most particular, detection)."""
+    return [task.name for task in _by_priority()]
+
+
+#: The task of a model that nothing says otherwise of: the one that claims every output.
+DEFAULT_TASK = _by_priority()[0].name
 
 
 def recognise_task(output) -> str:
-    """The task whose output ``output`` looks like: detection and segmentation outputs have
-    their own shapes; anything else is taken for a classifier's."""
-    for name in ("detect", "segment"):
-        if TASKS[name].recognises(output):
-            return name
-    return "classify"
+    """The task whose output ``output`` looks like: each task is asked, the highest
+    ``priority`` first (a detector's and a segmenter's outputs have their own shapes); the
+    last claims anything."""
+    return next((task.name for task in reversed(_by_priority()) if task.recognises(output)), DEFAULT_TASK)
+
+
+def task_words(name: str) -> str:
+    """What a task is, in a word (``classification``); an unknown name as it is."""
+    task = TASKS.get(name)
+    return task.words if task is not None else name
+
+
+def reported_task(name) -> Task:
+    """The task a report.json names, or the default task for a name it does not know (a
+    report of another hookviz)."""
+    return TASKS.get(name) or TASKS[DEFAULT_TASK]

@@ -11,6 +11,12 @@ here that registers itself, not a new pipeline.
 A task also says what a target's *score* is on a new input (``scorer``), so that a CAM
 method that re-scores altered inputs (Score-CAM's masked photos) works for every task; the
 pass wraps it in a ``Rescoring``, the ``score`` a method finds in its ``MethodContext``.
+
+A task also says what the rest of hookviz shows of it, so nothing outside this package
+asks which task it is: the words of the pictures' titles (``headline``,
+``objective_text``), its CAM panels, its ``prediction.png`` (``draw_prediction``), what
+index.html lists beside a photo, the line ``hookviz run`` prints per image, and its own
+option group (``DetectOptions``). ``TaskBase`` says it for tasks that explain classes.
 """
 
 from __future__ import annotations
@@ -20,11 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
-
 __all__ = [
-    "ClassScore", "Detection", "ImagePrediction", "Plan", "Rescoring", "Task", "TASKS", "focus_of", "register_task",
-    "model_dtype", "stacked",
+    "ClassScore", "Detection", "ImagePrediction", "Plan", "PredictionPanel", "Rescoring", "Task", "TaskBase", "TASKS",
+    "focus_of", "probability_text", "register_task", "model_dtype", "stacked",
 ]
 
 
@@ -72,7 +76,9 @@ class Detection:
 
 @dataclass(frozen=True)
 class ImagePrediction:
-    """What the model predicted for one image, and what each CAM of it explains.
+    """What the model predicted for one image, and what each CAM of it explains. Each task
+    has its own kind (``ClassPrediction``, ``SegmentPrediction``, ``DetectPrediction``),
+    whose ``to_json`` is the ``prediction`` of report.json.
 
     Attributes:
         target: what the main CAM explains (``None``: nothing to explain, such as an image
@@ -81,18 +87,18 @@ class ImagePrediction:
         focus: per CAM key of the plan, what that CAM explains for this image: a
             ``ClassScore`` or a ``Detection`` (``None``: nothing, its CAM is left out).
         notes: what the report should say about the choice.
-        mask: a segmentation's predicted class per pixel of the model's input.
-        detections: a detector's detections above the threshold, best first.
-        details: the task's part of report.json (class fractions, detections, objective).
+        window: the (height, width) fraction of the model's input the photo covers, when the
+            model padded it (a detector's batch); ``None``: all of it.
     """
 
     target: ClassScore | None
     top5: tuple[ClassScore, ...]
     focus: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
-    mask: np.ndarray | None = field(default=None, repr=False)
-    detections: tuple[Detection, ...] = ()
-    details: dict = field(default_factory=dict)
+    window: tuple[float, float] | None = None
+
+    def to_json(self) -> dict:
+        return {}
 
 
 @dataclass
@@ -115,13 +121,35 @@ class Plan:
     logits: "object"
 
 
+@dataclass(frozen=True)
+class PredictionPanel:
+    """How a task's ``prediction.png`` is laid out: its heading, and the room its legend
+    takes to the right of the photo (inches)."""
+
+    heading: str
+    legend: float = 0.0
+
+
 class Task(Protocol):
     """Attributes:
-        name: ``classify``, ``segment`` or ``detect``.
-        objective_text: what the objective is, in words, for reports.
+        name: ``classify``, ``segment`` or ``detect``: its ``task`` choice.
+        words: what it is, in a word for listings (``classification``).
+        priority: which task a model's output is tried for first when the task is
+            recognised (``task="auto"``): the highest first; the lowest claims the rest.
+            Listings go the other way: the lowest (the most general task) first.
+        options_type: the option group of its own (``DetectOptions``), or ``None``.
+        torchvision_module: where torchvision keeps its models, or ``None``.
+        cams_as_panels: every CAM of an image is a panel of ``<layer>.cam.png`` (a
+            detector's, one per detection), instead of the main CAM over the photo with the
+            top-K beside it in ``<layer>.cam_topk.png``.
     """
 
     name: str
+    words: str
+    priority: int
+    options_type: type | None
+    torchvision_module: str | None
+    cams_as_panels: bool
 
     def recognises(self, output) -> bool:
         """Whether a model's output (of a dry pass) is this task's kind (``task="auto"``)."""
@@ -130,17 +158,21 @@ class Task(Protocol):
         """The model's ``images.Preprocessing`` with the caller's ``InputOptions``, as this task
         allows them. Raises UsageError for an option the task cannot honour."""
 
+    def torchvision_preprocessing(self, transform, pretrained: bool):
+        """The ``images.Preprocessing`` that a torchvision weights entry's ``transform`` means
+        for this task's models, loaded with those weights or not (``pretrained``)."""
+
     def check(self, options) -> None:
         """Raise UsageError for ``TargetOptions`` this task cannot honour."""
 
     def default_root(self, module) -> str | None:
         """Where the default layer is looked for (``backbone.body``), or ``None`` for anywhere."""
 
-    def forward(self, module, tensors: Sequence, device: str, options=None):
+    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
         """Run the model on a batch of prepared image tensors (all of one size) with the
-        ``TargetOptions``; return its output."""
+        ``TargetOptions`` and the task's own options; return its output."""
 
-    def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
+    def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
         """Read the model's ``output`` for ``count`` images and say what to explain.
 
         Raises:
@@ -156,6 +188,103 @@ class Task(Protocol):
         detector's box that matches the detection; 0 where the image has nothing to explain.
         On the plan's own inputs it gives the focus's own score (``ClassScore.logit``,
         ``Detection.score``)."""
+
+    def objective_name(self, options) -> str:
+        """What report.json calls the objective (``logit``, ``ce``, ``score``)."""
+
+    def headline(self, explanation) -> str:
+        """What the pictures' titles say of the target: ``target tabby (281), p=0.874``."""
+
+    def objective_text(self, explanation) -> str:
+        """What the summary's gradient panels are the gradients of, in words."""
+
+    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
+        """The title of the CAM panel of ``focus`` (a value of the prediction's ``focus``), and
+        the box drawn over it (``None``: none)."""
+
+    def panels_text(self, count: int) -> str:
+        """What ``count`` CAM panels show: ``the top 3 classes``."""
+
+    def prediction_panel(self, explanation) -> PredictionPanel | None:
+        """How ``prediction.png`` is laid out, or ``None``: the task draws none."""
+
+    def draw_prediction(self, ax, explanation) -> None:
+        """Draw what the model predicted over the photo already shown in ``ax``."""
+
+    def prediction_lines(self, explanation) -> list[str]:
+        """What the model predicted, in lines of text (a notebook shows them): ``top-5: ...``."""
+
+    def status_line(self, status) -> str:
+        """The line ``hookviz run`` prints for an image done (a ``runner.ImageStatus``)."""
+
+    def gallery_list(self, report: dict) -> tuple[str, list[str]]:
+        """What index.html lists beside an image's photo, from its report.json: a heading and
+        the items (plain text)."""
+
+
+def probability_text(value) -> str:
+    """A probability as the progress lines print it (``nan`` for a non-finite one)."""
+    return "nan" if value is None else format(value, ".3f")
+
+
+class TaskBase:
+    """What a task that explains classes (a classifier's, a segmenter's) says and draws; a
+    task overrides what differs."""
+
+    priority = 0
+    options_type: type | None = None
+    torchvision_module: str | None = None
+    cams_as_panels = False
+    #: How a target's probability is measured, as the titles say it.
+    measure = "p"
+
+    def default_root(self, module) -> str | None:
+        return None
+
+    def objective_name(self, options) -> str:
+        return options.objective
+
+    def headline(self, explanation) -> str:
+        target = explanation.target
+        if target is None:
+            return "no target"
+        return f"target {target.label}, {self.measure}={target.probability:.3f}"
+
+    def objective_text(self, explanation) -> str:
+        return f"objective {explanation.objective}"
+
+    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
+        return f"{focus.label}\np={focus.probability:.3f}", None
+
+    def panels_text(self, count: int) -> str:
+        return f"the top {count} class{'es' if count != 1 else ''}"
+
+    def prediction_panel(self, explanation) -> PredictionPanel | None:
+        return None  # the top-5 is in every title and in the gallery
+
+    def draw_prediction(self, ax, explanation) -> None:
+        pass
+
+    def prediction_lines(self, explanation) -> list[str]:
+        if not explanation.top5:
+            return []
+        return ["top-5: " + " · ".join(f"{c.label} {c.probability:.3f}" for c in explanation.top5)]
+
+    def status_line(self, status) -> str:
+        if status.target is None:
+            return f"{status.image}: nothing to explain (see its report.json)"
+        top = " · ".join(f"{s['name'] or s['index']} {probability_text(s['probability'])}" for s in status.top5)
+        return f"{status.image}: target {status.target.get('name') or status.target.get('index')}; top-5: {top}"
+
+    def gallery_list(self, report: dict) -> tuple[str, list[str]]:
+        target = report.get("target") or {}
+        heading = f"target: {target.get('name') or str(target.get('index'))}" if target else ""
+        items = [
+            f"{score.get('name') or str(score.get('index'))} "
+            f"({'nan' if score.get('probability') is None else format(score['probability'], '.3f')})"
+            for score in report.get("top5", []) if isinstance(score, dict)
+        ]
+        return heading, items
 
 
 def model_dtype(module):
@@ -193,6 +322,7 @@ class Rescoring:
     options: object
     scorer: Callable
     chunk: int
+    task_options: object = None
 
     def __call__(self, batch, images=None):
         import torch
@@ -204,7 +334,7 @@ class Rescoring:
         with torch.inference_mode():
             for start in range(0, len(batch), self.chunk):
                 part = batch[start : start + self.chunk]
-                output = self.task.forward(self.module, list(part), self.device, self.options)
+                output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
                 scores.append(self.scorer(output, rows[start : start + self.chunk]).detach().float())
         return torch.cat(scores) if scores else torch.zeros(0)
 
@@ -213,5 +343,14 @@ TASKS: dict[str, Task] = {}
 
 
 def register_task(task_class):
+    """Class decorator: adds an instance of ``task_class`` to ``TASKS`` under its name.
+
+    Raises:
+        UsageError: another task has that name.
+    """
+    from ..errors import UsageError
+
+    if task_class.name in TASKS:
+        raise UsageError(f"task {task_class.name!r} is registered already; choose another name")
     TASKS[task_class.name] = task_class()
     return task_class

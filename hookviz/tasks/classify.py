@@ -9,12 +9,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..errors import UsageError, arg
-from .base import ClassScore, ImagePrediction, Plan, focus_of, register_task, stacked
+from .base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
 from .targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
 
-__all__ = ["Classify", "logits_of", "parse_target"]
+__all__ = ["Classify", "ClassPrediction", "logits_of", "parse_target"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassPrediction(ImagePrediction):
+    """A classifier's prediction for one image (its top-5 is ``top5``).
+
+    Attributes:
+        objective: what was back-propagated, in words.
+    """
+
+    objective: str
+
+    def to_json(self) -> dict:
+        return {"objective": self.objective}
 
 
 # ----------------------------------------------------------------------------- the output
@@ -129,8 +144,11 @@ def _keys(output) -> list[str]:
 
 
 @register_task
-class Classify:
+class Classify(TaskBase):
     name = "classify"
+    words = "classification"
+    priority = 0  # tried last: it claims what no other task does
+    torchvision_module = "torchvision.models"
 
     def recognises(self, output) -> bool:
         return True  # what no other task claims
@@ -138,18 +156,30 @@ class Classify:
     def preprocessing(self, base, inputs):
         return inputs.apply(base)
 
+    def torchvision_preprocessing(self, transform, pretrained: bool):
+        from ..images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+
+        if not pretrained:
+            return Preprocessing()  # random or foreign weights: the usual ImageNet transform
+        try:
+            resize = int(transform.resize_size[0])
+            size = int(transform.crop_size[0])
+            interpolation = getattr(transform.interpolation, "value", "bilinear")  # efficientnet's weights resize bicubic
+            return Preprocessing(
+                resize=resize, size=size, mean=tuple(transform.mean), std=tuple(transform.std), interpolation=interpolation
+            )
+        except (AttributeError, IndexError, TypeError):
+            return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
+
     def check(self, options) -> None:
         if options.box_objective != "score":
             raise UsageError(f"{arg('box_objective', options.box_objective)}: a classifier has no boxes; "
                              f"drop {arg('box_objective')}")
 
-    def default_root(self, module) -> str | None:
-        return None
-
-    def forward(self, module, tensors: Sequence, device: str, options=None):
+    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
         return stacked(module, tensors, device)
 
-    def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
+    def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
         import torch
 
         logits = logits_of(output, options.output_key)
@@ -191,8 +221,8 @@ class Classify:
         for i in range(count):
             focus = {"target": score(i, targets[i])}
             focus.update({f"top{k + 1}": score(i, top[i, k]) for k in range(topk)} if options.topk > 1 else {})
-            predictions.append(ImagePrediction(focus["target"], tuple(score(i, j) for j in top[i, :5]), focus, notes,
-                                               details={"objective": _OBJECTIVES[options.objective]}))
+            predictions.append(ClassPrediction(target=focus["target"], top5=tuple(score(i, j) for j in top[i, :5]),
+                                               focus=focus, notes=notes, objective=_OBJECTIVES[options.objective]))
         return Plan(objective, cams, predictions, logits_np)
 
     def scorer(self, plan: Plan, key: str, options):

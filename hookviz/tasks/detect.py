@@ -14,6 +14,8 @@ together), so both give the same CAMs; they part where the boxes move (a re-scor
 a box given to the nearest pixel, as pytorch-grad-cam's tutorial passes them). The recorded
 gradients are those of all the explained detections' objectives together. An image with no
 detection above the threshold is done, with nothing to explain.
+
+``score_threshold`` and ``max_detections`` are the task's own options (``DetectOptions``).
 """
 
 from __future__ import annotations
@@ -22,18 +24,29 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from ..errors import UsageError, arg
 from ..hooks import HookSet
-from .base import ClassScore, Detection, ImagePrediction, Plan, focus_of, model_dtype, register_task
+from .base import (
+    ClassScore,
+    Detection,
+    ImagePrediction,
+    Plan,
+    PredictionPanel,
+    TaskBase,
+    focus_of,
+    model_dtype,
+    probability_text,
+    register_task,
+)
 from .targets import parse_target
 
-__all__ = ["Detect", "DetectorOutput", "MATCH_IOU", "box_objective"]
+__all__ = ["Detect", "DetectOptions", "DetectPrediction", "DetectorOutput", "MATCH_IOU", "MAX_DETECTIONS", "box_objective"]
 
 #: A detection's objective is that of the output box that overlaps it most, if at least this much
 #: (``score+iou``: more than this, as pytorch-grad-cam's ``iou_threshold``).
 MATCH_IOU = 0.5
+#: At most this many detections per image get a CAM of their own (``max_detections``).
+MAX_DETECTIONS = 20
 #: What report.json says each ``box_objective`` is.
 _OBJECTIVE_TEXT = {
     "score": f"the matched box's score alone (the output box of the detection's label that overlaps it most, IoU at "
@@ -43,6 +56,64 @@ _OBJECTIVE_TEXT = {
                  "detection's); one CAM per detection",
 }
 _THRESHOLDS = ("score_thresh", "roi_heads.score_thresh")  # where torchvision's detectors keep theirs
+
+
+@dataclass(frozen=True)
+class DetectOptions:
+    """Which of a detector's detections are explained (the detection task's own options).
+
+    Attributes:
+        score_threshold: detections with at least this score.
+        max_detections: at most this many per image, best first.
+    """
+
+    score_threshold: float = 0.5
+    max_detections: int = 5
+
+    def __post_init__(self):
+        threshold = self.score_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise UsageError(f"{arg('score_threshold', threshold)}: a score threshold is between 0 and 1")
+        if isinstance(self.max_detections, bool) or not isinstance(self.max_detections, int) \
+                or not 1 <= self.max_detections <= MAX_DETECTIONS:
+            raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectPrediction(ImagePrediction):
+    """A detector's prediction for one image (its ``top5`` is its best detections, as scores).
+
+    Attributes:
+        detections: the detections explained, best first.
+        of_class: the class ``target`` named (its name, or its index without names), or ``None``
+            for every class.
+        score_threshold, max_detections: the ``DetectOptions`` that chose them.
+        objective: what was back-propagated, in words.
+    """
+
+    detections: tuple[Detection, ...]
+    of_class: str | int | None
+    score_threshold: float
+    max_detections: int
+    objective: str
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.of_class,
+            "score_threshold": self.score_threshold,
+            "max_detections": self.max_detections,
+            "detections": [d.to_json() for d in self.detections],
+            "objective": self.objective,
+            "window": list(self.window) if self.window else None,
+        }
+
+    @property
+    def found(self) -> str:
+        """``3 detections of class person with score ≥ 0.5`` (``no detections ...`` when none)."""
+        count = len(self.detections)
+        of = f" of class {self.of_class}" if self.of_class is not None else ""
+        number = "no" if not count else str(count)
+        return f"{number} detection{'s' if count != 1 else ''}{of} with score ≥ {self.score_threshold}"
 
 
 @dataclass
@@ -86,8 +157,13 @@ def _score_thresholds(module, threshold: float) -> Iterator[None]:
 
 
 @register_task
-class Detect:
+class Detect(TaskBase):
     name = "detect"
+    words = "detection"
+    priority = 20  # its output is the most particular: tried first
+    options_type = DetectOptions
+    torchvision_module = "torchvision.models.detection"
+    cams_as_panels = True
 
     def recognises(self, output) -> bool:
         return _is_detections(output)
@@ -101,6 +177,12 @@ class Detect:
                 f"photo at its own size); drop {arg(given[0])}"
             )
         return replace(base, mode="original", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+
+    def torchvision_preprocessing(self, transform, pretrained: bool):
+        """The photo as it is, in [0, 1]: the model resizes and normalises it itself."""
+        from ..images import Preprocessing
+
+        return Preprocessing(mode="original", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
 
     def check(self, options) -> None:
         if options.objective != "logit":
@@ -119,11 +201,12 @@ class Detect:
                 return root
         return None
 
-    def forward(self, module, tensors: Sequence, device: str, options=None):
+    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
+        own = task_options or DetectOptions()
         images = [tensor.to(device=device, dtype=model_dtype(module)) for tensor in tensors]
         sizes: dict = {}
         transform = getattr(module, "transform", None)
-        with HookSet() as hooks, _score_thresholds(module, options.score_threshold if options else 0.5):
+        with HookSet() as hooks, _score_thresholds(module, own.score_threshold):
             if transform is not None:
                 hooks.add(transform.register_forward_hook(lambda _m, _i, out: sizes.update(batch=out[0])))
             detections = module(images)
@@ -134,11 +217,13 @@ class Detect:
             )
         return DetectorOutput(detections, _windows(sizes.get("batch"), len(images)))
 
-    def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
+    def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
+        import numpy as np
         import torch
 
+        own = task_options or DetectOptions()
         fixed = parse_target(options.target, categories)
-        chosen = [_chosen(result, options, fixed) for result in output.detections]
+        chosen = [_chosen(result, own, fixed) for result in output.detections]
         scores = [[box_objective(result, result["boxes"][k], int(result["labels"][k]), options.box_objective)
                    for k in keep] for result, keep in zip(output.detections, chosen)]
         most = max((len(s) for s in scores), default=0)
@@ -150,7 +235,8 @@ class Detect:
             else:
                 cams = [(f"det{j + 1}", sum(image[j] for image in scores if j < len(image))) for j in range(most)]
         predictions = [
-            _prediction(result, keep, output.windows[i] if output.windows else None, categories, options, fixed, most)
+            _prediction(result, keep, output.windows[i] if output.windows else None, categories, own, fixed, most,
+                        _OBJECTIVE_TEXT[options.box_objective])
             for i, (result, keep) in enumerate(zip(output.detections, chosen))
         ]
         logits = [np.asarray([float(s.detach()) for s in image], dtype=np.float32) for image in scores]
@@ -178,6 +264,68 @@ class Detect:
         return score
 
 
+    def objective_name(self, options) -> str:
+        return options.box_objective
+
+    # -- what it shows
+
+    def headline(self, explanation) -> str:
+        return explanation.prediction.found
+
+    def objective_text(self, explanation) -> str:
+        count = len(explanation.prediction.detections)
+        return f"gradients of the sum of the {count} detection scores" if count else "no gradients: nothing to explain"
+
+    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
+        rank = explanation.prediction.detections.index(focus) + 1
+        return f"{rank}. {focus.name or 'class'} ({focus.index})\nscore {focus.score:.3f}", focus.box
+
+    def panels_text(self, count: int) -> str:
+        return f"{count} detection{'s' if count != 1 else ''}"
+
+    def prediction_panel(self, explanation) -> PredictionPanel:
+        return PredictionPanel(explanation.prediction.found)
+
+    def draw_prediction(self, ax, explanation) -> None:
+        """Each detection's box, labelled with its rank, class and score."""
+        from matplotlib.patches import Rectangle
+
+        from ..render.figures import class_colour
+
+        prediction, shape = explanation.prediction, explanation.image.shown.shape
+        for rank, detection in enumerate(prediction.detections, start=1):
+            x0, y0, x1, y1 = detection.box
+            colour = class_colour(detection.index)
+            ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=colour, linewidth=2))
+            right = x0 > 0.6 * shape[1]  # a label near the right edge ends at its box's right side
+            above = y0 > 0.05 * shape[0]
+            ax.text(x1 if right else x0, y0 if above else y1,
+                    f"{rank}. {detection.name or detection.index} {detection.score:.2f}",
+                    fontsize=8, va="bottom" if above else "top", ha="right" if right else "left", color="black",
+                    bbox={"facecolor": colour, "alpha": 0.85, "pad": 1, "linewidth": 0}, parse_math=False)
+        if not prediction.detections:
+            of = f" of class {prediction.of_class}" if prediction.of_class is not None else ""
+            ax.text(0.5, 0.5, f"no detections{of} ≥ {prediction.score_threshold}", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=14, color="white", bbox={"facecolor": "black", "alpha": 0.6},
+                    parse_math=False)
+
+    def prediction_lines(self, explanation) -> list[str]:
+        return [f"detections: {', '.join(d.label for d in explanation.prediction.detections) or 'none'}"]
+
+    def status_line(self, status) -> str:
+        found = ", ".join(f"{s['name'] or s['index']} {probability_text(s['probability'])}" for s in status.top5)
+        return f"{status.image}: detections: {found}" if found else f"{status.image}: no detections to explain"
+
+    def gallery_list(self, report: dict) -> tuple[str, list[str]]:
+        prediction = report.get("prediction") or {}
+        threshold = prediction.get("score_threshold")
+        heading = f"detections with score ≥ {threshold}:"
+        detections = prediction.get("detections")
+        if not isinstance(detections, list):
+            return heading, super().gallery_list(report)[1]
+        items = [f"{d.get('name') or d.get('index')} {d.get('score') or 0:.2f}" for d in detections if isinstance(d, dict)]
+        return heading, items or [f"no detections with score ≥ {threshold}"]
+
 def _windows(batch, count: int) -> list:
     """Where each photo lies in the padded batch (torchvision's ``ImageList``)."""
     if batch is None or not hasattr(batch, "image_sizes"):
@@ -186,7 +334,7 @@ def _windows(batch, count: int) -> list:
     return [(h / height, w / width) for h, w in batch.image_sizes]
 
 
-def _chosen(result, options, fixed: int | None) -> list[int]:
+def _chosen(result, options: DetectOptions, fixed: int | None) -> list[int]:
     """The indices of the detections to explain: above the threshold, of the target class if
     one was named, best first, at most ``max_detections``."""
     scores = result["scores"].detach()
@@ -230,7 +378,9 @@ def box_objective(result, box, label: int, objective: str = "score"):
     return scores[same[best]] if float(overlaps[best]) >= MATCH_IOU else scores[same[best]] * 0
 
 
-def _prediction(result, keep: list[int], window, categories, options, fixed, most: int) -> ImagePrediction:
+def _prediction(
+    result, keep: list[int], window, categories, options: DetectOptions, fixed, most: int, objective: str
+) -> DetectPrediction:
     names = list(categories) if categories is not None else None
     detections = tuple(
         Detection(
@@ -245,12 +395,10 @@ def _prediction(result, keep: list[int], window, categories, options, fixed, mos
     focus = {f"det{j + 1}": (detections[j] if j < len(detections) else None) for j in range(max(most, 1))}
     what = "" if fixed is None else f" of class {names[fixed] if names and fixed < len(names) else fixed}"
     notes = () if detections else (f"no detections{what} with a score of at least {options.score_threshold}",)
-    details = {
-        "target": None if fixed is None else (names[fixed] if names and fixed < len(names) else fixed),
-        "score_threshold": options.score_threshold,
-        "max_detections": options.max_detections,
-        "detections": [d.to_json() for d in detections],
-        "objective": _OBJECTIVE_TEXT[options.box_objective],
-        "window": list(window) if window else None,
-    }
-    return ImagePrediction(scores[0] if scores else None, scores[:5], focus, notes, detections=detections, details=details)
+    return DetectPrediction(
+        target=scores[0] if scores else None, top5=scores[:5], focus=focus, notes=notes,
+        window=tuple(window) if window else None, detections=detections,
+        of_class=None if fixed is None else (names[fixed] if names and fixed < len(names) else fixed),
+        score_threshold=options.score_threshold, max_detections=options.max_detections,
+        objective=objective,
+    )

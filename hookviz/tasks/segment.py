@@ -12,17 +12,55 @@ and the report says so. ``topk`` gives a CAM to each of the K largest classes pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-
-import numpy as np
+from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError, arg
-from .base import ClassScore, ImagePrediction, Plan, focus_of, register_task, stacked
+from .base import (
+    ClassScore,
+    ImagePrediction,
+    Plan,
+    PredictionPanel,
+    TaskBase,
+    focus_of,
+    probability_text,
+    register_task,
+    stacked,
+)
 from .targets import class_target
 
-__all__ = ["Segment", "segmentation_logits"]
+__all__ = ["Segment", "SegmentPrediction", "ClassShare", "segmentation_logits"]
 
 BACKGROUND = 0  # torchvision's segmentation categories start with "__background__"
+
+
+@dataclass(frozen=True)
+class ClassShare:
+    """A class predicted on some of an image's pixels, and which fraction of them."""
+
+    index: int
+    name: str | None
+    fraction: float
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "name": self.name, "fraction": self.fraction}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentPrediction(ImagePrediction):
+    """A segmenter's prediction for one image.
+
+    Attributes:
+        mask: the predicted class of each pixel of the model's input (int16).
+        classes: the classes predicted anywhere, largest share first.
+        objective: what was back-propagated, in words.
+    """
+
+    mask: object = field(repr=False)
+    classes: tuple[ClassShare, ...]
+    objective: str
+
+    def to_json(self) -> dict:
+        return {"classes": [share.to_json() for share in self.classes], "objective": self.objective}
 
 
 def segmentation_logits(output, key: str | None = None):
@@ -47,8 +85,12 @@ def segmentation_logits(output, key: str | None = None):
 
 
 @register_task
-class Segment:
+class Segment(TaskBase):
     name = "segment"
+    words = "segmentation"
+    priority = 10
+    torchvision_module = "torchvision.models.segmentation"
+    measure = "mean p over its pixels"
 
     def recognises(self, output) -> bool:
         import torch
@@ -65,6 +107,15 @@ class Segment:
         changes = {k: v for k, v in (("resize", inputs.resize), ("mean", inputs.mean), ("std", inputs.std)) if v is not None}
         return replace(base, mode="shorter", **changes)
 
+    def torchvision_preprocessing(self, transform, pretrained: bool):
+        """The weights' own: the shorter side resized, nothing cropped (random weights too:
+        the model's resolution is part of it)."""
+        from ..images import Preprocessing
+
+        return Preprocessing(
+            resize=int(transform.resize_size[0]), mode="shorter", mean=tuple(transform.mean), std=tuple(transform.std)
+        )
+
     def check(self, options) -> None:
         if options.objective != "logit":
             raise UsageError(
@@ -78,10 +129,10 @@ class Segment:
     def default_root(self, module) -> str | None:
         return "backbone" if hasattr(module, "backbone") else None
 
-    def forward(self, module, tensors: Sequence, device: str, options=None):
+    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
         return stacked(module, tensors, device)
 
-    def plan(self, output, options, categories: Sequence[str] | None, count: int) -> Plan:
+    def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
 
         logits = segmentation_logits(output, options.output_key)
         classes = logits.shape[1]
@@ -101,7 +152,7 @@ class Segment:
                     for i, image in enumerate(images) if k < len(image["present"])
                 )
                 cams.append((f"top{k + 1}", scalar))
-        predictions = [
+        predictions: list[ImagePrediction] = [
             _prediction(image, predicted[i], detached[i], probabilities[i], names, options) for i, image in enumerate(images)
         ]
         class_means = detached.float().mean(dim=(2, 3)).cpu().numpy()  # per image: each class's mean logit
@@ -116,6 +167,7 @@ class Segment:
 
         classes, weights = [], []
         for prediction, focus in zip(plan.predictions, focus_of(plan, key)):
+            assert isinstance(prediction, SegmentPrediction)  # a segmentation's plan holds nothing else
             mask = torch.from_numpy(prediction.mask == (-1 if focus is None else focus.index))
             if focus is not None and not bool(mask.any()):
                 mask = torch.ones_like(mask)
@@ -130,6 +182,56 @@ class Segment:
             return (picked.double() * weights_t.to(logits.device)[rows]).flatten(1).sum(dim=1).float()
 
         return score
+
+    # -- what it shows
+
+    def prediction_panel(self, explanation) -> PredictionPanel:
+        count = sum(1 for share in explanation.prediction.classes if share.index != BACKGROUND)
+        heading = f"predicted mask: {count} class{'es' if count != 1 else ''} besides background" if count else \
+            "predicted mask: background only"
+        return PredictionPanel(heading, legend=2.6)
+
+    def draw_prediction(self, ax, explanation) -> None:
+        """The mask over the photo, and a legend of the classes present with their shares."""
+        import numpy as np
+        from matplotlib.patches import Patch
+
+        from ..render.figures import class_colour
+
+        prediction = explanation.prediction
+        mask = prediction.mask
+        colours = np.zeros((*mask.shape, 4))
+        classes = [share for share in prediction.classes if share.index != BACKGROUND]
+        for share in classes:
+            colours[mask == share.index] = class_colour(share.index)[:3] + (0.55,)
+        ax.imshow(colours, interpolation="nearest")
+        handles = [
+            Patch(color=class_colour(share.index), label=f"{share.name or share.index}  {100 * share.fraction:.1f}%")
+            for share in classes[:14]
+        ]
+        background = next((share for share in prediction.classes if share.index == BACKGROUND), None)
+        if background is not None:
+            handles.append(Patch(facecolor="none", edgecolor="0.5",
+                                 label=f"{background.name or 0}  {100 * background.fraction:.1f}%"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False,
+                  title="predicted classes (share of pixels)", title_fontsize=8)
+
+    def gallery_list(self, report: dict) -> tuple[str, list[str]]:
+        heading, items = super().gallery_list(report)
+        classes = (report.get("prediction") or {}).get("classes")
+        if isinstance(classes, list):
+            items = [f"{c.get('name') or c.get('index')} ({100 * (c.get('fraction') or 0):.1f}% of pixels)"
+                     for c in classes[:8] if isinstance(c, dict)]
+        return heading, items
+
+    def status_line(self, status) -> str:
+        if status.target is None:
+            return super().status_line(status)
+        shares = " · ".join(
+            f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {probability_text(s['probability'])}" for s in status.top5
+        )
+        return (f"{status.image}: target {status.target.get('name') or status.target.get('index')}; "
+                f"largest classes (share of pixels, mean probability there): {shares}")
 
 
 def _image(predicted, logits, fixed: int | None, classes: int, topk: int) -> dict:
@@ -158,7 +260,9 @@ def _class_objective(logits, predicted, index: int):
     return (values * mask).sum() if bool(mask.any()) else values.sum()
 
 
-def _prediction(image: dict, predicted, logits, probabilities, names, options) -> ImagePrediction:
+def _prediction(image: dict, predicted, logits, probabilities, names, options) -> SegmentPrediction:
+    import numpy as np
+
     counts = image["counts"]
     total = float(counts.sum())
 
@@ -181,13 +285,13 @@ def _prediction(image: dict, predicted, logits, probabilities, names, options) -
     focus = {"target": target}
     if options.topk > 1:
         focus.update({f"top{k + 1}": score(c) for k, c in enumerate(image["present"][: options.topk])})
-    classes = [
-        {"index": int(c), "name": names[c] if names else None, "fraction": round(float(counts[c]) / total, 6)}
+    classes = tuple(
+        ClassShare(int(c), names[c] if names else None, round(float(counts[c]) / total, 6))
         for c in np.argsort(-counts, kind="stable") if counts[c] > 0
-    ]
-    return ImagePrediction(
+    )
+    return SegmentPrediction(
         target=target, top5=tuple(score(c) for c in image["present"][:5]), focus=focus, notes=notes,
-        mask=predicted.to("cpu").numpy().astype(np.int16), details={"classes": classes, "objective": objective},
+        mask=predicted.to("cpu").numpy().astype(np.int16), classes=classes, objective=objective,
     )
 
 
@@ -195,3 +299,4 @@ def _all_pixels(mask):
     import torch
 
     return torch.ones_like(mask)
+

@@ -1,4 +1,4 @@
-"""The pictures: honest colour scales, labels, and no global pyplot state."""
+"""The pictures (hookviz.render): honest colour scales, labels, figure reuse, and no global pyplot state."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ import pytest
 from matplotlib.colors import TwoSlopeNorm
 from PIL import Image
 
-from hookviz import explain, rendering
+from hookviz import explain
+from hookviz.errors import UsageError
 from hookviz.images import Preprocessing
-from hookviz.pictures import picture_kind
+from hookviz.render import figures, render_png, worker
+from hookviz.render.kinds import PictureKind, groups_help, kinds, picture_groups, picture_kind, register_kind
 
+from . import picture_plugin
 from .conftest import python_output
 
 
@@ -30,13 +33,13 @@ def _images(figure):
 
 
 def test_summary_has_photo_four_panels_and_colorbars(explanation):
-    figure = rendering.summary_figure(explanation, explanation["features.1"])
+    figure = picture_kind("summary").figure(explanation, explanation["features.1"])
     title = figure._suptitle.get_text()
     assert "TinyNet" in title and "features.1" in title and "1x4x224x224" in title
     assert "class (1)" in title and "p=" in title
     images = _images(figure)
     assert len(images) == 5  # the photo and four maps
-    gradients = [im for im in images if im.get_cmap().name == rendering.GRADIENT_CMAP]
+    gradients = [im for im in images if im.get_cmap().name == figures.GRADIENT_CMAP]
     assert len(gradients) == 2
     for image in gradients:
         norm = image.norm
@@ -46,7 +49,7 @@ def test_summary_has_photo_four_panels_and_colorbars(explanation):
 
 
 def test_vector_panels_are_titled_line_plots(explanation):
-    figure = rendering.summary_figure(explanation, explanation["fc"])
+    figure = picture_kind("summary").figure(explanation, explanation["fc"])
     titles = [ax.get_title() for ax in figure.axes if ax.get_title().startswith(("input", "output", "grad"))]
     assert len(titles) == 4 and all("per feature" in t and "min" in t for t in titles)
     assert not _images(figure)[1:]  # lines, not images, beside the photo
@@ -54,7 +57,7 @@ def test_vector_panels_are_titled_line_plots(explanation):
 
 def test_activation_panel_spans_the_true_range(explanation):
     layer = explanation["features.1"]
-    figure = rendering.summary_figure(explanation, layer)
+    figure = picture_kind("summary").figure(explanation, layer)
     output_image = _images(figure)[2]
     summed = layer.output[0].sum(axis=0)
     assert output_image.norm.vmin == pytest.approx(summed.min()) and output_image.norm.vmax == pytest.approx(summed.max())
@@ -67,21 +70,21 @@ def _bar_labels(figure) -> list[list[str]]:
 
 def test_colorbars_are_labelled_with_the_true_values(explanation):
     layer = explanation["features.1"]
-    figure = rendering.summary_figure(explanation, layer)
+    figure = picture_kind("summary").figure(explanation, layer)
     summed = layer.output[0].sum(axis=0)
     low, high = float(summed.min()), float(summed.max())
     _, output, grad_input, _ = _bar_labels(figure)  # the panels' order: input, output, grad_input, grad_output
-    assert output == [rendering._fmt(v) for v in (low, (low + high) / 2, high)]
+    assert output == [figures.fmt(v) for v in (low, (low + high) / 2, high)]
     limit = float(np.abs(layer.grad_input[0].sum(axis=0)).max())
-    assert grad_input == [rendering._fmt(-limit), "0", rendering._fmt(limit)]  # centred on zero
-    cam = rendering.cam_figure(explanation, layer)
-    assert _bar_labels(cam)[0] == ["0", rendering._fmt(layer.cam.max() / 2), rendering._fmt(layer.cam.max())]
+    assert grad_input == [figures.fmt(-limit), "0", figures.fmt(limit)]  # centred on zero
+    cam = picture_kind("cam").figure(explanation, layer)
+    assert _bar_labels(cam)[0] == ["0", figures.fmt(layer.cam.max() / 2), figures.fmt(layer.cam.max())]
 
 
 def test_dead_layer_is_labelled_constant(explanation):
     layer = explanation["features.1"]
     dead = replace(layer, maps={**layer.maps, "output": np.zeros_like(layer.maps["output"])})
-    figure = rendering.summary_figure(explanation, dead)
+    figure = picture_kind("summary").figure(explanation, dead)
     titles = [ax.get_title() for ax in figure.axes]
     assert any(t.startswith("output") and "constant 0 everywhere" in t for t in titles)
 
@@ -92,11 +95,11 @@ def test_non_finite_values_are_grey_not_the_colour_of_zero(explanation):
     band = output.shape[0] // 5
     output[:band, :] = np.nan  # the top fifth
     holed = replace(layer, maps={**layer.maps, "output": output, "grad_input": np.full_like(output, np.inf)})
-    figure = rendering.summary_figure(explanation, holed)
+    figure = picture_kind("summary").figure(explanation, holed)
     titles = [ax.get_title() for ax in figure.axes]
     assert any(t.startswith("output") and f"{output[:band].size} not finite (grey)" in t for t in titles)
     assert any(t.startswith("grad_input") and "no finite values" in t for t in titles)
-    pixels = np.asarray(Image.open(io.BytesIO(rendering.png_bytes(figure))).convert("RGB"))
+    pixels = np.asarray(Image.open(io.BytesIO(figures.png_bytes(figure))).convert("RGB"))
     output_ax = next(ax for ax in figure.axes if ax.get_title().startswith("output"))
     (x0, y0), (x1, y1) = output_ax.get_window_extent().get_points()
     inside = pixels[pixels.shape[0] - int(y1) + int((y1 - y0) * 0.1), int(x0) + 3 : int(x1) - 3]  # in the band
@@ -104,40 +107,40 @@ def test_non_finite_values_are_grey_not_the_colour_of_zero(explanation):
 
 
 def test_png_is_not_blank(explanation):
-    data = rendering.png_bytes(rendering.cam_figure(explanation, explanation["features.1"]))
+    data = figures.png_bytes(picture_kind("cam").figure(explanation, explanation["features.1"]))
     pixels = np.asarray(Image.open(io.BytesIO(data)).convert("L"), dtype=float)
     assert pixels.std() > 20
 
 
 def test_channel_grid_labels_and_selection(explanation):
     layer = explanation["features.1"]
-    figure = rendering.channels_figure(explanation, layer, channels="1,3")
+    figure = picture_kind("channels").figure(explanation, layer, channels="1,3")
     labels = [t.get_text() for t in figure.axes[0].texts]
     assert [l.split()[0] for l in labels] == ["#1", "#3"]
     means = layer.output[0].mean(axis=(1, 2))
     assert set(layer.tiles["output"].indices) == set(np.argsort(-means)[:64])
-    shared = rendering.channels_figure(explanation, layer, scale="shared")
+    shared = picture_kind("channels").figure(explanation, layer, scale="shared")
     assert "one scale" in shared.axes[1].get_ylabel()
-    grads = rendering.channels_figure(explanation, layer, which="grad_output")
-    assert grads.axes[0].get_images()[0].get_cmap().name == rendering.GRADIENT_CMAP
-    assert rendering.channels_figure(explanation, explanation["fc"]) is None  # no spatial layout
+    grads = picture_kind("channels").figure(explanation, layer, which="grad_output")
+    assert grads.axes[0].get_images()[0].get_cmap().name == figures.GRADIENT_CMAP
+    assert picture_kind("channels").figure(explanation, explanation["fc"]) is None  # no spatial layout
 
 
 def test_cam_figures(explanation):
     layer = explanation["features.1"]
-    figure = rendering.cam_figure(explanation, layer)
+    figure = picture_kind("cam").figure(explanation, layer)
     assert "gradcam" in figure.axes[1].get_title()
     assert len(layer.topk_cams) == 3
-    topk = rendering.cam_topk_figure(explanation, layer)
+    topk = picture_kind("cam_topk").figure(explanation, layer)
     assert sum(1 for ax in topk.axes if getattr(ax, "_colorbar", None) is not None) == 3
-    assert rendering.cam_figure(explanation, explanation["fc"]) is None
+    assert picture_kind("cam").figure(explanation, explanation["fc"]) is None
 
 
 def test_no_crop_draws_on_the_whole_photo():
     from .conftest import SAMPLES, tiny_net
 
     result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.1"], preprocessing=Preprocessing(mode="whole"))
-    figure = rendering.cam_figure(result, result.layers[0])
+    figure = picture_kind("cam").figure(result, result.layers[0])
     assert figure.axes[0].get_images()[0].get_array().shape == (300, 451, 3)
 
 
@@ -156,9 +159,9 @@ _TINY_EXPLANATION = (
 def test_pyplot_is_never_imported():
     code = (
         "import sys\n"
-        "from hookviz import rendering\n"
+        "from hookviz.render import figures\n"
         + _TINY_EXPLANATION
-        + "rendering.png_bytes(rendering.summary_figure(e, e.layers[0]))\n"
+        + "figures.png_bytes(e.figure(kind='summary'))\n"
         "print('matplotlib.pyplot' in sys.modules)\n"
     )
     assert python_output(code).strip() == "False"
@@ -172,19 +175,19 @@ def test_render_workers_draw_the_same_pixels_as_any_process():
     def picture(configure: str) -> str:
         code = (
             "import hashlib, matplotlib\n"
-            "from hookviz import rendering\n"
-            "from hookviz.pictures import picture_kind\n"
+            "from hookviz.render import render_png, worker\n"
+            "from hookviz.render.kinds import picture_kind\n"
             f"{configure}\n"
             + _TINY_EXPLANATION
-            + "cache = rendering.worker_cache()\n"
+            + "cache = worker.worker_cache()\n"
             "for kind in ('summary', 'channels', 'cam'):\n"
-            "    print(hashlib.sha256(rendering.render_png(picture_kind(kind), e, e.layers[0], cache)).hexdigest())\n"
+            "    print(hashlib.sha256(render_png(picture_kind(kind), e, e.layers[0], cache)).hexdigest())\n"
         )
         return python_output(code)
 
     plain = picture("matplotlib.rcParams['text.hinting'] = 'no_hinting'")
     assert len(plain.split()) == 3 and picture("matplotlib.rcParams['text.hinting'] = 'no_hinting'") == plain
-    assert picture("rendering.configure_worker()") == plain
+    assert picture("worker.configure_worker()") == plain
 
 
 @pytest.mark.skipif(tuple(map(int, __import__("matplotlib").__version__.split(".")[:2])) >= (3, 12),
@@ -194,11 +197,11 @@ def test_render_workers_read_fonts_from_memory():
     """The worker settings must really be in force (the pixel test above passes either way)."""
     code = (
         "from matplotlib import font_manager\n"
-        "from hookviz import rendering\n"
-        "before = rendering.fonts_from_memory()\n"
-        "rendering.configure_worker()\n"
+        "from hookviz.render import worker\n"
+        "before = worker.fonts_from_memory()\n"
+        "worker.configure_worker()\n"
         "font = font_manager.get_font(font_manager.findfont('DejaVu Sans'))\n"
-        "print(before, rendering.fonts_from_memory(), rendering.worker_cache() is not None)\n"
+        "print(before, worker.fonts_from_memory(), worker.worker_cache() is not None)\n"
     )
     assert python_output(code).split() == ["False", "True", "True"]
 
@@ -212,13 +215,13 @@ def test_a_reused_figure_takes_the_new_models_titles():
         pass
 
     first_model, second_model = tiny_net().eval(), OtherNet().eval()
-    cache = rendering.FigureCache()
+    cache = worker.FigureCache()
     for kind in ("summary", "cam", "channels"):
         first = explain(first_model, SAMPLES / "cat.png", layers=["features.1"])
         second = explain(second_model, SAMPLES / "cat.png", layers=["features.1"])
-        rendering.render_png(picture_kind(kind), first, first.layers[0], cache)
-        reused = rendering.render_png(picture_kind(kind), second, second.layers[0], cache)
-        fresh = rendering.render_png(picture_kind(kind), second, second.layers[0])
+        render_png(picture_kind(kind), first, first.layers[0], cache)
+        reused = render_png(picture_kind(kind), second, second.layers[0], cache)
+        fresh = render_png(picture_kind(kind), second, second.layers[0])
         assert reused == fresh, kind
 
 
@@ -240,7 +243,7 @@ def test_rendering_is_thread_safe(explanation):
     layer = explanation["features.1"]
 
     def draw(_):
-        return rendering.png_bytes(rendering.summary_figure(explanation, layer))
+        return figures.png_bytes(picture_kind("summary").figure(explanation, layer))
 
     sequential = draw(0)
     with ThreadPoolExecutor(4) as pool:
@@ -261,13 +264,11 @@ def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, laye
     model = tiny_net().eval()
     first = explain(model, SAMPLES / "cat.png", layers=[layer], target=1, topk=3)
     second = explain(model, SAMPLES / "coffee.png", layers=[layer], target=3, topk=3)
-    cache = rendering.FigureCache()
-    rendering.render_png(picture_kind(kind), first, first.layers[0], cache, **options)
-    reused = rendering.render_png(picture_kind(kind), second, second.layers[0], cache, **options)
+    cache = worker.FigureCache()
+    render_png(picture_kind(kind), first, first.layers[0], cache, **options)
+    reused = render_png(picture_kind(kind), second, second.layers[0], cache, **options)
     assert len(cache) == 1
-    builders = {"summary": rendering.summary_figure, "channels": rendering.channels_figure,
-                "cam": rendering.cam_figure, "cam_topk": rendering.cam_topk_figure}
-    fresh = rendering.png_bytes(builders[kind](second, second.layers[0], **options))
+    fresh = figures.png_bytes(picture_kind(kind).figure(second, second.layers[0], **options))
     a = np.asarray(Image.open(io.BytesIO(reused)).convert("RGB"), dtype=int)
     b = np.asarray(Image.open(io.BytesIO(fresh)).convert("RGB"), dtype=int)
     assert a.shape == b.shape
@@ -277,11 +278,11 @@ def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, laye
 def test_a_token_panel_says_how_many_prefix_tokens_it_dropped():
     import numpy as np
 
-    from hookviz.rendering import _how
+    from hookviz.render.kinds.summary import how
 
-    assert _how((1, 197, 8), np.zeros((14, 14))).endswith("tokens as a 14x14 grid, first token dropped")
-    assert _how((1, 260, 8), np.zeros((16, 16))).endswith("tokens as a 16x16 grid, first 4 tokens dropped")
-    assert _how((1, 49, 8), np.zeros((7, 7))).endswith("tokens as a 7x7 grid")
+    assert how((1, 197, 8), np.zeros((14, 14))).endswith("tokens as a 14x14 grid, first token dropped")
+    assert how((1, 260, 8), np.zeros((16, 16))).endswith("tokens as a 16x16 grid, first 4 tokens dropped")
+    assert how((1, 49, 8), np.zeros((7, 7))).endswith("tokens as a 7x7 grid")
 
 
 def test_constant_tiles_are_labelled_with_their_value_not_drawn_as_a_range():
@@ -290,7 +291,7 @@ def test_constant_tiles_are_labelled_with_their_value_not_drawn_as_a_range():
     from .conftest import SAMPLES, tiny_net
 
     result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["act:1"])
-    figure = rendering.channels_figure(result, result.layers[0], which="grad_output")
+    figure = picture_kind("channels").figure(result, result.layers[0], which="grad_output")
     labels = [t.get_text() for t in figure.axes[0].texts]
     assert labels and all(" =" in label for label in labels)
     assert "every tile is constant" in figure._suptitle.get_text()
@@ -311,7 +312,7 @@ def _layer_diff(seed: int):
 
 def test_diff_picture_shows_before_and_after_on_one_scale_and_the_difference_centred_on_zero():
     image, layer = _layer_diff(0)
-    figure, update, changing = rendering.diff_parts(image, layer)
+    figure, update, changing = picture_kind("diff").build(image, layer)
     assert changing is None  # redrawn whole: the contract's other form
     before, after, difference, cam_before, cam_after = _images(figure)
     maps = layer.maps
@@ -320,24 +321,89 @@ def test_diff_picture_shows_before_and_after_on_one_scale_and_the_difference_cen
     limit = float(np.abs(maps.after.astype(np.float64) - maps.before).max())
     assert isinstance(difference.norm, TwoSlopeNorm) and difference.norm.vcenter == 0
     assert difference.norm.vmax == pytest.approx(limit) and difference.norm.vmin == pytest.approx(-limit)
-    assert difference.get_cmap().name == rendering.GRADIENT_CMAP
-    assert _bar_labels(figure)[2] == [rendering._fmt(-limit), "0", rendering._fmt(limit)]
+    assert difference.get_cmap().name == figures.GRADIENT_CMAP
+    assert _bar_labels(figure)[2] == [figures.fmt(-limit), "0", figures.fmt(limit)]
     cams = layer.cam.maps
     assert cam_before.norm.vmax == cam_after.norm.vmax == pytest.approx(max(cams.before.max(), cams.after.max()))
     titles = " ".join(ax.get_title() for ax in figure.axes)
     assert "output before" in titles and "after - before" in titles and "CAM before\nraw 7x7" in titles
     other_image, other_layer = _layer_diff(1)
     update(other_image, other_layer)
-    fresh = rendering.png_bytes(rendering.diff_parts(other_image, other_layer)[0])
-    assert rendering.png_bytes(figure) == fresh
+    fresh = figures.png_bytes(picture_kind("diff").build(other_image, other_layer)[0])
+    assert figures.png_bytes(figure) == fresh
 
 
 def test_diff_picture_needs_something_to_compare():
     from hookviz.changes import TensorDiff
 
     image, layer = _layer_diff(0)
-    assert rendering.diff_parts(image, replace(layer, maps=None, cam=None, tensors=(TensorDiff("input", True),))) is None
-    assert rendering.diff_parts(image, layer.light()) is None  # its maps are let go once drawn
+    assert picture_kind("diff").build(image, replace(layer, maps=None, cam=None, tensors=(TensorDiff("input", True),))) is None
+    assert picture_kind("diff").build(image, layer.light()) is None  # its maps are let go once drawn
+
+
+# ----------------------------------------------------------------------------- the registry of kinds
+
+
+def test_an_incomplete_picture_kind_is_refused_when_it_is_registered():
+    """A kind without a reuse key used to be drawn nowhere, silently: now registering it fails."""
+    before = kinds()
+    with pytest.raises(UsageError, match="picture kind 'half' has no reuse_key"):
+        register_kind(PictureKind("half", "half", "half", "half a kind", picture_plugin.build, None))
+    with pytest.raises(UsageError, match="picture kind 'half' has no build"):
+        register_kind(PictureKind("half", "half", "half", "half a kind", "build", picture_plugin.reuse_key))
+    with pytest.raises(UsageError, match="must be a module-level function"):
+        register_kind(PictureKind("half", "half", "half", "half a kind", lambda e, l: None, picture_plugin.reuse_key))
+    with pytest.raises(UsageError, match="picture kind 'toy' is registered already"):
+        register_kind(replace(picture_plugin.KIND, group="other"))
+    with pytest.raises(UsageError, match="its group 'Half Kind' must be"):
+        register_kind(replace(picture_plugin.KIND, name="half", group="Half Kind"))
+    assert kinds() == before
+
+
+def test_pictures_choices_and_their_help_come_from_the_registry():
+    import typer
+
+    from hookviz.cli import app
+    from hookviz.options import PictureOptions
+
+    assert picture_groups()[:3] == ("summary", "channels", "cam") and "toy" in picture_groups()
+    assert "toy (the output's mean, in words)" in groups_help()
+    assert PictureOptions().pictures == ("summary", "channels", "cam")  # a plug-in's kind is drawn when asked for
+    assert [kind.name for kind in PictureOptions(pictures="toy,summary").kinds] == ["summary", "toy"]
+    with pytest.raises(UsageError, match="choose from summary, channels, cam, toy, or none"):
+        PictureOptions(pictures="tile")
+    option = next(p for p in typer.main.get_command(app).commands["run"].params if p.name == "pictures")
+    assert option.default == "summary,channels,cam"
+    assert "summary (input, output and their gradients summed over channels), channels (" in option.help
+
+
+@pytest.mark.slow
+def test_a_plugin_picture_kind_is_drawn_by_a_run_listed_and_shown(tmp_path):
+    """tests/picture_plugin.py registers ``toy`` from outside the package; ``--pictures toy``
+    draws it in a render worker (a fresh process, which imports the plug-in by name), for
+    each image and layer, and the report and the gallery list it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    from .conftest import SAMPLES
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(SAMPLES / "cat.png"), str(SAMPLES / "coffee.png"), "--model", "tests.conftest:tiny_net",
+        "--weights", "none", "--layer", "features.1", "--pictures", "toy", "--workers", "1", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    for image in ("cat", "coffee"):
+        report = json.loads((out / image / "report.json").read_text())
+        assert report["layers"][0]["pictures"] == {"toy": "features.1.toy.png"}
+        assert "features.1.toy.png" in report["files"]
+        assert Image.open(out / image / "features.1.toy.png").size == (300, 120)
+    page = (out / "index.html").read_text()
+    assert 'src="cat/features.1.toy.png" alt="toy picture"' in page and "coffee/features.1.toy.png" in page
+    assert not list(out.glob("*/features.1.summary.png"))  # only what was asked for
 
 
 def _texts(figure):

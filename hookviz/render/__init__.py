@@ -1,0 +1,43 @@
+"""Rendering: the pictures, as matplotlib ``Figure`` objects on the Agg canvas.
+
+``figures`` holds the primitives (sheets, map panels, value bars, CAM overlays, PNG
+encoding), ``kinds`` the registry of picture kinds with one module per kind (its builder and
+its reuse key), ``prediction`` the per-image prediction picture, and ``worker`` the render workers' settings and figure reuse. Importing this
+package is cheap: matplotlib is imported where a picture is drawn.
+"""
+
+from __future__ import annotations
+
+__all__ = ["render_png", "INPUT_PICTURE", "PREDICTION_PICTURE"]
+
+#: The photo as the model saw it (the whole photo with ``whole_image``), beside each image's pictures.
+INPUT_PICTURE = "input.jpg"
+#: A segmentation's mask or a detector's boxes over the photo (one per image, not per layer).
+PREDICTION_PICTURE = "prediction.png"
+
+
+def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:
+    """The PNG of one picture (a ``kinds.PictureKind``), or ``None`` when it does not
+    apply to this layer.
+
+    With a ``cache`` (the render workers' ``worker.FigureCache``), the figure is kept and
+    reused for the next image of the same layer and anatomy: a long run then only redraws
+    data, which is about a third cheaper. Without one, the figure is built, drawn and dropped.
+    """
+    from .worker import Reused
+
+    anatomy = kind.reuse_key(explanation, layer, options)
+    if anatomy is None:
+        return None
+    key = (kind.name, anatomy)
+    entry = cache.take(key) if cache is not None else None
+    if entry is None:
+        built = kind.build(explanation, layer, **options)
+        if built is None:
+            return None
+        entry = Reused(*built)
+    else:
+        entry.update(explanation, layer)
+    if cache is not None:
+        cache.keep(key, entry)
+    return entry.png()

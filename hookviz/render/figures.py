@@ -1,0 +1,379 @@
+"""Figure primitives: sheets laid out by hand, map panels with honest colorbars, CAM
+overlays, PNG encoding. The picture kinds (``hookviz.render.kinds``) build from these.
+
+No pyplot: figures are built with the object API on the Agg canvas, so drawing is safe in
+threads and worker processes and leaves no global state behind. Colour is honest:
+activations use a sequential colormap, gradients a diverging one centred on zero, and every
+panel has a colorbar spanning the true values, so a dead layer never looks like an active one.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize, TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.transforms import offset_copy
+
+__all__ = [
+    "ACTIVATION_CMAP",
+    "GRADIENT_CMAP",
+    "CAM_CMAP",
+    "CAM_ALPHA",
+    "DPI",
+    "PNG_COMPRESSION",
+    "CHAR_INCHES",
+    "NO_FINITE",
+    "NOT_FINITE_COLOUR",
+    "MIN_PANEL",
+    "Sheet",
+    "ValueBar",
+    "MapPanel",
+    "Overlay",
+    "cam_boxes",
+    "cam_label",
+    "photo_inches",
+    "png_bytes",
+    "encode",
+    "shape_text",
+    "layer_text",
+    "fmt",
+    "norm_for",
+    "upsample",
+    "visible",
+    "photo_of",
+    "class_colour",
+    "empty",
+    "task_of",
+    "window_of",
+]
+
+ACTIVATION_CMAP = "viridis"
+GRADIENT_CMAP = "RdBu_r"
+CAM_CMAP = "jet"
+CAM_ALPHA = 0.45
+
+
+DPI = 100
+#: zlib level for the PNGs: 1 encodes these pictures 1.3-4x faster than matplotlib's default 6,
+#: for files 10-20% larger (measured on the default pictures; see bench/).
+PNG_COMPRESSION = 1
+
+
+class Sheet:
+    """A figure laid out by hand, in inches from its top-left corner.
+
+    Fixed positions instead of a layout engine: the pictures have fixed anatomies, and
+    solving constraints at every draw made rendering a third slower.
+    """
+
+    def __init__(self, width: float, height: float):
+        self.width, self.height = width, height
+        self.figure = Figure(figsize=(width, height), dpi=DPI)
+        FigureCanvasAgg(self.figure)
+        self.heading = None  # the title's Text, once set
+
+    def axes(self, left: float, top: float, width: float, height: float):
+        return self.figure.add_axes(
+            (left / self.width, 1 - (top + height) / self.height, width / self.width, height / self.height)
+        )
+
+    def title(self, text: str) -> None:
+        # Wrapped only when a line would not fit (a long image path): wrapping measures
+        # every word at each draw.
+        wrap = max(map(len, text.splitlines())) * CHAR_INCHES > self.width - 0.2
+        # parse_math=False everywhere: titles carry file, layer and class names, where "$" is
+        # a dollar sign, not mathtext ("price $x^{$.png" would fail to draw).
+        self.heading = self.figure.suptitle(
+            text, x=0.5, y=1 - 0.1 / self.height, ha="center", va="top", fontsize=10, wrap=wrap, parse_math=False
+        )
+
+    def inches(self):
+        """Figure coordinates in inches from the top-left corner, as ``axes`` places axes."""
+        from matplotlib.transforms import Affine2D
+
+        return Affine2D().scale(1 / self.width, -1 / self.height).translate(0, 1) + self.figure.transFigure
+
+
+#: Width of an average character of the 10-point titles, in inches (DejaVu Sans).
+CHAR_INCHES = 0.08
+
+
+def photo_inches(photo: np.ndarray, longest: float) -> tuple[float, float]:
+    """(width, height) in inches that show ``photo`` one pixel to one dot, its long side kept
+    within [2.24 in, ``longest``]: the model's 224-pixel input is drawn as it is, not blown
+    up (which only blurs it, and makes every picture slower to draw and to compress)."""
+    height, width = photo.shape[:2]
+    long_side = min(max(max(height, width) / DPI, 2.24), longest)
+    scale = long_side / max(height, width)
+    return width * scale, height * scale
+
+
+def png_bytes(figure: Figure) -> bytes:
+    """The figure as an RGB PNG: the pictures are opaque, so the alpha channel would only
+    add a quarter more data to filter and compress."""
+    figure.canvas.draw()
+    return encode(figure)
+
+
+def encode(figure: Figure) -> bytes:
+    """The figure's canvas, as drawn, as a PNG."""
+    from PIL import Image
+
+    rgba = figure.canvas.buffer_rgba()
+    buffer = io.BytesIO()
+    Image.frombuffer("RGBA", (rgba.shape[1], rgba.shape[0]), rgba, "raw", "RGBA", 0, 1).convert("RGB").save(
+        buffer, format="png", compress_level=PNG_COMPRESSION, dpi=(figure.dpi, figure.dpi)
+    )
+    return buffer.getvalue()
+
+
+def shape_text(shape) -> str:
+    return "-" if shape is None else "x".join(str(d) for d in shape)
+
+
+def layer_text(layer) -> str:
+    asked = "" if layer.requested in (layer.name, "(default)") else f" (asked: {layer.requested})"
+    default = " (default layer)" if layer.requested == "(default)" else ""
+    return f"{layer.name}{asked}{default} [{layer.module_type}]"
+
+
+def fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+NO_FINITE = "no finite values"
+#: Where a map is NaN or infinite: a grey no colormap here uses, not the colour of zero.
+NOT_FINITE_COLOUR = "0.55"
+
+
+def norm_for(values: np.ndarray, signed: bool):
+    """The norm that spans ``values``' finite range (centred on zero when ``signed``), and a
+    note saying what that range is."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return Normalize(0, 1), NO_FINITE
+    low, high = float(finite.min()), float(finite.max())
+    holes = f", {values.size - finite.size} not finite (grey)" if finite.size < values.size else ""
+    if low == high:
+        # A flat map: keep the colorbar readable and let the colour carry sign and size.
+        limit = abs(low) or 1.0
+        note = f"constant {fmt(low)} everywhere{holes}"
+        if signed:
+            return TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit), note
+        return Normalize(min(0.0, low), max(0.0, low) or 1.0), note
+    note = f"min {fmt(low)}, max {fmt(high)}{holes}"
+    if signed:
+        limit = max(abs(low), abs(high))
+        return TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit), note
+    return Normalize(low, high), note
+
+
+class ValueBar:
+    """A colorbar drawn once, whose three value labels (bottom, middle, top) change.
+
+    The bar is matplotlib's colorbar of a fixed 0..1 scale with tick marks at 0, 1/2 and 1;
+    the labels are Texts of their own beside those marks, so a reused figure redraws three
+    labels instead of a whole axis and its locator. The images keep their true norms.
+    """
+
+    FRACTIONS = (0.0, 0.5, 1.0)
+
+    def __init__(self, figure: Figure, cax, cmap, label: str = ""):
+        self.bar = figure.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap=cmap), cax=cax, ticks=self.FRACTIONS)
+        self.bar.ax.set_yticklabels([])
+        # Where matplotlib puts tick labels: past the tick (3.5 pt) and its pad (3.5 pt).
+        beside = offset_copy(cax.transAxes, figure, x=7, units="points")
+        if label:
+            # Beyond the widest value label ("-1.23e+04" at 7 pt), which the bar cannot measure.
+            self.bar.set_label(label, fontsize=8, parse_math=False)
+            cax.yaxis.set_label_coords(1, 0.5, transform=offset_copy(cax.transAxes, figure, x=44, units="points"))
+        self.labels = [
+            cax.text(1, f, "", transform=beside, fontsize=7, va="center", ha="left", parse_math=False) for f in self.FRACTIONS
+        ]
+
+    def set_norm(self, norm) -> None:
+        """Label the bar with the values ``norm`` maps to its bottom, middle and top;
+        ``None`` leaves it unlabelled (no finite values)."""
+        for text, fraction in zip(self.labels, self.FRACTIONS):
+            text.set_text("" if norm is None else fmt(float(norm.inverse(fraction))))
+
+
+class MapPanel:
+    """One channel-summed map with its colorbar; ``update`` redraws it in place.
+
+    A 2-D map keeps its image and colorbar between images; a vector (no spatial layout)
+    or a missing tensor is simply drawn again.
+    """
+
+    def __init__(self, figure: Figure, ax, cax, signed: bool, missing: str):
+        self.figure, self.ax, self.cax = figure, ax, cax
+        self.signed, self.missing = signed, missing
+        self.image = None
+        self.bar = None
+
+    def changing(self) -> list | None:
+        """The artists that change between images, or ``None`` when the panel is redrawn whole."""
+        if self.image is None:
+            return None
+        return [self.image, *self.ax.spines.values(), self.ax.title, *self.bar.labels]
+
+    def update(self, values: np.ndarray | None, title: str, missing: str | None = None) -> None:
+        """Draw ``values``; without them, ``missing`` (else the panel's own words) says why."""
+        if values is None or values.ndim != 2 or self.image is None:
+            # Drawn anew: a missing tensor, a vector, or the first 2-D map.
+            self.ax.clear()
+            self.cax.clear()
+            self.image = self.bar = None
+        if values is None:
+            self.ax.set_title(title, fontsize=9, parse_math=False)
+            self.ax.text(
+                0.5,
+                0.5,
+                missing or self.missing,
+                ha="center",
+                va="center",
+                fontsize=9,
+                transform=self.ax.transAxes,
+                parse_math=False,
+            )
+            self.ax.set_axis_off()
+            self.cax.set_axis_off()
+            return
+        norm, note = norm_for(values, self.signed)
+        # Raised past the colourbar's top value label, which a title wider than its map reaches.
+        self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False, pad=10)
+        if values.ndim == 1:
+            # Lines, not bars: a single spike among 1000 features must stay visible.
+            colour = "tab:red" if self.signed else "tab:blue"
+            self.ax.vlines(np.arange(values.size), 0, values, colors=colour, linewidth=1.0)
+            self.ax.set_xlim(-0.5, values.size - 0.5)
+            self.ax.axhline(0, color="black", linewidth=0.5)
+            self.ax.set_xlabel("feature index", fontsize=8, parse_math=False)
+            self.ax.tick_params(labelsize=7)
+            self.cax.set_axis_off()
+            return
+        if self.image is None:  # kept, with its bar, for the next images' maps
+            cmap = matplotlib.colormaps[GRADIENT_CMAP if self.signed else ACTIVATION_CMAP]
+            self.image = self.ax.imshow(
+                values, cmap=cmap.with_extremes(bad=NOT_FINITE_COLOUR), norm=norm, interpolation="nearest"
+            )
+            self.ax.set_xticks([])
+            self.ax.set_yticks([])
+            self.bar = ValueBar(self.figure, self.cax, cmap)
+        self.image.set_data(values)
+        self.image.set_norm(norm)
+        self.bar.set_norm(None if note == NO_FINITE else norm)
+
+
+def upsample(cam: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    from PIL import Image
+
+    image = Image.fromarray(np.asarray(cam, dtype=np.float32), mode="F")
+    return np.asarray(image.resize((size[1], size[0]), Image.BILINEAR), dtype=np.float64)
+
+
+def visible(cam: np.ndarray, window) -> np.ndarray:
+    """The part of a CAM over the photo: a detector pads its batch, and ``window`` is the
+    (height, width) fraction of the padded input the photo covers."""
+    if not window:
+        return cam
+    rows = max(1, min(cam.shape[0], round(cam.shape[0] * window[0])))
+    cols = max(1, min(cam.shape[1], round(cam.shape[1] * window[1])))
+    return cam[:rows, :cols]
+
+
+class Overlay:
+    """A CAM drawn over the photo, with an opaque colorbar of the raw values (and, for a
+    detection, its box)."""
+
+    def __init__(self, figure: Figure, ax, cax, photo: np.ndarray, cam: np.ndarray):
+        from matplotlib.patches import Rectangle
+
+        self.ax = ax
+        ax.set_anchor("N")  # a thin photo hangs from the top of its box, level with the colourbar's top
+        self.photo = ax.imshow(photo, interpolation="bilinear")
+        self.heat = ax.imshow(upsample(cam, photo.shape[:2]), cmap=CAM_CMAP, alpha=CAM_ALPHA, interpolation="bilinear")
+        self.box = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor="white", linewidth=2, visible=False))
+        ax.set_axis_off()
+        # The colorbar has an opaque scale of its own, so its colours are readable.
+        self.bar = ValueBar(figure, cax, CAM_CMAP, cam_label(cam))
+
+    @property
+    def changing(self) -> list:
+        return [self.photo, self.heat, self.box, self.ax.title, *self.bar.labels]
+
+    def update(self, photo: np.ndarray, cam: np.ndarray, title: str, window=None, box=None) -> None:
+        finite = np.isfinite(cam)
+        top = float(cam[finite].max()) if finite.any() else 0.0
+        norm = Normalize(0.0, top if top > 0 else 1.0)
+        self.photo.set_data(photo)
+        self.heat.set_data(np.ma.masked_invalid(upsample(visible(cam, window), photo.shape[:2])))
+        self.heat.set_norm(norm)
+        self.bar.set_norm(norm if finite.any() else None)
+        self.box.set_visible(box is not None)
+        if box is not None:
+            x0, y0, x1, y1 = box
+            self.box.set_bounds(x0, y0, x1 - x0, y1 - y0)
+        if not finite.any():
+            note = " (no finite values: NaN or Inf)"
+        elif not finite.all():
+            note = f" ({int((~finite).sum())} values not finite, left out)"
+        elif top == 0:
+            note = " (all zero: nothing here raises this class)"
+        elif cam.size == 1:
+            note = " (a 1x1 map: no spatial detail)"
+        else:
+            note = ""
+        self.ax.set_title(title + note, fontsize=9, parse_math=False)
+
+
+def cam_label(cam: np.ndarray) -> str:
+    return f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)"
+
+
+#: The smallest box a CAM panel gets, in inches: a thin photo hangs centred in it, so the
+#: panels' titles have the width of the usual 224-pixel input, and the colourbar the height
+#: of its label.
+MIN_PANEL = 2.24
+
+
+def cam_boxes(photo: np.ndarray, cam: np.ndarray, longest: float) -> tuple[float, float]:
+    """(width, height) in inches of a CAM panel and its colourbar: the photo's, at least
+    ``MIN_PANEL`` wide and as tall as the bar's label (8 pt, vertical) is long."""
+    width, height = photo_inches(photo, longest)
+    return max(width, MIN_PANEL), max(height, len(cam_label(cam)) * CHAR_INCHES * 0.8 + 0.3)
+
+
+def photo_of(explanation) -> np.ndarray:
+    """The photo a CAM is drawn on: what the model saw, or the whole photo with ``--no-crop``."""
+    return explanation.image.whole if explanation.image.whole is not None else explanation.image.shown
+
+
+def class_colour(index: int):
+    """The colour of a class in masks and boxes (tab20, by index)."""
+    return matplotlib.colormaps["tab20"](index % 20)
+
+
+def empty(ax, cax, text: str) -> None:
+    """A panel with nothing to draw: ``text`` in its place, no axes, no colorbar."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, transform=ax.transAxes, parse_math=False)
+    ax.set_axis_off()
+    cax.set_axis_off()
+
+
+def task_of(explanation):
+    """The task of ``explanation`` (``hookviz.tasks``): what its pictures say of the target."""
+    from ..tasks import get_task
+
+    return get_task(explanation.task)
+
+
+def window_of(explanation):
+    """Where the photo lies in the model's input (a detector's padded batch), or ``None``."""
+    prediction = explanation.prediction
+    return prediction.window if prediction is not None else None

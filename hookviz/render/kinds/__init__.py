@@ -1,0 +1,202 @@
+"""Picture kinds: the one registry of the pictures hookviz draws per image and layer.
+
+Everything that names a picture reads it here: which files a run writes, what
+``--skip-existing`` expects to find, what the gallery shows and how it labels it, what
+TensorBoard logs, what ``Explanation.figure`` draws, and the ``pictures`` choices with
+their help text. Each kind is one module of this package (``summary``, ``channels``,
+``cam``, ``cam_topk``, ``diff``) that registers itself; a new kind is a new module, here or
+in your own package, that calls ``register_kind``::
+
+    from hookviz.render.kinds import PictureKind, anatomy, register_kind
+
+    def build(explanation, layer):          # -> (figure, update, changing), or None
+        ...
+
+    def reuse_key(explanation, layer, options):
+        return anatomy(explanation, layer, layer.cam.shape if layer.cam is not None else None)
+
+    register_kind(PictureKind("peaks", group="peaks", label="CAM peaks", help="the CAM's peaks",
+                              build=build, reuse_key=reuse_key))
+
+Import that module before the run starts (``hookviz run --pictures peaks`` then draws it);
+the render workers import it again by name when they unpickle the kind.
+
+The builders' contract
+----------------------
+A builder is called as ``build(explanation, layer, **options)`` and returns ``None`` when
+the picture does not apply to this layer (a CAM of a layer with no spatial layout), or a
+triple ``(figure, update, changing)``:
+
+* ``figure``: a matplotlib ``Figure`` on the Agg canvas, drawn for this image;
+* ``update(explanation, layer)``: draws another image's data into the same figure. It is
+  only called for an image whose picture has the same reuse key, and must change every
+  text and image that depends on the data;
+* ``changing``: the artists ``update`` changes, which a reused figure redraws over the
+  pixels of everything else (matplotlib's blitting), or ``None`` when the figure must be
+  redrawn whole each time.
+
+``reuse_key(explanation, layer, options)`` says what must match for a figure to be reused
+for another image (``anatomy`` gives the usual key: model, layer, shapes, photo size, and
+what else decides the layout), or ``None`` when the picture does not apply (nothing is
+built). Both must be module-level functions: the render workers import them by name.
+
+One kind is drawn from a comparison instead of an explanation (``compares``): ``diff``'s
+builder takes a ``changes.ImageDiff`` and one of its ``LayerDiff`` s in their place. No
+``pictures`` choice turns it on; a run draws it as it compares itself with a baseline
+(``--baseline``), and ``hookviz diff`` draws it into the newer run's folders.
+
+Importing this package is cheap: no kind imports matplotlib (or numpy) before it draws.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...errors import UsageError, arg
+
+__all__ = [
+    "PictureKind",
+    "register_kind",
+    "kinds",
+    "picture_kind",
+    "kinds_for",
+    "picture_groups",
+    "default_groups",
+    "groups_help",
+    "anatomy",
+    "grid_options",
+]
+
+
+def _always(pictures) -> bool:
+    return True
+
+
+def _no_options(pictures) -> dict:
+    return {}
+
+
+def grid_options(which: str, pictures) -> dict:
+    """A channel grid's builder options: which tensor, and the scale ``pictures`` asks for."""
+    return {"which": which, "scale": pictures.scale}
+
+
+@dataclass(frozen=True)
+class PictureKind:
+    """One kind of picture.
+
+    Attributes:
+        name: its name, and its file name's suffix: ``<layer>.<name>.png``.
+        group: the ``pictures`` choice that turns it on (``summary``, ``channels``, ``cam``).
+        label: how the gallery captions it.
+        help: what it shows, in a few words (the ``pictures`` help text).
+        build: its builder (see the contract above).
+        reuse_key: what must match for its figure to be reused (see above).
+        wanted: whether ``PictureOptions`` ask for it, beyond its group being on.
+        options: the builder's keyword arguments for those ``PictureOptions``.
+        default: its group is drawn when ``pictures`` is not given.
+        compares: drawn from a comparison of two runs, not from an explanation (``diff``).
+    """
+
+    name: str
+    group: str
+    label: str
+    help: str
+    build: Callable
+    reuse_key: Callable
+    wanted: Callable = _always
+    options: Callable = _no_options
+    default: bool = False
+    compares: bool = False
+
+    def file_name(self, stem: str) -> str:
+        return f"{stem}.{self.name}.png"
+
+    def figure(self, explanation, layer, **options):
+        """A fresh ``Figure`` of this picture, or ``None`` where it does not apply."""
+        built = self.build(explanation, layer, **options)
+        return None if built is None else built[0]
+
+
+_KINDS: dict[str, PictureKind] = {}
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def register_kind(kind: PictureKind) -> PictureKind:
+    """Add ``kind`` to the pictures hookviz can draw; returns it.
+
+    Raises:
+        UsageError: ``kind`` is incomplete (no builder or reuse key, or one a render worker
+            cannot import by name), its name or group cannot be a file name's suffix or a
+            ``pictures`` choice, or another kind has its name.
+    """
+    if not isinstance(kind, PictureKind):
+        raise UsageError(f"register_kind({kind!r}): expected a hookviz.render.kinds.PictureKind")
+    what = f"picture kind {kind.name!r}"
+    for name in ("name", "group"):
+        value = getattr(kind, name)
+        if not isinstance(value, str) or not _NAME.match(value) or value == "none":
+            raise UsageError(f"{what}: its {name} {value!r} must be lower-case letters, digits and _ (not none)")
+    for name in ("build", "reuse_key"):
+        function = getattr(kind, name)
+        if not callable(function):
+            raise UsageError(f"{what} has no {name}: give it a function (see hookviz.render.kinds)")
+        if "<" in getattr(function, "__qualname__", ""):  # a lambda or a nested function
+            raise UsageError(f"{what}: its {name} must be a module-level function, which render workers import by name")
+    if kind.name in _KINDS:
+        raise UsageError(f"{what} is registered already; choose another name")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def kinds() -> tuple[PictureKind, ...]:
+    """Every kind, in drawing order (the order they were registered)."""
+    return tuple(_KINDS.values())
+
+
+def picture_kind(name: str) -> PictureKind:
+    """The kind called ``name``. Raises UsageError for another name."""
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise UsageError(f"{arg('kind', name)}: choose from {', '.join(_KINDS)}") from None
+
+
+def kinds_for(pictures) -> tuple[PictureKind, ...]:
+    """The kinds a ``PictureOptions`` asks for, in drawing order (never one that compares runs)."""
+    return tuple(
+        kind for kind in _KINDS.values() if not kind.compares and kind.group in pictures.pictures and kind.wanted(pictures)
+    )
+
+
+def picture_groups() -> tuple[str, ...]:
+    """What ``pictures`` may name, in drawing order."""
+    return tuple(dict.fromkeys(kind.group for kind in _KINDS.values() if not kind.compares))
+
+
+def default_groups() -> tuple[str, ...]:
+    """The groups drawn when ``pictures`` is not given."""
+    return tuple(dict.fromkeys(kind.group for kind in _KINDS.values() if kind.default and not kind.compares))
+
+
+def groups_help() -> str:
+    """Each ``pictures`` choice and what it draws: ``summary (...), channels (...)``."""
+    return ", ".join(
+        f"{group} ({'; '.join(kind.help for kind in _KINDS.values() if kind.group == group and not kind.compares)})"
+        for group in picture_groups()
+    )
+
+
+def anatomy(explanation, layer, shape):
+    """The usual reuse key of a picture of one explanation's layer: the model, the layer and
+    its output's shape (they are in the titles), the photo's size, and ``shape``, what else
+    decides the layout; ``None`` (the picture does not apply) when ``shape`` is."""
+    if shape is None:
+        return None
+    return (explanation.model, layer.name, layer.shapes.get("output"), explanation.image.shown.shape, shape)
+
+
+# Each module registers its kinds: drawing order is this order, so it is not sorted by name.
+from . import summary, channels, cam, cam_topk, diff  # noqa: E402,F401  # isort: skip

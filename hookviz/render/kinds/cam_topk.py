@@ -1,0 +1,82 @@
+"""``<layer>.cam_topk.png``: with ``topk`` > 1, the CAMs of the top K classes side by side,
+each on its own colour scale (none for a task whose every CAM is a panel of
+``<layer>.cam.png``, which draws them with ``panels``)."""
+
+from __future__ import annotations
+
+import math
+
+from . import PictureKind, anatomy, register_kind
+
+__all__ = ["build", "reuse_key", "panels", "panels_key", "KIND"]
+
+#: Panels a row of CAMs holds before the next row starts (20 detections make four rows, not one).
+PANELS_PER_ROW = 5
+
+
+def panels_key(explanation, layer):
+    """The photo's size and each panel's CAM's; ``None`` without panels."""
+    from ..figures import photo_of
+
+    shape = (photo_of(explanation).shape, tuple(cam.shape for _, cam in layer.topk_cams)) if layer.topk_cams else None
+    return anatomy(explanation, layer, shape)
+
+
+def reuse_key(explanation, layer, options: dict):
+    from ..figures import task_of
+
+    return None if task_of(explanation).cams_as_panels else panels_key(explanation, layer)
+
+
+def build(explanation, layer):
+    from ..figures import task_of
+
+    return None if task_of(explanation).cams_as_panels else panels(explanation, layer)
+
+
+def panels(explanation, layer):
+    """The layer's CAM panels side by side (``LayerResult.topk_cams``), titled as the task
+    says: of the top-K classes, or of each detection, its box drawn over it."""
+    from ..figures import Overlay, Sheet, cam_boxes, cam_label, layer_text, photo_of, task_of, window_of
+
+    if not layer.topk_cams:
+        return None
+    photo = photo_of(explanation)
+    most_said = max((cam for _, cam in layer.topk_cams), key=lambda cam: len(cam_label(cam)))  # the longest bar label
+    panel, side = cam_boxes(photo, most_said, longest=3.5)
+    stride, rise = panel + 1.25, side + 1.0
+    columns = min(len(layer.topk_cams), PANELS_PER_ROW)
+    rows = math.ceil(len(layer.topk_cams) / columns)
+    sheet = Sheet(0.2 + columns * stride, 0.2 + rows * rise)
+    overlays = []
+    for k, (_, cam) in enumerate(layer.topk_cams):
+        left, top = 0.2 + (k % columns) * stride, 1.0 + (k // columns) * rise
+        overlays.append(
+            Overlay(
+                sheet.figure, sheet.axes(left, top, panel, side), sheet.axes(left + panel + 0.12, top, 0.13, side), photo, cam
+            )
+        )
+
+    def update(explanation, layer):
+        task, photo = task_of(explanation), photo_of(explanation)
+        for overlay, (focus, cam) in zip(overlays, layer.topk_cams):
+            title, box = task.cam_panel(explanation, focus)
+            overlay.update(photo, cam, title, window_of(explanation), box)
+        what = task.panels_text(len(layer.topk_cams))
+        sheet.title(f"{explanation.model} · {layer_text(layer)} · {explanation.cam_method} of {what}")
+
+    update(explanation, layer)
+    return sheet.figure, update, [a for overlay in overlays for a in overlay.changing] + [sheet.heading]
+
+
+KIND = register_kind(
+    PictureKind(
+        "cam_topk",
+        group="cam",
+        label="top-K CAMs",
+        help="with --topk, the top-K CAMs side by side",
+        build=build,
+        reuse_key=reuse_key,
+        default=True,
+    )
+)

@@ -1,0 +1,192 @@
+"""``<layer>.channels.png`` and ``<layer>.grad_channels.png``: a grid of one tile per channel
+of the output (or of its gradient), each labelled with its index and, on the default
+per-tile scale, the range its colours span (``[min, max]``, or ``±L`` for gradients).
+
+The grid uses the tiles chosen when the layer was summarised; ``channels`` picks others,
+which needs the full tensors (``explain`` keeps them). A tensor without spatial layout
+gets no grid.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+from . import PictureKind, anatomy, grid_options, register_kind
+
+__all__ = ["build", "reuse_key", "KIND", "GRADIENT_KIND"]
+
+
+def reuse_key(explanation, layer, options: dict):
+    """The tiles' shape and the grid's options; ``None`` without tiles (no spatial layout)."""
+    tiles = layer.tiles.get(options.get("which", "output"))
+    return anatomy(explanation, layer, None if tiles is None else (tiles.maps.shape, tuple(sorted(options.items()))))
+
+
+def _tiles_for(explanation, layer, which: str, channels):
+    from ...options import ChannelSelection
+    from ...summaries import channel_tiles
+
+    tiles = layer.tiles.get(which)
+    full = layer.output if which == "output" else layer.grad_output
+    if channels is not None and full is not None:
+        selection = ChannelSelection.parse(channels)
+        tiles, _ = channel_tiles(full, layer.layout, selection, by_magnitude=which != "output")
+    return tiles
+
+
+def _grid_geometry(tiles):
+    count = len(tiles.indices)
+    columns = math.ceil(math.sqrt(count))
+    rows = math.ceil(count / columns)
+    height, width = tiles.maps.shape[1:]
+    pad = max(1, round(max(height, width) * 0.08))
+    gap = max(pad, round(height * 0.3))  # room above each tile for its label
+    return columns, rows, height, width, pad, gap
+
+
+def _tile_ranges(maps):
+    """Each tile's finite min and max, and whether it has no finite value at all."""
+    import numpy as np
+
+    maps = maps.astype(np.float64)
+    finite = np.isfinite(maps)
+    blank = ~finite.any(axis=(1, 2))
+    low = np.where(blank, 0.0, np.where(finite, maps, np.inf).min(axis=(1, 2)))
+    high = np.where(blank, 0.0, np.where(finite, maps, -np.inf).max(axis=(1, 2)))
+    return low, high, blank
+
+
+def _tile_values(maps, low, high, signed: bool, scale: str):
+    """The values drawn and their norm: on the ``tile`` scale, each tile mapped to -1..1
+    (signed, centred on zero) or 0..1 (its min to its max; a flat tile is all 0)."""
+    import numpy as np
+    from matplotlib.colors import Normalize
+
+    from ..figures import norm_for
+
+    maps = maps.astype(np.float64)
+    if scale != "tile":
+        norm, note = norm_for(maps, signed)
+        return maps, norm, note
+    if signed:
+        limit = np.maximum(np.abs(low), np.abs(high))
+        return maps / np.where(limit > 0, limit, 1.0)[:, None, None], Normalize(-1, 1), ""
+    span = (high - low)[:, None, None]
+    scaled = np.where(span > 0, (maps - low[:, None, None]) / np.where(span > 0, span, 1.0), 0.0)
+    return scaled, Normalize(0, 1), ""
+
+
+def _tile_scope(low: float, high: float, blank: bool, signed: bool, scale: str) -> str:
+    """What a tile's label says of its values: ``=v`` when flat, else the range its colours span."""
+    from ..figures import fmt
+
+    if low == high and not blank:
+        return f" ={fmt(low)}"  # a flat tile: its one value, not a range
+    if scale != "tile":
+        return ""
+    if signed:  # the tile's colours span -L..L
+        return f" ±{fmt(max(abs(low), abs(high)))}"
+    return f" [{fmt(low)}, {fmt(high)}]"
+
+
+def build(explanation, layer, which: str = "output", channels=None, scale: str = "tile"):
+    import matplotlib
+    import numpy as np
+
+    from ..figures import ACTIVATION_CMAP, DPI, GRADIENT_CMAP, NO_FINITE, Sheet, ValueBar, layer_text, shape_text, task_of
+
+    tiles = _tiles_for(explanation, layer, which, channels)
+    if tiles is None:
+        return None
+    signed = which != "output"
+    columns, rows, height, width, pad, gap = _grid_geometry(tiles)
+    shape = (rows * (height + gap), columns * (width + pad) - pad)
+    # About 7 dots per value, and room for a label like "#1016 [9.62, 69.2]": 1 to 1.2 in.
+    tile_inches = max(1.0, min(1.2, 12.0 / columns, max(height, width) * 7 / DPI))
+    grid_width = columns * tile_inches
+    grid_height = grid_width * shape[0] / shape[1]
+    sheet = Sheet(grid_width + 1.9, grid_height + 1.0)
+    ax = sheet.axes(0.2, 0.8, grid_width, grid_height)
+    bar_height = min(grid_height, 5.0)
+    cax = sheet.axes(0.2 + grid_width + 0.2, 0.8 + (grid_height - bar_height) / 2, 0.18, bar_height)
+    colormap = matplotlib.colormaps[GRADIENT_CMAP if signed else ACTIVATION_CMAP].with_extremes(bad="white")
+    image = ax.imshow(np.ma.masked_invalid(np.full(shape, np.nan)), cmap=colormap, interpolation="nearest")
+    font = 6 if columns > 6 else 8
+    labels = [
+        ax.text(
+            c * (width + pad) - 0.5,
+            r * (height + gap) + gap - 0.6,
+            "",
+            fontsize=font,
+            va="bottom",
+            ha="left",
+            parse_math=False,
+        )
+        for r, c in (divmod(slot, columns) for slot in range(len(tiles.indices)))
+    ]
+    ax.set_axis_off()
+    if scale == "tile":
+        bar_label = "each tile on its own scale: " + (
+            "value / max|value| of the tile" if signed else "tile min (0) to tile max (1)"
+        )
+    else:
+        bar_label = "one scale for all tiles"
+    bar = ValueBar(sheet.figure, cax, colormap, bar_label)
+
+    def update(explanation, layer):
+        tiles = _tiles_for(explanation, layer, which, channels)
+        low, high, blank = _tile_ranges(tiles.maps)
+        maps, norm, note = _tile_values(tiles.maps, low, high, signed, scale)
+        # Tiles in reading order, each below a strip for its label, separated by columns of NaN.
+        slots = np.full((rows * columns, height + gap, width + pad), np.nan)
+        slots[: len(maps), gap:, :width] = maps
+        mosaic = slots.reshape(rows, columns, height + gap, width + pad).transpose(0, 2, 1, 3)
+        mosaic = mosaic.reshape(rows * (height + gap), columns * (width + pad))[:, : shape[1]]
+        for slot, channel in enumerate(tiles.indices):
+            labels[slot].set_text(f"#{channel}{_tile_scope(low[slot], high[slot], blank[slot], signed, scale)}")
+        image.set_data(np.ma.masked_invalid(mosaic))
+        image.set_norm(norm)
+        bar.set_norm(None if note == NO_FINITE else norm)
+        flat = int(((low == high) & ~blank).sum())
+        flat_note = (
+            "" if not flat else " · every tile is constant (=value)" if flat == len(low) else f" · {flat} constant tiles (=value)"
+        )
+        sheet.title(
+            f"{explanation.model} · {layer_text(layer)} · {which} {shape_text(layer.shapes[which])} · "
+            f"{len(tiles.indices)} of {tiles.total} channels{flat_note}\n{task_of(explanation).headline(explanation)}"
+        )
+
+    update(explanation, layer)
+    return sheet.figure, update, [image, *labels, *bar.labels, sheet.heading]
+
+
+def _grad_channels_wanted(pictures) -> bool:
+    return pictures.grad_channels
+
+
+KIND = register_kind(
+    PictureKind(
+        "channels",
+        group="channels",
+        label="channels",
+        help="a grid of the output's channels",
+        build=build,
+        reuse_key=reuse_key,
+        options=partial(grid_options, "output"),
+        default=True,
+    )
+)
+GRADIENT_KIND = register_kind(
+    PictureKind(
+        "grad_channels",
+        group="channels",
+        label="gradient channels",
+        help="with --grad-channels, one of grad_output's",
+        build=build,
+        reuse_key=reuse_key,
+        wanted=_grad_channels_wanted,
+        options=partial(grid_options, "grad_output"),
+        default=True,
+    )
+)

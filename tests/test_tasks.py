@@ -1,0 +1,152 @@
+"""Tasks (hookviz.tasks): each says what the rest of hookviz shows of it, and every list of
+tasks is read from the registry."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import tokenize
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import hookviz
+from hookviz.cli import app
+from hookviz.errors import UsageError
+from hookviz.tasks import TASKS, ClassPrediction, DetectOptions, SegmentPrediction, TaskBase, recognise_task, task_names
+
+from .conftest import ROOT, SAMPLES, tiny_net
+
+
+def _task_name_literals(root: Path) -> list[str]:
+    """Every string literal outside ``hookviz/tasks/`` that is a task's name (a comparison
+    such as ``explanation.task == "detect"``, or a list of tasks kept by hand)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == "tasks":
+            continue
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+            if token.type != tokenize.STRING:
+                continue
+            try:
+                value = ast.literal_eval(token.string)
+            except (ValueError, SyntaxError):  # an f-string
+                continue
+            if value in TASKS:
+                found.append(f"{path.relative_to(root.parent)}:{token.start[0]}: {value!r}")
+    return found
+
+
+def test_no_code_outside_the_tasks_names_a_task():
+    """What differs between tasks is asked of the task; only ``hookviz/tasks/`` spells a name."""
+    assert _task_name_literals(ROOT / "hookviz") == []
+
+
+class _Keypoints(TaskBase):
+    """A task of a test's own: recognised by its output, before every built-in task."""
+
+    name = "keypoints"
+    words = "keypoint detection"
+    priority = 30
+
+    def recognises(self, output) -> bool:
+        return isinstance(output, dict) and "keypoints" in output
+
+
+def test_task_choices_help_and_recognition_order_come_from_the_registry(monkeypatch):
+    import typer
+
+    assert task_names() == ["classify", "segment", "detect"]
+    option = next(p for p in typer.main.get_command(app).commands["run"].params if p.name == "task")
+    assert option.help.startswith("classify, segment, detect; auto:")
+    assert recognise_task([{"boxes": 0, "labels": 0, "scores": 0}]) == "detect"
+    assert recognise_task({"out": torch.zeros(1, 3, 4, 4)}) == "segment"
+    assert recognise_task(torch.zeros(1, 5)) == "classify"
+    monkeypatch.setitem(TASKS, "keypoints", _Keypoints())
+    assert recognise_task({"keypoints": 0, "out": torch.zeros(1, 3, 4, 4)}) == "keypoints"  # its priority is highest
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--task", "pose"])
+    assert result.exit_code == 2 and "--task pose: choose auto, classify, segment, detect, keypoints" in result.stderr
+    assert hookviz.ModelOptions("resnet18", task="keypoints").task == "keypoints"
+
+
+def test_a_second_task_of_one_name_is_refused():
+    from hookviz.tasks import register_task
+
+    class Again(_Keypoints):
+        name = "detect"
+
+    with pytest.raises(UsageError, match="task 'detect' is registered already"):
+        register_task(Again)
+    assert type(TASKS["detect"]).__name__ == "Detect"
+
+
+def test_detect_options_are_the_detectors_own_group():
+    with pytest.raises(UsageError, match="score_threshold=2: a score threshold is between 0 and 1"):
+        DetectOptions(score_threshold=2)
+    with pytest.raises(UsageError, match="max_detections=0: must be from 1 to 20"):
+        DetectOptions(max_detections=0)
+    assert hookviz.DetectOptions is DetectOptions
+    loaded = hookviz.LoadedModel("tiny", tiny_net().eval(), "as given", None, hookviz.Preprocessing())
+    explainer = hookviz.Explainer.create(loaded, task_options=(DetectOptions(score_threshold=0.2),))
+    assert explainer.task_options is None  # a classifier has no options of its own: the detector's are unused
+    assert "score_threshold" not in explainer.asked and explainer.asked["target"] == "top1"
+    with pytest.raises(UsageError, match="task_options='TargetOptions': expected a task's option group"):
+        hookviz.Explainer.create(loaded, task_options=(hookviz.TargetOptions(),))
+
+
+def test_a_detectors_threshold_does_not_make_a_classifiers_results_stale(tmp_path):
+    """--skip-existing compares what was asked of the task: the detector's own options are
+    no part of a classifier's run."""
+    out = tmp_path / "out"
+    common = [
+        "run",
+        str(SAMPLES / "cat.png"),
+        "--model",
+        "tests.conftest:tiny_net",
+        "--weights",
+        "none",
+        "--pictures",
+        "none",
+        "--out",
+        str(out),
+        "--skip-existing",
+    ]
+    assert CliRunner().invoke(app, common).exit_code == 0
+    again = CliRunner().invoke(app, [*common, "--score-threshold", "0.9"])
+    assert again.exit_code == 0 and "0 of 1 images done, 1 skipped" in again.stderr
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert set(report["asked"]["target"]) == {"target", "objective", "cam", "topk", "output_key", "box_objective"}
+
+
+def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):
+    result = hookviz.explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.1"], objective="ce")
+    assert isinstance(result.prediction, ClassPrediction)
+    assert result.prediction.to_json() == {"objective": "the cross-entropy of the logits against the target class"}
+
+    class Painted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            logits = torch.zeros(x.shape[0], 4, *x.shape[-2:])
+            logits[:, 3, :, : x.shape[-1] // 4] = 5
+            return {"out": logits + 0.01 * self.conv(x).mean(1, keepdim=True)}
+
+    segmented = hookviz.explain(Painted().eval(), torch.rand(3, 16, 32), layers=["conv"], categories=list("abcd"))
+    prediction = segmented.prediction
+    assert isinstance(prediction, SegmentPrediction) and prediction.mask.shape == (16, 32)
+    assert [(share.name, share.fraction) for share in prediction.classes] == [("a", 0.75), ("d", 0.25)]
+    segmented.save(tmp_path, pictures="none")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (
+        report["prediction"]
+        == prediction.to_json()
+        == {
+            "classes": [{"index": 0, "name": "a", "fraction": 0.75}, {"index": 3, "name": "d", "fraction": 0.25}],
+            "objective": "the sum of d's logits over the 128 pixels predicted as d",
+        }
+    )
