@@ -31,7 +31,7 @@ import numpy as np
 from .errors import OutputError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from .identity import Match, PhotoIdentity, file_sha256, match_photo
-from .render import INPUT_PICTURE, PREDICTION_PICTURE
+from .render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
 from .summaries import tensor_stats
 
 __all__ = [
@@ -414,6 +414,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         # matplotlib: ~0.3 s to import, only for pictures
         from .render import render_png
         from .render.figures import photo_of
+        from .render.pixels import pixels_png
         from .render.prediction import prediction_png
         from .render.worker import worker_cache
 
@@ -421,6 +422,9 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         prediction = prediction_png(explanation)
         if prediction is not None:
             written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
+        pixels = pixels_png(explanation) if "cam" in pictures.pictures else None
+        if pixels is not None:
+            written.append(atomic_write(directory / PIXEL_PICTURE, pixels))
         cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})
