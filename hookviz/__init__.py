@@ -11,6 +11,8 @@ when one of these is first used.
 * ``load_model(name, weights)``, ``list_models()``, ``list_layers(model)``.
 * ``run(images, ModelOptions(...), ...)``: ``hookviz run`` as a function.
 * ``diff_runs(base, new)``: ``hookviz diff`` as a function; a ``RunDiff`` comes back.
+* ``hookviz.trust``: how far to trust a map (deletion and insertion, ROAD, the randomisation
+  check); ``explain(..., faithfulness=True, sanity=True)`` and ``run(..., trust=TrustOptions(...))``.
 
 Nothing here changes the caller's process or model: random state, ``sys.path``, backend
 flags, the model's mode and its parameters' flags are as they were after every call.
@@ -36,6 +38,7 @@ _LAZY = {
     "LayerOptions": ("options", "LayerOptions"),
     "TargetOptions": ("options", "TargetOptions"),
     "DetectOptions": ("tasks", "DetectOptions"),
+    "EmbedOptions": ("tasks", "EmbedOptions"),
     "PictureOptions": ("options", "PictureOptions"),
     "RunOptions": ("options", "RunOptions"),
     "CheckOptions": ("options", "CheckOptions"),
@@ -43,6 +46,7 @@ _LAZY = {
     "diff_runs": ("diffing", "diff_runs"),
     "RunDiff": ("changes", "RunDiff"),
     "Tolerances": ("options", "Tolerances"),
+    "TrustOptions": ("options", "TrustOptions"),
     "HookvizError": ("errors", "HookvizError"),
     "UsageError": ("errors", "UsageError"),
 }

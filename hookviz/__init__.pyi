@@ -17,10 +17,11 @@ from .options import (
     RunOptions as RunOptions,
     TargetOptions as TargetOptions,
     Tolerances as Tolerances,
+    TrustOptions as TrustOptions,
 )
 from .recording import Capture as Capture, Recording as Recording, record as record
 from .runner import run as run
-from .tasks import DetectOptions as DetectOptions
+from .tasks import DetectOptions as DetectOptions, EmbedOptions as EmbedOptions
 
 __version__: str
 __all__: list[str]

@@ -218,8 +218,10 @@ def run(
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
     task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
+    trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.")] = False,
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
+    target_image: Annotated[Optional[list[str]], typer.Option("--target-image", help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.")] = None,
     box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
     steps: Annotated[int, typer.Option(help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).")] = 32,
     ig_baseline: Annotated[str, typer.Option("--ig-baseline", help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).")] = "zero",
@@ -248,6 +250,8 @@ def run(
     min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
     tensorboard: Annotated[Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")] = None,
     workers: Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")] = 0,
+    faithfulness: Annotated[bool, typer.Option("--faithfulness", help="Measure each CAM: deletion and insertion curves (torch-cam's), ROAD (pytorch-grad-cam's); <layer>.faithfulness.png, run.json ranks the maps. Classifiers only; ~60 forward passes per image and layer.")] = False,
+    sanity: Annotated[bool, typer.Option("--sanity", help="Randomisation check of each CAM (Adebayo et al. 2018): re-explain with the layers randomised from the output down; <layer>.sanity.png. One pass per parametrised layer per image and layer.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).")] = False,
@@ -260,6 +264,7 @@ def run(
     OUT/run.json describes the whole run and OUT/index.html shows it in a browser.
     --baseline BASE ends the run by comparing it with BASE (OUT/diff.json);
     --fail-on drift then exits 3 past --rtol, --atol or --min-cam-corr.
+    --faithfulness and --sanity measure how far to trust each CAM.
 
     Example:
 
@@ -275,12 +280,13 @@ def run(
         RunOptions,
         TargetOptions,
         Tolerances,
+        TrustOptions,
         parse_triple,
     )
-    from .tasks import DetectOptions
+    from .tasks import DetectOptions, EmbedOptions
 
     groups = _guard(debug, lambda: dict(
-        model=ModelOptions(model, weights, seed, device, task),
+        model=ModelOptions(model, weights, seed, device, task, trust_checkpoint),
         layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ()), layout),
         inputs=InputOptions(
             resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
@@ -288,7 +294,8 @@ def run(
         ),
         target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
                              box_objective=box_objective, steps=steps, ig_baseline=ig_baseline),
-        task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),),
+        task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),
+                      EmbedOptions(target_images=tuple(target_image or ()))),
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
         options=RunOptions(
             out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
@@ -296,6 +303,7 @@ def run(
         ),
         checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction, baseline=baseline,
                             tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
+        trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
     ))
     paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
     _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
@@ -549,6 +557,7 @@ def layers(
     filter: Annotated[Optional[str], typer.Option("--filter", help="Only paths containing this text or matching this glob.")] = None,
     type: Annotated[Optional[str], typer.Option("--type", help="Only modules of this class (Conv2d).")] = None,
     crop: Annotated[Optional[int], typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).")] = None,
+    trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle).")] = False,
     debug: DebugOption = False,
 ) -> None:
     """List every module path of MODEL with its type, output shape, parameters and calls.
@@ -569,7 +578,7 @@ def layers(
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
-        loaded = load_model(ModelOptions(model, weights))
+        loaded = load_model(ModelOptions(model, weights, trust_checkpoint=trust_checkpoint))
         if crop is not None:
             size = (crop, crop)
         else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)

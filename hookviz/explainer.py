@@ -19,7 +19,7 @@ from .explaining import Explanation, SummaryOptions, explain_batch
 from .featuremaps import DeclaredLayout
 from .images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
 from .layers import LayerSpec, default_layer, resolve_layers
-from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions
+from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
 from .sources.base import LoadedModel
 
 __all__ = ["Explainer", "explain"]
@@ -40,6 +40,7 @@ class Explainer:
         max_pixels: photos with more pixels than this are refused.
         declared_layout: what the model declares about its tokens and channel order (the
             loaded model's own word, else what ``geometry`` reads from the module).
+        trust: how far to trust each CAM: the measures ``hookviz.trust`` adds to each layer.
     """
 
     model: LoadedModel
@@ -50,6 +51,7 @@ class Explainer:
     max_pixels: int = InputOptions().max_pixels
     declared_layout: DeclaredLayout | None = None
     task_options: Any = None
+    trust: TrustOptions = TrustOptions()
 
     @classmethod
     def create(
@@ -61,6 +63,7 @@ class Explainer:
         target: TargetOptions = TargetOptions(),
         preprocessing: Preprocessing | None = None,
         task_options: Sequence = (),
+        trust: TrustOptions = TrustOptions(),
     ) -> "Explainer":
         """Check the options against the model and resolve its layers.
 
@@ -68,6 +71,7 @@ class Explainer:
             preprocessing: replaces the model's own before ``inputs`` apply.
             task_options: tasks' own option groups (``DetectOptions(...)``); the model's task
                 takes its own (its defaults when none is given), the others are left unused.
+            trust: the trust measures to add to each CAM (``hookviz.trust``).
 
         Raises:
             UsageError: a layer, target or input size the model cannot take.
@@ -76,10 +80,12 @@ class Explainer:
         from .models import input_channels
         from .tasks import get_task
         from .tasks.targets import parse_target
+        from .trust.assess import check as check_trust
 
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
+        model = _chosen_task(model, task_options)
         if model.task == "auto":  # probed at the size asked for: some models take only that
             model = replace(model, task=_recognised_task(model.module, inputs.apply(processing)))
         task = get_task(model.task)
@@ -87,19 +93,25 @@ class Explainer:
         task.check(target)
         for method in target.methods:
             _check_method(method, model.module)
+        check_trust(task, target, trust)
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
+        reader = cls(model, processing, (), target, max_pixels=inputs.max_pixels)
+        own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
         declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         declared = _with_layout(declared, layers.layout)
         choice = None
         if layers.given:
             specs = resolve_layers(model.module, layers.layers, layers.layer_types)
+        elif model.default_layers:  # the source knows them (a YOLO's neck outputs)
+            specs = resolve_layers(model.module, model.default_layers)
+            choice = f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
         else:
             root = task.default_root(model.module)
             spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)
             specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
-        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, own)
+        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, own, trust)
 
     # -- what the pass reads
 
@@ -113,7 +125,9 @@ class Explainer:
     def asked(self) -> dict:
         """What was asked of the task, as report.json keeps it (what ``--skip-existing``
         compares): the target options and the task's own."""
-        return {**asdict(self.target), **(asdict(self.task_options) if self.task_options is not None else {})}
+        own = self.task_options
+        asked = {} if own is None else own.asked() if hasattr(own, "asked") else asdict(own)
+        return {**asdict(self.target), **asked}
 
     @property
     def methods(self) -> tuple:
@@ -170,8 +184,14 @@ class Explainer:
         return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
 
     def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
-        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``)."""
-        return explain_batch(self, images, summaries)
+        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``),
+        then measure how far to trust each CAM when ``trust`` asks (``hookviz.trust``)."""
+        explanations = explain_batch(self, images, summaries)
+        if not self.trust.any:
+            return explanations
+        from .trust.assess import assess
+
+        return assess(self, images, explanations)
 
     def explain(self, image, summaries: SummaryOptions = SummaryOptions()) -> Explanation:
         """Explain one image (a path, PIL image or tensor)."""
@@ -200,6 +220,20 @@ def _own_options(task, given: Sequence):
     if len(own) > 1:
         raise UsageError(f"{arg('task_options')}: {len(own)} {task.options_type.__name__}s; give one")
     return own[0] if own else task.options_type()
+
+
+def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
+    """``model`` made the task of an option group that chooses it (``target_image``: an
+    embedding's), when its source stated no task or the default one."""
+    from .tasks import DEFAULT_TASK, TASKS
+
+    if model.task not in ("auto", DEFAULT_TASK):
+        return model
+    for options in given:
+        chooser = next((t for t in TASKS.values() if t.options_type is not None and isinstance(options, t.options_type)), None)
+        if chooser is not None and chooser.chosen_by(options):
+            return replace(model, task=chooser.name)
+    return model
 
 
 def _recognised_task(module, preprocessing: Preprocessing) -> str:
@@ -321,6 +355,9 @@ def explain(
     preprocessing: Preprocessing | None = None,
     inputs: InputOptions | None = None,
     categories: Sequence[str] | None = None,
+    target_image=None,
+    faithfulness: bool = False,
+    sanity: bool = False,
 ) -> Explanation:
     """Explain one image with ``model``: the notebook form of ``hookviz run``.
 
@@ -357,6 +394,13 @@ def explain(
         preprocessing: replaces the model's own transform.
         inputs: overrides of the transform (``InputOptions(crop=256)``).
         categories: class names when ``model`` is a bare module.
+        target_image: for a model whose output is an embedding: a reference photo (a path, a
+            folder of photos averaged into one concept, an image as ``image`` takes) or a
+            concept's embedding (a 1-D tensor), or a list of them, one CAM each; the objective
+            is the cosine similarity to it (``hookviz.tasks.EmbedOptions``).
+        faithfulness: also measure each CAM's deletion, insertion and ROAD curves
+            (``layer.trust``; a classifier's only).
+        sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
 
     Returns:
         An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
@@ -381,7 +425,7 @@ def explain(
         loaded = replace(loaded, categories=tuple(categories))
     if task != "auto":
         loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
-    from .tasks import DetectOptions
+    from .tasks import DetectOptions, EmbedOptions
 
     target_options = TargetOptions(
         target=str(target), objective=objective, cam=cam if isinstance(cam, str) else ",".join(map(str, cam)), topk=topk,
@@ -394,6 +438,7 @@ def explain(
     )
     explainer = Explainer.create(
         loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
-        task_options=(detect_options,),
+        task_options=(detect_options, EmbedOptions(target_images=target_image)),
+        trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
     )
     return explainer.explain(image)

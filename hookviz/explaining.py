@@ -22,6 +22,7 @@ from .images import PreparedImage, Preprocessing
 from .options import ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
 from .tasks import DEFAULT_TASK, ClassScore, ImagePrediction
+from .trust.records import LayerTrust
 
 __all__ = ["Explanation", "LayerResult", "PixelMap", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
 
@@ -61,6 +62,7 @@ class LayerResult:
         cams: each layer method's raw map of the target, by method name (``cam`` is the
             first's); ``cam_notes``: per method, why it made no map, or what to know about it.
         notes: what the report should say about this layer (a channel selection cut short).
+        trust: how far to trust its CAM (``hookviz.trust``), when measured.
         layout: how the output was read as a map (tokens on a grid, channels last), and its
             basis: declared by the model, read from the ops that made it (``data flow``) or
             guessed from the shape; ``ambiguous`` when its shape reads both ways and nothing
@@ -85,6 +87,7 @@ class LayerResult:
     notes: tuple[str, ...] = ()
     layout: Layout | None = None
     profiles: dict = field(default_factory=dict)
+    trust: LayerTrust | None = None
     input: np.ndarray | None = None
     output: np.ndarray | None = None
     grad_input: np.ndarray | None = None
@@ -142,6 +145,7 @@ class Explanation:
         cam_method: the main CAM method (the first that maps layers: ``LayerResult.cam``),
             or ``none``; ``cam_methods``: every method asked for, in order.
         pixel_maps: per method of ``cam_methods`` that maps the input, its ``PixelMap``.
+        trust: the ``TrustOptions`` its CAMs were measured with, as JSON (``{}``: none).
     """
 
     image: PreparedImage
@@ -164,6 +168,7 @@ class Explanation:
     weights_sha256: str | None = None
     cam_methods: tuple[str, ...] = ()
     pixel_maps: dict = field(default_factory=dict)
+    trust: dict = field(default_factory=dict, repr=False)
 
     def __getitem__(self, name: str) -> LayerResult:
         for layer in self.layers:

@@ -151,6 +151,7 @@ def _page(out: Path, run: dict, documents: list[dict], diff: dict | None = None)
 {counts['done']} done, {counts['skipped']} skipped, {counts['failed']} failed{not_done}{shards}{interrupted}<br>
 <code>{_e(' '.join(run.get('command', [])))}</code></div>
 {f'<h2>Failures</h2><ul class="failures">{failure_items}</ul>' if failure_items else ''}
+{_trust_heading(documents)}
 {_diff_heading(diff) if diff is not None else ''}
 <table>
 <thead><tr><th>photo</th><th>image and top-5</th><th>layers</th>{'<th>change from the baseline</th>' if diff is not None else ''}</tr></thead>
@@ -161,6 +162,15 @@ def _page(out: Path, run: dict, documents: list[dict], diff: dict | None = None)
 </body>
 </html>
 """
+
+
+def _trust_heading(documents: list[dict]) -> str:
+    """What the trust measures say over the run (run.json's ``trust``), one line each."""
+    lines = [line for document in documents for line in ((document.get("trust") or {}).get("summary") or [])]
+    if not lines:
+        return ""
+    items = "".join(f"<li>{_e(line)}</li>" for line in dict.fromkeys(lines))
+    return f"<h2>How far to trust the maps</h2><ul>{items}</ul>"
 
 
 def _diff_heading(diff: dict) -> str:

@@ -20,7 +20,7 @@ from .tasks import DEFAULT_TASK, task_names, task_words
 __all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels"]
 
 #: The order ``hookviz models`` shows the sources in; any other follows.
-_LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "factory")
+_LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "ultralytics", "factory")
 
 
 def _sources():
@@ -29,7 +29,9 @@ def _sources():
     return SOURCES
 
 
-def load_model(model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 0) -> LoadedModel:
+def load_model(
+    model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 0, trust_checkpoint: bool = False
+) -> LoadedModel:
     """Build ``model`` and load ``weights`` into it; return it in eval mode.
 
     Args:
@@ -40,16 +42,17 @@ def load_model(model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 
             a torchvision weights name (``IMAGENET1K_V1``), or a path to a state_dict
             (``torch.save`` file or ``.safetensors``).
         seed: seeds the random initialisation; the caller's random stream is left as it was.
+        trust_checkpoint: load a checkpoint that runs code when loaded (``yolo:best.pt``).
 
     Raises:
         UnknownModelError: the name matches no model, or its factory failed.
         WeightsError: the weights cannot be had or do not fit.
     """
-    options = model if isinstance(model, ModelOptions) else ModelOptions(model, weights, seed)
+    options = model if isinstance(model, ModelOptions) else ModelOptions(model, weights, seed, trust_checkpoint=trust_checkpoint)
     for source in _sources():
         if source.claims(options.name):
             _check_task(source, options)
-            loaded = source.load(options.name, options.weights, options.seed)
+            loaded = source.load(options.name, options.weights, options.seed, trust_checkpoint=options.trust_checkpoint)
             loaded.module.eval()
             return loaded if options.task == "auto" else replace(loaded, task=options.task)
     known = [n for source in _sources() for n in source.names()]

@@ -13,6 +13,7 @@ them.
 * ``RunOptions``: where a run writes, in what batches, which slice of the images.
 * ``CheckOptions``: the ``--fail-on`` checks of a CI smoke run, and the baseline it is compared with.
 * ``Tolerances``: how far a compared figure may move before it counts as drift.
+* ``TrustOptions``: how far to trust a map: faithfulness measures and the randomisation check.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .errors import UsageError, arg
 
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
-    "CheckOptions", "Tolerances", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "parse_triple", "parse_shard",
+    "CheckOptions", "Tolerances", "TrustOptions", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "parse_triple", "parse_shard",
     "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS", "LAYOUT_CHOICES", "task_choices",
 ]
 
@@ -86,6 +87,8 @@ class ModelOptions:
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
         task: a task of ``hookviz.tasks`` (``classify``, ``segment``, ``detect``), or ``auto``:
             the source's word for it, or for a factory's model, what its output looks like.
+        trust_checkpoint: load a checkpoint that runs code when loaded (a pickled YOLO
+            ``.pt``); refused otherwise.
     """
 
     name: str
@@ -93,6 +96,7 @@ class ModelOptions:
     seed: int = 0
     device: str = "auto"
     task: str = "auto"
+    trust_checkpoint: bool = False
 
     def __post_init__(self):
         if not self.name or not self.name.strip():
@@ -355,6 +359,41 @@ def _check_topk(topk: int, cam: str, layer_methods) -> None:
             f"no target), so its top-{topk} maps would be one map {topk} times; drop {arg('topk')} or put a "
             "class-specific method first"
         )
+
+
+# ----------------------------------------------------------------------------- trust
+
+
+@dataclass(frozen=True)
+class TrustOptions:
+    """How far to trust each map (``hookviz.trust``); both cost many more forward passes.
+
+    Attributes:
+        faithfulness: measure each CAM's deletion and insertion curves (torch-cam's
+            ``DeletionInsertionMetric``) and ROAD (pytorch-grad-cam's ``ROADCombined``)
+            against the target class's probability.
+        sanity: run the cascading model-parameter randomisation check (Adebayo et al. 2018)
+            on each CAM.
+        seed: the seed of ROAD's imputation noise and of the randomised layers.
+    """
+
+    faithfulness: bool = False
+    sanity: bool = False
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("faithfulness", "sanity"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{arg(name, getattr(self, name))}: give True or False")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise UsageError(f"{arg('seed', self.seed)}: a seed is a whole number from 0 to 2**63 - 1")
+
+    @property
+    def any(self) -> bool:
+        return self.faithfulness or self.sanity
+
+    def to_json(self) -> dict:
+        return {"faithfulness": self.faithfulness, "sanity": self.sanity, "seed": self.seed}
 
 
 # ----------------------------------------------------------------------------- pictures

@@ -294,6 +294,8 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
             entry["cam_topk"] = [score.to_json() for score, _ in layer.topk_cams]
         if layer.notes:
             entry["notes"] = list(layer.notes)
+        if layer.trust is not None:
+            entry["trust"] = layer.trust.to_json()
         layers.append(entry)
     logits_nonfinite = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
     return {
@@ -324,6 +326,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
             "scale": pictures.scale if pictures is not None else None,
             "grad_channels": bool(pictures.grad_channels) if pictures is not None else False,
             "tensors": save_tensors,
+            "trust": explanation.trust,
         },
         "files": list(files),
         "fingerprint": description(),

@@ -35,7 +35,16 @@ from .explaining import SummaryOptions
 from .fingerprints import FINGERPRINT
 from .hooks import HookSet
 from .identity import Match
-from .options import CheckOptions, InputOptions, LayerOptions, ModelOptions, PictureOptions, RunOptions, TargetOptions
+from .options import (
+    CheckOptions,
+    InputOptions,
+    LayerOptions,
+    ModelOptions,
+    PictureOptions,
+    RunOptions,
+    TargetOptions,
+    TrustOptions,
+)
 from .outputs import (
     DIFF,
     TENSORS,
@@ -79,6 +88,7 @@ class RunSummary:
     interrupted: bool = False
     layers: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    trust: dict | None = None
 
     @property
     def failed(self) -> list[ImageStatus]:
@@ -148,6 +158,7 @@ def run(
     options: RunOptions = RunOptions(),
     checks: CheckOptions = CheckOptions(),
     task_options: Sequence = (),
+    trust: TrustOptions = TrustOptions(),
     on_status: Callable[[ImageStatus, int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
 ) -> RunSummary:
@@ -159,6 +170,8 @@ def run(
             model's task takes its own.
         on_status: called after each image with (status, images finished, images in this run).
         on_start: called once with a line saying what will run (model, layers, device).
+        trust: how far to trust each CAM (``hookviz.trust``): per image in report.json and its
+            pictures, over the run in run.json's ``trust``.
 
     Returns:
         The summary; ``run.json`` is written too.
@@ -168,7 +181,7 @@ def run(
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
     return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures, options=options,
-               checks=checks, task_options=task_options, on_status=on_status, on_start=on_start).execute()
+               checks=checks, task_options=task_options, trust=trust, on_status=on_status, on_start=on_start).execute()
 
 
 class Run:
@@ -176,10 +189,13 @@ class Run:
 
     def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
                  target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
-                 task_options=(), on_status=None, on_start=None):
+                 task_options=(), trust=TrustOptions(), on_status=None, on_start=None):
+        from .trust.tally import TrustTally
+
         self.model_options, self.layer_options, self.inputs = model, layers, inputs
         self.task_options = tuple(task_options)
         self.target, self.pictures, self.options, self.checks = target, pictures, options, checks
+        self.trust, self.tally = trust, TrustTally()
         self.on_status, self.on_start = on_status, on_start
         self.images = list(images)
         self.selected = shard_of(self.images, options.shard)
@@ -321,7 +337,7 @@ class Run:
         loaded = load_model(self.model_options)
         loaded.module.to(self.device)
         self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
-                                          task_options=self.task_options)
+                                          task_options=self.task_options, trust=self.trust)
         out = self.options.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -402,6 +418,7 @@ class Run:
             and report.get("weights_sha256") == explainer.model.weights_sha256  # a file rewritten in place
             and report.get("preprocessing") == explainer.preprocessing.to_json()
             and asked.get("target") == explainer.asked
+            and (asked.get("trust") or {}) == (self.trust.to_json() if self.trust.any else {})
             and (not grids or (asked.get("channels"), asked.get("scale")) == (str(self.pictures.channels), self.pictures.scale))
         )
 
@@ -489,6 +506,7 @@ class Run:
                     self.notes.append(note)
         if self.checks.fail_on:
             self.findings.extend(run_checks(result, self.checks.fail_on, self.checks.dead_fraction))
+        self.tally.add(result)
         portable = _portable(result)
         future = self.pool.submit(save_explanation, portable, self.options.out / self.names[path], self.pictures,
                                   save_tensors=self.options.save_tensors)
@@ -551,13 +569,15 @@ class Run:
             reason = "interrupted" if self.interrupted else "the run stopped on an error"
             for path in self.selected:
                 self.statuses.setdefault(path, ImageStatus(display_path(path), self.names[path], "not_done", reason))
+        trust = self.tally.to_json()
         summary = RunSummary(
             statuses=tuple(self.statuses[p] for p in self.selected if p in self.statuses),
             findings=tuple(self.findings),
             run_json=self.run_json,
             interrupted=self.interrupted,
             layers=tuple(spec.label for spec in self.explainer.layers) if self.explainer else (),
-            notes=tuple(self.notes),
+            notes=(*self.notes, *(trust["summary"] if trust else ())),
+            trust=trust,
         )
         if self.explainer is None:
             return summary  # stopped before the output folder was made: nothing to describe
@@ -657,6 +677,7 @@ class Run:
             },
             "notes": list(summary.notes),
             "tensorboard": display_path(options.tensorboard) if options.tensorboard else None,
+            "trust": summary.trust,
         }
 
 

@@ -436,7 +436,7 @@ def index_net() -> nn.Module:
 # A test not marked slow may use at most this much CPU time (its process and the processes it
 # waited for), setup included. CPU time, not wall time: it stays put when the machine is busy.
 # HOOKVIZ_TEST_CPU_LIMIT=0 turns the check off (for profiling, or a much slower machine).
-UNMARKED_CPU_LIMIT = float(os.environ.get("HOOKVIZ_TEST_CPU_LIMIT", "4"))
+UNMARKED_CPU_LIMIT = float(os.environ.get("HOOKVIZ_TEST_CPU_LIMIT", "6"))
 
 
 def _cpu_seconds() -> float:
@@ -471,3 +471,20 @@ def pytest_runtest_makereport(item, call):
             f"{item.nodeid} used {used:.1f} s of CPU (setup and call) without @pytest.mark.slow; "
             f"mark it slow or make it smaller (limit {UNMARKED_CPU_LIMIT:g} s, HOOKVIZ_TEST_CPU_LIMIT)"
         )
+
+
+@pytest.fixture
+def registries_restored():
+    """Whatever a test (or an example it runs) registers (methods, picture kinds, tasks,
+    checks) is gone after it, so that a test registering the same name elsewhere still can."""
+    from hookviz.checks import CHECKS
+    from hookviz.methods.base import METHODS
+    from hookviz.render import kinds
+    from hookviz.tasks.base import TASKS
+
+    saved = [(METHODS._entries, dict(METHODS._entries)), (CHECKS._entries, dict(CHECKS._entries)),
+             (kinds._KINDS, dict(kinds._KINDS)), (TASKS, dict(TASKS))]
+    yield
+    for live, before in saved:
+        live.clear()
+        live.update(before)

@@ -28,6 +28,7 @@ def gallery_run(tmp_path_factory, lite0):
     return out / "run", summary
 
 
+@pytest.mark.slow  # a run of several images with pictures: about 4-6 s of CPU
 def test_gallery_lists_every_image_layer_picture_and_failure(gallery_run):
     out, summary = gallery_run
     page = (out / "index.html").read_text(encoding="utf-8")

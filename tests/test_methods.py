@@ -42,7 +42,7 @@ def _hooks_on(model: nn.Module) -> int:
 # ----------------------------------------------------------------------------- methods of this module's own
 
 
-@register_method("activation-sum", needs_gradients=False)
+@register_method("toy-activation-sum", needs_gradients=False)
 def activation_sum(ctx):
     """The layer's channels summed, after a ReLU: a method that needs no gradient."""
     return ctx.activations.sum(dim=1).clamp(min=0)
@@ -114,20 +114,20 @@ def test_a_second_method_under_a_taken_name_is_refused():
         register_method("gradcam")(activation_sum.function)
     with pytest.raises(UsageError, match="'none' is already registered"):
         register_method("none", needs_gradients=False)(activation_sum.function)
-    with pytest.raises(UsageError, match="'activation-sum' is already registered"):
-        register_method("activation-sum", needs_gradients=False)(lambda ctx: ctx.activations.sum(dim=1))
-    assert get_method("activation-sum") is activation_sum and get_method("gradcam").needs_gradients
+    with pytest.raises(UsageError, match="'toy-activation-sum' is already registered"):
+        register_method("toy-activation-sum", needs_gradients=False)(lambda ctx: ctx.activations.sum(dim=1))
+    assert get_method("toy-activation-sum") is activation_sum and get_method("gradcam").needs_gradients
     with pytest.raises(UsageError, match="did you mean 'layercam'"):
         get_method("layercam2")
 
 
 def test_run_help_lists_every_registered_method():
-    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300"})
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "1000"})
     assert result.exit_code == 0
     (line,) = [line for line in result.output.splitlines() if "--cam " in line]
     listed = line.split("CAM method:")[1].split(".")[0]
     assert [name.strip() for name in listed.replace(" or ", ",").split(",")] == [*method_names(), "none"]
-    assert {"gradcam", "gradcam++", "layercam", "activation-sum", "spy-score-cam"} <= set(METHODS.names())
+    assert {"gradcam", "gradcam++", "layercam", "toy-activation-sum", "spy-score-cam"} <= set(METHODS.names())
 
 
 # ----------------------------------------------------------------------------- the command
@@ -137,14 +137,14 @@ def test_a_method_registered_outside_the_package_runs_through_the_command(photo,
     out = tmp_path / "out"
     result = CliRunner().invoke(app, [
         "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
-        "--layer", "features.3", "--cam", "activation-sum", "--save-tensors", "--out", str(out),
+        "--layer", "features.3", "--cam", "toy-activation-sum", "--save-tensors", "--out", str(out),
     ], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     folder = out / "photo"
     assert (folder / "features.3.cam.png").stat().st_size > 0
     report = json.loads((folder / "report.json").read_text())
     (layer,) = report["layers"]
-    assert layer["cam"]["method"] == "activation-sum" and layer["cam"]["shape"] == [32, 32]
+    assert layer["cam"]["method"] == "toy-activation-sum" and layer["cam"]["shape"] == [32, 32]
     tensors = np.load(folder / "tensors.npz")
     np.testing.assert_allclose(tensors["features.3/cam"], np.maximum(tensors["features.3/output"][0].sum(0), 0), rtol=1e-5)
 
@@ -526,26 +526,26 @@ def test_several_methods_in_one_run_keep_each_map_in_tensors_npz_and_report_json
     out = tmp_path / "out"
     result = CliRunner().invoke(app, [
         "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
-        "--layer", "features.3", "--layer", "fc", "--cam", "hirescam, eigencam,activation-sum", "--topk", "2",
+        "--layer", "features.3", "--layer", "fc", "--cam", "hirescam, eigencam,toy-activation-sum", "--topk", "2",
         "--save-tensors", "--pictures", "none", "--out", str(out),
     ], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     folder = out / "photo"
     tensors = np.load(folder / "tensors.npz")
     report = json.loads((folder / "report.json").read_text())
-    assert report["cam_methods"] == ["hirescam", "eigencam", "activation-sum"]
-    assert report["asked"]["target"]["cam"] == "hirescam,eigencam,activation-sum"
+    assert report["cam_methods"] == ["hirescam", "eigencam", "toy-activation-sum"]
+    assert report["asked"]["target"]["cam"] == "hirescam,eigencam,toy-activation-sum"
     conv, fc = report["layers"]
     assert conv["cam"]["method"] == "hirescam" and len(conv["cam_topk"]) == 2
-    assert list(conv["cams"]) == ["hirescam", "eigencam", "activation-sum"]
+    assert list(conv["cams"]) == ["hirescam", "eigencam", "toy-activation-sum"]
     assert all(entry["shape"] == [32, 32] for entry in conv["cams"].values())
     output, grad = tensors["features.3/output"][0], tensors["features.3/grad_output"][0]
-    np.testing.assert_allclose(tensors["features.3/cam.activation-sum"], np.maximum(output.sum(0), 0), rtol=1e-5)
+    np.testing.assert_allclose(tensors["features.3/cam.toy-activation-sum"], np.maximum(output.sum(0), 0), rtol=1e-5)
     np.testing.assert_allclose(tensors["features.3/cam.hirescam"], np.maximum((grad * output).sum(0), 0), rtol=1e-4, atol=1e-7)
     np.testing.assert_array_equal(tensors["features.3/cam"], tensors["features.3/cam.hirescam"])  # the first stays at cam
     assert tensors["features.3/cam.eigencam"].shape == (32, 32) and "features.3/cam_2" in tensors.files
     assert conv["cams"]["eigencam"]["max"] == pytest.approx(float(tensors["features.3/cam.eigencam"].max()))
-    assert set(fc["cams"]) == {"hirescam", "eigencam", "activation-sum"}
+    assert set(fc["cams"]) == {"hirescam", "eigencam", "toy-activation-sum"}
     assert all("no spatial layout" in entry["skipped"] for entry in fc["cams"].values())
     assert not any(key.startswith("fc/cam") for key in tensors.files)
 
@@ -563,8 +563,8 @@ def test_several_methods_from_python_each_map_by_name():
 
 def test_a_gradient_method_beside_one_without_says_why_it_has_no_map_of_a_layer_the_target_never_reaches():
     model, image = SideBranch().eval(), torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(1))
-    (side,) = explain(model, image, layers=["side"], cam="activation-sum,gradcam").layers
-    assert list(side.cams) == ["activation-sum"] and side.cam is not None
+    (side,) = explain(model, image, layers=["side"], cam="toy-activation-sum,gradcam").layers
+    assert list(side.cams) == ["toy-activation-sum"] and side.cam is not None
     assert "does not depend on this layer" in side.cam_notes["gradcam"]
 
 

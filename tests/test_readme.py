@@ -51,7 +51,7 @@ def _run_python(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if _blocks(p, "python")], ids=_name)
-def test_every_python_example_runs_as_written(page, photos_here):
+def test_every_python_example_runs_as_written(page, photos_here, registries_restored):
     _run_python(page)
 
 

@@ -59,16 +59,16 @@ class _Keypoints(TaskBase):
 def test_task_choices_help_and_recognition_order_come_from_the_registry(monkeypatch):
     import typer
 
-    assert task_names() == ["classify", "segment", "detect"]
+    assert task_names() == ["classify", "embed", "segment", "detect"]
     option = next(p for p in typer.main.get_command(app).commands["run"].params if p.name == "task")
-    assert option.help.startswith("classify, segment, detect; auto:")
+    assert option.help.startswith("classify, embed, segment, detect; auto:")
     assert recognise_task([{"boxes": 0, "labels": 0, "scores": 0}]) == "detect"
     assert recognise_task({"out": torch.zeros(1, 3, 4, 4)}) == "segment"
     assert recognise_task(torch.zeros(1, 5)) == "classify"
     monkeypatch.setitem(TASKS, "keypoints", _Keypoints())
     assert recognise_task({"keypoints": 0, "out": torch.zeros(1, 3, 4, 4)}) == "keypoints"  # its priority is highest
     result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--task", "pose"])
-    assert result.exit_code == 2 and "--task pose: choose auto, classify, segment, detect, keypoints" in result.stderr
+    assert result.exit_code == 2 and "--task pose: choose auto, classify, embed, segment, detect, keypoints" in result.stderr
     assert hookviz.ModelOptions("resnet18", task="keypoints").task == "keypoints"
 
 

@@ -281,8 +281,8 @@ def test_convnext_at_384_pixels_is_read_channels_last_where_its_height_equals_it
     [
         # The default tag is a masked-image-modelling checkpoint: features, no classes.
         (["--model", "timm:eva02_tiny_patch14_224"],
-         "--model timm:eva02_tiny_patch14_224: has no classifier head (num_classes=0: a feature extractor), and "
-         "hookviz explains a class's logit; choose a model or tag trained on a labelled set"),
+         "--model timm:eva02_tiny_patch14_224: its output is an embedding, not class logits; explain its similarity "
+         "to a reference photo with --target-image REF"),
         (["--model", "timm:vit_tiny_patch16_224", "--crop", "64", "--resize", "64"],
          "--crop 64: timm:vit_tiny_patch16_224 takes 224x224 inputs, not 64x64; pass --crop 224 or leave it out"),
         (["--model", "timm:inception_v3", "--crop", "64", "--resize", "64"],

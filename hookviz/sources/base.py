@@ -47,6 +47,9 @@ class LoadedModel:
             better than ``hookviz.geometry`` reads it from the module (``None``: read it).
         weights_sha256: the SHA-256 of the weights file named by ``--weights PATH`` (``None``
             for named weights): a file overwritten in place is told apart by it.
+        default_layers: the layers to explain when the caller names none, when the source
+            knows them better than ``layers.default_layer`` finds them (a YOLO's neck outputs).
+        default_layers_reason: why those, in words.
     """
 
     name: str
@@ -60,6 +63,8 @@ class LoadedModel:
     notes: tuple[str, ...] = field(default=())
     declared_layout: DeclaredLayout | None = None
     weights_sha256: str | None = None
+    default_layers: tuple[str, ...] = ()
+    default_layers_reason: str | None = None
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"
@@ -93,9 +98,11 @@ class ModelSource(Protocol):
     def task_of(self, name: str) -> str:
         """What ``name`` does: ``classify``, ``segment``, ``detect`` (``auto``: known only from its output)."""
 
-    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         """Build ``name`` with ``weights`` (``DEFAULT``, ``none``, a file, or the source's own
-        weights names), randomly initialised from ``seed`` where weights are ``none``.
+        weights names), randomly initialised from ``seed`` where weights are ``none``. A file
+        that would run code when loaded (a pickled checkpoint) is refused unless
+        ``trust_checkpoint``; sources that never unpickle ignore it.
 
         Raises:
             UnknownModelError, WeightsError: with one line naming the argument.

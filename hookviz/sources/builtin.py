@@ -74,7 +74,7 @@ class BuiltinSource:
     def task_of(self, name: str) -> str:
         return Classify.name
 
-    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         from .torchvision_models import imagenet_categories
 
         entry = BUILTINS[name]

@@ -63,7 +63,7 @@ class FactorySource:
     def task_of(self, name: str) -> str:
         return "auto"
 
-    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         import torch.nn as nn
 
         kind = weights_kind(weights)

@@ -90,7 +90,7 @@ class HuggingFaceSource:
         labels = config.get("id2label") or {}
         return f"{config.get('model_type', '?')}, {len(labels)} classes, cached" if config else ""
 
-    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         _import_transformers(name)
         repo = name[len(PREFIX):].strip()
         if not repo:

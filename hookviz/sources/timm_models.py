@@ -77,10 +77,10 @@ class TimmSource:
             return ""
         size = "x".join(map(str, cfg.input_size[1:]))
         weights = f"DEFAULT {cfg.tag}" if (cfg.hf_hub_id or cfg.url) else "no pretrained weights"
-        head = ", no classifier head" if cfg.num_classes == 0 else ""
+        head = ", no classifier head (an embedding: explain with --target-image)" if cfg.num_classes == 0 else ""
         return f"{size}, {weights}{head}"
 
-    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         timm = _import_timm(name)
         arch = name[len(PREFIX):]
         if not arch or not timm.is_model(arch):
@@ -98,12 +98,11 @@ class TimmSource:
         else:
             with seeded(seed):
                 model = _create(timm, name, arch)
-            _check_head(name, getattr(model, "num_classes", None))
             loaded = random_or_file(model, weights, seed)
         preprocessing, notes = timm_preprocessing(model)
-        categories, more = timm_categories(model)
+        categories, more = (None, ()) if getattr(model, "num_classes", None) == 0 else timm_categories(model)
         return LoadedModel(
-            name, model, loaded.label, categories, preprocessing, source=self.name,
+            name, model, loaded.label, categories, preprocessing, source=self.name, task=_task(model),
             input_size=_required_input_size(model), notes=notes + more + loaded.notes, weights_sha256=loaded.sha256,
         )
 
@@ -115,12 +114,13 @@ def _create(timm, name: str, arch: str, **kwargs):
         raise UnknownModelError(f"{arg('model', name)}: timm cannot build {arch} ({first_line(exc)})") from None
 
 
-def _check_head(name: str, classes: int | None) -> None:
-    if classes == 0:
-        raise UnknownModelError(
-            f"{arg('model', name)}: has no classifier head (num_classes=0: a feature extractor), and hookviz "
-            "explains a class's logit; choose a model or tag trained on a labelled set"
-        )
+def _task(model) -> str:
+    """A model without a classifier head (``num_classes=0``: a feature extractor) returns an
+    embedding, explained by its similarity to a reference photo (``target_image``)."""
+    from ..tasks import DEFAULT_TASK
+    from ..tasks.embed import Embed
+
+    return Embed.name if getattr(model, "num_classes", None) == 0 else DEFAULT_TASK
 
 
 def _pretrained(timm, name: str, arch: str, seed: int):
@@ -136,7 +136,6 @@ def _pretrained(timm, name: str, arch: str, seed: int):
         raise UnknownModelError(f"{arg('model', name)}: {first_line(exc)}") from None
     if cfg is None or not (cfg.hf_hub_id or cfg.url):
         raise WeightsError(f"{label}: timm has no pretrained weights for {arch}; pass {arg('weights', 'none')} or {arg('weights', 'PATH')}")
-    _check_head(name, cfg.num_classes)
     if cfg.hf_hub_id:
         repo, _, revision = cfg.hf_hub_id.partition("@")
         path = fetch(repo, (cfg.hf_hub_filename,) if cfg.hf_hub_filename else HUB_FILES, label, revision or None)

@@ -80,7 +80,7 @@ class TorchvisionSource:
     def task_of(self, name: str) -> str:
         return task_of(name)
 
-    def load(self, name: str, weights: str, seed: int) -> LoadedModel:
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         models = _models()
         task = task_of(name)
         enum = models.get_model_weights(name)

@@ -5,14 +5,15 @@ their order, their words, the order in which a model's output is recognised, bot
 ``priority``) is read from ``TASKS``. Importing it is cheap: no task imports torch or numpy before it runs.
 """
 
-from . import classify, detect, segment  # noqa: F401  (each registers itself)
+from . import classify, detect, embed, segment  # noqa: F401  (each registers itself)
 from .base import TASKS, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, Task, TaskBase, register_task
 from .classify import ClassPrediction
 from .detect import DetectOptions, DetectPrediction
+from .embed import EmbedOptions, EmbedPrediction
 from .segment import ClassShare, SegmentPrediction
 
 __all__ = ["TASKS", "ClassPrediction", "ClassScore", "ClassShare", "DEFAULT_TASK", "DetectOptions", "DetectPrediction",
-           "Detection", "ImagePrediction", "Plan", "PredictionPanel", "SegmentPrediction", "Task", "TaskBase", "get_task",
+           "Detection", "EmbedOptions", "EmbedPrediction", "ImagePrediction", "Plan", "PredictionPanel", "SegmentPrediction", "Task", "TaskBase", "get_task",
            "recognise_task", "register_task", "reported_task", "task_names", "task_words"]
 
 

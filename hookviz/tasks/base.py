@@ -151,6 +151,14 @@ class Task(Protocol):
     torchvision_module: str | None
     cams_as_panels: bool
 
+    #: What ``faithfulness`` (``hookviz.trust``) follows as pixels go, in words, or ``None``
+    #: where the task's target has no probability (then it has no ``probability_scorer``).
+    probability: str | None
+    #: Whether a target given as a class index means the same on another model of the task:
+    #: ``sanity`` re-explains each image's class on randomised copies of the model. A
+    #: detector's target is one of its detections, which a randomised copy does not make.
+    class_targets: bool
+
     def recognises(self, output) -> bool:
         """Whether a model's output (of a dry pass) is this task's kind (``task="auto"``)."""
 
@@ -164,6 +172,19 @@ class Task(Protocol):
 
     def check(self, options) -> None:
         """Raise UsageError for ``TargetOptions`` this task cannot honour."""
+
+    def chosen_by(self, own) -> bool:
+        """Whether the caller's option group of this task (``own``) makes a model of no stated
+        task (or the default task's) this task's: an embedding's ``target_image``."""
+
+    def bind(self, own, model, prepare, device: str, options):
+        """The task's own options made ready for ``model`` (a ``LoadedModel`` on ``device``):
+        what they name computed once (an embedding task's reference embeddings); ``prepare``
+        reads and preprocesses a photo as the explained ones are.
+
+        Raises:
+            UsageError: options the model cannot take.
+        """
 
     def default_root(self, module) -> str | None:
         """Where the default layer is looked for (``backbone.body``), or ``None`` for anywhere."""
@@ -189,6 +210,11 @@ class Task(Protocol):
         On the plan's own inputs it gives the focus's own score (``ClassScore.logit``,
         ``Detection.score``)."""
 
+    # A task whose ``probability`` is not None also has:
+    # def probability_scorer(self, targets: Sequence[ClassScore | None], options) -> Callable:
+    #     """``scorer(output, images)`` -> (M,): per row, the probability of the target of
+    #     image ``images[row]`` (``targets``: per image, ``None`` scores 0), as
+    #     ``ClassScore.probability`` reports it on the image itself."""
     def objective_name(self, options) -> str:
         """What report.json calls the objective (``logit``, ``ce``, ``score``)."""
 
@@ -240,6 +266,12 @@ class TaskBase:
 
     def default_root(self, module) -> str | None:
         return None
+
+    def chosen_by(self, own) -> bool:
+        return False
+
+    def bind(self, own, model, prepare, device: str, options):
+        return own
 
     def objective_name(self, options) -> str:
         return options.objective

@@ -146,6 +146,8 @@ def _keys(output) -> list[str]:
 @register_task
 class Classify(TaskBase):
     name = "classify"
+    probability = "the target class's probability (softmax; a binary classifier's sigmoid)"
+    class_targets = True
     words = "classification"
     priority = 0  # tried last: it claims what no other task does
     torchvision_module = "torchvision.models"
@@ -235,6 +237,23 @@ class Classify(TaskBase):
             logits = logits_of(output, options.output_key)
             chosen = classes.to(logits.device)[images.to(logits.device)]
             values = logits.gather(1, chosen.clamp(min=0)[:, None])[:, 0]
+            return values.where(chosen >= 0, values.new_zeros(()))
+
+        return score
+
+
+    def probability_scorer(self, targets, options):
+        """The probability of each image's target class, as ``plan`` reports it (softmax, or
+        the sigmoid of a binary classifier's one logit); 0 for an image without target."""
+        import torch
+
+        classes = torch.tensor([-1 if target is None else target.index for target in targets])
+
+        def score(output, images):
+            logits = logits_of(output, options.output_key).float()
+            probabilities = logits.sigmoid() if logits.shape[1] == 1 else logits.softmax(dim=1)
+            chosen = classes.to(logits.device)[images.to(logits.device)]
+            values = probabilities.gather(1, chosen.clamp(min=0)[:, None])[:, 0]
             return values.where(chosen >= 0, values.new_zeros(()))
 
         return score

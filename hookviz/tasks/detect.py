@@ -124,10 +124,13 @@ class DetectorOutput:
         detections: per image, the model's dict of ``boxes``, ``labels``, ``scores``.
         windows: per image, the fraction (height, width) of the padded input the photo covers,
             or ``None`` when the model says nothing of its internal resizing.
+        scores_are: what the detector's ``scores`` are, when it says (its ``scores_are``
+            attribute: a YOLO's are its class scores at each box's anchor before NMS).
     """
 
     detections: list
     windows: list = field(default_factory=list)
+    scores_are: str | None = None
 
 
 def _is_detections(output) -> bool:
@@ -159,6 +162,8 @@ def _score_thresholds(module, threshold: float) -> Iterator[None]:
 @register_task
 class Detect(TaskBase):
     name = "detect"
+    probability = None  # a box's score, of a box that deleting pixels moves or removes
+    class_targets = False
     words = "detection"
     priority = 20  # its output is the most particular: tried first
     options_type = DetectOptions
@@ -215,7 +220,7 @@ class Detect(TaskBase):
                 "the model's output is not a list of dicts with boxes, labels and scores; "
                 f"for a classifier or segmenter, pass {arg('task')}"
             )
-        return DetectorOutput(detections, _windows(sizes.get("batch"), len(images)))
+        return DetectorOutput(detections, _windows(sizes.get("batch"), len(images)), getattr(module, "scores_are", None))
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
         import numpy as np
@@ -234,9 +239,9 @@ class Detect(TaskBase):
                 cams = [("det1", None)]  # one detection per image: the objective is its score
             else:
                 cams = [(f"det{j + 1}", sum(image[j] for image in scores if j < len(image))) for j in range(most)]
+        said = _OBJECTIVE_TEXT[options.box_objective] + (f"; {output.scores_are}" if output.scores_are else "")
         predictions = [
-            _prediction(result, keep, output.windows[i] if output.windows else None, categories, own, fixed, most,
-                        _OBJECTIVE_TEXT[options.box_objective])
+            _prediction(result, keep, output.windows[i] if output.windows else None, categories, own, fixed, most, said)
             for i, (result, keep) in enumerate(zip(output.detections, chosen))
         ]
         logits = [np.asarray([float(s.detach()) for s in image], dtype=np.float32) for image in scores]
@@ -394,7 +399,10 @@ def _prediction(
     scores = tuple(ClassScore(d.index, d.name, d.score, d.score) for d in detections)
     focus = {f"det{j + 1}": (detections[j] if j < len(detections) else None) for j in range(max(most, 1))}
     what = "" if fixed is None else f" of class {names[fixed] if names and fixed < len(names) else fixed}"
-    notes = () if detections else (f"no detections{what} with a score of at least {options.score_threshold}",)
+    notes: tuple[str, ...] = () if detections else (f"no detections{what} with a score of at least {options.score_threshold}",)
+    if "anchors" in result and "strides" in result:  # a detector that says where each score was read (a YOLO)
+        notes += tuple(f"detection {j + 1}: its score is read at anchor {int(result['anchors'][k])}, on the "
+                       f"stride-{int(result['strides'][k])} map" for j, k in enumerate(keep))
     return DetectPrediction(
         target=scores[0] if scores else None, top5=scores[:5], focus=focus, notes=notes,
         window=tuple(window) if window else None, detections=detections,

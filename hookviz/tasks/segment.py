@@ -87,6 +87,8 @@ def segmentation_logits(output, key: str | None = None):
 @register_task
 class Segment(TaskBase):
     name = "segment"
+    probability = None  # a class over many pixels: no one probability that deleting pixels follows
+    class_targets = True
     words = "segmentation"
     priority = 10
     torchvision_module = "torchvision.models.segmentation"

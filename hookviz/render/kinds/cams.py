@@ -66,7 +66,7 @@ KIND = register_kind(
         "cams",
         group="cam",
         label="CAM methods",
-        help="with several --cam methods, each one's CAM side by side",
+        help="with several methods in one run, each one's CAM side by side",
         build=build,
         reuse_key=reuse_key,
         default=True,

@@ -1,0 +1,265 @@
+"""Embeddings: the model's output is a vector per image (timm with ``num_classes=0``, a
+Hugging Face backbone's pooled output, a factory's feature vector), which has no classes to
+explain. It is explained by its similarity to a *concept*: the embedding of a reference photo
+(``target_image``), as pytorch-grad-cam's ``SimilarityToConceptTarget`` of its embeddings
+tutorial does. The objective of an image is the cosine similarity between its embedding and
+the concept's, so on the same model and input its CAM is that tutorial's.
+
+Each reference is its own concept and gets a CAM of its own (a panel of ``<layer>.cam.png``);
+a folder of references is one concept, the mean of their embeddings. A reference is a photo
+(a path, read and preprocessed as the explained photos are) or, from Python, the concept's
+embedding itself (a 1-D tensor).
+
+The references are the task's own options (``EmbedOptions``); giving one makes a model of
+no stated task (a factory's, a bare module) or a classifier an embedding model. Their
+embeddings are computed once, when the explainer is built (``Embed.bind``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ..errors import HookvizError, TargetError, UsageError, arg
+from .base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
+from .classify import _describe, _select
+
+__all__ = ["Embed", "EmbedOptions", "EmbedPrediction", "embedding_of", "OBJECTIVE"]
+
+#: What report.json says the objective is.
+OBJECTIVE = "the cosine similarity of the image's embedding to the concept's (pytorch-grad-cam's SimilarityToConceptTarget)"
+#: Where a Hugging Face model output (or a dict) keeps the image's embedding, first found first.
+_EMBEDDING_KEYS = ("image_embeds", "pooler_output", "embeddings", "embedding", "features")
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    """The references an embedding is compared with (``target_image``), one concept each.
+
+    Attributes:
+        target_images: photo paths, folders of photos (one concept: their mean embedding) or,
+            from Python, 1-D tensors (a concept's embedding) or images ``hookviz.explain`` takes.
+        concepts: ``(name, embedding)`` per reference, filled in by ``Embed.bind``.
+    """
+
+    target_images: tuple = ()
+    concepts: tuple = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self):
+        given = self.target_images
+        if given is None:
+            given = ()
+        elif isinstance(given, (str, Path)) or not isinstance(given, (tuple, list)):
+            given = (given,)
+        object.__setattr__(self, "target_images", tuple(given))
+
+    def asked(self) -> dict:
+        """What report.json keeps of them (what ``--skip-existing`` compares)."""
+        return {"target_images": [_name(reference, k) for k, reference in enumerate(self.target_images)]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbedPrediction(ImagePrediction):
+    """An embedding model's prediction for one image: its similarity to each concept (``top5``,
+    best first; a ``ClassScore`` whose ``logit`` and ``probability`` are the cosine similarity)."""
+
+    def to_json(self) -> dict:
+        return {"objective": OBJECTIVE}
+
+
+def _name(reference, k: int) -> str:
+    import torch
+
+    if isinstance(reference, torch.Tensor) and reference.dim() == 1:
+        return f"concept {k + 1} (an embedding)"
+    if isinstance(reference, (str, Path)):
+        return str(reference)
+    return f"reference {k + 1} ({type(reference).__name__})"
+
+
+def embedding_of(output, key: str | None = None):
+    """The (N, D) embeddings in a model's output: a tensor (flattened past the batch: a
+    pooled (N, D, 1, 1) map is a vector), or from a dict or ``ModelOutput`` its
+    ``image_embeds`` or ``pooler_output``, or the entry ``key`` names.
+
+    Raises:
+        UsageError: no such tensor in the output.
+    """
+    import torch
+
+    chosen = output
+    if key is not None:
+        chosen = _select(output, key)
+    elif isinstance(output, dict):
+        chosen = next((output[k] for k in _EMBEDDING_KEYS if output.get(k) is not None), None)
+    elif isinstance(output, (tuple, list)):
+        chosen = output[0] if output and isinstance(output[0], torch.Tensor) else None
+    if not isinstance(chosen, torch.Tensor) or chosen.dim() < 2 or not chosen.is_floating_point():
+        raise UsageError(
+            f"the model returned {_describe(output if chosen is None else chosen)}, not (batch, features) embeddings; "
+            f"choose the entry with {arg('output_key', 'KEY')}"
+        )
+    return chosen.flatten(1)
+
+
+@dataclass
+class EmbedPlan(Plan):
+    """A plan that keeps the concepts it was made with, for ``Embed.scorer``."""
+
+    task_options: EmbedOptions = field(default_factory=EmbedOptions)
+
+
+# ----------------------------------------------------------------------------- the concepts
+
+
+def _reference_photos(reference) -> list:
+    """The photos one reference stands for: a folder's images, or the reference itself."""
+    from ..discovery import find_images
+
+    if isinstance(reference, (str, Path)) and Path(reference).is_dir():
+        return find_images([str(reference)])  # refuses a folder without images
+    return [reference]
+
+
+def _concept(module, explainer_prepare, reference, device: str, options, name: str):
+    """The embedding of one reference: a 1-D tensor as it is, else the mean embedding of its photos."""
+    import torch
+
+    from ..modelstate import evaluation
+
+    if isinstance(reference, torch.Tensor) and reference.dim() == 1:
+        return reference.detach().float()
+    try:
+        tensors = [explainer_prepare(photo).tensor for photo in _reference_photos(reference)]
+    except HookvizError as exc:
+        reason = str(exc).split(": ", 1)[-1]  # the image error's words, without the path again
+        raise UsageError(f"{arg('target_image', name)}: {reason}; pass a photo or a folder of photos") from None
+    with torch.no_grad(), evaluation(module):
+        embeddings = [embedding_of(stacked(module, [tensor], device), options.output_key)[0] for tensor in tensors]
+    return torch.stack(embeddings).float().mean(dim=0)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@register_task
+class Embed(TaskBase):
+    name = "embed"
+    words = "embedding similarity"
+    priority = 5  # an embedding looks like logits: it is chosen by its source or by a reference, not recognised
+    options_type = EmbedOptions
+    cams_as_panels = True  # one CAM per reference
+    measure = "cos"
+
+    def recognises(self, output) -> bool:
+        return False
+
+    def chosen_by(self, options: EmbedOptions) -> bool:
+        """A reference makes a model of no stated task, or a classifier, an embedding model."""
+        return bool(options.target_images)
+
+    def preprocessing(self, base, inputs):
+        return inputs.apply(base)
+
+    def torchvision_preprocessing(self, transform, pretrained: bool):
+        from .classify import Classify
+
+        return Classify().torchvision_preprocessing(transform, pretrained)
+
+    def check(self, options) -> None:
+        if str(options.target).strip().lower() not in ("top1", "top-1", "top"):
+            raise TargetError(f"{arg('target', options.target)}: an embedding has no classes; "
+                              f"explain its similarity to a photo with {arg('target_image', 'REF')} instead")
+        if options.objective != "logit":
+            raise UsageError(f"{arg('objective', options.objective)}: an embedding's objective is its cosine similarity "
+                             f"to {arg('target_image')}; drop {arg('objective')}")
+        if options.box_objective != "score":
+            raise UsageError(f"{arg('box_objective', options.box_objective)}: an embedding has no boxes; drop {arg('box_objective')}")
+        if options.topk > 1:
+            raise UsageError(f"{arg('topk', options.topk)}: an embedding model draws one CAM per {arg('target_image')}; "
+                             f"drop {arg('topk')}")
+
+    def bind(self, own: EmbedOptions, model, prepare, device: str, options) -> EmbedOptions:
+        """``own`` with each reference's embedding computed by ``model``'s module on ``device``;
+        ``prepare`` reads and preprocesses a photo as the explained ones are.
+
+        Raises:
+            UsageError: no reference, or one that is not a photo.
+        """
+        if not own.target_images:
+            raise UsageError(
+                f"{arg('model', model.name)}: its output is an embedding, not class logits; explain its similarity "
+                f"to a reference photo with {arg('target_image', 'REF')}"
+            )
+        names = [_name(reference, k) for k, reference in enumerate(own.target_images)]
+        concepts = tuple(
+            (name, _concept(model.module, prepare, reference, device, options, name))
+            for name, reference in zip(names, own.target_images)
+        )
+        return replace(own, concepts=concepts)
+
+    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
+        return stacked(module, tensors, device)
+
+    def _similarities(self, output, options, task_options: EmbedOptions):
+        import torch
+
+        embeddings = embedding_of(output, options.output_key)
+        columns = []
+        for name, concept in task_options.concepts:
+            if concept.numel() != embeddings.shape[1]:
+                raise UsageError(f"{arg('target_image', name)}: an embedding of {concept.numel()} values, but the model's "
+                                 f"have {embeddings.shape[1]}; pass a photo or an embedding of this model")
+            concept = concept.to(device=embeddings.device, dtype=embeddings.dtype)
+            columns.append(torch.nn.functional.cosine_similarity(embeddings, concept[None], dim=1))
+        return torch.stack(columns, dim=1)  # (N, concepts)
+
+    def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
+        similarities = self._similarities(output, options, task_options)
+        names = [name for name, _ in task_options.concepts]
+        keys = ["target", *(f"concept{k + 1}" for k in range(1, len(names)))]
+        objective = similarities[:, 0].sum()
+        cams: list[tuple[str, object]] = []
+        if options.cam != "none":
+            cams = [("target", None), *((key, similarities[:, k].sum()) for k, key in enumerate(keys) if k)]
+        values = similarities.detach().float().cpu().numpy()
+        predictions: list[ImagePrediction] = []
+        for i in range(count):
+            scores = [ClassScore(k, name, float(values[i, k]), float(values[i, k])) for k, name in enumerate(names)]
+            ranked = sorted(scores, key=lambda score: -score.logit if score.logit == score.logit else float("inf"))
+            predictions.append(EmbedPrediction(target=scores[0], top5=tuple(ranked[:5]), focus=dict(zip(keys, scores))))
+        return EmbedPlan(objective, cams, predictions, values, task_options)
+
+    def scorer(self, plan: Plan, key: str, options):
+        """The cosine similarity to the concept CAM ``key`` explains (see ``Task.scorer``)."""
+        concept = next((focus.index for focus in focus_of(plan, key) if focus is not None), 0)
+        bound = plan.task_options  # type: ignore[attr-defined]
+
+        def score(output, images):
+            return self._similarities(output, options, bound)[:, concept]
+
+        return score
+
+    def objective_name(self, options) -> str:
+        return "cosine"
+
+    def headline(self, explanation) -> str:
+        target = explanation.target
+        return "no target" if target is None else f"similarity to {target.name}: cos={target.logit:.3f}"
+
+    def objective_text(self, explanation) -> str:
+        return "objective: cosine similarity to the concept"
+
+    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
+        return f"{Path(focus.name).name if focus.name else focus.index}\ncos={focus.logit:.3f}", None
+
+    def panels_text(self, count: int) -> str:
+        return f"{count} reference{'s' if count != 1 else ''}"
+
+    def prediction_lines(self, explanation) -> list[str]:
+        return ["cosine similarity: " + " · ".join(f"{c.name} {c.logit:.3f}" for c in explanation.top5)]
+
+    def status_line(self, status) -> str:
+        found = " · ".join(f"{s['name']} {probability_text(s['score'])}" for s in status.top5)
+        return f"{status.image}: cosine similarity to {found}"

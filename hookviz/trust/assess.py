@@ -1,0 +1,158 @@
+"""The trust measures wired into a pass: after ``explaining.explain_batch`` has made each
+image's CAMs, ``assess`` measures them (``TrustOptions``) and puts a ``LayerTrust`` on each
+layer of each ``Explanation``. ``check`` refuses, before any work, what cannot be measured.
+
+Faithfulness scores the target class's probability on altered copies of each photo (the
+task's ``probability_scorer``), through the bare model in eval mode, in batches of
+``BATCH`` under ``torch.inference_mode``. The randomisation check explains each image's own
+class again on randomised deep copies of the model, with the same layer, method and
+options; the caller's model is never changed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from ..errors import UsageError, arg
+from .records import LayerTrust
+
+__all__ = ["BATCH", "assess", "check"]
+
+#: At most this many altered photos go through the model in one faithfulness pass.
+BATCH = 64
+
+
+def check(task, target, trust) -> None:
+    """Raise UsageError for ``TrustOptions`` this task, method or installation cannot honour."""
+    asked = [name for name in ("faithfulness", "sanity") if getattr(trust, name)]
+    if asked and target.cam == "none":
+        raise UsageError(f"{arg(asked[0])} measures a CAM; choose a {arg('cam')} method, not none")
+    if trust.faithfulness and task.probability is None:
+        raise UsageError(
+            f"{arg('faithfulness')} follows the target class's probability as pixels are deleted; a {task.words} "
+            f"model's target has no such probability; drop {arg('faithfulness')}"
+        )
+    if trust.faithfulness and importlib.util.find_spec("scipy") is None:
+        raise UsageError(f"{arg('faithfulness')}: ROAD's imputation needs scipy; pip install 'hookviz[trust]'")
+    if trust.sanity and not task.class_targets:
+        raise UsageError(
+            f"{arg('sanity')} explains each image's target again on randomised copies of the model; a {task.words} "
+            f"model's target is one of its own detections, which a randomised copy does not make; drop {arg('sanity')}"
+        )
+
+
+def assess(explainer, images: Sequence, explanations: list) -> list:
+    """``explanations`` (of ``images``, one pass of ``explainer``) with each layer's ``trust``
+    measured as ``explainer.trust`` asks."""
+    trust = explainer.trust
+    measured: dict[tuple[int, str], dict] = {}
+    for layer in explanations[0].layers if explanations else ():  # one pass: every image has the same layers
+        chosen = [i for i, explanation in enumerate(explanations) if _measurable(explanation, layer.name)]
+        if not chosen:
+            continue
+        if trust.faithfulness:
+            for i, (deletion, road) in zip(chosen, _faithfulness(explainer, images, explanations, chosen, layer.name)):
+                measured.setdefault((i, layer.name), {}).update(deletion=deletion, road=road)
+        if trust.sanity:
+            for i, sanity in _sanity(explainer, images, explanations, chosen, layer).items():
+                measured.setdefault((i, layer.name), {})["sanity"] = sanity
+    score = explainer.task.probability if trust.faithfulness else None
+    return [
+        replace(
+            explanation,
+            trust=trust.to_json(),
+            layers=tuple(
+                replace(layer, trust=LayerTrust(score, **measured[(i, layer.name)])) if (i, layer.name) in measured else layer
+                for layer in explanation.layers
+            ),
+        )
+        for i, explanation in enumerate(explanations)
+    ]
+
+
+def _cam(explanation, name: str):
+    return next(layer.cam for layer in explanation.layers if layer.name == name)
+
+
+def _measurable(explanation, name: str) -> bool:
+    cam = _cam(explanation, name)
+    return explanation.target is not None and cam is not None and cam.ndim == 2 and bool(np.isfinite(cam).all())
+
+
+def _inputs(explainer, images, chosen):
+    import torch
+
+    from ..tasks.base import model_dtype
+
+    module = explainer.model.module
+    return torch.stack([images[i].tensor for i in chosen]).to(device=explainer.device, dtype=model_dtype(module))
+
+
+def _faithfulness(explainer, images, explanations, chosen: list[int], name: str):
+    """Per chosen image, its ``(DeletionInsertion, Road)``."""
+    import torch
+
+    from ..explaining import full_precision
+    from ..modelstate import evaluation
+    from .deletion import deletion_insertion
+    from .road import road
+
+    task, module, options = explainer.task, explainer.model.module, explainer.target
+    scorer = task.probability_scorer([explanations[i].target for i in chosen], options)
+
+    def score(batch, rows):
+        return scorer(task.forward(module, list(batch), explainer.device, options), rows)
+
+    inputs = _inputs(explainer, images, chosen)
+    maps = torch.from_numpy(np.stack([_cam(explanations[i], name) for i in chosen]))
+    with evaluation(module), full_precision(explainer.device):
+        deletion = deletion_insertion(score, inputs, maps, batch_size=BATCH)
+        roads = road(score, inputs, maps, seed=explainer.trust.seed, batch_size=BATCH)
+    return list(zip(deletion, roads))
+
+
+def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict:
+    """Per chosen image, its ``Randomisation``; images of one target class share the passes."""
+    import torch
+
+    from ..layers import LayerSpec
+    from .sanity import cascading_randomisation
+
+    name = layer.name
+    path, _, call = name.partition(":")  # the recorded call alone, on the copy
+    spec = LayerSpec(name, path, int(call) if call else None, layer.module_type)
+    by_class: dict[int, list[int]] = {}
+    for i in chosen:
+        by_class.setdefault(explanations[i].target.index, []).append(i)
+    found: dict[int, object] = {}
+    for index, members in by_class.items():
+        # the main method alone: the others' maps are not measured, and would cost each step their passes
+        target = replace(explainer.target, target=str(index), topk=1, cam=explainer.method.name)
+        original = torch.from_numpy(np.stack([_cam(explanations[i], name) for i in members]))
+        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], tuple(original.shape[1:]))
+        results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
+        found.update(zip(members, results))
+    return found
+
+
+def _explainer_of(explainer, spec, target, group: list, shape: tuple):
+    """``explain(model) -> (N, h, w)``: the CAMs of ``group`` for ``target`` at ``spec``, made
+    with ``model`` (a randomised copy) and ``explainer``'s method and options; a CAM the copy
+    does not make counts as all zero."""
+    import torch
+
+    from ..explaining import SummaryOptions, explain_batch
+    from ..options import ChannelSelection
+
+    lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)
+
+    def explain(model):
+        copy = replace(explainer, model=replace(explainer.model, module=model), layers=(spec,), target=target)
+        maps = [_cam(result, spec.label) for result in explain_batch(copy, group, lean)]
+        return torch.from_numpy(np.stack([m if m is not None else np.zeros(shape, np.float32) for m in maps]))
+
+    return explain

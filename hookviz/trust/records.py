@@ -1,0 +1,40 @@
+"""What the trust measures found for one layer of one image, as ``LayerResult.trust`` holds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .deletion import DeletionInsertion
+from .road import Road
+from .sanity import Randomisation
+
+__all__ = ["LayerTrust"]
+
+
+@dataclass(frozen=True)
+class LayerTrust:
+    """The trust measures of one layer's CAM of one image (``None``: not asked for).
+
+    Attributes:
+        score: what the faithfulness curves follow, in words (the task's ``probability``).
+        deletion: RISE's deletion and insertion curves.
+        road: ROAD's most- and least-relevant-first curves.
+        sanity: the cascading randomisation check.
+    """
+
+    score: str | None = None
+    deletion: DeletionInsertion | None = None
+    road: Road | None = None
+    sanity: Randomisation | None = None
+
+    def to_json(self) -> dict:
+        document: dict = {}
+        if self.deletion is not None or self.road is not None:
+            document["faithfulness"] = {
+                "score": self.score,
+                "deletion_insertion": self.deletion.to_json() if self.deletion is not None else None,
+                "road": self.road.to_json() if self.road is not None else None,
+            }
+        if self.sanity is not None:
+            document["sanity"] = self.sanity.to_json()
+        return document

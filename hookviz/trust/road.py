@@ -1,0 +1,211 @@
+"""ROAD (Rong et al. 2022, "A Consistent and Efficient Evaluation Strategy for Attribution
+Methods"), as pytorch-grad-cam's ``ROADMostRelevantFirst``, ``ROADLeastRelevantFirst`` and
+``ROADCombined`` compute it.
+
+At each percentile ``p`` of the map (at the input's size; numpy's linear percentile):
+*most relevant first* (MoRF) imputes the pixels whose value is at least the ``p``-th
+percentile (the top ``100 - p`` %) and *least relevant first* (LeRF) the pixels at or below
+the ``(100 - p)``-th (the bottom ``100 - p`` %, keeping the top ``p`` %). Imputation is
+Rong et al.'s noisy linear imputation: each removed pixel becomes the weighted mean of its 8
+neighbours (1/6 for the sides, 1/12 for the corners), one sparse linear system per channel
+solved exactly, plus Gaussian noise of standard deviation ``noise`` (0.01). Each point is
+the change of the target's score, imputed minus original. A faithful map makes MoRF drop
+fast (negative) and LeRF stay put; ``combined = (mean LeRF - mean MoRF) / 2`` is higher
+for a better map.
+
+The noise comes from a generator of its own, seeded with ``seed`` for each image and drawn
+in pytorch-grad-cam's order (LeRF's percentiles, then MoRF's), so the numbers depend on
+neither the batch nor the process's random state. The solve needs scipy.
+
+Example::
+
+    results = road(score, inputs, maps)   # one Road per image
+    results[0].combined
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .maps import Score, at_input_size, chunks
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+__all__ = ["ROAD_PERCENTILES", "Road", "noisy_linear_imputation", "road"]
+
+#: ``ROADCombined``'s percentiles.
+ROAD_PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
+
+# Rong et al.'s weights of a pixel's 8 neighbours, (row offset, column offset): weight.
+_NEIGHBOURS = (
+    ((1, 1), 1 / 12),
+    ((0, 1), 1 / 6),
+    ((-1, 1), 1 / 12),
+    ((1, -1), 1 / 12),
+    ((0, -1), 1 / 6),
+    ((-1, -1), 1 / 12),
+    ((1, 0), 1 / 6),
+    ((-1, 0), 1 / 6),
+)
+
+
+@dataclass(frozen=True)
+class Road:
+    """ROAD's curves for one image's map.
+
+    Attributes:
+        percentiles: the percentiles of the map the curves are measured at.
+        score: the target's score on the original input.
+        most_relevant_first: the score's change with the top ``100 - p`` % imputed, per percentile.
+        least_relevant_first: the score's change with the bottom ``100 - p`` % imputed.
+        forward_passes: model inputs scored for this image.
+    """
+
+    percentiles: tuple[int, ...]
+    score: float
+    most_relevant_first: tuple[float, ...]
+    least_relevant_first: tuple[float, ...]
+    forward_passes: int
+
+    @property
+    def most_relevant_first_mean(self) -> float:
+        """``ROADMostRelevantFirstAverage``: lower is better."""
+        return sum(self.most_relevant_first) / len(self.most_relevant_first)
+
+    @property
+    def least_relevant_first_mean(self) -> float:
+        """``ROADLeastRelevantFirstAverage``: higher (closer to 0) is better."""
+        return sum(self.least_relevant_first) / len(self.least_relevant_first)
+
+    @property
+    def combined(self) -> float:
+        """``ROADCombined``: (LeRF mean - MoRF mean) / 2, higher is better."""
+        return (self.least_relevant_first_mean - self.most_relevant_first_mean) / 2
+
+    def to_json(self) -> dict:
+        return {
+            "combined": self.combined,
+            "most_relevant_first_mean": self.most_relevant_first_mean,
+            "least_relevant_first_mean": self.least_relevant_first_mean,
+            "score": self.score,
+            "percentiles": list(self.percentiles),
+            "most_relevant_first": list(self.most_relevant_first),
+            "least_relevant_first": list(self.least_relevant_first),
+            "forward_passes": self.forward_passes,
+        }
+
+
+def road(
+    score: Score,
+    inputs: torch.Tensor,
+    maps: torch.Tensor,
+    *,
+    percentiles: tuple[int, ...] = ROAD_PERCENTILES,
+    noise: float = 0.01,
+    seed: int = 0,
+    batch_size: int = 64,
+) -> tuple[Road, ...]:
+    """ROAD's MoRF and LeRF curves of each image's map.
+
+    Args:
+        score: ``score(batch, images)``, the target's score of each row (a classifier's
+            softmax probability, as pytorch-grad-cam's ``ClassifierOutputSoftmaxTarget``).
+        inputs: the model's input batch (N, C, H, W).
+        maps: one finite map per image (N, h, w), at any resolution (resized bilinearly).
+        percentiles: where to measure (``ROADCombined``'s 10 to 90).
+        noise: the imputation noise's standard deviation.
+        seed: the noise generator's seed, the same for every image.
+        batch_size: at most this many imputed inputs go to ``score`` at once.
+
+    Returns:
+        one ``Road`` per image, in order.
+    """
+    import torch
+
+    maps = at_input_size(maps, tuple(inputs.shape[2:])).cpu()
+    results = []
+    for image in range(inputs.shape[0]):
+        pixels = inputs[image].detach().cpu().float()
+        generator = torch.Generator().manual_seed(seed)
+        # pytorch-grad-cam's order of noise draws: ROADCombined runs LeRF before MoRF.
+        lerf = [_imputed(pixels, 1 - maps[image], p, noise, generator) for p in percentiles]
+        morf = [_imputed(pixels, maps[image], p, noise, generator) for p in percentiles]
+        batch = torch.stack([pixels, *lerf, *morf]).to(device=inputs.device, dtype=inputs.dtype)
+        scores = _scored(score, batch, image, batch_size)
+        changes = [value - scores[0] for value in scores[1:]]
+        results.append(Road(tuple(percentiles), scores[0], tuple(changes[len(lerf) :]), tuple(changes[: len(lerf)]), len(batch)))
+    return tuple(results)
+
+
+def _imputed(pixels: torch.Tensor, relevance: torch.Tensor, percentile: int, noise: float, generator) -> torch.Tensor:
+    """``pixels`` with every pixel whose ``relevance`` reaches its ``percentile`` imputed."""
+    import numpy as np
+
+    threshold = np.percentile(relevance.numpy(), percentile)
+    keep = relevance < threshold  # as pytorch-grad-cam compares: a float32 map against numpy's value
+    return noisy_linear_imputation(pixels, keep, noise, generator)
+
+
+def _scored(score: Score, batch: torch.Tensor, image: int, batch_size: int) -> list[float]:
+    import torch
+
+    values: list[float] = []
+    with torch.inference_mode():
+        for part in chunks(len(batch), batch_size):
+            rows = torch.full((len(part),), image, dtype=torch.long, device=batch.device)
+            values += score(batch[part.start : part.stop], rows).float().cpu().tolist()
+    return values
+
+
+def noisy_linear_imputation(pixels: torch.Tensor, keep: torch.Tensor, noise: float, generator) -> torch.Tensor:
+    """Rong et al.'s noisy linear imputation of the pixels of ``pixels`` (C, H, W) where
+    ``keep`` (H, W) is false: the exact solution of "each missing pixel is the weighted mean
+    of its neighbours", plus ``noise`` times standard normal noise from ``generator``."""
+    import numpy as np
+    import torch
+    from scipy.sparse.linalg import spsolve  # type: ignore[import-untyped]
+
+    flat = pixels.reshape(pixels.shape[0], -1)
+    keep_flat = keep.reshape(-1).numpy()
+    missing = np.flatnonzero(~keep_flat)
+    if len(missing) == 0:
+        return pixels.clone()
+    system, right = _linear_system(flat.numpy(), keep_flat, missing, tuple(keep.shape))
+    solved = torch.tensor(np.asarray(spsolve(system, right)).reshape(len(missing), -1), dtype=torch.float)
+    jitter = torch.randn((solved.shape[1], solved.shape[0]), generator=generator)  # pytorch-grad-cam's draws, (C, n)
+    result = flat.clone()
+    result[:, torch.from_numpy(missing)] = solved.t() + noise * jitter
+    return result.reshape_as(pixels)
+
+
+def _linear_system(flat: np.ndarray, keep: np.ndarray, missing: np.ndarray, shape: tuple[int, ...]):
+    """The sparse system (n, n) and right-hand sides (n, C) of the missing pixels, built at
+    once (pytorch-grad-cam's ``setup_sparse_system``, without its ``lil_matrix`` loop)."""
+    import numpy as np
+    from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
+
+    height, width = shape
+    variable = np.zeros(len(keep), dtype=np.int64)
+    variable[missing] = np.arange(len(missing))
+    right = np.zeros((len(missing), flat.shape[0]))
+    weights = np.ones(len(missing))
+    rows, columns, entries = [], [], []
+    row, column = missing // width, missing % width
+    for (down, across), weight in _NEIGHBOURS:
+        inside = (row + down >= 0) & (row + down < height) & (column + across >= 0) & (column + across < width)
+        ids = np.flatnonzero(inside)
+        neighbour = missing[ids] + down * width + across
+        known = keep[neighbour]
+        right[ids[known], :] -= weight * flat[:, neighbour[known]].T
+        rows.append(ids[~known])
+        columns.append(variable[neighbour[~known]])
+        entries.append(np.full(int((~known).sum()), weight))
+        weights[~inside] -= weight
+    diagonal = np.arange(len(missing))
+    rows, columns, entries = [*rows, diagonal], [*columns, diagonal], [*entries, -weights]
+    size = len(missing)
+    system = coo_matrix((np.concatenate(entries), (np.concatenate(rows), np.concatenate(columns))), shape=(size, size))
+    return system.tocsc(), right

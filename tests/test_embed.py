@@ -1,0 +1,157 @@
+"""Embedding models: explained by the cosine similarity of their output to a reference's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from hookviz import explain
+from hookviz.cli import app
+
+from .conftest import SAMPLES
+
+CAT, COFFEE = SAMPLES / "cat.png", SAMPLES / "coffee.png"
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+class SimilarityToConceptTarget:
+    """pytorch-grad-cam's target from its embeddings tutorial ("Pixel Attribution for
+    embeddings"), as the tutorial defines it (the installed package does not ship it)."""
+
+    def __init__(self, features):
+        self.features = features
+
+    def __call__(self, model_output):
+        cosine_similarity = torch.nn.CosineSimilarity(dim=0)
+        return cosine_similarity(model_output, self.features)
+
+
+def _resnet18_embedder():
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18()
+    model.fc = torch.nn.Identity()
+    return model.eval()
+
+
+def _pgc_scaled(cam: np.ndarray, size: int) -> np.ndarray:
+    """pytorch-grad-cam's post-processing: min-max, then bilinear resize to the input."""
+    cam = cam - cam.min()
+    cam = cam / (1e-7 + cam.max())
+    return F.interpolate(torch.from_numpy(cam)[None, None].float(), size=(size, size), mode="bilinear")[0, 0].numpy()
+
+
+@pytest.mark.slow  # ~5 s on 2 shared cores: resnet18 through both libraries
+def test_embedding_cam_equals_pytorch_grad_cams_similarity_to_concept():
+    from pytorch_grad_cam import GradCAM
+
+    model = _resnet18_embedder()
+    generator = torch.Generator().manual_seed(1)
+    image, reference = torch.randn(3, 112, 112, generator=generator), torch.randn(3, 112, 112, generator=generator)
+    with torch.no_grad():
+        concept = model(reference[None])[0]
+    ours = explain(model, image, layers=["layer4"], target_image=[reference])
+    with GradCAM(model=model, target_layers=[model.layer4]) as cam:
+        theirs = cam(input_tensor=image[None], targets=[SimilarityToConceptTarget(concept)])[0]
+    mine = _pgc_scaled(ours["layer4"].cam, 112)
+    assert theirs.max() > 0
+    assert np.corrcoef(mine.ravel(), theirs.ravel())[0, 1] >= 0.999
+    assert np.abs(mine - theirs).max() / np.abs(theirs).max() < 1e-3
+    with torch.no_grad():
+        expected = F.cosine_similarity(model(image[None]), concept[None]).item()
+    assert ours.target.logit == pytest.approx(expected, abs=1e-5)
+    # The concept given as its embedding (a 1-D tensor) is the same concept.
+    again = explain(model, image, layers=["layer4"], target_image=concept)
+    np.testing.assert_allclose(again["layer4"].cam, ours["layer4"].cam, rtol=1e-5, atol=1e-8)
+
+
+def test_a_folder_of_references_is_one_concept_their_mean_embedding(tmp_path):
+    model = _resnet18_embedder()
+    folder = tmp_path / "refs"
+    folder.mkdir()
+    for photo in (CAT, COFFEE):
+        shutil.copy(photo, folder / photo.name)
+    image = torch.randn(3, 112, 112, generator=torch.Generator().manual_seed(2))
+    from hookviz import Explainer, LayerOptions, LoadedModel, Preprocessing
+
+    prepare = Explainer.create(LoadedModel("r", model, "seeded", None, Preprocessing(resize=128, size=112)),
+                               layers=LayerOptions(("layer4",))).prepare
+    with torch.no_grad():
+        mean = torch.stack([model(prepare(p).tensor[None])[0] for p in (CAT, COFFEE)]).mean(0)
+    found = explain(model, image, layers=["layer4"], target_image=folder, preprocessing=Preprocessing(resize=128, size=112))
+    given = explain(model, image, layers=["layer4"], target_image=mean)
+    assert [score.name for score in found.top5] == [str(folder)]
+    assert found.target.logit == pytest.approx(given.target.logit, abs=1e-5)
+    np.testing.assert_allclose(found["layer4"].cam, given["layer4"].cam, rtol=1e-4, atol=1e-8)
+
+
+def test_a_tiny_timm_model_without_head_is_explained_by_its_similarity():
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("test_vit", num_classes=0).eval()
+    image = torch.randn(3, 160, 160, generator=torch.Generator().manual_seed(3))
+    result = explain(model, image, target_image=[COFFEE, CAT])
+    assert result.task == "embed"
+    assert {s.name for s in result.top5} == {str(COFFEE), str(CAT)}
+    cams = [layer for layer in result.layers if layer.cam is not None]
+    assert cams and np.isfinite(cams[0].cam).all()
+
+
+def test_each_target_image_gets_its_own_cam_through_the_cli(tmp_path):
+    out = tmp_path / "out"
+    result = invoke("run", "--model", "tests.conftest:tiny_net", "--weights", "none", "--target-image", COFFEE,
+                    "--target-image", CAT, CAT, "--out", out, "--device", "cpu", "--pictures", "cam", "--crop", "64",
+                    "--resize", "64")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert report["task"] == "embed" and report["objective"] == "cosine"
+    assert report["target"]["name"] == str(COFFEE)
+    assert sorted(s["name"] for s in report["top5"]) == sorted([str(COFFEE), str(CAT)])
+    assert report["asked"]["target"]["target_images"] == [str(COFFEE), str(CAT)]
+    assert next(s for s in report["top5"] if s["name"] == str(CAT))["score"] == pytest.approx(1.0, abs=1e-5)
+    assert any(name.endswith(".cam.png") for name in report["files"])
+
+
+@pytest.mark.slow
+def test_a_timm_feature_extractor_runs_with_a_reference(tmp_path):
+    # eva02_tiny's default tag is a masked-image-modelling checkpoint: num_classes=0, an embedding.
+    out = tmp_path / "out"
+    result = invoke("run", "--model", "timm:eva02_tiny_patch14_224", "--weights", "none", "--target-image", COFFEE,
+                    CAT, "--out", out, "--device", "cpu", "--pictures", "cam")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "cat" / "report.json").read_text())["task"] == "embed"
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--target-image", str(COFFEE), "--target", "3"],
+         "--target 3: an embedding has no classes; explain its similarity to a photo with --target-image REF instead"),
+        (["--target-image", "NOTES"], "--target-image NOTES: not an image format PIL can read"),
+        (["--target-image", "EMPTY"], "--target-image EMPTY: folder holds no image files"),
+    ],
+    ids=["target-index", "not-an-image", "empty-folder"],
+)
+def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
+    notes, empty = tmp_path / "notes.txt", tmp_path / "empty"
+    notes.write_text("not a photo")
+    empty.mkdir()
+    args = [str(notes) if a == "NOTES" else str(empty) if a == "EMPTY" else a for a in args]
+    line = line.replace("NOTES", str(notes)).replace("EMPTY", str(empty))
+    result = invoke("run", "--model", "tests.conftest:tiny_net", "--weights", "none", *args, CAT,
+                    "--out", tmp_path / "out", "--device", "cpu", "--crop", "64", "--resize", "64")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: {line}")
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()

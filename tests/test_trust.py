@@ -1,0 +1,441 @@
+"""hookviz.trust against its peers on the same maps: deletion and insertion against torch-cam's
+DeletionInsertionMetric, ROAD against pytorch-grad-cam's, and the randomisation check's
+promises (the caller's model and random state untouched, a model-blind map flagged)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+
+import hookviz
+from hookviz.trust import (
+    ROAD_PERCENTILES,
+    cascading_randomisation,
+    deletion_insertion,
+    parametrised_modules,
+    road,
+    spearman,
+)
+
+from .conftest import SAMPLES, hand_gradcam, tiny_net
+
+
+class GivenMaps:
+    """A torch-cam CAM extractor that returns the maps it was given, so that torch-cam's
+    metric measures exactly the maps hookviz measures."""
+
+    def __init__(self, model, maps):
+        self.model, self.maps = model, maps
+
+    def __call__(self, class_idx=None, scores=None, normalized=True, **kwargs):
+        return [self.maps]
+
+    def fuse_cams(self, cams):
+        return cams[0]
+
+    def _hooks_off(self):
+        return contextlib.nullcontext()
+
+
+def softmax_score(model, classes):
+    """``score(batch, images)``: the softmax probability of each image's class."""
+
+    def score(batch, images):
+        return torch.softmax(model(batch), dim=1)[torch.arange(len(batch)), classes[images]]
+
+    return score
+
+
+def seeded(size: int, count: int = 2, seed: int = 0):
+    torch.manual_seed(seed)
+    model = torchvision.models.resnet18(weights=None, num_classes=10).eval()
+    inputs = torch.randn(count, 3, size, size)
+    maps = torch.rand(count, size // 16, size // 16)  # no ties, even once resized
+    with torch.no_grad():
+        classes = model(inputs).argmax(1)
+    return model, inputs, maps, classes
+
+
+def torchcam_areas(model, inputs, maps):
+    from torchcam.metrics import DeletionInsertionMetric
+
+    areas = []
+    for i in range(len(inputs)):
+        metric = DeletionInsertionMetric(GivenMaps(model, maps[i : i + 1]), partial(torch.softmax, dim=-1))
+        metric.update(inputs[i : i + 1])
+        summary = metric.summary()
+        areas.append((summary["deletion_auc"], summary["insertion_auc"]))
+    return np.array(areas)
+
+
+def check_deletion_insertion(model, inputs, maps, classes):
+    ours = deletion_insertion(softmax_score(model, classes), inputs, maps, batch_size=16)
+    theirs = torchcam_areas(model, inputs, maps)
+    np.testing.assert_allclose([(r.deletion_auc, r.insertion_auc) for r in ours], theirs, atol=1e-5)
+    with torch.no_grad():
+        probabilities = torch.softmax(model(inputs), 1)[torch.arange(len(inputs)), classes]
+        blank = torch.softmax(model(torch.zeros_like(inputs)), 1)[torch.arange(len(inputs)), classes]
+    for result, probability, nothing in zip(ours, probabilities, blank):
+        assert len(result.fractions) == len(result.deletion) == len(result.insertion) == 21
+        assert result.fractions[0] == 0 and result.fractions[-1] == 1
+        assert result.deletion[0] == pytest.approx(float(probability), abs=1e-5) == result.insertion[-1]
+        assert result.deletion[-1] == pytest.approx(float(nothing), abs=1e-5) == result.insertion[0]
+        assert result.forward_passes == 40
+    return ours
+
+
+def test_deletion_insertion_equal_torchcam_on_a_small_net():
+    model = tiny_net().eval()
+    torch.manual_seed(3)
+    inputs, maps = torch.randn(2, 3, 32, 32), torch.rand(2, 5, 5)
+    with torch.no_grad():
+        classes = model(inputs).argmax(1)
+    check_deletion_insertion(model, inputs, maps, classes)
+
+
+def test_deletion_insertion_equal_torchcam_where_maps_tie():
+    """A CAM after its ReLU is flat where it is zero: both rank ties by position (stable sort)."""
+    model = tiny_net().eval()
+    torch.manual_seed(4)
+    inputs = torch.randn(2, 3, 32, 32)
+    maps = (torch.rand(2, 4, 4) - 0.6).clamp(min=0)
+    with torch.no_grad():
+        classes = model(inputs).argmax(1)
+    check_deletion_insertion(model, inputs, maps, classes)
+
+
+@pytest.mark.slow
+def test_deletion_insertion_equal_torchcam_on_resnet18():
+    check_deletion_insertion(*seeded(112))
+
+
+def gradcam_road(model, inputs, maps, classes, percentiles, seed):
+    from pytorch_grad_cam.metrics.road import ROADCombined
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
+
+    combined = []
+    for i in range(len(inputs)):
+        torch.manual_seed(seed)  # the noise of the imputation: hookviz seeds a generator of its own alike
+        combined.append(
+            ROADCombined(list(percentiles))(
+                inputs[i : i + 1], maps[i : i + 1].numpy(), [ClassifierOutputSoftmaxTarget(int(classes[i]))], model
+            )
+        )
+    return np.concatenate(combined)
+
+
+def test_road_combined_equals_pytorch_grad_cam(monkeypatch):
+    """With loud noise (1 instead of 0.01), so that the noise's draws must agree too."""
+    from pytorch_grad_cam.metrics.road import NoisyLinearImputer
+
+    monkeypatch.setattr(NoisyLinearImputer.__init__, "__defaults__", (1.0, NoisyLinearImputer.__init__.__defaults__[1]))
+    model = tiny_net().eval()
+    torch.manual_seed(5)
+    inputs, maps = torch.randn(2, 3, 24, 24), torch.rand(2, 24, 24)
+    with torch.no_grad():
+        classes = model(inputs).argmax(1)
+    ours = road(softmax_score(model, classes), inputs, maps, seed=7, noise=1.0)
+    np.testing.assert_allclose(
+        [r.combined for r in ours], gradcam_road(model, inputs, maps, classes, ROAD_PERCENTILES, 7), atol=1e-5
+    )
+    assert all(r.forward_passes == 1 + 2 * len(ROAD_PERCENTILES) for r in ours)
+
+
+@pytest.mark.parametrize("order", ["most", "least"])
+def test_road_each_percentile_equals_pytorch_grad_cam(order):
+    """Without noise, point by point: MoRF imputes the top of the map, LeRF the bottom."""
+    from pytorch_grad_cam.metrics.road import ROADLeastRelevantFirst, ROADMostRelevantFirst
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
+
+    model = tiny_net().eval()
+    torch.manual_seed(6)
+    inputs, maps = torch.randn(1, 3, 24, 24), torch.rand(1, 6, 6)
+    with torch.no_grad():
+        classes = model(inputs).argmax(1)
+    ours = road(softmax_score(model, classes), inputs, maps, percentiles=(20, 50, 80), noise=0.0)[0]
+    at_size = torch.nn.functional.interpolate(maps[:, None], size=(24, 24), mode="bilinear")[:, 0].numpy()
+    theirs = []
+    for p in (20, 50, 80):
+        metric = (ROADMostRelevantFirst if order == "most" else ROADLeastRelevantFirst)(p)
+        metric.perturbation.imputer.noise = 0.0
+        theirs.append(metric(inputs, at_size, [ClassifierOutputSoftmaxTarget(int(classes[0]))], model)[0])
+    curve = ours.most_relevant_first if order == "most" else ours.least_relevant_first
+    np.testing.assert_allclose(curve, theirs, atol=1e-5)
+
+
+def test_road_leaves_the_global_random_state_alone():
+    model = tiny_net().eval()
+    inputs, maps = torch.randn(1, 3, 16, 16), torch.rand(1, 16, 16)
+    before = torch.get_rng_state()
+    first = road(softmax_score(model, torch.tensor([0])), inputs, maps, percentiles=(50,))
+    assert torch.equal(before, torch.get_rng_state())
+    assert first == road(softmax_score(model, torch.tensor([0])), inputs, maps, percentiles=(50,))
+
+
+@pytest.mark.slow
+def test_road_combined_equals_pytorch_grad_cam_on_resnet18():
+    model, inputs, maps, classes = seeded(112)
+    ours = road(softmax_score(model, classes), inputs, maps, seed=3)
+    at_size = torch.nn.functional.interpolate(maps[:, None], size=(112, 112), mode="bilinear")[:, 0]
+    np.testing.assert_allclose(
+        [r.combined for r in ours], gradcam_road(model, inputs, at_size, classes, ROAD_PERCENTILES, 3), atol=1e-5
+    )
+
+
+# --- the randomisation check --------------------------------------------------------------------
+
+
+def tiny_gradcams(inputs, classes):
+    return lambda model: torch.stack(
+        [torch.from_numpy(hand_gradcam(model, "features.3", image, int(c), False)) for image, c in zip(inputs, classes)]
+    )
+
+
+def test_randomisation_goes_from_the_output_down_on_a_copy():
+    model = tiny_net().eval()
+    torch.manual_seed(8)
+    inputs, classes = torch.randn(2, 3, 32, 32), torch.tensor([1, 3])
+    explain = tiny_gradcams(inputs, classes)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    random_state = torch.get_rng_state()
+    results = cascading_randomisation(model, explain, explain(model))
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(random_state, torch.get_rng_state()) and not model.training
+    assert [name for name, _ in parametrised_modules(model)] == ["features.0", "features.1", "features.3", "fc"]
+    for result in results:
+        assert result.layers == ("fc", "features.3", "features.1", "features.0")
+        assert len(result.correlations) == 4 and result.maps.shape == (5, 16, 16)
+        assert result.final < 0.5  # Grad-CAM of random weights is another map
+        assert result.explains_model and result.verdict.startswith("passes")
+    assert results == cascading_randomisation(model, explain, explain(model))  # its own seed: the same again
+
+
+def test_randomisation_flags_a_map_that_ignores_the_model():
+    """A map of the photo's own brightness (an edge detector would do) survives every layer."""
+    model = tiny_net().eval()
+    torch.manual_seed(9)
+    inputs = torch.randn(2, 3, 32, 32)
+
+    def brightness(_model):
+        return torch.nn.functional.avg_pool2d(inputs.mean(1, keepdim=True), 2)[:, 0]
+
+    results = cascading_randomisation(model, brightness, brightness(model))
+    for result in results:
+        assert result.final == pytest.approx(1.0) and not result.explains_model
+        assert result.verdict.startswith("fails") and "shows the input" in result.verdict
+        assert result.to_json()["explains_model"] is False
+
+
+def test_spearman_equals_scipy_with_ties():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 5, (8, 8)).astype(float), rng.random((8, 8))
+    assert spearman(a, b) == pytest.approx(spearmanr(a.ravel(), b.ravel()).statistic)
+    assert spearman(np.zeros((4, 4)), b[:4, :4]) is None
+
+
+# --- through the command and the API --------------------------------------------------------------
+
+
+def run_cli(tmp_path, *args, image=None):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    photo = image or SAMPLES / "cat.png"
+    return CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--layer",
+            "features.3",
+            "--resize",
+            "32",
+            "--crop",
+            "32",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "out"),
+            *args,
+        ],
+    )
+
+
+def test_faithfulness_through_the_command_equals_torchcam_on_the_runs_own_map(tmp_path):
+    """report.json's areas are torch-cam's on the photo and CAM the run saved; the picture,
+    the gallery and run.json's ranking follow."""
+    result = run_cli(tmp_path, "--faithfulness", "--save-tensors", "--pictures", "cam")
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "out" / "cat"
+    layer = json.loads((folder / "report.json").read_text())["layers"][0]
+    measured = layer["trust"]["faithfulness"]
+    tensors = np.load(folder / "tensors.npz")
+    inputs, cam = torch.from_numpy(tensors["input"]), torch.from_numpy(tensors["features.3/cam"])[None]
+    theirs = torchcam_areas(tiny_net().eval(), inputs, cam)[0]
+    assert [measured["deletion_insertion"]["deletion_auc"], measured["deletion_insertion"]["insertion_auc"]] == pytest.approx(
+        theirs, abs=1e-5
+    )
+    assert len(measured["deletion_insertion"]["deletion"]) == 21 and len(measured["road"]["most_relevant_first"]) == 9
+    assert "probability" in measured["score"] and "sanity" not in layer["trust"]
+    assert layer["pictures"]["faithfulness"] == "features.3.faithfulness.png" and layer["pictures"]["sanity"] is None
+    assert (folder / "features.3.faithfulness.png").exists() and not (folder / "features.3.sanity.png").exists()
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    (entry,) = run["trust"]["maps"]
+    assert entry["method"] == "gradcam" and entry["layer"] == "features.3" and entry["images"] == 1
+    assert entry["deletion_auc"] == pytest.approx(theirs[0], abs=1e-5)
+    assert run["trust"]["summary"][0].startswith("faithfulness: on this photo, gradcam at features.3 has")
+    gallery = (tmp_path / "out" / "index.html").read_text()
+    assert "features.3.faithfulness.png" in gallery and "How far to trust the maps" in gallery
+
+
+def test_the_faithfulness_figure_labels_its_curves_axes_and_areas():
+    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], faithfulness=True)
+    measured = result["features.3"].trust
+    figure = result.figure("features.3", "faithfulness")
+    curves, road = figure.axes
+    legend = [text.get_text() for text in curves.get_legend().get_texts()]
+    assert legend == [
+        f"deletion, area {measured.deletion.deletion_auc:.3f} (lower: better)",
+        f"insertion, area {measured.deletion.insertion_auc:.3f} (higher: better)",
+    ]
+    assert "fraction of pixels deleted" in curves.get_xlabel() and "probability" in curves.get_ylabel()
+    assert [len(line.get_xdata()) for line in road.get_lines()[:2]] == [9, 9]
+    assert f"combined {measured.road.combined:+.3f}" in road.get_title()
+
+
+def test_sanity_through_the_command_says_so_in_words(tmp_path):
+    result = run_cli(tmp_path, "--sanity", "--pictures", "cam")
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "out" / "cat"
+    layer = json.loads((folder / "report.json").read_text())["layers"][0]
+    sanity = layer["trust"]["sanity"]
+    assert sanity["layers"] == ["fc", "features.3", "features.1", "features.0"] and len(sanity["correlations"]) == 4
+    assert sanity["threshold"] == 0.5 and sanity["verdict"].startswith("passes" if sanity["explains_model"] else "fails")
+    assert (folder / "features.3.sanity.png").exists() and "faithfulness" not in layer["trust"]
+    assert "randomisation check: gradcam at features.3: " in result.stderr
+
+
+def test_sanity_leaves_the_callers_model_and_random_state_alone():
+    model, photo = tiny_net().train(), torch.rand(3, 24, 24)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    random_state = torch.get_rng_state()
+    result = hookviz.explain(model, photo, layers=["features.3"], sanity=True)
+    assert result["features.3"].trust.sanity.layers[0] == "fc"
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert model.training and torch.equal(random_state, torch.get_rng_state())
+
+
+def test_a_segmenter_gets_the_sanity_check_and_refuses_faithfulness():
+    from hookviz.errors import UsageError
+
+    from .test_segment import painted_net
+
+    result = hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], sanity=True)
+    assert result.task == "segment" and result["conv"].trust.sanity.layers == ("conv",)
+    with pytest.raises(UsageError, match="faithfulness follows the target class's probability .* a segmentation model's"):
+        hookviz.explain(painted_net(), torch.rand(3, 20, 30), layers=["conv"], faithfulness=True)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--faithfulness", "--cam", "none"], "--faithfulness measures a CAM; choose a --cam method, not none"),
+        (["--sanity", "--cam", "none"], "--sanity measures a CAM; choose a --cam method, not none"),
+    ],
+)
+def test_trust_options_are_refused_in_one_line(tmp_path, args, message):
+    result = run_cli(tmp_path, *args)
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        ("--faithfulness", "--faithfulness follows the target class's probability as pixels are deleted; a detection model's"),
+        ("--sanity", "--sanity explains each image's target again on randomised copies of the model; a detection model's"),
+    ],
+)
+def test_a_detector_refuses_the_trust_measures_in_one_line(tmp_path, flag, words):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "fasterrcnn_mobilenet_v3_large_320_fpn",
+            "--weights",
+            "none",
+            flag,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0] and f"drop {flag}" in lines[0], result.stderr
+
+
+def test_trust_options_check_their_values():
+    from hookviz.errors import UsageError
+    from hookviz.options import TrustOptions
+
+    with pytest.raises(UsageError, match="faithfulness='yes': give True or False"):
+        TrustOptions(faithfulness="yes")
+    with pytest.raises(UsageError, match="seed=-1: a seed is a whole number"):
+        TrustOptions(seed=-1)
+
+
+def test_skip_existing_redoes_an_image_measured_otherwise(tmp_path):
+    assert run_cli(tmp_path, "--pictures", "none").exit_code == 0
+    result = run_cli(tmp_path, "--pictures", "none", "--faithfulness", "--skip-existing")
+    assert result.exit_code == 0, result.output
+    assert "trust" in json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["layers"][0]
+    again = run_cli(tmp_path, "--pictures", "none", "--faithfulness", "--skip-existing")
+    assert "skipped" in again.stderr
+
+
+def test_run_json_ranks_the_runs_maps_by_how_fast_they_delete_the_class(tmp_path):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    result = CliRunner().invoke(app, [
+        "run", str(SAMPLES / "cat.png"), str(SAMPLES / "coffee.png"), "--model", "tests.conftest:tiny_net",
+        "--layer", "features.0", "--layer", "features.3", "--resize", "32", "--crop", "32", "--pictures", "none",
+        "--faithfulness", "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    trust = json.loads((tmp_path / "out" / "run.json").read_text())["trust"]
+    maps = trust["maps"]
+    assert sorted(entry["layer"] for entry in maps) == ["features.0", "features.3"]
+    assert maps[0]["deletion_auc"] <= maps[1]["deletion_auc"] and all(entry["images"] == 2 for entry in maps)
+    reports = [json.loads((tmp_path / "out" / name / "report.json").read_text()) for name in ("cat", "coffee")]
+    for entry in maps:
+        areas = [
+            layer["trust"]["faithfulness"]["deletion_insertion"]["deletion_auc"]
+            for report in reports for layer in report["layers"] if layer["name"] == entry["layer"]
+        ]  # fmt: skip
+        assert entry["deletion_auc"] == pytest.approx(sum(areas) / 2)
+    best, runner_up = maps
+    assert trust["summary"][0].startswith(
+        f"faithfulness: on these 2 photos, gradcam at {best['layer']} deletes the class fastest "
+        f"(mean deletion area {best['deletion_auc']:.3f}"
+    )
+    assert f"next gradcam at {runner_up['layer']}" in trust["summary"][0]

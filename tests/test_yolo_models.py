@@ -1,0 +1,175 @@
+"""Ultralytics YOLO detectors (``yolo:``): built from configs with random weights, never downloaded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from PIL import Image
+from typer.testing import CliRunner
+
+import hookviz
+from hookviz.cli import app
+from hookviz.errors import UnknownModelError
+from hookviz.models import load_model
+
+from .conftest import SAMPLES
+
+pytest.importorskip("ultralytics")
+
+LOW = 1e-4  # a random head's class scores are about 1e-5 to 2e-4 (ultralytics' bias prior)
+CONFIG = "yolo:yolov8n.yaml"
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def yolo():
+    return load_model(CONFIG, weights="none")
+
+
+@pytest.fixture(scope="module")
+def photo():
+    """160 x 192: multiples of 32, so nothing is padded."""
+    return torchvision.transforms.functional.to_tensor(Image.open(SAMPLES / "cat.png").convert("RGB").resize((192, 160)))
+
+
+def _anchor_gradcam(yolo, photo, layer: str, anchor: int, label: int) -> np.ndarray:
+    """Grad-CAM of the class score at ``anchor`` in the raw prediction, by plain autograd."""
+    seen = {}
+    handle = yolo.module.get_submodule(layer).register_forward_hook(lambda _m, _i, out: seen.update(a=out))
+    try:
+        raw = yolo.module.yolo(photo[None])[0]
+    finally:
+        handle.remove()
+    (grads,) = torch.autograd.grad(raw[0, 4 + label, anchor], seen["a"])
+    return np.maximum((grads.mean(dim=(2, 3), keepdim=True) * seen["a"]).sum(dim=1).detach().numpy(), 0)[0]
+
+
+@pytest.mark.slow
+def test_each_box_cam_is_the_gradcam_of_its_anchors_class_score(yolo, photo):
+    result = hookviz.explain(yolo, photo, score_threshold=LOW, max_detections=2)
+    assert [layer.name for layer in result.layers] == list(yolo.module.neck_layers)
+    assert "class score at its anchor before NMS" in result.prediction.objective
+    yolo.module.score_thresh = LOW
+    try:
+        with torch.no_grad():
+            found = yolo.module([photo])[0]
+    finally:
+        yolo.module.score_thresh = 0.25
+    assert len(result.prediction.detections) == 2
+    for j, detection in enumerate(result.prediction.detections):
+        anchor, label, stride = int(found["anchors"][j]), int(found["labels"][j]), int(found["strides"][j])
+        assert detection.score == pytest.approx(float(found["scores"][j]))
+        assert f"detection {j + 1}: its score is read at anchor {anchor}, on the stride-{stride} map" in result.notes
+        for layer in result.layers:
+            ours = next(cam for focus, cam in layer.topk_cams if focus is detection)
+            theirs = _anchor_gradcam(yolo, photo, layer.name, anchor, label)
+            assert ours.shape == theirs.shape
+            assert np.abs(ours - theirs).max() <= 1e-4 * max(np.abs(theirs).max(), 1e-12)
+    wanted = int(found["labels"][1]) if len(set(found["labels"].tolist())) > 1 else int(found["labels"][0])
+    only = hookviz.explain(yolo, photo, layers=[yolo.module.neck_layers[0]], target=wanted, score_threshold=LOW)
+    assert only.prediction.detections and {d.index for d in only.prediction.detections} == {wanted}
+
+
+@pytest.mark.slow
+def test_a_run_draws_the_boxes_and_compares_with_a_baseline(tmp_path):
+    common = [
+        "--model",
+        CONFIG,
+        "--weights",
+        "none",
+        "--score-threshold",
+        LOW,
+        "--max-detections",
+        2,
+        "--pictures",
+        "cam",
+        SAMPLES / "cat.png",
+    ]
+    first = invoke("run", *common, "-o", tmp_path / "a")
+    assert first.exit_code == 0, first.output
+    report = json.loads((tmp_path / "a" / "cat" / "report.json").read_text())
+    assert len(report["prediction"]["detections"]) == 2
+    assert "before NMS" in report["prediction"]["objective"]
+    assert "neck outputs" in first.output
+    assert (tmp_path / "a" / "cat" / "prediction.png").is_file()
+    assert (tmp_path / "a" / "cat" / "yolo.model.15.cam.png").is_file()
+    assert "detections with score" in (tmp_path / "a" / "index.html").read_text()
+    second = invoke("run", *common, "-o", tmp_path / "b", "--baseline", tmp_path / "a")
+    assert second.exit_code == 0, second.output
+    assert (tmp_path / "b" / "diff.json").is_file()
+
+
+def test_a_checkpoint_is_refused_unless_trusted(tmp_path):
+    path = tmp_path / "best.pt"
+    path.write_bytes(b"not read")
+    result = invoke("run", "--model", f"yolo:{path}", SAMPLES / "cat.png", "-o", tmp_path / "out")
+    assert result.exit_code == 2
+    assert "runs code when loaded" in result.output and "--trust-checkpoint" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+    listed = invoke("layers", "--model", f"yolo:{path}")
+    assert listed.exit_code == 2 and "--trust-checkpoint" in listed.output
+
+
+@pytest.mark.slow
+def test_a_trusted_checkpoint_loads_and_one_of_another_task_is_refused(tmp_path, yolo, photo):
+    from ultralytics.nn.tasks import SegmentationModel
+
+    torch.save({"model": yolo.module.yolo}, tmp_path / "det.pt")
+    loaded = load_model(f"yolo:{tmp_path / 'det.pt'}", trust_checkpoint=True)
+    with torch.no_grad():
+        assert torch.equal(loaded.module.yolo(photo[None])[0], yolo.module.yolo(photo[None])[0])
+    torch.save({"model": SegmentationModel("yolov8n-seg.yaml", verbose=False)}, tmp_path / "seg.pt")
+    result = invoke(
+        "run", "--model", f"yolo:{tmp_path / 'seg.pt'}", "--trust-checkpoint", SAMPLES / "cat.png", "-o", tmp_path / "out"
+    )
+    assert result.exit_code == 2 and "a YOLO segment model" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("config", ["yolov8n-seg.yaml", "yolov8n-cls.yaml"])
+def test_segmentation_and_classification_configs_are_refused_in_one_line(tmp_path, config):
+    result = invoke("run", "--model", f"yolo:{config}", "--weights", "none", SAMPLES / "cat.png", "-o", tmp_path)
+    assert result.exit_code == 2
+    assert "hookviz explains YOLO detection models" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_without_ultralytics_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ultralytics", None)
+    with pytest.raises(UnknownModelError) as error:
+        load_model(CONFIG, weights="none")
+    assert (
+        str(error.value)
+        == "model='yolo:yolov8n.yaml' needs ultralytics, an optional extra (AGPL-3.0): pip install 'hookviz[yolo]'"
+    )
+
+
+@pytest.mark.slow
+def test_loading_leaves_the_process_and_the_users_config_as_they_were(tmp_path):
+    """In a fresh process (ultralytics' import is what changes things): the environment, print
+    options, warning filters are the caller's again, nothing is written in the config folder,
+    and ultralytics printed nothing."""
+    script = """
+import os, warnings, numpy as np, torch
+before = (dict(os.environ), np.get_printoptions(), str(torch._tensor_str.PRINT_OPTS.__dict__), len(warnings.filters))
+from hookviz.models import load_model
+load_model("yolo:yolov8n.yaml", weights="none")
+after = (dict(os.environ), np.get_printoptions(), str(torch._tensor_str.PRINT_OPTS.__dict__), len(warnings.filters))
+assert before == after, [a == b for a, b in zip(before, after)]
+"""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == ""
+    assert list(home.iterdir()) == []
