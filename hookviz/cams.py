@@ -21,8 +21,16 @@ from .errors import UsageError, arg
 from .featuremaps import Layout, ambiguity, layout_hint, reshape, shape_text
 
 __all__ = [
-    "Sources", "LayerMaps", "ImageCams", "PixelMaps", "cam_gradients", "sources_for", "layer_maps", "image_cams",
-    "pixel_maps", "ZERO_GRADIENT_NOTE",
+    "Sources",
+    "LayerMaps",
+    "ImageCams",
+    "PixelMaps",
+    "cam_gradients",
+    "sources_for",
+    "layer_maps",
+    "image_cams",
+    "pixel_maps",
+    "ZERO_GRADIENT_NOTE",
 ]
 
 ZERO_GRADIENT_NOTE = "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
@@ -119,12 +127,14 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     scores = None
     own = explainer.task_options
     if any(m.needs_rescoring for m in methods):
-        scores = {key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own)
-                  for key in keys}
+        scores = {
+            key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own) for key in keys
+        }
     input_gradients = None
     if any(m.needs_input_gradients for m in methods) and keys:  # input methods explain the target only
-        input_gradients = {keys[0]: InputGradients(task, module, device, options, task.scorer(plan, keys[0], options),
-                                                   RESCORING_BATCH, own)}
+        input_gradients = {
+            keys[0]: InputGradients(task, module, device, options, task.scorer(plan, keys[0], options), RESCORING_BATCH, own)
+        }
     return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients)
 
 
@@ -257,8 +267,10 @@ def _zero_gradient_notes(name: str, module, raw, layout) -> tuple:
     gradient = reshape(raw, layout)
     zero = (~gradient.flatten(1).any(dim=1)).cpu().tolist()
     reached = raw.flatten(1).any(dim=1).cpu().tolist()  # with the class token, which the map drops
-    return tuple(_zero_gradient_note(name, module) if empty and token else ZERO_GRADIENT_NOTE if empty else None
-                 for empty, token in zip(zero, reached))
+    return tuple(
+        _zero_gradient_note(name, module) if empty and token else ZERO_GRADIENT_NOTE if empty else None
+        for empty, token in zip(zero, reached)
+    )
 
 
 def _zero_gradient_note(name: str, module) -> str:
@@ -279,7 +291,8 @@ def _key_map(method, context, sources: Sources, key: str, position: int, layout)
     if method.needs_gradients and grads is None:
         return np.zeros((context.activations.shape[0], *context.activations.shape[2:]), dtype=np.float32)
     given = replace(
-        context, gradients=None if grads is None else grads.float(),
+        context,
+        gradients=None if grads is None else grads.float(),
         score=sources.scores[key] if method.needs_rescoring else None,
         score_layer=_layer_rescoring(sources.scores[key], sources.batch, context, layout) if method.needs_rescoring else None,
     )
@@ -291,8 +304,9 @@ def _method_context(method, capture, activation, sources: Sources):
 
     path = re.sub(r":\d+$", "", capture.name)  # a module called several times: its K-th call
     inputs = sources.batch if method.needs_input else None
-    return MethodContext(activation.detach().float(), None, sources.module.get_submodule(path), capture.name, inputs,
-                         options=sources.options)
+    return MethodContext(
+        activation.detach().float(), None, sources.module.get_submodule(path), capture.name, inputs, options=sources.options
+    )
 
 
 def _layer_rescoring(rescoring, batch, context, layout):

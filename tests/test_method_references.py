@@ -38,8 +38,7 @@ def batch():
 
 def ours(model, batch, layer: str, method: str, target: int) -> np.ndarray:
     """hookviz's raw maps of ``batch``, one per photo."""
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8))
-              for t in batch]
+    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     explainer = Explainer.create(loaded, layers=LayerOptions((layer,)), target=TargetOptions(target=str(target), cam=method))
     return np.stack([result.layers[0].cam for result in explainer.explain_batch(images)])
@@ -97,7 +96,9 @@ def _mean_agreement(model, batch, layer: str) -> np.ndarray:
     from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
 
     seen = []
-    handle = model.get_submodule(layer).register_forward_hook(lambda _m, _i, output: seen.append(output.clone()))  # an in-place add follows
+    handle = model.get_submodule(layer).register_forward_hook(
+        lambda _m, _i, output: seen.append(output.clone())
+    )  # an in-place add follows
     try:
         with torch.no_grad():
             model(batch)
@@ -138,8 +139,9 @@ def test_scorecam_equals_pytorch_grad_cams_but_for_its_upsampling(resnet18, batc
     for own, public in zip(scaled_like_pytorch_grad_cam(mine), scaled):
         assert correlation(own, public) >= 0.999
     # ... and with its upsampling, they are equal
-    monkeypatch.setattr(scorecam, "upsampled",
-                        lambda maps, size: F.interpolate(maps, size=tuple(size), mode="bilinear", align_corners=True))
+    monkeypatch.setattr(
+        scorecam, "upsampled", lambda maps, size: F.interpolate(maps, size=tuple(size), mode="bilinear", align_corners=True)
+    )
     aligned = ours(resnet18, batch, "layer1", "scorecam", POSITIVE)
     assert relative(aligned, theirs) < 1e-3
 
@@ -177,8 +179,7 @@ def test_ablationcam_equals_pytorch_grad_cams_where_the_score_is_positive(resnet
 
 def pixel_maps(model, batch, layer: str, method: str, target: int, **options) -> np.ndarray:
     """hookviz's raw (C, H, W) maps of ``batch`` by an input-resolution method, one per photo."""
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8))
-              for t in batch]
+    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     target_options = TargetOptions(target=str(target), cam=method, **options)
     results = Explainer.create(loaded, layers=LayerOptions((layer,)), target=target_options).explain_batch(images)
@@ -198,8 +199,9 @@ def test_guided_backprop_equals_pytorch_grad_cams_and_leaves_the_model_as_it_was
     mine = pixel_maps(resnet18, batch, "layer4", "guided-backprop", POSITIVE)
     assert _relus(resnet18) == before and all(not m._forward_hooks for _, m, _ in before)
     theirs_model = copy.deepcopy(resnet18)
-    theirs = np.stack([GuidedBackpropReLUModel(theirs_model, device="cpu")(photo[None], POSITIVE).transpose(2, 0, 1)
-                       for photo in batch])
+    theirs = np.stack(
+        [GuidedBackpropReLUModel(theirs_model, device="cpu")(photo[None], POSITIVE).transpose(2, 0, 1) for photo in batch]
+    )
     assert mine.shape == theirs.shape == (2, 3, SIDE, SIDE) and np.abs(theirs).max() > 0
     assert relative(mine, theirs) < 1e-3
     # pytorch-grad-cam swaps the model's ReLUs for its own and back: what comes back is one

@@ -28,8 +28,14 @@ def needs_relus(method: str):
     return check
 
 
-@register_method("guided-backprop", needs_gradients=False, needs_input=True, needs_input_gradients=True,
-                 resolution="input", check=needs_relus("guided-backprop"))
+@register_method(
+    "guided-backprop",
+    needs_gradients=False,
+    needs_input=True,
+    needs_input_gradients=True,
+    resolution="input",
+    check=needs_relus("guided-backprop"),
+)
 def guided_backprop(ctx: MethodContext):
     """Guided backprop: the input gradient, with every ReLU passing back only positive gradients."""
     assert ctx.inputs is not None and ctx.input_gradient is not None  # the pass gives what the method declares

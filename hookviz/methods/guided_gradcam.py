@@ -19,15 +19,23 @@ from .scorecam import upsampled
 __all__ = ["guided_gradcam"]
 
 
-@register_method("guided-gradcam", needs_gradients=True, needs_input=True, needs_input_gradients=True,
-                 resolution="input", check=needs_relus("guided-gradcam"))
+@register_method(
+    "guided-gradcam",
+    needs_gradients=True,
+    needs_input=True,
+    needs_input_gradients=True,
+    resolution="input",
+    check=needs_relus("guided-gradcam"),
+)
 def guided_gradcam(ctx: MethodContext):
     """Guided Grad-CAM: guided backprop times the layer's Grad-CAM, upsampled to the input."""
     inputs = ctx.inputs
     assert inputs is not None and ctx.input_gradient is not None  # the pass gives what the method declares
     cam = gradcam.compute(ctx)
     if cam.dim() != 3 or inputs.dim() != 4:  # not a 2-D map of a photo: nothing to upsample it onto
-        raise UsageError(f"{arg('cam', 'guided-gradcam')}: {ctx.layer}'s map is {cam.dim() - 1}-D; it needs a 2-D map "
-                         "of a photo; choose integrated-gradients")
+        raise UsageError(
+            f"{arg('cam', 'guided-gradcam')}: {ctx.layer}'s map is {cam.dim() - 1}-D; it needs a 2-D map "
+            "of a photo; choose integrated-gradients"
+        )
     upsampled_cam = upsampled(cam[:, None], inputs.shape[2:]).to(inputs.device)
     return ctx.input_gradient(inputs, guided=True) * upsampled_cam.float()

@@ -19,8 +19,7 @@ from .base import MethodContext, register_method
 __all__ = ["integrated_gradients", "baseline", "gauss_legendre"]
 
 
-@register_method("integrated-gradients", needs_gradients=False, needs_input=True, needs_input_gradients=True,
-                 resolution="input")
+@register_method("integrated-gradients", needs_gradients=False, needs_input=True, needs_input_gradients=True, resolution="input")
 def integrated_gradients(ctx: MethodContext):
     """Integrated gradients: the input's difference from a baseline times the path-averaged gradient."""
     import torch
@@ -69,6 +68,5 @@ def baseline(image, which: str):
     for shape in ((1, 1, -1, 1), (1, 1, 1, -1)):  # separable: rows, then columns
         padding = (0, 0, radius, radius) if shape[2] == -1 else (radius, radius, 0, 0)
         padded = F.pad(blurred, padding, mode="reflect")
-        blurred = F.conv2d(padded, kernel.reshape(shape).expand(channels, 1, *kernel.reshape(shape).shape[2:]),
-                           groups=channels)
+        blurred = F.conv2d(padded, kernel.reshape(shape).expand(channels, 1, *kernel.reshape(shape).shape[2:]), groups=channels)
     return blurred

@@ -34,8 +34,13 @@ def pixels_figure(explanation):
     ax.set_title("model input", fontsize=9)
     for k, (name, pixels) in enumerate(maps.items(), start=1):
         left, top = 0.2 + (k % columns) * stride, 1.1 + (k // columns) * rise
-        panel = MapPanel(sheet.figure, sheet.axes(left, top, width, height),
-                         sheet.axes(left + width + 0.12, top, 0.13, height), signed=True, missing="no map")
+        panel = MapPanel(
+            sheet.figure,
+            sheet.axes(left, top, width, height),
+            sheet.axes(left + width + 0.12, top, 0.13, height),
+            signed=True,
+            missing="no map",
+        )
         summed = None if pixels.map is None else pixels.map.sum(axis=0)
         used = f" ({pixels.layer})" if pixels.layer else ""
         channels = "" if pixels.map is None else f", sum of {pixels.map.shape[0]} channels"
