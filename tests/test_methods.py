@@ -696,3 +696,14 @@ def test_bad_input_method_options_are_refused_in_one_line(photo, tmp_path, argum
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split()) and len(result.output.strip().splitlines()) == 1
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_skip_existing_redoes_an_image_explained_with_other_steps_or_methods(photo, tmp_path):
+    common = ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--pictures", "none",
+              "--skip-existing", "--out", str(tmp_path / "out")]
+    first = [*common, "--cam", "gradcam,integrated-gradients", "--steps", "4"]
+    assert CliRunner().invoke(app, first).exit_code == 0
+    assert "1 skipped" in CliRunner().invoke(app, first).stderr
+    for changed in (["--cam", "gradcam,integrated-gradients", "--steps", "8"], ["--cam", "gradcam,eigencam"]):
+        again = CliRunner().invoke(app, [*common, *changed])
+        assert again.exit_code == 0 and "skipped" not in again.stderr, again.stderr
