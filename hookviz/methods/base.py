@@ -9,8 +9,8 @@ A method's ``resolution`` says what kind of map it makes. A ``layer`` method (Gr
 makes one map per image at the layer's resolution, (N, *spatial), and runs once per
 recorded layer. An ``input`` method (guided backprop, integrated gradients) makes one map
 per image at the input's resolution with the input's channels, (N, C, H, W), and runs
-once per batch, given the context of the run's first layer that has a map (guided
-Grad-CAM combines that layer's Grad-CAM with guided backprop). The pass
+once per batch, given the context of the first recorded layer that has a map, in the
+forward pass's order (guided Grad-CAM combines that layer's Grad-CAM with guided backprop). The pass
 (``hookviz.explaining``) owns hooks, gradients and the model; it hands each method only what
 it declares, so a method that needs no gradient also explains a layer the target's score
 never reaches. Like pytorch-grad-cam's ``get_cam_weights(input, layer, targets, activations,

@@ -5,7 +5,8 @@ the input's resolution, one value per input channel:
 
     map = guided_backprop(x) * upsample(ReLU(sum_c mean_xy(dS/dA_c) A_c))
 
-The layer is the run's first recorded layer that has a map.
+The layer is the first recorded layer that has a map, in the forward pass's order
+(report.json names it).
 """
 
 from __future__ import annotations
