@@ -707,3 +707,37 @@ def test_skip_existing_redoes_an_image_explained_with_other_steps_or_methods(pho
     for changed in (["--cam", "gradcam,integrated-gradients", "--steps", "8"], ["--cam", "gradcam,eigencam"]):
         again = CliRunner().invoke(app, [*common, *changed])
         assert again.exit_code == 0 and "skipped" not in again.stderr, again.stderr
+
+
+@register_method("spy-layer-fill", needs_gradients=False, needs_rescoring=True)
+def spy_layer_fill(ctx):
+    """Each photo scored with the layer's channel 0 set to 1 everywhere."""
+    altered = ctx.activations.clone()
+    altered[:, 0] = 1.0
+    SEEN.append({"altered": ctx.score_layer(altered, torch.arange(len(altered)))})
+    return ctx.activations.sum(dim=1).clamp(min=0)
+
+
+def test_score_layer_replaces_only_the_recorded_call_of_a_module_called_twice():
+    model = tiny_net().eval()  # act runs twice: act:0, then act:1 on 1.5 times its output
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(15))
+    result = explain(model, image, layers=["act:1"], cam="spy-layer-fill")
+    (seen,) = SEEN
+    calls = []
+
+    def second_call_channel_filled(_module, _args, output):
+        calls.append(1)
+        if len(calls) == 2:  # filling the first call instead would give 1.5 after the second
+            output = output.clone()
+            output[:, 0] = 1.0
+            return output
+        return None
+
+    handle = model.act.register_forward_hook(second_call_channel_filled)
+    try:
+        with torch.no_grad():
+            altered = model(image[None])[0, result.target.index].item()
+    finally:
+        handle.remove()
+    assert seen["altered"].item() == pytest.approx(altered, rel=1e-5)
+    assert abs(altered - result.target.logit) > 1e-4
