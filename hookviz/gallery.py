@@ -23,7 +23,7 @@ from pathlib import Path
 from .errors import SchemaError
 from .outputs import DIFF, REPORT, atomic_write
 from .records import ImageStatus, Report, RunRecord, read_report, read_run
-from .render import INPUT_PICTURE, PREDICTION_PICTURE
+from .render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
 from .render.kinds import kinds
 from .tasks import reported_task
 
@@ -243,7 +243,8 @@ def _row(folder: str, report: Report, change: dict | None = None, compared: bool
     base = _href(folder)
     photo = "".join(
         f'<a href="{base}/{name}"><img src="{base}/{name}" alt="{alt}"></a>'
-        for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction")) if name in files
+        for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction"), (PIXEL_PICTURE, "maps of the input"))
+        if name in files
     )
     heading, predicted = reported_task(report.task).gallery_list(report)
     top5 = "".join(f"<li>{_e(item)}</li>" for item in predicted)

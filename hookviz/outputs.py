@@ -31,8 +31,8 @@ import numpy as np
 from .errors import OutputError, SchemaError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from .identity import Match, file_sha256, match_photo
-from .records import Asked, CamRecord, LayerRecord, Report, Score, read_report
-from .render import INPUT_PICTURE, PREDICTION_PICTURE
+from .records import Asked, CamRecord, LayerRecord, MapRecord, Report, Score, read_report
+from .render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
 from .summaries import tensor_stats
 
 if TYPE_CHECKING:
@@ -386,6 +386,8 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         weights_sha256=explanation.weights_sha256,
         preprocessing=explanation.preprocessing.to_json(),
         objective=explanation.objective,
+        cam_methods=tuple(explanation.cam_methods),
+        pixel_maps={name: _pixel_record(pixels) for name, pixels in explanation.pixel_maps.items()},
         target=Score.of(explanation.target) if explanation.target is not None else None,
         top5=tuple(Score.of(score) for score in explanation.top5),
         prediction=explanation.prediction.to_json() if explanation.prediction is not None else {},
@@ -412,22 +414,47 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
 def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerRecord:
     cam = None
     if layer.cam is not None:
-        cam_stats = {k: v for k, v in tensor_stats(layer.cam).items() if k != "zero_fraction"}
-        cam = CamRecord(explanation.cam_method, tuple(layer.cam.shape), cam_stats)
+        cam = CamRecord(explanation.cam_method, tuple(layer.cam.shape), _map_stats(layer.cam))
     elif layer.cam_note:
         cam = CamRecord(explanation.cam_method, skipped=layer.cam_note)
     return LayerRecord(
         name=layer.name, requested=layer.requested, module_type=layer.module_type,
         shapes={k: (tuple(v) if v is not None else None) for k, v in layer.shapes.items()},
         stats=layer.stats, layout=layer.layout, pictures=pictures, cam=cam,
+        cams=_method_maps(layer) if explanation.cam_methods else None,
         cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams), notes=tuple(layer.notes or ()),
         trust=layer.trust.to_json() if layer.trust is not None else None,
     )
 
 
+def _map_stats(array) -> dict:
+    return {k: v for k, v in tensor_stats(array).items() if k != "zero_fraction"}
+
+
+def _method_maps(layer) -> dict[str, MapRecord]:
+    """Per layer method, its map's shape and statistics (and a note), or why it has none."""
+    found = {}
+    for method in (*layer.cams, *(name for name in layer.cam_notes if name not in layer.cams)):
+        if method in layer.cams:
+            cam = layer.cams[method]
+            found[method] = MapRecord(tuple(cam.shape), _map_stats(cam), note=layer.cam_notes.get(method))
+        else:
+            found[method] = MapRecord(skipped=layer.cam_notes[method])
+    return found
+
+
+def _pixel_record(pixels) -> MapRecord:
+    """An input-resolution map's shape and statistics (and the layer it used), or why it has none."""
+    if pixels.map is None:
+        return MapRecord(skipped=pixels.note, layer=pixels.layer)
+    return MapRecord(tuple(pixels.map.shape), _map_stats(pixels.map), layer=pixels.layer)
+
+
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``<layer>/cam_K`` (the
-    K-th top class's or detection's CAM), ``logits``, ``input``.
+    K-th top class's or detection's CAM), ``<layer>/cam.<method>`` (each layer method's map of
+    the target; ``cam`` is the first's), ``input/<method>`` (each input-resolution map, (C, H, W)),
+    ``logits``, ``input``.
 
     Needs the full tensors (``SummaryOptions(keep_tensors=True)``).
     """
@@ -443,6 +470,11 @@ def write_tensors_npz(explanation, stream: BinaryIO) -> None:
             arrays[f"{layer.name}/cam"] = np.asarray(layer.cam, dtype=np.float32)
         for k, (_, cam) in enumerate(layer.topk_cams, start=1):  # each top class's, or each detection's
             arrays[f"{layer.name}/cam_{k}"] = np.asarray(cam, dtype=np.float32)
+        for method, cam in layer.cams.items():
+            arrays[f"{layer.name}/cam.{method}"] = np.asarray(cam, dtype=np.float32)
+    for method, pixels in explanation.pixel_maps.items():
+        if pixels.map is not None:
+            arrays[f"input/{method}"] = np.asarray(pixels.map, dtype=np.float32)
     np.savez(stream, **arrays)
 
 
@@ -478,6 +510,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         # matplotlib: ~0.3 s to import, only for pictures
         from .render import render_png
         from .render.figures import photo_of
+        from .render.pixels import pixels_png
         from .render.prediction import prediction_png
         from .render.worker import worker_cache
 
@@ -485,6 +518,9 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         prediction = prediction_png(explanation)
         if prediction is not None:
             written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
+        pixels = pixels_png(explanation) if "cam" in pictures.pictures else None
+        if pixels is not None:
+            written.append(atomic_write(directory / PIXEL_PICTURE, pixels))
         cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})

@@ -32,6 +32,7 @@ __all__ = [
     "RUN_SCHEMA",
     "Score",
     "CamRecord",
+    "MapRecord",
     "LayerRecord",
     "Asked",
     "Report",
@@ -177,6 +178,40 @@ class CamRecord:
 
 
 @dataclass(frozen=True)
+class MapRecord:
+    """A map of the target a report describes: its shape and statistics (and a note about it),
+    or why there is none (``skipped``); for a map at the input's resolution, the layer whose
+    CAM it used (guided Grad-CAM)."""
+
+    shape: tuple[int, ...] | None = None
+    stats: dict = field(default_factory=dict)
+    note: str | None = None
+    skipped: str | None = None
+    layer: str | None = None
+
+    def to_json(self) -> dict:
+        if self.shape is None:
+            found: dict = {"skipped": self.skipped}
+        else:
+            found = {"shape": list(self.shape), **self.stats}
+            if self.note is not None:
+                found["note"] = self.note
+        return found if self.layer is None else {**found, "layer": self.layer}
+
+    @classmethod
+    def from_json(cls, entry) -> "MapRecord | None":
+        if not isinstance(entry, dict):
+            return None
+        stats = {k: v for k, v in entry.items() if k not in ("shape", "note", "skipped", "layer")}
+        return cls(_shape(entry.get("shape")), stats, _text(entry.get("note")), _text(entry.get("skipped")),
+                   _text(entry.get("layer")))
+
+
+def _maps(value) -> dict[str, MapRecord]:
+    return {k: m for k, m in ((k, MapRecord.from_json(v)) for k, v in _mapping(value).items()) if m is not None}
+
+
+@dataclass(frozen=True)
 class LayerRecord:
     """One recorded layer in a report.
 
@@ -184,6 +219,7 @@ class LayerRecord:
         shapes, stats: per tensor (``input``, ``output``, ``grad_input``, ``grad_output``)
             its shape and its statistics (``summaries.tensor_stats``), ``None`` where not recorded.
         pictures: per picture kind asked for, the file drawn (``None``: it does not apply).
+        cams: each CAM method's map of the target, by method (``None``: a report without them).
         cam_topk: the classes (or detections) of the extra CAMs, as their JSON.
     """
 
@@ -195,6 +231,7 @@ class LayerRecord:
     layout: Layout | None = None
     pictures: dict[str, str | None] = field(default_factory=dict)
     cam: CamRecord | None = None
+    cams: dict[str, MapRecord] | None = None
     cam_topk: tuple[dict, ...] = ()
     notes: tuple[str, ...] = ()
     trust: dict | None = None
@@ -211,6 +248,8 @@ class LayerRecord:
         }
         if self.cam is not None:
             entry["cam"] = self.cam.to_json()
+        if self.cams is not None:
+            entry["cams"] = {method: found.to_json() for method, found in self.cams.items()}
         if self.cam_topk:
             entry["cam_topk"] = list(self.cam_topk)
         if self.notes:
@@ -231,6 +270,7 @@ class LayerRecord:
             layout=Layout.from_json(entry.get("layout")),
             pictures=pictures,
             cam=CamRecord.from_json(entry.get("cam")),
+            cams=_maps(entry["cams"]) if isinstance(entry.get("cams"), dict) else None,
             cam_topk=tuple(v for v in entry.get("cam_topk") or () if isinstance(v, dict)),
             notes=_texts(entry.get("notes")),
             trust=entry.get("trust") if isinstance(entry.get("trust"), dict) else None,
@@ -282,6 +322,8 @@ class Report:
 
     Attributes:
         preprocessing: ``images.Preprocessing`` as JSON.
+        cam_methods: every CAM method asked for, in order; ``pixel_maps``: the maps of those
+            that map the input (guided backprop, integrated gradients), by method.
         prediction: the task's part (``tasks.base.ImagePrediction.details``).
         declared_layout: ``featuremaps.DeclaredLayout`` as JSON, or ``None``.
         logits_count, logits_nonfinite: how many scores the model gave, and how many were NaN or infinite.
@@ -299,6 +341,8 @@ class Report:
     weights_sha256: str | None = None
     preprocessing: dict = field(default_factory=dict)
     objective: str | None = None
+    cam_methods: tuple[str, ...] = ()
+    pixel_maps: dict[str, MapRecord] = field(default_factory=dict)
     target: Score | None = None
     top5: tuple[Score, ...] = ()
     prediction: dict = field(default_factory=dict)
@@ -326,6 +370,8 @@ class Report:
             "weights_sha256": self.weights_sha256,
             "preprocessing": self.preprocessing,
             "objective": self.objective,
+            "cam_methods": list(self.cam_methods),
+            "pixel_maps": {method: found.to_json() for method, found in self.pixel_maps.items()},
             "target": self.target.to_json() if self.target is not None else None,
             "top5": [score.to_json() for score in self.top5],
             "prediction": self.prediction,
@@ -363,6 +409,8 @@ class Report:
             weights_sha256=_text(document.get("weights_sha256")),
             preprocessing=_mapping(document.get("preprocessing")),
             objective=_text(document.get("objective")),
+            cam_methods=_texts(document.get("cam_methods")),
+            pixel_maps=_maps(document.get("pixel_maps")),
             target=Score.from_json(document.get("target")),
             top5=tuple(s for s in map(Score.from_json, document.get("top5") or ()) if s is not None),
             prediction=_mapping(document.get("prediction")),

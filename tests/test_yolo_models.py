@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import importlib.util
 import sys
 
 import numpy as np
@@ -20,7 +21,9 @@ from hookviz.models import load_model
 
 from .conftest import SAMPLES
 
-pytest.importorskip("ultralytics")
+# Not importorskip: importing ultralytics replaces PIL.Image.open in the whole test process;
+# hookviz imports it only inside quiet_ultralytics, which puts everything back.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ultralytics") is None, reason="needs ultralytics (the yolo extra)")
 
 LOW = 1e-4  # a random head's class scores are about 1e-5 to 2e-4 (ultralytics' bias prior)
 CONFIG = "yolo:yolov8n.yaml"
@@ -121,13 +124,17 @@ def test_a_checkpoint_is_refused_unless_trusted(tmp_path):
 
 @pytest.mark.slow
 def test_a_trusted_checkpoint_loads_and_one_of_another_task_is_refused(tmp_path, yolo, photo):
-    from ultralytics.nn.tasks import SegmentationModel
+    from hookviz.sources.yolo_models import quiet_ultralytics
 
+    with quiet_ultralytics():
+        from ultralytics.nn.tasks import SegmentationModel
+
+        segmenter = SegmentationModel("yolov8n-seg.yaml", verbose=False)
     torch.save({"model": yolo.module.yolo}, tmp_path / "det.pt")
     loaded = load_model(f"yolo:{tmp_path / 'det.pt'}", trust_checkpoint=True)
     with torch.no_grad():
         assert torch.equal(loaded.module.yolo(photo[None])[0], yolo.module.yolo(photo[None])[0])
-    torch.save({"model": SegmentationModel("yolov8n-seg.yaml", verbose=False)}, tmp_path / "seg.pt")
+    torch.save({"model": segmenter}, tmp_path / "seg.pt")
     result = invoke(
         "run", "--model", f"yolo:{tmp_path / 'seg.pt'}", "--trust-checkpoint", SAMPLES / "cat.png", "-o", tmp_path / "out"
     )
@@ -159,11 +166,13 @@ def test_loading_leaves_the_process_and_the_users_config_as_they_were(tmp_path):
     options, warning filters are the caller's again, nothing is written in the config folder,
     and ultralytics printed nothing."""
     script = """
-import os, warnings, numpy as np, torch
-before = (dict(os.environ), np.get_printoptions(), str(torch._tensor_str.PRINT_OPTS.__dict__), len(warnings.filters))
+import os, warnings, numpy as np, torch, PIL.Image
+state = lambda: (dict(os.environ), np.get_printoptions(), str(torch._tensor_str.PRINT_OPTS.__dict__), len(warnings.filters),
+                 PIL.Image.open, torch.save, torch.load)
+before = state()
 from hookviz.models import load_model
 load_model("yolo:yolov8n.yaml", weights="none")
-after = (dict(os.environ), np.get_printoptions(), str(torch._tensor_str.PRINT_OPTS.__dict__), len(warnings.filters))
+after = state()
 assert before == after, [a == b for a, b in zip(before, after)]
 """
     home = tmp_path / "home"

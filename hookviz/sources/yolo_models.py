@@ -59,11 +59,16 @@ def quiet_ultralytics() -> Iterator[None]:
     """Import and use ultralytics offline and silent, and give the process back as it was.
 
     Its import sets environment variables, torch's and numpy's print options, warning filters
-    and OpenCV's thread count, and writes a settings file in the user's config folder: the
-    settings go to a folder of hookviz's own, the rest is restored when the block ends.
+    and OpenCV's thread count, replaces ``PIL.Image.open`` and ``torch.save`` with its own
+    (``ultralytics.utils.patches``), and writes a settings file in the user's config folder:
+    the settings go to a folder of hookviz's own, the rest is restored when the block ends.
     """
     import numpy as np
+    import PIL.Image
     import torch
+
+    patched = [(PIL.Image, "open"), (torch, "save"), (torch, "load")]
+    originals = [(owner, name, getattr(owner, name)) for owner, name in patched]
 
     environment = dict(os.environ)
     numpy_print = np.get_printoptions()
@@ -82,6 +87,8 @@ def quiet_ultralytics() -> Iterator[None]:
             logger.disabled = True
             yield
     finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
         logger.setLevel(level)
         logger.disabled = disabled
         os.environ.clear()
@@ -131,7 +138,9 @@ class YoloSource:
         return "built from its config, random weights"
 
     def task_of(self, name: str) -> str:
-        return "detect"
+        from ..tasks.detect import Detect
+
+        return Detect.name
 
     def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         spec = name[len(PREFIX) :]
@@ -145,6 +154,8 @@ class YoloSource:
             )
         if checkpoint and weights_kind(weights) != "default":
             raise WeightsError(f"{arg('weights', weights)}: {spec} carries its own weights; drop {arg('weights')}")
+        from ..tasks.detect import Detect
+
         with quiet_ultralytics():
             tasks = _import(name)
             if checkpoint:
@@ -161,7 +172,7 @@ class YoloSource:
             categories,
             Preprocessing(mode="original", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0)),
             source=self.name,
-            task="detect",
+            task=Detect.name,
             weights_sha256=sha,
             default_layers=detector.neck_layers,
             default_layers_reason=NECK_REASON.format(strides=strides),
@@ -173,7 +184,7 @@ def _configured(tasks, name: str, config: str, weights: str, seed: int):
     try:
         task = tasks.guess_model_task(config)
     except Exception:  # ultralytics guesses from the name and warns when it cannot: the build says more
-        task = "detect"
+        task = _detection()
     _check_task(name, task)
     with seeded(seed):
         try:
@@ -209,8 +220,16 @@ def _checkpoint(tasks, name: str, path: Path):
     return model.float()
 
 
+def _detection() -> str:
+    """ultralytics' word for a detection model (``model.task``, ``guess_model_task``), which
+    is hookviz's detection task's name too."""
+    from ..tasks.detect import Detect
+
+    return Detect.name
+
+
 def _check_task(name: str, task: str | None) -> None:
-    if task != "detect":
+    if task != _detection():
         raise UnknownModelError(
             f"{arg('model', name)}: a YOLO {task or 'unknown'} model; hookviz explains YOLO detection models "
             f"(yolo:{EXAMPLES[0]}, a detect checkpoint)"
