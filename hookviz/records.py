@@ -203,8 +203,9 @@ class MapRecord:
         if not isinstance(entry, dict):
             return None
         stats = {k: v for k, v in entry.items() if k not in ("shape", "note", "skipped", "layer")}
-        return cls(_shape(entry.get("shape")), stats, _text(entry.get("note")), _text(entry.get("skipped")),
-                   _text(entry.get("layer")))
+        return cls(
+            _shape(entry.get("shape")), stats, _text(entry.get("note")), _text(entry.get("skipped")), _text(entry.get("layer"))
+        )
 
 
 def _maps(value) -> dict[str, MapRecord]:

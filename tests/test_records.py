@@ -148,8 +148,20 @@ def test_a_baseline_run_and_a_diff_write_files_that_validate(base, weights, tmp_
         ["--model", "lraspp_mobilenet_v3_large", "--resize", "96", "--topk", "2"],
         ["--model", "tests.test_detect:detector", "--score-threshold", "0.01", "--max-detections", "2", "--pictures", "cam"],
         [*TINY, "--target-image", SAMPLES / "coffee.png", "--target-image", SAMPLES / "cat.png", "--pictures", "cam"],
+        [
+            "--model",
+            "tests.conftest:tiny_net",
+            "--layer",
+            "features.3",
+            "--crop",
+            "64",
+            "--steps",
+            "4",
+            "--cam",
+            "gradcam,eigencam,guided-gradcam,integrated-gradients",
+        ],
     ],
-    ids=["classify", "segment", "detect", "embed"],
+    ids=["classify", "segment", "detect", "embed", "methods"],
 )
 def test_runs_that_draw_every_picture_of_each_task_write_files_that_validate(tmp_path, args):
     result = invoke("run", SAMPLES / "cat.png", *args, "--weights", "none", "--workers", "1", "-q", "--out", tmp_path)
