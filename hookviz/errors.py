@@ -79,7 +79,7 @@ class ModelRunError(HookvizError):
 
 # CLI flags whose names are not "--" + the Python argument's name with dashes (BASE and
 # NEW are the positional arguments of `hookviz diff`).
-_FLAGS = {"layers": "--layer", "layer_types": "--layer-type", "whole_image": "--no-crop", "base": "BASE", "new": "NEW"}
+_FLAGS = {"prompts": "--prompt", "prompts_file": "--prompts", "layers": "--layer", "layer_types": "--layer-type", "whole_image": "--no-crop", "base": "BASE", "new": "NEW"}
 
 _HINTS = {
     "python": {
