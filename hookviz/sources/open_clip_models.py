@@ -20,8 +20,11 @@ open_clip is an optional extra, imported only when an ``open_clip:`` name is loa
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Sequence
+import logging
+import os
+from collections.abc import Iterator, Sequence
 
 from ..checkpoints import LoadedWeights
 from ..errors import UnknownModelError, UsageError, WeightsError, arg, did_you_mean, first_line, hint
@@ -46,6 +49,27 @@ def _import_open_clip(name: str | None = None):
     import open_clip
 
     return open_clip
+
+
+class _FromOpenClip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}open_clip{os.sep}" not in record.pathname
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Drop open_clip's warnings ("No pretrained weights loaded"): hookviz's report says what
+    was loaded. open_clip logs them on the root logger, whose ``logging.warning`` would give a
+    process without logging set up a handler (``basicConfig``): a handler of hookviz's stands
+    in while the block runs, and both are taken off after it."""
+    root, stand_in, drop = logging.getLogger(), logging.NullHandler(), _FromOpenClip()
+    root.addHandler(stand_in)
+    root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
+        root.removeHandler(stand_in)
 
 
 def _split(name: str) -> tuple[str, str | None]:
@@ -83,23 +107,23 @@ class OpenClipSource:
         return DEFAULT_TASK
 
     def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()) -> LoadedModel:
+        if _installed() and not prompts:  # said before open_clip's slow import
+            raise UsageError(
+                f"{arg('model', name)}: a CLIP model is explained by text prompts; pass {arg('prompts', 'TEXT')} "
+                f"(repeatable) or {arg('prompts_file', 'FILE')} (one a line)"
+            )
         open_clip = _import_open_clip(name)
         arch, tag = _split(name)
         if arch not in open_clip.list_models():
             known = [PREFIX + n for n in open_clip.list_models()]
             raise UnknownModelError(f"{arg('model', name)}: open_clip has no such model{did_you_mean(name, known)}; {hint('list_models')}")
-        if not prompts:
-            raise UsageError(
-                f"{arg('model', name)}: a CLIP model is explained by text prompts; pass {arg('prompts', 'TEXT')} "
-                f"(repeatable) or {arg('prompts_file', 'FILE')} (one a line)"
-            )
         if tag is not None and weights_kind(weights) != "default":
             raise WeightsError(f"{arg('weights', weights)}: {name} names its weights ({tag}); drop {arg('weights')}")
         if weights_kind(weights) == "default":
             model, label = _pretrained(open_clip, name, arch, tag, seed)
             loaded = LoadedWeights(label, None)
         else:
-            with seeded(seed):
+            with seeded(seed), _quiet():
                 model = open_clip.create_model(arch, pretrained=None)
             loaded = random_or_file(model, weights, seed)
         wrapper = ClipLogits(model, _tokens(open_clip, arch, prompts)).eval()
@@ -139,7 +163,7 @@ def _pretrained(open_clip, name: str, arch: str, tag: str | None, seed: int):
     kwargs = {"force_quick_gelu": bool(cfg.get("quick_gelu", False)),
               "force_preprocess_cfg": {k: cfg[k] for k in ("mean", "std", "interpolation", "resize_mode") if k in cfg}}
     try:
-        with seeded(seed), weights_only_loads():
+        with seeded(seed), weights_only_loads(), _quiet():
             model = open_clip.create_model(arch, pretrained=str(path), **kwargs)
     except Exception as exc:  # open_clip's loaders raise many kinds: one line naming the file
         raise WeightsError(f"{label}: could not load {arch}/{tag} from {path} ({first_line(exc)}); delete the file to fetch it again") from None
