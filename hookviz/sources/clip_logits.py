@@ -22,7 +22,9 @@ class ClipLogits(nn.Module):
         tokens: the prompts as ``open_clip.get_tokenizer(arch)`` returns them.
     """
 
-    def __init__(self, model: nn.Module, tokens: torch.Tensor):
+    text_features: torch.Tensor
+
+    def __init__(self, model, tokens: torch.Tensor):
         super().__init__()
         self.visual = model.visual
         self.logit_scale = model.logit_scale

@@ -34,7 +34,7 @@ from .base import LoadedModel, random_or_file, register_source, seeded, weights_
 __all__ = ["OpenClipSource", "ClipLogits", "PREFIX", "INSTALL"]
 
 PREFIX = "open_clip:"
-INSTALL = "pip install open-clip-torch"
+INSTALL = "pip install 'hookviz[clip]'"
 #: The file names open_clip's weights have in a Hugging Face repository, safest first.
 HUB_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 
@@ -186,8 +186,9 @@ def _preprocessing(model) -> tuple[Preprocessing, tuple[str, ...]]:
         notes.append(f"open_clip's interpolation {interpolation!r} replaced by bicubic")
         interpolation = "bicubic"
     mean, std = tuple(config.get("mean", ())), tuple(config.get("std", ()))
-    extra = {"mean": mean, "std": std} if len(mean) == 3 and len(std) == 3 else {}
-    return Preprocessing(resize=height, size=height, interpolation=interpolation, **extra), tuple(notes)
+    if len(mean) != 3 or len(std) != 3:
+        return Preprocessing(resize=height, size=height, interpolation=interpolation), tuple(notes)
+    return Preprocessing(resize=height, size=height, mean=mean, std=std, interpolation=interpolation), tuple(notes)
 
 
 # The wrapper is defined on first use: torch is not imported by ``hookviz --help``.
