@@ -89,7 +89,7 @@ class OpenClipSource:
     def about(self) -> str:
         if not _installed():
             return f"open_clip's CLIP models with text prompts (open_clip:ARCH --prompt TEXT): {INSTALL}"
-        return "open_clip: --model open_clip:ARCH[/TAG] --prompt TEXT; DEFAULT weights from the Hugging Face cache"
+        return f"open_clip {_import_open_clip().__version__}: --model open_clip:ARCH[/TAG] --prompt TEXT; DEFAULT weights from the Hugging Face cache"
 
     def claims(self, name: str) -> bool:
         return name.startswith(PREFIX)
