@@ -46,7 +46,7 @@ ModelOption = Annotated[
     str,
     typer.Option(
         "--model", "-m",
-        help="torchvision model name (resnet50), built-in (efficientnet_lite0), timm:NAME, hf:ORG/NAME, open_clip:ARCH[/TAG], or package.module:callable.",
+        help="torchvision model name (resnet50), built-in (efficientnet_lite0), timm:NAME, hf:ORG/NAME, open_clip:ARCH or open_clip:ARCH/TAG, or package.module:callable.",
     ),
 ]
 WeightsOption = Annotated[
