@@ -23,7 +23,7 @@ import typer
 from . import __version__
 from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from .interrupts import Interrupted, interrupted_line, on_signal
-from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
+from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_STEPS, MAX_TOPK, Tolerances
 from .render.kinds import default_groups, groups_help
 from .tasks import task_names
 
@@ -194,13 +194,17 @@ def _cam_help() -> str:
     from .methods import METHODS
 
     names = METHODS.names()
-    return f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}."
+    return (f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}. Several, separated by "
+            "commas (gradcam,eigencam), in one run; the first that maps the layer is drawn in <layer>.cam.png.")
 
 
 def _cam_completions(incomplete: str) -> list[str]:
     from .methods import METHODS
 
-    return [name for name in [*METHODS.names(), *METHODS.extra_choices] if name.startswith(incomplete)]
+    done, _, last = incomplete.rpartition(",")
+    given = done.split(",") if done else []
+    choices = METHODS.names() if given else [*METHODS.names(), *METHODS.extra_choices]
+    return [",".join([*given, name]) for name in choices if name.startswith(last) and name not in given]
 
 
 @app.command()
@@ -225,6 +229,8 @@ def run(
     max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
     target_image: Annotated[Optional[list[str]], typer.Option("--target-image", help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.")] = None,
     box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
+    steps: Annotated[int, typer.Option(help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).")] = 32,
+    ig_baseline: Annotated[str, typer.Option("--ig-baseline", help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).")] = "zero",
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
@@ -293,7 +299,7 @@ def run(
             std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
         ),
         target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
-                             box_objective=box_objective),
+                             box_objective=box_objective, steps=steps, ig_baseline=ig_baseline),
         task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),
                       EmbedOptions(target_images=tuple(target_image or ()))),
         pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
@@ -659,10 +665,27 @@ def main() -> None:
     if _plain_text_only():
         app.rich_markup_mode = None  # click's plain "Error: ..." lines, not rich's boxes and colours
     _print_what_cannot_be_encoded()
+    _load_plugins()
     try:
         app(prog_name="hookviz")
     finally:
         app.rich_markup_mode = drawn
+
+
+def _load_plugins() -> None:
+    """Plug-ins register their methods, tasks and picture kinds before the options are read,
+    so that the options take their names and ``--help`` lists them (``hookviz.plugins``)."""
+    from .plugins import ENVIRONMENT, load_plugins
+
+    if os.environ.get(ENVIRONMENT) and os.getcwd() not in sys.path:
+        # This process's own path (its render workers inherit it): they import the same
+        # plug-ins from the current folder to draw their pictures.
+        sys.path.insert(0, os.getcwd())
+    try:
+        load_plugins()
+    except HookvizError as error:
+        typer.echo(f"hookviz: error: {error}", err=True)
+        raise SystemExit(exit_code_for(error)) from None
 
 
 def _plain_text_only() -> bool:

@@ -91,6 +91,8 @@ class Explainer:
         task = get_task(model.task)
         own = _own_options(task, task_options)
         task.check(target)
+        for method in target.methods:
+            _check_method(method, model.module)
         check_trust(task, target, trust)
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing)
@@ -128,11 +130,17 @@ class Explainer:
         return {**asdict(self.target), **asked}
 
     @property
-    def method(self):
-        """The CAM method (a ``hookviz.methods.Method``), or ``None`` for ``cam='none'``."""
+    def methods(self) -> tuple:
+        """Every CAM method asked for (``hookviz.methods.Method``), in order; ``()`` for ``cam='none'``."""
         from .methods import get_method
 
-        return None if self.target.cam == "none" else get_method(self.target.cam)
+        return tuple(get_method(name) for name in self.target.methods)
+
+    @property
+    def method(self):
+        """The main CAM method: the first that maps the layer (its maps are ``LayerResult.cam``
+        and the top-K), or ``None``."""
+        return next((m for m in self.methods if m.resolution == "layer"), None)
 
     @property
     def device(self) -> str:
@@ -317,6 +325,15 @@ def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ..
     )
 
 
+def _check_method(name: str, module) -> None:
+    """Refuse a model the method cannot explain (guided backprop without a ReLU), before any image."""
+    from .methods import get_method
+
+    method = get_method(name)
+    if method.check is not None:
+        method.check(module)
+
+
 def explain(
     model,
     image,
@@ -324,12 +341,14 @@ def explain(
     target: str | int = "top1",
     *,
     objective: str = "logit",
-    cam: str = "gradcam",
+    cam: str | Sequence[str] = "gradcam",
     topk: int = 1,
     output_key: str | int | None = None,
     score_threshold: float = 0.5,
     max_detections: int = 5,
     box_objective: str = "score",
+    steps: int = 32,
+    ig_baseline: str = "zero",
     task: str = "auto",
     layer_types: Sequence[str] = (),
     layout: str = "auto",
@@ -358,12 +377,14 @@ def explain(
             says so when its values look like raw pixels).
         layers: layer paths or globs; the usual CAM layer when omitted.
         target: ``"top1"``, a class index, or a class name.
-        objective, cam, topk: as the ``hookviz run`` options of the same names.
+        objective, cam, topk: as the ``hookviz run`` options of the same names; ``cam`` takes
+            several methods as ``"gradcam,eigencam"`` or a list (``result["layer4"].cams``).
         output_key: which entry of the model's output holds the logits, when it returns several.
         score_threshold, max_detections: which of a detector's detections are explained
             (``hookviz.tasks.DetectOptions``).
         box_objective: what explains a detection: ``score``, its matched box's score alone, or
             ``score+iou``, pytorch-grad-cam's ``FasterRCNNBoxScoreTarget`` (plus the box's IoU).
+        steps, ig_baseline: integrated gradients' steps and baseline (``zero``, ``blur``, ``mean``).
         task: ``classify``, ``segment`` or ``detect``; by default the model's source says, or
             (for a bare module) what its output looks like.
         layer_types: also record every module of these classes.
@@ -407,9 +428,9 @@ def explain(
     from .tasks import DetectOptions, EmbedOptions
 
     target_options = TargetOptions(
-        target=str(target), objective=objective, cam=cam, topk=topk,
+        target=str(target), objective=objective, cam=cam if isinstance(cam, str) else ",".join(map(str, cam)), topk=topk,
         output_key=None if output_key is None else str(output_key),
-        box_objective=box_objective,
+        box_objective=box_objective, steps=steps, ig_baseline=ig_baseline,
     )
     detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
     layer_options = LayerOptions(

@@ -10,23 +10,21 @@ gradient flags and the process's precision settings are restored after the pass.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from .errors import UsageError, arg
-from .featuremaps import DeclaredLayout, Layout, ambiguity, layout_of, reshape
+from .featuremaps import DeclaredLayout, Layout, layout_hint, layout_of, shape_text
 from .images import PreparedImage, Preprocessing
 from .options import ChannelSelection, PictureOptions
 from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
 from .tasks import DEFAULT_TASK, ClassScore, ImagePrediction
 from .trust.records import LayerTrust
 
-__all__ = ["Explanation", "LayerResult", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
+__all__ = ["Explanation", "LayerResult", "PixelMap", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +59,8 @@ class LayerResult:
         histograms: value histograms of ``output`` and ``grad_output`` (for TensorBoard).
         cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
         topk_cams: one ``(class, map)`` pair per top class when ``topk`` > 1.
+        cams: each layer method's raw map of the target, by method name (``cam`` is the
+            first's); ``cam_notes``: per method, why it made no map, or what to know about it.
         notes: what the report should say about this layer (a channel selection cut short).
         trust: how far to trust its CAM (``hookviz.trust``), when measured.
         layout: how the output was read as a map (tokens on a grid, channels last), and its
@@ -81,6 +81,8 @@ class LayerResult:
     cam: np.ndarray | None = None
     cam_note: str | None = None
     topk_cams: tuple[tuple[ClassScore, np.ndarray], ...] = ()
+    cams: dict = field(default_factory=dict)
+    cam_notes: dict = field(default_factory=dict)
     histograms: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     layout: Layout | None = None
@@ -96,6 +98,29 @@ class LayerResult:
 
     def __repr__(self) -> str:
         return f"LayerResult({self.name!r}, {self.module_type}, output {self.shapes.get('output')})"
+
+
+@dataclass(frozen=True)
+class PixelMap:
+    """One image's map by a method at the input's resolution (guided backprop, integrated
+    gradients), of the target.
+
+    Attributes:
+        method: the method's name.
+        map: the raw map, (C, H, W) as the model's input (its channels, its resolution), or
+            ``None`` (see ``note``).
+        note: why there is no map.
+        layer: the layer whose CAM it used (guided Grad-CAM), else ``None``.
+    """
+
+    method: str
+    map: np.ndarray | None
+    note: str | None = None
+    layer: str | None = None
+
+    def __repr__(self) -> str:
+        shape = "x".join(map(str, self.map.shape)) if self.map is not None else self.note
+        return f"PixelMap({self.method!r}, {shape})"
 
 
 @dataclass(frozen=True)
@@ -117,6 +142,9 @@ class Explanation:
         declared_layout: what the model declares about its token and channel layout
             (``None``: nothing, every layout was guessed).
         weights_sha256: the SHA-256 of the weights file, when a file was loaded.
+        cam_method: the main CAM method (the first that maps layers: ``LayerResult.cam``),
+            or ``none``; ``cam_methods``: every method asked for, in order.
+        pixel_maps: per method of ``cam_methods`` that maps the input, its ``PixelMap``.
         trust: the ``TrustOptions`` its CAMs were measured with, as JSON (``{}``: none).
     """
 
@@ -138,6 +166,8 @@ class Explanation:
     skipped_layers: tuple[str, ...] = ()
     declared_layout: DeclaredLayout | None = None
     weights_sha256: str | None = None
+    cam_methods: tuple[str, ...] = ()
+    pixel_maps: dict = field(default_factory=dict)
     trust: dict = field(default_factory=dict, repr=False)
 
     def __getitem__(self, name: str) -> LayerResult:
@@ -232,11 +262,13 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     """
     import torch
 
+    from .cams import cam_gradients, layer_maps, pixel_maps, sources_for
     from .dataflow import ChannelOrders
     from .modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
     from .recording import Recording
 
-    module, task, options, method = explainer.model.module, explainer.task, explainer.target, explainer.method
+    module, task, options, methods = explainer.model.module, explainer.task, explainer.target, explainer.methods
+    layer_methods = [m for m in methods if m.resolution == "layer"]  # the main one first
     if any(parameter.is_inference() for parameter in module.parameters()):
         raise UsageError(
             "the model's parameters were made under torch.inference_mode, so no gradient can flow through "
@@ -250,20 +282,22 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             output = task.forward(module, tensors, explainer.device, options, explainer.task_options)
             skipped = recording.check_complete()
             plan = task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
-            wants_gradients = method is not None and method.needs_gradients
+            wants_gradients = any(m.needs_gradients for m in methods)
             extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None] if wants_gradients else []
             recording.backward(plan.objective, retain_graph=bool(extra))
             captures = recording.captures
             _check_batch_first(captures, len(images))
-            gradients = _cam_gradients(recording, captures, plan, extra) if wants_gradients else None
+            gradients = cam_gradients(recording, captures, plan, extra) if wants_gradients else None
             input_hw = tuple(tensors[0].shape[-2:])
             layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
         # Out of the recording: a method that re-scores runs the bare model, with no hook on it.
-        sources = _cam_sources(explainer, method, plan, tensors, gradients)
+        sources = sources_for(explainer, methods, plan, tensors, gradients)
         layer_cams = [
-            _layer_cams(method, capture, sources, position, layouts[position]["output"])
+            layer_maps(layer_methods, capture, sources, position, layouts[position]["output"])
             for position, capture in enumerate(captures)
         ]
+        pixels = pixel_maps([m for m in methods if m.resolution == "input"], captures,
+                            [found["output"] for found in layouts], sources)
     notes = list(explainer.notes)
     if was_training:
         notes.append(TRAIN_MODE_NOTE)
@@ -272,7 +306,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     skipped_labels = tuple(spec.label for spec in skipped)
     return [
         replace(_explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
-                skipped_layers=skipped_labels)
+                skipped_layers=skipped_labels, pixel_maps=_image_pixels(pixels, i, plan))
         for i, image in enumerate(images)
     ]
 
@@ -310,24 +344,20 @@ def _layouts(capture, orders, input_hw, declared) -> dict[str, Layout | None]:
     return found
 
 
-def _shape_text(shape) -> str:
-    return "x".join(map(str, (1, *shape[1:])))
-
-
-def _how_to_say_it() -> str:
-    return f"pass {arg('layout', 'nhwc')} or {arg('layout', 'nchw')} to say it"
-
-
 def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, summaries, notes) -> Explanation:
+    from .cams import image_cams
+
     prediction = plan.predictions[i]
     keys = [key for key, _ in plan.cams]
     # The CAMs drawn as panels: every one (a detector's, one per detection), or those beyond the main one (top-K).
     panels = keys if explainer.task.cams_as_panels else keys[1:]
     declared = explainer.declared_layout
+    unmapped = _no_layer_method(explainer.target.cam)
     layers = tuple(
-        _layer_result(capture, i, cams, prediction, keys, panels, summaries, found)
+        _layer_result(capture, i, image_cams(cams, i, prediction, keys, panels), summaries, found, unmapped)
         for capture, found, cams in zip(captures, layouts, layer_cams)
     )
+    main = explainer.method
     return Explanation(
         image=image,
         model=explainer.model.name,
@@ -335,7 +365,8 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         weights_sha256=explainer.model.weights_sha256,
         preprocessing=explainer.preprocessing,
         objective=explainer.task.objective_name(explainer.target),
-        cam_method=explainer.target.cam,
+        cam_method=main.name if main is not None else "none",
+        cam_methods=explainer.target.methods,
         logits=np.array(plan.logits[i], dtype=np.float32),
         target=prediction.target,
         top5=prediction.top5,
@@ -349,22 +380,38 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
     )
 
 
-def _layer_result(capture, i: int, cams, prediction, keys, panels, summaries: SummaryOptions, layouts: dict) -> LayerResult:
-    maps_by_key, reason, zero_notes = cams
-    main = keys[0] if keys else None
-    note = reason
-    if maps_by_key and prediction.focus.get(main) is None:
-        maps_by_key, note = None, "no CAM: nothing to explain in this image"
-    elif maps_by_key and zero_notes[i]:
-        note = zero_notes[i]
+def _image_pixels(pixels, i: int, plan) -> dict:
+    """Image ``i``'s share of the batch's input-resolution maps, by method."""
+    from .cams import NOTHING_TO_EXPLAIN
+
+    keys = [key for key, _ in plan.cams]
+    nothing = not keys or plan.predictions[i].focus.get(keys[0]) is None
+    found = {}
+    for name in pixels.order:
+        layer = pixels.layers.get(name)
+        if name in pixels.notes:
+            found[name] = PixelMap(name, None, pixels.notes[name])
+        elif nothing:
+            found[name] = PixelMap(name, None, NOTHING_TO_EXPLAIN, layer)
+        else:
+            found[name] = PixelMap(name, pixels.maps[name][i].copy(), layer=layer)
+    return found
+
+
+def _no_layer_method(cam: str) -> str:
+    """The CAM note of every layer when no asked method maps layers."""
+    return arg("cam", "none") if cam == "none" else f"no CAM: {arg('cam', cam)} maps the input, not the layer"
+
+
+def _layer_result(capture, i: int, cams, summaries: SummaryOptions, layouts: dict, unmapped: str) -> LayerResult:
     arrays = {key: _one(getattr(capture, key), i) for key in TENSOR_KEYS}
     tiles, layer_notes = {}, []
     unread = [which for which in ("input", "output") if layouts[which] is not None and not layouts[which].spatial]
     if unread:
-        shapes = " and ".join(f"{which} {_shape_text(arrays[which].shape)}" for which in unread)
+        shapes = " and ".join(f"{which} {shape_text(arrays[which].shape)}" for which in unread)
         layer_notes.append(
             f"{capture.name}: {shapes} fit{'s' if len(unread) == 1 else ''} channels first and last alike, so "
-            f"{'it is' if len(unread) == 1 else 'they are'} drawn as no map; {_how_to_say_it()}"
+            f"{'it is' if len(unread) == 1 else 'they are'} drawn as no map; {layout_hint()}"
         )
     for which, wanted in (("output", True), ("grad_output", summaries.grad_tiles)):
         if wanted:
@@ -382,155 +429,16 @@ def _layer_result(capture, i: int, cams, prediction, keys, panels, summaries: Su
         maps={k: channel_sum(v, layouts[k]) for k, v in arrays.items()},
         profiles={k: channel_profile(v, layouts[k]) for k, v in arrays.items()},
         tiles=tiles,
-        cam=maps_by_key[main][i].copy() if maps_by_key else None,
-        cam_note=note,
-        topk_cams=_each_cam(maps_by_key, prediction, panels, i),
+        cam=cams.cam,
+        cam_note=cams.cam_note if cams.cams or cams.cam_notes else unmapped,
+        topk_cams=cams.topk_cams,
+        cams=cams.cams,
+        cam_notes=cams.cam_notes,
         histograms={k: histogram(arrays[k]) for k in ("output", "grad_output")} if summaries.histograms else {},
         notes=tuple(dict.fromkeys(layer_notes)),
         layout=layouts["output"],
         **(arrays if summaries.keep_tensors else {}),
     )
-
-
-def _each_cam(maps_by_key, prediction, panels, i: int) -> tuple:
-    """The CAMs drawn as panels (``panels``, their keys): each top class's (``topk``), or every
-    detection's (the first included: a detector's picture shows one panel per detection)."""
-    if not maps_by_key:
-        return ()
-    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in panels if prediction.focus.get(k) is not None)
-
-
-@dataclass(frozen=True)
-class _CamSources:
-    """What the pass hands the CAM method, per CAM key of the plan (the main one first):
-    only what the method declares it needs, ``None`` otherwise.
-
-    Attributes:
-        gradients: per key, per recorded call, d(key's score)/d(output).
-        scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
-        inputs: the model's input batch (N, C, H, W), on its device, in its dtype.
-    """
-
-    keys: tuple[str, ...]
-    module: Any
-    gradients: Any = None
-    scores: Any = None
-    inputs: Any = None
-
-
-def _cam_gradients(recording, captures, plan, extra) -> dict:
-    """Per CAM key, each call's gradient of the key's score: the objective's own (already
-    recorded) where the key's scalar is the objective, else one more backward pass each."""
-    gradients = {key: [c.grad_output for c in captures] for key, scalar in plan.cams if scalar is None}
-    for n, (key, scalar) in enumerate(extra):
-        pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
-        gradients[key] = [grad_output for _, grad_output in pairs]
-    return {key: gradients[key] for key, _ in plan.cams}  # the plan's order: its first key is the main CAM
-
-
-def _cam_sources(explainer, method, plan, tensors, gradients) -> _CamSources:
-    import torch
-
-    from .methods import RESCORING_BATCH
-    from .tasks.base import Rescoring, model_dtype
-
-    module = explainer.model.module
-    keys = tuple(key for key, _ in plan.cams)
-    sources = _CamSources(keys, module, gradients)
-    if method is None:
-        return sources
-    inputs = None
-    if method.needs_input:
-        inputs = torch.stack(list(tensors)).to(device=explainer.device, dtype=model_dtype(module))
-    scores = None
-    if method.needs_rescoring:
-        task, options = explainer.task, explainer.target
-        scores = {
-            key: Rescoring(task, module, explainer.device, options, task.scorer(plan, key, options), RESCORING_BATCH,
-                           explainer.task_options)
-            for key in keys
-        }
-    return replace(sources, inputs=inputs, scores=scores)
-
-
-def _layer_cams(method, capture, sources: _CamSources, position: int, layout: Layout | None):
-    """One layer's CAMs for the whole batch, its output read in ``layout``.
-
-    Returns:
-        ``({key: (N, h, w) maps} or None, why there is none, per image the note to give
-        when the main CAM's gradient is all zero, else None)``.
-    """
-    if method is None:
-        return None, arg("cam", "none"), None
-    if not sources.keys:  # the task found nothing to explain in this batch (no detections)
-        return None, "no CAM: nothing to explain in this image", None
-    if layout is not None and not layout.spatial:
-        shape = _shape_text(capture.output.shape)
-        return None, f"no CAM: output {shape} {ambiguity((1, *capture.output.shape[1:]))}; {_how_to_say_it()}", None
-    activation = reshape(capture.output, layout)
-    if activation is None:
-        shape = "none" if capture.output is None else _shape_text(capture.output.shape)
-        return None, f"no CAM: output {shape} has no spatial layout", None
-    zero_notes: list = [None] * activation.shape[0]
-    if method.needs_gradients:
-        raw = sources.gradients[sources.keys[0]][position]
-        gradient = reshape(raw, layout)
-        if gradient is None:
-            return None, "no CAM: the target's logit does not depend on this layer", None
-        zero = (~gradient.flatten(1).any(dim=1)).cpu().tolist()
-        reached = raw.flatten(1).any(dim=1).cpu().tolist()  # with the class token, which the map drops
-        zero_notes = [_zero_gradient_note(capture.name, sources.module) if empty and token else ZERO_GRADIENT_NOTE if empty else None
-                      for empty, token in zip(zero, reached)]
-    context = _method_context(capture, activation, sources)
-    blank = np.zeros((activation.shape[0], *activation.shape[2:]), dtype=np.float32)
-    maps = {}
-    for key in sources.keys:
-        grads = reshape(sources.gradients[key][position], layout) if method.needs_gradients else None
-        if method.needs_gradients and grads is None:
-            maps[key] = blank  # this key's score does not reach the layer
-            continue
-        given = replace(context, gradients=None if grads is None else grads.float(),
-                        score=sources.scores[key] if method.needs_rescoring else None)
-        maps[key] = _computed(method, given)
-    return maps, None, zero_notes
-
-
-ZERO_GRADIENT_NOTE = "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
-_FIRST_NORMS = ("ln_1", "norm1", "layernorm_before")  # torchvision's, timm's and transformers' ViT blocks
-
-
-def _zero_gradient_note(name: str, module) -> str:
-    """The note for a layer whose patch tokens get no gradient while its class token does:
-    the head reads the class token, and after the last block no patch token reaches it."""
-    path = name.split(":")[0]
-    norms = [p for p, _ in module.named_modules() if p.rsplit(".", 1)[-1] in _FIRST_NORMS and p != path]
-    where = f"try {arg('layers', norms[-1])}, the last block's first norm" if norms else "try the last block's first norm"
-    return (
-        "the target's logit has zero gradient at every patch token of this layer (after the last block only the "
-        f"class token reaches the head), so its CAM is zero; {where}"
-    )
-
-
-def _method_context(capture, activation, sources: _CamSources):
-    from .methods import MethodContext
-
-    path = re.sub(r":\d+$", "", capture.name)  # a module called several times: its K-th call
-    return MethodContext(activation.float(), None, sources.module.get_submodule(path), capture.name, sources.inputs)
-
-
-def _computed(method, context) -> np.ndarray:
-    """The method's map, checked to be one (N, *spatial) map per image, as float32 numpy."""
-    import torch
-
-    result = method.compute(context)
-    expected = (context.activations.shape[0], *context.activations.shape[2:])
-    if not isinstance(result, torch.Tensor) or tuple(result.shape) != expected:
-        got = "x".join(map(str, result.shape)) if isinstance(result, torch.Tensor) else type(result).__name__
-        raise UsageError(
-            f"{arg('cam', method.name)}: the method returned {got} at {context.layer}, not one map per image "
-            f"({'x'.join(map(str, expected))}); fix the method or choose another"
-        )
-    return result.detach().float().cpu().numpy()
 
 
 def _one(tensor, i: int) -> np.ndarray | None:

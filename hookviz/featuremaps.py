@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "Layout", "DeclaredLayout", "layout_of", "token_layout", "as_feature_map", "reshape", "patch_grid", "ambiguity",
+    "shape_text", "layout_hint",
     "NCHW", "NHWC", "TOKENS", "AMBIGUOUS", "MAP_ORDERS", "DECLARED", "DATA_FLOW", "GUESSED", "UNDECIDED",
 ]
 
@@ -270,6 +271,18 @@ def reshape(tensor, layout: Layout | None):
         n, _, channels = tensor.shape
         return _transpose(tensor[:, layout.prefix :, :].reshape(n, rows, cols, channels), (0, 3, 1, 2))
     return tensor
+
+
+def shape_text(shape) -> str:
+    """A batch tensor's shape as reports write one image's: ``1x512x7x7``."""
+    return "x".join(map(str, (1, *shape[1:])))
+
+
+def layout_hint() -> str:
+    """How the caller settles a map's order hookviz cannot tell."""
+    from .errors import arg
+
+    return f"pass {arg('layout', 'nhwc')} or {arg('layout', 'nchw')} to say it"
 
 
 def _ceil(a: int, b: int) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .outputs import DIFF, REPORT, atomic_write, read_report
-from .render import INPUT_PICTURE, PREDICTION_PICTURE
+from .render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
 from .render.kinds import kinds
 from .tasks import reported_task
 
@@ -237,7 +237,8 @@ def _row(folder: str, report: dict, change: dict | None = None, compared: bool =
     base = _href(folder)
     photo = "".join(
         f'<a href="{base}/{name}"><img src="{base}/{name}" alt="{alt}"></a>'
-        for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction")) if name in files
+        for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction"), (PIXEL_PICTURE, "maps of the input"))
+        if name in files
     )
     heading, predicted = reported_task(report.get("task")).gallery_list(report)
     top5 = "".join(f"<li>{_e(item)}</li>" for item in predicted)

@@ -31,7 +31,7 @@ import numpy as np
 from .errors import OutputError, arg, display_path
 from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from .identity import Match, PhotoIdentity, file_sha256, match_photo
-from .render import INPUT_PICTURE, PREDICTION_PICTURE
+from .render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
 from .summaries import tensor_stats
 
 __all__ = [
@@ -288,6 +288,8 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
             entry["cam"] = {"method": explanation.cam_method, "shape": list(layer.cam.shape), **cam_stats}
         elif layer.cam_note:
             entry["cam"] = {"method": explanation.cam_method, "skipped": layer.cam_note}
+        if explanation.cam_methods:
+            entry["cams"] = _method_maps_json(layer)
         if layer.topk_cams:
             entry["cam_topk"] = [score.to_json() for score, _ in layer.topk_cams]
         if layer.notes:
@@ -307,6 +309,8 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
         "weights_sha256": explanation.weights_sha256,
         "preprocessing": explanation.preprocessing.to_json(),
         "objective": explanation.objective,
+        "cam_methods": list(explanation.cam_methods),
+        "pixel_maps": {name: _pixel_map_json(pixels) for name, pixels in explanation.pixel_maps.items()},
         "target": explanation.target.to_json() if explanation.target is not None else None,
         "top5": [score.to_json() for score in explanation.top5],
         "prediction": explanation.prediction.to_json() if explanation.prediction is not None else {},
@@ -329,9 +333,35 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
     }
 
 
+def _method_maps_json(layer) -> dict:
+    """Per layer method, its map's shape and statistics (and a note), or why it has none."""
+    found = {}
+    for method in (*layer.cams, *(name for name in layer.cam_notes if name not in layer.cams)):
+        if method in layer.cams:
+            cam = layer.cams[method]
+            stats = {k: v for k, v in tensor_stats(cam).items() if k != "zero_fraction"}
+            found[method] = {"shape": list(cam.shape), **stats}
+            if method in layer.cam_notes:
+                found[method]["note"] = layer.cam_notes[method]
+        else:
+            found[method] = {"skipped": layer.cam_notes[method]}
+    return found
+
+
+def _pixel_map_json(pixels) -> dict:
+    """An input-resolution map's shape and statistics (and the layer it used), or why it has none."""
+    if pixels.map is None:
+        found = {"skipped": pixels.note}
+    else:
+        found = {"shape": list(pixels.map.shape), **{k: v for k, v in tensor_stats(pixels.map).items() if k != "zero_fraction"}}
+    return found if pixels.layer is None else {**found, "layer": pixels.layer}
+
+
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``<layer>/cam_K`` (the
-    K-th top class's or detection's CAM), ``logits``, ``input``.
+    K-th top class's or detection's CAM), ``<layer>/cam.<method>`` (each layer method's map of
+    the target; ``cam`` is the first's), ``input/<method>`` (each input-resolution map, (C, H, W)),
+    ``logits``, ``input``.
 
     Needs the full tensors (``SummaryOptions(keep_tensors=True)``).
     """
@@ -347,6 +377,11 @@ def write_tensors_npz(explanation, stream: BinaryIO) -> None:
             arrays[f"{layer.name}/cam"] = np.asarray(layer.cam, dtype=np.float32)
         for k, (_, cam) in enumerate(layer.topk_cams, start=1):  # each top class's, or each detection's
             arrays[f"{layer.name}/cam_{k}"] = np.asarray(cam, dtype=np.float32)
+        for method, cam in layer.cams.items():
+            arrays[f"{layer.name}/cam.{method}"] = np.asarray(cam, dtype=np.float32)
+    for method, pixels in explanation.pixel_maps.items():
+        if pixels.map is not None:
+            arrays[f"input/{method}"] = np.asarray(pixels.map, dtype=np.float32)
     np.savez(stream, **arrays)
 
 
@@ -382,6 +417,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         # matplotlib: ~0.3 s to import, only for pictures
         from .render import render_png
         from .render.figures import photo_of
+        from .render.pixels import pixels_png
         from .render.prediction import prediction_png
         from .render.worker import worker_cache
 
@@ -389,6 +425,9 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         prediction = prediction_png(explanation)
         if prediction is not None:
             written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
+        pixels = pixels_png(explanation) if "cam" in pictures.pictures else None
+        if pixels is not None:
+            written.append(atomic_write(directory / PIXEL_PICTURE, pixels))
         cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})

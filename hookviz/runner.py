@@ -498,8 +498,10 @@ class Run:
                 self.notes.append(note)
         for layer in result.layers:
             # (an image with nothing to explain says so once, in its own note)
-            if layer.cam_note and self.target.cam != "none" and result.target is not None:
-                note = f"{layer.name}: {layer.cam_note}"
+            if result.target is None:
+                continue
+            for method, cam_note in layer.cam_notes.items():
+                note = f"{layer.name}: {cam_note}" if method == result.cam_method else f"{layer.name} ({method}): {cam_note}"
                 if note not in self.notes:
                     self.notes.append(note)
         if self.checks.fail_on:

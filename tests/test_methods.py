@@ -25,7 +25,7 @@ from hookviz.methods import (
 )
 from hookviz.models import LoadedModel
 
-from .conftest import SAMPLES, tiny_net
+from .conftest import SAMPLES, tiny_convnext, tiny_net
 
 SEEN: list[dict] = []  # what the spies below were handed, call by call
 
@@ -89,6 +89,17 @@ def spy_score_cam(ctx):
     return (weights[..., None, None] * activations).sum(dim=1).clamp(min=0)
 
 
+@register_method("spy-layer-score", needs_gradients=False, needs_rescoring=True)
+def spy_layer_score(ctx):
+    """Each photo scored with the layer's output as it was, then with its channel 0 set to zero."""
+    everyone = torch.arange(ctx.activations.shape[0])
+    altered = ctx.activations.clone()
+    altered[:, 0] = 0
+    SEEN.append({"ctx": ctx, "plain": ctx.score_layer(ctx.activations, everyone),
+                 "altered": ctx.score_layer(altered, everyone), "hooks": _hooks_on(ctx.module)})
+    return ctx.activations.sum(dim=1).clamp(min=0)
+
+
 @register_method("spy-plain-score", needs_gradients=False, needs_rescoring=True, needs_input=True)
 def spy_plain_score(ctx):
     SEEN.append({"ctx": ctx, "plain": ctx.score(ctx.inputs), "hooks": _hooks_on(ctx.module)})
@@ -111,7 +122,7 @@ def test_a_second_method_under_a_taken_name_is_refused():
 
 
 def test_run_help_lists_every_registered_method():
-    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300"})
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "1000"})
     assert result.exit_code == 0
     (line,) = [line for line in result.output.splitlines() if "--cam " in line]
     listed = line.split("CAM method:")[1].split(".")[0]
@@ -274,17 +285,21 @@ def _by_hand(name: str, a: np.ndarray, g: np.ndarray) -> np.ndarray:
         for c in range(a.shape[1]):
             if name == "gradcam":
                 maps[n] += g[n, c].mean() * a[n, c]
+            elif name == "xgradcam":
+                maps[n] += (g[n, c] * a[n, c]).sum() / (a[n, c].sum() + 1e-7) * a[n, c]
+            elif name == "hirescam":
+                maps[n] += g[n, c] * a[n, c]
             elif name == "gradcam++":
                 alpha = g[n, c] ** 2 / (2 * g[n, c] ** 2 + a[n, c].sum() * g[n, c] ** 3 + 1e-6)
                 alpha[g[n, c] == 0] = 0
                 maps[n] += (np.maximum(g[n, c], 0) * alpha).sum() * a[n, c]
-            else:
+            elif name == "layercam":
                 maps[n] += np.maximum(g[n, c], 0) * a[n, c]
     return np.maximum(maps, 0)
 
 
 @pytest.mark.parametrize("shape", [(2, 4, 5, 6), (2, 4, 3, 5, 6)], ids=["2d", "3d"])
-@pytest.mark.parametrize("name", ["gradcam", "gradcam++", "layercam"])
+@pytest.mark.parametrize("name", ["gradcam", "gradcam++", "layercam", "xgradcam", "hirescam"])
 def test_each_method_equals_its_formula_on_maps_of_any_number_of_dimensions(name, shape):
     generator = torch.Generator().manual_seed(5)
     activations = torch.rand(shape, generator=generator, dtype=torch.float64)
@@ -295,3 +310,434 @@ def test_each_method_equals_its_formula_on_maps_of_any_number_of_dimensions(name
     expected = _by_hand(name, activations.numpy(), gradients.numpy())
     assert expected.max() > 0
     np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def _eigencam_by_hand(a: np.ndarray) -> np.ndarray:
+    maps = []
+    for image in a:
+        positions = image.reshape(image.shape[0], -1).T
+        centred = positions - positions.mean(axis=0)
+        projection = centred @ np.linalg.svd(centred)[2][0]
+        if np.corrcoef(projection, positions.mean(axis=1))[0, 1] < 0:
+            projection = -projection
+        maps.append(np.maximum(projection, 0).reshape(image.shape[1:]))
+    return np.stack(maps)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 5, 6), (2, 4, 3, 5, 6)], ids=["2d", "3d"])
+def test_eigencam_is_the_first_principal_component_signed_to_agree_with_the_mean_activation(shape):
+    generator = torch.Generator().manual_seed(6)
+    activations = torch.rand(shape, generator=generator, dtype=torch.float64)
+    activations[1] *= -1  # a layer of negative values: the sign follows the mean, not the SVD
+    ours = get_method("eigencam").compute(MethodContext(activations, None, nn.Identity(), "clip"))
+    assert not get_method("eigencam").class_specific and not get_method("eigencam").needs_gradients
+    expected = _eigencam_by_hand(activations.numpy())
+    assert (expected.reshape(2, -1).max(axis=1) > 0).all()
+    np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-8, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- gradient-free methods that re-score
+
+
+class Patchy(nn.Module):
+    """40 channels at ``act``: 36 that vary, 2 constant (0.5 everywhere) and 2 zero everywhere."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.stem = nn.Conv2d(3, 40, 3, stride=4, padding=1)
+        with torch.no_grad():
+            self.stem.weight[36:] = 0
+            self.stem.bias[36:38] = 0.5
+            self.stem.bias[38:] = -1.0
+        self.act = nn.ReLU()
+        self.head = nn.Linear(40, 5)
+
+    def forward(self, x):
+        return self.head(self.act(self.stem(x)).mean(dim=(2, 3)))
+
+
+class Passes:
+    """Counts the rows of each forward pass of a model run under ``torch.inference_mode``."""
+
+    def __init__(self, model):
+        self.rows: list[int] = []
+        self.handle = model.register_forward_pre_hook(self.hook)
+
+    def hook(self, _module, args):
+        if torch.is_inference_mode_enabled():
+            self.rows.append(args[0].shape[0])
+
+
+def _patchy_explained(method: str):
+    model = Patchy().eval()
+    batch = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
+    passes = Passes(model)
+    try:
+        results = Explainer.create(LoadedModel("patchy", model, "seeded", None, Preprocessing()),
+                                   layers=LayerOptions(("act",)), target=TargetOptions(target="3", cam=method)
+                                   ).explain_batch(_prepared(batch))
+    finally:
+        passes.handle.remove()
+    return model, batch, np.stack([r.layers[0].cam for r in results]), passes.rows
+
+
+def _activations(model, batch):
+    with torch.no_grad():
+        return model.act(model.stem(batch))
+
+
+def test_scorecam_scores_masked_inputs_in_batches_and_each_constant_channel_once():
+    model, batch, maps, rows = _patchy_explained("scorecam")
+    # 36 varying channels per photo in passes of 32 masked inputs, and one pass of each photo
+    # masked to zeros for the 4 constant channels
+    assert rows == [2, 32, 32, 8] and sum(rows) == 2 * 36 + 2
+    activations = _activations(model, batch).double()
+    expected = []
+    for n in range(2):
+        scores = []
+        for c in range(40):
+            channel = activations[n, c]
+            mask = F.interpolate(channel[None, None], size=(32, 32), mode="bilinear", align_corners=False)[0, 0]
+            mask = (mask - mask.min()) / (mask.max() - mask.min() + 1e-8)
+            with torch.no_grad():
+                scores.append(model((batch[n] * mask.float())[None])[0, 3].double())
+        weights = torch.softmax(torch.stack(scores), dim=0)
+        expected.append((weights[:, None, None] * activations[n]).sum(0).clamp(min=0).numpy())
+    assert maps.shape == (2, 8, 8) and maps.max() > 0
+    np.testing.assert_allclose(maps, np.stack(expected), rtol=1e-4, atol=1e-6)
+
+
+def test_ablationcam_replaces_the_layers_output_in_batches_and_skips_channels_already_zero():
+    model, batch, maps, rows = _patchy_explained("ablationcam")
+    # each photo once as it is, then 38 ablations each (the 2 zero channels need none)
+    assert rows == [2, 32, 32, 12] and sum(rows) == 2 + 2 * 38
+    activations = _activations(model, batch).double()
+    with torch.no_grad():
+        plain = model(batch)[:, 3].double()
+    expected = []
+    for n in range(2):
+        drops = []
+        for c in range(40):
+            ablated = activations[n].clone()
+            ablated[c] = 0
+            with torch.no_grad():
+                score = model.head(ablated.float().mean(dim=(1, 2))[None])[0, 3].double()
+            drops.append((plain[n] - score) / plain[n].abs())
+        weights = torch.stack(drops)
+        assert weights[38:].abs().max() == 0
+        expected.append((weights[:, None, None] * activations[n]).sum(0).clamp(min=0).numpy())
+    assert maps.shape == (2, 8, 8) and maps.max() > 0
+    np.testing.assert_allclose(maps, np.stack(expected), rtol=1e-4, atol=1e-6)
+    assert _hooks_on(model) == 0
+
+
+class TinyTokens(nn.Module):
+    """A ViT in miniature: 4x4 patch tokens after a class token, (N, 17, 8) at ``block``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(9)
+        self.patches = nn.Conv2d(3, 8, 8, stride=8)
+        self.token = nn.Parameter(torch.randn(1, 1, 8))
+        self.block = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        tokens = self.patches(x).flatten(2).transpose(1, 2)
+        tokens = self.block(torch.cat([self.token.expand(len(x), -1, -1), tokens], dim=1)).relu()
+        return self.head(tokens[:, 0] + tokens[:, 1:].mean(dim=1))
+
+
+def _zero_channel_zero(layout: str):
+    """A forward hook that sets channel 0 of an output laid out as ``layout`` to zero."""
+
+    def hook(_module, _args, output):
+        output = output.clone()
+        if layout == "nhwc":
+            output[..., 0] = 0
+        else:  # tokens: the patch tokens' channel 0, the class token left as it was
+            output[:, 1:, 0] = 0
+        return output
+
+    return hook
+
+
+@pytest.mark.parametrize("model, layer, layout, side", [(tiny_convnext, "mixer.out", "nhwc", 48), (TinyTokens, "block", "tokens", 32)],
+                         ids=["channels-last", "tokens"])
+def test_score_layer_reads_the_maps_back_into_the_layers_own_layout(model, layer, layout, side):
+    model = model().eval()
+    batch = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(10))
+    results = explain(model, batch[0], layers=[layer], cam="spy-layer-score"), explain(model, batch[1], layers=[layer], cam="spy-layer-score")
+    assert [r.layers[0].layout.kind for r in results] == [layout] * 2
+    handle = model.get_submodule(layer).register_forward_hook(_zero_channel_zero(layout))
+    try:
+        with torch.no_grad():
+            altered = model(batch)
+    finally:
+        handle.remove()
+    for seen, result, n in zip(SEEN, results, range(2)):
+        assert seen["hooks"] == 0
+        assert seen["plain"].item() == pytest.approx(result.target.logit, rel=1e-5)
+        assert seen["altered"].item() == pytest.approx(altered[n, result.target.index].item(), rel=1e-5)
+        assert abs(seen["altered"].item() - seen["plain"].item()) > 1e-4  # the change is seen
+
+
+def test_score_layer_of_a_segmentation_scores_the_class_mean_logit_over_its_pixels():
+    model = ToySegmenter().eval()
+    image = torch.randn(3, 64, 64, generator=torch.Generator().manual_seed(4))
+    result = explain(model, image, layers=["body"], task="segment", cam="spy-layer-score")
+    (seen,) = SEEN
+    pixels = torch.from_numpy(result.prediction.mask == result.target.index)
+    with torch.no_grad():
+        features = model.body(image[None])
+        features[:, 0] = 0
+        logits = F.interpolate(model.classifier(features), size=(64, 64), mode="bilinear", align_corners=False)
+    assert seen["plain"].item() == pytest.approx(result.target.logit, rel=1e-5)
+    assert seen["altered"].item() == pytest.approx(logits[0, result.target.index][pixels].mean().item(), rel=1e-5)
+
+
+def test_score_layer_of_a_detection_scores_its_matched_box():
+    from .test_detect import detector
+
+    model = detector().eval()
+    photo = torch.from_numpy(np.array(Image.open(SAMPLES / "cat.png").convert("RGB").resize((96, 96)))).permute(2, 0, 1)
+    result = explain(model, photo.float() / 255, layers=["backbone.body.16"], cam="spy-layer-score",
+                     score_threshold=0.01, max_detections=2)
+    assert len(SEEN) == len(result.prediction.detections) == 2
+    for seen, detection in zip(SEEN, result.prediction.detections):
+        assert seen["plain"].item() == pytest.approx(detection.score, rel=1e-5)
+    assert _hooks_on(model) == 0
+
+
+@pytest.mark.parametrize("method", ["scorecam", "ablationcam"])
+def test_rescoring_methods_explain_a_segmentation(method):
+    model = ToySegmenter().eval()
+    image = torch.randn(3, 64, 64, generator=torch.Generator().manual_seed(4))
+    result = explain(model, image, layers=["body"], task="segment", cam=method)
+    (layer,) = result.layers
+    assert result.cam_method == method and layer.cam.shape == (32, 32) and layer.cam.max() > 0
+
+
+# ----------------------------------------------------------------------------- several methods in one run
+
+
+def test_several_methods_in_one_run_keep_each_map_in_tensors_npz_and_report_json(photo, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
+        "--layer", "features.3", "--layer", "fc", "--cam", "hirescam, eigencam,toy-activation-sum", "--topk", "2",
+        "--save-tensors", "--pictures", "none", "--out", str(out),
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    folder = out / "photo"
+    tensors = np.load(folder / "tensors.npz")
+    report = json.loads((folder / "report.json").read_text())
+    assert report["cam_methods"] == ["hirescam", "eigencam", "toy-activation-sum"]
+    assert report["asked"]["target"]["cam"] == "hirescam,eigencam,toy-activation-sum"
+    conv, fc = report["layers"]
+    assert conv["cam"]["method"] == "hirescam" and len(conv["cam_topk"]) == 2
+    assert list(conv["cams"]) == ["hirescam", "eigencam", "toy-activation-sum"]
+    assert all(entry["shape"] == [32, 32] for entry in conv["cams"].values())
+    output, grad = tensors["features.3/output"][0], tensors["features.3/grad_output"][0]
+    np.testing.assert_allclose(tensors["features.3/cam.toy-activation-sum"], np.maximum(output.sum(0), 0), rtol=1e-5)
+    np.testing.assert_allclose(tensors["features.3/cam.hirescam"], np.maximum((grad * output).sum(0), 0), rtol=1e-4, atol=1e-7)
+    np.testing.assert_array_equal(tensors["features.3/cam"], tensors["features.3/cam.hirescam"])  # the first stays at cam
+    assert tensors["features.3/cam.eigencam"].shape == (32, 32) and "features.3/cam_2" in tensors.files
+    assert conv["cams"]["eigencam"]["max"] == pytest.approx(float(tensors["features.3/cam.eigencam"].max()))
+    assert set(fc["cams"]) == {"hirescam", "eigencam", "toy-activation-sum"}
+    assert all("no spatial layout" in entry["skipped"] for entry in fc["cams"].values())
+    assert not any(key.startswith("fc/cam") for key in tensors.files)
+
+
+def test_several_methods_from_python_each_map_by_name():
+    result = explain(tiny_net(), torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(11)),
+                     layers=["features.3"], cam=["eigencam", "gradcam"])
+    (layer,) = result.layers
+    assert result.cam_method == "eigencam" and result.cam_methods == ("eigencam", "gradcam")
+    assert list(layer.cams) == ["eigencam", "gradcam"] and layer.cam is layer.cams["eigencam"]
+    alone = explain(tiny_net(), torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(11)),
+                    layers=["features.3"], cam="gradcam")
+    np.testing.assert_allclose(layer.cams["gradcam"], alone.layers[0].cam, rtol=1e-6)
+
+
+def test_a_gradient_method_beside_one_without_says_why_it_has_no_map_of_a_layer_the_target_never_reaches():
+    model, image = SideBranch().eval(), torch.randn(3, 32, 32, generator=torch.Generator().manual_seed(1))
+    (side,) = explain(model, image, layers=["side"], cam="toy-activation-sum,gradcam").layers
+    assert list(side.cams) == ["toy-activation-sum"] and side.cam is not None
+    assert "does not depend on this layer" in side.cam_notes["gradcam"]
+
+
+@pytest.mark.parametrize("cam, topk, message", [
+    ("gradcam,,layercam", 1, "--cam gradcam,,layercam: an empty method name; give names separated by commas"),
+    ("gradcam,layercam,gradcam", 1, "--cam gradcam,layercam,gradcam: gradcam named twice; give each method once"),
+    ("gradcam,none", 1, "--cam gradcam,none: none means no CAM at all; drop it or the other names"),
+    ("gradcam,eigencamm", 1, "--cam eigencamm: unknown method (did you mean 'eigencam'"),
+    ("eigencam", 3, "--topk 3 with --cam eigencam: eigencam makes the same map for every class (it uses no target), "
+                    "so its top-3 maps would be one map 3 times; drop --topk or put a class-specific method first"),
+])
+def test_a_bad_list_of_methods_is_refused_in_one_line(photo, tmp_path, cam, topk, message):
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--cam", cam, "--topk", str(topk),
+        "--out", str(tmp_path / "out"),
+    ], env={"COLUMNS": "300", "TERM": "dumb"})
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_topk_with_a_class_specific_method_first_takes_eigencam_after_it():
+    result = explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], cam="gradcam,eigencam", topk=2)
+    assert len(result.layers[0].topk_cams) == 2 and list(result.layers[0].cams) == ["gradcam", "eigencam"]
+    with pytest.raises(UsageError, match=r"topk=2 with cam='eigencam,gradcam': eigencam makes the same map"):
+        explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], cam="eigencam,gradcam", topk=2)
+
+
+# ----------------------------------------------------------------------------- maps at the input's resolution
+
+
+class Smooth(nn.Module):
+    """A model without kinks (tanh), where integrated gradients' sum is the score's change."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(12)
+        self.stem = nn.Conv2d(3, 6, 3, stride=2, padding=1)
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.stem(x)).mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("which", ["zero", "blur", "mean"])
+def test_integrated_gradients_sum_to_the_scores_change_from_each_baseline(which):
+    from hookviz.methods.integrated_gradients import baseline
+
+    model, image = Smooth().eval(), torch.rand(3, 40, 48, generator=torch.Generator().manual_seed(13))
+    result = explain(model, image, layers=["stem"], cam="integrated-gradients", steps=16, ig_baseline=which)
+    pixels = result.pixel_maps["integrated-gradients"]
+    assert pixels.map.shape == (3, 40, 48) and pixels.layer is None and pixels.note is None
+    start = baseline(image[None], which)
+    with torch.no_grad():
+        change = (model(image[None]) - model(start))[0, result.target.index].item()
+    assert abs(change) > 1e-3
+    assert pixels.map.sum() == pytest.approx(change, rel=1e-4, abs=1e-6)  # completeness
+    assert result.asked["steps"] == 16 and result.asked["ig_baseline"] == which
+
+
+def test_the_blur_baseline_is_a_gaussian_of_sigma_a_tenth_of_the_shorter_side():
+    from torchvision.transforms.functional import gaussian_blur
+
+    from hookviz.methods.integrated_gradients import baseline
+
+    image = torch.rand(1, 3, 40, 48, generator=torch.Generator().manual_seed(14))
+    np.testing.assert_allclose(baseline(image, "blur").numpy(), gaussian_blur(image, [25, 25], [4.0, 4.0]).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(baseline(image, "mean")[0, :, 7, 9].numpy(), image.mean(dim=(2, 3))[0].numpy(), rtol=1e-6)
+
+
+def test_input_gradients_of_a_segmentation_are_those_of_the_class_mean_logit_over_its_pixels():
+    model = ToySegmenter().eval()
+    image = torch.randn(3, 64, 64, generator=torch.Generator().manual_seed(4))
+    result = explain(model, image, layers=["body"], task="segment", cam="integrated-gradients", steps=1)
+    pixels = torch.from_numpy(result.prediction.mask == result.target.index)
+    half = (0.5 * image[None]).requires_grad_(True)  # one Gauss-Legendre node: the midpoint, weight 1
+    model(half)["out"][0, result.target.index][pixels].mean().backward()
+    np.testing.assert_allclose(result.pixel_maps["integrated-gradients"].map, (half.grad[0] * image).numpy(),
+                               rtol=1e-4, atol=1e-7)
+
+
+def test_input_methods_explain_a_detection_and_leave_no_hook():
+    from .test_detect import detector
+
+    model = detector().eval()
+    photo = torch.from_numpy(np.array(Image.open(SAMPLES / "cat.png").convert("RGB").resize((96, 96)))).permute(2, 0, 1)
+    result = explain(model, photo.float() / 255, layers=["backbone.body.16"], cam="guided-backprop,integrated-gradients",
+                     steps=2, score_threshold=0.01, max_detections=1)
+    for method in ("guided-backprop", "integrated-gradients"):
+        found = result.pixel_maps[method].map
+        assert found.shape == (3, 96, 96) and np.isfinite(found).all() and np.abs(found).max() > 0
+    assert _hooks_on(model) == 0
+
+
+def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
+        "--layer", "features.3", "--cam", "gradcam,guided-gradcam,integrated-gradients", "--steps", "4",
+        "--ig-baseline", "mean", "--save-tensors", "--pictures", "none", "--out", str(out),
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "photo" / "report.json").read_text())
+    tensors = np.load(out / "photo" / "tensors.npz")
+    assert report["cam_methods"] == ["gradcam", "guided-gradcam", "integrated-gradients"]
+    assert list(report["layers"][0]["cams"]) == ["gradcam"]
+    guided, integrated = report["pixel_maps"]["guided-gradcam"], report["pixel_maps"]["integrated-gradients"]
+    assert guided["shape"] == integrated["shape"] == [3, 64, 64] and guided["layer"] == "features.3"
+    assert "layer" not in integrated and report["asked"]["target"]["steps"] == 4
+    assert tensors["input/guided-gradcam"].shape == tensors["input/integrated-gradients"].shape == (3, 64, 64)
+    assert integrated["max"] == pytest.approx(float(tensors["input/integrated-gradients"].max()))
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--cam", "integrated-gradients", "--steps", "0"], "--steps 0: integrated gradients takes 1 to 1024 steps"),
+    (["--cam", "integrated-gradients", "--ig-baseline", "noise"], "--ig-baseline noise: choose zero, blur, mean"),
+    (["--cam", "gradcam,guided-backprop", "--model", "tests.conftest:tiny_convnext"],
+     "--cam guided-backprop: TinyConvNeXt has no nn.ReLU module (its activations are another function, or F.relu), "
+     "so guided backprop has nothing to guide; choose integrated-gradients"),
+    (["--cam", "guided-gradcam", "--model", "tests.conftest:tiny_convnext"], "--cam guided-gradcam: TinyConvNeXt has no nn.ReLU"),
+    (["--cam", "integrated-gradients", "--topk", "2"], "--topk 2 needs a method that maps a layer; --cam integrated-gradients has none"),
+])
+def test_bad_input_method_options_are_refused_in_one_line(photo, tmp_path, arguments, message):
+    model = [] if "--model" in arguments else ["--model", "tests.conftest:tiny_net"]
+    result = CliRunner().invoke(app, [
+        "run", str(photo), *model, "--weights", "none", *arguments, "--out", str(tmp_path / "out"),
+    ], env={"COLUMNS": "300", "TERM": "dumb"})
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()) and len(result.output.strip().splitlines()) == 1
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_skip_existing_redoes_an_image_explained_with_other_steps_or_methods(photo, tmp_path):
+    common = ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--pictures", "none",
+              "--skip-existing", "--out", str(tmp_path / "out")]
+    first = [*common, "--cam", "gradcam,integrated-gradients", "--steps", "4"]
+    assert CliRunner().invoke(app, first).exit_code == 0
+    assert "1 skipped" in CliRunner().invoke(app, first).stderr
+    for changed in (["--cam", "gradcam,integrated-gradients", "--steps", "8"], ["--cam", "gradcam,eigencam"]):
+        again = CliRunner().invoke(app, [*common, *changed])
+        assert again.exit_code == 0 and "skipped" not in again.stderr, again.stderr
+
+
+@register_method("spy-layer-fill", needs_gradients=False, needs_rescoring=True)
+def spy_layer_fill(ctx):
+    """Each photo scored with the layer's channel 0 set to 1 everywhere."""
+    altered = ctx.activations.clone()
+    altered[:, 0] = 1.0
+    SEEN.append({"altered": ctx.score_layer(altered, torch.arange(len(altered)))})
+    return ctx.activations.sum(dim=1).clamp(min=0)
+
+
+def test_score_layer_replaces_only_the_recorded_call_of_a_module_called_twice():
+    model = tiny_net().eval()  # act runs twice: act:0, then act:1 on 1.5 times its output
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(15))
+    result = explain(model, image, layers=["act:1"], cam="spy-layer-fill")
+    (seen,) = SEEN
+    calls = []
+
+    def second_call_channel_filled(_module, _args, output):
+        calls.append(1)
+        if len(calls) == 2:  # filling the first call instead would give 1.5 after the second
+            output = output.clone()
+            output[:, 0] = 1.0
+            return output
+        return None
+
+    handle = model.act.register_forward_hook(second_call_channel_filled)
+    try:
+        with torch.no_grad():
+            altered = model(image[None])[0, result.target.index].item()
+    finally:
+        handle.remove()
+    assert seen["altered"].item() == pytest.approx(altered, rel=1e-5)
+    assert abs(altered - result.target.logit) > 1e-4

@@ -441,3 +441,71 @@ def test_very_wide_and_very_tall_photos_keep_every_text_inside_and_apart(size):
     for result, kind in [(whole, "cam"), (whole, "cam_topk"), (original, "summary"), (original, "cam")]:
         figure = result.figure(kind=kind)
         assert _crowded(figure) == [], (kind, size)
+
+
+# ----------------------------------------------------------------------------- several methods, maps of the input
+
+
+def test_several_methods_are_drawn_side_by_side_and_a_reused_figure_draws_what_a_fresh_one_does():
+    from .conftest import SAMPLES, tiny_net
+
+    model = tiny_net().eval()
+    first, second = (explain(model, SAMPLES / name, layers=["features.1"], target=target, cam="gradcam,eigencam,scorecam")
+                     for name, target in (("cat.png", 1), ("coffee.png", 3)))
+    kind = picture_kind("cams")
+    assert kind.group == "cam" and kind.label == "CAM methods"
+    figure = kind.figure(second, second.layers[0])
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert [title.split(" (")[0] for title in titles] == ["gradcam", "eigencam", "scorecam"]
+    assert "each method's CAM of class (3)" in figure._suptitle.get_text()
+    cache = worker.FigureCache()
+    render_png(kind, first, first.layers[0], cache)
+    reused = render_png(kind, second, second.layers[0], cache)
+    fresh = figures.png_bytes(kind.figure(second, second.layers[0]))
+    a, b = (np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int) for png in (reused, fresh))
+    assert a.shape == b.shape and np.abs(a - b).max() == 0
+    single = explain(model, SAMPLES / "cat.png", layers=["features.1"], cam="gradcam")
+    assert render_png(kind, single, single.layers[0]) is None  # one method: <layer>.cam.png says it all
+
+
+def test_maps_of_the_input_get_a_picture_of_their_own_with_true_values_and_say_why_one_is_missing():
+    from hookviz.render.pixels import pixels_figure
+
+    from .conftest import SAMPLES, tiny_net
+
+    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["fc"], target=1, steps=4,
+                     cam="guided-gradcam,integrated-gradients")
+    figure = pixels_figure(result)
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert titles[0] == "model input" and titles[1] == "guided-gradcam"
+    assert titles[2].startswith("integrated-gradients, sum of 3 channels\nmin ")
+    texts = [text.get_text() for ax in figure.axes for text in ax.texts]
+    assert "no map: no recorded layer has a map to take its CAM from" in texts
+    (image,) = [im for ax in figure.axes if ax.get_title().startswith("integrated") for im in ax.get_images()]
+    summed = result.pixel_maps["integrated-gradients"].map.sum(axis=0)
+    assert isinstance(image.norm, TwoSlopeNorm) and image.norm.vmax == pytest.approx(np.abs(summed).max())
+    assert pixels_figure(explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["fc"])) is None
+
+
+def test_a_run_with_several_methods_writes_their_pictures_and_the_gallery_shows_them(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    from .conftest import SAMPLES
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(SAMPLES / "cat.png"), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64",
+        "--crop", "64", "--layer", "features.3", "--cam", "gradcam,eigencam,guided-backprop", "--pictures", "cam",
+        "--workers", "1", "--out", str(out),
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert report["layers"][0]["pictures"]["cams"] == "features.3.cams.png"
+    assert {"features.3.cams.png", "features.3.cam.png", "pixel_maps.png"} <= set(report["files"])
+    assert all((out / "cat" / name).stat().st_size > 0 for name in report["files"])
+    gallery = (out / "index.html").read_text()
+    assert 'src="cat/pixel_maps.png"' in gallery and "CAM methods" in gallery

@@ -118,7 +118,9 @@ def test_a_detectors_threshold_does_not_make_a_classifiers_results_stale(tmp_pat
     again = CliRunner().invoke(app, [*common, "--score-threshold", "0.9"])
     assert again.exit_code == 0 and "0 of 1 images done, 1 skipped" in again.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
-    assert set(report["asked"]["target"]) == {"target", "objective", "cam", "topk", "output_key", "box_objective"}
+    assert set(report["asked"]["target"]) == {
+        "target", "objective", "cam", "topk", "output_key", "box_objective", "steps", "ig_baseline",
+    }
 
 
 def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):

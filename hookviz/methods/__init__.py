@@ -1,11 +1,14 @@
 """CAM methods, one module per method, each registering itself (see ``base`` for the
-interface): ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``), ``layercam``. A method of
-one's own is one decorated function (``register_method``); ``--cam`` then takes its name."""
+interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``), ``layercam``,
+``xgradcam``, ``hirescam``, ``eigencam``, ``scorecam``, ``ablationcam``; maps of the input:
+``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...).
+A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
+its name."""
 
-from . import gradcam, gradcam_plus_plus, layercam  # noqa: F401  (each registers itself)
 from .base import (
     METHODS,
     RESCORING_BATCH,
+    RESOLUTIONS,
     Method,
     MethodContext,
     get_method,
@@ -13,4 +16,8 @@ from .base import (
     register_method,
 )
 
-__all__ = ["METHODS", "RESCORING_BATCH", "Method", "MethodContext", "get_method", "method_names", "register_method"]
+# Each registers itself; --help lists them in this order, so it is not sorted by name.
+from . import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
+from . import guided_backprop, guided_gradcam, integrated_gradients  # noqa: F401  # isort: skip
+
+__all__ = ["METHODS", "RESCORING_BATCH", "RESOLUTIONS", "Method", "MethodContext", "get_method", "method_names", "register_method"]

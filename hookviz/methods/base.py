@@ -1,8 +1,16 @@
 """The interface every CAM method meets: what it needs from the pass, and the map it makes.
 
 A method is a ``Method``: a name, what it needs (the gradient of the target's score at the
-layer, the model's input batch, extra forward passes that re-score altered inputs) and a
-``compute(ctx)`` that turns a ``MethodContext`` into one raw map per image. The pass
+layer, the model's input batch, extra forward passes that re-score altered inputs or the
+layer's altered output, the gradient of the score with respect to the input) and a
+``compute(ctx)`` that turns a ``MethodContext`` into one raw map per image.
+
+A method's ``resolution`` says what kind of map it makes. A ``layer`` method (Grad-CAM)
+makes one map per image at the layer's resolution, (N, *spatial), and runs once per
+recorded layer. An ``input`` method (guided backprop, integrated gradients) makes one map
+per image at the input's resolution with the input's channels, (N, C, H, W), and runs
+once per batch, given the context of the first recorded layer that has a map, in the
+forward pass's order (guided Grad-CAM combines that layer's Grad-CAM with guided backprop). The pass
 (``hookviz.explaining``) owns hooks, gradients and the model; it hands each method only what
 it declares, so a method that needs no gradient also explains a layer the target's score
 never reaches. Like pytorch-grad-cam's ``get_cam_weights(input, layer, targets, activations,
@@ -25,17 +33,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..errors import UsageError
 from ..registry import Registry
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["METHODS", "RESCORING_BATCH", "Method", "MethodContext", "get_method", "method_names", "register_method"]
+__all__ = [
+    "METHODS", "RESCORING_BATCH", "RESOLUTIONS", "Method", "MethodContext", "get_method", "method_names", "register_method",
+]
 
 #: At most this many altered inputs go through the model in one re-scoring pass.
 RESCORING_BATCH = 32
+#: What a method's map is: one map per image at the layer's resolution, or one map per
+#: image and input channel at the input's resolution.
+RESOLUTIONS = ("layer", "input")
 
 
 @dataclass(frozen=True)
@@ -44,7 +58,8 @@ class MethodContext:
 
     Attributes:
         activations: the layer's output as a map, (N, C, *spatial), float32, channels first
-            whatever the layer's own order (tokens on a grid, channels last).
+            whatever the layer's own order (tokens on a grid, channels last). For an
+            ``input`` method, the first mapped layer's; ``None`` when the run has none.
         gradients: d(target's score)/d(activations), the same shape; ``None`` unless the method
             ``needs_gradients``.
         module: the layer's ``nn.Module``.
@@ -53,11 +68,25 @@ class MethodContext:
             dtype); ``None`` unless the method ``needs_input``.
         score: ``None`` unless the method ``needs_rescoring``; else
             ``score(batch, images=None)`` runs the model on ``batch`` (M, C, H, W) under
-            ``torch.no_grad`` (at most ``RESCORING_BATCH`` rows a pass) and returns, per row,
-            the score of the target of image ``images[row]`` (default: row ``i`` is image
-            ``i``) as the task defines it: a classifier's class logit, the mean logit of a
-            segmentation class over its predicted pixels, a detection's matched box score.
+            ``torch.inference_mode`` (at most ``RESCORING_BATCH`` rows a pass) and returns, per
+            row, the score of the target of image ``images[row]`` (default: row ``i`` is
+            image ``i``) as the task defines it: a classifier's class logit, the mean logit of
+            a segmentation class over its predicted pixels, a detection's matched box score.
             It returns (M,) float32; 0 for an image with nothing to explain.
+        score_layer: ``None`` unless the method ``needs_rescoring``; else
+            ``score_layer(activations, images)`` runs the model on the input of image
+            ``images[row]`` with this layer's output replaced by ``activations[row]``
+            (channels first, as ``ctx.activations``; the pass lays it out as the layer does),
+            and returns each row's target score, as ``score`` does.
+        input_gradient: ``None`` unless the method ``needs_input_gradients``; else
+            ``input_gradient(batch, images=None, guided=False)``: d(row's target score)/d(row)
+            for each row of ``batch`` (M, C, H, W), (M, C, H, W) float32, from forward and
+            backward passes of ``RESCORING_BATCH`` rows; with ``guided=True`` every
+            ``nn.ReLU`` passes back only positive gradients (guided backprop), through
+            hooks removed when it returns. It raises UsageError when the model has no
+            ``nn.ReLU`` to guide.
+        options: the run's ``TargetOptions`` (``steps``, ``ig_baseline``), for methods that
+            take settings.
     """
 
     activations: torch.Tensor
@@ -66,10 +95,13 @@ class MethodContext:
     layer: str
     inputs: torch.Tensor | None = None
     score: Callable[..., torch.Tensor] | None = None
+    score_layer: Callable[..., torch.Tensor] | None = None
+    input_gradient: Callable[..., torch.Tensor] | None = None
+    options: Any = None
 
     def __repr__(self) -> str:
-        shape = "x".join(map(str, self.activations.shape))
-        given = [name for name in ("gradients", "inputs", "score") if getattr(self, name) is not None]
+        shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
+        given = [name for name in ("gradients", "inputs", "score", "input_gradient") if getattr(self, name) is not None]
         return f"MethodContext({self.layer!r}, activations {shape}, with {', '.join(given) or 'nothing else'})"
 
 
@@ -79,12 +111,22 @@ class Method:
 
     Attributes:
         name: what ``--cam`` / ``cam=`` calls it.
-        function: ``function(ctx) -> (N, *spatial)`` tensor: the raw map, at the layer's
-            resolution, after a ReLU where the method has one; never resized or normalised.
+        function: ``function(ctx) -> tensor``: the raw map, never resized or normalised; for
+            a ``layer`` method (N, *spatial) at the layer's resolution, after a ReLU where the
+            method has one; for an ``input`` method (N, C, H, W), the input's shape.
         needs_gradients: ``ctx.gradients`` is given (the pass back-propagates each CAM's
             target); a layer the target does not reach then gets no CAM.
-        needs_rescoring: ``ctx.score`` is given (extra forward passes, no gradients).
+        needs_rescoring: ``ctx.score`` and ``ctx.score_layer`` are given (extra forward
+            passes, no gradients).
         needs_input: ``ctx.inputs`` is given.
+        needs_input_gradients: ``ctx.input_gradient`` is given (extra forward and backward
+            passes).
+        resolution: ``layer`` or ``input`` (see the module's docstring).
+        class_specific: its map depends on the target (EigenCAM's does not, so ``--topk``
+            with it first is refused).
+        check: ``check(model)`` raises UsageError for a model the method cannot explain
+            (guided backprop, a model without ``nn.ReLU``); ``Explainer.create`` calls it
+            before any image is read. ``None``: every model.
     """
 
     name: str
@@ -92,9 +134,13 @@ class Method:
     needs_gradients: bool = True
     needs_rescoring: bool = False
     needs_input: bool = False
+    needs_input_gradients: bool = False
+    resolution: str = "layer"
+    class_specific: bool = True
+    check: Callable[[Any], None] | None = None
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
-        """The raw map (N, *spatial) of ``ctx``."""
+        """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one."""
         return self.function(ctx)
 
     @property
@@ -104,8 +150,9 @@ class Method:
 
     def __repr__(self) -> str:
         needs = [word for word, flag in (("gradients", self.needs_gradients), ("rescoring", self.needs_rescoring),
-                                         ("input", self.needs_input)) if flag]
-        return f"Method({self.name!r}, needs {', '.join(needs) or 'activations only'})"
+                                         ("input", self.needs_input), ("input gradients", self.needs_input_gradients))
+                 if flag]
+        return f"Method({self.name!r}, {self.resolution} resolution, needs {', '.join(needs) or 'activations only'})"
 
 
 METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",))
@@ -113,18 +160,27 @@ METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",))
 
 def register_method(
     name: str, *, needs_gradients: bool = True, needs_rescoring: bool = False, needs_input: bool = False,
+    needs_input_gradients: bool = False, resolution: str = "layer", class_specific: bool = True,
+    check: Callable[[Any], None] | None = None,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
 
     Raises:
         UsageError: ``name`` is taken (a method of that name, or ``none``), as torchvision's
-            ``register_model`` refuses a second model of one name.
+            ``register_model`` refuses a second model of one name; a name with a comma (``--cam``
+            lists names with commas); a ``resolution`` other than ``layer`` or ``input``.
     """
+    if "," in name or not name.strip():
+        raise UsageError(f"a method's name cannot be empty or hold a comma ({name!r}): --cam lists names with commas")
+    if resolution not in RESOLUTIONS:
+        raise UsageError(f"method {name!r}: resolution {resolution!r}; choose {' or '.join(RESOLUTIONS)}")
     METHODS.check_free(name)  # at the decorator's line, before the function is read
 
     def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
-        return METHODS.add(name, Method(name, function, needs_gradients, needs_rescoring, needs_input))
+        method = Method(name, function, needs_gradients, needs_rescoring, needs_input, needs_input_gradients,
+                        resolution, class_specific, check)
+        return METHODS.add(name, method)
 
     return wrap
 

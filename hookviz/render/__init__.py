@@ -2,18 +2,21 @@
 
 ``figures`` holds the primitives (sheets, map panels, value bars, CAM overlays, PNG
 encoding), ``kinds`` the registry of picture kinds with one module per kind (its builder and
-its reuse key), ``prediction`` the per-image prediction picture, and ``worker`` the render workers' settings and figure reuse. Importing this
+its reuse key), ``prediction`` and ``pixels`` the per-image prediction and input-map
+pictures, and ``worker`` the render workers' settings and figure reuse. Importing this
 package is cheap: matplotlib is imported where a picture is drawn.
 """
 
 from __future__ import annotations
 
-__all__ = ["render_png", "INPUT_PICTURE", "PREDICTION_PICTURE"]
+__all__ = ["render_png", "INPUT_PICTURE", "PREDICTION_PICTURE", "PIXEL_PICTURE"]
 
 #: The photo as the model saw it (the whole photo with ``whole_image``), beside each image's pictures.
 INPUT_PICTURE = "input.jpg"
 #: A segmentation's mask or a detector's boxes over the photo (one per image, not per layer).
 PREDICTION_PICTURE = "prediction.png"
+#: The maps at the input's resolution (``--cam guided-backprop``, ...), one per image, with the ``cam`` pictures.
+PIXEL_PICTURE = "pixel_maps.png"
 
 
 def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:

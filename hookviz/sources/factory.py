@@ -28,7 +28,7 @@ _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 @contextlib.contextmanager
-def _current_folder_importable() -> Iterator[None]:
+def current_folder_importable() -> Iterator[None]:
     folder = os.getcwd()
     added = folder not in sys.path
     if added:
@@ -69,7 +69,7 @@ class FactorySource:
         kind = weights_kind(weights)
         from .hub import fail_fast
 
-        with seeded(seed), _current_folder_importable(), fail_fast():
+        with seeded(seed), current_folder_importable(), fail_fast():
             model = self._build(name)
             if not isinstance(model, nn.Module):
                 raise UnknownModelError(

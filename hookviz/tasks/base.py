@@ -342,7 +342,7 @@ def focus_of(plan: Plan, key: str) -> list:
 @dataclass(frozen=True)
 class Rescoring:
     """``score(batch, images=None)``: the model run on new inputs (M, C, H, W) under
-    ``torch.no_grad``, ``chunk`` rows a pass, each row scored by ``scorer`` for the image
+    ``torch.inference_mode``, ``chunk`` rows a pass, each row scored by ``scorer`` for the image
     ``images[row]`` stands for (default: row ``i`` is image ``i``). Returns (M,) float32.
 
     It runs the bare model (no hookviz hook is on it while it does) in the mode the pass put
@@ -363,7 +363,7 @@ class Rescoring:
         if len(rows) != len(batch):
             raise ValueError(f"score: {len(batch)} inputs but {len(rows)} image indices")
         scores = []
-        with torch.no_grad():
+        with torch.inference_mode():
             for start in range(0, len(batch), self.chunk):
                 part = batch[start : start + self.chunk]
                 output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)

@@ -130,7 +130,8 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict:
         by_class.setdefault(explanations[i].target.index, []).append(i)
     found: dict[int, object] = {}
     for index, members in by_class.items():
-        target = replace(explainer.target, target=str(index), topk=1)
+        # the main method alone: the others' maps are not measured, and would cost each step their passes
+        target = replace(explainer.target, target=str(index), topk=1, cam=explainer.method.name)
         original = torch.from_numpy(np.stack([_cam(explanations[i], name) for i in members]))
         explain = _explainer_of(explainer, spec, target, [images[i] for i in members], tuple(original.shape[1:]))
         results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)

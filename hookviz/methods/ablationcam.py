@@ -1,0 +1,43 @@
+"""Ablation-CAM (Desai and Ramaswamy 2020): each channel weighted by the drop in the
+target's score when the channel is set to zero in the layer's output, with no gradient.
+
+    weights_c = (S - S with A_c = 0) / |S|
+    map = ReLU(sum_c weights_c * A_c)
+
+The paper divides by ``S``, not ``|S|``; for a score below zero (a class the model rates
+low, a logit of a random model) that flips every weight, and the map then shows what
+lowers the score. pytorch-grad-cam follows the paper there, and it ablates a layer that has
+negative values by setting the channel to its minimum less 1e7 rather than to zero.
+
+The layer's output is replaced (``ctx.score_layer``) in batches of ``RESCORING_BATCH``
+under ``torch.inference_mode``. A channel that is already zero everywhere would not change
+the score: it is not scored again, and its weight is zero.
+"""
+
+from __future__ import annotations
+
+from .base import RESCORING_BATCH, MethodContext, register_method
+from .gradcam import _weighted
+
+__all__ = ["ablationcam"]
+
+
+@register_method("ablationcam", needs_gradients=False, needs_rescoring=True)
+def ablationcam(ctx: MethodContext):
+    """Ablation-CAM: channels weighted by the drop in score when each is set to zero."""
+    import torch
+
+    activations, score = ctx.activations, ctx.score_layer
+    assert score is not None  # needs_rescoring: the pass gives it
+    count, channels = activations.shape[:2]
+    everyone = torch.arange(count, device=activations.device)
+    plain = score(activations, everyone).double().to(activations.device)
+    ablated = plain[:, None].repeat(1, channels)
+    images, kept = activations.flatten(2).any(-1).nonzero(as_tuple=True)
+    for start in range(0, len(images), RESCORING_BATCH):
+        rows, which = images[start : start + RESCORING_BATCH], kept[start : start + RESCORING_BATCH]
+        altered = activations[rows].clone()
+        altered[torch.arange(len(rows), device=altered.device), which] = 0
+        ablated[rows, which] = score(altered, rows).double().to(ablated.device)
+    weights = (plain[:, None] - ablated) / plain.abs().clamp(min=1e-12)[:, None]
+    return _weighted(weights.to(activations.dtype), activations)

@@ -1,0 +1,42 @@
+"""Guided backpropagation (Springenberg et al. 2015): the gradient of the target's score with
+respect to the input, where every ReLU passes back only positive gradients, and only where
+its input was positive. A map at the input's resolution, one value per input channel.
+
+    d/dx through each ReLU = ReLU(g) where x > 0, else 0
+
+hookviz guides the model's ``nn.ReLU`` modules through forward hooks removed when the pass
+ends (the model is never changed or copied). pytorch-grad-cam's ``GuidedBackpropReLUModel``
+swaps them for modules of its own and back, and what it swaps back is one new
+``nn.ReLU()`` for all of them, without their ``inplace`` flag.
+"""
+
+from __future__ import annotations
+
+from .base import MethodContext, register_method
+
+__all__ = ["guided_backprop", "needs_relus"]
+
+
+def needs_relus(method: str):
+    """A ``Method.check`` that refuses a model without ``nn.ReLU`` (nothing to guide), naming ``method``."""
+
+    def check(model) -> None:
+        from ..probing import check_relus
+
+        check_relus(model, method)
+
+    return check
+
+
+@register_method(
+    "guided-backprop",
+    needs_gradients=False,
+    needs_input=True,
+    needs_input_gradients=True,
+    resolution="input",
+    check=needs_relus("guided-backprop"),
+)
+def guided_backprop(ctx: MethodContext):
+    """Guided backprop: the input gradient, with every ReLU passing back only positive gradients."""
+    assert ctx.inputs is not None and ctx.input_gradient is not None  # the pass gives what the method declares
+    return ctx.input_gradient(ctx.inputs, guided=True)

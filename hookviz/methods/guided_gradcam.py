@@ -1,0 +1,42 @@
+"""Guided Grad-CAM (Selvaraju et al. 2017): guided backprop times the layer's Grad-CAM,
+upsampled to the input (bilinear, corners not aligned, as the paper; captum's
+``GuidedGradCam`` takes the mode as ``interpolate_mode``, nearest by default). A map at
+the input's resolution, one value per input channel:
+
+    map = guided_backprop(x) * upsample(ReLU(sum_c mean_xy(dS/dA_c) A_c))
+
+The layer is the first recorded layer that has a map, in the forward pass's order
+(report.json names it).
+"""
+
+from __future__ import annotations
+
+from ..errors import UsageError, arg
+from .base import MethodContext, register_method
+from .gradcam import gradcam
+from .guided_backprop import needs_relus
+from .scorecam import upsampled
+
+__all__ = ["guided_gradcam"]
+
+
+@register_method(
+    "guided-gradcam",
+    needs_gradients=True,
+    needs_input=True,
+    needs_input_gradients=True,
+    resolution="input",
+    check=needs_relus("guided-gradcam"),
+)
+def guided_gradcam(ctx: MethodContext):
+    """Guided Grad-CAM: guided backprop times the layer's Grad-CAM, upsampled to the input."""
+    inputs = ctx.inputs
+    assert inputs is not None and ctx.input_gradient is not None  # the pass gives what the method declares
+    cam = gradcam.compute(ctx)
+    if cam.dim() != 3 or inputs.dim() != 4:  # not a 2-D map of a photo: nothing to upsample it onto
+        raise UsageError(
+            f"{arg('cam', 'guided-gradcam')}: {ctx.layer}'s map is {cam.dim() - 1}-D; it needs a 2-D map "
+            "of a photo; choose integrated-gradients"
+        )
+    upsampled_cam = upsampled(cam[:, None], inputs.shape[2:]).to(inputs.device)
+    return ctx.input_gradient(inputs, guided=True) * upsampled_cam.float()

@@ -1,0 +1,64 @@
+"""Score-CAM (Wang et al. 2020): each channel weighted by the target's score on the input
+masked by that channel, with no gradient.
+
+    M_c = the channel's map upsampled to the input (bilinear), scaled to 0..1
+    weights = softmax over channels of S(input * M_c)
+    map = ReLU(sum_c weights_c * A_c)
+
+The masked inputs go through the model in batches of ``RESCORING_BATCH`` under
+``torch.inference_mode``. A channel whose map is constant masks the input to zeros
+(pytorch-grad-cam scales it as (A - min) / (max - min + 1e-8)): those are scored once per
+image. The softmax makes the paper's subtraction of the baseline's score unnecessary.
+"""
+
+from __future__ import annotations
+
+from ..errors import UsageError, arg
+from .base import RESCORING_BATCH, MethodContext, register_method
+from .gradcam import _weighted
+
+__all__ = ["scorecam", "upsampled"]
+
+
+@register_method("scorecam", needs_gradients=False, needs_rescoring=True, needs_input=True)
+def scorecam(ctx: MethodContext):
+    """Score-CAM: channels weighted by the softmax of the score of the input each one masks."""
+    import torch
+
+    activations, inputs = ctx.activations, ctx.inputs
+    assert inputs is not None and ctx.score is not None  # needs_input, needs_rescoring: the pass gives them
+    _check_dimensions(ctx.layer, activations, inputs)
+    count, channels = activations.shape[:2]
+    flat = activations.flatten(2)
+    constant = flat.amax(-1) == flat.amin(-1)
+    scores = torch.zeros(count, channels, dtype=torch.float32, device=activations.device)
+    if bool(constant.any()):  # masked to zeros: one score per image serves them all
+        blank = ctx.score(torch.zeros_like(inputs)).to(scores.device)
+        scores = torch.where(constant, blank[:, None], scores)
+    images, kept = (~constant).nonzero(as_tuple=True)
+    for start in range(0, len(images), RESCORING_BATCH):
+        rows, which = images[start : start + RESCORING_BATCH], kept[start : start + RESCORING_BATCH]
+        masks = upsampled(activations[rows, which][:, None], inputs.shape[2:])
+        low = masks.flatten(1).amin(-1).reshape(-1, *[1] * (masks.dim() - 1))
+        high = masks.flatten(1).amax(-1).reshape(-1, *[1] * (masks.dim() - 1))
+        masks = (masks - low) / (high - low + 1e-8)
+        scores[rows, which] = ctx.score(inputs[rows] * masks.to(inputs.dtype), rows).to(scores.device)
+    weights = torch.softmax(scores.double(), dim=1).to(activations.dtype)
+    return _weighted(weights, activations)
+
+
+def upsampled(maps, size):
+    """(M, 1, *spatial) maps resized to ``size``: bilinear (trilinear for 3-D), corners not aligned."""
+    import torch.nn.functional as F
+
+    mode = "bilinear" if len(size) == 2 else "trilinear"
+    return F.interpolate(maps, size=tuple(size), mode=mode, align_corners=False)
+
+
+def _check_dimensions(layer: str, activations, inputs) -> None:
+    spatial, input_spatial = activations.shape[2:], inputs.shape[2:]
+    if len(spatial) != len(input_spatial) or len(spatial) not in (2, 3):
+        raise UsageError(
+            f"{arg('cam', 'scorecam')}: {layer}'s maps have {len(spatial)} spatial dimensions and the input "
+            f"{len(input_spatial)}, so they cannot mask it; choose a gradient method for this layer"
+        )
