@@ -27,12 +27,8 @@ from .errors import UsageError, arg
 
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
-<<<<<<< HEAD
-    "CheckOptions", "Tolerances", "TrustOptions", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "parse_triple", "parse_shard",
-    "read_prompts",
-=======
     "CheckOptions", "Tolerances", "TrustOptions", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "parse_triple", "parse_shard",
->>>>>>> main
+    "read_prompts",
     "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS", "LAYOUT_CHOICES", "task_choices",
 ]
 
