@@ -350,7 +350,7 @@ def explain(
     steps: int = 32,
     ig_baseline: str = "zero",
     task: str = "auto",
-    layer_types: Sequence[str] = (),
+    layer_types: Sequence[str] | str = (),
     layout: str = "auto",
     preprocessing: Preprocessing | None = None,
     inputs: InputOptions | None = None,
@@ -434,7 +434,7 @@ def explain(
     )
     detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
     layer_options = LayerOptions(
-        layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types), layout=layout,
+        layers=() if layers is None else layers, layer_types=layer_types, layout=layout,  # LayerOptions takes one or several
     )
     explainer = Explainer.create(
         loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -273,7 +274,9 @@ class LayerOptions:
     def __post_init__(self):
         for name in ("layers", "layer_types"):
             value = getattr(self, name)
-            values = (value,) if isinstance(value, str) else tuple(value or ())
+            if value is None:
+                value = ()
+            values = (value,) if isinstance(value, str) or not isinstance(value, Iterable) else tuple(value)
             for item in values:
                 if not isinstance(item, str) or not item.strip():
                     raise UsageError(f"{arg(name, item)}: give a layer path such as layer3.-1")

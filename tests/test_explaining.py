@@ -202,3 +202,12 @@ def test_zero_gradient_note_names_the_last_blocks_first_norm_only_where_it_helps
     result = explain(_small_vit(head_init=False), torch.randn(3, 32, 32), layers=layers, target=3, preprocessing=small)
     for layer in result.layers:
         assert layer.cam_note == "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
+
+
+def test_layer_types_take_one_class_name_as_layers_take_one_path(photo):
+    model = tiny_net().eval()
+    one = explain(model, photo, layer_types="Conv2d")  # not the letters C, o, n, ...
+    assert [layer.name for layer in one.layers] == ["features.0", "features.3"]
+    assert [layer.name for layer in explain(model, photo, layers="features.3").layers] == ["features.3"]
+    with pytest.raises(UsageError, match=r"^layers=3: give a layer path such as layer3.-1$"):
+        explain(model, photo, layers=3)
