@@ -915,3 +915,16 @@ def test_an_out_that_cannot_be_made_is_a_usage_error_not_a_failed_run_json(cli, 
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"hookviz: error: --out {out}: cannot write there (No space left on device); choose another folder"
     assert not out.exists()
+
+
+def test_a_baseline_under_torchrun_says_what_to_run_once_every_process_has_finished(cli, photo, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun's: no --shard was typed
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, *TINY, "--out", out, "--baseline", tmp_path / "base")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        "hookviz: error: --baseline compares a whole run; once every shard (--shard, torchrun's processes or a Slurm "
+        f"array's tasks) has finished, run `hookviz diff {tmp_path / 'base'} {out}`"
+    )
+    assert not out.exists()
