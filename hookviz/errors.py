@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 
 __all__ = [
     "HookvizError", "UsageError", "UnknownModelError", "UnknownLayerError", "TargetError",
-    "WeightsError", "OutputError", "ComparisonError", "ImageError", "RecordingError", "ModelRunError",
+    "WeightsError", "OutputError", "ComparisonError", "ImageError", "RecordingError", "ModelRunError", "MethodError",
     "arg", "hint", "command_line_spelling", "first_line", "describe", "did_you_mean", "display_path",
 ]
 
@@ -73,6 +73,11 @@ class RecordingError(HookvizError):
 
 class ModelRunError(HookvizError):
     """The model itself failed on some input; a run fails those images and goes on."""
+
+
+class MethodError(HookvizError):
+    """A CAM method (one registered with ``hookviz.methods.register_method``) raised on
+    some input; a run fails those images and goes on."""
 
 
 # ----------------------------------------------------------------------------- spelling
