@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UsageError, arg
+from .errors import HookvizError, MethodError, UsageError, arg, describe
 from .featuremaps import Layout, ambiguity, layout_hint, reshape, shape_text
 
 __all__ = [
@@ -322,11 +322,24 @@ def _computed(method, context, expected: tuple | None = None) -> np.ndarray:
     for a layer method, ``expected`` (the input's shape) for an input method."""
     import torch
 
-    result = method.compute(context)
+    given = {name: getattr(context, name, None) for name in ("activations", "gradients", "inputs")}
+    versions = {name: tensor._version for name, tensor in given.items() if isinstance(tensor, torch.Tensor)}
+    try:
+        result = method.compute(context)
+    except HookvizError:
+        raise
+    except Exception as exc:  # a method of one's own is foreign code, as the model is
+        raise MethodError(f"{arg('cam', method.name)}: the method failed at {context.layer} ({describe(exc)})") from exc
+    changed = [name for name, version in versions.items() if given[name]._version != version]
+    if changed:  # these are the recorded tensors themselves: reports and pictures would show the change
+        raise UsageError(
+            f"{arg('cam', method.name)}: the method changed ctx.{changed[0]} in place at {context.layer}, which would "
+            f"change what hookviz recorded; work on a copy (ctx.{changed[0]}.clone()) or use ops without a trailing _"
+        )
     if expected is None:
         expected = (context.activations.shape[0], *context.activations.shape[2:])
     if not isinstance(result, torch.Tensor) or tuple(result.shape) != expected:
-        got = "x".join(map(str, result.shape)) if isinstance(result, torch.Tensor) else type(result).__name__
+        got = ("x".join(map(str, result.shape)) or "a single number") if isinstance(result, torch.Tensor) else type(result).__name__
         raise UsageError(
             f"{arg('cam', method.name)}: the method returned {got} at {context.layer or 'the input'}, not one map per image "
             f"({'x'.join(map(str, expected))}); fix the method or choose another"

@@ -46,7 +46,7 @@ ModelOption = Annotated[
     str,
     typer.Option(
         "--model", "-m",
-        help="torchvision model name (resnet50), built-in (efficientnet_lite0), timm:NAME, hf:ORG/NAME, or package.module:callable.",
+        help="torchvision model name (resnet50), built-in (efficientnet_lite0), timm:NAME, hf:ORG/NAME, open_clip:ARCH or open_clip:ARCH/TAG, or package.module:callable.",
     ),
 ]
 WeightsOption = Annotated[
@@ -56,6 +56,10 @@ WeightsOption = Annotated[
     ),
 ]
 SeedOption = Annotated[int, typer.Option(help="Seed for random initialisation (--weights none).")]
+PromptOption = Annotated[Optional[list[str]], typer.Option(
+    "--prompt", help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable.")]
+PromptsFileOption = Annotated[Optional[str], typer.Option(
+    "--prompts", help="CLIP models: a text file of prompts, one a line.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 _DEFAULTS = Tolerances()
 RtolOption = Annotated[float, typer.Option(
@@ -209,6 +213,8 @@ def run(
     model: ModelOption = "resnet50",
     weights: WeightsOption = "DEFAULT",
     seed: SeedOption = 0,
+    prompt: PromptOption = None,
+    prompts: PromptsFileOption = None,
     layer: LayerOption = None,
     layer_type: LayerTypeOption = None,
     layout: LayoutOption = "auto",
@@ -286,7 +292,7 @@ def run(
     from .tasks import DetectOptions, EmbedOptions
 
     groups = _guard(debug, lambda: dict(
-        model=ModelOptions(model, weights, seed, device, task, trust_checkpoint),
+        model=ModelOptions(model, weights, seed, device, task, trust_checkpoint, _prompts(prompt, prompts)),
         layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ()), layout),
         inputs=InputOptions(
             resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
@@ -307,6 +313,13 @@ def run(
     ))
     paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
     _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
+
+
+def _prompts(given: list[str] | None, file: str | None) -> tuple[str, ...]:
+    """``--prompt`` texts, then those of ``--prompts FILE``."""
+    from .options import read_prompts
+
+    return tuple(given or ()) + (read_prompts(file) if file is not None else ())
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
@@ -558,6 +571,8 @@ def layers(
     type: Annotated[Optional[str], typer.Option("--type", help="Only modules of this class (Conv2d).")] = None,
     crop: Annotated[Optional[int], typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).")] = None,
     trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle).")] = False,
+    prompt: PromptOption = None,
+    prompts: PromptsFileOption = None,
     debug: DebugOption = False,
 ) -> None:
     """List every module path of MODEL with its type, output shape, parameters and calls.
@@ -578,7 +593,7 @@ def layers(
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
-        loaded = load_model(ModelOptions(model, weights, trust_checkpoint=trust_checkpoint))
+        loaded = load_model(ModelOptions(model, weights, trust_checkpoint=trust_checkpoint, prompts=_prompts(prompt, prompts)))
         if crop is not None:
             size = (crop, crop)
         else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)

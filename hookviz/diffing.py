@@ -469,7 +469,8 @@ class Baseline:
         baseline, out = checks.baseline, options.out
         if options.shard is not None:
             raise UsageError(
-                f"{arg('baseline')} compares a whole run; once every {arg('shard')} has finished, "
+                f"{arg('baseline')} compares a whole run; once every shard ({arg('shard')}, torchrun's processes "
+                "or a Slurm array's tasks) has finished, "
                 f"run `hookviz diff {display_path(baseline)} {display_path(out)}`"
             )
         base, mine = baseline.resolve(), out.resolve()

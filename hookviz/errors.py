@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 __all__ = [
     "HookvizError", "UsageError", "UnknownModelError", "UnknownLayerError", "TargetError",
     "WeightsError", "OutputError", "ComparisonError", "SchemaError", "ImageError", "RecordingError", "ModelRunError",
+    "MethodError",
     "arg", "hint", "command_line_spelling", "first_line", "describe", "did_you_mean", "display_path",
 ]
 
@@ -80,11 +81,16 @@ class ModelRunError(HookvizError):
     """The model itself failed on some input; a run fails those images and goes on."""
 
 
+class MethodError(HookvizError):
+    """A CAM method (one registered with ``hookviz.methods.register_method``) raised on
+    some input; a run fails those images and goes on."""
+
+
 # ----------------------------------------------------------------------------- spelling
 
 # CLI flags whose names are not "--" + the Python argument's name with dashes (BASE and
 # NEW are the positional arguments of `hookviz diff`).
-_FLAGS = {"layers": "--layer", "layer_types": "--layer-type", "whole_image": "--no-crop", "base": "BASE", "new": "NEW"}
+_FLAGS = {"prompts": "--prompt", "prompts_file": "--prompts", "layers": "--layer", "layer_types": "--layer-type", "whole_image": "--no-crop", "base": "BASE", "new": "NEW"}
 
 _HINTS = {
     "python": {

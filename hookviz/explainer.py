@@ -170,8 +170,10 @@ class Explainer:
 
         if isinstance(image, PreparedImage):
             return image
-        if isinstance(image, torch.Tensor) and image.dtype == torch.uint8:
-            image = _photo_of(image)  # 0-255 pixels are a photo, never a model's input
+        if isinstance(image, torch.Tensor) and image.numel() == 0:
+            raise UsageError(f"{arg('image', 'x'.join(map(str, image.shape)))}: the tensor is empty; pass a photo or the model's input")
+        if isinstance(image, torch.Tensor) and str(image.dtype) in _PIXEL_DTYPES:
+            image = _photo_of(image)  # 0-255 (or 16-bit) pixels are a photo, never a model's input
         elif isinstance(image, torch.Tensor):
             return _from_tensor(image, self.preprocessing)
         if isinstance(image, np.ndarray) and image.ndim in (2, 3):
@@ -266,14 +268,19 @@ def _check_input_size(model: LoadedModel, preprocessing: Preprocessing) -> None:
 
 #: A uint8 tensor's channels: gray, gray and alpha, RGB, RGBA (``torchvision.io.ImageReadMode``).
 _PHOTO_CHANNELS = (1, 2, 3, 4)
+#: Tensors of pixels: ``read_image`` returns uint8, and uint16 for a 16-bit PNG.
+_PIXEL_DTYPES = ("torch.uint8", "torch.uint16")
 
 
 def _photo_of(tensor):
-    """A uint8 tensor of pixels as a PIL image: (C, H, W) as ``read_image`` returns it (or a
-    batch of one), else (H, W) or (H, W, C) as arrays hold photos."""
+    """A uint8 (or uint16) tensor of pixels as a PIL image: (C, H, W) as ``read_image`` returns
+    it (or a batch of one), else (H, W) or (H, W, C) as arrays hold photos."""
+    import torch
     from PIL import Image
 
     pixels = tensor.detach().cpu()
+    if pixels.dtype != torch.uint8:  # 16-bit: 65535 is white, as 255 is in 8 bits
+        pixels = (pixels.to(torch.int32) * 255 + 32767).div(65535, rounding_mode="floor").to(torch.uint8)
     if pixels.dim() == 4 and pixels.shape[0] == 1:
         pixels = pixels[0]
     if pixels.dim() == 3 and pixels.shape[0] in _PHOTO_CHANNELS:
@@ -306,7 +313,8 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
         )
     mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None]
     std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None]
-    pixels = (np.clip(tensor.numpy() * std + mean, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
+    # NaN pixels (a model input gone wrong) are shown black rather than cast to garbage
+    pixels = (np.clip(np.nan_to_num(tensor.numpy() * std + mean), 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
     shown = np.repeat(pixels, 3, axis=2) if channels == 1 else pixels
     return PreparedImage(LoadedImage(None, Image.fromarray(shown), _raw_pixels_note(tensor, mean, std)), tensor, shown)
 
@@ -350,7 +358,7 @@ def explain(
     steps: int = 32,
     ig_baseline: str = "zero",
     task: str = "auto",
-    layer_types: Sequence[str] = (),
+    layer_types: Sequence[str] | str = (),
     layout: str = "auto",
     preprocessing: Preprocessing | None = None,
     inputs: InputOptions | None = None,
@@ -372,7 +380,7 @@ def explain(
     Args:
         model: an ``nn.Module``, a ``LoadedModel``, or a model name for ``load_model``.
         image: a photo (a path, a PIL image, an H x W x 3 uint8 array, or a uint8 (C, H, W)
-            tensor as ``torchvision.io.read_image`` returns it), preprocessed as the model
+            tensor as ``torchvision.io.read_image`` returns it, uint16 for a 16-bit PNG), preprocessed as the model
             expects; or a float (C, H, W) tensor, taken as the model's input as it is (a note
             says so when its values look like raw pixels).
         layers: layer paths or globs; the usual CAM layer when omitted.
@@ -434,7 +442,7 @@ def explain(
     )
     detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
     layer_options = LayerOptions(
-        layers=(layers,) if isinstance(layers, str) else tuple(layers or ()), layer_types=tuple(layer_types), layout=layout,
+        layers=() if layers is None else layers, layer_types=layer_types, layout=layout,  # LayerOptions takes one or several
     )
     explainer = Explainer.create(
         loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,

@@ -10,6 +10,8 @@ say it outright, and this module reads what they say:
 * Hugging Face transformers: the embeddings' class, distillation and register tokens, the
   patch embeddings' ``patch_size``, ``config.patch_size`` and ``config.depths``.
 * torchvision's ViT: ``patch_size`` and its class token.
+* open_clip's ``VisionTransformer`` (a CLIP's ``visual``): its class embedding and
+  ``patch_size`` (else its ``conv1`` stride).
 
 Anything else declares nothing, and ``featuremaps`` guesses from shapes as before.
 """
@@ -109,4 +111,16 @@ def _torchvision(model) -> DeclaredLayout | None:
     return DeclaredLayout(1, patch, False, (patch[0],), None, f"torchvision: class_token, patch_size={patch[0]}")
 
 
-_READERS = {"timm": _timm, "transformers": _transformers, "torchvision": _torchvision}
+def _open_clip(model) -> DeclaredLayout | None:
+    import torch
+
+    visual = getattr(model, "visual", model)  # a whole CLIP, or its image tower
+    token = getattr(visual, "class_embedding", None)
+    conv = getattr(visual, "conv1", None)
+    patch = _pair(getattr(visual, "patch_size", None)) or _pair(getattr(conv, "stride", None))
+    if patch is None or not isinstance(token, torch.Tensor):
+        return None  # a ModifiedResNet or a timm tower: no token grid of open_clip's own
+    return DeclaredLayout(1, patch, False, (patch[0],), None, f"open_clip: class_embedding, patch_size={patch[0]}")
+
+
+_READERS = {"timm": _timm, "transformers": _transformers, "torchvision": _torchvision, "open_clip": _open_clip}

@@ -282,6 +282,12 @@ def default_layer(
             found, reason = _last_spatial_map(traced, input_size, declared)
             reason = BACKBONE_REASON if found is not None and root is not None else reason
     if found is None:
+        if any(shape is not None and len(shape) == 4 for shapes in traced.shapes.values() for shape in shapes):
+            height, width = input_size  # every map shrank to one pixel: the input is too small, not the model
+            raise UnknownLayerError(
+                f"every feature map is a single pixel at a {height}x{width} input, too small to show where; "
+                f"pass a larger {arg('crop')} or {arg('resize')}, or {arg('layers')}"
+            )
         raise UnknownLayerError(f"no module outputs a 4-D feature map; pass {arg('layers')} ({hint('list_layers')})")
     path, call = found
     module = dict(model.named_modules())[path]

@@ -10,9 +10,10 @@ variables are put back as they were.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .errors import UnknownModelError, arg, did_you_mean, hint
+from .errors import UnknownModelError, UsageError, arg, did_you_mean, hint
 from .options import ModelOptions
 from .sources.base import LoadedModel
 from .tasks import DEFAULT_TASK, task_names, task_words
@@ -20,7 +21,7 @@ from .tasks import DEFAULT_TASK, task_names, task_words
 __all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels"]
 
 #: The order ``hookviz models`` shows the sources in; any other follows.
-_LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "ultralytics", "factory")
+_LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "open_clip", "ultralytics", "factory")
 
 
 def _sources():
@@ -30,7 +31,8 @@ def _sources():
 
 
 def load_model(
-    model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 0, trust_checkpoint: bool = False
+    model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 0, trust_checkpoint: bool = False,
+    prompts: Sequence[str] = (),
 ) -> LoadedModel:
     """Build ``model`` and load ``weights`` into it; return it in eval mode.
 
@@ -43,16 +45,22 @@ def load_model(
             (``torch.save`` file or ``.safetensors``).
         seed: seeds the random initialisation; the caller's random stream is left as it was.
         trust_checkpoint: load a checkpoint that runs code when loaded (``yolo:best.pt``).
+        prompts: the text prompts a model with a text tower (``open_clip:ViT-B-32``) is
+            explained by: its output is its image-text logits over them, its categories them.
 
     Raises:
         UnknownModelError: the name matches no model, or its factory failed.
+        UsageError: prompts for a model without a text tower, or none for one with it.
         WeightsError: the weights cannot be had or do not fit.
     """
-    options = model if isinstance(model, ModelOptions) else ModelOptions(model, weights, seed, trust_checkpoint=trust_checkpoint)
+    options = model if isinstance(model, ModelOptions) else ModelOptions(
+        model, weights, seed, trust_checkpoint=trust_checkpoint, prompts=tuple(prompts)
+    )
     for source in _sources():
         if source.claims(options.name):
             _check_task(source, options)
-            loaded = source.load(options.name, options.weights, options.seed, trust_checkpoint=options.trust_checkpoint)
+            loaded = source.load(options.name, options.weights, options.seed, trust_checkpoint=options.trust_checkpoint,
+                                 **_prompts_for(source, options))
             loaded.module.eval()
             return loaded if options.task == "auto" else replace(loaded, task=options.task)
     known = [n for source in _sources() for n in source.names()]
@@ -113,6 +121,22 @@ def list_sources(filter: str | None = None, search: str | None = None) -> list[S
             listings.append(SourceListing(title, source.about(), kept, len(described), task))
     rank = {task: i for i, task in enumerate(task_names())}
     return sorted(listings, key=lambda listing: rank.get(listing.task, 0))  # stable: sources keep their order
+
+
+def _prompts_for(source, options: ModelOptions) -> dict:
+    """The prompts, as keyword, for a source whose models have a text tower (``takes_prompts``).
+
+    Raises:
+        UsageError: prompts for a model of another source.
+    """
+    if getattr(source, "takes_prompts", False):
+        return {"prompts": options.prompts}
+    if options.prompts:
+        raise UsageError(
+            f"{arg('prompts', options.prompts[0])}: {options.name} has no text tower; text prompts explain "
+            f"open_clip's CLIP models (--model open_clip:ARCH); drop {arg('prompts')}"
+        )
+    return {}
 
 
 def _check_task(source, options: ModelOptions) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from .errors import UsageError, arg
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
     "CheckOptions", "Tolerances", "TrustOptions", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "parse_triple", "parse_shard",
+    "read_prompts",
     "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS", "LAYOUT_CHOICES", "task_choices",
 ]
 
@@ -89,6 +91,8 @@ class ModelOptions:
             the source's word for it, or for a factory's model, what its output looks like.
         trust_checkpoint: load a checkpoint that runs code when loaded (a pickled YOLO
             ``.pt``); refused otherwise.
+        prompts: text prompts, for a model with a text tower (``open_clip:ARCH``): its
+            classes (see ``read_prompts`` for a file of them).
     """
 
     name: str
@@ -97,8 +101,14 @@ class ModelOptions:
     device: str = "auto"
     task: str = "auto"
     trust_checkpoint: bool = False
+    prompts: tuple[str, ...] = ()
 
     def __post_init__(self):
+        prompts = (self.prompts,) if isinstance(self.prompts, str) else tuple(self.prompts or ())
+        for text in prompts:
+            if not isinstance(text, str) or not text.strip():
+                raise UsageError(f"{arg('prompts', text)}: a prompt is a non-empty text (a photo of a cat)")
+        _set(self, "prompts", tuple(text.strip() for text in prompts))
         if not self.name or not self.name.strip():
             raise UsageError(f"{arg('model', self.name)}: give a model name; {_list_models_hint()}")
         if not self.weights or not str(self.weights).strip():
@@ -109,6 +119,25 @@ class ModelOptions:
             raise UsageError(f"{arg('seed', self.seed)}: a seed is a whole number from 0 to 2**63 - 1")
         if self.task not in task_choices():
             raise UsageError(f"{arg('task', self.task)}: choose {', '.join(task_choices())}")
+
+
+def read_prompts(path: str | Path) -> tuple[str, ...]:
+    """The prompts in a text file, one a line (blank lines skipped).
+
+    Raises:
+        UsageError: the file cannot be read, or holds no prompt.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{arg('prompts_file', path)}: no such file; give a text file with one prompt a line") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+        raise UsageError(f"{arg('prompts_file', path)}: cannot read it ({reason}); give a text file with one prompt a line") from None
+    prompts = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not prompts:
+        raise UsageError(f"{arg('prompts_file', path)}: the file holds no prompt; write one prompt a line")
+    return prompts
 
 
 def _list_models_hint() -> str:
@@ -245,7 +274,9 @@ class LayerOptions:
     def __post_init__(self):
         for name in ("layers", "layer_types"):
             value = getattr(self, name)
-            values = (value,) if isinstance(value, str) else tuple(value or ())
+            if value is None:
+                value = ()
+            values = (value,) if isinstance(value, str) or not isinstance(value, Iterable) else tuple(value)
             for item in values:
                 if not isinstance(item, str) or not item.strip():
                     raise UsageError(f"{arg(name, item)}: give a layer path such as layer3.-1")

@@ -4,6 +4,7 @@ under a name: two plug-ins must not shadow each other silently."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -44,7 +45,13 @@ class Registry(Generic[T]):
         return entry
 
     def check_free(self, name: str) -> None:
-        """Raise UsageError, naming ``name``, when an entry or an extra choice has it."""
+        """Raise UsageError, naming ``name``, when an entry or an extra choice has it, or when
+        it could not be typed as one word of a command line (empty, spaces, commas)."""
+        if not isinstance(name, str) or not re.fullmatch(r"[^\s,]+", name):
+            raise UsageError(
+                f"{name!r} cannot name a {self.what}: {arg(self.argument)} takes it as one word; "
+                "give a name without spaces or commas"
+            )
         if name in self._entries or name in self.extra_choices:
             raise UsageError(
                 f"a {self.what} named {name!r} is already registered ({arg(self.argument, name)} chooses it); "

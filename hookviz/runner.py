@@ -107,6 +107,10 @@ def resolve_device(device: str) -> str:
 
 def check_out(out: Path) -> None:
     """Raises OutputError when ``out`` could not be created or written; creates nothing."""
+    dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
+    if dangling is not None:
+        raise OutputError(f"{arg('out', out)}: {display_path(dangling)} is a link to {display_path(os.readlink(dangling))}, "
+                          "which does not exist; create that folder or choose another")
     probe = existing_ancestor(out)
     if not probe.is_dir():
         raise OutputError(f"{arg('out', out)}: {display_path(probe)} is a file, not a folder; choose another folder")
@@ -296,8 +300,8 @@ class Run:
         self.device = resolve_device(self.model_options.device)
         loaded = load_model(self.model_options)
         loaded.module.to(self.device)
-        self.explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
-                                          task_options=self.task_options, trust=self.trust)
+        explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
+                                     task_options=self.task_options, trust=self.trust)
         out = self.options.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -306,6 +310,7 @@ class Run:
             (out / OUTPUT_MARKER).touch()
         except OSError as exc:
             raise OutputError(f"{arg('out', out)}: cannot write there ({exc.strerror or type(exc).__name__}); choose another folder") from None
+        self.explainer = explainer  # set once the folder exists: ``finish`` then describes the run in it
         sweep_stale_files(out)
         if self.options.tensorboard is not None:
             from .tensorboard_log import TensorBoardLog

@@ -887,3 +887,44 @@ def test_the_first_line_names_a_few_layers_and_run_json_all(cli, photo, tmp_path
     assert first.endswith(f"; 5 layers: {', '.join(layers[:3])}, and 2 more; all in run.json"), first
     two = invoke(cli, "run", photo, *TINY, "--layer-type", "Conv2d", "--pictures", "none", "--out", tmp_path / "two")
     assert two.stderr.splitlines()[0].endswith("; layers: features.0, features.3")
+def test_an_out_through_a_dangling_link_is_refused_before_anything_runs(cli, photo, tmp_path):
+    (tmp_path / "results").symlink_to(tmp_path / "mounted-disk")  # the disk is not mounted
+    out = tmp_path / "results" / "run1"
+    result = invoke(cli, "run", photo, *TINY, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        f"hookviz: error: --out {out}: {tmp_path / 'results'} is a link to {tmp_path / 'mounted-disk'}, which does not "
+        "exist; create that folder or choose another"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["photo.png", "results"]
+
+
+def test_an_out_that_cannot_be_made_is_a_usage_error_not_a_failed_run_json(cli, photo, tmp_path, monkeypatch):
+    import errno
+
+    out = tmp_path / "out"
+    make = Path.mkdir
+
+    def full_disk(self, *args, **kwargs):
+        if self == out:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return make(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", full_disk)
+    result = invoke(cli, "run", photo, *TINY, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"hookviz: error: --out {out}: cannot write there (No space left on device); choose another folder"
+    assert not out.exists()
+
+
+def test_a_baseline_under_torchrun_says_what_to_run_once_every_process_has_finished(cli, photo, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun's: no --shard was typed
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, *TINY, "--out", out, "--baseline", tmp_path / "base")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        "hookviz: error: --baseline compares a whole run; once every shard (--shard, torchrun's processes or a Slurm "
+        f"array's tasks) has finished, run `hookviz diff {tmp_path / 'base'} {out}`"
+    )
+    assert not out.exists()

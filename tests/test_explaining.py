@@ -97,6 +97,34 @@ def test_a_uint8_tensor_is_a_photo_preprocessed_as_its_path_is(lite0, cat):
         explain(lite0, torch.zeros(5, 8, 8, 6, dtype=torch.uint8), layers=stem)
 
 
+def test_a_16_bit_tensor_from_read_image_is_a_photo_as_its_file_is(tmp_path):
+    """torchvision.io.read_image returns uint16 for a 16-bit PNG: pixels, not the model's input."""
+    from torchvision.io import ImageReadMode
+
+    model = tiny_net().eval()
+    path = tmp_path / "gray16.png"
+    Image.fromarray((np.random.RandomState(0).rand(48, 64) * 65535).astype(np.uint16)).save(path)
+    from_path = explain(model, path, layers=["features.3"])
+    for mode in (None, ImageReadMode.RGB):
+        pixels = _read_image(path, mode)
+        assert pixels.dtype == torch.uint16
+        from_tensor = explain(model, pixels, layers=["features.3"])
+        np.testing.assert_allclose(from_tensor.logits, from_path.logits, rtol=1e-5, atol=1e-5)
+        assert not any("raw pixels" in note for note in from_tensor.notes), from_tensor.notes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_an_empty_tensor_is_refused_in_one_line(dtype):
+    with pytest.raises(UsageError, match=r"^image='3x0x64': the tensor is empty;"):
+        explain(tiny_net().eval(), torch.zeros(3, 0, 64, dtype=dtype), layers=["features.3"])
+
+
+def test_a_nan_input_is_explained_without_numpy_warnings(recwarn):
+    result = explain(tiny_net().eval(), torch.full((3, 64, 64), float("nan")), layers=["features.3"])
+    assert any("not all finite" in note for note in result.notes)
+    assert [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)] == []
+
+
 def test_a_float_tensor_stays_the_models_input_with_a_note_when_it_looks_like_pixels(lite0, cat):
     stem = ["_conv_stem"]
     pixels = _read_image(cat)
@@ -202,3 +230,12 @@ def test_zero_gradient_note_names_the_last_blocks_first_norm_only_where_it_helps
     result = explain(_small_vit(head_init=False), torch.randn(3, 32, 32), layers=layers, target=3, preprocessing=small)
     for layer in result.layers:
         assert layer.cam_note == "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
+
+
+def test_layer_types_take_one_class_name_as_layers_take_one_path(photo):
+    model = tiny_net().eval()
+    one = explain(model, photo, layer_types="Conv2d")  # not the letters C, o, n, ...
+    assert [layer.name for layer in one.layers] == ["features.0", "features.3"]
+    assert [layer.name for layer in explain(model, photo, layers="features.3").layers] == ["features.3"]
+    with pytest.raises(UsageError, match=r"^layers=3: give a layer path such as layer3.-1$"):
+        explain(model, photo, layers=3)

@@ -366,3 +366,45 @@ def test_weights_missing_from_the_backbone_are_noted_and_a_clean_load_logs_nothi
         loaded = load_model(f"hf:{folder}")
     assert loaded.notes == (f"1 of the model's weights are not in {folder} and were initialised at random: vit.layernorm.weight",)
     assert records == []
+
+
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch '{self.marker}'",))
+
+
+def _weights_file_folder(folder, kind: str, marker):
+    """A save_pretrained folder whose weights file is cut short, or a pickle that would run code."""
+    from safetensors.torch import save_file
+
+    model = _tiny_vit()
+    _save(folder, model)
+    (folder / "model.safetensors").unlink()
+    state = dict(model.state_dict())
+    if kind == "truncated":
+        save_file(state, str(folder / "model.safetensors"))
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 3])
+    else:
+        torch.save({**state, "payload": _RunsCode(marker)}, folder / "pytorch_model.bin")
+    return folder
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("truncated", "'s weights file is not readable safetensors ("),
+    ("code", "'s weights file holds pickled Python objects that could run code when loaded, so it was not loaded"),
+])
+def test_a_folder_with_a_broken_or_unsafe_weights_file_is_refused_in_one_line(tmp_path, hub_cache, kind, words):
+    marker = tmp_path / "the-pickle-ran"
+    folder = _weights_file_folder(tmp_path / "vit", kind, marker)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: --weights DEFAULT: {folder}{words}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "--debug" not in result.stderr
+    assert not marker.exists() and not out.exists()

@@ -50,3 +50,19 @@ def test_trace_lists_shapes_params_and_calls(resnet50):
     assert rows["layer3.5"].output_shapes == ((1, 1024, 14, 14),)
     assert rows["layer3.5.relu"].calls == 3
     assert rows["fc"].parameters == 2048 * 1000 + 1000
+
+
+def test_a_crop_too_small_for_any_map_names_the_crop_not_the_model(photo, tmp_path):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    out = tmp_path / "out"
+    command = ["run", "--model", "tests.conftest:tiny_net", "--weights", "none", "--crop", "1", str(photo), "--out", str(out)]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        "hookviz: error: every feature map is a single pixel at a 1x1 input, too small to show where; "
+        "pass a larger --crop or --resize, or --layer"
+    )
+    assert not out.exists()

@@ -65,6 +65,27 @@ def bad_shape(ctx):
     return ctx.activations  # one map per channel, not per image
 
 
+@register_method("relu-in-place", needs_gradients=False)
+def relu_in_place(ctx):
+    return ctx.activations.relu_().sum(dim=1)  # writes into the recorded output
+
+
+@register_method("scale-gradients-in-place")
+def scale_gradients_in_place(ctx):
+    ctx.gradients.mul_(2)  # writes into the recorded grad_output
+    return (ctx.gradients * ctx.activations).sum(dim=1).clamp(min=0)
+
+
+@register_method("raising", needs_gradients=False)
+def raising(ctx):
+    raise ValueError("no maps today")
+
+
+@register_method("one-number", needs_gradients=False)
+def one_number(ctx):
+    return ctx.activations.sum()
+
+
 @register_method("spy-score-cam", needs_gradients=False, needs_rescoring=True, needs_input=True)
 def spy_score_cam(ctx):
     """Score-CAM in a few lines: each channel's normalised map masks the input, and the
@@ -121,6 +142,14 @@ def test_a_second_method_under_a_taken_name_is_refused():
         get_method("layercam2")
 
 
+@pytest.mark.parametrize("name", ["", "two words", "a,b", None])
+def test_a_method_name_that_cannot_be_typed_after_cam_is_refused(name):
+    before = method_names()
+    with pytest.raises(UsageError, match=r"cannot name a method: cam takes it as one word; give a name without spaces or commas$"):
+        register_method(name)(activation_sum.function)
+    assert method_names() == before
+
+
 def test_run_help_lists_every_registered_method():
     result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "1000"})
     assert result.exit_code == 0
@@ -152,6 +181,45 @@ def test_a_method_registered_outside_the_package_runs_through_the_command(photo,
 def test_a_method_that_returns_no_map_per_image_is_refused_in_one_line():
     with pytest.raises(UsageError, match=r"cam='bad-shape': the method returned 1x6x16x16 at features.3, not one map per image \(1x16x16\)"):
         explain(tiny_net(), torch.zeros(3, 32, 32), layers=["features.3"], cam="bad-shape")
+
+
+def test_a_method_that_returns_one_number_says_so():
+    with pytest.raises(UsageError, match=r"cam='one-number': the method returned a single number at features.3, not one map"):
+        explain(tiny_net(), torch.zeros(3, 32, 32), layers=["features.3"], cam="one-number")
+
+
+@pytest.mark.parametrize("cam, tensor", [("relu-in-place", "activations"), ("scale-gradients-in-place", "gradients")])
+def test_a_method_that_writes_into_what_was_recorded_is_refused_in_one_line(photo, tmp_path, cam, tensor):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
+        "--layer", "features.3", "--cam", cam, "--out", str(out), "-q",
+    ])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        f"hookviz: error: --cam {cam}: the method changed ctx.{tensor} in place at features.3, which would change what "
+        f"hookviz recorded; work on a copy (ctx.{tensor}.clone()) or use ops without a trailing _"
+    )
+    assert not (out / "photo").exists()
+    with pytest.raises(UsageError, match=f"^cam='{cam}': the method changed ctx.{tensor} in place"):
+        explain(tiny_net(), torch.zeros(3, 32, 32), layers=["features.3"], cam=cam)
+
+
+def test_a_method_that_raises_fails_the_images_in_its_own_name_not_the_models(photo, tmp_path):
+    from hookviz.errors import MethodError
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
+        "--layer", "features.3", "--cam", "raising", "--out", str(out), "-q",
+    ])
+    assert result.exit_code == 1, result.output
+    reason = "--cam raising: the method failed at features.3 (ValueError: no maps today)"
+    assert f"hookviz: failed: {photo}: {reason}" in result.stderr.splitlines(), result.stderr
+    assert "the model failed" not in result.stderr
+    assert json.loads((out / "run.json").read_text())["images"][0]["error"] == f"{photo}: {reason}"
+    with pytest.raises(MethodError, match=r"^cam='raising': the method failed at features.3 \(ValueError: no maps today\)$"):
+        explain(tiny_net(), torch.zeros(3, 32, 32), layers=["features.3"], cam="raising")
 
 
 # ----------------------------------------------------------------------------- what each method is given

@@ -171,11 +171,9 @@ def register_method(
             ``register_model`` refuses a second model of one name; a name with a comma (``--cam``
             lists names with commas); a ``resolution`` other than ``layer`` or ``input``.
     """
-    if "," in name or not name.strip():
-        raise UsageError(f"a method's name cannot be empty or hold a comma ({name!r}): --cam lists names with commas")
+    METHODS.check_free(name)  # at the decorator's line, before the function is read: taken, or not one word
     if resolution not in RESOLUTIONS:
         raise UsageError(f"method {name!r}: resolution {resolution!r}; choose {' or '.join(RESOLUTIONS)}")
-    METHODS.check_free(name)  # at the decorator's line, before the function is read
 
     def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
         method = Method(name, function, needs_gradients, needs_rescoring, needs_input, needs_input_gradients,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import pickle
 import re
 from pathlib import Path
 
@@ -219,6 +220,7 @@ class _Where:
             UnknownModelError: the checkpoint has no classifier head.
         """
         import torch
+        from safetensors import SafetensorError
         from transformers import AutoModelForImageClassification
 
         from .hub import quiet
@@ -230,8 +232,19 @@ class _Where:
                 model, info = AutoModelForImageClassification.from_pretrained(
                     str(self.repo), dtype=torch.float32, output_loading_info=True, **self.kwargs
                 )
+        except pickle.UnpicklingError:
+            raise WeightsError(
+                f"{self.label}: {self.where}'s weights file holds pickled Python objects that could run code when "
+                "loaded, so it was not loaded (weights_only=True) and nothing ran; re-save the model with "
+                "save_pretrained (safetensors)"
+            ) from None
         except (OSError, ValueError, RuntimeError) as exc:
             raise self._fail(exc) from None
+        except SafetensorError as exc:  # a model.safetensors cut short
+            raise WeightsError(
+                f"{self.label}: {self.where}'s weights file is not readable safetensors ({first_line(exc)}); "
+                "is it cut short? save it again with save_pretrained"
+            ) from None
         # a float16 checkpoint: gradients and CAMs are computed in float32
         return model.float(), self._missing(model, sorted(info.get("missing_keys") or ()))
 

@@ -1,0 +1,48 @@
+"""A CLIP model as a classifier over text prompts (imports torch: loaded on first use)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+__all__ = ["ClipLogits"]
+
+
+class ClipLogits(nn.Module):
+    """Image in, CLIP's image-text logits over fixed prompts out: (N, prompts).
+
+    ``logits = logit_scale.exp() * normalize(visual(x)) @ text_features.T (+ logit_bias)``,
+    as open_clip's ``CLIP.forward`` and its zero-shot classifier compute them. The text
+    features are computed once here, under ``no_grad`` and in eval mode, and kept as a
+    buffer; the text tower is not kept, so only the image tower's layers are listed.
+
+    Args:
+        model: an open_clip ``CLIP`` (or ``CustomTextCLIP``).
+        tokens: the prompts as ``open_clip.get_tokenizer(arch)`` returns them.
+    """
+
+    text_features: torch.Tensor
+
+    def __init__(self, model, tokens: torch.Tensor):
+        super().__init__()
+        self.visual = model.visual
+        self.logit_scale = model.logit_scale
+        bias = getattr(model, "logit_bias", None)
+        self.logit_bias = bias if isinstance(bias, nn.Parameter) else None
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                text = F.normalize(model.encode_text(tokens), dim=-1)
+        finally:
+            model.train(was_training)
+        self.register_buffer("text_features", text.detach().clone())
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        features = F.normalize(self.visual(image), dim=-1)
+        logits = self.logit_scale.exp() * features @ self.text_features.to(features.dtype).T
+        return logits if self.logit_bias is None else logits + self.logit_bias
+
+    def extra_repr(self) -> str:
+        return f"prompts={self.text_features.shape[0]}"

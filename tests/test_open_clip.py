@@ -1,0 +1,145 @@
+"""open_clip's CLIP models, explained through text prompts (``--prompt``, ``--prompts``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from hookviz import explain, load_model
+from hookviz.cli import app
+
+from .conftest import SAMPLES
+
+CAT = SAMPLES / "cat.png"
+#: A small registered config (63M parameters with its text tower; 7x7 patches of 32 at 224).
+ARCH = "ViT-S-32"
+PROMPTS = ["a photo of a cat", "a photo of a dog", "a photo of a car"]
+LAYER = "visual.transformer.resblocks.11.ln_1"
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+class ImageTextLogits(torch.nn.Module):
+    """pytorch-grad-cam's CLIP example's classifier: the model's ``logits_per_image``
+    (scale x normalised image features @ normalised text features.T) over the prompts."""
+
+    def __init__(self, clip, text):
+        super().__init__()
+        self.clip, self.text = clip, text
+
+    def forward(self, image):
+        image_features, text_features, scale = self.clip(image, self.text)[:3]
+        return scale * image_features @ text_features.T
+
+
+def reshape_transform(tensor, height=7, width=7):
+    """pytorch-grad-cam's ViT/CLIP reshape_transform: drop the class token, grid, NCHW."""
+    result = tensor[:, 1:, :].reshape(tensor.size(0), height, width, tensor.size(2))
+    return result.transpose(2, 3).transpose(1, 2)
+
+
+def _pgc_scaled(cam: np.ndarray, size: int) -> np.ndarray:
+    cam = cam - cam.min()
+    cam = cam / (1e-7 + cam.max())
+    return F.interpolate(torch.from_numpy(cam)[None, None].float(), size=(size, size), mode="bilinear")[0, 0].numpy()
+
+
+@pytest.mark.slow  # ~20 s on 2 shared cores: importing open_clip alone takes ~10 s
+def test_clip_cam_equals_pytorch_grad_cams_clip_example():
+    import open_clip
+    from pytorch_grad_cam import GradCAM
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    loaded = load_model(f"open_clip:{ARCH}", weights="none", seed=0, prompts=PROMPTS)
+    assert loaded.categories == tuple(PROMPTS)
+    torch.manual_seed(0)  # the same random initialisation, built by open_clip itself
+    clip = open_clip.create_model(ARCH).eval()
+    theirs_model = ImageTextLogits(clip, open_clip.get_tokenizer(ARCH)(PROMPTS)).eval()
+    image = torch.randn(3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = theirs_model(image[None])[0]
+    best = int(logits.argmax())
+
+    ours = explain(loaded, image)
+    assert ours.layers[0].name == LAYER  # the default layer: the last block's first norm
+    assert ours.target.index == best and ours.target.name == PROMPTS[best]
+    assert ours.target.logit == pytest.approx(float(logits[best]), rel=1e-4)
+    assert ours.target.probability == pytest.approx(float(logits.softmax(0)[best]), rel=1e-4)
+    target_layer = clip.visual.transformer.resblocks[-1].ln_1
+    with GradCAM(model=theirs_model, target_layers=[target_layer], reshape_transform=reshape_transform) as cam:
+        theirs = cam(input_tensor=image[None], targets=[ClassifierOutputTarget(best)])[0]
+    mine = _pgc_scaled(ours[LAYER].cam, 224)
+    assert theirs.max() > 0
+    assert np.corrcoef(mine.ravel(), theirs.ravel())[0, 1] >= 0.999
+
+
+@pytest.mark.slow  # ~3 s after open_clip's import (~10 s), which a lone run pays
+def test_prompts_from_a_file_are_the_classes_and_target_names_one(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS[:2]) + "\n\n")
+    result = invoke("run", "--model", f"open_clip:{ARCH}", "--weights", "none", "--prompts", prompts,
+                    "--prompt", PROMPTS[2], "--target", PROMPTS[1], "--topk", "3", "--pictures", "none",
+                    "--out", tmp_path / "out", "--device", "cpu", CAT)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    # --prompt's texts first, then the file's lines: "a photo of a dog" is class 2
+    assert report["target"]["name"] == PROMPTS[1] and report["target"]["index"] == 2
+    assert sorted(score["name"] for score in report["top5"]) == sorted(PROMPTS)
+    assert sum(score["probability"] for score in report["top5"]) == pytest.approx(1.0, abs=1e-5)
+    assert report["declared_layout"]["prefix"] == 1
+    assert "WARNING" not in result.stderr  # open_clip's "No pretrained weights loaded" is hookviz's to say
+
+
+@pytest.mark.slow  # open_clip's import
+def test_default_weights_missing_offline_name_the_cache_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    result = invoke("run", "--model", f"open_clip:{ARCH.replace('S', 'B')}", "--prompt", "a cat",
+                    "--out", tmp_path / "out", "--device", "cpu", CAT)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("hookviz: error: --weights DEFAULT: timm/vit_base_patch32_clip_224.openai "
+                                    f"is not in the Hugging Face cache ({tmp_path / 'hub'})")
+    assert result.stderr.count("\n") == 1
+
+
+def _missing_open_clip(monkeypatch):
+    monkeypatch.setattr("hookviz.sources.open_clip_models._installed", lambda: False)
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--model", "tests.conftest:tiny_net", "--prompt", "a cat"],
+         "--prompt a cat: tests.conftest:tiny_net has no text tower; text prompts explain open_clip's CLIP models"),
+        (["--model", "open_clip:ViT-S-32"],
+         "--model open_clip:ViT-S-32: a CLIP model is explained by text prompts; pass --prompt TEXT (repeatable) "
+         "or --prompts FILE (one a line)"),
+        (["--model", "open_clip:ViT-S-32", "--prompts", "EMPTY"], "--prompts EMPTY: the file holds no prompt"),
+        (["--model", "open_clip:ViT-S-32", "--prompts", "MISSING"], "--prompts MISSING: no such file"),
+        (["--model", "open_clip:ViT-S-32", "--prompt", "  "], "--prompt   : a prompt is a non-empty text"),
+        (["--model", "open_clip:ViT-S-32", "--prompt", "a cat", "UNINSTALLED"],
+         "--model open_clip:ViT-S-32 needs open_clip: pip install 'hookviz[clip]'"),
+    ],
+    ids=["no-text-tower", "no-prompts", "empty-file", "missing-file", "blank-prompt", "not-installed"],
+)
+def test_bad_prompts_are_refused_in_one_line(args, line, tmp_path, monkeypatch):
+    empty, missing = tmp_path / "empty.txt", tmp_path / "missing.txt"
+    empty.write_text("\n  \n")
+    if "UNINSTALLED" in args:
+        _missing_open_clip(monkeypatch)
+        args = [a for a in args if a != "UNINSTALLED"]
+    args = [str(empty) if a == "EMPTY" else str(missing) if a == "MISSING" else a for a in args]
+    line = line.replace("EMPTY", str(empty)).replace("MISSING", str(missing))
+    result = invoke("run", *args, "--weights", "none", CAT, "--out", tmp_path / "out", "--device", "cpu",
+                    "--crop", "64", "--resize", "64")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: {line}")
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
