@@ -78,7 +78,7 @@ class Explainer:
         """
         from .geometry import declared_layout
         from .models import input_channels
-        from .tasks import get_task
+        from .tasks import get_task, recognise_task
         from .tasks.targets import parse_target
         from .trust.assess import check as check_trust
 
@@ -86,11 +86,15 @@ class Explainer:
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
         model = _chosen_task(model, task_options)
+        dry = None
         if model.task == "auto":  # probed at the size asked for: some models take only that
-            model = replace(model, task=_recognised_task(model.module, inputs.apply(processing)))
+            dry = _dry_output(model.module, inputs.apply(processing))
+            model = replace(model, task=recognise_task(dry))
         task = get_task(model.task)
         own = _own_options(task, task_options)
         task.check(target)
+        if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch
+            task.check_output(dry, target, model.categories)
         for method in target.methods:
             _check_method(method, model.module)
         check_trust(task, target, trust)
@@ -238,12 +242,11 @@ def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
     return model
 
 
-def _recognised_task(module, preprocessing: Preprocessing) -> str:
-    """What a model does, read from its output on a blank photo (a factory's model)."""
+def _dry_output(module, preprocessing: Preprocessing):
+    """A model's output on a blank photo: what a factory's model does is read from it."""
     from .layers import dry_output
-    from .tasks import recognise_task
 
-    return recognise_task(dry_output(module, preprocessing.trace_size, preprocessing.channels))
+    return dry_output(module, preprocessing.trace_size, preprocessing.channels)
 
 
 def _with_layout(declared: DeclaredLayout | None, layout: str) -> DeclaredLayout | None:

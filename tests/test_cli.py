@@ -928,3 +928,19 @@ def test_a_baseline_under_torchrun_says_what_to_run_once_every_process_has_finis
         f"array's tasks) has finished, run `hookviz diff {tmp_path / 'base'} {out}`"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target", "99"], "--target 99: class index out of range (the model has 0..4)"),
+    (["--output-key", "3"], "--output-key 3: the model returned a 1x5 tensor; no such entry"),
+])
+def test_a_factory_models_target_or_output_key_it_lacks_is_refused_before_the_out_folder_exists(cli, photo, tmp_path, args, message):
+    # A factory's model says its class count only through its output: the dry pass that
+    # recognises its task reads it, so nothing is created for a run that cannot start.
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photo, *TINY, *args, "--out", out, "-q")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"hookviz: error: {message}"
+    assert not out.exists()
+
+

@@ -196,7 +196,7 @@ def test_models_search_lists_timm_names_grouped_by_source(monkeypatch):
     lines = result.stdout.splitlines()
     assert result.exit_code == 0
     assert [line.split(":")[0] for line in lines if line.startswith("#")] == [
-        "# built-in", "# torchvision classification", "# timm", "# hf", "# factory",
+        "# built-in", "# torchvision classification", "# timm", "# hf", "# open_clip", "# factory",
         "# torchvision segmentation", "# torchvision detection", "# ultralytics",  # by task, then by source
     ]
     assert any(line.startswith("timm:vit_little_patch16_reg4_gap_256  (256x256, DEFAULT ") for line in lines)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
-import importlib.util
 import sys
 
 import numpy as np

@@ -271,6 +271,10 @@ class TaskBase:
     def chosen_by(self, own) -> bool:
         return False
 
+    def check_output(self, output, options, categories: Sequence[str] | None) -> None:
+        """Raise UsageError for ``TargetOptions`` that the model's raw ``output`` (of a dry pass)
+        cannot honour: a class index past its classes, an ``output_key`` it lacks."""
+
     def bind(self, own, model, prepare, device: str, options):
         return own
 

@@ -173,6 +173,9 @@ class Classify(TaskBase):
         except (AttributeError, IndexError, TypeError):
             return Preprocessing(mean=IMAGENET_MEAN, std=IMAGENET_STD)
 
+    def check_output(self, output, options, categories: Sequence[str] | None) -> None:
+        class_target(options.target, categories, logits_of(output, options.output_key).shape[1])
+
     def check(self, options) -> None:
         if options.box_objective != "score":
             raise UsageError(f"{arg('box_objective', options.box_objective)}: a classifier has no boxes; "

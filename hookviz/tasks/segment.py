@@ -118,6 +118,9 @@ class Segment(TaskBase):
             resize=int(transform.resize_size[0]), mode="shorter", mean=tuple(transform.mean), std=tuple(transform.std)
         )
 
+    def check_output(self, output, options, categories) -> None:
+        class_target(options.target, categories, segmentation_logits(output, options.output_key).shape[1])
+
     def check(self, options) -> None:
         if options.objective != "logit":
             raise UsageError(
