@@ -809,3 +809,20 @@ def test_score_layer_replaces_only_the_recorded_call_of_a_module_called_twice():
         handle.remove()
     assert seen["altered"].item() == pytest.approx(altered, rel=1e-5)
     assert abs(altered - result.target.logit) > 1e-4
+
+
+def test_several_methods_on_a_layer_without_a_map_draw_no_comparison_and_the_image_is_done(tmp_path):
+    """A linear head among the layers: no method maps it, so it gets no cams.png (each method
+    says why in a note), while the convolution beside it does."""
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.conftest:tiny_net", "--weights", "none",
+                                      "--layer", "features.3", "--layer", "fc", "--cam", "gradcam,layercam", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    pictures = {layer["name"]: layer["pictures"] for layer in report["layers"]}
+    assert pictures["features.3"]["cams"] == "features.3.cams.png" and pictures["fc"]["cams"] is None
+    assert (out / "cat" / "features.3.cams.png").exists() and not (out / "cat" / "fc.cams.png").exists()

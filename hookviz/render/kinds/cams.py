@@ -19,12 +19,12 @@ def _methods(layer) -> list[str]:
 
 def reuse_key(explanation, layer, options: dict):
     """The photo's size and each method's map's (or ``None`` for a method without one);
-    ``None`` (not drawn) with fewer than two methods or no target."""
+    ``None`` (not drawn) with fewer than two methods, no target, or no map of any method."""
     from ..figures import photo_of
 
     methods = _methods(layer)
-    if len(methods) < 2 or explanation.target is None:
-        return None
+    if len(methods) < 2 or explanation.target is None or not any(name in layer.cams for name in methods):
+        return None  # fewer than two methods, or none mapped this layer (a linear head: each says why in a note)
     shapes = tuple((name, None if name not in layer.cams else layer.cams[name].shape) for name in methods)
     return anatomy(explanation, layer, (photo_of(explanation).shape, shapes))
 
