@@ -6,13 +6,13 @@ Ctrl-C and SIGTERM are taken in hand first, before typer and torch are imported 
 
 import os
 
-from .interrupts import Interrupted, catch_signals, interrupted_line
+from hookviz.interrupts import Interrupted, catch_signals, interrupted_line
 
 
 def console_main() -> None:
     catch_signals()
     try:
-        from .cli import console_main as command
+        from hookviz.cli import console_main as command
     except Interrupted:
         os.write(2, f"{interrupted_line()}\n".encode())
         os._exit(130)

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import HookvizError, MethodError, UsageError, arg, describe
-from .featuremaps import Layout, ambiguity, layout_hint, reshape, shape_text
+from hookviz.errors import HookvizError, MethodError, UsageError, arg, describe
+from hookviz.featuremaps import Layout, ambiguity, layout_hint, reshape, shape_text
 
 __all__ = [
     "Sources",
@@ -114,9 +114,9 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     """What ``methods`` need of this batch, beyond the recorded tensors."""
     import torch
 
-    from .methods import RESCORING_BATCH
-    from .probing import InputGradients
-    from .tasks.base import Rescoring, model_dtype
+    from hookviz.methods import RESCORING_BATCH
+    from hookviz.probing import InputGradients
+    from hookviz.tasks.base import Rescoring, model_dtype
 
     module, task, options, device = explainer.model.module, explainer.task, explainer.target, explainer.device
     keys = tuple(key for key, _ in plan.cams)
@@ -223,7 +223,7 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
 
 def _pixel_context(method, captures, layouts, sources: Sources, position: int | None):
     """The context an input method is given, or ``(None, why)``."""
-    from .methods import MethodContext
+    from hookviz.methods import MethodContext
 
     if position is None:
         if method.needs_gradients:
@@ -300,7 +300,7 @@ def _key_map(method, context, sources: Sources, key: str, position: int, layout)
 
 
 def _method_context(method, capture, activation, sources: Sources):
-    from .methods import MethodContext
+    from hookviz.methods import MethodContext
 
     path = re.sub(r":\d+$", "", capture.name)  # a module called several times: its K-th call
     inputs = sources.batch if method.needs_input else None
@@ -311,7 +311,7 @@ def _method_context(method, capture, activation, sources: Sources):
 
 def _layer_rescoring(rescoring, batch, context, layout):
     """``score_layer`` for the layer of ``context``: its output (in ``layout``) replaced."""
-    from .probing import LayerRescoring
+    from hookviz.probing import LayerRescoring
 
     call = re.search(r":(\d+)$", context.layer)
     return LayerRescoring(rescoring, batch, context.module, int(call[1]) if call else 0, layout)

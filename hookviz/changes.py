@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import Finding
-from .options import Tolerances
+from hookviz.checks import Finding
+from hookviz.options import Tolerances
 
 __all__ = [
     "FORMAT", "FORWARD", "Figures", "TensorDiff", "CamDiff", "MapPair", "LayerDiff", "ImageDiff", "RunDiff",
@@ -424,7 +424,7 @@ class RunDiff:
         return tuple(f for image in self.images for f in image.findings) + missing
 
     def to_json(self) -> dict:
-        from . import __version__
+        from hookviz import __version__
 
         layers = sorted({layer.name for image in self.images for layer in image.layers})
         return {

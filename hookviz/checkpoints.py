@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import WeightsError, arg, display_path, first_line
+from hookviz.errors import WeightsError, arg, display_path, first_line
 
 __all__ = ["Checkpoint", "LoadedWeights", "read_checkpoint", "read_state_dict", "load_into"]
 
@@ -185,7 +185,7 @@ def load_into(model, path: Path) -> LoadedWeights:
     Raises:
         WeightsError: the keys or shapes do not fit; the message names them.
     """
-    from .identity import file_sha256
+    from hookviz.identity import file_sha256
 
     checkpoint = read_checkpoint(path)
     expected = model.state_dict()

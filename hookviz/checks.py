@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .registry import Registry
+from hookviz.registry import Registry
 
 __all__ = ["CHECKS", "Finding", "register_check", "parse_checks", "run_checks"]
 

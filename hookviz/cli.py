@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from . import __version__
-from .errors import HookvizError, UsageError, command_line_spelling, describe, hint
-from .interrupts import Interrupted, interrupted_line, on_signal
-from .options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_STEPS, MAX_TOPK, Tolerances
-from .render.kinds import default_groups, groups_help
-from .tasks import task_names
+from hookviz import __version__
+from hookviz.errors import HookvizError, UsageError, command_line_spelling, describe, hint
+from hookviz.interrupts import Interrupted, interrupted_line, on_signal
+from hookviz.options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_STEPS, MAX_TOPK, Tolerances
+from hookviz.render.kinds import default_groups, groups_help
+from hookviz.tasks import task_names
 
 if TYPE_CHECKING:
-    from .runner import Run
+    from hookviz.runner import Run
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -191,7 +191,7 @@ def _cam_help() -> str:
     """``--cam``'s help, read from the method registry. cli.py's annotations are strings that
     typer evaluates each time it builds the command, so a method registered after this module
     was imported is listed too."""
-    from .methods import METHODS
+    from hookviz.methods import METHODS
 
     names = METHODS.names()
     return (f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}. Several, separated by "
@@ -199,7 +199,7 @@ def _cam_help() -> str:
 
 
 def _cam_completions(incomplete: str) -> list[str]:
-    from .methods import METHODS
+    from hookviz.methods import METHODS
 
     done, _, last = incomplete.rpartition(",")
     given = done.split(",") if done else []
@@ -276,8 +276,8 @@ def run(
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
-    from .cluster import command_shard
-    from .options import (
+    from hookviz.cluster import command_shard
+    from hookviz.options import (
         CheckOptions,
         InputOptions,
         LayerOptions,
@@ -289,7 +289,7 @@ def run(
         TrustOptions,
         parse_triple,
     )
-    from .tasks import DetectOptions, EmbedOptions
+    from hookviz.tasks import DetectOptions, EmbedOptions
 
     groups = _guard(debug, lambda: dict(
         model=ModelOptions(model, weights, seed, device, task, trust_checkpoint, _prompts(prompt, prompts)),
@@ -317,14 +317,14 @@ def run(
 
 def _prompts(given: list[str] | None, file: str | None) -> tuple[str, ...]:
     """``--prompt`` texts, then those of ``--prompts FILE``."""
-    from .options import read_prompts
+    from hookviz.options import read_prompts
 
     return tuple(given or ()) + (read_prompts(file) if file is not None else ())
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
     _open_heif()  # before discovery reads the suffixes PIL knows
-    from .discovery import find_images, read_list
+    from hookviz.discovery import find_images, read_list
 
     sources = list(images or [])
     if from_list:
@@ -350,7 +350,7 @@ def _open_heif() -> None:
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
-    from .runner import Run, RunInterrupted, shard_of
+    from hookviz.runner import Run, RunInterrupted, shard_of
 
     count = len(shard_of(paths, groups["options"].shard))
     progress = _Progress(count, quiet=quiet or json_output, stdout_lines=not (quiet or json_output), verbose=verbose)
@@ -465,7 +465,7 @@ class _Progress:
             self._how_far(finished, total)
 
     def _result_line(self, status) -> None:
-        from .tasks import reported_task
+        from hookviz.tasks import reported_task
 
         line = reported_task(status.task).status_line(status)
         if self.bar is not None and sys.stdout.isatty():
@@ -529,8 +529,8 @@ def diff(
     """
 
     def action():
-        from .diffing import diff_runs
-        from .options import Tolerances
+        from hookviz.diffing import diff_runs
+        from hookviz.options import Tolerances
 
         if pictures not in ("diff", "none"):
             raise UsageError(f"--pictures {pictures}: choose diff or none")
@@ -587,9 +587,9 @@ def layers(
     def action():
         import fnmatch
 
-        from .layers import list_layers
-        from .models import load_model
-        from .options import ModelOptions
+        from hookviz.layers import list_layers
+        from hookviz.models import load_model
+        from hookviz.options import ModelOptions
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
@@ -636,7 +636,7 @@ def models(
     """
 
     def action():
-        from .models import list_sources
+        from hookviz.models import list_sources
 
         listings = list_sources(filter, search)
         if filter and not search and not any(listing.names for listing in listings):
@@ -654,7 +654,7 @@ def models(
 def main() -> None:
     """The ``hookviz`` command in this process, with the speed tricks that belong to the
     command's own process (never to a library caller's)."""
-    from . import lazy_dynamo
+    from hookviz import lazy_dynamo
 
     # torch's OpenMP threads otherwise spin after each operation, taking CPU from the
     # render workers: measured over 32 photos on 2 cores, a run with pictures finished ~8%
@@ -675,7 +675,7 @@ def main() -> None:
 def _load_plugins() -> None:
     """Plug-ins register their methods, tasks and picture kinds before the options are read,
     so that the options take their names and ``--help`` lists them (``hookviz.plugins``)."""
-    from .plugins import ENVIRONMENT, load_plugins
+    from hookviz.plugins import ENVIRONMENT, load_plugins
 
     if os.environ.get(ENVIRONMENT) and os.getcwd() not in sys.path:
         # This process's own path (its render workers inherit it): they import the same

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from .errors import UsageError, arg
+from hookviz.errors import UsageError, arg
 
 __all__ = ["AUTO", "launcher_shard", "command_shard", "local_rank", "auto_cuda_device", "cpu_share"]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .changes import (
+from hookviz.changes import (
     FORWARD,
     CamDiff,
     ImageDiff,
@@ -41,13 +41,13 @@ from .changes import (
     layers_only,
     peak_shift,
 )
-from .checks import Finding
-from .errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
-from .options import CheckOptions, Tolerances
-from .outputs import DIFF, atomic_write, layer_stems, write_json
-from .records import DiffEntry, RunRecord, Score
-from .runfiles import ImageData, RunFolder, open_run, version_tuple
-from .summaries import TENSOR_KEYS
+from hookviz.checks import Finding
+from hookviz.errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
+from hookviz.options import CheckOptions, Tolerances
+from hookviz.outputs import DIFF, atomic_write, layer_stems, write_json
+from hookviz.records import DiffEntry, RunRecord, Score
+from hookviz.runfiles import ImageData, RunFolder, open_run, version_tuple
+from hookviz.summaries import TENSOR_KEYS
 
 __all__ = ["DIFF", "Baseline", "compare", "save_diff", "diff_runs", "compare_with_baseline"]
 
@@ -198,7 +198,7 @@ def _model_input(data: ImageData) -> _Side:
 
 
 def _logits(data: ImageData) -> _Side:
-    from .fingerprints import TensorPrint
+    from hookviz.fingerprints import TensorPrint
 
     count = data.report.logits_count
     full = data.full("logits")
@@ -233,7 +233,7 @@ def _output_maps(name: str, sides, before: ImageData, after: ImageData) -> MapPa
     """What the diff picture draws: the layer's channel-summed output at full resolution
     when both runs saved the tensor (laid out as each run's report says), else the
     fingerprints' area means."""
-    from .summaries import channel_sum
+    from hookviz.summaries import channel_sum
 
     base, new = sides
     layouts = [data.layers[name].layout for data in (before, after)]
@@ -357,7 +357,7 @@ def _layer_notes(before: ImageData, after: ImageData, layers) -> list[str]:
 
 def _kept_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     """What each run kept for comparison: fingerprints (of a format this version reads) and tensors."""
-    from .fingerprints import FORMAT as KNOWN
+    from hookviz.fingerprints import FORMAT as KNOWN
 
     notes = []
     for index, folder in enumerate((base, new)):
@@ -398,8 +398,8 @@ def save_diff(diff: RunDiff, path: Path) -> RunDiff:
 
 
 def _draw(new_path: Path, image: ImageDiff) -> ImageDiff:
-    from .render import render_png
-    from .render.kinds import picture_kind
+    from hookviz.render import render_png
+    from hookviz.render.kinds import picture_kind
 
     kind = picture_kind("diff")
     layers = []
@@ -431,7 +431,7 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
         ComparisonError: a folder that is not a run's output, a missing or corrupt file,
             or no image in common. UsageError: ``out`` inside BASE, or a check other than drift.
     """
-    from .checks import parse_checks
+    from hookviz.checks import parse_checks
 
     checks = parse_checks(fail_on)
     if any(name != "drift" for name in checks):
@@ -444,7 +444,7 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
         raise UsageError(f"{arg('out', display_path(path))}: inside {before.named}, which a diff never writes into; choose another place")
     diff = save_diff(compare(before, after, tolerances, "drift" in checks, pictures=pictures), path)
     if pictures:
-        from .gallery import write_gallery
+        from hookviz.gallery import write_gallery
 
         write_gallery(after.path, after.run, diff=diff.to_json())
     return diff

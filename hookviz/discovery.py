@@ -17,7 +17,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .errors import UsageError, arg, display_path
+from hookviz.errors import UsageError, arg, display_path
 
 __all__ = ["find_images", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UsageError, arg
-from .explaining import Explanation, SummaryOptions, explain_batch
-from .featuremaps import DeclaredLayout
-from .images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
-from .layers import LayerSpec, default_layer, resolve_layers
-from .options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
-from .sources.base import LoadedModel
+from hookviz.errors import UsageError, arg
+from hookviz.explaining import Explanation, SummaryOptions, explain_batch
+from hookviz.featuremaps import DeclaredLayout
+from hookviz.images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
+from hookviz.layers import LayerSpec, default_layer, resolve_layers
+from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
+from hookviz.sources.base import LoadedModel
 
 __all__ = ["Explainer", "explain"]
 
@@ -76,11 +76,11 @@ class Explainer:
         Raises:
             UsageError: a layer, target or input size the model cannot take.
         """
-        from .geometry import declared_layout
-        from .models import input_channels
-        from .tasks import get_task, recognise_task
-        from .tasks.targets import parse_target
-        from .trust.assess import check as check_trust
+        from hookviz.geometry import declared_layout
+        from hookviz.models import input_channels
+        from hookviz.tasks import get_task, recognise_task
+        from hookviz.tasks.targets import parse_target
+        from hookviz.trust.assess import check as check_trust
 
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
@@ -121,7 +121,7 @@ class Explainer:
 
     @property
     def task(self):
-        from .tasks import get_task
+        from hookviz.tasks import get_task
 
         return get_task(self.model.task)
 
@@ -136,7 +136,7 @@ class Explainer:
     @property
     def methods(self) -> tuple:
         """Every CAM method asked for (``hookviz.methods.Method``), in order; ``()`` for ``cam='none'``."""
-        from .methods import get_method
+        from hookviz.methods import get_method
 
         return tuple(get_method(name) for name in self.target.methods)
 
@@ -195,7 +195,7 @@ class Explainer:
         explanations = explain_batch(self, images, summaries)
         if not self.trust.any:
             return explanations
-        from .trust.assess import assess
+        from hookviz.trust.assess import assess
 
         return assess(self, images, explanations)
 
@@ -213,7 +213,7 @@ def _own_options(task, given: Sequence):
     Raises:
         UsageError: something else than a task's option group, or two of one task's.
     """
-    from .tasks import TASKS
+    from hookviz.tasks import TASKS
 
     groups = tuple(t.options_type for t in TASKS.values() if t.options_type is not None)
     for options in given:
@@ -231,7 +231,7 @@ def _own_options(task, given: Sequence):
 def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
     """``model`` made the task of an option group that chooses it (``target_image``: an
     embedding's), when its source stated no task or the default one."""
-    from .tasks import DEFAULT_TASK, TASKS
+    from hookviz.tasks import DEFAULT_TASK, TASKS
 
     if model.task not in ("auto", DEFAULT_TASK):
         return model
@@ -244,7 +244,7 @@ def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
 
 def _dry_output(module, preprocessing: Preprocessing):
     """A model's output on a blank photo: what a factory's model does is read from it."""
-    from .layers import dry_output
+    from hookviz.layers import dry_output
 
     return dry_output(module, preprocessing.trace_size, preprocessing.channels)
 
@@ -338,7 +338,7 @@ def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ..
 
 def _check_method(name: str, module) -> None:
     """Refuse a model the method cannot explain (guided backprop without a ReLU), before any image."""
-    from .methods import get_method
+    from hookviz.methods import get_method
 
     method = get_method(name)
     if method.check is not None:
@@ -421,7 +421,7 @@ def explain(
     """
     import torch.nn as nn
 
-    from .models import load_model
+    from hookviz.models import load_model
 
     if isinstance(model, str):
         loaded = load_model(model)
@@ -436,7 +436,7 @@ def explain(
         loaded = replace(loaded, categories=tuple(categories))
     if task != "auto":
         loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
-    from .tasks import DetectOptions, EmbedOptions
+    from hookviz.tasks import DetectOptions, EmbedOptions
 
     target_options = TargetOptions(
         target=str(target), objective=objective, cam=cam if isinstance(cam, str) else ",".join(map(str, cam)), topk=topk,

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UsageError, arg
-from .featuremaps import DeclaredLayout, Layout, layout_hint, layout_of, shape_text
-from .images import PreparedImage, Preprocessing
-from .options import ChannelSelection, PictureOptions
-from .summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
-from .tasks import DEFAULT_TASK, ClassScore, ImagePrediction
-from .trust.records import LayerTrust
+from hookviz.errors import UsageError, arg
+from hookviz.featuremaps import DeclaredLayout, Layout, layout_hint, layout_of, shape_text
+from hookviz.images import PreparedImage, Preprocessing
+from hookviz.options import ChannelSelection, PictureOptions
+from hookviz.summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
+from hookviz.tasks import DEFAULT_TASK, ClassScore, ImagePrediction
+from hookviz.trust.records import LayerTrust
 
 __all__ = ["Explanation", "LayerResult", "PixelMap", "ClassScore", "SummaryOptions", "explain_batch", "full_precision"]
 
@@ -192,7 +192,7 @@ class Explanation:
         Returns:
             The list of files written, report last.
         """
-        from .outputs import save_explanation
+        from hookviz.outputs import save_explanation
 
         if pictures is None:
             pictures = PictureOptions(**picture_options)
@@ -206,7 +206,7 @@ class Explanation:
         ``cam_topk`` or a registered one's; ``None`` where it does not apply (a CAM of a layer
         without spatial layout). ``figure("cam")`` is the first layer's CAM, unless a layer is
         called ``cam``."""
-        from .render.kinds import kinds, picture_kind
+        from hookviz.render.kinds import kinds, picture_kind
 
         if layer in {k.name for k in kinds()} and not any(layer in (l.name, l.requested) for l in self.layers):
             kind, layer = layer, None
@@ -219,7 +219,7 @@ class Explanation:
     def _repr_html_(self) -> str:
         """What a notebook shows for ``hookviz.explain(...)`` as a cell's last line: the
         prediction, and per layer the summary and CAM pictures, as embedded PNGs."""
-        from .notebook import explanation_html
+        from hookviz.notebook import explanation_html
 
         return explanation_html(self)
 
@@ -262,10 +262,10 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     """
     import torch
 
-    from .cams import cam_gradients, layer_maps, pixel_maps, sources_for
-    from .dataflow import ChannelOrders
-    from .modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
-    from .recording import Recording
+    from hookviz.cams import cam_gradients, layer_maps, pixel_maps, sources_for
+    from hookviz.dataflow import ChannelOrders
+    from hookviz.modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
+    from hookviz.recording import Recording
 
     module, task, options, methods = explainer.model.module, explainer.task, explainer.target, explainer.methods
     layer_methods = [m for m in methods if m.resolution == "layer"]  # the main one first
@@ -345,7 +345,7 @@ def _layouts(capture, orders, input_hw, declared) -> dict[str, Layout | None]:
 
 
 def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, summaries, notes) -> Explanation:
-    from .cams import image_cams
+    from hookviz.cams import image_cams
 
     prediction = plan.predictions[i]
     keys = [key for key, _ in plan.cams]
@@ -382,7 +382,7 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
 
 def _image_pixels(pixels, i: int, plan) -> dict:
     """Image ``i``'s share of the batch's input-resolution maps, by method."""
-    from .cams import NOTHING_TO_EXPLAIN
+    from hookviz.cams import NOTHING_TO_EXPLAIN
 
     keys = [key for key, _ in plan.cams]
     nothing = not keys or plan.predictions[i].focus.get(keys[0]) is None

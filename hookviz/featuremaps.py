@@ -280,7 +280,7 @@ def shape_text(shape) -> str:
 
 def layout_hint() -> str:
     """How the caller settles a map's order hookviz cannot tell."""
-    from .errors import arg
+    from hookviz.errors import arg
 
     return f"pass {arg('layout', 'nhwc')} or {arg('layout', 'nchw')} to say it"
 

@@ -27,7 +27,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .summaries import TENSOR_KEYS
+from hookviz.summaries import TENSOR_KEYS
 
 __all__ = [
     "FINGERPRINT", "FORMAT", "MAP_SIDE", "CAM_SIDE", "PROFILE_LENGTH", "VECTOR_LENGTH",

@@ -20,12 +20,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import SchemaError
-from .outputs import DIFF, REPORT, atomic_write
-from .records import ImageStatus, Report, RunRecord, read_report, read_run
-from .render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
-from .render.kinds import kinds
-from .tasks import reported_task
+from hookviz.errors import SchemaError
+from hookviz.outputs import DIFF, REPORT, atomic_write
+from hookviz.records import ImageStatus, Report, RunRecord, read_report, read_run
+from hookviz.render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
+from hookviz.render.kinds import kinds
+from hookviz.tasks import reported_task
 
 __all__ = ["GALLERY", "write_gallery", "run_documents"]
 

@@ -18,7 +18,7 @@ Anything else declares nothing, and ``featuremaps`` guesses from shapes as befor
 
 from __future__ import annotations
 
-from .featuremaps import DeclaredLayout
+from hookviz.featuremaps import DeclaredLayout
 
 __all__ = ["declared_layout"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from .errors import display_path
+from hookviz.errors import display_path
 
 __all__ = ["file_sha256", "PhotoIdentity", "Match", "match_photo"]
 

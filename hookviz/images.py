@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import ImageError, UsageError, arg, display_path, first_line, hint
-from .identity import PhotoIdentity
-from .options import DEFAULT_MAX_PIXELS
+from hookviz.errors import ImageError, UsageError, arg, display_path, first_line, hint
+from hookviz.identity import PhotoIdentity
+from hookviz.options import DEFAULT_MAX_PIXELS
 
 __all__ = ["MODES", "Preprocessing", "LoadedImage", "PreparedImage", "load_image", "prepare", "IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT_RATIO"]
 
@@ -258,7 +258,7 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
     """
     import torch
 
-    from .lazy_dynamo import import_torchvision
+    from hookviz.lazy_dynamo import import_torchvision
 
     import_torchvision()
     from torchvision.transforms import functional as F

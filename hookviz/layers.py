@@ -15,9 +15,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import UnknownLayerError, UsageError, arg, describe, did_you_mean, hint
-from .featuremaps import DeclaredLayout
-from .hooks import HookSet
+from hookviz.errors import UnknownLayerError, UsageError, arg, describe, did_you_mean, hint
+from hookviz.featuremaps import DeclaredLayout
+from hookviz.hooks import HookSet
 
 __all__ = [
     "LayerSpec", "LayerInfo", "resolve_path", "resolve_layers", "trace", "list_layers", "default_layer", "dry_output",
@@ -163,7 +163,7 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
     model's mode and parameters are left as they were."""
     import torch
 
-    from .modelstate import evaluation
+    from hookviz.modelstate import evaluation
 
     shapes: dict[str, list[tuple[int, ...] | None]] = {}
     order: list[str] = []
@@ -182,7 +182,7 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
             hooks.add(module.register_forward_hook(hook))
         try:
             with torch.no_grad(), evaluation(model):
-                from .tasks.base import model_dtype
+                from hookviz.tasks.base import model_dtype
 
                 device = next(model.parameters(), torch.zeros(0)).device
                 output = model(torch.zeros(1, channels, *input_size, device=device, dtype=model_dtype(model)))
@@ -230,7 +230,7 @@ def trace(model, input_size: tuple[int, int] = (224, 224), channels: int = 3) ->
 def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
     """Every module path of ``model`` with its type, output shape per call and parameter
     count: the paths ``layers=`` (and ``hookviz run --layer``) take."""
-    from .models import input_channels
+    from hookviz.models import input_channels
 
     return trace(model, input_size, input_channels(model))
 
@@ -300,7 +300,7 @@ def default_layer(
 
 def _why_transformer(shape, input_size, declared) -> str:
     """The reason for a block's first norm: the class token's, when there is one."""
-    from .featuremaps import layout_of
+    from hookviz.featuremaps import layout_of
 
     layout = layout_of(shape, input_size, declared)
     return CLASS_TOKEN_REASON if layout is not None and layout.prefix else TRANSFORMER_REASON
@@ -309,7 +309,7 @@ def _why_transformer(shape, input_size, declared) -> str:
 def _last_spatial_map(traced: _Trace, input_size, declared, min_side: int = 1) -> tuple[tuple[str, int] | None, str]:
     """The last call (in finish order) whose output is a map of one image (with sides of at
     least ``min_side``), and the reason to give."""
-    from .featuremaps import layout_of
+    from hookviz.featuremaps import layout_of
 
     seen: dict[str, int] = {}
     best, reason = None, SPATIAL_REASON
@@ -333,7 +333,7 @@ def _last_block_first_norm(model, traced: _Trace, input_size, declared) -> tuple
     child of the block puts out those tokens: ViT's ``norm1``, and TNT's, which its block
     calls after the norms of its inner pixel tokens (a batch of their own). A stage's
     closing norm (PVT's ``stages.3.norm``) comes after its blocks' tokens, and is not one."""
-    from .featuremaps import token_layout
+    from hookviz.featuremaps import token_layout
 
     modules = dict(model.named_modules())
     calls: dict[str, int] = {}

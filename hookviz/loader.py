@@ -14,8 +14,8 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .errors import ImageError, describe, display_path
-from .images import LoadedImage, PreparedImage, load_image, prepare
+from hookviz.errors import ImageError, describe, display_path
+from hookviz.images import LoadedImage, PreparedImage, load_image, prepare
 
 __all__ = ["ImageLoader"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .errors import UnknownModelError, UsageError, arg, did_you_mean, hint
-from .options import ModelOptions
-from .sources.base import LoadedModel
-from .tasks import DEFAULT_TASK, task_names, task_words
+from hookviz.errors import UnknownModelError, UsageError, arg, did_you_mean, hint
+from hookviz.options import ModelOptions
+from hookviz.sources.base import LoadedModel
+from hookviz.tasks import DEFAULT_TASK, task_names, task_words
 
 __all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels"]
 
@@ -25,7 +25,7 @@ _LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "open_clip", "ultraly
 
 
 def _sources():
-    from .sources import SOURCES
+    from hookviz.sources import SOURCES
 
     return SOURCES
 

@@ -41,7 +41,7 @@ def _img(png: bytes, layer: str, kind: str) -> str:
 
 
 def _heading(explanation) -> str:
-    from .tasks import get_task
+    from hookviz.tasks import get_task
 
     target = explanation.target
     parts = [f"<b>{html.escape(explanation.image.source.label)}</b>", f"model {html.escape(explanation.model)}",
@@ -60,8 +60,8 @@ def explanation_html(explanation, kinds=NOTEBOOK_KINDS) -> str:
     detections, notes), the prediction picture of a segmenter or detector, and per layer the
     pictures of ``kinds`` that apply to it, each an ``<img>`` whose ``data-layer`` and
     ``data-kind`` name it."""
-    from .render.kinds import picture_kind
-    from .render.prediction import prediction_figure
+    from hookviz.render.kinds import picture_kind
+    from hookviz.render.prediction import prediction_figure
 
     pictures = [picture_kind(kind) for kind in kinds]
     blocks = [_heading(explanation)]

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UsageError, arg
+from hookviz.errors import UsageError, arg
 
 __all__ = [
     "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
@@ -57,7 +57,7 @@ BOX_OBJECTIVES = ("score", "score+iou")
 
 def task_choices() -> tuple[str, ...]:
     """What ``task`` may be: ``auto``, or a task of ``hookviz.tasks``."""
-    from .tasks import task_names
+    from hookviz.tasks import task_names
 
     return ("auto", *task_names())
 
@@ -141,7 +141,7 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
 
 
 def _list_models_hint() -> str:
-    from .errors import hint
+    from hookviz.errors import hint
 
     return hint("list_models")
 
@@ -328,7 +328,7 @@ class TargetOptions:
     ig_baseline: str = "zero"
 
     def __post_init__(self):
-        from .methods import get_method
+        from hookviz.methods import get_method
 
         target = str(self.target).strip()
         if re.fullmatch(r"-\d+", target):
@@ -488,7 +488,7 @@ class ChannelSelection:
 
 
 def _default_pictures() -> tuple[str, ...]:
-    from .render.kinds import default_groups
+    from hookviz.render.kinds import default_groups
 
     return default_groups()
 
@@ -514,7 +514,7 @@ class PictureOptions:
     kinds: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        from .render.kinds import kinds_for, picture_groups
+        from hookviz.render.kinds import kinds_for, picture_groups
 
         pictures = self.pictures
         if isinstance(pictures, str):
@@ -540,7 +540,7 @@ def parse_shard(text: str) -> tuple[int, int] | None:
     (``hookviz.cluster``), ``None`` without them. Raises UsageError for other forms or K
     outside 1..N."""
     if str(text).strip().lower() == "auto":
-        from .cluster import launcher_shard
+        from hookviz.cluster import launcher_shard
 
         return launcher_shard()
     try:
@@ -660,7 +660,7 @@ class CheckOptions:
     tolerances: Tolerances = field(default_factory=Tolerances)
 
     def __post_init__(self):
-        from .checks import BASELINE_CHECKS, CHECKS, parse_checks
+        from hookviz.checks import BASELINE_CHECKS, CHECKS, parse_checks
 
         given = self.fail_on
         _set(self, "fail_on", parse_checks(self.fail_on))

@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from .errors import OutputError, SchemaError, arg, display_path
-from .fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
-from .identity import Match, file_sha256, match_photo
-from .records import Asked, CamRecord, LayerRecord, MapRecord, Report, Score, read_report
-from .render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
-from .summaries import tensor_stats
+from hookviz.errors import OutputError, SchemaError, arg, display_path
+from hookviz.fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
+from hookviz.identity import Match, file_sha256, match_photo
+from hookviz.records import Asked, CamRecord, LayerRecord, MapRecord, Report, Score, read_report
+from hookviz.render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
+from hookviz.summaries import tensor_stats
 
 if TYPE_CHECKING:
-    from .options import PictureOptions
+    from hookviz.options import PictureOptions
 
 __all__ = [
     "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
@@ -371,7 +371,7 @@ def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], 
     ``pictures_by_layer`` maps each layer to the pictures asked of it: the file written,
     or ``None`` where the picture does not apply (a CAM of a vector).
     """
-    from . import __version__
+    from hookviz import __version__
 
     source = explanation.image.source
     logits_nonfinite = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
@@ -508,11 +508,11 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     by_layer: dict[str, dict[str, str | None]] = {}
     if kinds:
         # matplotlib: ~0.3 s to import, only for pictures
-        from .render import render_png
-        from .render.figures import photo_of
-        from .render.pixels import pixels_png
-        from .render.prediction import prediction_png
-        from .render.worker import worker_cache
+        from hookviz.render import render_png
+        from hookviz.render.figures import photo_of
+        from hookviz.render.pixels import pixels_png
+        from hookviz.render.prediction import prediction_png
+        from hookviz.render.worker import worker_cache
 
         written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(photo_of(explanation))))
         prediction = prediction_png(explanation)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from .errors import UsageError, describe
+from hookviz.errors import UsageError, describe
 
 __all__ = ["GROUP", "ENVIRONMENT", "load_plugins"]
 
@@ -33,7 +33,7 @@ def load_plugins() -> list[str]:
     """
     from importlib.metadata import entry_points
 
-    from .sources.factory import current_folder_importable
+    from hookviz.sources.factory import current_folder_importable
 
     named = [(entry.value.split(":")[0], f"entry point {entry.name!r} of {GROUP}") for entry in entry_points(group=GROUP)]
     named += [(module.strip(), f"{ENVIRONMENT}") for module in os.environ.get(ENVIRONMENT, "").split(",") if module.strip()]

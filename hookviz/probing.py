@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import UsageError, arg
-from .featuremaps import Layout, reshape
-from .hooks import HookSet
-from .recording import _first_float, _replace_first
+from hookviz.errors import UsageError, arg
+from hookviz.featuremaps import Layout, reshape
+from hookviz.hooks import HookSet
+from hookviz.recording import _first_float, _replace_first
 
 __all__ = ["LayerRescoring", "InputGradients", "guided_relus", "relu_modules", "check_relus"]
 

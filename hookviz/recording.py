@@ -20,9 +20,9 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .errors import RecordingError, UnknownLayerError, arg
-from .hooks import HookSet
-from .layers import LayerSpec, first_tensor, resolve_layers
+from hookviz.errors import RecordingError, UnknownLayerError, arg
+from hookviz.hooks import HookSet
+from hookviz.layers import LayerSpec, first_tensor, resolve_layers
 
 __all__ = ["record", "Recording", "Capture"]
 

@@ -21,11 +21,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checks import Finding
-from .errors import SchemaError, display_path
-from .featuremaps import Layout
-from .identity import PhotoIdentity
-from .tasks import DEFAULT_TASK
+from hookviz.checks import Finding
+from hookviz.errors import SchemaError, display_path
+from hookviz.featuremaps import Layout
+from hookviz.identity import PhotoIdentity
+from hookviz.tasks import DEFAULT_TASK
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -657,7 +657,7 @@ class RunRecord:
         import torch
         import torchvision
 
-        from . import __version__
+        from hookviz import __version__
 
         return cls(
             hookviz=__version__,

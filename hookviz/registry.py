@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from .errors import UsageError, arg, did_you_mean
+from hookviz.errors import UsageError, arg, did_you_mean
 
 __all__ = ["Registry"]
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ComparisonError, arg, display_path, first_line
-from .fingerprints import FORMAT, Fingerprint, read_fingerprint
-from .outputs import REPORT, TENSORS
-from .records import LayerRecord, Report, RunRecord, read_report
+from hookviz.errors import ComparisonError, arg, display_path, first_line
+from hookviz.fingerprints import FORMAT, Fingerprint, read_fingerprint
+from hookviz.outputs import REPORT, TENSORS
+from hookviz.records import LayerRecord, Report, RunRecord, read_report
 
 __all__ = ["RunFolder", "ImageFiles", "ImageData", "open_run", "version_tuple"]
 

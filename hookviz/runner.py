@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .checks import Finding, run_checks
-from .cluster import auto_cuda_device, cpu_share
-from .errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
-from .explaining import SummaryOptions
-from .hooks import HookSet
-from .options import (
+from hookviz.checks import Finding, run_checks
+from hookviz.cluster import auto_cuda_device, cpu_share
+from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
+from hookviz.explaining import SummaryOptions
+from hookviz.hooks import HookSet
+from hookviz.options import (
     CheckOptions,
     InputOptions,
     LayerOptions,
@@ -43,7 +43,7 @@ from .options import (
     TargetOptions,
     TrustOptions,
 )
-from .outputs import (
+from hookviz.outputs import (
     Recipe,
     existing_ancestor,
     output_names,
@@ -52,10 +52,10 @@ from .outputs import (
     sweep_stale_files,
     write_json,
 )
-from .records import ImageStatus, RunRecord
+from hookviz.records import ImageStatus, RunRecord
 
 if TYPE_CHECKING:
-    from .diffing import Baseline
+    from hookviz.diffing import Baseline
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
 
@@ -174,7 +174,7 @@ class Run:
     def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
                  target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
                  task_options=(), trust=TrustOptions(), on_status=None, on_start=None):
-        from .trust.tally import TrustTally
+        from hookviz.trust.tally import TrustTally
 
         self.model_options, self.layer_options, self.inputs = model, layers, inputs
         self.task_options = tuple(task_options)
@@ -209,11 +209,11 @@ class Run:
         try:
             check_out(self.options.out)
             if self.checks.baseline is not None:
-                from .diffing import Baseline
+                from hookviz.diffing import Baseline
 
                 self.baseline = Baseline.open(self.checks, self.options)
             if self.options.tensorboard is not None:
-                from .tensorboard_log import check_logdir
+                from hookviz.tensorboard_log import check_logdir
 
                 check_logdir(self.options.tensorboard)
             self.start()
@@ -286,7 +286,7 @@ class Run:
             self._start_loader(self.selected)
 
     def _start_loader(self, paths: list[Path]) -> None:
-        from .loader import ImageLoader
+        from hookviz.loader import ImageLoader
 
         self.loader = ImageLoader(paths, self.inputs.max_pixels, limit=max(2, 2 * self.options.batch_size),
                                   stop=self.stopping).start()
@@ -294,8 +294,8 @@ class Run:
     def load(self) -> None:
         """Load the model and build the explainer; create the output folder only once
         everything it needs has been checked."""
-        from .explainer import Explainer
-        from .models import load_model
+        from hookviz.explainer import Explainer
+        from hookviz.models import load_model
 
         self.device = resolve_device(self.model_options.device)
         loaded = load_model(self.model_options)
@@ -305,7 +305,7 @@ class Run:
         out = self.options.out
         try:
             out.mkdir(parents=True, exist_ok=True)
-            from .discovery import OUTPUT_MARKER
+            from hookviz.discovery import OUTPUT_MARKER
 
             (out / OUTPUT_MARKER).touch()
         except OSError as exc:
@@ -313,7 +313,7 @@ class Run:
         self.explainer = explainer  # set once the folder exists: ``finish`` then describes the run in it
         sweep_stale_files(out)
         if self.options.tensorboard is not None:
-            from .tensorboard_log import TensorBoardLog
+            from hookviz.tensorboard_log import TensorBoardLog
 
             self.board = TensorBoardLog(self.options.tensorboard)
         todo = self._resume()
@@ -486,7 +486,7 @@ class Run:
 
     def _describe(self) -> RunSummary:
         """The summary, written to the run file and the gallery (once the output folder exists)."""
-        from .gallery import write_gallery
+        from hookviz.gallery import write_gallery
 
         if self.interrupted or self.error:
             reason = "interrupted" if self.interrupted else "the run stopped on an error"
@@ -629,7 +629,7 @@ def _init_worker(parent: int) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
-    from .render.worker import configure_worker
+    from hookviz.render.worker import configure_worker
 
     configure_worker()
 
@@ -660,6 +660,6 @@ def _kill_workers(pool, release: bool = False) -> None:
 
 
 def _warm_up() -> None:
-    from .render.worker import warm_up  # in the worker only: the main process never draws
+    from hookviz.render.worker import warm_up  # in the worker only: the main process never draws
 
     warm_up()

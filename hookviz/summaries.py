@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import arg
-from .featuremaps import Layout, reshape
-from .options import MAX_TILES, ChannelSelection
+from hookviz.errors import arg
+from hookviz.featuremaps import Layout, reshape
+from hookviz.options import MAX_TILES, ChannelSelection
 
 __all__ = ["TENSOR_KEYS", "ChannelTiles", "tensor_stats", "channel_sum", "select_channels", "channel_tiles", "histogram"]
 

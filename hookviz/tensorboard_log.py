@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UsageError, arg
+from hookviz.errors import UsageError, arg
 
 __all__ = ["TensorBoardLog", "check_available", "check_logdir"]
 
@@ -32,7 +32,7 @@ def check_logdir(logdir: Path) -> None:
     before a run starts, so that a run never fails on it halfway)."""
     import os
 
-    from .outputs import existing_ancestor
+    from hookviz.outputs import existing_ancestor
 
     check_available()
     probe = existing_ancestor(logdir)

@@ -5,7 +5,7 @@ interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``),
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
-from .base import (
+from hookviz.methods.base import (
     METHODS,
     RESCORING_BATCH,
     RESOLUTIONS,
@@ -17,7 +17,7 @@ from .base import (
 )
 
 # Each registers itself; --help lists them in this order, so it is not sorted by name.
-from . import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
-from . import guided_backprop, guided_gradcam, integrated_gradients  # noqa: F401  # isort: skip
+from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
+from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients  # noqa: F401  # isort: skip
 
 __all__ = ["METHODS", "RESCORING_BATCH", "RESOLUTIONS", "Method", "MethodContext", "get_method", "method_names", "register_method"]

@@ -16,8 +16,8 @@ the score: it is not scored again, and its weight is zero.
 
 from __future__ import annotations
 
-from .base import RESCORING_BATCH, MethodContext, register_method
-from .gradcam import _weighted
+from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
+from hookviz.methods.gradcam import _weighted
 
 __all__ = ["ablationcam"]
 

@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
-from ..registry import Registry
+from hookviz.errors import UsageError
+from hookviz.registry import Registry
 
 if TYPE_CHECKING:
     import torch

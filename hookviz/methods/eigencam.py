@@ -13,7 +13,7 @@ SVD returns, so its map may be the other half.
 
 from __future__ import annotations
 
-from .base import MethodContext, register_method
+from hookviz.methods.base import MethodContext, register_method
 
 __all__ = ["eigencam"]
 

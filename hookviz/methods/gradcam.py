@@ -6,7 +6,7 @@ every spatial position (``flatten(2)``, so a 3-D map needs no code of its own).
 
 from __future__ import annotations
 
-from .base import MethodContext, register_method
+from hookviz.methods.base import MethodContext, register_method
 
 __all__ = ["gradcam"]
 

@@ -7,8 +7,8 @@ exponential-output derivation, as pytorch-grad-cam computes them:
 
 from __future__ import annotations
 
-from .base import MethodContext, register_method
-from .gradcam import _weighted
+from hookviz.methods.base import MethodContext, register_method
+from hookviz.methods.gradcam import _weighted
 
 __all__ = ["gradcam_plus_plus"]
 

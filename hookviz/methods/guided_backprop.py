@@ -12,7 +12,7 @@ swaps them for modules of its own and back, and what it swaps back is one new
 
 from __future__ import annotations
 
-from .base import MethodContext, register_method
+from hookviz.methods.base import MethodContext, register_method
 
 __all__ = ["guided_backprop", "needs_relus"]
 
@@ -21,7 +21,7 @@ def needs_relus(method: str):
     """A ``Method.check`` that refuses a model without ``nn.ReLU`` (nothing to guide), naming ``method``."""
 
     def check(model) -> None:
-        from ..probing import check_relus
+        from hookviz.probing import check_relus
 
         check_relus(model, method)
 

@@ -11,11 +11,11 @@ The layer is the first recorded layer that has a map, in the forward pass's orde
 
 from __future__ import annotations
 
-from ..errors import UsageError, arg
-from .base import MethodContext, register_method
-from .gradcam import gradcam
-from .guided_backprop import needs_relus
-from .scorecam import upsampled
+from hookviz.errors import UsageError, arg
+from hookviz.methods.base import MethodContext, register_method
+from hookviz.methods.gradcam import gradcam
+from hookviz.methods.guided_backprop import needs_relus
+from hookviz.methods.scorecam import upsampled
 
 __all__ = ["guided_gradcam"]
 

@@ -8,7 +8,7 @@ score's share from this layer):
 
 from __future__ import annotations
 
-from .base import MethodContext, register_method
+from hookviz.methods.base import MethodContext, register_method
 
 __all__ = ["hirescam"]
 

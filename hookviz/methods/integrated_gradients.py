@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .base import MethodContext, register_method
+from hookviz.methods.base import MethodContext, register_method
 
 __all__ = ["integrated_gradients", "baseline", "gauss_legendre"]
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from .base import MethodContext, register_method
+from hookviz.methods.base import MethodContext, register_method
 
 __all__ = ["layercam"]
 

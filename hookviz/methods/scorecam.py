@@ -13,9 +13,9 @@ image. The softmax makes the paper's subtraction of the baseline's score unneces
 
 from __future__ import annotations
 
-from ..errors import UsageError, arg
-from .base import RESCORING_BATCH, MethodContext, register_method
-from .gradcam import _weighted
+from hookviz.errors import UsageError, arg
+from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
+from hookviz.methods.gradcam import _weighted
 
 __all__ = ["scorecam", "upsampled"]
 

@@ -9,8 +9,8 @@ The 1e-7 in the denominator is pytorch-grad-cam's, so that the two agree.
 
 from __future__ import annotations
 
-from .base import MethodContext, register_method
-from .gradcam import _weighted
+from hookviz.methods.base import MethodContext, register_method
+from hookviz.methods.gradcam import _weighted
 
 __all__ = ["xgradcam"]
 

@@ -27,7 +27,7 @@ def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:
     reused for the next image of the same layer and anatomy: a long run then only redraws
     data, which is about a third cheaper. Without one, the figure is built, drawn and dropped.
     """
-    from .worker import Reused
+    from hookviz.render.worker import Reused
 
     anatomy = kind.reuse_key(explanation, layer, options)
     if anatomy is None:

@@ -368,7 +368,7 @@ def empty(ax, cax, text: str) -> None:
 
 def task_of(explanation):
     """The task of ``explanation`` (``hookviz.tasks``): what its pictures say of the target."""
-    from ..tasks import get_task
+    from hookviz.tasks import get_task
 
     return get_task(explanation.task)
 

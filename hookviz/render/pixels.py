@@ -5,7 +5,7 @@ model saw. A method without a map says why in its place."""
 
 from __future__ import annotations
 
-from .figures import CHAR_INCHES, MapPanel, Sheet, photo_inches, png_bytes
+from hookviz.render.figures import CHAR_INCHES, MapPanel, Sheet, photo_inches, png_bytes
 
 __all__ = ["pixels_figure", "pixels_png"]
 

@@ -5,7 +5,7 @@ none (its top-5 is in every title and in the gallery)."""
 
 from __future__ import annotations
 
-from .figures import CHAR_INCHES, Sheet, photo_inches, png_bytes, task_of
+from hookviz.render.figures import CHAR_INCHES, Sheet, photo_inches, png_bytes, task_of
 
 __all__ = ["prediction_figure", "prediction_png"]
 

@@ -14,7 +14,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from .figures import ACTIVATION_CMAP, Sheet, encode, png_bytes
+from hookviz.render.figures import ACTIVATION_CMAP, Sheet, encode, png_bytes
 
 __all__ = ["configure_worker", "fonts_from_memory", "warm_up", "FigureCache", "Reused", "worker_cache"]
 

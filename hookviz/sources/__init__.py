@@ -3,9 +3,9 @@
 Importing this package registers every source, in the order they are asked.
 """
 
-from .base import SOURCES, LoadedModel, ModelSource, register_source
+from hookviz.sources.base import SOURCES, LoadedModel, ModelSource, register_source
 
 # Each registers its source. SOURCES sorts them by priority; equal priorities keep this order, so it is not sorted by name.
-from . import factory, builtin, torchvision_models, timm_models, huggingface, yolo_models, open_clip_models  # noqa: F401  # isort: skip
+from hookviz.sources import factory, builtin, torchvision_models, timm_models, huggingface, yolo_models, open_clip_models  # noqa: F401  # isort: skip
 
 __all__ = ["SOURCES", "LoadedModel", "ModelSource", "register_source"]

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..featuremaps import DeclaredLayout
-from ..images import Preprocessing
-from ..tasks import DEFAULT_TASK
+from hookviz.featuremaps import DeclaredLayout
+from hookviz.images import Preprocessing
+from hookviz.tasks import DEFAULT_TASK
 
 __all__ = [
     "LoadedModel", "ModelSource", "SOURCES", "register_source", "weights_kind", "seeded",
@@ -155,7 +155,7 @@ def reset_parameters(model) -> None:
 def load_weights_file(model, path: str):
     """Load a state_dict file into ``model``; return a ``checkpoints.LoadedWeights``: the
     label reports show, the file's SHA-256 and notes on what was undone to fit it."""
-    from ..checkpoints import load_into
+    from hookviz.checkpoints import load_into
 
     return load_into(model, Path(path))
 
@@ -163,7 +163,7 @@ def load_weights_file(model, path: str):
 def random_or_file(model, weights: str, seed: int):
     """``--weights none`` (the model as randomly initialised from ``seed``) or a file loaded
     into it, as a ``checkpoints.LoadedWeights``."""
-    from ..checkpoints import LoadedWeights
+    from hookviz.checkpoints import LoadedWeights
 
     if weights_kind(weights) == "none":
         return LoadedWeights(f"none (random init, seed {seed})", None)

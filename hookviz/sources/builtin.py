@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoints import LoadedWeights
-from ..errors import UsageError, arg
-from ..images import Preprocessing
-from ..tasks.classify import Classify
-from .base import LoadedModel, load_weights_file, random_or_file, register_source, seeded, weights_kind
+from hookviz.checkpoints import LoadedWeights
+from hookviz.errors import UsageError, arg
+from hookviz.images import Preprocessing
+from hookviz.tasks.classify import Classify
+from hookviz.sources.base import LoadedModel, load_weights_file, random_or_file, register_source, seeded, weights_kind
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class BuiltinSource:
         return Classify.name
 
     def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
-        from .torchvision_models import imagenet_categories
+        from hookviz.sources.torchvision_models import imagenet_categories
 
         entry = BUILTINS[name]
         with seeded(seed):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-from ..errors import WeightsError, arg, first_line
+from hookviz.errors import WeightsError, arg, first_line
 
 __all__ = ["failed_download"]
 
@@ -42,7 +42,7 @@ def _alternatives() -> str:
 
 
 def _torch_hub(name: str, found: dict, exc: BaseException) -> WeightsError:
-    from .torchvision_models import not_in_torch_hub
+    from hookviz.sources.torchvision_models import not_in_torch_hub
 
     return not_in_torch_hub(
         arg("model", name), "the pretrained weights the factory asked for", found.get("url"), found.get("dst"),
@@ -53,7 +53,7 @@ def _torch_hub(name: str, found: dict, exc: BaseException) -> WeightsError:
 def _hugging_face(name: str, found: dict, error: BaseException) -> WeightsError:
     from huggingface_hub import constants
 
-    from .hub import HubUnreachable, not_cached
+    from hookviz.sources.hub import HubUnreachable, not_cached
 
     if constants.is_offline_mode():
         reason = "and HF_HUB_OFFLINE is set"

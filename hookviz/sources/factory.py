@@ -18,11 +18,11 @@ import re
 import sys
 from collections.abc import Iterator
 
-from ..checkpoints import LoadedWeights
-from ..errors import UnknownModelError, arg, describe
-from ..images import Preprocessing
-from .base import LoadedModel, load_weights_file, prefixes, register_source, reset_parameters, seeded, weights_kind
-from .downloads import failed_download
+from hookviz.checkpoints import LoadedWeights
+from hookviz.errors import UnknownModelError, arg, describe
+from hookviz.images import Preprocessing
+from hookviz.sources.base import LoadedModel, load_weights_file, prefixes, register_source, reset_parameters, seeded, weights_kind
+from hookviz.sources.downloads import failed_download
 
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -67,7 +67,7 @@ class FactorySource:
         import torch.nn as nn
 
         kind = weights_kind(weights)
-        from .hub import fail_fast
+        from hookviz.sources.hub import fail_fast
 
         with seeded(seed), current_folder_importable(), fail_fast():
             model = self._build(name)

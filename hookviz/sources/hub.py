@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..errors import WeightsError, arg, first_line
+from hookviz.errors import WeightsError, arg, first_line
 
 __all__ = [
     "cache_folder", "offline", "quiet", "fail_fast", "HubUnreachable", "fetch", "not_cached", "cached_repos", "cached_file",

@@ -26,10 +26,10 @@ import pickle
 import re
 from pathlib import Path
 
-from ..checkpoints import LoadedWeights
-from ..errors import UnknownModelError, WeightsError, arg, first_line
-from ..images import INTERPOLATIONS, Preprocessing
-from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind, weights_only_loads
+from hookviz.checkpoints import LoadedWeights
+from hookviz.errors import UnknownModelError, WeightsError, arg, first_line
+from hookviz.images import INTERPOLATIONS, Preprocessing
+from hookviz.sources.base import LoadedModel, load_weights_file, register_source, seeded, weights_kind, weights_only_loads
 
 __all__ = ["HuggingFaceSource", "PREFIX", "hf_preprocessing"]
 
@@ -64,7 +64,7 @@ class HuggingFaceSource:
         self._listed: dict[str, dict] = {}
 
     def about(self) -> str:
-        from .hub import cache_folder
+        from hookviz.sources.hub import cache_folder
 
         where = f"image classifiers in the Hugging Face cache ({cache_folder()})"
         if not _installed():
@@ -76,7 +76,7 @@ class HuggingFaceSource:
 
     def names(self) -> list[str]:
         """The image classifiers already in the cache (any other repository loads too)."""
-        from .hub import cached_repos
+        from hookviz.sources.hub import cached_repos
 
         if not _installed():
             return []
@@ -127,7 +127,7 @@ class _Where:
     and the one-line errors when they cannot be had."""
 
     def __init__(self, name: str, repo: str, pretrained: bool):
-        from .hub import cache_folder, offline
+        from hookviz.sources.hub import cache_folder, offline
 
         self.name, self.repo, self.pretrained_weights = name, repo, pretrained
         # What a missing file is blamed on: the weights asked for, or the model (its config).
@@ -149,7 +149,7 @@ class _Where:
     def _refuse_custom_code(self) -> None:
         """Refuse a repository whose files name its own Python code, before transformers reads
         them (one not cached yet is refused by transformers itself, told trust_remote_code=False)."""
-        from .hub import cached_file
+        from hookviz.sources.hub import cached_file
 
         for filename in _CODE_MAPS:
             path = self.folder / filename if not self.hub else cached_file(self.repo, filename)
@@ -167,7 +167,7 @@ class _Where:
         )
 
     def _fail(self, exc: Exception) -> Exception:
-        from .hub import not_cached, offline
+        from hookviz.sources.hub import not_cached, offline
 
         text = first_line(exc)
         if "trust_remote_code" in str(exc):
@@ -181,7 +181,7 @@ class _Where:
     def config(self):
         from transformers import AutoConfig, AutoModelForImageClassification
 
-        from .hub import quiet
+        from hookviz.sources.hub import quiet
 
         try:
             with quiet():
@@ -223,7 +223,7 @@ class _Where:
         from safetensors import SafetensorError
         from transformers import AutoModelForImageClassification
 
-        from .hub import quiet
+        from hookviz.sources.hub import quiet
 
         try:
             # quiet(): transformers' own load report (a table in terminal colours) stays off
@@ -271,7 +271,7 @@ class _Where:
     def preprocessing(self) -> tuple[Preprocessing, tuple[str, ...]]:
         from transformers import AutoImageProcessor
 
-        from .hub import quiet
+        from hookviz.sources.hub import quiet
 
         try:
             with quiet():

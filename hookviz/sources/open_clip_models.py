@@ -26,10 +26,10 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 
-from ..checkpoints import LoadedWeights
-from ..errors import UnknownModelError, UsageError, WeightsError, arg, did_you_mean, first_line, hint
-from ..images import INTERPOLATIONS, Preprocessing
-from .base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
+from hookviz.checkpoints import LoadedWeights
+from hookviz.errors import UnknownModelError, UsageError, WeightsError, arg, did_you_mean, first_line, hint
+from hookviz.images import INTERPOLATIONS, Preprocessing
+from hookviz.sources.base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
 
 __all__ = ["OpenClipSource", "ClipLogits", "PREFIX", "INSTALL"]
 
@@ -102,7 +102,7 @@ class OpenClipSource:
         return f"DEFAULT {tags[0]}" if tags else "no pretrained weights"
 
     def task_of(self, name: str) -> str:
-        from ..tasks import DEFAULT_TASK
+        from hookviz.tasks import DEFAULT_TASK
 
         return DEFAULT_TASK
 
@@ -127,7 +127,7 @@ class OpenClipSource:
                 model = open_clip.create_model(arch, pretrained=None)
             loaded = random_or_file(model, weights, seed)
         wrapper = ClipLogits(model, _tokens(open_clip, arch, prompts)).eval()
-        from ..geometry import declared_layout
+        from hookviz.geometry import declared_layout
 
         preprocessing, notes = _preprocessing(model)
         return LoadedModel(
@@ -144,7 +144,7 @@ def _tokens(open_clip, arch: str, prompts: Sequence[str]):
 def _pretrained(open_clip, name: str, arch: str, tag: str | None, seed: int):
     """``arch`` with the weights of ``tag`` (default: open_clip's first for it), found (or
     fetched) in the Hugging Face cache by hookviz and handed to open_clip as a local file."""
-    from .hub import fetch
+    from hookviz.sources.hub import fetch
 
     label = arg("weights", "DEFAULT") if tag is None else arg("model", name)
     tags = open_clip.list_pretrained_tags_by_model(arch)
@@ -194,6 +194,6 @@ def _preprocessing(model) -> tuple[Preprocessing, tuple[str, ...]]:
 # The wrapper is defined on first use: torch is not imported by ``hookviz --help``.
 def ClipLogits(model, tokens):  # noqa: N802  (it builds a module)
     """``model`` (an open_clip CLIP) as a classifier over the prompts ``tokens`` stand for; see ``clip_logits``."""
-    from .clip_logits import ClipLogits as Logits
+    from hookviz.sources.clip_logits import ClipLogits as Logits
 
     return Logits(model, tokens)

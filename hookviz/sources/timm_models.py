@@ -22,10 +22,10 @@ import math
 import pickle
 from pathlib import Path
 
-from ..checkpoints import LoadedWeights
-from ..errors import UnknownModelError, WeightsError, arg, did_you_mean, first_line, hint
-from ..images import INTERPOLATIONS, Preprocessing
-from .base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
+from hookviz.checkpoints import LoadedWeights
+from hookviz.errors import UnknownModelError, WeightsError, arg, did_you_mean, first_line, hint
+from hookviz.images import INTERPOLATIONS, Preprocessing
+from hookviz.sources.base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
 
 __all__ = ["TimmSource", "PREFIX", "timm_preprocessing", "timm_categories"]
 
@@ -41,7 +41,7 @@ def _installed() -> bool:
 
 def _import_timm(name: str | None = None):
     try:
-        from ..lazy_dynamo import import_torchvision
+        from hookviz.lazy_dynamo import import_torchvision
 
         import_torchvision()  # timm imports torchvision; the fast way when the command is running
         import timm
@@ -117,8 +117,8 @@ def _create(timm, name: str, arch: str, **kwargs):
 def _task(model) -> str:
     """A model without a classifier head (``num_classes=0``: a feature extractor) returns an
     embedding, explained by its similarity to a reference photo (``target_image``)."""
-    from ..tasks import DEFAULT_TASK
-    from ..tasks.embed import Embed
+    from hookviz.tasks import DEFAULT_TASK
+    from hookviz.tasks.embed import Embed
 
     return Embed.name if getattr(model, "num_classes", None) == 0 else DEFAULT_TASK
 
@@ -127,7 +127,7 @@ def _pretrained(timm, name: str, arch: str, seed: int):
     """Build ``arch`` with the weights timm names for it, found (or fetched) by hookviz and
     handed to timm as a local file, so timm's own fix-ups (resampled position embeddings,
     remapped keys) apply, and every torch.load is weights_only."""
-    from .hub import fetch
+    from hookviz.sources.hub import fetch
 
     label = arg("weights", "DEFAULT")
     try:
@@ -142,7 +142,7 @@ def _pretrained(timm, name: str, arch: str, seed: int):
         # The hub holds plain state_dicts, also for models whose original weights were .npz files.
         overlay, where = {"file": str(path), "custom_load": False}, f"{repo}, Hugging Face cache"
     else:
-        from .torchvision_models import ensure_cached
+        from hookviz.sources.torchvision_models import ensure_cached
 
         path = ensure_cached(name, cfg.url)
         overlay, where = {"file": str(path)}, f"{path.name}, torch hub cache"

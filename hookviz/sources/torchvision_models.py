@@ -18,11 +18,11 @@ import os
 import pickle
 from pathlib import Path
 
-from ..errors import WeightsError, arg, first_line
-from ..images import Preprocessing
-from ..lazy_dynamo import import_torchvision
-from ..tasks import DEFAULT_TASK, TASKS, get_task
-from .base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
+from hookviz.errors import WeightsError, arg, first_line
+from hookviz.images import Preprocessing
+from hookviz.lazy_dynamo import import_torchvision
+from hookviz.tasks import DEFAULT_TASK, TASKS, get_task
+from hookviz.sources.base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
 
 
 def _models():
@@ -126,7 +126,7 @@ def _untrained(name: str, weights_file: str | None):
 
 
 def _has_aux_head(path: str) -> bool:
-    from ..checkpoints import read_state_dict
+    from hookviz.checkpoints import read_state_dict
 
     return any(key.startswith("aux_classifier.") for key in read_state_dict(Path(path)))
 

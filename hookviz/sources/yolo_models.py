@@ -25,9 +25,9 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import UnknownModelError, WeightsError, arg, describe
-from ..images import Preprocessing
-from .base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
+from hookviz.errors import UnknownModelError, WeightsError, arg, describe
+from hookviz.images import Preprocessing
+from hookviz.sources.base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
 
 __all__ = ["YoloSource", "YoloDetector", "PREFIX", "INSTALL", "NECK_REASON"]
 
@@ -138,7 +138,7 @@ class YoloSource:
         return "built from its config, random weights"
 
     def task_of(self, name: str) -> str:
-        from ..tasks.detect import Detect
+        from hookviz.tasks.detect import Detect
 
         return Detect.name
 
@@ -154,7 +154,7 @@ class YoloSource:
             )
         if checkpoint and weights_kind(weights) != "default":
             raise WeightsError(f"{arg('weights', weights)}: {spec} carries its own weights; drop {arg('weights')}")
-        from ..tasks.detect import Detect
+        from hookviz.tasks.detect import Detect
 
         with quiet_ultralytics():
             tasks = _import(name)
@@ -223,7 +223,7 @@ def _checkpoint(tasks, name: str, path: Path):
 def _detection() -> str:
     """ultralytics' word for a detection model (``model.task``, ``guess_model_task``), which
     is hookviz's detection task's name too."""
-    from ..tasks.detect import Detect
+    from hookviz.tasks.detect import Detect
 
     return Detect.name
 
@@ -263,7 +263,7 @@ def _categories(model) -> tuple[str, ...] | None:
 # The wrapper is defined on first use: torch is not imported by ``hookviz --help``.
 def YoloDetector(model):  # noqa: N802  (it builds a module)
     """``model`` (an ultralytics ``DetectionModel``) as a torchvision-style detector; see ``yolo_detector``."""
-    from .yolo_detector import YoloDetector as Detector
+    from hookviz.sources.yolo_detector import YoloDetector as Detector
 
     return Detector(
         model, image_size=IMAGE_SIZE, score_threshold=SCORE_THRESHOLD, iou_threshold=IOU_THRESHOLD, scores_are=SCORES_ARE

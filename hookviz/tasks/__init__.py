@@ -5,12 +5,12 @@ their order, their words, the order in which a model's output is recognised, bot
 ``priority``) is read from ``TASKS``. Importing it is cheap: no task imports torch or numpy before it runs.
 """
 
-from . import classify, detect, embed, segment  # noqa: F401  (each registers itself)
-from .base import TASKS, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, Task, TaskBase, register_task
-from .classify import ClassPrediction
-from .detect import DetectOptions, DetectPrediction
-from .embed import EmbedOptions, EmbedPrediction
-from .segment import ClassShare, SegmentPrediction
+from hookviz.tasks import classify, detect, embed, segment  # noqa: F401  (each registers itself)
+from hookviz.tasks.base import TASKS, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, Task, TaskBase, register_task
+from hookviz.tasks.classify import ClassPrediction
+from hookviz.tasks.detect import DetectOptions, DetectPrediction
+from hookviz.tasks.embed import EmbedOptions, EmbedPrediction
+from hookviz.tasks.segment import ClassShare, SegmentPrediction
 
 __all__ = ["TASKS", "ClassPrediction", "ClassScore", "ClassShare", "DEFAULT_TASK", "DetectOptions", "DetectPrediction",
            "Detection", "EmbedOptions", "EmbedPrediction", "ImagePrediction", "Plan", "PredictionPanel", "SegmentPrediction", "Task", "TaskBase", "get_task",

@@ -380,7 +380,7 @@ def register_task(task_class):
     Raises:
         UsageError: another task has that name.
     """
-    from ..errors import UsageError
+    from hookviz.errors import UsageError
 
     if task_class.name in TASKS:
         raise UsageError(f"task {task_class.name!r} is registered already; choose another name")

@@ -11,9 +11,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import UsageError, arg
-from .base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
-from .targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
+from hookviz.errors import UsageError, arg
+from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
+from hookviz.tasks.targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
 
 __all__ = ["Classify", "ClassPrediction", "logits_of", "parse_target"]
 
@@ -159,7 +159,7 @@ class Classify(TaskBase):
         return inputs.apply(base)
 
     def torchvision_preprocessing(self, transform, pretrained: bool):
-        from ..images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+        from hookviz.images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 
         if not pretrained:
             return Preprocessing()  # random or foreign weights: the usual ImageNet transform

@@ -24,9 +24,9 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..errors import UsageError, arg
-from ..hooks import HookSet
-from .base import (
+from hookviz.errors import UsageError, arg
+from hookviz.hooks import HookSet
+from hookviz.tasks.base import (
     ClassScore,
     Detection,
     ImagePrediction,
@@ -38,7 +38,7 @@ from .base import (
     probability_text,
     register_task,
 )
-from .targets import parse_target
+from hookviz.tasks.targets import parse_target
 
 __all__ = ["Detect", "DetectOptions", "DetectPrediction", "DetectorOutput", "MATCH_IOU", "MAX_DETECTIONS", "box_objective"]
 
@@ -185,7 +185,7 @@ class Detect(TaskBase):
 
     def torchvision_preprocessing(self, transform, pretrained: bool):
         """The photo as it is, in [0, 1]: the model resizes and normalises it itself."""
-        from ..images import Preprocessing
+        from hookviz.images import Preprocessing
 
         return Preprocessing(mode="original", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
 
@@ -295,7 +295,7 @@ class Detect(TaskBase):
         """Each detection's box, labelled with its rank, class and score."""
         from matplotlib.patches import Rectangle
 
-        from ..render.figures import class_colour
+        from hookviz.render.figures import class_colour
 
         prediction, shape = explanation.prediction, explanation.image.shown.shape
         for rank, detection in enumerate(prediction.detections, start=1):

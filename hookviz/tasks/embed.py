@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import HookvizError, TargetError, UsageError, arg
-from .base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
-from .classify import _describe, _select
+from hookviz.errors import HookvizError, TargetError, UsageError, arg
+from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
+from hookviz.tasks.classify import _describe, _select
 
 __all__ = ["Embed", "EmbedOptions", "EmbedPrediction", "embedding_of", "OBJECTIVE"]
 
@@ -115,7 +115,7 @@ class EmbedPlan(Plan):
 
 def _reference_photos(reference) -> list:
     """The photos one reference stands for: a folder's images, or the reference itself."""
-    from ..discovery import find_images
+    from hookviz.discovery import find_images
 
     if isinstance(reference, (str, Path)) and Path(reference).is_dir():
         return find_images([str(reference)])  # refuses a folder without images
@@ -126,7 +126,7 @@ def _concept(module, explainer_prepare, reference, device: str, options, name: s
     """The embedding of one reference: a 1-D tensor as it is, else the mean embedding of its photos."""
     import torch
 
-    from ..modelstate import evaluation
+    from hookviz.modelstate import evaluation
 
     if isinstance(reference, torch.Tensor) and reference.dim() == 1:
         return reference.detach().float()
@@ -163,7 +163,7 @@ class Embed(TaskBase):
         return inputs.apply(base)
 
     def torchvision_preprocessing(self, transform, pretrained: bool):
-        from .classify import Classify
+        from hookviz.tasks.classify import Classify
 
         return Classify().torchvision_preprocessing(transform, pretrained)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..errors import UsageError, arg
-from .base import (
+from hookviz.errors import UsageError, arg
+from hookviz.tasks.base import (
     ClassScore,
     ImagePrediction,
     Plan,
@@ -26,7 +26,7 @@ from .base import (
     register_task,
     stacked,
 )
-from .targets import class_target
+from hookviz.tasks.targets import class_target
 
 __all__ = ["Segment", "SegmentPrediction", "ClassShare", "segmentation_logits"]
 
@@ -112,7 +112,7 @@ class Segment(TaskBase):
     def torchvision_preprocessing(self, transform, pretrained: bool):
         """The weights' own: the shorter side resized, nothing cropped (random weights too:
         the model's resolution is part of it)."""
-        from ..images import Preprocessing
+        from hookviz.images import Preprocessing
 
         return Preprocessing(
             resize=int(transform.resize_size[0]), mode="shorter", mean=tuple(transform.mean), std=tuple(transform.std)
@@ -201,7 +201,7 @@ class Segment(TaskBase):
         import numpy as np
         from matplotlib.patches import Patch
 
-        from ..render.figures import class_colour
+        from hookviz.render.figures import class_colour
 
         prediction = explanation.prediction
         mask = prediction.mask

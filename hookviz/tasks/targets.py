@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..errors import TargetError, arg, did_you_mean
+from hookviz.errors import TargetError, arg, did_you_mean
 
 __all__ = ["parse_target", "class_target"]
 

@@ -12,10 +12,10 @@ explains with it), an input batch and its maps, and returns one frozen record pe
 ``to_json``. None of them changes the caller's model, its mode or the process's random state.
 """
 
-from .deletion import DeletionInsertion, deletion_insertion
-from .maps import at_input_size
-from .road import ROAD_PERCENTILES, Road, road
-from .sanity import SANITY_THRESHOLD, Randomisation, cascading_randomisation, parametrised_modules, spearman
+from hookviz.trust.deletion import DeletionInsertion, deletion_insertion
+from hookviz.trust.maps import at_input_size
+from hookviz.trust.road import ROAD_PERCENTILES, Road, road
+from hookviz.trust.sanity import SANITY_THRESHOLD, Randomisation, cascading_randomisation, parametrised_modules, spearman
 
 __all__ = [
     "ROAD_PERCENTILES",

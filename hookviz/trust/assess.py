@@ -17,8 +17,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..errors import UsageError, arg
-from .records import LayerTrust
+from hookviz.errors import UsageError, arg
+from hookviz.trust.records import LayerTrust
 
 __all__ = ["BATCH", "assess", "check"]
 
@@ -86,7 +86,7 @@ def _measurable(explanation, name: str) -> bool:
 def _inputs(explainer, images, chosen):
     import torch
 
-    from ..tasks.base import model_dtype
+    from hookviz.tasks.base import model_dtype
 
     module = explainer.model.module
     return torch.stack([images[i].tensor for i in chosen]).to(device=explainer.device, dtype=model_dtype(module))
@@ -96,10 +96,10 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], name: str)
     """Per chosen image, its ``(DeletionInsertion, Road)``."""
     import torch
 
-    from ..explaining import full_precision
-    from ..modelstate import evaluation
-    from .deletion import deletion_insertion
-    from .road import road
+    from hookviz.explaining import full_precision
+    from hookviz.modelstate import evaluation
+    from hookviz.trust.deletion import deletion_insertion
+    from hookviz.trust.road import road
 
     task, module, options = explainer.task, explainer.model.module, explainer.target
     scorer = task.probability_scorer([explanations[i].target for i in chosen], options)
@@ -119,8 +119,8 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict:
     """Per chosen image, its ``Randomisation``; images of one target class share the passes."""
     import torch
 
-    from ..layers import LayerSpec
-    from .sanity import cascading_randomisation
+    from hookviz.layers import LayerSpec
+    from hookviz.trust.sanity import cascading_randomisation
 
     name = layer.name
     path, _, call = name.partition(":")  # the recorded call alone, on the copy
@@ -145,8 +145,8 @@ def _explainer_of(explainer, spec, target, group: list, shape: tuple):
     does not make counts as all zero."""
     import torch
 
-    from ..explaining import SummaryOptions, explain_batch
-    from ..options import ChannelSelection
+    from hookviz.explaining import SummaryOptions, explain_batch
+    from hookviz.options import ChannelSelection
 
     lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .deletion import DeletionInsertion
-from .road import Road
-from .sanity import Randomisation
+from hookviz.trust.deletion import DeletionInsertion
+from hookviz.trust.road import Road
+from hookviz.trust.sanity import Randomisation
 
 __all__ = ["LayerTrust"]
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .maps import Score, at_input_size, chunks
+from hookviz.trust.maps import Score, at_input_size, chunks
 
 if TYPE_CHECKING:
     import numpy as np

@@ -54,7 +54,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...errors import UsageError, arg
+from hookviz.errors import UsageError, arg
 
 __all__ = [
     "PictureKind",
@@ -199,4 +199,4 @@ def anatomy(explanation, layer, shape):
 
 
 # Each module registers its kinds: drawing order is this order, so it is not sorted by name.
-from . import summary, channels, cam, cam_topk, cams, faithfulness, sanity, diff  # noqa: E402,F401  # isort: skip
+from hookviz.render.kinds import summary, channels, cam, cam_topk, cams, faithfulness, sanity, diff  # noqa: E402,F401  # isort: skip

@@ -4,15 +4,15 @@ detection, its box drawn over it), those panels side by side."""
 
 from __future__ import annotations
 
-from . import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
 __all__ = ["build", "reuse_key", "KIND"]
 
 
 def reuse_key(explanation, layer, options: dict):
     """The photo's size, the CAM's, and whether the photo is the whole one; ``None`` without a CAM."""
-    from ..figures import photo_of, task_of
-    from .cam_topk import panels_key
+    from hookviz.render.figures import photo_of, task_of
+    from hookviz.render.kinds.cam_topk import panels_key
 
     if task_of(explanation).cams_as_panels:
         return panels_key(explanation, layer)
@@ -21,14 +21,14 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def _heading(explanation, layer) -> str:
-    from ..figures import layer_text, shape_text
+    from hookviz.render.figures import layer_text, shape_text
 
     return f"{explanation.model} · {layer_text(layer)} · output {shape_text(layer.shapes['output'])}"
 
 
 def build(explanation, layer):
-    from ..figures import CHAR_INCHES, Overlay, Sheet, cam_boxes, photo_of, task_of, window_of
-    from .cam_topk import panels
+    from hookviz.render.figures import CHAR_INCHES, Overlay, Sheet, cam_boxes, photo_of, task_of, window_of
+    from hookviz.render.kinds.cam_topk import panels
 
     if task_of(explanation).cams_as_panels:
         return panels(explanation, layer)

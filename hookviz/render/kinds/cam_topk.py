@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from . import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
 __all__ = ["build", "reuse_key", "panels", "panels_key", "KIND"]
 
@@ -16,20 +16,20 @@ PANELS_PER_ROW = 5
 
 def panels_key(explanation, layer):
     """The photo's size and each panel's CAM's; ``None`` without panels."""
-    from ..figures import photo_of
+    from hookviz.render.figures import photo_of
 
     shape = (photo_of(explanation).shape, tuple(cam.shape for _, cam in layer.topk_cams)) if layer.topk_cams else None
     return anatomy(explanation, layer, shape)
 
 
 def reuse_key(explanation, layer, options: dict):
-    from ..figures import task_of
+    from hookviz.render.figures import task_of
 
     return None if task_of(explanation).cams_as_panels else panels_key(explanation, layer)
 
 
 def build(explanation, layer):
-    from ..figures import task_of
+    from hookviz.render.figures import task_of
 
     return None if task_of(explanation).cams_as_panels else panels(explanation, layer)
 
@@ -37,7 +37,7 @@ def build(explanation, layer):
 def panels(explanation, layer):
     """The layer's CAM panels side by side (``LayerResult.topk_cams``), titled as the task
     says: of the top-K classes, or of each detection, its box drawn over it."""
-    from ..figures import Overlay, Sheet, cam_boxes, cam_label, layer_text, photo_of, task_of, window_of
+    from hookviz.render.figures import Overlay, Sheet, cam_boxes, cam_label, layer_text, photo_of, task_of, window_of
 
     if not layer.topk_cams:
         return None

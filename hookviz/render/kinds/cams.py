@@ -4,7 +4,7 @@ why in its place). With one method it is ``<layer>.cam.png``, so it is not drawn
 
 from __future__ import annotations
 
-from . import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
 __all__ = ["build", "reuse_key", "KIND"]
 
@@ -20,7 +20,7 @@ def _methods(layer) -> list[str]:
 def reuse_key(explanation, layer, options: dict):
     """The photo's size and each method's map's (or ``None`` for a method without one);
     ``None`` (not drawn) with fewer than two methods, no target, or no map of any method."""
-    from ..figures import photo_of
+    from hookviz.render.figures import photo_of
 
     methods = _methods(layer)
     if len(methods) < 2 or explanation.target is None or not any(name in layer.cams for name in methods):
@@ -30,7 +30,7 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def build(explanation, layer):
-    from ..figures import Overlay, Sheet, cam_boxes, empty, layer_text, photo_of, window_of
+    from hookviz.render.figures import Overlay, Sheet, cam_boxes, empty, layer_text, photo_of, window_of
 
     if reuse_key(explanation, layer, {}) is None:
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from . import PictureKind, anatomy, grid_options, register_kind
+from hookviz.render.kinds import PictureKind, anatomy, grid_options, register_kind
 
 __all__ = ["build", "reuse_key", "KIND", "GRADIENT_KIND"]
 
@@ -24,8 +24,8 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def _tiles_for(explanation, layer, which: str, channels):
-    from ...options import ChannelSelection
-    from ...summaries import channel_tiles
+    from hookviz.options import ChannelSelection
+    from hookviz.summaries import channel_tiles
 
     tiles = layer.tiles.get(which)
     full = layer.output if which == "output" else layer.grad_output
@@ -63,7 +63,7 @@ def _tile_values(maps, low, high, signed: bool, scale: str):
     import numpy as np
     from matplotlib.colors import Normalize
 
-    from ..figures import norm_for
+    from hookviz.render.figures import norm_for
 
     maps = maps.astype(np.float64)
     if scale != "tile":
@@ -79,7 +79,7 @@ def _tile_values(maps, low, high, signed: bool, scale: str):
 
 def _tile_scope(low: float, high: float, blank: bool, signed: bool, scale: str) -> str:
     """What a tile's label says of its values: ``=v`` when flat, else the range its colours span."""
-    from ..figures import fmt
+    from hookviz.render.figures import fmt
 
     if low == high and not blank:
         return f" ={fmt(low)}"  # a flat tile: its one value, not a range
@@ -94,7 +94,7 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
     import matplotlib
     import numpy as np
 
-    from ..figures import ACTIVATION_CMAP, DPI, GRADIENT_CMAP, NO_FINITE, Sheet, ValueBar, layer_text, shape_text, task_of
+    from hookviz.render.figures import ACTIVATION_CMAP, DPI, GRADIENT_CMAP, NO_FINITE, Sheet, ValueBar, layer_text, shape_text, task_of
 
     tiles = _tiles_for(explanation, layer, which, channels)
     if tiles is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from . import PictureKind, register_kind
+from hookviz.render.kinds import PictureKind, register_kind
 
 __all__ = ["build", "reuse_key", "KIND"]
 
@@ -28,7 +28,7 @@ def reuse_key(image, layer, options: dict):
 
 def build(image, layer):
     """The figure, or ``None`` when there is neither an output map nor a CAM to compare."""
-    from ..figures import Sheet
+    from hookviz.render.figures import Sheet
 
     if not _comparable(layer):
         return None
@@ -46,7 +46,7 @@ def _draw(sheet, image, layer) -> None:
     import numpy as np
     from matplotlib.colors import Normalize, TwoSlopeNorm
 
-    from ..figures import ACTIVATION_CMAP, CAM_CMAP, GRADIENT_CMAP, empty, fmt
+    from hookviz.render.figures import ACTIVATION_CMAP, CAM_CMAP, GRADIENT_CMAP, empty, fmt
 
     side, stride = 2.5, 3.85
     slots = [sheet.axes(0.35 + k * stride, 1.25, side, side) for k in range(3)]
@@ -109,7 +109,7 @@ def _draw(sheet, image, layer) -> None:
 
 def _figures_text(image, layer) -> str:
     """The figures beside the CAMs: what changed, in numbers."""
-    from ..figures import fmt
+    from hookviz.render.figures import fmt
 
     before, after = image.target
     p_change = "n/a" if image.probability_change is None else f"{image.probability_change:+.3g}"
@@ -150,7 +150,7 @@ def _panel(figure, ax, cax, values, norm, cmap_name: str, title: str) -> None:
     import numpy as np
     from matplotlib.colors import TwoSlopeNorm
 
-    from ..figures import NOT_FINITE_COLOUR, ValueBar
+    from hookviz.render.figures import NOT_FINITE_COLOUR, ValueBar
 
     ax.set_title(title, fontsize=9, parse_math=False)
     if values.ndim == 1:

@@ -4,7 +4,7 @@ curves (``hookviz.trust``). Redrawn whole for each image: a few lines."""
 
 from __future__ import annotations
 
-from . import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
 __all__ = ["build", "reuse_key", "KIND"]
 
@@ -17,14 +17,14 @@ def reuse_key(explanation, layer, options: dict):
 
 def heading(explanation, layer, what: str) -> str:
     """The title of a trust picture: model, layer, method, what it shows, and the target."""
-    from ..figures import layer_text, task_of
+    from hookviz.render.figures import layer_text, task_of
 
     return f"{explanation.model} · {layer_text(layer)} · {explanation.cam_method}: {what}\n{task_of(explanation).headline(explanation)}"
 
 
 def build(explanation, layer):
     """Deletion and insertion (left), ROAD (right)."""
-    from ..figures import Sheet
+    from hookviz.render.figures import Sheet
 
     if layer.trust is None or layer.trust.deletion is None:
         return None

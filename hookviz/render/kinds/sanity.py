@@ -5,7 +5,7 @@ whole for each image."""
 
 from __future__ import annotations
 
-from . import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
 __all__ = ["build", "reuse_key", "KIND", "PANELS"]
 
@@ -30,8 +30,8 @@ def _shown_steps(count: int) -> list[int]:
 
 def build(explanation, layer):
     """The original map, then the map after randomising the layers from the output down."""
-    from ..figures import Sheet
-    from .faithfulness import heading
+    from hookviz.render.figures import Sheet
+    from hookviz.render.kinds.faithfulness import heading
 
     if layer.trust is None or layer.trust.sanity is None:
         return None

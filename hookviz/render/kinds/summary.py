@@ -4,7 +4,7 @@ photo beside it and a title naming model, layer, shape and target."""
 
 from __future__ import annotations
 
-from . import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
 __all__ = ["build", "reuse_key", "KIND"]
 
@@ -15,7 +15,7 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def build(explanation, layer):
-    from ..figures import MapPanel, Sheet, layer_text, photo_inches, shape_text, task_of
+    from hookviz.render.figures import MapPanel, Sheet, layer_text, photo_inches, shape_text, task_of
 
     width, height = photo_inches(explanation.image.shown, longest=3.9)
     left = 0.25 + max(width, 2.4) + 0.6  # room for the photo's title
