@@ -7,7 +7,7 @@ numbers, asserts nothing.
 Per model, one baseline run (torch's default threads, batches of 8) over the sample photos
 and four flipped or cropped copies of them, recording every Conv2d layer with
 ``--save-tensors``; then runs that differ from it in one thing each, each compared with the
-baseline by ``hookviz.diffing.compare``:
+baseline by ``hookviz.compare.diffing.compare``:
 
   noise   threads=1     the same run with OMP_NUM_THREADS=1 (and =3)
           batch=1       the same run one image at a time
@@ -65,7 +65,7 @@ def weights(work: Path, name: str, weights_name: str, conv: str) -> dict[str, Pa
     """The baseline's weights as a file, and the two changed copies."""
     import torch
 
-    from hookviz.models import load_model
+    from hookviz.models.loading import load_model
 
     state = {k: v.clone() for k, v in load_model(name, weights_name).module.state_dict().items()}
     files = {"base": work / f"{name}.pth", "scaled": work / f"{name}-scaled.pth", "one": work / f"{name}-one.pth"}
@@ -93,9 +93,9 @@ def measure(base: Path, other: Path) -> str:
     not, judged by the full tensors and by the fingerprints alone."""
     from dataclasses import replace
 
-    from hookviz.diffing import compare
+    from hookviz.compare.diffing import compare
     from hookviz.options import Tolerances
-    from hookviz.runfiles import open_run
+    from hookviz.store.runfolder import open_run
 
     tolerances = Tolerances()
     diff = compare(open_run(base, "base"), open_run(other, "new"))

@@ -15,10 +15,10 @@ from dataclasses import replace
 import torch
 import torchvision
 
-from hookviz.explainer import Explainer
+from hookviz.explaining.explainer import Explainer
 from hookviz.options import LayerOptions, TrustOptions
-from hookviz.sources.base import LoadedModel
-from hookviz.images import Preprocessing
+from hookviz.models.sources.base import LoadedModel
+from hookviz.inputs.images import Preprocessing
 
 
 def main() -> None:

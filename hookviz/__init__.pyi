@@ -1,13 +1,14 @@
 # The public API as type checkers and IDEs see it; at run time hookviz/__init__.py loads
 # each name lazily, on first use, so that `import hookviz` does not import torch.
-from .changes import RunDiff as RunDiff
-from .diffing import diff_runs as diff_runs
+from .anatomy.layers import list_layers as list_layers
+from .compare.diffing import diff_runs as diff_runs
+from .compare.measures import RunDiff as RunDiff
 from .errors import HookvizError as HookvizError, UsageError as UsageError
-from .explainer import Explainer as Explainer, explain as explain
-from .explaining import Explanation as Explanation, LayerResult as LayerResult
-from .images import Preprocessing as Preprocessing
-from .layers import list_layers as list_layers
-from .models import LoadedModel as LoadedModel, list_models as list_models, load_model as load_model
+from .explaining.explainer import Explainer as Explainer, explain as explain
+from .explaining.passes import Explanation as Explanation, LayerResult as LayerResult
+from .explaining.recording import Capture as Capture, Recording as Recording, record as record
+from .inputs.images import Preprocessing as Preprocessing
+from .models.loading import LoadedModel as LoadedModel, list_models as list_models, load_model as load_model
 from .options import (
     CheckOptions as CheckOptions,
     InputOptions as InputOptions,
@@ -19,8 +20,7 @@ from .options import (
     Tolerances as Tolerances,
     TrustOptions as TrustOptions,
 )
-from .recording import Capture as Capture, Recording as Recording, record as record
-from .runner import run as run
+from .runs.runner import run as run
 from .tasks import DetectOptions as DetectOptions, EmbedOptions as EmbedOptions
 
 __version__: str

@@ -28,7 +28,7 @@ from hookviz.render.kinds import default_groups, groups_help
 from hookviz.tasks import task_names
 
 if TYPE_CHECKING:
-    from hookviz.runner import Run
+    from hookviz.runs.runner import Run
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -276,7 +276,6 @@ def run(
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
-    from hookviz.cluster import command_shard
     from hookviz.options import (
         CheckOptions,
         InputOptions,
@@ -289,6 +288,7 @@ def run(
         TrustOptions,
         parse_triple,
     )
+    from hookviz.runs.cluster import command_shard
     from hookviz.tasks import DetectOptions, EmbedOptions
 
     groups = _guard(debug, lambda: dict(
@@ -324,7 +324,7 @@ def _prompts(given: list[str] | None, file: str | None) -> tuple[str, ...]:
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
     _open_heif()  # before discovery reads the suffixes PIL knows
-    from hookviz.discovery import find_images, read_list
+    from hookviz.inputs.discovery import find_images, read_list
 
     sources = list(images or [])
     if from_list:
@@ -350,7 +350,7 @@ def _open_heif() -> None:
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
-    from hookviz.runner import Run, RunInterrupted, shard_of
+    from hookviz.runs.runner import Run, RunInterrupted, shard_of
 
     count = len(shard_of(paths, groups["options"].shard))
     progress = _Progress(count, quiet=quiet or json_output, stdout_lines=not (quiet or json_output), verbose=verbose)
@@ -529,7 +529,7 @@ def diff(
     """
 
     def action():
-        from hookviz.diffing import diff_runs
+        from hookviz.compare.diffing import diff_runs
         from hookviz.options import Tolerances
 
         if pictures not in ("diff", "none"):
@@ -587,8 +587,8 @@ def layers(
     def action():
         import fnmatch
 
-        from hookviz.layers import list_layers
-        from hookviz.models import load_model
+        from hookviz.anatomy.layers import list_layers
+        from hookviz.models.loading import load_model
         from hookviz.options import ModelOptions
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
@@ -636,7 +636,7 @@ def models(
     """
 
     def action():
-        from hookviz.models import list_sources
+        from hookviz.models.loading import list_sources
 
         listings = list_sources(filter, search)
         if filter and not search and not any(listing.names for listing in listings):

@@ -537,10 +537,10 @@ class PictureOptions:
 
 def parse_shard(text: str) -> tuple[int, int] | None:
     """``"2/8"`` -> (2, 8); ``"auto"`` -> what torchrun's or a Slurm array's variables say
-    (``hookviz.cluster``), ``None`` without them. Raises UsageError for other forms or K
+    (``hookviz.runs.cluster``), ``None`` without them. Raises UsageError for other forms or K
     outside 1..N."""
     if str(text).strip().lower() == "auto":
-        from hookviz.cluster import launcher_shard
+        from hookviz.runs.cluster import launcher_shard
 
         return launcher_shard()
     try:
@@ -562,7 +562,7 @@ class RunOptions:
         batch_size: most images per forward pass.
         skip_existing: skip images whose folder already holds this run's results.
         shard: ``(K, N)``: the K-th of N slices of the image list; ``"K/N"``; ``"auto"``:
-            from torchrun's ``RANK``/``WORLD_SIZE`` or a Slurm array's variables (``hookviz.cluster``).
+            from torchrun's ``RANK``/``WORLD_SIZE`` or a Slurm array's variables (``hookviz.runs.cluster``).
         workers: rendering processes (0: one per CPU).
         memory_budget: bytes of recorded tensors a batch may hold.
         tensorboard: also log to this TensorBoard folder.
@@ -646,7 +646,7 @@ class CheckOptions:
     """The checks that make a run exit 3 (``--fail-on``), their threshold, and the baseline.
 
     Attributes:
-        fail_on: names from ``hookviz.checks.CHECKS`` (``nonfinite``, ``dead``, ``zero-grad``),
+        fail_on: names from ``hookviz.compare.checks.CHECKS`` (``nonfinite``, ``dead``, ``zero-grad``),
             or ``drift`` (differs from ``baseline`` beyond ``tolerances``).
         dead_fraction: ``dead`` means at least this fraction of an output is zero.
         baseline: an earlier run's output folder: the run ends by comparing itself with it
@@ -660,7 +660,7 @@ class CheckOptions:
     tolerances: Tolerances = field(default_factory=Tolerances)
 
     def __post_init__(self):
-        from hookviz.checks import BASELINE_CHECKS, CHECKS, parse_checks
+        from hookviz.compare.checks import BASELINE_CHECKS, CHECKS, parse_checks
 
         given = self.fail_on
         _set(self, "fail_on", parse_checks(self.fail_on))

@@ -33,7 +33,7 @@ def load_plugins() -> list[str]:
     """
     from importlib.metadata import entry_points
 
-    from hookviz.sources.factory import current_folder_importable
+    from hookviz.models.sources.factory import current_folder_importable
 
     named = [(entry.value.split(":")[0], f"entry point {entry.name!r} of {GROUP}") for entry in entry_points(group=GROUP)]
     named += [(module.strip(), f"{ENVIRONMENT}") for module in os.environ.get(ENVIRONMENT, "").split(",") if module.strip()]

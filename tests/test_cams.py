@@ -9,8 +9,8 @@ import torch.nn.functional as F
 import torchvision
 
 from hookviz import Explainer, LayerOptions, TargetOptions, explain
-from hookviz.images import LoadedImage, PreparedImage, Preprocessing
-from hookviz.models import LoadedModel
+from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.models.loading import LoadedModel
 
 from .conftest import assert_same_cam, hand_gradcam, tiny_convnext
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torchvision
 
-from hookviz.checkpoints import read_state_dict
 from hookviz.errors import WeightsError
-from hookviz.models import load_model
+from hookviz.models.checkpoints import read_state_dict
+from hookviz.models.loading import load_model
 
 from .conftest import tiny_net
 

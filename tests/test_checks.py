@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from hookviz import explain
-from hookviz.checks import parse_checks, run_checks
+from hookviz.compare.checks import parse_checks, run_checks
 from hookviz.errors import UsageError
 
 

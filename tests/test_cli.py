@@ -595,7 +595,7 @@ def test_a_grayscale_model_gets_grayscale_photos(cli, photo, tmp_path):
 def test_run_json_that_cannot_be_written_is_one_line(cli, photo, tmp_path, monkeypatch):
     import errno
 
-    import hookviz.runner as runner
+    import hookviz.runs.runner as runner
 
     def disk_full(path, document):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -691,7 +691,7 @@ def test_a_file_that_is_not_a_checkpoint_is_refused_in_one_line(cli, photo, tmp_
 def test_a_full_disk_stops_the_run_at_the_first_image(cli, tmp_path, monkeypatch):
     import errno
 
-    import hookviz.outputs as outputs
+    import hookviz.store.files as outputs
 
     folder = tmp_path / "in"
     folder.mkdir()

@@ -159,7 +159,7 @@ def test_each_torchrun_process_takes_the_gpu_of_its_local_rank(monkeypatch):
     import torch
 
     from hookviz.errors import UsageError
-    from hookviz.runner import resolve_device
+    from hookviz.runs.runner import resolve_device
 
     assert resolve_device("auto") in ("cpu", "mps", "cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -175,7 +175,7 @@ def test_each_torchrun_process_takes_the_gpu_of_its_local_rank(monkeypatch):
 
 def test_torchrun_processes_share_the_cpus_for_render_workers(tmp_path, monkeypatch):
     """Render workers default to one per CPU; N processes on a machine split those CPUs."""
-    import hookviz.runner as runner
+    import hookviz.runs.runner as runner
 
     asked = []
     real = runner._render_pool

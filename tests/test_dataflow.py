@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from hookviz.dataflow import ChannelOrders
-from hookviz.hooks import HookSet
+from hookviz.anatomy.dataflow import ChannelOrders
+from hookviz.explaining.hooks import HookSet
 
 from .conftest import tiny_convnext
 

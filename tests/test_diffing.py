@@ -17,10 +17,10 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from hookviz.cli import app
-from hookviz.diffing import compare, diff_runs
+from hookviz.compare.diffing import compare, diff_runs
 from hookviz.errors import ComparisonError, UsageError
 from hookviz.options import CheckOptions, Tolerances
-from hookviz.runfiles import open_run
+from hookviz.store.runfolder import open_run
 
 from .conftest import ROOT, SAMPLES, tiny_net
 
@@ -324,7 +324,7 @@ def test_hookviz_diff_redraws_the_new_gallery_and_a_stale_diff_is_not_shown(base
 
 
 def test_compare_arrays_figures():
-    from hookviz.changes import compare_arrays
+    from hookviz.compare.measures import compare_arrays
 
     same = compare_arrays(np.ones((3, 3)), np.ones((3, 3)))
     assert (same.max_abs, same.max_rel, same.cosine, same.scale) == (0.0, 0.0, 1.0, 1.0)
@@ -342,7 +342,7 @@ def test_compare_arrays_figures():
 
 
 def test_cam_correlation_is_defined_for_flat_maps_and_peak_shift_is_in_input_pixels():
-    from hookviz.changes import cam_correlation, peak_shift
+    from hookviz.compare.measures import cam_correlation, peak_shift
 
     peak = np.zeros((7, 7))
     peak[1, 2] = 1.0
@@ -359,8 +359,8 @@ def test_cam_correlation_is_defined_for_flat_maps_and_peak_shift_is_in_input_pix
 
 
 def test_ranking_puts_a_changed_target_first():
-    from hookviz.changes import ImageDiff, TensorDiff
-    from hookviz.diffing import _rank
+    from hookviz.compare.diffing import _rank
+    from hookviz.compare.measures import ImageDiff, TensorDiff
 
     def image(name, change, target):
         tensor = TensorDiff("logits", True, map=None, before={"min": -1.0, "max": 1.0, "mean": 0.0, "std": 1.0, "nonfinite": 0},
@@ -372,7 +372,7 @@ def test_ranking_puts_a_changed_target_first():
 
 
 def test_the_fingerprint_is_a_few_kb_per_layer_and_read_back_as_written(baseline):
-    from hookviz.fingerprints import read_fingerprint
+    from hookviz.store.fingerprints import read_fingerprint
 
     report = json.loads((baseline / "cat" / "report.json").read_text())
     assert report["files"][-1] == "fingerprint.npz" and report["fingerprint"]["format"] == 1
@@ -387,7 +387,7 @@ def test_the_fingerprint_is_a_few_kb_per_layer_and_read_back_as_written(baseline
 
 
 def test_area_mean_keeps_block_means_and_a_nan_where_it_was():
-    from hookviz.fingerprints import area_mean
+    from hookviz.store.fingerprints import area_mean
 
     values = np.arange(56 * 56, dtype=np.float64).reshape(56, 56)
     np.testing.assert_allclose(area_mean(values, 16), values.reshape(14, 4, 14, 4).mean(axis=(1, 3)), rtol=1e-6)
@@ -414,7 +414,7 @@ def test_an_explanation_does_not_draw_a_diff(tmp_path):
 
 
 def test_statistics_decide_where_nothing_else_was_kept_and_gradients_never_drift():
-    from hookviz.changes import TensorDiff
+    from hookviz.compare.measures import TensorDiff
 
     stats = {"min": -1.0, "max": 2.0, "mean": 0.5, "std": 0.3, "nonfinite": 0, "zero_fraction": 0.1}
     shapes = ([1, 4, 7, 7], [1, 4, 7, 7])

@@ -9,8 +9,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from hookviz.cli import app
-from hookviz.discovery import OUTPUT_MARKER, find_images, is_output_folder
 from hookviz.errors import UsageError
+from hookviz.inputs.discovery import OUTPUT_MARKER, find_images, is_output_folder
 
 TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
 

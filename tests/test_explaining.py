@@ -9,7 +9,7 @@ from PIL import Image
 
 from hookviz import Preprocessing, TargetOptions, explain
 from hookviz.errors import TargetError, UsageError
-from hookviz.modelstate import frozen_parameters
+from hookviz.explaining.modelstate import frozen_parameters
 from hookviz.tasks.classify import logits_of, parse_target
 
 from .conftest import tiny_net
@@ -189,7 +189,7 @@ def test_the_library_refuses_what_the_command_refuses():
 
 
 def test_full_precision_restores_the_processs_tf32_flags():
-    from hookviz.explaining import full_precision
+    from hookviz.explaining.passes import full_precision
 
     matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hookviz.featuremaps import as_feature_map, patch_grid
+from hookviz.anatomy.featuremaps import as_feature_map, patch_grid
 
 
 def test_patch_grid_follows_the_input_aspect():
@@ -30,7 +30,7 @@ def test_class_token_is_dropped_and_values_land_on_the_grid():
 
 # ----------------------------------------------------------------------------- declared layouts
 
-from hookviz.featuremaps import DeclaredLayout, Layout, layout_of  # noqa: E402
+from hookviz.anatomy.featuremaps import DeclaredLayout, Layout, layout_of  # noqa: E402
 
 REG4 = DeclaredLayout(prefix=4, patch=(16, 16), strides=(16,), origin="timm: num_prefix_tokens=4")
 DISTILLED = DeclaredLayout(prefix=2, patch=(16, 16), strides=(16,))

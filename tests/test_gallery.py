@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hookviz.options import LayerOptions, ModelOptions, RunOptions, TargetOptions
-from hookviz.runner import run
+from hookviz.runs.runner import run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -87,7 +87,7 @@ def test_gallery_renders_in_headless_chromium_without_broken_images(gallery_run,
 @pytest.mark.slow
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
 def test_a_compared_run_shows_its_diff_pictures_in_headless_chromium(gallery_run, tmp_path):
-    from hookviz.diffing import diff_runs
+    from hookviz.compare.diffing import diff_runs
 
     out, _ = gallery_run
     new = tmp_path / "new"

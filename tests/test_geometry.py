@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torchvision
 
-from hookviz.featuremaps import DeclaredLayout, Layout, layout_of
-from hookviz.geometry import declared_layout
+from hookviz.anatomy.featuremaps import DeclaredLayout, Layout, layout_of
+from hookviz.anatomy.geometry import declared_layout
 
 from .conftest import TinyNet
 
@@ -69,8 +69,8 @@ def test_transformers_models_declare_their_tokens_and_stages():
 
 def test_a_layout_of_ones_own_is_taken_over_what_the_module_says(tiny):
     from hookviz import Explainer
-    from hookviz.images import Preprocessing
-    from hookviz.sources.base import LoadedModel
+    from hookviz.inputs.images import Preprocessing
+    from hookviz.models.sources.base import LoadedModel
 
     mine = DeclaredLayout(strides=(2,), origin="mine")
     loaded = LoadedModel("tiny", tiny, "as given", None, Preprocessing(), declared_layout=mine)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hookviz.errors import WeightsError
-from hookviz.sources import hub
+from hookviz.models.sources import hub
 
 from .conftest import hub_snapshot
 

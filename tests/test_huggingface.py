@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from hookviz import InputOptions, explain
 from hookviz.cli import app
 from hookviz.errors import UnknownModelError, WeightsError
-from hookviz.models import load_model
+from hookviz.models.loading import load_model
 
 from .conftest import SAMPLES, hub_snapshot
 
@@ -116,7 +116,7 @@ def test_without_transformers_the_error_says_what_to_install(monkeypatch):
 def test_preprocessing_matches_the_image_processor(cached_vit, hub_cache):
     from PIL import Image
 
-    from hookviz.images import load_image, prepare
+    from hookviz.inputs.images import load_image, prepare
 
     loaded = load_model(f"hf:{REPO}")
     processor = transformers.AutoImageProcessor.from_pretrained(str(hub_snapshot(hub_cache, REPO)))

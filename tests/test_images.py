@@ -11,9 +11,9 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from hookviz.discovery import find_images, read_list
 from hookviz.errors import ImageError, UsageError
-from hookviz.images import Preprocessing, load_image, prepare
+from hookviz.inputs.discovery import find_images, read_list
+from hookviz.inputs.images import Preprocessing, load_image, prepare
 from hookviz.options import parse_triple
 
 

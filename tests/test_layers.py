@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torchvision
 
+from hookviz.anatomy.layers import default_layer, resolve_layers, resolve_path, trace
 from hookviz.errors import UnknownLayerError
-from hookviz.layers import default_layer, resolve_layers, resolve_path, trace
 
 
 @pytest.fixture(scope="module")

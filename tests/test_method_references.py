@@ -16,8 +16,8 @@ from PIL import Image
 from torch import nn
 
 from hookviz import Explainer, LayerOptions, TargetOptions
-from hookviz.images import LoadedImage, PreparedImage, Preprocessing
-from hookviz.models import LoadedModel
+from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.models.loading import LoadedModel
 
 SIDE = 112
 POSITIVE = 8  # a class whose logit is above zero in both photos under these weights

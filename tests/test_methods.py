@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from hookviz import Explainer, LayerOptions, TargetOptions, UsageError, explain
 from hookviz.cli import app
-from hookviz.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
 from hookviz.methods import (
     METHODS,
     MethodContext,
@@ -23,7 +23,7 @@ from hookviz.methods import (
     method_names,
     register_method,
 )
-from hookviz.models import LoadedModel
+from hookviz.models.loading import LoadedModel
 
 from .conftest import SAMPLES, tiny_convnext, tiny_net
 

@@ -5,7 +5,7 @@ import torch
 import torchvision
 
 from hookviz.errors import UnknownModelError, WeightsError
-from hookviz.models import load_model
+from hookviz.models.loading import load_model
 
 from .test_checkpoints import _Exploit
 

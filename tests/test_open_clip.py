@@ -110,7 +110,7 @@ def test_default_weights_missing_offline_name_the_cache_in_one_line(tmp_path, mo
 
 
 def _missing_open_clip(monkeypatch):
-    monkeypatch.setattr("hookviz.sources.open_clip_models._installed", lambda: False)
+    monkeypatch.setattr("hookviz.models.sources.open_clip_models._installed", lambda: False)
 
 
 @pytest.mark.parametrize(

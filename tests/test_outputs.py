@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hookviz import explain
-from hookviz.outputs import atomic_write, layer_stems, output_names, sweep_stale_files
+from hookviz.store.files import atomic_write, layer_stems, output_names, sweep_stale_files
 
 from .conftest import no_partial_files
 
@@ -106,7 +106,7 @@ def test_files_get_the_umask_mode_and_the_umask_is_never_touched(tmp_path):
         "os.umask(0o027)\n"
         "os.umask = lambda mask: calls.append(mask) or real(mask)\n"
         "from pathlib import Path\n"
-        "from hookviz.outputs import atomic_write\n"
+        "from hookviz.store.files import atomic_write\n"
         f"path = atomic_write(Path({str(tmp_path)!r}) / 'a.json', b'{{}}')\n"
         "print(oct(path.stat().st_mode & 0o777), calls)\n"
     )

@@ -9,7 +9,7 @@ import torchvision
 
 from bench.hook_snippet import SaveValues as SnippetSaveValues  # the blog posts' own class
 from hookviz.errors import UnknownLayerError
-from hookviz.recording import record
+from hookviz.explaining.recording import record
 
 
 def _hook_count(model) -> int:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import hookviz
 from hookviz.cli import app
-from hookviz.records import REPORT_SCHEMA, RUN_SCHEMA, Report, RunRecord, schema_path
+from hookviz.store.records import REPORT_SCHEMA, RUN_SCHEMA, Report, RunRecord, schema_path
 
 from .conftest import ROOT, SAMPLES, tiny_net
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from hookviz import explain
 from hookviz.errors import UsageError
-from hookviz.images import Preprocessing
+from hookviz.inputs.images import Preprocessing
 from hookviz.render import figures, render_png, worker
 from hookviz.render.kinds import PictureKind, groups_help, kinds, picture_groups, picture_kind, register_kind
 
@@ -296,7 +296,7 @@ def test_constant_tiles_are_labelled_with_their_value_not_drawn_as_a_range():
     assert labels and all(" =" in label for label in labels)
     assert "every tile is constant" in figure._suptitle.get_text()
 def _layer_diff(seed: int):
-    from hookviz.changes import CamDiff, ImageDiff, LayerDiff, MapPair, TensorDiff, compare_arrays
+    from hookviz.compare.measures import CamDiff, ImageDiff, LayerDiff, MapPair, TensorDiff, compare_arrays
 
     rng = np.random.default_rng(seed)
     before = rng.normal(size=(7, 7)).astype(np.float32)
@@ -334,7 +334,7 @@ def test_diff_picture_shows_before_and_after_on_one_scale_and_the_difference_cen
 
 
 def test_diff_picture_needs_something_to_compare():
-    from hookviz.changes import TensorDiff
+    from hookviz.compare.measures import TensorDiff
 
     image, layer = _layer_diff(0)
     assert picture_kind("diff").build(image, replace(layer, maps=None, cam=None, tensors=(TensorDiff("input", True),))) is None

@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 from hookviz.options import LayerOptions, ModelOptions, PictureOptions, RunOptions
-from hookviz.outputs import output_names
-from hookviz.runner import run, shard_of
+from hookviz.runs.runner import run, shard_of
+from hookviz.store.files import output_names
 
 from .conftest import ROOT, no_partial_files, python_output
 
@@ -46,7 +46,7 @@ def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, t
 @pytest.mark.parametrize("count", [1, 3])
 def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, count):
     """Render workers all start with the run, so a small run must not start one per CPU."""
-    import hookviz.runner as runner
+    import hookviz.runs.runner as runner
 
     asked = []
     real = runner._render_pool
@@ -70,8 +70,8 @@ def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, coun
     ],
 )
 def test_batches_are_sized_by_what_the_first_image_recorded(tmp_path, photo, monkeypatch, pictures, budget, expected):
-    from hookviz.explainer import Explainer
-    from hookviz.loader import ImageLoader
+    from hookviz.explaining.explainer import Explainer
+    from hookviz.inputs.loader import ImageLoader
 
     sizes = []
     real = Explainer.explain_batch
@@ -94,8 +94,8 @@ def test_batches_are_sized_by_what_the_first_image_recorded(tmp_path, photo, mon
 def test_the_loader_holds_no_more_images_than_it_is_told(tmp_path, photo):
     """It starts ahead of the model with room for two full batches; when the first image
     shows that batches must be small, fewer decoded photos may wait."""
-    from hookviz.images import Preprocessing
-    from hookviz.loader import ImageLoader
+    from hookviz.inputs.images import Preprocessing
+    from hookviz.inputs.loader import ImageLoader
 
     paths = [Path(shutil.copy(photo, tmp_path / f"photo{i}.png")) for i in range(12)]
     loader = ImageLoader(paths, 10**8, limit=8)
@@ -386,7 +386,7 @@ def test_skip_existing_trusts_only_complete_reports_of_this_runs_layers_and_pict
 
 
 def test_a_run_sweeps_only_leftovers_whose_writer_is_gone(tmp_path):
-    from hookviz.outputs import _HOST as host
+    from hookviz.store.files import _HOST as host
 
     images = _images(tmp_path / "in", 1)
     out = tmp_path / "out"
@@ -487,7 +487,7 @@ def test_shards_of_a_real_run_are_disjoint_and_cover_every_image(tmp_path):
 def test_a_runs_steps_work_one_by_one(tmp_path):
     """The steps of a Run can be driven and checked alone: start, load, batches, explain,
     submit, collect, finish."""
-    from hookviz.runner import Run
+    from hookviz.runs.runner import Run
 
     images = _images(tmp_path / "in", 3)
     steps = Run(images, ModelOptions("tests.conftest:tiny_net", "none"), layers=LayerOptions(("features.3",)),
@@ -591,7 +591,7 @@ def test_a_stop_during_back_propagation_abandons_the_batch_and_leaves_no_hook(tm
 
     import torch
 
-    from hookviz.runner import Run
+    from hookviz.runs.runner import Run
 
     images = _images(tmp_path / "in", 1)
     steps = Run(images, ModelOptions("tests.conftest:slow_backward_net", "none"), layers=LayerOptions(("features.3",)),
@@ -654,7 +654,7 @@ def test_a_run_that_stops_on_an_error_does_not_wait_for_its_render_workers(tmp_p
     model lacks) ends without waiting seconds for the workers to start and warm up."""
     from hookviz import TargetOptions
     from hookviz.errors import TargetError
-    from hookviz.runner import Run
+    from hookviz.runs.runner import Run
 
     images = _images(tmp_path / "in", 4)
     for pictures in ((), ("summary",)):  # the first, without workers, imports what loading needs

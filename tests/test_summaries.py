@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hookviz.anatomy.featuremaps import Layout
 from hookviz.errors import UsageError
-from hookviz.featuremaps import Layout
+from hookviz.explaining.summaries import channel_sum, channel_tiles, select_channels, tensor_stats
 from hookviz.options import ChannelSelection
-from hookviz.summaries import channel_sum, channel_tiles, select_channels, tensor_stats
 
 
 def test_stats_count_nonfinite_and_ignore_them():

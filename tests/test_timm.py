@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from hookviz import Explainer, InputOptions, LoadedModel, Preprocessing, TargetOptions, explain
 from hookviz.cli import app
 from hookviz.errors import UnknownModelError, WeightsError
-from hookviz.models import list_models, load_model
+from hookviz.models.loading import list_models, load_model
 
 from .conftest import SAMPLES, assert_same_cam, hand_gradcam, hub_snapshot
 
@@ -83,7 +83,7 @@ def test_without_timm_the_error_says_what_to_install(monkeypatch):
 
 
 def test_the_factory_source_never_claims_a_timm_name():
-    from hookviz.sources.factory import FactorySource
+    from hookviz.models.sources.factory import FactorySource
 
     assert not FactorySource().claims("timm:resnet18")
     assert FactorySource().claims("tests.conftest:tiny_net")
@@ -137,8 +137,8 @@ def test_a_pickled_weights_file_in_the_cache_is_refused_and_never_run(hub_cache,
 def test_preprocessing_equals_timms_own_eval_transform(name):
     from PIL import Image
 
-    from hookviz.images import load_image, prepare
-    from hookviz.sources.timm_models import timm_preprocessing
+    from hookviz.inputs.images import load_image, prepare
+    from hookviz.models.sources.timm_models import timm_preprocessing
 
     with torch.device("meta"):  # the transform needs the model's config only, not its weights
         model = timm.create_model(name)
@@ -202,7 +202,7 @@ def test_models_search_lists_timm_names_grouped_by_source(monkeypatch):
     assert any(line.startswith("timm:vit_little_patch16_reg4_gap_256  (256x256, DEFAULT ") for line in lines)
     assert not any(line == "resnet50" for line in lines)
     assert ("timm", "timm:resnet18", "224x224, DEFAULT a1_in1k") in list_models(filter="timm:resnet18")
-    monkeypatch.setattr("hookviz.sources.timm_models._installed", lambda: False)
+    monkeypatch.setattr("hookviz.models.sources.timm_models._installed", lambda: False)
     result = invoke("models", "--search", "timm")
     assert "# timm: timm's models: --model timm:NAME (timm is not installed: pip install 'hookviz[timm]')" in result.stdout
     assert not any(line.startswith("timm:") for line in result.stdout.splitlines())

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import hookviz
 from hookviz.cli import app
 from hookviz.errors import UnknownModelError
-from hookviz.models import load_model
+from hookviz.models.loading import load_model
 
 from .conftest import SAMPLES
 
@@ -124,7 +124,7 @@ def test_a_checkpoint_is_refused_unless_trusted(tmp_path):
 
 @pytest.mark.slow
 def test_a_trusted_checkpoint_loads_and_one_of_another_task_is_refused(tmp_path, yolo, photo):
-    from hookviz.sources.yolo_models import quiet_ultralytics
+    from hookviz.models.sources.yolo_models import quiet_ultralytics
 
     with quiet_ultralytics():
         from ultralytics.nn.tasks import SegmentationModel
@@ -170,7 +170,7 @@ import os, warnings, numpy as np, torch, PIL.Image
 state = lambda: (dict(os.environ), np.get_printoptions(), str(torch._tensor_str.PRINT_OPTS.__dict__), len(warnings.filters),
                  PIL.Image.open, torch.save, torch.load)
 before = state()
-from hookviz.models import load_model
+from hookviz.models.loading import load_model
 load_model("yolo:yolov8n.yaml", weights="none")
 after = state()
 assert before == after, [a == b for a, b in zip(before, after)]

@@ -11,7 +11,7 @@ recorded layer. An ``input`` method (guided backprop, integrated gradients) make
 per image at the input's resolution with the input's channels, (N, C, H, W), and runs
 once per batch, given the context of the first recorded layer that has a map, in the
 forward pass's order (guided Grad-CAM combines that layer's Grad-CAM with guided backprop). The pass
-(``hookviz.explaining``) owns hooks, gradients and the model; it hands each method only what
+(``hookviz.explaining.passes``) owns hooks, gradients and the model; it hands each method only what
 it declares, so a method that needs no gradient also explains a layer the target's score
 never reaches. Like pytorch-grad-cam's ``get_cam_weights(input, layer, targets, activations,
 grads)`` with its ``uses_gradients`` flag, a method never learns the task: ``ctx.score`` is

@@ -21,7 +21,7 @@ def needs_relus(method: str):
     """A ``Method.check`` that refuses a model without ``nn.ReLU`` (nothing to guide), naming ``method``."""
 
     def check(model) -> None:
-        from hookviz.probing import check_relus
+        from hookviz.explaining.probing import check_relus
 
         check_relus(model, method)
 

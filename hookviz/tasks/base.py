@@ -3,7 +3,7 @@
 A *task* (``classify``, ``segment``, ``detect``) runs the model on a batch and turns its
 output into a ``Plan``: the objective whose gradients are recorded, the scalars whose
 gradients make CAMs, and per image what was predicted and what each CAM explains. The
-forward and backward pass (``hookviz.explaining``) is the same for every task; like
+forward and backward pass (``hookviz.explaining.passes``) is the same for every task; like
 pytorch-grad-cam's target callables (``ClassifierOutputTarget``,
 ``SemanticSegmentationTarget``, ``FasterRCNNBoxScoreTarget``), a new task is a new module
 here that registers itself, not a new pipeline.

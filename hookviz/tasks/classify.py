@@ -159,7 +159,7 @@ class Classify(TaskBase):
         return inputs.apply(base)
 
     def torchvision_preprocessing(self, transform, pretrained: bool):
-        from hookviz.images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+        from hookviz.inputs.images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 
         if not pretrained:
             return Preprocessing()  # random or foreign weights: the usual ImageNet transform

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from hookviz.errors import UsageError, arg
-from hookviz.hooks import HookSet
+from hookviz.explaining.hooks import HookSet
 from hookviz.tasks.base import (
     ClassScore,
     Detection,
@@ -185,7 +185,7 @@ class Detect(TaskBase):
 
     def torchvision_preprocessing(self, transform, pretrained: bool):
         """The photo as it is, in [0, 1]: the model resizes and normalises it itself."""
-        from hookviz.images import Preprocessing
+        from hookviz.inputs.images import Preprocessing
 
         return Preprocessing(mode="original", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
 

@@ -115,7 +115,7 @@ class EmbedPlan(Plan):
 
 def _reference_photos(reference) -> list:
     """The photos one reference stands for: a folder's images, or the reference itself."""
-    from hookviz.discovery import find_images
+    from hookviz.inputs.discovery import find_images
 
     if isinstance(reference, (str, Path)) and Path(reference).is_dir():
         return find_images([str(reference)])  # refuses a folder without images
@@ -126,7 +126,7 @@ def _concept(module, explainer_prepare, reference, device: str, options, name: s
     """The embedding of one reference: a 1-D tensor as it is, else the mean embedding of its photos."""
     import torch
 
-    from hookviz.modelstate import evaluation
+    from hookviz.explaining.modelstate import evaluation
 
     if isinstance(reference, torch.Tensor) and reference.dim() == 1:
         return reference.detach().float()

@@ -112,7 +112,7 @@ class Segment(TaskBase):
     def torchvision_preprocessing(self, transform, pretrained: bool):
         """The weights' own: the shorter side resized, nothing cropped (random weights too:
         the model's resolution is part of it)."""
-        from hookviz.images import Preprocessing
+        from hookviz.inputs.images import Preprocessing
 
         return Preprocessing(
             resize=int(transform.resize_size[0]), mode="shorter", mean=tuple(transform.mean), std=tuple(transform.std)

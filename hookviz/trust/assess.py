@@ -96,8 +96,8 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], name: str)
     """Per chosen image, its ``(DeletionInsertion, Road)``."""
     import torch
 
-    from hookviz.explaining import full_precision
-    from hookviz.modelstate import evaluation
+    from hookviz.explaining.modelstate import evaluation
+    from hookviz.explaining.passes import full_precision
     from hookviz.trust.deletion import deletion_insertion
     from hookviz.trust.road import road
 
@@ -119,7 +119,7 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict:
     """Per chosen image, its ``Randomisation``; images of one target class share the passes."""
     import torch
 
-    from hookviz.layers import LayerSpec
+    from hookviz.anatomy.layers import LayerSpec
     from hookviz.trust.sanity import cascading_randomisation
 
     name = layer.name
@@ -145,7 +145,7 @@ def _explainer_of(explainer, spec, target, group: list, shape: tuple):
     does not make counts as all zero."""
     import torch
 
-    from hookviz.explaining import SummaryOptions, explain_batch
+    from hookviz.explaining.passes import SummaryOptions, explain_batch
     from hookviz.options import ChannelSelection
 
     lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)

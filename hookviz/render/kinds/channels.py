@@ -24,8 +24,8 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def _tiles_for(explanation, layer, which: str, channels):
+    from hookviz.explaining.summaries import channel_tiles
     from hookviz.options import ChannelSelection
-    from hookviz.summaries import channel_tiles
 
     tiles = layer.tiles.get(which)
     full = layer.output if which == "output" else layer.grad_output
@@ -94,7 +94,17 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
     import matplotlib
     import numpy as np
 
-    from hookviz.render.figures import ACTIVATION_CMAP, DPI, GRADIENT_CMAP, NO_FINITE, Sheet, ValueBar, layer_text, shape_text, task_of
+    from hookviz.render.figures import (
+        ACTIVATION_CMAP,
+        DPI,
+        GRADIENT_CMAP,
+        NO_FINITE,
+        Sheet,
+        ValueBar,
+        layer_text,
+        shape_text,
+        task_of,
+    )
 
     tiles = _tiles_for(explanation, layer, which, channels)
     if tiles is None:

@@ -1,0 +1,1 @@
+"""Anatomy: a model's layers, and how each layer's tensors lie (layouts, data flow, declared geometry)."""

@@ -1,0 +1,308 @@
+"""Feature maps: see any layer output as (batch, channels, height, width).
+
+Convolution layers already are. Transformer layers are not: a ViT block outputs
+(batch, tokens, channels) with class, distillation or register tokens first, and Swin
+and ConvNeXt blocks work channels-last (batch, height, width, channels).
+
+A model that declares its layout (``DeclaredLayout``: how many prefix tokens, its patch
+size, the strides of its feature maps; see ``hookviz.anatomy.geometry``) is read as it says.
+A 4-D map's order the declaration leaves open is taken from its data flow (the ops that
+made it, see ``hookviz.anatomy.dataflow``). Only what neither covers is guessed: the patch grid
+inferred from the token count and the input's aspect ratio, with or without one class
+token; the order of a map whose shape fits one reading better. A map whose shape fits
+both orders equally (1x96x96x96: height, width and channels alike) is never guessed: its
+layout is ``ambiguous``, and it is not drawn as a map. Every ``Layout`` says its basis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "Layout", "DeclaredLayout", "layout_of", "token_layout", "as_feature_map", "reshape", "patch_grid", "ambiguity",
+    "shape_text", "layout_hint",
+    "NCHW", "NHWC", "TOKENS", "AMBIGUOUS", "MAP_ORDERS", "DECLARED", "DATA_FLOW", "GUESSED", "UNDECIDED",
+]
+
+NCHW, NHWC, TOKENS, AMBIGUOUS = "nchw", "nhwc", "tokens", "ambiguous"  # a Layout's kinds
+# Every order of a map's axes with the batch first: what ``x.transpose(1, 3)`` makes (nwhc)
+# is known from the data flow too, and read back upright.
+MAP_ORDERS = ("nchw", "nhwc", "nwhc", "ncwh", "nhcw", "nwch")
+# A Layout's basis: what the model declares, the ops that made the tensor, the shape alone,
+# or nothing (a map whose shape reads both ways).
+DECLARED, DATA_FLOW, GUESSED, UNDECIDED = "declared", "data flow", "guessed", "undecided"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a tensor's dimensions map onto (batch, channels, height, width).
+
+    Attributes:
+        kind: ``nchw`` (as is), ``nhwc`` (channels last), ``tokens`` (batch, tokens, channels),
+            or ``ambiguous`` (a 4-D map that reads as ``nchw`` and ``nhwc`` alike, and that
+            nothing settles: it is not drawn as a map). The data flow may also find the
+            other orders of ``MAP_ORDERS`` (``nwhc``: ``x.transpose(1, 3)``).
+        prefix: tokens before the patch grid (class, distillation, register), dropped from the map.
+        grid: the patch grid's (rows, cols), for ``tokens``.
+        basis: ``declared`` by the model (or the caller), read from the tensor's ``data flow``,
+            ``guessed`` from the shape, or ``undecided`` (``ambiguous``).
+    """
+
+    kind: str
+    prefix: int = 0
+    grid: tuple[int, int] | None = None
+    basis: str = GUESSED
+
+    @property
+    def declared(self) -> bool:
+        return self.basis == DECLARED
+
+    @property
+    def spatial(self) -> bool:
+        """Whether the tensor can be read as a map in this layout (``ambiguous`` cannot)."""
+        return self.kind != AMBIGUOUS
+
+    def describe(self) -> str:
+        if self.kind == TOKENS:
+            rows, cols = self.grid
+            dropped = "" if not self.prefix else ", first token dropped" if self.prefix == 1 else f", first {self.prefix} tokens dropped"
+            return f"tokens as a {rows}x{cols} grid{dropped}"
+        if self.kind in (NCHW, AMBIGUOUS):
+            return ""
+        return "channels last" if self.kind == NHWC else f"axes {self.kind.upper()}"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "prefix": self.prefix, "grid": list(self.grid) if self.grid else None, "basis": self.basis}
+
+    @classmethod
+    def from_json(cls, data) -> "Layout | None":
+        """The layout ``to_json`` wrote, or ``None`` for what is not one (an older report)."""
+        if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+            return None
+        grid = data.get("grid")
+        grid = tuple(grid) if isinstance(grid, list) and len(grid) == 2 else None
+        return cls(data["kind"], int(data.get("prefix") or 0), grid, str(data.get("basis") or GUESSED))
+
+
+@dataclass(frozen=True)
+class DeclaredLayout:
+    """What a model declares about where its feature maps lie.
+
+    Attributes:
+        prefix: tokens in front of the patch tokens (timm's ``num_prefix_tokens``: class,
+            distillation and register tokens).
+        patch: the (rows, cols) stride of its patch embedding, when token tensors lie on
+            that patch grid in raster order (ViT, DeiT, EVA, BEiT).
+        pad: the patch embedding pads the input up to whole patches (the grid rounds up).
+        strides: the reductions of its 4-D feature maps (timm's ``feature_info``), which
+            tell a (N, C, H, W) map from a channels-last (N, H, W, C) one.
+        channels_last: the model declares its feature maps channels-last (timm's Swin
+            ``output_fmt``), or the caller does (``layout='nhwc'``); ``None`` when neither
+            says. It decides only maps that fit both orders and whose data flow is unknown.
+        origin: what was read, for reports.
+    """
+
+    prefix: int = 0
+    patch: tuple[int, int] | None = None
+    pad: bool = False
+    strides: tuple[int, ...] = ()
+    channels_last: bool | None = None
+    origin: str = ""
+
+    def patch_grid(self, input_hw: tuple[int, int]) -> tuple[int, int] | None:
+        """The patch grid of an input of ``input_hw``, or ``None`` without a patch embedding."""
+        if self.patch is None:
+            return None
+        divide = _ceil if self.pad else (lambda a, b: a // b)
+        return divide(input_hw[0], self.patch[0]), divide(input_hw[1], self.patch[1])
+
+    def map_grids(self, input_hw: tuple[int, int]) -> set[tuple[int, int]]:
+        """Every (height, width) a 4-D feature map of this model may have for ``input_hw``."""
+        grids = set()
+        for stride in self.strides:
+            grids.add((input_hw[0] // stride, input_hw[1] // stride))
+            grids.add((_ceil(input_hw[0], stride), _ceil(input_hw[1], stride)))
+        grid = self.patch_grid(input_hw)
+        if grid is not None:
+            grids.add(grid)
+        return {g for g in grids if g[0] > 0 and g[1] > 0}
+
+    def to_json(self) -> dict:
+        return {
+            "prefix": self.prefix, "patch": list(self.patch) if self.patch else None, "pad": self.pad,
+            "strides": list(self.strides), "channels_last": self.channels_last, "origin": self.origin,
+        }
+
+
+def patch_grid(tokens: int, input_hw: tuple[int, int]) -> tuple[int, int] | None:
+    """The (rows, cols) grid with ``rows * cols == tokens`` closest to the input's aspect ratio."""
+    height, width = input_hw
+    aspect = height / width
+    best = None
+    for rows in range(1, tokens + 1):
+        if tokens % rows:
+            continue
+        cols = tokens // rows
+        error = abs(math.log((rows / cols) / aspect))
+        if best is None or error < best[0]:
+            best = (error, rows, cols)
+    if best is None or best[0] > math.log(1.5):
+        return None
+    return best[1], best[2]
+
+
+def layout_of(
+    shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout | None = None, flow: str | None = None,
+) -> Layout | None:
+    """The layout of a tensor of ``shape`` (batch first), or ``None`` without a spatial one.
+
+    Args:
+        declared: what the model declares; what it settles is taken from it.
+        flow: a 4-D tensor's order as its data flow tells it (one of ``MAP_ORDERS``; see
+            ``hookviz.anatomy.dataflow``), ``None`` when unknown.
+
+    Returns:
+        A ``Layout``; for a 4-D map, what the declared strides settle, else the data flow,
+        else the shape when one order fits it better, else the declared channel order, else
+        ``ambiguous``.
+    """
+    shape, input_hw = tuple(shape), tuple(input_hw)
+    if len(shape) == 4:
+        return _map_layout(shape, input_hw, declared, flow)
+    if declared is not None:
+        layout = _declared_tokens(shape, input_hw, declared)
+        if layout is not None:
+            return layout
+    return _guessed_tokens(shape, input_hw)
+
+
+def ambiguity(shape: tuple[int, ...]) -> str:
+    """Why a map of ``shape`` (with its batch dimension) has no layout: the two readings it fits."""
+    _, a, b, c = shape
+    return (
+        f"fits channels first ({a} channels of {b}x{c}) and channels last ({c} channels of {a}x{b}) alike, "
+        "and neither the model nor the ops that made it say which"
+    )
+
+
+def _map_layout(shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout | None, flow: str | None) -> Layout:
+    _, a, b, c = shape
+    grids = declared.map_grids(input_hw) if declared is not None else set()
+    first, last = (a, b) in grids, (b, c) in grids
+    if first != last:  # the declared strides fit one reading only
+        return Layout(NHWC if first else NCHW, basis=DECLARED)
+    if flow in MAP_ORDERS:
+        return Layout(flow, basis=DATA_FLOW)
+    if not first:  # no declared grid fits either reading: the shape may still prefer one
+        guess = _guessed_order(a, b, c, input_hw)
+        if guess is not None:
+            return Layout(guess)
+    if declared is not None and declared.channels_last is not None:
+        return Layout(NHWC if declared.channels_last else NCHW, basis=DECLARED)
+    return Layout(AMBIGUOUS, basis=UNDECIDED)
+
+
+def _guessed_order(a: int, b: int, c: int, input_hw: tuple[int, int]) -> str | None:
+    """The order whose (height, width) fits the input's aspect better; ``None`` for a tie
+    (a square photo's 1x96x96x96, or 1x64x56x64: a side equals the channel count)."""
+    as_first, as_last = _misfit(b, c, input_hw), _misfit(a, b, input_hw)
+    if as_last is None or (as_first is not None and as_first < as_last - 1e-9):
+        return NCHW  # also when neither fits: as convolutions put their maps out
+    if as_first is None or as_last < as_first - 1e-9:
+        return NHWC
+    return None
+
+
+def _declared_tokens(shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout) -> Layout | None:
+    if len(shape) != 3:
+        return None
+    grid = declared.patch_grid(input_hw)
+    if grid is None or grid[0] * grid[1] < 2:
+        return None
+    cells = grid[0] * grid[1]
+    if shape[1] == cells + declared.prefix:
+        return Layout(TOKENS, declared.prefix, grid, basis=DECLARED)
+    if shape[1] == cells:  # the patch tokens alone (a patch embedding's own output)
+        return Layout(TOKENS, 0, grid, basis=DECLARED)
+    return None
+
+
+def _guessed_tokens(shape: tuple[int, ...], input_hw: tuple[int, int]) -> Layout | None:
+    if len(shape) != 3:
+        return None
+    _, tokens, _ = shape
+    for skip in (0, 1):  # with or without a class token in front
+        grid = patch_grid(tokens - skip, input_hw) if tokens - skip > 1 else None
+        if grid is not None and (skip == 1 or _is_square_like(grid)):
+            return Layout(TOKENS, skip, grid)
+    return None
+
+
+def token_layout(shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout | None = None) -> Layout | None:
+    """The layout of a transformer's tensor: patch tokens or channels last, else ``None``."""
+    layout = layout_of(tuple(shape), input_hw, declared)
+    return layout if layout is not None and layout.kind in (TOKENS, NHWC) else None
+
+
+def as_feature_map(tensor, input_hw: tuple[int, int], declared: DeclaredLayout | None = None, flow: str | None = None):
+    """Return ``tensor`` as (N, C, h, w), or ``None`` if it has no spatial layout (or an ambiguous one).
+
+    Args:
+        tensor: a recorded output or gradient, batch first (a torch tensor or numpy array).
+        input_hw: the model input's (height, width), used to recognise the layout.
+        declared: what the model declares about its layout, if anything.
+        flow: the tensor's order as its data flow tells it (see ``layout_of``).
+    """
+    if tensor is None:
+        return None
+    return reshape(tensor, layout_of(tuple(tensor.shape), input_hw, declared, flow))
+
+
+def reshape(tensor, layout: Layout | None):
+    """``tensor`` laid out as ``layout`` says, as (N, C, h, w); ``None`` without a layout
+    or with an ambiguous one."""
+    if tensor is None or layout is None or not layout.spatial:
+        return None
+    if layout.kind in MAP_ORDERS and layout.kind != NCHW:  # nhwc: (0, 3, 1, 2)
+        return _transpose(tensor, tuple(layout.kind.index(axis) for axis in NCHW))
+    if layout.kind == TOKENS:
+        rows, cols = layout.grid
+        n, _, channels = tensor.shape
+        return _transpose(tensor[:, layout.prefix :, :].reshape(n, rows, cols, channels), (0, 3, 1, 2))
+    return tensor
+
+
+def shape_text(shape) -> str:
+    """A batch tensor's shape as reports write one image's: ``1x512x7x7``."""
+    return "x".join(map(str, (1, *shape[1:])))
+
+
+def layout_hint() -> str:
+    """How the caller settles a map's order hookviz cannot tell."""
+    from hookviz.errors import arg
+
+    return f"pass {arg('layout', 'nhwc')} or {arg('layout', 'nchw')} to say it"
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _misfit(rows: int, cols: int, input_hw: tuple[int, int]) -> float | None:
+    """How far a (rows, cols) grid's aspect is from the input's (0: the same), or ``None``
+    when it is too far (more than 1.5 times) to be a map of it."""
+    height, width = input_hw
+    if rows <= 0 or cols <= 0:
+        return None
+    error = abs(math.log((rows / cols) / (height / width)))
+    return error if error < math.log(1.5) else None
+
+
+def _is_square_like(grid: tuple[int, int]) -> bool:
+    rows, cols = grid
+    return rows > 1 and cols > 1
+
+
+def _transpose(array, axes):
+    return array.permute(*axes) if hasattr(array, "permute") else array.transpose(axes)

@@ -1,0 +1,455 @@
+"""The explainer: one object that holds a loaded model, its preprocessing, the layers to
+record and what to explain, and explains images with them.
+
+``hookviz run`` builds one per run and feeds it batches; ``hookviz.explain`` builds one
+for a single image. Both go through ``Explainer.create``, so layer defaulting, input-size
+checks and target checks are written once, and both refuse the same bad values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from hookviz.anatomy.featuremaps import DeclaredLayout
+from hookviz.anatomy.layers import LayerSpec, default_layer, resolve_layers
+from hookviz.errors import UsageError, arg
+from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
+from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
+from hookviz.models.sources.base import LoadedModel
+from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
+
+__all__ = ["Explainer", "explain"]
+
+
+@dataclass(frozen=True)
+class Explainer:
+    """A model ready to explain images. Build it with ``Explainer.create``.
+
+    Attributes:
+        model: the loaded model (its module is where it will run).
+        preprocessing: the model's own, with the caller's overrides.
+        layers: the layers to record, resolved.
+        target: what to explain.
+        task_options: the task's own option group (``DetectOptions`` for a detector), or
+            ``None`` for a task without one.
+        layer_choice: why hookviz chose the layer, when the caller named none.
+        max_pixels: photos with more pixels than this are refused.
+        declared_layout: what the model declares about its tokens and channel order (the
+            loaded model's own word, else what ``geometry`` reads from the module).
+        trust: how far to trust each CAM: the measures ``hookviz.trust`` adds to each layer.
+    """
+
+    model: LoadedModel
+    preprocessing: Preprocessing
+    layers: tuple[LayerSpec, ...]
+    target: TargetOptions
+    layer_choice: str | None = None
+    max_pixels: int = InputOptions().max_pixels
+    declared_layout: DeclaredLayout | None = None
+    task_options: Any = None
+    trust: TrustOptions = TrustOptions()
+
+    @classmethod
+    def create(
+        cls,
+        model: LoadedModel,
+        *,
+        layers: LayerOptions = LayerOptions(),
+        inputs: InputOptions = InputOptions(),
+        target: TargetOptions = TargetOptions(),
+        preprocessing: Preprocessing | None = None,
+        task_options: Sequence = (),
+        trust: TrustOptions = TrustOptions(),
+    ) -> "Explainer":
+        """Check the options against the model and resolve its layers.
+
+        Args:
+            preprocessing: replaces the model's own before ``inputs`` apply.
+            task_options: tasks' own option groups (``DetectOptions(...)``); the model's task
+                takes its own (its defaults when none is given), the others are left unused.
+            trust: the trust measures to add to each CAM (``hookviz.trust``).
+
+        Raises:
+            UsageError: a layer, target or input size the model cannot take.
+        """
+        from hookviz.anatomy.geometry import declared_layout
+        from hookviz.models.loading import input_channels
+        from hookviz.tasks import get_task, recognise_task
+        from hookviz.tasks.targets import parse_target
+        from hookviz.trust.assess import check as check_trust
+
+        processing = preprocessing or model.preprocessing
+        if input_channels(model.module) == 1:
+            processing = replace(processing, channels=1)
+        model = _chosen_task(model, task_options)
+        dry = None
+        if model.task == "auto":  # probed at the size asked for: some models take only that
+            dry = _dry_output(model.module, inputs.apply(processing))
+            model = replace(model, task=recognise_task(dry))
+        task = get_task(model.task)
+        own = _own_options(task, task_options)
+        task.check(target)
+        if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch
+            task.check_output(dry, target, model.categories)
+        for method in target.methods:
+            _check_method(method, model.module)
+        check_trust(task, target, trust)
+        processing = task.preprocessing(processing, inputs)
+        _check_input_size(model, processing)
+        parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
+        reader = cls(model, processing, (), target, max_pixels=inputs.max_pixels)
+        own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
+        declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
+        declared = _with_layout(declared, layers.layout)
+        choice = None
+        if layers.given:
+            specs = resolve_layers(model.module, layers.layers, layers.layer_types)
+        elif model.default_layers:  # the source knows them (a YOLO's neck outputs)
+            specs = resolve_layers(model.module, model.default_layers)
+            choice = f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
+        else:
+            root = task.default_root(model.module)
+            spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)
+            specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
+        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, own, trust)
+
+    # -- what the pass reads
+
+    @property
+    def task(self):
+        from hookviz.tasks import get_task
+
+        return get_task(self.model.task)
+
+    @property
+    def asked(self) -> dict:
+        """What was asked of the task, as report.json keeps it (what ``--skip-existing``
+        compares): the target options and the task's own."""
+        own = self.task_options
+        asked = {} if own is None else own.asked() if hasattr(own, "asked") else asdict(own)
+        return {**asdict(self.target), **asked}
+
+    @property
+    def methods(self) -> tuple:
+        """Every CAM method asked for (``hookviz.methods.Method``), in order; ``()`` for ``cam='none'``."""
+        from hookviz.methods import get_method
+
+        return tuple(get_method(name) for name in self.target.methods)
+
+    @property
+    def method(self):
+        """The main CAM method: the first that maps the layer (its maps are ``LayerResult.cam``
+        and the top-K), or ``None``."""
+        return next((m for m in self.methods if m.resolution == "layer"), None)
+
+    @property
+    def device(self) -> str:
+        import torch
+
+        return str(next(self.model.module.parameters(), torch.zeros(0)).device)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.model.notes
+
+    # -- explaining
+
+    def prepare(self, image) -> PreparedImage:
+        """A photo (a path, a PIL image, an H x W x 3 uint8 array, a uint8 tensor as
+        ``torchvision.io.read_image`` returns it) preprocessed as the model expects, or a float
+        (C, H, W) tensor taken as the model's input as it is.
+
+        Raises:
+            ImageError: the file cannot be read or used.
+            UsageError: an array or tensor of a shape that is neither.
+        """
+        import os
+
+        import torch
+        from PIL import Image
+
+        if isinstance(image, PreparedImage):
+            return image
+        if isinstance(image, torch.Tensor) and image.numel() == 0:
+            raise UsageError(f"{arg('image', 'x'.join(map(str, image.shape)))}: the tensor is empty; pass a photo or the model's input")
+        if isinstance(image, torch.Tensor) and str(image.dtype) in _PIXEL_DTYPES:
+            image = _photo_of(image)  # 0-255 (or 16-bit) pixels are a photo, never a model's input
+        elif isinstance(image, torch.Tensor):
+            return _from_tensor(image, self.preprocessing)
+        if isinstance(image, np.ndarray) and image.ndim in (2, 3):
+            image = Image.fromarray(np.ascontiguousarray(image))  # an H x W (x 3) photo, as PIL reads arrays
+        if not isinstance(image, (str, os.PathLike, Image.Image)):
+            raise UsageError(
+                f"{arg('image', type(image).__name__)}: expected a path, a PIL image, an H x W x 3 array, "
+                "a uint8 (C, H, W) tensor or a preprocessed float (C, H, W) tensor"
+            )
+        return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
+
+    def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
+        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``),
+        then measure how far to trust each CAM when ``trust`` asks (``hookviz.trust``)."""
+        explanations = explain_batch(self, images, summaries)
+        if not self.trust.any:
+            return explanations
+        from hookviz.trust.assess import assess
+
+        return assess(self, images, explanations)
+
+    def explain(self, image, summaries: SummaryOptions = SummaryOptions()) -> Explanation:
+        """Explain one image (a path, PIL image or tensor)."""
+        return self.explain_batch([self.prepare(image)], summaries)[0]
+
+    def __repr__(self) -> str:
+        return f"Explainer({self.model!r}, layers={[s.label for s in self.layers]}, target={self.target.target!r})"
+
+
+def _own_options(task, given: Sequence):
+    """The option group of ``task`` among ``given`` (its defaults when none is).
+
+    Raises:
+        UsageError: something else than a task's option group, or two of one task's.
+    """
+    from hookviz.tasks import TASKS
+
+    groups = tuple(t.options_type for t in TASKS.values() if t.options_type is not None)
+    for options in given:
+        if not isinstance(options, groups):
+            names = ", ".join(group.__name__ for group in groups)
+            raise UsageError(f"{arg('task_options', type(options).__name__)}: expected a task's option group ({names})")
+    if task.options_type is None:
+        return None
+    own = [options for options in given if isinstance(options, task.options_type)]
+    if len(own) > 1:
+        raise UsageError(f"{arg('task_options')}: {len(own)} {task.options_type.__name__}s; give one")
+    return own[0] if own else task.options_type()
+
+
+def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
+    """``model`` made the task of an option group that chooses it (``target_image``: an
+    embedding's), when its source stated no task or the default one."""
+    from hookviz.tasks import DEFAULT_TASK, TASKS
+
+    if model.task not in ("auto", DEFAULT_TASK):
+        return model
+    for options in given:
+        chooser = next((t for t in TASKS.values() if t.options_type is not None and isinstance(options, t.options_type)), None)
+        if chooser is not None and chooser.chosen_by(options):
+            return replace(model, task=chooser.name)
+    return model
+
+
+def _dry_output(module, preprocessing: Preprocessing):
+    """A model's output on a blank photo: what a factory's model does is read from it."""
+    from hookviz.anatomy.layers import dry_output
+
+    return dry_output(module, preprocessing.trace_size, preprocessing.channels)
+
+
+def _with_layout(declared: DeclaredLayout | None, layout: str) -> DeclaredLayout | None:
+    """The model's declaration with the caller's word on maps that read both ways (``layout``)."""
+    if layout == "auto":
+        return declared
+    said = f"channels_last={layout == 'nhwc'} as asked ({arg('layout', layout)})"
+    base = declared if declared is not None else DeclaredLayout()
+    return replace(base, channels_last=layout == "nhwc", origin="; ".join(filter(None, (base.origin, said))))
+
+
+def _check_input_size(model: LoadedModel, preprocessing: Preprocessing) -> None:
+    if model.input_size is None:
+        return
+    height, width = model.input_size
+    if preprocessing.square and (preprocessing.size, preprocessing.size) != (height, width):
+        raise UsageError(
+            f"{arg('crop', preprocessing.size)}: {model.name} takes {height}x{width} inputs, not "
+            f"{preprocessing.size}x{preprocessing.size}; pass {arg('crop', height)} or leave it out"
+        )
+
+
+#: A uint8 tensor's channels: gray, gray and alpha, RGB, RGBA (``torchvision.io.ImageReadMode``).
+_PHOTO_CHANNELS = (1, 2, 3, 4)
+#: Tensors of pixels: ``read_image`` returns uint8, and uint16 for a 16-bit PNG.
+_PIXEL_DTYPES = ("torch.uint8", "torch.uint16")
+
+
+def _photo_of(tensor):
+    """A uint8 (or uint16) tensor of pixels as a PIL image: (C, H, W) as ``read_image`` returns
+    it (or a batch of one), else (H, W) or (H, W, C) as arrays hold photos."""
+    import torch
+    from PIL import Image
+
+    pixels = tensor.detach().cpu()
+    if pixels.dtype != torch.uint8:  # 16-bit: 65535 is white, as 255 is in 8 bits
+        pixels = (pixels.to(torch.int32) * 255 + 32767).div(65535, rounding_mode="floor").to(torch.uint8)
+    if pixels.dim() == 4 and pixels.shape[0] == 1:
+        pixels = pixels[0]
+    if pixels.dim() == 3 and pixels.shape[0] in _PHOTO_CHANNELS:
+        pixels = pixels.permute(1, 2, 0)
+    elif not (pixels.dim() == 2 or (pixels.dim() == 3 and pixels.shape[-1] in _PHOTO_CHANNELS)):
+        raise UsageError(
+            f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a uint8 tensor is taken as a photo, "
+            "(C, H, W) as torchvision.io.read_image returns it, with 1 to 4 channels"
+        )
+    array = np.ascontiguousarray(pixels.numpy())
+    return Image.fromarray(array[..., 0] if array.ndim == 3 and array.shape[-1] == 1 else array)
+
+
+def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
+    from PIL import Image
+
+    tensor = image.detach().float().cpu()
+    if tensor.dim() == 4 and tensor.shape[0] == 1:
+        tensor = tensor[0]
+    if tensor.dim() != 3:
+        raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
+    channels = tensor.shape[0]
+    if channels != preprocessing.channels:
+        layout = ("; it looks like H x W x C, a photo's layout: pass image.permute(2, 0, 1) if it is the model's "
+                  "input, or a uint8 tensor or the path to have it preprocessed"
+                  if tensor.shape[-1] == preprocessing.channels else "")
+        raise UsageError(
+            f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a tensor image of {channels} channels; "
+            f"the model takes {preprocessing.channels}{layout}"
+        )
+    mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None]
+    std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None]
+    # NaN pixels (a model input gone wrong) are shown black rather than cast to garbage
+    pixels = (np.clip(np.nan_to_num(tensor.numpy() * std + mean), 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
+    shown = np.repeat(pixels, 3, axis=2) if channels == 1 else pixels
+    return PreparedImage(LoadedImage(None, Image.fromarray(shown), _raw_pixels_note(tensor, mean, std)), tensor, shown)
+
+
+def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ...]:
+    """A note when a float tensor, taken as the model's input, holds values its normalisation
+    cannot make (half again the value of a white pixel): pixels, not yet preprocessed?"""
+    white = float(((1.0 - mean) / std).max())
+    largest = float(np.nanmax(tensor.numpy(), initial=-np.inf))
+    if not largest > 1.5 * white:
+        return ()
+    return (
+        f"{arg('image')}: a float tensor is taken as the model's input, already preprocessed, but its values "
+        f"reach {largest:.4g}, where this normalisation makes at most {white:.3g} (a white pixel): raw pixels? "
+        "Pass a uint8 tensor (as torchvision.io.read_image returns) or the path to have it preprocessed",
+    )
+
+
+def _check_method(name: str, module) -> None:
+    """Refuse a model the method cannot explain (guided backprop without a ReLU), before any image."""
+    from hookviz.methods import get_method
+
+    method = get_method(name)
+    if method.check is not None:
+        method.check(module)
+
+
+def explain(
+    model,
+    image,
+    layers: Sequence[str] | str | None = None,
+    target: str | int = "top1",
+    *,
+    objective: str = "logit",
+    cam: str | Sequence[str] = "gradcam",
+    topk: int = 1,
+    output_key: str | int | None = None,
+    score_threshold: float = 0.5,
+    max_detections: int = 5,
+    box_objective: str = "score",
+    steps: int = 32,
+    ig_baseline: str = "zero",
+    task: str = "auto",
+    layer_types: Sequence[str] | str = (),
+    layout: str = "auto",
+    preprocessing: Preprocessing | None = None,
+    inputs: InputOptions | None = None,
+    categories: Sequence[str] | None = None,
+    target_image=None,
+    faithfulness: bool = False,
+    sanity: bool = False,
+) -> Explanation:
+    """Explain one image with ``model``: the notebook form of ``hookviz run``.
+
+    The model is explained in eval mode without gradients for its parameters; its mode,
+    its parameters' flags and the process's random state are the same afterwards.
+
+    Example::
+
+        result = hookviz.explain(model, "cat.png", layers=["layer4"], target="tabby")
+        result["layer4"].cam, result.figure("layer4", "cam"), result.save("out/")
+
+    Args:
+        model: an ``nn.Module``, a ``LoadedModel``, or a model name for ``load_model``.
+        image: a photo (a path, a PIL image, an H x W x 3 uint8 array, or a uint8 (C, H, W)
+            tensor as ``torchvision.io.read_image`` returns it, uint16 for a 16-bit PNG), preprocessed as the model
+            expects; or a float (C, H, W) tensor, taken as the model's input as it is (a note
+            says so when its values look like raw pixels).
+        layers: layer paths or globs; the usual CAM layer when omitted.
+        target: ``"top1"``, a class index, or a class name.
+        objective, cam, topk: as the ``hookviz run`` options of the same names; ``cam`` takes
+            several methods as ``"gradcam,eigencam"`` or a list (``result["layer4"].cams``).
+        output_key: which entry of the model's output holds the logits, when it returns several.
+        score_threshold, max_detections: which of a detector's detections are explained
+            (``hookviz.tasks.DetectOptions``).
+        box_objective: what explains a detection: ``score``, its matched box's score alone, or
+            ``score+iou``, pytorch-grad-cam's ``FasterRCNNBoxScoreTarget`` (plus the box's IoU).
+        steps, ig_baseline: integrated gradients' steps and baseline (``zero``, ``blur``, ``mean``).
+        task: ``classify``, ``segment`` or ``detect``; by default the model's source says, or
+            (for a bare module) what its output looks like.
+        layer_types: also record every module of these classes.
+        layout: ``nchw`` or ``nhwc``: how to read a map whose shape fits both orders
+            (1x96x96x96) when neither the model nor the ops that made it say which; with
+            ``auto`` such a map gets no CAM and a note.
+        preprocessing: replaces the model's own transform.
+        inputs: overrides of the transform (``InputOptions(crop=256)``).
+        categories: class names when ``model`` is a bare module.
+        target_image: for a model whose output is an embedding: a reference photo (a path, a
+            folder of photos averaged into one concept, an image as ``image`` takes) or a
+            concept's embedding (a 1-D tensor), or a list of them, one CAM each; the objective
+            is the cosine similarity to it (``hookviz.tasks.EmbedOptions``).
+        faithfulness: also measure each CAM's deletion, insertion and ROAD curves
+            (``layer.trust``; a classifier's only).
+        sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
+
+    Returns:
+        An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
+
+    Raises:
+        HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
+    """
+    import torch.nn as nn
+
+    from hookviz.models.loading import load_model
+
+    if isinstance(model, str):
+        loaded = load_model(model)
+    elif isinstance(model, LoadedModel):
+        loaded = model
+    elif not isinstance(model, nn.Module):
+        raise UsageError(f"{arg('model', type(model).__name__)}: expected a torch.nn.Module, a LoadedModel or a model name")
+    else:
+        loaded = LoadedModel(type(model).__name__, model, "as given", tuple(categories) if categories else None,
+                             Preprocessing(), task="auto")
+    if categories and isinstance(model, LoadedModel):
+        loaded = replace(loaded, categories=tuple(categories))
+    if task != "auto":
+        loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
+    from hookviz.tasks import DetectOptions, EmbedOptions
+
+    target_options = TargetOptions(
+        target=str(target), objective=objective, cam=cam if isinstance(cam, str) else ",".join(map(str, cam)), topk=topk,
+        output_key=None if output_key is None else str(output_key),
+        box_objective=box_objective, steps=steps, ig_baseline=ig_baseline,
+    )
+    detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
+    layer_options = LayerOptions(
+        layers=() if layers is None else layers, layer_types=layer_types, layout=layout,  # LayerOptions takes one or several
+    )
+    explainer = Explainer.create(
+        loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
+        task_options=(detect_options, EmbedOptions(target_images=target_image)),
+        trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
+    )
+    return explainer.explain(image)

@@ -1,0 +1,295 @@
+"""Images: find them, decode any file PIL reads into honest RGB, and preprocess it.
+
+Decoding is PIL's; this module only decides what "the RGB picture in this file" means
+for the awkward cases (16-bit and float grayscale, transparency, CMYK, EXIF rotation,
+animations) and refuses files that would exhaust memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from hookviz.errors import ImageError, UsageError, arg, display_path, first_line, hint
+from hookviz.inputs.identity import PhotoIdentity
+from hookviz.options import DEFAULT_MAX_PIXELS
+
+__all__ = ["MODES", "Preprocessing", "LoadedImage", "PreparedImage", "load_image", "prepare", "IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT_RATIO"]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+#: A longer side more than this many times the shorter one is refused: "resize the shorter
+#: side to 256" would turn a 1x20000 strip into 256x5120000 pixels.
+MAX_ASPECT_RATIO = 50
+
+#: The resampling filters a model's transform may name, as PIL names them.
+INTERPOLATIONS = {
+    "nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX, "hamming": Image.Resampling.HAMMING,
+}
+
+IMAGE_SUFFIXES = frozenset(
+    ext.lower() for ext, fmt in Image.registered_extensions().items()
+    if fmt not in {"PDF", "EPS", "PSD", "XVTHUMB", "FITS", "MPEG", "GRIB", "BUFR", "HDF5", "WMF"}
+)
+
+
+#: How a photo is resized: ``crop`` (shorter side to ``resize``, then the centre ``size`` square),
+#: ``whole`` (the whole photo to ``size`` x ``size``), ``shorter`` (shorter side to ``resize``, nothing
+#: cut: segmentation), ``original`` (the photo as it is: a detector resizes it itself).
+MODES = ("crop", "whole", "shorter", "original")
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How a photo becomes the model's input: resize, maybe crop, normalise.
+
+    The default, ``mode="crop"``, is torchvision's usual ImageNet evaluation transform (see
+    ``MODES`` for the others). ``channels=1`` feeds a grayscale model the photo's luminance,
+    normalised with the first of ``mean`` and ``std``.
+    ``interpolation`` is the resampling filter of every resize (``bilinear``, or ``bicubic``
+    as most timm weights expect).
+    """
+
+    resize: int = 256
+    size: int = 224
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    mode: str = "crop"
+    channels: int = 3
+    interpolation: str = "bilinear"
+
+    def __post_init__(self):
+        if self.interpolation not in INTERPOLATIONS:
+            raise UsageError(f"{arg('interpolation', self.interpolation)}: choose from {', '.join(INTERPOLATIONS)}")
+
+    @property
+    def crop(self) -> bool:
+        return self.mode == "crop"
+
+    @property
+    def square(self) -> bool:
+        """Whether every photo becomes the same ``size`` x ``size`` input."""
+        return self.mode in ("crop", "whole")
+
+    @property
+    def trace_size(self) -> tuple[int, int]:
+        """An input size for a dry pass: the square, or the resized side (224 for ``original``)."""
+        side = self.size if self.square else self.resize if self.mode == "shorter" else 224
+        return side, side
+
+    def to_json(self) -> dict:
+        return {
+            "mode": self.mode,
+            "resize": self.resize if self.mode in ("crop", "shorter") else None,
+            "crop": self.size if self.mode == "crop" else None,
+            "size": [self.size, self.size] if self.square else None,
+            "interpolation": self.interpolation,
+            "mean": list(self.mean[: self.channels]),
+            "std": list(self.std[: self.channels]),
+            "channels": self.channels,
+        }
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """A decoded photo: upright, RGB, 8 bits per channel; ``identity`` tells a file's photo
+    from another of the same name (``None`` for a photo given in memory)."""
+
+    path: Path | None
+    rgb: Image.Image
+    notes: tuple[str, ...] = ()
+    identity: PhotoIdentity | None = None
+
+    @property
+    def label(self) -> str:
+        return display_path(self.path) if self.path is not None else "<in-memory image>"
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """A photo as the model sees it.
+
+    Attributes:
+        source: the decoded photo.
+        tensor: the normalised (3, size, size) float32 input.
+        shown: the same pixels before normalisation, (size, size, 3) uint8, for overlays.
+        whole: the whole photo (uint8), on which a ``mode="whole"`` CAM is drawn.
+    """
+
+    source: LoadedImage
+    tensor: "object"  # torch.Tensor; annotated loosely so this module imports without torch
+    shown: np.ndarray
+    whole: np.ndarray | None = field(default=None, repr=False)
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+    """Decode a file (or take a PIL image) and return it upright in RGB.
+
+    Raises:
+        ImageError: the file is missing, unreadable, truncated, too large or too thin.
+    """
+    if isinstance(source, Image.Image):
+        return _to_loaded(None, source, max_pixels)
+    path = Path(source)
+    shown = display_path(path)
+    if not path.exists():
+        raise ImageError(f"{shown}: no such file")
+    if path.is_dir():
+        raise ImageError(f"{shown}: is a directory, not an image")
+    if path.stat().st_size == 0:
+        raise ImageError(f"{shown}: file is empty (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                loaded = _to_loaded(path, im, max_pixels)
+        # Read again for its digest, from the page cache (a 5 MB, 12 MP JPEG: ~15 ms, 2% of
+        # decoding it), once decoding succeeded: the file is never held whole in memory, and a
+        # broken one costs nothing more.
+        return replace(loaded, identity=PhotoIdentity.of(path))
+    except Image.DecompressionBombError:
+        cap = 2 * (Image.MAX_IMAGE_PIXELS or 0)
+        if max_pixels < cap:
+            advice = f"raise {arg('max_pixels')} if you trust it"
+        else:  # PIL's own limit is lower than ours, and hookviz leaves PIL's settings alone
+            advice = f"PIL refuses anything above {cap:,} pixels (PIL.Image.MAX_IMAGE_PIXELS); shrink it first"
+        raise ImageError(f"{shown}: image is too large to decode safely; {advice}") from None
+    except PermissionError:
+        raise ImageError(f"{shown}: cannot read it (permission denied)") from None
+    except UnidentifiedImageError:
+        if _is_heif(path):
+            raise ImageError(f"{shown}: a HEIC/HEIF photo, which PIL cannot read alone; {hint('heif')}, "
+                             "or convert it to JPEG or PNG") from None
+        raise ImageError(
+            f"{shown}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)"
+        ) from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise ImageError(f"{shown}: image data is corrupt or truncated ({first_line(exc)})") from None
+
+
+_HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
+
+
+def _is_heif(path: Path) -> bool:
+    """Whether a file is a HEIC/HEIF photo (an iPhone's), by its name or its ``ftyp`` box."""
+    if path.suffix.lower() in (".heic", ".heif", ".hif"):
+        return True
+    with contextlib.suppress(OSError), open(path, "rb") as stream:
+        head = stream.read(12)
+        return head[4:8] == b"ftyp" and head[8:12] in _HEIF_BRANDS
+    return False
+
+
+def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedImage:
+    label = display_path(path) if path is not None else "<image>"
+    width, height = im.size
+    if width * height > max_pixels:
+        raise ImageError(
+            f"{label}: {width}x{height} is {width * height:,} pixels, above "
+            f"{arg('max_pixels', f'{max_pixels:,}')} (a decompression bomb?); raise it if you trust the file"
+        )
+    if width < 1 or height < 1:
+        raise ImageError(f"{label}: image has no pixels ({width}x{height})")
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise ImageError(
+            f"{label}: {width}x{height} is too thin to resize (aspect ratio above "
+            f"{MAX_ASPECT_RATIO}:1); crop it to the region you want explained"
+        )
+    notes = []
+    frames = getattr(im, "n_frames", 1)
+    if frames > 1:
+        im.seek(0)
+        notes.append(f"{label}: first frame of {frames} used")
+    im.load()
+    im = ImageOps.exif_transpose(im)
+    return LoadedImage(path=path, rgb=_rgb(im), notes=tuple(notes))
+
+
+def _rgb(im: Image.Image) -> Image.Image:
+    mode = im.mode
+    if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
+        return Image.fromarray(_gray_to_uint8(np.asarray(im), mode)).convert("RGB")
+    if mode == "P":
+        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+        mode = im.mode
+    if mode in ("RGBA", "LA", "PA", "La", "RGBa"):
+        # Transparent pixels hold arbitrary colours; show them as a viewer would, over white.
+        rgba = im.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return im.convert("RGB")
+
+
+def _gray_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
+    """Scale high-bit-depth grayscale into 0..255 instead of clipping it."""
+    values = array.astype(np.float64)
+    finite = values[np.isfinite(values)]
+    if mode.startswith("I;16") or (mode == "I" and finite.size and finite.min() >= 0 and finite.max() <= 65535):
+        scaled = values / 65535.0
+    elif finite.size and finite.min() >= 0.0 and finite.max() <= 1.0:
+        scaled = values  # float data already in 0..1
+    else:
+        low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+        scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
+    scaled = np.nan_to_num(scaled, nan=0.0, posinf=1.0, neginf=0.0)
+    return np.round(np.clip(scaled, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+# ----------------------------------------------------------------------------- preprocessing
+
+
+def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = DEFAULT_MAX_PIXELS) -> PreparedImage:
+    """Resize, crop and normalise a decoded photo into the model's input tensor.
+
+    Raises:
+        ImageError: resizing would make more than ``max_pixels`` pixels (a huge ``resize``).
+    """
+    import torch
+
+    from hookviz.lazy_dynamo import import_torchvision
+
+    import_torchvision()
+    from torchvision.transforms import functional as F
+
+    shown_pil = _resized(image, preprocessing, max_pixels)
+    if preprocessing.channels == 1:
+        shown_pil = shown_pil.convert("L").convert("RGB")  # shown as the model sees it: grey
+    shown = np.asarray(shown_pil, dtype=np.uint8)
+    pixels = shown[..., :1] if preprocessing.channels == 1 else shown
+    tensor = torch.from_numpy(pixels.copy()).permute(2, 0, 1).float().div_(255.0)
+    channels = preprocessing.channels
+    tensor = F.normalize(tensor, list(preprocessing.mean[:channels]), list(preprocessing.std[:channels]))
+    whole = np.asarray(image.rgb, dtype=np.uint8) if preprocessing.mode == "whole" else None
+    return PreparedImage(source=image, tensor=tensor, shown=shown, whole=whole)
+
+
+def _resized(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int) -> Image.Image:
+    from torchvision.transforms import functional as F
+
+    mode = preprocessing.mode
+    if mode == "whole":
+        return image.rgb.resize((preprocessing.size, preprocessing.size), INTERPOLATIONS[preprocessing.interpolation])
+    if mode == "original":
+        return image.rgb
+    width, height = image.rgb.size
+    scale = preprocessing.resize / min(width, height)
+    resized = round(width * scale) * round(height * scale)
+    if resized > max_pixels:
+        raise ImageError(
+            f"{image.label}: resizing its shorter side to {arg('resize', preprocessing.resize)} makes "
+            f"{resized:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')}; choose a smaller resize"
+        )
+    shorter = F.resize(image.rgb, preprocessing.resize, F.InterpolationMode(preprocessing.interpolation))
+    return F.center_crop(shorter, preprocessing.size) if mode == "crop" else shorter

@@ -1,0 +1,128 @@
+"""The image loader: decodes a run's photos in a background thread, ahead of the model.
+
+Decoding needs no torch, so the loader starts with the run and works on the core the
+import of torch leaves idle. It holds at most ``limit`` decoded photos (a bound the run
+lowers once it knows how large its batches are), and prepares them for the model once
+the preprocessing is known.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from hookviz.errors import ImageError, describe, display_path
+from hookviz.inputs.images import LoadedImage, PreparedImage, load_image, prepare
+
+__all__ = ["ImageLoader"]
+
+_END = object()
+
+
+class ImageLoader:
+    """Iterating yields ``(path, PreparedImage or ImageError)`` in the order of ``paths``.
+
+    Args:
+        paths: the photos, in order.
+        max_pixels: refuse larger photos (and resized sizes).
+        limit: at most this many photos wait, decoded, for the consumer.
+        stop: when set, iteration ends and the thread stops (a run asked to stop).
+    """
+
+    def __init__(self, paths: Sequence[Path], max_pixels: int, limit: int, stop: threading.Event | None = None):
+        self._paths = list(paths)
+        self._max_pixels = max_pixels
+        self._limit = max(1, limit)
+        self._items: deque = deque()
+        self._changed = threading.Condition()
+        self._stopped = False
+        self._stop_event = stop or threading.Event()
+        self._preprocessing = None
+        context = contextvars.copy_context()  # messages keep the caller's spelling of arguments
+        self._thread = threading.Thread(target=context.run, args=(self._work,), name="hookviz-loader", daemon=True)
+
+    def start(self) -> "ImageLoader":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def set_preprocessing(self, preprocessing) -> None:
+        """From now on photos are prepared for the model as they are decoded."""
+        with self._changed:
+            self._preprocessing = preprocessing
+
+    def hold_at_most(self, count: int) -> None:
+        """Let at most ``count`` decoded photos wait from now on."""
+        with self._changed:
+            self._limit = max(1, count)
+            self._changed.notify_all()
+
+    @property
+    def waiting(self) -> int:
+        with self._changed:
+            return len(self._items)
+
+    def __iter__(self) -> Iterator[tuple[Path, PreparedImage | ImageError]]:
+        while True:
+            with self._changed:
+                while not self._items and not self._stopping():
+                    self._changed.wait(timeout=0.2)
+                if not self._items or self._stop_event.is_set():
+                    return
+                item = self._items.popleft()
+                self._changed.notify_all()
+                preprocessing = self._preprocessing
+            if item is _END:
+                return
+            path, image = item
+            if isinstance(image, LoadedImage):  # decoded before the preprocessing was known
+                image = self._prepared(path, image, preprocessing)
+            yield path, image
+
+    def _stopping(self) -> bool:
+        return self._stopped or self._stop_event.is_set()
+
+    # -- the thread
+
+    def _work(self) -> None:
+        for path in self._paths:
+            with self._changed:
+                while len(self._items) >= self._limit and not self._stopping():
+                    self._changed.wait(timeout=0.2)
+                if self._stopping():
+                    return
+                preprocessing = self._preprocessing
+            image = self._decoded(path)
+            if isinstance(image, LoadedImage) and preprocessing is not None:
+                image = self._prepared(path, image, preprocessing)
+            with self._changed:
+                self._items.append((path, image))
+                self._changed.notify_all()
+        with self._changed:
+            self._items.append(_END)
+            self._changed.notify_all()
+
+    def _decoded(self, path: Path) -> LoadedImage | ImageError:
+        try:
+            return load_image(path, self._max_pixels)
+        except ImageError as exc:
+            return exc
+        except Exception as exc:  # a decoder bug must fail this image, not the run
+            return ImageError(f"{display_path(path)}: could not decode ({describe(exc)})")
+
+    def _prepared(self, path: Path, image: LoadedImage, preprocessing) -> PreparedImage | ImageError:
+        try:
+            return prepare(image, preprocessing, self._max_pixels)
+        except ImageError as exc:
+            return exc
+        except Exception as exc:
+            return ImageError(f"{display_path(path)}: could not preprocess ({describe(exc)})")

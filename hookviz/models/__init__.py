@@ -1,0 +1,1 @@
+"""Models: where they come from (``sources``), how they load (``loading``), their checkpoints."""

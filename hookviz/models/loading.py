@@ -1,0 +1,166 @@
+"""Models: load one by name, from whichever source claims the name.
+
+The sources live in ``hookviz.models.sources``, one module each (torchvision's classifiers,
+hookviz's built-in models, timm's models as ``timm:NAME``, Hugging Face classifiers as
+``hf:ORG/NAME``, ``package.module:callable`` factories); this module asks them in order
+and returns a ``LoadedModel``. Loading never changes the caller's process:
+random initialisation uses a forked random stream, and ``sys.path`` and environment
+variables are put back as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from hookviz.errors import UnknownModelError, UsageError, arg, did_you_mean, hint
+from hookviz.models.sources.base import LoadedModel
+from hookviz.options import ModelOptions
+from hookviz.tasks import DEFAULT_TASK, task_names, task_words
+
+__all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels"]
+
+#: The order ``hookviz models`` shows the sources in; any other follows.
+_LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "open_clip", "ultralytics", "factory")
+
+
+def _sources():
+    from hookviz.models.sources import SOURCES
+
+    return SOURCES
+
+
+def load_model(
+    model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 0, trust_checkpoint: bool = False,
+    prompts: Sequence[str] = (),
+) -> LoadedModel:
+    """Build ``model`` and load ``weights`` into it; return it in eval mode.
+
+    Args:
+        model: torchvision model name, built-in name, ``timm:NAME``, ``hf:ORG/NAME``, or
+            ``package.module:callable`` (or a whole ``ModelOptions``, whose weights and
+            seed are then used).
+        weights: ``DEFAULT`` (pretrained), ``none`` (random init seeded with ``seed``),
+            a torchvision weights name (``IMAGENET1K_V1``), or a path to a state_dict
+            (``torch.save`` file or ``.safetensors``).
+        seed: seeds the random initialisation; the caller's random stream is left as it was.
+        trust_checkpoint: load a checkpoint that runs code when loaded (``yolo:best.pt``).
+        prompts: the text prompts a model with a text tower (``open_clip:ViT-B-32``) is
+            explained by: its output is its image-text logits over them, its categories them.
+
+    Raises:
+        UnknownModelError: the name matches no model, or its factory failed.
+        UsageError: prompts for a model without a text tower, or none for one with it.
+        WeightsError: the weights cannot be had or do not fit.
+    """
+    options = model if isinstance(model, ModelOptions) else ModelOptions(
+        model, weights, seed, trust_checkpoint=trust_checkpoint, prompts=tuple(prompts)
+    )
+    for source in _sources():
+        if source.claims(options.name):
+            _check_task(source, options)
+            loaded = source.load(options.name, options.weights, options.seed, trust_checkpoint=options.trust_checkpoint,
+                                 **_prompts_for(source, options))
+            loaded.module.eval()
+            return loaded if options.task == "auto" else replace(loaded, task=options.task)
+    known = [n for source in _sources() for n in source.names()]
+    raise UnknownModelError(
+        f"{arg('model', options.name)}: no such model{did_you_mean(options.name, known)}; "
+        f"{hint('list_models')}, or pass package.module:callable"
+    )
+
+
+@dataclass(frozen=True)
+class SourceListing:
+    """One source's part of ``hookviz models``.
+
+    Attributes:
+        source: the source's name (``timm``).
+        about: what it offers, or what to install for it.
+        names: ``(name, description)`` of the names that matched.
+        total: how many names the source lists before matching.
+        task: what these models do: a source with models of several tasks (torchvision's
+            classifiers, segmenters, detectors) gives one listing per task.
+    """
+
+    source: str
+    about: str
+    names: tuple[tuple[str, str], ...]
+    total: int
+    task: str = DEFAULT_TASK
+
+
+def _matches(name: str, description: str, filter: str | None, search: str | None) -> bool:
+    if filter and filter not in name:
+        return False
+    if search:
+        text = f"{name} {description}".lower()
+        return all(word in text for word in search.lower().split())
+    return True
+
+
+def list_sources(filter: str | None = None, search: str | None = None) -> list[SourceListing]:
+    """Every source, grouped by task in ``hookviz.tasks`` order (classifiers, then
+    segmentation, then detection models) and in ``hookviz models`` order within a task, with
+    the names that match.
+
+    Args:
+        filter: keep names containing this text (case-sensitive).
+        search: keep names whose name or description holds every word of this text, in any case.
+    """
+    listings = []
+    order = {name: i for i, name in enumerate(_LISTING_ORDER)}
+    for source in sorted(_sources(), key=lambda s: (order.get(s.name, len(order)), s.priority)):
+        task_of = getattr(source, "task_of", lambda name: DEFAULT_TASK)
+        by_task: dict[str, list[tuple[str, str]]] = {}
+        for name in source.names():
+            by_task.setdefault(task_of(name), []).append((name, source.describe(name)))
+        for task, described in (by_task or {DEFAULT_TASK: []}).items():
+            kept = tuple((n, d) for n, d in described if _matches(n, d, filter, search))
+            title = source.name if len(by_task) <= 1 else f"{source.name} {task_words(task)}"
+            listings.append(SourceListing(title, source.about(), kept, len(described), task))
+    rank = {task: i for i, task in enumerate(task_names())}
+    return sorted(listings, key=lambda listing: rank.get(listing.task, 0))  # stable: sources keep their order
+
+
+def _prompts_for(source, options: ModelOptions) -> dict:
+    """The prompts, as keyword, for a source whose models have a text tower (``takes_prompts``).
+
+    Raises:
+        UsageError: prompts for a model of another source.
+    """
+    if getattr(source, "takes_prompts", False):
+        return {"prompts": options.prompts}
+    if options.prompts:
+        raise UsageError(
+            f"{arg('prompts', options.prompts[0])}: {options.name} has no text tower; text prompts explain "
+            f"open_clip's CLIP models (--model open_clip:ARCH); drop {arg('prompts')}"
+        )
+    return {}
+
+
+def _check_task(source, options: ModelOptions) -> None:
+    """A source that knows what a model does refuses another ``task``."""
+    known = getattr(source, "task_of", lambda name: "auto")(options.name)
+    if options.task not in ("auto", known) and known != "auto":
+        raise UnknownModelError(
+            f"{arg('task', options.task)}: {options.name} is a {task_words(known)} model; "
+            f"drop {arg('task')} (or pass {arg('task', known)})"
+        )
+
+
+def list_models(filter: str | None = None, search: str | None = None) -> list[tuple[str, str, str]]:
+    """Every name a source lists, as ``(source, name, description)``, sources in order
+    (``filter`` and ``search`` as for ``list_sources``)."""
+    return [(listing.source, name, description) for listing in list_sources(filter, search)
+            for name, description in listing.names]
+
+
+def input_channels(module) -> int:
+    """How many channels the model's first convolution takes: 1 for a grayscale model,
+    else 3 (RGB). Only the first ``Conv2d`` registered is looked at; models whose stem
+    comes later in registration order are taken as RGB."""
+    import torch.nn as nn
+
+    first = next((m for m in module.modules() if isinstance(m, nn.Conv2d)), None)
+    return 1 if first is not None and first.in_channels == 1 and first.groups == 1 else 3

@@ -1,0 +1,195 @@
+"""The interface every model source meets, and the tools they share.
+
+A *source* is where a model named by ``--model`` (or ``hookviz.load_model``) comes from:
+torchvision's registry, hookviz's built-in models, a user's ``package.module:callable``.
+Each source is one module of this package that defines a class with the interface below
+and registers an instance with ``@register_source``; ``hookviz.models.loading.load_model`` asks
+the sources, in order of ``priority``, which one claims a name. Adding a source is adding
+a file (and one import line in ``sources/__init__.py``), not editing a chain of ``if``s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from hookviz.anatomy.featuremaps import DeclaredLayout
+from hookviz.inputs.images import Preprocessing
+from hookviz.tasks import DEFAULT_TASK
+
+__all__ = [
+    "LoadedModel", "ModelSource", "SOURCES", "register_source", "weights_kind", "seeded",
+    "reset_parameters", "load_weights_file", "random_or_file", "weights_only_loads", "prefixes",
+]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to run, with what hookviz needs to know about it.
+
+    Attributes:
+        name: the name it was asked for.
+        module: the ``nn.Module``, in eval mode.
+        weights: what was loaded, for reports (``"DEFAULT (ResNet50_Weights.IMAGENET1K_V2)"``).
+        categories: class names, indexable by logit index, or ``None`` when unknown.
+        preprocessing: the input transform the weights expect.
+        source: the name of the source that built it.
+        task: what the model does: ``classify``, ``segment``, ``detect``, or ``auto`` (a
+            factory's model: read from its output when it is first explained).
+        input_size: the (height, width) the model requires, when it requires one.
+        notes: what a report should say about how the model was loaded.
+        declared_layout: the model's token and channel layout, when its source knows it
+            better than ``hookviz.anatomy.geometry`` reads it from the module (``None``: read it).
+        weights_sha256: the SHA-256 of the weights file named by ``--weights PATH`` (``None``
+            for named weights): a file overwritten in place is told apart by it.
+        default_layers: the layers to explain when the caller names none, when the source
+            knows them better than ``layers.default_layer`` finds them (a YOLO's neck outputs).
+        default_layers_reason: why those, in words.
+    """
+
+    name: str
+    module: "object"  # torch.nn.Module
+    weights: str
+    categories: tuple[str, ...] | None
+    preprocessing: Preprocessing
+    source: str = "module"
+    task: str = DEFAULT_TASK
+    input_size: tuple[int, int] | None = None
+    notes: tuple[str, ...] = field(default=())
+    declared_layout: DeclaredLayout | None = None
+    weights_sha256: str | None = None
+    default_layers: tuple[str, ...] = ()
+    default_layers_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"
+
+
+class ModelSource(Protocol):
+    """What a source provides.
+
+    Attributes:
+        name: how ``hookviz models`` titles its names ("torchvision", "built-in").
+        priority: sources are asked in ascending order; prefixed names (``timm:``) first.
+        prefix: the prefix that marks this source's names (``"timm:"``), or ``None``.
+    """
+
+    name: str
+    priority: int
+    prefix: str | None
+
+    def about(self) -> str:
+        """One line for ``hookviz models``: what the source offers, or what to install for it."""
+
+    def claims(self, name: str) -> bool:
+        """Whether ``name`` is this source's to load (cheap: no model is built)."""
+
+    def names(self) -> list[str]:
+        """The names ``hookviz models`` lists for this source (may be empty)."""
+
+    def describe(self, name: str) -> str:
+        """One line about ``name`` for ``hookviz models`` ("" for nothing to add)."""
+
+    def task_of(self, name: str) -> str:
+        """What ``name`` does: ``classify``, ``segment``, ``detect`` (``auto``: known only from its output)."""
+
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
+        """Build ``name`` with ``weights`` (``DEFAULT``, ``none``, a file, or the source's own
+        weights names), randomly initialised from ``seed`` where weights are ``none``. A file
+        that would run code when loaded (a pickled checkpoint) is refused unless
+        ``trust_checkpoint``; sources that never unpickle ignore it.
+
+        Raises:
+            UnknownModelError, WeightsError: with one line naming the argument.
+        """
+
+
+SOURCES: list[ModelSource] = []
+
+
+def register_source(source_class):
+    """Class decorator: register one instance of a source."""
+    SOURCES.append(source_class())
+    SOURCES.sort(key=lambda source: source.priority)
+    return source_class
+
+
+def prefixes() -> tuple[str, ...]:
+    """The name prefixes sources own (``timm:``, ``hf:``): no other source may claim such a name."""
+    return tuple(source.prefix for source in SOURCES if source.prefix)
+
+
+def weights_kind(weights: str) -> str:
+    """``default``, ``none`` or ``other`` (a file or a source's own weights name)."""
+    if weights.lower() == "none":
+        return "none"
+    if weights.upper() == "DEFAULT":
+        return "default"
+    return "other"
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed the CPU random stream for the block, then give the caller's stream back as it
+    was: building a model never moves the caller's random numbers."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def reset_parameters(model) -> None:
+    """Random initialisation, as each layer defines it."""
+    for sub in model.modules():
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset):
+            reset()
+
+
+def load_weights_file(model, path: str):
+    """Load a state_dict file into ``model``; return a ``checkpoints.LoadedWeights``: the
+    label reports show, the file's SHA-256 and notes on what was undone to fit it."""
+    from hookviz.models.checkpoints import load_into
+
+    return load_into(model, Path(path))
+
+
+def random_or_file(model, weights: str, seed: int):
+    """``--weights none`` (the model as randomly initialised from ``seed``) or a file loaded
+    into it, as a ``checkpoints.LoadedWeights``."""
+    from hookviz.models.checkpoints import LoadedWeights
+
+    if weights_kind(weights) == "none":
+        return LoadedWeights(f"none (random init, seed {seed})", None)
+    return load_weights_file(model, weights)
+
+
+_FORCE_WEIGHTS_ONLY = threading.Lock()
+
+
+@contextlib.contextmanager
+def weights_only_loads():
+    """Make every ``torch.load`` in the block use ``weights_only=True``.
+
+    torchvision's builders load pretrained weights through ``torch.hub.load_state_dict_from_url``,
+    which passes ``weights_only=False``, and timm's file loader may too; PyTorch's documented
+    ``TORCH_FORCE_WEIGHTS_ONLY_LOAD`` overrides that, so hookviz can keep using each library's
+    own loading (and its per-model fix-ups) without ever unpickling code. The variable is
+    restored when the block ends.
+    """
+    with _FORCE_WEIGHTS_ONLY:
+        previous = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+        os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+        try:
+            yield
+        finally:
+            if previous is None:
+                del os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"]
+            else:
+                os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = previous

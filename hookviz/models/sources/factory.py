@@ -1,0 +1,123 @@
+"""Models from a user's factory: ``--model package.module:callable``.
+
+The callable takes no arguments and returns an ``nn.Module``. The current folder is
+importable while the factory is imported and called, as with ``python -m`` and uvicorn,
+and taken off ``sys.path`` again afterwards.
+
+A factory that downloads pretrained weights (torchvision's ``weights="DEFAULT"``, timm's
+``pretrained=True``) and cannot gets the cache hint of ``--weights DEFAULT`` (see
+``downloads``), and a download from the hub gives up at its first network error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import sys
+from collections.abc import Iterator
+
+from hookviz.errors import UnknownModelError, arg, describe
+from hookviz.inputs.images import Preprocessing
+from hookviz.models.checkpoints import LoadedWeights
+from hookviz.models.sources.base import (
+    LoadedModel,
+    load_weights_file,
+    prefixes,
+    register_source,
+    reset_parameters,
+    seeded,
+    weights_kind,
+)
+from hookviz.models.sources.downloads import failed_download
+
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+@contextlib.contextmanager
+def current_folder_importable() -> Iterator[None]:
+    folder = os.getcwd()
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+
+
+@register_source
+class FactorySource:
+    name = "factory"
+    priority = 50  # after the prefixed sources (timm:, hf:), before bare names
+    prefix = None
+
+    def about(self) -> str:
+        return "your own model: --model package.module:callable (a function that returns an nn.Module)"
+
+    def claims(self, name: str) -> bool:
+        if name.startswith(prefixes()):  # timm:convnext_tiny is timm's, never "import timm"
+            return False
+        return bool(_FACTORY.match(name)) and not os.path.exists(name)
+
+    def names(self) -> list[str]:
+        return []
+
+    def describe(self, name: str) -> str:
+        return ""
+
+    def task_of(self, name: str) -> str:
+        return "auto"
+
+    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
+        import torch.nn as nn
+
+        kind = weights_kind(weights)
+        from hookviz.models.sources.hub import fail_fast
+
+        with seeded(seed), current_folder_importable(), fail_fast():
+            model = self._build(name)
+            if not isinstance(model, nn.Module):
+                raise UnknownModelError(
+                    f"{arg('model', name)}: the factory returned {type(model).__name__}, not a torch.nn.Module"
+                )
+            if kind == "none":
+                import torch
+
+                torch.manual_seed(seed)  # the factory may have used or seeded the generator itself
+                reset_parameters(model)
+        if kind == "default":
+            loaded = LoadedWeights(f"as built by {name}", None)
+        elif kind == "none":
+            loaded = LoadedWeights(f"none (random init, seed {seed})", None)
+        else:
+            loaded = load_weights_file(model, weights)
+        return LoadedModel(name, model, loaded.label, None, Preprocessing(), source=self.name, task="auto",
+                           notes=loaded.notes, weights_sha256=loaded.sha256)
+
+    @staticmethod
+    def _build(name: str):
+        module_name, _, attribute = name.partition(":")
+        try:
+            target = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UnknownModelError(f"{arg('model', name)}: cannot import {module_name!r} ({exc})") from None
+        except Exception as exc:  # the user's module failed while importing: name it, in one line
+            raise UnknownModelError(f"{arg('model', name)}: importing {module_name!r} failed ({describe(exc)})") from None
+        for part in attribute.split("."):
+            try:
+                target = getattr(target, part)
+            except AttributeError:
+                raise UnknownModelError(
+                    f"{arg('model', name)}: module {module_name!r} has no attribute {attribute!r}"
+                ) from None
+        if not callable(target):
+            raise UnknownModelError(f"{arg('model', name)}: {attribute!r} is not callable")
+        try:
+            return target()
+        except Exception as exc:  # the factory is the user's code: say which one failed, and how
+            raise failed_download(name, exc) or UnknownModelError(
+                f"{arg('model', name)}: the factory raised {describe(exc)}"
+            ) from None

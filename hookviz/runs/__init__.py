@@ -1,0 +1,1 @@
+"""Runs: one process over many images (loader, render pool, batches)."""

@@ -1,0 +1,665 @@
+"""Runner: one process over many images.
+
+Photos are decoded in a background thread (``loader``), explained in batches, and each
+image's files are drawn and written by a pool of worker processes while the next batch
+computes. Only a bounded number of images are in flight, so memory does not grow with
+the number of images. An image that fails (an unreadable file, a model that raises on
+it) is recorded and the run goes on. ``run.json`` (``run-K-of-N.json`` for a shard)
+describes the run, also when it is interrupted or stopped by an error.
+
+A run is a ``Run`` whose steps can be read and tested alone: ``start`` (workers and
+loader, before torch is even imported), ``load`` (model and explainer), ``batches``,
+``explain``, ``submit``, ``collect`` and ``finish``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hookviz.compare.checks import Finding, run_checks
+from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
+from hookviz.explaining.hooks import HookSet
+from hookviz.explaining.passes import SummaryOptions
+from hookviz.options import (
+    CheckOptions,
+    InputOptions,
+    LayerOptions,
+    ModelOptions,
+    PictureOptions,
+    RunOptions,
+    TargetOptions,
+    TrustOptions,
+)
+from hookviz.runs.cluster import auto_cuda_device, cpu_share
+from hookviz.store.files import (
+    Recipe,
+    existing_ancestor,
+    output_names,
+    plan_folders,
+    save_explanation,
+    sweep_stale_files,
+    write_json,
+)
+from hookviz.store.records import ImageStatus, RunRecord
+
+if TYPE_CHECKING:
+    from hookviz.compare.diffing import Baseline
+
+__all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    statuses: tuple[ImageStatus, ...]
+    findings: tuple[Finding, ...]
+    run_json: Path
+    interrupted: bool = False
+    layers: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+    trust: dict | None = None
+
+    @property
+    def failed(self) -> list[ImageStatus]:
+        return [s for s in self.statuses if s.status == "failed"]
+
+    def count(self, status: str) -> int:
+        return sum(1 for s in self.statuses if s.status == status)
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C or SIGTERM stopped the run; ``summary`` holds what was finished."""
+
+    def __init__(self, summary: RunSummary):
+        super().__init__("interrupted")
+        self.summary = summary
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> the first of cuda (``cuda:LOCAL_RANK`` in a torchrun process), mps, cpu that
+    exists. Raises UsageError for one that does not."""
+    import torch
+
+    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    if device == "auto":
+        return auto_cuda_device(torch.cuda.device_count()) if torch.cuda.is_available() else "mps" if mps else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"{arg('device', device)}: no CUDA device is available here; use {arg('device', 'cpu')}")
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"{arg('device', device)}: only {torch.cuda.device_count()} CUDA devices here")
+    if device == "mps" and not mps:
+        raise UsageError(f"{arg('device', 'mps')}: Apple's MPS backend is not available here; use {arg('device', 'cpu')}")
+    return device
+
+
+def check_out(out: Path) -> None:
+    """Raises OutputError when ``out`` could not be created or written; creates nothing."""
+    dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
+    if dangling is not None:
+        raise OutputError(f"{arg('out', out)}: {display_path(dangling)} is a link to {display_path(os.readlink(dangling))}, "
+                          "which does not exist; create that folder or choose another")
+    probe = existing_ancestor(out)
+    if not probe.is_dir():
+        raise OutputError(f"{arg('out', out)}: {display_path(probe)} is a file, not a folder; choose another folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder")
+
+
+def shard_of(items: Sequence, shard: tuple[int, int] | None) -> list:
+    """The K-th of N deterministic slices (round-robin), K counted from 1."""
+    if shard is None:
+        return list(items)
+    k, n = shard
+    return [item for i, item in enumerate(items) if i % n == k - 1]
+
+
+def run_file_name(shard: tuple[int, int] | None) -> str:
+    """``run.json``, or ``run-K-of-N.json`` for a shard (shards may share a folder)."""
+    return "run.json" if shard is None else f"run-{shard[0]}-of-{shard[1]}.json"
+
+
+def run(
+    images: Sequence[Path],
+    model: ModelOptions,
+    *,
+    layers: LayerOptions = LayerOptions(),
+    inputs: InputOptions = InputOptions(),
+    target: TargetOptions = TargetOptions(),
+    pictures: PictureOptions = PictureOptions(),
+    options: RunOptions = RunOptions(),
+    checks: CheckOptions = CheckOptions(),
+    task_options: Sequence = (),
+    trust: TrustOptions = TrustOptions(),
+    on_status: Callable[[ImageStatus, int, int], None] | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> RunSummary:
+    """Explain every image and write its files under ``options.out``.
+
+    Args:
+        images: image paths, in order (the full list; ``options.shard`` picks a slice of it).
+        task_options: tasks' own option groups (``hookviz.tasks.DetectOptions(...)``); the
+            model's task takes its own.
+        on_status: called after each image with (status, images finished, images in this run).
+        on_start: called once with a line saying what will run (model, layers, device).
+        trust: how far to trust each CAM (``hookviz.trust``): per image in report.json and its
+            pictures, over the run in run.json's ``trust``.
+
+    Returns:
+        The summary; ``run.json`` is written too.
+
+    Raises:
+        UsageError (and subclasses): bad model, weights, layer, target or output folder.
+        RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
+    """
+    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures, options=options,
+               checks=checks, task_options=task_options, trust=trust, on_status=on_status, on_start=on_start).execute()
+
+
+class Run:
+    """One run over many images (see ``run`` for the arguments)."""
+
+    def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
+                 target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
+                 task_options=(), trust=TrustOptions(), on_status=None, on_start=None):
+        from hookviz.trust.tally import TrustTally
+
+        self.model_options, self.layer_options, self.inputs = model, layers, inputs
+        self.task_options = tuple(task_options)
+        self.target, self.pictures, self.options, self.checks = target, pictures, options, checks
+        self.trust, self.tally = trust, TrustTally()
+        self.on_status, self.on_start = on_status, on_start
+        self.images = list(images)
+        self.selected = shard_of(self.images, options.shard)
+        self.names = output_names(self.images)
+        self.run_json = options.out / run_file_name(options.shard)
+        self.statuses: dict[Path, ImageStatus] = {}
+        self.findings: list[Finding] = []
+        self.notes: list[str] = []
+        self.pending: list[tuple[Path, object, Future]] = []
+        self.finished = 0
+        self.lock = threading.Lock()
+        self.started = time.time()
+        self.explainer = self.device = self.loader = self.pool = self.board = None
+        self.workers = 0
+        self.batch_size = options.batch_size
+        self.sized = False
+        self.stopping = threading.Event()
+        self.phase = "loading"  # then "running" (batches), then "finishing"
+        self.interrupted = False
+        self.error: str | None = None
+        self.baseline: Baseline | None = None  # read before any work (--baseline)
+        self.step_of = {path: step for step, path in enumerate(self.selected)}  # TensorBoard's steps
+
+    # -- the whole run
+
+    def execute(self) -> RunSummary:
+        try:
+            check_out(self.options.out)
+            if self.checks.baseline is not None:
+                from hookviz.compare.diffing import Baseline
+
+                self.baseline = Baseline.open(self.checks, self.options)
+            if self.options.tensorboard is not None:
+                from hookviz.render.tensorboard import check_logdir
+
+                check_logdir(self.options.tensorboard)
+            self.start()
+            self.load()
+            self.phase = "running"
+            for batch in self.batches():
+                for path, result in self.explain(batch):
+                    self.submit(path, result)
+                self.collect(block_until=max(2 * self.workers, self.batch_size))
+                if self.stopping.is_set():
+                    break
+            self.collect(block_until=0)
+        except KeyboardInterrupt:  # before the loop; in it, a stop is asked for with request_stop()
+            self.stopping.set()
+        except Exception as error:
+            self.error = str(error) if isinstance(error, HookvizError) else describe(error)
+            raise
+        finally:
+            self.phase = "finishing"
+            if self.stopping.is_set():
+                self.interrupted = True
+                self.cancel()
+            summary = self.finish()
+        if self.interrupted:
+            raise RunInterrupted(summary)
+        return summary
+
+    def request_stop(self) -> None:
+        """Stop soon: the batch being explained is abandoned at its next module, images with
+        the render workers are finished, the rest are not done. Safe to call from a signal
+        handler (it only sets a flag)."""
+        self.stopping.set()
+
+    def abandon(self) -> RunSummary:
+        """End the run now, from a signal handler (a second Ctrl-C): the render workers are
+        killed mid-picture and the run file says which images were finished. Every file is
+        written under a temporary name and renamed into place, so none is left half-written
+        under its real name. The process must end right after (``os._exit``)."""
+        self.stopping.set()
+        self.interrupted = True
+        self.on_status = self.board = None  # nothing more is printed or logged
+        _kill_workers(self.pool, release=True)
+        for path, explanation, future in self.pending:
+            if future.done() and not future.cancelled():
+                with contextlib.suppress(HookvizError):
+                    self._report(path, self._saved(path, explanation, future))
+        self.pending = []
+        return self._describe()
+
+    # -- steps
+
+    def start(self) -> None:
+        """Start the render workers and (unless resuming) the loader: both work while this
+        process imports torch and builds the model."""
+        wanted = self.options.workers or cpu_share()
+        limit = 2 * (os.cpu_count() or 1)
+        if wanted > limit:
+            self.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")
+        # No more render processes than images: a one-photo smoke check on a 64-core
+        # machine starts one, not 64 (they all start at once, below).
+        self.workers = max(1, min(wanted, limit, len(self.selected)))
+        self.pool = _render_pool(self.workers if self.pictures.pictures else 0)
+        if self.pictures.pictures:
+            # Each submit starts one worker; they start with Ctrl-C and SIGTERM held back, so
+            # a signal to the process group cannot interrupt a worker before it ignores them.
+            with _signals_held():
+                for _ in range(self.workers):
+                    self.pool.submit(_warm_up)
+        if not self.options.skip_existing:
+            self._start_loader(self.selected)
+
+    def _start_loader(self, paths: list[Path]) -> None:
+        from hookviz.inputs.loader import ImageLoader
+
+        self.loader = ImageLoader(paths, self.inputs.max_pixels, limit=max(2, 2 * self.options.batch_size),
+                                  stop=self.stopping).start()
+
+    def load(self) -> None:
+        """Load the model and build the explainer; create the output folder only once
+        everything it needs has been checked."""
+        from hookviz.explaining.explainer import Explainer
+        from hookviz.models.loading import load_model
+
+        self.device = resolve_device(self.model_options.device)
+        loaded = load_model(self.model_options)
+        loaded.module.to(self.device)
+        explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
+                                     task_options=self.task_options, trust=self.trust)
+        out = self.options.out
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            from hookviz.inputs.discovery import OUTPUT_MARKER
+
+            (out / OUTPUT_MARKER).touch()
+        except OSError as exc:
+            raise OutputError(f"{arg('out', out)}: cannot write there ({exc.strerror or type(exc).__name__}); choose another folder") from None
+        self.explainer = explainer  # set once the folder exists: ``finish`` then describes the run in it
+        sweep_stale_files(out)
+        if self.options.tensorboard is not None:
+            from hookviz.render.tensorboard import TensorBoardLog
+
+            self.board = TensorBoardLog(self.options.tensorboard)
+        todo = self._resume()
+        if self.loader is None:
+            self._start_loader(todo)
+        self.loader.set_preprocessing(self.explainer.preprocessing)
+        if self.on_start:
+            self.on_start(self._first_line())
+
+    def _first_line(self) -> str:
+        explainer = self.explainer
+        line = (f"model {explainer.model.name}, weights {explainer.model.weights}, on {self.device}, "
+                f"batches of up to {self.batch_size}; ")
+        if explainer.layer_choice:
+            return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
+        labels = [spec.label for spec in explainer.layers]
+        if len(labels) <= 4:
+            return line + "layers: " + ", ".join(labels)
+        # densenet121's 58 ReLUs would take 4,886 characters: the run file lists them all
+        return line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {self.run_json.name}"
+
+    def _resume(self) -> list[Path]:
+        """Give each selected image its folder and return those still to do (``outputs.plan_folders``;
+        with ``skip_existing``, an image already done by this run's recipe is skipped)."""
+        recipe = Recipe.of(self.explainer, self.pictures, self.options.save_tensors, self.trust) if self.options.skip_existing else None
+        folders = plan_folders(self.options.out, self.selected, self.names, recipe)
+        self.names = folders.names
+        for path in folders.done:
+            self._report(path, ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)"))
+        return list(folders.todo)
+
+    def batches(self) -> Iterator[list[tuple[Path, object]]]:
+        """Batches of prepared photos; photos that cannot be used fail on the way.
+
+        The first batch is one image: what it records sizes the others. With pictures,
+        batches then double, so the renderers start early and always have work.
+        """
+        items = iter(self.loader)
+        wanted = 1
+        while not self.stopping.is_set():
+            batch = []
+            for path, prepared in items:
+                if isinstance(prepared, ImageError):
+                    self._report(path, self._failed(path, str(prepared)))
+                    continue
+                batch.append((path, prepared))
+                if len(batch) >= wanted:
+                    break
+            if not batch:
+                return
+            yield batch
+            wanted = min(self.batch_size, 2 * wanted) if self.pictures.pictures else self.batch_size
+
+    def explain(self, batch: list[tuple[Path, object]]) -> list[tuple[Path, object]]:
+        """``(path, Explanation or the reason it failed)`` for each photo of ``batch``.
+
+        Photos of different sizes (a segmenter's or a detector's, which keep their aspect)
+        go through the model in groups of one size. When the model raises on a batch, its
+        photos are tried one by one, so only the ones it fails on fail. A usage error (a
+        target the model lacks) stops the run. A stop asked for meanwhile abandons the
+        pass at the next module: its photos get no result (they are not done).
+        """
+        sizes: dict[tuple, list] = {}
+        for item in batch:
+            sizes.setdefault(tuple(item[1].tensor.shape), []).append(item)
+        if len(sizes) > 1:
+            return [result for group in sizes.values() for result in self.explain(group)]
+        summaries = SummaryOptions(
+            channels=self.pictures.channels, grad_tiles=self.pictures.grad_channels,
+            keep_tensors=self.options.save_tensors, histograms=self.board is not None,
+        )
+        try:
+            with _stoppable(self.explainer.model.module, self.stopping):
+                explanations = self.explainer.explain_batch([prepared for _, prepared in batch], summaries)
+        except _Stopped:  # abandoned midway: these images are not done
+            return []
+        except UsageError:
+            raise
+        except Exception as exc:  # the model is foreign code: its failure costs these images, not the run
+            if len(batch) > 1:
+                return [result for item in batch for result in self.explain([item])]
+            path = batch[0][0]
+            reason = str(exc) if isinstance(exc, HookvizError) else f"the model failed on it ({describe(exc)})"
+            return [(path, f"{display_path(path)}: {reason}")]
+        if not self.sized:
+            self._size_batches(explanations[0])
+        return [(path, explanation) for (path, _), explanation in zip(batch, explanations)]
+
+    def _size_batches(self, explanation) -> None:
+        # Batches hold every recorded tensor (values, copies, gradients) at once: what the
+        # first image recorded sizes them, so recording all 53 convolutions of resnet50
+        # runs one image at a time.
+        self.sized = True
+        per_image = _recorded_bytes(explanation)
+        self.batch_size = max(1, min(self.options.batch_size, self.options.memory_budget // max(1, per_image)))
+        self.loader.hold_at_most(max(2, 2 * self.batch_size))  # photos may be large too
+
+    def submit(self, path: Path, result) -> None:
+        """Hand one explanation to the render workers (or record why the image failed)."""
+        if isinstance(result, str):
+            self._report(path, self._failed(path, result))
+            return
+        for note in (*result.notes, *(n for layer in result.layers for n in (layer.notes or ()))):
+            if note not in self.notes:
+                self.notes.append(note)
+        for layer in result.layers:
+            # (an image with nothing to explain says so once, in its own note)
+            if result.target is None:
+                continue
+            for method, cam_note in layer.cam_notes.items():
+                note = f"{layer.name}: {cam_note}" if method == result.cam_method else f"{layer.name} ({method}): {cam_note}"
+                if note not in self.notes:
+                    self.notes.append(note)
+        if self.checks.fail_on:
+            self.findings.extend(run_checks(result, self.checks.fail_on, self.checks.dead_fraction))
+        self.tally.add(result)
+        portable = _portable(result)
+        future = self.pool.submit(save_explanation, portable, self.options.out / self.names[path], self.pictures,
+                                  save_tensors=self.options.save_tensors)
+        self.pending.append((path, portable, future))
+
+    def collect(self, block_until: int) -> None:
+        """Wait for written images until at most ``block_until`` are in flight."""
+        while len(self.pending) > block_until:
+            path, explanation, future = self.pending.pop(0)
+            self._report(path, self._saved(path, explanation, future))
+
+    def _saved(self, path: Path, explanation, future: Future) -> ImageStatus:
+        try:
+            files = future.result()
+            if self.board is not None:
+                self.board.add(self.step_of[path], explanation, files)
+        except HookvizError as exc:
+            return self._failed(path, str(exc))
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # every image after this one would fail the same way
+                raise HookvizError(
+                    f"{arg('out', self.options.out)}: no space left on the device ({display_path(path)} was not "
+                    "written); free some space, then rerun with --skip-existing to resume"
+                ) from None
+            return self._failed(path, f"{display_path(path)}: writing results failed ({first_line(exc)})")
+        except Exception as exc:  # a rendering bug must cost this image, not the whole run
+            return self._failed(path, f"{display_path(path)}: saving failed ({describe(exc)})")
+        target = explanation.target.to_json() if explanation.target is not None else None
+        return ImageStatus(
+            display_path(path), self.names[path], "done", None, target,
+            tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5), explanation.task,
+        )
+
+    def cancel(self) -> None:
+        """Stop taking photos; images already with a worker are finished, the rest are not done."""
+        if self.loader is not None:
+            self.loader.stop()
+        for _, _, future in self.pending:
+            future.cancel()
+        self.pending = [item for item in self.pending if not item[2].cancelled()]
+        self.collect(block_until=0)
+
+    def finish(self) -> RunSummary:
+        """Stop the helpers and describe the run in its run file and the gallery."""
+        if self.loader is not None:
+            self.loader.stop()
+        if self.pool is not None:
+            if self.error is not None:  # what the workers are drawing is not kept: no need to wait for it
+                _kill_workers(self.pool)
+            self.pool.shutdown(wait=True, cancel_futures=True)  # and the workers have exited
+        if self.board is not None:
+            self.board.close()
+        return self._describe()
+
+    def _describe(self) -> RunSummary:
+        """The summary, written to the run file and the gallery (once the output folder exists)."""
+        from hookviz.render.gallery import write_gallery
+
+        if self.interrupted or self.error:
+            reason = "interrupted" if self.interrupted else "the run stopped on an error"
+            for path in self.selected:
+                self.statuses.setdefault(path, ImageStatus(display_path(path), self.names[path], "not_done", reason))
+        trust = self.tally.to_json()
+        summary = RunSummary(
+            statuses=tuple(self.statuses[p] for p in self.selected if p in self.statuses),
+            findings=tuple(self.findings),
+            run_json=self.run_json,
+            interrupted=self.interrupted,
+            layers=tuple(spec.label for spec in self.explainer.layers) if self.explainer else (),
+            notes=(*self.notes, *(trust["summary"] if trust else ())),
+            trust=trust,
+        )
+        if self.explainer is None:
+            return summary  # stopped before the output folder was made: nothing to describe
+        document = RunRecord.of(summary, explainer=self.explainer, device=self.device, options=self.options,
+                                checks=self.checks, started=self.started, error=self.error, images=len(self.selected))
+        failure = None
+        if self.baseline is not None and not self.interrupted and self.error is None:
+            try:
+                summary, document = self.baseline.compare(summary, document, self.options.out, bool(self.pictures.pictures))
+            except HookvizError as error:  # the run's own files are complete: describe them, then stop
+                self.error = str(error)
+                document = replace(document, error=self.error)
+                failure = error
+        try:
+            write_json(self.run_json, document.to_json())
+            write_gallery(self.options.out, document)
+        except OSError as exc:
+            raise HookvizError(
+                f"could not write {display_path(self.run_json)} or index.html ({exc.strerror or first_line(exc)}); "
+                "each image whose report.json exists is complete"
+            ) from None
+        if failure is not None:
+            raise failure
+        return summary
+
+    # -- helpers
+
+    def _failed(self, path: Path, reason: str) -> ImageStatus:
+        return ImageStatus(display_path(path), self.names[path], "failed", reason)
+
+    def _report(self, path: Path, status: ImageStatus) -> None:
+        with self.lock:
+            self.statuses[path] = status
+            self.finished += 1
+            count = self.finished
+        if self.on_status:
+            self.on_status(status, count, len(self.selected))
+
+
+class _Stopped(BaseException):
+    """Raised inside the model's pass when a stop was asked for (not an Exception: the
+    model's own ``except Exception`` must not take it for a failure)."""
+
+
+@contextlib.contextmanager
+def _stoppable(model, stopping: threading.Event) -> Iterator[None]:
+    """For one pass of ``model``: a stop asked for midway ends the pass as the next module
+    starts (forward) or the next module's output gets its gradient (backward), not when
+    the batch ends. One 37x1000 photo through fcn_resnet50 (520x14054 pixels) takes
+    minutes. The hooks only read ``stopping``; they are all removed when the block ends."""
+    import torch
+
+    def check(*_) -> None:
+        if stopping.is_set():
+            raise _Stopped
+
+    def watch(_module, _args, output) -> None:
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            hooks.add(output.register_hook(check))
+
+    with HookSet() as hooks:
+        for module in model.modules():
+            if not isinstance(module, torch.jit.ScriptModule):  # which take no Python hooks
+                hooks.add(module.register_forward_pre_hook(check))
+                hooks.add(module.register_forward_hook(watch))
+        yield
+
+
+def _recorded_bytes(explanation) -> int:
+    """What recording one image holds during a batch: value, copy and gradient (float32)
+    of every recorded input and output."""
+    elements = sum(
+        math.prod(shape) for layer in explanation.layers for key in ("input", "output")
+        if (shape := layer.shapes.get(key)) is not None
+    )
+    return 4 * 3 * elements + 4 * math.prod(explanation.image.tensor.shape)  # and the photo itself
+
+
+def _portable(explanation):
+    """The explanation without torch tensors or the decoded photo, cheap to send to a worker."""
+    import numpy as np
+
+    image = explanation.image
+    light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
+    return replace(explanation, image=light)
+
+
+# ----------------------------------------------------------------------------- render workers
+
+
+def _render_pool(workers: int):
+    """Processes render in parallel with the model (matplotlib holds the GIL); with no
+    pictures to draw, one thread writing files is enough."""
+    if workers <= 0:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookviz-write")
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker, initargs=(os.getpid(),),
+    )
+
+
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold Ctrl-C and SIGTERM back in this thread while worker processes start (they inherit
+    the mask); a signal that arrives meanwhile is delivered when the block ends."""
+    hold = getattr(signal, "pthread_sigmask", None)
+    if hold is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = hold(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        hold(signal.SIG_SETMASK, previous)
+
+
+def _init_worker(parent: int) -> None:
+    # Ctrl-C and SIGTERM go to the whole process group (a terminal, `timeout`, `scancel`):
+    # the parent decides how to stop, and lets workers finish the file they are writing.
+    # They were held back while this process started; ignored from now on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
+    from hookviz.render.worker import configure_worker
+
+    configure_worker()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker whose parent died (``kill -9``) exits within a second instead of lingering."""
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(0.5)
+
+
+def _kill_workers(pool, release: bool = False) -> None:
+    """End the render processes now (a thread pool's writer ends with the process). With
+    ``release``, for a process about to end at once: unlink the pool's semaphores now, as a
+    normal exit would, or multiprocessing's resource tracker warns of leaked ones."""
+    kill = getattr(pool, "kill_workers", None)  # Python 3.14
+    if kill is not None:
+        kill()
+    else:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+    if release:
+        from multiprocessing import util
+
+        util._run_finalizers(0)  # type: ignore[attr-defined]  # the semaphores' (exit priority 0), not the threads' joins
+
+
+def _warm_up() -> None:
+    from hookviz.render.worker import warm_up  # in the worker only: the main process never draws
+
+    warm_up()

@@ -1,0 +1,1 @@
+"""Store: a run's files, written atomically, their typed records, and a finished run read back."""
