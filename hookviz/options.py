@@ -646,7 +646,7 @@ class CheckOptions:
     """The checks that make a run exit 3 (``--fail-on``), their threshold, and the baseline.
 
     Attributes:
-        fail_on: names from ``hookviz.compare.checks.CHECKS`` (``nonfinite``, ``dead``, ``zero-grad``),
+        fail_on: names from ``hookviz.explaining.checks.CHECKS`` (``nonfinite``, ``dead``, ``zero-grad``),
             or ``drift`` (differs from ``baseline`` beyond ``tolerances``).
         dead_fraction: ``dead`` means at least this fraction of an output is zero.
         baseline: an earlier run's output folder: the run ends by comparing itself with it
@@ -660,7 +660,7 @@ class CheckOptions:
     tolerances: Tolerances = field(default_factory=Tolerances)
 
     def __post_init__(self):
-        from hookviz.compare.checks import BASELINE_CHECKS, CHECKS, parse_checks
+        from hookviz.explaining.checks import BASELINE_CHECKS, CHECKS, parse_checks
 
         given = self.fail_on
         _set(self, "fail_on", parse_checks(self.fail_on))

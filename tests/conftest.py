@@ -477,7 +477,7 @@ def pytest_runtest_makereport(item, call):
 def registries_restored():
     """Whatever a test (or an example it runs) registers (methods, picture kinds, tasks,
     checks) is gone after it, so that a test registering the same name elsewhere still can."""
-    from hookviz.compare.checks import CHECKS
+    from hookviz.explaining.checks import CHECKS
     from hookviz.methods.base import METHODS
     from hookviz.render import kinds
     from hookviz.tasks.base import TASKS

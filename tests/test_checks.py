@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 
 from hookviz import explain
-from hookviz.compare.checks import parse_checks, run_checks
 from hookviz.errors import UsageError
+from hookviz.explaining.checks import parse_checks, run_checks
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from hookviz.anatomy.dataflow import ChannelOrders
-from hookviz.explaining.hooks import HookSet
+from hookviz.hooks import HookSet
 
 from .conftest import tiny_convnext
 

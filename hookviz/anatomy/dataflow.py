@@ -18,7 +18,7 @@ TorchScript, or by a reshape).
 
 from __future__ import annotations
 
-from hookviz.explaining.hooks import HookSet
+from hookviz.hooks import HookSet
 
 __all__ = ["ChannelOrders"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.errors import UnknownLayerError, UsageError, arg, describe, did_you_mean, hint
-from hookviz.explaining.hooks import HookSet
+from hookviz.hooks import HookSet
 
 __all__ = [
     "LayerSpec", "LayerInfo", "resolve_path", "resolve_layers", "trace", "list_layers", "default_layer", "dry_output",

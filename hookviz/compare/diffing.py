@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-from hookviz.compare.checks import Finding
 from hookviz.compare.measures import (
     FORWARD,
     CamDiff,
@@ -43,6 +42,7 @@ from hookviz.compare.measures import (
     peak_shift,
 )
 from hookviz.errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
+from hookviz.explaining.checks import Finding
 from hookviz.explaining.summaries import TENSOR_KEYS
 from hookviz.options import CheckOptions, Tolerances
 from hookviz.store.files import DIFF, atomic_write, layer_stems, write_json
@@ -431,7 +431,7 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
         ComparisonError: a folder that is not a run's output, a missing or corrupt file,
             or no image in common. UsageError: ``out`` inside BASE, or a check other than drift.
     """
-    from hookviz.compare.checks import parse_checks
+    from hookviz.explaining.checks import parse_checks
 
     checks = parse_checks(fail_on)
     if any(name != "drift" for name in checks):
@@ -444,7 +444,7 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
         raise UsageError(f"{arg('out', display_path(path))}: inside {before.named}, which a diff never writes into; choose another place")
     diff = save_diff(compare(before, after, tolerances, "drift" in checks, pictures=pictures), path)
     if pictures:
-        from hookviz.render.gallery import write_gallery
+        from hookviz.runs.gallery import write_gallery
 
         write_gallery(after.path, after.run, diff=diff.to_json())
     return diff

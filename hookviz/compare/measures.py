@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hookviz.compare.checks import Finding
+from hookviz.explaining.checks import Finding
 from hookviz.options import Tolerances
 
 __all__ = [

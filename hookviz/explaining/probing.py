@@ -18,8 +18,8 @@ from typing import Any
 
 from hookviz.anatomy.featuremaps import Layout, reshape
 from hookviz.errors import UsageError, arg
-from hookviz.explaining.hooks import HookSet
 from hookviz.explaining.recording import _first_float, _replace_first
+from hookviz.hooks import HookSet
 
 __all__ = ["LayerRescoring", "InputGradients", "guided_relus", "relu_modules", "check_relus"]
 

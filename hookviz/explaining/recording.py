@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from hookviz.anatomy.layers import LayerSpec, first_tensor, resolve_layers
 from hookviz.errors import RecordingError, UnknownLayerError, arg
-from hookviz.explaining.hooks import HookSet
+from hookviz.hooks import HookSet
 
 __all__ = ["record", "Recording", "Capture"]
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hookviz.compare.checks import Finding, run_checks
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
-from hookviz.explaining.hooks import HookSet
+from hookviz.explaining.checks import Finding, run_checks
 from hookviz.explaining.passes import SummaryOptions
+from hookviz.hooks import HookSet
 from hookviz.options import (
     CheckOptions,
     InputOptions,
@@ -486,7 +486,7 @@ class Run:
 
     def _describe(self) -> RunSummary:
         """The summary, written to the run file and the gallery (once the output folder exists)."""
-        from hookviz.render.gallery import write_gallery
+        from hookviz.runs.gallery import write_gallery
 
         if self.interrupted or self.error:
             reason = "interrupted" if self.interrupted else "the run stopped on an error"

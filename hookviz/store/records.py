@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hookviz.anatomy.featuremaps import Layout
-from hookviz.compare.checks import Finding
 from hookviz.errors import SchemaError, display_path
+from hookviz.explaining.checks import Finding
 from hookviz.inputs.identity import PhotoIdentity
 from hookviz.tasks import DEFAULT_TASK
 

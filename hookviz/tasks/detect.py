@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from hookviz.errors import UsageError, arg
-from hookviz.explaining.hooks import HookSet
+from hookviz.hooks import HookSet
 from hookviz.tasks.base import (
     ClassScore,
     Detection,
