@@ -45,7 +45,8 @@ app = typer.Typer(
 ModelOption = Annotated[
     str,
     typer.Option(
-        "--model", "-m",
+        "--model",
+        "-m",
         help="torchvision model name (resnet50), built-in (efficientnet_lite0), timm:NAME, hf:ORG/NAME, open_clip:ARCH or open_clip:ARCH/TAG, or package.module:callable.",
     ),
 ]
@@ -56,17 +57,22 @@ WeightsOption = Annotated[
     ),
 ]
 SeedOption = Annotated[int, typer.Option(help="Seed for random initialisation (--weights none).")]
-PromptOption = Annotated[Optional[list[str]], typer.Option(
-    "--prompt", help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable.")]
-PromptsFileOption = Annotated[Optional[str], typer.Option(
-    "--prompts", help="CLIP models: a text file of prompts, one a line.")]
+PromptOption = Annotated[
+    Optional[list[str]], typer.Option("--prompt", help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable.")
+]
+PromptsFileOption = Annotated[Optional[str], typer.Option("--prompts", help="CLIP models: a text file of prompts, one a line.")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 _DEFAULTS = Tolerances()
-RtolOption = Annotated[float, typer.Option(
-    help="Drift: a forward tensor may differ from the baseline by atol + rtol x its largest |value| in the baseline.")]
+RtolOption = Annotated[
+    float,
+    typer.Option(
+        help="Drift: a forward tensor may differ from the baseline by atol + rtol x its largest |value| in the baseline."
+    ),
+]
 AtolOption = Annotated[float, typer.Option(help="Drift: the absolute part of that allowance.")]
-MinCamCorrOption = Annotated[float, typer.Option(
-    "--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.")]
+MinCamCorrOption = Annotated[
+    float, typer.Option("--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.")
+]
 
 #: A run of at most this many images prints a line per image (any number: ``--verbose``).
 FEW_IMAGES = 20
@@ -139,8 +145,10 @@ class _Stopper:
 
 def _interrupted_line(summary) -> str:
     where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
-    return (f"hookviz: interrupted: {_count(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
-            f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)")
+    return (
+        f"hookviz: interrupted: {_count(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
+        f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)"
+    )
 
 
 def _stdout_closed() -> None:
@@ -174,17 +182,25 @@ def _guard(debug: bool, action):
 
 ImagesArgument = Annotated[
     Optional[list[str]],
-    typer.Argument(help="Image files, folders (searched recursively, skipping hidden and output folders) or quoted glob patterns.", show_default=False),
+    typer.Argument(
+        help="Image files, folders (searched recursively, skipping hidden and output folders) or quoted glob patterns.",
+        show_default=False,
+    ),
 ]
 LayerOption = Annotated[
     Optional[list[str]],
     typer.Option("--layer", "-l", help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'."),
 ]
-LayerTypeOption = Annotated[Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")]
-LayoutOption = Annotated[str, typer.Option(
-    help="nchw or nhwc: how to read a map whose shape fits both orders (1x96x96x96) when neither the model nor "
-         "the ops that made it say which; auto: no CAM for it, and a note.")]
-
+LayerTypeOption = Annotated[
+    Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")
+]
+LayoutOption = Annotated[
+    str,
+    typer.Option(
+        help="nchw or nhwc: how to read a map whose shape fits both orders (1x96x96x96) when neither the model nor "
+        "the ops that made it say which; auto: no CAM for it, and a note."
+    ),
+]
 
 
 def _cam_help() -> str:
@@ -194,8 +210,10 @@ def _cam_help() -> str:
     from hookviz.methods import METHODS
 
     names = METHODS.names()
-    return (f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}. Several, separated by "
-            "commas (gradcam,eigencam), in one run; the first that maps the layer is drawn in <layer>.cam.png.")
+    return (
+        f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}. Several, separated by "
+        "commas (gradcam,eigencam), in one run; the first that maps the layer is drawn in <layer>.cam.png."
+    )
 
 
 def _cam_completions(incomplete: str) -> list[str]:
@@ -222,45 +240,129 @@ def run(
     objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
     cam: Annotated[str, typer.Option(help=_cam_help(), autocompletion=_cam_completions)] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
-    output_key: Annotated[Optional[str], typer.Option("--output-key", help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.")] = None,
-    task: Annotated[str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")] = "auto",
-    trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.")] = False,
+    output_key: Annotated[
+        Optional[str],
+        typer.Option(
+            "--output-key",
+            help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.",
+        ),
+    ] = None,
+    task: Annotated[
+        str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")
+    ] = "auto",
+    trust_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--trust-checkpoint",
+            help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.",
+        ),
+    ] = False,
     score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
-    max_detections: Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")] = 5,
-    target_image: Annotated[Optional[list[str]], typer.Option("--target-image", help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.")] = None,
-    box_objective: Annotated[str, typer.Option(help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).")] = "score",
-    steps: Annotated[int, typer.Option(help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).")] = 32,
-    ig_baseline: Annotated[str, typer.Option("--ig-baseline", help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).")] = "zero",
+    max_detections: Annotated[
+        int, typer.Option(help="Detection: explain at most this many detections per image, best first.")
+    ] = 5,
+    target_image: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--target-image",
+            help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.",
+        ),
+    ] = None,
+    box_objective: Annotated[
+        str,
+        typer.Option(
+            help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget)."
+        ),
+    ] = "score",
+    steps: Annotated[
+        int, typer.Option(help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).")
+    ] = 32,
+    ig_baseline: Annotated[
+        str,
+        typer.Option(
+            "--ig-baseline",
+            help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).",
+        ),
+    ] = "zero",
     channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
     scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
     grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
-    pictures: Annotated[str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.")] = ",".join(default_groups()),
+    pictures: Annotated[str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.")] = ",".join(
+        default_groups()
+    ),
     save_tensors: Annotated[bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.")] = False,
     out: Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")] = "hookviz-out",
-    resize: Annotated[Optional[int], typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE}).")] = None,
+    resize: Annotated[
+        Optional[int],
+        typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE})."),
+    ] = None,
     crop: Annotated[Optional[int], typer.Option(help="Centre-crop to this square (default 224).")] = None,
     mean: Annotated[Optional[str], typer.Option(help="Normalisation mean, r,g,b.")] = None,
     std: Annotated[Optional[str], typer.Option(help="Normalisation std, r,g,b.")] = None,
-    no_crop: Annotated[bool, typer.Option("--no-crop", help="Resize the whole photo to the input size instead of cropping.")] = False,
-    batch_size: Annotated[int, typer.Option(help="Most images per forward pass (fewer at the start of a run, and when recording them would pass 256 MB).")] = 8,
+    no_crop: Annotated[
+        bool, typer.Option("--no-crop", help="Resize the whole photo to the input size instead of cropping.")
+    ] = False,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            help="Most images per forward pass (fewer at the start of a run, and when recording them would pass 256 MB)."
+        ),
+    ] = 8,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
-    from_list: Annotated[Optional[str], typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).")] = None,
-    skip_existing: Annotated[bool, typer.Option("--skip-existing", help="Skip images whose folder holds complete results for these layers and pictures (resume a run).")] = False,
-    shard: Annotated[Optional[str], typer.Option(help="K/N: process the K-th of N slices of the image list; auto: the Slurm array task's slice (torchrun's processes take theirs unasked).")] = None,
-    max_pixels: Annotated[int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")] = DEFAULT_MAX_PIXELS,
-    fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline).")] = None,
+    from_list: Annotated[
+        Optional[str], typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).")
+    ] = None,
+    skip_existing: Annotated[
+        bool,
+        typer.Option(
+            "--skip-existing",
+            help="Skip images whose folder holds complete results for these layers and pictures (resume a run).",
+        ),
+    ] = False,
+    shard: Annotated[
+        Optional[str],
+        typer.Option(
+            help="K/N: process the K-th of N slices of the image list; auto: the Slurm array task's slice (torchrun's processes take theirs unasked)."
+        ),
+    ] = None,
+    max_pixels: Annotated[
+        int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")
+    ] = DEFAULT_MAX_PIXELS,
+    fail_on: Annotated[
+        Optional[str],
+        typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline)."),
+    ] = None,
     dead_fraction: Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.")] = 1.0,
-    baseline: Annotated[Optional[str], typer.Option(help="An earlier run's output folder: end by comparing with it (OUT/diff.json, <layer>.diff.png).")] = None,
+    baseline: Annotated[
+        Optional[str],
+        typer.Option(help="An earlier run's output folder: end by comparing with it (OUT/diff.json, <layer>.diff.png)."),
+    ] = None,
     rtol: RtolOption = _DEFAULTS.rtol,
     atol: AtolOption = _DEFAULTS.atol,
     min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
-    tensorboard: Annotated[Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")] = None,
+    tensorboard: Annotated[
+        Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")
+    ] = None,
     workers: Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")] = 0,
-    faithfulness: Annotated[bool, typer.Option("--faithfulness", help="Measure each CAM: deletion and insertion curves (torch-cam's), ROAD (pytorch-grad-cam's); <layer>.faithfulness.png, run.json ranks the maps. Classifiers only; ~60 forward passes per image and layer.")] = False,
-    sanity: Annotated[bool, typer.Option("--sanity", help="Randomisation check of each CAM (Adebayo et al. 2018): re-explain with the layers randomised from the output down; <layer>.sanity.png. One pass per parametrised layer per image and layer.")] = False,
+    faithfulness: Annotated[
+        bool,
+        typer.Option(
+            "--faithfulness",
+            help="Measure each CAM: deletion and insertion curves (torch-cam's), ROAD (pytorch-grad-cam's); <layer>.faithfulness.png, run.json ranks the maps. Classifiers only; ~60 forward passes per image and layer.",
+        ),
+    ] = False,
+    sanity: Annotated[
+        bool,
+        typer.Option(
+            "--sanity",
+            help="Randomisation check of each CAM (Adebayo et al. 2018): re-explain with the layers randomised from the output down; <layer>.sanity.png. One pass per parametrised layer per image and layer.",
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).")
+    ] = False,
     debug: DebugOption = False,
 ) -> None:
     """Record LAYERS of MODEL on IMAGES and write pictures and reports.
@@ -291,26 +393,53 @@ def run(
     from hookviz.runs.cluster import command_shard
     from hookviz.tasks import DetectOptions, EmbedOptions
 
-    groups = _guard(debug, lambda: dict(
-        model=ModelOptions(model, weights, seed, device, task, trust_checkpoint, _prompts(prompt, prompts)),
-        layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ()), layout),
-        inputs=InputOptions(
-            resize=resize, crop=crop, mean=parse_triple(mean, "mean") if mean else None,
-            std=parse_triple(std, "std") if std else None, whole_image=no_crop, max_pixels=max_pixels,
+    groups = _guard(
+        debug,
+        lambda: dict(
+            model=ModelOptions(model, weights, seed, device, task, trust_checkpoint, _prompts(prompt, prompts)),
+            layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ()), layout),
+            inputs=InputOptions(
+                resize=resize,
+                crop=crop,
+                mean=parse_triple(mean, "mean") if mean else None,
+                std=parse_triple(std, "std") if std else None,
+                whole_image=no_crop,
+                max_pixels=max_pixels,
+            ),
+            target=TargetOptions(
+                target=target,
+                objective=objective,
+                cam=cam,
+                topk=topk,
+                output_key=output_key,
+                box_objective=box_objective,
+                steps=steps,
+                ig_baseline=ig_baseline,
+            ),
+            task_options=(
+                DetectOptions(score_threshold=score_threshold, max_detections=max_detections),
+                EmbedOptions(target_images=tuple(target_image or ())),
+            ),
+            pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
+            options=RunOptions(
+                out=out,
+                save_tensors=save_tensors,
+                batch_size=batch_size,
+                skip_existing=skip_existing,
+                shard=command_shard(shard),
+                workers=workers,
+                tensorboard=tensorboard,
+                command=tuple(sys.argv),
+            ),
+            checks=CheckOptions(
+                fail_on=fail_on or (),
+                dead_fraction=dead_fraction,
+                baseline=baseline,
+                tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr),
+            ),
+            trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
         ),
-        target=TargetOptions(target=target, objective=objective, cam=cam, topk=topk, output_key=output_key,
-                             box_objective=box_objective, steps=steps, ig_baseline=ig_baseline),
-        task_options=(DetectOptions(score_threshold=score_threshold, max_detections=max_detections),
-                      EmbedOptions(target_images=tuple(target_image or ()))),
-        pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
-        options=RunOptions(
-            out=out, save_tensors=save_tensors, batch_size=batch_size, skip_existing=skip_existing,
-            shard=command_shard(shard), workers=workers, tensorboard=tensorboard, command=tuple(sys.argv),
-        ),
-        checks=CheckOptions(fail_on=fail_on or (), dead_fraction=dead_fraction, baseline=baseline,
-                            tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr)),
-        trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
-    ))
+    )
     paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
     _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
 
@@ -379,7 +508,9 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bo
     done, skipped, failed = summary.count("done"), summary.count("skipped"), len(summary.failed)
     if failed:
         names = ", ".join(s.image for s in summary.failed[:10]) + (", ..." if failed > 10 else "")
-        typer.echo(f"hookviz: {failed} of {len(summary.statuses)} images failed: {names}; reasons in {summary.run_json}", err=True)
+        typer.echo(
+            f"hookviz: {failed} of {len(summary.statuses)} images failed: {names}; reasons in {summary.run_json}", err=True
+        )
     if not quiet and not json_output:
         counts = [f"{done} of {len(summary.statuses)} images done"]
         counts += [f"{skipped} skipped (done by an earlier run)"] if skipped else []
@@ -437,8 +568,12 @@ class _Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.bar = Progress(
-                TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=Console(stderr=True),
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
                 transient=True,
             )
             self.bar.start()
@@ -501,14 +636,28 @@ def _duration(seconds: float) -> str:
 
 @app.command()
 def diff(
-    base: Annotated[Path, typer.Argument(metavar="BASE", help="The baseline: an earlier run's output folder (only read).", show_default=False)],
-    new: Annotated[Path, typer.Argument(metavar="NEW", help="The run to compare with it (its image folders get <layer>.diff.png).", show_default=False)],
+    base: Annotated[
+        Path, typer.Argument(metavar="BASE", help="The baseline: an earlier run's output folder (only read).", show_default=False)
+    ],
+    new: Annotated[
+        Path,
+        typer.Argument(
+            metavar="NEW", help="The run to compare with it (its image folders get <layer>.diff.png).", show_default=False
+        ),
+    ],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write diff.json (default NEW/diff.json).")] = None,
-    fail_on: Annotated[Optional[str], typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.")] = None,
+    fail_on: Annotated[
+        Optional[str], typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.")
+    ] = None,
     rtol: RtolOption = _DEFAULTS.rtol,
     atol: AtolOption = _DEFAULTS.atol,
     min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
-    pictures: Annotated[str, typer.Option(help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json.")] = "diff",
+    pictures: Annotated[
+        str,
+        typer.Option(
+            help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json."
+        ),
+    ] = "diff",
     json_output: Annotated[bool, typer.Option("--json", help="Print diff.json to stdout (for jq).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors and findings.")] = False,
     debug: DebugOption = False,
@@ -567,10 +716,16 @@ def diff(
 def layers(
     model: ModelOption = "resnet50",
     weights: Annotated[str, typer.Option(help="Weights to load first; none is enough to list layers.")] = "none",
-    filter: Annotated[Optional[str], typer.Option("--filter", help="Only paths containing this text or matching this glob.")] = None,
+    filter: Annotated[
+        Optional[str], typer.Option("--filter", help="Only paths containing this text or matching this glob.")
+    ] = None,
     type: Annotated[Optional[str], typer.Option("--type", help="Only modules of this class (Conv2d).")] = None,
-    crop: Annotated[Optional[int], typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).")] = None,
-    trust_checkpoint: Annotated[bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle).")] = False,
+    crop: Annotated[
+        Optional[int], typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).")
+    ] = None,
+    trust_checkpoint: Annotated[
+        bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle).")
+    ] = False,
     prompt: PromptOption = None,
     prompts: PromptsFileOption = None,
     debug: DebugOption = False,
@@ -622,7 +777,10 @@ def layers(
 @app.command()
 def models(
     filter: Annotated[Optional[str], typer.Option("--filter", help="Only names containing this text.")] = None,
-    search: Annotated[Optional[str], typer.Option("--search", help="Only names whose name or description holds every word of TEXT, in any case.")] = None,
+    search: Annotated[
+        Optional[str],
+        typer.Option("--search", help="Only names whose name or description holds every word of TEXT, in any case."),
+    ] = None,
 ) -> None:
     """List the model names hookviz can load, by task (classifiers, then segmentation, then
     detection models) and source: built-in ones, torchvision's, timm's (when timm is

@@ -19,10 +19,26 @@ import re
 from collections.abc import Iterable, Iterator
 
 __all__ = [
-    "HookvizError", "UsageError", "UnknownModelError", "UnknownLayerError", "TargetError",
-    "WeightsError", "OutputError", "ComparisonError", "SchemaError", "ImageError", "RecordingError", "ModelRunError",
+    "HookvizError",
+    "UsageError",
+    "UnknownModelError",
+    "UnknownLayerError",
+    "TargetError",
+    "WeightsError",
+    "OutputError",
+    "ComparisonError",
+    "SchemaError",
+    "ImageError",
+    "RecordingError",
+    "ModelRunError",
     "MethodError",
-    "arg", "hint", "command_line_spelling", "first_line", "describe", "did_you_mean", "display_path",
+    "arg",
+    "hint",
+    "command_line_spelling",
+    "first_line",
+    "describe",
+    "did_you_mean",
+    "display_path",
 ]
 
 
@@ -90,7 +106,15 @@ class MethodError(HookvizError):
 
 # CLI flags whose names are not "--" + the Python argument's name with dashes (BASE and
 # NEW are the positional arguments of `hookviz diff`).
-_FLAGS = {"prompts": "--prompt", "prompts_file": "--prompts", "layers": "--layer", "layer_types": "--layer-type", "whole_image": "--no-crop", "base": "BASE", "new": "NEW"}
+_FLAGS = {
+    "prompts": "--prompt",
+    "prompts_file": "--prompts",
+    "layers": "--layer",
+    "layer_types": "--layer-type",
+    "whole_image": "--no-crop",
+    "base": "BASE",
+    "new": "NEW",
+}
 
 _HINTS = {
     "python": {

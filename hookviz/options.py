@@ -27,10 +27,29 @@ from pathlib import Path
 from hookviz.errors import UsageError, arg
 
 __all__ = [
-    "ModelOptions", "InputOptions", "LayerOptions", "TargetOptions", "PictureOptions", "RunOptions",
-    "CheckOptions", "Tolerances", "TrustOptions", "ChannelSelection", "OBJECTIVES", "BOX_OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "parse_triple", "parse_shard",
+    "ModelOptions",
+    "InputOptions",
+    "LayerOptions",
+    "TargetOptions",
+    "PictureOptions",
+    "RunOptions",
+    "CheckOptions",
+    "Tolerances",
+    "TrustOptions",
+    "ChannelSelection",
+    "OBJECTIVES",
+    "BOX_OBJECTIVES",
+    "IG_BASELINES",
+    "MAX_STEPS",
+    "parse_triple",
+    "parse_shard",
     "read_prompts",
-    "MAX_SIDE", "MAX_TOPK", "MAX_TILES", "DEFAULT_MAX_PIXELS", "LAYOUT_CHOICES", "task_choices",
+    "MAX_SIDE",
+    "MAX_TOPK",
+    "MAX_TILES",
+    "DEFAULT_MAX_PIXELS",
+    "LAYOUT_CHOICES",
+    "task_choices",
 ]
 
 #: Longest side hookviz resizes or crops a photo to. Models take 224 to ~1333 pixels; 4096 is
@@ -133,7 +152,9 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
         raise UsageError(f"{arg('prompts_file', path)}: no such file; give a text file with one prompt a line") from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or "not UTF-8 text"
-        raise UsageError(f"{arg('prompts_file', path)}: cannot read it ({reason}); give a text file with one prompt a line") from None
+        raise UsageError(
+            f"{arg('prompts_file', path)}: cannot read it ({reason}); give a text file with one prompt a line"
+        ) from None
     prompts = tuple(line.strip() for line in text.splitlines() if line.strip())
     if not prompts:
         raise UsageError(f"{arg('prompts_file', path)}: the file holds no prompt; write one prompt a line")
@@ -246,9 +267,7 @@ class InputOptions:
             changes["mode"] = "whole"
         result = replace(preprocessing, **changes)
         if result.crop and result.size > result.resize:
-            raise UsageError(
-                f"{arg('crop', result.size)} is larger than {arg('resize', result.resize)}; the crop must fit"
-            )
+            raise UsageError(f"{arg('crop', result.size)} is larger than {arg('resize', result.resize)}; the crop must fit")
         return result
 
 
@@ -456,9 +475,7 @@ class ChannelSelection:
             return cls(count=None, ranges=tuple((int(v), int(v)) for v in value))
         if text.isdigit():
             if int(text) < 1:
-                raise UsageError(
-                    f"{arg('channels', text)}: a count must be 1 or more; for channel 0 alone write 0-0"
-                )
+                raise UsageError(f"{arg('channels', text)}: a count must be 1 or more; for channel 0 alone write 0-0")
             return cls(count=int(text))
         ranges = []
         try:

@@ -83,8 +83,13 @@ class TinyConvNeXt(nn.Module):
         super().__init__()
         self.stem = nn.Conv2d(3, 8, 4, stride=4)
         self.block = nn.Sequential(
-            nn.Conv2d(8, 8, 3, padding=1, groups=8), Permute([0, 2, 3, 1]), nn.LayerNorm(8),
-            nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8), Permute([0, 3, 1, 2]),
+            nn.Conv2d(8, 8, 3, padding=1, groups=8),
+            Permute([0, 2, 3, 1]),
+            nn.LayerNorm(8),
+            nn.Linear(8, 16),
+            nn.GELU(),
+            nn.Linear(16, 8),
+            Permute([0, 3, 1, 2]),
         )
         self.mixer = _TokenMixer(8)
         self.head = nn.Linear(8, classes)
@@ -482,8 +487,12 @@ def registries_restored():
     from hookviz.render import kinds
     from hookviz.tasks.base import TASKS
 
-    saved = [(METHODS._entries, dict(METHODS._entries)), (CHECKS._entries, dict(CHECKS._entries)),
-             (kinds._KINDS, dict(kinds._KINDS)), (TASKS, dict(TASKS))]
+    saved = [
+        (METHODS._entries, dict(METHODS._entries)),
+        (CHECKS._entries, dict(CHECKS._entries)),
+        (kinds._KINDS, dict(kinds._KINDS)),
+        (TASKS, dict(TASKS)),
+    ]
     yield
     for live, before in saved:
         live.clear()

@@ -30,9 +30,7 @@ def batch():
 def _hookviz_cams(model, x, layer, method, target):
     from PIL import Image
 
-    images = [
-        PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((224, 224, 3), np.uint8)) for t in x
-    ]
+    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((224, 224, 3), np.uint8)) for t in x]
     results = _explainer(model, layer, TargetOptions(target=str(target), cam=method)).explain_batch(images)
     return np.stack([r.layers[0].cam for r in results])
 

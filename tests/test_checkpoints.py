@@ -107,10 +107,16 @@ def test_a_state_dict_without_num_batches_tracked_loads_as_torch_loads_it(tmp_pa
     assert loaded.notes == ()
 
 
-@pytest.mark.parametrize("wrap, prefix", [
-    ("lightning", "model."), ("compiled_dataparallel", "_orig_mod.module."), ("ema", None), ("model_ema", None),
-    ("other_name", None),
-])
+@pytest.mark.parametrize(
+    "wrap, prefix",
+    [
+        ("lightning", "model."),
+        ("compiled_dataparallel", "_orig_mod.module."),
+        ("ema", None),
+        ("model_ema", None),
+        ("other_name", None),
+    ],
+)
 def test_checkpoints_of_training_frameworks_load_with_a_note_on_what_was_undone(tmp_path, wrap, prefix):
     state = _marked_state()
     payload = {
@@ -158,9 +164,23 @@ def test_the_command_says_what_it_undid_in_a_note_and_in_report_json(tmp_path, p
 
     torch.save({"state_dict": {f"model.{k}": v for k, v in _marked_state().items()}, "epoch": 3}, tmp_path / "last.ckpt")
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights",
-                                      str(tmp_path / "last.ckpt"), "--layer", "features.3", "--pictures", "none",
-                                      "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            str(tmp_path / "last.ckpt"),
+            "--layer",
+            "features.3",
+            "--pictures",
+            "none",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "began with 'model.'" in result.stderr
     report = json.loads((out / "photo" / "report.json").read_text())

@@ -59,8 +59,26 @@ def test_run_writes_pictures_report_and_tensors(cli, photo, tmp_path):
 def test_report_says_how_each_layout_was_read_and_an_ambiguous_one_waits_for_layout(cli, photo, tmp_path):
     # Every map of tiny_convnext at 32 pixels is 1x8x8x8: block.2 (a LayerNorm between two
     # Permutes) is channels-last by its ops; mixer.out (tokens reshaped) by nothing.
-    base = ["run", photo, "--model", "tests.conftest:tiny_convnext", "--weights", "none", "--resize", "32",
-            "--crop", "32", "--layer", "block.2", "--layer", "mixer.out", "--target", "2", "--workers", "1"]
+    base = [
+        "run",
+        photo,
+        "--model",
+        "tests.conftest:tiny_convnext",
+        "--weights",
+        "none",
+        "--resize",
+        "32",
+        "--crop",
+        "32",
+        "--layer",
+        "block.2",
+        "--layer",
+        "mixer.out",
+        "--target",
+        "2",
+        "--workers",
+        "1",
+    ]
     result = invoke(cli, *base, "--pictures", "channels,cam", "--out", tmp_path / "auto")
     assert result.exit_code == 0, result.output
     layers = {layer["name"]: layer for layer in json.loads((tmp_path / "auto" / "photo" / "report.json").read_text())["layers"]}
@@ -99,8 +117,20 @@ def test_mixed_folder_writes_good_images_names_broken_ones_and_exits_1(cli, tmp_
 
 def test_nan_weights_fail_the_nonfinite_check_with_exit_3(cli, photo, tmp_path):
     out = tmp_path / "out"
-    result = invoke(cli, "run", photo, "--model", "tests.conftest:nan_net", "--layer", "features.3",
-                    "--out", out, "--fail-on", "nonfinite", "--json")
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "tests.conftest:nan_net",
+        "--layer",
+        "features.3",
+        "--out",
+        out,
+        "--fail-on",
+        "nonfinite",
+        "--json",
+    )
     assert result.exit_code == 3
     document = json.loads(result.stdout)
     assert document == json.loads((out / "run.json").read_text())
@@ -110,8 +140,20 @@ def test_nan_weights_fail_the_nonfinite_check_with_exit_3(cli, photo, tmp_path):
 
 def test_dead_and_zero_grad_checks(cli, photo, tmp_path):
     # pool's input after ReLU is never all zero; fc's output is; a layer the logits never use gets no gradient
-    result = invoke(cli, "run", photo, *TINY, "--layer", "features.2", "--out", tmp_path / "a",
-                    "--fail-on", "dead,zero-grad", "--dead-fraction", "0.01")
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        *TINY,
+        "--layer",
+        "features.2",
+        "--out",
+        tmp_path / "a",
+        "--fail-on",
+        "dead,zero-grad",
+        "--dead-fraction",
+        "0.01",
+    )
     assert result.exit_code == 3 and "dead" in result.stderr
     result = invoke(cli, "run", photo, *TINY, "--layer", "features.2", "--out", tmp_path / "b", "--fail-on", "zero-grad")
     assert result.exit_code == 0, result.stderr
@@ -151,8 +193,9 @@ def test_usage_errors_exit_2_with_one_line(cli, photo, tmp_path, args, message):
 def test_class_names_work_as_targets_and_are_suggested(cli, lite0, cat, tmp_path):
     result = invoke(cli, "run", cat, "--model", "efficientnet_lite0", "--target", "tabbby", "--out", tmp_path)
     assert result.exit_code == 2 and "did you mean 'tabby'" in result.stderr
-    result = invoke(cli, "run", cat, "--model", "efficientnet_lite0", "--target", "tabby", "--out", tmp_path,
-                    "--pictures", "none")
+    result = invoke(
+        cli, "run", cat, "--model", "efficientnet_lite0", "--target", "tabby", "--out", tmp_path, "--pictures", "none"
+    )
     assert result.exit_code == 0
     report = json.loads((tmp_path / "cat" / "report.json").read_text())
     assert report["target"]["name"] == "tabby" and report["target"]["index"] == 281
@@ -188,8 +231,10 @@ def test_a_heic_photo_fails_with_the_pillow_heif_hint(cli, tmp_path):
     heic.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40)
     result = invoke(cli, "run", heic, *TINY, "--layer", "fc", "--out", tmp_path / "out")
     assert result.exit_code == 1, result.output
-    assert f"hookviz: failed: {heic}: a HEIC/HEIF photo, which PIL cannot read alone; install pillow-heif " \
-           "(pip install pillow-heif), which hookviz then uses, or convert it to JPEG or PNG" in result.stderr
+    assert (
+        f"hookviz: failed: {heic}: a HEIC/HEIF photo, which PIL cannot read alone; install pillow-heif "
+        "(pip install pillow-heif), which hookviz then uses, or convert it to JPEG or PNG" in result.stderr
+    )
 
 
 @pytest.mark.slow
@@ -206,8 +251,26 @@ def test_the_command_opens_heic_photos_with_pillow_heif_when_installed(tmp_path)
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(root)])}
     completed = subprocess.run(
-        [sys.executable, "-m", "hookviz", "run", str(photos), *TINY, "--layer", "fc", "--pictures", "none",
-         "--out", str(tmp_path / "out"), "-q"], capture_output=True, text=True, cwd=root, env=env, check=False,
+        [
+            sys.executable,
+            "-m",
+            "hookviz",
+            "run",
+            str(photos),
+            *TINY,
+            "--layer",
+            "fc",
+            "--pictures",
+            "none",
+            "--out",
+            str(tmp_path / "out"),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["done"] == 1
@@ -220,8 +283,9 @@ def test_usage_errors_are_plain_text_where_boxes_and_colours_cannot_show(setting
     capable = {**keep, "TERM": "xterm-256color", "LANG": "C.UTF-8", "FORCE_COLOR": "1"}
 
     def usage_error(env):
-        completed = subprocess.run([sys.executable, "-m", "hookviz", "run", "--nope"], capture_output=True, cwd=root,
-                                   env=env, check=False)
+        completed = subprocess.run(
+            [sys.executable, "-m", "hookviz", "run", "--nope"], capture_output=True, cwd=root, env=env, check=False
+        )
         uncoloured = re.sub(rb"\x1b\[[0-9;]*m", b"", completed.stderr)
         assert completed.returncode == 2 and b"No such option: --nope" in uncoloured, completed.stderr
         return completed.stderr
@@ -324,7 +388,9 @@ def test_openmp_threads_sleep_unless_the_user_says_otherwise(preset, expected):
 def test_python_dash_m_works(photo, tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "hookviz", "run", str(photo), *TINY, "--layer", "fc", "--out", str(tmp_path), "-q"],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
     )
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "photo" / "report.json").exists()
@@ -340,16 +406,15 @@ def test_the_installed_command_keeps_its_status_and_every_line_it_printed(tmp_pa
     buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
 
     def command(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "hookviz", *args], capture_output=True, text=True, cwd=root, env=buffered
-        )
+        return subprocess.run([sys.executable, "-m", "hookviz", *args], capture_output=True, text=True, cwd=root, env=buffered)
 
     listing = command("models")
     assert listing.returncode == 0
     assert listing.stdout == CliRunner().invoke(app, ["models"]).stdout
     assert "efficientnet_lite0" in listing.stdout and "resnet50" in listing.stdout
-    chatty = command("run", str(photo), "--model", "tests.conftest:chatty_net", "--weights", "none",
-                     "--out", str(tmp_path / "chatty"), "-q")
+    chatty = command(
+        "run", str(photo), "--model", "tests.conftest:chatty_net", "--weights", "none", "--out", str(tmp_path / "chatty"), "-q"
+    )
     assert chatty.returncode == 0, chatty.stderr
     assert chatty.stdout == "chatty_net: built\n"
     empty = tmp_path / "empty"
@@ -377,9 +442,14 @@ def _hostile_inputs(folder: Path) -> dict[str, str]:
     Image.new("RGB", (1, 20000)).save(folder / "strip.png")
     (folder / "vector.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
     return {
-        "empty.png": "empty", "text.png": "not an image format", "cut.png": "corrupt or truncated",
-        "cut.jpg": "corrupt or truncated", "header.png": "", "bomb.png": "--max-pixels",
-        "strip.png": "too thin", "vector.svg": "SVG",
+        "empty.png": "empty",
+        "text.png": "not an image format",
+        "cut.png": "corrupt or truncated",
+        "cut.jpg": "corrupt or truncated",
+        "header.png": "",
+        "bomb.png": "--max-pixels",
+        "strip.png": "too thin",
+        "vector.svg": "SVG",
     }
 
 
@@ -403,15 +473,18 @@ def test_every_hostile_input_fails_alone_with_its_message(cli, tmp_path):
     assert len(failures) == len(expected)
 
 
-@pytest.mark.parametrize("name, make", [
-    ("16bit.png", lambda p: Image.fromarray((np.arange(400).reshape(20, 20) * 160).astype(np.uint16)).save(p)),
-    ("cmyk.jpg", lambda p: Image.new("CMYK", (20, 20), (0, 200, 200, 0)).save(p)),
-    ("palette.png", lambda p: Image.new("P", (20, 20), 1).save(p, transparency=0)),
-    ("anim.gif", lambda p: Image.new("RGB", (20, 20)).save(p, save_all=True, append_images=[Image.new("RGB", (20, 20))])),
-    ("tiny.webp", lambda p: Image.new("RGB", (1, 1), (9, 9, 9)).save(p)),
-    ("UP PER é.BMP", lambda p: Image.new("RGB", (20, 20)).save(p, format="BMP")),
-    ("price $x^{$.png", lambda p: Image.new("RGB", (20, 20)).save(p)),  # in a title: not mathtext
-])
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("16bit.png", lambda p: Image.fromarray((np.arange(400).reshape(20, 20) * 160).astype(np.uint16)).save(p)),
+        ("cmyk.jpg", lambda p: Image.new("CMYK", (20, 20), (0, 200, 200, 0)).save(p)),
+        ("palette.png", lambda p: Image.new("P", (20, 20), 1).save(p, transparency=0)),
+        ("anim.gif", lambda p: Image.new("RGB", (20, 20)).save(p, save_all=True, append_images=[Image.new("RGB", (20, 20))])),
+        ("tiny.webp", lambda p: Image.new("RGB", (1, 1), (9, 9, 9)).save(p)),
+        ("UP PER é.BMP", lambda p: Image.new("RGB", (20, 20)).save(p, format="BMP")),
+        ("price $x^{$.png", lambda p: Image.new("RGB", (20, 20)).save(p)),  # in a title: not mathtext
+    ],
+)
 def test_awkward_but_valid_images_work(cli, tmp_path, name, make):
     path = tmp_path / name
     make(path)
@@ -419,19 +492,52 @@ def test_awkward_but_valid_images_work(cli, tmp_path, name, make):
     assert result.exit_code == 0, result.stderr
     (folder,) = [d for d in (tmp_path / "out").iterdir() if d.is_dir()]
     assert sorted(p.name for p in folder.glob("features.3.*.png")) == [
-        "features.3.cam.png", "features.3.channels.png", "features.3.summary.png"
+        "features.3.cam.png",
+        "features.3.channels.png",
+        "features.3.summary.png",
     ]
 
 
 def test_from_list_reads_stdin_and_preprocessing_options_apply(cli, photo, tmp_path):
     out = tmp_path / "out"
-    result = cli.invoke(app, ["run", "--from-list", "-", *TINY, "--layer", "features.3", "--out", str(out),
-                              "--resize", "180", "--crop", "160", "--mean", "0.5", "--std", "0.5,0.5,0.5",
-                              "--pictures", "none", "--device", "cpu"], input=f"# photos\n{photo}\n\n")
+    result = cli.invoke(
+        app,
+        [
+            "run",
+            "--from-list",
+            "-",
+            *TINY,
+            "--layer",
+            "features.3",
+            "--out",
+            str(out),
+            "--resize",
+            "180",
+            "--crop",
+            "160",
+            "--mean",
+            "0.5",
+            "--std",
+            "0.5,0.5,0.5",
+            "--pictures",
+            "none",
+            "--device",
+            "cpu",
+        ],
+        input=f"# photos\n{photo}\n\n",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "photo" / "report.json").read_text())
-    assert report["preprocessing"] == {"mode": "crop", "resize": 180, "crop": 160, "size": [160, 160],
-                                       "interpolation": "bilinear", "mean": [0.5] * 3, "std": [0.5] * 3, "channels": 3}
+    assert report["preprocessing"] == {
+        "mode": "crop",
+        "resize": 180,
+        "crop": 160,
+        "size": [160, 160],
+        "interpolation": "bilinear",
+        "mean": [0.5] * 3,
+        "std": [0.5] * 3,
+        "channels": 3,
+    }
     assert report["layers"][0]["shapes"]["input"] == [1, 4, 160, 160]
     result = invoke(cli, "run", photo, *TINY, "--crop", "112", "--out", out, "--pictures", "none")
     assert result.exit_code == 0, result.output
@@ -457,30 +563,100 @@ def _one_error_line(result) -> str:
 @pytest.mark.parametrize("selection", [["--layer-type", "Conv2d"], ["--layer", "*"]])
 def test_modules_a_type_or_glob_selects_but_never_run_are_skipped_with_a_note(cli, photo, tmp_path, selection):
     out = tmp_path / "out"
-    result = invoke(cli, "run", photo, "--model", "googlenet", "--weights", "none", *selection,
-                    "--pictures", "none", "--resize", "64", "--crop", "64", "--out", out)
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "googlenet",
+        "--weights",
+        "none",
+        *selection,
+        "--pictures",
+        "none",
+        "--resize",
+        "64",
+        "--crop",
+        "64",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     assert "note: skipped" in result.stderr and "aux1.conv.conv" in result.stderr
     report = json.loads((out / "photo" / "report.json").read_text())
     assert "aux1.conv.conv" in report["skipped_layers"]
     assert "inception5b.branch4.1.conv" in [layer["name"] for layer in report["layers"]]
-    named = invoke(cli, "run", photo, "--model", "googlenet", "--weights", "none", "--layer", "aux1.conv.conv",
-                   "--pictures", "none", "--resize", "64", "--crop", "64", "--out", tmp_path / "named")
+    named = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "googlenet",
+        "--weights",
+        "none",
+        "--layer",
+        "aux1.conv.conv",
+        "--pictures",
+        "none",
+        "--resize",
+        "64",
+        "--crop",
+        "64",
+        "--out",
+        tmp_path / "named",
+    )
     assert named.exit_code == 2 and "aux1.conv.conv was never called" in _one_error_line(named)
 
 
 def test_logits_are_never_guessed_from_several_outputs(cli, photo, tmp_path):
-    result = invoke(cli, "run", photo, "--model", "tests.conftest:embedding_and_logits_net", "--weights", "none",
-                    "--layer", "features.3", "--out", tmp_path / "a")
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "tests.conftest:embedding_and_logits_net",
+        "--weights",
+        "none",
+        "--layer",
+        "features.3",
+        "--out",
+        tmp_path / "a",
+    )
     line = _one_error_line(result)
     assert result.exit_code == 2
     assert "tuple of 2 (1x32, 1x10)" in line and "--output-key 0 or --output-key 1" in line
-    result = invoke(cli, "run", photo, "--model", "tests.conftest:embedding_and_logits_net", "--weights", "none",
-                    "--layer", "features.3", "--output-key", "1", "--out", tmp_path / "b", "--pictures", "none")
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "tests.conftest:embedding_and_logits_net",
+        "--weights",
+        "none",
+        "--layer",
+        "features.3",
+        "--output-key",
+        "1",
+        "--out",
+        tmp_path / "b",
+        "--pictures",
+        "none",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "b" / "photo" / "report.json").read_text())["logits"]["count"] == 10
-    result = invoke(cli, "run", photo, "--model", "tests.conftest:dict_net", "--weights", "none",
-                    "--layer", "features.3", "--out", tmp_path / "c")
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "tests.conftest:dict_net",
+        "--weights",
+        "none",
+        "--layer",
+        "features.3",
+        "--out",
+        tmp_path / "c",
+    )
     assert result.exit_code == 2 and "'embedding' 1x32, 'scores' 1x10" in _one_error_line(result)
 
 
@@ -508,8 +684,21 @@ def test_image_names_never_clash_with_run_files_or_each_other(cli, tmp_path):
 
 def test_layers_whose_names_differ_only_in_unsafe_characters_keep_their_own_files(cli, photo, tmp_path):
     out = tmp_path / "out"
-    result = invoke(cli, "run", photo, "--model", "tests.conftest:slash_net", "--weights", "none",
-                    "--layer", "heads.a/b", "--layer", "heads.a_b", "--out", out)
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "tests.conftest:slash_net",
+        "--weights",
+        "none",
+        "--layer",
+        "heads.a/b",
+        "--layer",
+        "heads.a_b",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "photo" / "report.json").read_text())
     files = [layer["pictures"]["summary"] for layer in report["layers"]]
@@ -547,8 +736,7 @@ def test_absurd_options_are_refused_before_anything_runs(cli, photo, tmp_path, a
 
 def test_absurd_options_that_can_be_clamped_are_clamped_with_a_note(cli, photo, tmp_path):
     out = tmp_path / "out"
-    result = invoke(cli, "run", photo, *TINY, "--layer", "features.3", "--topk", "10",
-                    "--channels", "0-30000000", "--out", out)
+    result = invoke(cli, "run", photo, *TINY, "--layer", "features.3", "--topk", "10", "--channels", "0-30000000", "--out", out)
     assert result.exit_code == 0, result.output
     assert "--topk 10: the model has 5 classes" in result.stderr
     report = json.loads((out / "photo" / "report.json").read_text())
@@ -584,8 +772,24 @@ def test_errors_name_the_right_argument(cli, photo, tmp_path):
 
 def test_a_grayscale_model_gets_grayscale_photos(cli, photo, tmp_path):
     out = tmp_path / "out"
-    result = invoke(cli, "run", photo, "--model", "tests.conftest:gray_net", "--weights", "none",
-                    "--layer", "conv", "--mean", "0.5", "--std", "0.25", "--out", out, "--save-tensors")
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "tests.conftest:gray_net",
+        "--weights",
+        "none",
+        "--layer",
+        "conv",
+        "--mean",
+        "0.5",
+        "--std",
+        "0.25",
+        "--out",
+        out,
+        "--save-tensors",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "photo" / "report.json").read_text())
     assert report["preprocessing"]["channels"] == 1 and report["preprocessing"]["mean"] == [0.5]
@@ -618,8 +822,9 @@ def test_listing_into_a_closed_pipe_is_quiet(tmp_path):
 
 @pytest.mark.slow
 def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, photo, tmp_path):
-    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--pictures", "none",
-                    "--out", tmp_path / "out")
+    result = invoke(
+        cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--pictures", "none", "--out", tmp_path / "out"
+    )
     assert result.exit_code == 0, result.output
     first = result.stderr.splitlines()[0]
     assert "using encoder.layers.encoder_layer_11.ln_1 (LayerNorm)" in first and "pytorch-grad-cam" in first
@@ -627,8 +832,21 @@ def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, ph
     assert report["layers"][0]["name"] == "encoder.layers.encoder_layer_11.ln_1"
     assert report["layers"][0]["cam"]["shape"] == [14, 14]
     assert "transformer block" in report["layer_choice"]
-    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--crop", "256",
-                    "--layer", "encoder.ln", "--out", tmp_path / "b")
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        "--model",
+        "vit_b_16",
+        "--weights",
+        "none",
+        "--crop",
+        "256",
+        "--layer",
+        "encoder.ln",
+        "--out",
+        tmp_path / "b",
+    )
     assert result.exit_code == 2
     assert "--crop 256: vit_b_16 takes 224x224 inputs, not 256x256; pass --crop 224" in _one_error_line(result)
 
@@ -664,8 +882,9 @@ def test_the_console_counts_skipped_images_as_skipped_not_done(cli, photo, tmp_p
 
 def test_non_finite_logits_are_said_and_their_cam_is_not_drawn_as_zero(cli, photo, tmp_path):
     out = tmp_path / "out"
-    result = invoke(cli, "run", photo, "--model", "tests.conftest:nan_logits_net", "--weights", "none",
-                    "--layer", "features.3", "--out", out)
+    result = invoke(
+        cli, "run", photo, "--model", "tests.conftest:nan_logits_net", "--weights", "none", "--layer", "features.3", "--out", out
+    )
     assert result.exit_code == 0, result.output
     assert "logits are not all finite" in result.stderr
     report = json.loads((out / "photo" / "report.json").read_text())
@@ -711,9 +930,13 @@ def test_a_full_disk_stops_the_run_at_the_first_image(cli, tmp_path, monkeypatch
     assert result.stderr.count("hookviz: failed:") <= 1
 
 
-@pytest.mark.parametrize("factory, expected", [
-    ("binary_net", 0), ("binary_vector_net", 0),
-])
+@pytest.mark.parametrize(
+    "factory, expected",
+    [
+        ("binary_net", 0),
+        ("binary_vector_net", 0),
+    ],
+)
 def test_a_binary_classifier_gets_a_sigmoid_probability(factory, expected):
     import torch
 
@@ -798,8 +1021,18 @@ def test_names_with_control_characters_stay_on_one_line_and_two_spellings_are_on
     folder.mkdir()
     Image.new("RGB", (20, 20)).save(folder / "two\nlines.png")
     (folder / "broken\rname.png").write_text("not an image")
-    result = invoke(cli, "run", folder / "two\nlines.png", folder / ".." / "in" / "two\nlines.png",
-                    folder / "broken\rname.png", *TINY, "--layer", "features.3", "--out", tmp_path / "out")
+    result = invoke(
+        cli,
+        "run",
+        folder / "two\nlines.png",
+        folder / ".." / "in" / "two\nlines.png",
+        folder / "broken\rname.png",
+        *TINY,
+        "--layer",
+        "features.3",
+        "--out",
+        tmp_path / "out",
+    )
     assert result.exit_code == 1
     failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
     assert len(failed) == 1 and "broken\\rname.png" in failed[0]
@@ -829,9 +1062,9 @@ def test_a_name_the_console_cannot_spell_never_ends_the_run(tmp_path, photo, enc
     Image.open(photo).save(folder / "plain.png")
     out = tmp_path / "out"
     completed = subprocess.run(
-        [sys.executable, "-m", "hookviz", "run", str(folder), *TINY, "--layer", "fc", "--pictures", "none",
-         "--out", str(out)],
-        capture_output=True, cwd=Path(__file__).resolve().parent.parent,
+        [sys.executable, "-m", "hookviz", "run", str(folder), *TINY, "--layer", "fc", "--pictures", "none", "--out", str(out)],
+        capture_output=True,
+        cwd=Path(__file__).resolve().parent.parent,
         env={**os.environ, "PYTHONIOENCODING": encoding},
     )
     stderr = completed.stderr.decode(encoding)
@@ -871,15 +1104,39 @@ def test_a_large_run_prints_counts_not_a_line_per_image(cli, tmp_path, monkeypat
     verbose = invoke(cli, *base, "--out", tmp_path / "verbose", "--verbose")
     assert len(verbose.stdout.splitlines()) == 20 and "im20.png: target " in verbose.stdout
     assert not any(re.fullmatch(r"hookviz: \d+ of 21 images, .*", line) for line in verbose.stderr.splitlines())
-    few = invoke(cli, "run", _many(tmp_path / "few", 3), *TINY, "--layer", "features.3", "--pictures", "none",
-                 "--out", tmp_path / "few-out")
+    few = invoke(
+        cli,
+        "run",
+        _many(tmp_path / "few", 3),
+        *TINY,
+        "--layer",
+        "features.3",
+        "--pictures",
+        "none",
+        "--out",
+        tmp_path / "few-out",
+    )
     assert len(few.stdout.splitlines()) == 3
 
 
 def test_the_first_line_names_a_few_layers_and_run_json_all(cli, photo, tmp_path):
     out = tmp_path / "out"
-    result = invoke(cli, "run", photo, *TINY, "--layer-type", "Conv2d", "--layer-type", "ReLU", "--layer", "fc",
-                    "--pictures", "none", "--out", out)
+    result = invoke(
+        cli,
+        "run",
+        photo,
+        *TINY,
+        "--layer-type",
+        "Conv2d",
+        "--layer-type",
+        "ReLU",
+        "--layer",
+        "fc",
+        "--pictures",
+        "none",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     layers = json.loads((out / "run.json").read_text())["layers"]
     assert len(layers) == 5
@@ -887,6 +1144,8 @@ def test_the_first_line_names_a_few_layers_and_run_json_all(cli, photo, tmp_path
     assert first.endswith(f"; 5 layers: {', '.join(layers[:3])}, and 2 more; all in run.json"), first
     two = invoke(cli, "run", photo, *TINY, "--layer-type", "Conv2d", "--pictures", "none", "--out", tmp_path / "two")
     assert two.stderr.splitlines()[0].endswith("; layers: features.0, features.3")
+
+
 def test_an_out_through_a_dangling_link_is_refused_before_anything_runs(cli, photo, tmp_path):
     (tmp_path / "results").symlink_to(tmp_path / "mounted-disk")  # the disk is not mounted
     out = tmp_path / "results" / "run1"
@@ -913,7 +1172,10 @@ def test_an_out_that_cannot_be_made_is_a_usage_error_not_a_failed_run_json(cli, 
     monkeypatch.setattr(Path, "mkdir", full_disk)
     result = invoke(cli, "run", photo, *TINY, "--out", out)
     assert result.exit_code == 2, result.output
-    assert result.stderr.strip() == f"hookviz: error: --out {out}: cannot write there (No space left on device); choose another folder"
+    assert (
+        result.stderr.strip()
+        == f"hookviz: error: --out {out}: cannot write there (No space left on device); choose another folder"
+    )
     assert not out.exists()
 
 
@@ -930,11 +1192,16 @@ def test_a_baseline_under_torchrun_says_what_to_run_once_every_process_has_finis
     assert not out.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--target", "99"], "--target 99: class index out of range (the model has 0..4)"),
-    (["--output-key", "3"], "--output-key 3: the model returned a 1x5 tensor; no such entry"),
-])
-def test_a_factory_models_target_or_output_key_it_lacks_is_refused_before_the_out_folder_exists(cli, photo, tmp_path, args, message):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--target", "99"], "--target 99: class index out of range (the model has 0..4)"),
+        (["--output-key", "3"], "--output-key 3: the model returned a 1x5 tensor; no such entry"),
+    ],
+)
+def test_a_factory_models_target_or_output_key_it_lacks_is_refused_before_the_out_folder_exists(
+    cli, photo, tmp_path, args, message
+):
     # A factory's model says its class count only through its output: the dry pass that
     # recognises its task reads it, so nothing is created for a run that cannot start.
     out = tmp_path / "out"
@@ -942,5 +1209,3 @@ def test_a_factory_models_target_or_output_key_it_lacks_is_refused_before_the_ou
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"hookviz: error: {message}"
     assert not out.exists()
-
-

@@ -19,8 +19,17 @@ from hookviz.cli import app
 from .conftest import ROOT, no_partial_files
 
 TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
-LAUNCHERS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
-             "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP")
+LAUNCHERS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -46,8 +55,14 @@ def _processes(args, envs: list[dict]) -> list[subprocess.CompletedProcess]:
     """One ``python -m hookviz run`` per environment, side by side, as a launcher starts them."""
     base = {k: v for k, v in os.environ.items() if k not in LAUNCHERS}
     started = [
-        subprocess.Popen([sys.executable, "-m", "hookviz", "run", *map(str, args)], cwd=ROOT, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**base, **env, "OMP_NUM_THREADS": "1"})
+        subprocess.Popen(
+            [sys.executable, "-m", "hookviz", "run", *map(str, args)],
+            cwd=ROOT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**base, **env, "OMP_NUM_THREADS": "1"},
+        )
         for env in envs
     ]
     results = []
@@ -83,9 +98,31 @@ def test_torchrun_itself_runs_the_command_as_the_docs_say(tmp_path):
     photos, out = _photos(tmp_path / "in", 5), tmp_path / "out"
     base = {k: v for k, v in os.environ.items() if k not in LAUNCHERS}
     completed = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "hookviz", "run",
-         str(photos), *TINY, "--pictures", "cam", "--workers", "1", "--out", str(out), "-q"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, env={**base, "OMP_NUM_THREADS": "1"},
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "hookviz",
+            "run",
+            str(photos),
+            *TINY,
+            "--pictures",
+            "cam",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            "-q",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**base, "OMP_NUM_THREADS": "1"},
     )
     assert completed.returncode == 0, completed.stderr
     _assert_one_run_in_shards(out, 2, 5)
@@ -119,8 +156,17 @@ def test_torchrun_variables_pick_the_shard_without_a_flag(tmp_path):
         ({"RANK": "1", "WORLD_SIZE": "3"}, "1/1", ["run-1-of-1.json"]),  # an explicit --shard wins
         ({"RANK": "0", "WORLD_SIZE": "1"}, None, ["run.json"]),  # one process does all the work
         ({"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "2"}, None, ["run.json"]),  # an array, unasked
-        ({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "1",
-          "SLURM_ARRAY_TASK_STEP": "2", "SLURM_ARRAY_TASK_MAX": "5"}, "auto", ["run-3-of-3.json"]),  # --array=1-5:2
+        (
+            {
+                "SLURM_ARRAY_TASK_ID": "5",
+                "SLURM_ARRAY_TASK_COUNT": "3",
+                "SLURM_ARRAY_TASK_MIN": "1",
+                "SLURM_ARRAY_TASK_STEP": "2",
+                "SLURM_ARRAY_TASK_MAX": "5",
+            },
+            "auto",
+            ["run-3-of-3.json"],
+        ),  # --array=1-5:2
         ({}, "auto", ["run.json"]),  # no launcher: the whole list
     ],
 )
@@ -138,11 +184,17 @@ def test_which_shard_the_environment_gives(tmp_path, env, shard, expected):
         ({"RANK": "1"}, None, "RANK is set but WORLD_SIZE is not"),
         ({"RANK": "2", "WORLD_SIZE": "2"}, None, "RANK=2 is not below WORLD_SIZE=2"),
         ({"RANK": "one", "WORLD_SIZE": "2"}, None, "RANK='one' is not a whole number"),
-        ({"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "1",
-          "SLURM_ARRAY_TASK_MAX": "7"}, "auto", "not one evenly spaced range"),  # --array=1,3,7
+        (
+            {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7"},
+            "auto",
+            "not one evenly spaced range",
+        ),  # --array=1,3,7
         ({"SLURM_ARRAY_TASK_ID": "2"}, "auto", "SLURM_ARRAY_TASK_COUNT is not"),
-        ({"RANK": "0", "WORLD_SIZE": "2", "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, "auto",
-         "both torchrun (WORLD_SIZE=2) and a Slurm array"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "4"},
+            "auto",
+            "both torchrun (WORLD_SIZE=2) and a Slurm array",
+        ),
     ],
 )
 def test_inconsistent_launcher_variables_are_one_line_and_exit_2(tmp_path, env, shard, words):

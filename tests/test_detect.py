@@ -53,7 +53,7 @@ def _forward(model, photo):
 
 
 def _gradcam(activations, objective) -> np.ndarray:
-    grads, = torch.autograd.grad(objective, activations, retain_graph=True)
+    (grads,) = torch.autograd.grad(objective, activations, retain_graph=True)
     return np.maximum((grads.mean(dim=(2, 3), keepdim=True) * activations).sum(dim=1).detach().numpy(), 0)[0]
 
 
@@ -128,7 +128,7 @@ def test_score_iou_is_pytorch_grad_cams_target_where_the_boxes_move(model, small
         ours = box_objective(output, box, label, "score+iou")
         assert float(ours.detach()) == pytest.approx(float(theirs.detach()), abs=1e-6)
         matched += [(box, label, ours, theirs)] if float(theirs.detach()) > 0 else []
-        other = next(c for c in range(1, 91) if c not in output["labels"][:k + 1])
+        other = next(c for c in range(1, 91) if c not in output["labels"][: k + 1])
         unmatched = box_objective(output, box, other, "score+iou"), FasterRCNNBoxScoreTarget([other], [box.numpy()])(output)
         assert [float(v.detach().sum()) for v in unmatched] == [0, 0]
     assert len(matched) >= 2
@@ -141,8 +141,9 @@ def test_score_iou_is_pytorch_grad_cams_target_where_the_boxes_move(model, small
 
 def test_an_image_without_detections_is_done_and_says_so(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector",
-                                      "--weights", "none", "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector", "--weights", "none", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "no detections to explain" in result.stdout and "no detections with a score of at least 0.5" in result.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
@@ -160,8 +161,23 @@ def test_a_detection_run_batches_photos_of_one_size_and_explains_each_detection(
         photo.save(folder / f"same{i}.png")
     photo.resize((200, 150)).save(folder / "small.png")
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(folder), "--model", DETECTOR, "--weights", "none", *LOW,
-                                      "--out", str(out), "--save-tensors", "--batch-size", "4"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(folder),
+            "--model",
+            DETECTOR,
+            "--weights",
+            "none",
+            *LOW,
+            "--out",
+            str(out),
+            "--save-tensors",
+            "--batch-size",
+            "4",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "same1" / "report.json").read_text())
     assert len(report["prediction"]["detections"]) == 3 and report["preprocessing"]["mode"] == "original"
@@ -186,28 +202,49 @@ def test_a_target_class_keeps_only_its_detections(model, photo_tensor):
     assert f"no detections of class {names[other]} with a score of at least 0.005" in none.notes
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--score-threshold", "2"], "--score-threshold 2.0: a score threshold is between 0 and 1"),
-    (["--crop", "224"], "--crop: a detector resizes and normalises photos itself"),
-    (["--target", "unicorn"], "--target unicorn: not a class name of this model"),
-    (["--topk", "3"], "--topk 3: a detector gets one CAM per detection; use --max-detections"),
-    (["--layer", "backbone"], "--layer backbone: backbone returns 3 feature maps"),
-    (["--box-objective", "iou"], "--box-objective iou: choose score or score+iou"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--score-threshold", "2"], "--score-threshold 2.0: a score threshold is between 0 and 1"),
+        (["--crop", "224"], "--crop: a detector resizes and normalises photos itself"),
+        (["--target", "unicorn"], "--target unicorn: not a class name of this model"),
+        (["--topk", "3"], "--topk 3: a detector gets one CAM per detection; use --max-detections"),
+        (["--layer", "backbone"], "--layer backbone: backbone returns 3 feature maps"),
+        (["--box-objective", "iou"], "--box-objective iou: choose score or score+iou"),
+    ],
+)
 def test_detection_usage_errors_are_one_line(tmp_path, args, message):
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
-                                      "--out", str(tmp_path / "out"), *args])
+    result = CliRunner().invoke(
+        app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none", "--out", str(tmp_path / "out"), *args]
+    )
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
-@pytest.mark.parametrize("model, words", [
-    ("tests.conftest:tiny_net", "a classifier has no boxes"), ("lraspp_mobilenet_v3_large", "a segmenter has no boxes"),
-])
+@pytest.mark.parametrize(
+    "model, words",
+    [
+        ("tests.conftest:tiny_net", "a classifier has no boxes"),
+        ("lraspp_mobilenet_v3_large", "a segmenter has no boxes"),
+    ],
+)
 def test_a_box_objective_is_refused_for_a_model_without_boxes(tmp_path, model, words):
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", model, "--weights", "none",
-                                      "--box-objective", "score+iou", "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            model,
+            "--weights",
+            "none",
+            "--box-objective",
+            "score+iou",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 2 and not (tmp_path / "out").exists()
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"--box-objective score+iou: {words}; drop --box-objective" in lines[0], result.stderr
@@ -215,8 +252,24 @@ def test_a_box_objective_is_refused_for_a_model_without_boxes(tmp_path, model, w
 
 def test_the_box_objective_is_recorded_in_the_report(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none", *LOW,
-                                      "--box-objective", "score+iou", "--pictures", "none", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            DETECTOR,
+            "--weights",
+            "none",
+            *LOW,
+            "--box-objective",
+            "score+iou",
+            "--pictures",
+            "none",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     assert report["objective"] == "score+iou" and report["asked"]["target"]["box_objective"] == "score+iou"
@@ -226,13 +279,41 @@ def test_the_box_objective_is_recorded_in_the_report(tmp_path):
 def test_a_factory_model_is_recognised_from_its_output(tmp_path):
     runner = CliRunner()
     out = tmp_path / "out"
-    result = runner.invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector",
-                                 "--weights", "none", *LOW, "--pictures", "none", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "tests.test_detect:detector",
+            "--weights",
+            "none",
+            *LOW,
+            "--pictures",
+            "none",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((out / "cat" / "report.json").read_text())["task"] == "detect"
-    result = runner.invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector",
-                                 "--weights", "none", "--task", "classify", "--layer", "backbone.body.16",
-                                 "--out", str(tmp_path / "b")])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "tests.test_detect:detector",
+            "--weights",
+            "none",
+            "--task",
+            "classify",
+            "--layer",
+            "backbone.body.16",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
     assert result.exit_code == 2 and "not (batch, classes) logits" in result.stderr
 
 
@@ -278,39 +359,103 @@ def test_detectors_without_roi_heads_explain_each_detection_and_keep_their_cut(n
 
 def test_a_detectors_tensors_hold_every_detections_cam_and_say_what_the_gradients_are(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
-                                      *LOW, "--save-tensors", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none", *LOW, "--save-tensors", "--out", str(out)],
+    )
     assert result.exit_code == 0, result.output
     arrays = np.load(out / "cat" / "tensors.npz")
-    assert {"backbone.body.16/cam", "backbone.body.16/cam_1", "backbone.body.16/cam_2", "backbone.body.16/cam_3"} <= set(arrays.files)
+    assert {"backbone.body.16/cam", "backbone.body.16/cam_1", "backbone.body.16/cam_2", "backbone.body.16/cam_3"} <= set(
+        arrays.files
+    )
     np.testing.assert_array_equal(arrays["backbone.body.16/cam"], arrays["backbone.body.16/cam_1"])
     assert json.loads((out / "cat" / "report.json").read_text())["objective"] == "score"
 
 
 def test_a_per_proposal_layer_and_a_layer_without_a_tensor_are_refused(tmp_path):
-    for layer, message in (("roi_heads.box_head", "rows for 1 photo (proposals or windows, not photos)"),
-                           ("transform", "holds no floating-point tensor")):
-        result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
-                                          *LOW, "--layer", layer, "--out", str(tmp_path / layer)])
+    for layer, message in (
+        ("roi_heads.box_head", "rows for 1 photo (proposals or windows, not photos)"),
+        ("transform", "holds no floating-point tensor"),
+    ):
+        result = CliRunner().invoke(
+            app,
+            [
+                "run",
+                str(SAMPLES / "cat.png"),
+                "--model",
+                DETECTOR,
+                "--weights",
+                "none",
+                *LOW,
+                "--layer",
+                layer,
+                "--out",
+                str(tmp_path / layer),
+            ],
+        )
         assert result.exit_code == 2 and message in result.stderr, result.output
 
 
 def test_a_glob_over_the_pyramid_skips_what_returns_several_maps(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
-                                      "--layer", "backbone.fpn*", "--pictures", "none", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            DETECTOR,
+            "--weights",
+            "none",
+            "--layer",
+            "backbone.fpn*",
+            "--pictures",
+            "none",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     assert "backbone.fpn" in report["skipped_layers"] and "backbone.fpn.layer_blocks.0.0" in [l["name"] for l in report["layers"]]
 
 
 def test_a_task_the_model_does_not_do_is_refused_and_no_detection_is_no_zero_grad(tmp_path):
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "lraspp_mobilenet_v3_large",
-                                      "--weights", "none", "--task", "detect", "--out", str(tmp_path / "a")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "lraspp_mobilenet_v3_large",
+            "--weights",
+            "none",
+            "--task",
+            "detect",
+            "--out",
+            str(tmp_path / "a"),
+        ],
+    )
     assert result.exit_code == 2 and "--task detect: lraspp_mobilenet_v3_large is a segmentation model" in result.stderr
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none",
-                                      "--fail-on", "zero-grad", "--target", "person", "--score-threshold", "0.01",
-                                      "--out", str(tmp_path / "b")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            DETECTOR,
+            "--weights",
+            "none",
+            "--fail-on",
+            "zero-grad",
+            "--target",
+            "person",
+            "--score-threshold",
+            "0.01",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
     assert result.exit_code == 0, result.output  # nothing to explain: no gradient is due
     from hookviz import explain
     from hookviz.render.prediction import prediction_figure

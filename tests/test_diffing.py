@@ -61,7 +61,9 @@ def baseline(tmp_path_factory, checkpoints) -> Path:
 
 def _tree(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` and a hash of its bytes: what 'nothing was modified' means."""
-    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def _findings(document: dict) -> set[tuple]:
@@ -146,11 +148,29 @@ def test_changed_preprocessing_is_caught_at_the_input(baseline, checkpoints, tmp
 def test_another_thread_count_stays_under_the_default_tolerances(tmp_path):
     """Fresh interpreters, torch on one thread and on two: summation orders differ, the
     figures stay far under the defaults."""
+
     def run(out: Path, threads: str):
         env = {**os.environ, "OMP_NUM_THREADS": threads, "PYTHONPATH": str(ROOT)}
-        command = [sys.executable, "-m", "hookviz", "run", str(SAMPLES), "--model", "efficientnet_lite0",
-                   "--layer", "_blocks.4", "--layer", "_blocks.10._depthwise_conv", "--layer", "_conv_head",
-                   "--pictures", "none", "-q", "--out", str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "hookviz",
+            "run",
+            str(SAMPLES),
+            "--model",
+            "efficientnet_lite0",
+            "--layer",
+            "_blocks.4",
+            "--layer",
+            "_blocks.10._depthwise_conv",
+            "--layer",
+            "_conv_head",
+            "--pictures",
+            "none",
+            "-q",
+            "--out",
+            str(out),
+        ]
         subprocess.run(command, check=True, env=env, cwd=tmp_path)
 
     run(tmp_path / "one", "1")
@@ -168,8 +188,22 @@ def test_another_thread_count_stays_under_the_default_tolerances(tmp_path):
 
 def test_runs_of_different_layers_compare_what_matches_and_name_the_rest(baseline, checkpoints, tmp_path):
     other = tmp_path / "other"
-    result = invoke("run", SAMPLES, *TINY, "--weights", checkpoints["a"], "--layer", "features.3", "--layer", "pool",
-                    "--pictures", "none", "-q", "--out", other)
+    result = invoke(
+        "run",
+        SAMPLES,
+        *TINY,
+        "--weights",
+        checkpoints["a"],
+        "--layer",
+        "features.3",
+        "--layer",
+        "pool",
+        "--pictures",
+        "none",
+        "-q",
+        "--out",
+        other,
+    )
     assert result.exit_code == 0
     shown = invoke("diff", baseline, other, "--pictures", "none", "--fail-on", "drift")
     assert shown.exit_code == 3  # a layer gone is a changed model
@@ -190,8 +224,20 @@ def test_another_model_and_images_in_one_run_only_are_named(baseline, checkpoint
     shutil.copy(SAMPLES / "cat.png", folder / "cat.png")
     shutil.copy(SAMPLES / "cat.png", folder / "dog.png")
     new = tmp_path / "new"
-    result = invoke("run", folder, "--model", "tests.conftest:chatty_net", "--weights", checkpoints["a"], *LAYERS,
-                    "--pictures", "none", "-q", "--out", new)
+    result = invoke(
+        "run",
+        folder,
+        "--model",
+        "tests.conftest:chatty_net",
+        "--weights",
+        checkpoints["a"],
+        *LAYERS,
+        "--pictures",
+        "none",
+        "-q",
+        "--out",
+        new,
+    )
     assert result.exit_code == 0
     diff = diff_runs(baseline, new, pictures=False)
     assert [image.output for image in diff.images] == ["cat"]
@@ -232,13 +278,16 @@ def test_a_baseline_from_a_newer_hookviz_is_compared_with_a_note(baseline, tmp_p
     assert any("hookviz 99.0.0, newer than" in note for note in diff.notes) and diff.findings == ()
 
 
-@pytest.mark.parametrize("damage, named", [
-    (lambda run: (run / "cat" / "report.json").unlink(), "cat/report.json: missing"),
-    (lambda run: (run / "cat" / "report.json").write_text('{"layers": [tru'), "cat/report.json: truncated"),
-    (lambda run: (run / "cat" / "fingerprint.npz").write_bytes(b"PK\x03\x04 half"), "cat/fingerprint.npz: cannot be read"),
-    (lambda run: (run / "run.json").write_text("{"), "run.json: not readable JSON"),
-    (lambda run: (run / "run.json").unlink(), "no run.json here"),
-])
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        (lambda run: (run / "cat" / "report.json").unlink(), "cat/report.json: missing"),
+        (lambda run: (run / "cat" / "report.json").write_text('{"layers": [tru'), "cat/report.json: truncated"),
+        (lambda run: (run / "cat" / "fingerprint.npz").write_bytes(b"PK\x03\x04 half"), "cat/fingerprint.npz: cannot be read"),
+        (lambda run: (run / "run.json").write_text("{"), "run.json: not readable JSON"),
+        (lambda run: (run / "run.json").unlink(), "no run.json here"),
+    ],
+)
 def test_a_broken_baseline_is_refused_in_one_line_naming_the_file(baseline, tmp_path, damage, named):
     broken = tmp_path / "broken"
     shutil.copytree(baseline, broken)
@@ -288,8 +337,24 @@ def test_diff_pictures_go_into_new_and_the_gallery_shows_the_most_changed_first(
     with Image.open(SAMPLES / "coffee.png") as image:
         Image.fromarray((np.asarray(image.convert("RGB")) * 0.9).astype(np.uint8)).save(photos / "coffee.png")
     new = tmp_path / "new"
-    result = invoke("run", photos, *TINY, "--weights", checkpoints["a"], "--layer", "features.3", "--layer", "fc",
-                    "--pictures", "cam", "-q", "--out", new, "--baseline", baseline)
+    result = invoke(
+        "run",
+        photos,
+        *TINY,
+        "--weights",
+        checkpoints["a"],
+        "--layer",
+        "features.3",
+        "--layer",
+        "fc",
+        "--pictures",
+        "cam",
+        "-q",
+        "--out",
+        new,
+        "--baseline",
+        baseline,
+    )
     assert result.exit_code == 0, result.output  # drift not checked: reported, not failed
     document = json.loads((new / "diff.json").read_text())
     assert [image["output"] for image in document["images"]] == ["coffee", "cat"]
@@ -363,8 +428,13 @@ def test_ranking_puts_a_changed_target_first():
     from hookviz.compare.measures import ImageDiff, TensorDiff
 
     def image(name, change, target):
-        tensor = TensorDiff("logits", True, map=None, before={"min": -1.0, "max": 1.0, "mean": 0.0, "std": 1.0, "nonfinite": 0},
-                            after={"min": -1.0, "max": 1.0, "mean": change, "std": 1.0, "nonfinite": 0})
+        tensor = TensorDiff(
+            "logits",
+            True,
+            map=None,
+            before={"min": -1.0, "max": 1.0, "mean": 0.0, "std": 1.0, "nonfinite": 0},
+            after={"min": -1.0, "max": 1.0, "mean": change, "std": 1.0, "nonfinite": 0},
+        )
         return ImageDiff(name, name, ({"index": 1}, {"index": target}), ((), ()), 0.0, tensor, tensor, ())
 
     ranked = sorted([image("a", 0.1, 1), image("b", 0.0, 2), image("c", 0.3, 1)], key=_rank)

@@ -73,7 +73,10 @@ def test_an_out_that_is_or_holds_the_photos_folder_is_named_as_the_fault(tmp_pat
     sub = tmp_path / "photos" / "sub"
     for args, message in [
         (["photos", "-o", "photos"], "--out photos: is the folder of the photos to explain; choose another --out"),
-        (["photos/sub", "--out", "photos"], "--out photos: holds photos/sub, a folder of the photos to explain; choose another --out"),
+        (
+            ["photos/sub", "--out", "photos"],
+            "--out photos: holds photos/sub, a folder of the photos to explain; choose another --out",
+        ),
         (["photos/sub/", "--out", str(sub)], f"--out {sub}: is the folder of the photos to explain; choose another --out"),
     ]:
         result = CliRunner().invoke(app, ["run", *args, *TINY])

@@ -22,6 +22,7 @@ def factory(tmp_path, monkeypatch):
     def write(body: str) -> str:
         (tmp_path / "downloading_factory.py").write_text(textwrap.dedent(body))
         return "downloading_factory:build"
+
     yield write
     sys.modules.pop("downloading_factory", None)
 
@@ -85,10 +86,17 @@ def test_timm_pretrained_in_a_factory_gives_up_at_once_with_the_hub_cache_hint(f
 
 
 def test_a_factory_that_fails_otherwise_is_reported_as_before(factory):
-    result = CliRunner().invoke(app, ["layers", "--model", factory("""
+    result = CliRunner().invoke(
+        app,
+        [
+            "layers",
+            "--model",
+            factory("""
         def build():
             raise OSError("the factory's own failure")
-    """)])
+    """),
+        ],
+    )
     assert result.exit_code == 2
     assert result.stderr.strip() == (
         "hookviz: error: --model downloading_factory:build: the factory raised OSError: the factory's own failure"

@@ -84,8 +84,9 @@ def test_a_folder_of_references_is_one_concept_their_mean_embedding(tmp_path):
     image = torch.randn(3, 112, 112, generator=torch.Generator().manual_seed(2))
     from hookviz import Explainer, LayerOptions, LoadedModel, Preprocessing
 
-    prepare = Explainer.create(LoadedModel("r", model, "seeded", None, Preprocessing(resize=128, size=112)),
-                               layers=LayerOptions(("layer4",))).prepare
+    prepare = Explainer.create(
+        LoadedModel("r", model, "seeded", None, Preprocessing(resize=128, size=112)), layers=LayerOptions(("layer4",))
+    ).prepare
     with torch.no_grad():
         mean = torch.stack([model(prepare(p).tensor[None])[0] for p in (CAT, COFFEE)]).mean(0)
     found = explain(model, image, layers=["layer4"], target_image=folder, preprocessing=Preprocessing(resize=128, size=112))
@@ -110,9 +111,28 @@ def test_a_tiny_timm_model_without_head_is_explained_by_its_similarity():
 
 def test_each_target_image_gets_its_own_cam_through_the_cli(tmp_path):
     out = tmp_path / "out"
-    result = invoke("run", "--model", "tests.conftest:tiny_net", "--weights", "none", "--target-image", COFFEE,
-                    "--target-image", CAT, CAT, "--out", out, "--device", "cpu", "--pictures", "cam", "--crop", "64",
-                    "--resize", "64")
+    result = invoke(
+        "run",
+        "--model",
+        "tests.conftest:tiny_net",
+        "--weights",
+        "none",
+        "--target-image",
+        COFFEE,
+        "--target-image",
+        CAT,
+        CAT,
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "--pictures",
+        "cam",
+        "--crop",
+        "64",
+        "--resize",
+        "64",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     assert report["task"] == "embed" and report["objective"] == "cosine"
@@ -127,8 +147,22 @@ def test_each_target_image_gets_its_own_cam_through_the_cli(tmp_path):
 def test_a_timm_feature_extractor_runs_with_a_reference(tmp_path):
     # eva02_tiny's default tag is a masked-image-modelling checkpoint: num_classes=0, an embedding.
     out = tmp_path / "out"
-    result = invoke("run", "--model", "timm:eva02_tiny_patch14_224", "--weights", "none", "--target-image", COFFEE,
-                    CAT, "--out", out, "--device", "cpu", "--pictures", "cam")
+    result = invoke(
+        "run",
+        "--model",
+        "timm:eva02_tiny_patch14_224",
+        "--weights",
+        "none",
+        "--target-image",
+        COFFEE,
+        CAT,
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "--pictures",
+        "cam",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((out / "cat" / "report.json").read_text())["task"] == "embed"
 
@@ -136,8 +170,10 @@ def test_a_timm_feature_extractor_runs_with_a_reference(tmp_path):
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["--target-image", str(COFFEE), "--target", "3"],
-         "--target 3: an embedding has no classes; explain its similarity to a photo with --target-image REF instead"),
+        (
+            ["--target-image", str(COFFEE), "--target", "3"],
+            "--target 3: an embedding has no classes; explain its similarity to a photo with --target-image REF instead",
+        ),
         (["--target-image", "NOTES"], "--target-image NOTES: not an image format PIL can read"),
         (["--target-image", "EMPTY"], "--target-image EMPTY: folder holds no image files"),
     ],
@@ -149,8 +185,23 @@ def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
     empty.mkdir()
     args = [str(notes) if a == "NOTES" else str(empty) if a == "EMPTY" else a for a in args]
     line = line.replace("NOTES", str(notes)).replace("EMPTY", str(empty))
-    result = invoke("run", "--model", "tests.conftest:tiny_net", "--weights", "none", *args, CAT,
-                    "--out", tmp_path / "out", "--device", "cpu", "--crop", "64", "--resize", "64")
+    result = invoke(
+        "run",
+        "--model",
+        "tests.conftest:tiny_net",
+        "--weights",
+        "none",
+        *args,
+        CAT,
+        "--out",
+        tmp_path / "out",
+        "--device",
+        "cpu",
+        "--crop",
+        "64",
+        "--resize",
+        "64",
+    )
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"hookviz: error: {line}")
     assert result.stderr.count("\n") == 1

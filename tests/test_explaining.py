@@ -208,8 +208,9 @@ def _small_vit(head_init: bool):
     from torchvision.models.vision_transformer import VisionTransformer
 
     torch.manual_seed(0)
-    model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
-                              num_classes=10).eval()
+    model = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=10
+    ).eval()
     if head_init:
         with torch.no_grad():
             model.heads.head.weight.normal_(0, 0.2)  # torchvision zero-inits the head: no gradient at all

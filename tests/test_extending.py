@@ -19,10 +19,31 @@ from .conftest import ROOT, SAMPLES
 def test_a_plugin_method_task_and_picture_kind_run_end_to_end(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "hookviz", "run", str(SAMPLES / "cat.png"), "--model", "tests.extension_plugin:brightness_net",
-         "--weights", "none", "--layer", "features.2", "--cam", "peak", "--pictures", "summary,cam,toy", "--save-tensors",
-         "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "HOOKVIZ_PLUGINS": "tests.extension_plugin"},
+        [
+            sys.executable,
+            "-m",
+            "hookviz",
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "tests.extension_plugin:brightness_net",
+            "--weights",
+            "none",
+            "--layer",
+            "features.2",
+            "--cam",
+            "peak",
+            "--pictures",
+            "summary,cam,toy",
+            "--save-tensors",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HOOKVIZ_PLUGINS": "tests.extension_plugin"},
     )
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
@@ -54,13 +75,15 @@ def _installed_plugin(tmp_path, value: str) -> dict:
 
 def test_an_installed_plugin_is_listed_in_help_and_a_broken_one_is_one_line(tmp_path):
     env = _installed_plugin(tmp_path, "tests.extension_plugin")
-    done = subprocess.run([sys.executable, "-m", "hookviz", "run", "--help"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "hookviz", "run", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "peak" in done.stdout and "regress" in done.stdout and "toy" in done.stdout
     env = _installed_plugin(tmp_path / "broken", "tests.no_such_plugin")
-    done = subprocess.run([sys.executable, "-m", "hookviz", "run", "--help"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "hookviz", "run", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         "hookviz: error: plug-in 'tests.no_such_plugin' (entry point 'toy' of hookviz.plugins) cannot be imported: "

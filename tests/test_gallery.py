@@ -22,8 +22,11 @@ def gallery_run(tmp_path_factory, lite0):
     broken = out.parent / "broken.png"
     broken.write_text("not a picture")
     summary = run(
-        [SAMPLES / "cat.png", SAMPLES / "coffee.png", broken], ModelOptions("efficientnet_lite0"),
-        layers=LayerOptions(("_blocks.-1", "_fc")), target=TargetOptions(topk=2), options=RunOptions(out=out / "run"),
+        [SAMPLES / "cat.png", SAMPLES / "coffee.png", broken],
+        ModelOptions("efficientnet_lite0"),
+        layers=LayerOptions(("_blocks.-1", "_fc")),
+        target=TargetOptions(topk=2),
+        options=RunOptions(out=out / "run"),
     )
     return out / "run", summary
 
@@ -34,8 +37,14 @@ def test_gallery_lists_every_image_layer_picture_and_failure(gallery_run):
     page = (out / "index.html").read_text(encoding="utf-8")
     assert page.count("<tr><td") == 2
     for name in ("cat", "coffee"):
-        for picture in ("_blocks.15.summary.png", "_blocks.15.channels.png", "_blocks.15.cam.png",
-                        "_blocks.15.cam_topk.png", "_fc.summary.png", "input.jpg"):
+        for picture in (
+            "_blocks.15.summary.png",
+            "_blocks.15.channels.png",
+            "_blocks.15.cam.png",
+            "_blocks.15.cam_topk.png",
+            "_fc.summary.png",
+            "input.jpg",
+        ):
             assert f'href="{name}/{picture}"' in page
     assert "espresso" in page and "broken.png" in page and "not an image format" in page
     assert "http://" not in page and "https://" not in page  # self-contained
@@ -51,9 +60,18 @@ def _loaded_images(page: Path, profile: Path, screenshot: Path) -> list:
 
     options = Options()
     options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1400,6000", f"--user-data-dir={profile}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,6000",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:

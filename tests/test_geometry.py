@@ -56,14 +56,23 @@ def test_torchvision_declares_its_vit_only():
 
 def test_transformers_models_declare_their_tokens_and_stages():
     transformers = pytest.importorskip("transformers")
-    small = {"image_size": 32, "patch_size": 8, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
-             "intermediate_size": 16}
+    small = {
+        "image_size": 32,
+        "patch_size": 8,
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 16,
+    }
     vit = declared_layout(transformers.ViTForImageClassification(transformers.ViTConfig(**small)))
     assert (vit.prefix, vit.patch, vit.strides) == (1, (8, 8), (8,))
     deit = declared_layout(transformers.DeiTForImageClassificationWithTeacher(transformers.DeiTConfig(**small)))
     assert deit.prefix == 2 and "distillation_token" in deit.origin
-    swin = declared_layout(transformers.SwinForImageClassification(transformers.SwinConfig(
-        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4)))
+    swin = declared_layout(
+        transformers.SwinForImageClassification(
+            transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4)
+        )
+    )
     assert (swin.prefix, swin.patch, swin.pad, swin.strides) == (0, (4, 4), True, (4, 8))
 
 

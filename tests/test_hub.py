@@ -35,12 +35,16 @@ def test_offline_mode_is_read_at_each_call(monkeypatch, value, expected):
 def test_fetch_takes_the_first_cached_file_and_fails_offline_in_one_line(hub_cache):
     snapshot = hub_snapshot(hub_cache, "org/model")
     (snapshot / "pytorch_model.bin").write_bytes(b"weights")
-    assert hub.fetch("org/model", ("model.safetensors", "pytorch_model.bin"), "weights='DEFAULT'") == snapshot / "pytorch_model.bin"
+    assert (
+        hub.fetch("org/model", ("model.safetensors", "pytorch_model.bin"), "weights='DEFAULT'") == snapshot / "pytorch_model.bin"
+    )
     (snapshot / "model.safetensors").write_bytes(b"safer")
     assert hub.fetch("org/model", ("model.safetensors", "pytorch_model.bin"), "weights='DEFAULT'").name == "model.safetensors"
     with pytest.raises(WeightsError) as error:
         hub.fetch("org/other", ("model.safetensors",), "weights='DEFAULT'")
-    assert str(error.value).startswith(f"weights='DEFAULT': org/other is not in the Hugging Face cache ({hub_cache}) and HF_HUB_OFFLINE is set;")
+    assert str(error.value).startswith(
+        f"weights='DEFAULT': org/other is not in the Hugging Face cache ({hub_cache}) and HF_HUB_OFFLINE is set;"
+    )
 
 
 def test_cached_repos_lists_repositories_with_a_config(hub_cache):

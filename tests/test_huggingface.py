@@ -26,8 +26,15 @@ LABELS = {0: "cat", 1: "dog", 2: "tabby, tabby cat"}
 
 def _tiny_vit():
     config = transformers.ViTConfig(
-        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, num_labels=3, id2label=LABELS, label2id={v: k for k, v in LABELS.items()},
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=3,
+        id2label=LABELS,
+        label2id={v: k for k, v in LABELS.items()},
     )
     torch.manual_seed(0)
     return transformers.ViTForImageClassification(config).eval()
@@ -35,7 +42,9 @@ def _tiny_vit():
 
 def _save(folder, model, processor=None):
     model.save_pretrained(folder)
-    (processor or transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3, image_std=[0.5] * 3)).save_pretrained(folder)
+    (
+        processor or transformers.ViTImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    ).save_pretrained(folder)
 
 
 @pytest.fixture
@@ -83,8 +92,12 @@ def test_offline_and_not_cached_fails_in_one_line_naming_the_cache(hub_cache):
     with pytest.raises(WeightsError) as error:
         load_model("hf:google/vit-base-patch16-224")
     message = str(error.value)
-    assert message.startswith(f"weights='DEFAULT': google/vit-base-patch16-224 is not in the Hugging Face cache ({hub_cache}) and HF_HUB_OFFLINE is set;")
-    assert "\n" not in message and message.endswith("or pass weights='PATH' (a state_dict or .safetensors file) or weights='none'")
+    assert message.startswith(
+        f"weights='DEFAULT': google/vit-base-patch16-224 is not in the Hugging Face cache ({hub_cache}) and HF_HUB_OFFLINE is set;"
+    )
+    assert "\n" not in message and message.endswith(
+        "or pass weights='PATH' (a state_dict or .safetensors file) or weights='none'"
+    )
     # Random weights still need the config.
     with pytest.raises(WeightsError) as error:
         load_model("hf:google/vit-base-patch16-224", "none")
@@ -129,8 +142,11 @@ def test_preprocessing_matches_the_image_processor(cached_vit, hub_cache):
 
 def test_run_explains_the_last_blocks_first_norm_on_the_declared_grid(cached_vit, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", "--model", f"hf:{REPO}", str(SAMPLES / "cat.png"), "--out", str(out),
-                                      "--target", "tabby", "--device", "cpu"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        ["run", "--model", f"hf:{REPO}", str(SAMPLES / "cat.png"), "--out", str(out), "--target", "tabby", "--device", "cpu"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     assert "no --layer given: using vit.layers.1.layernorm_before (LayerNorm), the first norm" in result.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
@@ -143,8 +159,15 @@ def test_run_explains_the_last_blocks_first_norm_on_the_declared_grid(cached_vit
 
 
 def test_a_distilled_deit_drops_both_of_its_tokens():
-    config = transformers.DeiTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=64, num_labels=4)
+    config = transformers.DeiTConfig(
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=4,
+    )
     torch.manual_seed(0)
     model = transformers.DeiTForImageClassificationWithTeacher(config).eval()
     result = explain(model, torch.randn(3, 32, 32), target=1, inputs=InputOptions(resize=32, crop=32))
@@ -156,8 +179,9 @@ def test_a_distilled_deit_drops_both_of_its_tokens():
 
 
 def test_a_swin_is_explained_at_its_last_blocks_first_norm():
-    config = transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2],
-                                     window_size=4, num_labels=4)
+    config = transformers.SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4, num_labels=4
+    )
     torch.manual_seed(0)
     model = transformers.SwinForImageClassification(config).eval()
     result = explain(model, torch.randn(3, 32, 32), target=1, inputs=InputOptions(resize=32, crop=32))
@@ -186,7 +210,9 @@ def _custom_code_folder(folder, marker, model_type="hookviz_custom"):
         "class MyModel(PreTrainedModel):\n    config_class = MyConfig\n"
     )
     auto_map = {"AutoConfig": "modeling_custom.MyConfig", "AutoModelForImageClassification": "modeling_custom.MyModel"}
-    (folder / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": ["MyModel"], "auto_map": auto_map}))
+    (folder / "config.json").write_text(
+        json.dumps({"model_type": model_type, "architectures": ["MyModel"], "auto_map": auto_map})
+    )
     return folder
 
 
@@ -227,10 +253,25 @@ def test_a_folder_naming_its_own_code_is_refused_at_a_terminal_without_asking_or
 
     marker = tmp_path / "the-folder's-code-ran"
     folder = _custom_code_folder(tmp_path / "custom", marker)
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}  # transformers copies the code under HF_HOME
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_OFFLINE": "1",
+    }  # transformers copies the code under HF_HOME
     code, output = _at_a_terminal(
-        [sys.executable, "-m", "hookviz", "run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--out", str(tmp_path / "out")],
-        b"y\n", env,
+        [
+            sys.executable,
+            "-m",
+            "hookviz",
+            "run",
+            "--model",
+            f"hf:{folder}",
+            str(SAMPLES / "cat.png"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        b"y\n",
+        env,
     )
     assert code == 2, output
     assert not marker.exists()
@@ -273,6 +314,7 @@ def test_transformers_is_always_told_not_to_trust_remote_code(cached_vit, monkey
         def recording(cls, *args, **kwargs):
             calls.append((f"{owner.__name__}.{method}", kwargs.get("trust_remote_code", "not given")))
             return original(cls, *args, **kwargs)
+
         monkeypatch.setattr(owner, method, classmethod(recording))
 
     spy(transformers.AutoConfig, "from_pretrained")
@@ -282,7 +324,9 @@ def test_transformers_is_always_told_not_to_trust_remote_code(cached_vit, monkey
     load_model(f"hf:{REPO}", weights)
     model_call = "from_pretrained" if weights == "DEFAULT" else "from_config"
     assert {name for name, _ in calls} == {
-        "AutoConfig.from_pretrained", "AutoImageProcessor.from_pretrained", f"AutoModelForImageClassification.{model_call}",
+        "AutoConfig.from_pretrained",
+        "AutoImageProcessor.from_pretrained",
+        f"AutoModelForImageClassification.{model_call}",
     }
     assert all(trust is False for _, trust in calls), calls
 
@@ -310,8 +354,11 @@ def _backbone_folder(folder, kind: str):
     """A checkpoint of a bare backbone (no classifier), as vit-base-patch16-224-in21k and DINOv2 are."""
     common = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
     torch.manual_seed(0)
-    model = transformers.ViTModel(transformers.ViTConfig(**common)) if kind == "vit" else \
-        transformers.Dinov2Model(transformers.Dinov2Config(**common))
+    model = (
+        transformers.ViTModel(transformers.ViTConfig(**common))
+        if kind == "vit"
+        else transformers.Dinov2Model(transformers.Dinov2Config(**common))
+    )
     _save(folder, model)
     return folder
 
@@ -339,8 +386,9 @@ def test_the_command_refuses_a_headless_checkpoint_in_one_line(tmp_path, hub_cac
 
 @pytest.mark.parametrize("weights", ["DEFAULT", "none"])
 def test_a_segformer_segmentation_checkpoint_is_refused_as_segmentation(tmp_path, hub_cache, weights):
-    config = transformers.SegformerConfig(depths=[1] * 4, hidden_sizes=[8, 16, 24, 32], num_attention_heads=[1] * 4,
-                                          decoder_hidden_size=16, num_labels=4)
+    config = transformers.SegformerConfig(
+        depths=[1] * 4, hidden_sizes=[8, 16, 24, 32], num_attention_heads=[1] * 4, decoder_hidden_size=16, num_labels=4
+    )
     torch.manual_seed(0)
     transformers.SegformerForSemanticSegmentation(config).save_pretrained(tmp_path / "segformer")
     with pytest.raises(UnknownModelError) as error:
@@ -395,10 +443,13 @@ def _weights_file_folder(folder, kind: str, marker):
     return folder
 
 
-@pytest.mark.parametrize("kind, words", [
-    ("truncated", "'s weights file is not readable safetensors ("),
-    ("code", "'s weights file holds pickled Python objects that could run code when loaded, so it was not loaded"),
-])
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("truncated", "'s weights file is not readable safetensors ("),
+        ("code", "'s weights file holds pickled Python objects that could run code when loaded, so it was not loaded"),
+    ],
+)
 def test_a_folder_with_a_broken_or_unsafe_weights_file_is_refused_in_one_line(tmp_path, hub_cache, kind, words):
     marker = tmp_path / "the-pickle-ran"
     folder = _weights_file_folder(tmp_path / "vit", kind, marker)

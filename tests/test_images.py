@@ -24,8 +24,12 @@ def _save(image: Image.Image, path, **kwargs):
 
 def test_preprocessing_equals_torchvisions_imagenet_transform(cat):
     reference = transforms.Compose(
-        [transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
-         transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+        [
+            transforms.Resize(256),
+            transforms.CenterCrop(224),
+            transforms.ToTensor(),
+            transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        ]
     )
     expected = reference(Image.open(cat).convert("RGB"))
     prepared = prepare(load_image(cat), Preprocessing())
@@ -173,7 +177,9 @@ def test_thin_strip_is_refused_before_resizing(tmp_path):
 def test_find_images_expands_dirs_and_globs(tmp_path):
     (tmp_path / "sub").mkdir()
     for name in ("b.png", "a.JPG", "sub/c.webp", "notes.txt"):
-        _save(Image.new("RGB", (4, 4)), tmp_path / name, format="PNG") if not name.endswith(".txt") else (tmp_path / name).write_text("x")
+        _save(Image.new("RGB", (4, 4)), tmp_path / name, format="PNG") if not name.endswith(".txt") else (
+            tmp_path / name
+        ).write_text("x")
     found = find_images([str(tmp_path)])
     assert [p.name for p in found] == ["a.JPG", "b.png", "c.webp"]
     assert [p.name for p in find_images([str(tmp_path / "*.png")])] == ["b.png"]
@@ -191,8 +197,12 @@ def test_parse_triple():
 
 def test_preprocessing_resizes_with_the_interpolation_it_names(cat):
     bicubic = transforms.Compose(
-        [transforms.Resize(160, interpolation=transforms.InterpolationMode.BICUBIC), transforms.CenterCrop(144),
-         transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.5] * 3)]
+        [
+            transforms.Resize(160, interpolation=transforms.InterpolationMode.BICUBIC),
+            transforms.CenterCrop(144),
+            transforms.ToTensor(),
+            transforms.Normalize([0.5] * 3, [0.5] * 3),
+        ]
     )
     expected = bicubic(Image.open(cat).convert("RGB"))
     processing = Preprocessing(resize=160, size=144, mean=(0.5,) * 3, std=(0.5,) * 3, interpolation="bicubic")

@@ -13,9 +13,26 @@ HOOKVIZ = Path(__file__).resolve().parent.parent / "hookviz"
 
 #: Lowest first: a group may import, at module level, only the groups before it.
 ORDER = [
-    "errors", "registry", "hooks", "options", "lazy_dynamo", "interrupts",
-    "inputs", "anatomy", "tasks", "models", "methods", "trust", "explaining",
-    "render", "store", "compare", "runs", "plugins", "cli", "__main__",
+    "errors",
+    "registry",
+    "hooks",
+    "options",
+    "lazy_dynamo",
+    "interrupts",
+    "inputs",
+    "anatomy",
+    "tasks",
+    "models",
+    "methods",
+    "trust",
+    "explaining",
+    "render",
+    "store",
+    "compare",
+    "runs",
+    "plugins",
+    "cli",
+    "__main__",
 ]
 
 
@@ -38,8 +55,9 @@ def _module_level_imports():
 
 def test_every_module_belongs_to_a_stage_of_the_order():
     groups = {_group(module) for module, _ in _module_level_imports()} | {
-        p.stem if p.is_file() else p.name for p in HOOKVIZ.iterdir() if not p.name.startswith(("_", ".")) and
-        (p.suffix == ".py" or (p / "__init__.py").exists())
+        p.stem if p.is_file() else p.name
+        for p in HOOKVIZ.iterdir()
+        if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").exists())
     }
     assert groups - {"hookviz"} <= set(ORDER), f"place these in ORDER: {sorted(groups - {'hookviz'} - set(ORDER))}"
 

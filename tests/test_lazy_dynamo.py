@@ -59,9 +59,7 @@ def test_anything_else_asked_of_dynamo_during_the_import_loads_the_real_one(tmp_
     fake = tmp_path / "torchvision"
     fake.mkdir()
     (fake / "__init__.py").write_text(
-        "import torch._dynamo\n"
-        "from torch._dynamo.utils import is_compile_supported\n"
-        "CONFIG = torch._dynamo.config\n"
+        "import torch._dynamo\nfrom torch._dynamo.utils import is_compile_supported\nCONFIG = torch._dynamo.config\n"
     )
     code = textwrap.dedent(
         """

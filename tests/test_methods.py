@@ -102,10 +102,19 @@ def spy_score_cam(ctx):
     plain = ctx.score(inputs)
     many = torch.arange(70) % count  # more rows than one re-scoring pass takes
     many = torch.arange(70) % count  # more rows than one re-scoring pass takes
-    SEEN.append({
-        "ctx": ctx, "masked": masked, "images": images, "scores": scores, "plain": plain, "many": many,
-        "many_scores": ctx.score(inputs[many], many), "hooks": _hooks_on(ctx.module), "grad": scores.requires_grad,
-    })
+    SEEN.append(
+        {
+            "ctx": ctx,
+            "masked": masked,
+            "images": images,
+            "scores": scores,
+            "plain": plain,
+            "many": many,
+            "many_scores": ctx.score(inputs[many], many),
+            "hooks": _hooks_on(ctx.module),
+            "grad": scores.requires_grad,
+        }
+    )
     weights = torch.softmax((scores.view(count, channels) - plain[:, None]).to(activations.dtype), dim=1)
     return (weights[..., None, None] * activations).sum(dim=1).clamp(min=0)
 
@@ -116,8 +125,14 @@ def spy_layer_score(ctx):
     everyone = torch.arange(ctx.activations.shape[0])
     altered = ctx.activations.clone()
     altered[:, 0] = 0
-    SEEN.append({"ctx": ctx, "plain": ctx.score_layer(ctx.activations, everyone),
-                 "altered": ctx.score_layer(altered, everyone), "hooks": _hooks_on(ctx.module)})
+    SEEN.append(
+        {
+            "ctx": ctx,
+            "plain": ctx.score_layer(ctx.activations, everyone),
+            "altered": ctx.score_layer(altered, everyone),
+            "hooks": _hooks_on(ctx.module),
+        }
+    )
     return ctx.activations.sum(dim=1).clamp(min=0)
 
 
@@ -145,7 +160,9 @@ def test_a_second_method_under_a_taken_name_is_refused():
 @pytest.mark.parametrize("name", ["", "two words", "a,b", None])
 def test_a_method_name_that_cannot_be_typed_after_cam_is_refused(name):
     before = method_names()
-    with pytest.raises(UsageError, match=r"cannot name a method: cam takes it as one word; give a name without spaces or commas$"):
+    with pytest.raises(
+        UsageError, match=r"cannot name a method: cam takes it as one word; give a name without spaces or commas$"
+    ):
         register_method(name)(activation_sum.function)
     assert method_names() == before
 
@@ -164,10 +181,29 @@ def test_run_help_lists_every_registered_method():
 
 def test_a_method_registered_outside_the_package_runs_through_the_command(photo, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
-        "--layer", "features.3", "--cam", "toy-activation-sum", "--save-tensors", "--out", str(out),
-    ], catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--resize",
+            "64",
+            "--crop",
+            "64",
+            "--layer",
+            "features.3",
+            "--cam",
+            "toy-activation-sum",
+            "--save-tensors",
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     folder = out / "photo"
     assert (folder / "features.3.cam.png").stat().st_size > 0
@@ -179,7 +215,9 @@ def test_a_method_registered_outside_the_package_runs_through_the_command(photo,
 
 
 def test_a_method_that_returns_no_map_per_image_is_refused_in_one_line():
-    with pytest.raises(UsageError, match=r"cam='bad-shape': the method returned 1x6x16x16 at features.3, not one map per image \(1x16x16\)"):
+    with pytest.raises(
+        UsageError, match=r"cam='bad-shape': the method returned 1x6x16x16 at features.3, not one map per image \(1x16x16\)"
+    ):
         explain(tiny_net(), torch.zeros(3, 32, 32), layers=["features.3"], cam="bad-shape")
 
 
@@ -191,10 +229,28 @@ def test_a_method_that_returns_one_number_says_so():
 @pytest.mark.parametrize("cam, tensor", [("relu-in-place", "activations"), ("scale-gradients-in-place", "gradients")])
 def test_a_method_that_writes_into_what_was_recorded_is_refused_in_one_line(photo, tmp_path, cam, tensor):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
-        "--layer", "features.3", "--cam", cam, "--out", str(out), "-q",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--resize",
+            "64",
+            "--crop",
+            "64",
+            "--layer",
+            "features.3",
+            "--cam",
+            cam,
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == (
         f"hookviz: error: --cam {cam}: the method changed ctx.{tensor} in place at features.3, which would change what "
@@ -209,10 +265,28 @@ def test_a_method_that_raises_fails_the_images_in_its_own_name_not_the_models(ph
     from hookviz.errors import MethodError
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
-        "--layer", "features.3", "--cam", "raising", "--out", str(out), "-q",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--resize",
+            "64",
+            "--crop",
+            "64",
+            "--layer",
+            "features.3",
+            "--cam",
+            "raising",
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
     assert result.exit_code == 1, result.output
     reason = "--cam raising: the method failed at features.3 (ValueError: no maps today)"
     assert f"hookviz: failed: {photo}: {reason}" in result.stderr.splitlines(), result.stderr
@@ -271,8 +345,7 @@ def test_rescoring_scores_each_images_class_logit_on_the_bare_model_and_leaves_i
     before = {k: v.clone() for k, v in model.state_dict().items()}
     batch = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     loaded = LoadedModel("tiny", model, "seeded", None, Preprocessing())
-    explainer = Explainer.create(loaded, layers=LayerOptions(("features.3",)),
-                                 target=TargetOptions(cam="spy-score-cam", topk=2))
+    explainer = Explainer.create(loaded, layers=LayerOptions(("features.3",)), target=TargetOptions(cam="spy-score-cam", topk=2))
     results = explainer.explain_batch(_prepared(batch))
     assert model.training and _hooks_on(model) == 0
     assert all(torch.equal(value, before[key]) for key, value in model.state_dict().items())
@@ -333,8 +406,9 @@ def test_rescoring_a_detection_scores_its_matched_box():
 
     model = detector().eval()
     photo = torch.from_numpy(np.array(Image.open(SAMPLES / "cat.png").convert("RGB").resize((96, 96)))).permute(2, 0, 1)
-    result = explain(model, photo.float() / 255, layers=["backbone.body.16"], cam="spy-plain-score",
-                     score_threshold=0.01, max_detections=2)
+    result = explain(
+        model, photo.float() / 255, layers=["backbone.body.16"], cam="spy-plain-score", score_threshold=0.01, max_detections=2
+    )
     detections = result.prediction.detections
     assert len(SEEN) == len(detections) == 2  # one context per detection
     for seen, detection in zip(SEEN, detections):
@@ -442,9 +516,11 @@ def _patchy_explained(method: str):
     batch = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
     passes = Passes(model)
     try:
-        results = Explainer.create(LoadedModel("patchy", model, "seeded", None, Preprocessing()),
-                                   layers=LayerOptions(("act",)), target=TargetOptions(target="3", cam=method)
-                                   ).explain_batch(_prepared(batch))
+        results = Explainer.create(
+            LoadedModel("patchy", model, "seeded", None, Preprocessing()),
+            layers=LayerOptions(("act",)),
+            target=TargetOptions(target="3", cam=method),
+        ).explain_batch(_prepared(batch))
     finally:
         passes.handle.remove()
     return model, batch, np.stack([r.layers[0].cam for r in results]), passes.rows
@@ -531,12 +607,18 @@ def _zero_channel_zero(layout: str):
     return hook
 
 
-@pytest.mark.parametrize("model, layer, layout, side", [(tiny_convnext, "mixer.out", "nhwc", 48), (TinyTokens, "block", "tokens", 32)],
-                         ids=["channels-last", "tokens"])
+@pytest.mark.parametrize(
+    "model, layer, layout, side",
+    [(tiny_convnext, "mixer.out", "nhwc", 48), (TinyTokens, "block", "tokens", 32)],
+    ids=["channels-last", "tokens"],
+)
 def test_score_layer_reads_the_maps_back_into_the_layers_own_layout(model, layer, layout, side):
     model = model().eval()
     batch = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(10))
-    results = explain(model, batch[0], layers=[layer], cam="spy-layer-score"), explain(model, batch[1], layers=[layer], cam="spy-layer-score")
+    results = (
+        explain(model, batch[0], layers=[layer], cam="spy-layer-score"),
+        explain(model, batch[1], layers=[layer], cam="spy-layer-score"),
+    )
     assert [r.layers[0].layout.kind for r in results] == [layout] * 2
     handle = model.get_submodule(layer).register_forward_hook(_zero_channel_zero(layout))
     try:
@@ -570,8 +652,9 @@ def test_score_layer_of_a_detection_scores_its_matched_box():
 
     model = detector().eval()
     photo = torch.from_numpy(np.array(Image.open(SAMPLES / "cat.png").convert("RGB").resize((96, 96)))).permute(2, 0, 1)
-    result = explain(model, photo.float() / 255, layers=["backbone.body.16"], cam="spy-layer-score",
-                     score_threshold=0.01, max_detections=2)
+    result = explain(
+        model, photo.float() / 255, layers=["backbone.body.16"], cam="spy-layer-score", score_threshold=0.01, max_detections=2
+    )
     assert len(SEEN) == len(result.prediction.detections) == 2
     for seen, detection in zip(SEEN, result.prediction.detections):
         assert seen["plain"].item() == pytest.approx(detection.score, rel=1e-5)
@@ -592,11 +675,35 @@ def test_rescoring_methods_explain_a_segmentation(method):
 
 def test_several_methods_in_one_run_keep_each_map_in_tensors_npz_and_report_json(photo, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
-        "--layer", "features.3", "--layer", "fc", "--cam", "hirescam, eigencam,toy-activation-sum", "--topk", "2",
-        "--save-tensors", "--pictures", "none", "--out", str(out),
-    ], catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--resize",
+            "64",
+            "--crop",
+            "64",
+            "--layer",
+            "features.3",
+            "--layer",
+            "fc",
+            "--cam",
+            "hirescam, eigencam,toy-activation-sum",
+            "--topk",
+            "2",
+            "--save-tensors",
+            "--pictures",
+            "none",
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     folder = out / "photo"
     tensors = np.load(folder / "tensors.npz")
@@ -619,13 +726,18 @@ def test_several_methods_in_one_run_keep_each_map_in_tensors_npz_and_report_json
 
 
 def test_several_methods_from_python_each_map_by_name():
-    result = explain(tiny_net(), torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(11)),
-                     layers=["features.3"], cam=["eigencam", "gradcam"])
+    result = explain(
+        tiny_net(),
+        torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(11)),
+        layers=["features.3"],
+        cam=["eigencam", "gradcam"],
+    )
     (layer,) = result.layers
     assert result.cam_method == "eigencam" and result.cam_methods == ("eigencam", "gradcam")
     assert list(layer.cams) == ["eigencam", "gradcam"] and layer.cam is layer.cams["eigencam"]
-    alone = explain(tiny_net(), torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(11)),
-                    layers=["features.3"], cam="gradcam")
+    alone = explain(
+        tiny_net(), torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(11)), layers=["features.3"], cam="gradcam"
+    )
     np.testing.assert_allclose(layer.cams["gradcam"], alone.layers[0].cam, rtol=1e-6)
 
 
@@ -636,19 +748,40 @@ def test_a_gradient_method_beside_one_without_says_why_it_has_no_map_of_a_layer_
     assert "does not depend on this layer" in side.cam_notes["gradcam"]
 
 
-@pytest.mark.parametrize("cam, topk, message", [
-    ("gradcam,,layercam", 1, "--cam gradcam,,layercam: an empty method name; give names separated by commas"),
-    ("gradcam,layercam,gradcam", 1, "--cam gradcam,layercam,gradcam: gradcam named twice; give each method once"),
-    ("gradcam,none", 1, "--cam gradcam,none: none means no CAM at all; drop it or the other names"),
-    ("gradcam,eigencamm", 1, "--cam eigencamm: unknown method (did you mean 'eigencam'"),
-    ("eigencam", 3, "--topk 3 with --cam eigencam: eigencam makes the same map for every class (it uses no target), "
-                    "so its top-3 maps would be one map 3 times; drop --topk or put a class-specific method first"),
-])
+@pytest.mark.parametrize(
+    "cam, topk, message",
+    [
+        ("gradcam,,layercam", 1, "--cam gradcam,,layercam: an empty method name; give names separated by commas"),
+        ("gradcam,layercam,gradcam", 1, "--cam gradcam,layercam,gradcam: gradcam named twice; give each method once"),
+        ("gradcam,none", 1, "--cam gradcam,none: none means no CAM at all; drop it or the other names"),
+        ("gradcam,eigencamm", 1, "--cam eigencamm: unknown method (did you mean 'eigencam'"),
+        (
+            "eigencam",
+            3,
+            "--topk 3 with --cam eigencam: eigencam makes the same map for every class (it uses no target), "
+            "so its top-3 maps would be one map 3 times; drop --topk or put a class-specific method first",
+        ),
+    ],
+)
 def test_a_bad_list_of_methods_is_refused_in_one_line(photo, tmp_path, cam, topk, message):
-    result = CliRunner().invoke(app, [
-        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--cam", cam, "--topk", str(topk),
-        "--out", str(tmp_path / "out"),
-    ], env={"COLUMNS": "300", "TERM": "dumb"})
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--cam",
+            cam,
+            "--topk",
+            str(topk),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        env={"COLUMNS": "300", "TERM": "dumb"},
+    )
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
@@ -699,8 +832,9 @@ def test_the_blur_baseline_is_a_gaussian_of_sigma_a_tenth_of_the_shorter_side():
     from hookviz.methods.integrated_gradients import baseline
 
     image = torch.rand(1, 3, 40, 48, generator=torch.Generator().manual_seed(14))
-    np.testing.assert_allclose(baseline(image, "blur").numpy(), gaussian_blur(image, [25, 25], [4.0, 4.0]).numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        baseline(image, "blur").numpy(), gaussian_blur(image, [25, 25], [4.0, 4.0]).numpy(), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(baseline(image, "mean")[0, :, 7, 9].numpy(), image.mean(dim=(2, 3))[0].numpy(), rtol=1e-6)
 
 
@@ -711,8 +845,9 @@ def test_input_gradients_of_a_segmentation_are_those_of_the_class_mean_logit_ove
     pixels = torch.from_numpy(result.prediction.mask == result.target.index)
     half = (0.5 * image[None]).requires_grad_(True)  # one Gauss-Legendre node: the midpoint, weight 1
     model(half)["out"][0, result.target.index][pixels].mean().backward()
-    np.testing.assert_allclose(result.pixel_maps["integrated-gradients"].map, (half.grad[0] * image).numpy(),
-                               rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(
+        result.pixel_maps["integrated-gradients"].map, (half.grad[0] * image).numpy(), rtol=1e-4, atol=1e-7
+    )
 
 
 def test_input_methods_explain_a_detection_and_leave_no_hook():
@@ -720,8 +855,15 @@ def test_input_methods_explain_a_detection_and_leave_no_hook():
 
     model = detector().eval()
     photo = torch.from_numpy(np.array(Image.open(SAMPLES / "cat.png").convert("RGB").resize((96, 96)))).permute(2, 0, 1)
-    result = explain(model, photo.float() / 255, layers=["backbone.body.16"], cam="guided-backprop,integrated-gradients",
-                     steps=2, score_threshold=0.01, max_detections=1)
+    result = explain(
+        model,
+        photo.float() / 255,
+        layers=["backbone.body.16"],
+        cam="guided-backprop,integrated-gradients",
+        steps=2,
+        score_threshold=0.01,
+        max_detections=1,
+    )
     for method in ("guided-backprop", "integrated-gradients"):
         found = result.pixel_maps[method].map
         assert found.shape == (3, 96, 96) and np.isfinite(found).all() and np.abs(found).max() > 0
@@ -730,11 +872,35 @@ def test_input_methods_explain_a_detection_and_leave_no_hook():
 
 def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64", "--crop", "64",
-        "--layer", "features.3", "--cam", "gradcam,guided-gradcam,integrated-gradients", "--steps", "4",
-        "--ig-baseline", "mean", "--save-tensors", "--pictures", "none", "--out", str(out),
-    ], catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--resize",
+            "64",
+            "--crop",
+            "64",
+            "--layer",
+            "features.3",
+            "--cam",
+            "gradcam,guided-gradcam,integrated-gradients",
+            "--steps",
+            "4",
+            "--ig-baseline",
+            "mean",
+            "--save-tensors",
+            "--pictures",
+            "none",
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "photo" / "report.json").read_text())
     tensors = np.load(out / "photo" / "tensors.npz")
@@ -747,28 +913,61 @@ def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tm
     assert integrated["max"] == pytest.approx(float(tensors["input/integrated-gradients"].max()))
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (["--cam", "integrated-gradients", "--steps", "0"], "--steps 0: integrated gradients takes 1 to 1024 steps"),
-    (["--cam", "integrated-gradients", "--ig-baseline", "noise"], "--ig-baseline noise: choose zero, blur, mean"),
-    (["--cam", "gradcam,guided-backprop", "--model", "tests.conftest:tiny_convnext"],
-     "--cam guided-backprop: TinyConvNeXt has no nn.ReLU module (its activations are another function, or F.relu), "
-     "so guided backprop has nothing to guide; choose integrated-gradients"),
-    (["--cam", "guided-gradcam", "--model", "tests.conftest:tiny_convnext"], "--cam guided-gradcam: TinyConvNeXt has no nn.ReLU"),
-    (["--cam", "integrated-gradients", "--topk", "2"], "--topk 2 needs a method that maps a layer; --cam integrated-gradients has none"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--cam", "integrated-gradients", "--steps", "0"], "--steps 0: integrated gradients takes 1 to 1024 steps"),
+        (["--cam", "integrated-gradients", "--ig-baseline", "noise"], "--ig-baseline noise: choose zero, blur, mean"),
+        (
+            ["--cam", "gradcam,guided-backprop", "--model", "tests.conftest:tiny_convnext"],
+            "--cam guided-backprop: TinyConvNeXt has no nn.ReLU module (its activations are another function, or F.relu), "
+            "so guided backprop has nothing to guide; choose integrated-gradients",
+        ),
+        (
+            ["--cam", "guided-gradcam", "--model", "tests.conftest:tiny_convnext"],
+            "--cam guided-gradcam: TinyConvNeXt has no nn.ReLU",
+        ),
+        (
+            ["--cam", "integrated-gradients", "--topk", "2"],
+            "--topk 2 needs a method that maps a layer; --cam integrated-gradients has none",
+        ),
+    ],
+)
 def test_bad_input_method_options_are_refused_in_one_line(photo, tmp_path, arguments, message):
     model = [] if "--model" in arguments else ["--model", "tests.conftest:tiny_net"]
-    result = CliRunner().invoke(app, [
-        "run", str(photo), *model, "--weights", "none", *arguments, "--out", str(tmp_path / "out"),
-    ], env={"COLUMNS": "300", "TERM": "dumb"})
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            *model,
+            "--weights",
+            "none",
+            *arguments,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        env={"COLUMNS": "300", "TERM": "dumb"},
+    )
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split()) and len(result.output.strip().splitlines()) == 1
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
 
 
 def test_skip_existing_redoes_an_image_explained_with_other_steps_or_methods(photo, tmp_path):
-    common = ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--pictures", "none",
-              "--skip-existing", "--out", str(tmp_path / "out")]
+    common = [
+        "run",
+        str(photo),
+        "--model",
+        "tests.conftest:tiny_net",
+        "--weights",
+        "none",
+        "--pictures",
+        "none",
+        "--skip-existing",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     first = [*common, "--cam", "gradcam,integrated-gradients", "--steps", "4"]
     assert CliRunner().invoke(app, first).exit_code == 0
     assert "1 skipped" in CliRunner().invoke(app, first).stderr
@@ -819,8 +1018,25 @@ def test_several_methods_on_a_layer_without_a_map_draw_no_comparison_and_the_ima
     from hookviz.cli import app
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.conftest:tiny_net", "--weights", "none",
-                                      "--layer", "features.3", "--layer", "fc", "--cam", "gradcam,layercam", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--layer",
+            "features.3",
+            "--layer",
+            "fc",
+            "--cam",
+            "gradcam,layercam",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     pictures = {layer["name"]: layer["pictures"] for layer in report["layers"]}

@@ -34,7 +34,7 @@ def _images(markup: str) -> list[dict]:
 def _png(source: str) -> Image.Image:
     prefix = "data:image/png;base64,"
     assert source.startswith(prefix)
-    image = Image.open(io.BytesIO(base64.b64decode(source[len(prefix):], validate=True)))
+    image = Image.open(io.BytesIO(base64.b64decode(source[len(prefix) :], validate=True)))
     image.load()
     assert image.format == "PNG"
     return image

@@ -84,9 +84,28 @@ def test_clip_cam_equals_pytorch_grad_cams_clip_example():
 def test_prompts_from_a_file_are_the_classes_and_target_names_one(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(PROMPTS[:2]) + "\n\n")
-    result = invoke("run", "--model", f"open_clip:{ARCH}", "--weights", "none", "--prompts", prompts,
-                    "--prompt", PROMPTS[2], "--target", PROMPTS[1], "--topk", "3", "--pictures", "none",
-                    "--out", tmp_path / "out", "--device", "cpu", CAT)
+    result = invoke(
+        "run",
+        "--model",
+        f"open_clip:{ARCH}",
+        "--weights",
+        "none",
+        "--prompts",
+        prompts,
+        "--prompt",
+        PROMPTS[2],
+        "--target",
+        PROMPTS[1],
+        "--topk",
+        "3",
+        "--pictures",
+        "none",
+        "--out",
+        tmp_path / "out",
+        "--device",
+        "cpu",
+        CAT,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
     # --prompt's texts first, then the file's lines: "a photo of a dog" is class 2
@@ -101,11 +120,23 @@ def test_prompts_from_a_file_are_the_classes_and_target_names_one(tmp_path):
 def test_default_weights_missing_offline_name_the_cache_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    result = invoke("run", "--model", f"open_clip:{ARCH.replace('S', 'B')}", "--prompt", "a cat",
-                    "--out", tmp_path / "out", "--device", "cpu", CAT)
+    result = invoke(
+        "run",
+        "--model",
+        f"open_clip:{ARCH.replace('S', 'B')}",
+        "--prompt",
+        "a cat",
+        "--out",
+        tmp_path / "out",
+        "--device",
+        "cpu",
+        CAT,
+    )
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith("hookviz: error: --weights DEFAULT: timm/vit_base_patch32_clip_224.openai "
-                                    f"is not in the Hugging Face cache ({tmp_path / 'hub'})")
+    assert result.stderr.startswith(
+        "hookviz: error: --weights DEFAULT: timm/vit_base_patch32_clip_224.openai "
+        f"is not in the Hugging Face cache ({tmp_path / 'hub'})"
+    )
     assert result.stderr.count("\n") == 1
 
 
@@ -116,16 +147,22 @@ def _missing_open_clip(monkeypatch):
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["--model", "tests.conftest:tiny_net", "--prompt", "a cat"],
-         "--prompt a cat: tests.conftest:tiny_net has no text tower; text prompts explain open_clip's CLIP models"),
-        (["--model", "open_clip:ViT-S-32"],
-         "--model open_clip:ViT-S-32: a CLIP model is explained by text prompts; pass --prompt TEXT (repeatable) "
-         "or --prompts FILE (one a line)"),
+        (
+            ["--model", "tests.conftest:tiny_net", "--prompt", "a cat"],
+            "--prompt a cat: tests.conftest:tiny_net has no text tower; text prompts explain open_clip's CLIP models",
+        ),
+        (
+            ["--model", "open_clip:ViT-S-32"],
+            "--model open_clip:ViT-S-32: a CLIP model is explained by text prompts; pass --prompt TEXT (repeatable) "
+            "or --prompts FILE (one a line)",
+        ),
         (["--model", "open_clip:ViT-S-32", "--prompts", "EMPTY"], "--prompts EMPTY: the file holds no prompt"),
         (["--model", "open_clip:ViT-S-32", "--prompts", "MISSING"], "--prompts MISSING: no such file"),
         (["--model", "open_clip:ViT-S-32", "--prompt", "  "], "--prompt   : a prompt is a non-empty text"),
-        (["--model", "open_clip:ViT-S-32", "--prompt", "a cat", "UNINSTALLED"],
-         "--model open_clip:ViT-S-32 needs open_clip: pip install 'hookviz[clip]'"),
+        (
+            ["--model", "open_clip:ViT-S-32", "--prompt", "a cat", "UNINSTALLED"],
+            "--model open_clip:ViT-S-32 needs open_clip: pip install 'hookviz[clip]'",
+        ),
     ],
     ids=["no-text-tower", "no-prompts", "empty-file", "missing-file", "blank-prompt", "not-installed"],
 )
@@ -137,8 +174,9 @@ def test_bad_prompts_are_refused_in_one_line(args, line, tmp_path, monkeypatch):
         args = [a for a in args if a != "UNINSTALLED"]
     args = [str(empty) if a == "EMPTY" else str(missing) if a == "MISSING" else a for a in args]
     line = line.replace("EMPTY", str(empty)).replace("MISSING", str(missing))
-    result = invoke("run", *args, "--weights", "none", CAT, "--out", tmp_path / "out", "--device", "cpu",
-                    "--crop", "64", "--resize", "64")
+    result = invoke(
+        "run", *args, "--weights", "none", CAT, "--out", tmp_path / "out", "--device", "cpu", "--crop", "64", "--resize", "64"
+    )
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"hookviz: error: {line}")
     assert result.stderr.count("\n") == 1

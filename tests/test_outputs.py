@@ -118,10 +118,14 @@ def test_output_folder_names_never_take_a_run_files_name():
 
     names = output_names([Path("a/run.json.png"), Path("b/index.html.jpg"), Path("c/Run-2-of-4.json.png"), Path("d/x.png")])
     assert names[Path("d/x.png")] == "x"
-    assert all(name.startswith(stem) and name != stem for name, stem in (
-        (names[Path("a/run.json.png")], "run.json"), (names[Path("b/index.html.jpg")], "index.html"),
-        (names[Path("c/Run-2-of-4.json.png")], "Run-2-of-4.json"),
-    ))
+    assert all(
+        name.startswith(stem) and name != stem
+        for name, stem in (
+            (names[Path("a/run.json.png")], "run.json"),
+            (names[Path("b/index.html.jpg")], "index.html"),
+            (names[Path("c/Run-2-of-4.json.png")], "Run-2-of-4.json"),
+        )
+    )
     stems = layer_stems(["heads.a/b", "heads.a_b", "relu:1"])
     assert stems["heads.a_b"] == "heads.a_b" and stems["heads.a/b"].startswith("heads.a_b-") and stems["relu:1"] == "relu-1"
 
@@ -151,7 +155,9 @@ def test_atomic_write_follows_links_and_writes_into_devices_and_pipes(tmp_path):
 def test_library_messages_never_pass_on_advice_to_load_unsafely():
     from hookviz.errors import first_line
 
-    torch_text = ("Weights only load failed. Re-running `torch.load` with `weights_only` set to `False` will likely "
-                  "succeed, but it can result in arbitrary code execution. Unsupported global: GLOBAL os.system")
+    torch_text = (
+        "Weights only load failed. Re-running `torch.load` with `weights_only` set to `False` will likely "
+        "succeed, but it can result in arbitrary code execution. Unsupported global: GLOBAL os.system"
+    )
     assert first_line(Exception(torch_text)) == "Weights only load failed. Unsupported global: GLOBAL os.system"
     assert "allow_pickle" not in first_line(ValueError("Cannot load file containing pickled data when allow_pickle=False"))

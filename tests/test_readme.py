@@ -23,8 +23,11 @@ PAGES = [README, *sorted(DOCS.glob("*.md"))]
 
 def _blocks(path: Path, *kinds: str) -> list[tuple[str, str]]:
     """The fenced code blocks of ``path`` whose language is one of ``kinds``, in order."""
-    return [(kind, code) for kind, code in re.findall(r"^```(\w+)\n(.*?)^```", path.read_text(encoding="utf-8"), re.S | re.M)
-            if kind in kinds]
+    return [
+        (kind, code)
+        for kind, code in re.findall(r"^```(\w+)\n(.*?)^```", path.read_text(encoding="utf-8"), re.S | re.M)
+        if kind in kinds
+    ]
 
 
 def _name(path: Path) -> str:
@@ -74,8 +77,8 @@ def _hookviz_commands(text: str) -> list[list[str]]:
             words = shlex.split(part)
             if words[:1] == ["hookviz"]:
                 commands.append(words[1:])
-            elif "-m" in words and words[words.index("-m") + 1:][:1] == ["hookviz"]:
-                commands.append(words[words.index("-m") + 2:])
+            elif "-m" in words and words[words.index("-m") + 1 :][:1] == ["hookviz"]:
+                commands.append(words[words.index("-m") + 2 :])
     return commands
 
 
@@ -143,8 +146,12 @@ def test_the_site_builds_strict_and_its_command_reference_is_the_commands(tmp_pa
     pytest.importorskip("mkdocstrings")
     site = tmp_path / "site"
     completed = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT, capture_output=True,
-        text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
     import typer.main

@@ -13,9 +13,7 @@ from hookviz.explaining.recording import record
 
 
 def _hook_count(model) -> int:
-    return sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules()
-    )
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
 
 
 def test_resnet50_layer3_matches_the_usual_snippet_with_ce():

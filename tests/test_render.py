@@ -159,9 +159,7 @@ _TINY_EXPLANATION = (
 def test_pyplot_is_never_imported():
     code = (
         "import sys\n"
-        "from hookviz.render import figures\n"
-        + _TINY_EXPLANATION
-        + "figures.png_bytes(e.figure(kind='summary'))\n"
+        "from hookviz.render import figures\n" + _TINY_EXPLANATION + "figures.png_bytes(e.figure(kind='summary'))\n"
         "print('matplotlib.pyplot' in sys.modules)\n"
     )
     assert python_output(code).strip() == "False"
@@ -177,9 +175,7 @@ def test_render_workers_draw_the_same_pixels_as_any_process():
             "import hashlib, matplotlib\n"
             "from hookviz.render import render_png, worker\n"
             "from hookviz.render.kinds import picture_kind\n"
-            f"{configure}\n"
-            + _TINY_EXPLANATION
-            + "cache = worker.worker_cache()\n"
+            f"{configure}\n" + _TINY_EXPLANATION + "cache = worker.worker_cache()\n"
             "for kind in ('summary', 'channels', 'cam'):\n"
             "    print(hashlib.sha256(render_png(picture_kind(kind), e, e.layers[0], cache)).hexdigest())\n"
         )
@@ -190,8 +186,10 @@ def test_render_workers_draw_the_same_pixels_as_any_process():
     assert picture("worker.configure_worker()") == plain
 
 
-@pytest.mark.skipif(tuple(map(int, __import__("matplotlib").__version__.split(".")[:2])) >= (3, 12),
-                    reason="matplotlib 3.12 reads fonts from memory itself")
+@pytest.mark.skipif(
+    tuple(map(int, __import__("matplotlib").__version__.split(".")[:2])) >= (3, 12),
+    reason="matplotlib 3.12 reads fonts from memory itself",
+)
 @pytest.mark.slow
 def test_render_workers_read_fonts_from_memory():
     """The worker settings must really be in force (the pixel test above passes either way)."""
@@ -229,9 +227,7 @@ def test_a_reused_figure_takes_the_new_models_titles():
 def test_saving_in_a_notebook_keeps_no_figures_alive(tmp_path):
     code = (
         "import gc\n"
-        "from matplotlib.figure import Figure\n"
-        + _TINY_EXPLANATION
-        + f"e.save({str(tmp_path)!r})\n"
+        "from matplotlib.figure import Figure\n" + _TINY_EXPLANATION + f"e.save({str(tmp_path)!r})\n"
         "gc.collect()\n"
         "print(sum(isinstance(o, Figure) for o in gc.get_objects()))\n"
     )
@@ -250,11 +246,17 @@ def test_rendering_is_thread_safe(explanation):
         assert all(result == sequential for result in pool.map(draw, range(8)))
 
 
-@pytest.mark.parametrize("kind, options, layer", [
-    ("summary", {}, "features.1"), ("summary", {}, "fc"), ("channels", {"which": "output", "scale": "tile"}, "features.1"),
-    ("channels", {"which": "grad_output", "scale": "shared"}, "features.1"), ("cam", {}, "features.1"),
-    ("cam_topk", {}, "features.1"),
-])
+@pytest.mark.parametrize(
+    "kind, options, layer",
+    [
+        ("summary", {}, "features.1"),
+        ("summary", {}, "fc"),
+        ("channels", {"which": "output", "scale": "tile"}, "features.1"),
+        ("channels", {"which": "grad_output", "scale": "shared"}, "features.1"),
+        ("cam", {}, "features.1"),
+        ("cam_topk", {}, "features.1"),
+    ],
+)
 def test_a_reused_figure_draws_exactly_what_a_fresh_one_does(kind, options, layer):
     """render_png reuses one figure per layer across images, redrawing only what changes
     (or, for the line plots of a vector layer, all of it); the next image must not inherit
@@ -295,6 +297,8 @@ def test_constant_tiles_are_labelled_with_their_value_not_drawn_as_a_range():
     labels = [t.get_text() for t in figure.axes[0].texts]
     assert labels and all(" =" in label for label in labels)
     assert "every tile is constant" in figure._suptitle.get_text()
+
+
 def _layer_diff(seed: int):
     from hookviz.compare.measures import CamDiff, ImageDiff, LayerDiff, MapPair, TensorDiff, compare_arrays
 
@@ -391,10 +395,26 @@ def test_a_plugin_picture_kind_is_drawn_by_a_run_listed_and_shown(tmp_path):
     from .conftest import SAMPLES
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(SAMPLES / "cat.png"), str(SAMPLES / "coffee.png"), "--model", "tests.conftest:tiny_net",
-        "--weights", "none", "--layer", "features.1", "--pictures", "toy", "--workers", "1", "--out", str(out),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            str(SAMPLES / "coffee.png"),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--layer",
+            "features.1",
+            "--pictures",
+            "toy",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     for image in ("cat", "coffee"):
         report = json.loads((out / image / "report.json").read_text())
@@ -423,9 +443,14 @@ def _crowded(figure) -> list[str]:
     whole = figure.bbox
     texts = [(t.get_text().replace("\n", " | "), t.get_window_extent(renderer)) for t in _texts(figure)]
     bars = [ax.get_window_extent(renderer) for ax in figure.axes if ax.get_label() == "<colorbar>"]
-    faults = [f"outside: {text!r}" for text, box in texts
-              if box.x0 < whole.x0 - 1 or box.y0 < whole.y0 - 1 or box.x1 > whole.x1 + 1 or box.y1 > whole.y1 + 1]
-    faults += [f"overlap: {a!r} / {b!r}" for i, (a, box) in enumerate(texts) for b, other in texts[i + 1:] if box.overlaps(other)]
+    faults = [
+        f"outside: {text!r}"
+        for text, box in texts
+        if box.x0 < whole.x0 - 1 or box.y0 < whole.y0 - 1 or box.x1 > whole.x1 + 1 or box.y1 > whole.y1 + 1
+    ]
+    faults += [
+        f"overlap: {a!r} / {b!r}" for i, (a, box) in enumerate(texts) for b, other in texts[i + 1 :] if box.overlaps(other)
+    ]
     faults += [f"over a colourbar: {text!r}" for text, box in texts for bar in bars if box.overlaps(bar)]
     return faults
 
@@ -450,8 +475,10 @@ def test_several_methods_are_drawn_side_by_side_and_a_reused_figure_draws_what_a
     from .conftest import SAMPLES, tiny_net
 
     model = tiny_net().eval()
-    first, second = (explain(model, SAMPLES / name, layers=["features.1"], target=target, cam="gradcam,eigencam,scorecam")
-                     for name, target in (("cat.png", 1), ("coffee.png", 3)))
+    first, second = (
+        explain(model, SAMPLES / name, layers=["features.1"], target=target, cam="gradcam,eigencam,scorecam")
+        for name, target in (("cat.png", 1), ("coffee.png", 3))
+    )
     kind = picture_kind("cams")
     assert kind.group == "cam" and kind.label == "CAM methods"
     figure = kind.figure(second, second.layers[0])
@@ -473,8 +500,9 @@ def test_maps_of_the_input_get_a_picture_of_their_own_with_true_values_and_say_w
 
     from .conftest import SAMPLES, tiny_net
 
-    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["fc"], target=1, steps=4,
-                     cam="guided-gradcam,integrated-gradients")
+    result = explain(
+        tiny_net().eval(), SAMPLES / "cat.png", layers=["fc"], target=1, steps=4, cam="guided-gradcam,integrated-gradients"
+    )
     figure = pixels_figure(result)
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
     assert titles[0] == "model input" and titles[1] == "guided-gradcam"
@@ -497,11 +525,32 @@ def test_a_run_with_several_methods_writes_their_pictures_and_the_gallery_shows_
     from .conftest import SAMPLES
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(SAMPLES / "cat.png"), "--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "64",
-        "--crop", "64", "--layer", "features.3", "--cam", "gradcam,eigencam,guided-backprop", "--pictures", "cam",
-        "--workers", "1", "--out", str(out),
-    ], catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "tests.conftest:tiny_net",
+            "--weights",
+            "none",
+            "--resize",
+            "64",
+            "--crop",
+            "64",
+            "--layer",
+            "features.3",
+            "--cam",
+            "gradcam,eigencam,guided-backprop",
+            "--pictures",
+            "cam",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     assert report["layers"][0]["pictures"]["cams"] == "features.3.cams.png"

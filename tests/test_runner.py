@@ -21,11 +21,25 @@ from hookviz.store.files import output_names
 from .conftest import ROOT, no_partial_files, python_output
 
 
-def _run(out: Path, images, *, model="tests.conftest:tiny_net", weights="none", layers=("features.3",), pictures=(),
-         device="auto", **options):
+def _run(
+    out: Path,
+    images,
+    *,
+    model="tests.conftest:tiny_net",
+    weights="none",
+    layers=("features.3",),
+    pictures=(),
+    device="auto",
+    **options,
+):
     """``run`` with a tiny model on random weights, no pictures unless asked."""
-    return run(images, ModelOptions(model, weights, device=device), layers=LayerOptions(tuple(layers)),
-               pictures=PictureOptions(pictures=pictures), options=RunOptions(out=out, **options))
+    return run(
+        images,
+        ModelOptions(model, weights, device=device),
+        layers=LayerOptions(tuple(layers)),
+        pictures=PictureOptions(pictures=pictures),
+        options=RunOptions(out=out, **options),
+    )
 
 
 def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, tmp_path):
@@ -199,7 +213,9 @@ def test_skip_existing_never_keeps_another_photos_results_under_the_same_file_na
     assert _photo_of(second, out, day2)["sha256"] == _sha256(day2)
     both = _run(out, [day1, day2], skip_existing=True)  # found again, whichever photos a run had
     assert [(s.status, s.output) for s in both.statuses] == [
-        ("skipped", first.statuses[0].output), ("skipped", second.statuses[0].output)]
+        ("skipped", first.statuses[0].output),
+        ("skipped", second.statuses[0].output),
+    ]
     # A photo rewritten in place is done again, in its own folder; a copy elsewhere is the same photo.
     Image.new("RGB", (40, 30), (10, 200, 10)).save(day2)
     again = _run(out, [day2], skip_existing=True)
@@ -247,17 +263,35 @@ def test_skip_existing_redoes_images_when_the_weights_file_was_rewritten_in_plac
     assert report["weights_sha256"] == _sha256(weights)
 
 
-def _start_slow_run(tmp_path: Path, count: int, batch_size: int, *, model: str = "slow_net", options=("-q",),
-                    **popen) -> tuple[subprocess.Popen, Path, Path]:
+def _start_slow_run(
+    tmp_path: Path, count: int, batch_size: int, *, model: str = "slow_net", options=("-q",), **popen
+) -> tuple[subprocess.Popen, Path, Path]:
     folder = tmp_path / "in"
     folder.mkdir()
     for i in range(count):
         Image.new("RGB", (40, 30), (i * 6 % 256, 100, 50)).save(folder / f"im{i:02d}.png")
     out = tmp_path / "out"
     process = subprocess.Popen(
-        [sys.executable, "-m", "hookviz", "run", str(folder), "--model", f"tests.conftest:{model}",
-         "--weights", "none", "--layer", "features.3", "--batch-size", str(batch_size), "--out", str(out), *options],
-        cwd=ROOT, **popen,
+        [
+            sys.executable,
+            "-m",
+            "hookviz",
+            "run",
+            str(folder),
+            "--model",
+            f"tests.conftest:{model}",
+            "--weights",
+            "none",
+            "--layer",
+            "features.3",
+            "--batch-size",
+            str(batch_size),
+            "--out",
+            str(out),
+            *options,
+        ],
+        cwd=ROOT,
+        **popen,
     )
     return process, folder, out
 
@@ -395,8 +429,9 @@ def test_a_run_sweeps_only_leftovers_whose_writer_is_gone(tmp_path):
     try:
         alive = out / "im00" / f".report.json~{host}~{sleeper.pid}~abcd.part"
         alive.write_text("another shard is writing this")
-        dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                                  text=True).stdout.strip()
+        dead_pid = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        ).stdout.strip()
         dead = out / "im00" / f".cam.png~{host}~{dead_pid}~abcd.part"
         dead.write_text("left by a killed run")
         _run(out, images)
@@ -413,10 +448,30 @@ def test_shards_side_by_side_share_an_output_folder(tmp_path):
     out = tmp_path / "out"
     shards = [
         subprocess.Popen(
-            [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:slow_net",
-             "--weights", "none", "--layer", "features.3", "--shard", f"{k}/3", "--out", str(out), "-q",
-             "--workers", "1"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "hookviz",
+                "run",
+                str(folder),
+                "--model",
+                "tests.conftest:slow_net",
+                "--weights",
+                "none",
+                "--layer",
+                "features.3",
+                "--shard",
+                f"{k}/3",
+                "--out",
+                str(out),
+                "-q",
+                "--workers",
+                "1",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for k in (1, 2, 3)
     ]
@@ -458,8 +513,9 @@ def test_render_workers_exit_when_their_parent_is_killed(tmp_path):
 def test_sigterm_to_the_process_group_is_a_clean_quiet_stop(tmp_path):
     import os
 
-    process, _, out = _start_slow_run(tmp_path, 40, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True)
+    process, _, out = _start_slow_run(
+        tmp_path, 40, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     _wait_for(lambda: len(list(out.glob("*/report.json"))) >= 2)
     os.killpg(process.pid, signal.SIGTERM)  # as `timeout` and `scancel` do
     _, stderr = process.communicate(timeout=60)
@@ -490,8 +546,13 @@ def test_a_runs_steps_work_one_by_one(tmp_path):
     from hookviz.runs.runner import Run
 
     images = _images(tmp_path / "in", 3)
-    steps = Run(images, ModelOptions("tests.conftest:tiny_net", "none"), layers=LayerOptions(("features.3",)),
-                pictures=PictureOptions(pictures=("summary",)), options=RunOptions(out=tmp_path / "out", workers=1))
+    steps = Run(
+        images,
+        ModelOptions("tests.conftest:tiny_net", "none"),
+        layers=LayerOptions(("features.3",)),
+        pictures=PictureOptions(pictures=("summary",)),
+        options=RunOptions(out=tmp_path / "out", workers=1),
+    )
     steps.start()
     assert steps.workers == 1 and not (tmp_path / "out").exists()  # nothing is written before the model loads
     steps.load()
@@ -513,8 +574,9 @@ def test_a_runs_steps_work_one_by_one(tmp_path):
 def test_impatient_ctrl_c_three_times_still_ends_cleanly(tmp_path):
     import os
 
-    process, _, out = _start_slow_run(tmp_path, 40, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True)
+    process, _, out = _start_slow_run(
+        tmp_path, 40, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     _wait_for(lambda: len(list(out.glob("*/report.json"))) >= 2)
     for _ in range(3):
         os.killpg(process.pid, signal.SIGINT)  # a terminal sends Ctrl-C to the whole group
@@ -537,8 +599,9 @@ def test_ctrl_c_while_starting_is_one_quiet_line(tmp_path, after, stop):
     and the model load (the interpreter's own first ~0.1 s is beyond hookviz's reach)."""
     import os
 
-    process, _, out = _start_slow_run(tmp_path, 4, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True)
+    process, _, out = _start_slow_run(
+        tmp_path, 4, 2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     time.sleep(after)
     os.killpg(process.pid, stop)
     _, stderr = process.communicate(timeout=60)
@@ -553,8 +616,16 @@ def test_ctrl_c_while_starting_is_one_quiet_line(tmp_path, after, stop):
 def _stopped_mid_batch(tmp_path: Path, model: str, signals: int) -> tuple[float, str, dict]:
     """Start a run whose first batch (one photo) takes 10 s, send ``signals`` SIGTERMs in its
     middle, and return the seconds from the last signal to the exit, stderr and run.json."""
-    process, _, out = _start_slow_run(tmp_path, 3, 2, model=model, options=("-q", "--pictures", "none"),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process, _, out = _start_slow_run(
+        tmp_path,
+        3,
+        2,
+        model=model,
+        options=("-q", "--pictures", "none"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for(lambda: (out / ".hookviz-output").exists())  # the model is loaded: the first batch starts
     time.sleep(1.5)
     for _ in range(signals):
@@ -594,8 +665,13 @@ def test_a_stop_during_back_propagation_abandons_the_batch_and_leaves_no_hook(tm
     from hookviz.runs.runner import Run
 
     images = _images(tmp_path / "in", 1)
-    steps = Run(images, ModelOptions("tests.conftest:slow_backward_net", "none"), layers=LayerOptions(("features.3",)),
-                pictures=PictureOptions(pictures=()), options=RunOptions(out=tmp_path / "out"))
+    steps = Run(
+        images,
+        ModelOptions("tests.conftest:slow_backward_net", "none"),
+        layers=LayerOptions(("features.3",)),
+        pictures=PictureOptions(pictures=()),
+        options=RunOptions(out=tmp_path / "out"),
+    )
     steps.start()
     try:
         steps.load()
@@ -641,8 +717,23 @@ def test_the_command_returns_after_every_process_it_started_has_exited(tmp_path)
     """Render workers and multiprocessing's resource tracker: none outlives the command."""
     folder = _images(tmp_path / "in", 3)[0].parent
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:tiny_net", "--weights",
-               "none", "--layer", "features.3", "--pictures", "summary", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "hookviz",
+        "run",
+        str(folder),
+        "--model",
+        "tests.conftest:tiny_net",
+        "--weights",
+        "none",
+        "--layer",
+        "features.3",
+        "--pictures",
+        "summary",
+        "--out",
+        str(out),
+    ]
     status, left = json.loads(python_output(_LEFT_BEHIND, args=[json.dumps(command), str(ROOT)]))
     assert status == 0
     assert left == []
@@ -658,9 +749,14 @@ def test_a_run_that_stops_on_an_error_does_not_wait_for_its_render_workers(tmp_p
 
     images = _images(tmp_path / "in", 4)
     for pictures in ((), ("summary",)):  # the first, without workers, imports what loading needs
-        steps = Run(images, ModelOptions("tests.conftest:tiny_net", "none"), layers=LayerOptions(("features.3",)),
-                    target=TargetOptions(target="99"), pictures=PictureOptions(pictures=pictures),
-                    options=RunOptions(out=tmp_path / "out", workers=2))
+        steps = Run(
+            images,
+            ModelOptions("tests.conftest:tiny_net", "none"),
+            layers=LayerOptions(("features.3",)),
+            target=TargetOptions(target="99"),
+            pictures=PictureOptions(pictures=pictures),
+            options=RunOptions(out=tmp_path / "out", workers=2),
+        )
         started = time.monotonic()
         with pytest.raises(TargetError):
             steps.execute()

@@ -95,7 +95,7 @@ class Painted(torch.nn.Module):
         features = self.conv(x)
         logits = torch.zeros(x.shape[0], 8, *x.shape[-2:])
         logits[:, 2, :, : int(0.6 * x.shape[-1])] = 5
-        logits[:, 5, :, int(0.6 * x.shape[-1]):] = 8
+        logits[:, 5, :, int(0.6 * x.shape[-1]) :] = 8
         logits[:, 0, :4, -4:] = 10
         return {"out": logits + 0.01 * features.mean(1, keepdim=True)}
 
@@ -116,10 +116,27 @@ def test_top1_is_the_largest_class_besides_background_and_topk_the_largest_prese
 
 def test_the_top5_line_and_report_give_each_classs_share_of_pixels_largest_first(photo, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(photo), "--model", "tests.test_segment:painted_net", "--weights", "none", "--task", "segment",
-        "--resize", "30", "--layer", "conv", "--pictures", "none", "--out", str(out),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(photo),
+            "--model",
+            "tests.test_segment:painted_net",
+            "--weights",
+            "none",
+            "--task",
+            "segment",
+            "--resize",
+            "30",
+            "--layer",
+            "conv",
+            "--pictures",
+            "none",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     top5 = json.loads((out / "photo" / "report.json").read_text())["top5"]
     assert [s["index"] for s in top5] == [2, 5] and top5[0]["probability"] < top5[1]["probability"]
@@ -133,15 +150,30 @@ def test_the_top5_line_and_report_give_each_classs_share_of_pixels_largest_first
 @pytest.mark.slow
 def test_a_segmentation_run_writes_its_mask_picture_and_report(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "run", str(SAMPLES / "cat.png"), "--model", "lraspp_mobilenet_v3_large", "--weights", "none",
-        "--resize", "96", "--out", str(out), "--topk", "2",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "lraspp_mobilenet_v3_large",
+            "--weights",
+            "none",
+            "--resize",
+            "96",
+            "--out",
+            str(out),
+            "--topk",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "using backbone." in result.stderr and "the backbone's last feature map" in result.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
     assert report["task"] == "segment" and report["preprocessing"]["mode"] == "shorter"
-    assert report["preprocessing"]["resize"] == 96 and sum(c["fraction"] for c in report["prediction"]["classes"]) == pytest.approx(1)
+    assert report["preprocessing"]["resize"] == 96 and sum(
+        c["fraction"] for c in report["prediction"]["classes"]
+    ) == pytest.approx(1)
     assert "prediction.png" in report["files"]
     layer = report["layers"][0]["name"]
     assert (out / "cat" / f"{layer}.cam.png").exists()
@@ -149,14 +181,29 @@ def test_a_segmentation_run_writes_its_mask_picture_and_report(tmp_path):
     assert 'href="cat/prediction.png"' in page
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--target", "zebra"], "--target zebra: not a class name of this model"),
-    (["--crop", "224"], "--crop: a segmentation model sees the whole photo"),
-    (["--objective", "ce"], "--objective ce: a segmentation is explained by the target class's logits"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--target", "zebra"], "--target zebra: not a class name of this model"),
+        (["--crop", "224"], "--crop: a segmentation model sees the whole photo"),
+        (["--objective", "ce"], "--objective ce: a segmentation is explained by the target class's logits"),
+    ],
+)
 def test_segmentation_usage_errors_are_one_line(tmp_path, args, message):
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--model", "lraspp_mobilenet_v3_large",
-                                      "--weights", "none", "--out", str(tmp_path / "out"), *args])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            str(SAMPLES / "cat.png"),
+            "--model",
+            "lraspp_mobilenet_v3_large",
+            "--weights",
+            "none",
+            "--out",
+            str(tmp_path / "out"),
+            *args,
+        ],
+    )
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and message in lines[0], result.stderr

@@ -119,7 +119,14 @@ def test_a_detectors_threshold_does_not_make_a_classifiers_results_stale(tmp_pat
     assert again.exit_code == 0 and "0 of 1 images done, 1 skipped" in again.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
     assert set(report["asked"]["target"]) == {
-        "target", "objective", "cam", "topk", "output_key", "box_objective", "steps", "ig_baseline",
+        "target",
+        "objective",
+        "cam",
+        "topk",
+        "output_key",
+        "box_objective",
+        "steps",
+        "ig_baseline",
     }
 
 

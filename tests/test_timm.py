@@ -46,8 +46,26 @@ def test_none_is_timms_random_init_seeded_without_moving_the_callers_stream():
 def test_imagenet_heads_get_torchvisions_class_names(tmp_path):
     loaded = load_model("timm:resnet18", "none")
     assert len(loaded.categories) == 1000 and loaded.categories[281] == "tabby"
-    result = invoke("run", "--model", "timm:resnet18", "--weights", "none", CAT, "--crop", 64, "--resize", 64,
-                    "--target", "tabby", "--pictures", "none", "--out", tmp_path, "--device", "cpu")
+    result = invoke(
+        "run",
+        "--model",
+        "timm:resnet18",
+        "--weights",
+        "none",
+        CAT,
+        "--crop",
+        64,
+        "--resize",
+        64,
+        "--target",
+        "tabby",
+        "--pictures",
+        "none",
+        "--out",
+        tmp_path,
+        "--device",
+        "cpu",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "cat" / "report.json").read_text())
     assert report["target"] == {**report["target"], "index": 281, "name": "tabby"}
@@ -58,8 +76,9 @@ def test_a_weights_file_loads_state_dicts_and_safetensors(tmp_path):
     from safetensors.torch import save_file
 
     torch.manual_seed(3)
-    state = {k: torch.randn_like(v) if v.is_floating_point() else v
-             for k, v in timm.create_model("resnet18").state_dict().items()}
+    state = {
+        k: torch.randn_like(v) if v.is_floating_point() else v for k, v in timm.create_model("resnet18").state_dict().items()
+    }
     torch.save(state, tmp_path / "model.pth")
     save_file(state, str(tmp_path / "model.safetensors"))
     for path in (tmp_path / "model.pth", tmp_path / "model.safetensors"):
@@ -161,11 +180,20 @@ TRANSFORMERS = [
     ("deit3_small_patch16_224", {"img_size": 64, "depth": 2}, "blocks.1.norm1", ("tokens", 1, (4, 4)), (4, 4)),
     ("vit_little_patch16_reg4_gap_256", {"img_size": 64, "depth": 2}, "blocks.1.norm1", ("tokens", 4, (4, 4)), (4, 4)),
     ("eva02_tiny_patch14_224", {"img_size": 56, "depth": 2, "num_classes": 10}, "blocks.1.norm1", ("tokens", 1, (4, 4)), (4, 4)),
-    ("beit_base_patch16_224", {"img_size": 64, "depth": 2, "embed_dim": 64, "num_heads": 2}, "blocks.1.norm1",
-     ("tokens", 1, (4, 4)), (4, 4)),
-    ("swin_tiny_patch4_window7_224",
-     {"img_size": 64, "window_size": 4, "depths": (1, 1, 1, 1), "embed_dim": 32, "num_heads": (1, 2, 4, 8)},
-     "layers.3.blocks.0.norm1", ("nhwc", 0, None), (2, 2)),
+    (
+        "beit_base_patch16_224",
+        {"img_size": 64, "depth": 2, "embed_dim": 64, "num_heads": 2},
+        "blocks.1.norm1",
+        ("tokens", 1, (4, 4)),
+        (4, 4),
+    ),
+    (
+        "swin_tiny_patch4_window7_224",
+        {"img_size": 64, "window_size": 4, "depths": (1, 1, 1, 1), "embed_dim": 32, "num_heads": (1, 2, 4, 8)},
+        "layers.3.blocks.0.norm1",
+        ("nhwc", 0, None),
+        (2, 2),
+    ),
 ]
 
 
@@ -196,8 +224,15 @@ def test_models_search_lists_timm_names_grouped_by_source(monkeypatch):
     lines = result.stdout.splitlines()
     assert result.exit_code == 0
     assert [line.split(":")[0] for line in lines if line.startswith("#")] == [
-        "# built-in", "# torchvision classification", "# timm", "# hf", "# open_clip", "# factory",
-        "# torchvision segmentation", "# torchvision detection", "# ultralytics",  # by task, then by source
+        "# built-in",
+        "# torchvision classification",
+        "# timm",
+        "# hf",
+        "# open_clip",
+        "# factory",
+        "# torchvision segmentation",
+        "# torchvision detection",
+        "# ultralytics",  # by task, then by source
     ]
     assert any(line.startswith("timm:vit_little_patch16_reg4_gap_256  (256x256, DEFAULT ") for line in lines)
     assert not any(line == "resnet50" for line in lines)
@@ -234,8 +269,10 @@ def _swin_reshape(tensor, height=7, width=7):
 
 @pytest.mark.parametrize(
     "name, layer, reshape, grid",
-    [("vit_tiny_patch16_224", "blocks.11.norm1", _vit_reshape, (14, 14)),
-     ("swin_tiny_patch4_window7_224", "layers.3.blocks.1.norm1", _swin_reshape, (7, 7))],
+    [
+        ("vit_tiny_patch16_224", "blocks.11.norm1", _vit_reshape, (14, 14)),
+        ("swin_tiny_patch4_window7_224", "layers.3.blocks.1.norm1", _swin_reshape, (7, 7)),
+    ],
     ids=["vit", "swin"],
 )
 def test_raw_cams_equal_pytorch_grad_cams_with_its_reshape_transform(name, layer, reshape, grid):
@@ -280,15 +317,21 @@ def test_convnext_at_384_pixels_is_read_channels_last_where_its_height_equals_it
     "args, line",
     [
         # The default tag is a masked-image-modelling checkpoint: features, no classes.
-        (["--model", "timm:eva02_tiny_patch14_224"],
-         "--model timm:eva02_tiny_patch14_224: its output is an embedding, not class logits; explain its similarity "
-         "to a reference photo with --target-image REF"),
-        (["--model", "timm:vit_tiny_patch16_224", "--crop", "64", "--resize", "64"],
-         "--crop 64: timm:vit_tiny_patch16_224 takes 224x224 inputs, not 64x64; pass --crop 224 or leave it out"),
-        (["--model", "timm:inception_v3", "--crop", "64", "--resize", "64"],
-         "the model failed a forward pass on a 1x3x64x64 input (RuntimeError: Calculated padded input size per "
-         "channel: (2 x 2). Kernel size: (3 x 3). Kernel size can't be greater than actual input size); if it "
-         "needs another input size, pass --crop"),
+        (
+            ["--model", "timm:eva02_tiny_patch14_224"],
+            "--model timm:eva02_tiny_patch14_224: its output is an embedding, not class logits; explain its similarity "
+            "to a reference photo with --target-image REF",
+        ),
+        (
+            ["--model", "timm:vit_tiny_patch16_224", "--crop", "64", "--resize", "64"],
+            "--crop 64: timm:vit_tiny_patch16_224 takes 224x224 inputs, not 64x64; pass --crop 224 or leave it out",
+        ),
+        (
+            ["--model", "timm:inception_v3", "--crop", "64", "--resize", "64"],
+            "the model failed a forward pass on a 1x3x64x64 input (RuntimeError: Calculated padded input size per "
+            "channel: (2 x 2). Kernel size: (3 x 3). Kernel size can't be greater than actual input size); if it "
+            "needs another input size, pass --crop",
+        ),
     ],
     ids=["no-head", "fixed-size", "too-small"],
 )
@@ -337,8 +380,9 @@ SWEEP = [
 @pytest.mark.parametrize("name, crop, grid, transformer", SWEEP, ids=[s[0].split(".")[0] for s in SWEEP])
 def test_sweep_of_timm_architectures_through_hookviz_run(name, crop, grid, transformer, tmp_path):
     size = ["--crop", crop, "--resize", crop] if crop else []
-    result = invoke("run", "--model", f"timm:{name}", "--weights", "none", CAT, *size,
-                    "--out", tmp_path, "--device", "cpu", "--workers", 1)
+    result = invoke(
+        "run", "--model", f"timm:{name}", "--weights", "none", CAT, *size, "--out", tmp_path, "--device", "cpu", "--workers", 1
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "cat" / "report.json").read_text())
     assert report["logits"]["nonfinite"] == 0

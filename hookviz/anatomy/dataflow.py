@@ -26,21 +26,64 @@ CHANNELS_FIRST = "NCHW"  # the role of each axis, in order
 CHANNELS_LAST = "NHWC"
 
 # Ops whose 4-D output is channels-first whatever their input (torch and torch.nn.functional names).
-_CHANNELS_FIRST_OPS = frozenset({
-    "conv2d", "conv_transpose2d", "convolution", "_convolution", "batch_norm", "instance_norm", "group_norm",
-    "max_pool2d", "avg_pool2d", "lp_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
-    "max_pool2d_with_indices", "adaptive_max_pool2d_with_indices", "fractional_max_pool2d", "interpolate",
-    "upsample", "upsample_nearest", "upsample_bilinear", "pixel_shuffle", "pixel_unshuffle", "local_response_norm",
-    "fold", "grid_sample",
-})
+_CHANNELS_FIRST_OPS = frozenset(
+    {
+        "conv2d",
+        "conv_transpose2d",
+        "convolution",
+        "_convolution",
+        "batch_norm",
+        "instance_norm",
+        "group_norm",
+        "max_pool2d",
+        "avg_pool2d",
+        "lp_pool2d",
+        "adaptive_avg_pool2d",
+        "adaptive_max_pool2d",
+        "max_pool2d_with_indices",
+        "adaptive_max_pool2d_with_indices",
+        "fractional_max_pool2d",
+        "interpolate",
+        "upsample",
+        "upsample_nearest",
+        "upsample_bilinear",
+        "pixel_shuffle",
+        "pixel_unshuffle",
+        "local_response_norm",
+        "fold",
+        "grid_sample",
+    }
+)
 # Ops over the last axis: on a 4-D tensor of unknown order, that axis is the channels.
 _LAST_AXIS_OPS = frozenset({"layer_norm", "rms_norm", "linear"})
-_AXIS_MOVERS = frozenset({
-    "permute", "transpose", "transpose_", "swapaxes", "swapdims", "movedim", "moveaxis", "mT", "mH", "T", "H",
-})
-_RESHAPES = frozenset({
-    "view", "reshape", "view_as", "reshape_as", "unflatten", "flatten", "as_strided", "unfold", "view_as_real",
-})
+_AXIS_MOVERS = frozenset(
+    {
+        "permute",
+        "transpose",
+        "transpose_",
+        "swapaxes",
+        "swapdims",
+        "movedim",
+        "moveaxis",
+        "mT",
+        "mH",
+        "T",
+        "H",
+    }
+)
+_RESHAPES = frozenset(
+    {
+        "view",
+        "reshape",
+        "view_as",
+        "reshape_as",
+        "unflatten",
+        "flatten",
+        "as_strided",
+        "unfold",
+        "view_as_real",
+    }
+)
 _PROBE = (2, 3, 5, 7)  # distinct sizes: where each lands after an axis move names the move
 
 

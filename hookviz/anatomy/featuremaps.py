@@ -20,9 +20,25 @@ import math
 from dataclasses import dataclass
 
 __all__ = [
-    "Layout", "DeclaredLayout", "layout_of", "token_layout", "as_feature_map", "reshape", "patch_grid", "ambiguity",
-    "shape_text", "layout_hint",
-    "NCHW", "NHWC", "TOKENS", "AMBIGUOUS", "MAP_ORDERS", "DECLARED", "DATA_FLOW", "GUESSED", "UNDECIDED",
+    "Layout",
+    "DeclaredLayout",
+    "layout_of",
+    "token_layout",
+    "as_feature_map",
+    "reshape",
+    "patch_grid",
+    "ambiguity",
+    "shape_text",
+    "layout_hint",
+    "NCHW",
+    "NHWC",
+    "TOKENS",
+    "AMBIGUOUS",
+    "MAP_ORDERS",
+    "DECLARED",
+    "DATA_FLOW",
+    "GUESSED",
+    "UNDECIDED",
 ]
 
 NCHW, NHWC, TOKENS, AMBIGUOUS = "nchw", "nhwc", "tokens", "ambiguous"  # a Layout's kinds
@@ -66,7 +82,13 @@ class Layout:
     def describe(self) -> str:
         if self.kind == TOKENS:
             rows, cols = self.grid
-            dropped = "" if not self.prefix else ", first token dropped" if self.prefix == 1 else f", first {self.prefix} tokens dropped"
+            dropped = (
+                ""
+                if not self.prefix
+                else ", first token dropped"
+                if self.prefix == 1
+                else f", first {self.prefix} tokens dropped"
+            )
             return f"tokens as a {rows}x{cols} grid{dropped}"
         if self.kind in (NCHW, AMBIGUOUS):
             return ""
@@ -130,8 +152,12 @@ class DeclaredLayout:
 
     def to_json(self) -> dict:
         return {
-            "prefix": self.prefix, "patch": list(self.patch) if self.patch else None, "pad": self.pad,
-            "strides": list(self.strides), "channels_last": self.channels_last, "origin": self.origin,
+            "prefix": self.prefix,
+            "patch": list(self.patch) if self.patch else None,
+            "pad": self.pad,
+            "strides": list(self.strides),
+            "channels_last": self.channels_last,
+            "origin": self.origin,
         }
 
 
@@ -153,7 +179,10 @@ def patch_grid(tokens: int, input_hw: tuple[int, int]) -> tuple[int, int] | None
 
 
 def layout_of(
-    shape: tuple[int, ...], input_hw: tuple[int, int], declared: DeclaredLayout | None = None, flow: str | None = None,
+    shape: tuple[int, ...],
+    input_hw: tuple[int, int],
+    declared: DeclaredLayout | None = None,
+    flow: str | None = None,
 ) -> Layout | None:
     """The layout of a tensor of ``shape`` (batch first), or ``None`` without a spatial one.
 

@@ -55,8 +55,15 @@ def _timm(model) -> DeclaredLayout | None:
         pad = bool(getattr(embed, "dynamic_img_pad", False))
         grid = getattr(embed, "grid_size", None)
         said.append(f"patch_embed.patch_size={patch}" + (f", grid_size={tuple(grid)}" if grid else ""))
-    strides = tuple(sorted({int(f["reduction"]) for f in getattr(model, "feature_info", None) or ()
-                            if isinstance(f, dict) and isinstance(f.get("reduction"), (int, float))}))
+    strides = tuple(
+        sorted(
+            {
+                int(f["reduction"])
+                for f in getattr(model, "feature_info", None) or ()
+                if isinstance(f, dict) and isinstance(f.get("reduction"), (int, float))
+            }
+        )
+    )
     if strides:
         said.append("feature_info strides " + ",".join(map(str, strides)))
     output_fmt = str(getattr(model, "output_fmt", "") or "")

@@ -20,8 +20,16 @@ from hookviz.errors import UnknownLayerError, UsageError, arg, describe, did_you
 from hookviz.hooks import HookSet
 
 __all__ = [
-    "LayerSpec", "LayerInfo", "resolve_path", "resolve_layers", "trace", "list_layers", "default_layer", "dry_output",
-    "first_tensor", "module_paths",
+    "LayerSpec",
+    "LayerInfo",
+    "resolve_path",
+    "resolve_layers",
+    "trace",
+    "list_layers",
+    "default_layer",
+    "dry_output",
+    "first_tensor",
+    "module_paths",
 ]
 
 _CALL_SUFFIX = re.compile(r"^(?P<path>.*?):(?P<call>-?\d+)$")
@@ -247,7 +255,10 @@ _TOKEN_NORM = re.compile(r"(layer|rms)_?norm", re.IGNORECASE)
 
 
 def default_layer(
-    model, input_size: tuple[int, int] = (224, 224), channels: int = 3, declared: DeclaredLayout | None = None,
+    model,
+    input_size: tuple[int, int] = (224, 224),
+    channels: int = 3,
+    declared: DeclaredLayout | None = None,
     root: str | None = None,
 ) -> tuple[LayerSpec, str]:
     """The usual CAM layer, and why it was chosen.
@@ -292,7 +303,9 @@ def default_layer(
     path, call = found
     module = dict(model.named_modules())[path]
     spec = LayerSpec(
-        requested="(default)", path=path, call=call if len(traced.shapes[path]) > 1 else None,
+        requested="(default)",
+        path=path,
+        call=call if len(traced.shapes[path]) > 1 else None,
         module_type=type(module).__name__,
     )
     return spec, reason

@@ -65,8 +65,9 @@ class _Side:
     full: np.ndarray | None = None
 
 
-def compare(base: RunFolder, new: RunFolder, tolerances: Tolerances = Tolerances(), checked: bool = False,
-            pictures: bool = False) -> RunDiff:
+def compare(
+    base: RunFolder, new: RunFolder, tolerances: Tolerances = Tolerances(), checked: bool = False, pictures: bool = False
+) -> RunDiff:
     """Compare ``new`` with ``base``, every image both finished (see the module's docstring).
 
     Args:
@@ -91,8 +92,14 @@ def compare(base: RunFolder, new: RunFolder, tolerances: Tolerances = Tolerances
     images.sort(key=_rank)
     notes = [*_run_notes(base, new, pairs), *_kept_notes(base, new, pairs), *_image_notes(images, only_base, only_new, base, new)]
     return RunDiff(
-        base=base.describe(), new=new.describe(), new_path=new.path, tolerances=tolerances, checked=checked,
-        images=tuple(images), only_in_base=tuple(only_base), only_in_new=tuple(only_new),
+        base=base.describe(),
+        new=new.describe(),
+        new_path=new.path,
+        tolerances=tolerances,
+        checked=checked,
+        images=tuple(images),
+        only_in_base=tuple(only_base),
+        only_in_new=tuple(only_new),
         notes=tuple(dict.fromkeys(notes)),
     )
 
@@ -152,8 +159,12 @@ def _compare_layer(name: str, stem: str, before: ImageData, after: ImageData) ->
             continue
         tensors.append(_tensor_diff(key, *sides[key]))
     return LayerDiff(
-        name=name, stem=stem, module_type=after.layers[name].module_type, tensors=tuple(tensors),
-        cam=_cam_diff(name, before, after), maps=_output_maps(name, sides["output"], before, after),
+        name=name,
+        stem=stem,
+        module_type=after.layers[name].module_type,
+        tensors=tuple(tensors),
+        cam=_cam_diff(name, before, after),
+        maps=_output_maps(name, sides["output"], before, after),
     )
 
 
@@ -167,8 +178,11 @@ def _tensor_diff(name: str, before: _Side, after: _Side) -> TensorDiff:
 
     part = lambda side, which: None if side.summary is None else getattr(side.summary, which)  # noqa: E731
     return TensorDiff(
-        name=name, checked=name in FORWARD or name in ("model_input", "logits"),
-        shapes=(before.shape, after.shape), before=before.stats, after=after.stats,
+        name=name,
+        checked=name in FORWARD or name in ("model_input", "logits"),
+        shapes=(before.shape, after.shape),
+        before=before.stats,
+        after=after.stats,
         map=figures(part(before, "map"), part(after, "map")),
         channels=figures(part(before, "channels"), part(after, "channels")),
         tensor=figures(before.full, after.full),
@@ -182,8 +196,10 @@ def _layer_side(data: ImageData, name: str, key: str) -> _Side:
         return _Side()
     printed = data.fingerprint.layers.get(name) if data.fingerprint is not None else None
     return _Side(
-        shape=list(shape), stats=layer.stats.get(key),
-        summary=None if printed is None else printed.tensors.get(key), full=data.full(f"{name}/{key}"),
+        shape=list(shape),
+        stats=layer.stats.get(key),
+        summary=None if printed is None else printed.tensors.get(key),
+        full=data.full(f"{name}/{key}"),
     )
 
 
@@ -192,7 +208,8 @@ def _model_input(data: ImageData) -> _Side:
     shape = [channels, *data.input_hw] if channels is not None and data.input_hw else None
     full = data.full("input")
     return _Side(
-        shape=shape, summary=None if data.fingerprint is None else data.fingerprint.model_input,
+        shape=shape,
+        summary=None if data.fingerprint is None else data.fingerprint.model_input,
         full=None if full is None else full[0],
     )
 
@@ -217,9 +234,11 @@ def _cam_diff(name: str, before: ImageData, after: ImageData) -> CamDiff | None:
     cam = after.layers[name].cam
     shape = cam.shape if cam is not None else None
     return CamDiff(
-        source=source, corr=cam_correlation(*cams) if same else None,
+        source=source,
+        corr=cam_correlation(*cams) if same else None,
         peak_shift=peak_shift(cams[0], cams[1], before.input_hw, after.input_hw),
-        shapes=(cams[0].shape, cams[1].shape), layer_shape=shape,
+        shapes=(cams[0].shape, cams[1].shape),
+        layer_shape=shape,
         maps=MapPair(cams[0], cams[1], source),
     )
 
@@ -307,24 +326,35 @@ def _run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     notes = []
     b, n = base.run, new.run
     if version_tuple(base.version) > version_tuple(new.version):
-        notes.append(f"{base.named} was written by hookviz {base.version}, newer than {new.version}: comparing what this version reads")
+        notes.append(
+            f"{base.named} was written by hookviz {base.version}, newer than {new.version}: comparing what this version reads"
+        )
     for folder in (base, new):
         if folder.run.unfinished:
-            notes.append(f"{folder.named} is an unfinished run (interrupted, or stopped by an error): "
-                         "its missing images are not compared")
-    for what, old, now in (("models differ", b.model, n.model), ("weights differ", b.weights, n.weights),
-                           ("tasks differ", b.task, n.task)):
+            notes.append(
+                f"{folder.named} is an unfinished run (interrupted, or stopped by an error): its missing images are not compared"
+            )
+    for what, old, now in (
+        ("models differ", b.model, n.model),
+        ("weights differ", b.weights, n.weights),
+        ("tasks differ", b.task, n.task),
+    ):
         if old != now:
             notes.append(f"{what}: {old} -> {now}")
     shas = (b.weights_sha256, n.weights_sha256)
     if b.weights == n.weights and None not in shas and shas[0] != shas[1]:  # a file rewritten in place
         notes.append(f"weights differ: {n.weights} holds other bytes (SHA-256 {shas[0][:12]}... -> {shas[1][:12]}...)")
-    for key, old, now in (("torch", b.torch, n.torch), ("torchvision", b.torchvision, n.torchvision),
-                          ("device", b.device, n.device)):
+    for key, old, now in (
+        ("torch", b.torch, n.torch),
+        ("torchvision", b.torchvision, n.torchvision),
+        ("device", b.device, n.device),
+    ):
         if old and now and old != now:
             notes.append(f"{key} differs: {old} -> {now}")
     before, after = (files.report.preprocessing for files in pairs[0])
-    changed = [f"{key} {before.get(key)} -> {after.get(key)}" for key in sorted({*before, *after}) if before.get(key) != after.get(key)]
+    changed = [
+        f"{key} {before.get(key)} -> {after.get(key)}" for key in sorted({*before, *after}) if before.get(key) != after.get(key)
+    ]
     if changed:
         notes.append("preprocessing differs: " + "; ".join(changed))
     return notes
@@ -392,8 +422,9 @@ def save_diff(diff: RunDiff, path: Path) -> RunDiff:
     try:
         write_json(path, diff.to_json())
     except OSError as exc:
-        raise OutputError(f"{arg('out', display_path(path))}: cannot write there ({exc.strerror or first_line(exc)}); "
-                          "choose another place") from None
+        raise OutputError(
+            f"{arg('out', display_path(path))}: cannot write there ({exc.strerror or first_line(exc)}); choose another place"
+        ) from None
     return diff
 
 
@@ -441,7 +472,9 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
         raise ComparisonError(f"{before.named} and {after.named} are the same folder; compare two runs")
     path = Path(out) if out is not None else after.path / DIFF
     if before.path.resolve() in (path.resolve(), *path.resolve().parents):
-        raise UsageError(f"{arg('out', display_path(path))}: inside {before.named}, which a diff never writes into; choose another place")
+        raise UsageError(
+            f"{arg('out', display_path(path))}: inside {before.named}, which a diff never writes into; choose another place"
+        )
     diff = save_diff(compare(before, after, tolerances, "drift" in checks, pictures=pictures), path)
     if pictures:
         from hookviz.runs.gallery import write_gallery
@@ -475,12 +508,16 @@ class Baseline:
             )
         base, mine = baseline.resolve(), out.resolve()
         if base == mine or base in mine.parents or mine in base.parents:
-            raise UsageError(f"{arg('baseline', display_path(baseline))}: overlaps {arg('out', display_path(out))}; "
-                             f"a run never writes into its baseline: choose another {arg('out')}")
+            raise UsageError(
+                f"{arg('baseline', display_path(baseline))}: overlaps {arg('out', display_path(out))}; "
+                f"a run never writes into its baseline: choose another {arg('out')}"
+            )
         logs = options.tensorboard
         if logs is not None and (logs.resolve() == base or base in logs.resolve().parents):
-            raise UsageError(f"{arg('tensorboard', display_path(logs))}: is inside {arg('baseline', display_path(baseline))}; "
-                             f"a run never writes into its baseline: choose another {arg('tensorboard')} folder")
+            raise UsageError(
+                f"{arg('tensorboard', display_path(logs))}: is inside {arg('baseline', display_path(baseline))}; "
+                f"a run never writes into its baseline: choose another {arg('tensorboard')} folder"
+            )
         return cls(open_run(baseline, "baseline"), checks)
 
     def compare(self, summary, document: RunRecord, out: Path, pictures: bool):
@@ -499,13 +536,18 @@ class Baseline:
         diff = compare_with_baseline(self.folder, out, document, self.checks.tolerances, checked, pictures=pictures)
         findings = (*summary.findings, *(diff.findings if checked else ()))
         notes = tuple(dict.fromkeys((*summary.notes, *diff.notes)))
-        document = replace(document, checks=replace(checks, passed=not findings, findings=findings), notes=notes,
-                           diff=DiffEntry(DIFF, len(diff.images), len(diff.findings)))
+        document = replace(
+            document,
+            checks=replace(checks, passed=not findings, findings=findings),
+            notes=notes,
+            diff=DiffEntry(DIFF, len(diff.images), len(diff.findings)),
+        )
         return replace(summary, findings=findings, notes=notes), document
 
 
-def compare_with_baseline(baseline: RunFolder, out: Path, run: RunRecord, tolerances: Tolerances, checked: bool,
-                          pictures: bool) -> RunDiff:
+def compare_with_baseline(
+    baseline: RunFolder, out: Path, run: RunRecord, tolerances: Tolerances, checked: bool, pictures: bool
+) -> RunDiff:
     """What a run (``run``, its run.json record, its output in ``out``) does as it ends
     with ``--baseline``: compare itself with ``baseline`` and write ``out/diff.json`` (and
     the diff pictures, with ``pictures``)."""

@@ -19,8 +19,18 @@ from hookviz.explaining.checks import Finding
 from hookviz.options import Tolerances
 
 __all__ = [
-    "FORMAT", "FORWARD", "Figures", "TensorDiff", "CamDiff", "MapPair", "LayerDiff", "ImageDiff", "RunDiff",
-    "compare_arrays", "cam_correlation", "peak_shift",
+    "FORMAT",
+    "FORWARD",
+    "Figures",
+    "TensorDiff",
+    "CamDiff",
+    "MapPair",
+    "LayerDiff",
+    "ImageDiff",
+    "RunDiff",
+    "compare_arrays",
+    "cam_correlation",
+    "peak_shift",
 ]
 
 #: diff.json's own format, bumped when its keys change meaning.
@@ -56,11 +66,18 @@ class Figures:
     def describe(self, tolerances: Tolerances) -> str:
         if math.isinf(self.max_abs):
             return "NaN or infinite values where the baseline has finite ones (or the reverse)"
-        return (f"max |after - before| {self.max_abs:.3g} = {self.max_rel:.3g} x max |before| {self.scale:.3g}; "
-                f"allowed {tolerances.atol:g} + {tolerances.rtol:g} x {self.scale:.3g}")
+        return (
+            f"max |after - before| {self.max_abs:.3g} = {self.max_rel:.3g} x max |before| {self.scale:.3g}; "
+            f"allowed {tolerances.atol:g} + {tolerances.rtol:g} x {self.scale:.3g}"
+        )
 
     def to_json(self) -> dict:
-        return {"max_abs": _num(self.max_abs), "max_rel": _num(self.max_rel), "cosine": _num(self.cosine), "scale": _num(self.scale)}
+        return {
+            "max_abs": _num(self.max_abs),
+            "max_rel": _num(self.max_rel),
+            "cosine": _num(self.cosine),
+            "scale": _num(self.scale),
+        }
 
 
 def compare_arrays(before, after) -> Figures:
@@ -211,8 +228,9 @@ def _stats_drift(before: dict | None, after: dict | None, tolerances: Tolerances
         if (x is None) != (y is None):
             return f"stats.{name}", f"{name}: {x} -> {y}"
         if x is not None and abs(y - x) > tolerances.atol + tolerances.rtol * scale:
-            return f"stats.{name}", (f"{name} {x:.6g} -> {y:.6g}; allowed {tolerances.atol:g} + "
-                                     f"{tolerances.rtol:g} x max |before| {scale:.3g}")
+            return f"stats.{name}", (
+                f"{name} {x:.6g} -> {y:.6g}; allowed {tolerances.atol:g} + {tolerances.rtol:g} x max |before| {scale:.3g}"
+            )
     return None
 
 
@@ -275,7 +293,9 @@ class CamDiff:
 
     def to_json(self) -> dict:
         return {
-            "source": self.source, "corr": _num(self.corr), "peak_shift_pixels": _num(self.peak_shift),
+            "source": self.source,
+            "corr": _num(self.corr),
+            "peak_shift_pixels": _num(self.peak_shift),
             "compared_shape": {"before": list(self.shapes[0]), "after": list(self.shapes[1])},
             "layer_shape": None if self.layer_shape is None else list(self.layer_shape),
         }
@@ -308,7 +328,9 @@ class LayerDiff:
 
     def to_json(self) -> dict:
         return {
-            "name": self.name, "module_type": self.module_type, "picture": self.picture,
+            "name": self.name,
+            "module_type": self.module_type,
+            "picture": self.picture,
             "tensors": {t.name: t.to_json() for t in self.tensors},
             "cam": None if self.cam is None else self.cam.to_json(),
         }
@@ -373,17 +395,24 @@ class ImageDiff:
 
     def to_json(self) -> dict:
         return {
-            "image": self.image, "output": self.output, "change": _num(self.change),
-            "target_changed": self.target_changed, "lowest_cam_corr": _num(self.lowest_cam_corr),
-            "first_change": None if self.first_change is None else {
-                "layer": self.first_change.layer, "figure": self.first_change.figure},
+            "image": self.image,
+            "output": self.output,
+            "change": _num(self.change),
+            "target_changed": self.target_changed,
+            "lowest_cam_corr": _num(self.lowest_cam_corr),
+            "first_change": None
+            if self.first_change is None
+            else {"layer": self.first_change.layer, "figure": self.first_change.figure},
             "target": {"before": self.target[0], "after": self.target[1]},
             "probability_change": _num(self.probability_change),
             "top5": {"before": list(self.top5[0]), "after": list(self.top5[1])},
-            "model_input": self.model_input.to_json(), "logits": self.logits.to_json(),
+            "model_input": self.model_input.to_json(),
+            "logits": self.logits.to_json(),
             "layers": [layer.to_json() for layer in self.layers],
-            "layers_only_in_base": list(self.only_in_base), "layers_only_in_new": list(self.only_in_new),
-            "notes": list(self.notes), "findings": [f.to_json() for f in self.findings],
+            "layers_only_in_base": list(self.only_in_base),
+            "layers_only_in_new": list(self.only_in_new),
+            "notes": list(self.notes),
+            "findings": [f.to_json() for f in self.findings],
         }
 
 
@@ -428,10 +457,13 @@ class RunDiff:
 
         layers = sorted({layer.name for image in self.images for layer in image.layers})
         return {
-            "hookviz": __version__, "format": FORMAT, "base": self.base, "new": self.new,
+            "hookviz": __version__,
+            "format": FORMAT,
+            "base": self.base,
+            "new": self.new,
             "tolerances": self.tolerances.to_json(),
             "ranking": "images whose target changed first, then by the largest relative change "
-                       "(max |after - before| / max |before|) of any compared forward tensor",
+            "(max |after - before| / max |before|) of any compared forward tensor",
             "compared": {"images": len(self.images), "layers": layers},
             "only_in_base": {"images": list(self.only_in_base), "layers": layers_only(self.images, "base")},
             "only_in_new": {"images": list(self.only_in_new), "layers": layers_only(self.images, "new")},

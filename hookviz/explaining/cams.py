@@ -339,7 +339,9 @@ def _computed(method, context, expected: tuple | None = None) -> np.ndarray:
     if expected is None:
         expected = (context.activations.shape[0], *context.activations.shape[2:])
     if not isinstance(result, torch.Tensor) or tuple(result.shape) != expected:
-        got = ("x".join(map(str, result.shape)) or "a single number") if isinstance(result, torch.Tensor) else type(result).__name__
+        got = (
+            ("x".join(map(str, result.shape)) or "a single number") if isinstance(result, torch.Tensor) else type(result).__name__
+        )
         raise UsageError(
             f"{arg('cam', method.name)}: the method returned {got} at {context.layer or 'the input'}, not one map per image "
             f"({'x'.join(map(str, expected))}); fix the method or choose another"

@@ -175,7 +175,9 @@ class Explainer:
         if isinstance(image, PreparedImage):
             return image
         if isinstance(image, torch.Tensor) and image.numel() == 0:
-            raise UsageError(f"{arg('image', 'x'.join(map(str, image.shape)))}: the tensor is empty; pass a photo or the model's input")
+            raise UsageError(
+                f"{arg('image', 'x'.join(map(str, image.shape)))}: the tensor is empty; pass a photo or the model's input"
+            )
         if isinstance(image, torch.Tensor) and str(image.dtype) in _PIXEL_DTYPES:
             image = _photo_of(image)  # 0-255 (or 16-bit) pixels are a photo, never a model's input
         elif isinstance(image, torch.Tensor):
@@ -307,9 +309,12 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
         raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
     channels = tensor.shape[0]
     if channels != preprocessing.channels:
-        layout = ("; it looks like H x W x C, a photo's layout: pass image.permute(2, 0, 1) if it is the model's "
-                  "input, or a uint8 tensor or the path to have it preprocessed"
-                  if tensor.shape[-1] == preprocessing.channels else "")
+        layout = (
+            "; it looks like H x W x C, a photo's layout: pass image.permute(2, 0, 1) if it is the model's "
+            "input, or a uint8 tensor or the path to have it preprocessed"
+            if tensor.shape[-1] == preprocessing.channels
+            else ""
+        )
         raise UsageError(
             f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a tensor image of {channels} channels; "
             f"the model takes {preprocessing.channels}{layout}"
@@ -430,8 +435,9 @@ def explain(
     elif not isinstance(model, nn.Module):
         raise UsageError(f"{arg('model', type(model).__name__)}: expected a torch.nn.Module, a LoadedModel or a model name")
     else:
-        loaded = LoadedModel(type(model).__name__, model, "as given", tuple(categories) if categories else None,
-                             Preprocessing(), task="auto")
+        loaded = LoadedModel(
+            type(model).__name__, model, "as given", tuple(categories) if categories else None, Preprocessing(), task="auto"
+        )
     if categories and isinstance(model, LoadedModel):
         loaded = replace(loaded, categories=tuple(categories))
     if task != "auto":
@@ -439,16 +445,27 @@ def explain(
     from hookviz.tasks import DetectOptions, EmbedOptions
 
     target_options = TargetOptions(
-        target=str(target), objective=objective, cam=cam if isinstance(cam, str) else ",".join(map(str, cam)), topk=topk,
+        target=str(target),
+        objective=objective,
+        cam=cam if isinstance(cam, str) else ",".join(map(str, cam)),
+        topk=topk,
         output_key=None if output_key is None else str(output_key),
-        box_objective=box_objective, steps=steps, ig_baseline=ig_baseline,
+        box_objective=box_objective,
+        steps=steps,
+        ig_baseline=ig_baseline,
     )
     detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
     layer_options = LayerOptions(
-        layers=() if layers is None else layers, layer_types=layer_types, layout=layout,  # LayerOptions takes one or several
+        layers=() if layers is None else layers,
+        layer_types=layer_types,
+        layout=layout,  # LayerOptions takes one or several
     )
     explainer = Explainer.create(
-        loaded, layers=layer_options, inputs=inputs or InputOptions(), target=target_options, preprocessing=preprocessing,
+        loaded,
+        layers=layer_options,
+        inputs=inputs or InputOptions(),
+        target=target_options,
+        preprocessing=preprocessing,
         task_options=(detect_options, EmbedOptions(target_images=target_image)),
         trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
     )

@@ -181,7 +181,14 @@ class Explanation:
         target = self.target.label if self.target is not None else None
         return f"Explanation({self.image.source.label!r}, model={self.model!r}, target={target!r}, layers=[{layers}])"
 
-    def save(self, directory, pictures: PictureOptions | Sequence[str] | str | None = None, *, save_tensors: bool = False, **picture_options):
+    def save(
+        self,
+        directory,
+        pictures: PictureOptions | Sequence[str] | str | None = None,
+        *,
+        save_tensors: bool = False,
+        **picture_options,
+    ):
         """Write the pictures, ``report.json`` and (with ``save_tensors``) ``tensors.npz`` into ``directory``.
 
         Args:
@@ -276,8 +283,13 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         )
     tensors = [image.tensor for image in images]
     # Gradients are needed even when the caller's code runs under torch.no_grad or inference_mode.
-    with torch.inference_mode(False), torch.enable_grad(), full_precision(explainer.device), \
-            evaluation(module) as was_training, frozen_parameters(module):
+    with (
+        torch.inference_mode(False),
+        torch.enable_grad(),
+        full_precision(explainer.device),
+        evaluation(module) as was_training,
+        frozen_parameters(module),
+    ):
         with Recording(module, explainer.layers) as recording, ChannelOrders(module) as orders:
             output = task.forward(module, tensors, explainer.device, options, explainer.task_options)
             skipped = recording.check_complete()
@@ -296,8 +308,9 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             layer_maps(layer_methods, capture, sources, position, layouts[position]["output"])
             for position, capture in enumerate(captures)
         ]
-        pixels = pixel_maps([m for m in methods if m.resolution == "input"], captures,
-                            [found["output"] for found in layouts], sources)
+        pixels = pixel_maps(
+            [m for m in methods if m.resolution == "input"], captures, [found["output"] for found in layouts], sources
+        )
     notes = list(explainer.notes)
     if was_training:
         notes.append(TRAIN_MODE_NOTE)
@@ -305,8 +318,11 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         notes.append(_skipped_note(skipped))
     skipped_labels = tuple(spec.label for spec in skipped)
     return [
-        replace(_explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
-                skipped_layers=skipped_labels, pixel_maps=_image_pixels(pixels, i, plan))
+        replace(
+            _explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
+            skipped_layers=skipped_labels,
+            pixel_maps=_image_pixels(pixels, i, plan),
+        )
         for i, image in enumerate(images)
     ]
 

@@ -170,7 +170,11 @@ class Recording:
                 why = _pyramid_message(self.model, call.spec, output)
             if why is not None:
                 if call.spec.explicit:
-                    raise UnknownLayerError(why if why.startswith(arg("layers")) else f"{arg('layers', call.spec.requested)}: {call.spec.path}: {why}; record another layer")
+                    raise UnknownLayerError(
+                        why
+                        if why.startswith(arg("layers"))
+                        else f"{arg('layers', call.spec.requested)}: {call.spec.path}: {why}; record another layer"
+                    )
                 self._calls.remove(call)  # a pattern or type picked it: left out, and the run notes it
                 return None
             call.output_node = tensor
@@ -296,10 +300,7 @@ class Recording:
         if len(matches) == 1:
             return matches[0]
         if matches:
-            raise KeyError(
-                f"{name!r} ran {len(matches)} times; ask for one call: "
-                + ", ".join(repr(c.name) for c in matches)
-            )
+            raise KeyError(f"{name!r} ran {len(matches)} times; ask for one call: " + ", ".join(repr(c.name) for c in matches))
         raise KeyError(f"{name!r} was not recorded; recorded: " + ", ".join(repr(c.name) for c in captures))
 
     def __iter__(self):
@@ -348,8 +349,11 @@ def _pyramid_message(model, spec: LayerSpec, output) -> str:
     convs = [p for p, m in modules.items() if p.startswith(spec.path + ".") and isinstance(m, nn.Conv2d)]
     body = next((p for p in (f"{spec.path}.body", f"{spec.path.rsplit('.', 1)[0]}.body") if p in modules), None)
     suggestions = ([f"{body}.{list(modules[body].named_children())[-1][0]}"] if body else []) + convs[-2:]
-    such = f"; record a layer with one output instead, such as {' or '.join(suggestions)}" if suggestions else \
-        "; record a layer with one feature map instead"
+    such = (
+        f"; record a layer with one output instead, such as {' or '.join(suggestions)}"
+        if suggestions
+        else "; record a layer with one feature map instead"
+    )
     return (
         f"{arg('layers', spec.requested)}: {spec.path} returns {len(_map_sizes(output))} feature maps of "
         f"{len(set(_map_sizes(output)))} sizes (a feature pyramid?), not one{such}"

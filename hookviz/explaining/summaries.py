@@ -40,8 +40,10 @@ def tensor_stats(array: np.ndarray | None) -> dict | None:
     stats: dict = {"nonfinite": int(values.size - finite.size)}
     if finite.size:
         stats.update(  # accumulated in float64 whatever the tensor's dtype
-            min=float(finite.min()), max=float(finite.max()),
-            mean=float(finite.mean(dtype=np.float64)), std=float(finite.std(dtype=np.float64)),
+            min=float(finite.min()),
+            max=float(finite.max()),
+            mean=float(finite.mean(dtype=np.float64)),
+            std=float(finite.std(dtype=np.float64)),
         )
     else:
         stats.update(min=None, max=None, mean=None, std=None)
@@ -102,7 +104,10 @@ def select_channels(maps: np.ndarray, selection: ChannelSelection) -> tuple[list
 
 
 def channel_tiles(
-    array: np.ndarray | None, layout: Layout | None, selection: ChannelSelection, by_magnitude: bool = False,
+    array: np.ndarray | None,
+    layout: Layout | None,
+    selection: ChannelSelection,
+    by_magnitude: bool = False,
 ) -> tuple[ChannelTiles | None, str | None]:
     """The tiles of a channel grid (``None`` when the tensor has no spatial layout, an
     ambiguous one, or no channel was selected), and a note when the selection was cut or empty.

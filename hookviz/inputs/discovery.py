@@ -25,7 +25,8 @@ __all__ = ["find_images", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMA
 OUTPUT_MARKER = ".hookviz-output"
 
 IMAGE_SUFFIXES = frozenset(
-    ext.lower() for ext, fmt in Image.registered_extensions().items()
+    ext.lower()
+    for ext, fmt in Image.registered_extensions().items()
     if fmt not in {"PDF", "EPS", "PSD", "XVTHUMB", "FITS", "MPEG", "GRIB", "BUFR", "HDF5", "WMF"}
 )
 
@@ -109,12 +110,16 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Pa
             found.append(path)  # a missing file fails later, as that image's own error
         else:
             matches = sorted(
-                Path(p) for p in glob.glob(source, recursive=True)
-                if Path(p).is_file() and Path(p).suffix.lower() in IMAGE_SUFFIXES
+                Path(p)
+                for p in glob.glob(source, recursive=True)
+                if Path(p).is_file()
+                and Path(p).suffix.lower() in IMAGE_SUFFIXES
                 and not excluded.below(Path(p), Path(_static_prefix(source)))
             )
             if not matches:
-                raise UsageError(f"{display_path(source)}: pattern matches no image files (hidden and output folders are skipped)")
+                raise UsageError(
+                    f"{display_path(source)}: pattern matches no image files (hidden and output folders are skipped)"
+                )
             found.extend(matches)
     unique: dict[Path, Path] = {}
     for path in found:  # one file spelt two ways (a/x.png, a/../a/x.png) is one image

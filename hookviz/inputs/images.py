@@ -20,7 +20,17 @@ from hookviz.errors import ImageError, UsageError, arg, display_path, first_line
 from hookviz.inputs.identity import PhotoIdentity
 from hookviz.options import DEFAULT_MAX_PIXELS
 
-__all__ = ["MODES", "Preprocessing", "LoadedImage", "PreparedImage", "load_image", "prepare", "IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT_RATIO"]
+__all__ = [
+    "MODES",
+    "Preprocessing",
+    "LoadedImage",
+    "PreparedImage",
+    "load_image",
+    "prepare",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "MAX_ASPECT_RATIO",
+]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -31,13 +41,17 @@ MAX_ASPECT_RATIO = 50
 
 #: The resampling filters a model's transform may name, as PIL names them.
 INTERPOLATIONS = {
-    "nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BILINEAR,
-    "bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS,
-    "box": Image.Resampling.BOX, "hamming": Image.Resampling.HAMMING,
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "hamming": Image.Resampling.HAMMING,
 }
 
 IMAGE_SUFFIXES = frozenset(
-    ext.lower() for ext, fmt in Image.registered_extensions().items()
+    ext.lower()
+    for ext, fmt in Image.registered_extensions().items()
     if fmt not in {"PDF", "EPS", "PSD", "XVTHUMB", "FITS", "MPEG", "GRIB", "BUFR", "HDF5", "WMF"}
 )
 
@@ -170,11 +184,10 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
         raise ImageError(f"{shown}: cannot read it (permission denied)") from None
     except UnidentifiedImageError:
         if _is_heif(path):
-            raise ImageError(f"{shown}: a HEIC/HEIF photo, which PIL cannot read alone; {hint('heif')}, "
-                             "or convert it to JPEG or PNG") from None
-        raise ImageError(
-            f"{shown}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)"
-        ) from None
+            raise ImageError(
+                f"{shown}: a HEIC/HEIF photo, which PIL cannot read alone; {hint('heif')}, or convert it to JPEG or PNG"
+            ) from None
+        raise ImageError(f"{shown}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(f"{shown}: image data is corrupt or truncated ({first_line(exc)})") from None
 

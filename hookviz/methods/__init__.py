@@ -20,4 +20,13 @@ from hookviz.methods.base import (
 from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients  # noqa: F401  # isort: skip
 
-__all__ = ["METHODS", "RESCORING_BATCH", "RESOLUTIONS", "Method", "MethodContext", "get_method", "method_names", "register_method"]
+__all__ = [
+    "METHODS",
+    "RESCORING_BATCH",
+    "RESOLUTIONS",
+    "Method",
+    "MethodContext",
+    "get_method",
+    "method_names",
+    "register_method",
+]

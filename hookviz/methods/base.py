@@ -42,7 +42,14 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "METHODS", "RESCORING_BATCH", "RESOLUTIONS", "Method", "MethodContext", "get_method", "method_names", "register_method",
+    "METHODS",
+    "RESCORING_BATCH",
+    "RESOLUTIONS",
+    "Method",
+    "MethodContext",
+    "get_method",
+    "method_names",
+    "register_method",
 ]
 
 #: At most this many altered inputs go through the model in one re-scoring pass.
@@ -149,9 +156,16 @@ class Method:
         return (self.function.__doc__ or "").strip().split("\n")[0]
 
     def __repr__(self) -> str:
-        needs = [word for word, flag in (("gradients", self.needs_gradients), ("rescoring", self.needs_rescoring),
-                                         ("input", self.needs_input), ("input gradients", self.needs_input_gradients))
-                 if flag]
+        needs = [
+            word
+            for word, flag in (
+                ("gradients", self.needs_gradients),
+                ("rescoring", self.needs_rescoring),
+                ("input", self.needs_input),
+                ("input gradients", self.needs_input_gradients),
+            )
+            if flag
+        ]
         return f"Method({self.name!r}, {self.resolution} resolution, needs {', '.join(needs) or 'activations only'})"
 
 
@@ -159,8 +173,14 @@ METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",))
 
 
 def register_method(
-    name: str, *, needs_gradients: bool = True, needs_rescoring: bool = False, needs_input: bool = False,
-    needs_input_gradients: bool = False, resolution: str = "layer", class_specific: bool = True,
+    name: str,
+    *,
+    needs_gradients: bool = True,
+    needs_rescoring: bool = False,
+    needs_input: bool = False,
+    needs_input_gradients: bool = False,
+    resolution: str = "layer",
+    class_specific: bool = True,
     check: Callable[[Any], None] | None = None,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
@@ -176,8 +196,17 @@ def register_method(
         raise UsageError(f"method {name!r}: resolution {resolution!r}; choose {' or '.join(RESOLUTIONS)}")
 
     def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
-        method = Method(name, function, needs_gradients, needs_rescoring, needs_input, needs_input_gradients,
-                        resolution, class_specific, check)
+        method = Method(
+            name,
+            function,
+            needs_gradients,
+            needs_rescoring,
+            needs_input,
+            needs_input_gradients,
+            resolution,
+            class_specific,
+            check,
+        )
         return METHODS.add(name, method)
 
     return wrap

@@ -1,6 +1,6 @@
 """LayerCAM (Jiang et al. 2021): each position weighted by its own positive gradient.
 
-    map = ReLU(sum_c ReLU(dS/dA_c) * A_c)
+map = ReLU(sum_c ReLU(dS/dA_c) * A_c)
 """
 
 from __future__ import annotations

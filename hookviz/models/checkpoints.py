@@ -24,8 +24,17 @@ __all__ = ["Checkpoint", "LoadedWeights", "read_checkpoint", "read_state_dict", 
 
 #: Entries of a checkpoint dict that hold the model's tensors, in order of preference: the
 #: trained weights before their moving average (EMA), as the training loop saved them.
-_WRAPPER_KEYS = ("state_dict", "model", "model_state_dict", "net", "weights",
-                 "ema", "model_ema", "state_dict_ema", "ema_state_dict")
+_WRAPPER_KEYS = (
+    "state_dict",
+    "model",
+    "model_state_dict",
+    "net",
+    "weights",
+    "ema",
+    "model_ema",
+    "state_dict_ema",
+    "ema_state_dict",
+)
 _PREFIXES = ("module.", "_orig_mod.")
 #: A buffer torch's BatchNorm fills in itself when a state_dict lacks it (PyTorch < 0.4.1).
 _OPTIONAL = "num_batches_tracked"
@@ -72,7 +81,7 @@ def read_state_dict(path: Path) -> dict:
         stripped = False
         for prefix in _PREFIXES:
             if all(k.startswith(prefix) for k in tensors):
-                tensors, stripped = {k[len(prefix):]: v for k, v in tensors.items()}, True
+                tensors, stripped = {k[len(prefix) :]: v for k, v in tensors.items()}, True
     return tensors
 
 
@@ -95,7 +104,9 @@ def read_checkpoint(path: Path) -> Checkpoint:
         try:
             tensors = load_file(str(path), device="cpu")
         except (SafetensorError, Exception) as exc:  # a file that is not safetensors, or is cut short
-            raise WeightsError(f"{arg('weights', display_path(path))}: not a readable safetensors file ({first_line(exc)})") from None
+            raise WeightsError(
+                f"{arg('weights', display_path(path))}: not a readable safetensors file ({first_line(exc)})"
+            ) from None
         return _unwrap(tensors, path)
     try:
         with warnings.catch_warnings():  # torch's own notes on the pickle ("Detected pickle protocol") are noise here
@@ -163,12 +174,20 @@ def _entry(obj: dict, path: Path) -> tuple[object, str | None]:
     holding = [k for k, v in obj.items() if isinstance(v, dict) and v]
     known = [k for k in _WRAPPER_KEYS if k in holding]
     if known:
-        note = (f"{arg('weights', display_path(path))}: read its {known[0]!r} entry; "
-                f"it also holds {', '.join(map(repr, known[1:]))}") if len(known) > 1 else None
+        note = (
+            (
+                f"{arg('weights', display_path(path))}: read its {known[0]!r} entry; "
+                f"it also holds {', '.join(map(repr, known[1:]))}"
+            )
+            if len(known) > 1
+            else None
+        )
         return known[0], note
     with_tensors = [k for k in holding if any(isinstance(v, torch.Tensor) for v in obj[k].values())]
     if len(with_tensors) == 1:
-        return with_tensors[0], f"{arg('weights', display_path(path))}: read its {with_tensors[0]!r} entry, the only one that holds tensors"
+        return with_tensors[
+            0
+        ], f"{arg('weights', display_path(path))}: read its {with_tensors[0]!r} entry, the only one that holds tensors"
     return None, None
 
 
@@ -192,7 +211,8 @@ def load_into(model, path: Path) -> LoadedWeights:
     state, notes = _fitted(checkpoint, expected, model)
     wrong = [
         f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}"
-        for k, v in expected.items() if k in state and tuple(state[k].shape) != tuple(v.shape)
+        for k, v in expected.items()
+        if k in state and tuple(state[k].shape) != tuple(v.shape)
     ]
     if wrong:
         raise WeightsError(
@@ -220,10 +240,12 @@ def _fitted(checkpoint: Checkpoint, expected: dict, model) -> tuple[dict, tuple[
     if _fits(state, expected):
         return dict(state), ()
     for prefix in _shared_prefixes(state):
-        stripped = {k[len(prefix):]: v for k, v in state.items()}
+        stripped = {k[len(prefix) :]: v for k, v in state.items()}
         if _fits(stripped, expected):
-            return stripped, (f"{arg('weights', display_path(checkpoint.path))}: every key began with {prefix!r}, "
-                              f"which {type(model).__name__}'s keys lack; stripped it",)
+            return stripped, (
+                f"{arg('weights', display_path(checkpoint.path))}: every key began with {prefix!r}, "
+                f"which {type(model).__name__}'s keys lack; stripped it",
+            )
     missing = [k for k in expected if k not in state and not _optional(k)]
     unexpected = [k for k in state if k not in expected]
     shared = _shared_prefixes(state)

@@ -31,7 +31,10 @@ def _sources():
 
 
 def load_model(
-    model: str | ModelOptions, weights: str = "DEFAULT", seed: int = 0, trust_checkpoint: bool = False,
+    model: str | ModelOptions,
+    weights: str = "DEFAULT",
+    seed: int = 0,
+    trust_checkpoint: bool = False,
     prompts: Sequence[str] = (),
 ) -> LoadedModel:
     """Build ``model`` and load ``weights`` into it; return it in eval mode.
@@ -53,14 +56,21 @@ def load_model(
         UsageError: prompts for a model without a text tower, or none for one with it.
         WeightsError: the weights cannot be had or do not fit.
     """
-    options = model if isinstance(model, ModelOptions) else ModelOptions(
-        model, weights, seed, trust_checkpoint=trust_checkpoint, prompts=tuple(prompts)
+    options = (
+        model
+        if isinstance(model, ModelOptions)
+        else ModelOptions(model, weights, seed, trust_checkpoint=trust_checkpoint, prompts=tuple(prompts))
     )
     for source in _sources():
         if source.claims(options.name):
             _check_task(source, options)
-            loaded = source.load(options.name, options.weights, options.seed, trust_checkpoint=options.trust_checkpoint,
-                                 **_prompts_for(source, options))
+            loaded = source.load(
+                options.name,
+                options.weights,
+                options.seed,
+                trust_checkpoint=options.trust_checkpoint,
+                **_prompts_for(source, options),
+            )
             loaded.module.eval()
             return loaded if options.task == "auto" else replace(loaded, task=options.task)
     known = [n for source in _sources() for n in source.names()]
@@ -152,8 +162,9 @@ def _check_task(source, options: ModelOptions) -> None:
 def list_models(filter: str | None = None, search: str | None = None) -> list[tuple[str, str, str]]:
     """Every name a source lists, as ``(source, name, description)``, sources in order
     (``filter`` and ``search`` as for ``list_sources``)."""
-    return [(listing.source, name, description) for listing in list_sources(filter, search)
-            for name, description in listing.names]
+    return [
+        (listing.source, name, description) for listing in list_sources(filter, search) for name, description in listing.names
+    ]
 
 
 def input_channels(module) -> int:

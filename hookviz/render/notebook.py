@@ -35,24 +35,29 @@ def figure_png(figure) -> bytes:
 def _img(png: bytes, layer: str, kind: str) -> str:
     data = base64.b64encode(png).decode("ascii")
     caption = html.escape(f"{layer} · {kind}" if layer else kind)
-    return (f'<figure style="margin:0.5em 0"><img src="data:image/png;base64,{data}" alt="{caption}" '
-            f'data-layer="{html.escape(layer)}" data-kind="{html.escape(kind)}" style="max-width:100%">'
-            f"<figcaption>{caption}</figcaption></figure>")
+    return (
+        f'<figure style="margin:0.5em 0"><img src="data:image/png;base64,{data}" alt="{caption}" '
+        f'data-layer="{html.escape(layer)}" data-kind="{html.escape(kind)}" style="max-width:100%">'
+        f"<figcaption>{caption}</figcaption></figure>"
+    )
 
 
 def _heading(explanation) -> str:
     from hookviz.tasks import get_task
 
     target = explanation.target
-    parts = [f"<b>{html.escape(explanation.image.source.label)}</b>", f"model {html.escape(explanation.model)}",
-             f"task {explanation.task}"]
+    parts = [
+        f"<b>{html.escape(explanation.image.source.label)}</b>",
+        f"model {html.escape(explanation.model)}",
+        f"task {explanation.task}",
+    ]
     if target is not None:
         parts.append(f"target {html.escape(target.label)}, p={target.probability:.3f}")
     rows = [" · ".join(parts)]
     if explanation.prediction is not None:
         rows += [html.escape(line) for line in get_task(explanation.task).prediction_lines(explanation)]
     rows += [f"note: {html.escape(note)}" for note in explanation.notes]
-    return "".join(f"<p style=\"margin:0.2em 0\">{row}</p>" for row in rows)
+    return "".join(f'<p style="margin:0.2em 0">{row}</p>' for row in rows)
 
 
 def explanation_html(explanation, kinds=NOTEBOOK_KINDS) -> str:

@@ -27,7 +27,10 @@ AUTO = "auto"
 
 _TORCHRUN = ("RANK", "WORLD_SIZE")
 _SLURM_ID, _SLURM_COUNT, _SLURM_MIN, _SLURM_MAX, _SLURM_STEP = (
-    "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
     "SLURM_ARRAY_TASK_STEP",
 )
 
@@ -39,8 +42,10 @@ def _integer(environ: Mapping[str, str], name: str, lowest: int) -> int:
     except ValueError:
         value = lowest - 1
     if value < lowest:
-        raise UsageError(f"the environment variable {name}={text!r} is not a whole number of at least {lowest}; "
-                         f"fix the launcher's settings or pass {arg('shard', 'K/N')}")
+        raise UsageError(
+            f"the environment variable {name}={text!r} is not a whole number of at least {lowest}; "
+            f"fix the launcher's settings or pass {arg('shard', 'K/N')}"
+        )
     return value
 
 
@@ -50,11 +55,15 @@ def _torchrun_shard(environ: Mapping[str, str]) -> tuple[int, int] | None:
         return None
     if len(present) == 1:
         missing = next(name for name in _TORCHRUN if name not in environ)
-        raise UsageError(f"{present[0]} is set but {missing} is not, so this process cannot tell its share of the photos; "
-                         f"launch with torchrun, which sets both, or pass {arg('shard', 'K/N')}")
+        raise UsageError(
+            f"{present[0]} is set but {missing} is not, so this process cannot tell its share of the photos; "
+            f"launch with torchrun, which sets both, or pass {arg('shard', 'K/N')}"
+        )
     rank, world = _integer(environ, "RANK", 0), _integer(environ, "WORLD_SIZE", 1)
     if rank >= world:
-        raise UsageError(f"RANK={rank} is not below WORLD_SIZE={world}; fix the launcher's settings or pass {arg('shard', 'K/N')}")
+        raise UsageError(
+            f"RANK={rank} is not below WORLD_SIZE={world}; fix the launcher's settings or pass {arg('shard', 'K/N')}"
+        )
     return None if world == 1 else (rank + 1, world)
 
 
@@ -62,8 +71,9 @@ def _slurm_shard(environ: Mapping[str, str]) -> tuple[int, int] | None:
     if _SLURM_ID not in environ:
         return None
     if _SLURM_COUNT not in environ:
-        raise UsageError(f"{_SLURM_ID} is set but {_SLURM_COUNT} is not (Slurm sets both in an array job); "
-                         f"pass {arg('shard', 'K/N')}")
+        raise UsageError(
+            f"{_SLURM_ID} is set but {_SLURM_COUNT} is not (Slurm sets both in an array job); pass {arg('shard', 'K/N')}"
+        )
     task, count = _integer(environ, _SLURM_ID, 0), _integer(environ, _SLURM_COUNT, 1)
     first = _integer(environ, _SLURM_MIN, 0) if _SLURM_MIN in environ else 0
     step = _integer(environ, _SLURM_STEP, 1) if _SLURM_STEP in environ else 1
@@ -124,9 +134,11 @@ def auto_cuda_device(count: int, environ: Mapping[str, str] | None = None) -> st
     if rank is None:
         return "cuda"
     if rank >= count:
-        raise UsageError(f"LOCAL_RANK={rank}, but this machine has {count} CUDA device{'' if count == 1 else 's'}: "
-                         f"start at most {count} processes per machine (torchrun --nproc-per-node {count}) "
-                         f"or pass {arg('device')}")
+        raise UsageError(
+            f"LOCAL_RANK={rank}, but this machine has {count} CUDA device{'' if count == 1 else 's'}: "
+            f"start at most {count} processes per machine (torchrun --nproc-per-node {count}) "
+            f"or pass {arg('device')}"
+        )
     return f"cuda:{rank}"
 
 

@@ -138,7 +138,9 @@ def _page(out: Path, run: RunRecord, documents: list[RunRecord], diff: dict | No
             seen.add(entry.output)
             report = _report(out / entry.output / REPORT)
             if report is not None:
-                rows.append((order.get(entry.output, len(order)), _row(entry.output, report, changes.get(entry.output), diff is not None)))
+                rows.append(
+                    (order.get(entry.output, len(order)), _row(entry.output, report, changes.get(entry.output), diff is not None))
+                )
     rows = [row for _, row in sorted(rows, key=lambda item: item[0])]  # stable: the run's order otherwise
     failure_items = "".join(f"<li>{_e(f.error or f.image)}</li>" for f in failures)
     shards = f" · {len(documents)} shards" if len(documents) > 1 else ""
@@ -148,21 +150,21 @@ def _page(out: Path, run: RunRecord, documents: list[RunRecord], diff: dict | No
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<title>hookviz: {_e(run.model or '')}</title>
+<title>hookviz: {_e(run.model or "")}</title>
 <style>{_STYLE}</style>
 </head>
 <body>
-<h1>hookviz: {_e(run.model or '')}</h1>
-<div class="meta">weights {_e(run.weights or '')} · layers {_e(', '.join(run.layers))} ·
-{counts['done']} done, {counts['skipped']} skipped, {counts['failed']} failed{not_done}{shards}{interrupted}<br>
-<code>{_e(' '.join(run.command))}</code></div>
-{f'<h2>Failures</h2><ul class="failures">{failure_items}</ul>' if failure_items else ''}
+<h1>hookviz: {_e(run.model or "")}</h1>
+<div class="meta">weights {_e(run.weights or "")} · layers {_e(", ".join(run.layers))} ·
+{counts["done"]} done, {counts["skipped"]} skipped, {counts["failed"]} failed{not_done}{shards}{interrupted}<br>
+<code>{_e(" ".join(run.command))}</code></div>
+{f'<h2>Failures</h2><ul class="failures">{failure_items}</ul>' if failure_items else ""}
 {_trust_heading(documents)}
-{_diff_heading(diff) if diff is not None else ''}
+{_diff_heading(diff) if diff is not None else ""}
 <table>
-<thead><tr><th>photo</th><th>image and top-5</th><th>layers</th>{'<th>change from the baseline</th>' if diff is not None else ''}</tr></thead>
+<thead><tr><th>photo</th><th>image and top-5</th><th>layers</th>{"<th>change from the baseline</th>" if diff is not None else ""}</tr></thead>
 <tbody>
-{''.join(rows)}
+{"".join(rows)}
 </tbody>
 </table>
 </body>
@@ -183,8 +185,11 @@ def _diff_heading(diff: dict) -> str:
     base = diff.get("base") or {}
     drift = diff.get("drift") or {}
     findings = len(drift.get("findings") or [])
-    verdict = (f'<span class="drift">{findings} drift findings</span>' if findings
-               else '<span class="steady">no drift beyond the tolerances</span>')
+    verdict = (
+        f'<span class="drift">{findings} drift findings</span>'
+        if findings
+        else '<span class="steady">no drift beyond the tolerances</span>'
+    )
     checked = "" if drift.get("checked") else " (drift not checked: the run does not fail on it)"
     tolerances = ", ".join(f"{k} {v}" for k, v in (diff.get("tolerances") or {}).items())
     notes = "".join(f"<li>{_e(note)}</li>" for note in diff.get("notes") or [])
@@ -204,8 +209,11 @@ def _diff_cell(base: str, change: dict | None) -> str:
         return "<td><i>not compared</i></td>"
     before, after = ((change.get("target") or {}).get(k) or {} for k in ("before", "after"))
     names = [_e(t.get("name") or str(t.get("index"))) for t in (before, after)]
-    target = (f'<span class="drift">target {names[0]} &rarr; {names[1]}</span>' if change.get("target_changed")
-              else f"target {names[1]} (unchanged)")
+    target = (
+        f'<span class="drift">target {names[0]} &rarr; {names[1]}</span>'
+        if change.get("target_changed")
+        else f"target {names[1]} (unchanged)"
+    )
     p_change = change.get("probability_change")
     findings = change.get("findings") or []
     first = change.get("first_change") or {}
@@ -220,12 +228,17 @@ def _diff_cell(base: str, change: dict | None) -> str:
     thumbs = "".join(
         f'<a class="thumb" href="{base}/{_href(layer["picture"])}"><img loading="lazy" '
         f'src="{base}/{_href(layer["picture"])}" alt="change of {_e(layer.get("name"))}">{_e(layer.get("name"))}</a>'
-        for layer in change.get("layers") or [] if isinstance(layer, dict) and layer.get("picture")
+        for layer in change.get("layers") or []
+        if isinstance(layer, dict) and layer.get("picture")
     )
-    items = "".join(f"<li>{_e(f.get('layer') or 'model')} {_e(f.get('figure'))}: {_e(f.get('detail'))}</li>" for f in findings[:8])
+    items = "".join(
+        f"<li>{_e(f.get('layer') or 'model')} {_e(f.get('figure'))}: {_e(f.get('detail'))}</li>" for f in findings[:8]
+    )
     more = f"<li>and {len(findings) - 8} more in diff.json</li>" if len(findings) > 8 else ""
-    return (f'<td><div class="figures">{"<br>".join(line for line in lines if line)}</div>'
-            f'{f"<ul class=figures>{items}{more}</ul>" if items else ""}<div class="thumbs">{thumbs}</div></td>')
+    return (
+        f'<td><div class="figures">{"<br>".join(line for line in lines if line)}</div>'
+        f'{f"<ul class=figures>{items}{more}</ul>" if items else ""}<div class="thumbs">{thumbs}</div></td>'
+    )
 
 
 def _where(finding: dict) -> str:

@@ -109,13 +109,17 @@ def check_out(out: Path) -> None:
     """Raises OutputError when ``out`` could not be created or written; creates nothing."""
     dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
     if dangling is not None:
-        raise OutputError(f"{arg('out', out)}: {display_path(dangling)} is a link to {display_path(os.readlink(dangling))}, "
-                          "which does not exist; create that folder or choose another")
+        raise OutputError(
+            f"{arg('out', out)}: {display_path(dangling)} is a link to {display_path(os.readlink(dangling))}, "
+            "which does not exist; create that folder or choose another"
+        )
     probe = existing_ancestor(out)
     if not probe.is_dir():
         raise OutputError(f"{arg('out', out)}: {display_path(probe)} is a file, not a folder; choose another folder")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder")
+        raise OutputError(
+            f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder"
+        )
 
 
 def shard_of(items: Sequence, shard: tuple[int, int] | None) -> list:
@@ -164,16 +168,41 @@ def run(
         UsageError (and subclasses): bad model, weights, layer, target or output folder.
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
-    return Run(images, model, layers=layers, inputs=inputs, target=target, pictures=pictures, options=options,
-               checks=checks, task_options=task_options, trust=trust, on_status=on_status, on_start=on_start).execute()
+    return Run(
+        images,
+        model,
+        layers=layers,
+        inputs=inputs,
+        target=target,
+        pictures=pictures,
+        options=options,
+        checks=checks,
+        task_options=task_options,
+        trust=trust,
+        on_status=on_status,
+        on_start=on_start,
+    ).execute()
 
 
 class Run:
     """One run over many images (see ``run`` for the arguments)."""
 
-    def __init__(self, images: Sequence[Path], model: ModelOptions, *, layers=LayerOptions(), inputs=InputOptions(),
-                 target=TargetOptions(), pictures=PictureOptions(), options=RunOptions(), checks=CheckOptions(),
-                 task_options=(), trust=TrustOptions(), on_status=None, on_start=None):
+    def __init__(
+        self,
+        images: Sequence[Path],
+        model: ModelOptions,
+        *,
+        layers=LayerOptions(),
+        inputs=InputOptions(),
+        target=TargetOptions(),
+        pictures=PictureOptions(),
+        options=RunOptions(),
+        checks=CheckOptions(),
+        task_options=(),
+        trust=TrustOptions(),
+        on_status=None,
+        on_start=None,
+    ):
         from hookviz.trust.tally import TrustTally
 
         self.model_options, self.layer_options, self.inputs = model, layers, inputs
@@ -288,8 +317,9 @@ class Run:
     def _start_loader(self, paths: list[Path]) -> None:
         from hookviz.inputs.loader import ImageLoader
 
-        self.loader = ImageLoader(paths, self.inputs.max_pixels, limit=max(2, 2 * self.options.batch_size),
-                                  stop=self.stopping).start()
+        self.loader = ImageLoader(
+            paths, self.inputs.max_pixels, limit=max(2, 2 * self.options.batch_size), stop=self.stopping
+        ).start()
 
     def load(self) -> None:
         """Load the model and build the explainer; create the output folder only once
@@ -300,8 +330,14 @@ class Run:
         self.device = resolve_device(self.model_options.device)
         loaded = load_model(self.model_options)
         loaded.module.to(self.device)
-        explainer = Explainer.create(loaded, layers=self.layer_options, inputs=self.inputs, target=self.target,
-                                     task_options=self.task_options, trust=self.trust)
+        explainer = Explainer.create(
+            loaded,
+            layers=self.layer_options,
+            inputs=self.inputs,
+            target=self.target,
+            task_options=self.task_options,
+            trust=self.trust,
+        )
         out = self.options.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -309,7 +345,9 @@ class Run:
 
             (out / OUTPUT_MARKER).touch()
         except OSError as exc:
-            raise OutputError(f"{arg('out', out)}: cannot write there ({exc.strerror or type(exc).__name__}); choose another folder") from None
+            raise OutputError(
+                f"{arg('out', out)}: cannot write there ({exc.strerror or type(exc).__name__}); choose another folder"
+            ) from None
         self.explainer = explainer  # set once the folder exists: ``finish`` then describes the run in it
         sweep_stale_files(out)
         if self.options.tensorboard is not None:
@@ -325,8 +363,10 @@ class Run:
 
     def _first_line(self) -> str:
         explainer = self.explainer
-        line = (f"model {explainer.model.name}, weights {explainer.model.weights}, on {self.device}, "
-                f"batches of up to {self.batch_size}; ")
+        line = (
+            f"model {explainer.model.name}, weights {explainer.model.weights}, on {self.device}, "
+            f"batches of up to {self.batch_size}; "
+        )
         if explainer.layer_choice:
             return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
         labels = [spec.label for spec in explainer.layers]
@@ -338,7 +378,11 @@ class Run:
     def _resume(self) -> list[Path]:
         """Give each selected image its folder and return those still to do (``outputs.plan_folders``;
         with ``skip_existing``, an image already done by this run's recipe is skipped)."""
-        recipe = Recipe.of(self.explainer, self.pictures, self.options.save_tensors, self.trust) if self.options.skip_existing else None
+        recipe = (
+            Recipe.of(self.explainer, self.pictures, self.options.save_tensors, self.trust)
+            if self.options.skip_existing
+            else None
+        )
         folders = plan_folders(self.options.out, self.selected, self.names, recipe)
         self.names = folders.names
         for path in folders.done:
@@ -382,8 +426,10 @@ class Run:
         if len(sizes) > 1:
             return [result for group in sizes.values() for result in self.explain(group)]
         summaries = SummaryOptions(
-            channels=self.pictures.channels, grad_tiles=self.pictures.grad_channels,
-            keep_tensors=self.options.save_tensors, histograms=self.board is not None,
+            channels=self.pictures.channels,
+            grad_tiles=self.pictures.grad_channels,
+            keep_tensors=self.options.save_tensors,
+            histograms=self.board is not None,
         )
         try:
             with _stoppable(self.explainer.model.module, self.stopping):
@@ -431,8 +477,9 @@ class Run:
             self.findings.extend(run_checks(result, self.checks.fail_on, self.checks.dead_fraction))
         self.tally.add(result)
         portable = _portable(result)
-        future = self.pool.submit(save_explanation, portable, self.options.out / self.names[path], self.pictures,
-                                  save_tensors=self.options.save_tensors)
+        future = self.pool.submit(
+            save_explanation, portable, self.options.out / self.names[path], self.pictures, save_tensors=self.options.save_tensors
+        )
         self.pending.append((path, portable, future))
 
     def collect(self, block_until: int) -> None:
@@ -459,8 +506,14 @@ class Run:
             return self._failed(path, f"{display_path(path)}: saving failed ({describe(exc)})")
         target = explanation.target.to_json() if explanation.target is not None else None
         return ImageStatus(
-            display_path(path), self.names[path], "done", None, target,
-            tuple(p.name for p in files), tuple(score.to_json() for score in explanation.top5), explanation.task,
+            display_path(path),
+            self.names[path],
+            "done",
+            None,
+            target,
+            tuple(p.name for p in files),
+            tuple(score.to_json() for score in explanation.top5),
+            explanation.task,
         )
 
     def cancel(self) -> None:
@@ -504,8 +557,16 @@ class Run:
         )
         if self.explainer is None:
             return summary  # stopped before the output folder was made: nothing to describe
-        document = RunRecord.of(summary, explainer=self.explainer, device=self.device, options=self.options,
-                                checks=self.checks, started=self.started, error=self.error, images=len(self.selected))
+        document = RunRecord.of(
+            summary,
+            explainer=self.explainer,
+            device=self.device,
+            options=self.options,
+            checks=self.checks,
+            started=self.started,
+            error=self.error,
+            images=len(self.selected),
+        )
         failure = None
         if self.baseline is not None and not self.interrupted and self.error is None:
             try:
@@ -573,7 +634,9 @@ def _recorded_bytes(explanation) -> int:
     """What recording one image holds during a batch: value, copy and gradient (float32)
     of every recorded input and output."""
     elements = sum(
-        math.prod(shape) for layer in explanation.layers for key in ("input", "output")
+        math.prod(shape)
+        for layer in explanation.layers
+        for key in ("input", "output")
         if (shape := layer.shapes.get(key)) is not None
     )
     return 4 * 3 * elements + 4 * math.prod(explanation.image.tensor.shape)  # and the photo itself
@@ -597,8 +660,10 @@ def _render_pool(workers: int):
     if workers <= 0:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookviz-write")
     return ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker, initargs=(os.getpid(),),
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(os.getpid(),),
     )
 
 

@@ -39,10 +39,26 @@ if TYPE_CHECKING:
     from hookviz.options import PictureOptions
 
 __all__ = [
-    "REPORT", "TENSORS", "DIFF", "RUN_FILE_PATTERN", "atomic_write", "write_json", "sweep_stale_files", "display_path",
+    "REPORT",
+    "TENSORS",
+    "DIFF",
+    "RUN_FILE_PATTERN",
+    "atomic_write",
+    "write_json",
+    "sweep_stale_files",
+    "display_path",
     "existing_ancestor",
-    "output_names", "plain_name", "distinct_name", "Placement", "place", "Recipe", "Folders", "plan_folders", "layer_stems",
-    "report_of", "save_explanation",
+    "output_names",
+    "plain_name",
+    "distinct_name",
+    "Placement",
+    "place",
+    "Recipe",
+    "Folders",
+    "plan_folders",
+    "layer_stems",
+    "report_of",
+    "save_explanation",
 ]
 
 REPORT = "report.json"
@@ -151,9 +167,9 @@ def _listed_files(directory: Path) -> list[str]:
     except SchemaError:
         return []
     return [
-        name for name in (report.files if report is not None else ())
-        if name == Path(name).name and "\\" not in name and not name.startswith(".")
-        and name.lower().endswith(_WRITTEN_SUFFIXES)
+        name
+        for name in (report.files if report is not None else ())
+        if name == Path(name).name and "\\" not in name and not name.startswith(".") and name.lower().endswith(_WRITTEN_SUFFIXES)
     ]
 
 
@@ -184,10 +200,7 @@ def output_names(paths: Sequence[Path]) -> dict[Path, str]:
     full input list, so every ``--shard`` of it agrees."""
     plain = {path: plain_name(path) for path in paths}
     counts = Counter(name.lower() for name in plain.values() if name is not None)
-    return {
-        path: name if name is not None and counts[name.lower()] == 1 else distinct_name(path)
-        for path, name in plain.items()
-    }
+    return {path: name if name is not None and counts[name.lower()] == 1 else distinct_name(path) for path, name in plain.items()}
 
 
 def plain_name(path: Path) -> str | None:
@@ -265,8 +278,17 @@ class Recipe:
     def of(cls, explainer, pictures, save_tensors: bool, trust) -> Recipe:
         """The recipe of a run with ``explainer`` and these ``PictureOptions`` and ``TrustOptions``."""
         model = explainer.model
-        return cls(model.name, model.weights, model.weights_sha256, explainer.preprocessing.to_json(), explainer.asked,
-                   tuple(explainer.layers), pictures, save_tensors, trust.to_json() if trust.any else {})
+        return cls(
+            model.name,
+            model.weights,
+            model.weights_sha256,
+            explainer.preprocessing.to_json(),
+            explainer.asked,
+            tuple(explainer.layers),
+            pictures,
+            save_tensors,
+            trust.to_json() if trust.any else {},
+        )
 
     def made(self, folder: Path, report: Report) -> bool:
         """Whether ``report`` (``folder``'s) is of this recipe's results: the same model, weights,
@@ -292,7 +314,8 @@ class Recipe:
         asked = report.asked
         grids = any(kind.group == "channels" for kind in self.pictures.kinds)
         return (
-            report.model == self.model and report.weights == self.weights
+            report.model == self.model
+            and report.weights == self.weights
             and report.weights_sha256 == self.weights_sha256  # a file rewritten in place
             and report.preprocessing == self.preprocessing
             and asked.target == self.target
@@ -364,8 +387,13 @@ def layer_stems(names: Sequence[str]) -> dict[str, str]:
 # ----------------------------------------------------------------------------- files
 
 
-def report_of(explanation, pictures_by_layer: dict[str, dict[str, str | None]], files: Sequence[str], pictures=None,
-              save_tensors: bool = False) -> Report:
+def report_of(
+    explanation,
+    pictures_by_layer: dict[str, dict[str, str | None]],
+    files: Sequence[str],
+    pictures=None,
+    save_tensors: bool = False,
+) -> Report:
     """The machine-readable ``report.json`` of one image.
 
     ``pictures_by_layer`` maps each layer to the pictures asked of it: the file written,
@@ -418,11 +446,17 @@ def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerR
     elif layer.cam_note:
         cam = CamRecord(explanation.cam_method, skipped=layer.cam_note)
     return LayerRecord(
-        name=layer.name, requested=layer.requested, module_type=layer.module_type,
+        name=layer.name,
+        requested=layer.requested,
+        module_type=layer.module_type,
         shapes={k: (tuple(v) if v is not None else None) for k, v in layer.shapes.items()},
-        stats=layer.stats, layout=layer.layout, pictures=pictures, cam=cam,
+        stats=layer.stats,
+        layout=layer.layout,
+        pictures=pictures,
+        cam=cam,
         cams=_method_maps(layer) if explanation.cam_methods else None,
-        cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams), notes=tuple(layer.notes or ()),
+        cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams),
+        notes=tuple(layer.notes or ()),
         trust=layer.trust.to_json() if layer.trust is not None else None,
     )
 

@@ -30,9 +30,20 @@ import numpy as np
 from hookviz.explaining.summaries import TENSOR_KEYS
 
 __all__ = [
-    "FINGERPRINT", "FORMAT", "MAP_SIDE", "CAM_SIDE", "PROFILE_LENGTH", "VECTOR_LENGTH",
-    "TensorPrint", "LayerPrint", "Fingerprint", "area_mean", "fingerprint_of", "write_fingerprint",
-    "read_fingerprint", "description",
+    "FINGERPRINT",
+    "FORMAT",
+    "MAP_SIDE",
+    "CAM_SIDE",
+    "PROFILE_LENGTH",
+    "VECTOR_LENGTH",
+    "TensorPrint",
+    "LayerPrint",
+    "Fingerprint",
+    "area_mean",
+    "fingerprint_of",
+    "write_fingerprint",
+    "read_fingerprint",
+    "description",
 ]
 
 FINGERPRINT = "fingerprint.npz"
@@ -87,8 +98,12 @@ def _tensor_arrays(prefix: str, tensor: TensorPrint) -> dict:
 def description() -> dict:
     """The ``fingerprint`` entry of ``report.json``: the file and how it was made."""
     return {
-        "file": FINGERPRINT, "format": FORMAT, "map_side": MAP_SIDE, "cam_side": CAM_SIDE,
-        "profile_length": PROFILE_LENGTH, "vector_length": VECTOR_LENGTH,
+        "file": FINGERPRINT,
+        "format": FORMAT,
+        "map_side": MAP_SIDE,
+        "cam_side": CAM_SIDE,
+        "profile_length": PROFILE_LENGTH,
+        "vector_length": VECTOR_LENGTH,
     }
 
 
@@ -149,8 +164,7 @@ def fingerprint_of(explanation) -> Fingerprint:
     for layer in explanation.layers:
         profiles = getattr(layer, "profiles", None) or {}
         tensors = {
-            key: _tensor_print(layer.maps.get(key), profiles.get(key))
-            for key in TENSOR_KEYS if layer.maps.get(key) is not None
+            key: _tensor_print(layer.maps.get(key), profiles.get(key)) for key in TENSOR_KEYS if layer.maps.get(key) is not None
         }
         cam = None if layer.cam is None else area_mean(layer.cam, CAM_SIDE)
         layers[layer.name] = LayerPrint(tensors, cam)

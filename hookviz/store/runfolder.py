@@ -66,7 +66,9 @@ class ImageFiles:
             try:
                 fingerprint = read_fingerprint(path, self.layer_names)
             except (OSError, ValueError) as exc:
-                raise ComparisonError(f"{display_path(path)}: cannot be read ({first_line(exc)}); rerun the run that wrote it") from None
+                raise ComparisonError(
+                    f"{display_path(path)}: cannot be read ({first_line(exc)}); rerun the run that wrote it"
+                ) from None
         with contextlib.ExitStack() as stack:
             tensors = None
             if self.has_tensors:
@@ -74,7 +76,9 @@ class ImageFiles:
                 try:
                     tensors = stack.enter_context(np.load(path, allow_pickle=False))
                 except (OSError, ValueError, EOFError) as exc:
-                    raise ComparisonError(f"{display_path(path)}: cannot be read ({first_line(exc)}); rerun the run that wrote it") from None
+                    raise ComparisonError(
+                        f"{display_path(path)}: cannot be read ({first_line(exc)}); rerun the run that wrote it"
+                    ) from None
             yield ImageData(self, fingerprint, tensors)
 
 
@@ -111,7 +115,9 @@ class ImageData:
             return np.asarray(self.tensors[key], dtype=np.float32)
         except Exception as exc:  # zlib, zipfile and numpy each raise their own on a damaged member
             path = self.files.folder / TENSORS
-            raise ComparisonError(f"{display_path(path)}: {key} cannot be read ({first_line(exc)}); rerun the run that wrote it") from None
+            raise ComparisonError(
+                f"{display_path(path)}: {key} cannot be read ({first_line(exc)}); rerun the run that wrote it"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -179,7 +185,9 @@ def open_run(path, argument: str, documents: list[RunRecord] | None = None) -> R
             if entry.status not in ("done", "skipped") or output in images:
                 continue
             if Path(output).name != output or output in ("", ".", ".."):
-                raise ComparisonError(f"{arg(argument, display_path(path))}: its run.json names an image folder {output!r} outside the run")
+                raise ComparisonError(
+                    f"{arg(argument, display_path(path))}: its run.json names an image folder {output!r} outside the run"
+                )
             images[output] = ImageFiles(output, path / output, _report(path / output / REPORT))
     return RunFolder(path, argument, documents[0], images, tuple(failed))
 
@@ -187,9 +195,7 @@ def open_run(path, argument: str, documents: list[RunRecord] | None = None) -> R
 def _run_documents(path: Path, argument: str) -> list[RunRecord]:
     files = sorted(p for p in path.iterdir() if _RUN_FILE.match(p.name) and p.is_file())
     if not files:
-        raise ComparisonError(
-            f"{arg(argument, display_path(path))}: no run.json here; give the --out folder of a hookviz run"
-        )
+        raise ComparisonError(f"{arg(argument, display_path(path))}: no run.json here; give the --out folder of a hookviz run")
     documents = []
     for file in files:
         try:

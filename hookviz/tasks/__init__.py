@@ -12,9 +12,30 @@ from hookviz.tasks.detect import DetectOptions, DetectPrediction
 from hookviz.tasks.embed import EmbedOptions, EmbedPrediction
 from hookviz.tasks.segment import ClassShare, SegmentPrediction
 
-__all__ = ["TASKS", "ClassPrediction", "ClassScore", "ClassShare", "DEFAULT_TASK", "DetectOptions", "DetectPrediction",
-           "Detection", "EmbedOptions", "EmbedPrediction", "ImagePrediction", "Plan", "PredictionPanel", "SegmentPrediction", "Task", "TaskBase", "get_task",
-           "recognise_task", "register_task", "reported_task", "task_names", "task_words"]
+__all__ = [
+    "TASKS",
+    "ClassPrediction",
+    "ClassScore",
+    "ClassShare",
+    "DEFAULT_TASK",
+    "DetectOptions",
+    "DetectPrediction",
+    "Detection",
+    "EmbedOptions",
+    "EmbedPrediction",
+    "ImagePrediction",
+    "Plan",
+    "PredictionPanel",
+    "SegmentPrediction",
+    "Task",
+    "TaskBase",
+    "get_task",
+    "recognise_task",
+    "register_task",
+    "reported_task",
+    "task_names",
+    "task_words",
+]
 
 
 def get_task(name: str) -> Task:

@@ -27,8 +27,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = [
-    "ClassScore", "Detection", "ImagePrediction", "Plan", "PredictionPanel", "Rescoring", "Task", "TaskBase", "TASKS",
-    "focus_of", "probability_text", "register_task", "model_dtype", "stacked",
+    "ClassScore",
+    "Detection",
+    "ImagePrediction",
+    "Plan",
+    "PredictionPanel",
+    "Rescoring",
+    "Task",
+    "TaskBase",
+    "TASKS",
+    "focus_of",
+    "probability_text",
+    "register_task",
+    "model_dtype",
+    "stacked",
 ]
 
 
@@ -132,16 +144,16 @@ class PredictionPanel:
 
 class Task(Protocol):
     """Attributes:
-        name: ``classify``, ``segment`` or ``detect``: its ``task`` choice.
-        words: what it is, in a word for listings (``classification``).
-        priority: which task a model's output is tried for first when the task is
-            recognised (``task="auto"``): the highest first; the lowest claims the rest.
-            Listings go the other way: the lowest (the most general task) first.
-        options_type: the option group of its own (``DetectOptions``), or ``None``.
-        torchvision_module: where torchvision keeps its models, or ``None``.
-        cams_as_panels: every CAM of an image is a panel of ``<layer>.cam.png`` (a
-            detector's, one per detection), instead of the main CAM over the photo with the
-            top-K beside it in ``<layer>.cam_topk.png``.
+    name: ``classify``, ``segment`` or ``detect``: its ``task`` choice.
+    words: what it is, in a word for listings (``classification``).
+    priority: which task a model's output is tried for first when the task is
+        recognised (``task="auto"``): the highest first; the lowest claims the rest.
+        Listings go the other way: the lowest (the most general task) first.
+    options_type: the option group of its own (``DetectOptions``), or ``None``.
+    torchvision_module: where torchvision keeps its models, or ``None``.
+    cams_as_panels: every CAM of an image is a panel of ``<layer>.cam.png`` (a
+        detector's, one per detection), instead of the main CAM over the photo with the
+        top-K beside it in ``<layer>.cam_topk.png``.
     """
 
     name: str

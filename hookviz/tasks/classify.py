@@ -178,8 +178,9 @@ class Classify(TaskBase):
 
     def check(self, options) -> None:
         if options.box_objective != "score":
-            raise UsageError(f"{arg('box_objective', options.box_objective)}: a classifier has no boxes; "
-                             f"drop {arg('box_objective')}")
+            raise UsageError(
+                f"{arg('box_objective', options.box_objective)}: a classifier has no boxes; drop {arg('box_objective')}"
+            )
 
     def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
         return stacked(module, tensors, device)
@@ -226,8 +227,15 @@ class Classify(TaskBase):
         for i in range(count):
             focus = {"target": score(i, targets[i])}
             focus.update({f"top{k + 1}": score(i, top[i, k]) for k in range(topk)} if options.topk > 1 else {})
-            predictions.append(ClassPrediction(target=focus["target"], top5=tuple(score(i, j) for j in top[i, :5]),
-                                               focus=focus, notes=notes, objective=_OBJECTIVES[options.objective]))
+            predictions.append(
+                ClassPrediction(
+                    target=focus["target"],
+                    top5=tuple(score(i, j) for j in top[i, :5]),
+                    focus=focus,
+                    notes=notes,
+                    objective=_OBJECTIVES[options.objective],
+                )
+            )
         return Plan(objective, cams, predictions, logits_np)
 
     def scorer(self, plan: Plan, key: str, options):
@@ -243,7 +251,6 @@ class Classify(TaskBase):
             return values.where(chosen >= 0, values.new_zeros(()))
 
         return score
-
 
     def probability_scorer(self, targets, options):
         """The probability of each image's target class, as ``plan`` reports it (softmax, or

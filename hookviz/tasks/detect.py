@@ -50,10 +50,10 @@ MAX_DETECTIONS = 20
 #: What report.json says each ``box_objective`` is.
 _OBJECTIVE_TEXT = {
     "score": f"the matched box's score alone (the output box of the detection's label that overlaps it most, IoU at "
-             f"least {MATCH_IOU}: the detection itself); one CAM per detection",
+    f"least {MATCH_IOU}: the detection itself); one CAM per detection",
     "score+iou": "pytorch-grad-cam's FasterRCNNBoxScoreTarget: the IoU with the detection of the output box that "
-                 f"overlaps it most, plus that box's score (0 unless the IoU is above {MATCH_IOU} and the label the "
-                 "detection's); one CAM per detection",
+    f"overlaps it most, plus that box's score (0 unless the IoU is above {MATCH_IOU} and the label the "
+    "detection's); one CAM per detection",
 }
 _THRESHOLDS = ("score_thresh", "roi_heads.score_thresh")  # where torchvision's detectors keep theirs
 
@@ -74,8 +74,11 @@ class DetectOptions:
         threshold = self.score_threshold
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
             raise UsageError(f"{arg('score_threshold', threshold)}: a score threshold is between 0 and 1")
-        if isinstance(self.max_detections, bool) or not isinstance(self.max_detections, int) \
-                or not 1 <= self.max_detections <= MAX_DETECTIONS:
+        if (
+            isinstance(self.max_detections, bool)
+            or not isinstance(self.max_detections, int)
+            or not 1 <= self.max_detections <= MAX_DETECTIONS
+        ):
             raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
 
 
@@ -135,7 +138,8 @@ class DetectorOutput:
 
 def _is_detections(output) -> bool:
     return (
-        isinstance(output, (list, tuple)) and len(output) > 0
+        isinstance(output, (list, tuple))
+        and len(output) > 0
         and all(isinstance(o, dict) and {"boxes", "labels", "scores"} <= set(o) for o in output)
     )
 
@@ -229,8 +233,10 @@ class Detect(TaskBase):
         own = task_options or DetectOptions()
         fixed = parse_target(options.target, categories)
         chosen = [_chosen(result, own, fixed) for result in output.detections]
-        scores = [[box_objective(result, result["boxes"][k], int(result["labels"][k]), options.box_objective)
-                   for k in keep] for result, keep in zip(output.detections, chosen)]
+        scores = [
+            [box_objective(result, result["boxes"][k], int(result["labels"][k]), options.box_objective) for k in keep]
+            for result, keep in zip(output.detections, chosen)
+        ]
         most = max((len(s) for s in scores), default=0)
         objective = sum((s for image in scores for s in image), torch.zeros(()))
         cams: list[tuple[str, object]] = []
@@ -268,7 +274,6 @@ class Detect(TaskBase):
 
         return score
 
-
     def objective_name(self, options) -> str:
         return options.box_objective
 
@@ -304,15 +309,31 @@ class Detect(TaskBase):
             ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=colour, linewidth=2))
             right = x0 > 0.6 * shape[1]  # a label near the right edge ends at its box's right side
             above = y0 > 0.05 * shape[0]
-            ax.text(x1 if right else x0, y0 if above else y1,
-                    f"{rank}. {detection.name or detection.index} {detection.score:.2f}",
-                    fontsize=8, va="bottom" if above else "top", ha="right" if right else "left", color="black",
-                    bbox={"facecolor": colour, "alpha": 0.85, "pad": 1, "linewidth": 0}, parse_math=False)
+            ax.text(
+                x1 if right else x0,
+                y0 if above else y1,
+                f"{rank}. {detection.name or detection.index} {detection.score:.2f}",
+                fontsize=8,
+                va="bottom" if above else "top",
+                ha="right" if right else "left",
+                color="black",
+                bbox={"facecolor": colour, "alpha": 0.85, "pad": 1, "linewidth": 0},
+                parse_math=False,
+            )
         if not prediction.detections:
             of = f" of class {prediction.of_class}" if prediction.of_class is not None else ""
-            ax.text(0.5, 0.5, f"no detections{of} ≥ {prediction.score_threshold}", transform=ax.transAxes,
-                    ha="center", va="center", fontsize=14, color="white", bbox={"facecolor": "black", "alpha": 0.6},
-                    parse_math=False)
+            ax.text(
+                0.5,
+                0.5,
+                f"no detections{of} ≥ {prediction.score_threshold}",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=14,
+                color="white",
+                bbox={"facecolor": "black", "alpha": 0.6},
+                parse_math=False,
+            )
 
     def prediction_lines(self, explanation) -> list[str]:
         return [f"detections: {', '.join(d.label for d in explanation.prediction.detections) or 'none'}"]
@@ -331,6 +352,7 @@ class Detect(TaskBase):
         items = [f"{d.get('name') or d.get('index')} {d.get('score') or 0:.2f}" for d in detections if isinstance(d, dict)]
         return heading, items or [f"no detections with score ≥ {threshold}"]
 
+
 def _windows(batch, count: int) -> list:
     """Where each photo lies in the padded batch (torchvision's ``ImageList``)."""
     if batch is None or not hasattr(batch, "image_sizes"):
@@ -344,8 +366,9 @@ def _chosen(result, options: DetectOptions, fixed: int | None) -> list[int]:
     one was named, best first, at most ``max_detections``."""
     scores = result["scores"].detach()
     order = [int(k) for k in scores.argsort(descending=True, stable=True)]
-    keep = [k for k in order if float(scores[k]) >= options.score_threshold
-            and (fixed is None or int(result["labels"][k]) == fixed)]
+    keep = [
+        k for k in order if float(scores[k]) >= options.score_threshold and (fixed is None or int(result["labels"][k]) == fixed)
+    ]
     return keep[: options.max_detections]
 
 
@@ -401,12 +424,20 @@ def _prediction(
     what = "" if fixed is None else f" of class {names[fixed] if names and fixed < len(names) else fixed}"
     notes: tuple[str, ...] = () if detections else (f"no detections{what} with a score of at least {options.score_threshold}",)
     if "anchors" in result and "strides" in result:  # a detector that says where each score was read (a YOLO)
-        notes += tuple(f"detection {j + 1}: its score is read at anchor {int(result['anchors'][k])}, on the "
-                       f"stride-{int(result['strides'][k])} map" for j, k in enumerate(keep))
+        notes += tuple(
+            f"detection {j + 1}: its score is read at anchor {int(result['anchors'][k])}, on the "
+            f"stride-{int(result['strides'][k])} map"
+            for j, k in enumerate(keep)
+        )
     return DetectPrediction(
-        target=scores[0] if scores else None, top5=scores[:5], focus=focus, notes=notes,
-        window=tuple(window) if window else None, detections=detections,
+        target=scores[0] if scores else None,
+        top5=scores[:5],
+        focus=focus,
+        notes=notes,
+        window=tuple(window) if window else None,
+        detections=detections,
         of_class=None if fixed is None else (names[fixed] if names and fixed < len(names) else fixed),
-        score_threshold=options.score_threshold, max_detections=options.max_detections,
+        score_threshold=options.score_threshold,
+        max_detections=options.max_detections,
         objective=objective,
     )

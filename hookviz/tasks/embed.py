@@ -169,16 +169,23 @@ class Embed(TaskBase):
 
     def check(self, options) -> None:
         if str(options.target).strip().lower() not in ("top1", "top-1", "top"):
-            raise TargetError(f"{arg('target', options.target)}: an embedding has no classes; "
-                              f"explain its similarity to a photo with {arg('target_image', 'REF')} instead")
+            raise TargetError(
+                f"{arg('target', options.target)}: an embedding has no classes; "
+                f"explain its similarity to a photo with {arg('target_image', 'REF')} instead"
+            )
         if options.objective != "logit":
-            raise UsageError(f"{arg('objective', options.objective)}: an embedding's objective is its cosine similarity "
-                             f"to {arg('target_image')}; drop {arg('objective')}")
+            raise UsageError(
+                f"{arg('objective', options.objective)}: an embedding's objective is its cosine similarity "
+                f"to {arg('target_image')}; drop {arg('objective')}"
+            )
         if options.box_objective != "score":
-            raise UsageError(f"{arg('box_objective', options.box_objective)}: an embedding has no boxes; drop {arg('box_objective')}")
+            raise UsageError(
+                f"{arg('box_objective', options.box_objective)}: an embedding has no boxes; drop {arg('box_objective')}"
+            )
         if options.topk > 1:
-            raise UsageError(f"{arg('topk', options.topk)}: an embedding model draws one CAM per {arg('target_image')}; "
-                             f"drop {arg('topk')}")
+            raise UsageError(
+                f"{arg('topk', options.topk)}: an embedding model draws one CAM per {arg('target_image')}; drop {arg('topk')}"
+            )
 
     def bind(self, own: EmbedOptions, model, prepare, device: str, options) -> EmbedOptions:
         """``own`` with each reference's embedding computed by ``model``'s module on ``device``;
@@ -209,8 +216,10 @@ class Embed(TaskBase):
         columns = []
         for name, concept in task_options.concepts:
             if concept.numel() != embeddings.shape[1]:
-                raise UsageError(f"{arg('target_image', name)}: an embedding of {concept.numel()} values, but the model's "
-                                 f"have {embeddings.shape[1]}; pass a photo or an embedding of this model")
+                raise UsageError(
+                    f"{arg('target_image', name)}: an embedding of {concept.numel()} values, but the model's "
+                    f"have {embeddings.shape[1]}; pass a photo or an embedding of this model"
+                )
             concept = concept.to(device=embeddings.device, dtype=embeddings.dtype)
             columns.append(torch.nn.functional.cosine_similarity(embeddings, concept[None], dim=1))
         return torch.stack(columns, dim=1)  # (N, concepts)

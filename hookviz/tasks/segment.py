@@ -128,8 +128,9 @@ class Segment(TaskBase):
                 f"logits over its pixels; drop {arg('objective')}"
             )
         if options.box_objective != "score":
-            raise UsageError(f"{arg('box_objective', options.box_objective)}: a segmenter has no boxes; "
-                             f"drop {arg('box_objective')}")
+            raise UsageError(
+                f"{arg('box_objective', options.box_objective)}: a segmenter has no boxes; drop {arg('box_objective')}"
+            )
 
     def default_root(self, module) -> str | None:
         return "backbone" if hasattr(module, "backbone") else None
@@ -154,7 +155,8 @@ class Segment(TaskBase):
             for k in range(min(options.topk, top)):
                 scalar = sum(
                     _class_objective(logits[i], predicted[i], image["present"][k])
-                    for i, image in enumerate(images) if k < len(image["present"])
+                    for i, image in enumerate(images)
+                    if k < len(image["present"])
                 )
                 cams.append((f"top{k + 1}", scalar))
         predictions: list[ImagePrediction] = [
@@ -192,8 +194,11 @@ class Segment(TaskBase):
 
     def prediction_panel(self, explanation) -> PredictionPanel:
         count = sum(1 for share in explanation.prediction.classes if share.index != BACKGROUND)
-        heading = f"predicted mask: {count} class{'es' if count != 1 else ''} besides background" if count else \
-            "predicted mask: background only"
+        heading = (
+            f"predicted mask: {count} class{'es' if count != 1 else ''} besides background"
+            if count
+            else "predicted mask: background only"
+        )
         return PredictionPanel(heading, legend=2.6)
 
     def draw_prediction(self, ax, explanation) -> None:
@@ -216,17 +221,28 @@ class Segment(TaskBase):
         ]
         background = next((share for share in prediction.classes if share.index == BACKGROUND), None)
         if background is not None:
-            handles.append(Patch(facecolor="none", edgecolor="0.5",
-                                 label=f"{background.name or 0}  {100 * background.fraction:.1f}%"))
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False,
-                  title="predicted classes (share of pixels)", title_fontsize=8)
+            handles.append(
+                Patch(facecolor="none", edgecolor="0.5", label=f"{background.name or 0}  {100 * background.fraction:.1f}%")
+            )
+        ax.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            fontsize=8,
+            frameon=False,
+            title="predicted classes (share of pixels)",
+            title_fontsize=8,
+        )
 
     def gallery_list(self, report) -> tuple[str, list[str]]:
         heading, items = super().gallery_list(report)
         classes = report.prediction.get("classes")
         if isinstance(classes, list):
-            items = [f"{c.get('name') or c.get('index')} ({100 * (c.get('fraction') or 0):.1f}% of pixels)"
-                     for c in classes[:8] if isinstance(c, dict)]
+            items = [
+                f"{c.get('name') or c.get('index')} ({100 * (c.get('fraction') or 0):.1f}% of pixels)"
+                for c in classes[:8]
+                if isinstance(c, dict)
+            ]
         return heading, items
 
     def status_line(self, status) -> str:
@@ -235,8 +251,10 @@ class Segment(TaskBase):
         shares = " · ".join(
             f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {probability_text(s['probability'])}" for s in status.top5
         )
-        return (f"{status.image}: target {status.target.get('name') or status.target.get('index')}; "
-                f"largest classes (share of pixels, mean probability there): {shares}")
+        return (
+            f"{status.image}: target {status.target.get('name') or status.target.get('index')}; "
+            f"largest classes (share of pixels, mean probability there): {shares}"
+        )
 
 
 def _image(predicted, logits, fixed: int | None, classes: int, topk: int) -> dict:
@@ -292,11 +310,17 @@ def _prediction(image: dict, predicted, logits, probabilities, names, options) -
         focus.update({f"top{k + 1}": score(c) for k, c in enumerate(image["present"][: options.topk])})
     classes = tuple(
         ClassShare(int(c), names[c] if names else None, round(float(counts[c]) / total, 6))
-        for c in np.argsort(-counts, kind="stable") if counts[c] > 0
+        for c in np.argsort(-counts, kind="stable")
+        if counts[c] > 0
     )
     return SegmentPrediction(
-        target=target, top5=tuple(score(c) for c in image["present"][:5]), focus=focus, notes=notes,
-        mask=predicted.to("cpu").numpy().astype(np.int16), classes=classes, objective=objective,
+        target=target,
+        top5=tuple(score(c) for c in image["present"][:5]),
+        focus=focus,
+        notes=notes,
+        mask=predicted.to("cpu").numpy().astype(np.int16),
+        classes=classes,
+        objective=objective,
     )
 
 
@@ -304,4 +328,3 @@ def _all_pixels(mask):
     import torch
 
     return torch.ones_like(mask)
-

@@ -23,8 +23,17 @@ from hookviz.inputs.images import Preprocessing
 from hookviz.tasks import DEFAULT_TASK
 
 __all__ = [
-    "LoadedModel", "ModelSource", "SOURCES", "register_source", "weights_kind", "seeded",
-    "reset_parameters", "load_weights_file", "random_or_file", "weights_only_loads", "prefixes",
+    "LoadedModel",
+    "ModelSource",
+    "SOURCES",
+    "register_source",
+    "weights_kind",
+    "seeded",
+    "reset_parameters",
+    "load_weights_file",
+    "random_or_file",
+    "weights_only_loads",
+    "prefixes",
 ]
 
 

@@ -85,5 +85,13 @@ class BuiltinSource:
             loaded = LoadedWeights(f"DEFAULT ({packaged.name}, packaged)", None)
         else:
             loaded = random_or_file(model, weights, seed)
-        return LoadedModel(name, model, loaded.label, imagenet_categories(), entry.preprocessing, source=self.name,
-                           notes=loaded.notes, weights_sha256=loaded.sha256)
+        return LoadedModel(
+            name,
+            model,
+            loaded.label,
+            imagenet_categories(),
+            entry.preprocessing,
+            source=self.name,
+            notes=loaded.notes,
+            weights_sha256=loaded.sha256,
+        )

@@ -45,8 +45,12 @@ def _torch_hub(name: str, found: dict, exc: BaseException) -> WeightsError:
     from hookviz.models.sources.torchvision_models import not_in_torch_hub
 
     return not_in_torch_hub(
-        arg("model", name), "the pretrained weights the factory asked for", found.get("url"), found.get("dst"),
-        first_line(exc), _alternatives(),
+        arg("model", name),
+        "the pretrained weights the factory asked for",
+        found.get("url"),
+        found.get("dst"),
+        first_line(exc),
+        _alternatives(),
     )
 
 

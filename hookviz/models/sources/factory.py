@@ -94,8 +94,17 @@ class FactorySource:
             loaded = LoadedWeights(f"none (random init, seed {seed})", None)
         else:
             loaded = load_weights_file(model, weights)
-        return LoadedModel(name, model, loaded.label, None, Preprocessing(), source=self.name, task="auto",
-                           notes=loaded.notes, weights_sha256=loaded.sha256)
+        return LoadedModel(
+            name,
+            model,
+            loaded.label,
+            None,
+            Preprocessing(),
+            source=self.name,
+            task="auto",
+            notes=loaded.notes,
+            weights_sha256=loaded.sha256,
+        )
 
     @staticmethod
     def _build(name: str):
@@ -110,9 +119,7 @@ class FactorySource:
             try:
                 target = getattr(target, part)
             except AttributeError:
-                raise UnknownModelError(
-                    f"{arg('model', name)}: module {module_name!r} has no attribute {attribute!r}"
-                ) from None
+                raise UnknownModelError(f"{arg('model', name)}: module {module_name!r} has no attribute {attribute!r}") from None
         if not callable(target):
             raise UnknownModelError(f"{arg('model', name)}: {attribute!r} is not callable")
         try:

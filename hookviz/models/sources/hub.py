@@ -23,7 +23,15 @@ from pathlib import Path
 from hookviz.errors import WeightsError, arg, first_line
 
 __all__ = [
-    "cache_folder", "offline", "quiet", "fail_fast", "HubUnreachable", "fetch", "not_cached", "cached_repos", "cached_file",
+    "cache_folder",
+    "offline",
+    "quiet",
+    "fail_fast",
+    "HubUnreachable",
+    "fetch",
+    "not_cached",
+    "cached_repos",
+    "cached_file",
 ]
 
 _TRUE = {"1", "on", "yes", "true"}
@@ -134,9 +142,7 @@ def not_cached(label: str, repo_id: str, reason: str, needs: str | None = None, 
         needs: what cannot be done without, when it is more than the weights.
         folder: the cache looked in, when it is not hookviz's (``cache_folder()``).
     """
-    alternatives = needs or (
-        f"or pass {arg('weights', 'PATH')} (a state_dict or .safetensors file) or {arg('weights', 'none')}"
-    )
+    alternatives = needs or (f"or pass {arg('weights', 'PATH')} (a state_dict or .safetensors file) or {arg('weights', 'none')}")
     return WeightsError(
         f"{label}: {repo_id} is not in the Hugging Face cache ({folder or cache_folder()}) {reason}; "
         f"fetch it where there is network (`hf download {repo_id}`) and copy that cache here "
@@ -205,7 +211,7 @@ def cached_repos() -> list[tuple[str, dict]]:
         except (OSError, ValueError):
             continue
         if isinstance(document, dict):
-            found.append((repo.name[len("models--"):].replace("--", "/"), document))
+            found.append((repo.name[len("models--") :].replace("--", "/"), document))
     return found
 
 

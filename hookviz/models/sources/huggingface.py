@@ -81,7 +81,8 @@ class HuggingFaceSource:
         if not _installed():
             return []
         self._listed = {
-            PREFIX + repo: config for repo, config in cached_repos()
+            PREFIX + repo: config
+            for repo, config in cached_repos()
             if any(str(a).endswith(_CLASSIFIERS) for a in config.get("architectures") or ())
         }
         return list(self._listed)
@@ -93,7 +94,7 @@ class HuggingFaceSource:
 
     def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         _import_transformers(name)
-        repo = name[len(PREFIX):].strip()
+        repo = name[len(PREFIX) :].strip()
         if not repo:
             raise UnknownModelError(f"{arg('model', name)}: give a repository, such as hf:google/vit-base-patch16-224")
         kind = weights_kind(weights)
@@ -105,10 +106,20 @@ class HuggingFaceSource:
             loaded = LoadedWeights(f"DEFAULT ({repo}, {where.origin})", None)
         else:
             model = where.from_config(config, seed)
-            loaded = LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else _state_dict_file(model, weights)
+            loaded = (
+                LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else _state_dict_file(model, weights)
+            )
         preprocessing, notes = where.preprocessing()
-        return LoadedModel(name, model, loaded.label, _categories(config), preprocessing, source=self.name,
-                           notes=loading + notes + loaded.notes, weights_sha256=loaded.sha256)
+        return LoadedModel(
+            name,
+            model,
+            loaded.label,
+            _categories(config),
+            preprocessing,
+            source=self.name,
+            notes=loading + notes + loaded.notes,
+            weights_sha256=loaded.sha256,
+        )
 
 
 def _state_dict_file(model, weights: str) -> LoadedWeights:
@@ -207,7 +218,9 @@ class _Where:
             if task is None:
                 continue  # a bare backbone (ViTModel): the missing head is found as its weights load
             words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", task.group(1)).lower()
-            also = " (torchvision's, such as deeplabv3_resnet50, are explained as segmentation)" if "segmentation" in words else ""
+            also = (
+                " (torchvision's, such as deeplabv3_resnet50, are explained as segmentation)" if "segmentation" in words else ""
+            )
             raise UnknownModelError(
                 f"{arg('model', self.name)}: {self.where} is a {words} model ({architecture}), not an image "
                 f"classifier; hookviz explains transformers' image classifiers{also}"
@@ -289,7 +302,8 @@ def _head_weights(model) -> set[str]:
     classes = model.config.num_labels
     return {
         f"{name}.{weight}" if name else weight
-        for name, module in model.named_modules() if isinstance(module, nn.Linear) and module.out_features == classes
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and module.out_features == classes
         for weight, _ in module.named_parameters(recurse=False)
     }
 
@@ -333,7 +347,9 @@ def hf_preprocessing(processor) -> tuple[Preprocessing, tuple[str, ...]]:
         return Preprocessing(resize=shortest, size=shortest, mode="whole", **common), ()
     if shortest:
         if not crop_height:
-            notes.append(f"the image processor keeps the aspect ratio (shortest edge {shortest}); hookviz crops the centre square")
+            notes.append(
+                f"the image processor keeps the aspect ratio (shortest edge {shortest}); hookviz crops the centre square"
+            )
         return Preprocessing(resize=shortest, size=crop_height or shortest, **common), tuple(notes)
     if height:
         if width and width != height:

@@ -74,7 +74,7 @@ def _quiet() -> Iterator[None]:
 
 def _split(name: str) -> tuple[str, str | None]:
     """``open_clip:ARCH/TAG`` -> (ARCH, TAG or None)."""
-    arch, _, tag = name[len(PREFIX):].partition("/")
+    arch, _, tag = name[len(PREFIX) :].partition("/")
     return arch, tag or None
 
 
@@ -106,7 +106,9 @@ class OpenClipSource:
 
         return DEFAULT_TASK
 
-    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()) -> LoadedModel:
+    def load(
+        self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()
+    ) -> LoadedModel:
         if _installed() and not prompts:  # said before open_clip's slow import
             raise UsageError(
                 f"{arg('model', name)}: a CLIP model is explained by text prompts; pass {arg('prompts', 'TEXT')} "
@@ -116,7 +118,9 @@ class OpenClipSource:
         arch, tag = _split(name)
         if arch not in open_clip.list_models():
             known = [PREFIX + n for n in open_clip.list_models()]
-            raise UnknownModelError(f"{arg('model', name)}: open_clip has no such model{did_you_mean(name, known)}; {hint('list_models')}")
+            raise UnknownModelError(
+                f"{arg('model', name)}: open_clip has no such model{did_you_mean(name, known)}; {hint('list_models')}"
+            )
         if tag is not None and weights_kind(weights) != "default":
             raise WeightsError(f"{arg('weights', weights)}: {name} names its weights ({tag}); drop {arg('weights')}")
         if weights_kind(weights) == "default":
@@ -131,8 +135,15 @@ class OpenClipSource:
 
         preprocessing, notes = _preprocessing(model)
         return LoadedModel(
-            name, wrapper, loaded.label, tuple(prompts), preprocessing, source=self.name,
-            input_size=_pair(model.visual.image_size), notes=notes + loaded.notes, weights_sha256=loaded.sha256,
+            name,
+            wrapper,
+            loaded.label,
+            tuple(prompts),
+            preprocessing,
+            source=self.name,
+            input_size=_pair(model.visual.image_size),
+            notes=notes + loaded.notes,
+            weights_sha256=loaded.sha256,
             declared_layout=declared_layout(model.visual),
         )
 
@@ -149,7 +160,9 @@ def _pretrained(open_clip, name: str, arch: str, tag: str | None, seed: int):
     label = arg("weights", "DEFAULT") if tag is None else arg("model", name)
     tags = open_clip.list_pretrained_tags_by_model(arch)
     if not tags:
-        raise WeightsError(f"{label}: open_clip has no pretrained weights for {arch}; pass {arg('weights', 'none')} or {arg('weights', 'PATH')}")
+        raise WeightsError(
+            f"{label}: open_clip has no pretrained weights for {arch}; pass {arg('weights', 'none')} or {arg('weights', 'PATH')}"
+        )
     tag = tag or tags[0]
     if tag not in tags:
         raise UnknownModelError(f"{arg('model', name)}: open_clip has no weights {tag!r} for {arch}; choose {', '.join(tags)}")
@@ -160,13 +173,17 @@ def _pretrained(open_clip, name: str, arch: str, tag: str | None, seed: int):
     repo = "/".join(parts[:2])
     path = fetch(repo, (parts[2],) if len(parts) > 2 else HUB_FILES, label)
     # Given a file, open_clip knows no tag: what the tag's config says of the model is passed on.
-    kwargs = {"force_quick_gelu": bool(cfg.get("quick_gelu", False)),
-              "force_preprocess_cfg": {k: cfg[k] for k in ("mean", "std", "interpolation", "resize_mode") if k in cfg}}
+    kwargs = {
+        "force_quick_gelu": bool(cfg.get("quick_gelu", False)),
+        "force_preprocess_cfg": {k: cfg[k] for k in ("mean", "std", "interpolation", "resize_mode") if k in cfg},
+    }
     try:
         with seeded(seed), weights_only_loads(), _quiet():
             model = open_clip.create_model(arch, pretrained=str(path), **kwargs)
     except Exception as exc:  # open_clip's loaders raise many kinds: one line naming the file
-        raise WeightsError(f"{label}: could not load {arch}/{tag} from {path} ({first_line(exc)}); delete the file to fetch it again") from None
+        raise WeightsError(
+            f"{label}: could not load {arch}/{tag} from {path} ({first_line(exc)}); delete the file to fetch it again"
+        ) from None
     return model, f"DEFAULT ({tag}: {repo}, Hugging Face cache)"
 
 

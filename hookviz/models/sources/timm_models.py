@@ -70,7 +70,7 @@ class TimmSource:
 
     def describe(self, name: str) -> str:
         try:
-            cfg = _import_timm().models.get_pretrained_cfg(name[len(PREFIX):])
+            cfg = _import_timm().models.get_pretrained_cfg(name[len(PREFIX) :])
         except RuntimeError:
             return ""
         if cfg is None:
@@ -82,10 +82,12 @@ class TimmSource:
 
     def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         timm = _import_timm(name)
-        arch = name[len(PREFIX):]
+        arch = name[len(PREFIX) :]
         if not arch or not timm.is_model(arch):
             known = [PREFIX + n for n in timm.list_models()]
-            raise UnknownModelError(f"{arg('model', name)}: timm has no such model{did_you_mean(name, known)}; {hint('list_models')}")
+            raise UnknownModelError(
+                f"{arg('model', name)}: timm has no such model{did_you_mean(name, known)}; {hint('list_models')}"
+            )
         kind = weights_kind(weights)
         if kind == "other" and not Path(weights).exists() and not any(c in weights for c in "/\\."):
             raise WeightsError(
@@ -102,8 +104,16 @@ class TimmSource:
         preprocessing, notes = timm_preprocessing(model)
         categories, more = (None, ()) if getattr(model, "num_classes", None) == 0 else timm_categories(model)
         return LoadedModel(
-            name, model, loaded.label, categories, preprocessing, source=self.name, task=_task(model),
-            input_size=_required_input_size(model), notes=notes + more + loaded.notes, weights_sha256=loaded.sha256,
+            name,
+            model,
+            loaded.label,
+            categories,
+            preprocessing,
+            source=self.name,
+            task=_task(model),
+            input_size=_required_input_size(model),
+            notes=notes + more + loaded.notes,
+            weights_sha256=loaded.sha256,
         )
 
 
@@ -135,7 +145,9 @@ def _pretrained(timm, name: str, arch: str, seed: int):
     except RuntimeError as exc:  # an unknown pretrained tag
         raise UnknownModelError(f"{arg('model', name)}: {first_line(exc)}") from None
     if cfg is None or not (cfg.hf_hub_id or cfg.url):
-        raise WeightsError(f"{label}: timm has no pretrained weights for {arch}; pass {arg('weights', 'none')} or {arg('weights', 'PATH')}")
+        raise WeightsError(
+            f"{label}: timm has no pretrained weights for {arch}; pass {arg('weights', 'none')} or {arg('weights', 'PATH')}"
+        )
     if cfg.hf_hub_id:
         repo, _, revision = cfg.hf_hub_id.partition("@")
         path = fetch(repo, (cfg.hf_hub_filename,) if cfg.hf_hub_filename else HUB_FILES, label, revision or None)
@@ -180,7 +192,9 @@ def timm_preprocessing(model) -> tuple[Preprocessing, tuple[str, ...]]:
         interpolation = "bilinear"
     mean, std = _three(config["mean"]), _three(config["std"])
     if mode == "squash" and crop_pct >= 1.0:  # the whole photo, squashed to a square: hookviz's mode="whole"
-        return Preprocessing(resize=height, size=height, mean=mean, std=std, mode="whole", interpolation=interpolation), tuple(notes)
+        return Preprocessing(resize=height, size=height, mean=mean, std=std, mode="whole", interpolation=interpolation), tuple(
+            notes
+        )
     if mode != "center":
         notes.append(f"timm's crop_mode {mode!r} (crop_pct {crop_pct}) approximated by a centre crop")
     resize = max(height, math.floor(height / crop_pct))

@@ -36,7 +36,8 @@ def names_by_task() -> dict[str, list[str]]:
     models = _models()
     return {
         name: sorted(models.list_models(module=importlib.import_module(task.torchvision_module)))
-        for name, task in TASKS.items() if task.torchvision_module is not None
+        for name, task in TASKS.items()
+        if task.torchvision_module is not None
     }
 
 
@@ -100,13 +101,21 @@ class TorchvisionSource:
         loaded = random_or_file(model, weights, seed)
         categories = tuple(enum.DEFAULT.meta.get("categories") or ()) or None
         processing = preprocessing_of(enum.DEFAULT, task, False)
-        return self._loaded(name, task, model, loaded.label, categories, processing,
-                            notes=loaded.notes, weights_sha256=loaded.sha256)
+        return self._loaded(
+            name, task, model, loaded.label, categories, processing, notes=loaded.notes, weights_sha256=loaded.sha256
+        )
 
     def _loaded(self, name, task, model, label, categories, preprocessing, **weights) -> LoadedModel:
         return LoadedModel(
-            name, model, label, categories, preprocessing, source=self.name, task=task,
-            input_size=_required_input_size(model), **weights,
+            name,
+            model,
+            label,
+            categories,
+            preprocessing,
+            source=self.name,
+            task=task,
+            input_size=_required_input_size(model),
+            **weights,
         )
 
 
@@ -173,9 +182,7 @@ def ensure_cached(name: str, url: str, weights: str = "DEFAULT") -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         match = torch.hub.HASH_REGEX.search(target.name)
-        torch.hub.download_url_to_file(
-            url, str(target), hash_prefix=match.group(1) if match else None, progress=False
-        )
+        torch.hub.download_url_to_file(url, str(target), hash_prefix=match.group(1) if match else None, progress=False)
     except Exception as exc:  # urllib raises many kinds; each means "no file"
         raise not_in_torch_hub(arg("weights", weights), f"{name}'s pretrained weights", url, target, first_line(exc)) from None
     return target
