@@ -322,8 +322,12 @@ def _computed(method, context, expected: tuple | None = None) -> np.ndarray:
     for a layer method, ``expected`` (the input's shape) for an input method."""
     import torch
 
-    given = {name: getattr(context, name, None) for name in ("activations", "gradients", "inputs")}
-    versions = {name: tensor._version for name, tensor in given.items() if isinstance(tensor, torch.Tensor)}
+    given: dict[str, torch.Tensor] = {}
+    for name in ("activations", "gradients", "inputs"):
+        tensor = getattr(context, name, None)
+        if isinstance(tensor, torch.Tensor):
+            given[name] = tensor
+    versions = {name: tensor._version for name, tensor in given.items()}
     try:
         result = method.compute(context)
     except HookvizError:

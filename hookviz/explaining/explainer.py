@@ -456,8 +456,8 @@ def explain(
     )
     detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
     layer_options = LayerOptions(
-        layers=() if layers is None else layers,
-        layer_types=layer_types,
+        layers=() if layers is None else layers,  # type: ignore[arg-type]  # one or several: LayerOptions checks them
+        layer_types=layer_types,  # type: ignore[arg-type]
         layout=layout,  # LayerOptions takes one or several
     )
     explainer = Explainer.create(
