@@ -324,7 +324,8 @@ def test_models_lists_every_task_and_layers_works_for_each(tmp_path):
     heading = {line.split(":")[0]: i for i, line in enumerate(listing) if line.startswith("#")}
     assert list(heading).index("# torchvision segmentation") > list(heading).index("# factory")  # grouped by task
     segmentation = listing[heading["# torchvision segmentation"] + 1 : heading["# torchvision detection"]]
-    detection = listing[heading["# torchvision detection"] + 1 :]
+    after = [i for i in heading.values() if i > heading["# torchvision detection"]]  # ultralytics' group follows
+    detection = listing[heading["# torchvision detection"] + 1 : min(after, default=len(listing))]
     assert len(segmentation) == 6 and len(detection) == 12
     for name in segmentation + detection:
         result = runner.invoke(app, ["layers", "--model", name, "--crop", "64"])
