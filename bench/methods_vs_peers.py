@@ -18,6 +18,7 @@ import torch
 import torchvision
 
 import hookviz
+from hookviz import InputOptions
 
 
 def _timed(function, repeats: int) -> tuple[float, float, object]:
@@ -46,7 +47,7 @@ def main() -> None:
     model = getattr(torchvision.models, args.model)(weights=None).eval()
     layer = model.layer4[-1]
     photo = "sample_images/cat.png"
-    first = hookviz.explain(model, photo, layers="layer4.1", cam="gradcam", resize=args.size, crop=args.size)
+    first = hookviz.explain(model, photo, layers="layer4.1", cam="gradcam", inputs=InputOptions(resize=args.size, crop=args.size))
     x = first.image.tensor[None].float()  # the model's input, as hookviz prepared it
     target = first.target.index
     print(f"{args.model}, random weights, {args.size} px, layer4.1, class {target}, {args.repeats} repeats, "
@@ -55,7 +56,7 @@ def main() -> None:
     rows = []
 
     def ours(cam, **extra):
-        return lambda: hookviz.explain(model, photo, layers="layer4.1", cam=cam, resize=args.size, crop=args.size, **extra)
+        return lambda: hookviz.explain(model, photo, layers="layer4.1", cam=cam, inputs=InputOptions(resize=args.size, crop=args.size), **extra)
 
     from pytorch_grad_cam import AblationCAM, ScoreCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
