@@ -463,11 +463,7 @@ def read_report(path: Path) -> Report | None:
     Raises:
         SchemaError: written by a newer hookviz.
     """
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return Report.from_json(document, path)
+    return _read(path, Report)
 
 
 # ----------------------------------------------------------------------------- run.json
@@ -788,8 +784,13 @@ def read_run(path: Path) -> RunRecord | None:
     Raises:
         SchemaError: written by a newer hookviz.
     """
+    return _read(path, RunRecord)
+
+
+def _read(path: Path, record):
+    """``record.from_json`` of the JSON file at ``path``, or ``None`` when it cannot be read as JSON."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return RunRecord.from_json(document, path)
+    return record.from_json(document, path)
