@@ -16,6 +16,7 @@ ORDER = [
     "errors",
     "registry",
     "hooks",
+    "input_format",
     "options",
     "lazy_dynamo",
     "interrupts",

@@ -511,10 +511,13 @@ class Passes:
             self.rows.append(args[0].shape[0])
 
 
-def _patchy_explained(method: str):
-    model = Patchy().eval()
+def _patchy_explained(method: str, counted: str = "", model: nn.Module | None = None):
+    """The method's maps of two photos at ``act`` (of ``Patchy`` unless ``model`` is given),
+    and the rows of each pass of the model (of its ``counted`` submodule) run under
+    ``torch.inference_mode``."""
+    model = (model or Patchy()).eval()
     batch = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(8))
-    passes = Passes(model)
+    passes = Passes(model.get_submodule(counted))
     try:
         results = Explainer.create(
             LoadedModel("patchy", model, "seeded", None, Preprocessing()),
@@ -536,11 +539,27 @@ def test_scorecam_scores_masked_inputs_in_batches_and_each_constant_channel_once
     # 36 varying channels per photo in passes of 32 masked inputs, and one pass of each photo
     # masked to zeros for the 4 constant channels
     assert rows == [2, 32, 32, 8] and sum(rows) == 2 * 36 + 2
+    assert maps.shape == (2, 8, 8) and maps.max() > 0
+    np.testing.assert_allclose(maps, _scorecam_by_hand(model, batch), rtol=1e-4, atol=1e-6)
+
+
+def test_scorecam_scores_a_channel_that_scales_another_once():
+    model = Patchy()
+    with torch.no_grad():  # channel 1 is twice channel 0 everywhere: the same mask
+        model.stem.weight[1] = 2 * model.stem.weight[0]
+        model.stem.bias[1] = 2 * model.stem.bias[0]
+    model, batch, maps, rows = _patchy_explained("scorecam", model=model)
+    assert rows == [2, 32, 32, 6] and sum(rows) == 2 * 35 + 2
+    np.testing.assert_allclose(maps, _scorecam_by_hand(model, batch), rtol=1e-4, atol=1e-6)
+
+
+def _scorecam_by_hand(model, batch) -> np.ndarray:
+    """Score-CAM as its paper and pytorch-grad-cam compute it, every channel scored."""
     activations = _activations(model, batch).double()
     expected = []
-    for n in range(2):
+    for n in range(len(batch)):
         scores = []
-        for c in range(40):
+        for c in range(activations.shape[1]):
             channel = activations[n, c]
             mask = F.interpolate(channel[None, None], size=(32, 32), mode="bilinear", align_corners=False)[0, 0]
             mask = (mask - mask.min()) / (mask.max() - mask.min() + 1e-8)
@@ -548,21 +567,18 @@ def test_scorecam_scores_masked_inputs_in_batches_and_each_constant_channel_once
                 scores.append(model((batch[n] * mask.float())[None])[0, 3].double())
         weights = torch.softmax(torch.stack(scores), dim=0)
         expected.append((weights[:, None, None] * activations[n]).sum(0).clamp(min=0).numpy())
-    assert maps.shape == (2, 8, 8) and maps.max() > 0
-    np.testing.assert_allclose(maps, np.stack(expected), rtol=1e-4, atol=1e-6)
+    return np.stack(expected)
 
 
-def test_ablationcam_replaces_the_layers_output_in_batches_and_skips_channels_already_zero():
-    model, batch, maps, rows = _patchy_explained("ablationcam")
-    # each photo once as it is, then 38 ablations each (the 2 zero channels need none)
-    assert rows == [2, 32, 32, 12] and sum(rows) == 2 + 2 * 38
+def _ablationcam_by_hand(model, batch) -> np.ndarray:
+    """Ablation-CAM with every channel ablated in a whole pass of its own."""
     activations = _activations(model, batch).double()
     with torch.no_grad():
         plain = model(batch)[:, 3].double()
     expected = []
-    for n in range(2):
+    for n in range(len(batch)):
         drops = []
-        for c in range(40):
+        for c in range(activations.shape[1]):
             ablated = activations[n].clone()
             ablated[c] = 0
             with torch.no_grad():
@@ -571,8 +587,37 @@ def test_ablationcam_replaces_the_layers_output_in_batches_and_skips_channels_al
         weights = torch.stack(drops)
         assert weights[38:].abs().max() == 0
         expected.append((weights[:, None, None] * activations[n]).sum(0).clamp(min=0).numpy())
+    return np.stack(expected)
+
+
+def test_ablationcam_runs_only_the_model_after_the_layer_for_each_ablation():
+    model, batch, maps, head_rows = _patchy_explained("ablationcam", counted="head")
+    _, _, _, input_rows = _patchy_explained("ablationcam")
+    # Per photo: a whole pass and the tail's check (the layer's own output, twice) find that
+    # the rows after the layer are independent; then the photo's own score. Then 38
+    # ablations a photo (the 2 zero channels need none) in passes of at most 32 rows, each
+    # pass computing the layers before `act` once, from the photo alone.
+    assert head_rows == [1, 2, 1, 1, 2, 1, 32, 6, 26, 12]
+    assert input_rows == [1] * len(head_rows)
     assert maps.shape == (2, 8, 8) and maps.max() > 0
-    np.testing.assert_allclose(maps, np.stack(expected), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(maps, _ablationcam_by_hand(model, batch), rtol=1e-4, atol=1e-6)
+    assert _hooks_on(model) == 0
+
+
+class BatchSized(Patchy):
+    """Patchy whose head reshapes by the batch size it read before ``act``: the rows after
+    the layer must come from as many inputs."""
+
+    def forward(self, x):
+        count = x.shape[0]
+        return self.head(self.act(self.stem(x)).mean(dim=(2, 3)).reshape(count, -1))
+
+
+def test_ablationcam_runs_whole_passes_where_the_model_needs_its_inputs_batch_size():
+    model, batch, maps, rows = _patchy_explained("ablationcam", model=BatchSized())
+    # per photo: the whole pass and the failed check, then whole passes of up to 32 copies
+    assert rows == [1, 1, 1, 1, 1, 1, 32, 6, 26, 12]
+    np.testing.assert_allclose(maps, _ablationcam_by_hand(model, batch), rtol=1e-4, atol=1e-6)
     assert _hooks_on(model) == 0
 
 

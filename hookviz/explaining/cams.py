@@ -125,15 +125,18 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients for m in methods):
         batch = torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module))
     scores = None
-    own = explainer.task_options
+    own, formats = explainer.task_options, explainer.formats
     if any(m.needs_rescoring for m in methods):
         scores = {
-            key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own) for key in keys
+            key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own, formats)
+            for key in keys
         }
     input_gradients = None
     if any(m.needs_input_gradients for m in methods) and keys:  # input methods explain the target only
         input_gradients = {
-            keys[0]: InputGradients(task, module, device, options, task.scorer(plan, keys[0], options), RESCORING_BATCH, own)
+            keys[0]: InputGradients(
+                task, module, device, options, task.scorer(plan, keys[0], options), RESCORING_BATCH, own, formats
+            )
         }
     return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hookviz.anatomy.featuremaps import Layout, reshape
@@ -29,6 +29,15 @@ class LayerRescoring:
     """``score_layer(activations, images)``: the target's score of image ``images[row]``'s
     input with the layer's output replaced by ``activations[row]`` (channels first).
 
+    Every row of one image shares that image's input, so what the model computes before the
+    layer is the same for all of them: it is computed once, from the image alone, and the
+    layer's output becomes all the image's rows (the *tail* pass; an Ablation-CAM of a late
+    layer then costs a fraction of a forward pass per channel, not a whole one). That holds
+    for a model whose later code treats each row on its own and broadcasts what it kept from
+    before the layer; it is checked for each image (the layer's own output, twice, must
+    score as the whole model scores the image), and an image whose check fails (a
+    detector's per-image lists, a reshape by the input's batch size) gets whole passes.
+
     Attributes:
         rescoring: the key's ``Rescoring`` (the model, the task, the target's scorer).
         inputs: the batch's inputs (N, C, H, W), on the model's device.
@@ -41,6 +50,7 @@ class LayerRescoring:
     layer: Any
     call: int
     layout: Layout
+    tails: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, activations, images):
         import torch
@@ -48,20 +58,52 @@ class LayerRescoring:
         rows = torch.as_tensor(images, dtype=torch.long).flatten().cpu()
         if len(rows) != len(activations):
             raise ValueError(f"score_layer: {len(activations)} maps but {len(rows)} image indices")
+        scores = torch.zeros(len(rows))
+        for image in rows.unique().tolist():
+            where = (rows == image).nonzero()[:, 0]
+            scores[where] = self._scored(activations[where.to(activations.device)], image)
+        return scores
+
+    def _scored(self, replacement, image: int):
+        """The scores of one image's input with the layer's output replaced by each row."""
+        import torch
+
+        chunk, count = self.rescoring.chunk, len(replacement)
+        tail = self._tail_works(image)
         scores = []
-        chunk = self.rescoring.chunk
-        for start in range(0, len(rows), chunk):
-            part = rows[start : start + chunk]
-            with _replaced_output(self.layer, self.call, self.layout, activations[start : start + chunk]):
-                scores.append(self.rescoring(self.inputs[part.to(self.inputs.device)], part))
-        return torch.cat(scores) if scores else torch.zeros(0)
+        for start in range(0, count, chunk):
+            part = replacement[start : start + chunk]
+            rows = torch.full((len(part),), image, dtype=torch.long)
+            inputs = self.inputs[[image] * (1 if tail else len(part))]
+            with _replaced_output(self.layer, self.call, self.layout, part, rows=len(part)):
+                scores.append(self.rescoring.scored(inputs, rows).cpu())
+        return torch.cat(scores)
+
+    def _tail_works(self, image: int) -> bool:
+        """Whether replacing the layer's output of ``image``'s lone input by several rows
+        gives each row's score as whole passes would (checked once per image)."""
+        import torch
+
+        if image not in self.tails:
+            rows = torch.full((2,), image, dtype=torch.long)
+            whole = self.rescoring.scored(self.inputs[[image]], rows[:1]).cpu()
+            try:
+                with _replaced_output(self.layer, self.call, self.layout, None, rows=2):
+                    tail = self.rescoring.scored(self.inputs[[image]], rows).cpu()
+                works = tail.shape == (2,) and bool(torch.allclose(tail, whole.expand(2), rtol=1e-4, atol=1e-5))
+            except Exception:  # the model's later code needs the input's batch size: whole passes
+                works = False
+            self.tails[image] = works
+        return self.tails[image]
 
 
 @contextlib.contextmanager
-def _replaced_output(layer, call: int, layout: Layout, replacement) -> Iterator[None]:
-    """For one forward pass, the ``call``-th output of ``layer`` becomes ``replacement``
-    (channels first) laid out as the layer lays its output, in a copy; the rest of the
-    output (a class token, a tuple's other items) stays as the layer made it."""
+def _replaced_output(layer, call: int, layout: Layout, replacement, rows: int) -> Iterator[None]:
+    """For one forward pass, the ``call``-th output of ``layer`` becomes ``rows`` rows, each
+    the layer's output of the pass's first input, laid out as the layer lays its output,
+    with its map (channels first) replaced by ``replacement``'s row (kept with ``None``);
+    the rest of the output (a class token, a tuple's other items) stays as the layer made it.
+    A pass of ``rows`` inputs (whole passes) gets each input's own output instead."""
     seen = [0]
 
     def hook(_module, _args, output):
@@ -70,11 +112,12 @@ def _replaced_output(layer, call: int, layout: Layout, replacement) -> Iterator[
         tensor = _first_float(output) if index == call else None
         if tensor is None:
             return None
-        copy = tensor.clone()
-        view = reshape(copy, layout)
-        if view is None or tuple(view.shape) != tuple(replacement.shape) or not _shares(view, copy):
-            raise ValueError(f"score_layer: maps of shape {tuple(replacement.shape)} do not fit this layer's output")
-        view.copy_(replacement)
+        copy = tensor.clone() if len(tensor) == rows else tensor[:1].expand(rows, *tensor.shape[1:]).clone()
+        if replacement is not None:
+            view = reshape(copy, layout)
+            if view is None or tuple(view.shape) != tuple(replacement.shape) or not _shares(view, copy):
+                raise ValueError(f"score_layer: maps of shape {tuple(replacement.shape)} do not fit this layer's output")
+            view.copy_(replacement)
         return _replace_first(output, tensor, copy)
 
     with HookSet() as hooks:
@@ -92,7 +135,8 @@ class InputGradients:
     """``input_gradient(batch, images=None, guided=False)``: d(row's target score)/d(row).
 
     Attributes:
-        task, module, device, options, scorer, chunk, task_options: as ``tasks.base.Rescoring``'s.
+        task, module, device, options, scorer, chunk, task_options, formats: as
+            ``tasks.base.Rescoring``'s.
     """
 
     task: Any
@@ -102,6 +146,7 @@ class InputGradients:
     scorer: Any
     chunk: int
     task_options: Any = None
+    formats: Any = None
 
     def __call__(self, batch, images=None, guided: bool = False):
         import torch
@@ -114,14 +159,22 @@ class InputGradients:
         with torch.inference_mode(False), torch.enable_grad(), guide:
             for start in range(0, len(batch), self.chunk):
                 part = batch[start : start + self.chunk].detach().clone().requires_grad_(True)
-                output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
-                scores = self.scorer(output, rows[start : start + self.chunk])
-                if scores.requires_grad:
-                    (gradient,) = torch.autograd.grad(scores.sum(), part, allow_unused=True)
-                else:  # nothing to explain in these images: no graph reaches the input
-                    gradient = None
-                gradients.append(torch.zeros_like(part) if gradient is None else gradient.detach())
+                run = functools.partial(self._gradient, part, rows[start : start + self.chunk])
+                gradient = (
+                    run() if self.formats is None else self.formats.run(self.module, tuple(part.shape), run, gradients=True)
+                )
+                gradients.append(gradient)
         return torch.cat(gradients).float() if gradients else torch.zeros(0)
+
+    def _gradient(self, part, rows):
+        import torch
+
+        output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
+        scores = self.scorer(output, rows)
+        if not scores.requires_grad:  # nothing to explain in these images: no graph reaches the input
+            return torch.zeros_like(part)
+        (gradient,) = torch.autograd.grad(scores.sum(), part, allow_unused=True)
+        return torch.zeros_like(part) if gradient is None else gradient.detach()
 
 
 def relu_modules(model) -> list:

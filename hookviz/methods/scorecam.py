@@ -8,7 +8,9 @@ masked by that channel, with no gradient.
 The masked inputs go through the model in batches of ``RESCORING_BATCH`` under
 ``torch.inference_mode``. A channel whose map is constant masks the input to zeros
 (pytorch-grad-cam scales it as (A - min) / (max - min + 1e-8)): those are scored once per
-image. The softmax makes the paper's subtraction of the baseline's score unnecessary.
+image; so is each group of channels whose maps, scaled to 0..1, are equal (a sparse late
+layer has many that are one at a single position). The softmax makes the paper's
+subtraction of the baseline's score unnecessary.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def scorecam(ctx: MethodContext):
     if bool(constant.any()):  # masked to zeros: one score per image serves them all
         blank = ctx.score(torch.zeros_like(inputs)).to(scores.device)
         scores = torch.where(constant, blank[:, None], scores)
-    images, kept = (~constant).nonzero(as_tuple=True)
+    images, kept, same = _distinct_masks(flat, constant)
     for start in range(0, len(images), RESCORING_BATCH):
         rows, which = images[start : start + RESCORING_BATCH], kept[start : start + RESCORING_BATCH]
         masks = upsampled(activations[rows, which][:, None], inputs.shape[2:])
@@ -43,8 +45,37 @@ def scorecam(ctx: MethodContext):
         high = masks.flatten(1).amax(-1).reshape(-1, *[1] * (masks.dim() - 1))
         masks = (masks - low) / (high - low + 1e-8)
         scores[rows, which] = ctx.score(inputs[rows] * masks.to(inputs.dtype), rows).to(scores.device)
+    for image, channel, first in same:  # a map that scales another's masks the input as that one does
+        scores[image, channel] = scores[image, first]
     weights = torch.softmax(scores.double(), dim=1).to(activations.dtype)
     return _weighted(weights, activations)
+
+
+def _distinct_masks(flat, constant):
+    """The (image, channel) pairs to score: each image's non-constant channels, less those
+    whose map, scaled to 0..1, equals an earlier channel's (the upsampled masks are then
+    equal too: upsampling is linear); and, per left-out pair, the channel it copies."""
+    import torch
+
+    images, kept, same = [], [], []
+    low, high = flat.amin(-1, keepdim=True), flat.amax(-1, keepdim=True)
+    scaled = (flat - low) / (high - low).clamp(min=torch.finfo(flat.dtype).tiny)
+    for image in range(flat.shape[0]):
+        channels = (~constant[image]).nonzero()[:, 0]
+        if len(channels) == 0:
+            continue
+        _, inverse = torch.unique(scaled[image, channels], dim=0, return_inverse=True)
+        first = torch.full((int(inverse.max()) + 1,), -1, dtype=torch.long)
+        for position, group in enumerate(inverse.tolist()):
+            channel = int(channels[position])
+            if first[group] < 0:
+                first[group] = channel
+                images.append(image)
+                kept.append(channel)
+            else:
+                same.append((image, channel, int(first[group])))
+    as_long = dict(dtype=torch.long, device=flat.device)
+    return torch.tensor(images, **as_long), torch.tensor(kept, **as_long), same
 
 
 def upsampled(maps, size):

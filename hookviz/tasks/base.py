@@ -358,7 +358,9 @@ class Rescoring:
     ``images[row]`` stands for (default: row ``i`` is image ``i``). Returns (M,) float32.
 
     It runs the bare model (no hookviz hook is on it while it does) in the mode the pass put
-    it in; like every forward of the pass, it changes nothing in the model."""
+    it in; like every forward of the pass, it changes nothing in the model. ``formats``
+    (``hookviz.input_format.InputFormats``), when given, picks the input's memory format.
+    """
 
     task: Task
     module: object
@@ -367,6 +369,7 @@ class Rescoring:
     scorer: Callable
     chunk: int
     task_options: object = None
+    formats: object = None
 
     def __call__(self, batch, images=None):
         import torch
@@ -374,13 +377,25 @@ class Rescoring:
         rows = torch.arange(len(batch)) if images is None else torch.as_tensor(images, dtype=torch.long).flatten()
         if len(rows) != len(batch):
             raise ValueError(f"score: {len(batch)} inputs but {len(rows)} image indices")
-        scores = []
-        with torch.inference_mode():
-            for start in range(0, len(batch), self.chunk):
-                part = batch[start : start + self.chunk]
-                output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
-                scores.append(self.scorer(output, rows[start : start + self.chunk]).detach().float())
+        scores = [
+            self.scored(batch[start : start + self.chunk], rows[start : start + self.chunk])
+            for start in range(0, len(batch), self.chunk)
+        ]
         return torch.cat(scores) if scores else torch.zeros(0)
+
+    def scored(self, part, rows):
+        """One pass over ``part``; the output's row ``i`` scored for image ``rows[i]``. The
+        output may have more rows than ``part`` (a layer's output replaced by more rows)."""
+        import torch
+
+        def run():
+            with torch.inference_mode():
+                output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
+                return self.scorer(output, rows).detach().float()
+
+        if self.formats is None:
+            return run()
+        return self.formats.run(self.module, tuple(part.shape), run)
 
 
 TASKS: dict[str, Task] = {}

@@ -105,7 +105,10 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], name: str)
     scorer = task.probability_scorer([explanations[i].target for i in chosen], options)
 
     def score(batch, rows):
-        return scorer(task.forward(module, list(batch), explainer.device, options), rows)
+        def run():
+            return scorer(task.forward(module, list(batch), explainer.device, options), rows)
+
+        return explainer.formats.run(module, tuple(batch.shape), run)
 
     inputs = _inputs(explainer, images, chosen)
     maps = torch.from_numpy(np.stack([_cam(explanations[i], name) for i in chosen]))

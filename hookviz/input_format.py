@@ -1,0 +1,102 @@
+"""The memory format a model's input runs fastest in, learnt by timing the passes it makes.
+
+Re-scoring methods (Score-CAM, Ablation-CAM), integrated gradients and the faithfulness
+measures run the same model hundreds of times on inputs of one shape. On a CPU a
+convolutional network given its input channels-last (``torch.channels_last``) often runs
+1.3-2x faster (oneDNN's convolutions prefer it and keep it from layer to layer), and some
+models run slower (ConvNeXt permutes to channels-last and back itself). So, as
+``torch.backends.cudnn.benchmark`` times algorithms, ``InputFormats`` times the passes it is
+given: the first of an input shape runs as the input came, the second channels-last, and
+every later one in whichever ran faster per row. No pass is run only to be timed.
+
+Only the input changes: a forward pre-hook on the model, removed when the pass ends,
+makes its 4-D tensor input channels-last; the model's weights, modules and mode are left
+as they are, and the outputs are the same numbers up to float rounding (a convolution
+sums in another order). A model that cannot take a channels-last input (one that calls
+``.view`` on it) is run as the input came, from then on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from hookviz.errors import HookvizError
+from hookviz.hooks import HookSet
+
+__all__ = ["InputFormats", "channels_last_input"]
+
+T = TypeVar("T")
+#: A pass of fewer rows is not timed: its time per row says little of a full batch's.
+_TIMED_ROWS = 4
+
+
+class InputFormats:
+    """Per input shape (without the batch size) and kind of pass, which format ran faster.
+
+    ``formats.run(module, shape, call)`` returns ``call()``, run with ``module``'s input in the
+    chosen format; ``shape`` is the input batch's shape.
+    """
+
+    def __init__(self) -> None:
+        self._seconds: dict[tuple, dict[bool, float]] = {}
+
+    def run(self, module, shape: tuple, call: Callable[[], T], *, gradients: bool = False) -> T:
+        """``call()``, which runs ``module`` on an input batch of ``shape``, in the format chosen for it."""
+        if len(shape) != 4:
+            return call()
+        seen = self._seconds.setdefault((tuple(shape[1:]), gradients), {})
+        channels_last = self._choice(seen)
+        start = time.perf_counter()
+        try:
+            with channels_last_input(module) if channels_last else contextlib.nullcontext() as converted:
+                result = call()
+        except HookvizError:
+            raise
+        except Exception:
+            if not channels_last:
+                raise
+            seen[True] = math.inf  # the model cannot take it (a .view of its input): as the input came, from now on
+            return call()
+        if shape[0] >= _TIMED_ROWS and (converted is None or converted):
+            seen.setdefault(channels_last, (time.perf_counter() - start) / shape[0])
+        elif channels_last and not converted:
+            seen[True] = math.inf  # the module takes no tensor batch (a detector's list of images)
+        return result
+
+    def chosen(self, shape: tuple, *, gradients: bool = False) -> str:
+        """``channels_last``, ``as given`` or ``undecided`` for inputs of ``shape``: for notes and benchmarks."""
+        seen = self._seconds.get((tuple(shape[1:]), gradients), {})
+        if len(seen) < 2:
+            return "undecided"
+        return "channels_last" if self._choice(seen) else "as given"
+
+    @staticmethod
+    def _choice(seen: dict[bool, float]) -> bool:
+        if False not in seen:
+            return False
+        if True not in seen:
+            return True
+        return seen[True] < seen[False]
+
+
+@contextlib.contextmanager
+def channels_last_input(module) -> Iterator[Any]:
+    """Within the block, ``module``'s 4-D tensor input (its first argument) is made
+    channels-last before its forward runs; yields a list that is true once an input was."""
+    import torch
+
+    converted: list[bool] = []
+
+    def hook(_module, args):
+        if args and isinstance(args[0], torch.Tensor) and args[0].dim() == 4 and args[0].is_floating_point():
+            converted.append(True)
+            return (args[0].contiguous(memory_format=torch.channels_last), *args[1:])
+        return None
+
+    with HookSet() as hooks:
+        hooks.add(module.register_forward_pre_hook(hook))
+        yield converted

@@ -1,0 +1,85 @@
+"""The input's memory format for repeated passes: timed, chosen, and never a change to the model."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from hookviz.input_format import InputFormats
+
+
+class Formats(nn.Module):
+    """A convolution that records its input's format and is slow in ``slow`` format."""
+
+    def __init__(self, slow: str):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.slow, self.seen = slow, []
+
+    def forward(self, x):
+        kind = "channels_last" if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous() else "as given"
+        self.seen.append(kind)
+        if kind == self.slow:
+            time.sleep(0.03)
+        return self.conv(x)
+
+
+def _runs(model, formats, count=5, rows=8):
+    x = torch.randn(rows, 3, 16, 16)
+    outputs = [formats.run(model, tuple(x.shape), lambda: model(x)) for _ in range(count)]
+    return x, outputs
+
+
+def test_the_first_pass_runs_as_given_the_second_channels_last_then_the_faster():
+    for slow, faster in (("as given", "channels_last"), ("channels_last", "as given")):
+        model, formats = Formats(slow), InputFormats()
+        x, outputs = _runs(model, formats)
+        assert model.seen == ["as given", "channels_last", faster, faster, faster]
+        assert formats.chosen(tuple(x.shape)) == faster
+        for output in outputs:  # the same numbers either way
+            torch.testing.assert_close(output, model.conv(x), rtol=1e-5, atol=1e-6)
+        assert not model._forward_pre_hooks  # the conversion lived for its pass only
+
+
+def test_a_pass_of_few_rows_is_not_timed_and_runs_as_given_until_decided():
+    model, formats = Formats("channels_last"), InputFormats()
+    _runs(model, formats, count=3, rows=2)
+    assert model.seen == ["as given", "as given", "as given"]
+    assert formats.chosen((2, 3, 16, 16)) == "undecided"
+
+
+class Flattening(nn.Module):
+    """A model that calls ``.view`` on its input, which a channels-last tensor refuses."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(3 * 8 * 8, 2)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.head(x.view(len(x), -1))
+
+
+def test_a_model_that_cannot_take_channels_last_runs_as_given_from_then_on():
+    model, formats = Flattening(), InputFormats()
+    x = torch.randn(8, 3, 8, 8)
+    outputs = [formats.run(model, tuple(x.shape), lambda: model(x)) for _ in range(4)]
+    for output in outputs:
+        torch.testing.assert_close(output, model.head(x.reshape(8, -1)))
+    assert model.calls == 5  # the second pass failed channels-last and ran again; no more tries
+    assert formats.chosen(tuple(x.shape)) == "as given"
+
+
+def test_a_module_that_takes_no_tensor_batch_is_left_alone():
+    class Listing(nn.Module):
+        def forward(self, images):
+            return torch.stack([image.sum() for image in images])
+
+    model, formats = Listing(), InputFormats()
+    images = [torch.randn(3, 8, 8) for _ in range(8)]
+    for _ in range(4):
+        formats.run(model, (8, 3, 8, 8), lambda: model(images))
+    assert formats.chosen((8, 3, 8, 8)) == "as given"
