@@ -147,6 +147,23 @@ def test_run_explains_a_folder_over_its_prompts(kind, tmp_path, hub_cache):
         scores = torch.tensor([score["score"] for score in report["top5"]])
         assert [s["probability"] for s in report["top5"]] == pytest.approx(scores.sigmoid().tolist(), rel=1e-5)
         assert total != pytest.approx(1.0, abs=1e-3)
+    target = report["target"]
+    assert f"target {target['name']}; top-5: {target['name']} {target['probability']:.3f}" in result.stdout
+
+
+def test_faithfulness_follows_a_siglips_sigmoid(tmp_path, hub_cache):
+    from hookviz.explaining.explainer import Explainer
+    from hookviz.tasks.base import ClassScore
+
+    folder, model, tok = _folder(tmp_path, "siglip")
+    explainer = Explainer.create(load_model(f"hf:{folder}", prompts=PROMPTS))
+    image = torch.randn(2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(3))
+    theirs = _logits_per_image(model, tok, "siglip", image)
+    targets = [ClassScore(1, PROMPTS[1], 0.0, 0.0), ClassScore(2, PROMPTS[2], 0.0, 0.0)]
+    scorer = explainer.task.probability_scorer(targets, explainer.target, explainer.task_options)
+    with torch.no_grad():
+        scores = scorer(explainer.model.module(image), torch.arange(2))
+    assert torch.allclose(scores, torch.stack([theirs[0, 1], theirs[1, 2]]).sigmoid(), atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["clip", "siglip"])
