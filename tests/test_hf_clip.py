@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from hookviz import explain, load_model
 from hookviz.cli import app
 
-from .conftest import SAMPLES
+from .conftest import SAMPLES, hub_snapshot
 
 transformers = pytest.importorskip("transformers")
 
@@ -181,6 +181,22 @@ def test_logits_and_probabilities_are_the_models_own(kind, tmp_path, hub_cache):
     assert ours.target.index == best and ours.target.name == PROMPTS[best]
     assert ours.target.logit == pytest.approx(float(theirs[best]), rel=1e-5)
     assert [s.probability for s in ours.top5] == pytest.approx([float(probabilities[s.index]) for s in ours.top5], rel=1e-5)
+
+
+def test_a_cached_repository_loads_as_its_folder_does(tmp_path, hub_cache):
+    folder, model, tok = _folder(tmp_path, "clip")
+    snapshot = hub_snapshot(hub_cache, "hookviz-test/tiny-clip")
+    for path in folder.iterdir():
+        (snapshot / path.name).write_bytes(path.read_bytes())
+    loaded = load_model("hf:hookviz-test/tiny-clip", prompts=PROMPTS)
+    assert loaded.weights == "DEFAULT (hookviz-test/tiny-clip, Hugging Face cache)"
+    image = torch.randn(1, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.allclose(loaded.module(image), _logits_per_image(model, tok, "clip", image), atol=1e-6)
+    random = load_model("hf:hookviz-test/tiny-clip", "none", seed=1, prompts=PROMPTS)
+    assert random.weights == "none (random init, seed 1)" and random.categories == tuple(PROMPTS)
+    with torch.no_grad():
+        assert not torch.allclose(random.module(image), loaded.module(image))
 
 
 def test_clip_cam_equals_pytorch_grad_cams_clip_example(tmp_path, hub_cache):
