@@ -149,7 +149,7 @@ def _missing_open_clip(monkeypatch):
     [
         (
             ["--model", "tests.conftest:tiny_net", "--prompt", "a cat"],
-            "--prompt a cat: tests.conftest:tiny_net has no text tower; text prompts explain open_clip's CLIP models",
+            "--prompt a cat: tests.conftest:tiny_net has no text tower; text prompts explain CLIP and SigLIP models",
         ),
         (
             ["--model", "open_clip:ViT-S-32"],

@@ -143,8 +143,8 @@ def _prompts_for(source, options: ModelOptions) -> dict:
         return {"prompts": options.prompts}
     if options.prompts:
         raise UsageError(
-            f"{arg('prompts', options.prompts[0])}: {options.name} has no text tower; text prompts explain "
-            f"open_clip's CLIP models (--model open_clip:ARCH); drop {arg('prompts')}"
+            f"{arg('prompts', options.prompts[0])}: {options.name} has no text tower; text prompts explain CLIP and "
+            f"SigLIP models (--model open_clip:ARCH, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
         )
     return {}
 

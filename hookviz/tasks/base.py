@@ -223,7 +223,7 @@ class Task(Protocol):
         ``Detection.score``)."""
 
     # A task whose ``probability`` is not None also has:
-    # def probability_scorer(self, targets: Sequence[ClassScore | None], options) -> Callable:
+    # def probability_scorer(self, targets: Sequence[ClassScore | None], options, task_options=None) -> Callable:
     #     """``scorer(output, images)`` -> (M,): per row, the probability of the target of
     #     image ``images[row]`` (``targets``: per image, ``None`` scores 0), as
     #     ``ClassScore.probability`` reports it on the image itself."""

@@ -15,7 +15,7 @@ from hookviz.errors import UsageError, arg
 from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
 from hookviz.tasks.targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
 
-__all__ = ["Classify", "ClassPrediction", "logits_of", "parse_target"]
+__all__ = ["Classify", "ClassPrediction", "SigmoidScores", "logits_of", "parse_target"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +30,22 @@ class ClassPrediction(ImagePrediction):
 
     def to_json(self) -> dict:
         return {"objective": self.objective}
+
+
+@dataclass(frozen=True)
+class SigmoidScores:
+    """What ``Classify.bind`` makes of a model whose source declares its probabilities
+    sigmoids, each class on its own (SigLIP's image-text scores: ``LoadedModel.probabilities``),
+    and ``plan`` and ``probability_scorer`` read; a softmax classifier binds nothing."""
+
+    def asked(self) -> dict:
+        return {}  # the model's own, not the caller's: nothing asked
+
+
+def _probabilities(logits, task_options):
+    """Per class, its probability: the sigmoid for a model that declares it or one logit, else the softmax."""
+    sigmoid = isinstance(task_options, SigmoidScores) or logits.shape[1] == 1
+    return logits.sigmoid() if sigmoid else logits.softmax(dim=1)
 
 
 # ----------------------------------------------------------------------------- the output
@@ -146,7 +162,7 @@ def _keys(output) -> list[str]:
 @register_task
 class Classify(TaskBase):
     name = "classify"
-    probability = "the target class's probability (softmax; a binary classifier's sigmoid)"
+    probability = "the target class's probability (softmax; a binary classifier's or SigLIP's sigmoid)"
     class_targets = True
     words = "classification"
     priority = 0  # tried last: it claims what no other task does
@@ -182,6 +198,9 @@ class Classify(TaskBase):
                 f"{arg('box_objective', options.box_objective)}: a classifier has no boxes; drop {arg('box_objective')}"
             )
 
+    def bind(self, own, model, prepare, device: str, options):
+        return SigmoidScores() if model.probabilities == "sigmoid" else own
+
     def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
         return stacked(module, tensors, device)
 
@@ -210,8 +229,7 @@ class Classify(TaskBase):
             cams.append(("target", None if options.objective == "logit" else target_logit))
             if options.topk > 1:
                 cams += [(f"top{k + 1}", logits[rows, top[:, k]].sum()) for k in range(topk)]
-        # One logit per image is a binary classifier's: its probability is the sigmoid's.
-        probabilities = (detached.float().sigmoid() if classes == 1 else detached.float().softmax(dim=1)).cpu().numpy()
+        probabilities = _probabilities(detached.float(), task_options).cpu().numpy()
         logits_np = detached.float().cpu().numpy()
         notes = ()
         if options.topk > classes:
@@ -252,16 +270,17 @@ class Classify(TaskBase):
 
         return score
 
-    def probability_scorer(self, targets, options):
+    def probability_scorer(self, targets, options, task_options=None):
         """The probability of each image's target class, as ``plan`` reports it (softmax, or
-        the sigmoid of a binary classifier's one logit); 0 for an image without target."""
+        the sigmoid of a binary classifier's one logit or of a model that declares it); 0 for
+        an image without target."""
         import torch
 
         classes = torch.tensor([-1 if target is None else target.index for target in targets])
 
         def score(output, images):
             logits = logits_of(output, options.output_key).float()
-            probabilities = logits.sigmoid() if logits.shape[1] == 1 else logits.softmax(dim=1)
+            probabilities = _probabilities(logits, task_options)
             chosen = classes.to(logits.device)[images.to(logits.device)]
             values = probabilities.gather(1, chosen.clamp(min=0)[:, None])[:, 0]
             return values.where(chosen >= 0, values.new_zeros(()))

@@ -102,7 +102,7 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], name: str)
     from hookviz.trust.road import road
 
     task, module, options = explainer.task, explainer.model.module, explainer.target
-    scorer = task.probability_scorer([explanations[i].target for i in chosen], options)
+    scorer = task.probability_scorer([explanations[i].target for i in chosen], options, explainer.task_options)
 
     def score(batch, rows):
         def run():

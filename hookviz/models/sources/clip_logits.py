@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["ClipLogits"]
+__all__ = ["ClipLogits", "TransformersClipLogits"]
 
 
 class ClipLogits(nn.Module):
@@ -43,6 +43,54 @@ class ClipLogits(nn.Module):
         features = F.normalize(self.visual(image), dim=-1)
         logits = self.logit_scale.exp() * features @ self.text_features.to(features.dtype).T
         return logits if self.logit_bias is None else logits + self.logit_bias
+
+    def extra_repr(self) -> str:
+        return f"prompts={self.text_features.shape[0]}"
+
+
+class TransformersClipLogits(nn.Module):
+    """Image in, a transformers ``CLIPModel``'s or ``SiglipModel``'s image-text logits over
+    fixed prompts out: (N, prompts), as ``model(**inputs).logits_per_image`` computes them:
+
+    ``logits = (normalize(text) @ normalize(image).T * logit_scale.exp() (+ logit_bias)).T``
+
+    The image embedding is the vision tower's pooled output (CLIP's class token through
+    ``visual_projection``; SigLIP's attention-pooling head). The text embeddings are computed
+    once here, under ``no_grad`` and in eval mode, and kept as a buffer; the text tower is
+    not kept, so only the image tower's layers are listed (``vision_model.encoder.layers.1.layer_norm1``).
+
+    Args:
+        model: a transformers ``CLIPModel`` or ``SiglipModel``.
+        tokens: the prompts as the model's own tokenizer returns them (``return_tensors="pt"``).
+    """
+
+    text_features: torch.Tensor
+
+    def __init__(self, model, tokens):
+        super().__init__()
+        self.vision_model = model.vision_model
+        self.visual_projection = getattr(model, "visual_projection", None)  # CLIP's; SigLIP's head is in its tower
+        self.logit_scale = model.logit_scale
+        bias = getattr(model, "logit_bias", None)
+        self.logit_bias = bias if isinstance(bias, nn.Parameter) else None
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                text = model.get_text_features(**tokens)
+        finally:
+            model.train(was_training)
+        text = getattr(text, "pooler_output", text)  # transformers 5 returns the tower's output, projected
+        self.register_buffer("text_features", (text / text.norm(p=2, dim=-1, keepdim=True)).detach().clone())
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        image = self.vision_model(pixel_values=pixel_values).pooler_output
+        if self.visual_projection is not None:
+            image = self.visual_projection(image)
+        image = image / image.norm(p=2, dim=-1, keepdim=True)
+        # in transformers' own order (text @ image.T, scaled, shifted, transposed): the same numbers
+        logits = self.text_features.to(image.dtype) @ image.t() * self.logit_scale.exp()
+        return (logits if self.logit_bias is None else logits + self.logit_bias).t()
 
     def extra_repr(self) -> str:
         return f"prompts={self.text_features.shape[0]}"

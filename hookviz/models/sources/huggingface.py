@@ -10,8 +10,11 @@ from the output's ``.logits`` (``tasks.classify`` reads them). A checkpoint made
 another task (``SegformerForSemanticSegmentation``) or without a trained classifier head
 (``ViTModel``, ``Dinov2Model``: transformers would give it a random one) is refused.
 
-A repository that names its own Python code (an ``auto_map`` in its config.json or
-preprocessor_config.json) is refused before transformers reads it, and transformers is
+A ``CLIPModel`` or ``SiglipModel`` checkpoint is explained through text prompts
+(``--prompt TEXT``), as open_clip's CLIP models are: see ``hf_clip``.
+
+A repository that names its own Python code (an ``auto_map`` in its config.json,
+preprocessor_config.json, or a CLIP's tokenizer_config.json) is refused before transformers reads it, and transformers is
 always told ``trust_remote_code=False``: left to itself it would ask at a terminal whether
 to run the code, and hookviz never runs downloaded code.
 
@@ -24,6 +27,7 @@ import importlib.util
 import json
 import pickle
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from hookviz.errors import UnknownModelError, WeightsError, arg, first_line
@@ -59,6 +63,8 @@ class HuggingFaceSource:
     name = "hf"
     priority = 20  # prefixed names first
     prefix = PREFIX
+    #: A CLIP or SigLIP checkpoint has a text tower: ``load`` takes the prompts it is explained by.
+    takes_prompts = True
 
     def __init__(self):
         self._listed: dict[str, dict] = {}
@@ -92,7 +98,9 @@ class HuggingFaceSource:
         labels = config.get("id2label") or {}
         return f"{config.get('model_type', '?')}, {len(labels)} classes, cached" if config else ""
 
-    def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
+    def load(
+        self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()
+    ) -> LoadedModel:
         _import_transformers(name)
         repo = name[len(PREFIX) :].strip()
         if not repo:
@@ -100,6 +108,10 @@ class HuggingFaceSource:
         kind = weights_kind(weights)
         where = _Where(name, repo, pretrained=kind == "default")
         config = where.config()
+        from hookviz.models.sources import hf_clip
+
+        if hf_clip.text_tower(config) is not None or prompts:
+            return hf_clip.load(where, config, weights, seed, prompts)
         loading: tuple[str, ...] = ()
         if kind == "default":
             model, loading = where.pretrained(seed)
@@ -155,17 +167,22 @@ class _Where:
         self.where = self.folder if not self.hub else self.repo  # how messages name it
         # Never the prompt "Do you wish to run the custom code? [y/N]": the answer is always no.
         self.kwargs = {**self.hub, "trust_remote_code": False}
-        self._refuse_custom_code()
+        self.refuse_custom_code(_CODE_MAPS)
 
-    def _refuse_custom_code(self) -> None:
-        """Refuse a repository whose files name its own Python code, before transformers reads
-        them (one not cached yet is refused by transformers itself, told trust_remote_code=False)."""
+    def file(self, filename: str) -> Path | None:
+        """``filename`` in the folder, or in the cache (``None``: not there)."""
         from hookviz.models.sources.hub import cached_file
 
-        for filename in _CODE_MAPS:
-            path = self.folder / filename if not self.hub else cached_file(self.repo, filename)
+        path = self.folder / filename if not self.hub else cached_file(self.repo, filename)
+        return path if path is not None and path.is_file() else None
+
+    def refuse_custom_code(self, filenames: Sequence[str]) -> None:
+        """Refuse a repository whose ``filenames`` name its own Python code, before transformers
+        reads them (one not cached yet is refused by transformers itself, told trust_remote_code=False)."""
+        for filename in filenames:
+            path = self.file(filename)
             try:
-                document = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else {}
+                document = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
             except (OSError, ValueError):
                 continue  # unreadable: transformers says so, in its own words
             if isinstance(document, dict) and document.get("auto_map"):
@@ -226,8 +243,12 @@ class _Where:
                 f"classifier; hookviz explains transformers' image classifiers{also}"
             )
 
-    def pretrained(self, seed: int):
+    def pretrained(self, seed: int, auto=None):
         """The model with the checkpoint's weights, and a note when some were not in it.
+
+        Args:
+            auto: the transformers auto class to load it with (``AutoModel`` for a CLIP);
+                ``None``: an image classifier, whose head must be in the checkpoint.
 
         Raises:
             UnknownModelError: the checkpoint has no classifier head.
@@ -242,7 +263,7 @@ class _Where:
             # quiet(): transformers' own load report (a table in terminal colours) stays off
             # stderr; what it says that matters is raised or noted here, in hookviz's words.
             with seeded(seed), weights_only_loads(), quiet():
-                model, info = AutoModelForImageClassification.from_pretrained(
+                model, info = (auto or AutoModelForImageClassification).from_pretrained(
                     str(self.repo), dtype=torch.float32, output_loading_info=True, **self.kwargs
                 )
         except pickle.UnpicklingError:
@@ -259,10 +280,10 @@ class _Where:
                 "is it cut short? save it again with save_pretrained"
             ) from None
         # a float16 checkpoint: gradients and CAMs are computed in float32
-        return model.float(), self._missing(model, sorted(info.get("missing_keys") or ()))
+        return model.float(), self._missing(model, sorted(info.get("missing_keys") or ()), auto is None)
 
-    def _missing(self, model, missing: list[str]) -> tuple[str, ...]:
-        head = sorted(set(missing) & _head_weights(model))
+    def _missing(self, model, missing: list[str], classifier: bool = True) -> tuple[str, ...]:
+        head = sorted(set(missing) & _head_weights(model)) if classifier else []
         if head:
             raise UnknownModelError(
                 f"{arg('model', self.name)}: {self.where} has no classifier head ({', '.join(head[:4])} not in "
@@ -275,11 +296,12 @@ class _Where:
         return (f"{len(missing)} of the model's weights are not in {self.where} and were initialised at random: {listed}",)
 
     @staticmethod
-    def from_config(config, seed: int):
+    def from_config(config, seed: int, auto=None):
+        """``config``'s model, randomly initialised from ``seed`` (``auto``: as ``pretrained``'s)."""
         from transformers import AutoModelForImageClassification
 
         with seeded(seed):
-            return AutoModelForImageClassification.from_config(config, trust_remote_code=False).float()
+            return (auto or AutoModelForImageClassification).from_config(config, trust_remote_code=False).float()
 
     def preprocessing(self) -> tuple[Preprocessing, tuple[str, ...]]:
         from transformers import AutoImageProcessor

@@ -1,0 +1,266 @@
+"""transformers' CLIP and SigLIP checkpoints as ``hf:FOLDER`` with text prompts: tiny models
+built from configs, saved with a tokenizer built here from a hand-written vocabulary (no
+sentencepiece: the SigLIP folder carries a CLIP tokenizer, which its AutoTokenizer reads as
+any other); the hub is switched off throughout."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from hookviz import explain, load_model
+from hookviz.cli import app
+
+from .conftest import SAMPLES, hub_snapshot
+
+transformers = pytest.importorskip("transformers")
+
+CAT = SAMPLES / "cat.png"
+PROMPTS = ["a photo of a cat", "a photo of a dog", "a car"]
+SIZE, PATCH = 32, 8
+GRID = SIZE // PATCH
+LAYER = "vision_model.encoder.layers.1.layer_norm1"
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _tokenizer():
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for letter in "abcdefghijklmnopqrstuvwxyz":
+        vocab[letter] = len(vocab)
+        vocab[letter + "</w>"] = len(vocab)
+    return transformers.CLIPTokenizer(vocab=vocab, merges=[]), len(vocab)
+
+
+def _configs(vocab_size: int):
+    text = {
+        "vocab_size": vocab_size,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 24,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+    }
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": SIZE,
+        "patch_size": PATCH,
+    }
+    return text, vision
+
+
+def _folder(tmp_path, kind: str, tokenizer: bool = True):
+    """A ``CLIPModel`` or ``SiglipModel`` saved with save_pretrained, its image processor and
+    (unless not ``tokenizer``) its tokenizer; returns (folder, model, tokenizer)."""
+    tok, vocab_size = _tokenizer()
+    text, vision = _configs(vocab_size)
+    torch.manual_seed(0)
+    if kind == "clip":
+        model = transformers.CLIPModel(transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
+        processor = transformers.CLIPImageProcessor(size={"shortest_edge": SIZE}, crop_size={"height": SIZE, "width": SIZE})
+    else:
+        model = transformers.SiglipModel(transformers.SiglipConfig(text_config=text, vision_config=vision))
+        with torch.no_grad():  # transformers initialises the bias at 0: a shift the test can see
+            model.logit_bias.fill_(-1.5)
+        processor = transformers.SiglipImageProcessor(size={"height": SIZE, "width": SIZE})
+    folder = tmp_path / kind
+    model.eval().save_pretrained(folder)
+    processor.save_pretrained(folder)
+    if tokenizer:
+        tok.save_pretrained(folder)
+    return folder, model, tok
+
+
+def _logits_per_image(model, tok, kind: str, image: torch.Tensor) -> torch.Tensor:
+    """transformers' own: ``model(**inputs).logits_per_image``, the prompts padded as its model card pads them."""
+    padding = "max_length" if kind == "siglip" else True
+    inputs = tok(PROMPTS, padding=padding, max_length=24, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(pixel_values=image, **inputs).logits_per_image
+
+
+def reshape_transform(tensor, height=GRID, width=GRID):
+    """pytorch-grad-cam's ViT/CLIP example's reshape_transform: drop the class token, grid, NCHW."""
+    result = tensor[:, 1:, :].reshape(tensor.size(0), height, width, tensor.size(2))
+    return result.transpose(2, 3).transpose(1, 2)
+
+
+class LogitsPerImage(torch.nn.Module):
+    """pytorch-grad-cam's Hugging Face CLIP example: the model's ``logits_per_image``."""
+
+    def __init__(self, model, inputs):
+        super().__init__()
+        self.model, self.inputs = model, inputs
+
+    def forward(self, image):
+        return self.model(pixel_values=image, **self.inputs).logits_per_image
+
+
+def _pgc_scaled(cam: np.ndarray, size: int) -> np.ndarray:
+    cam = cam - cam.min()
+    cam = cam / (1e-7 + cam.max())
+    return F.interpolate(torch.from_numpy(cam)[None, None].float(), size=(size, size), mode="bilinear")[0, 0].numpy()
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_run_explains_a_folder_over_its_prompts(kind, tmp_path, hub_cache):
+    folder, model, tok = _folder(tmp_path, kind)
+    result = invoke(
+        "run",
+        "--model",
+        f"hf:{folder}",
+        "--weights",
+        "DEFAULT",
+        *[a for p in PROMPTS for a in ("--prompt", p)],
+        "--topk",
+        "3",
+        "--pictures",
+        "none",
+        "--out",
+        tmp_path / "out",
+        "--device",
+        "cpu",
+        CAT,
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    assert sorted(score["name"] for score in report["top5"]) == sorted(PROMPTS)
+    assert report["layers"][0]["name"] == LAYER
+    assert report["declared_layout"]["prefix"] == (1 if kind == "clip" else 0)
+    total = sum(score["probability"] for score in report["top5"])
+    if kind == "clip":
+        assert total == pytest.approx(1.0, abs=1e-5)
+    else:  # sigmoids, each prompt on its own
+        scores = torch.tensor([score["score"] for score in report["top5"]])
+        assert [s["probability"] for s in report["top5"]] == pytest.approx(scores.sigmoid().tolist(), rel=1e-5)
+        assert total != pytest.approx(1.0, abs=1e-3)
+    target = report["target"]
+    assert f"target {target['name']}; top-5: {target['name']} {target['probability']:.3f}" in result.stdout
+
+
+def test_faithfulness_follows_a_siglips_sigmoid(tmp_path, hub_cache):
+    from hookviz.explaining.explainer import Explainer
+    from hookviz.tasks.base import ClassScore
+
+    folder, model, tok = _folder(tmp_path, "siglip")
+    explainer = Explainer.create(load_model(f"hf:{folder}", prompts=PROMPTS))
+    image = torch.randn(2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(3))
+    theirs = _logits_per_image(model, tok, "siglip", image)
+    targets = [ClassScore(1, PROMPTS[1], 0.0, 0.0), ClassScore(2, PROMPTS[2], 0.0, 0.0)]
+    scorer = explainer.task.probability_scorer(targets, explainer.target, explainer.task_options)
+    with torch.no_grad():
+        scores = scorer(explainer.model.module(image), torch.arange(2))
+    assert torch.allclose(scores, torch.stack([theirs[0, 1], theirs[1, 2]]).sigmoid(), atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_logits_and_probabilities_are_the_models_own(kind, tmp_path, hub_cache):
+    folder, model, tok = _folder(tmp_path, kind)
+    loaded = load_model(f"hf:{folder}", prompts=PROMPTS)
+    assert loaded.categories == tuple(PROMPTS) and loaded.input_size == (SIZE, SIZE)
+    image = torch.randn(3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
+    theirs = _logits_per_image(model, tok, kind, image[None])[0]
+    with torch.no_grad():
+        assert torch.allclose(loaded.module(image[None])[0], theirs, atol=1e-6)
+    ours = explain(loaded, image)
+    best = int(theirs.argmax())
+    probabilities = theirs.sigmoid() if kind == "siglip" else theirs.softmax(0)
+    assert ours.target.index == best and ours.target.name == PROMPTS[best]
+    assert ours.target.logit == pytest.approx(float(theirs[best]), rel=1e-5)
+    assert [s.probability for s in ours.top5] == pytest.approx([float(probabilities[s.index]) for s in ours.top5], rel=1e-5)
+
+
+def test_a_cached_repository_loads_as_its_folder_does(tmp_path, hub_cache):
+    folder, model, tok = _folder(tmp_path, "clip")
+    snapshot = hub_snapshot(hub_cache, "hookviz-test/tiny-clip")
+    for path in folder.iterdir():
+        (snapshot / path.name).write_bytes(path.read_bytes())
+    loaded = load_model("hf:hookviz-test/tiny-clip", prompts=PROMPTS)
+    assert loaded.weights == "DEFAULT (hookviz-test/tiny-clip, Hugging Face cache)"
+    image = torch.randn(1, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.allclose(loaded.module(image), _logits_per_image(model, tok, "clip", image), atol=1e-6)
+    random = load_model("hf:hookviz-test/tiny-clip", "none", seed=1, prompts=PROMPTS)
+    assert random.weights == "none (random init, seed 1)" and random.categories == tuple(PROMPTS)
+    with torch.no_grad():
+        assert not torch.allclose(random.module(image), loaded.module(image))
+
+
+def test_clip_cam_equals_pytorch_grad_cams_clip_example(tmp_path, hub_cache):
+    from pytorch_grad_cam import GradCAM
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    folder, model, tok = _folder(tmp_path, "clip")
+    loaded = load_model(f"hf:{folder}", prompts=PROMPTS)
+    image = torch.randn(3, SIZE, SIZE, generator=torch.Generator().manual_seed(2))
+    inputs = tok(PROMPTS, padding=True, return_tensors="pt")
+    theirs_model = LogitsPerImage(model, inputs).eval()
+    with torch.no_grad():
+        best = int(theirs_model(image[None])[0].argmax())
+    ours = explain(loaded, image)
+    assert ours.layers[0].name == LAYER and ours.target.index == best
+    target_layer = model.vision_model.encoder.layers[-1].layer_norm1
+    with GradCAM(model=theirs_model, target_layers=[target_layer], reshape_transform=reshape_transform) as cam:
+        theirs = cam(input_tensor=image[None], targets=[ClassifierOutputTarget(best)])[0]
+    mine = _pgc_scaled(ours[LAYER].cam, SIZE)
+    assert theirs.max() > 0
+    assert np.corrcoef(mine.ravel(), theirs.ravel())[0, 1] >= 0.999
+
+
+def _one_line_error(result, line: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("hookviz: error: " + line), result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+
+
+def _run(tmp_path, model: str, *args):
+    return invoke("run", "--model", model, *args, "--out", tmp_path / "out", "--device", "cpu", CAT)
+
+
+def test_a_folder_without_tokenizer_is_refused_in_one_line(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip", tokenizer=False)
+    result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat")
+    _one_line_error(result, f"--model hf:{folder}: {folder} has no tokenizer (none of tokenizer.json, vocab.json")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_clip_folder_without_prompts_names_the_options(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "siglip")
+    result = _run(tmp_path, f"hf:{folder}")
+    _one_line_error(
+        result,
+        f"--model hf:{folder}: a SigLIP model is explained by text prompts; pass --prompt TEXT (repeatable) "
+        "or --prompts FILE (one a line)",
+    )
+
+
+def test_prompts_for_an_image_classifier_are_refused_in_one_line(tmp_path, hub_cache):
+    config = transformers.ViTConfig(
+        image_size=SIZE, patch_size=PATCH, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    folder = tmp_path / "vit"
+    transformers.ViTForImageClassification(config).save_pretrained(folder)
+    result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat")
+    _one_line_error(result, f"--prompt a cat: hf:{folder} has no text tower; text prompts explain CLIP and SigLIP models")
+
+
+def test_a_tokenizer_naming_its_own_code_is_refused(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": ["hookviz_custom.Tokenizer", None]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat")
+    _one_line_error(result, f"--model hf:{folder}: {folder} needs its own Python code (auto_map in tokenizer_config.json)")
