@@ -134,6 +134,11 @@ class Explainer:
         return {**asdict(self.target), **asked}
 
     @property
+    def references(self) -> tuple:
+        """The identities of the references an embedding is compared with (``EmbedOptions``), or ``()``."""
+        return tuple(getattr(self.task_options, "references", ()))
+
+    @property
     def methods(self) -> tuple:
         """Every CAM method asked for (``hookviz.methods.Method``), in order; ``()`` for ``cam='none'``."""
         from hookviz.methods import get_method

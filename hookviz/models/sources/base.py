@@ -59,6 +59,8 @@ class LoadedModel:
         default_layers: the layers to explain when the caller names none, when the source
             knows them better than ``layers.default_layer`` finds them (a YOLO's neck outputs).
         default_layers_reason: why those, in words.
+        prompts: the text prompts a model with a text tower was loaded with (its categories;
+            report.json keeps them, ``--skip-existing`` compares them); ``()`` for other models.
     """
 
     name: str
@@ -74,6 +76,7 @@ class LoadedModel:
     weights_sha256: str | None = None
     default_layers: tuple[str, ...] = ()
     default_layers_reason: str | None = None
+    prompts: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"
