@@ -233,3 +233,12 @@ def test_skip_existing_redoes_a_photo_whose_reference_changed(tmp_path):
     document = json.loads(report.read_text())
     assert document["asked"]["references"][0]["sha256"] != recorded[0]["sha256"]  # redone
     assert document["target"]["score"] == pytest.approx(1.0, abs=1e-5)  # the cat against itself now
+
+
+def test_explain_takes_a_models_name_with_a_concept_embedding():
+    # timm's test_vit: a classifier by name, an embedding model by its reference
+    concept = torch.randn(1000, generator=torch.Generator().manual_seed(2))
+    result = explain("timm:test_vit", CAT, weights="none", target_image=concept)
+    assert result.task == "embed" and result.target.name == "concept 1 (an embedding)"
+    assert [r.name for r in result.references] == ["concept 1 (an embedding)"]
+    assert np.isfinite(next(layer.cam for layer in result.layers if layer.cam is not None)).all()

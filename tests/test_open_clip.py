@@ -211,3 +211,32 @@ def test_skip_existing_redoes_a_photo_explained_with_other_prompts(tmp_path):
     assert _run_prompts(tmp_path, PROMPTS[0], PROMPTS[2]).exit_code == 0
     assert json.loads(report.read_text())["asked"]["prompts"] == [PROMPTS[0], PROMPTS[2]]
     assert report.stat().st_mtime_ns != older  # redone
+
+
+@pytest.mark.slow  # open_clip's import and model
+def test_explain_takes_a_clip_models_name_with_its_prompts():
+    image = torch.randint(0, 256, (3, 96, 96), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    result = explain(f"open_clip:{ARCH}", image, weights="none", prompts=PROMPTS, target=PROMPTS[2], layers=[LAYER])
+    assert result.target.name == PROMPTS[2] and sorted(s.name for s in result.top5) == sorted(PROMPTS)
+    assert result.prompts == tuple(PROMPTS)
+    assert np.isfinite(result[LAYER].cam).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, line",
+    [
+        ({}, f"model='open_clip:{ARCH}': a CLIP model is explained by text prompts; pass prompts='TEXT'"),
+        (
+            {"model": torch.nn.Conv2d(3, 3, 1), "prompts": ["a cat"]},
+            "prompts=['a cat']: the model is built already; pass its name",
+        ),
+        ({"model": "resnet18", "prompts": ["a cat"]}, "prompts='a cat': resnet18 has no text tower"),
+    ],
+)
+def test_explain_refuses_prompts_it_cannot_use_in_one_line(kwargs, line):
+    from hookviz.errors import UsageError
+
+    kwargs = {"model": f"open_clip:{ARCH}", "weights": "none", **kwargs}
+    with pytest.raises(UsageError) as caught:
+        explain(kwargs.pop("model"), torch.zeros(3, 64, 64), **kwargs)
+    assert str(caught.value).startswith(line) and "\n" not in str(caught.value)

@@ -379,6 +379,8 @@ def explain(
     target_image=None,
     faithfulness: bool = False,
     sanity: bool = False,
+    weights: str = "DEFAULT",
+    prompts: Sequence[str] | str = (),
 ) -> Explanation:
     """Explain one image with ``model``: the notebook form of ``hookviz run``.
 
@@ -422,6 +424,9 @@ def explain(
         faithfulness: also measure each CAM's deletion, insertion and ROAD curves
             (``layer.trust``; a classifier's only).
         sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
+        weights: for a model name: what ``load_model`` loads (``DEFAULT``, ``none``, a file).
+        prompts: for the name of a model with a text tower (``open_clip:ViT-B-32``): its
+            classes, as ``--prompt`` (``hookviz.options.read_prompts`` reads a file of them).
 
     Returns:
         An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
@@ -433,8 +438,14 @@ def explain(
 
     from hookviz.models.loading import load_model
 
+    if not isinstance(model, str) and (prompts or weights != "DEFAULT"):
+        given = arg("prompts", prompts) if prompts else arg("weights", weights)
+        raise UsageError(
+            f"{given}: the model is built already; pass its name instead (or load it with "
+            f"load_model(name, weights=..., prompts=...))"
+        )
     if isinstance(model, str):
-        loaded = load_model(model)
+        loaded = load_model(ModelOptions(model, weights, prompts=prompts))  # type: ignore[arg-type]  # ModelOptions takes one or several
     elif isinstance(model, LoadedModel):
         loaded = model
     elif not isinstance(model, nn.Module):
