@@ -206,3 +206,39 @@ def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
     assert result.stderr.startswith(f"hookviz: error: {line}")
     assert result.stderr.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def _run_reference(tmp_path, reference, skip=True):
+    return invoke(
+        "run", "--model", "tests.conftest:tiny_net", "--weights", "none", "--target-image", reference, CAT,
+        "--out", tmp_path / "out", "--device", "cpu", "--pictures", "none", "--crop", "64", "--resize", "64",
+        *(["--skip-existing"] if skip else []),
+    )  # fmt: skip
+
+
+def test_skip_existing_redoes_a_photo_whose_reference_changed(tmp_path):
+    reference = tmp_path / "reference.png"
+    shutil.copyfile(COFFEE, reference)
+    report = tmp_path / "out" / "cat" / "report.json"
+    assert _run_reference(tmp_path, reference, skip=False).exit_code == 0
+    recorded = json.loads(report.read_text())["asked"]["references"]
+    assert [(r["name"], r["photos"][0]["sha256"]) for r in recorded] == [(str(reference), recorded[0]["sha256"])]
+    first = report.stat().st_mtime_ns
+    same = _run_reference(tmp_path, reference)
+    assert same.exit_code == 0, same.output
+    assert report.stat().st_mtime_ns == first  # the same reference: skipped
+    shutil.copyfile(CAT, reference)  # the same path, another photo
+    changed = _run_reference(tmp_path, reference)
+    assert changed.exit_code == 0, changed.output
+    document = json.loads(report.read_text())
+    assert document["asked"]["references"][0]["sha256"] != recorded[0]["sha256"]  # redone
+    assert document["target"]["score"] == pytest.approx(1.0, abs=1e-5)  # the cat against itself now
+
+
+def test_explain_takes_a_models_name_with_a_concept_embedding():
+    # timm's test_vit: a classifier by name, an embedding model by its reference
+    concept = torch.randn(1000, generator=torch.Generator().manual_seed(2))
+    result = explain("timm:test_vit", CAT, weights="none", target_image=concept)
+    assert result.task == "embed" and result.target.name == "concept 1 (an embedding)"
+    assert [r.name for r in result.references] == ["concept 1 (an embedding)"]
+    assert np.isfinite(next(layer.cam for layer in result.layers if layer.cam is not None)).all()

@@ -181,3 +181,62 @@ def test_bad_prompts_are_refused_in_one_line(args, line, tmp_path, monkeypatch):
     assert result.stderr.startswith(f"hookviz: error: {line}")
     assert result.stderr.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def _run_prompts(tmp_path, *prompts, skip=True):
+    args = [f"--prompt={text}" for text in prompts]
+    return invoke(
+        "run", "--model", f"open_clip:{ARCH}", "--weights", "none", *args, "--pictures", "none",
+        "--out", tmp_path / "out", "--device", "cpu", *(["--skip-existing"] if skip else []), CAT,
+    )  # fmt: skip
+
+
+@pytest.mark.slow  # open_clip's import, three loads
+def test_skip_existing_redoes_a_photo_explained_with_other_prompts(tmp_path):
+    report = tmp_path / "out" / "cat" / "report.json"
+    assert _run_prompts(tmp_path, *PROMPTS[:2], skip=False).exit_code == 0
+    assert json.loads(report.read_text())["asked"]["prompts"] == PROMPTS[:2]
+    first = report.stat().st_mtime_ns
+    same = _run_prompts(tmp_path, *PROMPTS[:2])
+    assert same.exit_code == 0, same.output
+    assert report.stat().st_mtime_ns == first  # the same prompts: skipped
+    other = _run_prompts(tmp_path, PROMPTS[0], PROMPTS[2])
+    assert other.exit_code == 0, other.output
+    document = json.loads(report.read_text())
+    assert document["asked"]["prompts"] == [PROMPTS[0], PROMPTS[2]]  # other prompts: redone
+    assert sorted(score["name"] for score in document["top5"]) == sorted([PROMPTS[0], PROMPTS[2]])
+    del document["asked"]["prompts"]  # as an older hookviz wrote it: the prompts are unknown
+    report.write_text(json.dumps(document))
+    older = report.stat().st_mtime_ns
+    assert _run_prompts(tmp_path, PROMPTS[0], PROMPTS[2]).exit_code == 0
+    assert json.loads(report.read_text())["asked"]["prompts"] == [PROMPTS[0], PROMPTS[2]]
+    assert report.stat().st_mtime_ns != older  # redone
+
+
+@pytest.mark.slow  # open_clip's import and model
+def test_explain_takes_a_clip_models_name_with_its_prompts():
+    image = torch.randint(0, 256, (3, 96, 96), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    result = explain(f"open_clip:{ARCH}", image, weights="none", prompts=PROMPTS, target=PROMPTS[2], layers=[LAYER])
+    assert result.target.name == PROMPTS[2] and sorted(s.name for s in result.top5) == sorted(PROMPTS)
+    assert result.prompts == tuple(PROMPTS)
+    assert np.isfinite(result[LAYER].cam).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, line",
+    [
+        ({}, f"model='open_clip:{ARCH}': a CLIP model is explained by text prompts; pass prompts='TEXT'"),
+        (
+            {"model": torch.nn.Conv2d(3, 3, 1), "prompts": ["a cat"]},
+            "prompts=['a cat']: the model is built already; pass its name",
+        ),
+        ({"model": "resnet18", "prompts": ["a cat"]}, "prompts='a cat': resnet18 has no text tower"),
+    ],
+)
+def test_explain_refuses_prompts_it_cannot_use_in_one_line(kwargs, line):
+    from hookviz.errors import UsageError
+
+    kwargs = {"model": f"open_clip:{ARCH}", "weights": "none", **kwargs}
+    with pytest.raises(UsageError) as caught:
+        explain(kwargs.pop("model"), torch.zeros(3, 64, 64), **kwargs)
+    assert str(caught.value).startswith(line) and "\n" not in str(caught.value)

@@ -138,6 +138,11 @@ class Explainer:
         return {**asdict(self.target), **asked}
 
     @property
+    def references(self) -> tuple:
+        """The identities of the references an embedding is compared with (``EmbedOptions``), or ``()``."""
+        return tuple(getattr(self.task_options, "references", ()))
+
+    @property
     def methods(self) -> tuple:
         """Every CAM method asked for (``hookviz.methods.Method``), in order; ``()`` for ``cam='none'``."""
         from hookviz.methods import get_method
@@ -378,6 +383,8 @@ def explain(
     target_image=None,
     faithfulness: bool = False,
     sanity: bool = False,
+    weights: str = "DEFAULT",
+    prompts: Sequence[str] | str = (),
 ) -> Explanation:
     """Explain one image with ``model``: the notebook form of ``hookviz run``.
 
@@ -421,6 +428,9 @@ def explain(
         faithfulness: also measure each CAM's deletion, insertion and ROAD curves
             (``layer.trust``; a classifier's only).
         sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
+        weights: for a model name: what ``load_model`` loads (``DEFAULT``, ``none``, a file).
+        prompts: for the name of a model with a text tower (``open_clip:ViT-B-32``): its
+            classes, as ``--prompt`` (``hookviz.options.read_prompts`` reads a file of them).
 
     Returns:
         An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
@@ -432,8 +442,14 @@ def explain(
 
     from hookviz.models.loading import load_model
 
+    if not isinstance(model, str) and (prompts or weights != "DEFAULT"):
+        given = arg("prompts", prompts) if prompts else arg("weights", weights)
+        raise UsageError(
+            f"{given}: the model is built already; pass its name instead (or load it with "
+            f"load_model(name, weights=..., prompts=...))"
+        )
     if isinstance(model, str):
-        loaded = load_model(model)
+        loaded = load_model(ModelOptions(model, weights, prompts=prompts))  # type: ignore[arg-type]  # ModelOptions takes one or several
     elif isinstance(model, LoadedModel):
         loaded = model
     elif not isinstance(model, nn.Module):

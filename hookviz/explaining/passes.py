@@ -146,6 +146,8 @@ class Explanation:
             or ``none``; ``cam_methods``: every method asked for, in order.
         pixel_maps: per method of ``cam_methods`` that maps the input, its ``PixelMap``.
         trust: the ``TrustOptions`` its CAMs were measured with, as JSON (``{}``: none).
+        prompts: the text prompts of a model with a text tower (its classes); ``()``: none.
+        references: the ``identity.ReferenceIdentity`` of each reference an embedding was compared with.
     """
 
     image: PreparedImage
@@ -169,6 +171,8 @@ class Explanation:
     cam_methods: tuple[str, ...] = ()
     pixel_maps: dict = field(default_factory=dict)
     trust: dict = field(default_factory=dict, repr=False)
+    prompts: tuple[str, ...] = ()
+    references: tuple = field(default=(), repr=False)
 
     def __getitem__(self, name: str) -> LayerResult:
         for layer in self.layers:
@@ -391,6 +395,8 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         task=explainer.task.name,
         prediction=prediction,
         asked=explainer.asked,
+        prompts=explainer.model.prompts,
+        references=explainer.references,
         layer_choice=explainer.layer_choice,
         declared_layout=declared,
     )

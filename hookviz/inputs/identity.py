@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hookviz.errors import display_path
 
-__all__ = ["file_sha256", "PhotoIdentity", "Match", "match_photo"]
+__all__ = ["file_sha256", "PhotoIdentity", "ReferenceIdentity", "Match", "match_photo"]
 
 _CHUNK = 1 << 20
 #: Digests remembered, the most recent first out: a run over a million photos keeps a few.
@@ -82,6 +82,42 @@ class PhotoIdentity:
         if not (isinstance(path, str) and isinstance(size, int) and isinstance(mtime, int) and isinstance(sha, str)):
             return None
         return cls(path, size, mtime, sha)
+
+
+@dataclass(frozen=True)
+class ReferenceIdentity:
+    """What a report records of a reference an embedding was compared with (``--target-image``):
+    its name, the photos it stands for (a folder's, each as ``PhotoIdentity``) and one SHA-256
+    of its content (a photo's bytes; a folder's photos' digests, in order; from Python, an
+    embedding's or an in-memory image's values), which ``--skip-existing`` compares."""
+
+    name: str
+    sha256: str
+    photos: tuple[PhotoIdentity, ...] = ()
+
+    @classmethod
+    def of_photos(cls, name: str, paths) -> "ReferenceIdentity":
+        """Raises OSError when a photo cannot be read."""
+        photos = tuple(PhotoIdentity.of(Path(path)) for path in paths)
+        if len(photos) == 1:
+            return cls(name, photos[0].sha256, photos)
+        return cls(name, hashlib.sha256(" ".join(p.sha256 for p in photos).encode()).hexdigest(), photos)
+
+    @classmethod
+    def of_values(cls, name: str, values: bytes) -> "ReferenceIdentity":
+        return cls(name, hashlib.sha256(values).hexdigest())
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "sha256": self.sha256, "photos": [photo.to_json() for photo in self.photos]}
+
+    @classmethod
+    def from_json(cls, entry) -> "ReferenceIdentity | None":
+        """The reference a report recorded, or ``None`` (damaged)."""
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not isinstance(entry.get("sha256"), str):
+            return None
+        photos = entry.get("photos")
+        photos = photos if isinstance(photos, list) else []
+        return cls(entry["name"], entry["sha256"], tuple(p for p in map(PhotoIdentity.from_json, photos) if p is not None))
 
 
 class Match(Enum):

@@ -72,6 +72,8 @@ def load_model(
                 **_prompts_for(source, options),
             )
             loaded.module.eval()
+            if getattr(source, "takes_prompts", False):
+                loaded = replace(loaded, prompts=tuple(options.prompts))
             return loaded if options.task == "auto" else replace(loaded, task=options.task)
     known = [n for source in _sources() for n in source.names()]
     raise UnknownModelError(

@@ -273,6 +273,8 @@ class Recipe:
     pictures: PictureOptions
     save_tensors: bool = False
     trust: dict = field(default_factory=dict)
+    prompts: tuple[str, ...] = ()
+    references: tuple = ()
 
     @classmethod
     def of(cls, explainer, pictures, save_tensors: bool, trust) -> Recipe:
@@ -288,6 +290,8 @@ class Recipe:
             pictures,
             save_tensors,
             trust.to_json() if trust.any else {},
+            tuple(model.prompts),
+            tuple(explainer.references),
         )
 
     def made(self, folder: Path, report: Report) -> bool:
@@ -320,8 +324,23 @@ class Recipe:
             and report.preprocessing == self.preprocessing
             and asked.target == self.target
             and asked.trust == self.trust
+            and _known_same(asked.prompts, self.prompts)
+            and _known_same(_contents(asked.references), _contents(self.references))
             and (not grids or (asked.channels, asked.scale) == (str(self.pictures.channels), self.pictures.scale))
         )
+
+
+def _known_same(recorded, wanted: tuple) -> bool:
+    """Whether a report's prompts (or references) are the recipe's. An older report kept none
+    (``None``): unknown, so a recipe that has some redoes it; one that has none (a model
+    without a text tower, no reference) could not have had any then either."""
+    return tuple(recorded) == wanted if recorded is not None else not wanted
+
+
+def _contents(references) -> tuple | None:
+    """References as compared: name and content, not where or when the file lies (a copied
+    folder of references is the same concept)."""
+    return None if references is None else tuple((r.name, r.sha256) for r in references)
 
 
 def _there(folder: Path, name: str | None) -> bool:
@@ -433,6 +452,8 @@ def report_of(
             grad_channels=bool(pictures.grad_channels) if pictures is not None else False,
             tensors=save_tensors,
             trust=explanation.trust,
+            prompts=tuple(explanation.prompts),
+            references=tuple(explanation.references),
         ),
         files=tuple(files),
         fingerprint=description(),

@@ -24,7 +24,7 @@ from pathlib import Path
 from hookviz.anatomy.featuremaps import Layout
 from hookviz.errors import SchemaError, display_path
 from hookviz.explaining.checks import Finding
-from hookviz.inputs.identity import PhotoIdentity
+from hookviz.inputs.identity import PhotoIdentity, ReferenceIdentity
 from hookviz.tasks import DEFAULT_TASK
 
 __all__ = [
@@ -282,7 +282,12 @@ class LayerRecord:
 class Asked:
     """What an image was explained with (what ``--skip-existing`` compares): the target
     options (``options.TargetOptions`` as JSON), the pictures and their options, whether
-    ``tensors.npz`` was saved, and the trust measures (``options.TrustOptions`` as JSON; ``{}``: none)."""
+    ``tensors.npz`` was saved, the trust measures (``options.TrustOptions`` as JSON; ``{}``: none),
+    the text prompts of a model with a text tower, and the references an embedding was compared with.
+
+    ``prompts`` and ``references`` are ``None`` in a report of a hookviz that did not keep them:
+    unknown, so ``--skip-existing`` redoes such a result of a model that takes them.
+    """
 
     target: dict | None = None
     pictures: tuple[str, ...] = ()
@@ -291,6 +296,8 @@ class Asked:
     grad_channels: bool = False
     tensors: bool = False
     trust: dict = field(default_factory=dict)
+    prompts: tuple[str, ...] | None = ()
+    references: tuple[ReferenceIdentity, ...] | None = ()
 
     def to_json(self) -> dict:
         return {
@@ -301,6 +308,8 @@ class Asked:
             "grad_channels": self.grad_channels,
             "tensors": self.tensors,
             "trust": self.trust,
+            "prompts": list(self.prompts or ()),
+            "references": [reference.to_json() for reference in self.references or ()],
         }
 
     @classmethod
@@ -314,7 +323,13 @@ class Asked:
             entry.get("grad_channels") is True,
             entry.get("tensors") is True,
             _mapping(entry.get("trust")),
+            _texts(entry["prompts"]) if isinstance(entry.get("prompts"), list) else None,
+            _references(entry["references"]) if isinstance(entry.get("references"), list) else None,
         )
+
+
+def _references(value: list) -> tuple[ReferenceIdentity, ...]:
+    return tuple(r for r in map(ReferenceIdentity.from_json, value) if r is not None)
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,13 @@ class EmbedOptions:
         target_images: photo paths, folders of photos (one concept: their mean embedding) or,
             from Python, 1-D tensors (a concept's embedding) or images ``hookviz.explain`` takes.
         concepts: ``(name, embedding)`` per reference, filled in by ``Embed.bind``.
+        references: each reference's ``identity.ReferenceIdentity`` (what report.json keeps,
+            what ``--skip-existing`` compares), filled in by ``Embed.bind``.
     """
 
     target_images: tuple = ()
     concepts: tuple = field(default=(), compare=False, repr=False)
+    references: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self):
         given = self.target_images
@@ -140,6 +143,23 @@ def _concept(module, explainer_prepare, reference, device: str, options, name: s
     return torch.stack(embeddings).float().mean(dim=0)
 
 
+def _identity(reference, name: str):
+    """What a report keeps of one reference: its photos' identities, or a digest of its values."""
+    import numpy as np
+    import torch
+
+    from hookviz.inputs.identity import ReferenceIdentity
+
+    if isinstance(reference, (str, Path)):
+        try:
+            return ReferenceIdentity.of_photos(name, _reference_photos(reference))
+        except OSError as exc:
+            raise UsageError(f"{arg('target_image', name)}: cannot be read ({exc.strerror}); pass a readable photo") from None
+    if isinstance(reference, torch.Tensor):
+        return ReferenceIdentity.of_values(name, reference.detach().float().cpu().numpy().tobytes())
+    return ReferenceIdentity.of_values(name, np.ascontiguousarray(np.asarray(reference)).tobytes())
+
+
 # ----------------------------------------------------------------------------- the plan
 
 
@@ -204,7 +224,8 @@ class Embed(TaskBase):
             (name, _concept(model.module, prepare, reference, device, options, name))
             for name, reference in zip(names, own.target_images)
         )
-        return replace(own, concepts=concepts)
+        references = tuple(_identity(reference, name) for name, reference in zip(names, own.target_images))
+        return replace(own, concepts=concepts, references=references)
 
     def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
         return stacked(module, tensors, device)

@@ -61,6 +61,8 @@ class LoadedModel:
         default_layers_reason: why those, in words.
         probabilities: how a classifier's logits become probabilities: ``softmax`` over the
             classes, or ``sigmoid``, each class on its own (SigLIP's image-text scores).
+        prompts: the text prompts a model with a text tower was loaded with (its categories;
+            report.json keeps them, ``--skip-existing`` compares them); ``()`` for other models.
     """
 
     name: str
@@ -77,6 +79,7 @@ class LoadedModel:
     default_layers: tuple[str, ...] = ()
     default_layers_reason: str | None = None
     probabilities: str = "softmax"
+    prompts: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"

@@ -7,8 +7,9 @@ only when the hub is reachable. ``--weights DEFAULT`` loads the repository's wei
 state_dict or ``.safetensors`` of the transformers model. Preprocessing comes from the
 repository's image processor, class names from the config's ``id2label``, and the logits
 from the output's ``.logits`` (``tasks.classify`` reads them). A checkpoint made for
-another task (``SegformerForSemanticSegmentation``) or without a trained classifier head
-(``ViTModel``, ``Dinov2Model``: transformers would give it a random one) is refused.
+another task (``SegformerForSemanticSegmentation``), or a classifier whose checkpoint lacks its
+head (transformers would give it a random one), is refused. A bare backbone (``ViTModel``,
+``Dinov2Model``) is an embedding model (``hf_backbones``), explained with ``--target-image``.
 
 A ``CLIPModel`` or ``SiglipModel`` checkpoint is explained through text prompts
 (``--prompt TEXT``), as open_clip's CLIP models are: see ``hf_clip``.
@@ -109,9 +110,12 @@ class HuggingFaceSource:
         where = _Where(name, repo, pretrained=kind == "default")
         config = where.config()
         from hookviz.models.sources import hf_clip
+        from hookviz.models.sources.hf_backbones import is_backbone, load_backbone
 
         if hf_clip.text_tower(config) is not None or prompts:
             return hf_clip.load(where, config, weights, seed, prompts)
+        if is_backbone(config):  # ViTModel, Dinov2Model: an embedding, explained with --target-image
+            return load_backbone(name, where, config, weights, seed, source=self.name)
         loading: tuple[str, ...] = ()
         if kind == "default":
             model, loading = where.pretrained(seed)
@@ -253,9 +257,16 @@ class _Where:
         Raises:
             UnknownModelError: the checkpoint has no classifier head.
         """
+        from transformers import AutoModelForImageClassification
+
+        model, missing = self.from_pretrained(auto or AutoModelForImageClassification, seed)
+        return model, self._missing(model, missing, classifier=auto is None)
+
+    def from_pretrained(self, auto, seed: int):
+        """The model ``auto`` (a transformers auto class) makes of the checkpoint, in float32,
+        and the names of its weights the checkpoint lacks."""
         import torch
         from safetensors import SafetensorError
-        from transformers import AutoModelForImageClassification
 
         from hookviz.models.sources.hub import quiet
 
@@ -263,9 +274,7 @@ class _Where:
             # quiet(): transformers' own load report (a table in terminal colours) stays off
             # stderr; what it says that matters is raised or noted here, in hookviz's words.
             with seeded(seed), weights_only_loads(), quiet():
-                model, info = (auto or AutoModelForImageClassification).from_pretrained(
-                    str(self.repo), dtype=torch.float32, output_loading_info=True, **self.kwargs
-                )
+                model, info = auto.from_pretrained(str(self.repo), dtype=torch.float32, output_loading_info=True, **self.kwargs)
         except pickle.UnpicklingError:
             raise WeightsError(
                 f"{self.label}: {self.where}'s weights file holds pickled Python objects that could run code when "
@@ -280,7 +289,7 @@ class _Where:
                 "is it cut short? save it again with save_pretrained"
             ) from None
         # a float16 checkpoint: gradients and CAMs are computed in float32
-        return model.float(), self._missing(model, sorted(info.get("missing_keys") or ()), auto is None)
+        return model.float(), sorted(info.get("missing_keys") or ())
 
     def _missing(self, model, missing: list[str], classifier: bool = True) -> tuple[str, ...]:
         head = sorted(set(missing) & _head_weights(model)) if classifier else []
