@@ -42,8 +42,7 @@ def draw_boxes(boxes, labels, image):
     for box, label in zip(boxes, labels):
         x0, y0, x1, y1 = (int(v) for v in box)
         cv2.rectangle(image, (x0, y0), (x1, y1), (255, 255, 255), 2)
-        cv2.putText(image, str(label), (x0, y0 - 5), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (255, 255, 255), 2,
-                    lineType=cv2.LINE_AA)
+        cv2.putText(image, str(label), (x0, y0 - 5), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (255, 255, 255), 2, lineType=cv2.LINE_AA)
     return image
 
 

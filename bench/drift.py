@@ -80,8 +80,26 @@ def weights(work: Path, name: str, weights_name: str, conv: str) -> dict[str, Pa
 
 def run(out: Path, images: Path, model: str, weight_file: Path, *extra: str, **settings: str) -> Path:
     env = {**os.environ, **settings}
-    command = [PY, "-m", "hookviz", "run", str(images), "--model", model, "--weights", str(weight_file),
-               "--layer-type", MODELS[model][3], "--save-tensors", "--pictures", "none", "-q", "--out", str(out), *extra]
+    command = [
+        PY,
+        "-m",
+        "hookviz",
+        "run",
+        str(images),
+        "--model",
+        model,
+        "--weights",
+        str(weight_file),
+        "--layer-type",
+        MODELS[model][3],
+        "--save-tensors",
+        "--pictures",
+        "none",
+        "-q",
+        "--out",
+        str(out),
+        *extra,
+    ]
     subprocess.run(command, check=True, env=env, cwd=ROOT)
     return out
 
@@ -124,8 +142,10 @@ def measure(base: Path, other: Path) -> str:
     return (
         f"largest {largest['tensor']:.2e} {largest['map']:.2e} {largest['channels']:.2e}  "
         f"CAM {corr:.6f}  smallest {small}  flagged "
-        + "  ".join(f"{flagged[how, 'changed']}/{counts['changed']} {flagged[how, 'unchanged']}/{counts['unchanged']}"
-                    for how in ("tensor", "fingerprint"))
+        + "  ".join(
+            f"{flagged[how, 'changed']}/{counts['changed']} {flagged[how, 'unchanged']}/{counts['unchanged']}"
+            for how in ("tensor", "fingerprint")
+        )
         + f"  CAMs flagged {cams[0]} {cams[1]}"
     )
 
@@ -153,14 +173,17 @@ def main() -> None:
             files = weights(work, name, weights_name, conv)
             base = run(work / f"{key}-base", images, name, files["base"])
             print(f"\n{key} ({weights_name} weights), every {MODELS[key][3]}, 6 photos; the signals change {conv}:")
-            print("  (largest: tensor, map, channels; lowest CAM corr; smallest change; flagged by tensors, "
-                  "by fingerprints; CAMs flagged)")
+            print(
+                "  (largest: tensor, map, channels; lowest CAM corr; smallest change; flagged by tensors, "
+                "by fingerprints; CAMs flagged)"
+            )
             scenarios = {
                 "threads=1": run(work / f"{key}-t1", images, name, files["base"], OMP_NUM_THREADS="1"),
                 "threads=3": run(work / f"{key}-t3", images, name, files["base"], OMP_NUM_THREADS="3"),
                 "batch=1": run(work / f"{key}-b1", images, name, files["base"], "--batch-size", "1"),
-                "AVX2 CPU": run(work / f"{key}-avx2", images, name, files["base"], ATEN_CPU_CAPABILITY="avx2",
-                                ONEDNN_MAX_CPU_ISA="AVX2"),
+                "AVX2 CPU": run(
+                    work / f"{key}-avx2", images, name, files["base"], ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2"
+                ),
                 "weight x1.001": run(work / f"{key}-scaled", images, name, files["scaled"]),
                 "weight +1e-3": run(work / f"{key}-one", images, name, files["one"]),
                 "mean +0.01": run(work / f"{key}-mean", images, name, files["base"], "--mean", _moved_mean(base)),

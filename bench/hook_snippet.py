@@ -50,8 +50,12 @@ class SaveValues:
 def main(out: Path, paths: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     data_transform = transforms.Compose(
-        [transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
-         transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+        [
+            transforms.Resize(256),
+            transforms.CenterCrop(224),
+            transforms.ToTensor(),
+            transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        ]
     )
     res50_model = models.resnet50(weights=None)
     loss_function = nn.CrossEntropyLoss()
@@ -66,8 +70,13 @@ def main(out: Path, paths: list[str]) -> None:
         loss.backward()
         plt.figure()
         for position, (title, tensor) in enumerate(
-            [("input", value.input), ("output", value.output),
-             ("grad_input", value.grad_input), ("grad_output", value.grad_output)], start=1
+            [
+                ("input", value.input),
+                ("output", value.output),
+                ("grad_input", value.grad_input),
+                ("grad_output", value.grad_output),
+            ],
+            start=1,
         ):
             plt.subplot(2, 2, position)
             plt.axis("off")

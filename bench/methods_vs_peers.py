@@ -50,13 +50,17 @@ def main() -> None:
     first = hookviz.explain(model, photo, layers="layer4.1", cam="gradcam", inputs=InputOptions(resize=args.size, crop=args.size))
     x = first.image.tensor[None].float()  # the model's input, as hookviz prepared it
     target = first.target.index
-    print(f"{args.model}, random weights, {args.size} px, layer4.1, class {target}, {args.repeats} repeats, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"{args.model}, random weights, {args.size} px, layer4.1, class {target}, {args.repeats} repeats, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     print(f"{'what':<48}{'hookviz ms':>12}{'peer ms':>10}{'peer/hookviz':>14}{'corr':>8}   (CPU time; wall in brackets)")
     rows = []
 
     def ours(cam, **extra):
-        return lambda: hookviz.explain(model, photo, layers="layer4.1", cam=cam, inputs=InputOptions(resize=args.size, crop=args.size), **extra)
+        return lambda: hookviz.explain(
+            model, photo, layers="layer4.1", cam=cam, inputs=InputOptions(resize=args.size, crop=args.size), **extra
+        )
 
     from pytorch_grad_cam import AblationCAM, ScoreCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
@@ -66,30 +70,126 @@ def main() -> None:
         peer.batch_size = 32
         mine = _timed(ours(name), args.repeats)
         theirs = _timed(lambda: peer(input_tensor=x, targets=[ClassifierOutputTarget(target)]), args.repeats)
-        rows.append((name, mine, theirs, _corr(torch.nn.functional.interpolate(
-            torch.from_numpy(mine[2]["layer4.1"].cam)[None, None], size=x.shape[-2:], mode="bilinear")[0, 0], theirs[2][0])))
+        rows.append(
+            (
+                name,
+                mine,
+                theirs,
+                _corr(
+                    torch.nn.functional.interpolate(
+                        torch.from_numpy(mine[2]["layer4.1"].cam)[None, None], size=x.shape[-2:], mode="bilinear"
+                    )[0, 0],
+                    theirs[2][0],
+                ),
+            )
+        )
     from captum.attr import IntegratedGradients
 
     ig = IntegratedGradients(model)
     mine = _timed(ours("integrated-gradients", steps=32), args.repeats)
     theirs = _timed(lambda: ig.attribute(x, target=target, n_steps=32, internal_batch_size=32), args.repeats)
     pixel = next(iter(mine[2].pixel_maps.values())) if getattr(mine[2], "pixel_maps", None) else None
-    rows.append(("integrated-gradients", mine, theirs,
-                 _corr(pixel.map, theirs[2][0].detach()) if pixel is not None else float("nan")))
-    from torchcam.methods import GradCAM as TorchcamGradCAM
-    from torchcam.metrics import DeletionInsertionMetric
-
-    mine = _timed(ours("gradcam", faithfulness=True), args.repeats)
-    extractor = TorchcamGradCAM(model, target_layer="layer4.1")
-    metric = DeletionInsertionMetric(extractor)
-    theirs = _timed(lambda: metric.update(x, class_idx=target), args.repeats)
-    extractor.remove_hooks()
-    rows.append(("Grad-CAM + deletion/insertion (hookviz: + ROAD)", mine, theirs, float("nan")))
+    rows.append(
+        ("integrated-gradients", mine, theirs, _corr(pixel.map, theirs[2][0].detach()) if pixel is not None else float("nan"))
+    )
+    rows += _measures(model, x, target, first.layers[0].cam, args.repeats)
     for name, (mw, mc, _), (pw, pc, _), corr in rows:
-        print(f"{name:<48}{1000 * mc:>12.0f}{1000 * pc:>10.0f}{pc / mc:>14.2f}{corr:>8.4f}   "
-              f"({1000 * mw:.0f} / {1000 * pw:.0f} ms wall)")
+        print(
+            f"{name:<48}{1000 * mc:>12.0f}{1000 * pc:>10.0f}{pc / mc:>14.2f}{corr:>8.4f}   "
+            f"({1000 * mw:.0f} / {1000 * pw:.0f} ms wall)"
+        )
     if args.table:
         _table(photo, args.repeats)
+
+
+class _FixedCam:
+    """A torch-cam extractor that returns one given map: torch-cam's metric then measures the
+    map hookviz measures, and its time is the curves' alone."""
+
+    def __init__(self, model, cam):
+        self.model, self.cam = model, cam
+
+    def __call__(self, class_idx, scores):
+        return [self.cam]
+
+    @staticmethod
+    def fuse_cams(cams):
+        return cams[0]
+
+    @staticmethod
+    def _hooks_off():
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def _measures(model, x, target: int, cam, repeats: int) -> list:
+    """Deletion/insertion and ROAD of one Grad-CAM map: hookviz's functions (through the
+    input-format choice its runs use) against torch-cam's, pytorch-grad-cam's and Quantus'."""
+    import quantus
+    from pytorch_grad_cam.metrics.road import ROADCombined, ROADMostRelevantFirstAverage
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
+    from torchcam.metrics import DeletionInsertionMetric
+
+    from hookviz.input_format import formats_for
+    from hookviz.trust.deletion import STEPS, deletion_insertion
+    from hookviz.trust.road import ROAD_PERCENTILES, road
+
+    formats = formats_for(model)
+
+    def score(batch, rows):
+        return formats.run(model, tuple(batch.shape), lambda: model(batch).softmax(1)[:, target])
+
+    maps = torch.from_numpy(cam)[None]
+    big = torch.nn.functional.interpolate(maps[None], size=x.shape[-2:], mode="bilinear")[0]
+    rows = []
+    with torch.inference_mode():
+        mine = _timed(lambda: deletion_insertion(score, x, maps), repeats)
+    metric = DeletionInsertionMetric(_FixedCam(model, maps), lambda logits: logits.softmax(-1))
+
+    def torchcam_curves():
+        metric.reset()
+        metric.update(x, class_idx=target)
+        return metric.summary()
+
+    theirs = _timed(torchcam_curves, repeats)
+    same = abs(mine[2][0].deletion_auc - theirs[2]["deletion_auc"]) + abs(mine[2][0].insertion_auc - theirs[2]["insertion_auc"])
+    rows.append((f"deletion+insertion vs torch-cam (|dAUC| {same:.1e})", mine, theirs, float("nan")))
+    with torch.inference_mode():
+        mine = _timed(lambda: road(score, x, maps), repeats)
+    cams = big.numpy()
+    theirs = _timed(
+        lambda: ROADCombined(list(ROAD_PERCENTILES))(x, cams, [ClassifierOutputSoftmaxTarget(target)], model), repeats
+    )
+    same = abs(mine[2][0].combined - float(theirs[2][0]))
+    rows.append((f"ROAD combined vs pytorch-grad-cam (|d| {same:.1e})", mine, theirs, float("nan")))
+    morf = _timed(
+        lambda: ROADMostRelevantFirstAverage(list(ROAD_PERCENTILES))(x, cams, [ClassifierOutputSoftmaxTarget(target)], model),
+        repeats,
+    )
+    quantus_road = quantus.ROAD(percentages=list(ROAD_PERCENTILES), disable_warnings=True, return_aggregate=False)
+    args = dict(
+        model=model,
+        x_batch=x.numpy(),
+        y_batch=np.array([target]),
+        a_batch=np.repeat(cams[:, None], x.shape[1], axis=1),
+        device="cpu",
+    )
+    try:
+        theirs = _timed(lambda: quantus_road(**args), repeats)
+        rows.append(("ROAD MoRF: pytorch-grad-cam (hookviz column) vs Quantus", morf, theirs, float("nan")))
+    except IndexError as exc:  # quantus 0.6 ranks the map broadcast to all channels but imputes pixels
+        print(f"Quantus ROAD on this RGB input fails: IndexError: {exc}")
+    positions = x.shape[-1] * x.shape[-2]
+    step = next(d for d in range(positions // STEPS, 0, -1) if positions % d == 0)  # Quantus needs a divisor
+    flipping = quantus.PixelFlipping(features_in_step=step, disable_warnings=True)
+    theirs = _timed(lambda: flipping(**{**args, "a_batch": cams[:, None]}), repeats)
+    with torch.inference_mode():
+        mine = _timed(lambda: deletion_insertion(score, x, maps), repeats)
+    rows.append(
+        (f"deletion+insertion vs Quantus PixelFlipping ({positions // step} steps, deletion only)", mine, theirs, float("nan"))
+    )
+    return rows
 
 
 def _table(photo: str, repeats: int) -> None:

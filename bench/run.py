@@ -79,8 +79,10 @@ def main() -> None:
 
     import torch
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    )
     work = Path(tempfile.mkdtemp(prefix="hookviz-bench-"))
     try:
         if options.only != "detect":
@@ -94,20 +96,40 @@ def main() -> None:
 def detection(work: Path, options) -> None:
     images = photos(work / "detection-photos", options.detection_images)
     scenarios = {
-        "h": ("pytorch-grad-cam's tutorial loop",
-              [PY, str(ROOT / "bench" / "detection_loop.py"), str(work / "h"), *map(str, images)]),
-        "i": ("hookviz run --pictures cam",
-              hookviz("run", str(images[0].parent), "--model", "fasterrcnn_mobilenet_v3_large_320_fpn",
-                      "--weights", "none", "--score-threshold", "0.01", "--max-detections", "3",
-                      "--pictures", "cam", "-q", "--out", str(work / "i"))),
+        "h": (
+            "pytorch-grad-cam's tutorial loop",
+            [PY, str(ROOT / "bench" / "detection_loop.py"), str(work / "h"), *map(str, images)],
+        ),
+        "i": (
+            "hookviz run --pictures cam",
+            hookviz(
+                "run",
+                str(images[0].parent),
+                "--model",
+                "fasterrcnn_mobilenet_v3_large_320_fpn",
+                "--weights",
+                "none",
+                "--score-threshold",
+                "0.01",
+                "--max-detections",
+                "3",
+                "--pictures",
+                "cam",
+                "-q",
+                "--out",
+                str(work / "i"),
+            ),
+        ),
     }
     runs: dict[str, list[tuple[float, float]]] = {key: [] for key in scenarios}
     for _ in range(options.repeat):
         for key, (_, command) in scenarios.items():
             shutil.rmtree(work / key, ignore_errors=True)
             runs[key].append(measure(command))
-    print(f"\n{len(images)} photos, fasterrcnn_mobilenet_v3_large_320_fpn, backbone.body.16, 3 detections a photo; "
-          f"median of {options.repeat} runs")
+    print(
+        f"\n{len(images)} photos, fasterrcnn_mobilenet_v3_large_320_fpn, backbone.body.16, 3 detections a photo; "
+        f"median of {options.repeat} runs"
+    )
     rate = {}
     for key, (label, _) in scenarios.items():
         seconds = statistics.median(s for s, _ in runs[key])
@@ -131,13 +153,12 @@ def classification(work: Path, options) -> None:
     # (b), (c) and (d) take turns, --repeat times, so that a slow spell of a shared
     # machine falls on all three; each row is the median of its runs.
     scenarios = {
-        "b": ("hook snippet, one process",
-              [PY, str(ROOT / "bench" / "hook_snippet.py"), str(work / "b"), *map(str, images)]),
-        "c": ("hookviz run (summary, channels, cam)",
-              hookviz("run", str(work / "photos"), *common, "--out", str(work / "c"))),
-        "d": ("hookviz run --save-tensors --pictures none",
-              hookviz("run", str(work / "photos"), *common, "--out", str(work / "d"),
-                      "--save-tensors", "--pictures", "none")),
+        "b": ("hook snippet, one process", [PY, str(ROOT / "bench" / "hook_snippet.py"), str(work / "b"), *map(str, images)]),
+        "c": ("hookviz run (summary, channels, cam)", hookviz("run", str(work / "photos"), *common, "--out", str(work / "c"))),
+        "d": (
+            "hookviz run --save-tensors --pictures none",
+            hookviz("run", str(work / "photos"), *common, "--out", str(work / "d"), "--save-tensors", "--pictures", "none"),
+        ),
     }
     runs: dict[str, list[tuple[float, float]]] = {key: [] for key in scenarios}
     for _ in range(options.repeat):
@@ -162,11 +183,12 @@ def classification(work: Path, options) -> None:
     many = photos(work / "photos24", 24)
     one = photos(work / "photos1", 1)
     base = ["--model", "resnet50", "--weights", "none", "--pictures", "none", "-q"]
-    s_all, p_all = measure(hookviz("run", str(many[0].parent), *base, "--layer-type", "Conv2d",
-                                   "--out", str(work / "e")))
+    s_all, p_all = measure(hookviz("run", str(many[0].parent), *base, "--layer-type", "Conv2d", "--out", str(work / "e")))
     s_one, p_one = measure(hookviz("run", str(one[0]), *base, "--layer", "layer3.-1", "--out", str(work / "f")))
-    print(f"\nmemory: 53 Conv2d layers x 24 photos: {p_all:.0f} MB peak ({s_all:.1f} s); "
-          f"1 layer x 1 photo: {p_one:.0f} MB peak; ratio {p_all / p_one:.2f}x (target at most 2x)")
+    print(
+        f"\nmemory: 53 Conv2d layers x 24 photos: {p_all:.0f} MB peak ({s_all:.1f} s); "
+        f"1 layer x 1 photo: {p_one:.0f} MB peak; ratio {p_all / p_one:.2f}x (target at most 2x)"
+    )
 
     help_times = []
     for _ in range(7):

@@ -33,8 +33,11 @@ def main() -> None:
     image = base.prepare(parser.parse_args().image)
     counted = _count_forwards(module)
     timings = {}
-    for name, trust in (("plain", TrustOptions()), ("faithfulness", TrustOptions(faithfulness=True)),
-                        ("sanity", TrustOptions(sanity=True))):
+    for name, trust in (
+        ("plain", TrustOptions()),
+        ("faithfulness", TrustOptions(faithfulness=True)),
+        ("sanity", TrustOptions(sanity=True)),
+    ):
         explainer = replace(base, trust=trust)
         explainer.explain_batch([image])  # warm
         counted.clear()

@@ -6,8 +6,11 @@ convolutional network given its input channels-last (``torch.channels_last``) of
 1.3-2x faster (oneDNN's convolutions prefer it and keep it from layer to layer), and some
 models run slower (ConvNeXt permutes to channels-last and back itself). So, as
 ``torch.backends.cudnn.benchmark`` times algorithms, ``InputFormats`` times the passes it is
-given: the first of an input shape runs as the input came, the second channels-last, and
-every later one in whichever ran faster per row. No pass is run only to be timed.
+given: the first of an input shape runs in the format expected to be faster
+(channels-last for a model with ``BatchNorm2d``, whose convolutions gain most; else as the
+input came), the second in the other, and every later one in whichever ran faster per row.
+No pass is run only to be timed. What was learnt is kept per model for the process's life
+(``formats_for``), so explaining photo after photo from a notebook learns it once.
 
 Only the input changes: a forward pre-hook on the model, removed when the pass ends,
 makes its 4-D tensor input channels-last; the model's weights, modules and mode are left
@@ -21,13 +24,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from hookviz.errors import HookvizError
 from hookviz.hooks import HookSet
 
-__all__ = ["InputFormats", "channels_last_input"]
+__all__ = ["InputFormats", "channels_last_input", "formats_for"]
 
 T = TypeVar("T")
 #: A pass of fewer rows is not timed: its time per row says little of a full batch's.
@@ -41,8 +45,9 @@ class InputFormats:
     chosen format; ``shape`` is the input batch's shape.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefer_channels_last: bool = False) -> None:
         self._seconds: dict[tuple, dict[bool, float]] = {}
+        self._first = prefer_channels_last
 
     def run(self, module, shape: tuple, call: Callable[[], T], *, gradients: bool = False) -> T:
         """``call()``, which runs ``module`` on an input batch of ``shape``, in the format chosen for it."""
@@ -74,13 +79,25 @@ class InputFormats:
             return "undecided"
         return "channels_last" if self._choice(seen) else "as given"
 
-    @staticmethod
-    def _choice(seen: dict[bool, float]) -> bool:
-        if False not in seen:
-            return False
-        if True not in seen:
-            return True
+    def _choice(self, seen: dict[bool, float]) -> bool:
+        if self._first not in seen:
+            return self._first
+        if (not self._first) not in seen:
+            return not self._first
         return seen[True] < seen[False]
+
+
+_FORMATS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def formats_for(module) -> InputFormats:
+    """The ``InputFormats`` of ``module``, made on first use and dropped with the module."""
+    import torch
+
+    if module not in _FORMATS:
+        batchnorm = any(isinstance(m, torch.nn.BatchNorm2d) for m in module.modules())
+        _FORMATS[module] = InputFormats(prefer_channels_last=batchnorm)
+    return _FORMATS[module]
 
 
 @contextlib.contextmanager

@@ -83,3 +83,20 @@ def test_a_module_that_takes_no_tensor_batch_is_left_alone():
     for _ in range(4):
         formats.run(model, (8, 3, 8, 8), lambda: model(images))
     assert formats.chosen((8, 3, 8, 8)) == "as given"
+
+
+def test_a_model_with_batchnorm_tries_channels_last_first_and_keeps_what_it_learnt():
+    from hookviz.input_format import formats_for
+
+    class Normed(Formats):
+        def __init__(self, slow):
+            super().__init__(slow)
+            self.norm = nn.BatchNorm2d(3)
+
+    model, plain = Normed("channels_last").eval(), Formats("channels_last")
+    assert formats_for(model) is formats_for(model) and formats_for(plain) is not formats_for(model)
+    _runs(model, formats_for(model), count=2)
+    _runs(model, formats_for(model), count=2)  # another explanation of the same model
+    assert model.seen == ["channels_last", "as given", "as given", "as given"]
+    _runs(plain, formats_for(plain), count=2)
+    assert plain.seen == ["as given", "channels_last"]

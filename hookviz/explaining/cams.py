@@ -115,6 +115,7 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     import torch
 
     from hookviz.explaining.probing import InputGradients
+    from hookviz.input_format import formats_for
     from hookviz.methods import RESCORING_BATCH
     from hookviz.tasks.base import Rescoring, model_dtype
 
@@ -125,7 +126,7 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients for m in methods):
         batch = torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module))
     scores = None
-    own, formats = explainer.task_options, explainer.formats
+    own, formats = explainer.task_options, formats_for(module)
     if any(m.needs_rescoring for m in methods):
         scores = {
             key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own, formats)

@@ -9,7 +9,7 @@ checks and target checks are written once, and both refuse the same bad values.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,6 @@ from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.anatomy.layers import LayerSpec, default_layer, resolve_layers
 from hookviz.errors import UsageError, arg
 from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
-from hookviz.input_format import InputFormats
 from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
 from hookviz.models.sources.base import LoadedModel
 from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
@@ -42,8 +41,6 @@ class Explainer:
         declared_layout: what the model declares about its tokens and channel order (the
             loaded model's own word, else what ``geometry`` reads from the module).
         trust: how far to trust each CAM: the measures ``hookviz.trust`` adds to each layer.
-        formats: the memory format the model's input runs fastest in, per input shape, learnt
-            from the extra passes of re-scoring methods and measures (``input_format``).
     """
 
     model: LoadedModel
@@ -55,7 +52,6 @@ class Explainer:
     declared_layout: DeclaredLayout | None = None
     task_options: Any = None
     trust: TrustOptions = TrustOptions()
-    formats: InputFormats = field(default_factory=InputFormats, compare=False, repr=False)
 
     @classmethod
     def create(

@@ -98,6 +98,7 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], name: str)
 
     from hookviz.explaining.modelstate import evaluation
     from hookviz.explaining.passes import full_precision
+    from hookviz.input_format import formats_for
     from hookviz.trust.deletion import deletion_insertion
     from hookviz.trust.road import road
 
@@ -108,7 +109,7 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], name: str)
         def run():
             return scorer(task.forward(module, list(batch), explainer.device, options), rows)
 
-        return explainer.formats.run(module, tuple(batch.shape), run)
+        return formats_for(module).run(module, tuple(batch.shape), run)
 
     inputs = _inputs(explainer, images, chosen)
     maps = torch.from_numpy(np.stack([_cam(explanations[i], name) for i in chosen]))
