@@ -5,10 +5,11 @@
 
 The model is wrapped (``ClipLogits``) so that its forward returns CLIP's own image-text
 logits over the prompts: ``logit_scale * normalize(image features) @ normalize(text
-features).T`` (plus SigLIP's ``logit_bias``). The text features are computed once, under
-``no_grad``, when the model is loaded with its prompts; the wrapper keeps only the image
-tower (``visual``), so layer paths read ``visual.transformer.resblocks.11.ln_1``. The
-classification task then applies as it is: the categories are the prompts.
+features).T`` (plus SigLIP's ``logit_bias``: a model with one gets sigmoid probabilities, each
+prompt on its own, as SigLIP is trained). The text features are computed once, under
+``no_grad``, when the model is loaded with its prompts; the wrapper keeps only the image tower
+(``visual``), so layer paths read ``visual.transformer.resblocks.11.ln_1``. The classification
+task then applies as it is: the categories are the prompts.
 
 * ``--weights DEFAULT``: the tag the name gives, else the first tag open_clip lists for the
   architecture, read from the Hugging Face cache (see ``hub``); ``none``: open_clip's own
@@ -145,7 +146,14 @@ class OpenClipSource:
             notes=notes + loaded.notes,
             weights_sha256=loaded.sha256,
             declared_layout=declared_layout(model.visual),
+            probabilities=_probabilities(model),
         )
+
+
+def _probabilities(model) -> str:
+    """``sigmoid`` for a SigLIP (a model with a ``logit_bias``: trained with a sigmoid loss, each
+    prompt scored on its own), else ``softmax`` over the prompts, as CLIP's zero-shot classifier does."""
+    return "softmax" if getattr(model, "logit_bias", None) is None else "sigmoid"
 
 
 def _tokens(open_clip, arch: str, prompts: Sequence[str]):
