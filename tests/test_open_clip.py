@@ -276,3 +276,32 @@ def test_a_siglip_models_probabilities_are_sigmoids(tiny_sigmoid, tmp_path):
     for score in report["top5"]:  # each prompt on its own, as SigLIP is trained
         assert score["probability"] == pytest.approx(float(torch.tensor(score["score"]).sigmoid()), rel=1e-5)
     assert sum(score["probability"] for score in report["top5"]) < 0.5  # a logit_bias of -10: not a softmax
+
+
+def _run_sigmoid(model, out, *extra):
+    prompts = [f"--prompt=a photo of a {thing}" for thing in ("cat", "dog", "car", "bird", "boat", "tree", "cup")]
+    return invoke(
+        "run", "--model", model, "--weights", "none", *prompts, "--pictures", "none", "--layer", "visual.conv1",
+        "--out", out, "--device", "cpu", *extra, CAT,
+    )  # fmt: skip
+
+
+@pytest.mark.slow  # open_clip's import
+def test_diff_makes_a_siglips_probability_from_its_logits_as_sigmoids(tiny_sigmoid, tmp_path):
+    new = _run_sigmoid(tiny_sigmoid, tmp_path / "new")
+    assert new.exit_code == 0, new.output
+    report = json.loads((tmp_path / "new" / "cat" / "report.json").read_text())
+    assert report["prediction"]["probabilities"] == "sigmoid"
+    shown = {score["name"] for score in report["top5"]}
+    outside = next(
+        f"a photo of a {t}" for t in ("cat", "dog", "car", "bird", "boat", "tree", "cup") if f"a photo of a {t}" not in shown
+    )
+    # The same model and photo, explained for a prompt the new run's top-5 lacks: the diff
+    # reads its probability from the new run's logits, which must give the baseline's own.
+    base = _run_sigmoid(tiny_sigmoid, tmp_path / "base", "--target", outside)
+    assert base.exit_code == 0, base.output
+    result = invoke("diff", tmp_path / "base", tmp_path / "new", "--pictures", "none", "--out", tmp_path / "diff.json")
+    assert result.exit_code == 0, result.output
+    (image,) = json.loads((tmp_path / "diff.json").read_text())["images"]
+    assert image["target"]["before"]["name"] == outside
+    assert image["probability_change"] == pytest.approx(0.0, abs=1e-6)
