@@ -225,7 +225,11 @@ def test_explain_takes_a_clip_models_name_with_its_prompts():
 @pytest.mark.parametrize(
     "kwargs, line",
     [
-        ({}, f"model='open_clip:{ARCH}': a CLIP model is explained by text prompts; pass prompts='TEXT'"),
+        (  # the arguments explain has, not the command's
+            {},
+            f"model='open_clip:{ARCH}': a CLIP model is explained by text prompts; pass prompts=['TEXT', ...] "
+            "(hookviz.options.read_prompts(path) reads a file of them, one a line)",
+        ),
         (
             {"model": torch.nn.Conv2d(3, 3, 1), "prompts": ["a cat"]},
             "prompts=['a cat']: the model is built already; pass its name",

@@ -111,10 +111,7 @@ class OpenClipSource:
         self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()
     ) -> LoadedModel:
         if _installed() and not prompts:  # said before open_clip's slow import
-            raise UsageError(
-                f"{arg('model', name)}: a CLIP model is explained by text prompts; pass {arg('prompts', 'TEXT')} "
-                f"(repeatable) or {arg('prompts_file', 'FILE')} (one a line)"
-            )
+            raise UsageError(f"{arg('model', name)}: a CLIP model is explained by text prompts; {hint('prompts')}")
         open_clip = _import_open_clip(name)
         arch, tag = _split(name)
         if arch not in open_clip.list_models():
