@@ -120,8 +120,9 @@ class HuggingFaceSource:
 
     def task_of(self, name: str) -> str:
         from hookviz.tasks import DEFAULT_TASK
+        from hookviz.tasks.embed import Embed
 
-        return "embed" if _listed_kind(self._listed.get(name) or {}) == "backbone" else DEFAULT_TASK
+        return Embed.name if _listed_kind(self._listed.get(name) or {}) == "backbone" else DEFAULT_TASK
 
     def load(
         self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()
