@@ -122,12 +122,14 @@ _HINTS = {
         "list_models": "hookviz.list_models() lists them",
         "debug": "",
         "heif": "install pillow-heif and call pillow_heif.register_heif_opener() first",
+        "prompts": "pass prompts=['TEXT', ...] (hookviz.options.read_prompts(path) reads a file of them, one a line)",
     },
     "cli": {
         "list_layers": "`hookviz layers --model NAME` lists every path",
         "list_models": "`hookviz models` lists them",
         "debug": " (rerun with --debug for the traceback)",
         "heif": "install pillow-heif (pip install pillow-heif), which hookviz then uses",
+        "prompts": "pass --prompt TEXT (repeatable) or --prompts FILE (one a line)",
     },
 }
 

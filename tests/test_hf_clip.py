@@ -247,6 +247,18 @@ def test_a_clip_folder_without_prompts_names_the_options(tmp_path, hub_cache):
     )
 
 
+def test_a_clip_folder_without_prompts_names_explains_arguments_from_python(tmp_path, hub_cache):
+    from hookviz.errors import UsageError
+
+    folder, _, _ = _folder(tmp_path, "clip")
+    with pytest.raises(UsageError) as caught:
+        explain(f"hf:{folder}", torch.zeros(3, 32, 32), weights="none")
+    assert str(caught.value) == (
+        f"model='hf:{folder}': a CLIP model is explained by text prompts; pass prompts=['TEXT', ...] "
+        "(hookviz.options.read_prompts(path) reads a file of them, one a line)"
+    )
+
+
 def test_prompts_for_an_image_classifier_are_refused_in_one_line(tmp_path, hub_cache):
     config = transformers.ViTConfig(
         image_size=SIZE, patch_size=PATCH, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64

@@ -200,6 +200,29 @@ def test_layers_and_models_list_a_cached_classifier(cached_vit):
     assert f"hf:{REPO}  (vit, 3 classes, cached)" in result.stdout.splitlines()
 
 
+def test_models_lists_cached_clip_siglip_and_backbones_with_what_they_need(hub_cache):
+    configs = {  # config.json alone: listing reads no weights
+        "hookviz-test/clip": transformers.CLIPConfig(architectures=["CLIPModel"]),
+        "hookviz-test/siglip": transformers.SiglipConfig(architectures=["SiglipModel"]),
+        "hookviz-test/dinov2": transformers.Dinov2Config(architectures=["Dinov2Model"]),
+        "hookviz-test/vit": transformers.ViTConfig(architectures=["ViTModel"]),
+        "hookviz-test/bert": transformers.BertConfig(architectures=["BertForMaskedLM"]),
+    }
+    for repo, config in configs.items():
+        config.save_pretrained(hub_snapshot(hub_cache, repo))
+    result = CliRunner().invoke(app, ["models", "--search", "hf:"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "hf:hookviz-test/clip  (clip, text tower: needs --prompt TEXT, cached)" in lines
+    assert "hf:hookviz-test/siglip  (siglip, text tower: needs --prompt TEXT, cached)" in lines
+    backbones = lines.index(next(line for line in lines if line.startswith("# hf embedding")))
+    assert lines[backbones + 1 : backbones + 3] == [
+        "hf:hookviz-test/dinov2  (dinov2, backbone (embedding): needs --target-image PATH, cached)",
+        "hf:hookviz-test/vit  (vit, backbone (embedding): needs --target-image PATH, cached)",
+    ]
+    assert not any("bert" in line for line in lines)  # no image model: not listed
+
+
 def _custom_code_folder(folder, marker, model_type="hookviz_custom"):
     """A folder whose config.json names its own modelling code, which writes ``marker`` if it is ever imported."""
     folder.mkdir()

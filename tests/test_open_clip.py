@@ -225,7 +225,11 @@ def test_explain_takes_a_clip_models_name_with_its_prompts():
 @pytest.mark.parametrize(
     "kwargs, line",
     [
-        ({}, f"model='open_clip:{ARCH}': a CLIP model is explained by text prompts; pass prompts='TEXT'"),
+        (  # the arguments explain has, not the command's
+            {},
+            f"model='open_clip:{ARCH}': a CLIP model is explained by text prompts; pass prompts=['TEXT', ...] "
+            "(hookviz.options.read_prompts(path) reads a file of them, one a line)",
+        ),
         (
             {"model": torch.nn.Conv2d(3, 3, 1), "prompts": ["a cat"]},
             "prompts=['a cat']: the model is built already; pass its name",
@@ -240,3 +244,68 @@ def test_explain_refuses_prompts_it_cannot_use_in_one_line(kwargs, line):
     with pytest.raises(UsageError) as caught:
         explain(kwargs.pop("model"), torch.zeros(3, 64, 64), **kwargs)
     assert str(caught.value).startswith(line) and "\n" not in str(caught.value)
+
+
+#: A SigLIP-style config small enough to build in a test: a ``logit_bias`` as open_clip's SigLIP
+#: configs have (``init_logit_bias``); its name has no "siglip", which would make open_clip
+#: fetch SigLIP's tokenizer, so the bundled CLIP tokenizer stands in.
+TINY_SIGMOID = {
+    "embed_dim": 32,
+    "init_logit_bias": -10,
+    "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "head_width": 32, "patch_size": 16},
+    "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
+
+
+@pytest.fixture
+def tiny_sigmoid(monkeypatch):
+    """``open_clip:hookviz-tiny-sigmoid``, registered with open_clip for the test only."""
+    import open_clip.factory
+
+    monkeypatch.setitem(open_clip.factory._MODEL_CONFIGS, "hookviz-tiny-sigmoid", TINY_SIGMOID)
+    return "open_clip:hookviz-tiny-sigmoid"
+
+
+@pytest.mark.slow  # open_clip's import (~5-10 s); the model itself builds in 0.1 s
+def test_a_siglip_models_probabilities_are_sigmoids(tiny_sigmoid, tmp_path):
+    prompts = [f"--prompt={text}" for text in PROMPTS]
+    out = tmp_path / "out"
+    result = invoke(
+        "run", "--model", tiny_sigmoid, "--weights", "none", *prompts, "--pictures", "none",
+        "--out", out, "--device", "cpu", CAT,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert len(report["top5"]) == 3
+    for score in report["top5"]:  # each prompt on its own, as SigLIP is trained
+        assert score["probability"] == pytest.approx(float(torch.tensor(score["score"]).sigmoid()), rel=1e-5)
+    assert sum(score["probability"] for score in report["top5"]) < 0.5  # a logit_bias of -10: not a softmax
+
+
+def _run_sigmoid(model, out, *extra):
+    prompts = [f"--prompt=a photo of a {thing}" for thing in ("cat", "dog", "car", "bird", "boat", "tree", "cup")]
+    return invoke(
+        "run", "--model", model, "--weights", "none", *prompts, "--pictures", "none", "--layer", "visual.conv1",
+        "--out", out, "--device", "cpu", *extra, CAT,
+    )  # fmt: skip
+
+
+@pytest.mark.slow  # open_clip's import
+def test_diff_makes_a_siglips_probability_from_its_logits_as_sigmoids(tiny_sigmoid, tmp_path):
+    new = _run_sigmoid(tiny_sigmoid, tmp_path / "new")
+    assert new.exit_code == 0, new.output
+    report = json.loads((tmp_path / "new" / "cat" / "report.json").read_text())
+    assert report["prediction"]["probabilities"] == "sigmoid"
+    shown = {score["name"] for score in report["top5"]}
+    outside = next(
+        f"a photo of a {t}" for t in ("cat", "dog", "car", "bird", "boat", "tree", "cup") if f"a photo of a {t}" not in shown
+    )
+    # The same model and photo, explained for a prompt the new run's top-5 lacks: the diff
+    # reads its probability from the new run's logits, which must give the baseline's own.
+    base = _run_sigmoid(tiny_sigmoid, tmp_path / "base", "--target", outside)
+    assert base.exit_code == 0, base.output
+    result = invoke("diff", tmp_path / "base", tmp_path / "new", "--pictures", "none", "--out", tmp_path / "diff.json")
+    assert result.exit_code == 0, result.output
+    (image,) = json.loads((tmp_path / "diff.json").read_text())["images"]
+    assert image["target"]["before"]["name"] == outside
+    assert image["probability_change"] == pytest.approx(0.0, abs=1e-6)

@@ -133,7 +133,10 @@ def test_a_detectors_threshold_does_not_make_a_classifiers_results_stale(tmp_pat
 def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):
     result = hookviz.explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.1"], objective="ce")
     assert isinstance(result.prediction, ClassPrediction)
-    assert result.prediction.to_json() == {"objective": "the cross-entropy of the logits against the target class"}
+    assert result.prediction.to_json() == {
+        "objective": "the cross-entropy of the logits against the target class",
+        "probabilities": "softmax",
+    }
 
     class Painted(torch.nn.Module):
         def __init__(self):

@@ -40,16 +40,18 @@ def yolo():
 
 @pytest.fixture(scope="module")
 def photo():
-    """160 x 192: multiples of 32, so nothing is padded."""
+    """160 x 192: enlarged to 533 x 640 and padded to 544 x 640, as ultralytics' predict letterboxes it."""
     return torchvision.transforms.functional.to_tensor(Image.open(SAMPLES / "cat.png").convert("RGB").resize((192, 160)))
 
 
 def _anchor_gradcam(yolo, photo, layer: str, anchor: int, label: int) -> np.ndarray:
-    """Grad-CAM of the class score at ``anchor`` in the raw prediction, by plain autograd."""
+    """Grad-CAM of the class score at ``anchor`` in the raw prediction, by plain autograd, on
+    the letterboxed photo."""
     seen = {}
+    batch = yolo.module.transform([photo])[0].tensors
     handle = yolo.module.get_submodule(layer).register_forward_hook(lambda _m, _i, out: seen.update(a=out))
     try:
-        raw = yolo.module.yolo(photo[None])[0]
+        raw = yolo.module.yolo(batch)[0]
     finally:
         handle.remove()
     (grads,) = torch.autograd.grad(raw[0, 4 + label, anchor], seen["a"])
@@ -80,6 +82,20 @@ def test_each_box_cam_is_the_gradcam_of_its_anchors_class_score(yolo, photo):
     wanted = int(found["labels"][1]) if len(set(found["labels"].tolist())) > 1 else int(found["labels"][0])
     only = hookviz.explain(yolo, photo, layers=[yolo.module.neck_layers[0]], target=wanted, score_threshold=LOW)
     assert only.prediction.detections and {d.index for d in only.prediction.detections} == {wanted}
+
+
+@pytest.mark.parametrize("height, width", [(50, 64), (700, 1000)])
+def test_a_photo_is_letterboxed_to_the_size_ultralytics_predict_gives(yolo, height, width):
+    from hookviz.models.sources.yolo_models import quiet_ultralytics
+
+    with quiet_ultralytics():
+        from ultralytics.data.augment import LetterBox
+
+        # ultralytics' predictor's own transform for one photo of a PyTorch model (rect, auto)
+        theirs = LetterBox(640, auto=True, stride=32)(image=np.zeros((height, width, 3), np.uint8)).shape[:2]
+    photo = torch.rand(3, height, width, generator=torch.Generator().manual_seed(0))
+    result = hookviz.explain(yolo, photo, layers=["yolo.model.0"], score_threshold=LOW, max_detections=1)
+    assert tuple(result.layers[0].input.shape[-2:]) == theirs  # a small photo is enlarged, as theirs is
 
 
 @pytest.mark.slow

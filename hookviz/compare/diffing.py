@@ -268,7 +268,8 @@ def _output_maps(name: str, sides, before: ImageData, after: ImageData) -> MapPa
 
 def _probability_change(before: ImageData, after: ImageData) -> float | None:
     """P_after(the baseline's target) - P_before(it): from the new target when it is the
-    same class, else from the new top-5, else from the new logits (softmax)."""
+    same class, else from the new top-5, else from the new logits, made probabilities as the new
+    run made them (report.json's ``prediction.probabilities``: softmax, or a SigLIP's sigmoid)."""
     target = before.report.target
     if target is None or target.probability is None:
         return None
@@ -279,7 +280,10 @@ def _probability_change(before: ImageData, after: ImageData) -> float | None:
     logits = None if after.fingerprint is None else after.fingerprint.logits
     if logits is None or not isinstance(index, int) or not 0 <= index < logits.size or not np.isfinite(logits).all():
         return None
-    shifted = np.exp(logits.astype(np.float64) - logits.max())
+    logits = logits.astype(np.float64)
+    if after.report.prediction.get("probabilities") == "sigmoid":
+        return float(1.0 / (1.0 + np.exp(-logits[index]))) - p_before
+    shifted = np.exp(logits - logits.max())
     return float(shifted[index] / shifted.sum()) - p_before
 
 

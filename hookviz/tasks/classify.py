@@ -24,12 +24,15 @@ class ClassPrediction(ImagePrediction):
 
     Attributes:
         objective: what was back-propagated, in words.
+        probabilities: how its probabilities were made from the logits: ``softmax`` over the
+            classes, or ``sigmoid``, each class on its own (a SigLIP, a binary classifier's one logit).
     """
 
     objective: str
+    probabilities: str = "softmax"
 
     def to_json(self) -> dict:
-        return {"objective": self.objective}
+        return {"objective": self.objective, "probabilities": self.probabilities}
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,14 @@ class SigmoidScores:
         return {}  # the model's own, not the caller's: nothing asked
 
 
+def _kind(logits, task_options) -> str:
+    """``sigmoid`` for a model that declares it or one logit, else ``softmax``."""
+    return "sigmoid" if isinstance(task_options, SigmoidScores) or logits.shape[1] == 1 else "softmax"
+
+
 def _probabilities(logits, task_options):
-    """Per class, its probability: the sigmoid for a model that declares it or one logit, else the softmax."""
-    sigmoid = isinstance(task_options, SigmoidScores) or logits.shape[1] == 1
-    return logits.sigmoid() if sigmoid else logits.softmax(dim=1)
+    """Per class, its probability (see ``_kind``)."""
+    return logits.sigmoid() if _kind(logits, task_options) == "sigmoid" else logits.softmax(dim=1)
 
 
 # ----------------------------------------------------------------------------- the output
@@ -252,6 +259,7 @@ class Classify(TaskBase):
                     focus=focus,
                     notes=notes,
                     objective=_OBJECTIVES[options.objective],
+                    probabilities=_kind(detached, task_options),
                 )
             )
         return Plan(objective, cams, predictions, logits_np)

@@ -14,12 +14,13 @@ classifier's (``vit.layers.11.layernorm_before``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from hookviz.errors import UnknownModelError, arg
 from hookviz.models.checkpoints import LoadedWeights
 from hookviz.models.sources.base import LoadedModel, seeded, weights_kind
 
-__all__ = ["is_backbone", "load_backbone", "POOLED", "CLASS_TOKEN"]
+__all__ = ["is_backbone", "bare", "load_backbone", "POOLED", "CLASS_TOKEN"]
 
 POOLED = "pooler_output"
 CLASS_TOKEN = "class token"
@@ -30,9 +31,12 @@ def is_backbone(config) -> bool:
     """Whether ``config`` is of a bare image backbone (every architecture ``...Model``, no
     ``For...`` head, no text tower: ``CLIPModel``'s is another matter)."""
     architectures = [str(a) for a in getattr(config, "architectures", None) or ()]
-    if not architectures or hasattr(config, "text_config"):
-        return False
-    return all(_BARE.fullmatch(a) for a in architectures)
+    return not hasattr(config, "text_config") and bare(architectures)
+
+
+def bare(architectures: Sequence[str]) -> bool:
+    """Whether a config's ``architectures`` are all a bare model's (``ViTModel``), with no head."""
+    return bool(architectures) and all(_BARE.fullmatch(a) for a in architectures)
 
 
 def load_backbone(name: str, where, config, weights: str, seed: int, source: str) -> LoadedModel:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hookviz.errors import UnknownModelError, UsageError, arg, first_line
+from hookviz.errors import UnknownModelError, UsageError, arg, first_line, hint
 from hookviz.models.checkpoints import LoadedWeights
 from hookviz.models.sources.base import LoadedModel, weights_kind
 
@@ -98,12 +98,12 @@ def _check_prompts(where, kind: str | None, prompts: Sequence[str]) -> None:
     if kind is None:
         raise UsageError(
             f"{arg('prompts', prompts[0])}: {where.name} has no text tower; text prompts explain CLIP and SigLIP "
-            f"models (--model open_clip:ARCH, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
+            f"models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
         )
     if not prompts:
         raise UsageError(
             f"{arg('model', where.name)}: a {'SigLIP' if kind == 'siglip' else 'CLIP'} model is explained by text "
-            f"prompts; pass {arg('prompts', 'TEXT')} (repeatable) or {arg('prompts_file', 'FILE')} (one a line)"
+            f"prompts; {hint('prompts')}"
         )
 
 

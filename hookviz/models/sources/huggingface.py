@@ -51,6 +51,23 @@ def _installed() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
+def _listed_kind(config: dict) -> str | None:
+    """What a cached repository's config.json (read as JSON: transformers is not imported to
+    list them) makes it: ``classifier``, ``text`` (a CLIP or SigLIP, explained through text
+    prompts), ``backbone`` (``ViTModel``, ``Dinov2Model``: an embedding), or ``None`` (not
+    listed), as ``load`` tells them apart (``hf_clip.text_tower``, ``hf_backbones.is_backbone``)."""
+    from hookviz.models.sources.hf_backbones import bare
+
+    architectures = [str(a) for a in config.get("architectures") or ()]
+    if any(a.endswith(_CLASSIFIERS) for a in architectures):
+        return "classifier"
+    if config.get("model_type") in ("clip", "siglip"):
+        return "text"
+    if "text_config" not in config and bare(architectures):
+        return "backbone"
+    return None
+
+
 def _import_transformers(name: str):
     try:
         import transformers
@@ -73,7 +90,7 @@ class HuggingFaceSource:
     def about(self) -> str:
         from hookviz.models.sources.hub import cache_folder
 
-        where = f"image classifiers in the Hugging Face cache ({cache_folder()})"
+        where = f"image classifiers, CLIP/SigLIP and backbones in the Hugging Face cache ({cache_folder()})"
         if not _installed():
             return f"Hugging Face transformers: --model hf:ORG/NAME, {where} (not installed: {INSTALL})"
         return f"Hugging Face transformers: --model hf:ORG/NAME, {where}"
@@ -82,22 +99,30 @@ class HuggingFaceSource:
         return name.startswith(PREFIX)
 
     def names(self) -> list[str]:
-        """The image classifiers already in the cache (any other repository loads too)."""
+        """The image classifiers, CLIP and SigLIP models and bare backbones already in the
+        cache (any other repository loads too)."""
         from hookviz.models.sources.hub import cached_repos
 
         if not _installed():
             return []
-        self._listed = {
-            PREFIX + repo: config
-            for repo, config in cached_repos()
-            if any(str(a).endswith(_CLASSIFIERS) for a in config.get("architectures") or ())
-        }
+        self._listed = {PREFIX + repo: config for repo, config in cached_repos() if _listed_kind(config)}
         return list(self._listed)
 
     def describe(self, name: str) -> str:
         config = self._listed.get(name) or {}
+        kind, model_type = _listed_kind(config), config.get("model_type", "?")
+        if kind == "text":  # what each needs said, as ``hookviz models`` lists them
+            return f"{model_type}, text tower: needs {arg('prompts', 'TEXT')}, cached"
+        if kind == "backbone":
+            return f"{model_type}, backbone (embedding): needs {arg('target_image', 'PATH')}, cached"
         labels = config.get("id2label") or {}
-        return f"{config.get('model_type', '?')}, {len(labels)} classes, cached" if config else ""
+        return f"{model_type}, {len(labels)} classes, cached" if config else ""
+
+    def task_of(self, name: str) -> str:
+        from hookviz.tasks import DEFAULT_TASK
+        from hookviz.tasks.embed import Embed
+
+        return Embed.name if _listed_kind(self._listed.get(name) or {}) == "backbone" else DEFAULT_TASK
 
     def load(
         self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()

@@ -5,10 +5,11 @@
 
 The model is wrapped (``ClipLogits``) so that its forward returns CLIP's own image-text
 logits over the prompts: ``logit_scale * normalize(image features) @ normalize(text
-features).T`` (plus SigLIP's ``logit_bias``). The text features are computed once, under
-``no_grad``, when the model is loaded with its prompts; the wrapper keeps only the image
-tower (``visual``), so layer paths read ``visual.transformer.resblocks.11.ln_1``. The
-classification task then applies as it is: the categories are the prompts.
+features).T`` (plus SigLIP's ``logit_bias``: a model with one gets sigmoid probabilities, each
+prompt on its own, as SigLIP is trained). The text features are computed once, under
+``no_grad``, when the model is loaded with its prompts; the wrapper keeps only the image tower
+(``visual``), so layer paths read ``visual.transformer.resblocks.11.ln_1``. The classification
+task then applies as it is: the categories are the prompts.
 
 * ``--weights DEFAULT``: the tag the name gives, else the first tag open_clip lists for the
   architecture, read from the Hugging Face cache (see ``hub``); ``none``: open_clip's own
@@ -110,10 +111,7 @@ class OpenClipSource:
         self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()
     ) -> LoadedModel:
         if _installed() and not prompts:  # said before open_clip's slow import
-            raise UsageError(
-                f"{arg('model', name)}: a CLIP model is explained by text prompts; pass {arg('prompts', 'TEXT')} "
-                f"(repeatable) or {arg('prompts_file', 'FILE')} (one a line)"
-            )
+            raise UsageError(f"{arg('model', name)}: a CLIP model is explained by text prompts; {hint('prompts')}")
         open_clip = _import_open_clip(name)
         arch, tag = _split(name)
         if arch not in open_clip.list_models():
@@ -145,7 +143,14 @@ class OpenClipSource:
             notes=notes + loaded.notes,
             weights_sha256=loaded.sha256,
             declared_layout=declared_layout(model.visual),
+            probabilities=_probabilities(model),
         )
+
+
+def _probabilities(model) -> str:
+    """``sigmoid`` for a SigLIP (a model with a ``logit_bias``: trained with a sigmoid loss, each
+    prompt scored on its own), else ``softmax`` over the prompts, as CLIP's zero-shot classifier does."""
+    return "softmax" if getattr(model, "logit_bias", None) is None else "sigmoid"
 
 
 def _tokens(open_clip, arch: str, prompts: Sequence[str]):

@@ -11,11 +11,14 @@ __all__ = ["YoloDetector", "Letterbox"]
 
 
 class Letterbox(nn.Module):
-    """Photos (C, H, W) in [0, 1] -> one padded batch: each shrunk to ``image_size`` on its long
-    side when longer (ultralytics' predict), then padded right and below with its grey (114)
-    to a common size that is a multiple of ``stride``. Returns ``(ImageList, scales)`` as
-    torchvision's ``GeneralizedRCNNTransform`` returns its batch, so the detection task reads
-    where each photo lies in it."""
+    """Photos (C, H, W) in [0, 1] -> one padded batch: each resized to ``image_size`` on its long
+    side, a small photo enlarged as a large one is shrunk (ultralytics' predict: its
+    ``LetterBox`` scales up, and a model trained at 640 sees objects at that scale), then padded
+    with its grey (114) to a common size that is a multiple of ``stride`` (for one photo, the
+    size ``LetterBox(640, auto=True, stride=32)`` gives). The padding goes right and below, not
+    split around the photo as ultralytics centres it, so each photo's boxes only scale back.
+    Returns ``(ImageList, scales)`` as torchvision's ``GeneralizedRCNNTransform`` returns its
+    batch, so the detection task reads where each photo lies in it."""
 
     def __init__(self, stride: int, image_size: int):
         super().__init__()
@@ -24,9 +27,9 @@ class Letterbox(nn.Module):
     def forward(self, images):
         resized, scales = [], []
         for image in images:
-            scale = min(1.0, self.image_size / max(image.shape[-2:]))
-            if scale < 1.0:
-                size = [max(1, round(side * scale)) for side in image.shape[-2:]]
+            scale = self.image_size / max(image.shape[-2:])
+            size = [max(1, round(side * scale)) for side in image.shape[-2:]]  # as LetterBox rounds them
+            if size != list(image.shape[-2:]):  # bilinear, not antialiased: cv2's INTER_LINEAR, as LetterBox resizes
                 image = nn.functional.interpolate(image[None], size=size, mode="bilinear", align_corners=False)[0]
             resized.append(image)
             scales.append(scale)

@@ -35,7 +35,7 @@ PREFIX = "yolo:"
 INSTALL = "pip install 'hookviz[yolo]'"
 #: Configs ``hookviz models`` lists (any config ultralytics ships is accepted).
 EXAMPLES = ("yolov8n.yaml", "yolov8s.yaml", "yolo11n.yaml", "yolo11s.yaml")
-#: Photos longer than this are shrunk to it, as ultralytics' predict does (its ``imgsz``).
+#: Photos are resized to this on their long side, as ultralytics' predict does (its ``imgsz``).
 IMAGE_SIZE = 640
 #: NMS's IoU cut and its first score cut (ultralytics' predict defaults); ``--score-threshold`` lowers the latter.
 IOU_THRESHOLD, SCORE_THRESHOLD = 0.7, 0.25
