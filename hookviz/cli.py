@@ -412,12 +412,11 @@ def run(
                 cam=cam,
                 topk=topk,
                 output_key=output_key,
-                box_objective=box_objective,
                 steps=steps,
                 ig_baseline=ig_baseline,
             ),
             task_options=(
-                DetectOptions(score_threshold=score_threshold, max_detections=max_detections),
+                DetectOptions(score_threshold=score_threshold, max_detections=max_detections, box_objective=box_objective),
                 EmbedOptions(target_images=tuple(target_image or ())),
             ),
             pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),

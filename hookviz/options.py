@@ -325,16 +325,13 @@ class TargetOptions:
         topk: how many top classes get a CAM of their own (1: the target only), by the main method.
         output_key: which part of a model's output holds the logits, when it returns several
             (a dict key, or an index into a tuple).
-        box_objective: what explains a detection: ``score`` (its matched box's score alone) or
-            ``score+iou`` (pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``: that box's IoU
-            with the detection plus its score); only detectors take anything but ``score``.
         steps: integrated gradients' steps (Gauss-Legendre nodes, as captum's default rule).
         ig_baseline: what integrated gradients integrate from: ``zero`` (zeros in the model's
             input space, as captum's default), ``blur`` (the input blurred) or ``mean`` (its
             mean per channel).
 
     A task's own options are a group of its own (``hookviz.tasks.DetectOptions``: which
-    detections are explained).
+    detections are explained, and what explains each).
     """
 
     target: str = "top1"
@@ -342,7 +339,6 @@ class TargetOptions:
     cam: str = "gradcam"  # a list of names is taken too, and kept as one string
     topk: int = 1
     output_key: str | None = None
-    box_objective: str = "score"
     steps: int = 32
     ig_baseline: str = "zero"
 
@@ -363,8 +359,6 @@ class TargetOptions:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
         if self.topk > 1:
             _check_topk(self.topk, self.cam, [m for m in methods if m.resolution == "layer"])
-        if self.box_objective not in BOX_OBJECTIVES:
-            raise UsageError(f"{arg('box_objective', self.box_objective)}: choose {' or '.join(BOX_OBJECTIVES)}")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
             raise UsageError(
                 f"{arg('steps', self.steps)}: integrated gradients takes 1 to {MAX_STEPS} steps (each a forward and "
