@@ -9,26 +9,24 @@ answers at once.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import signal
 import sys
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from types import SimpleNamespace
+from typing import Annotated, Optional
 
 import typer
 
 from hookviz import __version__
 from hookviz.errors import HookvizError, UsageError, command_line_spelling, describe, hint
-from hookviz.interrupts import Interrupted, interrupted_line, on_signal
+from hookviz.interrupts import Interrupted, on_signal
 from hookviz.options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_STEPS, MAX_TOPK, Tolerances
+from hookviz.process import Stopper, exit_with, open_heif, plain_text_only, prepare
+from hookviz.progress import FEW_IMAGES, Progress, stdout_closed, stopped_line
 from hookviz.render.kinds import default_groups, groups_help
 from hookviz.tasks import task_names
-
-if TYPE_CHECKING:
-    from hookviz.runs.runner import Run
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -74,11 +72,6 @@ MinCamCorrOption = Annotated[
     float, typer.Option("--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.")
 ]
 
-#: A run of at most this many images prints a line per image (any number: ``--verbose``).
-FEW_IMAGES = 20
-#: Without a terminal (a CI log), a larger run says how far it got this often, in seconds.
-PROGRESS_EVERY = 10.0
-
 
 def _version(value: bool) -> None:
     if value:
@@ -108,56 +101,6 @@ def exit_code_for(error: BaseException) -> int:
     return 1
 
 
-class _Stopper:
-    """Ctrl-C and SIGTERM during ``hookviz run``. The first asks the run to stop: the batch
-    being explained is abandoned at its next module, the pictures being drawn are finished
-    (while the model loads, it stops there and then). A second ends the process at once:
-    the render workers are killed, run.json says which images were finished, and no file
-    is half-written under its real name (every file is renamed into place when whole)."""
-
-    def __init__(self, progress: _Progress):
-        self.run: Run | None = None
-        self.progress = progress
-        self.signals = 0
-
-    def __call__(self, _signum, _frame):
-        self.signals += 1
-        if self.signals > 1:
-            self._end_now()
-        if self.run is None:  # the run was not yet made: nothing to describe
-            raise Interrupted
-        if self.run.phase == "loading":
-            raise KeyboardInterrupt
-        self.run.request_stop()
-
-    def _end_now(self) -> None:
-        for number in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(number, signal.SIG_IGN)
-        summary = self.run.abandon() if self.run is not None else None
-        self.progress.close()
-        line = _interrupted_line(summary) if summary is not None else interrupted_line()
-        # This handler may have interrupted a write to sys.stderr: write around it.
-        stream = sys.stderr
-        os.write(stream.fileno(), f"{line}\n".encode(stream.encoding or "utf-8", "backslashreplace"))
-        _stop_resource_tracker()
-        os._exit(130)
-
-
-def _interrupted_line(summary) -> str:
-    where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
-    return (
-        f"hookviz: interrupted: {_count(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
-        f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)"
-    )
-
-
-def _stdout_closed() -> None:
-    """The reader of stdout went away (``hookviz layers | head``): say nothing more there."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-
-
 def _guard(debug: bool, action):
     """Run ``action``; turn hookviz's errors into one line (naming command-line flags) and an exit code."""
     with command_line_spelling():
@@ -166,7 +109,7 @@ def _guard(debug: bool, action):
         except typer.Exit:
             raise
         except BrokenPipeError:
-            _stdout_closed()
+            stdout_closed()
             raise typer.Exit(0) from None
         except HookvizError as error:
             if debug:
@@ -378,6 +321,14 @@ def run(
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
+    given = SimpleNamespace(**locals())  # the options as typed: _option_groups checks them, in groups
+    groups = _guard(debug, lambda: _option_groups(given))
+    paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
+    _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
+
+
+def _option_groups(o: SimpleNamespace) -> dict:
+    """``hookviz run``'s options as the groups ``Run`` takes, each checked by its own class."""
     from hookviz.options import (
         CheckOptions,
         InputOptions,
@@ -393,55 +344,49 @@ def run(
     from hookviz.runs.cluster import command_shard
     from hookviz.tasks import DetectOptions, EmbedOptions
 
-    groups = _guard(
-        debug,
-        lambda: dict(
-            model=ModelOptions(model, weights, seed, device, task, trust_checkpoint, _prompts(prompt, prompts)),
-            layers=LayerOptions(tuple(layer or ()), tuple(layer_type or ()), layout),
-            inputs=InputOptions(
-                resize=resize,
-                crop=crop,
-                mean=parse_triple(mean, "mean") if mean else None,
-                std=parse_triple(std, "std") if std else None,
-                whole_image=no_crop,
-                max_pixels=max_pixels,
-            ),
-            target=TargetOptions(
-                target=target,
-                objective=objective,
-                cam=cam,
-                topk=topk,
-                output_key=output_key,
-                box_objective=box_objective,
-                steps=steps,
-                ig_baseline=ig_baseline,
-            ),
-            task_options=(
-                DetectOptions(score_threshold=score_threshold, max_detections=max_detections),
-                EmbedOptions(target_images=tuple(target_image or ())),
-            ),
-            pictures=PictureOptions(pictures=pictures, channels=channels, scale=scale, grad_channels=grad_channels),
-            options=RunOptions(
-                out=out,
-                save_tensors=save_tensors,
-                batch_size=batch_size,
-                skip_existing=skip_existing,
-                shard=command_shard(shard),
-                workers=workers,
-                tensorboard=tensorboard,
-                command=tuple(sys.argv),
-            ),
-            checks=CheckOptions(
-                fail_on=fail_on or (),
-                dead_fraction=dead_fraction,
-                baseline=baseline,
-                tolerances=Tolerances(rtol=rtol, atol=atol, min_cam_corr=min_cam_corr),
-            ),
-            trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
+    return dict(
+        model=ModelOptions(o.model, o.weights, o.seed, o.device, o.task, o.trust_checkpoint, _prompts(o.prompt, o.prompts)),
+        layers=LayerOptions(tuple(o.layer or ()), tuple(o.layer_type or ()), o.layout),
+        inputs=InputOptions(
+            resize=o.resize,
+            crop=o.crop,
+            mean=parse_triple(o.mean, "mean") if o.mean else None,
+            std=parse_triple(o.std, "std") if o.std else None,
+            whole_image=o.no_crop,
+            max_pixels=o.max_pixels,
         ),
+        target=TargetOptions(
+            target=o.target,
+            objective=o.objective,
+            cam=o.cam,
+            topk=o.topk,
+            output_key=o.output_key,
+            steps=o.steps,
+            ig_baseline=o.ig_baseline,
+        ),
+        task_options=(
+            DetectOptions(score_threshold=o.score_threshold, max_detections=o.max_detections, box_objective=o.box_objective),
+            EmbedOptions(target_images=tuple(o.target_image or ())),
+        ),
+        pictures=PictureOptions(pictures=o.pictures, channels=o.channels, scale=o.scale, grad_channels=o.grad_channels),
+        options=RunOptions(
+            out=o.out,
+            save_tensors=o.save_tensors,
+            batch_size=o.batch_size,
+            skip_existing=o.skip_existing,
+            shard=command_shard(o.shard),
+            workers=o.workers,
+            tensorboard=o.tensorboard,
+            command=tuple(sys.argv),
+        ),
+        checks=CheckOptions(
+            fail_on=o.fail_on or (),
+            dead_fraction=o.dead_fraction,
+            baseline=o.baseline,
+            tolerances=Tolerances(rtol=o.rtol, atol=o.atol, min_cam_corr=o.min_cam_corr),
+        ),
+        trust=TrustOptions(faithfulness=o.faithfulness, sanity=o.sanity),
     )
-    paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
-    _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
 
 
 def _prompts(given: list[str] | None, file: str | None) -> tuple[str, ...]:
@@ -452,7 +397,7 @@ def _prompts(given: list[str] | None, file: str | None) -> tuple[str, ...]:
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
-    _open_heif()  # before discovery reads the suffixes PIL knows
+    open_heif()  # before discovery reads the suffixes PIL knows
     from hookviz.inputs.discovery import find_images, read_list
 
     sources = list(images or [])
@@ -468,29 +413,19 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> 
     return find_images(sources, exclude=[out])
 
 
-def _open_heif() -> None:
-    """Let PIL read HEIC photos (an iPhone's) when pillow-heif is installed: the command owns
-    its process, while the library leaves PIL's plug-ins to its caller."""
-    try:
-        from pillow_heif import register_heif_opener
-    except ImportError:
-        return
-    register_heif_opener()
-
-
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
     from hookviz.runs.runner import Run, RunInterrupted, shard_of
 
     count = len(shard_of(paths, groups["options"].shard))
-    progress = _Progress(count, quiet=quiet or json_output, stdout_lines=not (quiet or json_output), verbose=verbose)
-    stopper = _Stopper(progress)
+    progress = Progress(count, quiet=quiet or json_output, stdout_lines=not (quiet or json_output), verbose=verbose)
+    stopper = Stopper(progress)
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
         summary = run.execute()
     except RunInterrupted as stop:
         progress.close()
-        typer.echo(_interrupted_line(stop.summary), err=True)
+        typer.echo(stopped_line(stop.summary), err=True)
         raise typer.Exit(130) from None
     finally:
         # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and
@@ -529,106 +464,6 @@ def _say_findings(findings) -> None:
         where = f" {finding.layer}" if finding.layer else ""
         figure = f" [{finding.figure}]" if finding.figure else ""
         typer.echo(f"hookviz: check {finding.check} failed: {finding.image}{where}{figure}: {finding.detail}", err=True)
-
-
-def _count(number: int, word: str) -> str:
-    return f"{number} {word}{'' if number == 1 else 's'}"
-
-
-class _Progress:
-    """What ``hookviz run`` says while it runs: failures always, as they happen; a line per
-    image on stdout for a few images (or ``--verbose``); a rich progress bar when stderr is
-    a terminal, else, for a larger run, a line of counts and time left every ``PROGRESS_EVERY``
-    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``)."""
-
-    def __init__(self, total: int, *, quiet: bool, stdout_lines: bool, verbose: bool = False):
-        self.total = total
-        self.quiet = quiet
-        self.stdout_lines = stdout_lines and (verbose or total <= FEW_IMAGES)
-        self.bar = None
-        self.task = None
-        self.failed = self.skipped = 0
-        self.started = self.said = time.monotonic()
-
-    def say(self, text: str, nl: bool = True) -> None:
-        """A line on stdout; if its reader went away (``| head``), the run goes on silently."""
-        try:
-            typer.echo(text, nl=nl)
-        except BrokenPipeError:
-            _stdout_closed()
-            self.stdout_lines = False
-
-    def start(self, line: str) -> None:
-        self.started = self.said = time.monotonic()  # the model is loaded: the images begin
-        if self.quiet:
-            return
-        typer.echo(f"hookviz: {line}", err=True)
-        if sys.stderr.isatty() and self.total > 1:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(
-                TextColumn("[progress.description]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("images", total=self.total, rate="")
-
-    def update(self, status, finished: int, total: int) -> None:
-        self.failed += status.status == "failed"
-        self.skipped += status.status == "skipped"
-        if status.status == "failed":  # errors are shown even with --quiet, as they happen
-            if self.bar is not None:
-                self.bar.console.print(f"hookviz: failed: {status.error}", markup=False, highlight=False)
-            else:
-                typer.echo(f"hookviz: failed: {status.error}", err=True)
-        if self.bar is not None:
-            elapsed = self.bar.tasks[0].elapsed or 0.0
-            rate = f"{finished / elapsed:.2f} img/s" if elapsed > 0 else ""
-            self.bar.update(self.task, completed=finished, rate=rate)
-        if self.quiet:
-            return
-        if self.stdout_lines:
-            if status.status == "done":
-                self._result_line(status)
-        elif self.bar is None:
-            self._how_far(finished, total)
-
-    def _result_line(self, status) -> None:
-        from hookviz.tasks import reported_task
-
-        line = reported_task(status.task).status_line(status)
-        if self.bar is not None and sys.stdout.isatty():
-            self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
-        else:
-            self.say(line)  # stdout, also when it is piped to a file
-
-    def _how_far(self, finished: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.said < PROGRESS_EVERY or finished >= total:
-            return
-        self.said = now
-        worked = finished - self.skipped  # images found done already took no time
-        left = f", about {_duration((now - self.started) / worked * (total - finished))} left" if worked else ""
-        typer.echo(f"hookviz: {finished} of {total} images, {self.failed} failed{left}", err=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 90 * 60:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 # ----------------------------------------------------------------------------- diff
@@ -812,17 +647,10 @@ def models(
 def main() -> None:
     """The ``hookviz`` command in this process, with the speed tricks that belong to the
     command's own process (never to a library caller's)."""
-    from hookviz import lazy_dynamo
-
-    # torch's OpenMP threads otherwise spin after each operation, taking CPU from the
-    # render workers: measured over 32 photos on 2 cores, a run with pictures finished ~8%
-    # sooner with this, and one without pictures no later. A value you set is kept.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    lazy_dynamo.enable()  # import torchvision without torch._dynamo: ~1 s of every run
+    prepare()
     drawn = app.rich_markup_mode
-    if _plain_text_only():
+    if plain_text_only():
         app.rich_markup_mode = None  # click's plain "Error: ..." lines, not rich's boxes and colours
-    _print_what_cannot_be_encoded()
     _load_plugins()
     try:
         app(prog_name="hookviz")
@@ -846,78 +674,10 @@ def _load_plugins() -> None:
         raise SystemExit(exit_code_for(error)) from None
 
 
-def _plain_text_only() -> bool:
-    """Whether messages must be plain ASCII lines: a dumb terminal, NO_COLOR, a locale that is
-    not UTF-8 (Python itself writes UTF-8 under LC_ALL=C, the terminal may not), or an output
-    encoding without box-drawing characters (PYTHONIOENCODING=ascii)."""
-    if os.environ.get("TERM") == "dumb" or os.environ.get("NO_COLOR"):
-        return True
-    locale = next((os.environ[k] for k in ("LC_ALL", "LC_CTYPE", "LANG") if os.environ.get(k)), "C")
-    if "utf-8" not in locale.lower().replace("utf8", "utf-8"):
-        return True
-    try:
-        "╭─│".encode(sys.stderr.encoding or "ascii")
-    except (LookupError, UnicodeEncodeError):
-        return True
-    return False
-
-
-def _print_what_cannot_be_encoded() -> None:
-    """A console that cannot spell a file's name (cp1252 and emoji_🐱.png) gets it escaped
-    (emoji_\\U0001f431.png): printing a line must never end a run. Only this process's
-    streams: a library caller's are left as they are."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)  # a stream someone replaced may lack it
-        with contextlib.suppress(ValueError, OSError):  # closed
-            if reconfigure is not None:
-                reconfigure(errors="backslashreplace")
-
-
 def console_main() -> None:
     """The ``hookviz`` command's process (``hookviz.__main__`` calls it): ``main()``, then exit
-    at once with its exit status.
-
-    When a command returns, every file it wrote is complete and closed, and its worker
-    processes and threads have finished. A normal interpreter shutdown would then spend
-    0.15 s to 0.7 s (measured on 2 cores) freeing the objects torch and torchvision
-    create at import, which the operating system reclaims anyway. So the exit-time
-    handlers run (``atexit``: logging's flush, handlers a ``--model pkg:build`` factory
-    registered, coverage in subprocesses), the output streams are flushed, and the process
-    ends there. An unexpected exception still gets Python's usual exit.
-    """
-    try:
-        main()
-        status = 0
-    except SystemExit as exit:
-        status = exit.code
-    except Interrupted:  # Ctrl-C or SIGTERM before the command took them in hand
-        typer.echo(interrupted_line(), err=True)
-        status = 130
-    if status is None:
-        status = 0
-    elif not isinstance(status, int):
-        print(status, file=sys.stderr)
-        status = 1
-    for number in (signal.SIGINT, signal.SIGTERM):  # the files are complete: nothing is left to stop
-        signal.signal(number, signal.SIG_IGN)
-    atexit._run_exitfuncs()
-    _stop_resource_tracker()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe (hookviz models | head): nothing to save
-            pass
-    os._exit(status)
-
-
-def _stop_resource_tracker() -> None:
-    """The render pool's semaphores brought up multiprocessing's resource tracker, a process
-    that would outlive this one for a moment: end it first, so that the command returns
-    with no process of its own left."""
-    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
-    if tracker is not None:
-        with contextlib.suppress(Exception):  # private (Python 3.8 to 3.14): at worst it lingers a moment
-            tracker._stop()
+    at once with its exit status (``process.exit_with``)."""
+    exit_with(main)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ _FLAGS = {
     "layers": "--layer",
     "layer_types": "--layer-type",
     "whole_image": "--no-crop",
+    "target_images": "--target-image",
     "base": "BASE",
     "new": "NEW",
 }

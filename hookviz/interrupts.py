@@ -5,7 +5,7 @@ in that time must end the command with one line and exit status 130. Python's ow
 KeyboardInterrupt cannot promise that: typer turns one raised in a command into a silent
 exit 130, and one raised while a module imports prints a traceback. So the command's
 process raises ``Interrupted`` instead, from its first line (``hookviz.__main__``) until
-a command installs its own handler (``hookviz run``: ``cli._Stopper``); ``cli.console_main``
+a command installs its own handler (``hookviz run``: ``process.Stopper``); ``process.exit_with``
 turns it into the line. Nothing here is used by the library, and importing it costs nothing.
 """
 

@@ -1087,9 +1087,9 @@ def test_a_large_run_prints_counts_not_a_line_per_image(cli, tmp_path, monkeypat
     left every PROGRESS_EVERY seconds (here: after every image) instead of one per image."""
     import re
 
-    import hookviz.cli
+    import hookviz.progress
 
-    monkeypatch.setattr(hookviz.cli, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(hookviz.progress, "PROGRESS_EVERY", 0.0)
     folder = _many(tmp_path / "in", 21)
     (folder / "im05.png").write_bytes(b"not a photo")
     base = ["run", folder, *TINY, "--layer", "features.3", "--pictures", "none"]

@@ -222,34 +222,6 @@ def test_detection_usage_errors_are_one_line(tmp_path, args, message):
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
-@pytest.mark.parametrize(
-    "model, words",
-    [
-        ("tests.conftest:tiny_net", "a classifier has no boxes"),
-        ("lraspp_mobilenet_v3_large", "a segmenter has no boxes"),
-    ],
-)
-def test_a_box_objective_is_refused_for_a_model_without_boxes(tmp_path, model, words):
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            model,
-            "--weights",
-            "none",
-            "--box-objective",
-            "score+iou",
-            "--out",
-            str(tmp_path / "out"),
-        ],
-    )
-    assert result.exit_code == 2 and not (tmp_path / "out").exists()
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"--box-objective score+iou: {words}; drop --box-objective" in lines[0], result.stderr
-
-
 def test_the_box_objective_is_recorded_in_the_report(tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(

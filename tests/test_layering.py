@@ -32,6 +32,8 @@ ORDER = [
     "compare",
     "runs",
     "plugins",
+    "progress",
+    "process",
     "cli",
     "__main__",
 ]

@@ -88,46 +88,51 @@ def test_detect_options_are_the_detectors_own_group():
         DetectOptions(score_threshold=2)
     with pytest.raises(UsageError, match="max_detections=0: must be from 1 to 20"):
         DetectOptions(max_detections=0)
+    with pytest.raises(UsageError, match="box_objective='iou': choose score or score\\+iou"):
+        DetectOptions(box_objective="iou")
     assert hookviz.DetectOptions is DetectOptions
     loaded = hookviz.LoadedModel("tiny", tiny_net().eval(), "as given", None, hookviz.Preprocessing())
-    explainer = hookviz.Explainer.create(loaded, task_options=(DetectOptions(score_threshold=0.2),))
-    assert explainer.task_options is None  # a classifier has no options of its own: the detector's are unused
+    explainer = hookviz.Explainer.create(loaded, task_options=(DetectOptions(),))
+    assert explainer.task_options is None  # a classifier has no options of its own: the detector's defaults are unused
     assert "score_threshold" not in explainer.asked and explainer.asked["target"] == "top1"
+    with pytest.raises(UsageError, match="score_threshold=0.2: only a detect model .* tiny is a classify model"):
+        hookviz.Explainer.create(loaded, task_options=(DetectOptions(score_threshold=0.2),))
     with pytest.raises(UsageError, match="task_options='TargetOptions': expected a task's option group"):
         hookviz.Explainer.create(loaded, task_options=(hookviz.TargetOptions(),))
 
 
-def test_a_detectors_threshold_does_not_make_a_classifiers_results_stale(tmp_path):
+def _run(tmp_path, model: str, *args: str):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app, ["run", str(SAMPLES / "cat.png"), "--model", model, "--weights", "none", "--out", str(out), *args]
+    )
+    return result, out
+
+
+@pytest.mark.parametrize(
+    "model, args, said",
+    [
+        ("resnet18", ["--score-threshold", "0.3"], "--score-threshold 0.3: only a detect model (detection) takes it"),
+        ("tests.conftest:tiny_net", ["--max-detections", "2"], "--max-detections 2: only a detect model"),
+        ("tests.conftest:tiny_net", ["--box-objective", "score+iou"], "--box-objective score+iou: only a detect model"),
+        ("lraspp_mobilenet_v3_large", ["--max-detections", "2"], "--max-detections 2: only a detect model"),
+    ],
+)
+def test_a_tasks_own_options_are_refused_for_a_model_of_another_task(tmp_path, model, args, said):
+    result, out = _run(tmp_path, model, *args)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and not out.exists(), result.stderr
+    task = "segment" if model.startswith("lraspp") else "classify"
+    assert len(lines) == 1 and said in lines[0] and f"is a {task} model" in lines[0], result.stderr
+
+
+def test_a_classifiers_report_asks_nothing_of_a_detector(tmp_path):
     """--skip-existing compares what was asked of the task: the detector's own options are
     no part of a classifier's run."""
-    out = tmp_path / "out"
-    common = [
-        "run",
-        str(SAMPLES / "cat.png"),
-        "--model",
-        "tests.conftest:tiny_net",
-        "--weights",
-        "none",
-        "--pictures",
-        "none",
-        "--out",
-        str(out),
-        "--skip-existing",
-    ]
-    assert CliRunner().invoke(app, common).exit_code == 0
-    again = CliRunner().invoke(app, [*common, "--score-threshold", "0.9"])
-    assert again.exit_code == 0 and "0 of 1 images done, 1 skipped" in again.stderr
+    result, out = _run(tmp_path, "tests.conftest:tiny_net", "--pictures", "none")
+    assert result.exit_code == 0, result.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
-    assert set(report["asked"]["target"]) == {
-        "target",
-        "objective",
-        "cam",
-        "topk",
-        "output_key",
-        "box_objective",
-        "steps",
-        "ig_baseline",
-    }
+    assert set(report["asked"]["target"]) == {"target", "objective", "cam", "topk", "output_key", "steps", "ig_baseline"}
 
 
 def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):

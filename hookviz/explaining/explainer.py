@@ -9,7 +9,7 @@ checks and target checks are written once, and both refuse the same bad values.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -70,11 +70,13 @@ class Explainer:
         Args:
             preprocessing: replaces the model's own before ``inputs`` apply.
             task_options: tasks' own option groups (``DetectOptions(...)``); the model's task
-                takes its own (its defaults when none is given), the others are left unused.
+                takes its own (its defaults when none is given); another task's group must
+                hold only its defaults.
             trust: the trust measures to add to each CAM (``hookviz.trust``).
 
         Raises:
-            UsageError: a layer, target or input size the model cannot take.
+            UsageError: a layer, target or input size the model cannot take, or another
+                task's options.
         """
         from hookviz.anatomy.geometry import declared_layout
         from hookviz.models.loading import input_channels
@@ -91,7 +93,7 @@ class Explainer:
             dry = _dry_output(model.module, inputs.apply(processing))
             model = replace(model, task=recognise_task(dry))
         task = get_task(model.task)
-        own = _own_options(task, task_options)
+        own = _own_options(task, task_options, model.name)
         task.check(target)
         if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch
             task.check_output(dry, target, model.categories)
@@ -214,11 +216,12 @@ class Explainer:
         return f"Explainer({self.model!r}, layers={[s.label for s in self.layers]}, target={self.target.target!r})"
 
 
-def _own_options(task, given: Sequence):
+def _own_options(task, given: Sequence, model: str):
     """The option group of ``task`` among ``given`` (its defaults when none is).
 
     Raises:
-        UsageError: something else than a task's option group, or two of one task's.
+        UsageError: something else than a task's option group, two of one task's, or another
+            task's group with a value of its own (``--score-threshold`` for a classifier).
     """
     from hookviz.tasks import TASKS
 
@@ -227,12 +230,44 @@ def _own_options(task, given: Sequence):
         if not isinstance(options, groups):
             names = ", ".join(group.__name__ for group in groups)
             raise UsageError(f"{arg('task_options', type(options).__name__)}: expected a task's option group ({names})")
+        if task.options_type is None or not isinstance(options, task.options_type):
+            _refuse_others(options, task, model)
     if task.options_type is None:
         return None
     own = [options for options in given if isinstance(options, task.options_type)]
     if len(own) > 1:
         raise UsageError(f"{arg('task_options')}: {len(own)} {task.options_type.__name__}s; give one")
     return own[0] if own else task.options_type()
+
+
+def _refuse_others(options, task, model: str) -> None:
+    """Raise UsageError when another task's option group (``options``) holds a value other
+    than its default: ``model``, a ``task`` model, would silently ignore it."""
+    from hookviz.tasks import TASKS
+
+    owner = next(t for t in TASKS.values() if t.options_type is not None and isinstance(options, t.options_type))
+    for name, value, default in _given_values(options):
+        if not _same(value, default):
+            shown = arg(name, value) if isinstance(value, (str, int, float)) else arg(name)
+            raise UsageError(
+                f"{shown}: only a {owner.name} model ({owner.words}) takes it, and {model} is a {task.name} model "
+                f"({task.words}); drop {arg(name)} or choose a {owner.name} model"
+            )
+
+
+def _given_values(options):
+    """``(name, value, default)`` of each field the caller sets in an option group."""
+    for entry in fields(options):
+        if entry.init and entry.compare:
+            default = entry.default_factory() if entry.default is MISSING else entry.default  # type: ignore[misc]
+            yield entry.name, getattr(options, entry.name), default
+
+
+def _same(value, default) -> bool:
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError, RuntimeError):  # tensors compare element by element
+        return False
 
 
 def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
@@ -466,11 +501,10 @@ def explain(
         cam=cam if isinstance(cam, str) else ",".join(map(str, cam)),
         topk=topk,
         output_key=None if output_key is None else str(output_key),
-        box_objective=box_objective,
         steps=steps,
         ig_baseline=ig_baseline,
     )
-    detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections)
+    detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections, box_objective=box_objective)
     layer_options = LayerOptions(
         layers=() if layers is None else layers,  # type: ignore[arg-type]  # one or several: LayerOptions checks them
         layer_types=layer_types,  # type: ignore[arg-type]

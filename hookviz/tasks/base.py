@@ -227,8 +227,9 @@ class Task(Protocol):
     #     """``scorer(output, images)`` -> (M,): per row, the probability of the target of
     #     image ``images[row]`` (``targets``: per image, ``None`` scores 0), as
     #     ``ClassScore.probability`` reports it on the image itself."""
-    def objective_name(self, options) -> str:
-        """What report.json calls the objective (``logit``, ``ce``, ``score``)."""
+    def objective_name(self, options, task_options=None) -> str:
+        """What report.json calls the objective (``logit``, ``ce``, ``score``), from the
+        ``TargetOptions`` and the task's own options."""
 
     def headline(self, explanation) -> str:
         """What the pictures' titles say of the target: ``target tabby (281), p=0.874``."""
@@ -283,6 +284,9 @@ class TaskBase:
     def chosen_by(self, own) -> bool:
         return False
 
+    def check(self, options) -> None:
+        """Raise UsageError for ``TargetOptions`` this task cannot honour (a classifier takes them all)."""
+
     def check_output(self, output, options, categories: Sequence[str] | None) -> None:
         """Raise UsageError for ``TargetOptions`` that the model's raw ``output`` (of a dry pass)
         cannot honour: a class index past its classes, an ``output_key`` it lacks."""
@@ -290,7 +294,7 @@ class TaskBase:
     def bind(self, own, model, prepare, device: str, options):
         return own
 
-    def objective_name(self, options) -> str:
+    def objective_name(self, options, task_options=None) -> str:
         return options.objective
 
     def headline(self, explanation) -> str:

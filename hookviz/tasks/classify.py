@@ -199,12 +199,6 @@ class Classify(TaskBase):
     def check_output(self, output, options, categories: Sequence[str] | None) -> None:
         class_target(options.target, categories, logits_of(output, options.output_key).shape[1])
 
-    def check(self, options) -> None:
-        if options.box_objective != "score":
-            raise UsageError(
-                f"{arg('box_objective', options.box_objective)}: a classifier has no boxes; drop {arg('box_objective')}"
-            )
-
     def bind(self, own, model, prepare, device: str, options):
         return SigmoidScores() if model.probabilities == "sigmoid" else own
 

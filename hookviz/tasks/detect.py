@@ -15,7 +15,8 @@ a box given to the nearest pixel, as pytorch-grad-cam's tutorial passes them). T
 gradients are those of all the explained detections' objectives together. An image with no
 detection above the threshold is done, with nothing to explain.
 
-``score_threshold`` and ``max_detections`` are the task's own options (``DetectOptions``).
+``score_threshold``, ``max_detections`` and ``box_objective`` are the task's own options
+(``DetectOptions``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from hookviz.errors import UsageError, arg
 from hookviz.hooks import HookSet
+from hookviz.options import BOX_OBJECTIVES
 from hookviz.tasks.base import (
     ClassScore,
     Detection,
@@ -40,7 +42,16 @@ from hookviz.tasks.base import (
 )
 from hookviz.tasks.targets import parse_target
 
-__all__ = ["Detect", "DetectOptions", "DetectPrediction", "DetectorOutput", "MATCH_IOU", "MAX_DETECTIONS", "box_objective"]
+__all__ = [
+    "Detect",
+    "DetectOptions",
+    "DetectPlan",
+    "DetectPrediction",
+    "DetectorOutput",
+    "MATCH_IOU",
+    "MAX_DETECTIONS",
+    "box_objective",
+]
 
 #: A detection's objective is that of the output box that overlaps it most, if at least this much
 #: (``score+iou``: more than this, as pytorch-grad-cam's ``iou_threshold``).
@@ -60,15 +71,20 @@ _THRESHOLDS = ("score_thresh", "roi_heads.score_thresh")  # where torchvision's 
 
 @dataclass(frozen=True)
 class DetectOptions:
-    """Which of a detector's detections are explained (the detection task's own options).
+    """Which of a detector's detections are explained, and what explains each (the detection
+    task's own options).
 
     Attributes:
         score_threshold: detections with at least this score.
         max_detections: at most this many per image, best first.
+        box_objective: what explains a detection: ``score`` (its matched box's score alone) or
+            ``score+iou`` (pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``: that box's IoU
+            with the detection plus its score).
     """
 
     score_threshold: float = 0.5
     max_detections: int = 5
+    box_objective: str = "score"
 
     def __post_init__(self):
         threshold = self.score_threshold
@@ -80,6 +96,8 @@ class DetectOptions:
             or not 1 <= self.max_detections <= MAX_DETECTIONS
         ):
             raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
+        if self.box_objective not in BOX_OBJECTIVES:
+            raise UsageError(f"{arg('box_objective', self.box_objective)}: choose {' or '.join(BOX_OBJECTIVES)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +135,13 @@ class DetectPrediction(ImagePrediction):
         of = f" of class {self.of_class}" if self.of_class is not None else ""
         number = "no" if not count else str(count)
         return f"{number} detection{'s' if count != 1 else ''}{of} with score ≥ {self.score_threshold}"
+
+
+@dataclass
+class DetectPlan(Plan):
+    """A plan that keeps what explains its detections (``box_objective``), for ``Detect.scorer``."""
+
+    box_objective: str = "score"
 
 
 @dataclass
@@ -234,7 +259,7 @@ class Detect(TaskBase):
         fixed = parse_target(options.target, categories)
         chosen = [_chosen(result, own, fixed) for result in output.detections]
         scores = [
-            [box_objective(result, result["boxes"][k], int(result["labels"][k]), options.box_objective) for k in keep]
+            [box_objective(result, result["boxes"][k], int(result["labels"][k]), own.box_objective) for k in keep]
             for result, keep in zip(output.detections, chosen)
         ]
         most = max((len(s) for s in scores), default=0)
@@ -245,19 +270,20 @@ class Detect(TaskBase):
                 cams = [("det1", None)]  # one detection per image: the objective is its score
             else:
                 cams = [(f"det{j + 1}", sum(image[j] for image in scores if j < len(image))) for j in range(most)]
-        said = _OBJECTIVE_TEXT[options.box_objective] + (f"; {output.scores_are}" if output.scores_are else "")
+        said = _OBJECTIVE_TEXT[own.box_objective] + (f"; {output.scores_are}" if output.scores_are else "")
         predictions = [
             _prediction(result, keep, output.windows[i] if output.windows else None, categories, own, fixed, most, said)
             for i, (result, keep) in enumerate(zip(output.detections, chosen))
         ]
         logits = [np.asarray([float(s.detach()) for s in image], dtype=np.float32) for image in scores]
-        return Plan(objective, cams, predictions, logits)
+        return DetectPlan(objective, cams, predictions, logits, own.box_objective)
 
     def scorer(self, plan: Plan, key: str, options):
-        """The objective (``options.box_objective``) of the detection the CAM ``key`` explains
+        """The objective (``DetectOptions.box_objective``) of the detection the CAM ``key`` explains
         in each image, as the plan scores it (0 when no output box matches); boxes under ``score_threshold`` are not in the output, so they score 0
         (see ``Task.scorer``)."""
         focus = focus_of(plan, key)
+        objective = plan.box_objective  # type: ignore[attr-defined]  # Detect.plan makes a DetectPlan
 
         def score(output, images):
             import torch
@@ -269,13 +295,13 @@ class Detect(TaskBase):
                     values.append(result["scores"].new_zeros(()))
                     continue
                 box = torch.tensor(detection.box, dtype=result["boxes"].dtype, device=result["boxes"].device)
-                values.append(box_objective(result, box, detection.index, options.box_objective))
+                values.append(box_objective(result, box, detection.index, objective))
             return torch.stack(values)
 
         return score
 
-    def objective_name(self, options) -> str:
-        return options.box_objective
+    def objective_name(self, options, task_options=None) -> str:
+        return (task_options or DetectOptions()).box_objective
 
     # -- what it shows
 

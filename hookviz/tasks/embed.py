@@ -198,10 +198,6 @@ class Embed(TaskBase):
                 f"{arg('objective', options.objective)}: an embedding's objective is its cosine similarity "
                 f"to {arg('target_image')}; drop {arg('objective')}"
             )
-        if options.box_objective != "score":
-            raise UsageError(
-                f"{arg('box_objective', options.box_objective)}: an embedding has no boxes; drop {arg('box_objective')}"
-            )
         if options.topk > 1:
             raise UsageError(
                 f"{arg('topk', options.topk)}: an embedding model draws one CAM per {arg('target_image')}; drop {arg('topk')}"
@@ -271,7 +267,7 @@ class Embed(TaskBase):
 
         return score
 
-    def objective_name(self, options) -> str:
+    def objective_name(self, options, task_options=None) -> str:
         return "cosine"
 
     def headline(self, explanation) -> str:

@@ -127,10 +127,6 @@ class Segment(TaskBase):
                 f"{arg('objective', options.objective)}: a segmentation is explained by the target class's "
                 f"logits over its pixels; drop {arg('objective')}"
             )
-        if options.box_objective != "score":
-            raise UsageError(
-                f"{arg('box_objective', options.box_objective)}: a segmenter has no boxes; drop {arg('box_objective')}"
-            )
 
     def default_root(self, module) -> str | None:
         return "backbone" if hasattr(module, "backbone") else None

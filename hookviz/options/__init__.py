@@ -1,0 +1,55 @@
+"""Options: what a caller asks of hookviz, in a few groups that each check themselves.
+
+The ``hookviz`` command and the Python API build the same groups, so both refuse the same
+bad values with the same words (spelled as the caller wrote them, see ``errors.arg``).
+A group is a frozen dataclass: once built, its values are valid and inner code trusts
+them.
+
+* ``ModelOptions``: which model, which weights, which device.
+* ``InputOptions``: how photos become the model's input (overrides of its preprocessing).
+* ``LayerOptions``: which layers to record.
+* ``TargetOptions``: what to explain (target, objective, CAM method, top-K).
+* ``PictureOptions``: which pictures to draw, and how.
+* ``RunOptions``: where a run writes, in what batches, which slice of the images.
+* ``CheckOptions``: the ``--fail-on`` checks of a CI smoke run, and the baseline it is compared with.
+* ``Tolerances``: how far a compared figure may move before it counts as drift.
+* ``TrustOptions``: how far to trust a map: faithfulness measures and the randomisation check.
+
+Each group is a module of this package (``model``, ``inputs``, ``layers``, ``target``,
+``pictures``, ``run``, ``checks``, ``trust``); this module re-exports their names.
+"""
+
+from hookviz.options.checks import CheckOptions, Tolerances
+from hookviz.options.inputs import DEFAULT_MAX_PIXELS, MAX_SIDE, InputOptions, parse_triple
+from hookviz.options.layers import LAYOUT_CHOICES, LayerOptions
+from hookviz.options.model import ModelOptions, read_prompts, task_choices
+from hookviz.options.pictures import MAX_TILES, ChannelSelection, PictureOptions
+from hookviz.options.run import RunOptions, parse_shard
+from hookviz.options.target import BOX_OBJECTIVES, IG_BASELINES, MAX_STEPS, MAX_TOPK, OBJECTIVES, TargetOptions
+from hookviz.options.trust import TrustOptions
+
+__all__ = [
+    "ModelOptions",
+    "InputOptions",
+    "LayerOptions",
+    "TargetOptions",
+    "PictureOptions",
+    "RunOptions",
+    "CheckOptions",
+    "Tolerances",
+    "TrustOptions",
+    "ChannelSelection",
+    "OBJECTIVES",
+    "BOX_OBJECTIVES",
+    "IG_BASELINES",
+    "MAX_STEPS",
+    "parse_triple",
+    "parse_shard",
+    "read_prompts",
+    "MAX_SIDE",
+    "MAX_TOPK",
+    "MAX_TILES",
+    "DEFAULT_MAX_PIXELS",
+    "LAYOUT_CHOICES",
+    "task_choices",
+]

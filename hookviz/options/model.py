@@ -1,0 +1,94 @@
+"""Which model, which weights, which device (``ModelOptions``), and the prompts of a model with a text tower."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hookviz.errors import UsageError, arg
+from hookviz.options.base import set_field
+
+__all__ = ["task_choices", "ModelOptions", "read_prompts"]
+
+
+def task_choices() -> tuple[str, ...]:
+    """What ``task`` may be: ``auto``, or a task of ``hookviz.tasks``."""
+    from hookviz.tasks import task_names
+
+    return ("auto", *task_names())
+
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which model to load, with which weights, on which device.
+
+    Attributes:
+        name: a torchvision model name, a built-in one, ``timm:NAME``, ``hf:ORG/NAME``, or
+            ``package.module:callable``.
+        weights: ``DEFAULT``, ``none`` (random init seeded by ``seed``), a torchvision weights
+            name, or a state_dict file.
+        seed: seeds random initialisation, without touching the caller's random stream.
+        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        task: a task of ``hookviz.tasks`` (``classify``, ``segment``, ``detect``), or ``auto``:
+            the source's word for it, or for a factory's model, what its output looks like.
+        trust_checkpoint: load a checkpoint that runs code when loaded (a pickled YOLO
+            ``.pt``); refused otherwise.
+        prompts: text prompts, for a model with a text tower (``open_clip:ARCH``): its
+            classes (see ``read_prompts`` for a file of them).
+    """
+
+    name: str
+    weights: str = "DEFAULT"
+    seed: int = 0
+    device: str = "auto"
+    task: str = "auto"
+    trust_checkpoint: bool = False
+    prompts: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        prompts = (self.prompts,) if isinstance(self.prompts, str) else tuple(self.prompts or ())
+        for text in prompts:
+            if not isinstance(text, str) or not text.strip():
+                raise UsageError(f"{arg('prompts', text)}: a prompt is a non-empty text (a photo of a cat)")
+        set_field(self, "prompts", tuple(text.strip() for text in prompts))
+        if not self.name or not self.name.strip():
+            raise UsageError(f"{arg('model', self.name)}: give a model name; {_list_models_hint()}")
+        if not self.weights or not str(self.weights).strip():
+            raise UsageError(f"{arg('weights', self.weights)}: give DEFAULT, none or a file")
+        if not _DEVICE.match(self.device):
+            raise UsageError(f"{arg('device', self.device)}: choose auto, cpu, cuda, cuda:N or mps")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise UsageError(f"{arg('seed', self.seed)}: a seed is a whole number from 0 to 2**63 - 1")
+        if self.task not in task_choices():
+            raise UsageError(f"{arg('task', self.task)}: choose {', '.join(task_choices())}")
+
+
+def read_prompts(path: str | Path) -> tuple[str, ...]:
+    """The prompts in a text file, one a line (blank lines skipped).
+
+    Raises:
+        UsageError: the file cannot be read, or holds no prompt.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{arg('prompts_file', path)}: no such file; give a text file with one prompt a line") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+        raise UsageError(
+            f"{arg('prompts_file', path)}: cannot read it ({reason}); give a text file with one prompt a line"
+        ) from None
+    prompts = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not prompts:
+        raise UsageError(f"{arg('prompts_file', path)}: the file holds no prompt; write one prompt a line")
+    return prompts
+
+
+def _list_models_hint() -> str:
+    from hookviz.errors import hint
+
+    return hint("list_models")

@@ -1,0 +1,113 @@
+"""Which pictures to draw, and how (``PictureOptions``, ``ChannelSelection``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hookviz.errors import UsageError, arg
+from hookviz.options.base import set_field
+
+__all__ = ["MAX_TILES", "ChannelSelection", "PictureOptions"]
+
+#: At most this many tiles in a channel grid: 512 one-inch tiles are already a 23-inch square.
+MAX_TILES = 512
+
+
+@dataclass(frozen=True)
+class ChannelSelection:
+    """The channels a grid shows: the ``count`` most active, or every index in ``ranges``
+    (inclusive pairs). Kept as ranges, so ``0-30000000`` costs nothing until a layer's
+    real channel count bounds it."""
+
+    count: int | None = 64
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def parse(cls, value) -> "ChannelSelection":
+        """``64`` (the most active 64), ``0-15`` or ``3,7,9`` (those channels), or a list of ints.
+
+        Raises:
+            UsageError: another form, a count of 0, or a range that runs backwards.
+        """
+        if isinstance(value, ChannelSelection):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        elif isinstance(value, str):
+            text = value.strip()
+        else:
+            return cls(count=None, ranges=tuple((int(v), int(v)) for v in value))
+        if text.isdigit():
+            if int(text) < 1:
+                raise UsageError(f"{arg('channels', text)}: a count must be 1 or more; for channel 0 alone write 0-0")
+            return cls(count=int(text))
+        ranges = []
+        try:
+            for part in filter(None, (p.strip() for p in text.split(","))):
+                start, _, end = part.partition("-")
+                low, high = int(start), int(end) if end else int(start)
+                if low < 0 or high < low:
+                    raise ValueError
+                ranges.append((low, high))
+        except ValueError:
+            ranges = []
+        if not ranges:
+            raise UsageError(f"{arg('channels', text)}: expected a count (64), a range (0-15) or a list (3,7,9)")
+        return cls(count=None, ranges=tuple(ranges))
+
+    def __str__(self) -> str:
+        if self.count is not None:
+            return str(self.count)
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges)
+
+    def indices(self, available: int) -> list[int]:
+        """The listed channels that exist among ``available``, in order, without repeats."""
+        chosen: dict[int, None] = {}
+        for low, high in self.ranges:
+            chosen.update(dict.fromkeys(range(low, min(high, available - 1) + 1)))
+        return list(chosen)
+
+
+def _default_pictures() -> tuple[str, ...]:
+    from hookviz.render.kinds import default_groups
+
+    return default_groups()
+
+
+@dataclass(frozen=True)
+class PictureOptions:
+    """Which pictures to draw per image and layer, and how.
+
+    Attributes:
+        pictures: groups of picture kinds (``hookviz.render.kinds``): some of ``summary``,
+            ``channels``, ``cam`` (the default) or a registered kind's (``()`` or ``"none"``: none).
+        channels: the channels of the grid (``ChannelSelection.parse`` forms).
+        scale: ``tile`` (each tile its own colour scale) or ``shared`` (one for all).
+        grad_channels: also draw the grid of ``grad_output``.
+        kinds: the picture kinds these options ask for, in drawing order (set from the others;
+            they travel with the options to the render workers).
+    """
+
+    pictures: tuple[str, ...] = field(default_factory=_default_pictures)
+    channels: ChannelSelection = field(default_factory=ChannelSelection)
+    scale: str = "tile"
+    grad_channels: bool = False
+    kinds: tuple = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        from hookviz.render.kinds import kinds_for, picture_groups
+
+        pictures = self.pictures
+        if isinstance(pictures, str):
+            pictures = tuple(p.strip() for p in pictures.split(",") if p.strip())
+        pictures = tuple(dict.fromkeys(pictures or ()))
+        if pictures == ("none",):
+            pictures = ()
+        for picture in pictures:
+            if picture not in picture_groups():
+                raise UsageError(f"{arg('pictures', picture)}: choose from {', '.join(picture_groups())}, or none")
+        set_field(self, "pictures", pictures)
+        set_field(self, "channels", ChannelSelection.parse(self.channels))
+        if self.scale not in ("tile", "shared"):
+            raise UsageError(f"{arg('scale', self.scale)}: choose tile or shared")
+        set_field(self, "kinds", kinds_for(self))

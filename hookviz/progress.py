@@ -1,0 +1,138 @@
+"""What ``hookviz run`` says while it runs, on the command's own streams: a line per image, a
+progress bar or a line of counts now and then, and the line a stopped run ends with. The
+library reports through callbacks (``Run(on_status=..., on_start=...)``); this module is
+where the command turns them into text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from typing import Any
+
+import typer
+
+__all__ = ["FEW_IMAGES", "PROGRESS_EVERY", "Progress", "counted", "duration", "stdout_closed", "stopped_line"]
+
+#: A run of at most this many images prints a line per image (any number: ``--verbose``).
+FEW_IMAGES = 20
+#: Without a terminal (a CI log), a larger run says how far it got this often, in seconds.
+PROGRESS_EVERY = 10.0
+
+
+def counted(number: int, word: str) -> str:
+    return f"{number} {word}{'' if number == 1 else 's'}"
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``14 min``, ``2.5 h``: a time left, as a progress line says it."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def stopped_line(summary) -> str:
+    where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
+    return (
+        f"hookviz: interrupted: {counted(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
+        f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)"
+    )
+
+
+def stdout_closed() -> None:
+    """The reader of stdout went away (``hookviz layers | head``): say nothing more there."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+class Progress:
+    """What ``hookviz run`` says while it runs: failures always, as they happen; a line per
+    image on stdout for a few images (or ``--verbose``); a rich progress bar when stderr is
+    a terminal, else, for a larger run, a line of counts and time left every ``PROGRESS_EVERY``
+    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``)."""
+
+    def __init__(self, total: int, *, quiet: bool, stdout_lines: bool, verbose: bool = False):
+        self.total = total
+        self.quiet = quiet
+        self.stdout_lines = stdout_lines and (verbose or total <= FEW_IMAGES)
+        self.bar: Any = None  # a rich Progress, while one is shown
+        self.task: Any = None
+        self.failed = self.skipped = 0
+        self.started = self.said = time.monotonic()
+
+    def say(self, text: str, nl: bool = True) -> None:
+        """A line on stdout; if its reader went away (``| head``), the run goes on silently."""
+        try:
+            typer.echo(text, nl=nl)
+        except BrokenPipeError:
+            stdout_closed()
+            self.stdout_lines = False
+
+    def start(self, line: str) -> None:
+        self.started = self.said = time.monotonic()  # the model is loaded: the images begin
+        if self.quiet:
+            return
+        typer.echo(f"hookviz: {line}", err=True)
+        if sys.stderr.isatty() and self.total > 1:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("[progress.description]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("images", total=self.total, rate="")
+
+    def update(self, status, finished: int, total: int) -> None:
+        self.failed += status.status == "failed"
+        self.skipped += status.status == "skipped"
+        if status.status == "failed":  # errors are shown even with --quiet, as they happen
+            if self.bar is not None:
+                self.bar.console.print(f"hookviz: failed: {status.error}", markup=False, highlight=False)
+            else:
+                typer.echo(f"hookviz: failed: {status.error}", err=True)
+        if self.bar is not None:
+            elapsed = self.bar.tasks[0].elapsed or 0.0
+            rate = f"{finished / elapsed:.2f} img/s" if elapsed > 0 else ""
+            self.bar.update(self.task, completed=finished, rate=rate)
+        if self.quiet:
+            return
+        if self.stdout_lines:
+            if status.status == "done":
+                self._result_line(status)
+        elif self.bar is None:
+            self._how_far(finished, total)
+
+    def _result_line(self, status) -> None:
+        from hookviz.tasks import reported_task
+
+        line = reported_task(status.task).status_line(status)
+        if self.bar is not None and sys.stdout.isatty():
+            self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
+        else:
+            self.say(line)  # stdout, also when it is piped to a file
+
+    def _how_far(self, finished: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.said < PROGRESS_EVERY or finished >= total:
+            return
+        self.said = now
+        worked = finished - self.skipped  # images found done already took no time
+        left = f", about {duration((now - self.started) / worked * (total - finished))} left" if worked else ""
+        typer.echo(f"hookviz: {finished} of {total} images, {self.failed} failed{left}", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
