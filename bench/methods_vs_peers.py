@@ -42,6 +42,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--table", action="store_true", help="also time every hookviz method on resnet18 and resnet50")
+    parser.add_argument(
+        "--trained", action="store_true", help="also Score-CAM and Ablation-CAM on EfficientNet-Lite0's ImageNet weights"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     model = getattr(torchvision.models, args.model)(weights=None).eval()
@@ -69,7 +72,7 @@ def main() -> None:
         peer = peer_class(model=model, target_layers=[layer])
         peer.batch_size = 32
         mine = _timed(ours(name), args.repeats)
-        theirs = _timed(lambda: peer(input_tensor=x, targets=[ClassifierOutputTarget(target)]), args.repeats)
+        theirs = _timed(lambda peer=peer: peer(input_tensor=x, targets=[ClassifierOutputTarget(target)]), args.repeats)
         rows.append(
             (
                 name,
@@ -98,6 +101,8 @@ def main() -> None:
             f"{name:<48}{1000 * mc:>12.0f}{1000 * pc:>10.0f}{pc / mc:>14.2f}{corr:>8.4f}   "
             f"({1000 * mw:.0f} / {1000 * pw:.0f} ms wall)"
         )
+    if args.trained:
+        _trained(photo, args.repeats)
     if args.table:
         _table(photo, args.repeats)
 
@@ -192,20 +197,68 @@ def _measures(model, x, target: int, cam, repeats: int) -> list:
     return rows
 
 
+def _second_call_only(peer, module) -> None:
+    """pytorch-grad-cam records every call of a target module; EfficientNet-Lite0 calls its
+    ``_swish`` twice (stem, head): keep the head's, the layer hookviz calls ``_swish:1``."""
+    recorder = peer.activations_and_grads
+    for handle in recorder.handles:
+        handle.remove()
+    calls = [0]
+
+    def second(mod, inputs, output):
+        calls[0] += 1
+        if calls[0] % 2 == 0:
+            recorder.save_activation(mod, inputs, output)
+
+    recorder.handles = [module.register_forward_hook(second)]
+
+
+def _trained(photo: str, repeats: int) -> None:
+    """Score-CAM and Ablation-CAM of trained weights, whose late activations are sparse:
+    hookviz scores a constant map once and equal maps once; the peer scores every channel."""
+    from pytorch_grad_cam import AblationCAM, ScoreCAM
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    from hookviz.models.loading import load_model
+
+    loaded = load_model("efficientnet_lite0")
+    model = loaded.module.eval()
+    first = hookviz.explain(loaded, photo, layers="_swish:1", cam="gradcam")
+    x, target = first.image.tensor[None].float(), first.target.index
+    print(f"\nEfficientNet-Lite0, ImageNet weights, {photo}, 224 px, _swish:1 (1280 channels), class {first.target.label}")
+    for name, peer_class in (("scorecam", ScoreCAM), ("ablationcam", AblationCAM)):
+        peer = peer_class(model=model, target_layers=[model._swish])
+        peer.batch_size = 32
+        _second_call_only(peer, model._swish)
+        mine = _timed(lambda name=name: hookviz.explain(loaded, photo, layers="_swish:1", cam=name), repeats)
+        theirs = _timed(lambda peer=peer: peer(input_tensor=x, targets=[ClassifierOutputTarget(target)]), repeats)
+        ours = torch.nn.functional.interpolate(
+            torch.from_numpy(mine[2].layers[0].cam)[None, None], size=x.shape[-2:], mode="bilinear"
+        )
+        print(
+            f"{name:<48}{1000 * mine[1]:>12.0f}{1000 * theirs[1]:>10.0f}{theirs[1] / mine[1]:>14.2f}"
+            f"{_corr(ours[0, 0], theirs[2][0]):>8.4f}   ({1000 * mine[0]:.0f} / {1000 * theirs[0]:.0f} ms wall)"
+        )
+
+
 def _table(photo: str, repeats: int) -> None:
+    """Milliseconds per image of every method (the whole explanation of one photo), as
+    torch-cam's README tabulates its methods."""
     from hookviz.methods import METHODS
 
-    print("\nms per image (CPU time, median), layer4's last block, 224 px, random weights")
-    names = [n for n in METHODS.names()]
-    print(f"{'method':<24}" + "".join(f"{m:>12}" for m in ("resnet18", "resnet50")))
+    print(f"\nms per image (median of {repeats}; CPU time, then wall), layer4's last block, 224 px, random weights")
     models = {m: getattr(torchvision.models, m)(weights=None).eval() for m in ("resnet18", "resnet50")}
-    for name in names:
+    print(f"{'method':<24}" + "".join(f"{m:>22}" for m in models))
+    for name in METHODS.names():
         cells = []
-        for m, model in models.items():
-            run = lambda: hookviz.explain(model, photo, layers="layer4.-1", cam=name)  # noqa: E731
-            run()
-            cells.append(_timed(run, repeats)[1])
-        print(f"{name:<24}" + "".join(f"{1000 * c:>12.0f}" for c in cells))
+        for model in models.values():
+
+            def run(model=model, name=name):
+                return hookviz.explain(model, photo, layers="layer4.-1", cam=name)
+
+            wall, cpu, _ = _timed(run, repeats)
+            cells.append(f"{1000 * cpu:>12.0f} ({1000 * wall:>6.0f})")
+        print(f"{name:<24}" + "".join(f"{c:>22}" for c in cells), flush=True)
 
 
 if __name__ == "__main__":

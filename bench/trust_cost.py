@@ -16,9 +16,9 @@ import torch
 import torchvision
 
 from hookviz.explaining.explainer import Explainer
-from hookviz.options import LayerOptions, TrustOptions
-from hookviz.models.sources.base import LoadedModel
 from hookviz.inputs.images import Preprocessing
+from hookviz.models.sources.base import LoadedModel
+from hookviz.options import LayerOptions, TrustOptions
 
 
 def main() -> None:
@@ -62,8 +62,7 @@ def _count_forwards(module):
 
 def _split_faithfulness(base, image) -> None:
     """Where --faithfulness's time goes: deletion/insertion, ROAD's imputation, ROAD's scoring."""
-    from hookviz.trust import road
-    from hookviz.trust import deletion as deletion_module
+    from hookviz.trust import deletion as deletion_module, road
     from hookviz.trust.road import noisy_linear_imputation
 
     explanation = base.explain_batch([image])[0]

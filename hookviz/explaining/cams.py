@@ -135,9 +135,7 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     input_gradients = None
     if any(m.needs_input_gradients for m in methods) and keys:  # input methods explain the target only
         input_gradients = {
-            keys[0]: InputGradients(
-                task, module, device, options, task.scorer(plan, keys[0], options), RESCORING_BATCH, own, formats
-            )
+            keys[0]: InputGradients(task, module, device, options, task.scorer(plan, keys[0], options), RESCORING_BATCH, own)
         }
     return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients)
 
