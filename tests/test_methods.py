@@ -594,10 +594,10 @@ def test_ablationcam_runs_only_the_model_after_the_layer_for_each_ablation():
     model, batch, maps, head_rows = _patchy_explained("ablationcam", counted="head")
     _, _, _, input_rows = _patchy_explained("ablationcam")
     # Per photo: a whole pass and the tail's check (the layer's own output, twice) find that
-    # the rows after the layer are independent; then the photo's own score. Then 38
-    # ablations a photo (the 2 zero channels need none) in passes of at most 32 rows, each
-    # pass computing the layers before `act` once, from the photo alone.
-    assert head_rows == [1, 2, 1, 1, 2, 1, 32, 6, 26, 12]
+    # the rows after the layer are independent; then the photo's own score. Then its 38
+    # ablations (the 2 zero channels need none) in one pass, which computes the layers
+    # before `act` once, from the photo alone.
+    assert head_rows == [1, 2, 1, 1, 2, 1, 38, 38]
     assert input_rows == [1] * len(head_rows)
     assert maps.shape == (2, 8, 8) and maps.max() > 0
     np.testing.assert_allclose(maps, _ablationcam_by_hand(model, batch), rtol=1e-4, atol=1e-6)
@@ -616,7 +616,7 @@ class BatchSized(Patchy):
 def test_ablationcam_runs_whole_passes_where_the_model_needs_its_inputs_batch_size():
     model, batch, maps, rows = _patchy_explained("ablationcam", model=BatchSized())
     # per photo: the whole pass and the failed check, then whole passes of up to 32 copies
-    assert rows == [1, 1, 1, 1, 1, 1, 32, 6, 26, 12]
+    assert rows == [1, 1, 1, 1, 1, 1, 32, 6, 32, 6]
     np.testing.assert_allclose(maps, _ablationcam_by_hand(model, batch), rtol=1e-4, atol=1e-6)
     assert _hooks_on(model) == 0
 

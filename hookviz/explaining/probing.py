@@ -68,8 +68,9 @@ class LayerRescoring:
         """The scores of one image's input with the layer's output replaced by each row."""
         import torch
 
-        chunk, count = self.rescoring.chunk, len(replacement)
+        count = len(replacement)
         tail = self._tail_works(image)
+        chunk = max(count, 1) if tail else self.rescoring.chunk  # a tail pass takes every row it is given
         scores = []
         for start in range(0, count, chunk):
             part = replacement[start : start + chunk]

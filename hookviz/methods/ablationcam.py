@@ -9,8 +9,9 @@ low, a logit of a random model) that flips every weight, and the map then shows 
 lowers the score. pytorch-grad-cam follows the paper there, and it ablates a layer that has
 negative values by setting the channel to its minimum less 1e7 rather than to zero.
 
-The layer's output is replaced (``ctx.score_layer``) in batches of ``RESCORING_BATCH``
-under ``torch.inference_mode``. A channel that is already zero everywhere would not change
+The layer's output is replaced (``ctx.score_layer``) under ``torch.inference_mode``, in
+batches of up to 128 MB of altered outputs; ``score_layer`` runs only the model after the
+layer for them where it can (see ``hookviz.explaining.probing``). A channel that is already zero everywhere would not change
 the score: it is not scored again, and its weight is zero.
 """
 
@@ -19,7 +20,12 @@ from __future__ import annotations
 from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
 from hookviz.methods.gradcam import _weighted
 
-__all__ = ["ablationcam"]
+__all__ = ["ALTERED_BYTES", "ablationcam"]
+
+#: The altered layer outputs handed to ``score_layer`` at once are at most this large (or
+#: ``RESCORING_BATCH`` rows): a tail pass takes them all, and its layers before the layer
+#: then run once per this many ablations.
+ALTERED_BYTES = 128 << 20
 
 
 @register_method("ablationcam", needs_gradients=False, needs_rescoring=True)
@@ -34,8 +40,10 @@ def ablationcam(ctx: MethodContext):
     plain = score(activations, everyone).double().to(activations.device)
     ablated = plain[:, None].repeat(1, channels)
     images, kept = activations.flatten(2).any(-1).nonzero(as_tuple=True)
-    for start in range(0, len(images), RESCORING_BATCH):
-        rows, which = images[start : start + RESCORING_BATCH], kept[start : start + RESCORING_BATCH]
+    row_bytes = activations[0].numel() * activations.element_size()
+    batch = max(RESCORING_BATCH, ALTERED_BYTES // max(row_bytes, 1))
+    for start in range(0, len(images), batch):
+        rows, which = images[start : start + batch], kept[start : start + batch]
         altered = activations[rows].clone()
         altered[torch.arange(len(rows), device=altered.device), which] = 0
         ablated[rows, which] = score(altered, rows).double().to(ablated.device)
