@@ -100,6 +100,10 @@ class InputOptions:
         changes: dict = {}
         if self.resize is not None:
             changes["resize"] = self.resize
+            if self.crop is None and preprocessing.crop and preprocessing.size > self.resize:
+                # The resize alone, below the weights' crop: the crop shrinks to fit, as the user
+                # named no crop (a segmentation model probed with ImageNet's 224 at --resize 64).
+                changes["size"] = self.resize
         if self.crop is not None:
             changes["size"] = self.crop
             if self.resize is None and preprocessing.crop and preprocessing.size:
