@@ -276,3 +276,18 @@ def test_a_tokenizer_naming_its_own_code_is_refused(tmp_path, hub_cache):
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat")
     _one_line_error(result, f"--model hf:{folder}: {folder} needs its own Python code (auto_map in tokenizer_config.json)")
+
+
+# ----------------------------------------------------------------------------- found by a hostile user
+
+
+def test_a_prompts_file_saved_with_a_byte_order_mark_names_its_first_prompt_as_written(tmp_path, hub_cache):
+    """Notepad's UTF-8 starts with a BOM: it was kept in the first prompt, which --target then never matched."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes("a photo of a cat\r\na car\r\n".encode("utf-8-sig"))
+    result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts, "--target", "a photo of a cat", "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    assert report["target"]["name"] == "a photo of a cat"
+    assert sorted(score["name"] for score in report["top5"]) == ["a car", "a photo of a cat"]

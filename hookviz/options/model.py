@@ -74,7 +74,7 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
         UsageError: the file cannot be read, or holds no prompt.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark (Notepad's) is no part of the first prompt
     except FileNotFoundError:
         raise UsageError(f"{arg('prompts_file', path)}: no such file; give a text file with one prompt a line") from None
     except (OSError, UnicodeDecodeError) as exc:
