@@ -291,3 +291,19 @@ def test_a_prompts_file_saved_with_a_byte_order_mark_names_its_first_prompt_as_w
     report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
     assert report["target"]["name"] == "a photo of a cat"
     assert sorted(score["name"] for score in report["top5"]) == ["a car", "a photo of a cat"]
+
+
+@pytest.mark.parametrize(
+    "lines, line",
+    [
+        # A prompt is a class: twice, it split its probability and --target matched two classes.
+        ("a cat\na dog\na cat\n", "--prompt a cat: given twice; give each prompt once"),
+        ("a\x00cat\na dog\n", "--prompt 'a\\x00cat': a prompt is one line of printable text; drop its control characters"),
+    ],
+)
+def test_a_prompt_given_twice_or_with_control_characters_is_refused_in_one_line(tmp_path, hub_cache, lines, line):
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(lines)
+    _one_line_error(_run(tmp_path, f"hf:{folder}", "--prompts", prompts), line)
+    assert not (tmp_path / "out").exists()

@@ -54,7 +54,16 @@ class ModelOptions:
         for text in prompts:
             if not isinstance(text, str) or not text.strip():
                 raise UsageError(f"{arg('prompts', text)}: a prompt is a non-empty text (a photo of a cat)")
-        set_field(self, "prompts", tuple(text.strip() for text in prompts))
+        prompts = tuple(text.strip() for text in prompts)
+        for text in prompts:
+            if any(not character.isprintable() for character in text):
+                raise UsageError(
+                    f"{arg('prompts', repr(text))}: a prompt is one line of printable text; drop its control characters"
+                )
+        twice = next((text for k, text in enumerate(prompts) if text in prompts[:k]), None)
+        if twice is not None:  # each prompt is a class: a second copy splits its probability and its name matches twice
+            raise UsageError(f"{arg('prompts', twice)}: given twice; give each prompt once")
+        set_field(self, "prompts", prompts)
         if not self.name or not self.name.strip():
             raise UsageError(f"{arg('model', self.name)}: give a model name; {_list_models_hint()}")
         if not self.weights or not str(self.weights).strip():
