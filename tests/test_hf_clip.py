@@ -307,3 +307,13 @@ def test_a_prompt_given_twice_or_with_control_characters_is_refused_in_one_line(
     prompts.write_text(lines)
     _one_line_error(_run(tmp_path, f"hf:{folder}", "--prompts", prompts), line)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_config_naming_another_class_is_refused_in_one_line(tmp_path, hub_cache):
+    """It loaded, then failed to pad: "hookviz: error: ValueError: Asking to pad ...", naming no file."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "NoSuchTokenizer"}))
+    result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat", "--prompt", "a dog")
+    _one_line_error(result, f"--model hf:{folder}: {folder}'s tokenizer cannot tokenize the prompts (")
+    assert "save the model's own tokenizer" in result.stderr
+    assert not (tmp_path / "out").exists()
