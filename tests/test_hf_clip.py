@@ -317,3 +317,11 @@ def test_a_tokenizer_config_naming_another_class_is_refused_in_one_line(tmp_path
     _one_line_error(result, f"--model hf:{folder}: {folder}'s tokenizer cannot tokenize the prompts (")
     assert "save the model's own tokenizer" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_reference_photo_for_a_model_explained_by_prompts_is_refused_in_one_line(tmp_path, hub_cache):
+    """It made the model an embedding of its logits over the prompts, and explained their cosine similarity."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat", "--prompt", "a dog", "--target-image", CAT)
+    _one_line_error(result, f"--target-image: hf:{folder} is explained by its text prompts, one class each; drop --target-image")
+    assert not (tmp_path / "out").exists()

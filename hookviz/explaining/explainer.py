@@ -280,6 +280,11 @@ def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
     for options in given:
         chooser = next((t for t in TASKS.values() if t.options_type is not None and isinstance(options, t.options_type)), None)
         if chooser is not None and chooser.chosen_by(options):
+            if model.prompts:  # its output is its logits over the prompts: their cosine similarity means nothing
+                raise UsageError(
+                    f"{arg('target_image')}: {model.name} is explained by its text prompts, one class each; "
+                    f"drop {arg('target_image')} and describe the reference in a prompt"
+                )
             return replace(model, task=chooser.name)
     return model
 
