@@ -553,3 +553,30 @@ def test_a_folder_with_a_broken_or_unsafe_weights_file_is_refused_in_one_line(tm
     assert result.stderr.startswith(f"hookviz: error: --weights DEFAULT: {folder}{words}"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "--debug" not in result.stderr
     assert not marker.exists() and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        (
+            "--faithfulness",
+            "--faithfulness follows the target class's probability as pixels are deleted; an embedding similarity "
+            "model's target has no such probability; drop --faithfulness",
+        ),
+        (
+            "--sanity",
+            "--sanity explains each image's target again on randomised copies of the model; an embedding similarity "
+            "model's target is made by the model itself (a similarity to references it embedded)",
+        ),
+    ],
+)
+def test_a_backbones_trust_measures_are_refused_in_one_line(tmp_path, hub_cache, flag, words):
+    """Both failed with "AttributeError: 'Embed' object has no attribute ..."."""
+    folder = _backbone_folder(tmp_path / "vit", "vit")
+    out = tmp_path / "out"
+    reference = ["--target-image", str(SAMPLES / "coffee.png")]
+    args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), *reference, flag, "--out", str(out), "--device", "cpu"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: {words}") and result.stderr.endswith(f"drop {flag}\n")
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -170,6 +170,9 @@ class Embed(TaskBase):
     priority = 5  # an embedding looks like logits: it is chosen by its source or by a reference, not recognised
     options_type = EmbedOptions
     cams_as_panels = True  # one CAM per reference
+    probability = None  # a cosine similarity, to a reference the model embedded itself
+    class_targets = False
+    target_words = "a similarity to references it embedded"
     measure = "cos"
 
     def recognises(self, output) -> bool:
