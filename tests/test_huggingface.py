@@ -580,3 +580,19 @@ def test_a_backbones_trust_measures_are_refused_in_one_line(tmp_path, hub_cache,
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"hookviz: error: {words}") and result.stderr.endswith(f"drop {flag}\n")
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_backbone_refusing_the_crop_asked_for_names_it_in_one_line(tmp_path, hub_cache):
+    """ViTModel takes only its image_size: the reference's embedding, the run's first pass, failed
+    as "hookviz: error: ValueError: Input image size (64*64) doesn't match model (32*32)", exit 1."""
+    folder = _backbone_folder(tmp_path / "vit", "vit")
+    out = tmp_path / "out"
+    reference = SAMPLES / "coffee.png"
+    args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--target-image", str(reference), "--crop", "64"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(
+        f"hookviz: error: --target-image {reference}: the model failed a forward pass on it, a 1x3x64x64 input (ValueError: "
+    )
+    assert result.stderr.rstrip().endswith("pass --crop (or leave it out)")
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
