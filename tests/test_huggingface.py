@@ -596,3 +596,17 @@ def test_a_backbone_refusing_the_crop_asked_for_names_it_in_one_line(tmp_path, h
     )
     assert result.stderr.rstrip().endswith("pass --crop (or leave it out)")
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_resize_for_a_model_that_resizes_the_whole_photo_is_refused_in_one_line(tmp_path, hub_cache):
+    """A Hugging Face image processor resizes the whole photo: --resize 16 changed nothing, silently."""
+    folder = _backbone_folder(tmp_path / "vit", "vit")
+    out = tmp_path / "out"
+    args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--target-image", str(SAMPLES / "coffee.png")]
+    result = CliRunner().invoke(app, [*args, "--resize", "16", "--out", str(out), "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "hookviz: error: --resize 16: the model's preprocessing resizes the whole photo to 32x32, so a shorter side "
+        "has no effect; change that size with --crop, or drop --resize\n"
+    )
+    assert not out.exists()

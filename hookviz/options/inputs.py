@@ -117,6 +117,13 @@ class InputOptions:
         if self.whole_image:
             changes["mode"] = "whole"
         result = replace(preprocessing, **changes)
+        if preprocessing.mode == "whole" and not self.whole_image and self.resize not in (None, result.size):
+            # a Hugging Face image processor's resize: there is no shorter side to set
+            raise UsageError(
+                f"{arg('resize', self.resize)}: the model's preprocessing resizes the whole photo to "
+                f"{result.size}x{result.size}, so a shorter side has no effect; change that size with {arg('crop')}, "
+                f"or drop {arg('resize')}"
+            )
         if result.crop and result.size > result.resize:
             raise UsageError(f"{arg('crop', result.size)} is larger than {arg('resize', result.resize)}; the crop must fit")
         return result
