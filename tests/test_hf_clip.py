@@ -298,7 +298,7 @@ def test_a_prompts_file_saved_with_a_byte_order_mark_names_its_first_prompt_as_w
     [
         # A prompt is a class: twice, it split its probability and --target matched two classes.
         ("a cat\na dog\na cat\n", "--prompt a cat: given twice; give each prompt once"),
-        ("a\x00cat\na dog\n", "--prompt 'a\\x00cat': a prompt is one line of printable text; drop its control characters"),
+        ("a dog\na\x00cat\n", "--prompt: prompt 2 ('a\\x00cat') holds a control character; a prompt is one line of text"),
     ],
 )
 def test_a_prompt_given_twice_or_with_control_characters_is_refused_in_one_line(tmp_path, hub_cache, lines, line):
@@ -307,6 +307,14 @@ def test_a_prompt_given_twice_or_with_control_characters_is_refused_in_one_line(
     prompts.write_text(lines)
     _one_line_error(_run(tmp_path, f"hf:{folder}", "--prompts", prompts), line)
     assert not (tmp_path / "out").exists()
+
+
+def test_prompts_in_any_script_with_emoji_and_joiners_are_classes_as_written(tmp_path, hub_cache):
+    """Format characters (a zero-width joiner) and a no-break space are text, not control characters."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = ["un chat\u00a0noir", "famille \U0001f468\u200d\U0001f469\u200d\U0001f467", "ネコ"]
+    result = explain(f"hf:{folder}", torch.zeros(3, SIZE, SIZE), prompts=prompts, weights="none")
+    assert result.prompts == tuple(prompts)
 
 
 def test_a_tokenizer_config_naming_another_class_is_refused_in_one_line(tmp_path, hub_cache):

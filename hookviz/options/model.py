@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,10 +56,11 @@ class ModelOptions:
             if not isinstance(text, str) or not text.strip():
                 raise UsageError(f"{arg('prompts', text)}: a prompt is a non-empty text (a photo of a cat)")
         prompts = tuple(text.strip() for text in prompts)
-        for text in prompts:
-            if any(not character.isprintable() for character in text):
+        for number, text in enumerate(prompts, 1):
+            if any(unicodedata.category(character) == "Cc" for character in text):  # a tab, a line break, a NUL
                 raise UsageError(
-                    f"{arg('prompts', repr(text))}: a prompt is one line of printable text; drop its control characters"
+                    f"{arg('prompts')}: prompt {number} ({text[:40]!r}) holds a control character; a prompt is one "
+                    "line of text without them"
                 )
         twice = next((text for k, text in enumerate(prompts) if text in prompts[:k]), None)
         if twice is not None:  # each prompt is a class: a second copy splits its probability and its name matches twice
