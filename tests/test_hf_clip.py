@@ -333,3 +333,16 @@ def test_a_reference_photo_for_a_model_explained_by_prompts_is_refused_in_one_li
     result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat", "--prompt", "a dog", "--target-image", CAT)
     _one_line_error(result, f"--target-image: hf:{folder} is explained by its text prompts, one class each; drop --target-image")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_prompts_file_that_never_ends_is_refused_in_one_line(tmp_path, hub_cache, monkeypatch):
+    """It was read whole: ``--prompts /dev/zero`` filled the memory. Here a limit of 1 KiB stands
+    in for the 64 MiB one, and a 2 KiB file for the endless one."""
+    import hookviz.options.model as model_options
+
+    monkeypatch.setattr(model_options, "MAX_PROMPTS_BYTES", 1024)
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a cat\n" * 400)
+    result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts)
+    _one_line_error(result, f"--prompts {prompts}: holds more than 1,024 bytes; give a text file with one prompt a line")

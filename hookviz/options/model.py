@@ -78,6 +78,10 @@ class ModelOptions:
             raise UsageError(f"{arg('task', self.task)}: choose {', '.join(task_choices())}")
 
 
+#: The largest prompts file read: a million prompts of some words each.
+MAX_PROMPTS_BYTES = 64 * 2**20
+
+
 def read_prompts(path: str | Path) -> tuple[str, ...]:
     """The prompts in a text file, one a line (blank lines skipped).
 
@@ -85,7 +89,14 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
         UsageError: the file cannot be read, or holds no prompt.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark (Notepad's) is no part of the first prompt
+        with open(path, "rb") as file:  # at most so much: /dev/zero, or a photo given by mistake, is no list of prompts
+            data = file.read(MAX_PROMPTS_BYTES + 1)
+        if len(data) > MAX_PROMPTS_BYTES:
+            raise UsageError(
+                f"{arg('prompts_file', path)}: holds more than {MAX_PROMPTS_BYTES:,} bytes; give a text file "
+                "with one prompt a line"
+            )
+        text = data.decode("utf-8-sig")  # a byte-order mark (Notepad's) is no part of the first prompt
     except FileNotFoundError:
         raise UsageError(f"{arg('prompts_file', path)}: no such file; give a text file with one prompt a line") from None
     except (OSError, UnicodeDecodeError) as exc:
