@@ -851,6 +851,15 @@ def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, ph
     assert "--crop 256: vit_b_16 takes 224x224 inputs, not 256x256; pass --crop 224" in _one_error_line(result)
 
 
+def test_a_resize_alone_below_a_fixed_size_models_input_names_the_resize(cli, photo, tmp_path):
+    """It named --crop 224, which the user never gave."""
+    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--resize", "64", "--out", tmp_path)
+    assert result.exit_code == 2
+    line = _one_error_line(result)
+    assert line.startswith("hookviz: error: --resize 64: vit_b_16 takes 224x224 inputs") and "--crop" not in line
+    assert "pass --resize 224 or more" in line
+
+
 # ----------------------------------------------------------------------------- found by a hostile tester
 
 

@@ -276,3 +276,73 @@ def test_a_tokenizer_naming_its_own_code_is_refused(tmp_path, hub_cache):
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat")
     _one_line_error(result, f"--model hf:{folder}: {folder} needs its own Python code (auto_map in tokenizer_config.json)")
+
+
+# ----------------------------------------------------------------------------- found by a hostile user
+
+
+def test_a_prompts_file_saved_with_a_byte_order_mark_names_its_first_prompt_as_written(tmp_path, hub_cache):
+    """Notepad's UTF-8 starts with a BOM: it was kept in the first prompt, which --target then never matched."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes("a photo of a cat\r\na car\r\n".encode("utf-8-sig"))
+    result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts, "--target", "a photo of a cat", "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    assert report["target"]["name"] == "a photo of a cat"
+    assert sorted(score["name"] for score in report["top5"]) == ["a car", "a photo of a cat"]
+
+
+@pytest.mark.parametrize(
+    "lines, line",
+    [
+        # A prompt is a class: twice, it split its probability and --target matched two classes.
+        ("a cat\na dog\na cat\n", "--prompt a cat: given twice; give each prompt once"),
+        ("a dog\na\x00cat\n", "--prompt: prompt 2 ('a\\x00cat') holds a control character; a prompt is one line of text"),
+    ],
+)
+def test_a_prompt_given_twice_or_with_control_characters_is_refused_in_one_line(tmp_path, hub_cache, lines, line):
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(lines)
+    _one_line_error(_run(tmp_path, f"hf:{folder}", "--prompts", prompts), line)
+    assert not (tmp_path / "out").exists()
+
+
+def test_prompts_in_any_script_with_emoji_and_joiners_are_classes_as_written(tmp_path, hub_cache):
+    """Format characters (a zero-width joiner) and a no-break space are text, not control characters."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = ["un chat\u00a0noir", "famille \U0001f468\u200d\U0001f469\u200d\U0001f467", "ネコ"]
+    result = explain(f"hf:{folder}", torch.zeros(3, SIZE, SIZE), prompts=prompts, weights="none")
+    assert result.prompts == tuple(prompts)
+
+
+def test_a_tokenizer_config_naming_another_class_is_refused_in_one_line(tmp_path, hub_cache):
+    """It loaded, then failed to pad: "hookviz: error: ValueError: Asking to pad ...", naming no file."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "NoSuchTokenizer"}))
+    result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat", "--prompt", "a dog")
+    _one_line_error(result, f"--model hf:{folder}: {folder}'s tokenizer cannot tokenize the prompts (")
+    assert "save the model's own tokenizer" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_reference_photo_for_a_model_explained_by_prompts_is_refused_in_one_line(tmp_path, hub_cache):
+    """It made the model an embedding of its logits over the prompts, and explained their cosine similarity."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--prompt", "a cat", "--prompt", "a dog", "--target-image", CAT)
+    _one_line_error(result, f"--target-image: hf:{folder} is explained by its text prompts, one class each; drop --target-image")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_prompts_file_that_never_ends_is_refused_in_one_line(tmp_path, hub_cache, monkeypatch):
+    """It was read whole: ``--prompts /dev/zero`` filled the memory. Here a limit of 1 KiB stands
+    in for the 64 MiB one, and a 2 KiB file for the endless one."""
+    import hookviz.options.model as model_options
+
+    monkeypatch.setattr(model_options, "MAX_PROMPTS_BYTES", 1024)
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a cat\n" * 400)
+    result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts)
+    _one_line_error(result, f"--prompts {prompts}: holds more than 1,024 bytes; give a text file with one prompt a line")

@@ -553,3 +553,60 @@ def test_a_folder_with_a_broken_or_unsafe_weights_file_is_refused_in_one_line(tm
     assert result.stderr.startswith(f"hookviz: error: --weights DEFAULT: {folder}{words}"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "--debug" not in result.stderr
     assert not marker.exists() and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flag, words",
+    [
+        (
+            "--faithfulness",
+            "--faithfulness follows the target class's probability as pixels are deleted; an embedding similarity "
+            "model's target has no such probability; drop --faithfulness",
+        ),
+        (
+            "--sanity",
+            "--sanity explains each image's target again on randomised copies of the model; an embedding similarity "
+            "model's target is made by the model itself (a similarity to references it embedded)",
+        ),
+    ],
+)
+def test_a_backbones_trust_measures_are_refused_in_one_line(tmp_path, hub_cache, flag, words):
+    """Both failed with "AttributeError: 'Embed' object has no attribute ..."."""
+    folder = _backbone_folder(tmp_path / "vit", "vit")
+    out = tmp_path / "out"
+    reference = ["--target-image", str(SAMPLES / "coffee.png")]
+    args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), *reference, flag, "--out", str(out), "--device", "cpu"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: {words}") and result.stderr.endswith(f"drop {flag}\n")
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_backbone_refusing_the_crop_asked_for_names_it_in_one_line(tmp_path, hub_cache):
+    """ViTModel takes only its image_size: the reference's embedding, the run's first pass, failed
+    as "hookviz: error: ValueError: Input image size (64*64) doesn't match model (32*32)", exit 1."""
+    folder = _backbone_folder(tmp_path / "vit", "vit")
+    out = tmp_path / "out"
+    reference = SAMPLES / "coffee.png"
+    args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--target-image", str(reference), "--crop", "64"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(
+        f"hookviz: error: --target-image {reference}: the model failed a forward pass on it, a 1x3x64x64 input (ValueError: "
+    )
+    assert result.stderr.rstrip().endswith("pass --crop (or leave it out)")
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_resize_for_a_model_that_resizes_the_whole_photo_is_refused_in_one_line(tmp_path, hub_cache):
+    """A Hugging Face image processor resizes the whole photo: --resize 16 changed nothing, silently."""
+    folder = _backbone_folder(tmp_path / "vit", "vit")
+    out = tmp_path / "out"
+    args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--target-image", str(SAMPLES / "coffee.png")]
+    result = CliRunner().invoke(app, [*args, "--resize", "16", "--out", str(out), "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "hookviz: error: --resize 16: the model's preprocessing resizes the whole photo to 32x32, so a shorter side "
+        "has no effect; change that size with --crop, or drop --resize\n"
+    )
+    assert not out.exists()

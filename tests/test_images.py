@@ -16,6 +16,8 @@ from hookviz.inputs.discovery import find_images, read_list
 from hookviz.inputs.images import Preprocessing, load_image, prepare
 from hookviz.options import parse_triple
 
+from .conftest import SAMPLES
+
 
 def _save(image: Image.Image, path, **kwargs):
     image.save(path, **kwargs)
@@ -212,3 +214,26 @@ def test_preprocessing_resizes_with_the_interpolation_it_names(cat):
     assert processing.to_json()["interpolation"] == "bicubic"
     with pytest.raises(UsageError, match="interpolation='cubic'"):
         Preprocessing(interpolation="cubic")
+
+
+def test_the_prepared_input_is_contiguous_and_runs_a_model_that_views_its_input():
+    """Its strides were channels-last (a permuted view): the model below failed on
+    ``result.image.tensor[None]``, the very input hookviz explained, given back to it."""
+    import hookviz
+
+    class Flat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.fc = torch.nn.Linear(3 * 32 * 32, 3)
+
+        def forward(self, x):
+            return self.fc(x.view(x.shape[0], -1)) + self.conv(x).relu().mean((1, 2, 3))[:, None]
+
+    torch.manual_seed(0)
+    model = Flat().eval()
+    result = hookviz.explain(model, SAMPLES / "cat.png", layers=["conv"], inputs=hookviz.InputOptions(resize=32, crop=32))
+    assert result.image.tensor.is_contiguous()
+    with torch.no_grad():
+        logits = model(result.image.tensor[None])[0]
+    assert torch.allclose(logits, torch.from_numpy(result.logits).float(), atol=1e-5)

@@ -963,6 +963,12 @@ def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tm
     [
         (["--cam", "integrated-gradients", "--steps", "0"], "--steps 0: integrated gradients takes 1 to 1024 steps"),
         (["--cam", "integrated-gradients", "--ig-baseline", "noise"], "--ig-baseline noise: choose zero, blur, mean"),
+        # Given to methods that all ignore them, they changed nothing, silently.
+        (
+            ["--steps", "8"],
+            "--steps 8: only integrated gradients takes it, and --cam gradcam does not include it; add integrated-gradients",
+        ),
+        (["--cam", "scorecam,guided-gradcam", "--ig-baseline", "blur"], "--ig-baseline blur: only integrated gradients takes it"),
         (
             ["--cam", "gradcam,guided-backprop", "--model", "tests.conftest:tiny_convnext"],
             "--cam guided-backprop: TinyConvNeXt has no nn.ReLU module (its activations are another function, or F.relu), "

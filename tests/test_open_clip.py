@@ -234,7 +234,11 @@ def test_explain_takes_a_clip_models_name_with_its_prompts():
             {"model": torch.nn.Conv2d(3, 3, 1), "prompts": ["a cat"]},
             "prompts=['a cat']: the model is built already; pass its name",
         ),
-        ({"model": "resnet18", "prompts": ["a cat"]}, "prompts='a cat': resnet18 has no text tower"),
+        (  # it named the command's --model open_clip:ARCH
+            {"model": "resnet18", "prompts": ["a cat"]},
+            "prompts='a cat': resnet18 has no text tower; text prompts explain CLIP and SigLIP models "
+            "(model='open_clip:ARCH', or an hf: CLIPModel or SiglipModel); drop prompts",
+        ),
     ],
 )
 def test_explain_refuses_prompts_it_cannot_use_in_one_line(kwargs, line):

@@ -208,3 +208,26 @@ def test_segmentation_usage_errors_are_one_line(tmp_path, args, message):
     lines = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert not (tmp_path / "out").exists()
+
+
+class _TinySegmenter(torch.nn.Module):
+    """torchvision's segmentation interface (``{"out": N, C, H, W}``) at a toy's size."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU())
+        self.classifier = torch.nn.Conv2d(8, 3, 1)
+
+    def forward(self, x):
+        return {"out": self.classifier(self.features(x))}
+
+
+@pytest.mark.parametrize("resize", [64, 100])
+def test_a_resize_alone_needs_no_crop_for_a_module_of_any_task(resize):
+    """A module's task is probed at the usual ImageNet transform (resize 256, crop 224) with the
+    user's resize: a resize below 224 was refused as "crop=224 is larger than resize=64", a
+    crop the user never gave. The photo's shorter side is now the resize, for each task."""
+    torch.manual_seed(0)
+    for model in (_TinySegmenter().eval(), torchvision.models.resnet18(num_classes=4).eval()):
+        result = hookviz.explain(model, SAMPLES / "cat.png", inputs=hookviz.InputOptions(resize=resize))
+        assert min(result.image.tensor.shape[-2:]) == resize

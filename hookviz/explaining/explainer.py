@@ -101,7 +101,7 @@ class Explainer:
             _check_method(method, model.module)
         check_trust(task, target, trust)
         processing = task.preprocessing(processing, inputs)
-        _check_input_size(model, processing)
+        _check_input_size(model, processing, inputs)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
         reader = cls(model, processing, (), target, max_pixels=inputs.max_pixels)
         own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
@@ -280,6 +280,11 @@ def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
     for options in given:
         chooser = next((t for t in TASKS.values() if t.options_type is not None and isinstance(options, t.options_type)), None)
         if chooser is not None and chooser.chosen_by(options):
+            if model.prompts:  # its output is its logits over the prompts: their cosine similarity means nothing
+                raise UsageError(
+                    f"{arg('target_image')}: {model.name} is explained by its text prompts, one class each; "
+                    f"drop {arg('target_image')} and describe the reference in a prompt"
+                )
             return replace(model, task=chooser.name)
     return model
 
@@ -300,11 +305,16 @@ def _with_layout(declared: DeclaredLayout | None, layout: str) -> DeclaredLayout
     return replace(base, channels_last=layout == "nhwc", origin="; ".join(filter(None, (base.origin, said))))
 
 
-def _check_input_size(model: LoadedModel, preprocessing: Preprocessing) -> None:
+def _check_input_size(model: LoadedModel, preprocessing: Preprocessing, inputs: InputOptions) -> None:
     if model.input_size is None:
         return
     height, width = model.input_size
     if preprocessing.square and (preprocessing.size, preprocessing.size) != (height, width):
+        if inputs.crop is None and inputs.resize is not None:  # the crop shrank to a resize below it
+            raise UsageError(
+                f"{arg('resize', inputs.resize)}: {model.name} takes {height}x{width} inputs, cropped from a "
+                f"shorter side of at least {height}; pass {arg('resize')} {max(height, width)} or more, or leave it out"
+            )
         raise UsageError(
             f"{arg('crop', preprocessing.size)}: {model.name} takes {height}x{width} inputs, not "
             f"{preprocessing.size}x{preprocessing.size}; pass {arg('crop', height)} or leave it out"

@@ -281,7 +281,9 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
         shown_pil = shown_pil.convert("L").convert("RGB")  # shown as the model sees it: grey
     shown = np.asarray(shown_pil, dtype=np.uint8)
     pixels = shown[..., :1] if preprocessing.channels == 1 else shown
-    tensor = torch.from_numpy(pixels.copy()).permute(2, 0, 1).float().div_(255.0)
+    # contiguous, as torchvision's to_tensor makes it: the permuted view lies channels-last, and a
+    # model that calls .view on its input fails on Explanation.image.tensor[None] given back to it
+    tensor = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))).float().div_(255.0)
     channels = preprocessing.channels
     tensor = F.normalize(tensor, list(preprocessing.mean[:channels]), list(preprocessing.std[:channels]))
     whole = np.asarray(image.rgb, dtype=np.uint8) if preprocessing.mode == "whole" else None

@@ -146,7 +146,7 @@ def _prompts_for(source, options: ModelOptions) -> dict:
     if options.prompts:
         raise UsageError(
             f"{arg('prompts', options.prompts[0])}: {options.name} has no text tower; text prompts explain CLIP and "
-            f"SigLIP models (--model open_clip:ARCH, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
+            f"SigLIP models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
         )
     return {}
 

@@ -100,6 +100,10 @@ class InputOptions:
         changes: dict = {}
         if self.resize is not None:
             changes["resize"] = self.resize
+            if self.crop is None and preprocessing.crop and preprocessing.size > self.resize:
+                # The resize alone, below the weights' crop: the crop shrinks to fit, as the user
+                # named no crop (a segmentation model probed with ImageNet's 224 at --resize 64).
+                changes["size"] = self.resize
         if self.crop is not None:
             changes["size"] = self.crop
             if self.resize is None and preprocessing.crop and preprocessing.size:
@@ -113,6 +117,13 @@ class InputOptions:
         if self.whole_image:
             changes["mode"] = "whole"
         result = replace(preprocessing, **changes)
+        if preprocessing.mode == "whole" and not self.whole_image and self.resize not in (None, result.size):
+            # a Hugging Face image processor's resize: there is no shorter side to set
+            raise UsageError(
+                f"{arg('resize', self.resize)}: the model's preprocessing resizes the whole photo to "
+                f"{result.size}x{result.size}, so a shorter side has no effect; change that size with {arg('crop')}, "
+                f"or drop {arg('resize')}"
+            )
         if result.crop and result.size > result.resize:
             raise UsageError(f"{arg('crop', result.size)} is larger than {arg('resize', result.resize)}; the crop must fit")
         return result

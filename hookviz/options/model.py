@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +55,17 @@ class ModelOptions:
         for text in prompts:
             if not isinstance(text, str) or not text.strip():
                 raise UsageError(f"{arg('prompts', text)}: a prompt is a non-empty text (a photo of a cat)")
-        set_field(self, "prompts", tuple(text.strip() for text in prompts))
+        prompts = tuple(text.strip() for text in prompts)
+        for number, text in enumerate(prompts, 1):
+            if any(unicodedata.category(character) == "Cc" for character in text):  # a tab, a line break, a NUL
+                raise UsageError(
+                    f"{arg('prompts')}: prompt {number} ({text[:40]!r}) holds a control character; a prompt is one "
+                    "line of text without them"
+                )
+        twice = next((text for k, text in enumerate(prompts) if text in prompts[:k]), None)
+        if twice is not None:  # each prompt is a class: a second copy splits its probability and its name matches twice
+            raise UsageError(f"{arg('prompts', twice)}: given twice; give each prompt once")
+        set_field(self, "prompts", prompts)
         if not self.name or not self.name.strip():
             raise UsageError(f"{arg('model', self.name)}: give a model name; {_list_models_hint()}")
         if not self.weights or not str(self.weights).strip():
@@ -67,6 +78,10 @@ class ModelOptions:
             raise UsageError(f"{arg('task', self.task)}: choose {', '.join(task_choices())}")
 
 
+#: The largest prompts file read: a million prompts of some words each.
+MAX_PROMPTS_BYTES = 64 * 2**20
+
+
 def read_prompts(path: str | Path) -> tuple[str, ...]:
     """The prompts in a text file, one a line (blank lines skipped).
 
@@ -74,7 +89,14 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
         UsageError: the file cannot be read, or holds no prompt.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as file:  # at most so much: /dev/zero, or a photo given by mistake, is no list of prompts
+            data = file.read(MAX_PROMPTS_BYTES + 1)
+        if len(data) > MAX_PROMPTS_BYTES:
+            raise UsageError(
+                f"{arg('prompts_file', path)}: holds more than {MAX_PROMPTS_BYTES:,} bytes; give a text file "
+                "with one prompt a line"
+            )
+        text = data.decode("utf-8-sig")  # a byte-order mark (Notepad's) is no part of the first prompt
     except FileNotFoundError:
         raise UsageError(f"{arg('prompts_file', path)}: no such file; give a text file with one prompt a line") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -19,6 +19,8 @@ IG_BASELINES = ("zero", "blur", "mean")
 #: At most this many steps of integrated gradients (``--steps``): each is a forward and
 #: backward pass of every image.
 MAX_STEPS = 1024
+#: Integrated gradients' steps unless ``steps`` says otherwise.
+DEFAULT_STEPS = 32
 #: What explains a detection (``--box-objective``): its matched box's score alone, or that
 #: score plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget.
 BOX_OBJECTIVES = ("score", "score+iou")
@@ -52,7 +54,7 @@ class TargetOptions:
     cam: str = "gradcam"  # a list of names is taken too, and kept as one string
     topk: int = 1
     output_key: str | None = None
-    steps: int = 32
+    steps: int = DEFAULT_STEPS
     ig_baseline: str = "zero"
 
     def __post_init__(self):
@@ -79,6 +81,7 @@ class TargetOptions:
             )
         if self.ig_baseline not in IG_BASELINES:
             raise UsageError(f"{arg('ig_baseline', self.ig_baseline)}: choose {', '.join(IG_BASELINES)}")
+        _check_ig_options(self.steps, self.ig_baseline, self.methods, methods)
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:
@@ -103,6 +106,20 @@ def _method_names(cam) -> list[str]:
     if "none" in names and len(names) > 1:
         raise UsageError(f"{arg('cam', cam)}: none means no CAM at all; drop it or the other names")
     return names
+
+
+def _check_ig_options(steps: int, baseline: str, names: tuple[str, ...], methods) -> None:
+    """Integrated gradients' options given to built-in methods that all ignore them: refused,
+    not ignored (a plugin's method may read them from its ``MethodContext.options``)."""
+    if "integrated-gradients" in names or any(not m.function.__module__.startswith("hookviz.methods.") for m in methods):
+        return
+    given = [arg("steps", steps)] if steps != DEFAULT_STEPS else []
+    given += [arg("ig_baseline", baseline)] if baseline != IG_BASELINES[0] else []
+    if given:
+        raise UsageError(
+            f"{given[0]}: only integrated gradients takes it, and {arg('cam', ','.join(names) or 'none')} does not "
+            "include it; add integrated-gradients to the methods or drop the option"
+        )
 
 
 def _check_topk(topk: int, cam: str, layer_methods) -> None:

@@ -170,6 +170,8 @@ class Task(Protocol):
     #: ``sanity`` re-explains each image's class on randomised copies of the model. A
     #: detector's target is one of its detections, which a randomised copy does not make.
     class_targets: bool
+    #: what the task's target is, where it is not a class (``class_targets`` false): ``--sanity`` names it.
+    target_words: str
 
     def recognises(self, output) -> bool:
         """Whether a model's output (of a dry pass) is this task's kind (``task="auto"``)."""

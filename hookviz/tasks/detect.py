@@ -193,6 +193,7 @@ class Detect(TaskBase):
     name = "detect"
     probability = None  # a box's score, of a box that deleting pixels moves or removes
     class_targets = False
+    target_words = "one of its detections"
     words = "detection"
     priority = 20  # its output is the most particular: tried first
     options_type = DetectOptions

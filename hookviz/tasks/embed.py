@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hookviz.errors import HookvizError, TargetError, UsageError, arg
+from hookviz.errors import HookvizError, TargetError, UsageError, arg, describe
 from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
 from hookviz.tasks.classify import _describe, _select
 
@@ -139,8 +139,23 @@ def _concept(module, explainer_prepare, reference, device: str, options, name: s
         reason = str(exc).split(": ", 1)[-1]  # the image error's words, without the path again
         raise UsageError(f"{arg('target_image', name)}: {reason}; pass a photo or a folder of photos") from None
     with torch.no_grad(), evaluation(module):
-        embeddings = [embedding_of(stacked(module, [tensor], device), options.output_key)[0] for tensor in tensors]
+        embeddings = [_embedding(module, tensor, device, options, name) for tensor in tensors]
     return torch.stack(embeddings).float().mean(dim=0)
+
+
+def _embedding(module, tensor, device: str, options, name: str):
+    """One reference photo's embedding; the model failing on it (foreign code, any error) is
+    the first forward pass of the run: it is named in one line, as the dry pass names it."""
+    try:
+        return embedding_of(stacked(module, [tensor], device), options.output_key)[0]
+    except HookvizError:
+        raise
+    except Exception as exc:
+        shape = "x".join(str(side) for side in (1, *tensor.shape))
+        raise UsageError(
+            f"{arg('target_image', name)}: the model failed a forward pass on it, a {shape} input ({describe(exc)}); "
+            f"if the model needs another input size, pass {arg('crop')} (or leave it out)"
+        ) from None
 
 
 def _identity(reference, name: str):
@@ -170,6 +185,9 @@ class Embed(TaskBase):
     priority = 5  # an embedding looks like logits: it is chosen by its source or by a reference, not recognised
     options_type = EmbedOptions
     cams_as_panels = True  # one CAM per reference
+    probability = None  # a cosine similarity, to a reference the model embedded itself
+    class_targets = False
+    target_words = "a similarity to references it embedded"
     measure = "cos"
 
     def recognises(self, output) -> bool:

@@ -31,17 +31,19 @@ def check(task, target, trust) -> None:
     asked = [name for name in ("faithfulness", "sanity") if getattr(trust, name)]
     if asked and target.cam == "none":
         raise UsageError(f"{arg(asked[0])} measures a CAM; choose a {arg('cam')} method, not none")
+    article = "an" if task.words[:1] in "aeiou" else "a"
     if trust.faithfulness and task.probability is None:
         raise UsageError(
-            f"{arg('faithfulness')} follows the target class's probability as pixels are deleted; a {task.words} "
+            f"{arg('faithfulness')} follows the target class's probability as pixels are deleted; {article} {task.words} "
             f"model's target has no such probability; drop {arg('faithfulness')}"
         )
     if trust.faithfulness and importlib.util.find_spec("scipy") is None:
         raise UsageError(f"{arg('faithfulness')}: ROAD's imputation needs scipy; pip install 'hookviz[trust]'")
     if trust.sanity and not task.class_targets:
         raise UsageError(
-            f"{arg('sanity')} explains each image's target again on randomised copies of the model; a {task.words} "
-            f"model's target is one of its own detections, which a randomised copy does not make; drop {arg('sanity')}"
+            f"{arg('sanity')} explains each image's target again on randomised copies of the model; {article} {task.words} "
+            f"model's target is made by the model itself ({task.target_words}), which a randomised copy does not make; "
+            f"drop {arg('sanity')}"
         )
 
 

@@ -130,13 +130,19 @@ def _tokens(where, kind: str, config, prompts: Sequence[str]) -> dict:
             f"{arg('model', where.name)}: cannot read {where.where}'s tokenizer ({first_line(exc)}); "
             "save the model's tokenizer (or processor) into it with save_pretrained"
         ) from None
-    tokens = tokenizer(
-        list(prompts),
-        padding=_PADDING[kind],
-        truncation=True,
-        max_length=int(config.text_config.max_position_embeddings),
-        return_tensors="pt",
-    )
+    try:  # a tokenizer_config.json naming another class loads, then cannot pad (no pad token)
+        tokens = tokenizer(
+            list(prompts),
+            padding=_PADDING[kind],
+            truncation=True,
+            max_length=int(config.text_config.max_position_embeddings),
+            return_tensors="pt",
+        )
+    except (ValueError, TypeError, KeyError, AttributeError, RuntimeError) as exc:
+        raise UnknownModelError(
+            f"{arg('model', where.name)}: {where.where}'s tokenizer cannot tokenize the prompts ({first_line(exc)}); "
+            "save the model's own tokenizer (or processor) into it with save_pretrained"
+        ) from None
     return {key: tokens[key] for key in ("input_ids", "attention_mask") if key in tokens}
 
 
