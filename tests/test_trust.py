@@ -439,3 +439,27 @@ def test_run_json_ranks_the_runs_maps_by_how_fast_they_delete_the_class(tmp_path
         f"(mean deletion area {best['deletion_auc']:.3f}"
     )
     assert f"next gradcam at {runner_up['layer']}" in trust["summary"][0]
+
+
+def test_each_method_of_a_run_is_measured_and_run_json_ranks_the_methods(tmp_path):
+    """``--cam gradcam,layercam,eigencam --faithfulness``: every layer method's map is measured
+    (the areas are torch-cam's on that method's saved map), and run.json ranks the methods."""
+    result = run_cli(tmp_path, "--faithfulness", "--save-tensors", "--pictures", "none", "--cam", "gradcam,layercam,eigencam")
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "out" / "cat"
+    trust = json.loads((folder / "report.json").read_text())["layers"][0]["trust"]
+    assert sorted(trust["methods"]) == ["eigencam", "layercam"]
+    tensors = np.load(folder / "tensors.npz")
+    inputs = torch.from_numpy(tensors["input"])
+    for method in ("layercam", "eigencam"):
+        measured = trust["methods"][method]["faithfulness"]
+        theirs = torchcam_areas(tiny_net().eval(), inputs, torch.from_numpy(tensors[f"features.3/cam.{method}"])[None])[0]
+        areas = measured["deletion_insertion"]
+        assert [areas["deletion_auc"], areas["insertion_auc"]] == pytest.approx(theirs, abs=1e-5)
+        assert len(measured["road"]["most_relevant_first"]) == 9
+    run = json.loads((tmp_path / "out" / "run.json").read_text())["trust"]
+    ranked = [entry["method"] for entry in run["maps"]]
+    assert sorted(ranked) == ["eigencam", "gradcam", "layercam"]
+    areas = [entry["deletion_auc"] for entry in run["maps"]]
+    assert areas == sorted(areas)
+    assert run["summary"][0].startswith(f"faithfulness: on this photo, {ranked[0]} at features.3 deletes the class fastest")

@@ -57,8 +57,13 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
         if not chosen:
             continue
         if trust.faithfulness:
-            for i, (deletion, road) in zip(chosen, _faithfulness(explainer, images, explanations, chosen, layer.name)):
+            maps = [_cam(explanations[i], layer.name) for i in chosen]
+            for i, (deletion, road) in zip(chosen, _faithfulness(explainer, images, explanations, chosen, maps)):
                 measured.setdefault((i, layer.name), {}).update(deletion=deletion, road=road)
+            for method, (members, results) in _other_methods(explainer, images, explanations, chosen, layer.name):
+                for i, (deletion, road) in zip(members, results):
+                    others = measured.setdefault((i, layer.name), {}).setdefault("methods", {})
+                    others[method] = LayerTrust(explainer.task.probability, deletion=deletion, road=road)
         if trust.sanity:
             for i, sanity in _sanity(explainer, images, explanations, chosen, layer).items():
                 measured.setdefault((i, layer.name), {})["sanity"] = sanity
@@ -81,8 +86,7 @@ def _cam(explanation, name: str):
 
 
 def _measurable(explanation, name: str) -> bool:
-    cam = _cam(explanation, name)
-    return explanation.target is not None and cam is not None and cam.ndim == 2 and bool(np.isfinite(cam).all())
+    return explanation.target is not None and _measurable_map(_cam(explanation, name))
 
 
 def _inputs(explainer, images, chosen):
@@ -94,8 +98,25 @@ def _inputs(explainer, images, chosen):
     return torch.stack([images[i].tensor for i in chosen]).to(device=explainer.device, dtype=model_dtype(module))
 
 
-def _faithfulness(explainer, images, explanations, chosen: list[int], name: str):
-    """Per chosen image, its ``(DeletionInsertion, Road)``."""
+def _other_methods(explainer, images, explanations, chosen: list[int], name: str):
+    """``(method, (images, their (DeletionInsertion, Road)))`` for each other layer method of
+    the run (``--cam a,b``) whose map of layer ``name`` can be measured."""
+    main = explainer.method.name
+    layers = {i: next(layer for layer in explanations[i].layers if layer.name == name) for i in chosen}
+    methods = dict.fromkeys(method for layer in layers.values() for method in layer.cams if method != main)
+    for method in methods:
+        members = [i for i in chosen if _measurable_map(layers[i].cams.get(method))]
+        if members:
+            maps = [layers[i].cams[method] for i in members]
+            yield method, (members, _faithfulness(explainer, images, explanations, members, maps))
+
+
+def _measurable_map(cam) -> bool:
+    return cam is not None and cam.ndim == 2 and bool(np.isfinite(cam).all())
+
+
+def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list):
+    """Per chosen image, its ``(DeletionInsertion, Road)`` of its map in ``maps``."""
     import torch
 
     from hookviz.explaining.modelstate import evaluation
@@ -114,7 +135,7 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], name: str)
         return formats_for(module).run(module, tuple(batch.shape), run)
 
     inputs = _inputs(explainer, images, chosen)
-    maps = torch.from_numpy(np.stack([_cam(explanations[i], name) for i in chosen]))
+    maps = torch.from_numpy(np.stack(maps))
     with evaluation(module), full_precision(explainer.device):
         deletion = deletion_insertion(score, inputs, maps, batch_size=BATCH)
         roads = road(score, inputs, maps, seed=explainer.trust.seed, batch_size=BATCH)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hookviz.trust.deletion import DeletionInsertion
 from hookviz.trust.road import Road
@@ -20,12 +20,15 @@ class LayerTrust:
         deletion: RISE's deletion and insertion curves.
         road: ROAD's most- and least-relevant-first curves.
         sanity: the cascading randomisation check.
+        methods: the faithfulness of the layer's other methods' maps (``--cam a,b``), by
+            method name, so that a run can rank the methods; the main method's is this one.
     """
 
     score: str | None = None
     deletion: DeletionInsertion | None = None
     road: Road | None = None
     sanity: Randomisation | None = None
+    methods: dict[str, LayerTrust] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         document: dict = {}
@@ -37,4 +40,6 @@ class LayerTrust:
             }
         if self.sanity is not None:
             document["sanity"] = self.sanity.to_json()
+        if self.methods:
+            document["methods"] = {name: trust.to_json() for name, trust in self.methods.items()}
         return document

@@ -60,6 +60,12 @@ class TrustTally:
             if trust.sanity is not None:
                 sums.threshold = trust.sanity.threshold
                 sums.final.append(trust.sanity.final)
+            for method, other in trust.methods.items():  # --cam a,b: the other methods' maps
+                if other.deletion is not None and other.road is not None:
+                    extra = self._sums.setdefault((method, layer.name), _Sums())
+                    extra.deletion.append(other.deletion.deletion_auc)
+                    extra.insertion.append(other.deletion.insertion_auc)
+                    extra.road.append(other.road.combined)
 
     def to_json(self) -> dict | None:
         """``{"maps": [...], "summary": [sentences]}``, the best map first; ``None`` when
