@@ -135,10 +135,10 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list
         return formats_for(module).run(module, tuple(batch.shape), run)
 
     inputs = _inputs(explainer, images, chosen)
-    maps = torch.from_numpy(np.stack(maps))
+    stacked = torch.from_numpy(np.stack(maps))
     with evaluation(module), full_precision(explainer.device):
-        deletion = deletion_insertion(score, inputs, maps, batch_size=BATCH)
-        roads = road(score, inputs, maps, seed=explainer.trust.seed, batch_size=BATCH)
+        deletion = deletion_insertion(score, inputs, stacked, batch_size=BATCH)
+        roads = road(score, inputs, stacked, seed=explainer.trust.seed, batch_size=BATCH)
     return list(zip(deletion, roads))
 
 
