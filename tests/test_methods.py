@@ -553,6 +553,18 @@ def test_scorecam_scores_a_channel_that_scales_another_once():
     np.testing.assert_allclose(maps, _scorecam_by_hand(model, batch), rtol=1e-4, atol=1e-6)
 
 
+def test_scorecam_scores_a_faint_copy_of_a_channel_on_its_own():
+    model = Patchy()
+    with torch.no_grad():  # channel 1 is channel 0 times 2**-24: equal scaled to 0..1, but faint
+        model.stem.weight[1] = model.stem.weight[0] * 2**-24
+        model.stem.bias[1] = model.stem.bias[0] * 2**-24
+    model, batch, maps, rows = _patchy_explained("scorecam", model=model)
+    # pytorch-grad-cam's (A - min) / (max - min + 1e-8) makes the faint channel's mask fainter,
+    # so it is scored, as every varying channel is
+    assert rows == [2, 32, 32, 8]
+    np.testing.assert_allclose(maps, _scorecam_by_hand(model, batch), rtol=1e-4, atol=1e-6)
+
+
 def _scorecam_by_hand(model, batch) -> np.ndarray:
     """Score-CAM as its paper and pytorch-grad-cam compute it, every channel scored."""
     activations = _activations(model, batch).double()

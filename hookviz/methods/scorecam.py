@@ -21,6 +21,9 @@ from hookviz.methods.gradcam import _weighted
 
 __all__ = ["scorecam", "upsampled"]
 
+#: Maps spanning at least this much share a score when they are equal scaled to 0..1.
+_SHARED_RANGE = 1e-4
+
 
 @register_method("scorecam", needs_gradients=False, needs_rescoring=True, needs_input=True)
 def scorecam(ctx: MethodContext):
@@ -60,6 +63,10 @@ def _distinct_masks(flat, constant):
     images, kept, same = [], [], []
     low, high = flat.amin(-1, keepdim=True), flat.amax(-1, keepdim=True)
     scaled = (flat - low) / (high - low).clamp(min=torch.finfo(flat.dtype).tiny)
+    # A map whose values span less than _SHARED_RANGE is scored on its own: the peers' 1e-8 in
+    # (A - min) / (max - min + 1e-8) makes its mask measurably fainter than a wider map's.
+    alone = (high - low)[..., 0] < _SHARED_RANGE
+    scaled = torch.where(alone[..., None], torch.arange(flat.shape[1], dtype=flat.dtype, device=flat.device)[:, None] + 2, scaled)
     for image in range(flat.shape[0]):
         channels = (~constant[image]).nonzero()[:, 0]
         if len(channels) == 0:
