@@ -1,7 +1,6 @@
 """The memory format a model's input runs fastest in, learnt by timing the passes it makes.
 
-Re-scoring methods (Score-CAM, Ablation-CAM), integrated gradients and the faithfulness
-measures run the same model hundreds of times on inputs of one shape. On a CPU a
+Re-scoring methods (Score-CAM, Ablation-CAM) and the faithfulness measures run the same model hundreds of times on inputs of one shape. On a CPU a
 convolutional network given its input channels-last (``torch.channels_last``) often runs
 1.3-2x faster (oneDNN's convolutions prefer it and keep it from layer to layer), and some
 models run slower (ConvNeXt permutes to channels-last and back itself). So, as
@@ -39,21 +38,21 @@ _TIMED_ROWS = 4
 
 
 class InputFormats:
-    """Per input shape (without the batch size) and kind of pass, which format ran faster.
+    """Per input shape (without the batch size), which format ran faster.
 
     ``formats.run(module, shape, call)`` returns ``call()``, run with ``module``'s input in the
     chosen format; ``shape`` is the input batch's shape.
     """
 
     def __init__(self, prefer_channels_last: bool = False) -> None:
-        self._seconds: dict[tuple, dict[bool, float]] = {}
+        self._seconds: dict[tuple, dict[bool, float]] = {}  # per input shape: seconds a row, by channels-last
         self._first = prefer_channels_last
 
-    def run(self, module, shape: tuple, call: Callable[[], T], *, gradients: bool = False) -> T:
+    def run(self, module, shape: tuple, call: Callable[[], T]) -> T:
         """``call()``, which runs ``module`` on an input batch of ``shape``, in the format chosen for it."""
         if len(shape) != 4:
             return call()
-        seen = self._seconds.setdefault((tuple(shape[1:]), gradients), {})
+        seen = self._seconds.setdefault(tuple(shape[1:]), {})
         channels_last = self._choice(seen)
         start = time.perf_counter()
         try:
@@ -72,9 +71,9 @@ class InputFormats:
             seen[True] = math.inf  # the module takes no tensor batch (a detector's list of images)
         return result
 
-    def chosen(self, shape: tuple, *, gradients: bool = False) -> str:
+    def chosen(self, shape: tuple) -> str:
         """``channels_last``, ``as given`` or ``undecided`` for inputs of ``shape``: for notes and benchmarks."""
-        seen = self._seconds.get((tuple(shape[1:]), gradients), {})
+        seen = self._seconds.get(tuple(shape[1:]), {})
         if len(seen) < 2:
             return "undecided"
         return "channels_last" if self._choice(seen) else "as given"
