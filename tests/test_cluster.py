@@ -227,11 +227,11 @@ def test_each_torchrun_process_takes_the_gpu_of_its_local_rank(monkeypatch):
 
 def test_torchrun_processes_share_the_cpus_for_render_workers(tmp_path, monkeypatch):
     """Render workers default to one per CPU; N processes on a machine split those CPUs."""
-    import hookviz.runs.runner as runner
+    import hookviz.runs.workers as workers
 
     asked = []
-    real = runner._render_pool
-    monkeypatch.setattr(runner, "_render_pool", lambda workers: asked.append(workers) or real(workers))
+    real = workers.render_pool
+    monkeypatch.setattr(workers, "render_pool", lambda workers: asked.append(workers) or real(workers))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)))
     monkeypatch.setattr(os, "cpu_count", lambda: 12)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")

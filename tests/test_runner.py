@@ -60,11 +60,11 @@ def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, t
 @pytest.mark.parametrize("count", [1, 3])
 def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, count):
     """Render workers all start with the run, so a small run must not start one per CPU."""
-    import hookviz.runs.runner as runner
+    import hookviz.runs.workers as workers
 
     asked = []
-    real = runner._render_pool
-    monkeypatch.setattr(runner, "_render_pool", lambda workers: asked.append(workers) or real(workers))
+    real = workers.render_pool
+    monkeypatch.setattr(workers, "render_pool", lambda workers: asked.append(workers) or real(workers))
     photos = []
     for i in range(count):
         folder = tmp_path / f"in{i}"

@@ -16,11 +16,21 @@ Only the ``hookviz`` command and ``shard="auto"`` read the environment: ``hookvi
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from hookviz.errors import UsageError, arg
 
-__all__ = ["AUTO", "launcher_shard", "command_shard", "local_rank", "auto_cuda_device", "cpu_share"]
+__all__ = [
+    "AUTO",
+    "launcher_shard",
+    "command_shard",
+    "local_rank",
+    "auto_cuda_device",
+    "cpu_share",
+    "resolve_device",
+    "run_file_name",
+    "shard_of",
+]
 
 #: The ``shard`` value that reads torchrun's or a Slurm array's variables.
 AUTO = "auto"
@@ -152,3 +162,35 @@ def cpu_share(environ: Mapping[str, str] | None = None) -> int:
     except ValueError:
         processes = 1
     return max(1, cpus // processes)
+
+
+def shard_of(items: Sequence, shard: tuple[int, int] | None) -> list:
+    """The K-th of N deterministic slices (round-robin), K counted from 1."""
+    if shard is None:
+        return list(items)
+    k, n = shard
+    return [item for i, item in enumerate(items) if i % n == k - 1]
+
+
+def run_file_name(shard: tuple[int, int] | None) -> str:
+    """``run.json``, or ``run-K-of-N.json`` for a shard (shards may share a folder)."""
+    return "run.json" if shard is None else f"run-{shard[0]}-of-{shard[1]}.json"
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> the first of cuda (``cuda:LOCAL_RANK`` in a torchrun process), mps, cpu that
+    exists. Raises UsageError for one that does not."""
+    import torch
+
+    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    if device == "auto":
+        return auto_cuda_device(torch.cuda.device_count()) if torch.cuda.is_available() else "mps" if mps else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"{arg('device', device)}: no CUDA device is available here; use {arg('device', 'cpu')}")
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"{arg('device', device)}: only {torch.cuda.device_count()} CUDA devices here")
+    if device == "mps" and not mps:
+        raise UsageError(f"{arg('device', 'mps')}: Apple's MPS backend is not available here; use {arg('device', 'cpu')}")
+    return device

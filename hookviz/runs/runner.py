@@ -17,13 +17,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
-import multiprocessing
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +29,6 @@ from typing import TYPE_CHECKING
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from hookviz.explaining.checks import Finding, run_checks
 from hookviz.explaining.passes import SummaryOptions
-from hookviz.hooks import HookSet
 from hookviz.options import (
     CheckOptions,
     InputOptions,
@@ -42,7 +39,9 @@ from hookviz.options import (
     TargetOptions,
     TrustOptions,
 )
-from hookviz.runs.cluster import auto_cuda_device, cpu_share
+from hookviz.runs import workers
+from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard_of
+from hookviz.runs.stopping import Stopped, stoppable
 from hookviz.store.files import (
     Recipe,
     existing_ancestor,
@@ -86,25 +85,6 @@ class RunInterrupted(Exception):
         self.summary = summary
 
 
-def resolve_device(device: str) -> str:
-    """``auto`` -> the first of cuda (``cuda:LOCAL_RANK`` in a torchrun process), mps, cpu that
-    exists. Raises UsageError for one that does not."""
-    import torch
-
-    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
-    if device == "auto":
-        return auto_cuda_device(torch.cuda.device_count()) if torch.cuda.is_available() else "mps" if mps else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise UsageError(f"{arg('device', device)}: no CUDA device is available here; use {arg('device', 'cpu')}")
-        index = int(device.split(":", 1)[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise UsageError(f"{arg('device', device)}: only {torch.cuda.device_count()} CUDA devices here")
-    if device == "mps" and not mps:
-        raise UsageError(f"{arg('device', 'mps')}: Apple's MPS backend is not available here; use {arg('device', 'cpu')}")
-    return device
-
-
 def check_out(out: Path) -> None:
     """Raises OutputError when ``out`` could not be created or written; creates nothing."""
     dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
@@ -120,19 +100,6 @@ def check_out(out: Path) -> None:
         raise OutputError(
             f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder"
         )
-
-
-def shard_of(items: Sequence, shard: tuple[int, int] | None) -> list:
-    """The K-th of N deterministic slices (round-robin), K counted from 1."""
-    if shard is None:
-        return list(items)
-    k, n = shard
-    return [item for i, item in enumerate(items) if i % n == k - 1]
-
-
-def run_file_name(shard: tuple[int, int] | None) -> str:
-    """``run.json``, or ``run-K-of-N.json`` for a shard (shards may share a folder)."""
-    return "run.json" if shard is None else f"run-{shard[0]}-of-{shard[1]}.json"
 
 
 def run(
@@ -284,7 +251,7 @@ class Run:
         self.stopping.set()
         self.interrupted = True
         self.on_status = self.board = None  # nothing more is printed or logged
-        _kill_workers(self.pool, release=True)
+        workers.kill_workers(self.pool, release=True)
         for path, explanation, future in self.pending:
             if future.done() and not future.cancelled():
                 with contextlib.suppress(HookvizError):
@@ -304,13 +271,13 @@ class Run:
         # No more render processes than images: a one-photo smoke check on a 64-core
         # machine starts one, not 64 (they all start at once, below).
         self.workers = max(1, min(wanted, limit, len(self.selected)))
-        self.pool = _render_pool(self.workers if self.pictures.pictures else 0)
+        self.pool = workers.render_pool(self.workers if self.pictures.pictures else 0)
         if self.pictures.pictures:
             # Each submit starts one worker; they start with Ctrl-C and SIGTERM held back, so
             # a signal to the process group cannot interrupt a worker before it ignores them.
-            with _signals_held():
+            with workers.signals_held():
                 for _ in range(self.workers):
-                    self.pool.submit(_warm_up)
+                    self.pool.submit(workers.warm_up)
         if not self.options.skip_existing:
             self._start_loader(self.selected)
 
@@ -432,9 +399,9 @@ class Run:
             histograms=self.board is not None,
         )
         try:
-            with _stoppable(self.explainer.model.module, self.stopping):
+            with stoppable(self.explainer.model.module, self.stopping):
                 explanations = self.explainer.explain_batch([prepared for _, prepared in batch], summaries)
-        except _Stopped:  # abandoned midway: these images are not done
+        except Stopped:  # abandoned midway: these images are not done
             return []
         except UsageError:
             raise
@@ -531,7 +498,7 @@ class Run:
             self.loader.stop()
         if self.pool is not None:
             if self.error is not None:  # what the workers are drawing is not kept: no need to wait for it
-                _kill_workers(self.pool)
+                workers.kill_workers(self.pool)
             self.pool.shutdown(wait=True, cancel_futures=True)  # and the workers have exited
         if self.board is not None:
             self.board.close()
@@ -601,35 +568,6 @@ class Run:
             self.on_status(status, count, len(self.selected))
 
 
-class _Stopped(BaseException):
-    """Raised inside the model's pass when a stop was asked for (not an Exception: the
-    model's own ``except Exception`` must not take it for a failure)."""
-
-
-@contextlib.contextmanager
-def _stoppable(model, stopping: threading.Event) -> Iterator[None]:
-    """For one pass of ``model``: a stop asked for midway ends the pass as the next module
-    starts (forward) or the next module's output gets its gradient (backward), not when
-    the batch ends. One 37x1000 photo through fcn_resnet50 (520x14054 pixels) takes
-    minutes. The hooks only read ``stopping``; they are all removed when the block ends."""
-    import torch
-
-    def check(*_) -> None:
-        if stopping.is_set():
-            raise _Stopped
-
-    def watch(_module, _args, output) -> None:
-        if isinstance(output, torch.Tensor) and output.requires_grad:
-            hooks.add(output.register_hook(check))
-
-    with HookSet() as hooks:
-        for module in model.modules():
-            if not isinstance(module, torch.jit.ScriptModule):  # which take no Python hooks
-                hooks.add(module.register_forward_pre_hook(check))
-                hooks.add(module.register_forward_hook(watch))
-        yield
-
-
 def _recorded_bytes(explanation) -> int:
     """What recording one image holds during a batch: value, copy and gradient (float32)
     of every recorded input and output."""
@@ -649,82 +587,3 @@ def _portable(explanation):
     image = explanation.image
     light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
     return replace(explanation, image=light)
-
-
-# ----------------------------------------------------------------------------- render workers
-
-
-def _render_pool(workers: int):
-    """Processes render in parallel with the model (matplotlib holds the GIL); with no
-    pictures to draw, one thread writing files is enough."""
-    if workers <= 0:
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookviz-write")
-    return ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_init_worker,
-        initargs=(os.getpid(),),
-    )
-
-
-_HELD = {signal.SIGINT, signal.SIGTERM}
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold Ctrl-C and SIGTERM back in this thread while worker processes start (they inherit
-    the mask); a signal that arrives meanwhile is delivered when the block ends."""
-    hold = getattr(signal, "pthread_sigmask", None)
-    if hold is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = hold(signal.SIG_BLOCK, _HELD)
-    try:
-        yield
-    finally:
-        hold(signal.SIG_SETMASK, previous)
-
-
-def _init_worker(parent: int) -> None:
-    # Ctrl-C and SIGTERM go to the whole process group (a terminal, `timeout`, `scancel`):
-    # the parent decides how to stop, and lets workers finish the file they are writing.
-    # They were held back while this process started; ignored from now on.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
-    threading.Thread(target=_exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
-    from hookviz.render.worker import configure_worker
-
-    configure_worker()
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A worker whose parent died (``kill -9``) exits within a second instead of lingering."""
-    while True:
-        if os.getppid() != parent:
-            os._exit(1)
-        time.sleep(0.5)
-
-
-def _kill_workers(pool, release: bool = False) -> None:
-    """End the render processes now (a thread pool's writer ends with the process). With
-    ``release``, for a process about to end at once: unlink the pool's semaphores now, as a
-    normal exit would, or multiprocessing's resource tracker warns of leaked ones."""
-    kill = getattr(pool, "kill_workers", None)  # Python 3.14
-    if kill is not None:
-        kill()
-    else:
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            with contextlib.suppress(OSError, ValueError):
-                process.kill()
-    if release:
-        from multiprocessing import util
-
-        util._run_finalizers(0)  # type: ignore[attr-defined]  # the semaphores' (exit priority 0), not the threads' joins
-
-
-def _warm_up() -> None:
-    from hookviz.render.worker import warm_up  # in the worker only: the main process never draws
-
-    warm_up()
