@@ -479,30 +479,7 @@ def explain(
     Raises:
         HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
     """
-    import torch.nn as nn
-
-    from hookviz.models.loading import load_model
-
-    if not isinstance(model, str) and (prompts or weights != "DEFAULT"):
-        given = arg("prompts", prompts) if prompts else arg("weights", weights)
-        raise UsageError(
-            f"{given}: the model is built already; pass its name instead (or load it with "
-            f"load_model(name, weights=..., prompts=...))"
-        )
-    if isinstance(model, str):
-        loaded = load_model(ModelOptions(model, weights, prompts=prompts))  # type: ignore[arg-type]  # ModelOptions takes one or several
-    elif isinstance(model, LoadedModel):
-        loaded = model
-    elif not isinstance(model, nn.Module):
-        raise UsageError(f"{arg('model', type(model).__name__)}: expected a torch.nn.Module, a LoadedModel or a model name")
-    else:
-        loaded = LoadedModel(
-            type(model).__name__, model, "as given", tuple(categories) if categories else None, Preprocessing(), task="auto"
-        )
-    if categories and isinstance(model, LoadedModel):
-        loaded = replace(loaded, categories=tuple(categories))
-    if task != "auto":
-        loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
+    loaded = _model_to_explain(model, categories, task, weights, prompts)
     from hookviz.tasks import DetectOptions, EmbedOptions
 
     target_options = TargetOptions(
@@ -530,3 +507,34 @@ def explain(
         trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
     )
     return explainer.explain(image)
+
+
+def _model_to_explain(model, categories, task: str, weights: str, prompts) -> LoadedModel:
+    """``explain``'s ``model`` as a ``LoadedModel``: a name loaded (with ``weights`` and
+    ``prompts``), a ``LoadedModel`` as it is, a bare module wrapped; ``categories`` and
+    ``task`` override what it says of itself."""
+    import torch.nn as nn
+
+    from hookviz.models.loading import load_model
+
+    if not isinstance(model, str) and (prompts or weights != "DEFAULT"):
+        given = arg("prompts", prompts) if prompts else arg("weights", weights)
+        raise UsageError(
+            f"{given}: the model is built already; pass its name instead (or load it with "
+            f"load_model(name, weights=..., prompts=...))"
+        )
+    if isinstance(model, str):
+        loaded = load_model(ModelOptions(model, weights, prompts=prompts))  # type: ignore[arg-type]  # ModelOptions takes one or several
+    elif isinstance(model, LoadedModel):
+        loaded = model
+    elif not isinstance(model, nn.Module):
+        raise UsageError(f"{arg('model', type(model).__name__)}: expected a torch.nn.Module, a LoadedModel or a model name")
+    else:
+        loaded = LoadedModel(
+            type(model).__name__, model, "as given", tuple(categories) if categories else None, Preprocessing(), task="auto"
+        )
+    if categories and isinstance(model, LoadedModel):
+        loaded = replace(loaded, categories=tuple(categories))
+    if task != "auto":
+        loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
+    return loaded
