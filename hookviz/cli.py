@@ -20,6 +20,25 @@ from typing import Annotated, Optional
 import typer
 
 from hookviz import __version__
+from hookviz.command_options import (
+    AtolOption,
+    DebugOption,
+    ImagesArgument,
+    LayerOption,
+    LayerTypeOption,
+    LayoutOption,
+    MinCamCorrOption,
+    ModelOption,
+    PromptOption,
+    PromptsFileOption,
+    RtolOption,
+    SeedOption,
+    WeightsOption,
+    cam_completions,
+    cam_help,
+    given_prompts,
+    option_groups,
+)
 from hookviz.errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from hookviz.interrupts import Interrupted, on_signal
 from hookviz.options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_STEPS, MAX_TOPK, Tolerances
@@ -39,38 +58,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# Options shared by several commands, defined once.
-ModelOption = Annotated[
-    str,
-    typer.Option(
-        "--model",
-        "-m",
-        help="torchvision model name (resnet50), built-in (efficientnet_lite0), timm:NAME, hf:ORG/NAME, open_clip:ARCH or open_clip:ARCH/TAG, or package.module:callable.",
-    ),
-]
-WeightsOption = Annotated[
-    str,
-    typer.Option(
-        help="DEFAULT (pretrained), none (random init), a torchvision weights name, or a state_dict file (.pth/.safetensors).",
-    ),
-]
-SeedOption = Annotated[int, typer.Option(help="Seed for random initialisation (--weights none).")]
-PromptOption = Annotated[
-    Optional[list[str]], typer.Option("--prompt", help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable.")
-]
-PromptsFileOption = Annotated[Optional[str], typer.Option("--prompts", help="CLIP models: a text file of prompts, one a line.")]
-DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 _DEFAULTS = Tolerances()
-RtolOption = Annotated[
-    float,
-    typer.Option(
-        help="Drift: a forward tensor may differ from the baseline by atol + rtol x its largest |value| in the baseline."
-    ),
-]
-AtolOption = Annotated[float, typer.Option(help="Drift: the absolute part of that allowance.")]
-MinCamCorrOption = Annotated[
-    float, typer.Option("--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.")
-]
 
 
 def _version(value: bool) -> None:
@@ -123,50 +111,6 @@ def _guard(debug: bool, action):
 
 # ----------------------------------------------------------------------------- run
 
-ImagesArgument = Annotated[
-    Optional[list[str]],
-    typer.Argument(
-        help="Image files, folders (searched recursively, skipping hidden and output folders) or quoted glob patterns.",
-        show_default=False,
-    ),
-]
-LayerOption = Annotated[
-    Optional[list[str]],
-    typer.Option("--layer", "-l", help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'."),
-]
-LayerTypeOption = Annotated[
-    Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")
-]
-LayoutOption = Annotated[
-    str,
-    typer.Option(
-        help="nchw or nhwc: how to read a map whose shape fits both orders (1x96x96x96) when neither the model nor "
-        "the ops that made it say which; auto: no CAM for it, and a note."
-    ),
-]
-
-
-def _cam_help() -> str:
-    """``--cam``'s help, read from the method registry. cli.py's annotations are strings that
-    typer evaluates each time it builds the command, so a method registered after this module
-    was imported is listed too."""
-    from hookviz.methods import METHODS
-
-    names = METHODS.names()
-    return (
-        f"CAM method: {', '.join(names)} or {' or '.join(METHODS.extra_choices)}. Several, separated by "
-        "commas (gradcam,eigencam), in one run; the first that maps the layer is drawn in <layer>.cam.png."
-    )
-
-
-def _cam_completions(incomplete: str) -> list[str]:
-    from hookviz.methods import METHODS
-
-    done, _, last = incomplete.rpartition(",")
-    given = done.split(",") if done else []
-    choices = METHODS.names() if given else [*METHODS.names(), *METHODS.extra_choices]
-    return [",".join([*given, name]) for name in choices if name.startswith(last) and name not in given]
-
 
 @app.command()
 def run(
@@ -181,7 +125,7 @@ def run(
     layout: LayoutOption = "auto",
     target: Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")] = "top1",
     objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
-    cam: Annotated[str, typer.Option(help=_cam_help(), autocompletion=_cam_completions)] = "gradcam",
+    cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions)] = "gradcam",
     topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
     output_key: Annotated[
         Optional[str],
@@ -321,79 +265,10 @@ def run(
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
-    given = SimpleNamespace(**locals())  # the options as typed: _option_groups checks them, in groups
-    groups = _guard(debug, lambda: _option_groups(given))
+    given = SimpleNamespace(**locals())  # the options as typed: option_groups checks them, in groups
+    groups = _guard(debug, lambda: option_groups(given))
     paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
     _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
-
-
-def _option_groups(o: SimpleNamespace) -> dict:
-    """``hookviz run``'s options as the groups ``Run`` takes, each checked by its own class."""
-    from hookviz.options import (
-        CheckOptions,
-        InputOptions,
-        LayerOptions,
-        ModelOptions,
-        PictureOptions,
-        RunOptions,
-        TargetOptions,
-        Tolerances,
-        TrustOptions,
-        parse_triple,
-    )
-    from hookviz.runs.cluster import command_shard
-    from hookviz.tasks import DetectOptions, EmbedOptions
-
-    return dict(
-        model=ModelOptions(o.model, o.weights, o.seed, o.device, o.task, o.trust_checkpoint, _prompts(o.prompt, o.prompts)),
-        layers=LayerOptions(tuple(o.layer or ()), tuple(o.layer_type or ()), o.layout),
-        inputs=InputOptions(
-            resize=o.resize,
-            crop=o.crop,
-            mean=parse_triple(o.mean, "mean") if o.mean else None,
-            std=parse_triple(o.std, "std") if o.std else None,
-            whole_image=o.no_crop,
-            max_pixels=o.max_pixels,
-        ),
-        target=TargetOptions(
-            target=o.target,
-            objective=o.objective,
-            cam=o.cam,
-            topk=o.topk,
-            output_key=o.output_key,
-            steps=o.steps,
-            ig_baseline=o.ig_baseline,
-        ),
-        task_options=(
-            DetectOptions(score_threshold=o.score_threshold, max_detections=o.max_detections, box_objective=o.box_objective),
-            EmbedOptions(target_images=tuple(o.target_image or ())),
-        ),
-        pictures=PictureOptions(pictures=o.pictures, channels=o.channels, scale=o.scale, grad_channels=o.grad_channels),
-        options=RunOptions(
-            out=o.out,
-            save_tensors=o.save_tensors,
-            batch_size=o.batch_size,
-            skip_existing=o.skip_existing,
-            shard=command_shard(o.shard),
-            workers=o.workers,
-            tensorboard=o.tensorboard,
-            command=tuple(sys.argv),
-        ),
-        checks=CheckOptions(
-            fail_on=o.fail_on or (),
-            dead_fraction=o.dead_fraction,
-            baseline=o.baseline,
-            tolerances=Tolerances(rtol=o.rtol, atol=o.atol, min_cam_corr=o.min_cam_corr),
-        ),
-        trust=TrustOptions(faithfulness=o.faithfulness, sanity=o.sanity),
-    )
-
-
-def _prompts(given: list[str] | None, file: str | None) -> tuple[str, ...]:
-    """``--prompt`` texts, then those of ``--prompts FILE``."""
-    from hookviz.options import read_prompts
-
-    return tuple(given or ()) + (read_prompts(file) if file is not None else ())
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
@@ -583,7 +458,9 @@ def layers(
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
-        loaded = load_model(ModelOptions(model, weights, trust_checkpoint=trust_checkpoint, prompts=_prompts(prompt, prompts)))
+        loaded = load_model(
+            ModelOptions(model, weights, trust_checkpoint=trust_checkpoint, prompts=given_prompts(prompt, prompts))
+        )
         if crop is not None:
             size = (crop, crop)
         else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)

@@ -34,6 +34,7 @@ ORDER = [
     "plugins",
     "progress",
     "process",
+    "command_options",
     "cli",
     "__main__",
 ]
