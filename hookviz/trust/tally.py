@@ -17,6 +17,13 @@ class _Sums:
     final: list[float | None] = field(default_factory=list)
     threshold: float = 0.5
 
+    def add_faithfulness(self, trust) -> None:
+        """One image's areas and ROAD, from its ``LayerTrust``, when they were measured."""
+        if trust.deletion is not None and trust.road is not None:
+            self.deletion.append(trust.deletion.deletion_auc)
+            self.insertion.append(trust.deletion.insertion_auc)
+            self.road.append(trust.road.combined)
+
     def to_json(self, method: str, layer: str) -> dict:
         document: dict = {"method": method, "layer": layer}
         if self.deletion:
@@ -53,19 +60,12 @@ class TrustTally:
             if trust is None:
                 continue
             sums = self._sums.setdefault((explanation.cam_method, layer.name), _Sums())
-            if trust.deletion is not None:
-                sums.deletion.append(trust.deletion.deletion_auc)
-                sums.insertion.append(trust.deletion.insertion_auc)
-                sums.road.append(trust.road.combined)
+            sums.add_faithfulness(trust)
             if trust.sanity is not None:
                 sums.threshold = trust.sanity.threshold
                 sums.final.append(trust.sanity.final)
             for method, other in trust.methods.items():  # --cam a,b: the other methods' maps
-                if other.deletion is not None and other.road is not None:
-                    extra = self._sums.setdefault((method, layer.name), _Sums())
-                    extra.deletion.append(other.deletion.deletion_auc)
-                    extra.insertion.append(other.deletion.insertion_auc)
-                    extra.road.append(other.road.combined)
+                self._sums.setdefault((method, layer.name), _Sums()).add_faithfulness(other)
 
     def to_json(self) -> dict | None:
         """``{"maps": [...], "summary": [sentences]}``, the best map first; ``None`` when
