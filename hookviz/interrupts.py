@@ -11,6 +11,7 @@ turns it into the line. Nothing here is used by the library, and importing it co
 
 from __future__ import annotations
 
+import _thread
 import signal
 import sys
 
@@ -33,9 +34,35 @@ def on_signal(_signum, _frame) -> None:
 
 
 def catch_signals() -> None:
-    """From now on, Ctrl-C and SIGTERM raise ``Interrupted`` in this process."""
+    """From now on, Ctrl-C and SIGTERM raise ``Interrupted`` in this process, even where
+    Python cannot raise them at once (see ``_raise_again``)."""
     for number in SIGNALS:
         signal.signal(number, on_signal)
+    if sys.unraisablehook is not _raise_again:
+        _raise_again.previous = sys.unraisablehook  # type: ignore[attr-defined]
+        sys.unraisablehook = _raise_again
+
+
+def _raise_again(unraisable) -> None:
+    """A signal handler's exception raised inside a callback Python cannot raise from (a
+    weakref callback such as the import system's module locks use, a finalizer) is only
+    printed as "Exception ignored in", and the command would carry on. Raise it again in
+    the main thread once the callback has returned, by a handler that does only that and
+    then puts back the one it replaced. Another thread asks for it: asked from here, the
+    handler would run at once, inside the callback still. Should it land in such a
+    callback again, it comes back here and is asked for again."""
+    kind = unraisable.exc_type
+    if kind is None or not issubclass(kind, (Interrupted, KeyboardInterrupt)):
+        _raise_again.previous(unraisable)  # type: ignore[attr-defined]
+        return
+    replaced = signal.getsignal(signal.SIGINT)
+
+    def raise_it(_signum, _frame):
+        signal.signal(signal.SIGINT, replaced)
+        raise kind
+
+    signal.signal(signal.SIGINT, raise_it)
+    _thread.start_new_thread(_thread.interrupt_main, (signal.SIGINT,))
 
 
 def interrupted_line(argv: list[str] | None = None) -> str:
