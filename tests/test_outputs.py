@@ -56,6 +56,30 @@ def test_sweep_removes_leftovers_only(tmp_path):
     assert (tmp_path / "cat" / "report.json").exists() and no_partial_files(tmp_path)
 
 
+def test_a_run_ending_at_once_sweeps_its_own_and_its_killed_workers_files_only(tmp_path):
+    """A second Ctrl-C kills the render workers mid-write and ends the process from a signal
+    handler: their temporary files and the process's own go; a shard still running keeps its."""
+    import os
+    import subprocess
+
+    from hookviz.store import files
+
+    worker, other_shard = (subprocess.Popen(["sleep", "30"]) for _ in range(2))  # both still running
+    try:
+        (tmp_path / "cat").mkdir()
+        parts = {}
+        for name, pid in (("mine", os.getpid()), ("worker", worker.pid), ("other", other_shard.pid)):
+            parts[name] = tmp_path / "cat" / f".cam.png~{files._HOST}~{pid}~0123abcd.part"
+            parts[name].write_bytes(b"half")
+        assert sweep_stale_files(tmp_path) == 0  # every writer still runs
+        assert sweep_stale_files(tmp_path, writers={os.getpid(), worker.pid}) == 2
+        assert [name for name, path in parts.items() if path.exists()] == ["other"]
+    finally:
+        for process in (worker, other_shard):
+            process.kill()
+            process.wait()
+
+
 def test_names():
     assert layer_stems(["layer3.5.relu:1"]) == {"layer3.5.relu:1": "layer3.5.relu-1"}
     from pathlib import Path

@@ -340,6 +340,26 @@ def test_a_kill_leaves_no_broken_file_under_a_real_name(tmp_path):
     assert no_partial_files(out)
 
 
+def test_a_worker_whose_parent_died_removes_the_file_it_was_writing(tmp_path):
+    """After ``kill -9`` of a run, its render workers end within a second; the picture one was
+    writing must not stay behind as a temporary file (a resumed run keeps a live writer's)."""
+    code = (
+        "import threading, time\n"
+        "from pathlib import Path\n"
+        "from hookviz.runs.workers import exit_with_parent\n"
+        "from hookviz.store.files import atomic_write\n"
+        "def slow(stream):\n"
+        "    stream.write(b'half a picture')\n"
+        "    time.sleep(30)\n"
+        f"threading.Thread(target=atomic_write, args=(Path({str(tmp_path)!r}) / 'cam.png', slow), daemon=True).start()\n"
+        "time.sleep(0.5)\n"
+        "exit_with_parent(-1)  # not this process's parent: as if the run was killed\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_no_graph_is_built_before_the_first_recorded_layer(photo):
     """Back-propagation stops at the earliest recorded tensor: layers before it run without autograd."""
     import torch

@@ -247,17 +247,21 @@ class Run:
         """End the run now, from a signal handler (a second Ctrl-C): the render workers are
         killed mid-picture and the run file says which images were finished. Every file is
         written under a temporary name and renamed into place, so none is left half-written
-        under its real name. The process must end right after (``os._exit``)."""
+        under its real name, and the temporary files they and this process began are deleted.
+        The process must end right after (``os._exit``)."""
         self.stopping.set()
         self.interrupted = True
         self.on_status = self.board = None  # nothing more is printed or logged
-        workers.kill_workers(self.pool, release=True)
-        for path, explanation, future in self.pending:
-            if future.done() and not future.cancelled():
-                with contextlib.suppress(HookvizError):
-                    self._report(path, self._saved(path, explanation, future))
+        finished = [item for item in self.pending if item[2].done() and not item[2].cancelled()]
+        killed = workers.kill_workers(self.pool, release=True)  # the rest fail now, as not done
+        for path, explanation, future in finished:
+            with contextlib.suppress(HookvizError):
+                self._report(path, self._saved(path, explanation, future))
         self.pending = []
-        return self._describe()
+        summary = self._describe()
+        if self.explainer is not None:  # the files the killed workers and the stopped writes began
+            sweep_stale_files(self.options.out, writers={os.getpid(), *killed})
+        return summary
 
     # -- steps
 

@@ -12,6 +12,8 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
+from hookviz.store.files import remove_unfinished
+
 __all__ = ["kill_workers", "render_pool", "signals_held", "warm_up"]
 
 
@@ -64,25 +66,32 @@ def exit_with_parent(parent: int) -> None:
     """A worker whose parent died (``kill -9``) exits within a second instead of lingering."""
     while True:
         if os.getppid() != parent:
+            remove_unfinished()  # the picture being written now will not be finished
             os._exit(1)
         time.sleep(0.5)
 
 
-def kill_workers(pool, release: bool = False) -> None:
-    """End the render processes now (a thread pool's writer ends with the process). With
-    ``release``, for a process about to end at once: unlink the pool's semaphores now, as a
-    normal exit would, or multiprocessing's resource tracker warns of leaked ones."""
+def kill_workers(pool, release: bool = False) -> set[int]:
+    """End the render processes now (a thread pool's writer ends with the process) and
+    return their process ids, once they have ended. With ``release``, for a process about
+    to end at once: unlink the pool's semaphores now, as a normal exit would, or
+    multiprocessing's resource tracker warns of leaked ones."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
     kill = getattr(pool, "kill_workers", None)  # Python 3.14
     if kill is not None:
         kill()
     else:
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
+        for process in processes:
             with contextlib.suppress(OSError, ValueError):
                 process.kill()
+    for process in processes:  # killed ones end at once; reaped, no file of theirs is still open
+        with contextlib.suppress(OSError, ValueError, AssertionError):
+            process.join(timeout=2)
     if release:
         from multiprocessing import util
 
         util._run_finalizers(0)  # type: ignore[attr-defined]  # the semaphores' (exit priority 0), not the threads' joins
+    return {process.pid for process in processes if process.pid is not None}
 
 
 def warm_up() -> None:

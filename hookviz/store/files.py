@@ -19,7 +19,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -56,6 +56,7 @@ __all__ = [
     "RUN_FILE_PATTERN",
     "atomic_write",
     "write_json",
+    "remove_unfinished",
     "sweep_stale_files",
     "display_path",
     "existing_ancestor",
@@ -96,6 +97,7 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.parent / f".{path.name}~{_HOST}~{os.getpid()}~{secrets.token_hex(4)}.part"
     handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    _UNFINISHED.add(temporary)
     try:
         with os.fdopen(handle, "wb") as stream:
             if callable(data):
@@ -107,7 +109,20 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> Path
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    finally:
+        _UNFINISHED.discard(temporary)
     return path
+
+
+_UNFINISHED: set[Path] = set()  # this process's temporary files being written, by any thread
+
+
+def remove_unfinished() -> None:
+    """Delete the temporary files this process is writing: it is about to end at once
+    (``os._exit``), and nothing will finish them."""
+    for temporary in list(_UNFINISHED):
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
 
 
 def existing_ancestor(path: Path) -> Path:
@@ -119,6 +134,14 @@ def existing_ancestor(path: Path) -> Path:
     return probe
 
 
+def _writer_of(path: Path) -> int | None:
+    """The process id of the writer of the temporary file ``path``, if it is on this host."""
+    parts = path.name[: -len(".part")].rsplit("~", 3)
+    if len(parts) != 4 or parts[1] != _HOST or not parts[2].isdigit():
+        return None  # another host's, or an older hookviz's
+    return int(parts[2])
+
+
 def _writer_gone(path: Path, now: float) -> bool:
     """Whether the temporary file ``path`` is a leftover: its writer (a process on this
     host) no longer runs, or it is older than a day."""
@@ -127,12 +150,9 @@ def _writer_gone(path: Path, now: float) -> bool:
             return True
     except OSError:
         return False
-    parts = path.name[: -len(".part")].rsplit("~", 3)
-    if len(parts) != 4 or parts[1] != _HOST or not parts[2].isdigit():
+    pid = _writer_of(path)
+    if pid is None or pid == os.getpid():
         return False  # another host's, or an older hookviz's: only age tells
-    pid = int(parts[2])
-    if pid == os.getpid():
-        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -142,14 +162,16 @@ def _writer_gone(path: Path, now: float) -> bool:
     return False
 
 
-def sweep_stale_files(out: Path) -> int:
+def sweep_stale_files(out: Path, writers: Collection[int] = ()) -> int:
     """Delete the temporary files that killed runs left in ``out`` and its image folders,
-    and only those: a run still writing into ``out`` (another shard) keeps its own."""
+    and only those: a run still writing into ``out`` (another shard) keeps its own. Those
+    of the processes ``writers`` (on this host) go too: a run ending at once, its own and
+    its killed workers'."""
     removed = 0
     now = time.time()
     for pattern in (".*.part", "*/.*.part"):
         for path in out.glob(pattern):
-            if _writer_gone(path, now):
+            if _writer_gone(path, now) or _writer_of(path) in writers:
                 with contextlib.suppress(OSError):
                     path.unlink()
                     removed += 1
