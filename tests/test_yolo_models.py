@@ -178,7 +178,10 @@ def test_boxes_are_those_ultralytics_predictor_gives(yolo, shapes):
 
 @pytest.mark.slow
 def test_a_run_draws_the_boxes_and_compares_with_a_baseline(tmp_path):
+    import jsonschema
+
     from hookviz.models.sources.yolo_models import quiet_ultralytics
+    from hookviz.store.records import schema_path
 
     common = [
         "--model",
@@ -204,9 +207,10 @@ def test_a_run_draws_the_boxes_and_compares_with_a_baseline(tmp_path):
     (w, h), top, left = placed["new_unpad"], placed["top"], placed["left"]
     height, width = h + top + placed["bottom"], w + left + placed["right"]
     assert top > 0  # cat.png (451 x 300) is centred between grey rows
-    assert report["prediction"]["window"] == pytest.approx(
-        {"top": top / height, "left": left / width, "height": h / height, "width": w / width}
-    )
+    assert report["prediction"]["window"] == pytest.approx([h / height, w / width])
+    assert report["prediction"]["window_origin"] == pytest.approx([top / height, left / width])
+    schema = json.loads(schema_path("report").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(schema).validate(report)
     assert "before NMS" in report["prediction"]["objective"]
     assert "neck outputs" in first.output
     assert (tmp_path / "a" / "cat" / "prediction.png").is_file()

@@ -99,9 +99,6 @@ class Window:
     height: float
     width: float
 
-    def to_json(self) -> dict:
-        return {"top": self.top, "left": self.left, "height": self.height, "width": self.width}
-
 
 @dataclass(frozen=True)
 class ImagePrediction:

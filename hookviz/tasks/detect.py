@@ -126,7 +126,8 @@ class DetectPrediction(ImagePrediction):
             "max_detections": self.max_detections,
             "detections": [d.to_json() for d in self.detections],
             "objective": self.objective,
-            "window": self.window.to_json() if self.window else None,
+            "window": [self.window.height, self.window.width] if self.window else None,
+            "window_origin": [self.window.top, self.window.left] if self.window else None,
         }
 
     @property
