@@ -144,6 +144,23 @@ def test_no_crop_draws_on_the_whole_photo():
     assert figure.axes[0].get_images()[0].get_array().shape == (300, 451, 3)
 
 
+def test_a_cam_is_drawn_from_where_the_photo_lies_in_a_padded_input():
+    from hookviz.tasks.base import Window
+
+    from .conftest import SAMPLES, tiny_net
+
+    result = explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["features.1"], preprocessing=Preprocessing(mode="whole"))
+    cam = np.zeros((8, 8), np.float32)
+    cam[2:6] = 1.0  # hot over the photo, cold over the padding above and below it (a centred letterbox)
+    padded = replace(result, prediction=replace(result.prediction, window=Window(0.25, 0.0, 0.5, 1.0)))
+    padded = replace(padded, layers=[replace(result.layers[0], cam=cam)])
+    figure = picture_kind("cam").figure(padded, padded.layers[0])
+    heat = np.ma.getdata(figure.axes[1].get_images()[1].get_array())  # the photo, then the CAM over it
+    assert heat.shape == (300, 451)
+    assert heat[40:-40].min() == pytest.approx(1.0)  # only its edges blend with the padding's cells
+    assert heat.mean() > 0.9
+
+
 #: Code for a fresh interpreter: a tiny model's explanation ``e`` of a seeded random image.
 _TINY_EXPLANATION = (
     "import torch\n"

@@ -40,7 +40,8 @@ def yolo():
 
 @pytest.fixture(scope="module")
 def photo():
-    """160 x 192: enlarged to 533 x 640 and padded to 544 x 640, as ultralytics' predict letterboxes it."""
+    """160 x 192: enlarged to 533 x 640 and padded to 544 x 640, as ultralytics' predict letterboxes it:
+    5 grey rows above it and 6 below."""
     return torchvision.transforms.functional.to_tensor(Image.open(SAMPLES / "cat.png").convert("RGB").resize((192, 160)))
 
 
@@ -60,7 +61,9 @@ def _anchor_gradcam(yolo, photo, layer: str, anchor: int, label: int) -> np.ndar
 
 @pytest.mark.slow
 def test_each_box_cam_is_the_gradcam_of_its_anchors_class_score(yolo, photo):
+    assert yolo.module.transform([photo])[0].offsets == [(5, 0)]  # off-centre: the CAMs cover padding above it
     result = hookviz.explain(yolo, photo, score_threshold=LOW, max_detections=2)
+    assert result.prediction.window.top == 5 / 544
     assert [layer.name for layer in result.layers] == list(yolo.module.neck_layers)
     assert "class score at its anchor before NMS" in result.prediction.objective
     yolo.module.score_thresh = LOW
@@ -98,8 +101,88 @@ def test_a_photo_is_letterboxed_to_the_size_ultralytics_predict_gives(yolo, heig
     assert tuple(result.layers[0].input.shape[-2:]) == theirs  # a small photo is enlarged, as theirs is
 
 
+def _smooth_photo(height: int, width: int, seed: int) -> np.ndarray:
+    """An RGB uint8 photo of coarse random blobs (no row or column of it is all grey 114)."""
+    rng = np.random.default_rng(seed)
+    coarse = Image.fromarray(rng.integers(0, 256, (height // 8 + 2, width // 8 + 2, 3), dtype=np.uint8))
+    return np.asarray(coarse.resize((width, height), Image.BILINEAR))
+
+
+def _grey_lines(image: np.ndarray) -> tuple[list[int], list[int]]:
+    """The rows and the columns of an H x W x 3 image in [0, 255] that are all padding grey."""
+    grey = np.abs(image - 114).max(axis=2) < 1e-3
+    return np.flatnonzero(grey.all(axis=1)).tolist(), np.flatnonzero(grey.all(axis=0)).tolist()
+
+
+@pytest.mark.parametrize("shapes", [[(64, 112)], [(112, 64)], [(64, 112), (96, 80)]], ids=["wide", "tall", "batch"])
+def test_photos_are_letterboxed_as_ultralytics_predictor_pads_them(yolo, shapes):
+    from hookviz.models.sources.yolo_models import quiet_ultralytics
+
+    photos = [_smooth_photo(*shape, seed=k) for k, shape in enumerate(shapes)]
+    with quiet_ultralytics():
+        from ultralytics.data.augment import LetterBox
+
+        # the predictor's pre_transform: `auto` (least padding) only when the photos share a shape
+        letterbox = LetterBox(640, auto=len(set(shapes)) == 1, stride=32)
+        theirs = [letterbox(image=photo).astype(np.float32) for photo in photos]
+    with torch.no_grad():
+        batch, _ = yolo.module.transform([torch.from_numpy(photo.copy()).permute(2, 0, 1) / 255 for photo in photos])
+    for k, their in enumerate(theirs):
+        ours = batch.tensors[k].permute(1, 2, 0).numpy() * 255
+        assert ours.shape == their.shape
+        assert _grey_lines(ours) == _grey_lines(their)  # the padding lies where theirs does, to the pixel
+        assert _grey_lines(their)[0] or _grey_lines(their)[1]
+        assert np.abs(ours - their).max() < 2  # torch's bilinear in float against cv2's INTER_LINEAR in uint8
+
+
+def _their_boxes(model, photos: list, conf: float) -> list[np.ndarray]:
+    """ultralytics' own predictor on BGR photos, as cv2 reads them: per photo, rows of x0, y0, x1, y1, score, class."""
+    from hookviz.models.sources.yolo_models import quiet_ultralytics
+
+    with quiet_ultralytics():
+        from ultralytics import YOLO
+
+        theirs = YOLO(CONFIG.removeprefix("yolo:"))
+        theirs.model.load_state_dict(model.state_dict())
+        results = theirs.predict([photo[..., ::-1].copy() for photo in photos], conf=conf, device="cpu", verbose=False)
+    return [r.boxes.data.numpy() for r in results]
+
+
+def _sorted(rows: np.ndarray) -> np.ndarray:
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+@pytest.mark.parametrize("shapes", [[(64, 112)], [(112, 64), (96, 80)]], ids=["wide", "batch"])
+def test_boxes_are_those_ultralytics_predictor_gives(yolo, shapes):
+    photos = [_smooth_photo(*shape, seed=k + 7) for k, shape in enumerate(shapes)]
+    theirs = _their_boxes(yolo.module.yolo, photos, LOW)
+    yolo.module.score_thresh = LOW
+    try:
+        with torch.no_grad():
+            found = yolo.module([torch.from_numpy(photo.copy()).permute(2, 0, 1) / 255 for photo in photos])
+    finally:
+        yolo.module.score_thresh = 0.25
+    for ours, their in zip(found, theirs):
+        rows = torch.cat([ours["boxes"], ours["scores"][:, None], ours["labels"][:, None].float()], dim=1).numpy()
+        assert len(rows) == len(their) > 0
+        # within 1 px and 1e-6 in score: the letterboxed inputs differ by under 1/255 (see above)
+        assert np.abs(_sorted(rows)[:, :4] - _sorted(their)[:, :4]).max() < 1
+        assert np.abs(_sorted(rows)[:, 4] - _sorted(their)[:, 4]).max() < 1e-6
+    alone = theirs[0] if len(photos) == 1 else _their_boxes(yolo.module.yolo, photos[:1], LOW)[0]
+    result = hookviz.explain(yolo, photos[0], cam="none", score_threshold=LOW, max_detections=3)
+    assert result.prediction.window.top > 0 or result.prediction.window.left > 0
+    assert len(result.prediction.detections) == 3
+    for detection in result.prediction.detections:  # what report.json says: one of theirs
+        assert np.abs(alone[:, :4] - np.asarray(detection.box)).max(axis=1).min() < 1
+
+
 @pytest.mark.slow
 def test_a_run_draws_the_boxes_and_compares_with_a_baseline(tmp_path):
+    import jsonschema
+
+    from hookviz.models.sources.yolo_models import quiet_ultralytics
+    from hookviz.store.records import schema_path
+
     common = [
         "--model",
         CONFIG,
@@ -117,6 +200,17 @@ def test_a_run_draws_the_boxes_and_compares_with_a_baseline(tmp_path):
     assert first.exit_code == 0, first.output
     report = json.loads((tmp_path / "a" / "cat" / "report.json").read_text())
     assert len(report["prediction"]["detections"]) == 2
+    with quiet_ultralytics():
+        from ultralytics.data.augment import LetterBox
+
+        placed = LetterBox(640, auto=True, stride=32).get_params({"img": np.zeros((300, 451, 3), np.uint8)})
+    (w, h), top, left = placed["new_unpad"], placed["top"], placed["left"]
+    height, width = h + top + placed["bottom"], w + left + placed["right"]
+    assert top > 0  # cat.png (451 x 300) is centred between grey rows
+    assert report["prediction"]["window"] == pytest.approx([h / height, w / width])
+    assert report["prediction"]["window_origin"] == pytest.approx([top / height, left / width])
+    schema = json.loads(schema_path("report").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(schema).validate(report)
     assert "before NMS" in report["prediction"]["objective"]
     assert "neck outputs" in first.output
     assert (tmp_path / "a" / "cat" / "prediction.png").is_file()

@@ -44,7 +44,7 @@ __all__ = [
     "fmt",
     "norm_for",
     "upsample",
-    "visible",
+    "over_photo",
     "photo_of",
     "class_colour",
     "empty",
@@ -277,14 +277,16 @@ def upsample(cam: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.asarray(image.resize((size[1], size[0]), Image.BILINEAR), dtype=np.float64)
 
 
-def visible(cam: np.ndarray, window) -> np.ndarray:
-    """The part of a CAM over the photo: a detector pads its batch, and ``window`` is the
-    (height, width) fraction of the padded input the photo covers."""
+def over_photo(cam: np.ndarray, window, size: tuple[int, int]) -> np.ndarray:
+    """The CAM at the photo's ``size`` (height, width). A detector's CAM spans its padded
+    input and ``window`` (a ``hookviz.tasks.base.Window``) says where the photo lies in it: the
+    CAM is stretched over the whole input, in photo pixels, and the photo's part cut out."""
     if not window:
-        return cam
-    rows = max(1, min(cam.shape[0], round(cam.shape[0] * window[0])))
-    cols = max(1, min(cam.shape[1], round(cam.shape[1] * window[1])))
-    return cam[:rows, :cols]
+        return upsample(cam, size)
+    full = (max(size[0], round(size[0] / window.height)), max(size[1], round(size[1] / window.width)))
+    top = min(full[0] - size[0], round(window.top * full[0]))
+    left = min(full[1] - size[1], round(window.left * full[1]))
+    return upsample(cam, full)[top : top + size[0], left : left + size[1]]
 
 
 class Overlay:
@@ -312,7 +314,7 @@ class Overlay:
         top = float(cam[finite].max()) if finite.any() else 0.0
         norm = Normalize(0.0, top if top > 0 else 1.0)
         self.photo.set_data(photo)
-        self.heat.set_data(np.ma.masked_invalid(upsample(visible(cam, window), photo.shape[:2])))
+        self.heat.set_data(np.ma.masked_invalid(over_photo(cam, window, photo.shape[:2])))
         self.heat.set_norm(norm)
         self.bar.set_norm(norm if finite.any() else None)
         self.box.set_visible(box is not None)

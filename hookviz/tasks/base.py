@@ -36,6 +36,7 @@ __all__ = [
     "Task",
     "TaskBase",
     "TASKS",
+    "Window",
     "focus_of",
     "probability_text",
     "register_task",
@@ -87,6 +88,19 @@ class Detection:
 
 
 @dataclass(frozen=True)
+class Window:
+    """Where a photo lies in the model's input (a detector's padded batch), as fractions of
+    the input's height and width: its top and left edges, its height and width. torchvision's
+    detectors put the photo top-left (``top = left = 0``); a YOLO centres it in its padding.
+    """
+
+    top: float
+    left: float
+    height: float
+    width: float
+
+
+@dataclass(frozen=True)
 class ImagePrediction:
     """What the model predicted for one image, and what each CAM of it explains. Each task
     has its own kind (``ClassPrediction``, ``SegmentPrediction``, ``DetectPrediction``),
@@ -99,15 +113,15 @@ class ImagePrediction:
         focus: per CAM key of the plan, what that CAM explains for this image: a
             ``ClassScore`` or a ``Detection`` (``None``: nothing, its CAM is left out).
         notes: what the report should say about the choice.
-        window: the (height, width) fraction of the model's input the photo covers, when the
-            model padded it (a detector's batch); ``None``: all of it.
+        window: where the photo lies in the model's input, when the model padded it (a
+            detector's batch); ``None``: it is all of it.
     """
 
     target: ClassScore | None
     top5: tuple[ClassScore, ...]
     focus: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
-    window: tuple[float, float] | None = None
+    window: Window | None = None
 
     def to_json(self) -> dict:
         return {}

@@ -35,6 +35,7 @@ from hookviz.tasks.base import (
     Plan,
     PredictionPanel,
     TaskBase,
+    Window,
     focus_of,
     model_dtype,
     probability_text,
@@ -125,7 +126,8 @@ class DetectPrediction(ImagePrediction):
             "max_detections": self.max_detections,
             "detections": [d.to_json() for d in self.detections],
             "objective": self.objective,
-            "window": list(self.window) if self.window else None,
+            "window": [self.window.height, self.window.width] if self.window else None,
+            "window_origin": [self.window.top, self.window.left] if self.window else None,
         }
 
     @property
@@ -150,8 +152,8 @@ class DetectorOutput:
 
     Attributes:
         detections: per image, the model's dict of ``boxes``, ``labels``, ``scores``.
-        windows: per image, the fraction (height, width) of the padded input the photo covers,
-            or ``None`` when the model says nothing of its internal resizing.
+        windows: per image, where the photo lies in the padded input (a ``Window``), or
+            ``None`` when the model says nothing of its internal resizing.
         scores_are: what the detector's ``scores`` are, when it says (its ``scores_are``
             attribute: a YOLO's are its class scores at each box's anchor before NMS).
     """
@@ -380,12 +382,15 @@ class Detect(TaskBase):
         return heading, items or [f"no detections with score ≥ {threshold}"]
 
 
-def _windows(batch, count: int) -> list:
-    """Where each photo lies in the padded batch (torchvision's ``ImageList``)."""
+def _windows(batch, count: int) -> list[Window | None]:
+    """Where each photo lies in the padded batch: torchvision's ``ImageList`` says each photo's
+    size, and its ``offsets`` (top, left) where a detector does not put it top-left (a YOLO's
+    ``PlacedImages``)."""
     if batch is None or not hasattr(batch, "image_sizes"):
         return [None] * count
     height, width = batch.tensors.shape[-2:]
-    return [(h / height, w / width) for h, w in batch.image_sizes]
+    offsets = getattr(batch, "offsets", None) or [(0, 0)] * len(batch.image_sizes)
+    return [Window(top / height, left / width, h / height, w / width) for (h, w), (top, left) in zip(batch.image_sizes, offsets)]
 
 
 def _chosen(result, options: DetectOptions, fixed: int | None) -> list[int]:
@@ -461,7 +466,7 @@ def _prediction(
         top5=scores[:5],
         focus=focus,
         notes=notes,
-        window=tuple(window) if window else None,
+        window=window,
         detections=detections,
         of_class=None if fixed is None else (names[fixed] if names and fixed < len(names) else fixed),
         score_threshold=options.score_threshold,

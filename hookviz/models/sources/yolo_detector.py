@@ -7,39 +7,59 @@ import torch
 from torch import nn
 from torchvision.models.detection.image_list import ImageList
 
-__all__ = ["YoloDetector", "Letterbox"]
+__all__ = ["YoloDetector", "Letterbox", "PlacedImages"]
+
+
+class PlacedImages(ImageList):
+    """torchvision's ``ImageList`` (the padded batch and each photo's resized ``image_sizes``),
+    and ``offsets``: where each photo's top-left corner lies in the batch, (top, left) in
+    pixels. torchvision's detectors put every photo at (0, 0), and their ``ImageList`` has no
+    ``offsets``."""
+
+    def __init__(self, tensors: torch.Tensor, image_sizes: list[tuple[int, int]], offsets: list[tuple[int, int]]):
+        super().__init__(tensors, image_sizes)
+        self.offsets = offsets
 
 
 class Letterbox(nn.Module):
-    """Photos (C, H, W) in [0, 1] -> one padded batch: each resized to ``image_size`` on its long
-    side, a small photo enlarged as a large one is shrunk (ultralytics' predict: its
-    ``LetterBox`` scales up, and a model trained at 640 sees objects at that scale), then padded
-    with its grey (114) to a common size that is a multiple of ``stride`` (for one photo, the
-    size ``LetterBox(640, auto=True, stride=32)`` gives). The padding goes right and below, not
-    split around the photo as ultralytics centres it, so each photo's boxes only scale back.
-    Returns ``(ImageList, scales)`` as torchvision's ``GeneralizedRCNNTransform`` returns its
-    batch, so the detection task reads where each photo lies in it."""
+    """Photos (C, H, W) in [0, 1] -> one padded batch, as ultralytics' predictor letterboxes it
+    (its ``pre_transform``, ``LetterBox``): each photo resized to ``image_size`` on its long
+    side (a small photo enlarged as a large one is shrunk: a model trained at 640 sees objects
+    at that scale), bilinear and not antialiased as cv2's ``INTER_LINEAR`` resizes, and centred
+    in grey (114) padding split as ``LetterBox`` splits it (``round(d/2 - 0.1)`` above and to
+    the left). Photos of one shape are padded to the smallest multiple of ``stride`` (its
+    ``auto``); photos of different shapes to the square ``image_size``.
+
+    Returns ``(PlacedImages, scales)``: the batch, as torchvision's
+    ``GeneralizedRCNNTransform`` returns its ``ImageList`` (the detection task reads where each
+    photo lies in it), and per photo the (y, x) scales from photo to batch pixels."""
 
     def __init__(self, stride: int, image_size: int):
         super().__init__()
         self.stride, self.image_size = stride, image_size
 
-    def forward(self, images):
-        resized, scales = [], []
-        for image in images:
-            scale = self.image_size / max(image.shape[-2:])
-            size = [max(1, round(side * scale)) for side in image.shape[-2:]]  # as LetterBox rounds them
-            if size != list(image.shape[-2:]):  # bilinear, not antialiased: cv2's INTER_LINEAR, as LetterBox resizes
-                image = nn.functional.interpolate(image[None], size=size, mode="bilinear", align_corners=False)[0]
-            resized.append(image)
-            scales.append(scale)
-        height = max(image.shape[-2] for image in resized)
-        width = max(image.shape[-1] for image in resized)
-        height, width = (-(-side // self.stride) * self.stride for side in (height, width))
+    def forward(self, images) -> tuple[PlacedImages, list[tuple[float, float]]]:
+        resized = [self._resized(image) for image in images]
+        if len({tuple(image.shape) for image in images}) == 1:  # ultralytics' auto: the least padding
+            height, width = (side + (self.image_size - side) % self.stride for side in resized[0].shape[-2:])
+        else:
+            height = width = self.image_size
         batch = resized[0].new_full((len(resized), resized[0].shape[0], height, width), 114 / 255)
+        offsets = []
         for k, image in enumerate(resized):
-            batch[k, :, : image.shape[-2], : image.shape[-1]] = image
-        return ImageList(batch, [tuple(image.shape[-2:]) for image in resized]), scales
+            top, left = (round((padded - side) / 2 - 0.1) for padded, side in zip((height, width), image.shape[-2:]))
+            batch[k, :, top : top + image.shape[-2], left : left + image.shape[-1]] = image
+            offsets.append((top, left))
+        sizes = [(image.shape[-2], image.shape[-1]) for image in resized]
+        scales = [(new[0] / old.shape[-2], new[1] / old.shape[-1]) for new, old in zip(sizes, images)]
+        return PlacedImages(batch, sizes, offsets), scales
+
+    def _resized(self, image: torch.Tensor) -> torch.Tensor:
+        scale = self.image_size / max(image.shape[-2:])
+        size = [max(1, round(side * scale)) for side in image.shape[-2:]]  # as LetterBox rounds them
+        if size == list(image.shape[-2:]):
+            return image
+        return nn.functional.interpolate(image[None], size=size, mode="bilinear", align_corners=False)[0]
 
 
 class YoloDetector(nn.Module):
@@ -69,7 +89,8 @@ class YoloDetector(nn.Module):
     def forward(self, images) -> list[dict]:
         from ultralytics.utils.nms import non_max_suppression
 
-        batch, scales = self.transform(list(images))
+        images = list(images)
+        batch, scales = self.transform(images)
         output = self.yolo(batch.tensors)
         raw = output[0] if isinstance(output, (tuple, list)) else output  # (N, 4 + classes, anchors), boxes as xywh
         kept, anchors = non_max_suppression(
@@ -79,7 +100,10 @@ class YoloDetector(nn.Module):
             return_idxs=True,
         )
         levels = self._levels(batch.tensors.shape[-2:], raw.device)
-        return [self._detections(raw[k], found, anchors[k].long().reshape(-1), levels, scales[k]) for k, found in enumerate(kept)]
+        return [
+            self._detections(raw[k], found, anchors[k].long().reshape(-1), levels, _Placement(image, batch, scales, k))
+            for k, (image, found) in enumerate(zip(images, kept))
+        ]
 
     def _levels(self, size, device) -> torch.Tensor:
         """The stride of each anchor (anchors run finest level first, row by row)."""
@@ -88,9 +112,27 @@ class YoloDetector(nn.Module):
         )
 
     @staticmethod
-    def _detections(raw, found, anchors, levels, scale: float) -> dict:
+    def _detections(raw, found, anchors, levels, placed: _Placement) -> dict:
         labels = found[:, 5].long()
         xywh = raw[:4, anchors].T
-        boxes = torch.cat([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2], dim=1) / scale
+        corners = torch.cat([xywh[:, :2] - xywh[:, 2:] / 2, xywh[:, :2] + xywh[:, 2:] / 2], dim=1)
+        boxes = placed.to_photo(corners)
         scores = raw[4 + labels, anchors]
         return {"boxes": boxes, "labels": labels, "scores": scores, "anchors": anchors, "strides": levels[anchors]}
+
+
+class _Placement:
+    """Where one photo lies in the letterboxed batch, to take boxes back to the photo."""
+
+    def __init__(self, image: torch.Tensor, batch: PlacedImages, scales: list, k: int):
+        self.height, self.width = image.shape[-2:]
+        self.top, self.left = batch.offsets[k]
+        self.scale_y, self.scale_x = scales[k]
+
+    def to_photo(self, corners: torch.Tensor) -> torch.Tensor:
+        """Boxes (x0, y0, x1, y1) in batch pixels -> in the photo's pixels, clipped to it (as
+        ultralytics' ``scale_boxes`` and torchvision's detectors clip them)."""
+        shift = corners.new_tensor([self.left, self.top, self.left, self.top])
+        scale = corners.new_tensor([self.scale_x, self.scale_y, self.scale_x, self.scale_y])
+        bound = corners.new_tensor([self.width, self.height, self.width, self.height])
+        return torch.minimum(((corners - shift) / scale).clamp(min=0), bound)
