@@ -346,3 +346,33 @@ def test_a_prompts_file_that_never_ends_is_refused_in_one_line(tmp_path, hub_cac
     prompts.write_text("a cat\n" * 400)
     result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts)
     _one_line_error(result, f"--prompts {prompts}: holds more than 1,024 bytes; give a text file with one prompt a line")
+
+
+# ----------------------------------------------------------------------------- listing, long prompts, several files
+
+
+def _listed_paths(output: str) -> list[str]:
+    return [line.split()[0] for line in output.splitlines()[1:] if line.strip()]
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_layers_lists_the_image_tower_without_prompts_and_run_takes_its_paths(kind, tmp_path, hub_cache):
+    """It asked for prompts: listing a CLIP model's layers needs none."""
+    folder, _, _ = _folder(tmp_path, kind)
+    listed = invoke("layers", "--model", f"hf:{folder}", "--filter", "layers.0.mlp.fc1")
+    assert listed.exit_code == 0, listed.output
+    (path,) = _listed_paths(listed.stdout)
+    assert path == "vision_model.encoder.layers.0.mlp.fc1"
+    ran = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "a cat", "--prompt", "a dog", "--layer", path)
+    assert ran.exit_code == 0, ran.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    assert [layer["name"] for layer in report["layers"]] == [path]
+
+
+def test_layers_lists_the_same_paths_with_prompts_or_without(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip")
+    without = invoke("layers", "--model", f"hf:{folder}")
+    given = invoke("layers", "--model", f"hf:{folder}", "--prompt", "a cat", "--prompt", "a dog")
+    assert without.exit_code == 0 and given.exit_code == 0, without.output + given.output
+    assert _listed_paths(without.stdout) == _listed_paths(given.stdout)
+    assert "vision_model.encoder.layers.1.layer_norm1" in _listed_paths(without.stdout)

@@ -313,3 +313,20 @@ def test_diff_makes_a_siglips_probability_from_its_logits_as_sigmoids(tiny_sigmo
     (image,) = json.loads((tmp_path / "diff.json").read_text())["images"]
     assert image["target"]["before"]["name"] == outside
     assert image["probability_change"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.slow  # open_clip's import
+def test_layers_lists_the_image_tower_without_prompts_and_run_takes_its_paths(tiny_sigmoid, tmp_path):
+    """It asked for prompts: listing a CLIP model's layers needs none."""
+    listed = invoke("layers", "--model", tiny_sigmoid, "--filter", "resblocks.1.ln_1")
+    assert listed.exit_code == 0, listed.output
+    (path,) = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    assert path == "visual.transformer.resblocks.1.ln_1"
+    out = tmp_path / "out"
+    ran = invoke(
+        "run", "--model", tiny_sigmoid, "--weights", "none", "--prompt", "a cat", "--prompt", "a dog", "--layer", path,
+        "--pictures", "none", "--out", out, "--device", "cpu", CAT,
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert [layer["name"] for layer in report["layers"]] == [path]

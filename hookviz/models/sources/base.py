@@ -34,7 +34,14 @@ __all__ = [
     "random_or_file",
     "weights_only_loads",
     "prefixes",
+    "STAND_IN_PROMPTS",
 ]
+
+
+#: What a model with a text tower is loaded with when only its layers are listed (``hookviz
+#: layers`` without prompts): its image tower's layers, the ones ``--layer`` names, do not
+#: depend on the prompts. ``prompts=None`` asks a source for it.
+STAND_IN_PROMPTS = ("a photo",)
 
 
 @dataclass(frozen=True)

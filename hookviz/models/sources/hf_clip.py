@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from hookviz.errors import UnknownModelError, UsageError, arg, first_line, hint
 from hookviz.models.checkpoints import LoadedWeights
-from hookviz.models.sources.base import LoadedModel, weights_kind
+from hookviz.models.sources.base import STAND_IN_PROMPTS, LoadedModel, weights_kind
 
 __all__ = ["load", "text_tower"]
 
@@ -47,8 +47,9 @@ def text_tower(config) -> str | None:
     return None
 
 
-def load(where, config, weights: str, seed: int, prompts: Sequence[str]) -> LoadedModel:
-    """The checkpoint ``where`` (a ``huggingface._Where``) holds, as a classifier over ``prompts``.
+def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) -> LoadedModel:
+    """The checkpoint ``where`` (a ``huggingface._Where``) holds, as a classifier over ``prompts``
+    (``None``: only its layers are listed; a stand-in prompt serves, ``STAND_IN_PROMPTS``).
 
     Raises:
         UsageError: prompts for a checkpoint without a text tower, or none for one with it.
@@ -59,6 +60,7 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str]) -> Load
     from hookviz.models.sources.huggingface import _state_dict_file
 
     kind = text_tower(config)
+    prompts = STAND_IN_PROMPTS if prompts is None and kind is not None else prompts or ()
     _check_prompts(where, kind, prompts)
     assert kind is not None  # _check_prompts refused the rest
     where.refuse_custom_code(_CODE_MAPS)

@@ -30,7 +30,15 @@ from collections.abc import Iterator, Sequence
 from hookviz.errors import UnknownModelError, UsageError, WeightsError, arg, did_you_mean, first_line, hint
 from hookviz.inputs.images import INTERPOLATIONS, Preprocessing
 from hookviz.models.checkpoints import LoadedWeights
-from hookviz.models.sources.base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
+from hookviz.models.sources.base import (
+    STAND_IN_PROMPTS,
+    LoadedModel,
+    random_or_file,
+    register_source,
+    seeded,
+    weights_kind,
+    weights_only_loads,
+)
 
 __all__ = ["OpenClipSource", "ClipLogits", "PREFIX", "INSTALL"]
 
@@ -108,9 +116,10 @@ class OpenClipSource:
         return DEFAULT_TASK
 
     def load(
-        self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()
+        self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] | None = ()
     ) -> LoadedModel:
-        if _installed() and not prompts:  # said before open_clip's slow import
+        """``prompts=None``: only its layers are listed; a stand-in prompt serves (``STAND_IN_PROMPTS``)."""
+        if _installed() and prompts is not None and not prompts:  # said before open_clip's slow import
             raise UsageError(f"{arg('model', name)}: a CLIP model is explained by text prompts; {hint('prompts')}")
         open_clip = _import_open_clip(name)
         arch, tag = _split(name)
@@ -128,7 +137,7 @@ class OpenClipSource:
             with seeded(seed), _quiet():
                 model = open_clip.create_model(arch, pretrained=None)
             loaded = random_or_file(model, weights, seed)
-        wrapper = ClipLogits(model, _tokens(open_clip, arch, prompts)).eval()
+        wrapper = ClipLogits(model, _tokens(open_clip, arch, STAND_IN_PROMPTS if prompts is None else prompts)).eval()
         from hookviz.anatomy.geometry import declared_layout
 
         preprocessing, notes = _preprocessing(model)
@@ -136,7 +145,7 @@ class OpenClipSource:
             name,
             wrapper,
             loaded.label,
-            tuple(prompts),
+            tuple(STAND_IN_PROMPTS if prompts is None else prompts),
             preprocessing,
             source=self.name,
             input_size=_pair(model.visual.image_size),
