@@ -376,3 +376,28 @@ def test_layers_lists_the_same_paths_with_prompts_or_without(tmp_path, hub_cache
     assert without.exit_code == 0 and given.exit_code == 0, without.output + given.output
     assert _listed_paths(without.stdout) == _listed_paths(given.stdout)
     assert "vision_model.encoder.layers.1.layer_norm1" in _listed_paths(without.stdout)
+
+
+def test_a_prompt_longer_than_the_text_tower_takes_is_scored_cut_and_said_once(tmp_path, hub_cache):
+    """It was cut to the tokenizer's limit (here 24 tokens, CLIP's 77) without a word."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    long, longer = "a cat " * 10, "a photo of a dog " * 10
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", long, "--prompt", "a car", "--prompt", longer)
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("hookviz: note: ")]
+    assert len(notes) == 1, result.stderr
+    (note,) = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["notes"]
+    assert notes[0] == "hookviz: note: " + note
+    # 'a', then 'c', 'a', 't': the test's tokenizer knows letters; 40 of them, and its start and end
+    assert note == (
+        "--prompt: prompt 1 ('a cat a cat a cat a cat a cat a cat a c…') is 42 tokens, more than the 24 the model's "
+        "text tower takes: it is scored on its first 24 tokens only; so is 1 other prompt; shorten it to be scored as written"
+    )
+
+
+def test_prompts_within_the_text_towers_length_bring_no_note(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "a cat", "--prompt", "a dog", "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    assert "note:" not in result.stderr
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["notes"] == []
