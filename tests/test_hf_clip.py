@@ -401,3 +401,28 @@ def test_prompts_within_the_text_towers_length_bring_no_note(tmp_path, hub_cache
     assert result.exit_code == 0, result.output
     assert "note:" not in result.stderr
     assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["notes"] == []
+
+
+def test_prompts_files_given_twice_are_all_read_after_the_prompt_texts(tmp_path, hub_cache):
+    """The second --prompts replaced the first without a word."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text("a cat\na dog\n")
+    second.write_text("a car\n")
+    result = _run(
+        tmp_path, f"hf:{folder}", "--weights", "none", "--prompts", first, "--prompt", "a bird", "--prompts", second,
+        "--pictures", "none",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    assert report["asked"]["prompts"] == ["a bird", "a cat", "a dog", "a car"]
+
+
+def test_a_prompt_in_two_prompts_files_is_refused_in_one_line(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip")
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text("a cat\na dog\n")
+    second.write_text("a car\na dog\n")
+    result = _run(tmp_path, f"hf:{folder}", "--prompts", first, "--prompts", second)
+    _one_line_error(result, "--prompt a dog: given twice; give each prompt once")
+    assert not (tmp_path / "out").exists()
