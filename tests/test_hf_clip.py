@@ -426,3 +426,24 @@ def test_a_prompt_in_two_prompts_files_is_refused_in_one_line(tmp_path, hub_cach
     result = _run(tmp_path, f"hf:{folder}", "--prompts", first, "--prompts", second)
     _one_line_error(result, "--prompt a dog: given twice; give each prompt once")
     assert not (tmp_path / "out").exists()
+
+
+def test_target_names_the_prompt_written_as_it_is_before_one_in_another_case(tmp_path, hub_cache):
+    """Prompts 'a Cat' and 'a cat' are two classes: --target 'a cat' took the first, 'a Cat'."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    args = ("--weights", "none", "--prompt", "a Cat", "--prompt", "a cat", "--pictures", "none")
+    result = _run(tmp_path, f"hf:{folder}", *args, "--target", "a cat")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["target"]["index"] == 1
+    _one_line_error(
+        _run(tmp_path, f"hf:{folder}", *args, "--target", "A CAT"),
+        "--target A CAT: names 2 classes written otherwise ('a Cat', 'a cat'); write the one you mean as it is",
+    )
+
+
+def test_a_target_that_is_one_prompts_text_and_another_prompts_index_is_refused(tmp_path, hub_cache):
+    """Prompts '1' and '0' with --target 1 explained class 1, the prompt '0', without a word."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "1", "--prompt", "0", "--target", "1")
+    _one_line_error(result, "--target 1: ambiguous: class 1 is '0', and class 0 is named '1'; rename the class")
+    assert not (tmp_path / "out").exists()
