@@ -447,3 +447,15 @@ def test_a_target_that_is_one_prompts_text_and_another_prompts_index_is_refused(
     result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "1", "--prompt", "0", "--target", "1")
     _one_line_error(result, "--target 1: ambiguous: class 1 is '0', and class 0 is named '1'; rename the class")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_prompts_file_in_utf16_with_its_byte_order_mark_is_read(tmp_path, hub_cache, encoding):
+    """Windows PowerShell's `>` writes UTF-16 with a byte-order mark: it was refused as not UTF-8."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    bom = "\ufeff" if encoding == "utf-16-be" else ""  # "utf-16" writes its own, in this machine's order
+    prompts.write_bytes((bom + "a cat\r\nune tête\r\n").encode(encoding))
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompts", prompts, "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["asked"]["prompts"] == ["a cat", "une tête"]
