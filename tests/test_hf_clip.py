@@ -459,3 +459,26 @@ def test_a_prompts_file_in_utf16_with_its_byte_order_mark_is_read(tmp_path, hub_
     result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompts", prompts, "--pictures", "none")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["asked"]["prompts"] == ["a cat", "une tête"]
+
+
+def test_the_prompts_go_through_the_text_tower_in_parts_with_the_same_features(tmp_path, monkeypatch):
+    """All prompts went through the text tower at once: 100,000 of them needed tens of GB."""
+    from hookviz.models.sources import clip_logits
+
+    monkeypatch.setattr(clip_logits, "TEXT_BATCH", 4, raising=False)
+    _, model, tok = _folder(tmp_path, "clip")
+    prompts = [f"a {a}{b}" for a in "abc" for b in "xyz"]  # 9 prompts: parts of 4, 4 and 1
+    tokens = dict(tok(prompts, padding=True, return_tensors="pt"))
+    seen: list[int] = []
+    handle = model.text_model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(len(kwargs["input_ids"])), with_kwargs=True
+    )
+    try:
+        wrapper = clip_logits.TransformersClipLogits(model, tokens)
+    finally:
+        handle.remove()
+    assert seen == [4, 4, 1]
+    with torch.no_grad():
+        whole = model.get_text_features(**tokens)
+    whole = getattr(whole, "pooler_output", whole)
+    torch.testing.assert_close(wrapper.text_features, whole / whole.norm(dim=-1, keepdim=True), rtol=1e-5, atol=1e-6)
