@@ -178,6 +178,13 @@ def option_groups(o: SimpleNamespace) -> dict:
 def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str, ...]:
     """``--prompt`` texts, then those of each ``--prompts FILE``, files in the order given (a
     prompt in two of them is refused as any prompt given twice is, by ``ModelOptions``)."""
+    import os
+
+    from hookviz.errors import UsageError
     from hookviz.options import read_prompts
 
-    return tuple(given or ()) + tuple(text for file in files or () for text in read_prompts(file))
+    files = list(files or ())
+    twice = next((file for k, file in enumerate(files) if os.path.realpath(file) in map(os.path.realpath, files[:k])), None)
+    if twice is not None:  # else each of its prompts would be "given twice"
+        raise UsageError(f"--prompts {twice}: the same file given twice; give each file once")
+    return tuple(given or ()) + tuple(text for file in files for text in read_prompts(file))

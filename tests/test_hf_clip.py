@@ -482,3 +482,13 @@ def test_the_prompts_go_through_the_text_tower_in_parts_with_the_same_features(t
         whole = model.get_text_features(**tokens)
     whole = getattr(whole, "pooler_output", whole)
     torch.testing.assert_close(wrapper.text_features, whole / whole.norm(dim=-1, keepdim=True), rtol=1e-5, atol=1e-6)
+
+
+def test_the_same_prompts_file_given_twice_is_refused_naming_the_file(tmp_path, hub_cache):
+    """Each of its prompts was refused as given twice, naming --prompt and a prompt, not the file."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a cat\na dog\n")
+    result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts, "--prompts", tmp_path / "." / "prompts.txt")
+    _one_line_error(result, f"--prompts {tmp_path / '.' / 'prompts.txt'}: the same file given twice; give each file once")
+    assert not (tmp_path / "out").exists()
