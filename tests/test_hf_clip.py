@@ -492,3 +492,11 @@ def test_the_same_prompts_file_given_twice_is_refused_naming_the_file(tmp_path, 
     result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts, "--prompts", tmp_path / "." / "prompts.txt")
     _one_line_error(result, f"--prompts {tmp_path / '.' / 'prompts.txt'}: the same file given twice; give each file once")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_target_that_is_top_and_a_prompts_text_is_refused(tmp_path, hub_cache):
+    """A prompt 'top' (the garment) and --target top explained the best prompt, whichever it was."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "a skirt", "--prompt", "top", "--target", "top")
+    _one_line_error(result, "--target top: ambiguous: the best class, and class 1 is named 'top'; rename the class")
+    assert not (tmp_path / "out").exists()

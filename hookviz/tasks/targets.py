@@ -18,9 +18,14 @@ def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
         TargetError: unknown name (with suggestions) or an index outside the categories.
     """
     text = str(text).strip()
-    if text.lower() in ("top1", "top-1", "top"):
-        return None
     named = [index for index, name in enumerate(categories or ()) if name.strip() == text]
+    if text.lower() in ("top1", "top-1", "top"):
+        if named:  # a CLIP prompt "top" (the garment)
+            raise TargetError(
+                f"{arg('target', text)}: ambiguous: the best class, and class {named[0]} is named {text!r}; "
+                f"rename the class (a prompt of words: 'a {text}') or pass its index, {named[0]}"
+            )
+        return None
     if re.fullmatch(r"-?\d+", text):
         index = int(text)
         if named and named[0] != index:  # CLIP's prompts are class names anyone may write: "1", "0"
