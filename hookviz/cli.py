@@ -458,9 +458,8 @@ def layers(
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
-        loaded = load_model(
-            ModelOptions(model, weights, trust_checkpoint=trust_checkpoint, prompts=given_prompts(prompt, prompts))
-        )
+        options = ModelOptions(model, weights, trust_checkpoint=trust_checkpoint, prompts=given_prompts(prompt, prompts))
+        loaded = load_model(options, listing=True)  # a CLIP model's image tower is listed without prompts
         if crop is not None:
             size = (crop, crop)
         else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)

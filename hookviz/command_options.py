@@ -48,7 +48,13 @@ SeedOption = Annotated[int, typer.Option(help="Seed for random initialisation (-
 PromptOption = Annotated[
     Optional[list[str]], typer.Option("--prompt", help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable.")
 ]
-PromptsFileOption = Annotated[Optional[str], typer.Option("--prompts", help="CLIP models: a text file of prompts, one a line.")]
+PromptsFileOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--prompts",
+        help="CLIP models: a text file of prompts, one a line; repeatable, read in order after the --prompt texts.",
+    ),
+]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 RtolOption = Annotated[
     float,
@@ -169,8 +175,16 @@ def option_groups(o: SimpleNamespace) -> dict:
     )
 
 
-def given_prompts(given: list[str] | None, file: str | None) -> tuple[str, ...]:
-    """``--prompt`` texts, then those of ``--prompts FILE``."""
+def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str, ...]:
+    """``--prompt`` texts, then those of each ``--prompts FILE``, files in the order given (a
+    prompt in two of them is refused as any prompt given twice is, by ``ModelOptions``)."""
+    import os
+
+    from hookviz.errors import UsageError
     from hookviz.options import read_prompts
 
-    return tuple(given or ()) + (read_prompts(file) if file is not None else ())
+    files = list(files or ())
+    twice = next((file for k, file in enumerate(files) if os.path.realpath(file) in map(os.path.realpath, files[:k])), None)
+    if twice is not None:  # else each of its prompts would be "given twice"
+        raise UsageError(f"--prompts {twice}: the same file given twice; give each file once")
+    return tuple(given or ()) + tuple(text for file in files for text in read_prompts(file))

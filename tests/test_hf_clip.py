@@ -346,3 +346,157 @@ def test_a_prompts_file_that_never_ends_is_refused_in_one_line(tmp_path, hub_cac
     prompts.write_text("a cat\n" * 400)
     result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts)
     _one_line_error(result, f"--prompts {prompts}: holds more than 1,024 bytes; give a text file with one prompt a line")
+
+
+# ----------------------------------------------------------------------------- listing, long prompts, several files
+
+
+def _listed_paths(output: str) -> list[str]:
+    return [line.split()[0] for line in output.splitlines()[1:] if line.strip()]
+
+
+@pytest.mark.parametrize("kind", ["clip", "siglip"])
+def test_layers_lists_the_image_tower_without_prompts_and_run_takes_its_paths(kind, tmp_path, hub_cache):
+    """It asked for prompts: listing a CLIP model's layers needs none."""
+    folder, _, _ = _folder(tmp_path, kind)
+    listed = invoke("layers", "--model", f"hf:{folder}", "--filter", "layers.0.mlp.fc1")
+    assert listed.exit_code == 0, listed.output
+    (path,) = _listed_paths(listed.stdout)
+    assert path == "vision_model.encoder.layers.0.mlp.fc1"
+    ran = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "a cat", "--prompt", "a dog", "--layer", path)
+    assert ran.exit_code == 0, ran.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    assert [layer["name"] for layer in report["layers"]] == [path]
+
+
+def test_layers_lists_the_same_paths_with_prompts_or_without(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip")
+    without = invoke("layers", "--model", f"hf:{folder}")
+    given = invoke("layers", "--model", f"hf:{folder}", "--prompt", "a cat", "--prompt", "a dog")
+    assert without.exit_code == 0 and given.exit_code == 0, without.output + given.output
+    assert _listed_paths(without.stdout) == _listed_paths(given.stdout)
+    assert "vision_model.encoder.layers.1.layer_norm1" in _listed_paths(without.stdout)
+
+
+def test_a_prompt_longer_than_the_text_tower_takes_is_scored_cut_and_said_once(tmp_path, hub_cache):
+    """It was cut to the tokenizer's limit (here 24 tokens, CLIP's 77) without a word."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    long, longer = "a cat " * 10, "a photo of a dog " * 10
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", long, "--prompt", "a car", "--prompt", longer)
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("hookviz: note: ")]
+    assert len(notes) == 1, result.stderr
+    (note,) = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["notes"]
+    assert notes[0] == "hookviz: note: " + note
+    # 'a', then 'c', 'a', 't': the test's tokenizer knows letters; 40 of them, and its start and end
+    assert note == (
+        "--prompt: prompt 1 ('a cat a cat a cat a cat a cat a cat a c…') is 42 tokens, more than the 24 the model's "
+        "text tower takes: it is scored on its first 24 tokens only; so is 1 other prompt; shorten it to be scored as written"
+    )
+
+
+def test_prompts_within_the_text_towers_length_bring_no_note(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "a cat", "--prompt", "a dog", "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    assert "note:" not in result.stderr
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["notes"] == []
+
+
+def test_prompts_files_given_twice_are_all_read_after_the_prompt_texts(tmp_path, hub_cache):
+    """The second --prompts replaced the first without a word."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text("a cat\na dog\n")
+    second.write_text("a car\n")
+    result = _run(
+        tmp_path, f"hf:{folder}", "--weights", "none", "--prompts", first, "--prompt", "a bird", "--prompts", second,
+        "--pictures", "none",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    assert report["asked"]["prompts"] == ["a bird", "a cat", "a dog", "a car"]
+
+
+def test_a_prompt_in_two_prompts_files_is_refused_in_one_line(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip")
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text("a cat\na dog\n")
+    second.write_text("a car\na dog\n")
+    result = _run(tmp_path, f"hf:{folder}", "--prompts", first, "--prompts", second)
+    _one_line_error(result, "--prompt a dog: given twice; give each prompt once")
+    assert not (tmp_path / "out").exists()
+
+
+def test_target_names_the_prompt_written_as_it_is_before_one_in_another_case(tmp_path, hub_cache):
+    """Prompts 'a Cat' and 'a cat' are two classes: --target 'a cat' took the first, 'a Cat'."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    args = ("--weights", "none", "--prompt", "a Cat", "--prompt", "a cat", "--pictures", "none")
+    result = _run(tmp_path, f"hf:{folder}", *args, "--target", "a cat")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["target"]["index"] == 1
+    _one_line_error(
+        _run(tmp_path, f"hf:{folder}", *args, "--target", "A CAT"),
+        "--target A CAT: names 2 classes written otherwise ('a Cat', 'a cat'); write the one you mean as it is",
+    )
+
+
+def test_a_target_that_is_one_prompts_text_and_another_prompts_index_is_refused(tmp_path, hub_cache):
+    """Prompts '1' and '0' with --target 1 explained class 1, the prompt '0', without a word."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "1", "--prompt", "0", "--target", "1")
+    _one_line_error(result, "--target 1: ambiguous: class 1 is '0', and class 0 is named '1'; rename the class")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_prompts_file_in_utf16_with_its_byte_order_mark_is_read(tmp_path, hub_cache, encoding):
+    """Windows PowerShell's `>` writes UTF-16 with a byte-order mark: it was refused as not UTF-8."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    bom = "\ufeff" if encoding == "utf-16-be" else ""  # "utf-16" writes its own, in this machine's order
+    prompts.write_bytes((bom + "a cat\r\nune tête\r\n").encode(encoding))
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompts", prompts, "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["asked"]["prompts"] == ["a cat", "une tête"]
+
+
+def test_the_prompts_go_through_the_text_tower_in_parts_with_the_same_features(tmp_path, monkeypatch):
+    """All prompts went through the text tower at once: 100,000 of them needed tens of GB."""
+    from hookviz.models.sources import clip_logits
+
+    monkeypatch.setattr(clip_logits, "TEXT_BATCH", 4, raising=False)
+    _, model, tok = _folder(tmp_path, "clip")
+    prompts = [f"a {a}{b}" for a in "abc" for b in "xyz"]  # 9 prompts: parts of 4, 4 and 1
+    tokens = dict(tok(prompts, padding=True, return_tensors="pt"))
+    seen: list[int] = []
+    handle = model.text_model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(len(kwargs["input_ids"])), with_kwargs=True
+    )
+    try:
+        wrapper = clip_logits.TransformersClipLogits(model, tokens)
+    finally:
+        handle.remove()
+    assert seen == [4, 4, 1]
+    with torch.no_grad():
+        whole = model.get_text_features(**tokens)
+    whole = getattr(whole, "pooler_output", whole)
+    torch.testing.assert_close(wrapper.text_features, whole / whole.norm(dim=-1, keepdim=True), rtol=1e-5, atol=1e-6)
+
+
+def test_the_same_prompts_file_given_twice_is_refused_naming_the_file(tmp_path, hub_cache):
+    """Each of its prompts was refused as given twice, naming --prompt and a prompt, not the file."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a cat\na dog\n")
+    result = _run(tmp_path, f"hf:{folder}", "--prompts", prompts, "--prompts", tmp_path / "." / "prompts.txt")
+    _one_line_error(result, f"--prompts {tmp_path / '.' / 'prompts.txt'}: the same file given twice; give each file once")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_target_that_is_top_and_a_prompts_text_is_refused(tmp_path, hub_cache):
+    """A prompt 'top' (the garment) and --target top explained the best prompt, whichever it was."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "a skirt", "--prompt", "top", "--target", "top")
+    _one_line_error(result, "--target top: ambiguous: the best class, and class 1 is named 'top'; rename the class")
+    assert not (tmp_path / "out").exists()

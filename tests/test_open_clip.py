@@ -313,3 +313,37 @@ def test_diff_makes_a_siglips_probability_from_its_logits_as_sigmoids(tiny_sigmo
     (image,) = json.loads((tmp_path / "diff.json").read_text())["images"]
     assert image["target"]["before"]["name"] == outside
     assert image["probability_change"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.slow  # open_clip's import
+def test_layers_lists_the_image_tower_without_prompts_and_run_takes_its_paths(tiny_sigmoid, tmp_path):
+    """It asked for prompts: listing a CLIP model's layers needs none."""
+    listed = invoke("layers", "--model", tiny_sigmoid, "--filter", "resblocks.1.ln_1")
+    assert listed.exit_code == 0, listed.output
+    (path,) = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    assert path == "visual.transformer.resblocks.1.ln_1"
+    out = tmp_path / "out"
+    ran = invoke(
+        "run", "--model", tiny_sigmoid, "--weights", "none", "--prompt", "a cat", "--prompt", "a dog", "--layer", path,
+        "--pictures", "none", "--out", out, "--device", "cpu", CAT,
+    )  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert [layer["name"] for layer in report["layers"]] == [path]
+
+
+@pytest.mark.slow  # open_clip's import
+def test_a_prompt_longer_than_the_context_length_is_scored_cut_and_said_once(tiny_sigmoid, tmp_path):
+    """It was cut to the tokenizer's context length (here 16 tokens, CLIP's 77) without a word."""
+    out, long = tmp_path / "out", "a photo of a cat " * 5  # 25 words, each one token of CLIP's BPE
+    result = invoke(
+        "run", "--model", tiny_sigmoid, "--weights", "none", "--prompt", "a dog", "--prompt", long,
+        "--pictures", "none", "--layer", "visual.conv1", "--out", out, "--device", "cpu", CAT,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (note,) = json.loads((out / "cat" / "report.json").read_text())["notes"]
+    assert note == (
+        "--prompt: prompt 2 ('a photo of a cat a photo of a cat a pho…') is 27 tokens, more than the 16 the model's "
+        "text tower takes: it is scored on its first 16 tokens only; shorten it to be scored as written"
+    )
+    assert [line for line in result.stderr.splitlines() if "note:" in line] == [f"hookviz: note: {note}"]

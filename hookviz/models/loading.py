@@ -36,6 +36,8 @@ def load_model(
     seed: int = 0,
     trust_checkpoint: bool = False,
     prompts: Sequence[str] = (),
+    *,
+    listing: bool = False,
 ) -> LoadedModel:
     """Build ``model`` and load ``weights`` into it; return it in eval mode.
 
@@ -50,6 +52,8 @@ def load_model(
         trust_checkpoint: load a checkpoint that runs code when loaded (``yolo:best.pt``).
         prompts: the text prompts a model with a text tower (``open_clip:ViT-B-32``) is
             explained by: its output is its image-text logits over them, its categories them.
+        listing: loaded only to list its layers (``hookviz layers``): a model with a text tower
+            then needs no prompts; without them its output scores a stand-in prompt, and means nothing.
 
     Raises:
         UnknownModelError: the name matches no model, or its factory failed.
@@ -69,7 +73,7 @@ def load_model(
                 options.weights,
                 options.seed,
                 trust_checkpoint=options.trust_checkpoint,
-                **_prompts_for(source, options),
+                **_prompts_for(source, options, listing),
             )
             loaded.module.eval()
             if getattr(source, "takes_prompts", False):
@@ -135,14 +139,15 @@ def list_sources(filter: str | None = None, search: str | None = None) -> list[S
     return sorted(listings, key=lambda listing: rank.get(listing.task, 0))  # stable: sources keep their order
 
 
-def _prompts_for(source, options: ModelOptions) -> dict:
-    """The prompts, as keyword, for a source whose models have a text tower (``takes_prompts``).
+def _prompts_for(source, options: ModelOptions, listing: bool = False) -> dict:
+    """The prompts, as keyword, for a source whose models have a text tower (``takes_prompts``);
+    ``None`` when there are none and the model is only listed (the source loads a stand-in).
 
     Raises:
         UsageError: prompts for a model of another source.
     """
     if getattr(source, "takes_prompts", False):
-        return {"prompts": options.prompts}
+        return {"prompts": None if listing and not options.prompts else options.prompts}
     if options.prompts:
         raise UsageError(
             f"{arg('prompts', options.prompts[0])}: {options.name} has no text tower; text prompts explain CLIP and "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
                 f"{arg('prompts_file', path)}: holds more than {MAX_PROMPTS_BYTES:,} bytes; give a text file "
                 "with one prompt a line"
             )
-        text = data.decode("utf-8-sig")  # a byte-order mark (Notepad's) is no part of the first prompt
+        text = _decoded(data)
     except FileNotFoundError:
         raise UsageError(f"{arg('prompts_file', path)}: no such file; give a text file with one prompt a line") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -108,6 +109,14 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
     if not prompts:
         raise UsageError(f"{arg('prompts_file', path)}: the file holds no prompt; write one prompt a line")
     return prompts
+
+
+def _decoded(data: bytes) -> str:
+    """UTF-8, or UTF-16 where a byte-order mark says so (Windows PowerShell's ``>`` writes it);
+    a UTF-8 byte-order mark (Notepad's) is no part of the first prompt."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16")
+    return data.decode("utf-8-sig")
 
 
 def _list_models_hint() -> str:

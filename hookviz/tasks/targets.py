@@ -18,10 +18,21 @@ def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
         TargetError: unknown name (with suggestions) or an index outside the categories.
     """
     text = str(text).strip()
+    named = [index for index, name in enumerate(categories or ()) if name.strip() == text]
     if text.lower() in ("top1", "top-1", "top"):
+        if named:  # a CLIP prompt "top" (the garment)
+            raise TargetError(
+                f"{arg('target', text)}: ambiguous: the best class, and class {named[0]} is named {text!r}; "
+                f"rename the class (a prompt of words: 'a {text}') or pass its index, {named[0]}"
+            )
         return None
     if re.fullmatch(r"-?\d+", text):
         index = int(text)
+        if named and named[0] != index:  # CLIP's prompts are class names anyone may write: "1", "0"
+            raise TargetError(
+                f"{arg('target', text)}: ambiguous: class {index} is {_name(categories, index)}, and class "
+                f"{named[0]} is named {text!r}; rename the class (a prompt of words: 'the number {text}')"
+            )
         if index < 0:
             raise TargetError(f"{arg('target', text)}: a class index must be 0 or more")
         if categories is not None and index >= len(categories):
@@ -29,15 +40,26 @@ def parse_target(text: str, categories: Sequence[str] | None) -> int | None:
         return index
     if not categories:
         raise TargetError(f"{arg('target', text)}: this model has no class names; pass a class index")
+    if named:  # as written first: prompts "a Cat" and "a cat" are two classes
+        return named[0]
     wanted = _normal(text)
-    for index, name in enumerate(categories):
-        if _normal(name) == wanted:
-            return index
+    alike = [index for index, name in enumerate(categories) if _normal(name) == wanted]
+    if len(alike) > 1:
+        choices = ", ".join(repr(categories[index]) for index in alike[:5])
+        raise TargetError(
+            f"{arg('target', text)}: names {len(alike)} classes written otherwise ({choices}); write the one you mean as it is"
+        )
+    if alike:
+        return alike[0]
     # Hugging Face's ImageNet labels list synonyms ("tabby, tabby cat"): any one of them names the class.
     for index, name in enumerate(categories):
         if wanted in (_normal(part) for part in name.split(",")):
             return index
     raise TargetError(f"{arg('target', text)}: not a class name of this model{did_you_mean(text, categories, n=5)}")
+
+
+def _name(categories: Sequence[str] | None, index: int) -> str:
+    return repr(categories[index]) if categories is not None and index < len(categories) else "past the classes"
 
 
 def _normal(name: str) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from hookviz.anatomy.featuremaps import DeclaredLayout
+from hookviz.errors import arg
 from hookviz.inputs.images import Preprocessing
 from hookviz.tasks import DEFAULT_TASK
 
@@ -34,7 +35,15 @@ __all__ = [
     "random_or_file",
     "weights_only_loads",
     "prefixes",
+    "STAND_IN_PROMPTS",
+    "cut_prompts_note",
 ]
+
+
+#: What a model with a text tower is loaded with when only its layers are listed (``hookviz
+#: layers`` without prompts): its image tower's layers, the ones ``--layer`` names, do not
+#: depend on the prompts. ``prompts=None`` asks a source for it.
+STAND_IN_PROMPTS = ("a photo",)
 
 
 @dataclass(frozen=True)
@@ -173,6 +182,22 @@ def load_weights_file(model, path: str):
     from hookviz.models.checkpoints import load_into
 
     return load_into(model, Path(path))
+
+
+def cut_prompts_note(prompts: Sequence[str], counts: Sequence[int], limit: int) -> tuple[str, ...]:
+    """The note that says which prompts are longer than the ``limit`` tokens a text tower takes
+    (``counts``: each prompt's tokens, its start and end tokens included); ``()`` when none is.
+    The tokenizer cuts them, as CLIP's own zero-shot classifier does: the run goes on, and says so."""
+    cut = [(number, text, count) for number, (text, count) in enumerate(zip(prompts, counts), 1) if count > limit]
+    if not cut:
+        return ()
+    number, text, count = cut[0]
+    shown = text if len(text) <= 40 else text[:39].rstrip() + "…"
+    others = {1: "", 2: "; so is 1 other prompt"}.get(len(cut), f"; so are {len(cut) - 1} other prompts")
+    return (
+        f"{arg('prompts')}: prompt {number} ({shown!r}) is {count} tokens, more than the {limit} the model's text "
+        f"tower takes: it is scored on its first {limit} tokens only{others}; shorten it to be scored as written",
+    )
 
 
 def random_or_file(model, weights: str, seed: int):

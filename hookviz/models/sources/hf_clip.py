@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from hookviz.errors import UnknownModelError, UsageError, arg, first_line, hint
 from hookviz.models.checkpoints import LoadedWeights
-from hookviz.models.sources.base import LoadedModel, weights_kind
+from hookviz.models.sources.base import STAND_IN_PROMPTS, LoadedModel, cut_prompts_note, weights_kind
 
 __all__ = ["load", "text_tower"]
 
@@ -47,8 +47,9 @@ def text_tower(config) -> str | None:
     return None
 
 
-def load(where, config, weights: str, seed: int, prompts: Sequence[str]) -> LoadedModel:
-    """The checkpoint ``where`` (a ``huggingface._Where``) holds, as a classifier over ``prompts``.
+def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) -> LoadedModel:
+    """The checkpoint ``where`` (a ``huggingface._Where``) holds, as a classifier over ``prompts``
+    (``None``: only its layers are listed; a stand-in prompt serves, ``STAND_IN_PROMPTS``).
 
     Raises:
         UsageError: prompts for a checkpoint without a text tower, or none for one with it.
@@ -59,13 +60,14 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str]) -> Load
     from hookviz.models.sources.huggingface import _state_dict_file
 
     kind = text_tower(config)
+    prompts = STAND_IN_PROMPTS if prompts is None and kind is not None else prompts or ()
     _check_prompts(where, kind, prompts)
     assert kind is not None  # _check_prompts refused the rest
     where.refuse_custom_code(_CODE_MAPS)
-    tokens = _tokens(where, kind, config, prompts)
-    notes: tuple[str, ...] = ()
+    tokens, notes = _tokens(where, kind, config, prompts)
     if weights_kind(weights) == "default":
-        model, notes = where.pretrained(seed, AutoModel)
+        model, said_loading = where.pretrained(seed, AutoModel)
+        notes += said_loading
         loaded = LoadedWeights(f"DEFAULT ({where.repo}, {where.origin})", None)
     else:
         model = where.from_config(config, seed, AutoModel)
@@ -107,8 +109,9 @@ def _check_prompts(where, kind: str | None, prompts: Sequence[str]) -> None:
         )
 
 
-def _tokens(where, kind: str, config, prompts: Sequence[str]) -> dict:
-    """``prompts`` as the checkpoint's own tokenizer makes them, padded as the model expects.
+def _tokens(where, kind: str, config, prompts: Sequence[str]) -> tuple[dict, tuple[str, ...]]:
+    """``prompts`` as the checkpoint's own tokenizer makes them, padded as the model expects
+    and cut to its text tower's length, and the note that says which were cut.
 
     Raises:
         UnknownModelError: no tokenizer files, or ones transformers cannot read.
@@ -130,20 +133,18 @@ def _tokens(where, kind: str, config, prompts: Sequence[str]) -> dict:
             f"{arg('model', where.name)}: cannot read {where.where}'s tokenizer ({first_line(exc)}); "
             "save the model's tokenizer (or processor) into it with save_pretrained"
         ) from None
+    limit = int(config.text_config.max_position_embeddings)
     try:  # a tokenizer_config.json naming another class loads, then cannot pad (no pad token)
-        tokens = tokenizer(
-            list(prompts),
-            padding=_PADDING[kind],
-            truncation=True,
-            max_length=int(config.text_config.max_position_embeddings),
-            return_tensors="pt",
-        )
+        with quiet():  # transformers' warning of a sequence longer than the model's is the note's to say
+            counts = [len(ids) for ids in tokenizer(list(prompts))["input_ids"]]
+        tokens = tokenizer(list(prompts), padding=_PADDING[kind], truncation=True, max_length=limit, return_tensors="pt")
     except (ValueError, TypeError, KeyError, AttributeError, RuntimeError) as exc:
         raise UnknownModelError(
             f"{arg('model', where.name)}: {where.where}'s tokenizer cannot tokenize the prompts ({first_line(exc)}); "
             "save the model's own tokenizer (or processor) into it with save_pretrained"
         ) from None
-    return {key: tokens[key] for key in ("input_ids", "attention_mask") if key in tokens}
+    kept = {key: tokens[key] for key in ("input_ids", "attention_mask") if key in tokens}
+    return kept, cut_prompts_note(prompts, counts, limit)
 
 
 def _layout(kind: str, config):

@@ -125,7 +125,7 @@ class HuggingFaceSource:
         return Embed.name if _listed_kind(self._listed.get(name) or {}) == "backbone" else DEFAULT_TASK
 
     def load(
-        self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()
+        self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] | None = ()
     ) -> LoadedModel:
         _import_transformers(name)
         repo = name[len(PREFIX) :].strip()

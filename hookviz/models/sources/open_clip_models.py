@@ -30,7 +30,16 @@ from collections.abc import Iterator, Sequence
 from hookviz.errors import UnknownModelError, UsageError, WeightsError, arg, did_you_mean, first_line, hint
 from hookviz.inputs.images import INTERPOLATIONS, Preprocessing
 from hookviz.models.checkpoints import LoadedWeights
-from hookviz.models.sources.base import LoadedModel, random_or_file, register_source, seeded, weights_kind, weights_only_loads
+from hookviz.models.sources.base import (
+    STAND_IN_PROMPTS,
+    LoadedModel,
+    cut_prompts_note,
+    random_or_file,
+    register_source,
+    seeded,
+    weights_kind,
+    weights_only_loads,
+)
 
 __all__ = ["OpenClipSource", "ClipLogits", "PREFIX", "INSTALL"]
 
@@ -108,9 +117,10 @@ class OpenClipSource:
         return DEFAULT_TASK
 
     def load(
-        self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] = ()
+        self, name: str, weights: str, seed: int, trust_checkpoint: bool = False, prompts: Sequence[str] | None = ()
     ) -> LoadedModel:
-        if _installed() and not prompts:  # said before open_clip's slow import
+        """``prompts=None``: only its layers are listed; a stand-in prompt serves (``STAND_IN_PROMPTS``)."""
+        if _installed() and prompts is not None and not prompts:  # said before open_clip's slow import
             raise UsageError(f"{arg('model', name)}: a CLIP model is explained by text prompts; {hint('prompts')}")
         open_clip = _import_open_clip(name)
         arch, tag = _split(name)
@@ -128,7 +138,9 @@ class OpenClipSource:
             with seeded(seed), _quiet():
                 model = open_clip.create_model(arch, pretrained=None)
             loaded = random_or_file(model, weights, seed)
-        wrapper = ClipLogits(model, _tokens(open_clip, arch, prompts)).eval()
+        texts = STAND_IN_PROMPTS if prompts is None else tuple(prompts)
+        tokens, cut = _tokens(open_clip, arch, texts)
+        wrapper = ClipLogits(model, tokens).eval()
         from hookviz.anatomy.geometry import declared_layout
 
         preprocessing, notes = _preprocessing(model)
@@ -136,11 +148,11 @@ class OpenClipSource:
             name,
             wrapper,
             loaded.label,
-            tuple(prompts),
+            texts,
             preprocessing,
             source=self.name,
             input_size=_pair(model.visual.image_size),
-            notes=notes + loaded.notes,
+            notes=cut + notes + loaded.notes,
             weights_sha256=loaded.sha256,
             declared_layout=declared_layout(model.visual),
             probabilities=_probabilities(model),
@@ -154,7 +166,24 @@ def _probabilities(model) -> str:
 
 
 def _tokens(open_clip, arch: str, prompts: Sequence[str]):
-    return open_clip.get_tokenizer(arch)(list(prompts))
+    """The prompts' tokens, cut to the tokenizer's context length, and the note that says which were cut."""
+    tokenizer = open_clip.get_tokenizer(arch)
+    counts = _token_counts(tokenizer, prompts)
+    limit = getattr(tokenizer, "context_length", None)
+    cut = cut_prompts_note(prompts, counts, int(limit)) if counts and limit else ()
+    return tokenizer(list(prompts)), cut
+
+
+def _token_counts(tokenizer, prompts: Sequence[str]) -> list[int]:
+    """How many tokens each prompt is, its start and end tokens included: CLIP's own BPE
+    (``SimpleTokenizer.encode``) or a Hugging Face tokenizer inside open_clip's wrapper
+    (SigLIP's); ``[]`` for a tokenizer of another kind."""
+    if callable(getattr(tokenizer, "encode", None)):
+        return [len(tokenizer.encode(text)) + 2 for text in prompts]
+    inner, clean = getattr(tokenizer, "tokenizer", None), getattr(tokenizer, "clean_fn", lambda text: text)
+    if callable(inner):
+        return [len(inner(clean(text))["input_ids"]) for text in prompts]
+    return []
 
 
 def _pretrained(open_clip, name: str, arch: str, tag: str | None, seed: int):
