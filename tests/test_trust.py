@@ -463,3 +463,28 @@ def test_each_method_of_a_run_is_measured_and_run_json_ranks_the_methods(tmp_pat
     areas = [entry["deletion_auc"] for entry in run["maps"]]
     assert areas == sorted(areas)
     assert run["summary"][0].startswith(f"faithfulness: on this photo, {ranked[0]} at features.3 deletes the class fastest")
+
+
+def test_sanity_checks_each_method_of_a_run_as_that_method_alone(tmp_path):
+    """``--cam gradcam,layercam,scorecam --sanity``: every layer method's map is checked, each
+    exactly as a run of that method alone checks it; report.json validates and run.json says
+    each method's verdict."""
+    from .test_records import _validator
+
+    methods = ("gradcam", "layercam", "scorecam")
+    result = run_cli(tmp_path / "all", "--sanity", "--pictures", "none", "--cam", ",".join(methods))
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "all" / "out" / "cat" / "report.json").read_text())
+    _validator("report").validate(report)
+    trust = report["layers"][0]["trust"]
+    found = {"gradcam": trust["sanity"], **{name: trust["methods"][name]["sanity"] for name in methods[1:]}}
+    for method in methods:
+        alone = run_cli(tmp_path / method, "--sanity", "--pictures", "none", "--cam", method)
+        assert alone.exit_code == 0, alone.output
+        expected = json.loads((tmp_path / method / "out" / "cat" / "report.json").read_text())["layers"][0]["trust"]["sanity"]
+        assert found[method]["layers"] == expected["layers"] == ["fc", "features.3", "features.1", "features.0"]
+        assert found[method]["correlations"] == pytest.approx(expected["correlations"], abs=1e-6, nan_ok=True)
+        assert found[method]["verdict"] == expected["verdict"]
+    summary = json.loads((tmp_path / "all" / "out" / "run.json").read_text())["trust"]["summary"]
+    for method in methods:
+        assert any(line.startswith(f"randomisation check: {method} at features.3: ") for line in summary), summary
