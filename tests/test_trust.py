@@ -488,3 +488,25 @@ def test_sanity_checks_each_method_of_a_run_as_that_method_alone(tmp_path):
     summary = json.loads((tmp_path / "all" / "out" / "run.json").read_text())["trust"]["summary"]
     for method in methods:
         assert any(line.startswith(f"randomisation check: {method} at features.3: ") for line in summary), summary
+
+
+def test_the_faithfulness_figure_draws_each_measured_methods_curves():
+    """``--cam gradcam,layercam,scorecam --faithfulness``: the picture has a deletion and an
+    insertion panel with one labelled curve per method (its measured curve and area), and ROAD's
+    curves of each method; the title names every method."""
+    methods = ("gradcam", "layercam", "scorecam")
+    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], cam=",".join(methods), faithfulness=True)
+    trust = result["features.3"].trust
+    measured = {"gradcam": trust, **{name: trust.methods[name] for name in methods[1:]}}
+    figure = result.figure("features.3", "faithfulness")
+    deletion, insertion, road = figure.axes
+    for ax, curve, area in ((deletion, "deletion", "deletion_auc"), (insertion, "insertion", "insertion_auc")):
+        legend = [text.get_text() for text in ax.get_legend().get_texts()]
+        assert legend == [f"{name}, area {getattr(measured[name].deletion, area):.3f}" for name in methods]
+        for line, name in zip(ax.get_lines(), methods):
+            assert np.allclose(line.get_ydata(), getattr(measured[name].deletion, curve))
+        assert "fraction of pixels" in ax.get_xlabel() and "probability" in ax.get_ylabel() and curve in ax.get_title()
+    legend = [text.get_text() for text in road.get_legend().get_texts()]
+    assert legend == [f"{name}, combined {measured[name].road.combined:+.3f}" for name in methods]
+    assert len(road.get_lines()) >= 2 * len(methods)
+    assert "gradcam, layercam, scorecam: how far to trust the maps" in figure.get_suptitle()
