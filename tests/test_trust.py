@@ -510,3 +510,66 @@ def test_the_faithfulness_figure_draws_each_measured_methods_curves():
     assert legend == [f"{name}, combined {measured[name].road.combined:+.3f}" for name in methods]
     assert len(road.get_lines()) >= 2 * len(methods)
     assert "gradcam, layercam, scorecam: how far to trust the maps" in figure.get_suptitle()
+
+
+class _Holed(torch.nn.Module):
+    """A convolution's output with one NaN activation (channel 0, top-left) that the model then
+    reads as zero: the logits stay finite, the layer's maps need not."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        out = self.conv(x)
+        hole = torch.zeros_like(out)
+        hole[:, 0, 0, 0] = float("nan")
+        return out + hole
+
+
+def nan_net() -> torch.nn.Module:
+    """Factory used as ``--model tests.test_trust:nan_net``."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        _Holed(), torch.nn.ReLU(), torch.nn.Identity(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3)
+    )
+
+
+class _Zeroed(torch.nn.Module):
+    def forward(self, x):
+        return torch.nan_to_num(x, nan=0.0)
+
+
+def holed_net() -> torch.nn.Module:
+    """nan_net with its NaN read as zero after the holed layer (``0``)."""
+    model = nan_net()
+    model[2] = _Zeroed()
+    return model
+
+
+def test_a_map_that_is_not_finite_says_so_in_one_note_and_fails_only_with_fail_on(tmp_path):
+    args = ["--model", "tests.test_trust:holed_net", "--layer", "0", "--cam", "gradcam,scorecam", "--pictures", "none"]
+    result = run_cli_with(tmp_path / "a", *args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "a" / "out" / "cat" / "report.json").read_text())
+    assert report["logits"]["nonfinite"] == 0
+    notes = [line for line in result.stderr.splitlines() if line.startswith("hookviz: note: ") and "not finite" in line]
+    assert {method for method in ("gradcam", "scorecam") for line in notes if f"0 ({method})" in line} == {"gradcam", "scorecam"}
+    assert all("cat.png" in line and "--fail-on nonfinite" in line for line in notes), notes
+    assert any("cat.png" in note and "scorecam" in note for note in report["notes"])
+    failed = run_cli_with(tmp_path / "b", *args, "--fail-on", "nonfinite")
+    assert failed.exit_code == 3, failed.output
+    assert any(
+        line.startswith("hookviz: check nonfinite failed: ") and "cat.png 0: scorecam map has" in line
+        for line in failed.stderr.splitlines()
+    ), failed.stderr
+
+
+def run_cli_with(tmp_path, *args):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    photo = SAMPLES / "cat.png"
+    common = ["--resize", "32", "--crop", "32", "--workers", "1", "--out", str(tmp_path / "out")]
+    return CliRunner().invoke(app, ["run", str(photo), *common, *args])
