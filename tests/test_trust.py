@@ -573,3 +573,45 @@ def run_cli_with(tmp_path, *args):
     photo = SAMPLES / "cat.png"
     common = ["--resize", "32", "--crop", "32", "--workers", "1", "--out", str(tmp_path / "out")]
     return CliRunner().invoke(app, ["run", str(photo), *common, *args])
+
+
+class _NanGradient(torch.nn.Module):
+    """The identity forward, NaN backward (0 * d sqrt(u)/du at u = 0): a gradient method's map
+    of the layer before it is not finite, a re-scoring method's is."""
+
+    def forward(self, x):
+        return x + 0 * torch.sqrt(x - x.detach())
+
+
+def nan_gradient_net() -> torch.nn.Module:
+    """Factory used as ``--model tests.test_trust:nan_gradient_net``."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        _NanGradient(),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 3),
+    )
+
+
+def test_the_other_methods_are_measured_where_the_main_methods_map_is_not_finite(tmp_path):
+    args = ["--layer", "0", "--faithfulness", "--sanity", "--pictures", "cam"]
+    result = run_cli_with(tmp_path / "both", "--model", "tests.test_trust:nan_gradient_net", "--cam", "gradcam,scorecam", *args)
+    assert result.exit_code == 0, result.output
+    assert "0 (gradcam): the map has 1024 NaN/Inf values of 1024" in result.stderr
+    folder = tmp_path / "both" / "out" / "cat"
+    trust = json.loads((folder / "report.json").read_text())["layers"][0]["trust"]
+    assert "faithfulness" not in trust and "sanity" not in trust and sorted(trust["methods"]) == ["scorecam"]
+    alone = run_cli_with(tmp_path / "alone", "--model", "tests.test_trust:nan_gradient_net", "--cam", "scorecam", *args)
+    assert alone.exit_code == 0, alone.output
+    expected = json.loads((tmp_path / "alone" / "out" / "cat" / "report.json").read_text())["layers"][0]["trust"]
+    scorecam = trust["methods"]["scorecam"]
+    assert scorecam["faithfulness"]["deletion_insertion"]["deletion_auc"] == pytest.approx(
+        expected["faithfulness"]["deletion_insertion"]["deletion_auc"], abs=1e-6
+    )
+    assert scorecam["sanity"]["correlations"] == pytest.approx(expected["sanity"]["correlations"], abs=1e-6)
+    assert (folder / "0.faithfulness.png").exists() and not (folder / "0.sanity.png").exists()
+    maps = json.loads((tmp_path / "both" / "out" / "run.json").read_text())["trust"]["maps"]
+    assert [(entry["method"], entry["images"]) for entry in maps] == [("scorecam", 1)]

@@ -94,7 +94,9 @@ def _cam(explanation, name: str):
 
 
 def _measurable(explanation, name: str) -> bool:
-    return explanation.target is not None and _measurable_map(_cam(explanation, name))
+    """Whether a layer method's map of layer ``name`` can be measured (the main one's may not:
+    a NaN gradient leaves a re-scoring method's map finite)."""
+    return explanation.target is not None and any(_measurable_map(cam) for cam in _layer(explanation, name).cams.values())
 
 
 def _inputs(explainer, images, chosen):
@@ -175,6 +177,8 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[i
         cams = [_layer(explanations[i], name).cams for i in members]
         # (method, position in members) of each map there is to compare
         pairs = [(method, k) for method in methods for k in range(len(members)) if _measurable_map(cams[k].get(method))]
+        if not pairs:
+            continue
         original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))
         explain = _explainer_of(explainer, spec, target, [images[i] for i in members], pairs, tuple(original.shape[1:]))
         results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)

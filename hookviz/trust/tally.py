@@ -62,9 +62,9 @@ class TrustTally:
             trust = layer.trust
             if trust is None:
                 continue
-            self._sums.setdefault((explanation.cam_method, layer.name), _Sums()).add(trust)
-            for method, other in trust.methods.items():  # --cam a,b: the other methods' maps
-                self._sums.setdefault((method, layer.name), _Sums()).add(other)
+            for method, each in ((explanation.cam_method, trust), *trust.methods.items()):  # --cam a,b: every method's map
+                if each.deletion is not None or each.sanity is not None:
+                    self._sums.setdefault((method, layer.name), _Sums()).add(each)
 
     def to_json(self) -> dict | None:
         """``{"maps": [...], "summary": [sentences]}``, the best map first; ``None`` when

@@ -48,9 +48,10 @@ def build(explanation, layer):
     curves, road = sheet.axes(0.8, 0.95, 3.9, 2.9), sheet.axes(5.7, 0.95, 3.9, 2.9)
 
     def update(explanation, layer):
-        _draw_deletion(curves, layer.trust.deletion)
-        _draw_road(road, layer.trust.road)
-        sheet.title(heading(explanation, layer, "how far to trust the map (faithfulness)"))
+        ((method, trust),) = measured(explanation, layer)  # the main method's, or the one other whose map was finite
+        _draw_deletion(curves, trust.deletion)
+        _draw_road(road, trust.road)
+        sheet.title(heading(explanation, layer, "how far to trust the map (faithfulness)", method))
 
     update(explanation, layer)
     return sheet.figure, update, None
