@@ -612,6 +612,29 @@ def test_the_other_methods_are_measured_where_the_main_methods_map_is_not_finite
         expected["faithfulness"]["deletion_insertion"]["deletion_auc"], abs=1e-6
     )
     assert scorecam["sanity"]["correlations"] == pytest.approx(expected["sanity"]["correlations"], abs=1e-6)
-    assert (folder / "0.faithfulness.png").exists() and not (folder / "0.sanity.png").exists()
+    assert (folder / "0.faithfulness.png").exists() and (folder / "0.sanity.png").exists()
     maps = json.loads((tmp_path / "both" / "out" / "run.json").read_text())["trust"]["maps"]
     assert [(entry["method"], entry["images"]) for entry in maps] == [("scorecam", 1)]
+
+
+def test_the_sanity_figure_draws_a_row_per_checked_method():
+    methods = ("gradcam", "layercam", "scorecam")
+    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], cam=",".join(methods), sanity=True)
+    trust = result["features.3"].trust
+    checked = {"gradcam": trust.sanity, **{name: trust.methods[name].sanity for name in methods[1:]}}
+    figure = result.figure("features.3", "sanity")
+    maps = [ax for ax in figure.axes if ax.images]
+    steps = len(maps) // len(methods)
+    assert steps == 1 + len(checked["gradcam"].layers) and "gradcam, layercam, scorecam" in figure.get_suptitle()
+    for row, name in enumerate(methods):
+        first = maps[row * steps]
+        assert first.get_title() == f"{name}: original"
+        assert np.allclose(first.images[0].get_array(), checked[name].maps[0], equal_nan=True)
+        assert np.allclose(maps[row * steps + steps - 1].images[0].get_array(), checked[name].maps[-1], equal_nan=True)
+    curves = [ax for ax in figure.axes if not ax.images]
+    assert len(curves) == len(methods)
+    for ax, name in zip(curves, methods):
+        assert np.allclose(
+            ax.get_lines()[0].get_ydata(), [np.nan if c is None else c for c in checked[name].correlations], equal_nan=True
+        )
+        assert ax.get_title().startswith(f"{name}: ")
