@@ -638,3 +638,8 @@ def test_the_sanity_figure_draws_a_row_per_checked_method():
             ax.get_lines()[0].get_ydata(), [np.nan if c is None else c for c in checked[name].correlations], equal_nan=True
         )
         assert ax.get_title().startswith(f"{name}: ")
+
+
+def test_an_input_method_alone_leaves_the_layers_unmeasured():
+    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], cam="guided-backprop", sanity=True)
+    assert result["features.3"].trust is None and result.pixel_maps["guided-backprop"].map is not None
