@@ -52,7 +52,7 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
     measured as ``explainer.trust`` asks: every layer method's map (``--cam a,b``), the main
     method's in ``LayerTrust`` itself, the others' in its ``methods``."""
     trust = explainer.trust
-    main = explainer.method.name if explainer.method is not None else None  # None: every method maps the input
+    main = explainer.method.name if explainer.method is not None else ""  # "": every method maps the input
     # (image, layer) -> method -> the LayerTrust fields measured of that method's map
     measured: dict[tuple[int, str], dict[str, dict]] = {}
     for layer in explanations[0].layers if explanations else ():  # one pass: every image has the same layers
