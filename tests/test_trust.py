@@ -463,3 +463,183 @@ def test_each_method_of_a_run_is_measured_and_run_json_ranks_the_methods(tmp_pat
     areas = [entry["deletion_auc"] for entry in run["maps"]]
     assert areas == sorted(areas)
     assert run["summary"][0].startswith(f"faithfulness: on this photo, {ranked[0]} at features.3 deletes the class fastest")
+
+
+def test_sanity_checks_each_method_of_a_run_as_that_method_alone(tmp_path):
+    """``--cam gradcam,layercam,scorecam --sanity``: every layer method's map is checked, each
+    exactly as a run of that method alone checks it; report.json validates and run.json says
+    each method's verdict."""
+    from .test_records import _validator
+
+    methods = ("gradcam", "layercam", "scorecam")
+    result = run_cli(tmp_path / "all", "--sanity", "--pictures", "none", "--cam", ",".join(methods))
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "all" / "out" / "cat" / "report.json").read_text())
+    _validator("report").validate(report)
+    trust = report["layers"][0]["trust"]
+    found = {"gradcam": trust["sanity"], **{name: trust["methods"][name]["sanity"] for name in methods[1:]}}
+    for method in methods:
+        alone = run_cli(tmp_path / method, "--sanity", "--pictures", "none", "--cam", method)
+        assert alone.exit_code == 0, alone.output
+        expected = json.loads((tmp_path / method / "out" / "cat" / "report.json").read_text())["layers"][0]["trust"]["sanity"]
+        assert found[method]["layers"] == expected["layers"] == ["fc", "features.3", "features.1", "features.0"]
+        assert found[method]["correlations"] == pytest.approx(expected["correlations"], abs=1e-6, nan_ok=True)
+        assert found[method]["verdict"] == expected["verdict"]
+    summary = json.loads((tmp_path / "all" / "out" / "run.json").read_text())["trust"]["summary"]
+    for method in methods:
+        assert any(line.startswith(f"randomisation check: {method} at features.3: ") for line in summary), summary
+
+
+def test_the_faithfulness_figure_draws_each_measured_methods_curves():
+    """``--cam gradcam,layercam,scorecam --faithfulness``: the picture has a deletion and an
+    insertion panel with one labelled curve per method (its measured curve and area), and ROAD's
+    curves of each method; the title names every method."""
+    methods = ("gradcam", "layercam", "scorecam")
+    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], cam=",".join(methods), faithfulness=True)
+    trust = result["features.3"].trust
+    measured = {"gradcam": trust, **{name: trust.methods[name] for name in methods[1:]}}
+    figure = result.figure("features.3", "faithfulness")
+    deletion, insertion, road = figure.axes
+    for ax, curve, area in ((deletion, "deletion", "deletion_auc"), (insertion, "insertion", "insertion_auc")):
+        legend = [text.get_text() for text in ax.get_legend().get_texts()]
+        assert legend == [f"{name}, area {getattr(measured[name].deletion, area):.3f}" for name in methods]
+        for line, name in zip(ax.get_lines(), methods):
+            assert np.allclose(line.get_ydata(), getattr(measured[name].deletion, curve))
+        assert "fraction of pixels" in ax.get_xlabel() and "probability" in ax.get_ylabel() and curve in ax.get_title()
+    legend = [text.get_text() for text in road.get_legend().get_texts()]
+    assert legend == [f"{name}, combined {measured[name].road.combined:+.3f}" for name in methods]
+    assert len(road.get_lines()) >= 2 * len(methods)
+    assert "gradcam, layercam, scorecam: how far to trust the maps" in figure.get_suptitle()
+
+
+class _Holed(torch.nn.Module):
+    """A convolution's output with one NaN activation (channel 0, top-left) that the model then
+    reads as zero: the logits stay finite, the layer's maps need not."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        out = self.conv(x)
+        hole = torch.zeros_like(out)
+        hole[:, 0, 0, 0] = float("nan")
+        return out + hole
+
+
+def nan_net() -> torch.nn.Module:
+    """Factory used as ``--model tests.test_trust:nan_net``."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        _Holed(), torch.nn.ReLU(), torch.nn.Identity(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3)
+    )
+
+
+class _Zeroed(torch.nn.Module):
+    def forward(self, x):
+        return torch.nan_to_num(x, nan=0.0)
+
+
+def holed_net() -> torch.nn.Module:
+    """nan_net with its NaN read as zero after the holed layer (``0``)."""
+    model = nan_net()
+    model[2] = _Zeroed()
+    return model
+
+
+def test_a_map_that_is_not_finite_says_so_in_one_note_and_fails_only_with_fail_on(tmp_path):
+    args = ["--model", "tests.test_trust:holed_net", "--layer", "0", "--cam", "gradcam,scorecam", "--pictures", "none"]
+    result = run_cli_with(tmp_path / "a", *args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "a" / "out" / "cat" / "report.json").read_text())
+    assert report["logits"]["nonfinite"] == 0
+    notes = [line for line in result.stderr.splitlines() if line.startswith("hookviz: note: ") and "not finite" in line]
+    assert {method for method in ("gradcam", "scorecam") for line in notes if f"0 ({method})" in line} == {"gradcam", "scorecam"}
+    assert all("cat.png" in line and "--fail-on nonfinite" in line for line in notes), notes
+    assert any("cat.png" in note and "scorecam" in note for note in report["notes"])
+    failed = run_cli_with(tmp_path / "b", *args, "--fail-on", "nonfinite")
+    assert failed.exit_code == 3, failed.output
+    assert any(
+        line.startswith("hookviz: check nonfinite failed: ") and "cat.png 0: scorecam map has" in line
+        for line in failed.stderr.splitlines()
+    ), failed.stderr
+
+
+def run_cli_with(tmp_path, *args):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    photo = SAMPLES / "cat.png"
+    common = ["--resize", "32", "--crop", "32", "--workers", "1", "--out", str(tmp_path / "out")]
+    return CliRunner().invoke(app, ["run", str(photo), *common, *args])
+
+
+class _NanGradient(torch.nn.Module):
+    """The identity forward, NaN backward (0 * d sqrt(u)/du at u = 0): a gradient method's map
+    of the layer before it is not finite, a re-scoring method's is."""
+
+    def forward(self, x):
+        return x + 0 * torch.sqrt(x - x.detach())
+
+
+def nan_gradient_net() -> torch.nn.Module:
+    """Factory used as ``--model tests.test_trust:nan_gradient_net``."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        _NanGradient(),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 3),
+    )
+
+
+def test_the_other_methods_are_measured_where_the_main_methods_map_is_not_finite(tmp_path):
+    args = ["--layer", "0", "--faithfulness", "--sanity", "--pictures", "cam"]
+    result = run_cli_with(tmp_path / "both", "--model", "tests.test_trust:nan_gradient_net", "--cam", "gradcam,scorecam", *args)
+    assert result.exit_code == 0, result.output
+    assert "0 (gradcam): the map has 1024 NaN/Inf values of 1024" in result.stderr
+    folder = tmp_path / "both" / "out" / "cat"
+    trust = json.loads((folder / "report.json").read_text())["layers"][0]["trust"]
+    assert "faithfulness" not in trust and "sanity" not in trust and sorted(trust["methods"]) == ["scorecam"]
+    alone = run_cli_with(tmp_path / "alone", "--model", "tests.test_trust:nan_gradient_net", "--cam", "scorecam", *args)
+    assert alone.exit_code == 0, alone.output
+    expected = json.loads((tmp_path / "alone" / "out" / "cat" / "report.json").read_text())["layers"][0]["trust"]
+    scorecam = trust["methods"]["scorecam"]
+    assert scorecam["faithfulness"]["deletion_insertion"]["deletion_auc"] == pytest.approx(
+        expected["faithfulness"]["deletion_insertion"]["deletion_auc"], abs=1e-6
+    )
+    assert scorecam["sanity"]["correlations"] == pytest.approx(expected["sanity"]["correlations"], abs=1e-6)
+    assert (folder / "0.faithfulness.png").exists() and (folder / "0.sanity.png").exists()
+    maps = json.loads((tmp_path / "both" / "out" / "run.json").read_text())["trust"]["maps"]
+    assert [(entry["method"], entry["images"]) for entry in maps] == [("scorecam", 1)]
+
+
+def test_the_sanity_figure_draws_a_row_per_checked_method():
+    methods = ("gradcam", "layercam", "scorecam")
+    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], cam=",".join(methods), sanity=True)
+    trust = result["features.3"].trust
+    checked = {"gradcam": trust.sanity, **{name: trust.methods[name].sanity for name in methods[1:]}}
+    figure = result.figure("features.3", "sanity")
+    maps = [ax for ax in figure.axes if ax.images]
+    steps = len(maps) // len(methods)
+    assert steps == 1 + len(checked["gradcam"].layers) and "gradcam, layercam, scorecam" in figure.get_suptitle()
+    for row, name in enumerate(methods):
+        first = maps[row * steps]
+        assert first.get_title() == f"{name}: original"
+        assert np.allclose(first.images[0].get_array(), checked[name].maps[0], equal_nan=True)
+        assert np.allclose(maps[row * steps + steps - 1].images[0].get_array(), checked[name].maps[-1], equal_nan=True)
+    curves = [ax for ax in figure.axes if not ax.images]
+    assert len(curves) == len(methods)
+    for ax, name in zip(curves, methods):
+        assert np.allclose(
+            ax.get_lines()[0].get_ydata(), [np.nan if c is None else c for c in checked[name].correlations], equal_nan=True
+        )
+        assert ax.get_title().startswith(f"{name}: ")
+
+
+def test_an_input_method_alone_leaves_the_layers_unmeasured():
+    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], cam="guided-backprop", sanity=True)
+    assert result["features.3"].trust is None and result.pixel_maps["guided-backprop"].map is not None

@@ -13,7 +13,7 @@ import numpy as np
 
 from hookviz.registry import Registry
 
-__all__ = ["CHECKS", "Finding", "register_check", "parse_checks", "run_checks"]
+__all__ = ["CHECKS", "Finding", "register_check", "parse_checks", "run_checks", "nonfinite_maps", "nonfinite_notes"]
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,35 @@ def parse_checks(text) -> tuple[str, ...]:
     return names
 
 
+def nonfinite_maps(explanation) -> list[tuple[str, str, int, int]]:
+    """``(layer, method, NaN/Inf values, values)`` of each map of the target that holds a value
+    that is not finite: each layer method's (``layer.cams``), then each input method's (layer
+    ``input``)."""
+    found = []
+    maps = [(layer.name, method, cam) for layer in explanation.layers for method, cam in layer.cams.items()]
+    maps += [("input", method, pixel.map) for method, pixel in (explanation.pixel_maps or {}).items()]
+    for layer, method, values in maps:
+        if values is not None:
+            bad = int(values.size - np.isfinite(values).sum())
+            if bad:
+                found.append((layer, method, bad, int(values.size)))
+    return found
+
+
+def nonfinite_notes(explanation) -> tuple[str, ...]:
+    """One note per map of ``explanation`` that is not finite, naming the image, layer and
+    method: such a map is otherwise only seen as holes in its picture."""
+    image = explanation.image.source.label
+    return tuple(
+        f"{image}: {layer} ({method}): the map has {bad} NaN/Inf values of {total}, not finite: drawn with holes "
+        f"and left out of --faithfulness and --sanity; --fail-on nonfinite fails the run on it"
+        for layer, method, bad, total in nonfinite_maps(explanation)
+    )
+
+
 @register_check("nonfinite")
 def _nonfinite(explanation, _fraction: float):
-    found = []
+    found: list[tuple[str | None, str]] = []
     bad = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
     if bad:
         found.append((None, f"{bad} non-finite logits"))
@@ -64,6 +90,8 @@ def _nonfinite(explanation, _fraction: float):
             if stats and stats["nonfinite"]:
                 total = int(np.prod(layer.shapes[key]))
                 found.append((layer.name, f"{key} has {stats['nonfinite']} NaN/Inf values of {total}"))
+    for layer, method, bad, total in nonfinite_maps(explanation):
+        found.append((layer, f"{method} map has {bad} NaN/Inf values of {total}"))
     return found
 
 

@@ -322,13 +322,23 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         notes.append(_skipped_note(skipped))
     skipped_labels = tuple(spec.label for spec in skipped)
     return [
-        replace(
-            _explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
-            skipped_layers=skipped_labels,
-            pixel_maps=_image_pixels(pixels, i, plan),
+        _noting_nonfinite(
+            replace(
+                _explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
+                skipped_layers=skipped_labels,
+                pixel_maps=_image_pixels(pixels, i, plan),
+            )
         )
         for i, image in enumerate(images)
     ]
+
+
+def _noting_nonfinite(explanation: Explanation) -> Explanation:
+    """``explanation`` with a note for each of its maps that is not finite."""
+    from hookviz.explaining.checks import nonfinite_notes
+
+    notes = nonfinite_notes(explanation)
+    return replace(explanation, notes=(*explanation.notes, *notes)) if notes else explanation
 
 
 def _check_batch_first(captures, count: int) -> None:

@@ -49,31 +49,36 @@ def check(task, target, trust) -> None:
 
 def assess(explainer, images: Sequence, explanations: list) -> list:
     """``explanations`` (of ``images``, one pass of ``explainer``) with each layer's ``trust``
-    measured as ``explainer.trust`` asks."""
+    measured as ``explainer.trust`` asks: every layer method's map (``--cam a,b``), the main
+    method's in ``LayerTrust`` itself, the others' in its ``methods``."""
     trust = explainer.trust
-    measured: dict[tuple[int, str], dict] = {}
+    main = explainer.method.name if explainer.method is not None else ""  # "": every method maps the input
+    # (image, layer) -> method -> the LayerTrust fields measured of that method's map
+    measured: dict[tuple[int, str], dict[str, dict]] = {}
     for layer in explanations[0].layers if explanations else ():  # one pass: every image has the same layers
         chosen = [i for i, explanation in enumerate(explanations) if _measurable(explanation, layer.name)]
         if not chosen:
             continue
         if trust.faithfulness:
-            maps = [_cam(explanations[i], layer.name) for i in chosen]
-            for i, (deletion, road) in zip(chosen, _faithfulness(explainer, images, explanations, chosen, maps)):
-                measured.setdefault((i, layer.name), {}).update(deletion=deletion, road=road)
-            for method, (members, results) in _other_methods(explainer, images, explanations, chosen, layer.name):
+            for method, (members, results) in _each_method(explainer, images, explanations, chosen, layer.name):
                 for i, (deletion, road) in zip(members, results):
-                    others = measured.setdefault((i, layer.name), {}).setdefault("methods", {})
-                    others[method] = LayerTrust(explainer.task.probability, deletion=deletion, road=road)
+                    measured.setdefault((i, layer.name), {}).setdefault(method, {}).update(deletion=deletion, road=road)
         if trust.sanity:
-            for i, sanity in _sanity(explainer, images, explanations, chosen, layer).items():
-                measured.setdefault((i, layer.name), {})["sanity"] = sanity
+            for i, by_method in _sanity(explainer, images, explanations, chosen, layer).items():
+                for method, sanity in by_method.items():
+                    measured.setdefault((i, layer.name), {}).setdefault(method, {})["sanity"] = sanity
     score = explainer.task.probability if trust.faithfulness else None
+
+    def layer_trust(found: dict[str, dict]) -> LayerTrust:
+        others = {method: LayerTrust(score, **fields) for method, fields in found.items() if method != main}
+        return LayerTrust(score, **found.get(main, {}), methods=others)
+
     return [
         replace(
             explanation,
             trust=trust.to_json(),
             layers=tuple(
-                replace(layer, trust=LayerTrust(score, **measured[(i, layer.name)])) if (i, layer.name) in measured else layer
+                replace(layer, trust=layer_trust(measured[(i, layer.name)])) if (i, layer.name) in measured else layer
                 for layer in explanation.layers
             ),
         )
@@ -81,12 +86,18 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
     ]
 
 
+def _layer(explanation, name: str):
+    return next(layer for layer in explanation.layers if layer.name == name)
+
+
 def _cam(explanation, name: str):
-    return next(layer.cam for layer in explanation.layers if layer.name == name)
+    return _layer(explanation, name).cam
 
 
 def _measurable(explanation, name: str) -> bool:
-    return explanation.target is not None and _measurable_map(_cam(explanation, name))
+    """Whether a layer method's map of layer ``name`` can be measured (the main one's may not:
+    a NaN gradient leaves a re-scoring method's map finite)."""
+    return explanation.target is not None and any(_measurable_map(cam) for cam in _layer(explanation, name).cams.values())
 
 
 def _inputs(explainer, images, chosen):
@@ -98,13 +109,16 @@ def _inputs(explainer, images, chosen):
     return torch.stack([images[i].tensor for i in chosen]).to(device=explainer.device, dtype=model_dtype(module))
 
 
-def _other_methods(explainer, images, explanations, chosen: list[int], name: str):
-    """``(method, (images, their (DeletionInsertion, Road)))`` for each other layer method of
-    the run (``--cam a,b``) whose map of layer ``name`` can be measured."""
-    main = explainer.method.name
-    layers = {i: next(layer for layer in explanations[i].layers if layer.name == name) for i in chosen}
-    methods = dict.fromkeys(method for layer in layers.values() for method in layer.cams if method != main)
-    for method in methods:
+def _layer_methods(explainer) -> tuple[str, ...]:
+    """The run's layer methods (``--cam a,b``), the main one first."""
+    return tuple(method.name for method in explainer.methods if method.resolution == "layer")
+
+
+def _each_method(explainer, images, explanations, chosen: list[int], name: str):
+    """``(method, (images, their (DeletionInsertion, Road)))`` for each layer method of the
+    run whose map of layer ``name`` can be measured."""
+    layers = {i: _layer(explanations[i], name) for i in chosen}
+    for method in _layer_methods(explainer):
         members = [i for i in chosen if _measurable_map(layers[i].cams.get(method))]
         if members:
             maps = [layers[i].cams[method] for i in members]
@@ -142,8 +156,10 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list
     return list(zip(deletion, roads))
 
 
-def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict:
-    """Per chosen image, its ``Randomisation``; images of one target class share the passes."""
+def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[int, dict]:
+    """Per chosen image, by layer method, its ``Randomisation``. Images of one target class
+    share the randomised copies, and every method's maps come from each copy's one pass (a
+    gradient method needs no pass of its own; a re-scoring one adds its re-scoring)."""
     import torch
 
     from hookviz.anatomy.layers import LayerSpec
@@ -152,24 +168,31 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict:
     name = layer.name
     path, _, call = name.partition(":")  # the recorded call alone, on the copy
     spec = LayerSpec(name, path, int(call) if call else None, layer.module_type)
+    methods = _layer_methods(explainer)
     by_class: dict[int, list[int]] = {}
     for i in chosen:
         by_class.setdefault(explanations[i].target.index, []).append(i)
-    found: dict[int, object] = {}
+    found: dict[int, dict] = {}
     for index, members in by_class.items():
-        # the main method alone: the others' maps are not measured, and would cost each step their passes
-        target = replace(explainer.target, target=str(index), topk=1, cam=explainer.method.name)
-        original = torch.from_numpy(np.stack([_cam(explanations[i], name) for i in members]))
-        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], tuple(original.shape[1:]))
+        target = replace(explainer.target, target=str(index), topk=1, cam=",".join(methods))
+        cams = [_layer(explanations[i], name).cams for i in members]
+        # (method, position in members) of each map there is to compare
+        pairs = [(method, k) for method in methods for k in range(len(members)) if _measurable_map(cams[k].get(method))]
+        if not pairs:
+            continue
+        original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))
+        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], pairs, tuple(original.shape[1:]))
         results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
-        found.update(zip(members, results))
+        for (method, k), result in zip(pairs, results):
+            found.setdefault(members[k], {})[method] = result
     return found
 
 
-def _explainer_of(explainer, spec, target, group: list, shape: tuple):
-    """``explain(model) -> (N, h, w)``: the CAMs of ``group`` for ``target`` at ``spec``, made
-    with ``model`` (a randomised copy) and ``explainer``'s method and options; a CAM the copy
-    does not make counts as all zero."""
+def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple):
+    """``explain(model) -> (len(pairs), h, w)``: for each ``(method, k)`` of ``pairs``, the
+    CAM of ``group[k]`` for ``target`` at ``spec`` by ``method``, made with ``model`` (a
+    randomised copy) and ``explainer``'s options; a CAM the copy does not make counts as all
+    zero."""
     import torch
 
     from hookviz.explaining.passes import SummaryOptions, explain_batch
@@ -179,7 +202,8 @@ def _explainer_of(explainer, spec, target, group: list, shape: tuple):
 
     def explain(model):
         copy = replace(explainer, model=replace(explainer.model, module=model), layers=(spec,), target=target)
-        maps = [_cam(result, spec.label) for result in explain_batch(copy, group, lean)]
+        layers = [_layer(result, spec.label) for result in explain_batch(copy, group, lean)]
+        maps = [layers[k].cams.get(method) for method, k in pairs]
         return torch.from_numpy(np.stack([m if m is not None else np.zeros(shape, np.float32) for m in maps]))
 
     return explain

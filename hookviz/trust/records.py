@@ -20,8 +20,9 @@ class LayerTrust:
         deletion: RISE's deletion and insertion curves.
         road: ROAD's most- and least-relevant-first curves.
         sanity: the cascading randomisation check.
-        methods: the faithfulness of the layer's other methods' maps (``--cam a,b``), by
-            method name, so that a run can rank the methods; the main method's is this one.
+        methods: the trust measures of the layer's other methods' maps (``--cam a,b``), by
+            method name, so that a run can rank and check each method; the main method's are
+            this one's own (as before several methods were measured).
     """
 
     score: str | None = None

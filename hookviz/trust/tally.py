@@ -17,12 +17,15 @@ class _Sums:
     final: list[float | None] = field(default_factory=list)
     threshold: float = 0.5
 
-    def add_faithfulness(self, trust) -> None:
-        """One image's areas and ROAD, from its ``LayerTrust``, when they were measured."""
+    def add(self, trust) -> None:
+        """One image's areas, ROAD and randomisation check, from its ``LayerTrust``, those that were measured."""
         if trust.deletion is not None and trust.road is not None:
             self.deletion.append(trust.deletion.deletion_auc)
             self.insertion.append(trust.deletion.insertion_auc)
             self.road.append(trust.road.combined)
+        if trust.sanity is not None:
+            self.threshold = trust.sanity.threshold
+            self.final.append(trust.sanity.final)
 
     def to_json(self, method: str, layer: str) -> dict:
         document: dict = {"method": method, "layer": layer}
@@ -59,13 +62,9 @@ class TrustTally:
             trust = layer.trust
             if trust is None:
                 continue
-            sums = self._sums.setdefault((explanation.cam_method, layer.name), _Sums())
-            sums.add_faithfulness(trust)
-            if trust.sanity is not None:
-                sums.threshold = trust.sanity.threshold
-                sums.final.append(trust.sanity.final)
-            for method, other in trust.methods.items():  # --cam a,b: the other methods' maps
-                self._sums.setdefault((method, layer.name), _Sums()).add_faithfulness(other)
+            for method, each in ((explanation.cam_method, trust), *trust.methods.items()):  # --cam a,b: every method's map
+                if each.deletion is not None or each.sanity is not None:
+                    self._sums.setdefault((method, layer.name), _Sums()).add(each)
 
     def to_json(self) -> dict | None:
         """``{"maps": [...], "summary": [sentences]}``, the best map first; ``None`` when

@@ -1,6 +1,8 @@
 """``<layer>.faithfulness.png`` (with ``--faithfulness``): the deletion and insertion curves of
 the layer's CAM, their areas in the legend, beside ROAD's most- and least-relevant-first
-curves (``hookviz.trust``). Redrawn whole for each image: a few lines."""
+curves (``hookviz.trust``). With several layer methods (``--cam a,b``) each measured method's
+curves, one colour per method: deletion, insertion and ROAD side by side. Redrawn whole for
+each image: a few lines."""
 
 from __future__ import annotations
 
@@ -9,35 +11,115 @@ from hookviz.render.kinds import PictureKind, anatomy, register_kind
 __all__ = ["build", "reuse_key", "KIND"]
 
 
+def measured(explanation, layer) -> list[tuple[str, object]]:
+    """``(method, LayerTrust)`` of each method whose map of ``layer`` was measured, the main one first."""
+    trust = layer.trust
+    if trust is None:
+        return []
+    found = [(explanation.cam_method, trust), *trust.methods.items()]
+    return [(method, each) for method, each in found if each.deletion is not None and each.road is not None]
+
+
 def reuse_key(explanation, layer, options: dict):
-    """Any image whose CAM was measured; ``None`` for a layer whose CAM was not."""
-    measured = layer.trust is not None and layer.trust.deletion is not None
-    return anatomy(explanation, layer, "faithfulness" if measured else None)
+    """Any image whose maps were measured by the same methods; ``None`` for a layer whose CAM was not."""
+    methods = tuple(method for method, _ in measured(explanation, layer))
+    return anatomy(explanation, layer, ("faithfulness", methods) if methods else None)
 
 
-def heading(explanation, layer, what: str) -> str:
-    """The title of a trust picture: model, layer, method, what it shows, and the target."""
+def heading(explanation, layer, what: str, methods: str | None = None) -> str:
+    """The title of a trust picture: model, layer, method (or ``methods``), what it shows, and the target."""
     from hookviz.render.figures import layer_text, task_of
 
-    return f"{explanation.model} · {layer_text(layer)} · {explanation.cam_method}: {what}\n{task_of(explanation).headline(explanation)}"
+    method = methods or explanation.cam_method
+    return f"{explanation.model} · {layer_text(layer)} · {method}: {what}\n{task_of(explanation).headline(explanation)}"
 
 
 def build(explanation, layer):
-    """Deletion and insertion (left), ROAD (right)."""
+    """Deletion and insertion (left), ROAD (right); with several methods, deletion, insertion
+    and ROAD, each with every method's curves."""
     from hookviz.render.figures import Sheet
 
-    if layer.trust is None or layer.trust.deletion is None:
+    found = measured(explanation, layer)
+    if not found:
         return None
+    if len(found) > 1:
+        return _build_several(explanation, layer, len(found))
     sheet = Sheet(10.0, 4.4)
     curves, road = sheet.axes(0.8, 0.95, 3.9, 2.9), sheet.axes(5.7, 0.95, 3.9, 2.9)
 
     def update(explanation, layer):
-        _draw_deletion(curves, layer.trust.deletion)
-        _draw_road(road, layer.trust.road)
-        sheet.title(heading(explanation, layer, "how far to trust the map (faithfulness)"))
+        ((method, trust),) = measured(explanation, layer)  # the main method's, or the one other whose map was finite
+        _draw_deletion(curves, trust.deletion)
+        _draw_road(road, trust.road)
+        sheet.title(heading(explanation, layer, "how far to trust the map (faithfulness)", method))
 
     update(explanation, layer)
     return sheet.figure, update, None
+
+
+def _build_several(explanation, layer, count: int):
+    from hookviz.render.figures import Sheet
+
+    # the legends sit below the panels: one line per method
+    legend = 0.2 * count + 0.3
+    sheet = Sheet(14.4, 4.4 + legend)
+    axes = [sheet.axes(0.8 + k * 4.7, 0.95, 3.8, 2.9) for k in range(3)]
+
+    def update(explanation, layer):
+        found = measured(explanation, layer)
+        _draw_each(axes[0], found, "deletion")
+        _draw_each(axes[1], found, "insertion")
+        _draw_each_road(axes[2], found)
+        methods = ", ".join(method for method, _ in found)
+        sheet.title(heading(explanation, layer, "how far to trust the maps (faithfulness)", methods))
+
+    update(explanation, layer)
+    return sheet.figure, update, None
+
+
+def _colour(k: int):
+    from matplotlib import colormaps
+
+    return colormaps["tab10"](k % 10)
+
+
+def _draw_each(ax, found, curve: str) -> None:
+    """One method's ``curve`` (``deletion`` or ``insertion``) per line, its area in the legend."""
+    ax.clear()
+    for k, (method, trust) in enumerate(found):
+        curves = trust.deletion
+        area = curves.deletion_auc if curve == "deletion" else curves.insertion_auc
+        ax.plot(curves.fractions, getattr(curves, curve), color=_colour(k), marker=".", label=f"{method}, area {area:.3f}")
+    better = "lower" if curve == "deletion" else "higher"
+    ax.set_xlim(0, 1)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(f"fraction of pixels {'deleted' if curve == 'deletion' else 'inserted'}, highest-ranked first", fontsize=8)
+    ax.set_ylabel("target class's probability", fontsize=8)
+    ax.set_title(f"{curve} (RISE, torch-cam): area {better} is better", fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.17), frameon=False)
+    ax.grid(alpha=0.3)
+
+
+def _draw_each_road(ax, found) -> None:
+    """Each method's most- (solid) and least-relevant-first (dashed) curves, its combined score in the legend."""
+    ax.clear()
+    for k, (method, trust) in enumerate(found):
+        measured = trust.road
+        imputed = [1 - p / 100 for p in measured.percentiles]
+        colour = _colour(k)
+        ax.plot(
+            imputed, measured.most_relevant_first, color=colour, marker=".", label=f"{method}, combined {measured.combined:+.3f}"
+        )
+        ax.plot(imputed, measured.least_relevant_first, color=colour, marker=".", linestyle="--")
+    ax.axhline(0, color="0.5", linewidth=0.8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("fraction of pixels imputed (noisy linear imputation)", fontsize=8)
+    ax.set_ylabel("change of the target class's probability", fontsize=8)
+    ax.set_title("ROAD (pytorch-grad-cam): most relevant first solid,\nleast dashed; combined higher is better", fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.17), frameon=False)
+    ax.grid(alpha=0.3)
 
 
 def _draw_deletion(ax, measured) -> None:
@@ -98,7 +180,7 @@ KIND = register_kind(
         "faithfulness",
         group="cam",
         label="faithfulness",
-        help="with --faithfulness, the CAM's deletion, insertion and ROAD curves",
+        help="with --faithfulness, each measured CAM's deletion, insertion and ROAD curves",
         build=build,
         reuse_key=reuse_key,
         default=True,

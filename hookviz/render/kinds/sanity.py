@@ -1,7 +1,8 @@
 """``<layer>.sanity.png`` (with ``--sanity``): the layer's CAM as the model's layers are
 randomised from the output down (``hookviz.trust``), in a row, each with its rank correlation
-with the original, the correlations against the threshold, and the check's verdict. Redrawn
-whole for each image."""
+with the original, the correlations against the threshold, and the check's verdict; with
+several layer methods (``--cam a,b``), one such row per method checked. Redrawn whole for each
+image."""
 
 from __future__ import annotations
 
@@ -13,10 +14,21 @@ __all__ = ["build", "reuse_key", "KIND", "PANELS"]
 PANELS = 7
 
 
+def checked(explanation, layer) -> list[tuple[str, object]]:
+    """``(method, Randomisation)`` of each method whose map of ``layer`` was checked, the main one first."""
+    trust = layer.trust
+    if trust is None:
+        return []
+    found = [(explanation.cam_method, trust.sanity), *((method, each.sanity) for method, each in trust.methods.items())]
+    return [(method, result) for method, result in found if result is not None]
+
+
 def reuse_key(explanation, layer, options: dict):
-    """The number of randomisation steps (the layout); ``None`` for a layer not checked."""
-    checked = layer.trust is not None and layer.trust.sanity is not None
-    return anatomy(explanation, layer, len(layer.trust.sanity.layers) if checked else None)
+    """The methods checked and the number of randomisation steps (the layout); ``None`` for a
+    layer not checked."""
+    found = checked(explanation, layer)
+    shape = (tuple(method for method, _ in found), len(found[0][1].layers)) if found else None
+    return anatomy(explanation, layer, shape)
 
 
 def _shown_steps(count: int) -> list[int]:
@@ -29,40 +41,59 @@ def _shown_steps(count: int) -> list[int]:
 
 
 def build(explanation, layer):
-    """The original map, then the map after randomising the layers from the output down."""
+    """Per method checked, the original map, then the map after randomising the layers from the output down."""
     from hookviz.render.figures import Sheet
     from hookviz.render.kinds.faithfulness import heading
 
-    if layer.trust is None or layer.trust.sanity is None:
+    found = checked(explanation, layer)
+    if not found:
         return None
-    result = layer.trust.sanity
-    steps = _shown_steps(len(result.layers))
-    panel = 1.5
+    steps = _shown_steps(len(found[0][1].layers))
+    panel, row = 1.5, 1.5 + 0.75
     width = 0.4 + (1 + len(steps)) * (panel + 0.15) + 2.9
-    sheet = Sheet(max(width, 8.0), 1.15 + panel + 0.55)
-    axes = [sheet.axes(0.3 + k * (panel + 0.15), 1.15, panel, panel) for k in range(1 + len(steps))]
-    curve = sheet.axes(0.3 + (1 + len(steps)) * (panel + 0.15) + 0.6, 1.15, 2.2, panel)
+    sheet = Sheet(max(width, 8.0), 1.15 + len(found) * row - 0.2)
+    rows = [
+        (
+            [sheet.axes(0.3 + k * (panel + 0.15), 1.15 + r * row, panel, panel) for k in range(1 + len(steps))],
+            sheet.axes(0.3 + (1 + len(steps)) * (panel + 0.15) + 0.6, 1.15 + r * row, 2.2, panel),
+        )
+        for r in range(len(found))
+    ]
 
     def update(explanation, layer):
-        result = layer.trust.sanity
-        titles = ["original"] + [f"random down to\n{_short(result.layers[s])}, ρ={_rho(result.correlations[s])}" for s in steps]
-        for ax, index, title in zip(axes, [0, *(s + 1 for s in steps)], titles):
-            ax.clear()
-            ax.imshow(result.maps[index], cmap="jet", interpolation="bilinear")
-            ax.set_title(title, fontsize=7, parse_math=False)
-            ax.set_axis_off()
-        _draw_correlations(curve, result)
+        found = checked(explanation, layer)
+        several = len(found) > 1
+        for (axes, curve), (method, result) in zip(rows, found):
+            _draw_row(axes, steps, result, f"{method}: original" if several else "original")
+            verdict = "explains the model" if result.explains_model else "barely changes"
+            _draw_correlations(curve, result, f"{method}: {verdict}" if several else None)
+        if several:
+            methods = ", ".join(method for method, _ in found)
+            sheet.title(heading(explanation, layer, "layers randomised from the output down", methods))
+            return
+        result = found[0][1]
         verdict = "explains the model" if result.explains_model else "barely changes: it shows the input, not the model"
-        sheet.title(heading(explanation, layer, f"layers randomised from the output down; the map {verdict}"))
+        sheet.title(heading(explanation, layer, f"layers randomised from the output down; the map {verdict}", found[0][0]))
 
     update(explanation, layer)
     return sheet.figure, update, None
 
 
-def _draw_correlations(ax, result) -> None:
+def _draw_row(axes, steps: list[int], result, first: str) -> None:
+    titles = [first] + [f"random down to\n{_short(result.layers[s])}, ρ={_rho(result.correlations[s])}" for s in steps]
+    for ax, index, title in zip(axes, [0, *(s + 1 for s in steps)], titles):
+        ax.clear()
+        ax.imshow(result.maps[index], cmap="jet", interpolation="bilinear")
+        ax.set_title(title, fontsize=7, parse_math=False)
+        ax.set_axis_off()
+
+
+def _draw_correlations(ax, result, title: str | None = None) -> None:
     import numpy as np
 
     ax.clear()
+    if title:
+        ax.set_title(title, fontsize=7, parse_math=False)
     values = [np.nan if c is None else c for c in result.correlations]
     ax.plot(range(1, len(values) + 1), values, color="tab:blue", marker=".")
     ax.axhline(result.threshold, color="tab:red", linewidth=0.8, linestyle="--", label=f"threshold {result.threshold:g}")
@@ -88,7 +119,7 @@ KIND = register_kind(
         "sanity",
         group="cam",
         label="randomisation check",
-        help="with --sanity, the CAM as the model's layers are randomised",
+        help="with --sanity, each checked CAM as the model's layers are randomised",
         build=build,
         reuse_key=reuse_key,
         default=True,
