@@ -438,3 +438,34 @@ def test_a_task_the_model_does_not_do_is_refused_and_no_detection_is_no_zero_gra
     nothing = explain(detector().eval(), SAMPLES / "cat.png", target="person", score_threshold=0.01, categories=names)
     figure = prediction_figure(nothing)
     assert "no detections of class person with score ≥ 0.01" in figure._suptitle.get_text()
+
+
+def test_labels_of_boxes_that_share_a_corner_do_not_cover_each_other():
+    """Detections often share a corner (a YOLO's boxes at one anchor, a box and its part):
+    each label must stay readable in the prediction picture."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hookviz.tasks.base import Detection
+    from hookviz.tasks.detect import Detect
+
+    boxes = [(0.0, 0.0, 180.0, 172.0), (0.0, 0.0, 248.0, 172.0), (0.0, 0.0, 90.0, 172.0), (300, 100, 400, 200)]
+    detections = tuple(Detection(box, 0, None, 0.00015) for box in boxes)
+    explanation = SimpleNamespace(
+        prediction=SimpleNamespace(detections=detections, of_class=None, score_threshold=0.0001),
+        image=SimpleNamespace(shown=np.zeros((300, 450, 3))),
+    )
+    figure, ax = plt.subplots(figsize=(5, 4))
+    try:
+        ax.imshow(explanation.image.shown)
+        Detect().draw_prediction(ax, explanation)
+        figure.canvas.draw()
+        extents = [text.get_window_extent() for text in ax.texts]
+        assert [text.get_text() for text in ax.texts] == [f"{k}. 0 0.00015" for k in range(1, 5)]
+        assert not any(a.overlaps(b) for i, a in enumerate(extents) for b in extents[i + 1 :]), extents
+    finally:
+        plt.close(figure)

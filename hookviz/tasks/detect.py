@@ -326,22 +326,26 @@ class Detect(TaskBase):
         return PredictionPanel(explanation.prediction.found)
 
     def draw_prediction(self, ax, explanation) -> None:
-        """Each detection's box, labelled with its rank, class and score."""
+        """Each detection's box, labelled with its rank, class and score; a label that would
+        cover an earlier one is moved off it."""
         from matplotlib.patches import Rectangle
 
         from hookviz.render.figures import class_colour
 
         prediction, shape = explanation.prediction, explanation.image.shown.shape
+        placed: list = []
         for rank, detection in enumerate(prediction.detections, start=1):
             x0, y0, x1, y1 = detection.box
             colour = class_colour(detection.index)
             ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=colour, linewidth=2))
             right = x0 > 0.6 * shape[1]  # a label near the right edge ends at its box's right side
             above = y0 > 0.05 * shape[0]
-            ax.text(
-                x1 if right else x0,
-                y0 if above else y1,
-                f"{rank}. {detection.name or detection.index} {detection.score:.2f}",
+            score = f"{detection.score:.2f}" if detection.score >= 0.01 else f"{detection.score:.2g}"
+            label = ax.annotate(
+                f"{rank}. {detection.name or detection.index} {score}",
+                (x1 if right else x0, y0 if above else y1),
+                xytext=(0, 0),
+                textcoords="offset points",
                 fontsize=8,
                 va="bottom" if above else "top",
                 ha="right" if right else "left",
@@ -349,6 +353,7 @@ class Detect(TaskBase):
                 bbox={"facecolor": colour, "alpha": 0.85, "pad": 1, "linewidth": 0},
                 parse_math=False,
             )
+            _clear_of(label, placed, upward=above)
         if not prediction.detections:
             of = f" of class {prediction.of_class}" if prediction.of_class is not None else ""
             ax.text(
@@ -380,6 +385,22 @@ class Detect(TaskBase):
             return heading, super().gallery_list(report)[1]
         items = [f"{d.get('name') or d.get('index')} {d.get('score') or 0:.2f}" for d in detections if isinstance(d, dict)]
         return heading, items or [f"no detections with score ≥ {threshold}"]
+
+
+def _clear_of(label, placed: list, upward: bool) -> None:
+    """Move ``label`` (an annotation) a line at a time, up or down, until it covers none of
+    the ``placed`` labels' boxes (detections often share a corner); then add it to them."""
+    renderer = getattr(label.figure.canvas, "get_renderer", lambda: None)()
+    if renderer is None:
+        return
+    step = (label.get_size() + 4) * (1 if upward else -1)
+    extent = label.get_window_extent(renderer).padded(1)
+    for _ in range(len(placed)):
+        if not any(extent.overlaps(other) for other in placed):
+            break
+        label.xyann = (0, label.xyann[1] + step)
+        extent = label.get_window_extent(renderer).padded(1)
+    placed.append(extent)
 
 
 def _windows(batch, count: int) -> list[Window | None]:
