@@ -1218,3 +1218,16 @@ def test_a_factory_models_target_or_output_key_it_lacks_is_refused_before_the_ou
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"hookviz: error: {message}"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fail_on", [True, False])
+def test_a_map_that_is_not_finite_is_said_once_as_a_finding_or_a_note(cli, photo, tmp_path, fail_on):
+    args = ["run", photo, "--model", "tests.conftest:nan_net", "--layer", "features.3", "--out", tmp_path / "out"]
+    result = invoke(cli, *args, *(["--fail-on", "nonfinite"] if fail_on else []))
+    assert result.exit_code == (3 if fail_on else 0), result.output
+    notes = [line for line in result.stderr.splitlines() if "NaN/Inf" in line and line.startswith("hookviz: note:")]
+    findings = [line for line in result.stderr.splitlines() if line.startswith("hookviz: check nonfinite failed:")]
+    if fail_on:
+        assert not notes and any("gradcam map has" in line for line in findings), result.stderr
+    else:
+        assert not findings and any("--fail-on nonfinite fails the run on it" in line for line in notes), result.stderr
