@@ -237,6 +237,25 @@ def test_a_heic_photo_fails_with_the_pillow_heif_hint(cli, tmp_path):
     )
 
 
+@pytest.mark.parametrize("pattern", [False, True])
+def test_a_folder_of_heic_photos_alone_is_refused_naming_pillow_heif(cli, tmp_path, pattern):
+    """It said the folder held no image files: the photos were there, PIL could not read them."""
+    photos = tmp_path / "photos"
+    (photos / "day 2").mkdir(parents=True)
+    for path in (photos / "IMG_0001.HEIC", photos / "day 2" / "IMG_0002.heic"):
+        path.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40)
+    (photos / "notes.txt").write_text("not a photo")
+    source = f"{photos}/**/*" if pattern else photos
+    result = invoke(cli, "run", source, *TINY, "--layer", "fc", "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    what = "pattern matches" if pattern else "folder holds"
+    assert result.stderr == (
+        f"hookviz: error: {source}: {what} 2 HEIC/HEIF photos and no other image file; PIL cannot read them alone: "
+        "install pillow-heif (pip install pillow-heif), which hookviz then uses, or convert them to JPEG or PNG\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_the_command_opens_heic_photos_with_pillow_heif_when_installed(tmp_path):
     # A stand-in pillow_heif whose opener makes PIL take .heic files (here PNGs named .heic).
