@@ -181,10 +181,19 @@ def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str
     import os
 
     from hookviz.errors import UsageError
-    from hookviz.options import read_prompts
+    from hookviz.options.model import prompt_lines
 
     files = list(files or ())
     twice = next((file for k, file in enumerate(files) if os.path.realpath(file) in map(os.path.realpath, files[:k])), None)
     if twice is not None:  # else each of its prompts would be "given twice"
         raise UsageError(f"--prompts {twice}: the same file given twice; give each file once")
-    return tuple(given or ()) + tuple(text for file in files for text in read_prompts(file))
+    # where each prompt was first given, so that one given again names it (ModelOptions checks --prompt's own)
+    seen: dict[str, str] = {text.strip(): f"--prompt {text.strip()!r}" for text in given or () if isinstance(text, str)}
+    read: list[str] = []
+    for file in files:
+        for number, text in prompt_lines(file):
+            if text in seen:
+                raise UsageError(f"--prompts {file}: line {number} ({text[:40]!r}) repeats {seen[text]}; give each prompt once")
+            seen[text] = f"line {number} of {file}"
+            read.append(text)
+    return tuple(given or ()) + tuple(read)

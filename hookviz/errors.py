@@ -149,6 +149,8 @@ def arg(name: str, value: object = _MISSING) -> str:
     """
     if _spelling.get() == "cli":
         flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+        if isinstance(value, str) and (value == "" or value != value.strip()):  # quoted: blanks would read as nothing
+            value = repr(value)
         return flag if value is _MISSING else f"{flag} {value}"
     return name if value is _MISSING else f"{name}={value!r}"
 

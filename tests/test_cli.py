@@ -237,6 +237,25 @@ def test_a_heic_photo_fails_with_the_pillow_heif_hint(cli, tmp_path):
     )
 
 
+@pytest.mark.parametrize("pattern", [False, True])
+def test_a_folder_of_heic_photos_alone_is_refused_naming_pillow_heif(cli, tmp_path, pattern):
+    """It said the folder held no image files: the photos were there, PIL could not read them."""
+    photos = tmp_path / "photos"
+    (photos / "day 2").mkdir(parents=True)
+    for path in (photos / "IMG_0001.HEIC", photos / "day 2" / "IMG_0002.heic"):
+        path.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40)
+    (photos / "notes.txt").write_text("not a photo")
+    source = f"{photos}/**/*" if pattern else photos
+    result = invoke(cli, "run", source, *TINY, "--layer", "fc", "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    what = "pattern matches" if pattern else "folder holds"
+    assert result.stderr == (
+        f"hookviz: error: {source}: {what} 2 HEIC/HEIF photos and no other image file; PIL cannot read them alone: "
+        "install pillow-heif (pip install pillow-heif), which hookviz then uses, or convert them to JPEG or PNG\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_the_command_opens_heic_photos_with_pillow_heif_when_installed(tmp_path):
     # A stand-in pillow_heif whose opener makes PIL take .heic files (here PNGs named .heic).
@@ -1218,3 +1237,16 @@ def test_a_factory_models_target_or_output_key_it_lacks_is_refused_before_the_ou
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"hookviz: error: {message}"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fail_on", [True, False])
+def test_a_map_that_is_not_finite_is_said_once_as_a_finding_or_a_note(cli, photo, tmp_path, fail_on):
+    args = ["run", photo, "--model", "tests.conftest:nan_net", "--layer", "features.3", "--out", tmp_path / "out"]
+    result = invoke(cli, *args, *(["--fail-on", "nonfinite"] if fail_on else []))
+    assert result.exit_code == (3 if fail_on else 0), result.output
+    notes = [line for line in result.stderr.splitlines() if "NaN/Inf" in line and line.startswith("hookviz: note:")]
+    findings = [line for line in result.stderr.splitlines() if line.startswith("hookviz: check nonfinite failed:")]
+    if fail_on:
+        assert not notes and any("gradcam map has" in line for line in findings), result.stderr
+    else:
+        assert not findings and any("--fail-on nonfinite fails the run on it" in line for line in notes), result.stderr

@@ -371,6 +371,32 @@ def test_diff_pictures_go_into_new_and_the_gallery_shows_the_most_changed_first(
     assert 'href="coffee/features.3.diff.png"' in page and "first changed at: <b>the model&#x27;s input</b>" in page
 
 
+def test_a_rerun_without_baseline_removes_the_diff_pictures_the_report_lists(baseline, checkpoints, tmp_path):
+    """The diff pictures were not in report.json's files, so a later save in the folder kept them."""
+    new = tmp_path / "new"
+    args = ["run", SAMPLES / "cat.png", *TINY, "--weights", checkpoints["b"], "--layer", "features.3", "-q", "--out", new]
+    result = invoke(*args, "--pictures", "cam", "--baseline", baseline)
+    assert result.exit_code == 0, result.output
+    drawn = sorted(p.name for p in (new / "cat").glob("*.diff.png"))
+    assert drawn == ["features.3.diff.png"]
+    assert set(drawn) <= set(json.loads((new / "cat" / "report.json").read_text())["files"])
+    assert invoke(*args, "--pictures", "cam").exit_code == 0
+    assert not list((new / "cat").glob("*.diff.png"))
+    assert (new / "cat" / "features.3.cam.png").exists()
+
+
+def test_hookviz_diff_lists_its_pictures_in_the_new_runs_reports(baseline, checkpoints, tmp_path):
+    new = tmp_path / "new"
+    assert _run(new, checkpoints["b"], images=(SAMPLES / "cat.png",)).exit_code == 0
+    assert invoke("diff", baseline, new).exit_code == 0
+    files = json.loads((new / "cat" / "report.json").read_text())["files"]
+    assert (
+        sorted(name for name in files if name.endswith(".diff.png"))
+        == sorted(p.name for p in (new / "cat").glob("*.diff.png"))
+        != []
+    )
+
+
 @pytest.mark.slow
 def test_hookviz_diff_redraws_the_new_gallery_and_a_stale_diff_is_not_shown(baseline, checkpoints, tmp_path):
     new = tmp_path / "new"

@@ -297,15 +297,19 @@ def test_a_prompts_file_saved_with_a_byte_order_mark_names_its_first_prompt_as_w
     "lines, line",
     [
         # A prompt is a class: twice, it split its probability and --target matched two classes.
-        ("a cat\na dog\na cat\n", "--prompt a cat: given twice; give each prompt once"),
-        ("a dog\na\x00cat\n", "--prompt: prompt 2 ('a\\x00cat') holds a control character; a prompt is one line of text"),
+        ("a cat\n\na dog\n  a cat\n", "--prompts PROMPTS: line 4 ('a cat') repeats line 1; give each prompt once"),
+        (
+            "a dog\r\n\r\na\x00cat\r\n",
+            "--prompts PROMPTS: line 3 ('a\\x00cat') holds a control character; a prompt is one line of text",
+        ),
+        ("a dog\na\x0ccat\n", "--prompts PROMPTS: line 2 ('a\\x0ccat') holds a control character"),
     ],
 )
 def test_a_prompt_given_twice_or_with_control_characters_is_refused_in_one_line(tmp_path, hub_cache, lines, line):
     folder, _, _ = _folder(tmp_path, "clip")
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text(lines)
-    _one_line_error(_run(tmp_path, f"hf:{folder}", "--prompts", prompts), line)
+    prompts.write_bytes(lines.encode())
+    _one_line_error(_run(tmp_path, f"hf:{folder}", "--prompts", prompts), line.replace("PROMPTS", str(prompts)))
     assert not (tmp_path / "out").exists()
 
 
@@ -424,8 +428,27 @@ def test_a_prompt_in_two_prompts_files_is_refused_in_one_line(tmp_path, hub_cach
     first.write_text("a cat\na dog\n")
     second.write_text("a car\na dog\n")
     result = _run(tmp_path, f"hf:{folder}", "--prompts", first, "--prompts", second)
-    _one_line_error(result, "--prompt a dog: given twice; give each prompt once")
+    _one_line_error(result, f"--prompts {second}: line 2 ('a dog') repeats line 2 of {first}; give each prompt once")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_prompt_in_a_prompts_file_and_given_by_prompt_is_refused_naming_both(tmp_path, hub_cache):
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a cat\na dog\n")
+    result = _run(tmp_path, f"hf:{folder}", "--prompt", "a dog", "--prompts", prompts)
+    _one_line_error(result, f"--prompts {prompts}: line 2 ('a dog') repeats --prompt 'a dog'; give each prompt once")
+    assert not (tmp_path / "out").exists()
+
+
+def test_read_prompts_refuses_a_prompt_twice_naming_the_file_and_line(tmp_path):
+    from hookviz.errors import UsageError
+    from hookviz.options import read_prompts
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a cat\na dog\na cat\n")
+    with pytest.raises(UsageError, match=r"^prompts_file=.*prompts.txt'\): line 3 \('a cat'\) repeats line 1;"):
+        read_prompts(prompts)
 
 
 def test_target_names_the_prompt_written_as_it_is_before_one_in_another_case(tmp_path, hub_cache):

@@ -158,7 +158,7 @@ def _missing_open_clip(monkeypatch):
         ),
         (["--model", "open_clip:ViT-S-32", "--prompts", "EMPTY"], "--prompts EMPTY: the file holds no prompt"),
         (["--model", "open_clip:ViT-S-32", "--prompts", "MISSING"], "--prompts MISSING: no such file"),
-        (["--model", "open_clip:ViT-S-32", "--prompt", "  "], "--prompt   : a prompt is a non-empty text"),
+        (["--model", "open_clip:ViT-S-32", "--prompt", "  "], "--prompt '  ': a prompt is a non-empty text"),
         (
             ["--model", "open_clip:ViT-S-32", "--prompt", "a cat", "UNINSTALLED"],
             "--model open_clip:ViT-S-32 needs open_clip: pip install 'hookviz[clip]'",

@@ -45,7 +45,7 @@ from hookviz.errors import ComparisonError, OutputError, UsageError, arg, displa
 from hookviz.explaining.checks import Finding
 from hookviz.explaining.summaries import TENSOR_KEYS
 from hookviz.options import CheckOptions, Tolerances
-from hookviz.store.files import DIFF, atomic_write, layer_stems, write_json
+from hookviz.store.files import DIFF, atomic_write, layer_stems, list_files, write_json
 from hookviz.store.records import DiffEntry, RunRecord, Score
 from hookviz.store.runfolder import ImageData, RunFolder, open_run, version_tuple
 
@@ -437,20 +437,23 @@ def _draw(new_path: Path, image: ImageDiff) -> ImageDiff:
     from hookviz.render.kinds import picture_kind
 
     kind = picture_kind("diff")
-    layers = []
-    for layer in image.layers:
-        data = render_png(kind, image, layer)
-        if data is not None:
-            name = kind.file_name(layer.stem)
-            try:
-                atomic_write(new_path / image.output / name, data)
-            except OSError as exc:
-                raise OutputError(
-                    f"{display_path(new_path / image.output)}: cannot write the diff pictures there "
-                    f"({exc.strerror or first_line(exc)}); draw none with {arg('pictures', 'none')}"
-                ) from None
-            layer = replace(layer, picture=name)
-        layers.append(layer)
+    folder = new_path / image.output
+    layers, written = [], []
+    try:
+        try:
+            for layer in image.layers:
+                data = render_png(kind, image, layer)
+                if data is not None:
+                    written.append(atomic_write(folder / kind.file_name(layer.stem), data).name)
+                    layer = replace(layer, picture=written[-1])
+                layers.append(layer)
+        finally:  # those written, even where a later one failed: the folder's next save removes them
+            list_files(folder, written)
+    except OSError as exc:
+        raise OutputError(
+            f"{display_path(folder)}: cannot write the diff pictures there "
+            f"({exc.strerror or first_line(exc)}); draw none with {arg('pictures', 'none')}"
+        ) from None
     return replace(image, layers=tuple(layers))
 
 

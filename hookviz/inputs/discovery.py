@@ -17,7 +17,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from hookviz.errors import UsageError, arg, display_path
+from hookviz.errors import UsageError, arg, display_path, hint
+from hookviz.inputs.images import HEIF_SUFFIXES
 
 __all__ = ["find_images", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
 
@@ -109,17 +110,14 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Pa
         elif path.exists() or not glob.has_magic(source):
             found.append(path)  # a missing file fails later, as that image's own error
         else:
-            matches = sorted(
+            files = [
                 Path(p)
                 for p in glob.glob(source, recursive=True)
-                if Path(p).is_file()
-                and Path(p).suffix.lower() in IMAGE_SUFFIXES
-                and not excluded.below(Path(p), Path(_static_prefix(source)))
-            )
+                if Path(p).is_file() and not excluded.below(Path(p), Path(_static_prefix(source)))
+            ]
+            matches = sorted(p for p in files if p.suffix.lower() in IMAGE_SUFFIXES)
             if not matches:
-                raise UsageError(
-                    f"{display_path(source)}: pattern matches no image files (hidden and output folders are skipped)"
-                )
+                _refuse_none_found(source, "pattern matches", files)
             found.extend(matches)
     unique: dict[Path, Path] = {}
     for path in found:  # one file spelt two ways (a/x.png, a/../a/x.png) is one image
@@ -134,14 +132,28 @@ def _walk(top: Path, excluded: _Excluded, source: str) -> list[Path]:
         raise UsageError(f"{arg('out', display_path(out))}: {what} of the photos to explain; choose another {arg('out')}")
     if excluded.folder(top):
         raise UsageError(f"{display_path(source)}: is a hookviz output folder; name the photos' folder instead")
-    matches = []
-    for folder, subfolders, files in os.walk(top):
+    files = []
+    for folder, subfolders, names in os.walk(top):
         here = Path(folder)
         subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and not excluded.folder(here / d))
-        matches += [here / f for f in files if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_SUFFIXES]
+        files += [here / f for f in names if not f.startswith(".")]
+    matches = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
     if not matches:
-        raise UsageError(f"{display_path(source)}: folder holds no image files (hidden and output folders are skipped)")
+        _refuse_none_found(source, "folder holds", files)
     return sorted(matches)
+
+
+def _refuse_none_found(source: str, what: str, files: Sequence[Path]) -> None:
+    """Refuse a folder or pattern without an image file PIL reads, naming pillow-heif where
+    its files are photos PIL reads only with it."""
+    heif = [p for p in files if p.suffix.lower() in HEIF_SUFFIXES]
+    if heif:
+        raise UsageError(
+            f"{display_path(source)}: {what} {len(heif)} HEIC/HEIF photo{'s' if len(heif) > 1 else ''} and no other "
+            f"image file; PIL cannot read {'them' if len(heif) > 1 else 'it'} alone: {hint('heif')}, or convert "
+            f"{'them' if len(heif) > 1 else 'it'} to JPEG or PNG"
+        )
+    raise UsageError(f"{display_path(source)}: {what} no image files (hidden and output folders are skipped)")
 
 
 def _static_prefix(pattern: str) -> str:

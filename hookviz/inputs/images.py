@@ -21,6 +21,7 @@ from hookviz.inputs.identity import PhotoIdentity
 from hookviz.options import DEFAULT_MAX_PIXELS
 
 __all__ = [
+    "HEIF_SUFFIXES",
     "MODES",
     "Preprocessing",
     "LoadedImage",
@@ -192,12 +193,14 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
         raise ImageError(f"{shown}: image data is corrupt or truncated ({first_line(exc)})") from None
 
 
+#: An iPhone's photos: PIL reads them only once pillow-heif registers its opener.
+HEIF_SUFFIXES = (".heic", ".heif", ".hif")
 _HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
 
 
 def _is_heif(path: Path) -> bool:
     """Whether a file is a HEIC/HEIF photo (an iPhone's), by its name or its ``ftyp`` box."""
-    if path.suffix.lower() in (".heic", ".heif", ".hif"):
+    if path.suffix.lower() in HEIF_SUFFIXES:
         return True
     with contextlib.suppress(OSError), open(path, "rb") as stream:
         head = stream.read(12)

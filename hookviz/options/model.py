@@ -11,7 +11,7 @@ from pathlib import Path
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import set_field
 
-__all__ = ["task_choices", "ModelOptions", "read_prompts"]
+__all__ = ["task_choices", "ModelOptions", "prompt_lines", "read_prompts"]
 
 
 def task_choices() -> tuple[str, ...]:
@@ -58,7 +58,7 @@ class ModelOptions:
                 raise UsageError(f"{arg('prompts', text)}: a prompt is a non-empty text (a photo of a cat)")
         prompts = tuple(text.strip() for text in prompts)
         for number, text in enumerate(prompts, 1):
-            if any(unicodedata.category(character) == "Cc" for character in text):  # a tab, a line break, a NUL
+            if _holds_control(text):
                 raise UsageError(
                     f"{arg('prompts')}: prompt {number} ({text[:40]!r}) holds a control character; a prompt is one "
                     "line of text without them"
@@ -87,8 +87,14 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
     """The prompts in a text file, one a line (blank lines skipped).
 
     Raises:
-        UsageError: the file cannot be read, or holds no prompt.
+        UsageError: the file cannot be read, holds no prompt, holds one twice or one with a
+            control character (naming its line).
     """
+    return tuple(text for _, text in prompt_lines(path))
+
+
+def prompt_lines(path: str | Path) -> tuple[tuple[int, str], ...]:
+    """``(line number, prompt)`` of each prompt in a text file (see ``read_prompts``)."""
     try:
         with open(path, "rb") as file:  # at most so much: /dev/zero, or a photo given by mistake, is no list of prompts
             data = file.read(MAX_PROMPTS_BYTES + 1)
@@ -105,10 +111,32 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
         raise UsageError(
             f"{arg('prompts_file', path)}: cannot read it ({reason}); give a text file with one prompt a line"
         ) from None
-    prompts = tuple(line.strip() for line in text.splitlines() if line.strip())
+    # numbered as an editor numbers them: a form feed or NEL inside a line is refused, not a break
+    prompts = tuple((number, line.strip()) for number, line in enumerate(_LINE_BREAK.split(text), 1) if line.strip())
     if not prompts:
         raise UsageError(f"{arg('prompts_file', path)}: the file holds no prompt; write one prompt a line")
+    first: dict[str, int] = {}
+    for number, prompt in prompts:
+        if _holds_control(prompt):
+            raise UsageError(
+                f"{arg('prompts_file', path)}: line {number} ({prompt[:40]!r}) holds a control character; a prompt is "
+                "one line of text without them"
+            )
+        if prompt in first:  # each prompt is a class: a second copy splits its probability and its name matches twice
+            raise UsageError(
+                f"{arg('prompts_file', path)}: line {number} ({prompt[:40]!r}) repeats line {first[prompt]}; "
+                "give each prompt once"
+            )
+        first[prompt] = number
     return prompts
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _holds_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (a tab, a NUL) or a line or paragraph separator."""
+    return any(unicodedata.category(character) in ("Cc", "Zl", "Zp") for character in text)
 
 
 def _decoded(data: bytes) -> str:

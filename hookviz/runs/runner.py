@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
-from hookviz.explaining.checks import Finding, run_checks
+from hookviz.explaining.checks import Finding, nonfinite_notes, run_checks
 from hookviz.explaining.passes import SummaryOptions
 from hookviz.options import (
     CheckOptions,
@@ -433,8 +433,10 @@ class Run:
         if isinstance(result, str):
             self._report(path, self._failed(path, result))
             return
+        # --fail-on nonfinite says each such map as a finding; its note would say it twice
+        said = set(nonfinite_notes(result)) if "nonfinite" in self.checks.fail_on else set()
         for note in (*result.notes, *(n for layer in result.layers for n in (layer.notes or ()))):
-            if note not in self.notes:
+            if note not in self.notes and note not in said:
                 self.notes.append(note)
         for layer in result.layers:
             # (an image with nothing to explain says so once, in its own note)

@@ -56,6 +56,7 @@ __all__ = [
     "RUN_FILE_PATTERN",
     "atomic_write",
     "write_json",
+    "list_files",
     "remove_unfinished",
     "sweep_stale_files",
     "display_path",
@@ -198,6 +199,21 @@ def _listed_files(directory: Path) -> list[str]:
         for name in (report.files if report is not None else ())
         if name == Path(name).name and "\\" not in name and not name.startswith(".") and name.lower().endswith(_WRITTEN_SUFFIXES)
     ]
+
+
+def list_files(directory: Path, names: Sequence[str]) -> None:
+    """Add ``names``, files written into ``directory`` after its ``report.json`` (the diff
+    pictures), to the files that report lists: the folder's next save removes them unless it
+    writes them again. A folder without a readable report is left as it is."""
+    path = directory / REPORT
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return
+    files = document.get("files") if isinstance(document, dict) else None
+    if isinstance(files, list) and any(name not in files for name in names):
+        document["files"] = [*files, *(name for name in dict.fromkeys(names) if name not in files)]
+        write_json(path, document)
 
 
 def _jsonable(value):

@@ -31,6 +31,8 @@ def check(task, target, trust) -> None:
     asked = [name for name in ("faithfulness", "sanity") if getattr(trust, name)]
     if asked and target.cam == "none":
         raise UsageError(f"{arg(asked[0])} measures a CAM; choose a {arg('cam')} method, not none")
+    if asked:
+        _check_layer_method(asked[0], target)
     article = "an" if task.words[:1] in "aeiou" else "a"
     if trust.faithfulness and task.probability is None:
         raise UsageError(
@@ -47,12 +49,26 @@ def check(task, target, trust) -> None:
         )
 
 
+def _check_layer_method(measure: str, target) -> None:
+    """Refuse a run whose ``--cam`` methods all map the input: the measures take a layer
+    method's map, so there would be nothing to measure."""
+    from hookviz.methods import get_method, method_names
+
+    if any(get_method(name).resolution == "layer" for name in target.methods):
+        return
+    layer = [name for name in method_names() if get_method(name).resolution == "layer"]
+    raise UsageError(
+        f"{arg(measure)} measures the maps of a layer method ({', '.join(layer)}); {arg('cam', target.cam)} "
+        f"maps only the input; add one, e.g. {arg('cam', f'gradcam,{target.cam}')}"
+    )
+
+
 def assess(explainer, images: Sequence, explanations: list) -> list:
     """``explanations`` (of ``images``, one pass of ``explainer``) with each layer's ``trust``
     measured as ``explainer.trust`` asks: every layer method's map (``--cam a,b``), the main
     method's in ``LayerTrust`` itself, the others' in its ``methods``."""
     trust = explainer.trust
-    main = explainer.method.name if explainer.method is not None else ""  # "": every method maps the input
+    main = explainer.method.name  # check() refused a run without a layer method
     # (image, layer) -> method -> the LayerTrust fields measured of that method's map
     measured: dict[tuple[int, str], dict[str, dict]] = {}
     for layer in explanations[0].layers if explanations else ():  # one pass: every image has the same layers
