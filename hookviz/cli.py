@@ -267,11 +267,14 @@ def run(
     """
     given = SimpleNamespace(**locals())  # the options as typed: option_groups checks them, in groups
     groups = _guard(debug, lambda: option_groups(given))
-    paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out))
+    found: list[str] = []  # notes on what the folders held
+    paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out, found))
+    for note in () if quiet else found:
+        typer.echo(f"hookviz: note: {note}", err=True)
     _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
 
 
-def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> list[Path]:
+def _image_paths(images: list[str] | None, from_list: str | None, out: Path, notes: list[str]) -> list[Path]:
     open_heif()  # before discovery reads the suffixes PIL knows
     from hookviz.inputs.discovery import find_images, read_list
 
@@ -285,7 +288,7 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path) -> 
             sources += read_list(stream)
     if not sources:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
-    return find_images(sources, exclude=[out])
+    return find_images(sources, exclude=[out], notes=notes)
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:

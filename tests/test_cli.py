@@ -256,6 +256,21 @@ def test_a_folder_of_heic_photos_alone_is_refused_naming_pillow_heif(cli, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+def test_heic_photos_beside_others_are_left_out_with_a_note_naming_pillow_heif(cli, tmp_path):
+    """They were skipped without a word: a user counting 2 photos got 1 explained."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (40, 30), (10, 120, 200)).save(photos / "a.png")
+    (photos / "IMG_0001.HEIC").write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40)
+    result = invoke(cli, "run", photos, *TINY, "--layer", "fc", "--pictures", "none", "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert (
+        f"hookviz: note: {photos}: folder holds 1 HEIC/HEIF photo, left out: PIL cannot read it alone; "
+        "install pillow-heif (pip install pillow-heif), which hookviz then uses to explain it too\n"
+    ) in result.stderr
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["done"] == 1
+
+
 @pytest.mark.slow
 def test_the_command_opens_heic_photos_with_pillow_heif_when_installed(tmp_path):
     # A stand-in pillow_heif whose opener makes PIL take .heic files (here PNGs named .heic).

@@ -89,13 +89,14 @@ def _resolved(path: Path) -> Path:
         return path.absolute()
 
 
-def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Path]:
+def find_images(sources: Sequence[str], exclude: Sequence[Path] = (), notes: list[str] | None = None) -> list[Path]:
     """Expand files, folders (recursively) and quoted glob patterns into image paths.
 
     Order is deterministic: arguments in the order given, each folder's or pattern's
     matches sorted. A path given twice is kept once. Files named outright are always
     taken; folders and patterns skip hidden entries below them, hookviz output folders,
-    and the folders in ``exclude`` (the run's ``out``).
+    and the folders in ``exclude`` (the run's ``out``). HEIC/HEIF photos that PIL cannot
+    read (pillow-heif not installed) are left out, and ``notes`` gets a line saying so.
 
     Raises:
         UsageError: an argument matches nothing, a folder holds no image, or a folder named
@@ -106,7 +107,7 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Pa
     for source in sources:
         path = Path(source)
         if path.is_dir():
-            found.extend(_walk(path, excluded, source))
+            found.extend(_walk(path, excluded, source, notes))
         elif path.exists() or not glob.has_magic(source):
             found.append(path)  # a missing file fails later, as that image's own error
         else:
@@ -118,6 +119,7 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Pa
             matches = sorted(p for p in files if p.suffix.lower() in IMAGE_SUFFIXES)
             if not matches:
                 _refuse_none_found(source, "pattern matches", files)
+            _note_unread(source, "pattern matches", files, notes)
             found.extend(matches)
     unique: dict[Path, Path] = {}
     for path in found:  # one file spelt two ways (a/x.png, a/../a/x.png) is one image
@@ -125,7 +127,7 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = ()) -> list[Pa
     return list(unique.values())
 
 
-def _walk(top: Path, excluded: _Excluded, source: str) -> list[Path]:
+def _walk(top: Path, excluded: _Excluded, source: str, notes: list[str] | None) -> list[Path]:
     out = excluded.root(top)
     if out is not None:
         what = "is the folder" if _resolved(top) == _resolved(out) else f"holds {display_path(source)}, a folder"
@@ -140,13 +142,28 @@ def _walk(top: Path, excluded: _Excluded, source: str) -> list[Path]:
     matches = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
     if not matches:
         _refuse_none_found(source, "folder holds", files)
+    _note_unread(source, "folder holds", files, notes)
     return sorted(matches)
+
+
+def _unread_heif(files: Sequence[Path]) -> list[Path]:
+    """The HEIC/HEIF photos among ``files`` that PIL cannot read here (no pillow-heif)."""
+    return [p for p in files if p.suffix.lower() in HEIF_SUFFIXES and p.suffix.lower() not in IMAGE_SUFFIXES]
+
+
+def _note_unread(source: str, what: str, files: Sequence[Path], notes: list[str] | None) -> None:
+    heif = _unread_heif(files)
+    if heif and notes is not None:
+        notes.append(
+            f"{display_path(source)}: {what} {len(heif)} HEIC/HEIF photo{'s' if len(heif) > 1 else ''}, left out: PIL "
+            f"cannot read {'them' if len(heif) > 1 else 'it'} alone; {hint('heif')} to explain {'them' if len(heif) > 1 else 'it'} too"
+        )
 
 
 def _refuse_none_found(source: str, what: str, files: Sequence[Path]) -> None:
     """Refuse a folder or pattern without an image file PIL reads, naming pillow-heif where
     its files are photos PIL reads only with it."""
-    heif = [p for p in files if p.suffix.lower() in HEIF_SUFFIXES]
+    heif = _unread_heif(files)
     if heif:
         raise UsageError(
             f"{display_path(source)}: {what} {len(heif)} HEIC/HEIF photo{'s' if len(heif) > 1 else ''} and no other "
