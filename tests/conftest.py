@@ -330,6 +330,14 @@ def embedding_and_logits_net() -> nn.Module:
     return EmbeddingAndLogits()
 
 
+def headless_timm_net() -> nn.Module:
+    """A timm model built without its head (``num_classes=0``) by a user's factory: an embedding."""
+    import timm
+
+    torch.manual_seed(0)
+    return timm.create_model("test_resnet", num_classes=0)
+
+
 class DictNet(EmbeddingAndLogits):
     def forward(self, x):
         embedding, scores = super().forward(x)

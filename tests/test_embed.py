@@ -208,6 +208,27 @@ def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _run_headless(tmp_path, *args):
+    return invoke(
+        "run", "--model", "tests.conftest:headless_timm_net", "--weights", "none", *args, CAT,
+        "--out", tmp_path / "out", "--device", "cpu", "--pictures", "cam", "--crop", "64", "--resize", "64",
+    )  # fmt: skip
+
+
+def test_a_factorys_timm_model_without_head_is_an_embedding_model(tmp_path):
+    # its 96 outputs are embedding dimensions, not classes: a top-1 "class" of them would mean nothing
+    refused = _run_headless(tmp_path)
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr == (
+        "hookviz: error: --model tests.conftest:headless_timm_net: its output is an embedding, not class logits; "
+        "explain its similarity to a reference photo with --target-image REF\n"
+    )
+    assert not (tmp_path / "out").exists()
+    explained = _run_headless(tmp_path, "--target-image", COFFEE)
+    assert explained.exit_code == 0, explained.output
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["task"] == "embed"
+
+
 def _run_reference(tmp_path, reference, skip=True):
     return invoke(
         "run", "--model", "tests.conftest:tiny_net", "--weights", "none", "--target-image", reference, CAT,

@@ -81,6 +81,7 @@ class Explainer:
         from hookviz.anatomy.geometry import declared_layout
         from hookviz.models.loading import input_channels
         from hookviz.tasks import get_task, recognise_task
+        from hookviz.tasks.embed import Embed, headless
         from hookviz.tasks.targets import parse_target
         from hookviz.trust.assess import check as check_trust
 
@@ -88,6 +89,8 @@ class Explainer:
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
         model = _chosen_task(model, task_options)
+        if model.task == "auto" and headless(model.module):  # its "logits" would be embedding dimensions
+            model = replace(model, task=Embed.name)
         dry = None
         if model.task == "auto":  # probed at the size asked for: some models take only that
             dry = _dry_output(model.module, inputs.apply(processing))

@@ -25,7 +25,7 @@ from hookviz.errors import HookvizError, TargetError, UsageError, arg, describe
 from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
 from hookviz.tasks.classify import _describe, _select
 
-__all__ = ["Embed", "EmbedOptions", "EmbedPrediction", "embedding_of", "OBJECTIVE"]
+__all__ = ["Embed", "EmbedOptions", "EmbedPrediction", "embedding_of", "headless", "OBJECTIVE"]
 
 #: What report.json says the objective is.
 OBJECTIVE = "the cosine similarity of the image's embedding to the concept's (pytorch-grad-cam's SimilarityToConceptTarget)"
@@ -79,6 +79,12 @@ def _name(reference, k: int) -> str:
     if isinstance(reference, (str, Path)):
         return str(reference)
     return f"reference {k + 1} ({type(reference).__name__})"
+
+
+def headless(module) -> bool:
+    """Whether ``module`` says it has no classifier head (timm's ``num_classes=0``, whoever built
+    it: timm's source, a factory, a caller's module): its output is an embedding, not logits."""
+    return getattr(module, "num_classes", None) == 0
 
 
 def embedding_of(output, key: str | None = None):
