@@ -229,6 +229,26 @@ def test_a_factorys_timm_model_without_head_is_an_embedding_model(tmp_path):
     assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["task"] == "embed"
 
 
+@pytest.mark.parametrize(
+    "factory, line",
+    [
+        ("one_value_net", "the model returned a 1x1 tensor: an embedding of one value is ±1 similar to any reference"),
+        ("integer_net", "the model returned a 1x8 tensor of int64: no gradient flows through it"),
+    ],
+    ids=["one-value", "integer"],
+)
+def test_an_embedding_without_gradient_is_refused_in_one_line(factory, line, tmp_path):
+    # before: the one-value embedding drew a flat CAM at cos=1.000; the integer one was called "not an embedding"
+    result = invoke(
+        "run", "--model", f"tests.conftest:{factory}", "--weights", "none", "--target-image", COFFEE, CAT,
+        "--out", tmp_path / "out", "--device", "cpu", "--crop", "64", "--resize", "64",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: {line}")
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
 def _run_reference(tmp_path, reference, skip=True):
     return invoke(
         "run", "--model", "tests.conftest:tiny_net", "--weights", "none", "--target-image", reference, CAT,

@@ -104,10 +104,20 @@ def embedding_of(output, key: str | None = None):
         chosen = next((output[k] for k in _EMBEDDING_KEYS if output.get(k) is not None), None)
     elif isinstance(output, (tuple, list)):
         chosen = output[0] if output and isinstance(output[0], torch.Tensor) else None
-    if not isinstance(chosen, torch.Tensor) or chosen.dim() < 2 or not chosen.is_floating_point():
+    if not isinstance(chosen, torch.Tensor) or chosen.dim() < 2:
         raise UsageError(
             f"the model returned {_describe(output if chosen is None else chosen)}, not (batch, features) embeddings; "
             f"choose the entry with {arg('output_key', 'KEY')}"
+        )
+    if not chosen.is_floating_point():
+        raise UsageError(
+            f"the model returned {_describe(chosen)} of {str(chosen.dtype).removeprefix('torch.')}: no gradient flows "
+            f"through it; return the float features before they are rounded, or choose another entry with {arg('output_key', 'KEY')}"
+        )
+    if chosen.flatten(1).shape[1] < 2:  # the cosine of two single numbers is their signs' product: ±1, flat
+        raise UsageError(
+            f"the model returned {_describe(chosen)}: an embedding of one value is ±1 similar to any reference, "
+            f"with no gradient to explain; return (batch, features) embeddings, or choose another entry with {arg('output_key', 'KEY')}"
         )
     return chosen.flatten(1)
 
