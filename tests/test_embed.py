@@ -229,6 +229,20 @@ def test_a_factorys_timm_model_without_head_is_an_embedding_model(tmp_path):
     assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["task"] == "embed"
 
 
+def test_a_photo_explained_against_itself_says_its_cam_is_rounding_noise(tmp_path):
+    # at cos=1 the similarity is at its maximum: its gradient is ~1e-9, a map of rounding noise
+    result = _run_headless(tmp_path, "--target-image", CAT, "--target-image", COFFEE)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    said = [note for note in report["notes"] if "rounding noise" in note]
+    assert said == [
+        f"--target-image {CAT}: the photo's embedding equals the reference's (cos=1.000000), where the similarity "
+        "is at its maximum and its gradient vanishes, so its CAM shows rounding noise; explain the photo against "
+        "another reference"
+    ]
+    assert "rounding noise" in result.stderr  # printed as a note, too
+
+
 @pytest.mark.parametrize(
     "factory, line",
     [

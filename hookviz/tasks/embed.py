@@ -193,6 +193,21 @@ def _identity(reference, name: str):
 
 # ----------------------------------------------------------------------------- the plan
 
+#: A similarity this close to 1 is float32 rounding of "the same embedding".
+_IDENTICAL = 1 - 1e-6
+
+
+def _identical_notes(scores: Sequence[ClassScore]) -> tuple[str, ...]:
+    """The note for each reference whose embedding the photo's equals: the similarity is at its
+    maximum there, where its gradient vanishes, so what its CAM draws is rounding noise."""
+    return tuple(
+        f"{arg('target_image', score.name)}: the photo's embedding equals the reference's (cos={score.logit:.6f}), "
+        "where the similarity is at its maximum and its gradient vanishes, so its CAM shows rounding noise; "
+        "explain the photo against another reference"
+        for score in scores
+        if score.logit >= _IDENTICAL
+    )
+
 
 @register_task
 class Embed(TaskBase):
@@ -288,7 +303,11 @@ class Embed(TaskBase):
         for i in range(count):
             scores = [ClassScore(k, name, float(values[i, k]), float(values[i, k])) for k, name in enumerate(names)]
             ranked = sorted(scores, key=lambda score: -score.logit if score.logit == score.logit else float("inf"))
-            predictions.append(EmbedPrediction(target=scores[0], top5=tuple(ranked[:5]), focus=dict(zip(keys, scores))))
+            predictions.append(
+                EmbedPrediction(
+                    target=scores[0], top5=tuple(ranked[:5]), focus=dict(zip(keys, scores)), notes=_identical_notes(scores)
+                )
+            )
         return EmbedPlan(objective, cams, predictions, values, task_options)
 
     def scorer(self, plan: Plan, key: str, options):
