@@ -252,6 +252,34 @@ def test_a_trusted_checkpoint_loads_and_one_of_another_task_is_refused(tmp_path,
     assert len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "spec, trust, said",
+    [
+        ("yolov8n", False, "neither a config (.yaml) nor a checkpoint (.pt); try yolo:yolov8n.yaml (random weights)"),
+        ("TEXT", True, "cannot read it as a YOLO checkpoint (UnpicklingError: "),
+        ("EMPTY", True, "cannot read it as a YOLO checkpoint (EOFError: Ran out of input); give a .pt file ultralytics saved"),
+        ("BAD", False, "ultralytics cannot build it (KeyError: 'Foo'); compare it with a config ultralytics ships"),
+    ],
+    ids=["no-suffix", "text-as-pt", "empty-pt", "bad-config"],
+)
+def test_what_is_not_a_yolo_model_is_refused_with_what_to_give(tmp_path, spec, trust, said):
+    # before: ultralytics' "acceptable suffix is ('.yaml', '.yml'), not .yolov8n", and errors that said no remedy
+    files = {
+        "TEXT": ("text.pt", "hello\n"),
+        "EMPTY": ("empty.pt", ""),
+        "BAD": ("bad.yaml", "nc: 80\nbackbone: [[-1, 1, Foo, [64]]]\nhead: []\n"),
+    }
+    if spec in files:
+        name, text = files[spec]
+        (tmp_path / name).write_text(text)
+        spec = str(tmp_path / name)
+    trusted = ["--trust-checkpoint"] if trust else ["--weights", "none"]
+    result = invoke("run", "--model", f"yolo:{spec}", *trusted, SAMPLES / "cat.png", "-o", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.output.startswith(f"hookviz: error: --model yolo:{spec}: {said}")
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("config", ["yolov8n-seg.yaml", "yolov8n-cls.yaml"])
 def test_segmentation_and_classification_configs_are_refused_in_one_line(tmp_path, config):
     result = invoke("run", "--model", f"yolo:{config}", "--weights", "none", SAMPLES / "cat.png", "-o", tmp_path)

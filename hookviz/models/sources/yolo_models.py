@@ -146,7 +146,12 @@ class YoloSource:
         spec = name[len(PREFIX) :]
         if not spec:
             raise UnknownModelError(f"{arg('model', name)}: name a config (yolo:yolov8n.yaml) or a checkpoint (yolo:best.pt)")
-        checkpoint = spec.endswith(".pt")
+        if Path(spec).suffix.lower() not in (".pt", ".yaml", ".yml"):  # ultralytics would assert on the suffix
+            raise UnknownModelError(
+                f"{arg('model', name)}: neither a config (.yaml) nor a checkpoint (.pt); "
+                f"try yolo:{EXAMPLES[0]} (random weights) or yolo:PATH.pt (a trained checkpoint)"
+            )
+        checkpoint = spec.lower().endswith(".pt")
         if checkpoint and not trust_checkpoint:
             raise WeightsError(
                 f"{arg('model', name)}: a YOLO checkpoint is a pickle that runs code when loaded; pass "
@@ -194,7 +199,10 @@ def _configured(tasks, name: str, config: str, weights: str, seed: int):
                 f"{arg('model', name)}: no such config ({describe(exc)}); try yolo:{EXAMPLES[0]} or yolo:{EXAMPLES[2]}"
             ) from None
         except Exception as exc:  # a config ultralytics cannot build: one line, not its traceback
-            raise UnknownModelError(f"{arg('model', name)}: ultralytics cannot build it ({describe(exc)})") from None
+            raise UnknownModelError(
+                f"{arg('model', name)}: ultralytics cannot build it ({describe(exc)}); "
+                f"compare it with a config ultralytics ships, such as yolo:{EXAMPLES[0]}"
+            ) from None
     _check_model(name, model)
     if weights_kind(weights) == "other":
         loaded = load_weights_file(model, weights)
@@ -207,11 +215,14 @@ def _checkpoint(tasks, name: str, path: Path):
     import torch
 
     if not path.is_file():
-        raise WeightsError(f"{arg('model', name)}: no such file {str(path)!r}")
+        raise WeightsError(f"{arg('model', name)}: no such file {str(path)!r}; check the path to the .pt file")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=False)  # trusted: the caller said so
     except Exception as exc:
-        raise WeightsError(f"{arg('model', name)}: cannot read it as a YOLO checkpoint ({describe(exc)})") from None
+        raise WeightsError(
+            f"{arg('model', name)}: cannot read it as a YOLO checkpoint ({describe(exc)}); "
+            "give a .pt file ultralytics saved (a training run's weights/best.pt)"
+        ) from None
     model = (saved.get("ema") or saved.get("model")) if isinstance(saved, dict) else None
     if not isinstance(model, torch.nn.Module):
         raise WeightsError(f"{arg('model', name)}: not an ultralytics checkpoint (no model in it); give a YOLO .pt file")
