@@ -243,6 +243,16 @@ def test_a_photo_explained_against_itself_says_its_cam_is_rounding_noise(tmp_pat
     assert "rounding noise" in result.stderr  # printed as a note, too
 
 
+def test_an_empty_target_image_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch):
+    # before: Path("") is ".", so the photos of the folder the command ran in became the concept, unasked
+    shutil.copyfile(COFFEE, tmp_path / "coffee.png")
+    monkeypatch.chdir(tmp_path)
+    result = _run_headless(tmp_path, "--target-image", "")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == "hookviz: error: --target-image '': an empty path; pass a photo or a folder of photos\n"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     "factory, line",
     [

@@ -264,6 +264,9 @@ class Embed(TaskBase):
                 f"{arg('model', model.name)}: its output is an embedding, not class logits; explain its similarity "
                 f"to a reference photo with {arg('target_image', 'REF')}"
             )
+        blank = next((r for r in own.target_images if isinstance(r, str) and not r.strip()), None)
+        if blank is not None:  # Path("") is the current folder: its photos would become the concept unasked
+            raise UsageError(f"{arg('target_image')} {blank!r}: an empty path; pass a photo or a folder of photos")
         names = [_name(reference, k) for k, reference in enumerate(own.target_images)]
         concepts = tuple(
             (name, _concept(model.module, prepare, reference, device, options, name))
