@@ -253,9 +253,14 @@ def _refuse_others(options, task, model: str) -> None:
         if not _same(value, default):
             shown = arg(name, value) if isinstance(value, (str, int, float)) else arg(name)
             raise UsageError(
-                f"{shown}: only a {owner.name} model ({owner.words}) takes it, and {model} is a {task.name} model "
-                f"({task.words}); drop {arg(name)} or choose a {owner.name} model"
+                f"{shown}: only {_a(owner.name)} model ({owner.words}) takes it, and {model} is {_a(task.name)} model "
+                f"({task.words}); drop {arg(name)} or choose {_a(owner.name)} model"
             )
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article: ``an embed``, ``a detect``."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
 def _given_values(options):
