@@ -176,15 +176,25 @@ def test_a_timm_feature_extractor_runs_with_a_reference(tmp_path):
         ),
         (["--target-image", "NOTES"], "--target-image NOTES: not an image format PIL can read"),
         (["--target-image", "EMPTY"], "--target-image EMPTY: folder holds no image files"),
+        (  # the folder's name alone would not say which of its files to remove
+            ["--target-image", "MIXED"],
+            "--target-image MIXED: MIXED/broken.png: not an image format PIL can read (for SVG or PDF, convert it to "
+            "PNG first); remove it from the folder or pass another",
+        ),
     ],
-    ids=["target-index", "not-an-image", "empty-folder"],
+    ids=["target-index", "not-an-image", "empty-folder", "broken-photo-in-folder"],
 )
 def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
-    notes, empty = tmp_path / "notes.txt", tmp_path / "empty"
+    notes, empty, mixed = tmp_path / "notes.txt", tmp_path / "empty", tmp_path / "mixed"
     notes.write_text("not a photo")
     empty.mkdir()
-    args = [str(notes) if a == "NOTES" else str(empty) if a == "EMPTY" else a for a in args]
-    line = line.replace("NOTES", str(notes)).replace("EMPTY", str(empty))
+    mixed.mkdir()
+    shutil.copyfile(COFFEE, mixed / "coffee.png")
+    (mixed / "broken.png").write_text("not a photo")
+    named = {"NOTES": notes, "EMPTY": empty, "MIXED": mixed}
+    args = [str(named.get(a, a)) for a in args]
+    for key, path in named.items():
+        line = line.replace(key, str(path))
     result = invoke(
         "run",
         "--model",

@@ -150,13 +150,33 @@ def _concept(module, explainer_prepare, reference, device: str, options, name: s
     if isinstance(reference, torch.Tensor) and reference.dim() == 1:
         return reference.detach().float()
     try:
-        tensors = [explainer_prepare(photo).tensor for photo in _reference_photos(reference)]
-    except HookvizError as exc:
-        reason = str(exc).split(": ", 1)[-1]  # the image error's words, without the path again
-        raise UsageError(f"{arg('target_image', name)}: {reason}; pass a photo or a folder of photos") from None
+        photos = _reference_photos(reference)
+    except HookvizError as exc:  # a folder without photos: its words say what to pass
+        reason = _reason(exc)
+        raise UsageError(f"{arg('target_image', name)}: {reason}{'' if '; ' in reason else _GIVE}") from None
+    folder = len(photos) != 1 or photos[0] is not reference
+    tensors = [_prepared(explainer_prepare, photo, name, folder) for photo in photos]
     with torch.no_grad(), evaluation(module):
         embeddings = [_embedding(module, tensor, device, options, name) for tensor in tensors]
     return torch.stack(embeddings).float().mean(dim=0)
+
+
+_GIVE = "; pass a photo or a folder of photos"
+
+
+def _reason(exc: HookvizError) -> str:
+    """An input error's words, without the path it starts with."""
+    return str(exc).split(": ", 1)[-1]
+
+
+def _prepared(prepare, photo, name: str, folder: bool):
+    """One reference photo, read and preprocessed; one that cannot be read is named, and within
+    a folder (``folder``) so is the file, which the folder's name alone would not find."""
+    try:
+        return prepare(photo).tensor
+    except HookvizError as exc:
+        where, give = (f"{photo}: ", "; remove it from the folder or pass another") if folder else ("", _GIVE)
+        raise UsageError(f"{arg('target_image', name)}: {where}{_reason(exc)}{give}") from None
 
 
 def _embedding(module, tensor, device: str, options, name: str):
