@@ -176,13 +176,18 @@ def test_a_timm_feature_extractor_runs_with_a_reference(tmp_path):
         ),
         (["--target-image", "NOTES"], "--target-image NOTES: not an image format PIL can read"),
         (["--target-image", "EMPTY"], "--target-image EMPTY: folder holds no image files"),
+        (  # before: two identical panels and two top-5 entries of one name
+            ["--target-image", str(COFFEE), "--target-image", str(SAMPLES / ".." / "sample_images" / "coffee.png")],
+            f"--target-image {SAMPLES / '..' / 'sample_images' / 'coffee.png'}: given twice (also as {COFFEE}), "
+            "the same concept; drop one",
+        ),
         (  # the folder's name alone would not say which of its files to remove
             ["--target-image", "MIXED"],
             "--target-image MIXED: MIXED/broken.png: not an image format PIL can read (for SVG or PDF, convert it to "
             "PNG first); remove it from the folder or pass another",
         ),
     ],
-    ids=["target-index", "not-an-image", "empty-folder", "broken-photo-in-folder"],
+    ids=["target-index", "not-an-image", "empty-folder", "twice", "broken-photo-in-folder"],
 )
 def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
     notes, empty, mixed = tmp_path / "notes.txt", tmp_path / "empty", tmp_path / "mixed"

@@ -211,6 +211,21 @@ def _identity(reference, name: str):
     return ReferenceIdentity.of_values(name, np.ascontiguousarray(np.asarray(reference)).tobytes())
 
 
+def _check_paths(references: Sequence) -> None:
+    """Refuse an empty path (``Path("")`` is the current folder: its photos would become the
+    concept unasked) and a path given twice (the same concept twice, under one name)."""
+    seen: dict = {}
+    for reference in references:
+        if not isinstance(reference, (str, Path)):
+            continue
+        if isinstance(reference, str) and not reference.strip():
+            raise UsageError(f"{arg('target_image')} {reference!r}: an empty path; pass a photo or a folder of photos")
+        where = Path(reference).resolve()
+        if where in seen:
+            raise UsageError(f"{arg('target_image', reference)}: given twice (also as {seen[where]}), the same concept; drop one")
+        seen[where] = str(reference)
+
+
 # ----------------------------------------------------------------------------- the plan
 
 #: A similarity this close to 1 is float32 rounding of "the same embedding".
@@ -284,9 +299,7 @@ class Embed(TaskBase):
                 f"{arg('model', model.name)}: its output is an embedding, not class logits; explain its similarity "
                 f"to a reference photo with {arg('target_image', 'REF')}"
             )
-        blank = next((r for r in own.target_images if isinstance(r, str) and not r.strip()), None)
-        if blank is not None:  # Path("") is the current folder: its photos would become the concept unasked
-            raise UsageError(f"{arg('target_image')} {blank!r}: an empty path; pass a photo or a folder of photos")
+        _check_paths(own.target_images)
         names = [_name(reference, k) for k, reference in enumerate(own.target_images)]
         concepts = tuple(
             (name, _concept(model.module, prepare, reference, device, options, name))
