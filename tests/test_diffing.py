@@ -529,3 +529,12 @@ def test_runs_against_other_references_say_so(tmp_path):
     compared = CliRunner().invoke(app, ["diff", str(tmp_path / "a"), str(tmp_path / "b")])
     said = f"hookviz: note: references differ (--target-image): {SAMPLES / 'coffee.png'} -> {SAMPLES / 'cat.png'}"
     assert said in compared.stderr.splitlines(), compared.output
+
+
+def test_runs_with_other_prompts_say_so():
+    from hookviz.compare.diffing import _target_notes
+    from hookviz.store.report_records import Asked
+
+    before, after = Asked(prompts=("a cat", "a dog")), Asked(prompts=("a cat", "a fox"))
+    assert _target_notes(before, after) == ["prompts differ: a cat, a dog -> a cat, a fox"]
+    assert _target_notes(before, before) == [] and _target_notes(Asked(prompts=None), after) == []  # an old report: unknown
