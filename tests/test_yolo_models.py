@@ -252,6 +252,17 @@ def test_a_trusted_checkpoint_loads_and_one_of_another_task_is_refused(tmp_path,
     assert len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("saved", ["alone", "in a dict"])
+def test_hookviz_layers_lists_a_checkpoints_layers(tmp_path, yolo, saved):
+    # before: "--weights none: best.pt carries its own weights; drop --weights", though none was
+    # given (it is what `layers` loads by default); and torch.save(YOLO(...).model), a model
+    # saved alone, was "not an ultralytics checkpoint (no model in it)"
+    torch.save(yolo.module.yolo if saved == "alone" else {"model": yolo.module.yolo}, tmp_path / "best.pt")
+    listed = invoke("layers", "--model", f"yolo:{tmp_path / 'best.pt'}", "--trust-checkpoint", "--filter", "yolo.model.21")
+    assert listed.exit_code == 0, listed.output
+    assert "yolo.model.21" in listed.output
+
+
 @pytest.mark.parametrize(
     "spec, trust, said",
     [

@@ -27,7 +27,14 @@ from pathlib import Path
 
 from hookviz.errors import UnknownModelError, WeightsError, arg, describe
 from hookviz.inputs.images import Preprocessing
-from hookviz.models.sources.base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
+from hookviz.models.sources.base import (
+    LoadedModel,
+    load_weights_file,
+    register_source,
+    reset_parameters,
+    seeded,
+    weights_kind,
+)
 
 __all__ = ["YoloSource", "YoloDetector", "PREFIX", "INSTALL", "NECK_REASON"]
 
@@ -157,7 +164,7 @@ class YoloSource:
                 f"{arg('model', name)}: a YOLO checkpoint is a pickle that runs code when loaded; pass "
                 f"{arg('trust_checkpoint')} if you trust its author"
             )
-        if checkpoint and weights_kind(weights) != "default":
+        if checkpoint and weights_kind(weights) == "other":
             raise WeightsError(f"{arg('weights', weights)}: {spec} carries its own weights; drop {arg('weights')}")
         from hookviz.tasks.detect import Detect
 
@@ -165,6 +172,10 @@ class YoloSource:
             tasks = _import(name)
             if checkpoint:
                 model, label, sha = _checkpoint(tasks, name, Path(spec)), f"checkpoint {spec}", None
+                if weights_kind(weights) == "none":  # its architecture alone (``hookviz layers``' default)
+                    with seeded(seed):
+                        reset_parameters(model)
+                    label = f"none (random init of the architecture in {spec}, seed {seed})"
             else:
                 model, label, sha = _configured(tasks, name, spec, weights, seed)
             detector = YoloDetector(model)
@@ -223,7 +234,7 @@ def _checkpoint(tasks, name: str, path: Path):
             f"{arg('model', name)}: cannot read it as a YOLO checkpoint ({describe(exc)}); "
             "give a .pt file ultralytics saved (a training run's weights/best.pt)"
         ) from None
-    model = (saved.get("ema") or saved.get("model")) if isinstance(saved, dict) else None
+    model = (saved.get("ema") or saved.get("model")) if isinstance(saved, dict) else saved  # or torch.save(yolo.model)
     if not isinstance(model, torch.nn.Module):
         raise WeightsError(f"{arg('model', name)}: not an ultralytics checkpoint (no model in it); give a YOLO .pt file")
     _check_task(name, getattr(model, "task", None) or tasks.guess_model_task(model))
