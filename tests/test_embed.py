@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from typer.testing import CliRunner
 
 from hookviz import explain
@@ -176,6 +177,11 @@ def test_a_timm_feature_extractor_runs_with_a_reference(tmp_path):
         ),
         (["--target-image", "NOTES"], "--target-image NOTES: not an image format PIL can read"),
         (["--target-image", "EMPTY"], "--target-image EMPTY: folder holds no image files"),
+        (  # one remedy, not the image error's and then "pass a photo or a folder of photos"
+            ["--target-image", "THIN"],
+            "--target-image THIN: 600x6 is too thin to resize (aspect ratio above 50:1); crop it to the region you "
+            "want explained\n",
+        ),
         (  # before: two identical panels and two top-5 entries of one name
             ["--target-image", str(COFFEE), "--target-image", str(SAMPLES / ".." / "sample_images" / "coffee.png")],
             f"--target-image {SAMPLES / '..' / 'sample_images' / 'coffee.png'}: given twice (also as {COFFEE}), "
@@ -187,7 +193,7 @@ def test_a_timm_feature_extractor_runs_with_a_reference(tmp_path):
             "PNG first); remove it from the folder or pass another",
         ),
     ],
-    ids=["target-index", "not-an-image", "empty-folder", "twice", "broken-photo-in-folder"],
+    ids=["target-index", "not-an-image", "empty-folder", "too-thin", "twice", "broken-photo-in-folder"],
 )
 def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
     notes, empty, mixed = tmp_path / "notes.txt", tmp_path / "empty", tmp_path / "mixed"
@@ -196,7 +202,8 @@ def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
     mixed.mkdir()
     shutil.copyfile(COFFEE, mixed / "coffee.png")
     (mixed / "broken.png").write_text("not a photo")
-    named = {"NOTES": notes, "EMPTY": empty, "MIXED": mixed}
+    Image.new("RGB", (600, 6)).save(tmp_path / "thin.png")
+    named = {"NOTES": notes, "EMPTY": empty, "MIXED": mixed, "THIN": tmp_path / "thin.png"}
     args = [str(named.get(a, a)) for a in args]
     for key, path in named.items():
         line = line.replace(key, str(path))

@@ -175,8 +175,10 @@ def _prepared(prepare, photo, name: str, folder: bool):
     try:
         return prepare(photo).tensor
     except HookvizError as exc:
+        reason = _reason(exc)
         where, give = (f"{photo}: ", "; remove it from the folder or pass another") if folder else ("", _GIVE)
-        raise UsageError(f"{arg('target_image', name)}: {where}{_reason(exc)}{give}") from None
+        give = give if folder or "; " not in reason else ""  # the image error says what to do already
+        raise UsageError(f"{arg('target_image', name)}: {where}{reason}{give}") from None
 
 
 def _embedding(module, tensor, device: str, options, name: str):
