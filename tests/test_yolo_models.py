@@ -263,6 +263,29 @@ def test_hookviz_layers_lists_a_checkpoints_layers(tmp_path, yolo, saved):
     assert "yolo.model.21" in listed.output
 
 
+def raw_detection_model():
+    """Factory used as ``--model tests.test_yolo_models:raw_detection_model``: ultralytics' own module."""
+    from hookviz.models.sources.yolo_models import quiet_ultralytics
+
+    with quiet_ultralytics():
+        from ultralytics.nn.tasks import DetectionModel
+
+        return DetectionModel("yolov8n.yaml", verbose=False)
+
+
+@pytest.mark.parametrize("task", [[], ["--task", "detect"]], ids=["auto", "detect"])
+def test_an_ultralytics_module_from_a_factory_is_sent_to_the_yolo_source(tmp_path, task):
+    # before: "pass --task detect", and with it every photo failed on conv2d(list, ...)
+    args = ["--model", "tests.test_yolo_models:raw_detection_model", "--weights", "none", *task]
+    result = invoke("run", *args, SAMPLES / "cat.png", "-o", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.output == (
+        "hookviz: error: --model tests.test_yolo_models:raw_detection_model: an ultralytics DetectionModel, which "
+        "hookviz explains only through --model yolo:PATH.pt (torch.save it) or --model yolo:CONFIG.yaml\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     "spec, trust, said",
     [

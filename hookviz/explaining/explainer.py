@@ -85,6 +85,7 @@ class Explainer:
         from hookviz.tasks.targets import parse_target
         from hookviz.trust.assess import check as check_trust
 
+        _refuse_raw_yolo(model)
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
@@ -276,6 +277,17 @@ def _same(value, default) -> bool:
         return bool(value == default)
     except (TypeError, ValueError, RuntimeError):  # tensors compare element by element
         return False
+
+
+def _refuse_raw_yolo(model: LoadedModel) -> None:
+    """An ultralytics model handed over as it is (a factory's, a caller's module): its raw
+    output is neither logits nor torchvision's detections; the ``yolo:`` source wraps it."""
+    kind = type(model.module)
+    if kind.__module__.split(".")[0] == "ultralytics":
+        raise UsageError(
+            f"{arg('model', model.name)}: an ultralytics {kind.__name__}, which hookviz explains only through "
+            f"{arg('model', 'yolo:PATH.pt')} (torch.save it) or {arg('model', 'yolo:CONFIG.yaml')}"
+        )
 
 
 def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
