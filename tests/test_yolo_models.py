@@ -314,7 +314,7 @@ def test_what_is_not_a_yolo_model_is_refused_with_what_to_give(tmp_path, spec, t
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("config", ["yolov8n-seg.yaml", "yolov8n-cls.yaml"])
+@pytest.mark.parametrize("config", ["yolov8n-seg.yaml", "yolov8n-cls.yaml", "rtdetr-l.yaml"])  # rtdetr: an AttributeError before
 def test_segmentation_and_classification_configs_are_refused_in_one_line(tmp_path, config):
     result = invoke("run", "--model", f"yolo:{config}", "--weights", "none", SAMPLES / "cat.png", "-o", tmp_path)
     assert result.exit_code == 2

@@ -259,6 +259,7 @@ def _check_task(name: str, task: str | None) -> None:
 
 
 def _check_model(name: str, model) -> None:
+    from ultralytics.nn.modules.head import Detect
     from ultralytics.nn.tasks import DetectionModel
 
     if type(model) is not DetectionModel:  # segment, pose, OBB, RT-DETR and open-vocabulary models subclass it
@@ -267,6 +268,11 @@ def _check_model(name: str, model) -> None:
             f"(yolo:{EXAMPLES[0]}, a detect checkpoint)"
         )
     *_, head = model.get_submodule("model").children()  # the detect head: the last layer of its Sequential
+    if not isinstance(head, Detect):  # a config builds a DetectionModel around any head (rtdetr-l.yaml's decoder)
+        raise UnknownModelError(
+            f"{arg('model', name)}: a model whose head is {type(head).__name__}, not a YOLO Detect head; hookviz "
+            f"explains YOLO detection models (yolo:{EXAMPLES[0]}, a detect checkpoint)"
+        )
     if getattr(head, "end2end", False):
         raise UnknownModelError(
             f"{arg('model', name)}: an NMS-free (end-to-end) head; hookviz explains the boxes a YOLO head's NMS keeps "
