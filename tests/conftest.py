@@ -330,6 +330,37 @@ def embedding_and_logits_net() -> nn.Module:
     return EmbeddingAndLogits()
 
 
+def headless_timm_net() -> nn.Module:
+    """A timm model built without its head (``num_classes=0``) by a user's factory: an embedding."""
+    import timm
+
+    torch.manual_seed(0)
+    return timm.create_model("test_resnet", num_classes=0)
+
+
+class ShapedEmbedding(TinyNet):
+    """A feature extractor whose output a user's code made unexplainable: cut to one value or
+    rounded to integers."""
+
+    def __init__(self, kind: str):
+        super().__init__(classes=8)
+        self.kind = kind
+
+    def forward(self, x):
+        features = super().forward(x)
+        return features[:, :1] if self.kind == "one" else (features * 100).long()
+
+
+def one_value_net() -> nn.Module:
+    torch.manual_seed(0)
+    return ShapedEmbedding("one")
+
+
+def integer_net() -> nn.Module:
+    torch.manual_seed(0)
+    return ShapedEmbedding("integer")
+
+
 class DictNet(EmbeddingAndLogits):
     def forward(self, x):
         embedding, scores = super().forward(x)

@@ -25,6 +25,7 @@ from hookviz.store.runfolder import open_run
 from .conftest import ROOT, SAMPLES, tiny_net
 
 TINY = ["--model", "tests.conftest:tiny_net"]
+CAT_PHOTO = SAMPLES / "cat.png"
 #: Every kind of recorded layer of TinyNet, in the order the forward pass calls them.
 LAYERS = ["--layer", "features.0", "--layer", "features.1", "--layer", "features.3", "--layer", "act", "--layer", "fc"]
 BEFORE_THE_CHANGE = {"features.0", "features.1"}  # the tests change features.3
@@ -538,3 +539,28 @@ def test_nothing_is_written_into_the_baseline_and_a_foreign_fingerprint_is_refus
     result = invoke("diff", foreign, baseline, "--fail-on", "drift")
     assert result.exit_code == 2
     assert "fingerprint.npz" in result.stderr and "holds no fingerprint of a hookviz run" in result.stderr
+
+
+def test_runs_against_other_references_say_so(tmp_path):
+    # before: only "CAM correlation ... < 0.9" and a logits change, as if the model had drifted
+    def run(reference, out):
+        result = invoke(
+            "run", CAT_PHOTO, *TINY, "--weights", "none", "--target-image", reference, "--pictures", "none",
+            "--crop", "64", "--resize", "64", "-q", "--out", out,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+
+    run(SAMPLES / "coffee.png", tmp_path / "a")
+    run(SAMPLES / "cat.png", tmp_path / "b")
+    compared = CliRunner().invoke(app, ["diff", str(tmp_path / "a"), str(tmp_path / "b")])
+    said = f"hookviz: note: references differ (--target-image): {SAMPLES / 'coffee.png'} -> {SAMPLES / 'cat.png'}"
+    assert said in compared.stderr.splitlines(), compared.output
+
+
+def test_runs_with_other_prompts_say_so():
+    from hookviz.compare.diffing import _target_notes
+    from hookviz.store.report_records import Asked
+
+    before, after = Asked(prompts=("a cat", "a dog")), Asked(prompts=("a cat", "a fox"))
+    assert _target_notes(before, after) == ["prompts differ: a cat, a dog -> a cat, a fox"]
+    assert _target_notes(before, before) == [] and _target_notes(Asked(prompts=None), after) == []  # an old report: unknown

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from typer.testing import CliRunner
 
 from hookviz import explain
@@ -176,15 +177,36 @@ def test_a_timm_feature_extractor_runs_with_a_reference(tmp_path):
         ),
         (["--target-image", "NOTES"], "--target-image NOTES: not an image format PIL can read"),
         (["--target-image", "EMPTY"], "--target-image EMPTY: folder holds no image files"),
+        (  # one remedy, not the image error's and then "pass a photo or a folder of photos"
+            ["--target-image", "THIN"],
+            "--target-image THIN: 600x6 is too thin to resize (aspect ratio above 50:1); crop it to the region you "
+            "want explained\n",
+        ),
+        (  # before: two identical panels and two top-5 entries of one name
+            ["--target-image", str(COFFEE), "--target-image", str(SAMPLES / ".." / "sample_images" / "coffee.png")],
+            f"--target-image {SAMPLES / '..' / 'sample_images' / 'coffee.png'}: given twice (also as {COFFEE}), "
+            "the same concept; drop one",
+        ),
+        (  # the folder's name alone would not say which of its files to remove
+            ["--target-image", "MIXED"],
+            "--target-image MIXED: MIXED/broken.png: not an image format PIL can read (for SVG or PDF, convert it to "
+            "PNG first); remove it from the folder or pass another",
+        ),
     ],
-    ids=["target-index", "not-an-image", "empty-folder"],
+    ids=["target-index", "not-an-image", "empty-folder", "too-thin", "twice", "broken-photo-in-folder"],
 )
 def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
-    notes, empty = tmp_path / "notes.txt", tmp_path / "empty"
+    notes, empty, mixed = tmp_path / "notes.txt", tmp_path / "empty", tmp_path / "mixed"
     notes.write_text("not a photo")
     empty.mkdir()
-    args = [str(notes) if a == "NOTES" else str(empty) if a == "EMPTY" else a for a in args]
-    line = line.replace("NOTES", str(notes)).replace("EMPTY", str(empty))
+    mixed.mkdir()
+    shutil.copyfile(COFFEE, mixed / "coffee.png")
+    (mixed / "broken.png").write_text("not a photo")
+    Image.new("RGB", (600, 6)).save(tmp_path / "thin.png")
+    named = {"NOTES": notes, "EMPTY": empty, "MIXED": mixed, "THIN": tmp_path / "thin.png"}
+    args = [str(named.get(a, a)) for a in args]
+    for key, path in named.items():
+        line = line.replace(key, str(path))
     result = invoke(
         "run",
         "--model",
@@ -202,6 +224,71 @@ def test_bad_references_are_refused_in_one_line(args, line, tmp_path):
         "--resize",
         "64",
     )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: {line}")
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def _run_headless(tmp_path, *args):
+    return invoke(
+        "run", "--model", "tests.conftest:headless_timm_net", "--weights", "none", *args, CAT,
+        "--out", tmp_path / "out", "--device", "cpu", "--pictures", "cam", "--crop", "64", "--resize", "64",
+    )  # fmt: skip
+
+
+def test_a_factorys_timm_model_without_head_is_an_embedding_model(tmp_path):
+    # its 96 outputs are embedding dimensions, not classes: a top-1 "class" of them would mean nothing
+    refused = _run_headless(tmp_path)
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr == (
+        "hookviz: error: --model tests.conftest:headless_timm_net: its output is an embedding, not class logits; "
+        "explain its similarity to a reference photo with --target-image REF\n"
+    )
+    assert not (tmp_path / "out").exists()
+    explained = _run_headless(tmp_path, "--target-image", COFFEE)
+    assert explained.exit_code == 0, explained.output
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["task"] == "embed"
+
+
+def test_a_photo_explained_against_itself_says_its_cam_is_rounding_noise(tmp_path):
+    # at cos=1 the similarity is at its maximum: its gradient is ~1e-9, a map of rounding noise
+    result = _run_headless(tmp_path, "--target-image", CAT, "--target-image", COFFEE)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    said = [note for note in report["notes"] if "rounding noise" in note]
+    assert said == [
+        f"--target-image {CAT}: the photo's embedding equals the reference's (cos=1.000000), where the similarity "
+        "is at its maximum and its gradient vanishes, so its CAM shows rounding noise; explain the photo against "
+        "another reference"
+    ]
+    assert "rounding noise" in result.stderr  # printed as a note, too
+
+
+def test_an_empty_target_image_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch):
+    # before: Path("") is ".", so the photos of the folder the command ran in became the concept, unasked
+    shutil.copyfile(COFFEE, tmp_path / "coffee.png")
+    monkeypatch.chdir(tmp_path)
+    result = _run_headless(tmp_path, "--target-image", "")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == "hookviz: error: --target-image '': an empty path; pass a photo or a folder of photos\n"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "factory, line",
+    [
+        ("one_value_net", "the model returned a 1x1 tensor: an embedding of one value is ±1 similar to any reference"),
+        ("integer_net", "the model returned a 1x8 tensor of int64: no gradient flows through it"),
+    ],
+    ids=["one-value", "integer"],
+)
+def test_an_embedding_without_gradient_is_refused_in_one_line(factory, line, tmp_path):
+    # before: the one-value embedding drew a flat CAM at cos=1.000; the integer one was called "not an embedding"
+    result = invoke(
+        "run", "--model", f"tests.conftest:{factory}", "--weights", "none", "--target-image", COFFEE, CAT,
+        "--out", tmp_path / "out", "--device", "cpu", "--crop", "64", "--resize", "64",
+    )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"hookviz: error: {line}")
     assert result.stderr.count("\n") == 1

@@ -224,3 +224,52 @@ def test_recording_keeps_transformers_model_output():
     with record(model, ["encoder"]) as rec:
         rec.backward(model(torch.randn(2, 5, 4)).sum())
     assert rec["encoder"].output.shape == (2, 5, 4) and transformers.__version__
+
+
+class _Join(nn.Module):
+    """Concatenates a list of maps, as ultralytics' ``Concat`` does: its input is no tensor."""
+
+    def forward(self, parts):
+        return torch.cat(parts, dim=1)
+
+
+class _Joined(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.left, self.right = nn.Conv2d(3, 4, 3, stride=2, padding=1), nn.Conv2d(3, 2, 3, stride=2, padding=1)
+        self.join = _Join()
+        self.head = nn.Linear(6, 5)
+
+    def forward(self, x):
+        return self.head(self.join([self.left(x), self.right(x)]).relu().mean(dim=(2, 3)))
+
+
+def joined_net() -> nn.Module:
+    """Factory used as ``--model tests.test_recording:joined_net``."""
+    return _Joined()
+
+
+def test_a_layer_whose_input_is_a_list_gets_its_gradient_and_cam(tmp_path):
+    # before: nothing upstream needed a gradient and the list input made no leaf, so a YOLO's
+    # Concat (yolo.model.20) was "no CAM: the target's logit does not depend on this layer"
+    from hookviz import explain
+
+    model, image = _Joined().eval(), torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(2))
+    (layer,) = explain(model, image, layers=["join"], target=3, preprocessing=None).layers
+    assert layer.cam_note is None and layer.cam is not None
+    joined = model.join([model.left(image[None]), model.right(image[None])]).detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(model.head(joined.relu().mean(dim=(2, 3)))[0, 3], joined)
+    expected = (grad.mean(dim=(2, 3), keepdim=True) * joined).sum(dim=1).relu()[0].detach().numpy()
+    torch.testing.assert_close(torch.from_numpy(layer.cam), torch.from_numpy(expected), rtol=1e-4, atol=1e-7)
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+    from tests.conftest import SAMPLES
+
+    args = ["run", "--model", "tests.test_recording:joined_net", "--weights", "none", "--layer", "join", "--crop", "32"]
+    result = CliRunner().invoke(
+        app, [*args, "--resize", "32", "--pictures", "cam", str(SAMPLES / "cat.png"), "-o", str(tmp_path)]
+    )
+    assert result.exit_code == 0 and "does not depend" not in result.output, result.output
+    assert (tmp_path / "cat" / "join.cam.png").is_file()

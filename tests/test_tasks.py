@@ -116,6 +116,11 @@ def _run(tmp_path, model: str, *args: str):
         ("tests.conftest:tiny_net", ["--max-detections", "2"], "--max-detections 2: only a detect model"),
         ("tests.conftest:tiny_net", ["--box-objective", "score+iou"], "--box-objective score+iou: only a detect model"),
         ("lraspp_mobilenet_v3_large", ["--max-detections", "2"], "--max-detections 2: only a detect model"),
+        (  # "an", not "only a embed model"
+            "lraspp_mobilenet_v3_large",
+            ["--target-image", str(SAMPLES / "coffee.png")],
+            "--target-image: only an embed model (embedding similarity) takes it",
+        ),
     ],
 )
 def test_a_tasks_own_options_are_refused_for_a_model_of_another_task(tmp_path, model, args, said):

@@ -252,7 +252,69 @@ def test_a_trusted_checkpoint_loads_and_one_of_another_task_is_refused(tmp_path,
     assert len(result.output.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("config", ["yolov8n-seg.yaml", "yolov8n-cls.yaml"])
+@pytest.mark.parametrize("saved", ["alone", "in a dict"])
+def test_hookviz_layers_lists_a_checkpoints_layers(tmp_path, yolo, saved):
+    # before: "--weights none: best.pt carries its own weights; drop --weights", though none was
+    # given (it is what `layers` loads by default); and torch.save(YOLO(...).model), a model
+    # saved alone, was "not an ultralytics checkpoint (no model in it)"
+    torch.save(yolo.module.yolo if saved == "alone" else {"model": yolo.module.yolo}, tmp_path / "best.pt")
+    listed = invoke("layers", "--model", f"yolo:{tmp_path / 'best.pt'}", "--trust-checkpoint", "--filter", "yolo.model.21")
+    assert listed.exit_code == 0, listed.output
+    assert "yolo.model.21" in listed.output
+
+
+def raw_detection_model():
+    """Factory used as ``--model tests.test_yolo_models:raw_detection_model``: ultralytics' own module."""
+    from hookviz.models.sources.yolo_models import quiet_ultralytics
+
+    with quiet_ultralytics():
+        from ultralytics.nn.tasks import DetectionModel
+
+        return DetectionModel("yolov8n.yaml", verbose=False)
+
+
+@pytest.mark.parametrize("task", [[], ["--task", "detect"]], ids=["auto", "detect"])
+def test_an_ultralytics_module_from_a_factory_is_sent_to_the_yolo_source(tmp_path, task):
+    # before: "pass --task detect", and with it every photo failed on conv2d(list, ...)
+    args = ["--model", "tests.test_yolo_models:raw_detection_model", "--weights", "none", *task]
+    result = invoke("run", *args, SAMPLES / "cat.png", "-o", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.output == (
+        "hookviz: error: --model tests.test_yolo_models:raw_detection_model: an ultralytics DetectionModel, which "
+        "hookviz explains only through --model yolo:PATH.pt (torch.save it) or --model yolo:CONFIG.yaml\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "spec, trust, said",
+    [
+        ("yolov8n", False, "neither a config (.yaml) nor a checkpoint (.pt); try yolo:yolov8n.yaml (random weights)"),
+        ("TEXT", True, "cannot read it as a YOLO checkpoint (UnpicklingError: "),
+        ("EMPTY", True, "cannot read it as a YOLO checkpoint (EOFError: Ran out of input); give a .pt file ultralytics saved"),
+        ("BAD", False, "ultralytics cannot build it (KeyError: 'Foo'); compare it with a config ultralytics ships"),
+    ],
+    ids=["no-suffix", "text-as-pt", "empty-pt", "bad-config"],
+)
+def test_what_is_not_a_yolo_model_is_refused_with_what_to_give(tmp_path, spec, trust, said):
+    # before: ultralytics' "acceptable suffix is ('.yaml', '.yml'), not .yolov8n", and errors that said no remedy
+    files = {
+        "TEXT": ("text.pt", "hello\n"),
+        "EMPTY": ("empty.pt", ""),
+        "BAD": ("bad.yaml", "nc: 80\nbackbone: [[-1, 1, Foo, [64]]]\nhead: []\n"),
+    }
+    if spec in files:
+        name, text = files[spec]
+        (tmp_path / name).write_text(text)
+        spec = str(tmp_path / name)
+    trusted = ["--trust-checkpoint"] if trust else ["--weights", "none"]
+    result = invoke("run", "--model", f"yolo:{spec}", *trusted, SAMPLES / "cat.png", "-o", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.output.startswith(f"hookviz: error: --model yolo:{spec}: {said}")
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("config", ["yolov8n-seg.yaml", "yolov8n-cls.yaml", "rtdetr-l.yaml"])  # rtdetr: an AttributeError before
 def test_segmentation_and_classification_configs_are_refused_in_one_line(tmp_path, config):
     result = invoke("run", "--model", f"yolo:{config}", "--weights", "none", SAMPLES / "cat.png", "-o", tmp_path)
     assert result.exit_code == 2

@@ -361,6 +361,23 @@ def _run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     ]
     if changed:
         notes.append("preprocessing differs: " + "; ".join(changed))
+    return notes + _target_notes(*(files.report.asked for files in pairs[0]))
+
+
+def _target_notes(before, after) -> list[str]:
+    """What an embedding was compared with (``--target-image``) and a text tower's prompts,
+    when the runs differ in them: another reference is another objective, not drift."""
+    notes = []
+    if before.references is not None and after.references is not None:
+        old, now = ([(r.name, r.sha256) for r in side.references] for side in (before, after))
+        if [name for name, _ in old] != [name for name, _ in now]:
+            names = (", ".join(name for name, _ in side) or "none" for side in (old, now))
+            notes.append("references differ (--target-image): {} -> {}".format(*names))
+        elif old != now:
+            changed = [name for (name, a), (_, b) in zip(old, now) if a != b]
+            notes.append(f"references differ (--target-image): {', '.join(changed)} holds other photos")
+    if before.prompts is not None and after.prompts is not None and tuple(before.prompts) != tuple(after.prompts):
+        notes.append(f"prompts differ: {', '.join(before.prompts) or 'none'} -> {', '.join(after.prompts) or 'none'}")
     return notes
 
 

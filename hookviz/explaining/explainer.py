@@ -81,13 +81,17 @@ class Explainer:
         from hookviz.anatomy.geometry import declared_layout
         from hookviz.models.loading import input_channels
         from hookviz.tasks import get_task, recognise_task
+        from hookviz.tasks.embed import Embed, headless
         from hookviz.tasks.targets import parse_target
         from hookviz.trust.assess import check as check_trust
 
+        _refuse_raw_yolo(model)
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
         model = _chosen_task(model, task_options)
+        if model.task == "auto" and headless(model.module):  # its "logits" would be embedding dimensions
+            model = replace(model, task=Embed.name)
         dry = None
         if model.task == "auto":  # probed at the size asked for: some models take only that
             dry = _dry_output(model.module, inputs.apply(processing))
@@ -250,9 +254,14 @@ def _refuse_others(options, task, model: str) -> None:
         if not _same(value, default):
             shown = arg(name, value) if isinstance(value, (str, int, float)) else arg(name)
             raise UsageError(
-                f"{shown}: only a {owner.name} model ({owner.words}) takes it, and {model} is a {task.name} model "
-                f"({task.words}); drop {arg(name)} or choose a {owner.name} model"
+                f"{shown}: only {_a(owner.name)} model ({owner.words}) takes it, and {model} is {_a(task.name)} model "
+                f"({task.words}); drop {arg(name)} or choose {_a(owner.name)} model"
             )
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article: ``an embed``, ``a detect``."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
 def _given_values(options):
@@ -268,6 +277,17 @@ def _same(value, default) -> bool:
         return bool(value == default)
     except (TypeError, ValueError, RuntimeError):  # tensors compare element by element
         return False
+
+
+def _refuse_raw_yolo(model: LoadedModel) -> None:
+    """An ultralytics model handed over as it is (a factory's, a caller's module): its raw
+    output is neither logits nor torchvision's detections; the ``yolo:`` source wraps it."""
+    kind = type(model.module)
+    if kind.__module__.split(".")[0] == "ultralytics":
+        raise UsageError(
+            f"{arg('model', model.name)}: an ultralytics {kind.__name__}, which hookviz explains only through "
+            f"{arg('model', 'yolo:PATH.pt')} (torch.save it) or {arg('model', 'yolo:CONFIG.yaml')}"
+        )
 
 
 def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:

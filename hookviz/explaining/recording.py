@@ -177,6 +177,11 @@ class Recording:
                     )
                 self._calls.remove(call)  # a pattern or type picked it: left out, and the run notes it
                 return None
+            if torch.is_grad_enabled() and not tensor.requires_grad:
+                # its input was no tensor (a YOLO Concat's list) and nothing upstream needs a
+                # gradient, so no leaf was made before it: its output is where the graph starts
+                leaf = tensor.detach().requires_grad_(True)
+                output, tensor = _replace_first(output, tensor, leaf), leaf
             call.output_node = tensor
             self._watch(tensor, call, "grad_output")
             # Downstream gets a copy: an in-place op after this layer would overwrite the recorded output.

@@ -459,6 +459,12 @@ def box_objective(result, box, label: int, objective: str = "score"):
     return scores[same[best]] if float(overlaps[best]) >= MATCH_IOU else scores[same[best]] * 0
 
 
+def _none_found(what: str, threshold: float) -> str:
+    """The note of an image without detections, with the way to see weaker ones (a model with
+    random weights scores far below the default threshold)."""
+    return f"no detections{what} with a score of at least {threshold}; lower {arg('score_threshold')} to explain weaker boxes"
+
+
 def _prediction(
     result, keep: list[int], window, categories, options: DetectOptions, fixed, most: int, objective: str
 ) -> DetectPrediction:
@@ -475,7 +481,7 @@ def _prediction(
     scores = tuple(ClassScore(d.index, d.name, d.score, d.score) for d in detections)
     focus = {f"det{j + 1}": (detections[j] if j < len(detections) else None) for j in range(max(most, 1))}
     what = "" if fixed is None else f" of class {names[fixed] if names and fixed < len(names) else fixed}"
-    notes: tuple[str, ...] = () if detections else (f"no detections{what} with a score of at least {options.score_threshold}",)
+    notes: tuple[str, ...] = () if detections else (_none_found(what, options.score_threshold),)
     if "anchors" in result and "strides" in result:  # a detector that says where each score was read (a YOLO)
         notes += tuple(
             f"detection {j + 1}: its score is read at anchor {int(result['anchors'][k])}, on the "

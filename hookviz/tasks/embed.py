@@ -25,7 +25,7 @@ from hookviz.errors import HookvizError, TargetError, UsageError, arg, describe
 from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
 from hookviz.tasks.classify import _describe, _select
 
-__all__ = ["Embed", "EmbedOptions", "EmbedPrediction", "embedding_of", "OBJECTIVE"]
+__all__ = ["Embed", "EmbedOptions", "EmbedPrediction", "embedding_of", "headless", "OBJECTIVE"]
 
 #: What report.json says the objective is.
 OBJECTIVE = "the cosine similarity of the image's embedding to the concept's (pytorch-grad-cam's SimilarityToConceptTarget)"
@@ -81,6 +81,12 @@ def _name(reference, k: int) -> str:
     return f"reference {k + 1} ({type(reference).__name__})"
 
 
+def headless(module) -> bool:
+    """Whether ``module`` says it has no classifier head (timm's ``num_classes=0``, whoever built
+    it: timm's source, a factory, a caller's module): its output is an embedding, not logits."""
+    return getattr(module, "num_classes", None) == 0
+
+
 def embedding_of(output, key: str | None = None):
     """The (N, D) embeddings in a model's output: a tensor (flattened past the batch: a
     pooled (N, D, 1, 1) map is a vector), or from a dict or ``ModelOutput`` its
@@ -98,10 +104,20 @@ def embedding_of(output, key: str | None = None):
         chosen = next((output[k] for k in _EMBEDDING_KEYS if output.get(k) is not None), None)
     elif isinstance(output, (tuple, list)):
         chosen = output[0] if output and isinstance(output[0], torch.Tensor) else None
-    if not isinstance(chosen, torch.Tensor) or chosen.dim() < 2 or not chosen.is_floating_point():
+    if not isinstance(chosen, torch.Tensor) or chosen.dim() < 2:
         raise UsageError(
             f"the model returned {_describe(output if chosen is None else chosen)}, not (batch, features) embeddings; "
             f"choose the entry with {arg('output_key', 'KEY')}"
+        )
+    if not chosen.is_floating_point():
+        raise UsageError(
+            f"the model returned {_describe(chosen)} of {str(chosen.dtype).removeprefix('torch.')}: no gradient flows "
+            f"through it; return the float features before they are rounded, or choose another entry with {arg('output_key', 'KEY')}"
+        )
+    if chosen.flatten(1).shape[1] < 2:  # the cosine of two single numbers is their signs' product: ±1, flat
+        raise UsageError(
+            f"the model returned {_describe(chosen)}: an embedding of one value is ±1 similar to any reference, "
+            f"with no gradient to explain; return (batch, features) embeddings, or choose another entry with {arg('output_key', 'KEY')}"
         )
     return chosen.flatten(1)
 
@@ -134,13 +150,35 @@ def _concept(module, explainer_prepare, reference, device: str, options, name: s
     if isinstance(reference, torch.Tensor) and reference.dim() == 1:
         return reference.detach().float()
     try:
-        tensors = [explainer_prepare(photo).tensor for photo in _reference_photos(reference)]
-    except HookvizError as exc:
-        reason = str(exc).split(": ", 1)[-1]  # the image error's words, without the path again
-        raise UsageError(f"{arg('target_image', name)}: {reason}; pass a photo or a folder of photos") from None
+        photos = _reference_photos(reference)
+    except HookvizError as exc:  # a folder without photos: its words say what to pass
+        reason = _reason(exc)
+        raise UsageError(f"{arg('target_image', name)}: {reason}{'' if '; ' in reason else _GIVE}") from None
+    folder = len(photos) != 1 or photos[0] is not reference
+    tensors = [_prepared(explainer_prepare, photo, name, folder) for photo in photos]
     with torch.no_grad(), evaluation(module):
         embeddings = [_embedding(module, tensor, device, options, name) for tensor in tensors]
     return torch.stack(embeddings).float().mean(dim=0)
+
+
+_GIVE = "; pass a photo or a folder of photos"
+
+
+def _reason(exc: HookvizError) -> str:
+    """An input error's words, without the path it starts with."""
+    return str(exc).split(": ", 1)[-1]
+
+
+def _prepared(prepare, photo, name: str, folder: bool):
+    """One reference photo, read and preprocessed; one that cannot be read is named, and within
+    a folder (``folder``) so is the file, which the folder's name alone would not find."""
+    try:
+        return prepare(photo).tensor
+    except HookvizError as exc:
+        reason = _reason(exc)
+        where, give = (f"{photo}: ", "; remove it from the folder or pass another") if folder else ("", _GIVE)
+        give = give if folder or "; " not in reason else ""  # the image error says what to do already
+        raise UsageError(f"{arg('target_image', name)}: {where}{reason}{give}") from None
 
 
 def _embedding(module, tensor, device: str, options, name: str):
@@ -175,7 +213,37 @@ def _identity(reference, name: str):
     return ReferenceIdentity.of_values(name, np.ascontiguousarray(np.asarray(reference)).tobytes())
 
 
+def _check_paths(references: Sequence) -> None:
+    """Refuse an empty path (``Path("")`` is the current folder: its photos would become the
+    concept unasked) and a path given twice (the same concept twice, under one name)."""
+    seen: dict = {}
+    for reference in references:
+        if not isinstance(reference, (str, Path)):
+            continue
+        if isinstance(reference, str) and not reference.strip():
+            raise UsageError(f"{arg('target_image')} {reference!r}: an empty path; pass a photo or a folder of photos")
+        where = Path(reference).resolve()
+        if where in seen:
+            raise UsageError(f"{arg('target_image', reference)}: given twice (also as {seen[where]}), the same concept; drop one")
+        seen[where] = str(reference)
+
+
 # ----------------------------------------------------------------------------- the plan
+
+#: A similarity this close to 1 is float32 rounding of "the same embedding".
+_IDENTICAL = 1 - 1e-6
+
+
+def _identical_notes(scores: Sequence[ClassScore]) -> tuple[str, ...]:
+    """The note for each reference whose embedding the photo's equals: the similarity is at its
+    maximum there, where its gradient vanishes, so what its CAM draws is rounding noise."""
+    return tuple(
+        f"{arg('target_image', score.name)}: the photo's embedding equals the reference's (cos={score.logit:.6f}), "
+        "where the similarity is at its maximum and its gradient vanishes, so its CAM shows rounding noise; "
+        "explain the photo against another reference"
+        for score in scores
+        if score.logit >= _IDENTICAL
+    )
 
 
 @register_task
@@ -233,6 +301,7 @@ class Embed(TaskBase):
                 f"{arg('model', model.name)}: its output is an embedding, not class logits; explain its similarity "
                 f"to a reference photo with {arg('target_image', 'REF')}"
             )
+        _check_paths(own.target_images)
         names = [_name(reference, k) for k, reference in enumerate(own.target_images)]
         concepts = tuple(
             (name, _concept(model.module, prepare, reference, device, options, name))
@@ -272,7 +341,11 @@ class Embed(TaskBase):
         for i in range(count):
             scores = [ClassScore(k, name, float(values[i, k]), float(values[i, k])) for k, name in enumerate(names)]
             ranked = sorted(scores, key=lambda score: -score.logit if score.logit == score.logit else float("inf"))
-            predictions.append(EmbedPrediction(target=scores[0], top5=tuple(ranked[:5]), focus=dict(zip(keys, scores))))
+            predictions.append(
+                EmbedPrediction(
+                    target=scores[0], top5=tuple(ranked[:5]), focus=dict(zip(keys, scores)), notes=_identical_notes(scores)
+                )
+            )
         return EmbedPlan(objective, cams, predictions, values, task_options)
 
     def scorer(self, plan: Plan, key: str, options):

@@ -128,9 +128,9 @@ def _task(model) -> str:
     """A model without a classifier head (``num_classes=0``: a feature extractor) returns an
     embedding, explained by its similarity to a reference photo (``target_image``)."""
     from hookviz.tasks import DEFAULT_TASK
-    from hookviz.tasks.embed import Embed
+    from hookviz.tasks.embed import Embed, headless
 
-    return Embed.name if getattr(model, "num_classes", None) == 0 else DEFAULT_TASK
+    return Embed.name if headless(model) else DEFAULT_TASK
 
 
 def _pretrained(timm, name: str, arch: str, seed: int):

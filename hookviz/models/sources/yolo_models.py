@@ -27,7 +27,14 @@ from pathlib import Path
 
 from hookviz.errors import UnknownModelError, WeightsError, arg, describe
 from hookviz.inputs.images import Preprocessing
-from hookviz.models.sources.base import LoadedModel, load_weights_file, register_source, seeded, weights_kind
+from hookviz.models.sources.base import (
+    LoadedModel,
+    load_weights_file,
+    register_source,
+    reset_parameters,
+    seeded,
+    weights_kind,
+)
 
 __all__ = ["YoloSource", "YoloDetector", "PREFIX", "INSTALL", "NECK_REASON"]
 
@@ -146,13 +153,18 @@ class YoloSource:
         spec = name[len(PREFIX) :]
         if not spec:
             raise UnknownModelError(f"{arg('model', name)}: name a config (yolo:yolov8n.yaml) or a checkpoint (yolo:best.pt)")
-        checkpoint = spec.endswith(".pt")
+        if Path(spec).suffix.lower() not in (".pt", ".yaml", ".yml"):  # ultralytics would assert on the suffix
+            raise UnknownModelError(
+                f"{arg('model', name)}: neither a config (.yaml) nor a checkpoint (.pt); "
+                f"try yolo:{EXAMPLES[0]} (random weights) or yolo:PATH.pt (a trained checkpoint)"
+            )
+        checkpoint = spec.lower().endswith(".pt")
         if checkpoint and not trust_checkpoint:
             raise WeightsError(
                 f"{arg('model', name)}: a YOLO checkpoint is a pickle that runs code when loaded; pass "
                 f"{arg('trust_checkpoint')} if you trust its author"
             )
-        if checkpoint and weights_kind(weights) != "default":
+        if checkpoint and weights_kind(weights) == "other":
             raise WeightsError(f"{arg('weights', weights)}: {spec} carries its own weights; drop {arg('weights')}")
         from hookviz.tasks.detect import Detect
 
@@ -160,6 +172,10 @@ class YoloSource:
             tasks = _import(name)
             if checkpoint:
                 model, label, sha = _checkpoint(tasks, name, Path(spec)), f"checkpoint {spec}", None
+                if weights_kind(weights) == "none":  # its architecture alone (``hookviz layers``' default)
+                    with seeded(seed):
+                        reset_parameters(model)
+                    label = f"none (random init of the architecture in {spec}, seed {seed})"
             else:
                 model, label, sha = _configured(tasks, name, spec, weights, seed)
             detector = YoloDetector(model)
@@ -194,7 +210,10 @@ def _configured(tasks, name: str, config: str, weights: str, seed: int):
                 f"{arg('model', name)}: no such config ({describe(exc)}); try yolo:{EXAMPLES[0]} or yolo:{EXAMPLES[2]}"
             ) from None
         except Exception as exc:  # a config ultralytics cannot build: one line, not its traceback
-            raise UnknownModelError(f"{arg('model', name)}: ultralytics cannot build it ({describe(exc)})") from None
+            raise UnknownModelError(
+                f"{arg('model', name)}: ultralytics cannot build it ({describe(exc)}); "
+                f"compare it with a config ultralytics ships, such as yolo:{EXAMPLES[0]}"
+            ) from None
     _check_model(name, model)
     if weights_kind(weights) == "other":
         loaded = load_weights_file(model, weights)
@@ -207,12 +226,15 @@ def _checkpoint(tasks, name: str, path: Path):
     import torch
 
     if not path.is_file():
-        raise WeightsError(f"{arg('model', name)}: no such file {str(path)!r}")
+        raise WeightsError(f"{arg('model', name)}: no such file {str(path)!r}; check the path to the .pt file")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=False)  # trusted: the caller said so
     except Exception as exc:
-        raise WeightsError(f"{arg('model', name)}: cannot read it as a YOLO checkpoint ({describe(exc)})") from None
-    model = (saved.get("ema") or saved.get("model")) if isinstance(saved, dict) else None
+        raise WeightsError(
+            f"{arg('model', name)}: cannot read it as a YOLO checkpoint ({describe(exc)}); "
+            "give a .pt file ultralytics saved (a training run's weights/best.pt)"
+        ) from None
+    model = (saved.get("ema") or saved.get("model")) if isinstance(saved, dict) else saved  # or torch.save(yolo.model)
     if not isinstance(model, torch.nn.Module):
         raise WeightsError(f"{arg('model', name)}: not an ultralytics checkpoint (no model in it); give a YOLO .pt file")
     _check_task(name, getattr(model, "task", None) or tasks.guess_model_task(model))
@@ -237,6 +259,7 @@ def _check_task(name: str, task: str | None) -> None:
 
 
 def _check_model(name: str, model) -> None:
+    from ultralytics.nn.modules.head import Detect
     from ultralytics.nn.tasks import DetectionModel
 
     if type(model) is not DetectionModel:  # segment, pose, OBB, RT-DETR and open-vocabulary models subclass it
@@ -245,6 +268,11 @@ def _check_model(name: str, model) -> None:
             f"(yolo:{EXAMPLES[0]}, a detect checkpoint)"
         )
     *_, head = model.get_submodule("model").children()  # the detect head: the last layer of its Sequential
+    if not isinstance(head, Detect):  # a config builds a DetectionModel around any head (rtdetr-l.yaml's decoder)
+        raise UnknownModelError(
+            f"{arg('model', name)}: a model whose head is {type(head).__name__}, not a YOLO Detect head; hookviz "
+            f"explains YOLO detection models (yolo:{EXAMPLES[0]}, a detect checkpoint)"
+        )
     if getattr(head, "end2end", False):
         raise UnknownModelError(
             f"{arg('model', name)}: an NMS-free (end-to-end) head; hookviz explains the boxes a YOLO head's NMS keeps "
