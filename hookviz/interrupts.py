@@ -14,8 +14,9 @@ from __future__ import annotations
 import _thread
 import signal
 import sys
+import time
 
-__all__ = ["Interrupted", "catch_signals", "interrupted_line", "on_signal"]
+__all__ = ["FRAGILE_IMPORTS", "Interrupted", "catch_signals", "deferred", "importing_fragile", "interrupted_line", "on_signal"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -27,10 +28,57 @@ class Interrupted(BaseException):
     Exception`` on the way may take it for a failure)."""
 
 
-def on_signal(_signum, _frame) -> None:
+def on_signal(signum, _frame) -> None:
+    if deferred(on_signal, signum):
+        return
     for number in SIGNALS:  # the command is ending: a second signal must not cut its last line short
         signal.signal(number, signal.SIG_IGN)
     raise Interrupted
+
+
+#: Packages whose import runs C++ that calls back into Python (torch's ``_c10d_init``): an
+#: exception raised there by a signal handler ends the process with "terminate called after
+#: throwing an instance of 'pybind11::error_already_set'" and a core dump.
+FRAGILE_IMPORTS = ("torch", "torchvision")
+
+
+def importing_fragile() -> bool:
+    """Whether one of ``FRAGILE_IMPORTS`` is being imported now."""
+    for name in FRAGILE_IMPORTS:
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        if getattr(spec, "_initializing", False):
+            return True
+    return False
+
+
+def deferred(handler, signum: int) -> bool:
+    """Called first by a signal handler that raises: while a fragile package imports, take
+    the signal in hand later, once the import has ended (``handler(signum)`` then runs as if
+    the signal came at that moment), and return True; otherwise return False. The import
+    takes a second or two; nothing else waits."""
+    if not importing_fragile():
+        return False
+    replaced = {number: signal.getsignal(number) for number in SIGNALS}
+
+    def replay(_number, frame):
+        if importing_fragile():  # another signal meanwhile: the first is waiting already
+            return
+        for number, previous in replaced.items():
+            signal.signal(number, previous)
+        handler(signum, frame)
+
+    for number in SIGNALS:
+        signal.signal(number, replay)
+    _thread.start_new_thread(_when_imported, ())
+    return True
+
+
+def _when_imported() -> None:
+    """In a thread of its own: once no fragile import runs, have the main thread take the
+    waiting signal in hand (``interrupt_main`` only marks it; the main thread runs it)."""
+    while importing_fragile():
+        time.sleep(0.02)
+    _thread.interrupt_main(signal.SIGINT)
 
 
 def catch_signals() -> None:

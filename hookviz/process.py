@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
-from hookviz.interrupts import Interrupted, interrupted_line
+from hookviz.interrupts import Interrupted, deferred, interrupted_line
 from hookviz.progress import Progress, stopped_line
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ class Stopper:
         self.progress = progress
         self.signals = 0
 
-    def __call__(self, _signum, _frame):
+    def __call__(self, signum, _frame):
+        if deferred(self, signum):  # torch is being imported: the signal is taken in hand right after
+            return
         self.signals += 1
         if self.signals > 1:
             self._end_now()

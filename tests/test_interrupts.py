@@ -3,9 +3,11 @@ a finalizer) must still end the command: Python only prints "Exception ignored i
 and carries on. The import system's module locks use such callbacks, so a Ctrl-C while
 hookviz starts can land in one (it did, in CI)."""
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 # The signal's handler runs inside the weakref callback: the exception it raises there is
 # "unraisable". The loop after it stands for the rest of start-up.
@@ -77,3 +79,63 @@ def test_other_unraisable_exceptions_are_still_reported():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "went on" and "ValueError: a bug in a callback" in done.stderr, done
+
+
+# A stand-in for torch: its import takes a while, and a signal comes in the middle of it.
+FRAGILE_PACKAGE = """
+import os, signal, time
+os.kill(os.getpid(), signal.{signal})
+start = time.monotonic()
+while time.monotonic() - start < 0.5:
+    sum(range(100))  # the real torch runs C++ here that calls back into Python
+FINISHED = True
+"""
+
+WAIT_FOR_IMPORT = textwrap.dedent(
+    """
+    import sys, time
+    from hookviz.interrupts import Interrupted, catch_signals
+    {handler}
+    try:
+        import torch
+        start = time.monotonic()
+        while time.monotonic() - start < 5:
+            sum(range(100))
+    except {caught}:
+        print("stopped; torch imported:", getattr(sys.modules.get("torch"), "FINISHED", False))
+        sys.exit(130)
+    print("went on")
+    """
+)
+
+
+def _import_stopped(tmp_path, signal_name: str, handler: str, caught: str) -> subprocess.CompletedProcess:
+    (tmp_path / "torch").mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text(FRAGILE_PACKAGE.format(signal=signal_name))
+    code = WAIT_FOR_IMPORT.format(handler=handler, caught=caught)
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), root])}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_signal_while_torch_imports_is_taken_in_hand_once_the_import_ends(tmp_path):
+    """Raised inside torch's import, it can land in C++ (torch._C._c10d_init) that calls back
+    into Python: the process then aborts with a core dump ("terminate called after throwing an
+    instance of 'pybind11::error_already_set'"), as a CI-like run showed."""
+    for name in ("SIGINT", "SIGTERM"):
+        done = _import_stopped(tmp_path / name, name, "catch_signals()", "Interrupted")
+        assert (done.returncode, done.stdout.strip(), done.stderr) == (130, "stopped; torch imported: True", ""), done
+
+
+def test_the_runs_own_handler_also_waits_for_torchs_import(tmp_path):
+    """``hookviz run`` imports torch while the model loads, under ``process.Stopper``."""
+    handler = (
+        "import signal\n"
+        "from hookviz.process import Stopper\n"
+        "from types import SimpleNamespace\n"
+        "stopper = Stopper(SimpleNamespace(close=lambda: None))\n"
+        "stopper.run = SimpleNamespace(phase='loading')\n"
+        "signal.signal(signal.SIGINT, stopper)\n"
+    )
+    done = _import_stopped(tmp_path, "SIGINT", handler, "KeyboardInterrupt")
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (130, "stopped; torch imported: True", ""), done
