@@ -329,3 +329,26 @@ def test_explain_takes_a_models_name_with_a_concept_embedding():
     assert result.task == "embed" and result.target.name == "concept 1 (an embedding)"
     assert [r.name for r in result.references] == ["concept 1 (an embedding)"]
     assert np.isfinite(next(layer.cam for layer in result.layers if layer.cam is not None)).all()
+
+
+def test_a_named_classify_task_with_a_reference_is_refused_not_overridden(tmp_path):
+    # before: --task classify --target-image ran an embedding model, silently dropping the task asked for
+    result = invoke(
+        "run", "--model", "tests.conftest:tiny_net", "--weights", "none", "--task", "classify",
+        "--target-image", COFFEE, CAT, "--out", tmp_path / "out", "--device", "cpu", "--crop", "64", "--resize", "64",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "hookviz: error: --task classify and --target-image: a reference makes it an embedding similarity run, "
+        "not classification; drop --target-image to explain the classify output, or drop --task to explain the "
+        "similarity to the reference\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_explain_refuses_a_named_classify_task_with_a_reference():
+    from hookviz.errors import UsageError
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+    with pytest.raises(UsageError, match=r"^task='classify' and target_image: a reference makes it an embedding"):
+        explain(model, torch.rand(3, 64, 64), task="classify", target_image=torch.randn(4))

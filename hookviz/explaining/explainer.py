@@ -290,6 +290,24 @@ def _refuse_raw_yolo(model: LoadedModel) -> None:
         )
 
 
+def check_named_task(task: str, given: Sequence) -> None:
+    """Raise UsageError when the caller named ``task`` and gave another task's option group
+    that would choose its own (``--task classify --target-image``): which one they meant is
+    theirs to say, not ours to guess."""
+    from hookviz.tasks import TASKS, task_words
+
+    if task not in TASKS:  # auto, or a name ModelOptions refuses
+        return
+    for options in given:
+        chooser = next((t for t in TASKS.values() if t.options_type is not None and isinstance(options, t.options_type)), None)
+        if chooser is not None and chooser.name != task and chooser.chosen_by(options):
+            raise UsageError(
+                f"{arg('task', task)} and {arg('target_image')}: a reference makes it an {task_words(chooser.name)} "
+                f"run, not {task_words(task)}; drop {arg('target_image')} to explain the {task} output, or drop "
+                f"{arg('task')} to explain the similarity to the reference"
+            )
+
+
 def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
     """``model`` made the task of an option group that chooses it (``target_image``: an
     embedding's), when its source stated no task or the default one."""
@@ -499,8 +517,10 @@ def explain(
     Raises:
         HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
     """
-    loaded = _model_to_explain(model, categories, task, weights, prompts)
     from hookviz.tasks import DetectOptions, EmbedOptions
+
+    check_named_task(task, (EmbedOptions(target_images=target_image),))
+    loaded = _model_to_explain(model, categories, task, weights, prompts)
 
     target_options = TargetOptions(
         target=str(target),

@@ -295,9 +295,10 @@ class Run:
     def load(self) -> None:
         """Load the model and build the explainer; create the output folder only once
         everything it needs has been checked."""
-        from hookviz.explaining.explainer import Explainer
+        from hookviz.explaining.explainer import Explainer, check_named_task
         from hookviz.models.loading import load_model
 
+        check_named_task(self.model_options.task, self.task_options)
         self.device = resolve_device(self.model_options.device)
         loaded = load_model(self.model_options)
         loaded.module.to(self.device)
