@@ -172,3 +172,59 @@ def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):
             "objective": "the sum of d's logits over the 128 pixels predicted as d",
         }
     )
+
+
+class _SideBranchDetector(torch.nn.Module):
+    """A detector of one fixed box whose score never uses ``side``'s output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.side = torch.nn.Conv2d(4, 3, 1)
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, images):
+        results = []
+        for image in images:
+            features = self.stem(image[None]).relu()
+            self.side(features)
+            score = 0.5 + 0.4 * torch.sigmoid(self.head(features.mean(dim=(2, 3))))[:, 0]
+            box = torch.tensor([[2.0, 2.0, 20.0, 20.0]])
+            results.append({"boxes": box, "labels": torch.tensor([1]), "scores": score})
+        return results
+
+
+class _SideBranchEmbedder(torch.nn.Module):
+    """An embedding (or six logits) that never uses ``side``'s output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.side = torch.nn.Conv2d(4, 3, 1)
+        self.head = torch.nn.Linear(4, 6)
+
+    def forward(self, x):
+        features = self.stem(x).relu()
+        self.side(features)
+        return self.head(features.mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize(
+    "model, kwargs, objective",
+    [
+        (_SideBranchDetector, {"task": "detect"}, "the box's score"),
+        (_SideBranchDetector, {"task": "detect", "box_objective": "score+iou"}, "the box's score and IoU"),
+        (_SideBranchEmbedder, {"target_image": torch.arange(6.0)}, "the cosine similarity"),
+        (_SideBranchEmbedder, {}, "the target's logit"),
+    ],
+    ids=["detect", "detect-iou", "embed", "classify"],
+)
+def test_a_layer_the_objective_never_reaches_is_said_in_the_tasks_words(model, kwargs, objective):
+    # before: "the target's logit does not depend on this layer", for a detector's box and an embedding too
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(1))
+    result = hookviz.explain(model().eval(), image, layers=["side", "stem"], **kwargs)
+    assert result["side"].cam is None
+    assert result["side"].cam_note == f"no CAM: {objective} does not depend on this layer"
+    assert result["stem"].cam is not None

@@ -30,10 +30,9 @@ __all__ = [
     "layer_maps",
     "image_cams",
     "pixel_maps",
-    "ZERO_GRADIENT_NOTE",
+    "zero_gradient_note",
 ]
 
-ZERO_GRADIENT_NOTE = "the target's logit has zero gradient at every position of this layer, so its CAM is zero"
 NOTHING_TO_EXPLAIN = "no CAM: nothing to explain in this image"
 _FIRST_NORMS = ("ln_1", "norm1", "layernorm_before")  # torchvision's, timm's and transformers' ViT blocks
 
@@ -50,6 +49,7 @@ class Sources:
             a layer's output runs on it; ``needs_input`` hands it to the method).
         input_gradients: per key, the ``input_gradient`` callable (``probing.InputGradients``).
         options: the run's ``TargetOptions``.
+        objective: what is back-propagated, in words (the task's ``objective_words``).
     """
 
     keys: tuple[str, ...]
@@ -59,6 +59,7 @@ class Sources:
     batch: Any = None
     input_gradients: Any = None
     options: Any = None
+    objective: str = "the target's logit"
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,13 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
 
     module, task, options, device = explainer.model.module, explainer.task, explainer.target, explainer.device
     keys = tuple(key for key, _ in plan.cams)
-    sources = Sources(keys, module, gradients, options=options)
+    own = explainer.task_options
+    sources = Sources(keys, module, gradients, options=options, objective=task.objective_words(options, own))
     batch = None
     if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients for m in methods):
         batch = torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module))
     scores = None
-    own, formats = explainer.task_options, formats_for(module)
+    formats = formats_for(module)
     if any(m.needs_rescoring for m in methods):
         scores = {
             key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own, formats)
@@ -153,9 +155,9 @@ def layer_maps(methods, capture, sources: Sources, position: int, layout: Layout
         if method.needs_gradients:
             raw = sources.gradients[sources.keys[0]][position]
             if reshape(raw, layout) is None:
-                reasons[method.name] = "no CAM: the target's logit does not depend on this layer"
+                reasons[method.name] = f"no CAM: {sources.objective} does not depend on this layer"
                 continue
-            zero_notes = zero_notes or _zero_gradient_notes(capture.name, sources.module, raw, layout)
+            zero_notes = zero_notes or _zero_gradient_notes(capture.name, sources, raw, layout)
         keys = sources.keys if rank == 0 else sources.keys[:1]
         context = _method_context(method, capture, activation, sources)
         maps[method.name] = {key: _key_map(method, context, sources, key, position, layout) for key in keys}
@@ -239,7 +241,7 @@ def _pixel_context(method, captures, layouts, sources: Sources, position: int | 
         return context, None
     grads = reshape(sources.gradients[sources.keys[0]][position], layout)
     if grads is None:
-        return None, f"no map: the target's logit does not depend on {capture.name}, the first layer with a map"
+        return None, f"no map: {sources.objective} does not depend on {capture.name}, the first layer with a map"
     return replace(context, gradients=grads.float()), None
 
 
@@ -264,25 +266,31 @@ def _each_cam(maps_by_key, prediction, panels, i: int) -> tuple:
     return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in panels if prediction.focus.get(k) is not None)
 
 
-def _zero_gradient_notes(name: str, module, raw, layout) -> tuple:
+def zero_gradient_note(objective: str) -> str:
+    """The note for a gradient method whose ``objective`` (in words) has zero gradient at
+    every position of a layer."""
+    return f"{objective} has zero gradient at every position of this layer, so its CAM is zero"
+
+
+def _zero_gradient_notes(name: str, sources: Sources, raw, layout) -> tuple:
     """Per image, the note for a target whose gradient is zero at every position of the map."""
     gradient = reshape(raw, layout)
     zero = (~gradient.flatten(1).any(dim=1)).cpu().tolist()
     reached = raw.flatten(1).any(dim=1).cpu().tolist()  # with the class token, which the map drops
     return tuple(
-        _zero_gradient_note(name, module) if empty and token else ZERO_GRADIENT_NOTE if empty else None
+        _token_note(name, sources) if empty and token else zero_gradient_note(sources.objective) if empty else None
         for empty, token in zip(zero, reached)
     )
 
 
-def _zero_gradient_note(name: str, module) -> str:
+def _token_note(name: str, sources: Sources) -> str:
     """The note for a layer whose patch tokens get no gradient while its class token does:
     the head reads the class token, and after the last block no patch token reaches it."""
     path = name.split(":")[0]
-    norms = [p for p, _ in module.named_modules() if p.rsplit(".", 1)[-1] in _FIRST_NORMS and p != path]
+    norms = [p for p, _ in sources.module.named_modules() if p.rsplit(".", 1)[-1] in _FIRST_NORMS and p != path]
     where = f"try {arg('layers', norms[-1])}, the last block's first norm" if norms else "try the last block's first norm"
     return (
-        "the target's logit has zero gradient at every patch token of this layer (after the last block only the "
+        f"{sources.objective} has zero gradient at every patch token of this layer (after the last block only the "
         f"class token reaches the head), so its CAM is zero; {where}"
     )
 

@@ -247,6 +247,10 @@ class Task(Protocol):
         """What report.json calls the objective (``logit``, ``ce``, ``score``), from the
         ``TargetOptions`` and the task's own options."""
 
+    def objective_words(self, options, task_options=None) -> str:
+        """What is back-propagated, as the notes on a layer it does not reach name it:
+        ``the target's logit``, ``the box's score``, ``the cosine similarity``."""
+
     def headline(self, explanation) -> str:
         """What the pictures' titles say of the target: ``target tabby (281), p=0.874``."""
 
@@ -312,6 +316,9 @@ class TaskBase:
 
     def objective_name(self, options, task_options=None) -> str:
         return options.objective
+
+    def objective_words(self, options, task_options=None) -> str:
+        return "the cross-entropy against the target" if options.objective == "ce" else "the target's logit"
 
     def headline(self, explanation) -> str:
         target = explanation.target

@@ -306,6 +306,10 @@ class Detect(TaskBase):
     def objective_name(self, options, task_options=None) -> str:
         return (task_options or DetectOptions()).box_objective
 
+    def objective_words(self, options, task_options=None) -> str:
+        plus_iou = (task_options or DetectOptions()).box_objective == "score+iou"
+        return "the box's score and IoU" if plus_iou else "the box's score"
+
     # -- what it shows
 
     def headline(self, explanation) -> str:

@@ -361,6 +361,9 @@ class Embed(TaskBase):
     def objective_name(self, options, task_options=None) -> str:
         return "cosine"
 
+    def objective_words(self, options, task_options=None) -> str:
+        return "the cosine similarity"
+
     def headline(self, explanation) -> str:
         target = explanation.target
         return "no target" if target is None else f"similarity to {target.name}: cos={target.logit:.3f}"

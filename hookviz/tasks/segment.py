@@ -128,6 +128,9 @@ class Segment(TaskBase):
                 f"logits over its pixels; drop {arg('objective')}"
             )
 
+    def objective_words(self, options, task_options=None) -> str:
+        return "the target's logits over its pixels"
+
     def default_root(self, module) -> str | None:
         return "backbone" if hasattr(module, "backbone") else None
 
