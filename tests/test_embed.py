@@ -352,3 +352,57 @@ def test_explain_refuses_a_named_classify_task_with_a_reference():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
     with pytest.raises(UsageError, match=r"^task='classify' and target_image: a reference makes it an embedding"):
         explain(model, torch.rand(3, 64, 64), task="classify", target_image=torch.randn(4))
+
+
+def _small_embedder():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+
+
+def test_a_concept_given_as_a_batch_of_one_embedding_is_that_embedding():
+    # before: a (1, D) tensor, the model's own output for one photo, was "a tensor image must be (C, H, W)"
+    model = _small_embedder().eval()
+    generator = torch.Generator().manual_seed(4)
+    image, reference = torch.rand(3, 64, 64, generator=generator), torch.rand(3, 64, 64, generator=generator)
+    with torch.no_grad():
+        batch_of_one = model(reference[None])
+    assert batch_of_one.shape == (1, 4)
+    ours = explain(model, image, layers=["0"], target_image=batch_of_one)
+    flat = explain(model, image, layers=["0"], target_image=batch_of_one[0])
+    assert ours.target.name == "concept 1 (an embedding)"
+    assert ours.target.logit == pytest.approx(flat.target.logit, abs=1e-6)
+    np.testing.assert_allclose(ours["0"].cam, flat["0"].cam, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "concept, line",
+    [
+        (  # before: cos=0 and a blank CAM, without a word
+            torch.zeros(4),
+            "target_image='concept 1 (an embedding)': the embedding is all zeros, a vector with no direction to "
+            "compare with; pass a photo or a nonzero embedding",
+        ),
+        (  # before: cos=nan
+            torch.tensor([1.0, float("nan"), 0.0, 0.0]),
+            "target_image='concept 1 (an embedding)': the embedding holds NaN or infinite values, which are no "
+            "concept; pass finite values",
+        ),
+        (
+            torch.ones(2, 4),
+            "target_image='reference 1 (Tensor)': a tensor of shape (2, 4) is neither an image (C, H, W) nor a "
+            "concept's embedding, (D,) or (1, D) with D the model's embedding size; pass one of those",
+        ),
+        (
+            torch.ones(1, 5),
+            "target_image='concept 1 (an embedding)': an embedding of 5 values, but the model's have 4; pass a "
+            "photo, or this model's embedding as a (4,) or (1, 4) tensor",
+        ),
+    ],
+    ids=["zeros", "nan", "two-rows", "wrong-size"],
+)
+def test_a_concept_tensor_that_is_no_embedding_of_the_model_is_refused(concept, line):
+    from hookviz.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        explain(_small_embedder().eval(), torch.rand(3, 64, 64), layers=["0"], target_image=concept)
+    assert str(refused.value) == line

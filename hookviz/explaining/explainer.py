@@ -502,7 +502,7 @@ def explain(
         categories: class names when ``model`` is a bare module.
         target_image: for a model whose output is an embedding: a reference photo (a path, a
             folder of photos averaged into one concept, an image as ``image`` takes) or a
-            concept's embedding (a 1-D tensor), or a list of them, one CAM each; the objective
+            concept's embedding (a (D,) or (1, D) tensor), or a list of them, one CAM each; the objective
             is the cosine similarity to it (``hookviz.tasks.EmbedOptions``).
         faithfulness: also measure each CAM's deletion, insertion and ROAD curves
             (``layer.trust``; a classifier's only).

@@ -8,7 +8,7 @@ the concept's, so on the same model and input its CAM is that tutorial's.
 Each reference is its own concept and gets a CAM of its own (a panel of ``<layer>.cam.png``);
 a folder of references is one concept, the mean of their embeddings. A reference is a photo
 (a path, read and preprocessed as the explained photos are) or, from Python, the concept's
-embedding itself (a 1-D tensor).
+embedding itself (a (D,) or (1, D) tensor).
 
 The references are the task's own options (``EmbedOptions``); giving one makes a model of
 no stated task (a factory's, a bare module) or a classifier an embedding model. Their
@@ -39,7 +39,7 @@ class EmbedOptions:
 
     Attributes:
         target_images: photo paths, folders of photos (one concept: their mean embedding) or,
-            from Python, 1-D tensors (a concept's embedding) or images ``hookviz.explain`` takes.
+            from Python, (D,) or (1, D) tensors (a concept's embedding) or images ``hookviz.explain`` takes.
         concepts: ``(name, embedding)`` per reference, filled in by ``Embed.bind``.
         references: each reference's ``identity.ReferenceIdentity`` (what report.json keeps,
             what ``--skip-existing`` compares), filled in by ``Embed.bind``.
@@ -71,10 +71,16 @@ class EmbedPrediction(ImagePrediction):
         return {"objective": OBJECTIVE}
 
 
-def _name(reference, k: int) -> str:
+def _is_embedding(reference) -> bool:
+    """Whether ``reference`` is a concept's embedding: a (D,) or (1, D) tensor (a model's
+    output for one photo keeps its batch of one)."""
     import torch
 
-    if isinstance(reference, torch.Tensor) and reference.dim() == 1:
+    return isinstance(reference, torch.Tensor) and (reference.dim() == 1 or (reference.dim() == 2 and len(reference) == 1))
+
+
+def _name(reference, k: int) -> str:
+    if _is_embedding(reference):
         return f"concept {k + 1} (an embedding)"
     if isinstance(reference, (str, Path)):
         return str(reference)
@@ -142,13 +148,19 @@ def _reference_photos(reference) -> list:
 
 
 def _concept(module, explainer_prepare, reference, device: str, options, name: str):
-    """The embedding of one reference: a 1-D tensor as it is, else the mean embedding of its photos."""
+    """The embedding of one reference: a (D,) or (1, D) tensor as it is, else the mean
+    embedding of its photos."""
     import torch
 
     from hookviz.explaining.modelstate import evaluation
 
-    if isinstance(reference, torch.Tensor) and reference.dim() == 1:
-        return reference.detach().float()
+    if _is_embedding(reference):
+        return _checked_embedding(reference, name)
+    if isinstance(reference, torch.Tensor) and reference.dim() != 3:
+        raise UsageError(
+            f"{arg('target_image', name)}: a tensor of shape {tuple(reference.shape)} is neither an image (C, H, W) "
+            "nor a concept's embedding, (D,) or (1, D) with D the model's embedding size; pass one of those"
+        )
     try:
         photos = _reference_photos(reference)
     except HookvizError as exc:  # a folder without photos: its words say what to pass
@@ -162,6 +174,24 @@ def _concept(module, explainer_prepare, reference, device: str, options, name: s
 
 
 _GIVE = "; pass a photo or a folder of photos"
+
+
+def _checked_embedding(reference, name: str):
+    """A concept given as its embedding, as a (D,) float tensor; one of zeros (no direction:
+    its cosine with anything is 0) or of NaN (every similarity NaN) is refused."""
+    import torch
+
+    embedding = reference.detach().float().flatten()
+    if not torch.isfinite(embedding).all():
+        raise UsageError(
+            f"{arg('target_image', name)}: the embedding holds NaN or infinite values, which are no concept; pass finite values"
+        )
+    if not embedding.any():
+        raise UsageError(
+            f"{arg('target_image', name)}: the embedding is all zeros, a vector with no direction to compare with; "
+            "pass a photo or a nonzero embedding"
+        )
+    return embedding
 
 
 def _reason(exc: HookvizError) -> str:
@@ -322,7 +352,8 @@ class Embed(TaskBase):
             if concept.numel() != embeddings.shape[1]:
                 raise UsageError(
                     f"{arg('target_image', name)}: an embedding of {concept.numel()} values, but the model's "
-                    f"have {embeddings.shape[1]}; pass a photo or an embedding of this model"
+                    f"have {embeddings.shape[1]}; pass a photo, or this model's embedding as a ({embeddings.shape[1]},) "
+                    f"or (1, {embeddings.shape[1]}) tensor"
                 )
             concept = concept.to(device=embeddings.device, dtype=embeddings.dtype)
             columns.append(torch.nn.functional.cosine_similarity(embeddings, concept[None], dim=1))
