@@ -322,6 +322,19 @@ def test_segmentation_and_classification_configs_are_refused_in_one_line(tmp_pat
     assert len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("config, head", [("yolov8n-world.yaml", "WorldDetect"), ("yoloe-v8s.yaml", "YOLOEDetect")])
+def test_an_open_vocabulary_config_is_refused_naming_what_hookviz_explains(tmp_path, config, head):
+    # before: "ultralytics cannot build it (TypeError: ...); compare it with a config ultralytics ships", which it is
+    result = invoke("run", "--model", f"yolo:{config}", "--weights", "none", SAMPLES / "cat.png", "-o", tmp_path / "out")
+    assert result.exit_code == 2
+    assert result.output == (
+        f"hookviz: error: --model yolo:{config}: a model whose head is {head}, not a YOLO Detect head; hookviz "
+        "explains plain YOLO detection models, such as yolo:yolov8n.yaml or yolo:yolo11n.yaml (`hookviz models` "
+        "lists them), or a detect checkpoint\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_without_ultralytics_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ultralytics", None)
     with pytest.raises(UnknownModelError) as error:

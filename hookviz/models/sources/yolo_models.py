@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from hookviz.errors import UnknownModelError, WeightsError, arg, describe
+from hookviz.errors import UnknownModelError, WeightsError, arg, describe, hint
 from hookviz.inputs.images import Preprocessing
 from hookviz.models.sources.base import (
     LoadedModel,
@@ -40,7 +40,7 @@ __all__ = ["YoloSource", "YoloDetector", "PREFIX", "INSTALL", "NECK_REASON"]
 
 PREFIX = "yolo:"
 INSTALL = "pip install 'hookviz[yolo]'"
-#: Configs ``hookviz models`` lists (any config ultralytics ships is accepted).
+#: Configs ``hookviz models`` lists (any plain detection config ultralytics ships is accepted).
 EXAMPLES = ("yolov8n.yaml", "yolov8s.yaml", "yolo11n.yaml", "yolo11s.yaml")
 #: Photos are resized to this on their long side, as ultralytics' predict does (its ``imgsz``).
 IMAGE_SIZE = 640
@@ -210,15 +210,31 @@ def _configured(tasks, name: str, config: str, weights: str, seed: int):
                 f"{arg('model', name)}: no such config ({describe(exc)}); try yolo:{EXAMPLES[0]} or yolo:{EXAMPLES[2]}"
             ) from None
         except Exception as exc:  # a config ultralytics cannot build: one line, not its traceback
-            raise UnknownModelError(
-                f"{arg('model', name)}: ultralytics cannot build it ({describe(exc)}); "
-                f"compare it with a config ultralytics ships, such as yolo:{EXAMPLES[0]}"
-            ) from None
+            raise _unbuilt(tasks, name, config, exc) from None
     _check_model(name, model)
     if weights_kind(weights) == "other":
         loaded = load_weights_file(model, weights)
         return model.float(), loaded.label, loaded.sha256
     return model.float(), f"none (random init from {config}, seed {seed})", None
+
+
+def _unbuilt(tasks, name: str, config: str, exc: Exception) -> UnknownModelError:
+    """Why a config did not build: a head other than YOLO's Detect (an open-vocabulary
+    YOLO-World or YOLOE config, which ultralytics ships but builds only with text embeddings)
+    is named with what hookviz explains instead; else the build's own error."""
+    try:
+        head = str(tasks.yaml_model_load(config)["head"][-1][2])
+    except Exception:  # no head to read: the config itself is broken
+        head = "Detect"
+    if head != "Detect":
+        return UnknownModelError(
+            f"{arg('model', name)}: a model whose head is {head}, not a YOLO Detect head; hookviz explains plain YOLO "
+            f"detection models, such as yolo:{EXAMPLES[0]} or yolo:{EXAMPLES[2]} ({hint('list_models')}), or a detect checkpoint"
+        )
+    return UnknownModelError(
+        f"{arg('model', name)}: ultralytics cannot build it ({describe(exc)}); "
+        f"compare it with a config ultralytics ships, such as yolo:{EXAMPLES[0]}"
+    )
 
 
 def _checkpoint(tasks, name: str, path: Path):
