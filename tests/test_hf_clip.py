@@ -523,3 +523,28 @@ def test_a_target_that_is_top_and_a_prompts_text_is_refused(tmp_path, hub_cache)
     result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "a skirt", "--prompt", "top", "--target", "top")
     _one_line_error(result, "--target top: ambiguous: the best class, and class 1 is named 'top'; rename the class")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_long_prompt_is_shortened_where_shown_and_its_note_said_once(tmp_path, hub_cache):
+    """A 300-word prompt: each photo's line and each picture's title show its start, not 1,200
+    characters (they wrapped over the panels); the note that it is cut to the text tower's
+    length is said once per run, and report.json keeps the prompt as given."""
+    folder, _, _ = _folder(tmp_path, "clip")
+    long = " ".join(["cat"] * 300)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for k in range(3):
+        (photos / f"p{k}.png").write_bytes(CAT.read_bytes())
+    result = invoke(
+        "run", "--model", f"hf:{folder}", "--prompt", long, "--prompt", "a dog", "--target", long,
+        "--pictures", "none", "--workers", "1", "--out", tmp_path / "out", "--device", "cpu", photos,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert sum("is 902 tokens" in line for line in lines) == 1
+    per_photo = [line for line in lines if "top-5:" in line]
+    assert len(per_photo) == 3 and all(len(line) < 300 and "cat cat…" in line for line in per_photo)
+    report = json.loads((tmp_path / "out" / "p0" / "report.json").read_text())
+    assert report["target"]["name"] == long
+    title = explain(f"hf:{folder}", CAT, prompts=[long, "a dog"], target=long).figure()._suptitle.get_text()
+    assert len(title) < 300 and "cat cat…" in title

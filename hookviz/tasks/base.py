@@ -39,6 +39,7 @@ __all__ = [
     "Window",
     "focus_of",
     "probability_text",
+    "shown_name",
     "register_task",
     "model_dtype",
     "stacked",
@@ -47,6 +48,15 @@ __all__ = [
 
 def _finite(value: float):
     return value if math.isfinite(value) else None
+
+
+SHOWN_NAME = 48
+
+
+def shown_name(name: str | None) -> str | None:
+    """A class's name as pictures and progress lines show it: a long text prompt (300 words)
+    cut to its start, which otherwise wraps over a picture's panels; JSON keeps it whole."""
+    return name if name is None or len(name) <= SHOWN_NAME else name[: SHOWN_NAME - 1].rstrip() + "…"
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,7 @@ class ClassScore:
 
     @property
     def label(self) -> str:
-        return f"{self.name or 'class'} ({self.index})"
+        return f"{shown_name(self.name) or 'class'} ({self.index})"
 
 
 @dataclass(frozen=True)
@@ -349,8 +359,9 @@ class TaskBase:
     def status_line(self, status) -> str:
         if status.target is None:
             return f"{status.image}: nothing to explain (see its report.json)"
-        top = " · ".join(f"{s['name'] or s['index']} {probability_text(s['probability'])}" for s in status.top5)
-        return f"{status.image}: target {status.target.get('name') or status.target.get('index')}; top-5: {top}"
+        top = " · ".join(f"{shown_name(s['name']) or s['index']} {probability_text(s['probability'])}" for s in status.top5)
+        target = shown_name(status.target.get("name")) or status.target.get("index")
+        return f"{status.image}: target {target}; top-5: {top}"
 
     def gallery_list(self, report) -> tuple[str, list[str]]:
         heading = f"target: {report.target.label}" if report.target is not None else ""
