@@ -472,3 +472,40 @@ def test_labels_of_boxes_that_share_a_corner_do_not_cover_each_other():
         assert not any(a.overlaps(b) for i, a in enumerate(extents) for b in extents[i + 1 :]), extents
     finally:
         plt.close(figure)
+
+
+def test_labels_of_many_boxes_sharing_corners_stay_inside_the_picture():
+    """Twenty boxes sharing two corners near the top (random weights at --score-threshold 0
+    give such piles): the labels stacked up out of the picture, over the title and off the
+    figure; each must stay inside the picture, clear of the others."""
+    from types import SimpleNamespace
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hookviz.tasks.base import Detection
+    from hookviz.tasks.detect import Detect
+
+    left = [(60.0, 35.0, 60.0 + 8 * k, 35.0 + 10 * k) for k in range(3, 13)]
+    right = [(300.0 - 8 * k, 35.0, 449.0, 250.0 - 5 * k) for k in range(10)]
+    detections = tuple(Detection(box, 17, "a long-named class", 0.5) for box in left + right)
+    explanation = SimpleNamespace(
+        prediction=SimpleNamespace(detections=detections, of_class=None, score_threshold=0.0),
+        image=SimpleNamespace(shown=np.zeros((300, 450, 3))),
+    )
+    figure, ax = plt.subplots(figsize=(5, 4))
+    try:
+        ax.imshow(explanation.image.shown)
+        Detect().draw_prediction(ax, explanation)
+        figure.canvas.draw()
+        picture, extents = ax.get_window_extent(), [text.get_window_extent() for text in ax.texts]
+        assert len(extents) == 20
+        outside = [
+            e for e in extents if e.x0 < picture.x0 - 1 or e.x1 > picture.x1 + 1 or e.y0 < picture.y0 - 1 or e.y1 > picture.y1 + 1
+        ]
+        assert not outside, (picture, outside)
+        assert not any(a.overlaps(b) for i, a in enumerate(extents) for b in extents[i + 1 :]), extents
+    finally:
+        plt.close(figure)

@@ -392,19 +392,37 @@ class Detect(TaskBase):
 
 
 def _clear_of(label, placed: list, upward: bool) -> None:
-    """Move ``label`` (an annotation) a line at a time, up or down, until it covers none of
-    the ``placed`` labels' boxes (detections often share a corner); then add it to them."""
+    """Move ``label`` (an annotation) into the picture, then a line at a time, up or down (the
+    other way once the picture ends), to the nearest place where it covers none of the
+    ``placed`` labels' boxes (detections often share a corner); then add it to them."""
     renderer = getattr(label.figure.canvas, "get_renderer", lambda: None)()
     if renderer is None:
         return
+    picture = label.axes.get_window_extent(renderer)
+    extent = label.get_window_extent(renderer)
+    points = 72 / label.figure.dpi  # xyann is in points, extents in pixels
+    shift = min(0.0, picture.x1 - extent.x1) or max(0.0, picture.x0 - extent.x0)
+    x, y = label.xyann[0] + shift * points, label.xyann[1]
     step = (label.get_size() + 4) * (1 if upward else -1)
-    extent = label.get_window_extent(renderer).padded(1)
-    for _ in range(len(placed)):
-        if not any(extent.overlaps(other) for other in placed):
+    lines = len(placed) + 2
+    for k in [*range(lines), *range(-1, -lines, -1)]:
+        label.xyann = (x, y + k * step)
+        extent = label.get_window_extent(renderer).padded(1)
+        if _inside(extent, picture) and not any(extent.overlaps(other) for other in placed):
             break
-        label.xyann = (0, label.xyann[1] + step)
+    else:  # no clear place inside: where it was drawn first
+        label.xyann = (x, y)
         extent = label.get_window_extent(renderer).padded(1)
     placed.append(extent)
+
+
+def _inside(extent, picture) -> bool:
+    return (
+        extent.x0 >= picture.x0 - 1
+        and extent.x1 <= picture.x1 + 1
+        and extent.y0 >= picture.y0 - 1
+        and extent.y1 <= picture.y1 + 1
+    )
 
 
 def _windows(batch, count: int) -> list[Window | None]:
