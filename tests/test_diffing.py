@@ -564,3 +564,16 @@ def test_runs_with_other_prompts_say_so():
     before, after = Asked(prompts=("a cat", "a dog")), Asked(prompts=("a cat", "a fox"))
     assert _target_notes(before, after) == ["prompts differ: a cat, a dog -> a cat, a fox"]
     assert _target_notes(before, before) == [] and _target_notes(Asked(prompts=None), after) == []  # an old report: unknown
+
+
+def test_runs_with_another_cam_method_say_so(tmp_path, checkpoints):
+    """Two runs of one model with --cam gradcam and --cam scorecam: their maps differ by the
+    method asked for, which the CAM correlation finding alone reads as model drift."""
+    cat = (SAMPLES / "cat.png",)
+    for name, cam in (("a", "gradcam"), ("a2", "gradcam"), ("b", "scorecam,gradcam")):
+        assert _run(tmp_path / name, checkpoints["a"], "--cam", cam, images=cat).exit_code == 0
+    compared = invoke("diff", tmp_path / "a", tmp_path / "b")
+    assert compared.exit_code == 0, compared.output
+    said = "hookviz: note: explained with other options: --cam gradcam -> scorecam,gradcam (maps differ by that choice, not by drift)"
+    assert said in compared.stderr.splitlines(), compared.output
+    assert "other options" not in invoke("diff", tmp_path / "a", tmp_path / "a2").output

@@ -364,10 +364,31 @@ def _run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     return notes + _target_notes(*(files.report.asked for files in pairs[0]))
 
 
+# what the target options of report.json's ``asked`` are given as on the command line
+_TARGET_FLAGS = {
+    "cam": "--cam",
+    "target": "--target",
+    "objective": "--objective",
+    "topk": "--topk",
+    "output_key": "--output-key",
+    "steps": "--steps",
+    "ig_baseline": "--ig-baseline",
+}
+
+
 def _target_notes(before, after) -> list[str]:
-    """What an embedding was compared with (``--target-image``) and a text tower's prompts,
-    when the runs differ in them: another reference is another objective, not drift."""
+    """The target options (``--cam``, ``--target``, ...), what an embedding was compared with
+    (``--target-image``) and a text tower's prompts, when the runs differ in them: another
+    method or reference makes other maps, not drift."""
     notes = []
+    old, now = before.target or {}, after.target or {}
+    changed = [
+        f"{flag} {old[key]} -> {now[key]}"
+        for key, flag in _TARGET_FLAGS.items()
+        if key in old and key in now and old[key] != now[key]
+    ]
+    if changed:
+        notes.append(f"explained with other options: {'; '.join(changed)} (maps differ by that choice, not by drift)")
     if before.references is not None and after.references is not None:
         old, now = ([(r.name, r.sha256) for r in side.references] for side in (before, after))
         if [name for name, _ in old] != [name for name, _ in now]:
