@@ -22,18 +22,55 @@ import typer
 from hookviz import __version__
 from hookviz.command_options import (
     AtolOption,
+    BaselineOption,
+    BatchSizeOption,
+    BoxObjectiveOption,
+    ChannelsOption,
+    CropOption,
+    DeadFractionOption,
     DebugOption,
+    DeviceOption,
+    FailOnOption,
+    FaithfulnessOption,
+    FromListOption,
+    GradChannelsOption,
+    IgBaselineOption,
     ImagesArgument,
+    JsonOutputOption,
     LayerOption,
     LayerTypeOption,
     LayoutOption,
+    MaxDetectionsOption,
+    MaxPixelsOption,
+    MeanOption,
     MinCamCorrOption,
     ModelOption,
+    NoCropOption,
+    ObjectiveOption,
+    OutOption,
+    OutputKeyOption,
     PromptOption,
     PromptsFileOption,
+    QuietOption,
+    ResizeOption,
     RtolOption,
+    SanityOption,
+    SaveTensorsOption,
+    ScaleOption,
+    ScoreThresholdOption,
     SeedOption,
+    ShardOption,
+    SkipExistingOption,
+    StdOption,
+    StepsOption,
+    TargetImageOption,
+    TargetOption,
+    TensorboardOption,
+    TopkOption,
+    TrustCheckpointOption,
+    VerboseOption,
     WeightsOption,
+    WorkersOption,
     cam_completions,
     cam_help,
     given_prompts,
@@ -41,9 +78,9 @@ from hookviz.command_options import (
 )
 from hookviz.errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from hookviz.interrupts import Interrupted, on_signal
-from hookviz.options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_STEPS, MAX_TOPK, Tolerances
+from hookviz.options import DEFAULT_MAX_PIXELS, MAX_SIDE, Tolerances
 from hookviz.process import Stopper, exit_with, open_heif, plain_text_only, prepare
-from hookviz.progress import FEW_IMAGES, Progress, stdout_closed, stopped_line
+from hookviz.progress import Progress, stdout_closed, stopped_line
 from hookviz.render.kinds import default_groups, groups_help
 from hookviz.tasks import task_names
 
@@ -123,133 +160,53 @@ def run(
     layer: LayerOption = None,
     layer_type: LayerTypeOption = None,
     layout: LayoutOption = "auto",
-    target: Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")] = "top1",
-    objective: Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")] = "logit",
+    target: TargetOption = "top1",
+    objective: ObjectiveOption = "logit",
     cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions)] = "gradcam",
-    topk: Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")] = 1,
-    output_key: Annotated[
-        Optional[str],
-        typer.Option(
-            "--output-key",
-            help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.",
-        ),
-    ] = None,
+    topk: TopkOption = 1,
+    output_key: OutputKeyOption = None,
     task: Annotated[
         str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")
     ] = "auto",
-    trust_checkpoint: Annotated[
-        bool,
-        typer.Option(
-            "--trust-checkpoint",
-            help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.",
-        ),
-    ] = False,
-    score_threshold: Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")] = 0.5,
-    max_detections: Annotated[
-        int, typer.Option(help="Detection: explain at most this many detections per image, best first.")
-    ] = 5,
-    target_image: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--target-image",
-            help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.",
-        ),
-    ] = None,
-    box_objective: Annotated[
-        str,
-        typer.Option(
-            help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget)."
-        ),
-    ] = "score",
-    steps: Annotated[
-        int, typer.Option(help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).")
-    ] = 32,
-    ig_baseline: Annotated[
-        str,
-        typer.Option(
-            "--ig-baseline",
-            help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).",
-        ),
-    ] = "zero",
-    channels: Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")] = "64",
-    scale: Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")] = "tile",
-    grad_channels: Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")] = False,
+    trust_checkpoint: TrustCheckpointOption = False,
+    score_threshold: ScoreThresholdOption = 0.5,
+    max_detections: MaxDetectionsOption = 5,
+    target_image: TargetImageOption = None,
+    box_objective: BoxObjectiveOption = "score",
+    steps: StepsOption = 32,
+    ig_baseline: IgBaselineOption = "zero",
+    channels: ChannelsOption = "64",
+    scale: ScaleOption = "tile",
+    grad_channels: GradChannelsOption = False,
     pictures: Annotated[str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.")] = ",".join(
         default_groups()
     ),
-    save_tensors: Annotated[bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.")] = False,
-    out: Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")] = "hookviz-out",
-    resize: Annotated[
-        Optional[int],
-        typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE})."),
-    ] = None,
-    crop: Annotated[Optional[int], typer.Option(help="Centre-crop to this square (default 224).")] = None,
-    mean: Annotated[Optional[str], typer.Option(help="Normalisation mean, r,g,b.")] = None,
-    std: Annotated[Optional[str], typer.Option(help="Normalisation std, r,g,b.")] = None,
-    no_crop: Annotated[
-        bool, typer.Option("--no-crop", help="Resize the whole photo to the input size instead of cropping.")
-    ] = False,
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            help="Most images per forward pass (fewer at the start of a run, and when recording them would pass 256 MB)."
-        ),
-    ] = 8,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
-    from_list: Annotated[
-        Optional[str], typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).")
-    ] = None,
-    skip_existing: Annotated[
-        bool,
-        typer.Option(
-            "--skip-existing",
-            help="Skip images whose folder holds complete results for these layers and pictures (resume a run).",
-        ),
-    ] = False,
-    shard: Annotated[
-        Optional[str],
-        typer.Option(
-            help="K/N: process the K-th of N slices of the image list; auto: the Slurm array task's slice (torchrun's processes take theirs unasked)."
-        ),
-    ] = None,
-    max_pixels: Annotated[
-        int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")
-    ] = DEFAULT_MAX_PIXELS,
-    fail_on: Annotated[
-        Optional[str],
-        typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline)."),
-    ] = None,
-    dead_fraction: Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.")] = 1.0,
-    baseline: Annotated[
-        Optional[str],
-        typer.Option(help="An earlier run's output folder: end by comparing with it (OUT/diff.json, <layer>.diff.png)."),
-    ] = None,
+    save_tensors: SaveTensorsOption = False,
+    out: OutOption = "hookviz-out",
+    resize: ResizeOption = None,
+    crop: CropOption = None,
+    mean: MeanOption = None,
+    std: StdOption = None,
+    no_crop: NoCropOption = False,
+    batch_size: BatchSizeOption = 8,
+    device: DeviceOption = "auto",
+    from_list: FromListOption = None,
+    skip_existing: SkipExistingOption = False,
+    shard: ShardOption = None,
+    max_pixels: MaxPixelsOption = DEFAULT_MAX_PIXELS,
+    fail_on: FailOnOption = None,
+    dead_fraction: DeadFractionOption = 1.0,
+    baseline: BaselineOption = None,
     rtol: RtolOption = _DEFAULTS.rtol,
     atol: AtolOption = _DEFAULTS.atol,
     min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
-    tensorboard: Annotated[
-        Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")
-    ] = None,
-    workers: Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")] = 0,
-    faithfulness: Annotated[
-        bool,
-        typer.Option(
-            "--faithfulness",
-            help="Measure each CAM: deletion and insertion curves (torch-cam's), ROAD (pytorch-grad-cam's); <layer>.faithfulness.png, run.json ranks the maps. Classifiers only; ~60 forward passes per image and layer.",
-        ),
-    ] = False,
-    sanity: Annotated[
-        bool,
-        typer.Option(
-            "--sanity",
-            help="Randomisation check of each CAM (Adebayo et al. 2018): re-explain with the layers randomised from the output down; <layer>.sanity.png. One pass per parametrised layer per image and layer.",
-        ),
-    ] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).")
-    ] = False,
+    tensorboard: TensorboardOption = None,
+    workers: WorkersOption = 0,
+    faithfulness: FaithfulnessOption = False,
+    sanity: SanityOption = False,
+    json_output: JsonOutputOption = False,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Record LAYERS of MODEL on IMAGES and write pictures and reports.

@@ -10,6 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from hookviz.options import MAX_SIDE, MAX_STEPS, MAX_TOPK
+from hookviz.progress import FEW_IMAGES
+
 __all__ = [
     "given_prompts",
     "option_groups",
@@ -28,6 +31,43 @@ __all__ = [
     "LayoutOption",
     "cam_help",
     "cam_completions",
+    "TargetOption",
+    "ObjectiveOption",
+    "TopkOption",
+    "OutputKeyOption",
+    "TrustCheckpointOption",
+    "ScoreThresholdOption",
+    "MaxDetectionsOption",
+    "TargetImageOption",
+    "BoxObjectiveOption",
+    "StepsOption",
+    "IgBaselineOption",
+    "ChannelsOption",
+    "ScaleOption",
+    "GradChannelsOption",
+    "SaveTensorsOption",
+    "OutOption",
+    "ResizeOption",
+    "CropOption",
+    "MeanOption",
+    "StdOption",
+    "NoCropOption",
+    "BatchSizeOption",
+    "DeviceOption",
+    "FromListOption",
+    "SkipExistingOption",
+    "ShardOption",
+    "MaxPixelsOption",
+    "FailOnOption",
+    "DeadFractionOption",
+    "BaselineOption",
+    "TensorboardOption",
+    "WorkersOption",
+    "FaithfulnessOption",
+    "SanityOption",
+    "JsonOutputOption",
+    "QuietOption",
+    "VerboseOption",
 ]
 
 ModelOption = Annotated[
@@ -88,6 +128,121 @@ LayoutOption = Annotated[
         help="nchw or nhwc: how to read a map whose shape fits both orders (1x96x96x96) when neither the model nor "
         "the ops that made it say which; auto: no CAM for it, and a note."
     ),
+]
+
+
+# hookviz run's own options (--cam, --task and --pictures stay in ``cli.run``: their help is read
+# from registries each time typer builds the command).
+TargetOption = Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")]
+ObjectiveOption = Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")]
+TopkOption = Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")]
+OutputKeyOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--output-key",
+        help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.",
+    ),
+]
+TrustCheckpointOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-checkpoint",
+        help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.",
+    ),
+]
+ScoreThresholdOption = Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")]
+MaxDetectionsOption = Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")]
+TargetImageOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--target-image",
+        help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.",
+    ),
+]
+BoxObjectiveOption = Annotated[
+    str,
+    typer.Option(
+        help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget)."
+    ),
+]
+StepsOption = Annotated[
+    int, typer.Option(help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).")
+]
+IgBaselineOption = Annotated[
+    str,
+    typer.Option(
+        "--ig-baseline",
+        help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).",
+    ),
+]
+ChannelsOption = Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")]
+ScaleOption = Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")]
+GradChannelsOption = Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")]
+SaveTensorsOption = Annotated[bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.")]
+OutOption = Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")]
+ResizeOption = Annotated[
+    Optional[int],
+    typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE})."),
+]
+CropOption = Annotated[Optional[int], typer.Option(help="Centre-crop to this square (default 224).")]
+MeanOption = Annotated[Optional[str], typer.Option(help="Normalisation mean, r,g,b.")]
+StdOption = Annotated[Optional[str], typer.Option(help="Normalisation std, r,g,b.")]
+NoCropOption = Annotated[bool, typer.Option("--no-crop", help="Resize the whole photo to the input size instead of cropping.")]
+BatchSizeOption = Annotated[
+    int,
+    typer.Option(help="Most images per forward pass (fewer at the start of a run, and when recording them would pass 256 MB)."),
+]
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
+FromListOption = Annotated[
+    Optional[str], typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).")
+]
+SkipExistingOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-existing",
+        help="Skip images whose folder holds complete results for these layers and pictures (resume a run).",
+    ),
+]
+ShardOption = Annotated[
+    Optional[str],
+    typer.Option(
+        help="K/N: process the K-th of N slices of the image list; auto: the Slurm array task's slice (torchrun's processes take theirs unasked)."
+    ),
+]
+MaxPixelsOption = Annotated[
+    int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")
+]
+FailOnOption = Annotated[
+    Optional[str],
+    typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline)."),
+]
+DeadFractionOption = Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.")]
+BaselineOption = Annotated[
+    Optional[str],
+    typer.Option(help="An earlier run's output folder: end by comparing with it (OUT/diff.json, <layer>.diff.png)."),
+]
+TensorboardOption = Annotated[
+    Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")
+]
+WorkersOption = Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")]
+FaithfulnessOption = Annotated[
+    bool,
+    typer.Option(
+        "--faithfulness",
+        help="Measure each CAM: deletion and insertion curves (torch-cam's), ROAD (pytorch-grad-cam's); <layer>.faithfulness.png, run.json ranks the maps. Classifiers only; ~60 forward passes per image and layer.",
+    ),
+]
+SanityOption = Annotated[
+    bool,
+    typer.Option(
+        "--sanity",
+        help="Randomisation check of each CAM (Adebayo et al. 2018): re-explain with the layers randomised from the output down; <layer>.sanity.png. One pass per parametrised layer per image and layer.",
+    ),
+]
+JsonOutputOption = Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
+VerboseOption = Annotated[
+    bool, typer.Option("--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).")
 ]
 
 
