@@ -443,9 +443,9 @@ def test_a_task_the_model_does_not_do_is_refused_and_no_detection_is_no_zero_gra
     assert "no detections of class person with score ≥ 0.01" in figure._suptitle.get_text()
 
 
-def test_labels_of_boxes_that_share_a_corner_do_not_cover_each_other():
-    """Detections often share a corner (a YOLO's boxes at one anchor, a box and its part):
-    each label must stay readable in the prediction picture."""
+def _drawn_labels(detections, score_threshold: float) -> tuple:
+    """Draw the prediction picture of ``detections`` on a 300x450 photo; return the picture's
+    extent and each label's text and extent, in display pixels."""
     from types import SimpleNamespace
 
     import matplotlib
@@ -453,13 +453,10 @@ def test_labels_of_boxes_that_share_a_corner_do_not_cover_each_other():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hookviz.tasks.base import Detection
     from hookviz.tasks.detect import Detect
 
-    boxes = [(0.0, 0.0, 180.0, 172.0), (0.0, 0.0, 248.0, 172.0), (0.0, 0.0, 90.0, 172.0), (300, 100, 400, 200)]
-    detections = tuple(Detection(box, 0, None, 0.00015) for box in boxes)
     explanation = SimpleNamespace(
-        prediction=SimpleNamespace(detections=detections, of_class=None, score_threshold=0.0001),
+        prediction=SimpleNamespace(detections=tuple(detections), of_class=None, score_threshold=score_threshold),
         image=SimpleNamespace(shown=np.zeros((300, 450, 3))),
     )
     figure, ax = plt.subplots(figsize=(5, 4))
@@ -467,45 +464,39 @@ def test_labels_of_boxes_that_share_a_corner_do_not_cover_each_other():
         ax.imshow(explanation.image.shown)
         Detect().draw_prediction(ax, explanation)
         figure.canvas.draw()
-        extents = [text.get_window_extent() for text in ax.texts]
-        assert [text.get_text() for text in ax.texts] == [f"{k}. 0 0.00015" for k in range(1, 5)]
-        assert not any(a.overlaps(b) for i, a in enumerate(extents) for b in extents[i + 1 :]), extents
+        return ax.get_window_extent(), [text.get_text() for text in ax.texts], [t.get_window_extent() for t in ax.texts]
     finally:
         plt.close(figure)
+
+
+def _overlapping(extents) -> bool:
+    return any(a.overlaps(b) for i, a in enumerate(extents) for b in extents[i + 1 :])
+
+
+def test_labels_of_boxes_that_share_a_corner_do_not_cover_each_other():
+    """Detections often share a corner (a YOLO's boxes at one anchor, a box and its part):
+    each label must stay readable in the prediction picture."""
+    from hookviz.tasks.base import Detection
+
+    boxes = [(0.0, 0.0, 180.0, 172.0), (0.0, 0.0, 248.0, 172.0), (0.0, 0.0, 90.0, 172.0), (300, 100, 400, 200)]
+    _, texts, extents = _drawn_labels([Detection(box, 0, None, 0.00015) for box in boxes], 0.0001)
+    assert texts == [f"{k}. 0 0.00015" for k in range(1, 5)]
+    assert not _overlapping(extents), extents
 
 
 def test_labels_of_many_boxes_sharing_corners_stay_inside_the_picture():
     """Twenty boxes sharing two corners near the top (random weights at --score-threshold 0
     give such piles): the labels stacked up out of the picture, over the title and off the
     figure; each must stay inside the picture, clear of the others."""
-    from types import SimpleNamespace
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from hookviz.tasks.base import Detection
-    from hookviz.tasks.detect import Detect
 
     left = [(60.0, 35.0, 60.0 + 8 * k, 35.0 + 10 * k) for k in range(3, 13)]
     right = [(300.0 - 8 * k, 35.0, 449.0, 250.0 - 5 * k) for k in range(10)]
-    detections = tuple(Detection(box, 17, "a long-named class", 0.5) for box in left + right)
-    explanation = SimpleNamespace(
-        prediction=SimpleNamespace(detections=detections, of_class=None, score_threshold=0.0),
-        image=SimpleNamespace(shown=np.zeros((300, 450, 3))),
-    )
-    figure, ax = plt.subplots(figsize=(5, 4))
-    try:
-        ax.imshow(explanation.image.shown)
-        Detect().draw_prediction(ax, explanation)
-        figure.canvas.draw()
-        picture, extents = ax.get_window_extent(), [text.get_window_extent() for text in ax.texts]
-        assert len(extents) == 20
-        outside = [
-            e for e in extents if e.x0 < picture.x0 - 1 or e.x1 > picture.x1 + 1 or e.y0 < picture.y0 - 1 or e.y1 > picture.y1 + 1
-        ]
-        assert not outside, (picture, outside)
-        assert not any(a.overlaps(b) for i, a in enumerate(extents) for b in extents[i + 1 :]), extents
-    finally:
-        plt.close(figure)
+    detections = [Detection(box, 17, "a long-named class", 0.5) for box in left + right]
+    picture, _, extents = _drawn_labels(detections, 0.0)
+    assert len(extents) == 20
+    outside = [
+        e for e in extents if e.x0 < picture.x0 - 1 or e.x1 > picture.x1 + 1 or e.y0 < picture.y0 - 1 or e.y1 > picture.y1 + 1
+    ]
+    assert not outside, (picture, outside)
+    assert not _overlapping(extents), extents

@@ -174,15 +174,22 @@ def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):
     )
 
 
-class _SideBranchDetector(torch.nn.Module):
-    """A detector of one fixed box whose score never uses ``side``'s output."""
+class _SideBranch(torch.nn.Module):
+    """A stem, a ``side`` branch whose output nothing uses, and a head of ``outputs`` values."""
 
-    def __init__(self):
+    def __init__(self, outputs: int):
         super().__init__()
         torch.manual_seed(0)
         self.stem = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
         self.side = torch.nn.Conv2d(4, 3, 1)
-        self.head = torch.nn.Linear(4, 1)
+        self.head = torch.nn.Linear(4, outputs)
+
+
+class _SideBranchDetector(_SideBranch):
+    """A detector of one fixed box whose score never uses ``side``'s output."""
+
+    def __init__(self):
+        super().__init__(outputs=1)
 
     def forward(self, images):
         results = []
@@ -195,15 +202,11 @@ class _SideBranchDetector(torch.nn.Module):
         return results
 
 
-class _SideBranchEmbedder(torch.nn.Module):
+class _SideBranchEmbedder(_SideBranch):
     """An embedding (or six logits) that never uses ``side``'s output."""
 
     def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.stem = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
-        self.side = torch.nn.Conv2d(4, 3, 1)
-        self.head = torch.nn.Linear(4, 6)
+        super().__init__(outputs=6)
 
     def forward(self, x):
         features = self.stem(x).relu()
