@@ -58,24 +58,32 @@ def deferred(handler, signum: int) -> bool:
     takes a second or two; nothing else waits."""
     if not importing_fragile():
         return False
+    _take_later(lambda frame: handler(signum, frame))
+    return True
+
+
+def _take_later(action) -> None:
+    """Have the main thread run ``action(frame)`` as a signal handler, as soon as it can and
+    no fragile import runs: the signal handlers are replaced by one that does only that,
+    after putting them back. Another thread asks for it (``interrupt_main`` only marks it):
+    asked from a handler or an unraisable hook, it would run at once, where it cannot raise."""
     replaced = {number: signal.getsignal(number) for number in SIGNALS}
 
     def replay(_number, frame):
-        if importing_fragile():  # another signal meanwhile: the first is waiting already
+        if importing_fragile():  # a signal meanwhile: the waiting one is taken once the import ends
             return
         for number, previous in replaced.items():
             signal.signal(number, previous)
-        handler(signum, frame)
+        action(frame)
 
     for number in SIGNALS:
         signal.signal(number, replay)
     _thread.start_new_thread(_when_imported, ())
-    return True
 
 
 def _when_imported() -> None:
     """In a thread of its own: once no fragile import runs, have the main thread take the
-    waiting signal in hand (``interrupt_main`` only marks it; the main thread runs it)."""
+    waiting signal in hand."""
     while importing_fragile():
         time.sleep(0.02)
     _thread.interrupt_main(signal.SIGINT)
@@ -95,22 +103,17 @@ def _raise_again(unraisable) -> None:
     """A signal handler's exception raised inside a callback Python cannot raise from (a
     weakref callback such as the import system's module locks use, a finalizer) is only
     printed as "Exception ignored in", and the command would carry on. Raise it again in
-    the main thread once the callback has returned, by a handler that does only that and
-    then puts back the one it replaced. Another thread asks for it: asked from here, the
-    handler would run at once, inside the callback still. Should it land in such a
-    callback again, it comes back here and is asked for again."""
+    the main thread once the callback has returned (``_take_later``). Should it land in
+    such a callback again, it comes back here and is asked for again."""
     kind = unraisable.exc_type
     if kind is None or not issubclass(kind, (Interrupted, KeyboardInterrupt)):
         _raise_again.previous(unraisable)  # type: ignore[attr-defined]
         return
-    replaced = signal.getsignal(signal.SIGINT)
 
-    def raise_it(_signum, _frame):
-        signal.signal(signal.SIGINT, replaced)
+    def raise_it(_frame):
         raise kind
 
-    signal.signal(signal.SIGINT, raise_it)
-    _thread.start_new_thread(_thread.interrupt_main, (signal.SIGINT,))
+    _take_later(raise_it)
 
 
 def interrupted_line(argv: list[str] | None = None) -> str:
