@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, fields, replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -517,36 +518,41 @@ def explain(
     Raises:
         HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
     """
-    from hookviz.tasks import DetectOptions, EmbedOptions
+    from hookviz.tasks import EmbedOptions
 
     check_named_task(task, (EmbedOptions(target_images=target_image),))
     loaded = _model_to_explain(model, categories, task, weights, prompts)
+    groups = _option_groups(locals())
+    return Explainer.create(loaded, inputs=inputs or InputOptions(), preprocessing=preprocessing, **groups).explain(image)
 
-    target_options = TargetOptions(
-        target=str(target),
-        objective=objective,
-        cam=cam if isinstance(cam, str) else ",".join(map(str, cam)),
-        topk=topk,
-        output_key=None if output_key is None else str(output_key),
-        steps=steps,
-        ig_baseline=ig_baseline,
+
+def _option_groups(given: dict) -> dict:
+    """``explain``'s keyword arguments as the option groups ``Explainer.create`` takes (as
+    ``command_options.option_groups`` turns ``hookviz run``'s options into them)."""
+    from hookviz.tasks import DetectOptions, EmbedOptions
+
+    g = SimpleNamespace(**given)
+    target = TargetOptions(
+        target=str(g.target),
+        objective=g.objective,
+        cam=g.cam if isinstance(g.cam, str) else ",".join(map(str, g.cam)),
+        topk=g.topk,
+        output_key=None if g.output_key is None else str(g.output_key),
+        steps=g.steps,
+        ig_baseline=g.ig_baseline,
     )
-    detect_options = DetectOptions(score_threshold=score_threshold, max_detections=max_detections, box_objective=box_objective)
-    layer_options = LayerOptions(
-        layers=() if layers is None else layers,  # type: ignore[arg-type]  # one or several: LayerOptions checks them
-        layer_types=layer_types,  # type: ignore[arg-type]
-        layout=layout,  # LayerOptions takes one or several
+    layers = LayerOptions(
+        layers=() if g.layers is None else g.layers,  # one or several: LayerOptions checks them
+        layer_types=g.layer_types,
+        layout=g.layout,
     )
-    explainer = Explainer.create(
-        loaded,
-        layers=layer_options,
-        inputs=inputs or InputOptions(),
-        target=target_options,
-        preprocessing=preprocessing,
-        task_options=(detect_options, EmbedOptions(target_images=target_image)),
-        trust=TrustOptions(faithfulness=faithfulness, sanity=sanity),
-    )
-    return explainer.explain(image)
+    detect = DetectOptions(score_threshold=g.score_threshold, max_detections=g.max_detections, box_objective=g.box_objective)
+    return {
+        "layers": layers,
+        "target": target,
+        "task_options": (detect, EmbedOptions(target_images=g.target_image)),
+        "trust": TrustOptions(faithfulness=g.faithfulness, sanity=g.sanity),
+    }
 
 
 def _model_to_explain(model, categories, task: str, weights: str, prompts) -> LoadedModel:
