@@ -31,6 +31,19 @@ class LayerTrust:
     sanity: Randomisation | None = None
     methods: dict[str, LayerTrust] = field(default_factory=dict)
 
+    def notes(self, layer: str, main: str) -> tuple[str, ...]:
+        """What to know before reading these measures of ``layer`` (``main``: this record's
+        own method), one line each, naming no image, so that a run says each once: a map too
+        small to rank, layers the check left as they were."""
+        found = [(main, self), *self.methods.items()]
+        said = []
+        by_note: dict[str, list[str]] = {}
+        for method, each in found:
+            if each.sanity is not None and each.sanity.note:
+                by_note.setdefault(each.sanity.note, []).append(method)
+        said += [f"{layer} ({', '.join(methods)}): randomisation check: {note}" for note, methods in by_note.items()]
+        return tuple(said)
+
     def to_json(self) -> dict:
         document: dict = {}
         if self.deletion is not None or self.road is not None:

@@ -40,7 +40,7 @@ class _Sums:
             known = [value for value in self.final if value is not None]
             document["sanity"] = {
                 "images": len(self.final),
-                "explains_model": sum(1 for value in self.final if value is None or value <= self.threshold),
+                "explains_model": sum(1 for value in self.final if value is None or abs(value) <= self.threshold),
                 "final_correlation_mean": _mean(known) if known else None,
             }
         return document
