@@ -103,6 +103,7 @@ def _draw_correlations(ax, result, title: str | None = None) -> None:
     for bound in (-result.threshold, result.threshold):
         ax.axhline(bound, color="tab:red", linewidth=0.8, linestyle="--")
     ax.set_ylim(-1.05, 1.05)
+    ax.set_xlim(0.5, len(values) + 0.5)  # every step, even where only one correlation is known
     ax.set_xlabel("layers randomised (output end first)", fontsize=7)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("Spearman ρ with the original", fontsize=7)
