@@ -248,11 +248,16 @@ class Task(Protocol):
         On the plan's own inputs it gives the focus's own score (``ClassScore.logit``,
         ``Detection.score``)."""
 
-    # A task whose ``probability`` is not None also has:
-    # def probability_scorer(self, targets: Sequence[ClassScore | None], options, task_options=None) -> Callable:
-    #     """``scorer(output, images)`` -> (M,): per row, the probability of the target of
-    #     image ``images[row]`` (``targets``: per image, ``None`` scores 0), as
-    #     ``ClassScore.probability`` reports it on the image itself."""
+    def probability_scorer(self, targets: Sequence[ClassScore | None], options, task_options=None) -> Callable:
+        """``scorer(output, images)`` -> (M,): per row, the probability of the target of
+        image ``images[row]`` (``targets``: per image, ``None`` scores 0), as
+        ``ClassScore.probability`` reports it on the image itself. Called only where
+        ``probability`` is not None (``--faithfulness`` is refused elsewhere)."""
+
+    def check_output(self, output, options, categories: Sequence[str] | None) -> None:
+        """Raise UsageError for ``TargetOptions`` that the model's raw ``output`` (of a dry
+        pass) cannot honour: a class index past its classes, an ``output_key`` it lacks."""
+
     def objective_name(self, options, task_options=None) -> str:
         """What report.json calls the objective (``logit``, ``ce``, ``score``), from the
         ``TargetOptions`` and the task's own options."""
@@ -307,6 +312,12 @@ class TaskBase:
     cams_as_panels = False
     #: How a target's probability is measured, as the titles say it.
     measure = "p"
+    #: No probability that ``--faithfulness`` could follow, unless the task says which (and
+    #: then has a ``probability_scorer``): a plug-in task is refused that option in one line.
+    probability: str | None = None
+    #: The target is the same on a randomised copy of the model, as a class is: ``--sanity`` runs.
+    class_targets = True
+    target_words = "its own target"
 
     def default_root(self, module) -> str | None:
         return None
