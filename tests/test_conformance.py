@@ -81,12 +81,11 @@ def tiny_detector() -> nn.Module:
 def plugin(registries_restored):
     """The plug-in's method, task and picture kind, registered afresh for this test."""
     from hookviz.methods.base import METHODS
-    from hookviz.render import kinds
+    from hookviz.render.kinds import KINDS
     from hookviz.tasks.base import TASKS
 
-    TASKS.pop("regress", None)
-    METHODS._entries.pop("peak", None)
-    kinds._KINDS.pop("toy", None)
+    for registry, name in ((TASKS, "regress"), (METHODS, "peak"), (KINDS, "toy")):
+        registry.restore({key: entry for key, entry in registry.items() if key != name})
     for name in ("tests.extension_plugin", "tests.picture_plugin"):
         sys.modules.pop(name, None)
     importlib.import_module("tests.extension_plugin")

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hookviz.registry import Registry
+
 __all__ = [
     "ClassScore",
     "Detection",
@@ -447,18 +449,16 @@ class Rescoring:
         return self.formats.run(self.module, tuple(part.shape), run)
 
 
-TASKS: dict[str, Task] = {}
+#: Every task, by name; ``auto`` (read the task from the model's output) is no task's name.
+TASKS: Registry[Task] = Registry("task", "task", extra_choices=("auto",), order=lambda task: task.priority)
 
 
 def register_task(task_class):
     """Class decorator: adds an instance of ``task_class`` to ``TASKS`` under its name.
 
     Raises:
-        UsageError: another task has that name.
+        UsageError: another task has that name, or it cannot be typed after ``--task``.
     """
-    from hookviz.errors import UsageError
-
-    if task_class.name in TASKS:
-        raise UsageError(f"task {task_class.name!r} is registered already; choose another name")
-    TASKS[task_class.name] = task_class()
+    TASKS.check_free(task_class.name)
+    TASKS.add(task_class.name, task_class())
     return task_class
