@@ -70,3 +70,52 @@ def test_the_model_is_left_as_it_was_even_when_it_fails():
         model(torch.randn(1, 4, 32, 32))  # the stem takes 3 channels
     assert not model._forward_pre_hooks
     assert not torch.overrides._get_current_function_mode_stack()  # no mode left behind either
+
+
+class RowSequence(nn.Module):
+    """A photo's rows averaged into a sequence, then two Conv1d: their outputs are (N, C, L),
+    whose 1x6x16 fits a 3x2 grid of tokens with 16 channels as well."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(3, 4, 3, padding=1)
+        self.act = nn.ReLU()
+        self.conv2 = nn.Conv1d(4, 6, 3, stride=2, padding=1)
+        self.fc = nn.Linear(6, 5)
+
+    def forward(self, x):
+        s = self.act(self.conv2(self.act(self.conv(x.mean(2)))))
+        return self.fc(s.mean(2))
+
+
+def row_sequence() -> nn.Module:
+    torch.manual_seed(0)
+    return RowSequence()
+
+
+def test_a_conv1d_and_conv3d_output_is_marked_channels_first_of_its_rank():
+    kinds = _kinds(row_sequence().eval(), torch.randn(1, 3, 32, 32))
+    assert kinds["conv"] == kinds["act"] == kinds["conv2"] == "ncl" and kinds["fc"] is None
+    volume = nn.Sequential(nn.Conv3d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(2))
+    kinds = _kinds(volume, torch.randn(1, 3, 2, 8, 8))
+    assert kinds["0"] == kinds["1"] == "ncdhw" and kinds["2"] is None  # flattened: (N, C, DHW) is not known
+
+
+def test_a_conv1d_output_is_not_read_as_tokens_on_a_grid(tmp_path):
+    """Its 1x6x16 was drawn as a CAM on a 3x2 grid of 6 'tokens' over the photo: silently wrong."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    from .conftest import SAMPLES
+
+    out = tmp_path / "out"
+    args = ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_dataflow:row_sequence", "--weights", "none"]
+    result = CliRunner().invoke(app, [*args, "--resize", "32", "--layer", "conv2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    layer = json.loads((out / "cat" / "report.json").read_text())["layers"][0]
+    assert layer["cam"] is None or layer["cam"].get("map") is None, layer["cam"]
+    assert "no CAM: output 1x6x16 has no spatial layout" in result.stderr
+    assert layer["pictures"]["cam"] is None and layer["pictures"]["summary"] == "conv2.summary.png"

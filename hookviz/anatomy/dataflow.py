@@ -54,6 +54,25 @@ _CHANNELS_FIRST_OPS = frozenset(
         "grid_sample",
     }
 )
+# The 1-D and 3-D twins of those ops: channels-first outputs of rank 3 and 5.
+_OTHER_RANK_OPS = frozenset(
+    {
+        "conv1d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose3d",
+        "max_pool1d",
+        "max_pool3d",
+        "avg_pool1d",
+        "avg_pool3d",
+        "adaptive_avg_pool1d",
+        "adaptive_avg_pool3d",
+        "adaptive_max_pool1d",
+        "adaptive_max_pool3d",
+        "max_pool1d_with_indices",
+        "max_pool3d_with_indices",
+    }
+)
 # Ops over the last axis: on a 4-D tensor of unknown order, that axis is the channels.
 _LAST_AXIS_OPS = frozenset({"layer_norm", "rms_norm", "linear"})
 _AXIS_MOVERS = frozenset(
@@ -129,6 +148,7 @@ class ChannelOrders:
 
     def kind(self, tensor) -> str | None:
         """The order of a 4-D tensor's axes, batch first (``nchw``, ``nhwc``, ``nwhc``, ...),
+        ``ncl`` or ``ncdhw`` for a 3-D or 5-D channels-first map (a Conv1d's, a Conv3d's),
         or ``None`` when unknown (or the batch axis was moved)."""
         if tensor is None or self._orders is None:
             return None
@@ -156,7 +176,9 @@ def _follow_mode(orders):
             kwargs = kwargs or {}
             result = func(*args, **kwargs)
             outputs = _four_d(result)
-            if outputs:
+            if not outputs:
+                _follow_other_ranks(_name(func), args, kwargs, result, orders)
+            else:
                 order = _order_after(_name(func), func, args, kwargs, outputs, orders)
                 for tensor in outputs:
                     if order is None:
@@ -166,6 +188,42 @@ def _follow_mode(orders):
             return result
 
     return _Follow()
+
+
+#: The roles of a channels-first map's axes by its rank: a Conv1d's (N, C, L), a Conv3d's (N, C, D, H, W).
+_OTHER_RANKS = {3: "NCL", 5: "NCDHW"}
+
+
+def _follow_other_ranks(name: str, args, kwargs, result, orders) -> None:
+    """Mark a 3-D or 5-D tensor a channels-first op made (a Conv1d's, a Conv3d's) and what an
+    op on such tensors alone makes of the same shape (an activation, a residual sum): a
+    Conv1d's (N, C, L) is then never read as (N, tokens, C). Axis moves are not followed."""
+    import torch
+
+    if not isinstance(result, torch.Tensor) or result.dim() not in _OTHER_RANKS:
+        return
+    role = _OTHER_RANKS[result.dim()]
+    if name in _CHANNELS_FIRST_OPS or name in _OTHER_RANK_OPS:
+        orders[result] = role
+        return
+    inputs = [t for t in _tensors((args, kwargs)) if t.dim() == result.dim()]
+    if inputs and all(t.shape == result.shape and orders.get(t) == role for t in inputs) and name not in _RESHAPES:
+        orders[result] = role
+    else:
+        orders.pop(result, None)
+
+
+def _tensors(value) -> list:
+    """The tensors in ``value`` (a tensor, or tensors in tuples, lists and dicts, at any depth)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _tensors(item)]
+    return []
 
 
 def _name(func) -> str:

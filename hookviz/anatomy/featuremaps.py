@@ -45,6 +45,9 @@ NCHW, NHWC, TOKENS, AMBIGUOUS = "nchw", "nhwc", "tokens", "ambiguous"  # a Layou
 # Every order of a map's axes with the batch first: what ``x.transpose(1, 3)`` makes (nwhc)
 # is known from the data flow too, and read back upright.
 MAP_ORDERS = ("nchw", "nhwc", "nwhc", "ncwh", "nhcw", "nwch")
+# A Conv1d's (N, C, L) and a Conv3d's (N, C, D, H, W) as the data flow names them: maps,
+# but not over a photo's grid (hookviz draws 2-D maps), and never tokens.
+CHANNELS_FIRST_OTHER_RANKS = ("ncl", "ncdhw")
 # A Layout's basis: what the model declares, the ops that made the tensor, the shape alone,
 # or nothing (a map whose shape reads both ways).
 DECLARED, DATA_FLOW, GUESSED, UNDECIDED = "declared", "data flow", "guessed", "undecided"
@@ -188,7 +191,8 @@ def layout_of(
 
     Args:
         declared: what the model declares; what it settles is taken from it.
-        flow: a 4-D tensor's order as its data flow tells it (one of ``MAP_ORDERS``; see
+        flow: a tensor's order as its data flow tells it (one of ``MAP_ORDERS``, or one of
+            ``CHANNELS_FIRST_OTHER_RANKS`` for a Conv1d's or Conv3d's map; see
             ``hookviz.anatomy.dataflow``), ``None`` when unknown.
 
     Returns:
@@ -199,6 +203,8 @@ def layout_of(
     shape, input_hw = tuple(shape), tuple(input_hw)
     if len(shape) == 4:
         return _map_layout(shape, input_hw, declared, flow)
+    if flow in CHANNELS_FIRST_OTHER_RANKS:  # a Conv1d's (N, C, L): no photo's grid, never tokens
+        return None
     if declared is not None:
         layout = _declared_tokens(shape, input_hw, declared)
         if layout is not None:
