@@ -1140,3 +1140,59 @@ def test_an_input_method_that_rescores_gets_its_scorer_so_occlusion_is_a_plugin(
             assert found.shape[-2:] == (32, 32)
             np.testing.assert_allclose(found[..., 20, 4], float(drop), rtol=1e-4, atol=1e-6)
             assert np.ptp(found) > 0
+
+
+@register_method("toy-input-gradient-at-layer", needs_gradients=False, needs_input=True, needs_input_gradients=True)
+def toy_input_gradient_at_layer(ctx):
+    """A layer method that reads the input's gradient: its magnitude pooled to the layer's grid."""
+    gradient = ctx.input_gradient(ctx.inputs).abs().sum(dim=1, keepdim=True)
+    return F.adaptive_avg_pool2d(gradient, ctx.activations.shape[-2:])[:, 0]
+
+
+def test_a_layer_method_that_needs_input_gradients_gets_them_for_each_cam_key():
+    """Every need a method declares is delivered at either resolution: a layer method's
+    ``ctx.input_gradient`` was None, so a plug-in such as FullGrad could not be written."""
+    model = tiny_net().eval()
+    batch = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(6))
+    loaded = LoadedModel("tiny", model, "seeded", None, Preprocessing())
+    target = TargetOptions(cam="toy-input-gradient-at-layer", topk=2)
+    results = Explainer.create(loaded, layers=LayerOptions(("features.3",)), target=target).explain_batch(_prepared(batch))
+    for i, result in enumerate(results):
+        for focus, cam in [(result.target, result.layers[0].cam), *result.layers[0].topk_cams]:
+            image = batch[i : i + 1].clone().requires_grad_(True)
+            (gradient,) = torch.autograd.grad(model(image)[0, focus.index], image)
+            wanted = F.adaptive_avg_pool2d(gradient.abs().sum(dim=1, keepdim=True), (16, 16))[0, 0]
+            np.testing.assert_allclose(cam, wanted.numpy(), rtol=1e-4, atol=1e-7)
+
+
+NEEDS = {
+    "needs_gradients": ("gradients",),
+    "needs_rescoring": ("score", "score_layer"),
+    "needs_input": ("inputs",),
+    "needs_input_gradients": ("input_gradient",),
+}
+
+
+@pytest.mark.parametrize("resolution", ["layer", "input"])
+@pytest.mark.parametrize("need", sorted(NEEDS))
+def test_every_need_a_method_declares_is_delivered_at_either_resolution(need, resolution, registries_restored):
+    given: list[MethodContext] = []
+
+    def spy(ctx):
+        given.append(ctx)
+        if resolution == "input":
+            return torch.ones(ctx.activations.shape[0], 3, 32, 32)
+        return ctx.activations.sum(dim=1).clamp(min=0) + 1
+
+    flags = dict.fromkeys(NEEDS, False) | {need: True}
+    register_method(f"spy-{need}-{resolution}", resolution=resolution, **flags)(spy)
+    model = tiny_net().eval()
+    batch = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    loaded = LoadedModel("tiny", model, "seeded", None, Preprocessing())
+    target = TargetOptions(cam=f"spy-{need}-{resolution}")
+    Explainer.create(loaded, layers=LayerOptions(("features.3",)), target=target).explain_batch(_prepared(batch))
+    assert given
+    for ctx in given:
+        assert all(getattr(ctx, name) is not None for name in NEEDS[need]), (need, resolution, ctx)
+        others = [name for other, names in NEEDS.items() if other != need for name in names]
+        assert all(getattr(ctx, name) is None for name in others), (need, resolution, ctx)

@@ -125,7 +125,7 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
     own = explainer.task_options
     sources = Sources(keys, module, gradients, options=options, objective=task.objective_words(options, own))
     batch = None
-    if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients for m in methods):
+    if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients or m.resolution == "input" for m in methods):
         batch = torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module))
     scores = None
     formats = formats_for(module)
@@ -135,9 +135,10 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
             for key in keys
         }
     input_gradients = None
-    if any(m.needs_input_gradients for m in methods) and keys:  # input methods explain the target only
+    if any(m.needs_input_gradients for m in methods):  # each key's, computed only when a method calls it
         input_gradients = {
-            keys[0]: InputGradients(task, module, device, options, task.scorer(plan, keys[0], options), RESCORING_BATCH, own)
+            key: InputGradients(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own)
+            for key in keys
         }
     return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients)
 
@@ -317,6 +318,7 @@ def _key_map(method, context, sources: Sources, key: str, position: int, layout)
         gradients=None if grads is None else grads.float(),
         score=sources.scores[key] if method.needs_rescoring else None,
         score_layer=_layer_rescoring(sources.scores[key], sources.batch, context, layout) if method.needs_rescoring else None,
+        input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
     )
     return _computed(method, given)
 
