@@ -142,6 +142,15 @@ def nan_net() -> nn.Module:
     return model
 
 
+def dead_net() -> nn.Module:
+    """tiny_net whose last convolution's outputs are all negative: ``act`` outputs only zeros
+    (a dead layer) and no gradient reaches ``features.3``."""
+    model = tiny_net()
+    with torch.no_grad():
+        model.features[3].bias.fill_(-1e4)
+    return model
+
+
 @pytest.fixture
 def tiny():
     return tiny_net().eval()

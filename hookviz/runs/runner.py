@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
-from hookviz.explaining.checks import Finding, nonfinite_notes, run_checks
+from hookviz.explaining.checks import Finding, nonfinite_notes, report_checks, run_checks
 from hookviz.explaining.passes import SummaryOptions
 from hookviz.options import (
     CheckOptions,
@@ -358,7 +358,11 @@ class Run:
         folders = plan_folders(self.options.out, self.selected, self.names, recipe)
         self.names = folders.names
         for path in folders.done:
-            self._report(path, ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)"))
+            report = folders.reports[path]
+            if self.checks.fail_on:  # judged as a fresh run would judge it: a resumed CI run fails alike
+                self.findings.extend(report_checks(report, display_path(path), self.checks.fail_on, self.checks.dead_fraction))
+            status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)")
+            self._report(path, replace(status, task=report.task or status.task))
         return list(folders.todo)
 
     def batches(self) -> Iterator[list[tuple[Path, object]]]:

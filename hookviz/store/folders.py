@@ -217,11 +217,14 @@ def _names_spec(name: str, spec) -> bool:
 
 @dataclass(frozen=True)
 class Folders:
-    """Where each photo of a run goes (``names``), and which of them are ``done`` already or still ``todo``."""
+    """Where each photo of a run goes (``names``), and which of them are ``done`` already or
+    still ``todo``; ``reports``: the report of each photo done already, which the run's checks
+    then judge it by."""
 
     names: dict
     done: tuple[Path, ...] = ()
     todo: tuple[Path, ...] = ()
+    reports: dict = field(default_factory=dict)
 
 
 def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recipe: Recipe | None = None) -> Folders:
@@ -237,16 +240,17 @@ def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recip
     names = dict(names)
     taken = {name.lower() for name in names.values()}  # as a case-insensitive file system sees them
     present = {entry.lower() for entry in os.listdir(out)}  # one listing, not a look per image
-    done, todo = [], []
+    done, todo, reports = [], [], {}
     for path in paths:
         placement = place(out, path, names[path], taken=taken, present=present)
         names[path] = placement.name
         report = placement.report if placement.match is Match.SAME else None
         if recipe is not None and report is not None and recipe.made(out / placement.name, report):
             done.append(path)
+            reports[path] = report
         else:
             todo.append(path)
-    return Folders(names, tuple(done), tuple(todo))
+    return Folders(names, tuple(done), tuple(todo), reports)
 
 
 def layer_stems(names: Sequence[str]) -> dict[str, str]:
