@@ -522,7 +522,7 @@ class Run:
         if self.interrupted or self.error:
             reason = "interrupted" if self.interrupted else "the run stopped on an error"
             for path in self.selected:
-                self.statuses.setdefault(path, ImageStatus(display_path(path), self.names[path], "not_done", reason))
+                self.statuses.setdefault(path, self._status(path, "not_done", reason))
         trust = self.tally.to_json()
         summary = RunSummary(
             statuses=tuple(self.statuses[p] for p in self.selected if p in self.statuses),
@@ -568,7 +568,12 @@ class Run:
     # -- helpers
 
     def _failed(self, path: Path, reason: str) -> ImageStatus:
-        return ImageStatus(display_path(path), self.names[path], "failed", reason)
+        return self._status(path, "failed", reason)
+
+    def _status(self, path: Path, status: str, reason: str) -> ImageStatus:
+        """An image's status without results: under the run's task (a detector's failed photo is not a classifier's)."""
+        entry = ImageStatus(display_path(path), self.names[path], status, reason)
+        return entry if self.explainer is None else replace(entry, task=self.explainer.model.task)
 
     def _report(self, path: Path, status: ImageStatus) -> None:
         with self.lock:
