@@ -261,6 +261,12 @@ def stepped_net() -> nn.Module:
     return PausingNet(100, forward=0.1)
 
 
+def long_net() -> nn.Module:
+    """One photo takes a minute, in 600 modules of 0.1 s: a run a test ends itself."""
+    torch.manual_seed(0)
+    return PausingNet(600, forward=0.1)
+
+
 def stubborn_net() -> nn.Module:
     """One photo takes 10 s, in one module."""
     torch.manual_seed(0)

@@ -44,13 +44,13 @@ from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard
 from hookviz.runs.stopping import Stopped, stoppable
 from hookviz.store.files import (
     Recipe,
-    existing_ancestor,
     output_names,
     plan_folders,
     save_explanation,
     sweep_stale_files,
     write_json,
 )
+from hookviz.store.outfolder import FolderLock, check_out
 from hookviz.store.records import ImageStatus, RunRecord
 
 if TYPE_CHECKING:
@@ -83,23 +83,6 @@ class RunInterrupted(Exception):
     def __init__(self, summary: RunSummary):
         super().__init__("interrupted")
         self.summary = summary
-
-
-def check_out(out: Path) -> None:
-    """Raises OutputError when ``out`` could not be created or written; creates nothing."""
-    dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
-    if dangling is not None:
-        raise OutputError(
-            f"{arg('out', out)}: {display_path(dangling)} is a link to {display_path(os.readlink(dangling))}, "
-            "which does not exist; create that folder or choose another"
-        )
-    probe = existing_ancestor(out)
-    if not probe.is_dir():
-        raise OutputError(f"{arg('out', out)}: {display_path(probe)} is a file, not a folder; choose another folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(
-            f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder"
-        )
 
 
 def run(
@@ -181,6 +164,7 @@ class Run:
         self.selected = shard_of(self.images, options.shard)
         self.names = output_names(self.images)
         self.run_json = options.out / run_file_name(options.shard)
+        self.hold = FolderLock(options.out, options.shard)  # no other run writes into out meanwhile
         self.statuses: dict[Path, ImageStatus] = {}
         self.findings: list[Finding] = []
         self.notes: list[str] = []
@@ -204,6 +188,8 @@ class Run:
     def execute(self) -> RunSummary:
         try:
             check_out(self.options.out)
+            if self.options.out.is_dir():  # refused before the model loads, when a run is there now
+                self.hold.acquire(create=False)
             if self.checks.baseline is not None:
                 from hookviz.compare.diffing import Baseline
 
@@ -229,10 +215,13 @@ class Run:
             raise
         finally:
             self.phase = "finishing"
-            if self.stopping.is_set():
-                self.interrupted = True
-                self.cancel()
-            summary = self.finish()
+            try:
+                if self.stopping.is_set():
+                    self.interrupted = True
+                    self.cancel()
+                summary = self.finish()
+            finally:
+                self.hold.release()
         if self.interrupted:
             raise RunInterrupted(summary)
         return summary
@@ -315,6 +304,7 @@ class Run:
             out.mkdir(parents=True, exist_ok=True)
             from hookviz.inputs.discovery import OUTPUT_MARKER
 
+            self.hold.acquire()  # before anything is written there
             (out / OUTPUT_MARKER).touch()
         except OSError as exc:
             raise OutputError(
