@@ -448,13 +448,13 @@ def test_openmp_threads_sleep_unless_the_user_says_otherwise(preset, expected):
 @pytest.mark.slow
 def test_python_dash_m_works(photo, tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "hookviz", "run", str(photo), *TINY, "--layer", "fc", "--out", str(tmp_path), "-q"],
+        [sys.executable, "-m", "hookviz", "run", str(photo), *TINY, "--layer", "fc", "--out", str(tmp_path / "out"), "-q"],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert completed.returncode == 0, completed.stderr
-    assert (tmp_path / "photo" / "report.json").exists()
+    assert (tmp_path / "out" / "photo" / "report.json").exists()
 
 
 @pytest.mark.slow
@@ -914,7 +914,7 @@ def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, ph
 
 def test_a_resize_alone_below_a_fixed_size_models_input_names_the_resize(cli, photo, tmp_path):
     """It named --crop 224, which the user never gave."""
-    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--resize", "64", "--out", tmp_path)
+    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--resize", "64", "--out", tmp_path / "out")
     assert result.exit_code == 2
     line = _one_error_line(result)
     assert line.startswith("hookviz: error: --resize 64: vit_b_16 takes 224x224 inputs") and "--crop" not in line

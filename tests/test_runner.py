@@ -140,7 +140,7 @@ def test_a_run_without_pictures_never_imports_matplotlib(tmp_path, photo):
         "from pathlib import Path\n"
         "from hookviz import ModelOptions, PictureOptions, RunOptions, run\n"
         f"summary = run([Path({str(photo)!r})], ModelOptions('tests.conftest:tiny_net', 'none'),"
-        f" pictures=PictureOptions(pictures=()), options=RunOptions(out=Path({str(tmp_path)!r}), save_tensors=True))\n"
+        f" pictures=PictureOptions(pictures=()), options=RunOptions(out=Path({str(tmp_path / 'out')!r}), save_tensors=True))\n"
         "print(summary.count('done'), 'matplotlib' in sys.modules)\n"
     )
     assert python_output(code).split() == ["1", "False"]

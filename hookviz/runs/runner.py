@@ -187,7 +187,7 @@ class Run:
 
     def execute(self) -> RunSummary:
         try:
-            check_out(self.options.out)
+            check_out(self.options.out, self.images)
             if self.options.out.is_dir():  # refused before the model loads, when a run is there now
                 self.hold.acquire(create=False)
             if self.checks.baseline is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from hookviz.errors import OutputError, arg, display_path
@@ -29,8 +30,11 @@ LOCK_FILE = ".hookviz-run.lock"
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 
 
-def check_out(out: Path) -> None:
-    """Raises OutputError when ``out`` could not be created or written; creates nothing."""
+def check_out(out: Path, images: Sequence[Path] = ()) -> None:
+    """Raises OutputError when ``out`` could not be created or written, or when it holds one
+    of ``images`` (a run marks its folder as output, which later runs skip: the photos there
+    would be left out of them); creates nothing."""
+    _check_holds_no_photo(out, images)
     dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
     if dangling is not None:
         raise OutputError(
@@ -44,6 +48,24 @@ def check_out(out: Path) -> None:
         raise OutputError(
             f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder"
         )
+
+
+def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:
+    if not out.is_dir():
+        return  # a folder still to be made holds nothing
+    root = out.resolve()
+    folders: dict[Path, bool] = {}  # each photo's folder, resolved once: a run's photos lie in few
+    for image in images:
+        parent = Path(os.path.abspath(image)).parent
+        if parent not in folders:
+            resolved = parent.resolve()
+            folders[parent] = resolved == root or root in resolved.parents
+        if folders[parent]:
+            raise OutputError(
+                f"{arg('out', display_path(out))}: holds {display_path(image)}, a photo to explain; later runs skip a "
+                f"run's output folder, so its photos would be left out: choose another {arg('out')}, such as "
+                f"{display_path(out / 'hookviz-out')}"
+            )
 
 
 class FolderLock:
