@@ -558,12 +558,12 @@ def test_runs_against_other_references_say_so(tmp_path):
 
 
 def test_runs_with_other_prompts_say_so():
-    from hookviz.compare.diffing import _target_notes
+    from hookviz.compare.notes import target_notes
     from hookviz.store.report_records import Asked
 
     before, after = Asked(prompts=("a cat", "a dog")), Asked(prompts=("a cat", "a fox"))
-    assert _target_notes(before, after) == ["prompts differ: a cat, a dog -> a cat, a fox"]
-    assert _target_notes(before, before) == [] and _target_notes(Asked(prompts=None), after) == []  # an old report: unknown
+    assert target_notes(before, after) == ["prompts differ: a cat, a dog -> a cat, a fox"]
+    assert target_notes(before, before) == [] and target_notes(Asked(prompts=None), after) == []  # an old report: unknown
 
 
 def test_runs_with_another_cam_method_say_so(tmp_path, checkpoints):
