@@ -577,3 +577,68 @@ def test_runs_with_another_cam_method_say_so(tmp_path, checkpoints):
     said = "hookviz: note: explained with other options: --cam gradcam -> scorecam,gradcam (maps differ by that choice, not by drift)"
     assert said in compared.stderr.splitlines(), compared.output
     assert "other options" not in invoke("diff", tmp_path / "a", tmp_path / "a2").output
+
+
+# ----------------------------------------------------------------------------- NaN and Inf
+
+
+def inf_net() -> torch.nn.Module:
+    """Factory for ``--model tests.test_diffing:inf_net``: features.3's first three channels are +inf."""
+    model = tiny_net()
+    with torch.no_grad():
+        model.features[3].bias[:3] = float("inf")
+    return model
+
+
+def _strict_json(path: Path) -> dict:
+    def refuse(constant):
+        raise AssertionError(f"{path} holds {constant}, which is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_a_report_holding_nan_is_compared_and_its_nan_written_as_null(tmp_path):
+    """An older or foreign writer's report may hold NaN (Python's json reads it): diff.json must stay JSON."""
+    runs = [tmp_path / "base", tmp_path / "new"]
+    for out in runs:
+        assert invoke("run", CAT_PHOTO, *TINY, "--layer", "features.3", "--pictures", "none", "-q", "--out", out).exit_code == 0
+    report = runs[1] / "cat" / "report.json"
+    document = json.loads(report.read_text())
+    document["layers"][0]["stats"]["output"].update(mean=float("nan"), max=float("inf"))
+    document["target"]["score"] = float("nan")
+    report.write_text(json.dumps(document))  # allow_nan: as such a writer did
+    result = invoke("diff", *runs, "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    written = _strict_json(runs[1] / "diff.json")
+    stats = written["images"][0]["layers"][0]["tensors"]["output"]["stats"]["after"]
+    assert stats["mean"] is None and stats["max"] is None and stats["min"] is not None
+
+
+def test_maps_holding_nan_and_inf_are_compared_in_silence_but_for_one_note(tmp_path):
+    """Inf survives a fingerprint of a small map: drawing the difference took inf - inf, and numpy warned."""
+    import warnings
+
+    runs = [tmp_path / "base", tmp_path / "new"]
+    model = ["--model", "tests.test_diffing:inf_net", "--resize", "32", "--crop", "32", "--layer", "features.3"]
+    for out in runs:
+        assert invoke("run", CAT_PHOTO, *model, "--pictures", "none", "-q", "--out", out).exit_code == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning printed to the user fails the command
+        result = CliRunner().invoke(app, ["diff", *map(str, runs)])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("hookviz: note:")]
+    assert notes == [
+        f"hookviz: note: features.3: the output map and the CAM hold NaN/Inf values in both runs ({CAT_PHOTO}): "
+        "compared where both are finite, and on where the NaN/Inf lie; figures that are not finite are null in diff.json"
+    ]
+    written = _strict_json(runs[1] / "diff.json")
+    assert written["drift"]["findings"] == [] and (runs[1] / "cat" / "features.3.diff.png").is_file()
+
+
+def test_nan_and_inf_in_the_same_places_compare_equal_only_when_they_are_the_same():
+    from hookviz.compare.measures import compare_arrays
+
+    same = compare_arrays([np.inf, np.nan, 1.0], [np.inf, np.nan, 1.0])
+    assert same.max_abs == 0.0 and same.cosine == 1.0
+    for other in ([-np.inf, np.nan, 1.0], [np.nan, np.inf, 1.0]):
+        assert compare_arrays([np.inf, np.nan, 1.0], other).max_abs == np.inf

@@ -38,6 +38,7 @@ from hookviz.compare.measures import (
     TensorDiff,
     cam_correlation,
     compare_arrays,
+    nonfinite_maps,
     peak_shift,
 )
 from hookviz.compare.notes import image_notes, kept_notes, layer_notes, run_notes
@@ -143,6 +144,7 @@ def _compare_image(before: ImageData, after: ImageData, tolerances: Tolerances) 
         only_in_base=tuple(name for name in base_layers if name not in new_layers),
         only_in_new=tuple(name for name in new_layers if name not in base_layers),
         notes=tuple(layer_notes(before, after, layers)),
+        nonfinite=nonfinite_maps(layers),
     )
     return replace(image, findings=_findings(image, tolerances))
 

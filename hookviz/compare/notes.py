@@ -100,7 +100,27 @@ def image_notes(images, only_base, only_new, base: RunFolder, new: RunFolder) ->
         names = layers_only(images, side)
         if names:
             notes.append(f"layers recorded by {(base if side == 'base' else new).named} only: {some(names)}")
-    return notes
+    return notes + nonfinite_notes(images, base, new)
+
+
+def nonfinite_notes(images, base: RunFolder, new: RunFolder) -> list[str]:
+    """One line per layer whose maps hold NaN or Inf values, naming the maps and images: such
+    a map is compared on its finite values (where both runs have the same NaN and Inf), and a
+    figure that is not finite is ``null`` in diff.json."""
+    found: dict[tuple[str, int], tuple[dict, dict]] = {}  # (layer, side) -> (its maps, the images)
+    for image in images:
+        for layer, what, side in image.nonfinite:
+            maps, names = found.setdefault((layer, side), ({}, {}))
+            maps[what] = names[image.image] = None
+    where = (f"{base.named} only", f"{new.named} only", "both runs")
+    lines = []
+    for (layer, side), (maps, names) in found.items():
+        what = " and the ".join(maps)
+        lines.append(
+            f"{layer}: the {what} hold{'s' if len(maps) == 1 else ''} NaN/Inf values in {where[side]} ({some(names)}): "
+            "compared where both are finite, and on where the NaN/Inf lie; figures that are not finite are null in diff.json"
+        )
+    return lines
 
 
 def layer_notes(before: ImageData, after: ImageData, layers) -> list[str]:
