@@ -284,7 +284,7 @@ def test_a_baseline_from_a_newer_hookviz_is_compared_with_a_note(baseline, tmp_p
     [
         (lambda run: (run / "cat" / "report.json").unlink(), "cat/report.json: missing"),
         (lambda run: (run / "cat" / "report.json").write_text('{"layers": [tru'), "cat/report.json: truncated"),
-        (lambda run: (run / "cat" / "fingerprint.npz").write_bytes(b"PK\x03\x04 half"), "cat/fingerprint.npz: cannot be read"),
+        (lambda run: (run / "cat" / "fingerprint.npz").write_bytes(b"PK\x03\x04 half"), "cat/fingerprint.npz: damaged"),
         (lambda run: (run / "run.json").write_text("{"), "run.json: not readable JSON"),
         (lambda run: (run / "run.json").unlink(), "no run.json here"),
     ],
@@ -642,3 +642,33 @@ def test_nan_and_inf_in_the_same_places_compare_equal_only_when_they_are_the_sam
     assert same.max_abs == 0.0 and same.cosine == 1.0
     for other in ([-np.inf, np.nan, 1.0], [np.nan, np.inf, 1.0]):
         assert compare_arrays([np.inf, np.nan, 1.0], other).max_abs == np.inf
+
+
+@pytest.mark.parametrize("damage", ["other bytes", "truncated", "inside"])
+def test_a_damaged_fingerprint_is_called_damaged_and_its_advice_redoes_it(tmp_path, damage):
+    """It was described as "pickled (object) data", and --skip-existing kept it."""
+    runs = [tmp_path / "base", tmp_path / "new"]
+    args = [CAT_PHOTO, *TINY, "--layer", "features.3", "--pictures", "none", "-q"]
+    for out in runs:
+        assert invoke("run", *args, "--out", out).exit_code == 0
+    fingerprint = runs[1] / "cat" / "fingerprint.npz"
+    data = bytearray(fingerprint.read_bytes())
+    if damage == "inside":  # whole at both ends: only reading it tells
+        data[60:-200] = bytes(b ^ 0x55 for b in data[60:-200])
+    fingerprint.write_bytes(
+        b"not an archive at all" if damage == "other bytes" else data[: len(data) // 2] if damage == "truncated" else data
+    )
+    result = invoke("diff", *runs, "--pictures", "none")
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"hookviz: error: {fingerprint}: damaged, cannot be read (")
+    if damage == "inside":
+        assert result.stderr.endswith(f"; remove {runs[1] / 'cat'}, then rerun the run that wrote it with --skip-existing\n")
+        shutil.rmtree(runs[1] / "cat")
+    else:
+        assert result.stderr.endswith(
+            "(not a whole .npz archive: truncated, or other bytes); rerun the run that wrote it with --skip-existing, "
+            "which redoes the images whose files are missing or damaged\n"
+        )
+    resumed = CliRunner().invoke(app, ["run", *map(str, args), "--out", str(runs[1]), "--skip-existing", "--json"])
+    assert json.loads(resumed.stdout)["counts"]["done"] == 1  # redone, not skipped
+    assert invoke("diff", *runs, "--pictures", "none").exit_code == 0

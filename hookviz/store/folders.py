@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from hookviz.errors import display_path
 from hookviz.inputs.identity import Match, file_sha256, match_photo
-from hookviz.store.fingerprints import FINGERPRINT
+from hookviz.store.fingerprints import FINGERPRINT, looks_whole
 from hookviz.store.records import Report, read_report
 
 if TYPE_CHECKING:
@@ -161,10 +161,10 @@ class Recipe:
         picture it draws (and tensors.npz when asked), each file there."""
         if not self._same(report):
             return False
-        if self.save_tensors and not (folder / TENSORS).exists():
+        if FINGERPRINT not in report.files or not looks_whole(folder / FINGERPRINT):
+            return False  # written before hookviz kept fingerprints, or damaged since: a later comparison needs one
+        if self.save_tensors and not looks_whole(folder / TENSORS):
             return False
-        if FINGERPRINT not in report.files:
-            return False  # written before hookviz kept fingerprints: a later comparison needs one
         wanted = [kind.name for kind in self.pictures.kinds]
         for spec in self.layers:
             matching = [layer for layer in report.layers if _names_spec(layer.name, spec)]
