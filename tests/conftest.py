@@ -142,6 +142,15 @@ def nan_net() -> nn.Module:
     return model
 
 
+def dead_net() -> nn.Module:
+    """tiny_net whose last convolution's outputs are all negative: ``act`` outputs only zeros
+    (a dead layer) and no gradient reaches ``features.3``."""
+    model = tiny_net()
+    with torch.no_grad():
+        model.features[3].bias.fill_(-1e4)
+    return model
+
+
 @pytest.fixture
 def tiny():
     return tiny_net().eval()
@@ -250,6 +259,12 @@ def stepped_net() -> nn.Module:
     """One photo takes 10 s, in 100 modules of 0.1 s."""
     torch.manual_seed(0)
     return PausingNet(100, forward=0.1)
+
+
+def long_net() -> nn.Module:
+    """One photo takes a minute, in 600 modules of 0.1 s: a run a test ends itself."""
+    torch.manual_seed(0)
+    return PausingNet(600, forward=0.1)
 
 
 def stubborn_net() -> nn.Module:

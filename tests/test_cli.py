@@ -160,6 +160,33 @@ def test_dead_and_zero_grad_checks(cli, photo, tmp_path):
 
 
 @pytest.mark.parametrize(
+    "model, layer, check, detail",
+    [
+        ("dead_net", "act", "dead", "output is 100.0% zeros"),
+        ("dead_net", "features.3", "zero-grad", "grad_output is all zeros"),
+        ("nan_net", "features.3", "nonfinite", "NaN/Inf values"),
+    ],
+)
+def test_a_resumed_run_fails_its_checks_on_the_images_it_skips(cli, photo, tmp_path, model, layer, check, detail):
+    """A resumed CI job must not pass where a fresh one fails: skipped images are judged by their report."""
+    args = ["run", photo, "--model", f"tests.conftest:{model}", "--layer", layer]
+    args += ["--out", tmp_path / "out", "--pictures", "none", "--fail-on", check]
+    fresh = invoke(cli, *args)
+    assert fresh.exit_code == 3, fresh.output
+    resumed = invoke(cli, *args, "--skip-existing")
+    assert resumed.exit_code == 3, resumed.output
+    assert "1 skipped" in resumed.stderr
+
+    def findings(result):
+        return [line for line in result.stderr.splitlines() if line.startswith(f"hookviz: check {check} failed:")]
+
+    assert findings(resumed) == findings(fresh)  # the same words, from the saved report
+    assert any(f"{photo} {layer}" in line and detail in line for line in findings(resumed)), resumed.stderr
+    document = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert document["checks"]["passed"] is False and document["counts"]["skipped"] == 1
+
+
+@pytest.mark.parametrize(
     "args, message",
     [
         (["--model", "resnet5O"], "did you mean 'resnet50'"),
@@ -421,13 +448,13 @@ def test_openmp_threads_sleep_unless_the_user_says_otherwise(preset, expected):
 @pytest.mark.slow
 def test_python_dash_m_works(photo, tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "hookviz", "run", str(photo), *TINY, "--layer", "fc", "--out", str(tmp_path), "-q"],
+        [sys.executable, "-m", "hookviz", "run", str(photo), *TINY, "--layer", "fc", "--out", str(tmp_path / "out"), "-q"],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert completed.returncode == 0, completed.stderr
-    assert (tmp_path / "photo" / "report.json").exists()
+    assert (tmp_path / "out" / "photo" / "report.json").exists()
 
 
 @pytest.mark.slow
@@ -887,7 +914,7 @@ def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, ph
 
 def test_a_resize_alone_below_a_fixed_size_models_input_names_the_resize(cli, photo, tmp_path):
     """It named --crop 224, which the user never gave."""
-    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--resize", "64", "--out", tmp_path)
+    result = invoke(cli, "run", photo, "--model", "vit_b_16", "--weights", "none", "--resize", "64", "--out", tmp_path / "out")
     assert result.exit_code == 2
     line = _one_error_line(result)
     assert line.startswith("hookviz: error: --resize 64: vit_b_16 takes 224x224 inputs") and "--crop" not in line

@@ -284,7 +284,7 @@ def test_a_baseline_from_a_newer_hookviz_is_compared_with_a_note(baseline, tmp_p
     [
         (lambda run: (run / "cat" / "report.json").unlink(), "cat/report.json: missing"),
         (lambda run: (run / "cat" / "report.json").write_text('{"layers": [tru'), "cat/report.json: truncated"),
-        (lambda run: (run / "cat" / "fingerprint.npz").write_bytes(b"PK\x03\x04 half"), "cat/fingerprint.npz: cannot be read"),
+        (lambda run: (run / "cat" / "fingerprint.npz").write_bytes(b"PK\x03\x04 half"), "cat/fingerprint.npz: damaged"),
         (lambda run: (run / "run.json").write_text("{"), "run.json: not readable JSON"),
         (lambda run: (run / "run.json").unlink(), "no run.json here"),
     ],
@@ -558,12 +558,12 @@ def test_runs_against_other_references_say_so(tmp_path):
 
 
 def test_runs_with_other_prompts_say_so():
-    from hookviz.compare.diffing import _target_notes
+    from hookviz.compare.notes import target_notes
     from hookviz.store.report_records import Asked
 
     before, after = Asked(prompts=("a cat", "a dog")), Asked(prompts=("a cat", "a fox"))
-    assert _target_notes(before, after) == ["prompts differ: a cat, a dog -> a cat, a fox"]
-    assert _target_notes(before, before) == [] and _target_notes(Asked(prompts=None), after) == []  # an old report: unknown
+    assert target_notes(before, after) == ["prompts differ: a cat, a dog -> a cat, a fox"]
+    assert target_notes(before, before) == [] and target_notes(Asked(prompts=None), after) == []  # an old report: unknown
 
 
 def test_runs_with_another_cam_method_say_so(tmp_path, checkpoints):
@@ -577,3 +577,98 @@ def test_runs_with_another_cam_method_say_so(tmp_path, checkpoints):
     said = "hookviz: note: explained with other options: --cam gradcam -> scorecam,gradcam (maps differ by that choice, not by drift)"
     assert said in compared.stderr.splitlines(), compared.output
     assert "other options" not in invoke("diff", tmp_path / "a", tmp_path / "a2").output
+
+
+# ----------------------------------------------------------------------------- NaN and Inf
+
+
+def inf_net() -> torch.nn.Module:
+    """Factory for ``--model tests.test_diffing:inf_net``: features.3's first three channels are +inf."""
+    model = tiny_net()
+    with torch.no_grad():
+        model.features[3].bias[:3] = float("inf")
+    return model
+
+
+def _strict_json(path: Path) -> dict:
+    def refuse(constant):
+        raise AssertionError(f"{path} holds {constant}, which is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_a_report_holding_nan_is_compared_and_its_nan_written_as_null(tmp_path):
+    """An older or foreign writer's report may hold NaN (Python's json reads it): diff.json must stay JSON."""
+    runs = [tmp_path / "base", tmp_path / "new"]
+    for out in runs:
+        assert invoke("run", CAT_PHOTO, *TINY, "--layer", "features.3", "--pictures", "none", "-q", "--out", out).exit_code == 0
+    report = runs[1] / "cat" / "report.json"
+    document = json.loads(report.read_text())
+    document["layers"][0]["stats"]["output"].update(mean=float("nan"), max=float("inf"))
+    document["target"]["score"] = float("nan")
+    report.write_text(json.dumps(document))  # allow_nan: as such a writer did
+    result = invoke("diff", *runs, "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    written = _strict_json(runs[1] / "diff.json")
+    stats = written["images"][0]["layers"][0]["tensors"]["output"]["stats"]["after"]
+    assert stats["mean"] is None and stats["max"] is None and stats["min"] is not None
+
+
+def test_maps_holding_nan_and_inf_are_compared_in_silence_but_for_one_note(tmp_path):
+    """Inf survives a fingerprint of a small map: drawing the difference took inf - inf, and numpy warned."""
+    import warnings
+
+    runs = [tmp_path / "base", tmp_path / "new"]
+    model = ["--model", "tests.test_diffing:inf_net", "--resize", "32", "--crop", "32", "--layer", "features.3"]
+    for out in runs:
+        assert invoke("run", CAT_PHOTO, *model, "--pictures", "none", "-q", "--out", out).exit_code == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning printed to the user fails the command
+        result = CliRunner().invoke(app, ["diff", *map(str, runs)])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("hookviz: note:")]
+    assert notes == [
+        f"hookviz: note: features.3: the output map and the CAM hold NaN/Inf values in both runs ({CAT_PHOTO}): "
+        "compared where both are finite, and on where the NaN/Inf lie; figures that are not finite are null in diff.json"
+    ]
+    written = _strict_json(runs[1] / "diff.json")
+    assert written["drift"]["findings"] == [] and (runs[1] / "cat" / "features.3.diff.png").is_file()
+
+
+def test_nan_and_inf_in_the_same_places_compare_equal_only_when_they_are_the_same():
+    from hookviz.compare.measures import compare_arrays
+
+    same = compare_arrays([np.inf, np.nan, 1.0], [np.inf, np.nan, 1.0])
+    assert same.max_abs == 0.0 and same.cosine == 1.0
+    for other in ([-np.inf, np.nan, 1.0], [np.nan, np.inf, 1.0]):
+        assert compare_arrays([np.inf, np.nan, 1.0], other).max_abs == np.inf
+
+
+@pytest.mark.parametrize("damage", ["other bytes", "truncated", "inside"])
+def test_a_damaged_fingerprint_is_called_damaged_and_its_advice_redoes_it(tmp_path, damage):
+    """It was described as "pickled (object) data", and --skip-existing kept it."""
+    runs = [tmp_path / "base", tmp_path / "new"]
+    args = [CAT_PHOTO, *TINY, "--layer", "features.3", "--pictures", "none", "-q"]
+    for out in runs:
+        assert invoke("run", *args, "--out", out).exit_code == 0
+    fingerprint = runs[1] / "cat" / "fingerprint.npz"
+    data = bytearray(fingerprint.read_bytes())
+    if damage == "inside":  # whole at both ends: only reading it tells
+        data[60:-200] = bytes(b ^ 0x55 for b in data[60:-200])
+    fingerprint.write_bytes(
+        b"not an archive at all" if damage == "other bytes" else data[: len(data) // 2] if damage == "truncated" else data
+    )
+    result = invoke("diff", *runs, "--pictures", "none")
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"hookviz: error: {fingerprint}: damaged, cannot be read (")
+    if damage == "inside":
+        assert result.stderr.endswith(f"; remove {runs[1] / 'cat'}, then rerun the run that wrote it with --skip-existing\n")
+        shutil.rmtree(runs[1] / "cat")
+    else:
+        assert result.stderr.endswith(
+            "(not a whole .npz archive: truncated, or other bytes); rerun the run that wrote it with --skip-existing, "
+            "which redoes the images whose files are missing or damaged\n"
+        )
+    resumed = CliRunner().invoke(app, ["run", *map(str, args), "--out", str(runs[1]), "--skip-existing", "--json"])
+    assert json.loads(resumed.stdout)["counts"]["done"] == 1  # redone, not skipped
+    assert invoke("diff", *runs, "--pictures", "none").exit_code == 0

@@ -86,3 +86,54 @@ def test_an_out_that_is_or_holds_the_photos_folder_is_named_as_the_fault(tmp_pat
     (sub / OUTPUT_MARKER).touch()
     with pytest.raises(UsageError, match=r"sub: is a hookviz output folder; name the photos' folder instead"):
         find_images([str(sub)], exclude=[tmp_path / "out"])
+
+
+@pytest.mark.parametrize(
+    "images, out, shown",
+    [
+        (["photos/a.png", "photos/b.png"], "photos", "photos/a.png"),  # the shell expanded photos/*.png
+        (["photos/*.png"], "photos", "photos/a.png"),  # a quoted pattern
+        (["photos/b.png"], ".", "photos/b.png"),  # a folder above the photos
+    ],
+)
+def test_an_out_that_holds_a_photo_named_is_refused_and_left_untouched(tmp_path, monkeypatch, images, out, shown):
+    """A run marks its --out as output, and a later run over the parent would skip the photos there."""
+    _photos(tmp_path / "photos", "a.png", "b.png")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = CliRunner().invoke(app, ["run", *images, *TINY, "--out", out])
+    assert result.exit_code == 2, result.output
+    suggestion = "hookviz-out" if out == "." else f"{out}/hookviz-out"
+    assert result.stderr.strip() == (
+        f"hookviz: error: --out {out}: holds {shown}, a photo to explain; later runs skip a run's output folder, "
+        f"so its photos would be left out: choose another --out, such as {suggestion}"
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_an_out_inside_the_photos_folder_leaves_every_later_run_the_photos(tmp_path, monkeypatch):
+    _photos(tmp_path / "photos", "a.png", "b.png")
+    monkeypatch.chdir(tmp_path)
+    for source in ("photos", "photos/a.png"):  # a folder, then files named outright
+        result = CliRunner().invoke(app, ["run", source, *TINY, "--out", "photos/out"])
+        assert result.exit_code == 0, result.output
+    assert is_output_folder(tmp_path / "photos" / "out") and not is_output_folder(tmp_path / "photos")
+    notes: list[str] = []
+    # over the parent, later: the photos, never the first runs' pictures, and nothing said
+    assert [p.name for p in find_images(["."], exclude=[tmp_path / "other"], notes=notes)] == ["a.png", "b.png"]
+    assert notes == []
+
+
+def test_an_output_folder_that_holds_photos_at_its_top_is_skipped_with_a_note(tmp_path):
+    """An earlier hookviz let a run's --out be the photos' folder: its photos are not skipped in silence."""
+    _photos(tmp_path / "photos", "a.png", "b.png")
+    (tmp_path / "photos" / OUTPUT_MARKER).touch()
+    _photos(tmp_path / "photos" / "a", "input.jpg")  # a run's own picture, in its image's folder
+    _photos(tmp_path / "other", "c.png")
+    notes: list[str] = []
+    assert [p.name for p in find_images([str(tmp_path)], notes=notes)] == ["c.png"]
+    assert notes == [
+        f"{tmp_path / 'photos'}: skipped as a hookviz output folder (it holds {OUTPUT_MARKER} or a run.json), though "
+        "2 image files lie at its top, where a run writes none; name the files themselves to explain them"
+    ]

@@ -140,7 +140,7 @@ def test_a_run_without_pictures_never_imports_matplotlib(tmp_path, photo):
         "from pathlib import Path\n"
         "from hookviz import ModelOptions, PictureOptions, RunOptions, run\n"
         f"summary = run([Path({str(photo)!r})], ModelOptions('tests.conftest:tiny_net', 'none'),"
-        f" pictures=PictureOptions(pictures=()), options=RunOptions(out=Path({str(tmp_path)!r}), save_tensors=True))\n"
+        f" pictures=PictureOptions(pictures=()), options=RunOptions(out=Path({str(tmp_path / 'out')!r}), save_tensors=True))\n"
         "print(summary.count('done'), 'matplotlib' in sys.modules)\n"
     )
     assert python_output(code).split() == ["1", "False"]
@@ -505,6 +505,51 @@ def test_shards_side_by_side_share_an_output_folder(tmp_path):
     page = (out / "index.html").read_text()
     assert all(f'href="im{i:02d}/input.jpg"' in page for i in range(12))
     assert not (out / "run.json").exists() and no_partial_files(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first_shard", [None, "1/2"])
+def test_a_run_into_a_folder_another_run_is_writing_is_refused_and_shards_share_one(tmp_path, first_shard):
+    """Two runs writing one folder at once would mix their results; the shards of one run share
+    it. A killed run leaves nothing behind that holds the folder."""
+    from hookviz.inputs.discovery import OUTPUT_MARKER
+
+    images = _images(tmp_path / "in", 4)
+    out = tmp_path / "out"
+
+    def command(model, *options):
+        names = [str(image) for image in images]
+        return [sys.executable, "-m", "hookviz", "run", *names, "--model", f"tests.conftest:{model}", "--layer", "features.3",
+                "--pictures", "none", "--out", str(out), "-q", *options]  # fmt: skip
+
+    def second(*options):
+        return subprocess.run(command("tiny_net", *options), cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+    shard = ["--shard", first_shard] if first_shard else []
+    first = subprocess.Popen(command("long_net", *shard), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (out / OUTPUT_MARKER).exists() or first.poll() is not None, seconds=120)
+        whole = second("--cam", "layercam")
+        other_shard = second("--shard", "2/2")
+        same_shard = second("--shard", "1/2")
+        assert first.poll() is None  # it held the folder all along
+    finally:
+        first.kill()
+        first.communicate()
+    lines = whole.stderr.strip().splitlines()
+    assert whole.returncode == 2 and len(lines) == 1, whole.stderr
+    holder = "a shard of another hookviz run" if first_shard else "another hookviz run"
+    assert lines[0] == (
+        f"hookviz: error: --out {out}: {holder} is writing into this folder now; wait for it to end, "
+        "or choose another --out (shards of one run share a folder with --shard K/N)"
+    )
+    if first_shard:
+        assert other_shard.returncode == 0, other_shard.stderr  # side by side
+        assert same_shard.returncode == 2 and "another run of shard 1/2 is writing" in same_shard.stderr
+    else:
+        assert other_shard.returncode == 2 and "another hookviz run (without --shard) is writing" in other_shard.stderr
+    assert not (out / "run.json").exists()  # the refused run wrote nothing (the killed one had not finished)
+    assert _run(out, images).count("done") == 4  # the killed run holds nothing
 
 
 def _children(pid: int) -> list[int]:

@@ -231,3 +231,18 @@ def test_a_resize_alone_needs_no_crop_for_a_module_of_any_task(resize):
     for model in (_TinySegmenter().eval(), torchvision.models.resnet18(num_classes=4).eval()):
         result = hookviz.explain(model, SAMPLES / "cat.png", inputs=hookviz.InputOptions(resize=resize))
         assert min(result.image.tensor.shape[-2:]) == resize
+
+
+def test_run_json_gives_every_image_the_runs_task_also_failed_and_skipped_ones(photo, tmp_path):
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    out = tmp_path / "out"
+    args = ["run", str(photo), str(broken), "--model", "tests.test_segment:painted_net", "--task", "segment"]
+    args += ["--resize", "30", "--layer", "conv", "--pictures", "none", "--out", str(out)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 1, first.output  # the broken photo fails
+    again = CliRunner().invoke(app, [*args, "--skip-existing"])
+    assert again.exit_code == 1, again.output
+    document = json.loads((out / "run.json").read_text())
+    assert document["task"] == "segment"
+    assert {(image["status"], image["task"]) for image in document["images"]} == {("skipped", "segment"), ("failed", "segment")}

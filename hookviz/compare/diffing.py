@@ -38,16 +38,17 @@ from hookviz.compare.measures import (
     TensorDiff,
     cam_correlation,
     compare_arrays,
-    layers_only,
+    nonfinite_maps,
     peak_shift,
 )
+from hookviz.compare.notes import image_notes, kept_notes, layer_notes, run_notes
 from hookviz.errors import ComparisonError, OutputError, UsageError, arg, display_path, first_line
 from hookviz.explaining.checks import Finding
 from hookviz.explaining.summaries import TENSOR_KEYS
 from hookviz.options import CheckOptions, Tolerances
 from hookviz.store.files import DIFF, atomic_write, layer_stems, list_files, write_json
 from hookviz.store.records import DiffEntry, RunRecord, Score
-from hookviz.store.runfolder import ImageData, RunFolder, open_run, version_tuple
+from hookviz.store.runfolder import ImageData, RunFolder, open_run
 
 __all__ = ["DIFF", "Baseline", "compare", "save_diff", "diff_runs", "compare_with_baseline"]
 
@@ -90,7 +91,7 @@ def compare(
             image = _compare_image(before, after, tolerances)
         images.append((_draw(new.path, image) if pictures else image).light())
     images.sort(key=_rank)
-    notes = [*_run_notes(base, new, pairs), *_kept_notes(base, new, pairs), *_image_notes(images, only_base, only_new, base, new)]
+    notes = [*run_notes(base, new, pairs), *kept_notes(base, new, pairs), *image_notes(images, only_base, only_new, base, new)]
     return RunDiff(
         base=base.describe(),
         new=new.describe(),
@@ -142,7 +143,8 @@ def _compare_image(before: ImageData, after: ImageData, tolerances: Tolerances) 
         layers=layers,
         only_in_base=tuple(name for name in base_layers if name not in new_layers),
         only_in_new=tuple(name for name in new_layers if name not in base_layers),
-        notes=tuple(_layer_notes(before, after, layers)),
+        notes=tuple(layer_notes(before, after, layers)),
+        nonfinite=nonfinite_maps(layers),
     )
     return replace(image, findings=_findings(image, tolerances))
 
@@ -323,133 +325,6 @@ def _findings(image: ImageDiff, tolerances: Tolerances) -> tuple[Finding, ...]:
 
 def _label(score: dict) -> str:
     return f"{score.get('name') or 'class'} ({score.get('index')})"
-
-
-def _run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
-    """What differs between the runs as a whole: versions, model, weights, preprocessing."""
-    notes = []
-    b, n = base.run, new.run
-    if version_tuple(base.version) > version_tuple(new.version):
-        notes.append(
-            f"{base.named} was written by hookviz {base.version}, newer than {new.version}: comparing what this version reads"
-        )
-    for folder in (base, new):
-        if folder.run.unfinished:
-            notes.append(
-                f"{folder.named} is an unfinished run (interrupted, or stopped by an error): its missing images are not compared"
-            )
-    for what, old, now in (
-        ("models differ", b.model, n.model),
-        ("weights differ", b.weights, n.weights),
-        ("tasks differ", b.task, n.task),
-    ):
-        if old != now:
-            notes.append(f"{what}: {old} -> {now}")
-    shas = (b.weights_sha256, n.weights_sha256)
-    if b.weights == n.weights and None not in shas and shas[0] != shas[1]:  # a file rewritten in place
-        notes.append(f"weights differ: {n.weights} holds other bytes (SHA-256 {shas[0][:12]}... -> {shas[1][:12]}...)")
-    for key, old, now in (
-        ("torch", b.torch, n.torch),
-        ("torchvision", b.torchvision, n.torchvision),
-        ("device", b.device, n.device),
-    ):
-        if old and now and old != now:
-            notes.append(f"{key} differs: {old} -> {now}")
-    before, after = (files.report.preprocessing for files in pairs[0])
-    changed = [
-        f"{key} {before.get(key)} -> {after.get(key)}" for key in sorted({*before, *after}) if before.get(key) != after.get(key)
-    ]
-    if changed:
-        notes.append("preprocessing differs: " + "; ".join(changed))
-    return notes + _target_notes(*(files.report.asked for files in pairs[0]))
-
-
-# what the target options of report.json's ``asked`` are given as on the command line
-_TARGET_FLAGS = {
-    "cam": "--cam",
-    "target": "--target",
-    "objective": "--objective",
-    "topk": "--topk",
-    "output_key": "--output-key",
-    "steps": "--steps",
-    "ig_baseline": "--ig-baseline",
-}
-
-
-def _target_notes(before, after) -> list[str]:
-    """The target options (``--cam``, ``--target``, ...), what an embedding was compared with
-    (``--target-image``) and a text tower's prompts, when the runs differ in them: another
-    method or reference makes other maps, not drift."""
-    notes = []
-    old, now = before.target or {}, after.target or {}
-    changed = [
-        f"{flag} {old[key]} -> {now[key]}"
-        for key, flag in _TARGET_FLAGS.items()
-        if key in old and key in now and old[key] != now[key]
-    ]
-    if changed:
-        notes.append(f"explained with other options: {'; '.join(changed)} (maps differ by that choice, not by drift)")
-    if before.references is not None and after.references is not None:
-        old, now = ([(r.name, r.sha256) for r in side.references] for side in (before, after))
-        if [name for name, _ in old] != [name for name, _ in now]:
-            names = (", ".join(name for name, _ in side) or "none" for side in (old, now))
-            notes.append("references differ (--target-image): {} -> {}".format(*names))
-        elif old != now:
-            changed = [name for (name, a), (_, b) in zip(old, now) if a != b]
-            notes.append(f"references differ (--target-image): {', '.join(changed)} holds other photos")
-    if before.prompts is not None and after.prompts is not None and tuple(before.prompts) != tuple(after.prompts):
-        notes.append(f"prompts differ: {', '.join(before.prompts) or 'none'} -> {', '.join(after.prompts) or 'none'}")
-    return notes
-
-
-def _image_notes(images, only_base, only_new, base: RunFolder, new: RunFolder) -> list[str]:
-    notes = [note for image in images for note in image.notes]
-    if only_base:
-        notes.append(f"images in {base.named} only: {_some(only_base)}")
-    if only_new:
-        notes.append(f"images in {new.named} only: {_some(only_new)}")
-    for folder in (base, new):
-        if folder.failed:
-            notes.append(f"images {folder.named} failed on, not compared: {_some(folder.failed)}")
-    for side in ("base", "new"):
-        names = layers_only(images, side)
-        if names:
-            notes.append(f"layers recorded by {(base if side == 'base' else new).named} only: {_some(names)}")
-    return notes
-
-
-def _layer_notes(before: ImageData, after: ImageData, layers) -> list[str]:
-    notes = []
-    for layer in layers:
-        cams = [getattr(data.layers[layer.name].cam, "shape", None) for data in (before, after)]
-        if layer.cam is None and (cams[0] is None) != (cams[1] is None):
-            notes.append(f"{layer.name}: a CAM in one run only (--cam differs?); not compared")
-    return notes
-
-
-def _kept_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
-    """What each run kept for comparison: fingerprints (of a format this version reads) and tensors."""
-    from hookviz.store.fingerprints import FORMAT as KNOWN
-
-    notes = []
-    for index, folder in enumerate((base, new)):
-        formats = {files[index].fingerprint_format for files in pairs}
-        if None in formats:
-            versions = sorted({str(files[index].report.hookviz) for files in pairs})
-            notes.append(
-                f"{folder.named} has images without a fingerprint (written by hookviz {', '.join(versions)}): "
-                "those are compared on statistics and top-5 only; rerun it to compare maps and CAMs"
-            )
-        if any(f is not None and f > KNOWN for f in formats):
-            notes.append(f"{folder.named} has fingerprints of a format newer than this hookviz reads; compared without them")
-    if any(b.has_tensors != n.has_tensors for b, n in pairs):
-        notes.append("full-tensor figures need --save-tensors in both runs; elsewhere compared on fingerprints")
-    return notes
-
-
-def _some(names, limit: int = 10) -> str:
-    names = list(names)
-    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 # ----------------------------------------------------------------------------- files

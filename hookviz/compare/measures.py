@@ -31,6 +31,8 @@ __all__ = [
     "compare_arrays",
     "cam_correlation",
     "peak_shift",
+    "nonfinite_maps",
+    "finite_json",
 ]
 
 #: diff.json's own format, bumped when its keys change meaning.
@@ -65,7 +67,7 @@ class Figures:
 
     def describe(self, tolerances: Tolerances) -> str:
         if math.isinf(self.max_abs):
-            return "NaN or infinite values where the baseline has finite ones (or the reverse)"
+            return "NaN or infinite values where the baseline has other values (finite ones, or the reverse)"
         return (
             f"max |after - before| {self.max_abs:.3g} = {self.max_rel:.3g} x max |before| {self.scale:.3g}; "
             f"allowed {tolerances.atol:g} + {tolerances.rtol:g} x {self.scale:.3g}"
@@ -86,8 +88,8 @@ def compare_arrays(before, after) -> Figures:
     b = np.asarray(after, dtype=np.float64).ravel()
     finite_a, finite_b = np.isfinite(a), np.isfinite(b)
     scale = float(np.abs(a[finite_a]).max()) if finite_a.any() else 0.0
-    if not np.array_equal(finite_a, finite_b):
-        return Figures(math.inf, math.inf, math.nan, scale)
+    if not np.array_equal(finite_a, finite_b) or not np.array_equal(a[~finite_a], b[~finite_b], equal_nan=True):
+        return Figures(math.inf, math.inf, math.nan, scale)  # NaN or Inf where the other has another value
     a, b = a[finite_a], b[finite_b]
     if np.array_equal(a, b):
         return Figures(0.0, 0.0, 1.0, scale)  # exactly, where the cosine would round below 1
@@ -145,6 +147,34 @@ def peak_shift(before, after, before_hw, after_hw) -> float | None:
 def _num(value) -> float | None:
     """A number for JSON: ``None`` for a missing, NaN or infinite one."""
     return None if value is None or not math.isfinite(value) else float(value)
+
+
+def finite_json(value):
+    """``value`` (JSON data) with every NaN or infinite number as ``None``: statistics and
+    scores come from reports as they were read, and JSON has no NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(item) for item in value]
+    return value
+
+
+def nonfinite_maps(layers) -> tuple[tuple[str, str, int], ...]:
+    """``(layer, map, side)`` for each compared map of ``layers`` (``LayerDiff`` s, their maps
+    still held) that holds NaN or Inf values: ``output map`` or ``CAM``; side 0 the baseline's
+    only, 1 the new run's only, 2 both."""
+    found = []
+    for layer in layers:
+        pairs = (("output map", layer.maps), ("CAM", None if layer.cam is None else layer.cam.maps))
+        for what, pair in pairs:
+            if pair is None:
+                continue
+            holes = [not np.isfinite(values).all() for values in (pair.before, pair.after)]
+            if any(holes):
+                found.append((layer.name, what, 2 if all(holes) else holes.index(True)))
+    return tuple(found)
 
 
 # ----------------------------------------------------------------------------- what a diff holds
@@ -346,6 +376,7 @@ class ImageDiff:
             ``None`` where the new run does not say.
         only_in_base, only_in_new: layers recorded for this image by one run only.
         findings: the ``drift`` findings, whether or not drift is checked.
+        nonfinite: the maps that hold NaN or Inf values (``nonfinite_maps``).
     """
 
     output: str
@@ -360,6 +391,7 @@ class ImageDiff:
     only_in_new: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
+    nonfinite: tuple[tuple[str, str, int], ...] = ()
 
     def __getitem__(self, name: str) -> LayerDiff:
         return next(layer for layer in self.layers if layer.name == name)
@@ -456,21 +488,23 @@ class RunDiff:
         from hookviz import __version__
 
         layers = sorted({layer.name for image in self.images for layer in image.layers})
-        return {
-            "hookviz": __version__,
-            "format": FORMAT,
-            "base": self.base,
-            "new": self.new,
-            "tolerances": self.tolerances.to_json(),
-            "ranking": "images whose target changed first, then by the largest relative change "
-            "(max |after - before| / max |before|) of any compared forward tensor",
-            "compared": {"images": len(self.images), "layers": layers},
-            "only_in_base": {"images": list(self.only_in_base), "layers": layers_only(self.images, "base")},
-            "only_in_new": {"images": list(self.only_in_new), "layers": layers_only(self.images, "new")},
-            "notes": list(self.notes),
-            "drift": {"checked": self.checked, "passed": not self.findings, "findings": [f.to_json() for f in self.findings]},
-            "images": [image.to_json() for image in self.images],
-        }
+        return finite_json(
+            {
+                "hookviz": __version__,
+                "format": FORMAT,
+                "base": self.base,
+                "new": self.new,
+                "tolerances": self.tolerances.to_json(),
+                "ranking": "images whose target changed first, then by the largest relative change "
+                "(max |after - before| / max |before|) of any compared forward tensor",
+                "compared": {"images": len(self.images), "layers": layers},
+                "only_in_base": {"images": list(self.only_in_base), "layers": layers_only(self.images, "base")},
+                "only_in_new": {"images": list(self.only_in_new), "layers": layers_only(self.images, "new")},
+                "notes": list(self.notes),
+                "drift": {"checked": self.checked, "passed": not self.findings, "findings": [f.to_json() for f in self.findings]},
+                "images": [image.to_json() for image in self.images],
+            }
+        )
 
 
 def layers_only(images, side: str) -> list[str]:

@@ -1,5 +1,9 @@
-"""Checks for CI smoke runs (``--fail-on``): each looks at one explanation and names
-the layers at fault. Looked up by name in a registry filled by ``register_check``.
+"""Checks for CI smoke runs (``--fail-on``): each looks at one image and names the layers at
+fault. Looked up by name in a registry filled by ``register_check``.
+
+A check reads an ``ImageFacts``: the figures it judges, taken from an explanation as it is
+made or from the ``report.json`` an earlier run wrote (an image ``--skip-existing`` skips is
+judged from it, so a resumed CI run fails where a fresh one does).
 
 ``drift`` is the one check made once per run instead of per image: it compares the run
 with a baseline (``--baseline``) when the run ends (``hookviz.compare.diffing``)."""
@@ -13,7 +17,19 @@ import numpy as np
 
 from hookviz.registry import Registry
 
-__all__ = ["CHECKS", "Finding", "register_check", "parse_checks", "run_checks", "nonfinite_maps", "nonfinite_notes"]
+__all__ = [
+    "CHECKS",
+    "Finding",
+    "ImageFacts",
+    "LayerFacts",
+    "register_check",
+    "parse_checks",
+    "run_checks",
+    "report_checks",
+    "judge",
+    "nonfinite_maps",
+    "nonfinite_notes",
+]
 
 
 @dataclass(frozen=True)
@@ -29,6 +45,58 @@ class Finding:
 
     def to_json(self) -> dict:
         return {"check": self.check, "image": self.image, "layer": self.layer, "figure": self.figure, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class LayerFacts:
+    """One layer as the checks see it: per tensor (``output``, ``grad_output``, ...) its
+    statistics (``summaries.tensor_stats``, ``None``: not recorded) and shape."""
+
+    name: str
+    stats: dict
+    shapes: dict
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What the checks judge of one image (``image``: how findings name it): its NaN/Inf
+    logits, whether it had a target to explain, its layers, and each map of the target that
+    is not finite (``nonfinite_maps``' tuples)."""
+
+    image: str
+    logits_nonfinite: int
+    has_target: bool
+    layers: tuple[LayerFacts, ...]
+    maps: tuple[tuple[str, str, int, int], ...] = ()
+
+    @classmethod
+    def of(cls, explanation) -> ImageFacts:
+        """The facts of an explanation just made."""
+        return cls(
+            explanation.image.source.label,
+            int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum()),
+            explanation.target is not None,
+            tuple(LayerFacts(layer.name, dict(layer.stats), dict(layer.shapes)) for layer in explanation.layers),
+            tuple(nonfinite_maps(explanation)),
+        )
+
+    @classmethod
+    def of_report(cls, report, image: str) -> ImageFacts:
+        """The facts an earlier run's ``report.json`` (a ``records.Report``) kept of ``image``."""
+        maps = [(layer.name, method, found) for layer in report.layers for method, found in (layer.cams or {}).items()]
+        maps += [("input", method, found) for method, found in report.pixel_maps.items()]
+        bad_maps = tuple(
+            (layer, method, int(found.stats.get("nonfinite") or 0), int(np.prod(found.shape)))
+            for layer, method, found in maps
+            if found.shape is not None and found.stats.get("nonfinite")
+        )
+        return cls(
+            image,
+            report.logits_nonfinite or 0,
+            report.target is not None,
+            tuple(LayerFacts(layer.name, dict(layer.stats), dict(layer.shapes)) for layer in report.layers),
+            bad_maps,
+        )
 
 
 #: Checks made once per run against a baseline, not on each explanation.
@@ -80,51 +148,61 @@ def nonfinite_notes(explanation) -> tuple[str, ...]:
 
 
 @register_check("nonfinite")
-def _nonfinite(explanation, _fraction: float):
+def _nonfinite(facts: ImageFacts, _fraction: float):
     found: list[tuple[str | None, str]] = []
-    bad = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
-    if bad:
-        found.append((None, f"{bad} non-finite logits"))
-    for layer in explanation.layers:
+    if facts.logits_nonfinite:
+        found.append((None, f"{facts.logits_nonfinite} non-finite logits"))
+    for layer in facts.layers:
         for key, stats in layer.stats.items():
-            if stats and stats["nonfinite"]:
+            if stats and stats.get("nonfinite"):
                 total = int(np.prod(layer.shapes[key]))
                 found.append((layer.name, f"{key} has {stats['nonfinite']} NaN/Inf values of {total}"))
-    for layer, method, bad, total in nonfinite_maps(explanation):
-        found.append((layer, f"{method} map has {bad} NaN/Inf values of {total}"))
+    for layer_name, method, bad, total in facts.maps:
+        found.append((layer_name, f"{method} map has {bad} NaN/Inf values of {total}"))
     return found
 
 
 @register_check("dead")
-def _dead(explanation, fraction: float):
+def _dead(facts: ImageFacts, fraction: float):
     found = []
-    for layer in explanation.layers:
+    for layer in facts.layers:
         stats = layer.stats.get("output")
-        if stats is not None and stats["zero_fraction"] >= fraction:
+        if stats is not None and stats.get("zero_fraction", 0.0) >= fraction:
             found.append((layer.name, f"output is {stats['zero_fraction']:.1%} zeros (threshold {fraction:.0%})"))
     return found
 
 
 @register_check("zero-grad")
-def _zero_grad(explanation, _fraction: float):
-    if explanation.target is None:  # nothing to explain (no detection above the threshold): no gradient is due
+def _zero_grad(facts: ImageFacts, _fraction: float):
+    if not facts.has_target:  # nothing to explain (no detection above the threshold): no gradient is due
         return []
     found = []
-    for layer in explanation.layers:
+    for layer in facts.layers:
         stats = layer.stats.get("grad_output")
         if stats is None:
             found.append((layer.name, "no gradient reaches this layer's output"))
-        elif stats["zero_fraction"] == 1.0:
+        elif stats.get("zero_fraction") == 1.0:
             found.append((layer.name, "grad_output is all zeros"))
     return found
 
 
 def run_checks(explanation, names: Sequence[str], dead_fraction: float = 1.0) -> list[Finding]:
-    image = explanation.image.source.label
+    """The findings of the checks ``names`` on an explanation just made."""
+    return judge(ImageFacts.of(explanation), names, dead_fraction)
+
+
+def report_checks(report, image: str, names: Sequence[str], dead_fraction: float = 1.0) -> list[Finding]:
+    """The findings of the checks ``names`` on ``image`` as an earlier run's report (a
+    ``records.Report``) describes it: an image ``--skip-existing`` skipped."""
+    return judge(ImageFacts.of_report(report, image), names, dead_fraction)
+
+
+def judge(facts: ImageFacts, names: Sequence[str], dead_fraction: float = 1.0) -> list[Finding]:
+    """The findings of the checks ``names`` on one image's facts."""
     findings = []
     for name in names:
         if name in BASELINE_CHECKS:
             continue  # made when the run ends, against its baseline
-        for layer, detail in CHECKS.get(name)(explanation, dead_fraction):
-            findings.append(Finding(name, image, layer, detail))
+        for layer, detail in CHECKS.get(name)(facts, dead_fraction):
+            findings.append(Finding(name, facts.image, layer, detail))
     return findings

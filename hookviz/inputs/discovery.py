@@ -52,6 +52,7 @@ class _Excluded:
     def __init__(self, exclude: Sequence[Path]):
         self._given = {_resolved(p): p for p in exclude}
         self._outputs: dict[Path, bool] = {}
+        self.with_photos: dict[Path, int] = {}  # output folders skipped though photos lie at their top
 
     def root(self, folder: Path) -> Path | None:
         """The excluded folder (as it was given) that is ``folder`` or holds it, if any."""
@@ -66,6 +67,10 @@ class _Excluded:
             return True
         if resolved not in self._outputs:
             self._outputs[resolved] = is_output_folder(resolved)
+            # a run writes no image at its folder's top (each image's files are in a folder of its own)
+            photos = _top_images(resolved) if self._outputs[resolved] else 0
+            if photos:
+                self.with_photos[folder] = photos
         return self._outputs[resolved]
 
     def below(self, path: Path, top: Path) -> bool:
@@ -121,6 +126,13 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = (), notes: lis
                 _refuse_none_found(source, "pattern matches", files)
             _note_unread(source, "pattern matches", files, notes)
             found.extend(matches)
+    if notes is not None:
+        notes += [
+            f"{display_path(folder)}: skipped as a hookviz output folder (it holds {OUTPUT_MARKER} or a run.json), "
+            f"though {count} image file{'s lie' if count > 1 else ' lies'} at its top, where a run writes none; "
+            "name the files themselves to explain them"
+            for folder, count in excluded.with_photos.items()
+        ]
     unique: dict[Path, Path] = {}
     for path in found:  # one file spelt two ways (a/x.png, a/../a/x.png) is one image
         unique.setdefault(_resolved(path), path)
@@ -144,6 +156,15 @@ def _walk(top: Path, excluded: _Excluded, source: str, notes: list[str] | None) 
         _refuse_none_found(source, "folder holds", files)
     _note_unread(source, "folder holds", files, notes)
     return sorted(matches)
+
+
+def _top_images(folder: Path) -> int:
+    """How many image files lie directly in ``folder``."""
+    try:
+        entries = [entry for entry in os.scandir(folder) if not entry.name.startswith(".")]
+        return sum(1 for entry in entries if Path(entry.name).suffix.lower() in IMAGE_SUFFIXES and entry.is_file())
+    except OSError:
+        return 0
 
 
 def _unread_heif(files: Sequence[Path]) -> list[Path]:

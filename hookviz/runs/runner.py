@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
-from hookviz.explaining.checks import Finding, nonfinite_notes, run_checks
+from hookviz.explaining.checks import Finding, nonfinite_notes, report_checks, run_checks
 from hookviz.explaining.passes import SummaryOptions
 from hookviz.options import (
     CheckOptions,
@@ -44,13 +44,13 @@ from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard
 from hookviz.runs.stopping import Stopped, stoppable
 from hookviz.store.files import (
     Recipe,
-    existing_ancestor,
     output_names,
     plan_folders,
     save_explanation,
     sweep_stale_files,
     write_json,
 )
+from hookviz.store.outfolder import FolderLock, check_out
 from hookviz.store.records import ImageStatus, RunRecord
 from hookviz.trust.assess import check_options as check_trust_options
 
@@ -84,23 +84,6 @@ class RunInterrupted(Exception):
     def __init__(self, summary: RunSummary):
         super().__init__("interrupted")
         self.summary = summary
-
-
-def check_out(out: Path) -> None:
-    """Raises OutputError when ``out`` could not be created or written; creates nothing."""
-    dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
-    if dangling is not None:
-        raise OutputError(
-            f"{arg('out', out)}: {display_path(dangling)} is a link to {display_path(os.readlink(dangling))}, "
-            "which does not exist; create that folder or choose another"
-        )
-    probe = existing_ancestor(out)
-    if not probe.is_dir():
-        raise OutputError(f"{arg('out', out)}: {display_path(probe)} is a file, not a folder; choose another folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(
-            f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder"
-        )
 
 
 def run(
@@ -182,6 +165,7 @@ class Run:
         self.selected = shard_of(self.images, options.shard)
         self.names = output_names(self.images)
         self.run_json = options.out / run_file_name(options.shard)
+        self.hold = FolderLock(options.out, options.shard)  # no other run writes into out meanwhile
         self.statuses: dict[Path, ImageStatus] = {}
         self.findings: list[Finding] = []
         self.notes: list[str] = []
@@ -204,8 +188,10 @@ class Run:
 
     def execute(self) -> RunSummary:
         try:
-            check_out(self.options.out)
+            check_out(self.options.out, self.images)
             check_trust_options(self.target, self.trust)  # what no model could take, refused before one loads
+            if self.options.out.is_dir():  # refused before the model loads, when a run is there now
+                self.hold.acquire(create=False)
             if self.checks.baseline is not None:
                 from hookviz.compare.diffing import Baseline
 
@@ -231,10 +217,13 @@ class Run:
             raise
         finally:
             self.phase = "finishing"
-            if self.stopping.is_set():
-                self.interrupted = True
-                self.cancel()
-            summary = self.finish()
+            try:
+                if self.stopping.is_set():
+                    self.interrupted = True
+                    self.cancel()
+                summary = self.finish()
+            finally:
+                self.hold.release()
         if self.interrupted:
             raise RunInterrupted(summary)
         return summary
@@ -317,6 +306,7 @@ class Run:
             out.mkdir(parents=True, exist_ok=True)
             from hookviz.inputs.discovery import OUTPUT_MARKER
 
+            self.hold.acquire()  # before anything is written there
             (out / OUTPUT_MARKER).touch()
         except OSError as exc:
             raise OutputError(
@@ -360,7 +350,11 @@ class Run:
         folders = plan_folders(self.options.out, self.selected, self.names, recipe)
         self.names = folders.names
         for path in folders.done:
-            self._report(path, ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)"))
+            report = folders.reports[path]
+            if self.checks.fail_on:  # judged as a fresh run would judge it: a resumed CI run fails alike
+                self.findings.extend(report_checks(report, display_path(path), self.checks.fail_on, self.checks.dead_fraction))
+            status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)")
+            self._report(path, replace(status, task=report.task or status.task))
         return list(folders.todo)
 
     def batches(self) -> Iterator[list[tuple[Path, object]]]:
@@ -520,7 +514,7 @@ class Run:
         if self.interrupted or self.error:
             reason = "interrupted" if self.interrupted else "the run stopped on an error"
             for path in self.selected:
-                self.statuses.setdefault(path, ImageStatus(display_path(path), self.names[path], "not_done", reason))
+                self.statuses.setdefault(path, self._status(path, "not_done", reason))
         trust = self.tally.to_json()
         summary = RunSummary(
             statuses=tuple(self.statuses[p] for p in self.selected if p in self.statuses),
@@ -566,7 +560,12 @@ class Run:
     # -- helpers
 
     def _failed(self, path: Path, reason: str) -> ImageStatus:
-        return ImageStatus(display_path(path), self.names[path], "failed", reason)
+        return self._status(path, "failed", reason)
+
+    def _status(self, path: Path, status: str, reason: str) -> ImageStatus:
+        """An image's status without results: under the run's task (a detector's failed photo is not a classifier's)."""
+        entry = ImageStatus(display_path(path), self.names[path], status, reason)
+        return entry if self.explainer is None else replace(entry, task=self.explainer.model.task)
 
     def _report(self, path: Path, status: ImageStatus) -> None:
         with self.lock:

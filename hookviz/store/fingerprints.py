@@ -43,6 +43,7 @@ __all__ = [
     "fingerprint_of",
     "write_fingerprint",
     "read_fingerprint",
+    "looks_whole",
     "description",
 ]
 
@@ -176,6 +177,24 @@ def write_fingerprint(fingerprint: Fingerprint, stream: BinaryIO) -> None:
     np.savez_compressed(stream, **fingerprint.arrays())
 
 
+_ZIP_START, _ZIP_END = b"PK\x03\x04", b"PK\x05\x06"  # numpy's archives end without a comment
+
+
+def looks_whole(path) -> bool:
+    """Whether ``path`` begins and ends as a whole .npz archive does (two small reads: what
+    ``--skip-existing`` asks of every image it skips). Raises nothing."""
+    try:
+        with open(path, "rb") as stream:
+            start = stream.read(4)
+            stream.seek(0, 2)
+            if stream.tell() < 26:
+                return False
+            stream.seek(-22, 2)
+            return start == _ZIP_START and stream.read(4) == _ZIP_END
+    except OSError:
+        return False
+
+
 def read_fingerprint(path, layer_names: Sequence[str]) -> Fingerprint:
     """The fingerprint in ``path`` for the layers ``layer_names`` (those its report lists).
 
@@ -185,11 +204,14 @@ def read_fingerprint(path, layer_names: Sequence[str]) -> Fingerprint:
     import zipfile
     import zlib
 
+    if not looks_whole(path):  # numpy would take any other bytes for a pickle it refuses to load
+        open(path, "rb").close()  # a missing file says so (OSError)
+        raise ValueError("not a whole .npz archive: truncated, or other bytes")
     try:
         with np.load(path, allow_pickle=False) as stored:
             arrays = {key: np.asarray(stored[key]) for key in stored.files}
     except (zipfile.BadZipFile, zlib.error, EOFError, KeyError) as exc:
-        raise ValueError(f"not a complete fingerprint archive ({type(exc).__name__})") from None
+        raise ValueError(f"not a complete fingerprint archive ({type(exc).__module__}.{type(exc).__name__})") from None
     if not isinstance(arrays, dict) or any(value.dtype.kind != "f" for value in arrays.values()):
         raise ValueError("holds arrays that are not floating point")
     if "logits" not in arrays or "model_input/map" not in arrays:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from hookviz.errors import display_path
 from hookviz.inputs.identity import Match, file_sha256, match_photo
-from hookviz.store.fingerprints import FINGERPRINT
+from hookviz.store.fingerprints import FINGERPRINT, looks_whole
 from hookviz.store.records import Report, read_report
 
 if TYPE_CHECKING:
@@ -161,10 +161,10 @@ class Recipe:
         picture it draws (and tensors.npz when asked), each file there."""
         if not self._same(report):
             return False
-        if self.save_tensors and not (folder / TENSORS).exists():
+        if FINGERPRINT not in report.files or not looks_whole(folder / FINGERPRINT):
+            return False  # written before hookviz kept fingerprints, or damaged since: a later comparison needs one
+        if self.save_tensors and not looks_whole(folder / TENSORS):
             return False
-        if FINGERPRINT not in report.files:
-            return False  # written before hookviz kept fingerprints: a later comparison needs one
         wanted = [kind.name for kind in self.pictures.kinds]
         for spec in self.layers:
             matching = [layer for layer in report.layers if _names_spec(layer.name, spec)]
@@ -217,11 +217,14 @@ def _names_spec(name: str, spec) -> bool:
 
 @dataclass(frozen=True)
 class Folders:
-    """Where each photo of a run goes (``names``), and which of them are ``done`` already or still ``todo``."""
+    """Where each photo of a run goes (``names``), and which of them are ``done`` already or
+    still ``todo``; ``reports``: the report of each photo done already, which the run's checks
+    then judge it by."""
 
     names: dict
     done: tuple[Path, ...] = ()
     todo: tuple[Path, ...] = ()
+    reports: dict = field(default_factory=dict)
 
 
 def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recipe: Recipe | None = None) -> Folders:
@@ -237,16 +240,17 @@ def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recip
     names = dict(names)
     taken = {name.lower() for name in names.values()}  # as a case-insensitive file system sees them
     present = {entry.lower() for entry in os.listdir(out)}  # one listing, not a look per image
-    done, todo = [], []
+    done, todo, reports = [], [], {}
     for path in paths:
         placement = place(out, path, names[path], taken=taken, present=present)
         names[path] = placement.name
         report = placement.report if placement.match is Match.SAME else None
         if recipe is not None and report is not None and recipe.made(out / placement.name, report):
             done.append(path)
+            reports[path] = report
         else:
             todo.append(path)
-    return Folders(names, tuple(done), tuple(todo))
+    return Folders(names, tuple(done), tuple(todo), reports)
 
 
 def layer_stems(names: Sequence[str]) -> dict[str, str]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from hookviz.errors import ComparisonError, arg, display_path, first_line
 from hookviz.store.files import REPORT, TENSORS
-from hookviz.store.fingerprints import FORMAT, Fingerprint, read_fingerprint
+from hookviz.store.fingerprints import FORMAT, Fingerprint, looks_whole, read_fingerprint
 from hookviz.store.records import LayerRecord, Report, RunRecord, read_report
 
 __all__ = ["RunFolder", "ImageFiles", "ImageData", "open_run", "version_tuple"]
@@ -66,20 +66,26 @@ class ImageFiles:
             try:
                 fingerprint = read_fingerprint(path, self.layer_names)
             except (OSError, ValueError) as exc:
-                raise ComparisonError(
-                    f"{display_path(path)}: cannot be read ({first_line(exc)}); rerun the run that wrote it"
-                ) from None
+                raise self._damaged(path, exc) from None
         with contextlib.ExitStack() as stack:
             tensors = None
             if self.has_tensors:
                 path = self.folder / TENSORS
                 try:
+                    if not looks_whole(path):
+                        raise ValueError("not a whole .npz archive: truncated, or other bytes")
                     tensors = stack.enter_context(np.load(path, allow_pickle=False))
                 except (OSError, ValueError, EOFError) as exc:
-                    raise ComparisonError(
-                        f"{display_path(path)}: cannot be read ({first_line(exc)}); rerun the run that wrote it"
-                    ) from None
+                    raise self._damaged(path, exc) from None
             yield ImageData(self, fingerprint, tensors)
+
+    def _damaged(self, path: Path, exc: BaseException) -> ComparisonError:
+        state = "missing" if isinstance(exc, FileNotFoundError) else f"damaged, cannot be read ({first_line(exc)})"
+        if looks_whole(path):  # damaged inside: --skip-existing, which looks at its ends only, would keep it
+            what = f"remove {display_path(self.folder)}, then rerun the run that wrote it with {arg('skip_existing')}"
+        else:
+            what = f"rerun the run that wrote it with {arg('skip_existing')}, which redoes the images whose files are missing or damaged"
+        return ComparisonError(f"{display_path(path)}: {state}; {what}")
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,11 @@ def build(image, layer):
     sheet = Sheet(11.6, 7.7)
 
     def update(image, layer):
+        import numpy as np
+
         sheet.figure.clear()
-        _draw(sheet, image, layer)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: a NaN the picture shows as a hole
+            _draw(sheet, image, layer)
 
     update(image, layer)
     return sheet.figure, update, None
@@ -76,7 +79,8 @@ def _draw(sheet, image, layer) -> None:
         change = maps.after.astype(np.float64) - maps.before.astype(np.float64)
         limit = float(np.nanmax(np.abs(change))) if np.isfinite(change).any() else 0.0
         diverging = TwoSlopeNorm(vcenter=0.0, vmin=-(limit or 1.0), vmax=limit or 1.0)
-        title = f"after - before\nmax |diff| {fmt(limit)}" + (" (identical)" if limit == 0 else "")
+        state = "" if limit else " (identical)" if np.isfinite(change).any() else " (no finite value)"
+        title = f"after - before\nmax |diff| {fmt(limit)}{state}"
         _panel(sheet.figure, slots[2], bars[2], change, diverging, GRADIENT_CMAP, title)
     cam = layer.cam
     if cam is None or cam.maps is None:

@@ -1,0 +1,149 @@
+"""A run's output folder before anything is written there: whether it can be
+(``check_out``), and that no other run writes there meanwhile (``FolderLock``).
+
+One writer per output folder: a run holds its ``--out`` for as long as it writes there. Two
+runs writing one folder at once mix their results (one run's reports beside the other's, a
+run.json describing one command and files of the other left unlisted). A run holds a lock on a file in the folder (``flock``): whole for a run without ``--shard``, shared
+for the shards of a run, which write disjoint images and their own run file (and each shard
+whole, so the same shard is not run twice at once). The kernel releases a lock when its
+process ends however it ends (``kill -9``, a crash), so no stale lock is ever left to
+clear by hand. Where ``fcntl`` is missing (Windows), or the file system refuses locks,
+runs are not held apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from hookviz.errors import OutputError, arg, display_path
+from hookviz.store.files import existing_ancestor
+
+__all__ = ["check_out", "FolderLock", "LOCK_FILE"]
+
+#: The file the lock is taken on, hidden in the output folder (discovery skips it).
+LOCK_FILE = ".hookviz-run.lock"
+
+_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+
+
+def check_out(out: Path, images: Sequence[Path] = ()) -> None:
+    """Raises OutputError when ``out`` could not be created or written, or when it holds one
+    of ``images`` (a run marks its folder as output, which later runs skip: the photos there
+    would be left out of them); creates nothing."""
+    _check_holds_no_photo(out, images)
+    dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
+    if dangling is not None:
+        raise OutputError(
+            f"{arg('out', out)}: {display_path(dangling)} is a link to {display_path(os.readlink(dangling))}, "
+            "which does not exist; create that folder or choose another"
+        )
+    probe = existing_ancestor(out)
+    if not probe.is_dir():
+        raise OutputError(f"{arg('out', out)}: {display_path(probe)} is a file, not a folder; choose another folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(
+            f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder"
+        )
+
+
+def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:
+    if not out.is_dir():
+        return  # a folder still to be made holds nothing
+    root = out.resolve()
+    folders: dict[Path, bool] = {}  # each photo's folder, resolved once: a run's photos lie in few
+    for image in images:
+        parent = Path(os.path.abspath(image)).parent
+        if parent not in folders:
+            resolved = parent.resolve()
+            folders[parent] = resolved == root or root in resolved.parents
+        if folders[parent]:
+            raise OutputError(
+                f"{arg('out', display_path(out))}: holds {display_path(image)}, a photo to explain; later runs skip a "
+                f"run's output folder, so its photos would be left out: choose another {arg('out')}, such as "
+                f"{display_path(out / 'hookviz-out')}"
+            )
+
+
+class FolderLock:
+    """The hold of one run (``shard``: its ``(K, N)``, or ``None``) on its output folder ``out``."""
+
+    def __init__(self, out: Path, shard: tuple[int, int] | None = None):
+        self.out, self.shard = out, shard
+        self._handles: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"FolderLock({display_path(self.out)!r}, shard={self.shard}, held={self.held})"
+
+    @property
+    def held(self) -> bool:
+        return bool(self._handles)
+
+    def acquire(self, create: bool = True) -> bool:
+        """Hold the folder, which must exist. With ``create`` false, only when a run made its
+        lock file already (checking early creates nothing). Returns whether it is held.
+
+        Raises:
+            OutputError: another run is writing into the folder.
+        """
+        if self.held:
+            return True
+        try:
+            import fcntl
+        except ImportError:
+            return False
+        files = [(LOCK_FILE, fcntl.LOCK_EX if self.shard is None else fcntl.LOCK_SH)]
+        if self.shard is not None:
+            files.append((f".hookviz-run-{self.shard[0]}-of-{self.shard[1]}.lock", fcntl.LOCK_EX))
+        for name, mode in files:
+            handle = self._open(self.out / name, create)
+            if handle is None:
+                self.release()
+                return False
+            self._handles.append(handle)
+            try:
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in _BUSY:  # a file system without locks: nothing to hold apart with
+                    self.release()
+                    return False
+                busy = self._who(handle, fcntl)
+                self.release()
+                raise OutputError(
+                    f"{arg('out', display_path(self.out))}: {busy} is writing into this folder now; wait for it to "
+                    f"end, or choose another {arg('out')} (shards of one run share a folder with {arg('shard', 'K/N')})"
+                ) from None
+        return True
+
+    def _open(self, path: Path, create: bool) -> int | None:
+        # for writing where it can be (NFS emulates flock with locks that need it), else for reading
+        for mode in (os.O_RDWR, os.O_RDONLY):
+            try:
+                return os.open(path, mode | (os.O_CREAT if create else 0), 0o666)
+            except PermissionError:
+                continue
+            except OSError:
+                return None
+        return None
+
+    def _who(self, handle: int, fcntl) -> str:
+        """Who holds what this run could not have: a run without ``--shard``, shards of a run, or this shard."""
+        if len(self._handles) > 1:
+            return f"another run of shard {self.shard[0]}/{self.shard[1]}"  # type: ignore[index]
+        if self.shard is not None:
+            return f"another hookviz run (without {arg('shard')})"
+        try:  # shards share the lock: a shared one can be had beside theirs, not beside a run's
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return "another hookviz run"
+        return "a shard of another hookviz run"
+
+    def release(self) -> None:
+        """Let go of the folder (closing the file releases its lock)."""
+        for handle in self._handles:
+            with contextlib.suppress(OSError):
+                os.close(handle)
+        self._handles = []
