@@ -230,13 +230,16 @@ def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedIma
         notes.append(f"{label}: first frame of {frames} used")
     im.load()
     im = ImageOps.exif_transpose(im)
-    return LoadedImage(path=path, rgb=_rgb(im), notes=tuple(notes))
+    rgb, value_notes = _rgb(im, label)
+    return LoadedImage(path=path, rgb=rgb, notes=(*notes, *value_notes))
 
 
-def _rgb(im: Image.Image) -> Image.Image:
+def _rgb(im: Image.Image, label: str) -> tuple[Image.Image, tuple[str, ...]]:
+    """The picture in RGB, and notes on how its values were read when that was a guess."""
     mode = im.mode
     if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
-        return Image.fromarray(_gray_to_uint8(np.asarray(im), mode)).convert("RGB")
+        gray, notes = _gray_to_uint8(np.asarray(im), mode, label)
+        return Image.fromarray(gray).convert("RGB"), notes
     if mode == "P":
         im = im.convert("RGBA" if "transparency" in im.info else "RGB")
         mode = im.mode
@@ -244,23 +247,39 @@ def _rgb(im: Image.Image) -> Image.Image:
         # Transparent pixels hold arbitrary colours; show them as a viewer would, over white.
         rgba = im.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(background, rgba).convert("RGB")
-    return im.convert("RGB")
+        return Image.alpha_composite(background, rgba).convert("RGB"), ()
+    return im.convert("RGB"), ()
 
 
-def _gray_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
-    """Scale high-bit-depth grayscale into 0..255 instead of clipping it."""
+def _gray_to_uint8(array: np.ndarray, mode: str, label: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Scale high-bit-depth grayscale into 0..255 instead of clipping it, with a note whenever
+    the scale is a guess: values outside the mode's usual range, or pixels that are not numbers.
+
+    Raises:
+        ImageError: no pixel holds a finite value: there is no picture to explain.
+    """
     values = array.astype(np.float64)
     finite = values[np.isfinite(values)]
-    if mode.startswith("I;16") or (mode == "I" and finite.size and finite.min() >= 0 and finite.max() <= 65535):
-        scaled = values / 65535.0
-    elif finite.size and finite.min() >= 0.0 and finite.max() <= 1.0:
-        scaled = values  # float data already in 0..1
+    if not finite.size:
+        raise ImageError(f"{label}: no pixel holds a finite value (all NaN or infinite); there is no picture to explain")
+    notes = []
+    if finite.size < values.size:
+        notes.append(
+            f"{label}: {values.size - finite.size:,} of {values.size:,} pixels are NaN or infinite; "
+            "shown black (NaN, -inf) or white (+inf)"
+        )
+    low, high = float(finite.min()), float(finite.max())
+    usual = 65535.0 if mode.startswith("I") else 1.0
+    if mode.startswith("I;16") or (low >= 0.0 and high <= usual):
+        scaled = values / usual  # 16-bit or 0..1 float data, read as it says
+    elif high > low:
+        scaled = (values - low) / (high - low)
+        notes.append(f"{label}: pixel values span {low:.4g}..{high:.4g}, outside 0..{usual:g}; stretched to black..white")
     else:
-        low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
-        scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
+        scaled = np.zeros_like(values)
+        notes.append(f"{label}: every pixel is {low:.4g}, outside 0..{usual:g}; shown as a black image")
     scaled = np.nan_to_num(scaled, nan=0.0, posinf=1.0, neginf=0.0)
-    return np.round(np.clip(scaled, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return np.round(np.clip(scaled, 0.0, 1.0) * 255.0).astype(np.uint8), tuple(notes)
 
 
 # ----------------------------------------------------------------------------- preprocessing
