@@ -249,6 +249,17 @@ def test_float_tiffs_without_a_picture_are_refused_or_noted_and_the_run_goes_on(
     assert "Traceback" not in result.output
 
 
+def test_a_1x1_input_runs_without_torchs_read_only_array_warning(tmp_path):
+    """PIL's pixels are read-only, and a 1x1 input needed no copy to be contiguous: torch warned
+    (once per process, so a fresh one)."""
+    Image.new("RGB", (1, 1), (9, 90, 200)).save(tmp_path / "one.png")
+    command = [sys.executable, "-W", "default", "-m", "hookviz", "run", str(tmp_path / "one.png"), *TINY]
+    command += ["--layer", "features.3", "--resize", "1", "--crop", "1", "--pictures", "none", "--out", str(tmp_path / "out")]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+    assert "Warning" not in completed.stderr, completed.stderr
+
+
 def test_a_heic_photo_fails_with_the_pillow_heif_hint(cli, tmp_path):
     heic = tmp_path / "IMG_0001.HEIC"
     heic.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40)

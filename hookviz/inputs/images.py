@@ -303,9 +303,10 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
         shown_pil = shown_pil.convert("L").convert("RGB")  # shown as the model sees it: grey
     shown = np.asarray(shown_pil, dtype=np.uint8)
     pixels = shown[..., :1] if preprocessing.channels == 1 else shown
-    # contiguous, as torchvision's to_tensor makes it: the permuted view lies channels-last, and a
-    # model that calls .view on its input fails on Explanation.image.tensor[None] given back to it
-    tensor = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))).float().div_(255.0)
+    # a contiguous copy, as torchvision's to_tensor makes: the permuted view lies channels-last (a
+    # model that calls .view on its input fails on Explanation.image.tensor[None] given back to it),
+    # and PIL's pixels are read-only, which torch warns of when a 1x1 view needs no copy to be contiguous
+    tensor = torch.from_numpy(pixels.transpose(2, 0, 1).copy()).float().div_(255.0)
     channels = preprocessing.channels
     tensor = F.normalize(tensor, list(preprocessing.mean[:channels]), list(preprocessing.std[:channels]))
     whole = np.asarray(image.rgb, dtype=np.uint8) if preprocessing.mode == "whole" else None
