@@ -27,6 +27,7 @@ __all__ = [
     "LoadedImage",
     "PreparedImage",
     "load_image",
+    "photo_of_array",
     "prepare",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -191,6 +192,44 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
         raise ImageError(f"{shown}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         raise ImageError(f"{shown}: image data is corrupt or truncated ({first_line(exc)})") from None
+
+
+def photo_of_array(array: np.ndarray) -> Image.Image:
+    """An H x W (x 1, 3 or 4) array of pixels as a PIL image: uint8 as it is, uint16 (65535 is
+    white), floats in 0..1 (a single-channel float array outside 0..1 as a float TIFF's).
+
+    Raises:
+        UsageError: another shape or dtype, or float colour pixels outside 0..1, in one line
+            naming them.
+    """
+    shape, dtype = "x".join(map(str, array.shape)), array.dtype.name
+    if not (array.ndim == 2 or (array.ndim == 3 and array.shape[-1] in (1, 3, 4))):
+        channels_first = array.ndim == 3 and array.shape[0] in (1, 3, 4)
+        layout = "; it looks like (C, H, W): pass array.transpose(1, 2, 0)" if channels_first else ""
+        raise UsageError(f"{arg('image', f'{shape} {dtype} array')}: an array is a photo of H x W (x 1, 3 or 4){layout}")
+    pixels = array[..., 0] if array.ndim == 3 and array.shape[-1] == 1 else array
+    kind = array.dtype.kind
+    if dtype == "uint8" or (dtype == "bool" and pixels.ndim == 2):
+        return Image.fromarray(np.ascontiguousarray(pixels))
+    if dtype == "uint16":
+        return Image.fromarray(((pixels.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8))
+    if kind != "f":
+        raise UsageError(
+            f"{arg('image', f'{shape} {dtype} array')}: pixels are uint8 (0..255), uint16 or floats in 0..1, "
+            f"not {dtype}; pass array.astype(np.uint8) if they are 0..255"
+        )
+    finite = pixels[np.isfinite(pixels)]
+    clean = finite.size == pixels.size and 0 <= finite.min() and finite.max() <= 1
+    if pixels.ndim == 2 and not clean:
+        return Image.fromarray(pixels.astype(np.float32), mode="F")  # scaled, or refused, as a float TIFF is
+    if not clean:
+        span = f"span {finite.min():.4g}..{finite.max():.4g}" if finite.size else "hold no finite value"
+        unfinite = " with NaN or infinite values" if 0 < finite.size < pixels.size else ""
+        raise UsageError(
+            f"{arg('image', f'{shape} {dtype} array')}: float pixels are read in 0..1, but these {span}{unfinite}; "
+            "pass array.astype(np.uint8) for 0..255 pixels, or scale them into 0..1"
+        )
+    return Image.fromarray(np.round(pixels.astype(np.float64) * 255.0).astype(np.uint8))
 
 
 #: An iPhone's photos: PIL reads them only once pillow-heif registers its opener.
