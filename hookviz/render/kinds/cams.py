@@ -30,7 +30,7 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import Overlay, Sheet, cam_boxes, empty, layer_text, photo_of, window_of
+    from hookviz.render.figures import Overlay, Sheet, cam_boxes, empty, fitted, layer_text, photo_of, window_of
 
     if reuse_key(explanation, layer, {}) is None:
         return None
@@ -48,8 +48,8 @@ def build(explanation, layer):
         if name in layer.cams:
             overlays[name] = Overlay(sheet.figure, ax, cax, photo, layer.cams[name])
         else:  # the same for every image of this anatomy: drawn once
-            ax.set_title(name, fontsize=9, parse_math=False)
-            empty(ax, cax, layer.cam_notes[name].replace("; ", ";\n"))
+            ax.set_title(fitted(name, panel), fontsize=9, parse_math=False)
+            empty(ax, cax, fitted(layer.cam_notes[name].replace("; ", ";\n"), panel))
 
     def update(explanation, layer):
         photo = photo_of(explanation)
