@@ -229,7 +229,7 @@ class Explanation:
 
     def _repr_html_(self) -> str:
         """What a notebook shows for ``hookviz.explain(...)`` as a cell's last line: the
-        prediction, and per layer the summary and CAM pictures, as embedded PNGs."""
+        prediction, and per layer thumbnails of the summary and CAM pictures, embedded."""
         from hookviz.render.notebook import explanation_html
 
         return explanation_html(self)
