@@ -517,6 +517,8 @@ def test_the_cams_picture_keeps_long_titles_and_notes_inside_and_apart(layer):
     assert _crowded(figure) == []
     said = " ".join(t.get_text().replace("\n", " ") for t in _texts(figure))
     assert "(a 1x1 map: no spatial detail)" in said or "does not depend on this layer" in said
+    titles = [ax.get_title().split(" ")[0] for ax in figure.axes if ax.get_title()]
+    assert titles == ["gradcam++", "eigencam", "layercam"]  # as asked, a method without a map in its place
 
 
 # ----------------------------------------------------------------------------- several methods, maps of the input
