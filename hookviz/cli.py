@@ -435,7 +435,8 @@ def layers(
         type_width = max(len(r.module_type) for r in rows)
         typer.echo(f"{'path':<{width}}  {'type':<{type_width}}  {'output shape':<22}  {'params':>11}  calls")
         for r in rows:
-            shapes = sorted({"x".join(map(str, s)) if s else "-" for s in r.output_shapes})
+            # in call order, as the layer's :0, :1 ... are numbered; a repeated shape once
+            shapes = list(dict.fromkeys("x".join(map(str, s)) if s else "-" for s in r.output_shapes))
             shape = ", ".join(shapes) if shapes else "(not called)"
             typer.echo(f"{r.path:<{width}}  {r.module_type:<{type_width}}  {shape:<22}  {r.parameters:>11,}  {r.calls}")
 

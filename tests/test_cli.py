@@ -253,6 +253,40 @@ def test_first_frame_notes_name_their_files(cli, tmp_path):
         assert f"{photos / name}: first frame of 3 used" in result.stderr + result.stdout
 
 
+def test_float_tiffs_without_a_picture_are_refused_or_noted_and_the_run_goes_on(cli, tmp_path):
+    """An all-NaN TIFF has nothing to explain; an all-1e30 one is drawn black: both were silent."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.fromarray(np.full((24, 24), np.nan, dtype=np.float32), mode="F").save(photos / "nan.tiff")
+    Image.fromarray(np.full((24, 24), 1e30, dtype=np.float32), mode="F").save(photos / "huge.tiff")
+    spread = np.linspace(-1e6, 1e6, 24 * 24, dtype=np.float32).reshape(24, 24)
+    Image.fromarray(spread, mode="F").save(photos / "spread.tiff")
+    out = tmp_path / "out"
+    result = invoke(cli, "run", photos, *TINY, "--layer", "fc", "--pictures", "none", "--out", out)
+    assert result.exit_code == 1, result.output
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert failed == [
+        f"hookviz: failed: {photos / 'nan.tiff'}: no pixel holds a finite value (all NaN or infinite); "
+        "there is no picture to explain"
+    ], result.stderr
+    notes = json.loads((out / "run.json").read_text())["notes"]
+    assert f"{photos / 'huge.tiff'}: every pixel is 1e+30, outside 0..1; shown as a black image" in notes, notes
+    assert f"{photos / 'spread.tiff'}: pixel values span -1e+06..1e+06, outside 0..1; stretched to black..white" in notes
+    assert (out / "huge" / "report.json").exists() and (out / "spread" / "report.json").exists()
+    assert "Traceback" not in result.output
+
+
+def test_a_1x1_input_runs_without_torchs_read_only_array_warning(tmp_path):
+    """PIL's pixels are read-only, and a 1x1 input needed no copy to be contiguous: torch warned
+    (once per process, so a fresh one)."""
+    Image.new("RGB", (1, 1), (9, 90, 200)).save(tmp_path / "one.png")
+    command = [sys.executable, "-W", "default", "-m", "hookviz", "run", str(tmp_path / "one.png"), *TINY]
+    command += ["--layer", "features.3", "--resize", "1", "--crop", "1", "--pictures", "none", "--out", str(tmp_path / "out")]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+    assert "Warning" not in completed.stderr, completed.stderr
+
+
 def test_a_heic_photo_fails_with_the_pillow_heif_hint(cli, tmp_path):
     heic = tmp_path / "IMG_0001.HEIC"
     heic.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 40)
@@ -964,7 +998,7 @@ def test_non_finite_logits_are_said_and_their_cam_is_not_drawn_as_zero(cli, phot
     from .conftest import nan_logits_net
 
     explanation = explain(nan_logits_net().eval(), photo, layers=["features.3"])
-    title = explanation.figure(kind="cam").axes[1].get_title()
+    title = " ".join(explanation.figure(kind="cam").axes[1].get_title().split())  # wrapped to its panel
     assert "no finite values" in title and "all zero" not in title
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -237,3 +238,27 @@ def test_the_prepared_input_is_contiguous_and_runs_a_model_that_views_its_input(
     with torch.no_grad():
         logits = model(result.image.tensor[None])[0]
     assert torch.allclose(logits, torch.from_numpy(result.logits).float(), atol=1e-5)
+
+
+def test_float_arrays_in_0_to_1_are_photos_and_other_arrays_are_refused_in_one_line():
+    """A float64 array given to explain() raised PIL's own TypeError ("Cannot handle this data type")."""
+    from hookviz import explain
+
+    from .conftest import tiny_net
+
+    model = tiny_net().eval()
+    pixels = np.random.default_rng(5).integers(0, 256, (40, 48, 3), dtype=np.uint8)
+    expected = explain(model, pixels, layers=["features.3"]).layers[0].cam
+    for dtype in (np.float64, np.float32, np.float16):
+        given = (pixels / 255.0).astype(dtype)
+        np.testing.assert_array_equal(explain(model, given, layers=["features.3"]).layers[0].cam, expected)
+    refused = {
+        "image='40x48x3 float64 array': float pixels are read in 0..1, but these span 0..255": pixels.astype(np.float64),
+        "image='40x48x3 int64 array': pixels are uint8 (0..255), uint16 or floats in 0..1, not int64": pixels.astype(np.int64),
+        "image='3x40x48 float32 array': an array is a photo of H x W (x 1, 3 or 4); it looks like (C, H, W)": (
+            pixels.transpose(2, 0, 1) / np.float32(255)
+        ),
+    }
+    for message, array in refused.items():
+        with pytest.raises(UsageError, match=re.escape(message)):
+            explain(model, array, layers=["features.3"])

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torchvision
+from torch import nn
 
 from hookviz.anatomy.layers import default_layer, resolve_layers, resolve_path, trace
 from hookviz.errors import UnknownLayerError
@@ -66,3 +67,33 @@ def test_a_crop_too_small_for_any_map_names_the_crop_not_the_model(photo, tmp_pa
         "pass a larger --crop or --resize, or --layer"
     )
     assert not out.exists()
+
+
+class _Shrinking(nn.Module):
+    """One activation module called on a large map, then on a smaller one with more channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.down = nn.Conv2d(16, 128, 3, stride=4, padding=1)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.down(self.act(self.stem(x)))).mean(dim=(2, 3))
+
+
+def shrinking_net() -> nn.Module:
+    return _Shrinking()
+
+
+def test_layers_lists_a_modules_shapes_in_call_order():
+    """They were sorted as text: 128x8x8 came first though the first call made 16x32x32."""
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    command = ["layers", "--model", "tests.test_layers:shrinking_net", "--weights", "none", "--filter", "act", "--crop", "32"]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    row = result.stdout.strip().splitlines()[-1].split()
+    assert row[:4] == ["act", "ReLU", "1x16x32x32,", "1x128x8x8"] and row[-1] == "2", result.stdout

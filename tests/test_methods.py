@@ -883,6 +883,21 @@ def test_integrated_gradients_sum_to_the_scores_change_from_each_baseline(which)
     assert result.asked["steps"] == 16 and result.asked["ig_baseline"] == which
 
 
+def test_a_baseline_equal_to_the_input_is_noted_not_left_as_a_silent_zero_map():
+    """A 1x1 input blurs to itself and is its own mean: its map was zero with no word."""
+    model, one = Smooth().eval(), torch.rand(3, 1, 1, generator=torch.Generator().manual_seed(3))
+    blurred = explain(model, one, layers=["stem"], cam="integrated-gradients", steps=4, ig_baseline="blur")
+    assert not blurred.pixel_maps["integrated-gradients"].map.any()
+    assert blurred.notes[-1] == (
+        "<in-memory image>: integrated-gradients: the blur baseline equals the input, so integrated gradients "
+        "are zero everywhere; try ig_baseline='zero'"
+    )
+    flat = explain(model, torch.full((3, 6, 6), 0.5), layers=["stem"], cam="integrated-gradients", steps=4, ig_baseline="mean")
+    assert "the mean baseline equals the input" in flat.notes[-1] and "try ig_baseline='zero'" in flat.notes[-1]
+    zero = explain(model, one, layers=["stem"], cam="integrated-gradients", steps=4, ig_baseline="zero")
+    assert not any("baseline" in note for note in zero.notes), zero.notes
+
+
 def test_the_blur_baseline_is_a_gaussian_of_sigma_a_tenth_of_the_shorter_side():
     from torchvision.transforms.functional import gaussian_blur
 

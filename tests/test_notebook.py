@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 import hookviz
+from hookviz.render.notebook import THUMBNAIL_WIDTH
 
 
 class _Images(HTMLParser):
@@ -31,12 +32,12 @@ def _images(markup: str) -> list[dict]:
     return parser.images
 
 
-def _png(source: str) -> Image.Image:
-    prefix = "data:image/png;base64,"
+def _picture(source: str, kind: str = "png") -> Image.Image:
+    prefix = f"data:image/{kind};base64,"
     assert source.startswith(prefix)
     image = Image.open(io.BytesIO(base64.b64decode(source[len(prefix) :], validate=True)))
     image.load()
-    assert image.format == "PNG"
+    assert image.format == kind.upper()
     return image
 
 
@@ -45,7 +46,7 @@ def _pixels(figure) -> tuple[int, int]:
     return round(width), round(height)
 
 
-def test_an_explanation_shows_its_summary_and_cam_pictures_as_html(tiny, photo):
+def test_an_explanation_shows_thumbnails_of_its_summary_and_cam_pictures_as_html(tiny, photo):
     result = hookviz.explain(tiny, photo, layers=["features.3", "fc"], topk=3, inputs=hookviz.InputOptions(resize=64, crop=64))
     markup = result._repr_html_()
     images = _images(markup)
@@ -53,8 +54,24 @@ def test_an_explanation_shows_its_summary_and_cam_pictures_as_html(tiny, photo):
     # fc has no spatial map: its summary only, no CAM.
     assert shown == [("features.3", "summary"), ("features.3", "cam"), ("features.3", "cam_topk"), ("fc", "summary")]
     for image, (layer, kind) in zip(images, shown):
-        assert _png(image["src"]).size == _pixels(result.figure(layer, kind))
+        width, height = _pixels(result.figure(layer, kind))
+        thumb = _picture(image["src"], "jpeg")
+        assert thumb.width == min(width, THUMBNAIL_WIDTH) and abs(thumb.height - height * thumb.width / width) <= 1
+        assert image["title"] == f"full size: result.figure({layer!r}, {kind!r})"
     assert "photo.png" in markup and "top-5" in markup and result.target.label in markup
+    assert "result.save(&#x27;folder&#x27;)" in markup or "result.save('folder')" in markup
+
+
+def test_a_notebook_of_many_layers_stays_light(tiny, photo):
+    """Full-size PNGs of 20 layers were 7.8 MB (a notebook keeps every byte of its outputs)."""
+    from hookviz.render.notebook import figure_png
+
+    layers = ["features.1", "features.3", "act:1"]
+    result = hookviz.explain(tiny, photo, layers=layers, topk=3, inputs=hookviz.InputOptions(resize=64, crop=64))
+    markup = result._repr_html_()
+    shown = [(image["data-layer"], image["data-kind"]) for image in _images(markup)]
+    full = sum(len(figure_png(result.figure(layer, kind))) for layer, kind in shown)
+    assert len(shown) == 3 * len(layers) and len(markup) < full / 4
 
 
 def test_figure_takes_a_picture_kind_alone_for_the_first_layer(tiny, photo):

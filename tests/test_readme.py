@@ -18,7 +18,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-PAGES = [README, *sorted(DOCS.glob("*.md"))]
+
+
+def _package_readme() -> Path:
+    """The file pyproject.toml's ``readme`` names (``"F"`` or ``{ file = "F", ... }``): what a
+    package index shows. Read by its line: tomllib is Python 3.11's, hookviz runs on 3.10."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'^readme\s*=\s*(?:\{\s*file\s*=\s*)?"([^"]+)"', text, re.M)
+    assert found, "pyproject.toml names no readme"
+    return ROOT / found[1]
+
+
+PACKAGE_README = _package_readme()
+PAGES = list(dict.fromkeys([README, PACKAGE_README, *sorted(DOCS.glob("*.md"))]))
 
 
 def _blocks(path: Path, *kinds: str) -> list[tuple[str, str]]:
@@ -138,6 +150,15 @@ def test_the_readme_is_short_and_keeps_the_set_up_commands_ci_runs():
     assert re.search(r"^python3 -m venv .* -e '\.\[demo\]' && \.venv/bin/hookviz run ", text, re.M)
     for link in re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|png))\)", text):
         assert (ROOT / link).exists(), link
+
+
+def test_what_a_package_index_shows_has_no_link_it_cannot_follow():
+    """A package index shows the readme away from the repository: a relative link (docs/...)
+    or picture there is broken."""
+    text = PACKAGE_README.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s]+)", text) + re.findall(r"""(?:src|href)=["']([^"']+)""", text)
+    assert [target for target in targets if not re.match(r"https?://", target)] == []
+    assert "hookviz run" in text and "```python" in text  # a description, with its examples
 
 
 @pytest.mark.slow

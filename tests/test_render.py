@@ -8,8 +8,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 from matplotlib.colors import TwoSlopeNorm
 from PIL import Image
+from torch import nn
 
 from hookviz import explain
 from hookviz.errors import UsageError
@@ -483,6 +485,40 @@ def test_very_wide_and_very_tall_photos_keep_every_text_inside_and_apart(size):
     for result, kind in [(whole, "cam"), (whole, "cam_topk"), (original, "summary"), (original, "cam")]:
         figure = result.figure(kind=kind)
         assert _crowded(figure) == [], (kind, size)
+
+
+class _PooledAndSide(nn.Module):
+    """A layer of 1x1 maps (each CAM's title gets a note) and a side branch with a long name
+    that the logits do not depend on (gradient methods draw a note in the CAM's place)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.pooled_to_a_single_pixel_by_a_long_named_stage = nn.AdaptiveAvgPool2d(1)
+        self.an_unused_side_branch_with_a_rather_long_name = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        features = torch.relu(self.stem(x))
+        self.an_unused_side_branch_with_a_rather_long_name(features.detach())
+        return self.head(self.pooled_to_a_single_pixel_by_a_long_named_stage(features).flatten(1))
+
+
+@pytest.mark.parametrize(
+    "layer", ["pooled_to_a_single_pixel_by_a_long_named_stage", "an_unused_side_branch_with_a_rather_long_name.1"]
+)
+def test_the_cams_picture_keeps_long_titles_and_notes_inside_and_apart(layer):
+    """A first-column title wider than its panel was cut at the picture's left edge."""
+    from .conftest import SAMPLES
+
+    result = explain(_PooledAndSide().eval(), SAMPLES / "cat.png", layers=[layer], cam="gradcam++,eigencam,layercam")
+    figure = picture_kind("cams").figure(result, result.layers[0])
+    assert _crowded(figure) == []
+    said = " ".join(t.get_text().replace("\n", " ") for t in _texts(figure))
+    assert "(a 1x1 map: no spatial detail)" in said or "does not depend on this layer" in said
+    titles = [ax.get_title().split(" ")[0] for ax in figure.axes if ax.get_title()]
+    assert titles == ["gradcam++", "eigencam", "layercam"]  # as asked, a method without a map in its place
 
 
 # ----------------------------------------------------------------------------- several methods, maps of the input

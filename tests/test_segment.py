@@ -246,3 +246,24 @@ def test_run_json_gives_every_image_the_runs_task_also_failed_and_skipped_ones(p
     document = json.loads((out / "run.json").read_text())
     assert document["task"] == "segment"
     assert {(image["status"], image["task"]) for image in document["images"]} == {("skipped", "segment"), ("failed", "segment")}
+
+
+@pytest.mark.parametrize(
+    "resize, choice",
+    [
+        ("128", "backbone.16 (Conv2dNormActivation), the backbone's last feature map"),
+        (
+            "64",
+            "backbone.7.block.0 (Conv2dNormActivation), the backbone's last feature map of at least 7x7 pixels: "
+            "its later ones, to backbone.16, are too coarse to show where",
+        ),
+    ],
+)
+def test_the_default_layers_reason_says_when_it_is_not_the_backbones_last_map(tmp_path, resize, choice):
+    """At --resize 64, backbone.7.block.0 was called "the backbone's last feature map"."""
+    out = tmp_path / "out"
+    command = ["run", str(SAMPLES / "cat.png"), "--model", "lraspp_mobilenet_v3_large", "--weights", "none"]
+    result = CliRunner().invoke(app, [*command, "--resize", resize, "--pictures", "none", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "cat" / "report.json").read_text())["layer_choice"] == choice
+    assert f"no --layer given: using {choice}\n" in result.stderr

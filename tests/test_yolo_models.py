@@ -232,6 +232,49 @@ def test_a_checkpoint_is_refused_unless_trusted(tmp_path):
     assert listed.exit_code == 2 and "--trust-checkpoint" in listed.output
 
 
+#: What a file that torch.load read as trusted, and that was no YOLO checkpoint, is called.
+TRUSTED = "loaded as trusted (--trust-checkpoint: any code in it has run), but"
+
+
+def test_a_missing_checkpoint_is_said_missing_before_trust_is_asked(tmp_path):
+    """It asked for --trust-checkpoint first, and only with it said the file does not exist."""
+    (tmp_path / "folder.pt").mkdir()
+    for missing in (tmp_path / "nowhere" / "best.pt", tmp_path / "folder.pt"):
+        result = invoke("run", "--model", f"yolo:{missing}", SAMPLES / "cat.png", "-o", tmp_path / "out")
+        assert result.exit_code == 2
+        assert result.output == (
+            f"hookviz: error: --model yolo:{missing}: no such file '{missing}'; check the path to the .pt file\n"
+        )
+
+
+class _Runs:
+    """A raw pickle (no torch.save zip) that runs code when unpickled: it creates ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.mark.parametrize("saved", ["code", "a dict"])
+def test_a_trusted_file_that_is_no_yolo_checkpoint_says_it_was_loaded(tmp_path, saved):
+    """It was "cannot read it as a YOLO checkpoint", though its code had run: it was read."""
+    import pickle
+
+    path, marker = tmp_path / "raw.pt", tmp_path / "ran"
+    if saved == "code":
+        path.write_bytes(pickle.dumps(_Runs(marker)))
+    else:
+        torch.save({"weights": torch.zeros(2)}, path)
+    result = invoke("run", "--model", f"yolo:{path}", "--trust-checkpoint", SAMPLES / "cat.png", "-o", tmp_path / "out")
+    assert result.exit_code == 2
+    assert marker.exists() == (saved == "code")
+    said = "(RuntimeError: Invalid magic number; corrupt file?)" if saved == "code" else "(no model in it, a dict)"
+    assert result.output.startswith(f"hookviz: error: --model yolo:{path}: {TRUSTED} it is not a YOLO checkpoint {said}")
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_a_trusted_checkpoint_loads_and_one_of_another_task_is_refused(tmp_path, yolo, photo):
     from hookviz.models.sources.yolo_models import quiet_ultralytics
@@ -290,8 +333,8 @@ def test_an_ultralytics_module_from_a_factory_is_sent_to_the_yolo_source(tmp_pat
     "spec, trust, said",
     [
         ("yolov8n", False, "neither a config (.yaml) nor a checkpoint (.pt); try yolo:yolov8n.yaml (random weights)"),
-        ("TEXT", True, "cannot read it as a YOLO checkpoint (UnpicklingError: "),
-        ("EMPTY", True, "cannot read it as a YOLO checkpoint (EOFError: Ran out of input); give a .pt file ultralytics saved"),
+        ("TEXT", True, f"{TRUSTED} it is not a YOLO checkpoint (UnpicklingError: "),
+        ("EMPTY", True, f"{TRUSTED} it is not a YOLO checkpoint (EOFError: Ran out of input); give a .pt file ultralytics"),
         ("BAD", False, "ultralytics cannot build it (KeyError: 'Foo'); compare it with a config ultralytics ships"),
     ],
     ids=["no-suffix", "text-as-pt", "empty-pt", "bad-config"],

@@ -245,6 +245,9 @@ def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerIn
 
 SPATIAL_REASON = "the last layer with a spatial feature map"
 BACKBONE_REASON = "the backbone's last feature map"
+BACKBONE_COARSE_REASON = (
+    "the backbone's last feature map of at least 7x7 pixels: its later ones, to {last}, are too coarse to show where"
+)
 TOKEN_GRID_REASON = "the last layer with a spatial feature map (here a grid of patch tokens)"
 TRANSFORMER_REASON = "the first norm of the last transformer block, as pytorch-grad-cam recommends"
 CLASS_TOKEN_REASON = (
@@ -284,14 +287,7 @@ def default_layer(
     found = _last_block_first_norm(model, traced, input_size, declared)
     reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], input_size, declared)
     if found is None:
-        if root is not None:
-            # A detector's backbone may end in maps of a few pixels (SSD's 3x3, 1x1), too coarse to
-            # show where a box came from: its last map of at least 7x7 is taken where it has one.
-            found, reason = _last_spatial_map(traced, input_size, declared, min_side=7)
-            reason = BACKBONE_REASON
-        if found is None:
-            found, reason = _last_spatial_map(traced, input_size, declared)
-            reason = BACKBONE_REASON if found is not None and root is not None else reason
+        found, reason = (_backbone_map if root is not None else _last_spatial_map)(traced, input_size, declared)
     if found is None:
         if any(shape is not None and len(shape) == 4 for shapes in traced.shapes.values() for shape in shapes):
             height, width = input_size  # every map shrank to one pixel: the input is too small, not the model
@@ -309,6 +305,18 @@ def default_layer(
         module_type=type(module).__name__,
     )
     return spec, reason
+
+
+def _backbone_map(traced: _Trace, input_size, declared) -> tuple[tuple[str, int] | None, str]:
+    """A backbone's last map, and the reason to give. A backbone may end in maps of a few pixels
+    (SSD's 3x3 and 1x1; a segmenter's at a small ``--resize``), too coarse to show where: its last
+    map of at least 7x7 is taken where it has one, and the reason says so."""
+    last, _ = _last_spatial_map(traced, input_size, declared)
+    found, _ = _last_spatial_map(traced, input_size, declared, min_side=7)
+    if found is None or found == last:
+        return last, BACKBONE_REASON
+    assert last is not None  # a map of at least 7x7 is a map
+    return found, BACKBONE_COARSE_REASON.format(last=last[0])
 
 
 def _why_transformer(shape, input_size, declared) -> str:

@@ -19,7 +19,7 @@ from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.anatomy.layers import LayerSpec, default_layer, resolve_layers
 from hookviz.errors import UsageError, arg
 from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, load_image, prepare
+from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, load_image, photo_of_array, prepare
 from hookviz.models.sources.base import LoadedModel
 from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
 
@@ -171,13 +171,13 @@ class Explainer:
     # -- explaining
 
     def prepare(self, image) -> PreparedImage:
-        """A photo (a path, a PIL image, an H x W x 3 uint8 array, a uint8 tensor as
+        """A photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, a uint8 tensor as
         ``torchvision.io.read_image`` returns it) preprocessed as the model expects, or a float
         (C, H, W) tensor taken as the model's input as it is.
 
         Raises:
             ImageError: the file cannot be read or used.
-            UsageError: an array or tensor of a shape that is neither.
+            UsageError: an array or tensor of a shape that is neither, or an array of pixels of another dtype.
         """
         import os
 
@@ -194,8 +194,8 @@ class Explainer:
             image = _photo_of(image)  # 0-255 (or 16-bit) pixels are a photo, never a model's input
         elif isinstance(image, torch.Tensor):
             return _from_tensor(image, self.preprocessing)
-        if isinstance(image, np.ndarray) and image.ndim in (2, 3):
-            image = Image.fromarray(np.ascontiguousarray(image))  # an H x W (x 3) photo, as PIL reads arrays
+        if isinstance(image, np.ndarray):
+            image = photo_of_array(image)
         if not isinstance(image, (str, os.PathLike, Image.Image)):
             raise UsageError(
                 f"{arg('image', type(image).__name__)}: expected a path, a PIL image, an H x W x 3 array, "
@@ -478,7 +478,7 @@ def explain(
 
     Args:
         model: an ``nn.Module``, a ``LoadedModel``, or a model name for ``load_model``.
-        image: a photo (a path, a PIL image, an H x W x 3 uint8 array, or a uint8 (C, H, W)
+        image: a photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, or a uint8 (C, H, W)
             tensor as ``torchvision.io.read_image`` returns it, uint16 for a 16-bit PNG), preprocessed as the model
             expects; or a float (C, H, W) tensor, taken as the model's input as it is (a note
             says so when its values look like raw pixels).

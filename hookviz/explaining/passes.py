@@ -229,7 +229,7 @@ class Explanation:
 
     def _repr_html_(self) -> str:
         """What a notebook shows for ``hookviz.explain(...)`` as a cell's last line: the
-        prediction, and per layer the summary and CAM pictures, as embedded PNGs."""
+        prediction, and per layer thumbnails of the summary and CAM pictures, embedded."""
         from hookviz.render.notebook import explanation_html
 
         return explanation_html(self)
@@ -322,22 +322,30 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         notes.append(_skipped_note(skipped))
     skipped_labels = tuple(spec.label for spec in skipped)
     return [
-        _noting_nonfinite(
+        _noted(
             replace(
                 _explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
                 skipped_layers=skipped_labels,
                 pixel_maps=_image_pixels(pixels, i, plan),
-            )
+            ),
+            methods,
+            options,
         )
         for i, image in enumerate(images)
     ]
 
 
-def _noting_nonfinite(explanation: Explanation) -> Explanation:
-    """``explanation`` with a note for each of its maps that is not finite."""
+def _noted(explanation: Explanation, methods, options) -> Explanation:
+    """``explanation`` with a note for each of its maps that is not finite, and each caveat
+    its input methods have about their map of this image (``Method.caveat``)."""
     from hookviz.explaining.checks import nonfinite_notes
 
-    notes = nonfinite_notes(explanation)
+    notes = list(nonfinite_notes(explanation))
+    label, given = explanation.image.source.label, explanation.image.tensor[None]  # type: ignore[index]
+    for method in methods:
+        found = explanation.pixel_maps.get(method.name)
+        caveat = method.caveat(given, options) if method.caveat and found and found.map is not None else None
+        notes += [f"{label}: {method.name}: {caveat}"] if caveat else []
     return replace(explanation, notes=(*explanation.notes, *notes)) if notes else explanation
 
 

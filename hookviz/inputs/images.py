@@ -27,6 +27,7 @@ __all__ = [
     "LoadedImage",
     "PreparedImage",
     "load_image",
+    "photo_of_array",
     "prepare",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -193,6 +194,44 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
         raise ImageError(f"{shown}: image data is corrupt or truncated ({first_line(exc)})") from None
 
 
+def photo_of_array(array: np.ndarray) -> Image.Image:
+    """An H x W (x 1, 3 or 4) array of pixels as a PIL image: uint8 as it is, uint16 (65535 is
+    white), floats in 0..1 (a single-channel float array outside 0..1 as a float TIFF's).
+
+    Raises:
+        UsageError: another shape or dtype, or float colour pixels outside 0..1, in one line
+            naming them.
+    """
+    shape, dtype = "x".join(map(str, array.shape)), array.dtype.name
+    if not (array.ndim == 2 or (array.ndim == 3 and array.shape[-1] in (1, 3, 4))):
+        channels_first = array.ndim == 3 and array.shape[0] in (1, 3, 4)
+        layout = "; it looks like (C, H, W): pass array.transpose(1, 2, 0)" if channels_first else ""
+        raise UsageError(f"{arg('image', f'{shape} {dtype} array')}: an array is a photo of H x W (x 1, 3 or 4){layout}")
+    pixels = array[..., 0] if array.ndim == 3 and array.shape[-1] == 1 else array
+    kind = array.dtype.kind
+    if dtype == "uint8" or (dtype == "bool" and pixels.ndim == 2):
+        return Image.fromarray(np.ascontiguousarray(pixels))
+    if dtype == "uint16":
+        return Image.fromarray(((pixels.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8))
+    if kind != "f":
+        raise UsageError(
+            f"{arg('image', f'{shape} {dtype} array')}: pixels are uint8 (0..255), uint16 or floats in 0..1, "
+            f"not {dtype}; pass array.astype(np.uint8) if they are 0..255"
+        )
+    finite = pixels[np.isfinite(pixels)]
+    clean = finite.size == pixels.size and 0 <= finite.min() and finite.max() <= 1
+    if pixels.ndim == 2 and not clean:
+        return Image.fromarray(pixels.astype(np.float32), mode="F")  # scaled, or refused, as a float TIFF is
+    if not clean:
+        span = f"span {finite.min():.4g}..{finite.max():.4g}" if finite.size else "hold no finite value"
+        unfinite = " with NaN or infinite values" if 0 < finite.size < pixels.size else ""
+        raise UsageError(
+            f"{arg('image', f'{shape} {dtype} array')}: float pixels are read in 0..1, but these {span}{unfinite}; "
+            "pass array.astype(np.uint8) for 0..255 pixels, or scale them into 0..1"
+        )
+    return Image.fromarray(np.round(pixels.astype(np.float64) * 255.0).astype(np.uint8))
+
+
 #: An iPhone's photos: PIL reads them only once pillow-heif registers its opener.
 HEIF_SUFFIXES = (".heic", ".heif", ".hif")
 _HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
@@ -230,13 +269,16 @@ def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedIma
         notes.append(f"{label}: first frame of {frames} used")
     im.load()
     im = ImageOps.exif_transpose(im)
-    return LoadedImage(path=path, rgb=_rgb(im), notes=tuple(notes))
+    rgb, value_notes = _rgb(im, label)
+    return LoadedImage(path=path, rgb=rgb, notes=(*notes, *value_notes))
 
 
-def _rgb(im: Image.Image) -> Image.Image:
+def _rgb(im: Image.Image, label: str) -> tuple[Image.Image, tuple[str, ...]]:
+    """The picture in RGB, and notes on how its values were read when that was a guess."""
     mode = im.mode
     if mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F"):
-        return Image.fromarray(_gray_to_uint8(np.asarray(im), mode)).convert("RGB")
+        gray, notes = _gray_to_uint8(np.asarray(im), mode, label)
+        return Image.fromarray(gray).convert("RGB"), notes
     if mode == "P":
         im = im.convert("RGBA" if "transparency" in im.info else "RGB")
         mode = im.mode
@@ -244,23 +286,39 @@ def _rgb(im: Image.Image) -> Image.Image:
         # Transparent pixels hold arbitrary colours; show them as a viewer would, over white.
         rgba = im.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(background, rgba).convert("RGB")
-    return im.convert("RGB")
+        return Image.alpha_composite(background, rgba).convert("RGB"), ()
+    return im.convert("RGB"), ()
 
 
-def _gray_to_uint8(array: np.ndarray, mode: str) -> np.ndarray:
-    """Scale high-bit-depth grayscale into 0..255 instead of clipping it."""
+def _gray_to_uint8(array: np.ndarray, mode: str, label: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Scale high-bit-depth grayscale into 0..255 instead of clipping it, with a note whenever
+    the scale is a guess: values outside the mode's usual range, or pixels that are not numbers.
+
+    Raises:
+        ImageError: no pixel holds a finite value: there is no picture to explain.
+    """
     values = array.astype(np.float64)
     finite = values[np.isfinite(values)]
-    if mode.startswith("I;16") or (mode == "I" and finite.size and finite.min() >= 0 and finite.max() <= 65535):
-        scaled = values / 65535.0
-    elif finite.size and finite.min() >= 0.0 and finite.max() <= 1.0:
-        scaled = values  # float data already in 0..1
+    if not finite.size:
+        raise ImageError(f"{label}: no pixel holds a finite value (all NaN or infinite); there is no picture to explain")
+    notes = []
+    if finite.size < values.size:
+        notes.append(
+            f"{label}: {values.size - finite.size:,} of {values.size:,} pixels are NaN or infinite; "
+            "shown black (NaN, -inf) or white (+inf)"
+        )
+    low, high = float(finite.min()), float(finite.max())
+    usual = 65535.0 if mode.startswith("I") else 1.0
+    if mode.startswith("I;16") or (low >= 0.0 and high <= usual):
+        scaled = values / usual  # 16-bit or 0..1 float data, read as it says
+    elif high > low:
+        scaled = (values - low) / (high - low)
+        notes.append(f"{label}: pixel values span {low:.4g}..{high:.4g}, outside 0..{usual:g}; stretched to black..white")
     else:
-        low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
-        scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
+        scaled = np.zeros_like(values)
+        notes.append(f"{label}: every pixel is {low:.4g}, outside 0..{usual:g}; shown as a black image")
     scaled = np.nan_to_num(scaled, nan=0.0, posinf=1.0, neginf=0.0)
-    return np.round(np.clip(scaled, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return np.round(np.clip(scaled, 0.0, 1.0) * 255.0).astype(np.uint8), tuple(notes)
 
 
 # ----------------------------------------------------------------------------- preprocessing
@@ -284,9 +342,10 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
         shown_pil = shown_pil.convert("L").convert("RGB")  # shown as the model sees it: grey
     shown = np.asarray(shown_pil, dtype=np.uint8)
     pixels = shown[..., :1] if preprocessing.channels == 1 else shown
-    # contiguous, as torchvision's to_tensor makes it: the permuted view lies channels-last, and a
-    # model that calls .view on its input fails on Explanation.image.tensor[None] given back to it
-    tensor = torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))).float().div_(255.0)
+    # a contiguous copy, as torchvision's to_tensor makes: the permuted view lies channels-last (a
+    # model that calls .view on its input fails on Explanation.image.tensor[None] given back to it),
+    # and PIL's pixels are read-only, which torch warns of when a 1x1 view needs no copy to be contiguous
+    tensor = torch.from_numpy(pixels.transpose(2, 0, 1).copy()).float().div_(255.0)
     channels = preprocessing.channels
     tensor = F.normalize(tensor, list(preprocessing.mean[:channels]), list(preprocessing.std[:channels]))
     whole = np.asarray(image.rgb, dtype=np.uint8) if preprocessing.mode == "whole" else None

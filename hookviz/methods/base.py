@@ -134,6 +134,9 @@ class Method:
         check: ``check(model)`` raises UsageError for a model the method cannot explain
             (guided backprop, a model without ``nn.ReLU``); ``Explainer.create`` calls it
             before any image is read. ``None``: every model.
+        caveat: ``caveat(input, options)`` for one image's input (1, C, H, W) and the run's
+            ``TargetOptions``: what a reader of that image's map must know (an integrated
+            gradients baseline equal to the input makes it zero), said in a note, or ``None``.
     """
 
     name: str
@@ -145,6 +148,7 @@ class Method:
     resolution: str = "layer"
     class_specific: bool = True
     check: Callable[[Any], None] | None = None
+    caveat: Callable[[Any, Any], str | None] | None = None
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one."""
@@ -182,6 +186,7 @@ def register_method(
     resolution: str = "layer",
     class_specific: bool = True,
     check: Callable[[Any], None] | None = None,
+    caveat: Callable[[Any, Any], str | None] | None = None,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -206,6 +211,7 @@ def register_method(
             resolution,
             class_specific,
             check,
+            caveat,
         )
         return METHODS.add(name, method)
 

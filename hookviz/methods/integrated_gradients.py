@@ -19,7 +19,31 @@ from hookviz.methods.base import MethodContext, register_method
 __all__ = ["integrated_gradients", "baseline", "gauss_legendre"]
 
 
-@register_method("integrated-gradients", needs_gradients=False, needs_input=True, needs_input_gradients=True, resolution="input")
+def _empty_path(image, options) -> str | None:
+    """A note when the baseline equals the input (a 1x1 input blurs to itself, a flat one is
+    its own mean): the path between them is empty, so the map is zero everywhere."""
+    from hookviz.errors import arg
+    from hookviz.options.target import IG_BASELINES
+
+    which = options.ig_baseline if options is not None else "zero"
+    tolerance = 1e-4 * max(1.0, float(image.abs().max()))
+    gaps = {name: float((image - baseline(image, name)).abs().max()) for name in IG_BASELINES}
+    if gaps[which] > tolerance:
+        return None
+    others = [str(arg("ig_baseline", name)) for name, gap in gaps.items() if gap > tolerance]
+    advice = f"try {' or '.join(others)}" if others else "so does every other baseline"
+    how, zero = ("equals", "zero") if gaps[which] == 0 else ("nearly equals", "close to zero")
+    return f"the {which} baseline {how} the input, so integrated gradients are {zero} everywhere; {advice}"
+
+
+@register_method(
+    "integrated-gradients",
+    needs_gradients=False,
+    needs_input=True,
+    needs_input_gradients=True,
+    resolution="input",
+    caveat=_empty_path,
+)
 def integrated_gradients(ctx: MethodContext):
     """Integrated gradients: the input's difference from a baseline times the path-averaged gradient."""
     import torch

@@ -103,6 +103,16 @@ class Sheet:
 CHAR_INCHES = 0.08
 
 
+def fitted(text: str, inches: float, points: float = 9) -> str:
+    """``text`` broken at spaces (or inside a word too long alone) into lines that fit ``inches``
+    at ``points``: a centred title or note wider than its panel would run over the next panel,
+    or off the picture's edge."""
+    import textwrap
+
+    per_line = max(8, int(inches / (CHAR_INCHES * points / 10)))
+    return "\n".join(textwrap.fill(line, per_line, break_on_hyphens=False) for line in text.splitlines())
+
+
 def photo_inches(photo: np.ndarray, longest: float) -> tuple[float, float]:
     """(width, height) in inches that show ``photo`` one pixel to one dot, its long side kept
     within [2.24 in, ``longest``]: the model's 224-pixel input is drawn as it is, not blown
@@ -331,7 +341,8 @@ class Overlay:
             note = " (a 1x1 map: no spatial detail)"
         else:
             note = ""
-        self.ax.set_title(title + note, fontsize=9, parse_math=False)
+        panel = self.ax.get_position(original=True).width * self.ax.figure.get_figwidth()
+        self.ax.set_title(fitted(title + note, panel), fontsize=9, parse_math=False)
 
 
 def cam_label(cam: np.ndarray) -> str:

@@ -159,6 +159,8 @@ class YoloSource:
                 f"try yolo:{EXAMPLES[0]} (random weights) or yolo:PATH.pt (a trained checkpoint)"
             )
         checkpoint = spec.lower().endswith(".pt")
+        if checkpoint and not Path(spec).is_file():  # before asking for trust in a file that is not there
+            raise WeightsError(f"{arg('model', name)}: no such file {spec!r}; check the path to the .pt file")
         if checkpoint and not trust_checkpoint:
             raise WeightsError(
                 f"{arg('model', name)}: a YOLO checkpoint is a pickle that runs code when loaded; pass "
@@ -241,18 +243,21 @@ def _checkpoint(tasks, name: str, path: Path):
     """The model a trusted ultralytics checkpoint holds (its EMA copy when it has one)."""
     import torch
 
-    if not path.is_file():
-        raise WeightsError(f"{arg('model', name)}: no such file {str(path)!r}; check the path to the .pt file")
+    # Unpickling may have run the file's code before it fails: the message says it was loaded.
+    trusted = f"loaded as trusted ({arg('trust_checkpoint')}: any code in it has run), but"
     try:
         saved = torch.load(path, map_location="cpu", weights_only=False)  # trusted: the caller said so
     except Exception as exc:
         raise WeightsError(
-            f"{arg('model', name)}: cannot read it as a YOLO checkpoint ({describe(exc)}); "
+            f"{arg('model', name)}: {trusted} it is not a YOLO checkpoint ({describe(exc)}); "
             "give a .pt file ultralytics saved (a training run's weights/best.pt)"
         ) from None
     model = (saved.get("ema") or saved.get("model")) if isinstance(saved, dict) else saved  # or torch.save(yolo.model)
     if not isinstance(model, torch.nn.Module):
-        raise WeightsError(f"{arg('model', name)}: not an ultralytics checkpoint (no model in it); give a YOLO .pt file")
+        raise WeightsError(
+            f"{arg('model', name)}: {trusted} it is not a YOLO checkpoint (no model in it, a {type(saved).__name__}); "
+            "give a .pt file ultralytics saved"
+        )
     _check_task(name, getattr(model, "task", None) or tasks.guess_model_task(model))
     _check_model(name, model)
     return model.float()

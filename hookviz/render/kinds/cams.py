@@ -12,9 +12,13 @@ __all__ = ["build", "reuse_key", "KIND"]
 PANELS_PER_ROW = 4
 
 
-def _methods(layer) -> list[str]:
-    """The layer methods with a map or a note, in the order asked."""
-    return list(dict.fromkeys([*layer.cams, *layer.cam_notes]))
+def _methods(explanation, layer) -> list[str]:
+    """The layer methods with a map or a note, in the order asked (a method without a map
+    among them keeps its place)."""
+    found = dict.fromkeys([*layer.cams, *layer.cam_notes])
+    return [name for name in explanation.cam_methods if name in found] + [
+        name for name in found if name not in explanation.cam_methods
+    ]
 
 
 def reuse_key(explanation, layer, options: dict):
@@ -22,7 +26,7 @@ def reuse_key(explanation, layer, options: dict):
     ``None`` (not drawn) with fewer than two methods, no target, or no map of any method."""
     from hookviz.render.figures import photo_of
 
-    methods = _methods(layer)
+    methods = _methods(explanation, layer)
     if len(methods) < 2 or explanation.target is None or not any(name in layer.cams for name in methods):
         return None  # fewer than two methods, or none mapped this layer (a linear head: each says why in a note)
     shapes = tuple((name, None if name not in layer.cams else layer.cams[name].shape) for name in methods)
@@ -30,11 +34,11 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import Overlay, Sheet, cam_boxes, empty, layer_text, photo_of, window_of
+    from hookviz.render.figures import Overlay, Sheet, cam_boxes, empty, fitted, layer_text, photo_of, window_of
 
     if reuse_key(explanation, layer, {}) is None:
         return None
-    methods, photo = _methods(layer), photo_of(explanation)
+    methods, photo = _methods(explanation, layer), photo_of(explanation)
     drawn = [layer.cams[name] for name in methods if name in layer.cams]
     panel, side = cam_boxes(photo, max(drawn, key=lambda cam: cam.size) if drawn else layer.cam, longest=3.5)
     stride, rise = panel + 1.25, side + 1.0
@@ -48,8 +52,8 @@ def build(explanation, layer):
         if name in layer.cams:
             overlays[name] = Overlay(sheet.figure, ax, cax, photo, layer.cams[name])
         else:  # the same for every image of this anatomy: drawn once
-            ax.set_title(name, fontsize=9, parse_math=False)
-            empty(ax, cax, layer.cam_notes[name].replace("; ", ";\n"))
+            ax.set_title(fitted(name, panel), fontsize=9, parse_math=False)
+            empty(ax, cax, fitted(layer.cam_notes[name].replace("; ", ";\n"), panel))
 
     def update(explanation, layer):
         photo = photo_of(explanation)
