@@ -117,8 +117,6 @@ class Recording:
     # -- hooks
 
     def _hook_module(self, module, specs: list[LayerSpec]) -> None:
-        import torch
-
         counter = [0]  # calls of this module in the current forward pass
         self._counters.append(counter)
         self._count_of[specs[0].path] = counter
@@ -137,58 +135,76 @@ class Recording:
             call = _Call(spec=spec, index=index, calls_of_module=counter)
             self._calls.append(call)
             stack.append(call)
-            if not args or not _is_float_tensor(args[0]):
-                return None
-            x = args[0]
-            if not torch.is_grad_enabled():
-                node = x.detach()
-            elif x.requires_grad:
-                node = x.view_as(x)  # a node of our own: its gradient flows through this module only
-            else:
-                node = x.detach().requires_grad_(True)  # nothing upstream needs a gradient: start here
-            call.input_node = node
-            call.input_version = node._version
-            self._watch(node, call, "grad_input")
-            # An in-place module (ReLU(inplace=True)) would overwrite the recorded input.
-            feed = node.clone() if inplace else node
-            return (feed, *args[1:])
+            return self._record_input(call, args, inplace)
 
         def forward_hook(_module, _args, output):
             call = stack.pop() if stack else None
-            if call is None:
-                return None
-            if call.input_node is not None and call.input_node._version != call.input_version:
-                raise RecordingError(
-                    f"layer {call.spec.path} ({call.spec.module_type}) modified its input in place, "
-                    "so its input cannot be recorded; select the layer before it instead"
-                )
-            tensor = output if _is_float_tensor(output) else _first_float(output)
-            why = None
-            if tensor is None:
-                why = f"its output ({type(output).__name__}) holds no floating-point tensor"
-            elif not _is_float_tensor(output) and len(set(_map_sizes(output))) > 1:
-                why = _pyramid_message(self.model, call.spec, output)
-            if why is not None:
-                if call.spec.explicit:
-                    raise UnknownLayerError(
-                        why
-                        if why.startswith(arg("layers"))
-                        else f"{arg('layers', call.spec.requested)}: {call.spec.path}: {why}; record another layer"
-                    )
-                self._calls.remove(call)  # a pattern or type picked it: left out, and the run notes it
-                return None
-            if torch.is_grad_enabled() and not tensor.requires_grad:
-                # its input was no tensor (a YOLO Concat's list) and nothing upstream needs a
-                # gradient, so no leaf was made before it: its output is where the graph starts
-                leaf = tensor.detach().requires_grad_(True)
-                output, tensor = _replace_first(output, tensor, leaf), leaf
-            call.output_node = tensor
-            self._watch(tensor, call, "grad_output")
-            # Downstream gets a copy: an in-place op after this layer would overwrite the recorded output.
-            return _replace_first(output, tensor, tensor.clone())
+            return None if call is None else self._record_output(call, output)
 
         self._hooks.add(module.register_forward_pre_hook(pre_hook))
         self._hooks.add(module.register_forward_hook(forward_hook))
+
+    def _record_input(self, call: _Call, args, inplace: bool):
+        """Watch the input of a recorded call; the args the module then gets (``None``: as they were)."""
+        import torch
+
+        if not args or not _is_float_tensor(args[0]):
+            return None
+        x = args[0]
+        if not torch.is_grad_enabled():
+            node = x.detach()
+        elif x.requires_grad:
+            node = x.view_as(x)  # a node of our own: its gradient flows through this module only
+        else:
+            node = x.detach().requires_grad_(True)  # nothing upstream needs a gradient: start here
+        call.input_node = node
+        call.input_version = node._version
+        self._watch(node, call, "grad_input")
+        # An in-place module (ReLU(inplace=True)) would overwrite the recorded input.
+        feed = node.clone() if inplace else node
+        return (feed, *args[1:])
+
+    def _record_output(self, call: _Call, output):
+        """Watch the output of a recorded call; what the rest of the model then gets (``None``:
+        the output as it was, for a call left out)."""
+        import torch
+
+        if call.input_node is not None and call.input_node._version != call.input_version:
+            raise RecordingError(
+                f"layer {call.spec.path} ({call.spec.module_type}) modified its input in place, "
+                "so its input cannot be recorded; select the layer before it instead"
+            )
+        tensor = output if _is_float_tensor(output) else _first_float(output)
+        if not self._recordable(call, output, tensor):
+            return None
+        if torch.is_grad_enabled() and not tensor.requires_grad:
+            # its input was no tensor (a YOLO Concat's list) and nothing upstream needs a
+            # gradient, so no leaf was made before it: its output is where the graph starts
+            leaf = tensor.detach().requires_grad_(True)
+            output, tensor = _replace_first(output, tensor, leaf), leaf
+        call.output_node = tensor
+        self._watch(tensor, call, "grad_output")
+        # Downstream gets a copy: an in-place op after this layer would overwrite the recorded output.
+        return _replace_first(output, tensor, tensor.clone())
+
+    def _recordable(self, call: _Call, output, tensor) -> bool:
+        """Whether ``tensor`` (``output``'s float tensor, or ``None``) can be recorded as the call's
+        map; a layer named outright that cannot is refused, one a pattern picked is left out."""
+        why = None
+        if tensor is None:
+            why = f"its output ({type(output).__name__}) holds no floating-point tensor"
+        elif not _is_float_tensor(output) and len(set(_map_sizes(output))) > 1:
+            why = _pyramid_message(self.model, call.spec, output)
+        if why is None:
+            return True
+        if call.spec.explicit:
+            raise UnknownLayerError(
+                why
+                if why.startswith(arg("layers"))
+                else f"{arg('layers', call.spec.requested)}: {call.spec.path}: {why}; record another layer"
+            )
+        self._calls.remove(call)  # a pattern or type picked it: left out, and the run notes it
+        return False
 
     def _watch(self, tensor, call: _Call, slot: str) -> None:
         if not tensor.requires_grad:

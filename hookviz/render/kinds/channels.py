@@ -90,6 +90,42 @@ def _tile_scope(low: float, high: float, blank: bool, signed: bool, scale: str) 
     return f" [{fmt(low)}, {fmt(high)}]"
 
 
+def _tile_labels(ax, count: int, columns: int, cell: tuple[int, int, int, int]) -> list:
+    """The text above each of ``count`` tiles, empty until ``update`` fills it; ``cell``: a tile's
+    height and width, and the columns and rows of space after it (``_grid_geometry``)."""
+    height, width, pad, gap = cell
+    font = 6 if columns > 6 else 8
+    return [
+        ax.text(
+            c * (width + pad) - 0.5,
+            r * (height + gap) + gap - 0.6,
+            "",
+            fontsize=font,
+            va="bottom",
+            ha="left",
+            parse_math=False,
+        )
+        for r, c in (divmod(slot, columns) for slot in range(count))
+    ]
+
+
+def _bar_label(scale: str, signed: bool) -> str:
+    if scale != "tile":
+        return "one scale for all tiles"
+    return "each tile on its own scale: " + ("value / max|value| of the tile" if signed else "tile min (0) to tile max (1)")
+
+
+def _mosaic(maps, rows: int, columns: int, cell: tuple[int, int, int, int]):
+    """Tiles in reading order, each below a strip for its label, separated by columns of NaN."""
+    import numpy as np
+
+    height, width, pad, gap = cell
+    slots = np.full((rows * columns, height + gap, width + pad), np.nan)
+    slots[: len(maps), gap:, :width] = maps
+    mosaic = slots.reshape(rows, columns, height + gap, width + pad).transpose(0, 2, 1, 3)
+    return mosaic.reshape(rows * (height + gap), columns * (width + pad))[:, : columns * (width + pad) - pad]
+
+
 def build(explanation, layer, which: str = "output", channels=None, scale: str = "tile"):
     import matplotlib
     import numpy as np
@@ -122,37 +158,15 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
     cax = sheet.axes(0.2 + grid_width + 0.2, 0.8 + (grid_height - bar_height) / 2, 0.18, bar_height)
     colormap = matplotlib.colormaps[GRADIENT_CMAP if signed else ACTIVATION_CMAP].with_extremes(bad="white")
     image = ax.imshow(np.ma.masked_invalid(np.full(shape, np.nan)), cmap=colormap, interpolation="nearest")
-    font = 6 if columns > 6 else 8
-    labels = [
-        ax.text(
-            c * (width + pad) - 0.5,
-            r * (height + gap) + gap - 0.6,
-            "",
-            fontsize=font,
-            va="bottom",
-            ha="left",
-            parse_math=False,
-        )
-        for r, c in (divmod(slot, columns) for slot in range(len(tiles.indices)))
-    ]
+    labels = _tile_labels(ax, len(tiles.indices), columns, (height, width, pad, gap))
     ax.set_axis_off()
-    if scale == "tile":
-        bar_label = "each tile on its own scale: " + (
-            "value / max|value| of the tile" if signed else "tile min (0) to tile max (1)"
-        )
-    else:
-        bar_label = "one scale for all tiles"
-    bar = ValueBar(sheet.figure, cax, colormap, bar_label)
+    bar = ValueBar(sheet.figure, cax, colormap, _bar_label(scale, signed))
 
     def update(explanation, layer):
         tiles = _tiles_for(explanation, layer, which, channels)
         low, high, blank = _tile_ranges(tiles.maps)
         maps, norm, note = _tile_values(tiles.maps, low, high, signed, scale)
-        # Tiles in reading order, each below a strip for its label, separated by columns of NaN.
-        slots = np.full((rows * columns, height + gap, width + pad), np.nan)
-        slots[: len(maps), gap:, :width] = maps
-        mosaic = slots.reshape(rows, columns, height + gap, width + pad).transpose(0, 2, 1, 3)
-        mosaic = mosaic.reshape(rows * (height + gap), columns * (width + pad))[:, : shape[1]]
+        mosaic = _mosaic(maps, rows, columns, (height, width, pad, gap))
         for slot, channel in enumerate(tiles.indices):
             labels[slot].set_text(f"#{channel}{_tile_scope(low[slot], high[slot], blank[slot], signed, scale)}")
         image.set_data(np.ma.masked_invalid(mosaic))

@@ -46,57 +46,13 @@ def build(image, layer):
 
 
 def _draw(sheet, image, layer) -> None:
-    import numpy as np
-    from matplotlib.colors import Normalize, TwoSlopeNorm
-
-    from hookviz.render.figures import ACTIVATION_CMAP, CAM_CMAP, GRADIENT_CMAP, empty, fmt
-
     side, stride = 2.5, 3.85
     slots = [sheet.axes(0.35 + k * stride, 1.25, side, side) for k in range(3)]
     bars = [sheet.axes(0.35 + k * stride + side + 0.1, 1.25, 0.13, side) for k in range(3)]
     lower = [sheet.axes(0.35 + k * stride, 4.75, side, side) for k in range(2)]
     lower_bars = [sheet.axes(0.35 + k * stride + side + 0.1, 4.75, 0.13, side) for k in range(2)]
-    maps = layer.maps
-    if maps is None:
-        for ax, bar in zip(slots, bars):
-            empty(ax, bar, "output not comparable\n(shapes differ, or not recorded)")
-    else:
-        where = "the layer's resolution (saved tensors)" if maps.source == "tensors" else "area means of the fingerprint"
-        shape = "x".join(map(str, maps.before.shape))
-        if maps.before.ndim == 1:
-            shape = f"{maps.before.size} values"
-        norm = _shared_norm(maps.before, maps.after)
-        _panel(sheet.figure, slots[0], bars[0], maps.before, norm, ACTIVATION_CMAP, f"output before\n{shape}, {where}")
-        _panel(
-            sheet.figure,
-            slots[1],
-            bars[1],
-            maps.after,
-            norm,
-            ACTIVATION_CMAP,
-            "output after\nsame scale as before (it spans both)",
-        )
-        change = maps.after.astype(np.float64) - maps.before.astype(np.float64)
-        limit = float(np.nanmax(np.abs(change))) if np.isfinite(change).any() else 0.0
-        diverging = TwoSlopeNorm(vcenter=0.0, vmin=-(limit or 1.0), vmax=limit or 1.0)
-        state = "" if limit else " (identical)" if np.isfinite(change).any() else " (no finite value)"
-        title = f"after - before\nmax |diff| {fmt(limit)}{state}"
-        _panel(sheet.figure, slots[2], bars[2], change, diverging, GRADIENT_CMAP, title)
-    cam = layer.cam
-    if cam is None or cam.maps is None:
-        for ax, bar in zip(lower, lower_bars):
-            empty(ax, bar, "no CAM to compare")
-    else:
-        cams = cam.maps
-        top = max(float(np.nanmax(c)) if np.isfinite(c).any() else 0.0 for c in (cams.before, cams.after))
-        norm = Normalize(0.0, top if top > 0 else 1.0)
-        shown = "x".join(map(str, cams.before.shape))
-        whole = "x".join(map(str, cam.layer_shape or cams.before.shape))
-        kind = f"raw {shown}" if shown == whole else f"{shown} area means of the {whole} map"
-        _panel(sheet.figure, lower[0], lower_bars[0], cams.before, norm, CAM_CMAP, f"CAM before\n{kind}")
-        _panel(
-            sheet.figure, lower[1], lower_bars[1], cams.after, norm, CAM_CMAP, "CAM after\nsame scale as before (it spans both)"
-        )
+    _draw_outputs(sheet, layer.maps, slots, bars)
+    _draw_cams(sheet, layer.cam, lower, lower_bars)
     sheet.figure.text(
         0.35 + 2 * stride,
         4.75,
@@ -109,6 +65,55 @@ def _draw(sheet, image, layer) -> None:
         parse_math=False,
     )
     sheet.title(f"change from the baseline · {layer.name} [{layer.module_type}]\n{image.image}")
+
+
+def _draw_outputs(sheet, maps, slots, bars) -> None:
+    """The top row: the layer's output before, after (one scale), and their difference."""
+    import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
+
+    from hookviz.render.figures import ACTIVATION_CMAP, GRADIENT_CMAP, empty, fmt
+
+    if maps is None:
+        for ax, bar in zip(slots, bars):
+            empty(ax, bar, "output not comparable\n(shapes differ, or not recorded)")
+        return
+    where = "the layer's resolution (saved tensors)" if maps.source == "tensors" else "area means of the fingerprint"
+    shape = "x".join(map(str, maps.before.shape))
+    if maps.before.ndim == 1:
+        shape = f"{maps.before.size} values"
+    norm = _shared_norm(maps.before, maps.after)
+    _panel(sheet.figure, slots[0], bars[0], maps.before, norm, ACTIVATION_CMAP, f"output before\n{shape}, {where}")
+    _panel(
+        sheet.figure, slots[1], bars[1], maps.after, norm, ACTIVATION_CMAP, "output after\nsame scale as before (it spans both)"
+    )
+    change = maps.after.astype(np.float64) - maps.before.astype(np.float64)
+    limit = float(np.nanmax(np.abs(change))) if np.isfinite(change).any() else 0.0
+    diverging = TwoSlopeNorm(vcenter=0.0, vmin=-(limit or 1.0), vmax=limit or 1.0)
+    state = "" if limit else " (identical)" if np.isfinite(change).any() else " (no finite value)"
+    title = f"after - before\nmax |diff| {fmt(limit)}{state}"
+    _panel(sheet.figure, slots[2], bars[2], change, diverging, GRADIENT_CMAP, title)
+
+
+def _draw_cams(sheet, cam, axes, bars) -> None:
+    """The lower row: the CAM before and after, on one scale."""
+    import numpy as np
+    from matplotlib.colors import Normalize
+
+    from hookviz.render.figures import CAM_CMAP, empty
+
+    if cam is None or cam.maps is None:
+        for ax, bar in zip(axes, bars):
+            empty(ax, bar, "no CAM to compare")
+        return
+    cams = cam.maps
+    top = max(float(np.nanmax(c)) if np.isfinite(c).any() else 0.0 for c in (cams.before, cams.after))
+    norm = Normalize(0.0, top if top > 0 else 1.0)
+    shown = "x".join(map(str, cams.before.shape))
+    whole = "x".join(map(str, cam.layer_shape or cams.before.shape))
+    kind = f"raw {shown}" if shown == whole else f"{shown} area means of the {whole} map"
+    _panel(sheet.figure, axes[0], bars[0], cams.before, norm, CAM_CMAP, f"CAM before\n{kind}")
+    _panel(sheet.figure, axes[1], bars[1], cams.after, norm, CAM_CMAP, "CAM after\nsame scale as before (it spans both)")
 
 
 def _figures_text(image, layer) -> str:
