@@ -6,9 +6,7 @@ check that finds an attribute a plug-in lacks before a user does."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 
 import pytest
 import torch
@@ -79,16 +77,21 @@ def tiny_detector() -> nn.Module:
 
 @pytest.fixture
 def plugin(registries_restored):
-    """The plug-in's method, task and picture kind, registered afresh for this test."""
+    """The plug-in's method, task and picture kind, registered (again, where an earlier test's
+    ``registries_restored`` took them away: a module imported once registers once)."""
     from hookviz.methods.base import METHODS
     from hookviz.render.kinds import KINDS
     from hookviz.tasks.base import TASKS
 
-    for registry, name in ((TASKS, "regress"), (METHODS, "peak"), (KINDS, "toy")):
-        registry.restore({key: entry for key, entry in registry.items() if key != name})
-    for name in ("tests.extension_plugin", "tests.picture_plugin"):
-        sys.modules.pop(name, None)
-    importlib.import_module("tests.extension_plugin")
+    from . import extension_plugin, picture_plugin
+
+    for registry, name, entry in (
+        (METHODS, "peak", extension_plugin.peak),
+        (TASKS, "regress", extension_plugin.Regress()),
+        (KINDS, "toy", picture_plugin.KIND),  # the module's own: render workers unpickle it by name
+    ):
+        if name not in registry:
+            registry.add(name, entry)
 
 
 #: Where the extensions under test come from: hookviz's own, and the plug-in's (other test
