@@ -138,14 +138,14 @@ def _each_method(explainer, images, explanations, chosen: list[int], name: str):
         members = [i for i in chosen if _measurable_map(layers[i].cams.get(method))]
         if members:
             maps = [layers[i].cams[method] for i in members]
-            yield method, (members, _faithfulness(explainer, images, explanations, members, maps))
+            yield method, (members, _faithfulness(explainer, images, explanations, members, maps, method, name))
 
 
 def _measurable_map(cam) -> bool:
     return cam is not None and cam.ndim == 2 and bool(np.isfinite(cam).all())
 
 
-def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list):
+def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list, method: str, name: str):
     """Per chosen image, its ``(DeletionInsertion, Road)`` of its map in ``maps``."""
     import torch
 
@@ -157,19 +157,47 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list
 
     task, module, options = explainer.task, explainer.model.module, explainer.target
     scorer = task.probability_scorer([explanations[i].target for i in chosen], options, explainer.task_options)
-
-    def score(batch, rows):
-        def run():
-            return scorer(task.forward(module, list(batch), explainer.device, options), rows)
-
-        return formats_for(module).run(module, tuple(batch.shape), run)
-
     inputs = _inputs(explainer, images, chosen)
     stacked = torch.from_numpy(np.stack(maps))
-    with evaluation(module), full_precision(explainer.device):
-        deletion = deletion_insertion(score, inputs, stacked, batch_size=BATCH)
-        roads = road(score, inputs, stacked, seed=explainer.trust.seed, batch_size=BATCH)
+    with evaluation(module), full_precision(explainer.device), _faithfulness_work(inputs, method, name) as passes:
+
+        def score(batch, rows):
+            def run():
+                return scorer(task.forward(module, list(batch), explainer.device, options), rows)
+
+            scores = formats_for(module).run(module, tuple(batch.shape), run)
+            passes.advance(len(batch))
+            return scores
+
+        batch = _row_cost(explainer, inputs).rows(explainer.device, BATCH, gradients=False)
+        deletion = deletion_insertion(score, inputs, stacked, batch_size=batch)
+        roads = road(score, inputs, stacked, seed=explainer.trust.seed, batch_size=batch)
     return list(zip(deletion, roads))
+
+
+def _faithfulness_work(inputs, method: str, name: str):
+    """The faithfulness measures' passes of ``inputs``, counted (``hookviz.workload``)."""
+    from hookviz.trust.deletion import STEPS, perturbation_counts
+    from hookviz.trust.road import ROAD_PERCENTILES
+    from hookviz.workload import work
+
+    count = len(inputs)
+    per_photo = 2 * len(perturbation_counts(inputs.shape[2] * inputs.shape[3], STEPS)) - 2 + 1 + 2 * len(ROAD_PERCENTILES)
+    return work(f"faithfulness of {method} at {name}", count * per_photo, "altered passes", count)
+
+
+def _row_cost(explainer, inputs):
+    """What a row of a pass holds (``hookviz.budget.RowCost``), measured on one pass of ``inputs[:1]``."""
+    import torch
+
+    from hookviz.budget import measuring
+    from hookviz.explaining.modelstate import evaluation
+
+    module = explainer.model.module
+    row = inputs[0].numel() * inputs.element_size()
+    with torch.inference_mode(), evaluation(module), measuring(module, 1, row) as measure:
+        explainer.task.forward(module, list(inputs[:1]), explainer.device, explainer.target, explainer.task_options)
+    return measure.cost
 
 
 def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[int, dict]:
@@ -179,7 +207,8 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[i
     import torch
 
     from hookviz.anatomy.layers import LayerSpec
-    from hookviz.trust.sanity import cascading_randomisation
+    from hookviz.trust.sanity import cascading_randomisation, parametrised_modules
+    from hookviz.workload import work
 
     name = layer.name
     path, _, call = name.partition(":")  # the recorded call alone, on the copy
@@ -189,37 +218,47 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[i
     for i in chosen:
         by_class.setdefault(explanations[i].target.index, []).append(i)
     found: dict[int, dict] = {}
-    for index, members in by_class.items():
-        target = replace(explainer.target, target=str(index), topk=1, cam=",".join(methods))
-        cams = [_layer(explanations[i], name).cams for i in members]
-        # (method, position in members) of each map there is to compare
-        pairs = [(method, k) for method in methods for k in range(len(members)) if _measurable_map(cams[k].get(method))]
-        if not pairs:
-            continue
-        original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))
-        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], pairs, tuple(original.shape[1:]))
-        results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
-        for (method, k), result in zip(pairs, results):
-            found.setdefault(members[k], {})[method] = result
+    steps = len(parametrised_modules(explainer.model.module)) * len(by_class)
+    with work(f"sanity check of {', '.join(methods)} at {name}", steps, "randomised passes", len(chosen)) as passes:
+        for index, members in by_class.items():
+            target = replace(explainer.target, target=str(index), topk=1, cam=",".join(methods))
+            cams = [_layer(explanations[i], name).cams for i in members]
+            # (method, position in members) of each map there is to compare
+            pairs = [(method, k) for method in methods for k in range(len(members)) if _measurable_map(cams[k].get(method))]
+            if not pairs:
+                continue
+            original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))
+            group = [images[i] for i in members]
+            explain = _explainer_of(explainer, spec, target, group, pairs, tuple(original.shape[1:]), passes)
+            results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
+            for (method, k), result in zip(pairs, results):
+                found.setdefault(members[k], {})[method] = result
     return found
 
 
-def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple):
+def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple, passes):
     """``explain(model) -> (len(pairs), h, w)``: for each ``(method, k)`` of ``pairs``, the
     CAM of ``group[k]`` for ``target`` at ``spec`` by ``method``, made with ``model`` (a
     randomised copy) and ``explainer``'s options; a CAM the copy does not make counts as all
-    zero."""
+    zero. The group goes through in passes within the memory budget (``hookviz.budget``);
+    each call advances ``passes`` (a ``hookviz.workload.Work``) by one."""
     import torch
 
     from hookviz.explaining.passes import SummaryOptions, explain_batch
     from hookviz.options import ChannelSelection
 
     lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)
+    inputs = _inputs(explainer, group, range(len(group)))
+    size = _row_cost(explainer, inputs).rows(explainer.device, len(group), gradients=True)
 
     def explain(model):
         copy = replace(explainer, model=replace(explainer.model, module=model), layers=(spec,), target=target)
-        layers = [_layer(result, spec.label) for result in explain_batch(copy, group, lean)]
+        results = [
+            result for start in range(0, len(group), size) for result in explain_batch(copy, group[start : start + size], lean)
+        ]
+        layers = [_layer(result, spec.label) for result in results]
         maps = [layers[k].cams.get(method) for method, k in pairs]
+        passes.advance()
         return torch.from_numpy(np.stack([m if m is not None else np.zeros(shape, np.float32) for m in maps]))
 
     return explain
