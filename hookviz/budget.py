@@ -102,7 +102,7 @@ class _Measure:
 
     def leaf(self, _module, args, output) -> None:
         made, taken = _bytes(output), _bytes(args)
-        self.total += made
+        self.total += _bytes(output, _storages(args))  # an in-place op's output (ReLU(inplace=True)) is its input's memory
         self.largest, self.widest = max(self.largest, made), max(self.widest, made + taken)
 
     def finish(self, floor: int) -> None:
@@ -127,12 +127,22 @@ def measuring(module, rows: int, input_row_bytes: int = 0) -> Iterator[_Measure]
     measure.finish(input_row_bytes)
 
 
-def _bytes(value) -> int:
-    """The bytes of the tensors in ``value`` (a tensor, or a tuple, list or dict of them)."""
+def _bytes(value, besides: frozenset[int] = frozenset()) -> int:
+    """The bytes of the tensors in ``value`` (a tensor, or a tuple, list or dict of them),
+    less those whose storage is one of ``besides``."""
     if hasattr(value, "element_size") and hasattr(value, "numel"):
-        return value.numel() * value.element_size()
+        return 0 if _storages(value) & besides else value.numel() * value.element_size()
     if isinstance(value, (tuple, list)):
-        return sum(_bytes(item) for item in value)
+        return sum(_bytes(item, besides) for item in value)
     if isinstance(value, dict):
-        return sum(_bytes(item) for item in value.values())
+        return sum(_bytes(item, besides) for item in value.values())
     return 0
+
+
+def _storages(value) -> frozenset[int]:
+    """Where the tensors in ``value`` (a tensor, a tuple or list of them) keep their data."""
+    if hasattr(value, "untyped_storage"):
+        return frozenset((value.untyped_storage().data_ptr(),))
+    if isinstance(value, (tuple, list)):
+        return frozenset().union(*(_storages(item) for item in value))
+    return frozenset()

@@ -93,8 +93,9 @@ def test_a_rows_cost_is_measured_on_a_pass_and_its_hooks_are_removed():
     model = tiny_net().eval()
     with torch.no_grad(), measuring(model, rows=2, input_row_bytes=3 * 8 * 8 * 4) as measure:
         model(torch.rand(2, 3, 8, 8))
-    # one row's outputs: conv 4x8x8, bn 4x8x8, relu 4x8x8, conv 6x4x4, relu twice 6x4x4, pool 6, fc 5 (float32)
-    outputs = 4 * (3 * 4 * 64 + 3 * 6 * 16 + 6 + 5)
+    # one row's outputs: conv 4x8x8, bn 4x8x8, conv 6x4x4, relu twice 6x4x4, pool 6, fc 5 (float32); the
+    # in-place ReLU's output is the batch norm's memory
+    outputs = 4 * (2 * 4 * 64 + 3 * 6 * 16 + 6 + 5)
     assert measure.cost.gradient == outputs + 2 * 4 * 4 * 64
     assert measure.cost.inference == 2 * 4 * (4 * 64 + 4 * 64)  # the batch norm's input and output, the widest call
     assert all(not m._forward_hooks for m in model.modules())
