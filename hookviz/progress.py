@@ -94,7 +94,7 @@ class Progress:
         self.task: Any = None
         self.failed = self.skipped = 0
         self.started = self.said = time.monotonic()
-        self.shown: dict[int, Any] = {}  # per work begun: None (not timed yet), False, True (lines) or its bar's task
+        self.shown: dict[int, Any] = {}  # per work begun: "untimed", "quiet", "lines" or ("bar", its task)
         self.heavy: set[str] = set()  # the labels of work said to be heavy
         self.work_said = 0.0
 
@@ -157,37 +157,35 @@ class Progress:
     # -- work inside one photo (hookviz.workload): a bar on a terminal, else a line now and then
 
     def began(self, work) -> None:
-        self.shown[id(work)] = None  # not yet known to be long
+        self.shown[id(work)] = "untimed"
 
     def advanced(self, work) -> None:
         if self.quiet or not work.done or id(work) not in self.shown:
             return
         now = time.monotonic()
         whole = (now - work.started) / work.done * work.total
-        if self.shown[id(work)] is None:  # its first passes: now it can be timed
-            self._first_estimate(work, whole)
+        if self.shown[id(work)] == "untimed":  # its first passes: now it can be timed
+            self.shown[id(work)] = self._first_estimate(work, whole)
         shown = self.shown[id(work)]
-        if not shown:
-            return
-        if shown is not True:  # a task of the bar
-            self.bar.update(shown, completed=work.done)
-        elif now - self.work_said >= _seconds("PROGRESS_EVERY") and work.done < work.total:
+        if isinstance(shown, tuple):  # ("bar", its task)
+            self.bar.update(shown[1], completed=work.done)
+        elif shown == "lines" and now - self.work_said >= _seconds("PROGRESS_EVERY") and work.done < work.total:
             self.work_said = now
             left = whole - (now - work.started)
             typer.echo(f"hookviz: {work.label}: {work.done} of {work.total} {work.unit}, about {duration(left)} left", err=True)
 
-    def _first_estimate(self, work, whole: float) -> None:
+    def _first_estimate(self, work, whole: float):
+        """Says once when the work is heavy; how it is shown: ``quiet``, ``lines`` or ``("bar", task)``."""
         if whole / work.photos > _seconds("HEAVY_AFTER") and work.label not in self.heavy:
             self.heavy.add(work.label)
             a_photo = f"{round(work.total / work.photos)} {work.unit} a photo, about {duration(whole / work.photos)} a photo here"
             self._work_line(f"hookviz: {work.label}: {a_photo}")
         if whole <= _seconds("WORK_SHOWN_AFTER"):
-            self.shown[id(work)] = False
-        elif sys.stderr.isatty():
-            self.shown[id(work)] = self._work_bar().add_task(work.label, total=work.total, completed=work.done, rate="")
-        else:
-            self.shown[id(work)] = True
-            self.work_said = 0.0  # its first line now
+            return "quiet"
+        if sys.stderr.isatty():
+            return "bar", self._work_bar().add_task(work.label, total=work.total, completed=work.done, rate="")
+        self.work_said = 0.0  # its first line now
+        return "lines"
 
     def _work_line(self, line: str) -> None:
         if self.bar is not None:
@@ -203,8 +201,8 @@ class Progress:
 
     def ended(self, work) -> None:
         shown = self.shown.pop(id(work), None)
-        if self.bar is not None and shown not in (None, True, False):
-            self.bar.remove_task(shown)
+        if self.bar is not None and isinstance(shown, tuple):
+            self.bar.remove_task(shown[1])
             if self.task is None and not self.bar.tasks:  # a bar of its own: gone with it
                 self.close()
 
