@@ -6,7 +6,9 @@ Faithfulness scores the target class's probability on altered copies of each pho
 task's ``probability_scorer``), through the bare model in eval mode, in batches of
 ``BATCH`` under ``torch.inference_mode``. The randomisation check explains each image's own
 class again on randomised deep copies of the model, with the same layer, method and
-options; the caller's model is never changed.
+options; the caller's model is never changed. Both keep to the memory budget
+(``hookviz.budget``: a row's cost is measured on one pass of the first photo) and count their
+passes as work (``hookviz.workload``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from hookviz.trust.records import LayerTrust
 
 __all__ = ["BATCH", "assess", "check"]
 
-#: At most this many altered photos go through the model in one faithfulness pass.
+#: At most this many altered photos go through the model in one faithfulness pass (fewer
+#: where the memory budget holds fewer).
 BATCH = 64
 
 
@@ -80,7 +83,9 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
                 for i, (deletion, road) in zip(members, results):
                     measured.setdefault((i, layer.name), {}).setdefault(method, {}).update(deletion=deletion, road=road)
         if trust.sanity:
-            for i, by_method in _sanity(explainer, images, explanations, chosen, layer).items():
+            with _sanity_work(explainer, explanations, chosen, layer.name) as passes:
+                checked = _sanity(explainer, images, explanations, chosen, layer, passes)
+            for i, by_method in checked.items():
                 for method, sanity in by_method.items():
                     measured.setdefault((i, layer.name), {}).setdefault(method, {})["sanity"] = sanity
     score = explainer.task.probability if trust.faithfulness else None
@@ -157,18 +162,18 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list
 
     task, module, options = explainer.task, explainer.model.module, explainer.target
     scorer = task.probability_scorer([explanations[i].target for i in chosen], options, explainer.task_options)
+
+    def score(batch, rows):
+        def run():
+            return scorer(task.forward(module, list(batch), explainer.device, options), rows)
+
+        scores = formats_for(module).run(module, tuple(batch.shape), run)
+        passes.advance(len(batch))
+        return scores
+
     inputs = _inputs(explainer, images, chosen)
     stacked = torch.from_numpy(np.stack(maps))
     with evaluation(module), full_precision(explainer.device), _faithfulness_work(inputs, method, name) as passes:
-
-        def score(batch, rows):
-            def run():
-                return scorer(task.forward(module, list(batch), explainer.device, options), rows)
-
-            scores = formats_for(module).run(module, tuple(batch.shape), run)
-            passes.advance(len(batch))
-            return scores
-
         batch = _row_cost(explainer, inputs).rows(explainer.device, BATCH, gradients=False)
         deletion = deletion_insertion(score, inputs, stacked, batch_size=batch)
         roads = road(score, inputs, stacked, seed=explainer.trust.seed, batch_size=batch)
@@ -200,15 +205,14 @@ def _row_cost(explainer, inputs):
     return measure.cost
 
 
-def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[int, dict]:
+def _sanity(explainer, images, explanations, chosen: list[int], layer, passes) -> dict[int, dict]:
     """Per chosen image, by layer method, its ``Randomisation``. Images of one target class
     share the randomised copies, and every method's maps come from each copy's one pass (a
     gradient method needs no pass of its own; a re-scoring one adds its re-scoring)."""
     import torch
 
     from hookviz.anatomy.layers import LayerSpec
-    from hookviz.trust.sanity import cascading_randomisation, parametrised_modules
-    from hookviz.workload import work
+    from hookviz.trust.sanity import cascading_randomisation
 
     name = layer.name
     path, _, call = name.partition(":")  # the recorded call alone, on the copy
@@ -218,22 +222,31 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[i
     for i in chosen:
         by_class.setdefault(explanations[i].target.index, []).append(i)
     found: dict[int, dict] = {}
-    steps = len(parametrised_modules(explainer.model.module)) * len(by_class)
-    with work(f"sanity check of {', '.join(methods)} at {name}", steps, "randomised passes", len(chosen)) as passes:
-        for index, members in by_class.items():
-            target = replace(explainer.target, target=str(index), topk=1, cam=",".join(methods))
-            cams = [_layer(explanations[i], name).cams for i in members]
-            # (method, position in members) of each map there is to compare
-            pairs = [(method, k) for method in methods for k in range(len(members)) if _measurable_map(cams[k].get(method))]
-            if not pairs:
-                continue
-            original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))
-            group = [images[i] for i in members]
-            explain = _explainer_of(explainer, spec, target, group, pairs, tuple(original.shape[1:]), passes)
-            results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
-            for (method, k), result in zip(pairs, results):
-                found.setdefault(members[k], {})[method] = result
+    for index, members in by_class.items():
+        target = replace(explainer.target, target=str(index), topk=1, cam=",".join(methods))
+        cams = [_layer(explanations[i], name).cams for i in members]
+        # (method, position in members) of each map there is to compare
+        pairs = [(method, k) for method in methods for k in range(len(members)) if _measurable_map(cams[k].get(method))]
+        if not pairs:
+            continue
+        original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))
+        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], pairs, tuple(original.shape[1:]), passes)
+        results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
+        for (method, k), result in zip(pairs, results):
+            found.setdefault(members[k], {})[method] = result
     return found
+
+
+def _sanity_work(explainer, explanations, chosen: list[int], name: str):
+    """The sanity check's passes at layer ``name``, counted (``hookviz.workload``): one explained
+    pass per parametrised module, per target class of the chosen images."""
+    from hookviz.trust.sanity import parametrised_modules
+    from hookviz.workload import work
+
+    classes = len({explanations[i].target.index for i in chosen})
+    steps = len(parametrised_modules(explainer.model.module)) * classes
+    label = f"sanity check of {', '.join(_layer_methods(explainer))} at {name}"
+    return work(label, steps, "randomised passes", len(chosen))
 
 
 def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple, passes):
