@@ -515,16 +515,11 @@ def registries_restored():
     checks) is gone after it, so that a test registering the same name elsewhere still can."""
     from hookviz.explaining.checks import CHECKS
     from hookviz.methods.base import METHODS
-    from hookviz.render import kinds
+    from hookviz.models.sources import SOURCES
+    from hookviz.render.kinds import KINDS
     from hookviz.tasks.base import TASKS
 
-    saved = [
-        (METHODS._entries, dict(METHODS._entries)),
-        (CHECKS._entries, dict(CHECKS._entries)),
-        (kinds._KINDS, dict(kinds._KINDS)),
-        (TASKS, dict(TASKS)),
-    ]
+    saved = [(registry, registry.snapshot()) for registry in (METHODS, CHECKS, KINDS, TASKS, SOURCES)]
     yield
-    for live, before in saved:
-        live.clear()
-        live.update(before)
+    for registry, before in saved:
+        registry.restore(before)

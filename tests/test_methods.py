@@ -1105,3 +1105,38 @@ def test_several_methods_on_a_layer_without_a_map_draw_no_comparison_and_the_ima
     pictures = {layer["name"]: layer["pictures"] for layer in report["layers"]}
     assert pictures["features.3"]["cams"] == "features.3.cams.png" and pictures["fc"]["cams"] is None
     assert (out / "cat" / "features.3.cams.png").exists() and not (out / "cat" / "fc.cams.png").exists()
+
+
+@register_method("toy-occlusion", needs_gradients=False, needs_rescoring=True, needs_input=True, resolution="input")
+def toy_occlusion(ctx):
+    """Occlusion in a few lines, as a plug-in writes it: each 16x16 patch set to zero, and the
+    drop of the target's score where it was, on every input channel."""
+    inputs = ctx.inputs
+    count, _, height, width = inputs.shape
+    plain = ctx.score(inputs)
+    maps = torch.zeros_like(inputs, dtype=torch.float32)
+    for top in range(0, height, 16):
+        for left in range(0, width, 16):
+            hidden = inputs.clone()
+            hidden[..., top : top + 16, left : left + 16] = 0
+            drop = plain - ctx.score(hidden)
+            maps[..., top : top + 16, left : left + 16] = drop[:, None, None, None]
+    return maps
+
+
+def test_an_input_method_that_rescores_gets_its_scorer_so_occlusion_is_a_plugin():
+    model = tiny_net().eval()
+    batch = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    loaded = LoadedModel("tiny", model, "seeded", None, Preprocessing())
+    explainer = Explainer.create(loaded, layers=LayerOptions(("features.3",)), target=TargetOptions(cam="toy-occlusion"))
+    results = explainer.explain_batch(_prepared(batch))
+    with torch.no_grad():
+        for i, result in enumerate(results):
+            target = result.target.index
+            hidden = batch[i].clone()
+            hidden[:, 16:, :16] = 0  # the bottom-left patch
+            drop = model(batch[i : i + 1])[0, target] - model(hidden[None])[0, target]
+            found = result.pixel_maps["toy-occlusion"].map
+            assert found.shape[-2:] == (32, 32)
+            np.testing.assert_allclose(found[..., 20, 4], float(drop), rtol=1e-4, atol=1e-6)
+            assert np.ptp(found) > 0

@@ -374,7 +374,7 @@ def test_an_incomplete_picture_kind_is_refused_when_it_is_registered():
         register_kind(PictureKind("half", "half", "half", "half a kind", "build", picture_plugin.reuse_key))
     with pytest.raises(UsageError, match="must be a module-level function"):
         register_kind(PictureKind("half", "half", "half", "half a kind", lambda e, l: None, picture_plugin.reuse_key))
-    with pytest.raises(UsageError, match="picture kind 'toy' is registered already"):
+    with pytest.raises(UsageError, match="a picture kind named 'toy' is already registered"):
         register_kind(replace(picture_plugin.KIND, group="other"))
     with pytest.raises(UsageError, match="its group 'Half Kind' must be"):
         register_kind(replace(picture_plugin.KIND, name="half", group="Half Kind"))

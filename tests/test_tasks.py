@@ -56,7 +56,7 @@ class _Keypoints(TaskBase):
         return isinstance(output, dict) and "keypoints" in output
 
 
-def test_task_choices_help_and_recognition_order_come_from_the_registry(monkeypatch):
+def test_task_choices_help_and_recognition_order_come_from_the_registry(registries_restored):
     import typer
 
     assert task_names() == ["classify", "embed", "segment", "detect"]
@@ -65,7 +65,7 @@ def test_task_choices_help_and_recognition_order_come_from_the_registry(monkeypa
     assert recognise_task([{"boxes": 0, "labels": 0, "scores": 0}]) == "detect"
     assert recognise_task({"out": torch.zeros(1, 3, 4, 4)}) == "segment"
     assert recognise_task(torch.zeros(1, 5)) == "classify"
-    monkeypatch.setitem(TASKS, "keypoints", _Keypoints())
+    TASKS.add("keypoints", _Keypoints())
     assert recognise_task({"keypoints": 0, "out": torch.zeros(1, 3, 4, 4)}) == "keypoints"  # its priority is highest
     result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--task", "pose"])
     assert result.exit_code == 2 and "--task pose: choose auto, classify, embed, segment, detect, keypoints" in result.stderr
@@ -78,8 +78,14 @@ def test_a_second_task_of_one_name_is_refused():
     class Again(_Keypoints):
         name = "detect"
 
-    with pytest.raises(UsageError, match="task 'detect' is registered already"):
+    with pytest.raises(UsageError, match="a task named 'detect' is already registered"):
         register_task(Again)
+
+    class Auto(_Keypoints):
+        name = "auto"
+
+    with pytest.raises(UsageError, match="a task named 'auto' is already registered"):
+        register_task(Auto)
     assert type(TASKS["detect"]).__name__ == "Detect"
 
 

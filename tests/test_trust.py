@@ -5,7 +5,9 @@ promises (the caller's model and random state untouched, a model-blind map flagg
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import re
 from functools import partial
 
 import numpy as np
@@ -492,6 +494,19 @@ def test_sanity_checks_each_method_of_a_run_as_that_method_alone(tmp_path):
         assert any(line.startswith(f"randomisation check: {method} at features.3: ") for line in summary), summary
 
 
+def assert_labels_tell_apart(labels, methods, values, word):
+    """Each label is ``method, word VALUE`` with VALUE the measured value to its printed
+    decimals (3 at least), and labels of values that differ differ."""
+    printed = []
+    for label, method, value in zip(labels, methods, values, strict=True):
+        found = re.fullmatch(rf"{method}, {word} ([+-]?\d+\.(\d+))(, ties .*)?", label)
+        assert found and len(found[2]) >= 3, label
+        assert float(found[1]) == pytest.approx(value, abs=0.51 * 10 ** -len(found[2])), label
+        printed.append(found[1])
+    for (a, x), (b, y) in itertools.combinations(zip(values, printed), 2):
+        assert abs(a - b) <= 1e-6 or x != y, labels
+
+
 def test_the_faithfulness_figure_draws_each_measured_methods_curves():
     """``--cam gradcam,layercam,scorecam --faithfulness``: the picture has a deletion and an
     insertion panel with one labelled curve per method (its measured curve and area), and ROAD's
@@ -504,12 +519,12 @@ def test_the_faithfulness_figure_draws_each_measured_methods_curves():
     deletion, insertion, road = figure.axes
     for ax, curve, area in ((deletion, "deletion", "deletion_auc"), (insertion, "insertion", "insertion_auc")):
         legend = [text.get_text() for text in ax.get_legend().get_texts()]
-        assert legend == [f"{name}, area {getattr(measured[name].deletion, area):.3f}" for name in methods]
+        assert_labels_tell_apart(legend, methods, [getattr(measured[name].deletion, area) for name in methods], "area")
         for line, name in zip(ax.get_lines(), methods):
             assert np.allclose(line.get_ydata(), getattr(measured[name].deletion, curve))
         assert "fraction of pixels" in ax.get_xlabel() and "probability" in ax.get_ylabel() and curve in ax.get_title()
     legend = [text.get_text() for text in road.get_legend().get_texts()]
-    assert legend == [f"{name}, combined {measured[name].road.combined:+.3f}" for name in methods]
+    assert_labels_tell_apart(legend, methods, [measured[name].road.combined for name in methods], "combined")
     assert len(road.get_lines()) >= 2 * len(methods)
     assert "gradcam, layercam, scorecam: how far to trust the maps" in figure.get_suptitle()
 

@@ -223,11 +223,23 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
         if context is None:
             notes[method.name] = why
             continue
-        given = replace(context, input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None)
+        given = replace(
+            context,
+            input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
+            score=sources.scores[key] if method.needs_rescoring else None,
+            score_layer=_pixel_layer_rescoring(method, context, sources, layouts[position] if position is not None else None),
+        )
         maps[method.name] = _computed(method, given, tuple(sources.batch.shape))
         if method.needs_gradients:
             layers[method.name] = context.layer
     return PixelMaps(order, maps, notes, layers)
+
+
+def _pixel_layer_rescoring(method, context, sources: Sources, layout):
+    """An input method's ``score_layer``: at the layer it was given, where it was given one."""
+    if not method.needs_rescoring or not context.layer:
+        return None
+    return _layer_rescoring(sources.scores[sources.keys[0]], sources.batch, context, layout)
 
 
 def _pixel_context(method, captures, layouts, sources: Sources, position: int | None):

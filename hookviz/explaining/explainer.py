@@ -104,7 +104,7 @@ class Explainer:
             task.check_output(dry, target, model.categories)
         for method in target.methods:
             _check_method(method, model.module)
-        check_trust(task, target, trust)
+        check_trust(task, target, trust, model.module)
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing, inputs)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
@@ -521,8 +521,8 @@ def explain(
     from hookviz.tasks import EmbedOptions
 
     check_named_task(task, (EmbedOptions(target_images=target_image),))
+    groups = _option_groups(locals())  # before a named model loads: what no model could take is refused first
     loaded = _model_to_explain(model, categories, task, weights, prompts)
-    groups = _option_groups(locals())
     return Explainer.create(loaded, inputs=inputs or InputOptions(), preprocessing=preprocessing, **groups).explain(image)
 
 
@@ -530,6 +530,7 @@ def _option_groups(given: dict) -> dict:
     """``explain``'s keyword arguments as the option groups ``Explainer.create`` takes (as
     ``command_options.option_groups`` turns ``hookviz run``'s options into them)."""
     from hookviz.tasks import DetectOptions, EmbedOptions
+    from hookviz.trust.assess import check_options as check_trust_options
 
     g = SimpleNamespace(**given)
     target = TargetOptions(
@@ -547,11 +548,13 @@ def _option_groups(given: dict) -> dict:
         layout=g.layout,
     )
     detect = DetectOptions(score_threshold=g.score_threshold, max_detections=g.max_detections, box_objective=g.box_objective)
+    trust = TrustOptions(faithfulness=g.faithfulness, sanity=g.sanity)
+    check_trust_options(target, trust)
     return {
         "layers": layers,
         "target": target,
         "task_options": (detect, EmbedOptions(target_images=g.target_image)),
-        "trust": TrustOptions(faithfulness=g.faithfulness, sanity=g.sanity),
+        "trust": trust,
     }
 
 

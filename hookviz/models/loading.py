@@ -27,7 +27,7 @@ _LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "open_clip", "ultraly
 def _sources():
     from hookviz.models.sources import SOURCES
 
-    return SOURCES
+    return SOURCES.values()
 
 
 def load_model(

@@ -53,6 +53,7 @@ from hookviz.store.files import (
     write_json,
 )
 from hookviz.store.records import ImageStatus, RunRecord
+from hookviz.trust.assess import check_options as check_trust_options
 
 if TYPE_CHECKING:
     from hookviz.compare.diffing import Baseline
@@ -205,6 +206,7 @@ class Run:
     def execute(self) -> RunSummary:
         try:
             check_out(self.options.out)
+            check_trust_options(self.target, self.trust)  # what no model could take, refused before one loads
             if self.checks.baseline is not None:
                 from hookviz.compare.diffing import Baseline
 

@@ -43,7 +43,7 @@ def get_task(name: str) -> Task:
 
 
 def _by_priority() -> list[Task]:
-    return sorted(TASKS.values(), key=lambda task: task.priority)
+    return TASKS.values()  # by priority
 
 
 def task_names() -> list[str]:
@@ -65,11 +65,11 @@ def recognise_task(output) -> str:
 
 def task_words(name: str) -> str:
     """What a task is, in a word (``classification``); an unknown name as it is."""
-    task = TASKS.get(name)
+    task = TASKS.find(name)
     return task.words if task is not None else name
 
 
 def reported_task(name) -> Task:
     """The task a report.json names, or the default task for a name it does not know (a
     report of another hookviz)."""
-    return TASKS.get(name) or TASKS[DEFAULT_TASK]
+    return TASKS.find(name) or TASKS[DEFAULT_TASK]

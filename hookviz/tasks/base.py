@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hookviz.registry import Registry
 from hookviz.workload import passed
 
 __all__ = [
@@ -250,11 +251,16 @@ class Task(Protocol):
         On the plan's own inputs it gives the focus's own score (``ClassScore.logit``,
         ``Detection.score``)."""
 
-    # A task whose ``probability`` is not None also has:
-    # def probability_scorer(self, targets: Sequence[ClassScore | None], options, task_options=None) -> Callable:
-    #     """``scorer(output, images)`` -> (M,): per row, the probability of the target of
-    #     image ``images[row]`` (``targets``: per image, ``None`` scores 0), as
-    #     ``ClassScore.probability`` reports it on the image itself."""
+    def probability_scorer(self, targets: Sequence[ClassScore | None], options, task_options=None) -> Callable:
+        """``scorer(output, images)`` -> (M,): per row, the probability of the target of
+        image ``images[row]`` (``targets``: per image, ``None`` scores 0), as
+        ``ClassScore.probability`` reports it on the image itself. Called only where
+        ``probability`` is not None (``--faithfulness`` is refused elsewhere)."""
+
+    def check_output(self, output, options, categories: Sequence[str] | None) -> None:
+        """Raise UsageError for ``TargetOptions`` that the model's raw ``output`` (of a dry
+        pass) cannot honour: a class index past its classes, an ``output_key`` it lacks."""
+
     def objective_name(self, options, task_options=None) -> str:
         """What report.json calls the objective (``logit``, ``ce``, ``score``), from the
         ``TargetOptions`` and the task's own options."""
@@ -309,6 +315,12 @@ class TaskBase:
     cams_as_panels = False
     #: How a target's probability is measured, as the titles say it.
     measure = "p"
+    #: No probability that ``--faithfulness`` could follow, unless the task says which (and
+    #: then has a ``probability_scorer``): a plug-in task is refused that option in one line.
+    probability: str | None = None
+    #: The target is the same on a randomised copy of the model, as a class is: ``--sanity`` runs.
+    class_targets = True
+    target_words = "its own target"
 
     def default_root(self, module) -> str | None:
         return None
@@ -439,18 +451,16 @@ class Rescoring:
         return self.formats.run(self.module, tuple(part.shape), run)
 
 
-TASKS: dict[str, Task] = {}
+#: Every task, by name; ``auto`` (read the task from the model's output) is no task's name.
+TASKS: Registry[Task] = Registry("task", "task", extra_choices=("auto",), order=lambda task: task.priority)
 
 
 def register_task(task_class):
     """Class decorator: adds an instance of ``task_class`` to ``TASKS`` under its name.
 
     Raises:
-        UsageError: another task has that name.
+        UsageError: another task has that name, or it cannot be typed after ``--task``.
     """
-    from hookviz.errors import UsageError
-
-    if task_class.name in TASKS:
-        raise UsageError(f"task {task_class.name!r} is registered already; choose another name")
-    TASKS[task_class.name] = task_class()
+    TASKS.check_free(task_class.name)
+    TASKS.add(task_class.name, task_class())
     return task_class

@@ -22,33 +22,55 @@ import numpy as np
 from hookviz.errors import UsageError, arg
 from hookviz.trust.records import LayerTrust
 
-__all__ = ["BATCH", "assess", "check"]
+__all__ = ["BATCH", "assess", "check", "check_options"]
 
 #: At most this many altered photos go through the model in one faithfulness pass (fewer
 #: where the memory budget holds fewer).
 BATCH = 64
 
 
-def check(task, target, trust) -> None:
-    """Raise UsageError for ``TrustOptions`` this task, method or installation cannot honour."""
+def check_options(target, trust) -> None:
+    """Raise UsageError for ``TrustOptions`` that no model could honour with ``target``'s
+    methods, or this installation cannot: checked before the model loads."""
     asked = [name for name in ("faithfulness", "sanity") if getattr(trust, name)]
     if asked and target.cam == "none":
         raise UsageError(f"{arg(asked[0])} measures a CAM; choose a {arg('cam')} method, not none")
     if asked:
         _check_layer_method(asked[0], target)
+    if trust.faithfulness and importlib.util.find_spec("scipy") is None:
+        raise UsageError(f"{arg('faithfulness')}: ROAD's imputation needs scipy; pip install 'hookviz[trust]'")
+
+
+def check(task, target, trust, module=None) -> None:
+    """Raise UsageError for ``TrustOptions`` this task, method, model (``module``) or
+    installation cannot honour."""
+    check_options(target, trust)
     article = "an" if task.words[:1] in "aeiou" else "a"
     if trust.faithfulness and task.probability is None:
         raise UsageError(
             f"{arg('faithfulness')} follows the target class's probability as pixels are deleted; {article} {task.words} "
             f"model's target has no such probability; drop {arg('faithfulness')}"
         )
-    if trust.faithfulness and importlib.util.find_spec("scipy") is None:
-        raise UsageError(f"{arg('faithfulness')}: ROAD's imputation needs scipy; pip install 'hookviz[trust]'")
     if trust.sanity and not task.class_targets:
         raise UsageError(
             f"{arg('sanity')} explains each image's target again on randomised copies of the model; {article} {task.words} "
             f"model's target is made by the model itself ({task.target_words}), which a randomised copy does not make; "
             f"drop {arg('sanity')}"
+        )
+    if trust.sanity and module is not None:
+        _check_copy(module)
+
+
+def _check_copy(module) -> None:
+    """Refuse ``--sanity`` once, up front, for a model that cannot be deep-copied: each image's
+    check would fail alike, as if the model were at fault."""
+    from hookviz.trust.sanity import copy_refusal, copy_words
+
+    refusal = copy_refusal(module)
+    if refusal is not None:
+        raise UsageError(
+            f"{arg('sanity')} randomises a deep copy of the model, and {copy_words(module, refusal)}; "
+            f"drop {arg('sanity')}, or give the model a __deepcopy__ that copies its weights"
         )
 
 
@@ -99,12 +121,18 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
             explanation,
             trust=trust.to_json(),
             layers=tuple(
-                replace(layer, trust=layer_trust(measured[(i, layer.name)])) if (i, layer.name) in measured else layer
+                _measured_layer(layer, layer_trust(measured[(i, layer.name)]), main) if (i, layer.name) in measured else layer
                 for layer in explanation.layers
             ),
         )
         for i, explanation in enumerate(explanations)
     ]
+
+
+def _measured_layer(layer, trust: LayerTrust, main: str):
+    """``layer`` with its ``trust``, and the notes its measures call for."""
+    notes = trust.notes(layer.name, main)
+    return replace(layer, trust=trust, notes=tuple(dict.fromkeys((*layer.notes, *notes))))
 
 
 def _layer(explanation, name: str):
@@ -223,7 +251,7 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer, passes) -
         by_class.setdefault(explanations[i].target.index, []).append(i)
     found: dict[int, dict] = {}
     for index, members in by_class.items():
-        target = replace(explainer.target, target=str(index), topk=1, cam=",".join(methods))
+        target = _copy_target(explainer.target, index, methods)
         cams = [_layer(explanations[i], name).cams for i in members]
         # (method, position in members) of each map there is to compare
         pairs = [(method, k) for method in methods for k in range(len(members)) if _measurable_map(cams[k].get(method))]
@@ -247,6 +275,22 @@ def _sanity_work(explainer, explanations, chosen: list[int], name: str):
     steps = len(parametrised_modules(explainer.model.module)) * classes
     label = f"sanity check of {', '.join(_layer_methods(explainer))} at {name}"
     return work(label, steps, "randomised passes", len(chosen))
+
+
+def _copy_target(target, index: int, methods: tuple[str, ...]):
+    """The target options of the randomised copies' passes: class ``index`` alone, by the
+    run's layer methods alone. Integrated gradients (an input method) is not among them, so
+    its options go back to their defaults where the built-in methods that remain would be
+    refused them (a plugin's method may read them: ``TargetOptions`` keeps them for it)."""
+    from hookviz.options import TargetOptions
+
+    try:
+        return replace(target, target=str(index), topk=1, cam=",".join(methods))
+    except UsageError:  # --steps or --ig-baseline, which no method that remains reads
+        defaults = TargetOptions()
+        return replace(
+            target, target=str(index), topk=1, cam=",".join(methods), steps=defaults.steps, ig_baseline=defaults.ig_baseline
+        )
 
 
 def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple, passes):

@@ -9,6 +9,11 @@ the baseline and puts the ``k`` best-ranked positions back. ``k`` runs over
 the fraction ``k / P``. A map that points at what the model uses makes deletion fall fast
 (small area: better) and insertion rise fast (large area: better).
 
+A probability that stays above ``SATURATED`` until every position is deleted (a softmax fed
+huge logits) is saturated: its deletion curve carries no information about the map
+(``DeletionInsertion.saturated``). Two areas within ``TIE`` of each other tie: the same
+curves, up to float rounding; ``distinct_digits`` says how many decimals tell the others apart.
+
 Example::
 
     results = deletion_insertion(score, inputs, maps)   # one DeletionInsertion per image
@@ -25,10 +30,16 @@ from hookviz.trust.maps import Score, at_input_size, chunks
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["STEPS", "DeletionInsertion", "deletion_insertion"]
+__all__ = ["SATURATED", "STEPS", "TIE", "DeletionInsertion", "deletion_insertion", "distinct_digits"]
 
 #: torch-cam's default number of perturbation intervals.
 STEPS = 20
+
+#: A deletion curve at or above this until its last point (every position deleted) is saturated.
+SATURATED = 0.999
+
+#: Areas (or scores) closer than this tie.
+TIE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -51,10 +62,17 @@ class DeletionInsertion:
     insertion_auc: float
     forward_passes: int
 
+    @property
+    def saturated(self) -> bool:
+        """Whether the score stays at or above ``SATURATED`` until every position is deleted:
+        the map's ranking moved nothing, so the deletion curve says nothing of it."""
+        return min(self.deletion[:-1], default=self.deletion[0]) >= SATURATED
+
     def to_json(self) -> dict:
         return {
             "deletion_auc": self.deletion_auc,
             "insertion_auc": self.insertion_auc,
+            "saturated": self.saturated,
             "fractions": list(self.fractions),
             "deletion": list(self.deletion),
             "insertion": list(self.insertion),
@@ -137,3 +155,15 @@ def _curves(values: dict, image: int, counts: list[int], fractions, passes: int)
     return DeletionInsertion(
         tuple(fractions.tolist()), tuple(deletion), tuple(insertion), area(deletion), area(insertion), passes
     )
+
+
+def distinct_digits(values, least: int = 3, most: int = 7) -> int:
+    """The fewest decimals, from ``least`` to ``most``, at which any two of ``values`` that do
+    not tie (they differ by more than ``TIE``) print differently."""
+    from itertools import combinations
+
+    apart = [(a, b) for a, b in combinations(values, 2) if abs(a - b) > TIE]
+    for digits in range(least, most):
+        if all(f"{a:.{digits}f}" != f"{b:.{digits}f}" for a, b in apart):
+            return digits
+    return most

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hookviz.trust.deletion import DeletionInsertion
+from hookviz.trust.deletion import SATURATED, DeletionInsertion
 from hookviz.trust.road import Road
 from hookviz.trust.sanity import Randomisation
 
@@ -30,6 +30,25 @@ class LayerTrust:
     road: Road | None = None
     sanity: Randomisation | None = None
     methods: dict[str, LayerTrust] = field(default_factory=dict)
+
+    def notes(self, layer: str, main: str) -> tuple[str, ...]:
+        """What to know before reading these measures of ``layer`` (``main``: this record's
+        own method), one line each, naming no image, so that a run says each once: curves of a
+        saturated probability, a map too small to rank, layers the check left as they were."""
+        found = [(main, self), *self.methods.items()]
+        said = []
+        saturated = [method for method, each in found if each.deletion is not None and each.deletion.saturated]
+        if saturated:
+            said.append(
+                f"{layer} ({', '.join(saturated)}): faithfulness: the target's probability is saturated (it stays at or "
+                f"above {SATURATED} until every pixel is deleted): the deletion curve carries no information about the map"
+            )
+        by_note: dict[str, list[str]] = {}
+        for method, each in found:
+            if each.sanity is not None and each.sanity.note:
+                by_note.setdefault(each.sanity.note, []).append(method)
+        said += [f"{layer} ({', '.join(methods)}): randomisation check: {note}" for note, methods in by_note.items()]
+        return tuple(said)
 
     def to_json(self) -> dict:
         document: dict = {}

@@ -14,6 +14,7 @@ class _Sums:
     deletion: list[float] = field(default_factory=list)
     insertion: list[float] = field(default_factory=list)
     road: list[float] = field(default_factory=list)
+    saturated: int = 0
     final: list[float | None] = field(default_factory=list)
     threshold: float = 0.5
 
@@ -23,6 +24,7 @@ class _Sums:
             self.deletion.append(trust.deletion.deletion_auc)
             self.insertion.append(trust.deletion.insertion_auc)
             self.road.append(trust.road.combined)
+            self.saturated += trust.deletion.saturated
         if trust.sanity is not None:
             self.threshold = trust.sanity.threshold
             self.final.append(trust.sanity.final)
@@ -35,12 +37,13 @@ class _Sums:
                 deletion_auc=_mean(self.deletion),
                 insertion_auc=_mean(self.insertion),
                 road_combined=_mean(self.road),
+                saturated=self.saturated,
             )
         if self.final:
             known = [value for value in self.final if value is not None]
             document["sanity"] = {
                 "images": len(self.final),
-                "explains_model": sum(1 for value in self.final if value is None or value <= self.threshold),
+                "explains_model": sum(1 for value in self.final if value is None or abs(value) <= self.threshold),
                 "final_correlation_mean": _mean(known) if known else None,
             }
         return document
@@ -80,26 +83,45 @@ class TrustTally:
         }
 
 
-def _sentences(maps: list[dict]) -> list[str]:
-    said = []
-    measured = [entry for entry in maps if "deletion_auc" in entry]
-    if measured:
-        best = measured[0]
-        numbers = (
-            f"mean deletion area {best['deletion_auc']:.3f}, insertion area {best['insertion_auc']:.3f}, "
-            f"ROAD {best['road_combined']:+.3f}"
+def _ranking(measured: list[dict]) -> str:
+    """The faithfulness sentence over ``measured`` (ranked, best first): the map that deletes
+    the class fastest, or why none is named (saturated probabilities, a tie)."""
+    from hookviz.trust.deletion import SATURATED, TIE, distinct_digits
+
+    best = measured[0]
+    photos = "this photo" if best["images"] == 1 else f"these {best['images']} photos"
+    if all(entry["saturated"] == entry["images"] for entry in measured):
+        return (
+            f"faithfulness: on {photos}, the target's probability is saturated: it stays at or above {SATURATED} "
+            "until every pixel is deleted, so the deletion curves carry no information and no map is ranked"
         )
-        where = f"{best['method']} at {best['layer']}"
-        photos = "this photo" if best["images"] == 1 else f"these {best['images']} photos"
-        if len(measured) == 1:
-            said.append(f"faithfulness: on {photos}, {where} has {numbers} (no other map measured to rank it against)")
-        else:
-            runner_up = measured[1]
-            said.append(
-                f"faithfulness: on {photos}, {where} deletes the class fastest "
-                f"({numbers}; next {runner_up['method']} at {runner_up['layer']}, "
-                f"{runner_up['deletion_auc']:.3f})"
-            )
+    tied = [entry for entry in measured if entry["deletion_auc"] - best["deletion_auc"] <= TIE]
+    digits = distinct_digits([entry["deletion_auc"] for entry in measured[: len(tied) + 1]])
+    numbers = (
+        f"mean deletion area {best['deletion_auc']:.{digits}f}, insertion area {best['insertion_auc']:.3f}, "
+        f"ROAD {best['road_combined']:+.3f}"
+    )
+    if best["saturated"]:
+        numbers += f"; on {best['saturated']} of {best['images']} photos the probability was saturated, its curve uninformative"
+    if len(tied) > 1:
+        names = [f"{entry['method']} at {entry['layer']}" for entry in tied]
+        return (
+            f"faithfulness: on {photos}, {', '.join(names[:-1])} and {names[-1]} tie ({numbers}): "
+            "no map deletes the class faster, none is named"
+        )
+    where = f"{best['method']} at {best['layer']}"
+    if len(measured) == 1:
+        return f"faithfulness: on {photos}, {where} has {numbers} (no other map measured to rank it against)"
+    runner_up = measured[1]
+    return (
+        f"faithfulness: on {photos}, {where} deletes the class fastest "
+        f"({numbers}; next {runner_up['method']} at {runner_up['layer']}, {runner_up['deletion_auc']:.{digits}f})"
+    )
+
+
+def _sentences(maps: list[dict]) -> list[str]:
+    measured = [entry for entry in maps if "deletion_auc" in entry]
+    said = [_ranking(measured)] if measured else []
     for entry in maps:
         sanity = entry.get("sanity")
         if sanity is None:

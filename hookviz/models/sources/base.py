@@ -21,6 +21,7 @@ from typing import Protocol
 from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.errors import arg
 from hookviz.inputs.images import Preprocessing
+from hookviz.registry import Registry
 from hookviz.tasks import DEFAULT_TASK
 
 __all__ = [
@@ -133,19 +134,23 @@ class ModelSource(Protocol):
         """
 
 
-SOURCES: list[ModelSource] = []
+#: Every model source, by name; ``values()`` in the order they are asked (``priority``).
+SOURCES: Registry[ModelSource] = Registry("model", "model source", order=lambda source: source.priority)
 
 
 def register_source(source_class):
-    """Class decorator: register one instance of a source."""
-    SOURCES.append(source_class())
-    SOURCES.sort(key=lambda source: source.priority)
+    """Class decorator: register one instance of a source under its ``name``.
+
+    Raises:
+        UsageError: another source has that name.
+    """
+    SOURCES.add(source_class.name, source_class())
     return source_class
 
 
 def prefixes() -> tuple[str, ...]:
     """The name prefixes sources own (``timm:``, ``hf:``): no other source may claim such a name."""
-    return tuple(source.prefix for source in SOURCES if source.prefix)
+    return tuple(source.prefix for source in SOURCES.values() if source.prefix)
 
 
 def weights_kind(weights: str) -> str:

@@ -54,9 +54,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hookviz.errors import UsageError, arg
+from hookviz.errors import UsageError
+from hookviz.registry import Registry
 
 __all__ = [
+    "KINDS",
     "PictureKind",
     "register_kind",
     "kinds",
@@ -120,7 +122,8 @@ class PictureKind:
         return None if built is None else built[0]
 
 
-_KINDS: dict[str, PictureKind] = {}
+#: Every picture kind, by name, in drawing order (the order they were registered).
+KINDS: Registry[PictureKind] = Registry("pictures", "picture kind")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -145,46 +148,40 @@ def register_kind(kind: PictureKind) -> PictureKind:
             raise UsageError(f"{what} has no {name}: give it a function (see hookviz.render.kinds)")
         if "<" in getattr(function, "__qualname__", ""):  # a lambda or a nested function
             raise UsageError(f"{what}: its {name} must be a module-level function, which render workers import by name")
-    if kind.name in _KINDS:
-        raise UsageError(f"{what} is registered already; choose another name")
-    _KINDS[kind.name] = kind
-    return kind
+    return KINDS.add(kind.name, kind)
 
 
 def kinds() -> tuple[PictureKind, ...]:
     """Every kind, in drawing order (the order they were registered)."""
-    return tuple(_KINDS.values())
+    return tuple(KINDS.values())
 
 
 def picture_kind(name: str) -> PictureKind:
     """The kind called ``name``. Raises UsageError for another name."""
-    try:
-        return _KINDS[name]
-    except KeyError:
-        raise UsageError(f"{arg('kind', name)}: choose from {', '.join(_KINDS)}") from None
+    return KINDS.get(name)
 
 
 def kinds_for(pictures) -> tuple[PictureKind, ...]:
     """The kinds a ``PictureOptions`` asks for, in drawing order (never one that compares runs)."""
     return tuple(
-        kind for kind in _KINDS.values() if not kind.compares and kind.group in pictures.pictures and kind.wanted(pictures)
+        kind for kind in KINDS.values() if not kind.compares and kind.group in pictures.pictures and kind.wanted(pictures)
     )
 
 
 def picture_groups() -> tuple[str, ...]:
     """What ``pictures`` may name, in drawing order."""
-    return tuple(dict.fromkeys(kind.group for kind in _KINDS.values() if not kind.compares))
+    return tuple(dict.fromkeys(kind.group for kind in KINDS.values() if not kind.compares))
 
 
 def default_groups() -> tuple[str, ...]:
     """The groups drawn when ``pictures`` is not given."""
-    return tuple(dict.fromkeys(kind.group for kind in _KINDS.values() if kind.default and not kind.compares))
+    return tuple(dict.fromkeys(kind.group for kind in KINDS.values() if kind.default and not kind.compares))
 
 
 def groups_help() -> str:
     """Each ``pictures`` choice and what it draws: ``summary (...), channels (...)``."""
     return ", ".join(
-        f"{group} ({'; '.join(kind.help for kind in _KINDS.values() if kind.group == group and not kind.compares)})"
+        f"{group} ({'; '.join(kind.help for kind in KINDS.values() if kind.group == group and not kind.compares)})"
         for group in picture_groups()
     )
 

@@ -84,33 +84,69 @@ def _colour(k: int):
 
 
 def _draw_each(ax, found, curve: str) -> None:
-    """One method's ``curve`` (``deletion`` or ``insertion``) per line, its area in the legend."""
+    """One method's ``curve`` (``deletion`` or ``insertion``) per line, its area in the legend
+    with as many decimals as tell the areas apart, or the methods it ties with."""
     ax.clear()
-    for k, (method, trust) in enumerate(found):
-        curves = trust.deletion
-        area = curves.deletion_auc if curve == "deletion" else curves.insertion_auc
-        ax.plot(curves.fractions, getattr(curves, curve), color=_colour(k), marker=".", label=f"{method}, area {area:.3f}")
+    areas = [trust.deletion.deletion_auc if curve == "deletion" else trust.deletion.insertion_auc for _, trust in found]
+    labels = _labels([method for method, _ in found], areas, "area {:.{}f}")
+    for k, ((_, trust), label) in enumerate(zip(found, labels)):
+        if curve == "deletion" and trust.deletion.saturated:
+            label += ", saturated"
+        ax.plot(trust.deletion.fractions, getattr(trust.deletion, curve), color=_colour(k), marker=".", label=label)
     better = "lower" if curve == "deletion" else "higher"
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
     ax.set_xlabel(f"fraction of pixels {'deleted' if curve == 'deletion' else 'inserted'}, highest-ranked first", fontsize=8)
     ax.set_ylabel("target class's probability", fontsize=8)
     ax.set_title(f"{curve} (RISE, torch-cam): area {better} is better", fontsize=9)
+    if curve == "deletion" and all(trust.deletion.saturated for _, trust in found):
+        _say_saturated(ax, "these curves carry")
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.17), frameon=False)
     ax.grid(alpha=0.3)
 
 
+def _labels(methods: list[str], values: list[float], number: str) -> list[str]:
+    """``method, <number>`` for each method, with the fewest decimals (3 at least) that tell
+    its value from the others', and the methods it ties with (``hookviz.trust.deletion.TIE``)."""
+    from hookviz.trust.deletion import TIE, distinct_digits
+
+    digits = distinct_digits(values)
+    labels = []
+    for method, value in zip(methods, values):
+        tied = [other for other, each in zip(methods, values) if other != method and abs(each - value) <= TIE]
+        label = f"{method}, {number.format(value, digits)}"
+        labels.append(f"{label}, ties {', '.join(tied)}" if tied else label)
+    return labels
+
+
+def _say_saturated(ax, curves: str = "this curve carries") -> None:
+    """A saturated probability's curves say nothing of the maps: say so across the panel."""
+    from hookviz.trust.deletion import SATURATED
+
+    ax.text(
+        0.5,
+        0.45,
+        f"the probability is saturated:\nit stays at or above {SATURATED} until\nevery pixel is deleted, so {curves}\n"
+        "no information about the map",
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=8,
+        color="tab:red",
+        bbox={"facecolor": "white", "edgecolor": "tab:red", "alpha": 0.9},
+    )
+
+
 def _draw_each_road(ax, found) -> None:
     """Each method's most- (solid) and least-relevant-first (dashed) curves, its combined score in the legend."""
     ax.clear()
-    for k, (method, trust) in enumerate(found):
+    labels = _labels([method for method, _ in found], [trust.road.combined for _, trust in found], "combined {:+.{}f}")
+    for k, ((_, trust), label) in enumerate(zip(found, labels)):
         measured = trust.road
         imputed = [1 - p / 100 for p in measured.percentiles]
         colour = _colour(k)
-        ax.plot(
-            imputed, measured.most_relevant_first, color=colour, marker=".", label=f"{method}, combined {measured.combined:+.3f}"
-        )
+        ax.plot(imputed, measured.most_relevant_first, color=colour, marker=".", label=label)
         ax.plot(imputed, measured.least_relevant_first, color=colour, marker=".", linestyle="--")
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xlim(0, 1)
@@ -143,6 +179,8 @@ def _draw_deletion(ax, measured) -> None:
     ax.set_xlabel("fraction of pixels deleted / inserted, highest-ranked first", fontsize=8)
     ax.set_ylabel("target class's probability", fontsize=8)
     ax.set_title("deletion and insertion (RISE, torch-cam)", fontsize=9)
+    if measured.saturated:
+        _say_saturated(ax)
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)

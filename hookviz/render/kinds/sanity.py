@@ -69,10 +69,12 @@ def build(explanation, layer):
             _draw_correlations(curve, result, f"{method}: {verdict}" if several else None)
         if several:
             methods = ", ".join(method for method, _ in found)
-            sheet.title(heading(explanation, layer, "layers randomised from the output down", methods))
+            caveat = _caveat(found[0][1])  # the map's size and the layers kept: the same for every method
+            sheet.title(heading(explanation, layer, f"layers randomised from the output down{caveat}", methods))
             return
         result = found[0][1]
         verdict = "explains the model" if result.explains_model else "barely changes: it shows the input, not the model"
+        verdict += _caveat(result)
         sheet.title(heading(explanation, layer, f"layers randomised from the output down; the map {verdict}", found[0][0]))
 
     update(explanation, layer)
@@ -96,14 +98,33 @@ def _draw_correlations(ax, result, title: str | None = None) -> None:
         ax.set_title(title, fontsize=7, parse_math=False)
     values = [np.nan if c is None else c for c in result.correlations]
     ax.plot(range(1, len(values) + 1), values, color="tab:blue", marker=".")
-    ax.axhline(result.threshold, color="tab:red", linewidth=0.8, linestyle="--", label=f"threshold {result.threshold:g}")
+    # Adebayo et al. judge |ρ|: an inverted map (ρ near -1) still shows what the original did
+    ax.axhspan(-result.threshold, result.threshold, color="tab:green", alpha=0.08, label=f"changed: |ρ| ≤ {result.threshold:g}")
+    for bound in (-result.threshold, result.threshold):
+        ax.axhline(bound, color="tab:red", linewidth=0.8, linestyle="--")
     ax.set_ylim(-1.05, 1.05)
+    ax.set_xlim(0.5, len(values) + 0.5)  # every step, even where only one correlation is known
     ax.set_xlabel("layers randomised (output end first)", fontsize=7)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("Spearman ρ with the original", fontsize=7)
     ax.tick_params(labelsize=6)
-    ax.legend(fontsize=6, loc="lower left")
+    ax.legend(fontsize=6, loc="best")
     ax.grid(alpha=0.3)
+
+
+def _caveat(result) -> str:
+    """`` (what to know)`` of ``result.note``, short enough for a title, or ``""``."""
+    import math
+
+    from hookviz.trust.sanity import MIN_VALUES
+
+    said = []
+    values = math.prod(result.shape) if result.shape else None
+    if values is not None and values < MIN_VALUES:
+        said.append(f"a {'x'.join(map(str, result.shape))} map: ρ over {values} values says little")
+    if result.kept:
+        said.append(f"float buffers of {', '.join(_short(name) for name in result.kept)} left as they were")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _short(name: str, width: int = 18) -> str:

@@ -1,0 +1,145 @@
+"""Every registered task, CAM method and picture kind, the built-in ones and the test plug-in's
+(tests/extension_plugin.py), through every option that reaches into them: ``--faithfulness``,
+``--sanity``, ``--topk``, ``--baseline`` and ``--skip-existing``. Each run works, with files
+valid against the schemas, or is refused in one line; none ends in a traceback. This is the
+check that finds an attribute a plug-in lacks before a user does."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+from typer.testing import CliRunner
+
+from hookviz.cli import app
+
+from .conftest import SAMPLES
+from .test_records import _validate_run_folder
+
+#: One small model per task: (task, --model and what the task needs beside it).
+MODELS = {
+    "classify": ["--model", "tests.conftest:tiny_net", "--resize", "48"],
+    "segment": ["--model", "tests.test_conformance:tiny_segmenter", "--resize", "48"],
+    "detect": ["--model", "tests.test_conformance:tiny_detector", "--layer", "backbone.1", "--score-threshold", "0"],
+    "embed": ["--model", "tests.conftest:tiny_net", "--resize", "48", "--target-image", str(SAMPLES / "coffee.png")],
+    "regress": ["--model", "tests.extension_plugin:brightness_net", "--resize", "48"],
+}
+OPTIONS = {
+    "faithfulness": ["--faithfulness"],
+    "sanity": ["--sanity"],
+    "topk": ["--topk", "2"],
+    "skip-existing": ["--skip-existing"],
+    "baseline": ["--baseline", "{first}"],
+}
+
+
+class TinySegmenter(nn.Module):
+    """conv -> ReLU -> conv to 3 classes' logits per pixel, in torchvision's ``{"out": ...}``."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 6, 3, padding=1), nn.ReLU())
+        self.classifier = nn.Conv2d(6, 3, 1)
+
+    def forward(self, x):
+        return {"out": self.classifier(self.backbone(x))}
+
+
+def tiny_segmenter() -> nn.Module:
+    torch.manual_seed(0)
+    return TinySegmenter()
+
+
+def tiny_detector() -> nn.Module:
+    """torchvision's Faster R-CNN around a two-convolution backbone, at 64 pixels: every
+    method runs on it in seconds, where a real detector's Score-CAM takes minutes."""
+    from torchvision.models.detection import FasterRCNN
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.ops import MultiScaleRoIAlign
+
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, padding=1))
+    backbone.out_channels = 8
+    anchors = AnchorGenerator(sizes=((16, 32),), aspect_ratios=((0.5, 1.0, 2.0),))
+    pooler = MultiScaleRoIAlign(featmap_names=["0"], output_size=7, sampling_ratio=2)
+    return FasterRCNN(
+        backbone,
+        num_classes=3,
+        min_size=64,
+        max_size=64,
+        rpn_anchor_generator=anchors,
+        box_roi_pool=pooler,
+        box_detections_per_img=5,
+    )
+
+
+@pytest.fixture
+def plugin(registries_restored):
+    """The plug-in's method, task and picture kind, registered afresh for this test."""
+    from hookviz.methods.base import METHODS
+    from hookviz.render.kinds import KINDS
+    from hookviz.tasks.base import TASKS
+
+    for registry, name in ((TASKS, "regress"), (METHODS, "peak"), (KINDS, "toy")):
+        registry.restore({key: entry for key, entry in registry.items() if key != name})
+    for name in ("tests.extension_plugin", "tests.picture_plugin"):
+        sys.modules.pop(name, None)
+    importlib.import_module("tests.extension_plugin")
+
+
+#: Where the extensions under test come from: hookviz's own, and the plug-in's (other test
+#: modules register methods that fail on purpose, in this process too).
+OURS = ("hookviz.", "tests.extension_plugin", "tests.picture_plugin")
+
+
+def _methods() -> str:
+    from hookviz.methods import METHODS
+
+    return ",".join(name for name in METHODS.names() if METHODS.get(name).function.__module__.startswith(OURS))
+
+
+def _kinds() -> str:
+    from hookviz.render.kinds import kinds
+
+    groups = [kind.group for kind in kinds() if not kind.compares and kind.build.__module__.startswith(OURS)]
+    return ",".join(dict.fromkeys(groups))
+
+
+def _invoke(args: list[str]):
+    result = CliRunner().invoke(app, ["run", *args])
+    assert "Traceback" not in result.output, result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def _works_or_is_refused_in_one_line(result, out) -> str:
+    if result.exit_code == 2:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("hookviz: error: "), result.stderr
+        return lines[0]
+    assert result.exit_code == 0, result.output
+    assert _validate_run_folder(out) >= 2
+    return "works"
+
+
+@pytest.mark.slow  # every method and picture kind, six runs: 15-90 s of CPU a task
+@pytest.mark.parametrize("task", sorted(MODELS))
+def test_every_task_method_and_picture_kind_works_or_is_refused_in_one_line_under_every_option(task, plugin, tmp_path):
+    common = [str(SAMPLES / "cat.png"), *MODELS[task], "--weights", "none"]
+    common += ["--cam", _methods(), "--pictures", _kinds()]
+    assert "peak" in common[-3].split(",") and "toy" in common[-1].split(",")
+    first = tmp_path / "first"
+    result = _invoke([*common, "--out", str(first)])
+    assert _works_or_is_refused_in_one_line(result, first) == "works"
+    report = json.loads((first / "cat" / "report.json").read_text(encoding="utf-8"))
+    assert report["task"] == task
+    outcomes = {}
+    for name, extra in OPTIONS.items():
+        out = first if name == "skip-existing" else tmp_path / name
+        extra = [value.format(first=first) for value in extra]
+        outcomes[name] = _works_or_is_refused_in_one_line(_invoke([*common, *extra, "--out", str(out)]), out)
+    assert outcomes["skip-existing"] == outcomes["baseline"] == "works", outcomes
