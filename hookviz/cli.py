@@ -250,6 +250,7 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path, not
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
     from hookviz.runs.runner import Run, RunInterrupted, shard_of
+    from hookviz.workload import listening
 
     count = len(shard_of(paths, groups["options"].shard))
     progress = Progress(count, quiet=quiet or json_output, stdout_lines=not (quiet or json_output), verbose=verbose)
@@ -257,7 +258,8 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bo
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
-        summary = run.execute()
+        with listening(progress):  # the work inside each photo, too
+            summary = run.execute()
     except RunInterrupted as stop:
         progress.close()
         typer.echo(stopped_line(stop.summary), err=True)

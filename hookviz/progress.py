@@ -14,12 +14,36 @@ from typing import Any
 
 import typer
 
-__all__ = ["FEW_IMAGES", "PROGRESS_EVERY", "Progress", "counted", "duration", "stdout_closed", "stopped_line"]
+__all__ = [
+    "FEW_IMAGES",
+    "HEAVY_AFTER",
+    "PROGRESS_EVERY",
+    "WORK_SHOWN_AFTER",
+    "Progress",
+    "counted",
+    "duration",
+    "stdout_closed",
+    "stopped_line",
+]
 
 #: A run of at most this many images prints a line per image (any number: ``--verbose``).
 FEW_IMAGES = 20
-#: Without a terminal (a CI log), a larger run says how far it got this often, in seconds.
+#: Without a terminal (a CI log), a larger run, and long work inside a photo, say how far they
+#: got this often, in seconds (``HOOKVIZ_PROGRESS_EVERY`` sets it).
 PROGRESS_EVERY = 10.0
+#: Work inside one photo (``hookviz.workload``) that will take longer than this, in seconds,
+#: shows how far it got (``HOOKVIZ_WORK_SHOWN_AFTER`` sets it).
+WORK_SHOWN_AFTER = 5.0
+#: Work that will take longer than this a photo says so once, when it begins
+#: (``HOOKVIZ_HEAVY_AFTER`` sets it).
+HEAVY_AFTER = 60.0
+
+
+def _seconds(name: str) -> float:
+    """The setting ``name`` (``PROGRESS_EVERY``): its ``HOOKVIZ_`` variable's value, else the constant's."""
+    with contextlib.suppress(KeyError, ValueError):
+        return max(0.0, float(os.environ[f"HOOKVIZ_{name}"]))
+    return float(globals()[name])
 
 
 def counted(number: int, word: str) -> str:
@@ -54,7 +78,13 @@ class Progress:
     """What ``hookviz run`` says while it runs: failures always, as they happen; a line per
     image on stdout for a few images (or ``--verbose``); a rich progress bar when stderr is
     a terminal, else, for a larger run, a line of counts and time left every ``PROGRESS_EVERY``
-    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``)."""
+    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``).
+
+    It is also the ``hookviz.workload.Listener`` of the work inside each photo: work that will
+    take longer than ``WORK_SHOWN_AFTER`` seconds gets a bar, or a line every ``PROGRESS_EVERY``
+    seconds (``hookviz: scorecam at layer4: 512 of 2048 masked passes, about 3 min left``), and
+    work longer than ``HEAVY_AFTER`` seconds a photo says so once, when its first passes are
+    timed (``hookviz: scorecam at layer4: 2048 masked passes a photo, about 9 min a photo here``)."""
 
     def __init__(self, total: int, *, quiet: bool, stdout_lines: bool, verbose: bool = False):
         self.total = total
@@ -64,6 +94,9 @@ class Progress:
         self.task: Any = None
         self.failed = self.skipped = 0
         self.started = self.said = time.monotonic()
+        self.shown: dict[int, Any] = {}  # per work begun: "untimed", "quiet", "lines" or ("bar", its task)
+        self.heavy: set[str] = set()  # the labels of work said to be heavy
+        self.work_said = 0.0
 
     def say(self, text: str, nl: bool = True) -> None:
         """A line on stdout; if its reader went away (``| head``), the run goes on silently."""
@@ -79,18 +112,7 @@ class Progress:
             return
         typer.echo(f"hookviz: {line}", err=True)
         if sys.stderr.isatty() and self.total > 1:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(
-                TextColumn("[progress.description]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
+            self.bar = _rich_bar()
             self.bar.start()
             self.task = self.bar.add_task("images", total=self.total, rate="")
 
@@ -102,7 +124,7 @@ class Progress:
                 self.bar.console.print(f"hookviz: failed: {status.error}", markup=False, highlight=False)
             else:
                 typer.echo(f"hookviz: failed: {status.error}", err=True)
-        if self.bar is not None:
+        if self.task is not None:  # the images' bar
             elapsed = self.bar.tasks[0].elapsed or 0.0
             rate = f"{finished / elapsed:.2f} img/s" if elapsed > 0 else ""
             self.bar.update(self.task, completed=finished, rate=rate)
@@ -125,14 +147,82 @@ class Progress:
 
     def _how_far(self, finished: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.said < PROGRESS_EVERY or finished >= total:
+        if now - self.said < _seconds("PROGRESS_EVERY") or finished >= total:
             return
         self.said = now
         worked = finished - self.skipped  # images found done already took no time
         left = f", about {duration((now - self.started) / worked * (total - finished))} left" if worked else ""
         typer.echo(f"hookviz: {finished} of {total} images, {self.failed} failed{left}", err=True)
 
+    # -- work inside one photo (hookviz.workload): a bar on a terminal, else a line now and then
+
+    def began(self, work) -> None:
+        self.shown[id(work)] = "untimed"
+
+    def advanced(self, work) -> None:
+        if self.quiet or not work.done or id(work) not in self.shown:
+            return
+        now = time.monotonic()
+        whole = (now - work.started) / work.done * work.total
+        if self.shown[id(work)] == "untimed":  # its first passes: now it can be timed
+            self.shown[id(work)] = self._first_estimate(work, whole)
+        shown = self.shown[id(work)]
+        if isinstance(shown, tuple):  # ("bar", its task)
+            self.bar.update(shown[1], completed=work.done)
+        elif shown == "lines" and now - self.work_said >= _seconds("PROGRESS_EVERY") and work.done < work.total:
+            self.work_said = now
+            left = whole - (now - work.started)
+            typer.echo(f"hookviz: {work.label}: {work.done} of {work.total} {work.unit}, about {duration(left)} left", err=True)
+
+    def _first_estimate(self, work, whole: float):
+        """Says once when the work is heavy; how it is shown: ``quiet``, ``lines`` or ``("bar", task)``."""
+        if whole / work.photos > _seconds("HEAVY_AFTER") and work.label not in self.heavy:
+            self.heavy.add(work.label)
+            a_photo = f"{round(work.total / work.photos)} {work.unit} a photo, about {duration(whole / work.photos)} a photo here"
+            self._work_line(f"hookviz: {work.label}: {a_photo}")
+        if whole <= _seconds("WORK_SHOWN_AFTER"):
+            return "quiet"
+        if sys.stderr.isatty():
+            return "bar", self._work_bar().add_task(work.label, total=work.total, completed=work.done, rate="")
+        self.work_said = 0.0  # its first line now
+        return "lines"
+
+    def _work_line(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(line, markup=False, highlight=False)
+        else:
+            typer.echo(line, err=True)
+
+    def _work_bar(self):
+        if self.bar is None:
+            self.bar = _rich_bar()
+            self.bar.start()
+        return self.bar
+
+    def ended(self, work) -> None:
+        shown = self.shown.pop(id(work), None)
+        if self.bar is not None and isinstance(shown, tuple):
+            self.bar.remove_task(shown[1])
+            if self.task is None and not self.bar.tasks:  # a bar of its own: gone with it
+                self.close()
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+
+
+def _rich_bar():
+    """A rich progress bar on stderr, gone when it stops: description, bar, done of total, rate, time left."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )

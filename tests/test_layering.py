@@ -16,6 +16,8 @@ ORDER = [
     "errors",
     "registry",
     "hooks",
+    "budget",
+    "workload",
     "input_format",
     "options",
     "lazy_dynamo",

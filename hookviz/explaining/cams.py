@@ -111,10 +111,13 @@ def cam_gradients(recording, captures, plan, extra) -> dict:
     return {key: gradients[key] for key, _ in plan.cams}  # the plan's order: its first key is the main CAM
 
 
-def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
-    """What ``methods`` need of this batch, beyond the recorded tensors."""
+def sources_for(explainer, methods, plan, tensors, gradients, cost=None) -> Sources:
+    """What ``methods`` need of this batch, beyond the recorded tensors; their passes of many
+    rows keep to the memory budget (``hookviz.budget``), given ``cost``, what a row of the
+    main pass cost (a ``RowCost``; ``None``: ``RESCORING_BATCH`` rows a pass)."""
     import torch
 
+    from hookviz.budget import RowCost
     from hookviz.explaining.probing import InputGradients
     from hookviz.input_format import formats_for
     from hookviz.methods import RESCORING_BATCH
@@ -129,16 +132,17 @@ def sources_for(explainer, methods, plan, tensors, gradients) -> Sources:
         batch = torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module))
     scores = None
     formats = formats_for(module)
+    cost = cost or RowCost()
     if any(m.needs_rescoring for m in methods):
+        chunk = cost.rows(device, RESCORING_BATCH, gradients=False)
         scores = {
-            key: Rescoring(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own, formats)
-            for key in keys
+            key: Rescoring(task, module, device, options, task.scorer(plan, key, options), chunk, own, formats) for key in keys
         }
     input_gradients = None
     if any(m.needs_input_gradients for m in methods):  # each key's, computed only when a method calls it
+        chunk = cost.rows(device, RESCORING_BATCH, gradients=True)
         input_gradients = {
-            key: InputGradients(task, module, device, options, task.scorer(plan, key, options), RESCORING_BATCH, own)
-            for key in keys
+            key: InputGradients(task, module, device, options, task.scorer(plan, key, options), chunk, own) for key in keys
         }
     return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients)
 

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -295,7 +296,8 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         frozen_parameters(module),
     ):
         with Recording(module, explainer.layers) as recording, ChannelOrders(module) as orders:
-            output = task.forward(module, tensors, explainer.device, options, explainer.task_options)
+            with _measured(module, methods, tensors) as measure:  # what a row costs the passes that follow
+                output = task.forward(module, tensors, explainer.device, options, explainer.task_options)
             skipped = recording.check_complete()
             plan = task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
             wants_gradients = any(m.needs_gradients for m in methods)
@@ -307,7 +309,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             input_hw = tuple(tensors[0].shape[-2:])
             layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
         # Out of the recording: a method that re-scores runs the bare model, with no hook on it.
-        sources = sources_for(explainer, methods, plan, tensors, gradients)
+        sources = sources_for(explainer, methods, plan, tensors, gradients, measure.cost)
         layer_cams = [
             layer_maps(layer_methods, capture, sources, position, layouts[position]["output"])
             for position, capture in enumerate(captures)
@@ -333,6 +335,16 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         )
         for i, image in enumerate(images)
     ]
+
+
+def _measured(module, methods, tensors):
+    """Measures the main forward pass when a method makes passes of many rows after it."""
+    from hookviz.budget import measuring
+
+    if not any(m.needs_rescoring or m.needs_input_gradients for m in methods):
+        return contextlib.nullcontext(SimpleNamespace(cost=None))
+    row = tensors[0].numel() * tensors[0].element_size()
+    return measuring(module, len(tensors), row)
 
 
 def _noted(explanation: Explanation, methods, options) -> Explanation:

@@ -20,6 +20,7 @@ from hookviz.anatomy.featuremaps import Layout, reshape
 from hookviz.errors import UsageError, arg
 from hookviz.explaining.recording import _first_float, _replace_first
 from hookviz.hooks import HookSet
+from hookviz.workload import passed
 
 __all__ = ["LayerRescoring", "InputGradients", "guided_relus", "relu_modules", "check_relus"]
 
@@ -139,6 +140,9 @@ class InputGradients:
     backward passes here, and its gradients summed differently by up to 2e-3 of their
     largest, where captum's integrated gradients are matched to 1e-3.
 
+    Its passes take ``chunk`` rows each: the rows a pass with a graph may hold within the
+    memory budget (``hookviz.budget``); each feeds the work it is part of (``hookviz.workload``).
+
     Attributes:
         task, module, device, options, scorer, chunk, task_options: as ``tasks.base.Rescoring``'s.
     """
@@ -163,6 +167,7 @@ class InputGradients:
             for start in range(0, len(batch), self.chunk):
                 part = batch[start : start + self.chunk].detach().clone().requires_grad_(True)
                 gradients.append(self._gradient(part, rows[start : start + self.chunk]))
+                passed(len(part))
         return torch.cat(gradients).float() if gradients else torch.zeros(0)
 
     def _gradient(self, part, rows):

@@ -52,7 +52,8 @@ __all__ = [
     "register_method",
 ]
 
-#: At most this many altered inputs go through the model in one re-scoring pass.
+#: At most this many altered inputs go through the model in one re-scoring pass (fewer where
+#: the memory budget, ``hookviz.budget``, holds fewer).
 RESCORING_BATCH = 32
 #: What a method's map is: one map per image at the layer's resolution, or one map per
 #: image and input channel at the input's resolution.
@@ -75,7 +76,8 @@ class MethodContext:
             dtype); ``None`` unless the method ``needs_input``.
         score: ``None`` unless the method ``needs_rescoring``; else
             ``score(batch, images=None)`` runs the model on ``batch`` (M, C, H, W) under
-            ``torch.inference_mode`` (at most ``RESCORING_BATCH`` rows a pass) and returns, per
+            ``torch.inference_mode`` (at most ``RESCORING_BATCH`` rows a pass, fewer where the
+            memory budget, ``hookviz.budget``, holds fewer) and returns, per
             row, the score of the target of image ``images[row]`` (default: row ``i`` is
             image ``i``) as the task defines it: a classifier's class logit, the mean logit of
             a segmentation class over its predicted pixels, a detection's matched box score.
@@ -88,7 +90,7 @@ class MethodContext:
         input_gradient: ``None`` unless the method ``needs_input_gradients``; else
             ``input_gradient(batch, images=None, guided=False)``: d(row's target score)/d(row)
             for each row of ``batch`` (M, C, H, W), (M, C, H, W) float32, from forward and
-            backward passes of ``RESCORING_BATCH`` rows; with ``guided=True`` every
+            backward passes of ``RESCORING_BATCH`` rows at most, within the memory budget; with ``guided=True`` every
             ``nn.ReLU`` passes back only positive gradients (guided backprop), through
             hooks removed when it returns. It raises UsageError when the model has no
             ``nn.ReLU`` to guide.

@@ -6,7 +6,8 @@ masked by that channel, with no gradient.
     map = ReLU(sum_c weights_c * A_c)
 
 The masked inputs go through the model in batches of ``RESCORING_BATCH`` under
-``torch.inference_mode``. A channel whose map is constant masks the input to zeros
+``torch.inference_mode`` (fewer where the memory budget, ``hookviz.budget``, holds fewer),
+counted as work (``hookviz.workload``). A channel whose map is constant masks the input to zeros
 (pytorch-grad-cam scales it as (A - min) / (max - min + 1e-8)): those are scored once per
 image; so is each group of channels whose maps, scaled to 0..1, are equal (a sparse late
 layer has many that are one at a single position). The softmax makes the paper's
@@ -18,6 +19,7 @@ from __future__ import annotations
 from hookviz.errors import UsageError, arg
 from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
 from hookviz.methods.gradcam import _weighted
+from hookviz.workload import work
 
 __all__ = ["scorecam", "upsampled"]
 
@@ -41,13 +43,14 @@ def scorecam(ctx: MethodContext):
         blank = ctx.score(torch.zeros_like(inputs)).to(scores.device)
         scores = torch.where(constant, blank[:, None], scores)
     images, kept, same = _distinct_masks(flat, constant)
-    for start in range(0, len(images), RESCORING_BATCH):
-        rows, which = images[start : start + RESCORING_BATCH], kept[start : start + RESCORING_BATCH]
-        masks = upsampled(activations[rows, which][:, None], inputs.shape[2:])
-        low = masks.flatten(1).amin(-1).reshape(-1, *[1] * (masks.dim() - 1))
-        high = masks.flatten(1).amax(-1).reshape(-1, *[1] * (masks.dim() - 1))
-        masks = (masks - low) / (high - low + 1e-8)
-        scores[rows, which] = ctx.score(inputs[rows] * masks.to(inputs.dtype), rows).to(scores.device)
+    with work(f"scorecam at {ctx.layer}", len(images), "masked passes", count, fed=True):  # ctx.score's passes count
+        for start in range(0, len(images), RESCORING_BATCH):
+            rows, which = images[start : start + RESCORING_BATCH], kept[start : start + RESCORING_BATCH]
+            masks = upsampled(activations[rows, which][:, None], inputs.shape[2:])
+            low = masks.flatten(1).amin(-1).reshape(-1, *[1] * (masks.dim() - 1))
+            high = masks.flatten(1).amax(-1).reshape(-1, *[1] * (masks.dim() - 1))
+            masks = (masks - low) / (high - low + 1e-8)
+            scores[rows, which] = ctx.score(inputs[rows] * masks.to(inputs.dtype), rows).to(scores.device)
     for image, channel, first in same:  # a map that scales another's masks the input as that one does
         scores[image, channel] = scores[image, first]
     weights = torch.softmax(scores.double(), dim=1).to(activations.dtype)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hookviz.budget import CAP
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import set_field
 
@@ -40,7 +41,7 @@ class RunOptions:
         shard: ``(K, N)``: the K-th of N slices of the image list; ``"K/N"``; ``"auto"``:
             from torchrun's ``RANK``/``WORLD_SIZE`` or a Slurm array's variables (``hookviz.runs.cluster``).
         workers: rendering processes (0: one per CPU).
-        memory_budget: bytes of recorded tensors a batch may hold.
+        memory_budget: bytes of recorded tensors a batch may hold (``hookviz.budget.CAP``).
         tensorboard: also log to this TensorBoard folder.
         command: the command line, for run.json.
     """
@@ -51,7 +52,7 @@ class RunOptions:
     skip_existing: bool = False
     shard: tuple[int, int] | None = None
     workers: int = 0
-    memory_budget: int = 256 * 2**20
+    memory_budget: int = CAP
     tensorboard: Path | None = None
     command: tuple[str, ...] = ()
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hookviz.budget import rows_within
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from hookviz.explaining.checks import Finding, nonfinite_notes, report_checks, run_checks
 from hookviz.explaining.passes import SummaryOptions
@@ -422,7 +423,7 @@ class Run:
         # runs one image at a time.
         self.sized = True
         per_image = _recorded_bytes(explanation)
-        self.batch_size = max(1, min(self.options.batch_size, self.options.memory_budget // max(1, per_image)))
+        self.batch_size = rows_within(per_image, self.options.memory_budget, self.options.batch_size)
         self.loader.hold_at_most(max(2, 2 * self.batch_size))  # photos may be large too
 
     def submit(self, path: Path, result) -> None:

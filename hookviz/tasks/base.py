@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hookviz.registry import Registry
+from hookviz.workload import passed
 
 __all__ = [
     "ClassScore",
@@ -405,8 +406,9 @@ def focus_of(plan: Plan, key: str) -> list:
 @dataclass(frozen=True)
 class Rescoring:
     """``score(batch, images=None)``: the model run on new inputs (M, C, H, W) under
-    ``torch.inference_mode``, ``chunk`` rows a pass, each row scored by ``scorer`` for the image
-    ``images[row]`` stands for (default: row ``i`` is image ``i``). Returns (M,) float32.
+    ``torch.inference_mode``, ``chunk`` rows a pass (within the memory budget, ``hookviz.budget``),
+    each row scored by ``scorer`` for the image ``images[row]`` stands for (default: row ``i`` is
+    image ``i``). Returns (M,) float32. Each pass feeds the work it is part of (``hookviz.workload``).
 
     It runs the bare model (no hookviz hook is on it while it does) in the mode the pass put
     it in; like every forward of the pass, it changes nothing in the model. ``formats``
@@ -428,10 +430,10 @@ class Rescoring:
         rows = torch.arange(len(batch)) if images is None else torch.as_tensor(images, dtype=torch.long).flatten()
         if len(rows) != len(batch):
             raise ValueError(f"score: {len(batch)} inputs but {len(rows)} image indices")
-        scores = [
-            self.scored(batch[start : start + self.chunk], rows[start : start + self.chunk])
-            for start in range(0, len(batch), self.chunk)
-        ]
+        scores = []
+        for start in range(0, len(batch), self.chunk):
+            scores.append(self.scored(batch[start : start + self.chunk], rows[start : start + self.chunk]))
+            passed(len(scores[-1]))
         return torch.cat(scores) if scores else torch.zeros(0)
 
     def scored(self, part, rows):

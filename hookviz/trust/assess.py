@@ -6,7 +6,9 @@ Faithfulness scores the target class's probability on altered copies of each pho
 task's ``probability_scorer``), through the bare model in eval mode, in batches of
 ``BATCH`` under ``torch.inference_mode``. The randomisation check explains each image's own
 class again on randomised deep copies of the model, with the same layer, method and
-options; the caller's model is never changed.
+options; the caller's model is never changed. Both keep to the memory budget
+(``hookviz.budget``: a row's cost is measured on one pass of the first photo) and count their
+passes as work (``hookviz.workload``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from hookviz.trust.records import LayerTrust
 
 __all__ = ["BATCH", "assess", "check", "check_options"]
 
-#: At most this many altered photos go through the model in one faithfulness pass.
+#: At most this many altered photos go through the model in one faithfulness pass (fewer
+#: where the memory budget holds fewer).
 BATCH = 64
 
 
@@ -102,7 +105,9 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
                 for i, (deletion, road) in zip(members, results):
                     measured.setdefault((i, layer.name), {}).setdefault(method, {}).update(deletion=deletion, road=road)
         if trust.sanity:
-            for i, by_method in _sanity(explainer, images, explanations, chosen, layer).items():
+            with _sanity_work(explainer, explanations, chosen, layer.name) as passes:
+                checked = _sanity(explainer, images, explanations, chosen, layer, passes)
+            for i, by_method in checked.items():
                 for method, sanity in by_method.items():
                     measured.setdefault((i, layer.name), {}).setdefault(method, {})["sanity"] = sanity
     score = explainer.task.probability if trust.faithfulness else None
@@ -166,14 +171,14 @@ def _each_method(explainer, images, explanations, chosen: list[int], name: str):
         members = [i for i in chosen if _measurable_map(layers[i].cams.get(method))]
         if members:
             maps = [layers[i].cams[method] for i in members]
-            yield method, (members, _faithfulness(explainer, images, explanations, members, maps))
+            yield method, (members, _faithfulness(explainer, images, explanations, members, maps, method, name))
 
 
 def _measurable_map(cam) -> bool:
     return cam is not None and cam.ndim == 2 and bool(np.isfinite(cam).all())
 
 
-def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list):
+def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list, method: str, name: str):
     """Per chosen image, its ``(DeletionInsertion, Road)`` of its map in ``maps``."""
     import torch
 
@@ -190,17 +195,45 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list
         def run():
             return scorer(task.forward(module, list(batch), explainer.device, options), rows)
 
-        return formats_for(module).run(module, tuple(batch.shape), run)
+        scores = formats_for(module).run(module, tuple(batch.shape), run)
+        passes.advance(len(batch))
+        return scores
 
     inputs = _inputs(explainer, images, chosen)
     stacked = torch.from_numpy(np.stack(maps))
-    with evaluation(module), full_precision(explainer.device):
-        deletion = deletion_insertion(score, inputs, stacked, batch_size=BATCH)
-        roads = road(score, inputs, stacked, seed=explainer.trust.seed, batch_size=BATCH)
+    with evaluation(module), full_precision(explainer.device), _faithfulness_work(inputs, method, name) as passes:
+        batch = _row_cost(explainer, inputs).rows(explainer.device, BATCH, gradients=False)
+        deletion = deletion_insertion(score, inputs, stacked, batch_size=batch)
+        roads = road(score, inputs, stacked, seed=explainer.trust.seed, batch_size=batch)
     return list(zip(deletion, roads))
 
 
-def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[int, dict]:
+def _faithfulness_work(inputs, method: str, name: str):
+    """The faithfulness measures' passes of ``inputs``, counted (``hookviz.workload``)."""
+    from hookviz.trust.deletion import STEPS, perturbation_counts
+    from hookviz.trust.road import ROAD_PERCENTILES
+    from hookviz.workload import work
+
+    count = len(inputs)
+    per_photo = 2 * len(perturbation_counts(inputs.shape[2] * inputs.shape[3], STEPS)) - 2 + 1 + 2 * len(ROAD_PERCENTILES)
+    return work(f"faithfulness of {method} at {name}", count * per_photo, "altered passes", count)
+
+
+def _row_cost(explainer, inputs):
+    """What a row of a pass holds (``hookviz.budget.RowCost``), measured on one pass of ``inputs[:1]``."""
+    import torch
+
+    from hookviz.budget import measuring
+    from hookviz.explaining.modelstate import evaluation
+
+    module = explainer.model.module
+    row = inputs[0].numel() * inputs.element_size()
+    with torch.inference_mode(), evaluation(module), measuring(module, 1, row) as measure:
+        explainer.task.forward(module, list(inputs[:1]), explainer.device, explainer.target, explainer.task_options)
+    return measure.cost
+
+
+def _sanity(explainer, images, explanations, chosen: list[int], layer, passes) -> dict[int, dict]:
     """Per chosen image, by layer method, its ``Randomisation``. Images of one target class
     share the randomised copies, and every method's maps come from each copy's one pass (a
     gradient method needs no pass of its own; a re-scoring one adds its re-scoring)."""
@@ -225,11 +258,23 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer) -> dict[i
         if not pairs:
             continue
         original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))
-        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], pairs, tuple(original.shape[1:]))
+        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], pairs, tuple(original.shape[1:]), passes)
         results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
         for (method, k), result in zip(pairs, results):
             found.setdefault(members[k], {})[method] = result
     return found
+
+
+def _sanity_work(explainer, explanations, chosen: list[int], name: str):
+    """The sanity check's passes at layer ``name``, counted (``hookviz.workload``): one explained
+    pass per parametrised module, per target class of the chosen images."""
+    from hookviz.trust.sanity import parametrised_modules
+    from hookviz.workload import work
+
+    classes = len({explanations[i].target.index for i in chosen})
+    steps = len(parametrised_modules(explainer.model.module)) * classes
+    label = f"sanity check of {', '.join(_layer_methods(explainer))} at {name}"
+    return work(label, steps, "randomised passes", len(chosen))
 
 
 def _copy_target(target, index: int, methods: tuple[str, ...]):
@@ -248,22 +293,29 @@ def _copy_target(target, index: int, methods: tuple[str, ...]):
         )
 
 
-def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple):
+def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple, passes):
     """``explain(model) -> (len(pairs), h, w)``: for each ``(method, k)`` of ``pairs``, the
     CAM of ``group[k]`` for ``target`` at ``spec`` by ``method``, made with ``model`` (a
     randomised copy) and ``explainer``'s options; a CAM the copy does not make counts as all
-    zero."""
+    zero. The group goes through in passes within the memory budget (``hookviz.budget``);
+    each call advances ``passes`` (a ``hookviz.workload.Work``) by one."""
     import torch
 
     from hookviz.explaining.passes import SummaryOptions, explain_batch
     from hookviz.options import ChannelSelection
 
     lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)
+    inputs = _inputs(explainer, group, range(len(group)))
+    size = _row_cost(explainer, inputs).rows(explainer.device, len(group), gradients=True)
 
     def explain(model):
         copy = replace(explainer, model=replace(explainer.model, module=model), layers=(spec,), target=target)
-        layers = [_layer(result, spec.label) for result in explain_batch(copy, group, lean)]
+        results = [
+            result for start in range(0, len(group), size) for result in explain_batch(copy, group[start : start + size], lean)
+        ]
+        layers = [_layer(result, spec.label) for result in results]
         maps = [layers[k].cams.get(method) for method, k in pairs]
+        passes.advance()
         return torch.from_numpy(np.stack([m if m is not None else np.zeros(shape, np.float32) for m in maps]))
 
     return explain
