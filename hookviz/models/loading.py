@@ -76,8 +76,9 @@ def load_model(
                 **_prompts_for(source, options, listing),
             )
             loaded.module.eval()
-            if getattr(source, "takes_prompts", False):
-                loaded = replace(loaded, prompts=tuple(options.prompts))
+            if getattr(source, "takes_prompts", False):  # plain texts: a Prompt's place is for messages only
+                categories = None if loaded.categories is None else tuple(map(str, loaded.categories))
+                loaded = replace(loaded, prompts=tuple(map(str, options.prompts)), categories=categories)
             return loaded if options.task == "auto" else replace(loaded, task=options.task)
     known = [n for source in _sources() for n in source.names()]
     raise UnknownModelError(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hookviz.anatomy.featuremaps import DeclaredLayout
-from hookviz.errors import arg
+from hookviz.errors import UsageError
 from hookviz.inputs.images import Preprocessing
 from hookviz.registry import Registry
 from hookviz.tasks import DEFAULT_TASK
@@ -38,6 +38,8 @@ __all__ = [
     "prefixes",
     "STAND_IN_PROMPTS",
     "cut_prompts_note",
+    "one_prompt_note",
+    "refuse_same_tokens",
 ]
 
 
@@ -69,8 +71,10 @@ class LoadedModel:
         default_layers: the layers to explain when the caller names none, when the source
             knows them better than ``layers.default_layer`` finds them (a YOLO's neck outputs).
         default_layers_reason: why those, in words.
-        probabilities: how a classifier's logits become probabilities: ``softmax`` over the
-            classes, or ``sigmoid``, each class on its own (SigLIP's image-text scores).
+        probabilities: how a classifier's logits become probabilities, as its source declares
+            it: ``softmax`` over the classes (a CLIP's, even over one prompt), or ``sigmoid``,
+            each class on its own (SigLIP's image-text scores); ``None``: undeclared, the task
+            decides (a softmax, or a binary classifier's sigmoid over its one logit).
         prompts: the text prompts a model with a text tower was loaded with (its categories;
             report.json keeps them, ``--skip-existing`` compares them); ``()`` for other models.
     """
@@ -88,7 +92,7 @@ class LoadedModel:
     weights_sha256: str | None = None
     default_layers: tuple[str, ...] = ()
     default_layers_reason: str | None = None
-    probabilities: str = "softmax"
+    probabilities: str | None = None
     prompts: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
@@ -196,12 +200,49 @@ def cut_prompts_note(prompts: Sequence[str], counts: Sequence[int], limit: int) 
     cut = [(number, text, count) for number, (text, count) in enumerate(zip(prompts, counts), 1) if count > limit]
     if not cut:
         return ()
+    from hookviz.options.model import prompt_place
+
     number, text, count = cut[0]
-    shown = text if len(text) <= 40 else text[:39].rstrip() + "…"
     others = {1: "", 2: "; so is 1 other prompt"}.get(len(cut), f"; so are {len(cut) - 1} other prompts")
     return (
-        f"{arg('prompts')}: prompt {number} ({shown!r}) is {count} tokens, more than the {limit} the model's text "
+        f"{prompt_place(text, number)} is {count} tokens, more than the {limit} the model's text "
         f"tower takes: it is scored on its first {limit} tokens only{others}; shorten it to be scored as written",
+    )
+
+
+def refuse_same_tokens(prompts: Sequence[str], rows: Sequence) -> None:
+    """Refuse two prompts the model's own tokenizer makes the same tokens of (``rows``: each
+    prompt's token ids, as the text tower takes them): CLIP's lowercases, so ``a cat`` and
+    ``A cat`` are two classes that always tie.
+
+    Raises:
+        UsageError: naming both prompts (their files and lines, for ones read from files).
+    """
+    from hookviz.options.model import prompt_place
+
+    seen: dict[tuple, int] = {}
+    for number, (text, row) in enumerate(zip(prompts, rows), 1):
+        first = seen.setdefault(tuple(row), number)
+        if first != number:
+            raise UsageError(
+                f"{prompt_place(prompts[first - 1], first)} and {prompt_place(text, number)} are one prompt to the "
+                "model's tokenizer (the same tokens: it does not tell them apart, by case or past its length), so "
+                "their classes would always tie; give it once"
+            )
+
+
+def one_prompt_note(prompts: Sequence[str], probabilities: str) -> tuple[str, ...]:
+    """The note that a softmax over one prompt ranks nothing (its probability is 1.0 whatever
+    the photo), and what the run explains instead; ``()`` for several prompts, or sigmoids
+    (a SigLIP scores each prompt on its own)."""
+    from hookviz.options.model import prompt_place
+
+    if len(prompts) != 1 or probabilities != "softmax":
+        return ()
+    return (
+        f"{prompt_place(prompts[0], 1)} is the only prompt: one prompt cannot rank anything (the model's softmax "
+        "over it is 1.0 whatever the photo); the CAMs explain the prompt's logit, its image-text similarity; give "
+        "two or more prompts to compare them",
     )
 
 
