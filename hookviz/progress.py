@@ -14,12 +14,35 @@ from typing import Any
 
 import typer
 
-__all__ = ["FEW_IMAGES", "PROGRESS_EVERY", "Progress", "counted", "duration", "stdout_closed", "stopped_line"]
+__all__ = [
+    "FEW_IMAGES",
+    "PROGRESS_EVERY",
+    "EVERY_VARIABLE",
+    "Progress",
+    "counted",
+    "duration",
+    "progress_every",
+    "stdout_closed",
+    "stopped_line",
+]
 
 #: A run of at most this many images prints a line per image (any number: ``--verbose``).
 FEW_IMAGES = 20
 #: Without a terminal (a CI log), a larger run says how far it got this often, in seconds.
 PROGRESS_EVERY = 10.0
+#: The environment variable that sets another interval, in seconds (``0``: at every step).
+EVERY_VARIABLE = "HOOKVIZ_PROGRESS_EVERY"
+#: Work that ends sooner than this shows no bar on a terminal: a few prompts are encoded at once.
+BAR_AFTER = 2.0
+
+
+def progress_every() -> float:
+    """``PROGRESS_EVERY``, or the seconds ``HOOKVIZ_PROGRESS_EVERY`` gives, when it gives a number from 0."""
+    try:
+        seconds = float(os.environ.get(EVERY_VARIABLE, ""))
+    except ValueError:
+        return PROGRESS_EVERY
+    return seconds if 0 <= seconds < float("inf") else PROGRESS_EVERY
 
 
 def counted(number: int, word: str) -> str:
@@ -35,7 +58,11 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def stopped_line(summary) -> str:
+def stopped_line(summary, doing: str | None = None) -> str:
+    """The line a stopped run ends with; ``doing``: what it was doing before its first image
+    (``Progress.stopped_while``), when it was stopped then: it has nothing to resume."""
+    if doing is not None:
+        return f"hookviz: interrupted while {doing}: stopped before any image was explained; nothing to resume"
     where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
     return (
         f"hookviz: interrupted: {counted(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
@@ -54,7 +81,8 @@ class Progress:
     """What ``hookviz run`` says while it runs: failures always, as they happen; a line per
     image on stdout for a few images (or ``--verbose``); a rich progress bar when stderr is
     a terminal, else, for a larger run, a line of counts and time left every ``PROGRESS_EVERY``
-    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``)."""
+    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``; ``progress_every``).
+    Before the images, the same for a text tower's prompts (``prompts``)."""
 
     def __init__(self, total: int, *, quiet: bool, stdout_lines: bool, verbose: bool = False):
         self.total = total
@@ -64,6 +92,10 @@ class Progress:
         self.task: Any = None
         self.failed = self.skipped = 0
         self.started = self.said = time.monotonic()
+        self.every = progress_every()
+        self.begun = False  # the images began (``start``)
+        self.encoded = (0, 0)  # a text tower's prompts: (encoded, all)
+        self.prompts_started = self.started
 
     def say(self, text: str, nl: bool = True) -> None:
         """A line on stdout; if its reader went away (``| head``), the run goes on silently."""
@@ -74,25 +106,61 @@ class Progress:
             self.stdout_lines = False
 
     def start(self, line: str) -> None:
+        self.close()  # a bar of the prompts, had it not ended
         self.started = self.said = time.monotonic()  # the model is loaded: the images begin
+        self.begun = True
         if self.quiet:
             return
         typer.echo(f"hookviz: {line}", err=True)
         if sys.stderr.isatty() and self.total > 1:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            self._show_bar("images", self.total)
 
-            self.bar = Progress(
-                TextColumn("[progress.description]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("images", total=self.total, rate="")
+    def _show_bar(self, what: str, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task(what, total=total, rate="")
+
+    def prompts(self, done: int, total: int) -> None:
+        """A text tower's prompts, encoded in parts before the first image (``load_model``'s
+        ``on_prompts``): once it takes a while, a bar on a terminal, else a line every
+        ``every`` seconds (``hookviz: encoding 10,000 prompts: 2,560 done, about 3 min left``)."""
+        now = time.monotonic()
+        if done == 0:
+            self.prompts_started = self.said = now
+        self.encoded = (done, total)
+        if self.quiet or done == 0:
+            return
+        if done >= total:
+            self.close()
+        elif sys.stderr.isatty():
+            if self.bar is None and now - self.prompts_started >= BAR_AFTER:
+                self._show_bar("encoding prompts", total)
+            if self.bar is not None:
+                self.bar.update(self.task, completed=done)
+        elif now - self.said >= self.every:
+            self.said = now
+            left = duration((now - self.prompts_started) / done * (total - done))
+            typer.echo(f"hookviz: encoding {total:,} prompts through the text tower: {done:,} done, about {left} left", err=True)
+
+    def stopped_while(self) -> str | None:
+        """What the run was doing when stopped before its first image (``None`` once they began)."""
+        done, total = self.encoded
+        if self.begun:
+            return None
+        if done < total:
+            return f"encoding the prompts ({done:,} of {total:,} through the text tower)"
+        return "loading the model"
 
     def update(self, status, finished: int, total: int) -> None:
         self.failed += status.status == "failed"
@@ -125,7 +193,7 @@ class Progress:
 
     def _how_far(self, finished: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.said < PROGRESS_EVERY or finished >= total:
+        if now - self.said < self.every or finished >= total:
             return
         self.said = now
         worked = finished - self.skipped  # images found done already took no time

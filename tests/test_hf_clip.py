@@ -654,3 +654,58 @@ def test_an_invisible_prompt_given_by_prompt_is_refused(tmp_path, hub_cache):
     folder, _, _ = _folder(tmp_path, "clip")
     result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompt", "a dog", "--prompt", "\u200b\u200d")
     _one_line_error(result, "--prompt: prompt 2 ('\\u200b\\u200d') holds only invisible characters; a prompt is a visible text")
+
+
+def _prompts_file(tmp_path, count: int):
+    """``count`` prompts the test's tokenizer tells apart, one a line."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"a {x}{y}\n" for x in "abcdefgh" for y in "abcdefgh"[:count]))
+    return prompts
+
+
+def test_many_prompts_say_how_far_their_encoding_got(tmp_path, hub_cache, monkeypatch):
+    """Ten thousand prompts went through the text tower for 10 minutes without a word. Here
+    parts of 4 prompts stand in for 256, and HOOKVIZ_PROGRESS_EVERY=0 for the 10 s between lines."""
+    from hookviz.models.sources import clip_logits
+
+    monkeypatch.setattr(clip_logits, "TEXT_BATCH", 4, raising=False)
+    monkeypatch.setenv("HOOKVIZ_PROGRESS_EVERY", "0")
+    folder, _, _ = _folder(tmp_path, "clip")
+    result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompts", _prompts_file(tmp_path, 1), "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if "prompts through the text tower" in line]
+    assert [re.sub(r"about .*", "about T left", line) for line in said] == [
+        "hookviz: encoding 8 prompts through the text tower: 4 done, about T left"
+    ]
+
+
+def test_a_run_stopped_while_encoding_its_prompts_says_there_is_nothing_to_resume(tmp_path, hub_cache, monkeypatch):
+    """Interrupted while its prompts were encoded, a run said "rerun with --skip-existing to
+    resume", with nothing to resume. Ctrl-C comes here as the second part is encoded."""
+    import os
+    import signal
+
+    from hookviz.models.sources import clip_logits
+
+    monkeypatch.setattr(clip_logits, "TEXT_BATCH", 4, raising=False)
+    own, parts = clip_logits._text_features, []
+
+    def interrupted(model, tokens):
+        parts.append(len(tokens["input_ids"]))
+        if len(parts) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # taken in hand by the command's handler, in this thread
+        return own(model, tokens)
+
+    monkeypatch.setattr(clip_logits, "_text_features", interrupted)
+    folder, _, _ = _folder(tmp_path, "clip")
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        result = _run(tmp_path, f"hf:{folder}", "--weights", "none", "--prompts", _prompts_file(tmp_path, 2))
+    finally:
+        signal.signal(signal.SIGINT, handler)  # the command leaves its process ignoring a second Ctrl-C
+    assert result.exit_code == 130, result.output
+    assert result.stderr.splitlines()[-1] == (
+        "hookviz: interrupted while encoding the prompts (4 of 16 through the text tower): stopped before any image "
+        "was explained; nothing to resume"
+    )
+    assert "--skip-existing" not in result.stderr and not (tmp_path / "out").exists()

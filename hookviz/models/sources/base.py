@@ -11,9 +11,10 @@ a file (and one import line in ``sources/__init__.py``), not editing a chain of 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -39,6 +40,8 @@ __all__ = [
     "STAND_IN_PROMPTS",
     "cut_prompts_note",
     "one_prompt_note",
+    "prompt_progress",
+    "prompts_encoded",
     "refuse_same_tokens",
 ]
 
@@ -191,6 +194,30 @@ def load_weights_file(model, path: str):
     from hookviz.models.checkpoints import load_into
 
     return load_into(model, Path(path))
+
+
+_on_prompts: contextvars.ContextVar[Callable[[int, int], None] | None] = contextvars.ContextVar(
+    "hookviz_on_prompts", default=None
+)
+
+
+@contextlib.contextmanager
+def prompt_progress(callback: Callable[[int, int], None] | None) -> Iterator[None]:
+    """While the block runs, a model with a text tower that is loaded calls ``callback(prompts
+    encoded, prompts)`` as its prompts go through the text tower, in parts (``(0, total)``
+    first): ten thousand prompts take minutes on a CPU. ``None``: nothing is called."""
+    token = _on_prompts.set(callback)
+    try:
+        yield
+    finally:
+        _on_prompts.reset(token)
+
+
+def prompts_encoded(done: int, total: int) -> None:
+    """Said by a text tower's wrapper (``clip_logits``) as its prompts are encoded (see ``prompt_progress``)."""
+    callback = _on_prompts.get()
+    if callback is not None:
+        callback(done, total)
 
 
 def cut_prompts_note(prompts: Sequence[str], counts: Sequence[int], limit: int) -> tuple[str, ...]:
