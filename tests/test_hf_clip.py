@@ -709,3 +709,39 @@ def test_a_run_stopped_while_encoding_its_prompts_says_there_is_nothing_to_resum
         "was explained; nothing to resume"
     )
     assert "--skip-existing" not in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # a process of its own (~10 s): the render workers' warnings reach only the real stderr
+def test_prompts_in_scripts_no_font_here_draws_are_said_once_not_per_glyph(tmp_path, hub_cache):
+    """A Japanese and a Hindi prompt printed 37 "Glyph ... missing from font(s) DejaVu Sans"
+    warnings and drew empty boxes without a word that would last."""
+    import os
+    import subprocess
+    import sys
+
+    from hookviz.render.glyphs import undrawable
+
+    folder, _, _ = _folder(tmp_path, "clip")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a cat\nネコ बिल्ली\n", encoding="utf-8")
+    out = tmp_path / "out"
+    completed = subprocess.run(
+        [sys.executable, "-m", "hookviz", "run", "--model", f"hf:{folder}", "--weights", "none", "--prompts", str(prompts),
+         "--target", "ネコ बिल्ली", "--pictures", "cam", "--workers", "1", "--out", str(out), "--device", "cpu", str(CAT)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONIOENCODING": "utf-8"}, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "Glyph" not in completed.stderr and "UserWarning" not in completed.stderr, completed.stderr
+    assert list(out.glob("cat/*cam*.png"))
+    notes = [line for line in completed.stderr.splitlines() if "no font here can draw" in line]
+    report = json.loads((out / "cat" / "report.json").read_text(encoding="utf-8"))
+    assert report["target"]["name"] == "ネコ बिल्ली"  # kept whole
+    missing = undrawable("ネコ बिल्ली")
+    if missing:  # as on a machine with DejaVu Sans alone (matplotlib's own)
+        assert notes == [
+            f"hookviz: note: --prompts {prompts}: line 2 ('ネコ बिल्ली') holds characters no font here can draw "
+            f"({' '.join(missing)}): the pictures show empty boxes for them; report.json keeps the prompts whole; "
+            "install a font that has them (Noto Sans CJK, Noto Sans Devanagari) for the pictures to show them"
+        ]
+    else:  # a font that has them is installed: the pictures draw with it
+        assert notes == []

@@ -40,6 +40,7 @@ __all__ = [
     "STAND_IN_PROMPTS",
     "cut_prompts_note",
     "one_prompt_note",
+    "prompts_notes",
     "prompt_progress",
     "prompts_encoded",
     "refuse_same_tokens",
@@ -271,6 +272,14 @@ def one_prompt_note(prompts: Sequence[str], probabilities: str) -> tuple[str, ..
         "over it is 1.0 whatever the photo); the CAMs explain the prompt's logit, its image-text similarity; give "
         "two or more prompts to compare them",
     )
+
+
+def prompts_notes(prompts: Sequence[str], probabilities: str) -> tuple[str, ...]:
+    """What a run over ``prompts`` says once: that one prompt ranks nothing (``one_prompt_note``),
+    and which prompts hold characters no font here can draw (``render.glyphs.undrawn_note``)."""
+    from hookviz.render.glyphs import undrawn_note
+
+    return one_prompt_note(prompts, probabilities) + undrawn_note(prompts)
 
 
 def random_or_file(model, weights: str, seed: int):

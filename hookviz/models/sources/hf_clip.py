@@ -24,7 +24,7 @@ from hookviz.models.sources.base import (
     STAND_IN_PROMPTS,
     LoadedModel,
     cut_prompts_note,
-    one_prompt_note,
+    prompts_notes,
     refuse_same_tokens,
     weights_kind,
 )
@@ -90,7 +90,7 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
     preprocessing, said = where.preprocessing()
     size = int(config.vision_config.image_size)
     probabilities = "sigmoid" if kind == "siglip" else "softmax"
-    notes += () if listing else one_prompt_note(prompts, probabilities)
+    notes += () if listing else prompts_notes(prompts, probabilities)
     return LoadedModel(
         where.name,
         wrapper,

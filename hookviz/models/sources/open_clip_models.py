@@ -34,7 +34,7 @@ from hookviz.models.sources.base import (
     STAND_IN_PROMPTS,
     LoadedModel,
     cut_prompts_note,
-    one_prompt_note,
+    prompts_notes,
     random_or_file,
     refuse_same_tokens,
     register_source,
@@ -147,7 +147,7 @@ class OpenClipSource:
 
         preprocessing, notes = _preprocessing(model)
         probabilities = _probabilities(model)
-        said = cut + (one_prompt_note(texts, probabilities) if prompts is not None else ())
+        said = cut + (prompts_notes(texts, probabilities) if prompts is not None else ())
         return LoadedModel(
             name,
             wrapper,
