@@ -109,10 +109,10 @@ def _checked_prompts(given) -> tuple[str, ...]:
             raise UsageError(
                 f"{prompt_place(text, number)} holds only invisible characters; a prompt is a visible text (a photo of a cat)"
             )
-        if text in prompts[: number - 1]:  # each prompt is a class: a second copy splits its probability
+        first = seen.get(key)
+        if first is not None and prompts[first - 1] == text:  # a class: a second copy splits its probability
             raise UsageError(f"{arg('prompts', text)}: given twice; give each prompt once")
-        if key in seen:  # two classes that read the same: which is which, no picture can tell
-            first = seen[key]
+        if first is not None:  # two classes that read the same: which is which, no picture can tell
             raise UsageError(
                 f"{prompt_place(text, number)} differs from {prompt_place(prompts[first - 1], first)} only in spacing "
                 "or invisible characters; give each prompt once"
@@ -124,6 +124,8 @@ def _checked_prompts(given) -> tuple[str, ...]:
 def _visible(text: str) -> str:
     """``text`` as it reads: format characters (a zero-width space, a byte-order mark) dropped,
     each run of spaces (any kind: a no-break space, an ideographic space) one space."""
+    if text.isascii():  # the usual prompt: no format characters, and split() knows its spaces
+        return " ".join(text.split())
     kept = "".join(
         " " if character.isspace() or unicodedata.category(character) == "Zs" else character
         for character in text
@@ -189,6 +191,8 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 def _holds_control(text: str) -> bool:
     """Whether ``text`` holds a control character (a tab, a NUL) or a line or paragraph separator."""
+    if text.isascii():  # the usual prompt: no Unicode lookup per character (a million prompts)
+        return not text.isprintable()
     return any(unicodedata.category(character) in ("Cc", "Zl", "Zp") for character in text)
 
 
