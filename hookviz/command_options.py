@@ -350,5 +350,5 @@ def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str
             if text in seen:
                 raise UsageError(f"--prompts {file}: line {number} ({text[:40]!r}) repeats {seen[text]}; give each prompt once")
             seen[text] = f"line {number} of {file}"
-            read.append(Prompt(text, f"--prompts {file}: line {number}"))  # a message about it names its file and line
+            read.append(Prompt(text, f"--prompts {file}", number))  # a message about it names its file and line
     return tuple(given or ()) + tuple(read)

@@ -745,3 +745,15 @@ def test_prompts_in_scripts_no_font_here_draws_are_said_once_not_per_glyph(tmp_p
         ]
     else:  # a font that has them is installed: the pictures draw with it
         assert notes == []
+
+
+def test_prompts_from_a_file_for_a_model_without_text_tower_name_the_file(tmp_path, hub_cache):
+    """It said '--prompt a cat: ... drop --prompt' of prompts given by --prompts FILE."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a cat\na dog\n")
+    result = _run(tmp_path, "tests.conftest:tiny_net", "--prompts", prompts)
+    _one_line_error(result, f"--prompts {prompts}: tests.conftest:tiny_net has no text tower; text prompts explain CLIP")
+    assert result.stderr.rstrip().endswith("drop --prompts")
+    both = _run(tmp_path, "tests.conftest:tiny_net", "--prompt", "a car", "--prompts", prompts)
+    _one_line_error(both, "--prompt a car: tests.conftest:tiny_net has no text tower")
+    assert both.stderr.rstrip().endswith("drop --prompt and --prompts")

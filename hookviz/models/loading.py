@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from hookviz.errors import UnknownModelError, UsageError, arg, did_you_mean, hint
 from hookviz.models.sources.base import LoadedModel, prompt_progress
 from hookviz.options import ModelOptions
+from hookviz.options.model import prompts_given_as
 from hookviz.tasks import DEFAULT_TASK, task_names, task_words
 
 __all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels", "prompt_progress"]
@@ -155,9 +156,10 @@ def _prompts_for(source, options: ModelOptions, listing: bool = False) -> dict:
     if getattr(source, "takes_prompts", False):
         return {"prompts": None if listing and not options.prompts else options.prompts}
     if options.prompts:
+        named, flags = prompts_given_as(options.prompts)
         raise UsageError(
-            f"{arg('prompts', options.prompts[0])}: {options.name} has no text tower; text prompts explain CLIP and "
-            f"SigLIP models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
+            f"{named}: {options.name} has no text tower; text prompts explain CLIP and "
+            f"SigLIP models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {flags}"
         )
     return {}
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import codecs
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import set_field
 
-__all__ = ["task_choices", "ModelOptions", "Prompt", "prompt_lines", "prompt_place", "read_prompts"]
+__all__ = ["task_choices", "ModelOptions", "Prompt", "prompt_lines", "prompt_place", "prompts_given_as", "read_prompts"]
 
 
 def task_choices() -> tuple[str, ...]:
@@ -66,19 +67,35 @@ class ModelOptions:
 
 
 class Prompt(str):
-    """A prompt's text that remembers where it was given (``where``: ``--prompts p.txt: line 3``),
-    so that a message about it names that file and line, not ``--prompt``; it is its text
-    everywhere else (``str(prompt)`` is the plain text)."""
+    """A prompt's text that remembers the file it was read from (``file``: ``--prompts p.txt``)
+    and its line (``where``: ``--prompts p.txt: line 3``), so that a message about it names
+    them, not ``--prompt``; it is its text everywhere else (``str(prompt)`` is the plain text)."""
 
-    where: str
+    file: str
+    line: int
 
-    def __new__(cls, text: str, where: str):
+    def __new__(cls, text: str, file: str, line: int):
         made = super().__new__(cls, text)
-        made.where = where
+        made.file, made.line = file, line
         return made
 
+    @property
+    def where(self) -> str:
+        return f"{self.file}: line {self.line}"
+
     def __reduce__(self):
-        return (Prompt, (str(self), self.where))
+        return (Prompt, (str(self), self.file, self.line))
+
+
+def prompts_given_as(prompts: Sequence[str]) -> tuple[str, str]:
+    """How a message names the prompts given for a model that takes none: the first, as it was
+    given (``--prompt a cat``, or its file: ``--prompts p.txt``), and the options to drop
+    (``--prompt``, ``--prompts``, or both)."""
+    first = prompts[0]
+    named = first.file if isinstance(first, Prompt) else arg("prompts", first)
+    read = {isinstance(text, Prompt) for text in prompts}
+    flags = [arg(name) for name, used in (("prompts", False in read), ("prompts_file", True in read)) if used]
+    return named, " and ".join(flags)
 
 
 def prompt_place(text: str, number: int) -> str:
@@ -145,7 +162,7 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
         UsageError: the file cannot be read, holds no prompt, holds one twice or one with a
             control character (naming its line).
     """
-    return tuple(Prompt(text, f"{arg('prompts_file', str(path))}: line {number}") for number, text in prompt_lines(path))
+    return tuple(Prompt(text, arg("prompts_file", str(path)), number) for number, text in prompt_lines(path))
 
 
 def prompt_lines(path: str | Path) -> tuple[tuple[int, str], ...]:

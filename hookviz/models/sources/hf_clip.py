@@ -108,9 +108,12 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
 
 def _check_prompts(where, kind: str | None, prompts: Sequence[str]) -> None:
     if kind is None:
+        from hookviz.options.model import prompts_given_as
+
+        named, flags = prompts_given_as(prompts)
         raise UsageError(
-            f"{arg('prompts', prompts[0])}: {where.name} has no text tower; text prompts explain CLIP and SigLIP "
-            f"models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
+            f"{named}: {where.name} has no text tower; text prompts explain CLIP and SigLIP "
+            f"models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {flags}"
         )
     if not prompts:
         raise UsageError(
