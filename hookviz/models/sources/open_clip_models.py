@@ -176,10 +176,11 @@ def _tokens(open_clip, arch: str, prompts: Sequence[str]):
         UsageError: two prompts of the same tokens (``a cat``, ``A cat``: CLIP's tokenizer lowercases).
     """
     tokenizer = open_clip.get_tokenizer(arch)
-    counts = _token_counts(tokenizer, prompts)
+    texts = [str(text) for text in prompts]  # plain texts: a Prompt's file and line are for messages
+    counts = _token_counts(tokenizer, texts)
     limit = getattr(tokenizer, "context_length", None)
     cut = cut_prompts_note(prompts, counts, int(limit)) if counts and limit else ()
-    tokens = tokenizer([str(text) for text in prompts])
+    tokens = tokenizer(texts)
     refuse_same_tokens(prompts, tokens.tolist())
     return tokens, cut
 
