@@ -62,7 +62,7 @@ def stopped_line(summary, doing: str | None = None) -> str:
     """The line a stopped run ends with; ``doing``: what it was doing before its first image
     (``Progress.stopped_while``), when it was stopped then: it has nothing to resume."""
     if doing is not None:
-        return f"hookviz: interrupted while {doing}: stopped before any image was explained; nothing to resume"
+        return f"hookviz: interrupted while {doing}: stopped before any image was explained; this run wrote nothing to resume"
     where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
     return (
         f"hookviz: interrupted: {counted(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "

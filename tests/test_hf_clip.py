@@ -706,7 +706,7 @@ def test_a_run_stopped_while_encoding_its_prompts_says_there_is_nothing_to_resum
     assert result.exit_code == 130, result.output
     assert result.stderr.splitlines()[-1] == (
         "hookviz: interrupted while encoding the prompts (4 of 16 through the text tower): stopped before any image "
-        "was explained; nothing to resume"
+        "was explained; this run wrote nothing to resume"
     )
     assert "--skip-existing" not in result.stderr and not (tmp_path / "out").exists()
 
