@@ -249,6 +249,7 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path, not
 
 
 def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
+    from hookviz.models.loading import prompt_progress
     from hookviz.runs.runner import Run, RunInterrupted, shard_of
     from hookviz.workload import listening
 
@@ -258,11 +259,12 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bo
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
-        with listening(progress):  # the work inside each photo, too
+        # ten thousand prompts take minutes before the first image; so may the work inside a photo
+        with prompt_progress(progress.prompts), listening(progress):
             summary = run.execute()
     except RunInterrupted as stop:
         progress.close()
-        typer.echo(stopped_line(stop.summary), err=True)
+        typer.echo(stopped_line(stop.summary, progress.stopped_while()), err=True)
         raise typer.Exit(130) from None
     finally:
         # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and

@@ -336,7 +336,7 @@ def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str
     import os
 
     from hookviz.errors import UsageError
-    from hookviz.options.model import prompt_lines
+    from hookviz.options.model import Prompt, prompt_lines
 
     files = list(files or ())
     twice = next((file for k, file in enumerate(files) if os.path.realpath(file) in map(os.path.realpath, files[:k])), None)
@@ -350,5 +350,5 @@ def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str
             if text in seen:
                 raise UsageError(f"--prompts {file}: line {number} ({text[:40]!r}) repeats {seen[text]}; give each prompt once")
             seen[text] = f"line {number} of {file}"
-            read.append(text)
+            read.append(Prompt(text, f"--prompts {file}", number))  # a message about it names its file and line
     return tuple(given or ()) + tuple(read)

@@ -73,7 +73,7 @@ class Stopper:
             signal.signal(number, signal.SIG_IGN)
         summary = self.run.abandon() if self.run is not None else None
         self.progress.close()
-        line = stopped_line(summary) if summary is not None else interrupted_line()
+        line = stopped_line(summary, self.progress.stopped_while()) if summary is not None else interrupted_line()
         # This handler may have interrupted a write to sys.stderr: write around it.
         stream = sys.stderr
         os.write(stream.fileno(), f"{line}\n".encode(stream.encoding or "utf-8", "backslashreplace"))

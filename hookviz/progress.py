@@ -16,12 +16,14 @@ import typer
 
 __all__ = [
     "FEW_IMAGES",
+    "EVERY_VARIABLE",
     "HEAVY_AFTER",
     "PROGRESS_EVERY",
     "WORK_SHOWN_AFTER",
     "Progress",
     "counted",
     "duration",
+    "progress_every",
     "stdout_closed",
     "stopped_line",
 ]
@@ -31,19 +33,31 @@ FEW_IMAGES = 20
 #: Without a terminal (a CI log), a larger run, and long work inside a photo, say how far they
 #: got this often, in seconds (``HOOKVIZ_PROGRESS_EVERY`` sets it).
 PROGRESS_EVERY = 10.0
+#: The environment variable that sets another interval, in seconds (``0``: at every step).
+EVERY_VARIABLE = "HOOKVIZ_PROGRESS_EVERY"
 #: Work inside one photo (``hookviz.workload``) that will take longer than this, in seconds,
 #: shows how far it got (``HOOKVIZ_WORK_SHOWN_AFTER`` sets it).
 WORK_SHOWN_AFTER = 5.0
 #: Work that will take longer than this a photo says so once, when it begins
 #: (``HOOKVIZ_HEAVY_AFTER`` sets it).
 HEAVY_AFTER = 60.0
+#: Work that ends sooner than this shows no bar on a terminal: a few prompts are encoded at once.
+BAR_AFTER = 2.0
 
 
 def _seconds(name: str) -> float:
-    """The setting ``name`` (``PROGRESS_EVERY``): its ``HOOKVIZ_`` variable's value, else the constant's."""
+    """The setting ``name`` (``PROGRESS_EVERY``): its ``HOOKVIZ_`` variable's value when that is a
+    number from 0, else the constant's."""
     with contextlib.suppress(KeyError, ValueError):
-        return max(0.0, float(os.environ[f"HOOKVIZ_{name}"]))
+        seconds = float(os.environ[f"HOOKVIZ_{name}"])
+        if 0 <= seconds < float("inf"):
+            return seconds
     return float(globals()[name])
+
+
+def progress_every() -> float:
+    """``PROGRESS_EVERY``, or the seconds ``HOOKVIZ_PROGRESS_EVERY`` gives."""
+    return _seconds("PROGRESS_EVERY")
 
 
 def counted(number: int, word: str) -> str:
@@ -59,7 +73,11 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def stopped_line(summary) -> str:
+def stopped_line(summary, doing: str | None = None) -> str:
+    """The line a stopped run ends with; ``doing``: what it was doing before its first image
+    (``Progress.stopped_while``), when it was stopped then: it has nothing to resume."""
+    if doing is not None:
+        return f"hookviz: interrupted while {doing}: stopped before any image was explained; this run wrote nothing to resume"
     where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
     return (
         f"hookviz: interrupted: {counted(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
@@ -78,7 +96,8 @@ class Progress:
     """What ``hookviz run`` says while it runs: failures always, as they happen; a line per
     image on stdout for a few images (or ``--verbose``); a rich progress bar when stderr is
     a terminal, else, for a larger run, a line of counts and time left every ``PROGRESS_EVERY``
-    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``).
+    seconds (``hookviz: 120 of 3000 images, 2 failed, about 14 min left``; ``progress_every``).
+    Before the images, the same for a text tower's prompts (``prompts``).
 
     It is also the ``hookviz.workload.Listener`` of the work inside each photo: work that will
     take longer than ``WORK_SHOWN_AFTER`` seconds gets a bar, or a line every ``PROGRESS_EVERY``
@@ -97,6 +116,10 @@ class Progress:
         self.shown: dict[int, Any] = {}  # per work begun: "untimed", "quiet", "lines" or ("bar", its task)
         self.heavy: set[str] = set()  # the labels of work said to be heavy
         self.work_said = 0.0
+        self.every = progress_every()
+        self.begun = False  # the images began (``start``)
+        self.encoded = (0, 0)  # a text tower's prompts: (encoded, all)
+        self.prompts_started = self.started
 
     def say(self, text: str, nl: bool = True) -> None:
         """A line on stdout; if its reader went away (``| head``), the run goes on silently."""
@@ -107,14 +130,50 @@ class Progress:
             self.stdout_lines = False
 
     def start(self, line: str) -> None:
+        self.close()  # a bar of the prompts, had it not ended
         self.started = self.said = time.monotonic()  # the model is loaded: the images begin
+        self.begun = True
         if self.quiet:
             return
         typer.echo(f"hookviz: {line}", err=True)
         if sys.stderr.isatty() and self.total > 1:
-            self.bar = _rich_bar()
-            self.bar.start()
-            self.task = self.bar.add_task("images", total=self.total, rate="")
+            self._show_bar("images", self.total)
+
+    def _show_bar(self, what: str, total: int) -> None:
+        self.bar = _rich_bar()
+        self.bar.start()
+        self.task = self.bar.add_task(what, total=total, rate="")
+
+    def prompts(self, done: int, total: int) -> None:
+        """A text tower's prompts, encoded in parts before the first image (``load_model``'s
+        ``on_prompts``): once it takes a while, a bar on a terminal, else a line every
+        ``every`` seconds (``hookviz: encoding 10,000 prompts: 2,560 done, about 3 min left``)."""
+        now = time.monotonic()
+        if done == 0:
+            self.prompts_started = self.said = now
+        self.encoded = (done, total)
+        if self.quiet or done == 0:
+            return
+        if done >= total:
+            self.close()
+        elif sys.stderr.isatty():
+            if self.bar is None and now - self.prompts_started >= BAR_AFTER:
+                self._show_bar("encoding prompts", total)
+            if self.bar is not None:
+                self.bar.update(self.task, completed=done)
+        elif now - self.said >= self.every:
+            self.said = now
+            left = duration((now - self.prompts_started) / done * (total - done))
+            typer.echo(f"hookviz: encoding {total:,} prompts through the text tower: {done:,} done, about {left} left", err=True)
+
+    def stopped_while(self) -> str | None:
+        """What the run was doing when stopped before its first image (``None`` once they began)."""
+        done, total = self.encoded
+        if self.begun:
+            return None
+        if done < total:
+            return f"encoding the prompts ({done:,} of {total:,} through the text tower)"
+        return "loading the model"
 
     def update(self, status, finished: int, total: int) -> None:
         self.failed += status.status == "failed"
@@ -147,7 +206,7 @@ class Progress:
 
     def _how_far(self, finished: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.said < _seconds("PROGRESS_EVERY") or finished >= total:
+        if now - self.said < self.every or finished >= total:
             return
         self.said = now
         worked = finished - self.skipped  # images found done already took no time
@@ -169,7 +228,7 @@ class Progress:
         shown = self.shown[id(work)]
         if isinstance(shown, tuple):  # ("bar", its task)
             self.bar.update(shown[1], completed=work.done)
-        elif shown == "lines" and now - self.work_said >= _seconds("PROGRESS_EVERY") and work.done < work.total:
+        elif shown == "lines" and now - self.work_said >= self.every and work.done < work.total:
             self.work_said = now
             left = whole - (now - work.started)
             typer.echo(f"hookviz: {work.label}: {work.done} of {work.total} {work.unit}, about {duration(left)} left", err=True)
@@ -209,7 +268,7 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
-            self.bar = None
+            self.bar = self.task = None  # the task was the bar's (the prompts', or the images')
 
 
 def _rich_bar():

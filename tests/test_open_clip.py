@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ CAT = SAMPLES / "cat.png"
 ARCH = "ViT-S-32"
 PROMPTS = ["a photo of a cat", "a photo of a dog", "a photo of a car"]
 LAYER = "visual.transformer.resblocks.11.ln_1"
+#: A file time no run writes (2001-09-09): a report that keeps it was not rewritten.
+PLANTED_NS = 10**18
 
 
 def invoke(*args):
@@ -196,10 +199,11 @@ def test_skip_existing_redoes_a_photo_explained_with_other_prompts(tmp_path):
     report = tmp_path / "out" / "cat" / "report.json"
     assert _run_prompts(tmp_path, *PROMPTS[:2], skip=False).exit_code == 0
     assert json.loads(report.read_text())["asked"]["prompts"] == PROMPTS[:2]
-    first = report.stat().st_mtime_ns
+    # a time of its own, not the clock's: a rewrite within the file system's time step would read as kept
+    os.utime(report, ns=(PLANTED_NS, PLANTED_NS))
     same = _run_prompts(tmp_path, *PROMPTS[:2])
     assert same.exit_code == 0, same.output
-    assert report.stat().st_mtime_ns == first  # the same prompts: skipped
+    assert report.stat().st_mtime_ns == PLANTED_NS  # the same prompts: skipped
     other = _run_prompts(tmp_path, PROMPTS[0], PROMPTS[2])
     assert other.exit_code == 0, other.output
     document = json.loads(report.read_text())
@@ -207,10 +211,10 @@ def test_skip_existing_redoes_a_photo_explained_with_other_prompts(tmp_path):
     assert sorted(score["name"] for score in document["top5"]) == sorted([PROMPTS[0], PROMPTS[2]])
     del document["asked"]["prompts"]  # as an older hookviz wrote it: the prompts are unknown
     report.write_text(json.dumps(document))
-    older = report.stat().st_mtime_ns
+    os.utime(report, ns=(PLANTED_NS, PLANTED_NS))
     assert _run_prompts(tmp_path, PROMPTS[0], PROMPTS[2]).exit_code == 0
     assert json.loads(report.read_text())["asked"]["prompts"] == [PROMPTS[0], PROMPTS[2]]
-    assert report.stat().st_mtime_ns != older  # redone
+    assert report.stat().st_mtime_ns != PLANTED_NS  # redone
 
 
 @pytest.mark.slow  # open_clip's import and model
@@ -347,3 +351,57 @@ def test_a_prompt_longer_than_the_context_length_is_scored_cut_and_said_once(tin
         "text tower takes: it is scored on its first 16 tokens only; shorten it to be scored as written"
     )
     assert [line for line in result.stderr.splitlines() if "note:" in line] == [f"hookviz: note: {note}"]
+
+
+#: TINY_SIGMOID without its logit_bias: a CLIP, whose probabilities are a softmax over the prompts.
+TINY_SOFTMAX = {key: value for key, value in TINY_SIGMOID.items() if key != "init_logit_bias"}
+
+
+@pytest.fixture
+def tiny_softmax(monkeypatch):
+    """``open_clip:hookviz-tiny-softmax``, registered with open_clip for the test only."""
+    import open_clip.factory
+
+    monkeypatch.setitem(open_clip.factory._MODEL_CONFIGS, "hookviz-tiny-softmax", TINY_SOFTMAX)
+    return "open_clip:hookviz-tiny-softmax"
+
+
+@pytest.mark.slow  # open_clip's import
+@pytest.mark.parametrize("kind", ["softmax", "sigmoid"])
+def test_one_prompt_keeps_the_probabilities_the_model_declares(kind, tiny_softmax, tiny_sigmoid, tmp_path):
+    """`--prompt "a photo of a cat"` alone was scored as a binary classifier's one logit:
+    probabilities sigmoid, 0.523. A CLIP's softmax over one prompt is 1.0, said to rank nothing."""
+    model = tiny_softmax if kind == "softmax" else tiny_sigmoid
+    out = tmp_path / "out"
+    result = invoke(
+        "run", "--model", model, "--weights", "none", "--prompt", "a photo of a cat", "--pictures", "none",
+        "--layer", "visual.conv1", "--out", out, "--device", "cpu", CAT,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    assert report["prediction"]["probabilities"] == kind
+    notes = [line for line in result.stderr.splitlines() if "note:" in line]
+    if kind == "softmax":
+        assert report["target"]["probability"] == 1.0
+        (note,) = report["notes"]
+        assert note.startswith("--prompt: prompt 1 ('a photo of a cat') is the only prompt: one prompt cannot rank")
+        assert notes == [f"hookviz: note: {note}"]
+    else:  # a SigLIP scores each prompt on its own: one as well as several
+        assert report["target"]["probability"] < 0.01  # its logit_bias of -10
+        assert report["notes"] == [] and notes == []
+
+
+@pytest.mark.slow  # open_clip's import
+def test_prompts_that_differ_only_in_case_are_refused_naming_both(tiny_softmax, tmp_path):
+    """open_clip's tokenizer lowercases: 'a cat' and 'A cat' were two classes that always tied."""
+    result = invoke(
+        "run", "--model", tiny_softmax, "--weights", "none", "--prompt", "a dog", "--prompt", "a cat",
+        "--prompt", "A  Cat", "--out", tmp_path / "out", "--device", "cpu", CAT,
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "hookviz: error: --prompt: prompt 2 ('a cat') and --prompt: prompt 3 ('A  Cat') are one prompt to the model's "
+        "tokenizer (the same tokens: it does not tell them apart, by case or past its length), so their classes "
+        "would always tie; give it once\n"
+    )
+    assert not (tmp_path / "out").exists()

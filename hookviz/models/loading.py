@@ -10,15 +10,17 @@ variables are put back as they were.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from hookviz.errors import UnknownModelError, UsageError, arg, did_you_mean, hint
-from hookviz.models.sources.base import LoadedModel
+from hookviz.models.sources.base import LoadedModel, prompt_progress
 from hookviz.options import ModelOptions
+from hookviz.options.model import prompts_given_as
 from hookviz.tasks import DEFAULT_TASK, task_names, task_words
 
-__all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels"]
+__all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels", "prompt_progress"]
 
 #: The order ``hookviz models`` shows the sources in; any other follows.
 _LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "open_clip", "ultralytics", "factory")
@@ -38,6 +40,7 @@ def load_model(
     prompts: Sequence[str] = (),
     *,
     listing: bool = False,
+    on_prompts: Callable[[int, int], None] | None = None,
 ) -> LoadedModel:
     """Build ``model`` and load ``weights`` into it; return it in eval mode.
 
@@ -54,6 +57,8 @@ def load_model(
             explained by: its output is its image-text logits over them, its categories them.
         listing: loaded only to list its layers (``hookviz layers``): a model with a text tower
             then needs no prompts; without them its output scores a stand-in prompt, and means nothing.
+        on_prompts: called with (prompts encoded, prompts) as a text tower encodes its prompts,
+            in parts (see ``prompt_progress``, which says it for a whole block, a run's included).
 
     Raises:
         UnknownModelError: the name matches no model, or its factory failed.
@@ -68,16 +73,18 @@ def load_model(
     for source in _sources():
         if source.claims(options.name):
             _check_task(source, options)
-            loaded = source.load(
-                options.name,
-                options.weights,
-                options.seed,
-                trust_checkpoint=options.trust_checkpoint,
-                **_prompts_for(source, options, listing),
-            )
+            with prompt_progress(on_prompts) if on_prompts is not None else contextlib.nullcontext():
+                loaded = source.load(
+                    options.name,
+                    options.weights,
+                    options.seed,
+                    trust_checkpoint=options.trust_checkpoint,
+                    **_prompts_for(source, options, listing),
+                )
             loaded.module.eval()
-            if getattr(source, "takes_prompts", False):
-                loaded = replace(loaded, prompts=tuple(options.prompts))
+            if getattr(source, "takes_prompts", False):  # plain texts: a Prompt's place is for messages only
+                categories = None if loaded.categories is None else tuple(map(str, loaded.categories))
+                loaded = replace(loaded, prompts=tuple(map(str, options.prompts)), categories=categories)
             return loaded if options.task == "auto" else replace(loaded, task=options.task)
     known = [n for source in _sources() for n in source.names()]
     raise UnknownModelError(
@@ -149,9 +156,10 @@ def _prompts_for(source, options: ModelOptions, listing: bool = False) -> dict:
     if getattr(source, "takes_prompts", False):
         return {"prompts": None if listing and not options.prompts else options.prompts}
     if options.prompts:
+        named, flags = prompts_given_as(options.prompts)
         raise UsageError(
-            f"{arg('prompts', options.prompts[0])}: {options.name} has no text tower; text prompts explain CLIP and "
-            f"SigLIP models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
+            f"{named}: {options.name} has no text tower; text prompts explain CLIP and "
+            f"SigLIP models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {flags}"
         )
     return {}
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import codecs
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import set_field
 
-__all__ = ["task_choices", "ModelOptions", "prompt_lines", "read_prompts"]
+__all__ = ["task_choices", "ModelOptions", "Prompt", "prompt_lines", "prompt_place", "prompts_given_as", "read_prompts"]
 
 
 def task_choices() -> tuple[str, ...]:
@@ -52,21 +53,7 @@ class ModelOptions:
     prompts: tuple[str, ...] = ()
 
     def __post_init__(self):
-        prompts = (self.prompts,) if isinstance(self.prompts, str) else tuple(self.prompts or ())
-        for text in prompts:
-            if not isinstance(text, str) or not text.strip():
-                raise UsageError(f"{arg('prompts', text)}: a prompt is a non-empty text (a photo of a cat)")
-        prompts = tuple(text.strip() for text in prompts)
-        for number, text in enumerate(prompts, 1):
-            if _holds_control(text):
-                raise UsageError(
-                    f"{arg('prompts')}: prompt {number} ({text[:40]!r}) holds a control character; a prompt is one "
-                    "line of text without them"
-                )
-        twice = next((text for k, text in enumerate(prompts) if text in prompts[:k]), None)
-        if twice is not None:  # each prompt is a class: a second copy splits its probability and its name matches twice
-            raise UsageError(f"{arg('prompts', twice)}: given twice; give each prompt once")
-        set_field(self, "prompts", prompts)
+        set_field(self, "prompts", _checked_prompts(self.prompts))
         if not self.name or not self.name.strip():
             raise UsageError(f"{arg('model', self.name)}: give a model name; {_list_models_hint()}")
         if not self.weights or not str(self.weights).strip():
@@ -77,6 +64,91 @@ class ModelOptions:
             raise UsageError(f"{arg('seed', self.seed)}: a seed is a whole number from 0 to 2**63 - 1")
         if self.task not in task_choices():
             raise UsageError(f"{arg('task', self.task)}: choose {', '.join(task_choices())}")
+
+
+class Prompt(str):
+    """A prompt's text that remembers the file it was read from (``file``: ``--prompts p.txt``)
+    and its line (``where``: ``--prompts p.txt: line 3``), so that a message about it names
+    them, not ``--prompt``; it is its text everywhere else (``str(prompt)`` is the plain text)."""
+
+    file: str
+    line: int
+
+    def __new__(cls, text: str, file: str, line: int):
+        made = super().__new__(cls, text)
+        made.file, made.line = file, line
+        return made
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}: line {self.line}"
+
+    def __reduce__(self):
+        return (Prompt, (str(self), self.file, self.line))
+
+
+def prompts_given_as(prompts: Sequence[str]) -> tuple[str, str]:
+    """How a message names the prompts given for a model that takes none: the first, as it was
+    given (``--prompt a cat``, or its file: ``--prompts p.txt``), and the options to drop
+    (``--prompt``, ``--prompts``, or both)."""
+    first = prompts[0]
+    named = first.file if isinstance(first, Prompt) else arg("prompts", first)
+    read = {isinstance(text, Prompt) for text in prompts}
+    flags = [arg(name) for name, used in (("prompts", False in read), ("prompts_file", True in read)) if used]
+    return named, " and ".join(flags)
+
+
+def prompt_place(text: str, number: int) -> str:
+    """Where prompt ``number`` (from 1) was given, with its start: ``--prompts p.txt: line 3
+    ('a cat')`` for a ``Prompt`` read from a file, else ``--prompt: prompt 2 ('a cat')``."""
+    shown = str(text) if len(text) <= 40 else text[:39].rstrip() + "…"
+    where = getattr(text, "where", None) or f"{arg('prompts')}: prompt {number}"
+    return f"{where} ({shown!r})"
+
+
+def _checked_prompts(given) -> tuple[str, ...]:
+    """``ModelOptions.prompts``, checked: each a visible line of text, stripped, given once.
+
+    Raises:
+        UsageError: naming the prompt (its file and line, for one read from a file).
+    """
+    prompts = (given,) if isinstance(given, str) else tuple(given or ())
+    for text in prompts:
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError(f"{arg('prompts', text)}: a prompt is a non-empty text (a photo of a cat)")
+    prompts = tuple(text if text == text.strip() else text.strip() for text in prompts)  # a Prompt stays one
+    seen: dict[str, int] = {}
+    for number, text in enumerate(prompts, 1):
+        if _holds_control(text):
+            raise UsageError(f"{prompt_place(text, number)} holds a control character; a prompt is one line of text without them")
+        key = _visible(text)
+        if not key:  # a zero-width space's line: a class no picture or message can show
+            raise UsageError(
+                f"{prompt_place(text, number)} holds only invisible characters; a prompt is a visible text (a photo of a cat)"
+            )
+        first = seen.get(key)
+        if first is not None and prompts[first - 1] == text:  # a class: a second copy splits its probability
+            raise UsageError(f"{arg('prompts', text)}: given twice; give each prompt once")
+        if first is not None:  # two classes that read the same: which is which, no picture can tell
+            raise UsageError(
+                f"{prompt_place(text, number)} differs from {prompt_place(prompts[first - 1], first)} only in spacing "
+                "or invisible characters; give each prompt once"
+            )
+        seen[key] = number
+    return prompts
+
+
+def _visible(text: str) -> str:
+    """``text`` as it reads: format characters (a zero-width space, a byte-order mark) dropped,
+    each run of spaces (any kind: a no-break space, an ideographic space) one space."""
+    if text.isascii():  # the usual prompt: no format characters, and split() knows its spaces
+        return " ".join(text.split())
+    kept = "".join(
+        " " if character.isspace() or unicodedata.category(character) == "Zs" else character
+        for character in text
+        if unicodedata.category(character) != "Cf"
+    )
+    return " ".join(kept.split())
 
 
 #: The largest prompts file read: a million prompts of some words each.
@@ -90,7 +162,7 @@ def read_prompts(path: str | Path) -> tuple[str, ...]:
         UsageError: the file cannot be read, holds no prompt, holds one twice or one with a
             control character (naming its line).
     """
-    return tuple(text for _, text in prompt_lines(path))
+    return tuple(Prompt(text, arg("prompts_file", str(path)), number) for number, text in prompt_lines(path))
 
 
 def prompt_lines(path: str | Path) -> tuple[tuple[int, str], ...]:
@@ -136,6 +208,8 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 def _holds_control(text: str) -> bool:
     """Whether ``text`` holds a control character (a tab, a NUL) or a line or paragraph separator."""
+    if text.isascii():  # the usual prompt: no Unicode lookup per character (a million prompts)
+        return not text.isprintable()
     return any(unicodedata.category(character) in ("Cc", "Zl", "Zp") for character in text)
 
 

@@ -9,12 +9,14 @@ on, and only hookviz's own render workers call it.
 from __future__ import annotations
 
 import io
+import warnings
 
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
 from hookviz.render.figures import ACTIVATION_CMAP, Sheet, encode, png_bytes
+from hookviz.render.glyphs import GLYPH_WARNINGS, text_families
 
 __all__ = ["configure_worker", "fonts_from_memory", "warm_up", "FigureCache", "Reused", "worker_cache"]
 
@@ -25,10 +27,16 @@ def configure_worker() -> None:
 
     Text is drawn without FreeType's hinting: at 100 dpi it looks the same, and glyphs (the
     channel grid alone has 64 labels) render about twice as fast as with the autohinter.
-    Fonts are read from memory (below).
+    Fonts are read from memory (below); an installed font that has what the default lacks
+    (CJK, Devanagari) is fallen back to (``glyphs.text_families``).
     """
     global _worker_cache
     matplotlib.rcParams["text.hinting"] = "no_hinting"
+    families = text_families()
+    if len(families) > 1:  # a font for what the default lacks (CJK, Devanagari): matplotlib falls back to it
+        matplotlib.rcParams["font.family"] = list(families)
+    for pattern in GLYPH_WARNINGS:  # one per glyph per picture; the run says it once (glyphs.undrawn_note)
+        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
     _read_fonts_from_memory()
     _worker_cache = FigureCache()
 

@@ -15,7 +15,7 @@ from hookviz.errors import UsageError, arg
 from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
 from hookviz.tasks.targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
 
-__all__ = ["Classify", "ClassPrediction", "SigmoidScores", "logits_of", "parse_target"]
+__all__ = ["Classify", "ClassPrediction", "SigmoidScores", "SoftmaxScores", "logits_of", "parse_target"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +45,22 @@ class SigmoidScores:
         return {}  # the model's own, not the caller's: nothing asked
 
 
+@dataclass(frozen=True)
+class SoftmaxScores:
+    """What ``Classify.bind`` makes of a model whose source declares its probabilities a
+    softmax over the classes (a CLIP's over its prompts): one class is then no binary
+    classifier's one logit, whose sigmoid would score a single prompt (0.52 for a cat)."""
+
+    def asked(self) -> dict:
+        return {}  # the model's own, not the caller's: nothing asked
+
+
 def _kind(logits, task_options) -> str:
-    """``sigmoid`` for a model that declares it or one logit, else ``softmax``."""
-    return "sigmoid" if isinstance(task_options, SigmoidScores) or logits.shape[1] == 1 else "softmax"
+    """As the model declares it (``SigmoidScores``, ``SoftmaxScores``); undeclared, ``sigmoid``
+    for one logit (a binary classifier's), else ``softmax``."""
+    if isinstance(task_options, (SigmoidScores, SoftmaxScores)):
+        return "sigmoid" if isinstance(task_options, SigmoidScores) else "softmax"
+    return "sigmoid" if logits.shape[1] == 1 else "softmax"
 
 
 def _probabilities(logits, task_options):
@@ -200,7 +213,8 @@ class Classify(TaskBase):
         class_target(options.target, categories, logits_of(output, options.output_key).shape[1])
 
     def bind(self, own, model, prepare, device: str, options):
-        return SigmoidScores() if model.probabilities == "sigmoid" else own
+        declared = {"sigmoid": SigmoidScores, "softmax": SoftmaxScores}.get(model.probabilities or "")
+        return own if declared is None else declared()
 
     def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
         return stacked(module, tensors, device)

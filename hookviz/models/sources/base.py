@@ -11,15 +11,16 @@ a file (and one import line in ``sources/__init__.py``), not editing a chain of 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from hookviz.anatomy.featuremaps import DeclaredLayout
-from hookviz.errors import arg
+from hookviz.errors import UsageError
 from hookviz.inputs.images import Preprocessing
 from hookviz.registry import Registry
 from hookviz.tasks import DEFAULT_TASK
@@ -38,6 +39,11 @@ __all__ = [
     "prefixes",
     "STAND_IN_PROMPTS",
     "cut_prompts_note",
+    "one_prompt_note",
+    "prompts_notes",
+    "prompt_progress",
+    "prompts_encoded",
+    "refuse_same_tokens",
 ]
 
 
@@ -69,8 +75,10 @@ class LoadedModel:
         default_layers: the layers to explain when the caller names none, when the source
             knows them better than ``layers.default_layer`` finds them (a YOLO's neck outputs).
         default_layers_reason: why those, in words.
-        probabilities: how a classifier's logits become probabilities: ``softmax`` over the
-            classes, or ``sigmoid``, each class on its own (SigLIP's image-text scores).
+        probabilities: how a classifier's logits become probabilities, as its source declares
+            it: ``softmax`` over the classes (a CLIP's, even over one prompt), or ``sigmoid``,
+            each class on its own (SigLIP's image-text scores); ``None``: undeclared, the task
+            decides (a softmax, or a binary classifier's sigmoid over its one logit).
         prompts: the text prompts a model with a text tower was loaded with (its categories;
             report.json keeps them, ``--skip-existing`` compares them); ``()`` for other models.
     """
@@ -88,7 +96,7 @@ class LoadedModel:
     weights_sha256: str | None = None
     default_layers: tuple[str, ...] = ()
     default_layers_reason: str | None = None
-    probabilities: str = "softmax"
+    probabilities: str | None = None
     prompts: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
@@ -189,6 +197,30 @@ def load_weights_file(model, path: str):
     return load_into(model, Path(path))
 
 
+_on_prompts: contextvars.ContextVar[Callable[[int, int], None] | None] = contextvars.ContextVar(
+    "hookviz_on_prompts", default=None
+)
+
+
+@contextlib.contextmanager
+def prompt_progress(callback: Callable[[int, int], None] | None) -> Iterator[None]:
+    """While the block runs, a model with a text tower that is loaded calls ``callback(prompts
+    encoded, prompts)`` as its prompts go through the text tower, in parts (``(0, total)``
+    first): ten thousand prompts take minutes on a CPU. ``None``: nothing is called."""
+    token = _on_prompts.set(callback)
+    try:
+        yield
+    finally:
+        _on_prompts.reset(token)
+
+
+def prompts_encoded(done: int, total: int) -> None:
+    """Said by a text tower's wrapper (``clip_logits``) as its prompts are encoded (see ``prompt_progress``)."""
+    callback = _on_prompts.get()
+    if callback is not None:
+        callback(done, total)
+
+
 def cut_prompts_note(prompts: Sequence[str], counts: Sequence[int], limit: int) -> tuple[str, ...]:
     """The note that says which prompts are longer than the ``limit`` tokens a text tower takes
     (``counts``: each prompt's tokens, its start and end tokens included); ``()`` when none is.
@@ -196,13 +228,58 @@ def cut_prompts_note(prompts: Sequence[str], counts: Sequence[int], limit: int) 
     cut = [(number, text, count) for number, (text, count) in enumerate(zip(prompts, counts), 1) if count > limit]
     if not cut:
         return ()
+    from hookviz.options.model import prompt_place
+
     number, text, count = cut[0]
-    shown = text if len(text) <= 40 else text[:39].rstrip() + "…"
     others = {1: "", 2: "; so is 1 other prompt"}.get(len(cut), f"; so are {len(cut) - 1} other prompts")
     return (
-        f"{arg('prompts')}: prompt {number} ({shown!r}) is {count} tokens, more than the {limit} the model's text "
+        f"{prompt_place(text, number)} is {count} tokens, more than the {limit} the model's text "
         f"tower takes: it is scored on its first {limit} tokens only{others}; shorten it to be scored as written",
     )
+
+
+def refuse_same_tokens(prompts: Sequence[str], rows: Sequence) -> None:
+    """Refuse two prompts the model's own tokenizer makes the same tokens of (``rows``: each
+    prompt's token ids, as the text tower takes them): CLIP's lowercases, so ``a cat`` and
+    ``A cat`` are two classes that always tie.
+
+    Raises:
+        UsageError: naming both prompts (their files and lines, for ones read from files).
+    """
+    from hookviz.options.model import prompt_place
+
+    seen: dict[tuple, int] = {}
+    for number, (text, row) in enumerate(zip(prompts, rows), 1):
+        first = seen.setdefault(tuple(row), number)
+        if first != number:
+            raise UsageError(
+                f"{prompt_place(prompts[first - 1], first)} and {prompt_place(text, number)} are one prompt to the "
+                "model's tokenizer (the same tokens: it does not tell them apart, by case or past its length), so "
+                "their classes would always tie; give it once"
+            )
+
+
+def one_prompt_note(prompts: Sequence[str], probabilities: str) -> tuple[str, ...]:
+    """The note that a softmax over one prompt ranks nothing (its probability is 1.0 whatever
+    the photo), and what the run explains instead; ``()`` for several prompts, or sigmoids
+    (a SigLIP scores each prompt on its own)."""
+    from hookviz.options.model import prompt_place
+
+    if len(prompts) != 1 or probabilities != "softmax":
+        return ()
+    return (
+        f"{prompt_place(prompts[0], 1)} is the only prompt: one prompt cannot rank anything (the model's softmax "
+        "over it is 1.0 whatever the photo); the CAMs explain the prompt's logit, its image-text similarity; give "
+        "two or more prompts to compare them",
+    )
+
+
+def prompts_notes(prompts: Sequence[str], probabilities: str) -> tuple[str, ...]:
+    """What a run over ``prompts`` says once: that one prompt ranks nothing (``one_prompt_note``),
+    and which prompts hold characters no font here can draw (``render.glyphs.undrawn_note``)."""
+    from hookviz.render.glyphs import undrawn_note
+
+    return one_prompt_note(prompts, probabilities) + undrawn_note(prompts)
 
 
 def random_or_file(model, weights: str, seed: int):

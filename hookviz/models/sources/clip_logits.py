@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -38,7 +40,7 @@ class ClipLogits(nn.Module):
         model.eval()
         try:
             with torch.no_grad():
-                text = torch.cat([F.normalize(model.encode_text(part), dim=-1) for part in tokens.split(TEXT_BATCH)])
+                text = _encoded(list(tokens.split(TEXT_BATCH)), lambda part: F.normalize(model.encode_text(part), dim=-1))
         finally:
             model.train(was_training)
         self.register_buffer("text_features", text.detach().clone())
@@ -81,7 +83,7 @@ class TransformersClipLogits(nn.Module):
         model.eval()
         try:
             with torch.no_grad():
-                text = torch.cat([_text_features(model, part) for part in _parts(tokens)])
+                text = _encoded(_parts(tokens), lambda part: _text_features(model, part))
         finally:
             model.train(was_training)
         self.register_buffer("text_features", (text / text.norm(p=2, dim=-1, keepdim=True)).detach().clone())
@@ -97,6 +99,21 @@ class TransformersClipLogits(nn.Module):
 
     def extra_repr(self) -> str:
         return f"prompts={self.text_features.shape[0]}"
+
+
+def _encoded(parts: list, encode: Callable) -> torch.Tensor:
+    """Each part of the prompts' tokens through ``encode``, in order, saying how far it got
+    (``base.prompts_encoded``: the command shows it, and names it if stopped there)."""
+    from hookviz.models.sources.base import prompts_encoded
+
+    sizes = [len(part) if isinstance(part, torch.Tensor) else len(next(iter(part.values()))) for part in parts]
+    total, done, features = sum(sizes), 0, []
+    prompts_encoded(0, total)
+    for part, size in zip(parts, sizes):
+        features.append(encode(part))
+        done += size
+        prompts_encoded(done, total)
+    return torch.cat(features)
 
 
 def _parts(tokens: dict) -> list[dict]:

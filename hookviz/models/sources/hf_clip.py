@@ -20,7 +20,14 @@ from collections.abc import Sequence
 
 from hookviz.errors import UnknownModelError, UsageError, arg, first_line, hint
 from hookviz.models.checkpoints import LoadedWeights
-from hookviz.models.sources.base import STAND_IN_PROMPTS, LoadedModel, cut_prompts_note, weights_kind
+from hookviz.models.sources.base import (
+    STAND_IN_PROMPTS,
+    LoadedModel,
+    cut_prompts_note,
+    prompts_notes,
+    refuse_same_tokens,
+    weights_kind,
+)
 
 __all__ = ["load", "text_tower"]
 
@@ -60,6 +67,7 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
     from hookviz.models.sources.huggingface import _state_dict_file
 
     kind = text_tower(config)
+    listing = prompts is None
     prompts = STAND_IN_PROMPTS if prompts is None and kind is not None else prompts or ()
     _check_prompts(where, kind, prompts)
     assert kind is not None  # _check_prompts refused the rest
@@ -81,6 +89,8 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
     wrapper = TransformersClipLogits(model.eval(), tokens).eval()
     preprocessing, said = where.preprocessing()
     size = int(config.vision_config.image_size)
+    probabilities = "sigmoid" if kind == "siglip" else "softmax"
+    notes += () if listing else prompts_notes(prompts, probabilities)
     return LoadedModel(
         where.name,
         wrapper,
@@ -92,15 +102,18 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
         notes=notes + said + loaded.notes,
         declared_layout=_layout(kind, config),
         weights_sha256=loaded.sha256,
-        probabilities="sigmoid" if kind == "siglip" else "softmax",
+        probabilities=probabilities,
     )
 
 
 def _check_prompts(where, kind: str | None, prompts: Sequence[str]) -> None:
     if kind is None:
+        from hookviz.options.model import prompts_given_as
+
+        named, flags = prompts_given_as(prompts)
         raise UsageError(
-            f"{arg('prompts', prompts[0])}: {where.name} has no text tower; text prompts explain CLIP and SigLIP "
-            f"models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {arg('prompts')}"
+            f"{named}: {where.name} has no text tower; text prompts explain CLIP and SigLIP "
+            f"models ({arg('model', 'open_clip:ARCH')}, or an hf: CLIPModel or SiglipModel); drop {flags}"
         )
     if not prompts:
         raise UsageError(
@@ -115,6 +128,7 @@ def _tokens(where, kind: str, config, prompts: Sequence[str]) -> tuple[dict, tup
 
     Raises:
         UnknownModelError: no tokenizer files, or ones transformers cannot read.
+        UsageError: two prompts of the same tokens (``a cat``, ``A cat``: CLIP's tokenizer lowercases).
     """
     from transformers import AutoTokenizer
 
@@ -136,14 +150,16 @@ def _tokens(where, kind: str, config, prompts: Sequence[str]) -> tuple[dict, tup
     limit = int(config.text_config.max_position_embeddings)
     try:  # a tokenizer_config.json naming another class loads, then cannot pad (no pad token)
         with quiet():  # transformers' warning of a sequence longer than the model's is the note's to say
-            counts = [len(ids) for ids in tokenizer(list(prompts))["input_ids"]]
-        tokens = tokenizer(list(prompts), padding=_PADDING[kind], truncation=True, max_length=limit, return_tensors="pt")
+            texts = [str(text) for text in prompts]
+            counts = [len(ids) for ids in tokenizer(texts)["input_ids"]]
+        tokens = tokenizer(texts, padding=_PADDING[kind], truncation=True, max_length=limit, return_tensors="pt")
     except (ValueError, TypeError, KeyError, AttributeError, RuntimeError) as exc:
         raise UnknownModelError(
             f"{arg('model', where.name)}: {where.where}'s tokenizer cannot tokenize the prompts ({first_line(exc)}); "
             "save the model's own tokenizer (or processor) into it with save_pretrained"
         ) from None
     kept = {key: tokens[key] for key in ("input_ids", "attention_mask") if key in tokens}
+    refuse_same_tokens(prompts, [sum(parts, []) for parts in zip(*(kept[key].tolist() for key in kept))])
     return kept, cut_prompts_note(prompts, counts, limit)
 
 

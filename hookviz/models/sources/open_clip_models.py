@@ -34,7 +34,9 @@ from hookviz.models.sources.base import (
     STAND_IN_PROMPTS,
     LoadedModel,
     cut_prompts_note,
+    prompts_notes,
     random_or_file,
+    refuse_same_tokens,
     register_source,
     seeded,
     weights_kind,
@@ -144,6 +146,8 @@ class OpenClipSource:
         from hookviz.anatomy.geometry import declared_layout
 
         preprocessing, notes = _preprocessing(model)
+        probabilities = _probabilities(model)
+        said = cut + (prompts_notes(texts, probabilities) if prompts is not None else ())
         return LoadedModel(
             name,
             wrapper,
@@ -152,10 +156,10 @@ class OpenClipSource:
             preprocessing,
             source=self.name,
             input_size=_pair(model.visual.image_size),
-            notes=cut + notes + loaded.notes,
+            notes=said + notes + loaded.notes,
             weights_sha256=loaded.sha256,
             declared_layout=declared_layout(model.visual),
-            probabilities=_probabilities(model),
+            probabilities=probabilities,
         )
 
 
@@ -166,12 +170,19 @@ def _probabilities(model) -> str:
 
 
 def _tokens(open_clip, arch: str, prompts: Sequence[str]):
-    """The prompts' tokens, cut to the tokenizer's context length, and the note that says which were cut."""
+    """The prompts' tokens, cut to the tokenizer's context length, and the note that says which were cut.
+
+    Raises:
+        UsageError: two prompts of the same tokens (``a cat``, ``A cat``: CLIP's tokenizer lowercases).
+    """
     tokenizer = open_clip.get_tokenizer(arch)
-    counts = _token_counts(tokenizer, prompts)
+    texts = [str(text) for text in prompts]  # plain texts: a Prompt's file and line are for messages
+    counts = _token_counts(tokenizer, texts)
     limit = getattr(tokenizer, "context_length", None)
     cut = cut_prompts_note(prompts, counts, int(limit)) if counts and limit else ()
-    return tokenizer(list(prompts)), cut
+    tokens = tokenizer(texts)
+    refuse_same_tokens(prompts, tokens.tolist())
+    return tokens, cut
 
 
 def _token_counts(tokenizer, prompts: Sequence[str]) -> list[int]:
