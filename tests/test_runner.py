@@ -59,12 +59,13 @@ def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, t
 @pytest.mark.slow
 @pytest.mark.parametrize("count", [1, 3])
 def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, count):
-    """Render workers all start with the run, so a small run must not start one per CPU."""
+    """Render workers all start with the run, so a small run must not start one per CPU
+    (one image starts none: its pictures are drawn in the run's own process)."""
     import hookviz.runs.workers as workers
 
     asked = []
     real = workers.render_pool
-    monkeypatch.setattr(workers, "render_pool", lambda workers: asked.append(workers) or real(workers))
+    monkeypatch.setattr(workers, "render_pool", lambda processes, **kw: asked.append(processes) or real(processes, **kw))
     photos = []
     for i in range(count):
         folder = tmp_path / f"in{i}"
@@ -72,7 +73,34 @@ def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, coun
         photos.append(Path(shutil.copy(photo, folder / "photo.png")))
     summary = _run(tmp_path / "out", photos, pictures=("summary",), workers=8)
     assert [s.status for s in summary.statuses] == ["done"] * count
-    assert asked == [count]
+    assert asked == [count if count > 1 else 0]
+
+
+@pytest.mark.slow
+def test_one_image_is_drawn_in_the_runs_own_process_with_a_workers_pixels(tmp_path, photo, monkeypatch):
+    """A render worker costs more to start than one image's pictures take to draw: a run of
+    one image draws them itself, byte for byte as a worker does, whatever matplotlib style
+    its caller set, and leaves that style as it was."""
+    import matplotlib
+
+    import hookviz.runs.workers as workers
+
+    asked = []
+    real = workers.render_pool
+    monkeypatch.setattr(workers, "render_pool", lambda processes, **kw: asked.append(processes) or real(processes, **kw))
+    monkeypatch.setitem(matplotlib.rcParams, "font.size", 17.0)
+    monkeypatch.setitem(matplotlib.rcParams, "axes.facecolor", "red")
+    hinting = matplotlib.rcParams["text.hinting"]
+    other = Path(shutil.copy(photo, photo.with_name("other.png")))
+    common = dict(pictures=("summary", "channels", "cam"), layers=("features.1", "features.3"))
+    assert _run(tmp_path / "alone", [photo], **common).count("done") == 1
+    assert _run(tmp_path / "pool", [photo, other], workers=2, **common).count("done") == 2
+    assert asked == [0, 2]
+    drawn = sorted(p.name for p in (tmp_path / "alone" / "photo").glob("*.png"))
+    assert len(drawn) == 6
+    for name in drawn:
+        assert (tmp_path / "alone" / "photo" / name).read_bytes() == (tmp_path / "pool" / "photo" / name).read_bytes(), name
+    assert matplotlib.rcParams["font.size"] == 17.0 and matplotlib.rcParams["text.hinting"] == hinting
 
 
 @pytest.mark.parametrize(
@@ -760,24 +788,71 @@ def test_the_command_returns_after_every_process_it_started_has_exited(tmp_path)
     assert json.loads((out / "run.json").read_text())["counts"]["done"] == 3
 
 
-def test_a_run_that_stops_on_an_error_does_not_wait_for_its_render_workers(tmp_path):
+def test_a_run_that_stops_on_an_error_does_not_wait_for_its_render_workers(tmp_path, monkeypatch):
     """What they would draw is not kept: a run that stops as the model loads (a class the
-    model lacks) ends without waiting seconds for the workers to start and warm up."""
+    model lacks) kills its workers instead of waiting for them to start and warm up (5 s on
+    2 busy cores). Killed, not timed: a busy machine makes any run slower."""
+    import hookviz.runs.workers as workers
     from hookviz import TargetOptions
     from hookviz.errors import TargetError
     from hookviz.runs.runner import Run
 
-    images = _images(tmp_path / "in", 4)
-    for pictures in ((), ("summary",)):  # the first, without workers, imports what loading needs
-        steps = Run(
-            images,
-            ModelOptions("tests.conftest:tiny_net", "none"),
-            layers=LayerOptions(("features.3",)),
-            target=TargetOptions(target="99"),
-            pictures=PictureOptions(pictures=pictures),
-            options=RunOptions(out=tmp_path / "out", workers=2),
-        )
-        started = time.monotonic()
-        with pytest.raises(TargetError):
-            steps.execute()
-    assert time.monotonic() - started < 1.0  # waiting for the workers took 5 s on 2 busy cores
+    started = []
+    warm_up = workers.RenderPool.warm_up
+    monkeypatch.setattr(
+        workers.RenderPool, "warm_up", lambda pool: warm_up(pool) or started.extend(pool.executor._processes.values())
+    )
+    steps = Run(
+        _images(tmp_path / "in", 4),
+        ModelOptions("tests.conftest:tiny_net", "none"),
+        layers=LayerOptions(("features.3",)),
+        target=TargetOptions(target="99"),
+        pictures=PictureOptions(pictures=("summary",)),
+        options=RunOptions(out=tmp_path / "out", workers=2),
+    )
+    with pytest.raises(TargetError):
+        steps.execute()
+    assert len(started) == 2 and [process.exitcode for process in started] == [-signal.SIGKILL] * 2
+
+
+def _run_with_a_killer(tmp_path: Path, doomed: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """``hookviz run`` over 10 small photos whose render worker dies (SIGKILL, as the OOM
+    killer sends) as it is about to draw the photos ``doomed`` names (tests/kill_plugin.py)."""
+    import os
+
+    folder, out = tmp_path / "in", tmp_path / "out"
+    _images(folder, 10)
+    environment = {**os.environ, "HOOKVIZ_PLUGINS": "tests.kill_plugin", "HOOKVIZ_TEST_KILL": doomed}
+    command = [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:tiny_net"]
+    command += ["--weights", "none", "--layer", "features.3", "--pictures", "summary,doom", "--workers", "2"]
+    command += ["--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in done.stderr and "BrokenProcessPool" not in done.stderr, done.stderr
+    return done, out
+
+
+@pytest.mark.slow
+def test_a_killed_render_worker_fails_only_the_image_it_was_drawing(tmp_path):
+    done, out = _run_with_a_killer(tmp_path, "im04")
+    assert done.returncode == 1, done.stderr
+    document = json.loads((out / "run.json").read_text())
+    assert document["counts"] == {"images": 10, "done": 9, "failed": 1, "skipped": 0, "not_done": 0}
+    (failed,) = [entry for entry in document["images"] if entry["status"] == "failed"]
+    assert failed["output"] == "im04" and "render worker was killed" in failed["error"], failed
+    lines = [line for line in done.stderr.splitlines() if "render worker was killed" in line]
+    assert len(lines) == 2 and all("im04.png" in line for line in lines), done.stderr  # the failure, and a note
+    assert sorted(p.parent.name for p in out.glob("*/report.json")) == [f"im{i:02d}" for i in range(10) if i != 4]
+    assert all((out / f"im{i:02d}" / "features.3.summary.png").exists() for i in range(10) if i != 4)
+    assert no_partial_files(out)
+    _assert_complete(out)
+
+
+@pytest.mark.slow
+def test_render_workers_that_keep_dying_stop_the_run_in_one_line(tmp_path):
+    done, out = _run_with_a_killer(tmp_path, "*")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("hookviz: error: render workers were killed 3 times in a row"), done.stderr
+    document = json.loads((out / "run.json").read_text())
+    assert document["counts"]["done"] == 0 and "killed 3 times" in document["error"]
+    assert no_partial_files(out)
