@@ -725,9 +725,9 @@ def test_a_stop_during_back_propagation_abandons_the_batch_and_leaves_no_hook(tm
         steps.load()
         batch = next(steps.batches())
         threading.Timer(1.0, steps.request_stop).start()  # the backward pass takes 5 s
-        started = time.monotonic()
         assert steps.explain(batch) == []
-        assert time.monotonic() - started < 2.5
+        # the pass stopped before its end (how far it got depends on how busy the machine is)
+        assert sum(pause.backwards for pause in steps.explainer.model.module.pauses) < 50
     finally:
         steps.finish()
     module = steps.explainer.model.module
