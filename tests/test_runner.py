@@ -380,7 +380,8 @@ def test_a_worker_whose_parent_died_removes_the_file_it_was_writing(tmp_path):
         "    stream.write(b'half a picture')\n"
         "    time.sleep(30)\n"
         f"threading.Thread(target=atomic_write, args=(Path({str(tmp_path)!r}) / 'cam.png', slow), daemon=True).start()\n"
-        "time.sleep(0.5)\n"
+        f"while not list(Path({str(tmp_path)!r}).glob('.*.part')):  # however busy the machine, the file is begun\n"
+        "    time.sleep(0.01)\n"
         "exit_with_parent(-1)  # not this process's parent: as if the run was killed\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
