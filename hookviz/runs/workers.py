@@ -66,7 +66,11 @@ class RenderPool:
 
     def warm_up(self) -> None:
         """Start every worker now (they start with Ctrl-C and SIGTERM held back, so that a
-        signal to the process group cannot interrupt one before it ignores them)."""
+        signal to the process group cannot interrupt one before it ignores them). Drawing
+        in this process, import matplotlib now, while the caller imports torch, as a worker
+        would."""
+        if self.processes <= 0 and self.draws:
+            self.executor.submit(_import_drawing)
         with signals_held():
             for _ in range(self.processes):
                 self.executor.submit(warm_up)
@@ -152,6 +156,11 @@ def portable(explanation):
     image = explanation.image
     light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
     return replace(explanation, image=light)
+
+
+def _import_drawing() -> None:
+    import hookviz.render.figures  # noqa: F401  (matplotlib, its Agg canvas)
+    import hookviz.render.kinds  # noqa: F401
 
 
 def _here(function: Callable, *args, **kwargs):
