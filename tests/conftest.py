@@ -231,8 +231,17 @@ class _Pause(nn.Module):
 
         if not x.requires_grad:
             return x
+        _log_pause("began")
         time.sleep(self.seconds[0])
+        _log_pause("ended")
         return _SlowGradient.apply(x, self) if self.seconds[1] else x
+
+
+def _log_pause(event: str) -> None:
+    """For a test watching another process: a line in the file ``HOOKVIZ_TEST_PAUSES`` names."""
+    if os.environ.get("HOOKVIZ_TEST_PAUSES"):
+        with open(os.environ["HOOKVIZ_TEST_PAUSES"], "a", encoding="utf-8") as log:
+            log.write(f"{event}\n")
 
 
 class PausingNet(TinyNet):
