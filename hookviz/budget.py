@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["CAP", "ENVIRONMENT", "RowCost", "device_budget", "measuring", "rows_within"]
+__all__ = ["CAP", "ENVIRONMENT", "RowCost", "device_budget", "measuring", "recorded_bytes", "rows_within"]
 
 #: The most a pass may hold on a CPU (and a run's batches of recorded tensors anywhere).
 CAP = 256 << 20
@@ -146,3 +146,17 @@ def _storages(value) -> frozenset[int]:
     if isinstance(value, (tuple, list)):
         return frozenset().union(*(_storages(item) for item in value))
     return frozenset()
+
+
+def recorded_bytes(explanation) -> int:
+    """What recording one image holds during a batch: value, copy and gradient (float32)
+    of every recorded input and output."""
+    import math
+
+    elements = sum(
+        math.prod(shape)
+        for layer in explanation.layers
+        for key in ("input", "output")
+        if (shape := layer.shapes.get(key)) is not None
+    )
+    return 4 * 3 * elements + 4 * math.prod(explanation.image.tensor.shape)  # and the photo itself

@@ -231,7 +231,7 @@ def test_torchrun_processes_share_the_cpus_for_render_workers(tmp_path, monkeypa
 
     asked = []
     real = workers.render_pool
-    monkeypatch.setattr(workers, "render_pool", lambda workers: asked.append(workers) or real(workers))
+    monkeypatch.setattr(workers, "render_pool", lambda processes, **kw: asked.append(processes) or real(processes, **kw))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(12)))
     monkeypatch.setattr(os, "cpu_count", lambda: 12)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")

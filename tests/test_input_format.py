@@ -2,27 +2,47 @@
 
 from __future__ import annotations
 
-import time
-
+import pytest
 import torch
 from torch import nn
 
+from hookviz import input_format
 from hookviz.input_format import InputFormats
 
 
-class Formats(nn.Module):
-    """A convolution that records its input's format and is slow in ``slow`` format."""
+class _Clock:
+    """The clock ``InputFormats`` times passes with: it moves only when a model says so, so
+    that a busy machine (a pass preempted for longer than the slow format costs) cannot
+    reverse which format is faster."""
 
-    def __init__(self, slow: str):
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> _Clock:
+    clock = _Clock()
+    monkeypatch.setattr(input_format, "time", clock)
+    return clock
+
+
+class Formats(nn.Module):
+    """A convolution that records its input's format and takes a second more of ``clock`` in
+    ``slow`` format (none without one)."""
+
+    def __init__(self, slow: str, clock: _Clock | None = None):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3)
-        self.slow, self.seen = slow, []
+        self.slow, self.seen, self.clock = slow, [], clock
 
     def forward(self, x):
         kind = "channels_last" if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous() else "as given"
         self.seen.append(kind)
-        if kind == self.slow:
-            time.sleep(0.03)
+        if kind == self.slow and self.clock is not None:
+            self.clock.now += 1.0
         return self.conv(x)
 
 
@@ -32,9 +52,9 @@ def _runs(model, formats, count=5, rows=8):
     return x, outputs
 
 
-def test_the_first_pass_runs_as_given_the_second_channels_last_then_the_faster():
+def test_the_first_pass_runs_as_given_the_second_channels_last_then_the_faster(clock):
     for slow, faster in (("as given", "channels_last"), ("channels_last", "as given")):
-        model, formats = Formats(slow), InputFormats()
+        model, formats = Formats(slow, clock), InputFormats()
         x, outputs = _runs(model, formats)
         assert model.seen == ["as given", "channels_last", faster, faster, faster]
         assert formats.chosen(tuple(x.shape)) == faster
@@ -85,15 +105,15 @@ def test_a_module_that_takes_no_tensor_batch_is_left_alone():
     assert formats.chosen((8, 3, 8, 8)) == "as given"
 
 
-def test_a_model_with_batchnorm_tries_channels_last_first_and_keeps_what_it_learnt():
+def test_a_model_with_batchnorm_tries_channels_last_first_and_keeps_what_it_learnt(clock):
     from hookviz.input_format import formats_for
 
     class Normed(Formats):
         def __init__(self, slow):
-            super().__init__(slow)
+            super().__init__(slow, clock)
             self.norm = nn.BatchNorm2d(3)
 
-    model, plain = Normed("channels_last").eval(), Formats("channels_last")
+    model, plain = Normed("channels_last").eval(), Formats("channels_last", clock)
     assert formats_for(model) is formats_for(model) and formats_for(plain) is not formats_for(model)
     _runs(model, formats_for(model), count=2)
     _runs(model, formats_for(model), count=2)  # another explanation of the same model

@@ -59,12 +59,13 @@ def test_each_image_of_a_batch_gets_its_own_target_and_cam(lite0, cat, coffee, t
 @pytest.mark.slow
 @pytest.mark.parametrize("count", [1, 3])
 def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, count):
-    """Render workers all start with the run, so a small run must not start one per CPU."""
+    """Render workers all start with the run, so a small run must not start one per CPU
+    (one image starts none: its pictures are drawn in the run's own process)."""
     import hookviz.runs.workers as workers
 
     asked = []
     real = workers.render_pool
-    monkeypatch.setattr(workers, "render_pool", lambda workers: asked.append(workers) or real(workers))
+    monkeypatch.setattr(workers, "render_pool", lambda processes, **kw: asked.append(processes) or real(processes, **kw))
     photos = []
     for i in range(count):
         folder = tmp_path / f"in{i}"
@@ -72,7 +73,34 @@ def test_no_more_render_processes_than_images(tmp_path, photo, monkeypatch, coun
         photos.append(Path(shutil.copy(photo, folder / "photo.png")))
     summary = _run(tmp_path / "out", photos, pictures=("summary",), workers=8)
     assert [s.status for s in summary.statuses] == ["done"] * count
-    assert asked == [count]
+    assert asked == [count if count > 1 else 0]
+
+
+@pytest.mark.slow
+def test_one_image_is_drawn_in_the_runs_own_process_with_a_workers_pixels(tmp_path, photo, monkeypatch):
+    """A render worker costs more to start than one image's pictures take to draw: a run of
+    one image draws them itself, byte for byte as a worker does, whatever matplotlib style
+    its caller set, and leaves that style as it was."""
+    import matplotlib
+
+    import hookviz.runs.workers as workers
+
+    asked = []
+    real = workers.render_pool
+    monkeypatch.setattr(workers, "render_pool", lambda processes, **kw: asked.append(processes) or real(processes, **kw))
+    monkeypatch.setitem(matplotlib.rcParams, "font.size", 17.0)
+    monkeypatch.setitem(matplotlib.rcParams, "axes.facecolor", "red")
+    hinting = matplotlib.rcParams["text.hinting"]
+    other = Path(shutil.copy(photo, photo.with_name("other.png")))
+    common = dict(pictures=("summary", "channels", "cam"), layers=("features.1", "features.3"))
+    assert _run(tmp_path / "alone", [photo], **common).count("done") == 1
+    assert _run(tmp_path / "pool", [photo, other], workers=2, **common).count("done") == 2
+    assert asked == [0, 2]
+    drawn = sorted(p.name for p in (tmp_path / "alone" / "photo").glob("*.png"))
+    assert len(drawn) == 6
+    for name in drawn:
+        assert (tmp_path / "alone" / "photo" / name).read_bytes() == (tmp_path / "pool" / "photo" / name).read_bytes(), name
+    assert matplotlib.rcParams["font.size"] == 17.0 and matplotlib.rcParams["text.hinting"] == hinting
 
 
 @pytest.mark.parametrize(
@@ -352,7 +380,8 @@ def test_a_worker_whose_parent_died_removes_the_file_it_was_writing(tmp_path):
         "    stream.write(b'half a picture')\n"
         "    time.sleep(30)\n"
         f"threading.Thread(target=atomic_write, args=(Path({str(tmp_path)!r}) / 'cam.png', slow), daemon=True).start()\n"
-        "time.sleep(0.5)\n"
+        f"while not list(Path({str(tmp_path)!r}).glob('.*.part')):  # however busy the machine, the file is begun\n"
+        "    time.sleep(0.01)\n"
         "exit_with_parent(-1)  # not this process's parent: as if the run was killed\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -678,9 +707,13 @@ def test_ctrl_c_while_starting_is_one_quiet_line(tmp_path, after, stop):
             assert "stopped before any image was explained" in stderr
 
 
-def _stopped_mid_batch(tmp_path: Path, model: str, signals: int) -> tuple[float, str, dict]:
+def _stopped_mid_batch(tmp_path: Path, model: str, signals: int) -> tuple[int, str, dict]:
     """Start a run whose first batch (one photo) takes 10 s, send ``signals`` SIGTERMs in its
-    middle, and return the seconds from the last signal to the exit, stderr and run.json."""
+    middle, and return how many of the model's pauses ended (how far the pass got: counted,
+    not timed, since a busy machine slows any run), stderr and run.json."""
+    import os
+
+    pauses = tmp_path / "pauses"
     process, _, out = _start_slow_run(
         tmp_path,
         3,
@@ -690,25 +723,24 @@ def _stopped_mid_batch(tmp_path: Path, model: str, signals: int) -> tuple[float,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "HOOKVIZ_TEST_PAUSES": str(pauses)},
     )
-    _wait_for(lambda: (out / ".hookviz-output").exists())  # the model is loaded: the first batch starts
-    time.sleep(1.5)
+    _wait_for(lambda: pauses.exists())  # the first batch's pass has begun its first pause
+    time.sleep(0.5)
     for _ in range(signals):
         process.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
         time.sleep(0.5)
     _, stderr = process.communicate(timeout=60)
-    elapsed = time.monotonic() - sent
     assert process.returncode == 130, stderr
     assert len(stderr.splitlines()) == 1 and stderr.startswith("hookviz: interrupted: 0 images written"), stderr
-    return elapsed, stderr, json.loads((out / "run.json").read_text())
+    return pauses.read_text().splitlines().count("ended"), stderr, json.loads((out / "run.json").read_text())
 
 
 @pytest.mark.slow
 def test_a_stop_abandons_the_batch_being_explained(tmp_path):
     """One photo takes 10 s (100 modules of 0.1 s): the stop ends the pass at the next module."""
-    elapsed, _, document = _stopped_mid_batch(tmp_path, "stepped_net", signals=1)
-    assert elapsed < 5
+    ended, _, document = _stopped_mid_batch(tmp_path, "stepped_net", signals=1)
+    assert ended < 100  # abandoned before its end
     assert document["interrupted"] is True
     assert document["counts"] == {"images": 3, "done": 0, "failed": 0, "skipped": 0, "not_done": 3}
     assert [entry["status"] for entry in document["images"]] == ["not_done"] * 3
@@ -717,8 +749,8 @@ def test_a_stop_abandons_the_batch_being_explained(tmp_path):
 @pytest.mark.slow
 def test_a_second_signal_ends_the_run_at_once(tmp_path):
     """One module takes 10 s, so the first stop waits for it; the second does not."""
-    elapsed, _, document = _stopped_mid_batch(tmp_path, "stubborn_net", signals=2)
-    assert elapsed < 3
+    ended, _, document = _stopped_mid_batch(tmp_path, "stubborn_net", signals=2)
+    assert ended == 0  # the run ended inside that module
     assert document["interrupted"] is True and document["counts"]["not_done"] == 3
 
 
@@ -742,9 +774,9 @@ def test_a_stop_during_back_propagation_abandons_the_batch_and_leaves_no_hook(tm
         steps.load()
         batch = next(steps.batches())
         threading.Timer(1.0, steps.request_stop).start()  # the backward pass takes 5 s
-        started = time.monotonic()
         assert steps.explain(batch) == []
-        assert time.monotonic() - started < 2.5
+        # the pass stopped before its end (how far it got depends on how busy the machine is)
+        assert sum(pause.backwards for pause in steps.explainer.model.module.pauses) < 50
     finally:
         steps.finish()
     module = steps.explainer.model.module
@@ -805,24 +837,71 @@ def test_the_command_returns_after_every_process_it_started_has_exited(tmp_path)
     assert json.loads((out / "run.json").read_text())["counts"]["done"] == 3
 
 
-def test_a_run_that_stops_on_an_error_does_not_wait_for_its_render_workers(tmp_path):
+def test_a_run_that_stops_on_an_error_does_not_wait_for_its_render_workers(tmp_path, monkeypatch):
     """What they would draw is not kept: a run that stops as the model loads (a class the
-    model lacks) ends without waiting seconds for the workers to start and warm up."""
+    model lacks) kills its workers instead of waiting for them to start and warm up (5 s on
+    2 busy cores). Killed, not timed: a busy machine makes any run slower."""
+    import hookviz.runs.workers as workers
     from hookviz import TargetOptions
     from hookviz.errors import TargetError
     from hookviz.runs.runner import Run
 
-    images = _images(tmp_path / "in", 4)
-    for pictures in ((), ("summary",)):  # the first, without workers, imports what loading needs
-        steps = Run(
-            images,
-            ModelOptions("tests.conftest:tiny_net", "none"),
-            layers=LayerOptions(("features.3",)),
-            target=TargetOptions(target="99"),
-            pictures=PictureOptions(pictures=pictures),
-            options=RunOptions(out=tmp_path / "out", workers=2),
-        )
-        started = time.monotonic()
-        with pytest.raises(TargetError):
-            steps.execute()
-    assert time.monotonic() - started < 1.0  # waiting for the workers took 5 s on 2 busy cores
+    started = []
+    warm_up = workers.RenderPool.warm_up
+    monkeypatch.setattr(
+        workers.RenderPool, "warm_up", lambda pool: warm_up(pool) or started.extend(pool.executor._processes.values())
+    )
+    steps = Run(
+        _images(tmp_path / "in", 4),
+        ModelOptions("tests.conftest:tiny_net", "none"),
+        layers=LayerOptions(("features.3",)),
+        target=TargetOptions(target="99"),
+        pictures=PictureOptions(pictures=("summary",)),
+        options=RunOptions(out=tmp_path / "out", workers=2),
+    )
+    with pytest.raises(TargetError):
+        steps.execute()
+    assert len(started) == 2 and [process.exitcode for process in started] == [-signal.SIGKILL] * 2
+
+
+def _run_with_a_killer(tmp_path: Path, doomed: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """``hookviz run`` over 10 small photos whose render worker dies (SIGKILL, as the OOM
+    killer sends) as it is about to draw the photos ``doomed`` names (tests/kill_plugin.py)."""
+    import os
+
+    folder, out = tmp_path / "in", tmp_path / "out"
+    _images(folder, 10)
+    environment = {**os.environ, "HOOKVIZ_PLUGINS": "tests.kill_plugin", "HOOKVIZ_TEST_KILL": doomed}
+    command = [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.conftest:tiny_net"]
+    command += ["--weights", "none", "--layer", "features.3", "--pictures", "summary,doom", "--workers", "2"]
+    command += ["--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in done.stderr and "BrokenProcessPool" not in done.stderr, done.stderr
+    return done, out
+
+
+@pytest.mark.slow
+def test_a_killed_render_worker_fails_only_the_image_it_was_drawing(tmp_path):
+    done, out = _run_with_a_killer(tmp_path, "im04")
+    assert done.returncode == 1, done.stderr
+    document = json.loads((out / "run.json").read_text())
+    assert document["counts"] == {"images": 10, "done": 9, "failed": 1, "skipped": 0, "not_done": 0}
+    (failed,) = [entry for entry in document["images"] if entry["status"] == "failed"]
+    assert failed["output"] == "im04" and "render worker was killed" in failed["error"], failed
+    lines = [line for line in done.stderr.splitlines() if "render worker was killed" in line]
+    assert len(lines) == 2 and all("im04.png" in line for line in lines), done.stderr  # the failure, and a note
+    assert sorted(p.parent.name for p in out.glob("*/report.json")) == [f"im{i:02d}" for i in range(10) if i != 4]
+    assert all((out / f"im{i:02d}" / "features.3.summary.png").exists() for i in range(10) if i != 4)
+    assert no_partial_files(out)
+    _assert_complete(out)
+
+
+@pytest.mark.slow
+def test_render_workers_that_keep_dying_stop_the_run_in_one_line(tmp_path):
+    done, out = _run_with_a_killer(tmp_path, "*")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("hookviz: error: render workers were killed 3 times in a row"), done.stderr
+    document = json.loads((out / "run.json").read_text())
+    assert document["counts"]["done"] == 0 and "killed 3 times" in document["error"]
+    assert no_partial_files(out)

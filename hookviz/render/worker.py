@@ -8,8 +8,10 @@ on, and only hookviz's own render workers call it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
+from collections.abc import Iterator
 
 import matplotlib
 import numpy as np
@@ -18,7 +20,7 @@ from matplotlib.figure import Figure
 from hookviz.render.figures import ACTIVATION_CMAP, Sheet, encode, png_bytes
 from hookviz.render.glyphs import GLYPH_WARNINGS, text_families
 
-__all__ = ["configure_worker", "fonts_from_memory", "warm_up", "FigureCache", "Reused", "worker_cache"]
+__all__ = ["configure_worker", "drawing_here", "fonts_from_memory", "warm_up", "FigureCache", "Reused", "worker_cache"]
 
 
 def configure_worker() -> None:
@@ -39,6 +41,25 @@ def configure_worker() -> None:
         warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
     _read_fonts_from_memory()
     _worker_cache = FigureCache()
+
+
+@contextlib.contextmanager
+def drawing_here() -> Iterator[None]:
+    """Draw in this process the pictures a render worker would, pixel for pixel: with
+    matplotlib's settings as a fresh process reads them (a style the caller chose is not
+    the pictures') and text without hinting. Only for the block: matplotlib's settings are
+    the process's, and are restored as they were when it ends. (A run draws in its own
+    process when it has one image: a worker would cost more to start than it saves.)
+    Fonts read from memory and reused figures change no pixel (tests/test_render.py)."""
+    with matplotlib.rc_context(), warnings.catch_warnings():
+        matplotlib.rc_file_defaults()
+        matplotlib.rcParams["text.hinting"] = "no_hinting"
+        families = text_families()
+        if len(families) > 1:  # as configure_worker: the fallback font for CJK or Devanagari
+            matplotlib.rcParams["font.family"] = list(families)
+        for pattern in GLYPH_WARNINGS:
+            warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
+        yield
 
 
 def _read_fonts_from_memory() -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import os
 import threading
 import time
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hookviz.budget import rows_within
+from hookviz.budget import recorded_bytes, rows_within
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from hookviz.explaining.checks import Finding, nonfinite_notes, report_checks, run_checks
 from hookviz.explaining.passes import SummaryOptions
@@ -244,8 +243,8 @@ class Run:
         self.stopping.set()
         self.interrupted = True
         self.on_status = self.board = None  # nothing more is printed or logged
-        finished = [item for item in self.pending if item[2].done() and not item[2].cancelled()]
-        killed = workers.kill_workers(self.pool, release=True)  # the rest fail now, as not done
+        finished = [item for item in self.pending if item[2].done() and not workers.broken(item[2])]
+        killed = self.pool.kill(release=True)  # the rest fail now, as not done
         for path, explanation, future in finished:
             with contextlib.suppress(HookvizError):
                 self._report(path, self._saved(path, explanation, future))
@@ -265,15 +264,11 @@ class Run:
         if wanted > limit:
             self.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")
         # No more render processes than images: a one-photo smoke check on a 64-core
-        # machine starts one, not 64 (they all start at once, below).
+        # machine starts none (its pictures are drawn here: nothing else to do meanwhile).
         self.workers = max(1, min(wanted, limit, len(self.selected)))
-        self.pool = workers.render_pool(self.workers if self.pictures.pictures else 0)
-        if self.pictures.pictures:
-            # Each submit starts one worker; they start with Ctrl-C and SIGTERM held back, so
-            # a signal to the process group cannot interrupt a worker before it ignores them.
-            with workers.signals_held():
-                for _ in range(self.workers):
-                    self.pool.submit(workers.warm_up)
+        pictures = bool(self.pictures.pictures)
+        self.pool = workers.render_pool(self.workers if pictures and len(self.selected) > 1 else 0, draws=pictures)
+        self.pool.warm_up()
         if not self.options.skip_existing:
             self._start_loader(self.selected)
 
@@ -422,7 +417,7 @@ class Run:
         # first image recorded sizes them, so recording all 53 convolutions of resnet50
         # runs one image at a time.
         self.sized = True
-        per_image = _recorded_bytes(explanation)
+        per_image = recorded_bytes(explanation)
         self.batch_size = rows_within(per_image, self.options.memory_budget, self.options.batch_size)
         self.loader.hold_at_most(max(2, 2 * self.batch_size))  # photos may be large too
 
@@ -447,17 +442,34 @@ class Run:
         if self.checks.fail_on:
             self.findings.extend(run_checks(result, self.checks.fail_on, self.checks.dead_fraction))
         self.tally.add(result)
-        portable = _portable(result)
-        future = self.pool.submit(
-            save_explanation, portable, self.options.out / self.names[path], self.pictures, save_tensors=self.options.save_tensors
+        portable = workers.portable(result)
+        self.pending.append((path, portable, self._send(path, portable)))
+
+    def _send(self, path: Path, explanation) -> Future:
+        out = self.options.out / self.names[path]
+        return self.pool.submit(
+            self.step_of[path], save_explanation, explanation, out, self.pictures, save_tensors=self.options.save_tensors
         )
-        self.pending.append((path, portable, future))
 
     def collect(self, block_until: int) -> None:
         """Wait for written images until at most ``block_until`` are in flight."""
         while len(self.pending) > block_until:
+            if workers.broken(self.pending[0][2]):
+                self._restart_workers()
+                continue
             path, explanation, future = self.pending.pop(0)
             self._report(path, self._saved(path, explanation, future))
+
+    def _restart_workers(self) -> None:
+        """A render worker died (the OOM killer, ``kill -9``): its image fails, a fresh pool draws the rest."""
+        lost, killed = self.pool.restart()
+        sweep_stale_files(self.options.out, writers=killed)  # the files the old pool's workers began
+        dead = [path for path, _, _ in self.pending if self.step_of[path] in lost]
+        self.notes += [workers.killed_note([display_path(path) for path in dead])] if dead else []
+        for path in dead:
+            self._report(path, self._failed(path, f"{display_path(path)}: {workers.killed_reason()}"))
+        left = [(path, explanation, future) for path, explanation, future in self.pending if path not in dead]
+        self.pending = [(path, e, self._send(path, e) if workers.broken(f) else f) for path, e, f in left]
 
     def _saved(self, path: Path, explanation, future: Future) -> ImageStatus:
         try:
@@ -502,8 +514,8 @@ class Run:
             self.loader.stop()
         if self.pool is not None:
             if self.error is not None:  # what the workers are drawing is not kept: no need to wait for it
-                workers.kill_workers(self.pool)
-            self.pool.shutdown(wait=True, cancel_futures=True)  # and the workers have exited
+                self.pool.kill()
+            self.pool.shutdown()  # and the workers have exited
         if self.board is not None:
             self.board.close()
         return self._describe()
@@ -575,24 +587,3 @@ class Run:
             count = self.finished
         if self.on_status:
             self.on_status(status, count, len(self.selected))
-
-
-def _recorded_bytes(explanation) -> int:
-    """What recording one image holds during a batch: value, copy and gradient (float32)
-    of every recorded input and output."""
-    elements = sum(
-        math.prod(shape)
-        for layer in explanation.layers
-        for key in ("input", "output")
-        if (shape := layer.shapes.get(key)) is not None
-    )
-    return 4 * 3 * elements + 4 * math.prod(explanation.image.tensor.shape)  # and the photo itself
-
-
-def _portable(explanation):
-    """The explanation without torch tensors or the decoded photo, cheap to send to a worker."""
-    import numpy as np
-
-    image = explanation.image
-    light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
-    return replace(explanation, image=light)

@@ -1,6 +1,7 @@
 """The run's render workers: the pool that draws and writes while the model computes, how
-its processes start (signals held, then ignored; gone when the parent dies) and how they
-are ended at once."""
+its processes start (signals held, then ignored; gone when the parent dies), how they are
+ended at once, and how a pool whose worker was killed (the OOM killer, ``kill -9``) is
+replaced by a fresh one."""
 
 from __future__ import annotations
 
@@ -10,24 +11,177 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import replace
+from multiprocessing.connection import wait
 
+from hookviz.errors import HookvizError, arg
 from hookviz.store.files import remove_unfinished
 
-__all__ = ["kill_workers", "render_pool", "signals_held", "warm_up"]
+__all__ = [
+    "RenderPool",
+    "broken",
+    "kill_workers",
+    "killed_note",
+    "killed_reason",
+    "portable",
+    "render_pool",
+    "signals_held",
+    "warm_up",
+]
 
 
-def render_pool(workers: int):
-    """Processes render in parallel with the model (matplotlib holds the GIL); with no
-    pictures to draw, one thread writing files is enough."""
-    if workers <= 0:
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookviz-write")
-    return ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=init_worker,
-        initargs=(os.getpid(),),
+#: Fresh pools that may die one after another, no image drawn in between, before the run stops.
+DEATHS = 3
+
+
+def render_pool(processes: int, draws: bool = False) -> "RenderPool":
+    """Processes render in parallel with the model (matplotlib holds the GIL). With none,
+    one thread of this process writes the files, and draws the pictures if ``draws``."""
+    return RenderPool(processes, draws)
+
+
+class RenderPool:
+    """The run's renderers: ``processes`` worker processes, or one thread of this process.
+
+    Each job carries a number (the image's), and each worker process notes in shared memory
+    the job it is doing, so that when one dies (the OOM killer, ``kill -9``) ``restart``
+    can say whose pictures died with it, and start a fresh pool for the others.
+    """
+
+    def __init__(self, processes: int, draws: bool = False):
+        self.processes, self.draws = processes, draws
+        self.deaths = 0  # pools that died since an image was last drawn
+        self.executor = self._executor()
+
+    def _executor(self):
+        if self.processes <= 0:
+            return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookviz-write")
+        context = multiprocessing.get_context("spawn")
+        self.slots = context.Array("q", [0, -1] * self.processes)  # (process id, job) of each worker
+        return ProcessPoolExecutor(
+            max_workers=self.processes, mp_context=context, initializer=init_worker, initargs=(os.getpid(), self.slots)
+        )
+
+    def warm_up(self) -> None:
+        """Start every worker now (they start with Ctrl-C and SIGTERM held back, so that a
+        signal to the process group cannot interrupt one before it ignores them). Drawing
+        in this process, import matplotlib now, while the caller imports torch, as a worker
+        would."""
+        if self.processes <= 0 and self.draws:
+            self.executor.submit(_import_drawing)
+        with signals_held():
+            for _ in range(self.processes):
+                self.executor.submit(warm_up)
+
+    def submit(self, job: int, function: Callable, *args, **kwargs) -> Future:
+        """``function(*args, **kwargs)`` in a renderer; a pool that died gives a future that says so."""
+        if self.processes <= 0:
+            if self.draws:
+                return self.executor.submit(_here, function, *args, **kwargs)
+            return self.executor.submit(function, *args, **kwargs)
+        try:
+            future = self.executor.submit(_job, job, function, *args, **kwargs)
+        except BrokenExecutor as broken:
+            future = Future()
+            future.set_exception(broken)
+        future.add_done_callback(self._drawn)
+        return future
+
+    def _drawn(self, future: Future) -> None:
+        if not future.cancelled() and not isinstance(future.exception(), BrokenExecutor):
+            self.deaths = 0
+
+    def restart(self) -> tuple[set[int], set[int]]:
+        """After a worker died: end this pool's other workers, start a fresh pool, and return
+        the jobs the dead workers were doing and the ids of every process of the old pool.
+
+        Raises:
+            HookvizError: fresh pools died ``DEATHS`` times with no image drawn in between.
+        """
+        processes = list((getattr(self.executor, "_processes", None) or {}).values())
+        ended = set(wait([process.sentinel for process in processes], timeout=0))
+        dead = {process.pid for process in processes if process.sentinel in ended}
+        slots = self.slots.get_obj()
+        lost = {slots[i + 1] for i in range(0, len(slots), 2) if slots[i] in dead and slots[i + 1] >= 0}
+        killed = self.kill()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.deaths += 1
+        if self.deaths >= DEATHS:
+            raise HookvizError(
+                f"render workers were killed {self.deaths} times in a row (out of memory, or a signal such as "
+                f"kill -9) before drawing an image; run with fewer {arg('workers')} or fewer pictures, then "
+                f"with {arg('skip_existing')} to resume"
+            )
+        self.executor = self._executor()
+        self.warm_up()
+        return lost, killed
+
+    def kill(self, release: bool = False) -> set[int]:
+        """``kill_workers`` of this pool."""
+        return kill_workers(self.executor, release)
+
+    def shutdown(self) -> None:
+        """Wait for the jobs submitted, then end the workers."""
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def killed_reason() -> str:
+    """Why an image whose pictures a killed worker was drawing failed, and what to do."""
+    return (
+        "its render worker was killed while drawing its pictures (out of memory, or a signal such as kill -9); "
+        f"rerun with {arg('skip_existing')} to draw it"
     )
+
+
+def killed_note(images: list[str]) -> str:
+    """One line for the images a killed render worker was drawing."""
+    return (
+        f"a render worker was killed (out of memory, or a signal such as kill -9) while drawing "
+        f"{', '.join(images)}: {'that image' if len(images) == 1 else 'those images'} failed; "
+        "a fresh worker drew the others"
+    )
+
+
+def broken(future: Future) -> bool:
+    """Whether the render worker of ``future`` died before finishing it (waits until it is done)."""
+    return not future.cancelled() and isinstance(future.exception(), BrokenExecutor)
+
+
+def portable(explanation):
+    """The explanation without torch tensors or the decoded photo, cheap to send to a worker."""
+    import numpy as np
+
+    image = explanation.image
+    light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
+    return replace(explanation, image=light)
+
+
+def _import_drawing() -> None:
+    import hookviz.render.figures  # noqa: F401  (matplotlib, its Agg canvas)
+    import hookviz.render.kinds  # noqa: F401
+
+
+def _here(function: Callable, *args, **kwargs):
+    from hookviz.render.worker import drawing_here
+
+    with drawing_here():
+        return function(*args, **kwargs)
+
+
+_slot: list = []  # in a worker: its (shared array, index of its job)
+
+
+def _job(job: int, function: Callable, *args, **kwargs):
+    slots, index = _slot or (None, None)
+    if slots is not None:
+        slots[index] = job
+    try:
+        return function(*args, **kwargs)
+    finally:
+        if slots is not None:
+            slots[index] = -1
 
 
 _HELD = {signal.SIGINT, signal.SIGTERM}
@@ -48,7 +202,7 @@ def signals_held():
         hold(signal.SIG_SETMASK, previous)
 
 
-def init_worker(parent: int) -> None:
+def init_worker(parent: int, slots=None) -> None:
     # Ctrl-C and SIGTERM go to the whole process group (a terminal, `timeout`, `scancel`):
     # the parent decides how to stop, and lets workers finish the file they are writing.
     # They were held back while this process started; ignored from now on.
@@ -56,10 +210,23 @@ def init_worker(parent: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+    if slots is not None:
+        _claim(slots)
     threading.Thread(target=exit_with_parent, args=(parent,), name="hookviz-parent-watch", daemon=True).start()
     from hookviz.render.worker import configure_worker
 
     configure_worker()
+
+
+def _claim(slots) -> None:
+    """Take this worker's place in the pool's shared array (``RenderPool.restart`` reads it)."""
+    with slots.get_lock():
+        raw = slots.get_obj()
+        index = next((i for i in range(0, len(raw), 2) if raw[i] == 0), None)
+        if index is None:  # no place left (a pool that started more workers than it said)
+            return
+        raw[index] = os.getpid()
+    _slot[:] = [raw, index + 1]
 
 
 def exit_with_parent(parent: int) -> None:
