@@ -1,4 +1,4 @@
-"""The trust measures wired into a pass: after ``explaining.explain_batch`` has made each
+"""The trust measures wired into a pass: after ``explaining.passes.explain_batch`` has made each
 image's CAMs, ``assess`` measures them (``TrustOptions``) and puts a ``LayerTrust`` on each
 layer of each ``Explanation``. ``check`` refuses, before any work, what cannot be measured.
 
@@ -137,10 +137,6 @@ def _measured_layer(layer, trust: LayerTrust, main: str):
 
 def _layer(explanation, name: str):
     return next(layer for layer in explanation.layers if layer.name == name)
-
-
-def _cam(explanation, name: str):
-    return _layer(explanation, name).cam
 
 
 def _measurable(explanation, name: str) -> bool:
