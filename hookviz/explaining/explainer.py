@@ -204,7 +204,7 @@ class Explainer:
         return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
 
     def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
-        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``),
+        """Explain prepared images in one forward and backward pass (see ``explaining.passes.explain_batch``),
         then measure how far to trust each CAM when ``trust`` asks (``hookviz.trust``)."""
         explanations = explain_batch(self, images, summaries)
         if not self.trust.any:

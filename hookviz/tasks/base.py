@@ -171,7 +171,7 @@ class PredictionPanel:
 
 class Task(Protocol):
     """Attributes:
-    name: ``classify``, ``segment`` or ``detect``: its ``task`` choice.
+    name: its ``task`` choice (``classify``, ``embed``, ``segment``, ``detect``, or a plug-in's).
     words: what it is, in a word for listings (``classification``).
     priority: which task a model's output is tried for first when the task is
         recognised (``task="auto"``): the highest first; the lowest claims the rest.
