@@ -80,7 +80,7 @@ class Explainer:
                 task's options.
         """
         from hookviz.anatomy.geometry import declared_layout
-        from hookviz.models.loading import input_channels
+        from hookviz.modelstate import input_channels
         from hookviz.tasks import get_task, recognise_task
         from hookviz.tasks.embed import Embed, headless
         from hookviz.tasks.targets import parse_target

@@ -18,7 +18,7 @@ from hookviz.models.sources.base import LoadedModel
 from hookviz.options import ModelOptions
 from hookviz.tasks import DEFAULT_TASK, task_names, task_words
 
-__all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels"]
+__all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources"]
 
 #: The order ``hookviz models`` shows the sources in; any other follows.
 _LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "open_clip", "ultralytics", "factory")
@@ -172,13 +172,3 @@ def list_models(filter: str | None = None, search: str | None = None) -> list[tu
     return [
         (listing.source, name, description) for listing in list_sources(filter, search) for name, description in listing.names
     ]
-
-
-def input_channels(module) -> int:
-    """How many channels the model's first convolution takes: 1 for a grayscale model,
-    else 3 (RGB). Only the first ``Conv2d`` registered is looked at; models whose stem
-    comes later in registration order are taken as RGB."""
-    import torch.nn as nn
-
-    first = next((m for m in module.modules() if isinstance(m, nn.Conv2d)), None)
-    return 1 if first is not None and first.in_channels == 1 and first.groups == 1 else 3

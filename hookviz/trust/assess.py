@@ -148,7 +148,7 @@ def _measurable(explanation, name: str) -> bool:
 def _inputs(explainer, images, chosen):
     import torch
 
-    from hookviz.tasks.base import model_dtype
+    from hookviz.modelstate import model_dtype
 
     module = explainer.model.module
     return torch.stack([images[i].tensor for i in chosen]).to(device=explainer.device, dtype=model_dtype(module))
@@ -178,9 +178,9 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list
     """Per chosen image, its ``(DeletionInsertion, Road)`` of its map in ``maps``."""
     import torch
 
-    from hookviz.explaining.modelstate import evaluation
     from hookviz.explaining.passes import full_precision
     from hookviz.input_format import formats_for
+    from hookviz.modelstate import evaluation
     from hookviz.trust.deletion import deletion_insertion
     from hookviz.trust.road import road
 
@@ -220,7 +220,7 @@ def _row_cost(explainer, inputs):
     import torch
 
     from hookviz.budget import measuring
-    from hookviz.explaining.modelstate import evaluation
+    from hookviz.modelstate import evaluation
 
     module = explainer.model.module
     row = inputs[0].numel() * inputs.element_size()
