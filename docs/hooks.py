@@ -3,7 +3,7 @@ while the site is built, so that it cannot drift from the command.
 
 A page that holds the marker ``<!-- hookviz-commands -->`` gets, in its place, one section per
 command: its usage line, its help text (the command's docstring) and a table of its arguments
-and options with their help and defaults, as ``hookviz COMMAND --help`` prints them.
+and options with their help and defaults, under the panels ``hookviz COMMAND --help`` prints them in.
 """
 
 from __future__ import annotations
@@ -44,8 +44,18 @@ def _section(title: str, command, context) -> str:
     lines = [f"## `{title}`", "", "```text", command.get_usage(context), "```", ""]
     if command.help:
         lines += ["```text", inspect.cleandoc(command.help), "```", ""]
-    records = [record for param in command.params if (record := param.get_help_record(context))]
-    if records:
+    from hookviz.command_options import help_panels
+
+    helps = command.get_help_option(context)  # the page lists what a command takes, not --help
+    shown = helps.get_help_record(context) if helps else None
+    panels = {
+        panel: kept
+        for panel, records in help_panels(command, context).items()
+        if (kept := [record for record in records if record != shown])
+    }
+    for panel, records in panels.items():
+        lines += [f"**{panel}**", ""] if len(panels) > 1 else []
         lines += ["| argument or option | meaning |", "| --- | --- |"]
         lines += [f"| `{names}` | {_cell(meaning)} |" for names, meaning in records]
-    return "\n".join(lines)
+        lines += [""]
+    return "\n".join(lines).rstrip("\n")

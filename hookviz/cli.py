@@ -21,6 +21,12 @@ import typer
 
 from hookviz import __version__
 from hookviz.command_options import (
+    LAYERS,
+    METHODS,
+    MODEL,
+    OUTPUT,
+    PICTURES,
+    TRUST,
     AtolOption,
     BaselineOption,
     BatchSizeOption,
@@ -49,6 +55,7 @@ from hookviz.command_options import (
     ObjectiveOption,
     OutOption,
     OutputKeyOption,
+    PanelledCommand,
     PromptOption,
     PromptsFileOption,
     QuietOption,
@@ -149,12 +156,20 @@ def _guard(debug: bool, action):
 # ----------------------------------------------------------------------------- run
 
 
-@app.command()
+@app.command(cls=PanelledCommand)
 def run(
     images: ImagesArgument = None,
     model: ModelOption = "resnet50",
     weights: WeightsOption = "DEFAULT",
     seed: SeedOption = 0,
+    task: Annotated[
+        str,
+        typer.Option(
+            help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.",
+            rich_help_panel=MODEL,
+        ),
+    ] = "auto",
+    trust_checkpoint: TrustCheckpointOption = False,
     prompt: PromptOption = None,
     prompts: PromptsFileOption = None,
     layer: LayerOption = None,
@@ -162,48 +177,44 @@ def run(
     layout: LayoutOption = "auto",
     target: TargetOption = "top1",
     objective: ObjectiveOption = "logit",
-    cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions)] = "gradcam",
     topk: TopkOption = 1,
     output_key: OutputKeyOption = None,
-    task: Annotated[
-        str, typer.Option(help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.")
-    ] = "auto",
-    trust_checkpoint: TrustCheckpointOption = False,
     score_threshold: ScoreThresholdOption = 0.5,
     max_detections: MaxDetectionsOption = 5,
-    target_image: TargetImageOption = None,
     box_objective: BoxObjectiveOption = "score",
+    target_image: TargetImageOption = None,
+    cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions, rich_help_panel=METHODS)] = "gradcam",
     steps: StepsOption = 32,
     ig_baseline: IgBaselineOption = "zero",
-    channels: ChannelsOption = "64",
-    scale: ScaleOption = "tile",
-    grad_channels: GradChannelsOption = False,
-    pictures: Annotated[str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.")] = ",".join(
-        default_groups()
-    ),
-    save_tensors: SaveTensorsOption = False,
-    out: OutOption = "hookviz-out",
-    resize: ResizeOption = None,
-    crop: CropOption = None,
-    mean: MeanOption = None,
-    std: StdOption = None,
-    no_crop: NoCropOption = False,
-    batch_size: BatchSizeOption = 8,
-    device: DeviceOption = "auto",
-    from_list: FromListOption = None,
-    skip_existing: SkipExistingOption = False,
-    shard: ShardOption = None,
-    max_pixels: MaxPixelsOption = DEFAULT_MAX_PIXELS,
+    faithfulness: FaithfulnessOption = False,
+    sanity: SanityOption = False,
     fail_on: FailOnOption = None,
     dead_fraction: DeadFractionOption = 1.0,
     baseline: BaselineOption = None,
     rtol: RtolOption = _DEFAULTS.rtol,
     atol: AtolOption = _DEFAULTS.atol,
     min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
-    tensorboard: TensorboardOption = None,
+    pictures: Annotated[
+        str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.", rich_help_panel=PICTURES)
+    ] = ",".join(default_groups()),
+    channels: ChannelsOption = "64",
+    scale: ScaleOption = "tile",
+    grad_channels: GradChannelsOption = False,
+    from_list: FromListOption = None,
+    resize: ResizeOption = None,
+    crop: CropOption = None,
+    no_crop: NoCropOption = False,
+    mean: MeanOption = None,
+    std: StdOption = None,
+    max_pixels: MaxPixelsOption = DEFAULT_MAX_PIXELS,
+    device: DeviceOption = "auto",
+    batch_size: BatchSizeOption = 8,
     workers: WorkersOption = 0,
-    faithfulness: FaithfulnessOption = False,
-    sanity: SanityOption = False,
+    skip_existing: SkipExistingOption = False,
+    shard: ShardOption = None,
+    out: OutOption = "hookviz-out",
+    save_tensors: SaveTensorsOption = False,
+    tensorboard: TensorboardOption = None,
     json_output: JsonOutputOption = False,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
@@ -308,7 +319,7 @@ def _say_findings(findings) -> None:
 # ----------------------------------------------------------------------------- diff
 
 
-@app.command()
+@app.command(cls=PanelledCommand)
 def diff(
     base: Annotated[
         Path, typer.Argument(metavar="BASE", help="The baseline: an earlier run's output folder (only read).", show_default=False)
@@ -319,9 +330,9 @@ def diff(
             metavar="NEW", help="The run to compare with it (its image folders get <layer>.diff.png).", show_default=False
         ),
     ],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Where to write diff.json (default NEW/diff.json).")] = None,
     fail_on: Annotated[
-        Optional[str], typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.")
+        Optional[str],
+        typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.", rich_help_panel=TRUST),
     ] = None,
     rtol: RtolOption = _DEFAULTS.rtol,
     atol: AtolOption = _DEFAULTS.atol,
@@ -329,11 +340,20 @@ def diff(
     pictures: Annotated[
         str,
         typer.Option(
-            help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json."
+            help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json.",
+            rich_help_panel=PICTURES,
         ),
     ] = "diff",
-    json_output: Annotated[bool, typer.Option("--json", help="Print diff.json to stdout (for jq).")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors and findings.")] = False,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="Where to write diff.json (default NEW/diff.json).", rich_help_panel=OUTPUT),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print diff.json to stdout (for jq).", rich_help_panel=OUTPUT)
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing but errors and findings.", rich_help_panel=OUTPUT)
+    ] = False,
     debug: DebugOption = False,
 ) -> None:
     """Compare the run in NEW with the baseline run in BASE, image by image and layer by layer.
@@ -386,22 +406,33 @@ def diff(
 # ----------------------------------------------------------------------------- layers
 
 
-@app.command()
+@app.command(cls=PanelledCommand)
 def layers(
     model: ModelOption = "resnet50",
-    weights: Annotated[str, typer.Option(help="Weights to load first; none is enough to list layers.")] = "none",
-    filter: Annotated[
-        Optional[str], typer.Option("--filter", help="Only paths containing this text or matching this glob.")
-    ] = None,
-    type: Annotated[Optional[str], typer.Option("--type", help="Only modules of this class (Conv2d).")] = None,
-    crop: Annotated[
-        Optional[int], typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).")
-    ] = None,
+    weights: Annotated[
+        str, typer.Option(help="Weights to load first; none is enough to list layers.", rich_help_panel=MODEL)
+    ] = "none",
     trust_checkpoint: Annotated[
-        bool, typer.Option("--trust-checkpoint", help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle).")
+        bool,
+        typer.Option(
+            "--trust-checkpoint",
+            help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle).",
+            rich_help_panel=MODEL,
+        ),
     ] = False,
     prompt: PromptOption = None,
     prompts: PromptsFileOption = None,
+    filter: Annotated[
+        Optional[str],
+        typer.Option("--filter", help="Only paths containing this text or matching this glob.", rich_help_panel=LAYERS),
+    ] = None,
+    type: Annotated[
+        Optional[str], typer.Option("--type", help="Only modules of this class (Conv2d).", rich_help_panel=LAYERS)
+    ] = None,
+    crop: Annotated[
+        Optional[int],
+        typer.Option(help="Side of the dummy input image (default: the size the model takes, else 224).", rich_help_panel=LAYERS),
+    ] = None,
     debug: DebugOption = False,
 ) -> None:
     """List every module path of MODEL with its type, output shape, parameters and calls.

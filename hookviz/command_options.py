@@ -6,14 +6,27 @@ from __future__ import annotations
 
 import sys
 from types import SimpleNamespace
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from hookviz.options import MAX_SIDE, MAX_STEPS, MAX_TOPK
 from hookviz.progress import FEW_IMAGES
 
 __all__ = [
+    "PANELS",
+    "PanelledCommand",
+    "help_panels",
+    "MODEL",
+    "LAYERS",
+    "TARGET",
+    "METHODS",
+    "TRUST",
+    "PICTURES",
+    "IMAGES",
+    "RUN",
+    "OUTPUT",
     "given_prompts",
     "option_groups",
     "ModelOption",
@@ -70,41 +83,80 @@ __all__ = [
     "VerboseOption",
 ]
 
+# The panels ``--help`` groups the options in (typer's ``rich_help_panel``), in the order ``hookviz
+# run`` lists them; an option keeps its panel in every command that takes it.
+PANELS = ("Model", "Layers", "Target", "Methods", "Trust and checks", "Pictures", "Images", "Run", "Output")
+MODEL, LAYERS, TARGET, METHODS, TRUST, PICTURES, IMAGES, RUN, OUTPUT = PANELS
+
+
+def help_panels(command: Any, ctx: Any) -> dict[str, list[tuple[str, str]]]:
+    """A click ``command``'s help records (names, meaning) by panel, in the order ``--help`` shows
+    them: arguments and options without a panel first, as typer's rich help puts them. (Typed
+    ``Any``: typer may carry its own copy of click.)"""
+    panels: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": []}
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is not None:
+            unnamed = "Arguments" if param.param_type_name == "argument" else "Options"
+            panels.setdefault(getattr(param, "rich_help_panel", None) or unnamed, []).append(record)
+    return {title: records for title, records in panels.items() if records}
+
+
+class PanelledCommand(TyperCommand):
+    """A command whose plain-text ``--help`` (NO_COLOR, a dumb terminal: ``process.plain_text_only``)
+    lists its options under their panels' titles too, as rich's boxes do."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        for title, records in help_panels(self, ctx).items():
+            with formatter.section(title):
+                formatter.write_dl(records)
+
+
 ModelOption = Annotated[
     str,
     typer.Option(
         "--model",
         "-m",
         help="torchvision model name (resnet50), built-in (efficientnet_lite0), timm:NAME, hf:ORG/NAME, open_clip:ARCH or open_clip:ARCH/TAG, or package.module:callable.",
+        rich_help_panel=MODEL,
     ),
 ]
 WeightsOption = Annotated[
     str,
     typer.Option(
         help="DEFAULT (pretrained), none (random init), a torchvision weights name, or a state_dict file (.pth/.safetensors).",
+        rich_help_panel=MODEL,
     ),
 ]
-SeedOption = Annotated[int, typer.Option(help="Seed for random initialisation (--weights none).")]
+SeedOption = Annotated[int, typer.Option(help="Seed for random initialisation (--weights none).", rich_help_panel=MODEL)]
 PromptOption = Annotated[
-    Optional[list[str]], typer.Option("--prompt", help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable.")
+    Optional[list[str]],
+    typer.Option(
+        "--prompt", help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable.", rich_help_panel=MODEL
+    ),
 ]
 PromptsFileOption = Annotated[
     Optional[list[str]],
     typer.Option(
         "--prompts",
         help="CLIP models: a text file of prompts, one a line; repeatable, read in order after the --prompt texts.",
+        rich_help_panel=MODEL,
     ),
 ]
-DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
+DebugOption = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.", rich_help_panel=OUTPUT)]
 RtolOption = Annotated[
     float,
     typer.Option(
-        help="Drift: a forward tensor may differ from the baseline by atol + rtol x its largest |value| in the baseline."
+        help="Drift: a forward tensor may differ from the baseline by atol + rtol x its largest |value| in the baseline.",
+        rich_help_panel=TRUST,
     ),
 ]
-AtolOption = Annotated[float, typer.Option(help="Drift: the absolute part of that allowance.")]
+AtolOption = Annotated[float, typer.Option(help="Drift: the absolute part of that allowance.", rich_help_panel=TRUST)]
 MinCamCorrOption = Annotated[
-    float, typer.Option("--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.")
+    float,
+    typer.Option(
+        "--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.", rich_help_panel=TRUST
+    ),
 ]
 
 
@@ -117,30 +169,43 @@ ImagesArgument = Annotated[
 ]
 LayerOption = Annotated[
     Optional[list[str]],
-    typer.Option("--layer", "-l", help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'."),
+    typer.Option(
+        "--layer",
+        "-l",
+        help="Layer path, repeatable: layer3.-1, features.18, layer3.5.relu:1, 'layer*.0.conv2'.",
+        rich_help_panel=LAYERS,
+    ),
 ]
 LayerTypeOption = Annotated[
-    Optional[list[str]], typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.")
+    Optional[list[str]],
+    typer.Option("--layer-type", help="Every module of this class, repeatable: Conv2d.", rich_help_panel=LAYERS),
 ]
 LayoutOption = Annotated[
     str,
     typer.Option(
         help="nchw or nhwc: how to read a map whose shape fits both orders (1x96x96x96) when neither the model nor "
-        "the ops that made it say which; auto: no CAM for it, and a note."
+        "the ops that made it say which; auto: no CAM for it, and a note.",
+        rich_help_panel=LAYERS,
     ),
 ]
 
 
 # hookviz run's own options (--cam, --task and --pictures stay in ``cli.run``: their help is read
 # from registries each time typer builds the command).
-TargetOption = Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).")]
-ObjectiveOption = Annotated[str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.")]
-TopkOption = Annotated[int, typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).")]
+TargetOption = Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).", rich_help_panel=TARGET)]
+ObjectiveOption = Annotated[
+    str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.", rich_help_panel=TARGET)
+]
+TopkOption = Annotated[
+    int,
+    typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).", rich_help_panel=TARGET),
+]
 OutputKeyOption = Annotated[
     Optional[str],
     typer.Option(
         "--output-key",
         help="Which entry of the model's output holds the logits (a dict key or a tuple index), when it returns several.",
+        rich_help_panel=TARGET,
     ),
 ]
 TrustCheckpointOption = Annotated[
@@ -148,88 +213,131 @@ TrustCheckpointOption = Annotated[
     typer.Option(
         "--trust-checkpoint",
         help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.",
+        rich_help_panel=MODEL,
     ),
 ]
-ScoreThresholdOption = Annotated[float, typer.Option(help="Detection: explain detections with at least this score.")]
-MaxDetectionsOption = Annotated[int, typer.Option(help="Detection: explain at most this many detections per image, best first.")]
+ScoreThresholdOption = Annotated[
+    float, typer.Option(help="Detection: explain detections with at least this score.", rich_help_panel=TARGET)
+]
+MaxDetectionsOption = Annotated[
+    int, typer.Option(help="Detection: explain at most this many detections per image, best first.", rich_help_panel=TARGET)
+]
 TargetImageOption = Annotated[
     Optional[list[str]],
     typer.Option(
         "--target-image",
         help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.",
+        rich_help_panel=TARGET,
     ),
 ]
 BoxObjectiveOption = Annotated[
     str,
     typer.Option(
-        help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget)."
+        help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).",
+        rich_help_panel=TARGET,
     ),
 ]
 StepsOption = Annotated[
-    int, typer.Option(help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).")
+    int,
+    typer.Option(
+        help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).",
+        rich_help_panel=METHODS,
+    ),
 ]
 IgBaselineOption = Annotated[
     str,
     typer.Option(
         "--ig-baseline",
         help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).",
+        rich_help_panel=METHODS,
     ),
 ]
-ChannelsOption = Annotated[str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).")]
-ScaleOption = Annotated[str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.")]
-GradChannelsOption = Annotated[bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.")]
-SaveTensorsOption = Annotated[bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.")]
-OutOption = Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.")]
+ChannelsOption = Annotated[
+    str, typer.Option(help="Channel grid: the N most active (64), a range (0-15) or a list (3,7,9).", rich_help_panel=PICTURES)
+]
+ScaleOption = Annotated[
+    str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.", rich_help_panel=PICTURES)
+]
+GradChannelsOption = Annotated[
+    bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.", rich_help_panel=PICTURES)
+]
+SaveTensorsOption = Annotated[
+    bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.", rich_help_panel=OUTPUT)
+]
+OutOption = Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.", rich_help_panel=OUTPUT)]
 ResizeOption = Annotated[
     Optional[int],
-    typer.Option(help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE})."),
+    typer.Option(
+        help=f"Resize the shorter side to this (default: the weights' own, else 256; at most {MAX_SIDE}).", rich_help_panel=IMAGES
+    ),
 ]
-CropOption = Annotated[Optional[int], typer.Option(help="Centre-crop to this square (default 224).")]
-MeanOption = Annotated[Optional[str], typer.Option(help="Normalisation mean, r,g,b.")]
-StdOption = Annotated[Optional[str], typer.Option(help="Normalisation std, r,g,b.")]
-NoCropOption = Annotated[bool, typer.Option("--no-crop", help="Resize the whole photo to the input size instead of cropping.")]
+CropOption = Annotated[Optional[int], typer.Option(help="Centre-crop to this square (default 224).", rich_help_panel=IMAGES)]
+MeanOption = Annotated[Optional[str], typer.Option(help="Normalisation mean, r,g,b.", rich_help_panel=IMAGES)]
+StdOption = Annotated[Optional[str], typer.Option(help="Normalisation std, r,g,b.", rich_help_panel=IMAGES)]
+NoCropOption = Annotated[
+    bool, typer.Option("--no-crop", help="Resize the whole photo to the input size instead of cropping.", rich_help_panel=IMAGES)
+]
 BatchSizeOption = Annotated[
     int,
-    typer.Option(help="Most images per forward pass (fewer at the start of a run, and when recording them would pass 256 MB)."),
+    typer.Option(
+        help="Most images per forward pass (fewer at the start of a run, and when recording them would pass 256 MB).",
+        rich_help_panel=RUN,
+    ),
 ]
-DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", rich_help_panel=RUN)]
 FromListOption = Annotated[
-    Optional[str], typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).")
+    Optional[str],
+    typer.Option("--from-list", help="Read image paths, one a line, from FILE (- for stdin).", rich_help_panel=IMAGES),
 ]
 SkipExistingOption = Annotated[
     bool,
     typer.Option(
         "--skip-existing",
         help="Skip images whose folder holds complete results for these layers and pictures (resume a run).",
+        rich_help_panel=RUN,
     ),
 ]
 ShardOption = Annotated[
     Optional[str],
     typer.Option(
-        help="K/N: process the K-th of N slices of the image list; auto: the Slurm array task's slice (torchrun's processes take theirs unasked)."
+        help="K/N: process the K-th of N slices of the image list; auto: the Slurm array task's slice (torchrun's processes take theirs unasked).",
+        rich_help_panel=RUN,
     ),
 ]
 MaxPixelsOption = Annotated[
-    int, typer.Option(help="Refuse images with more pixels than this, decoded or resized (decompression bombs).")
+    int,
+    typer.Option(
+        help="Refuse images with more pixels than this, decoded or resized (decompression bombs).", rich_help_panel=IMAGES
+    ),
 ]
 FailOnOption = Annotated[
     Optional[str],
-    typer.Option("--fail-on", help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline)."),
+    typer.Option(
+        "--fail-on",
+        help="Exit 3 when a check fails: nonfinite,dead,zero-grad,drift (drift needs --baseline).",
+        rich_help_panel=TRUST,
+    ),
 ]
-DeadFractionOption = Annotated[float, typer.Option(help="'dead' means at least this fraction of an output is zero.")]
+DeadFractionOption = Annotated[
+    float, typer.Option(help="'dead' means at least this fraction of an output is zero.", rich_help_panel=TRUST)
+]
 BaselineOption = Annotated[
     Optional[str],
-    typer.Option(help="An earlier run's output folder: end by comparing with it (OUT/diff.json, <layer>.diff.png)."),
+    typer.Option(
+        help="An earlier run's output folder: end by comparing with it (OUT/diff.json, <layer>.diff.png).", rich_help_panel=TRUST
+    ),
 ]
 TensorboardOption = Annotated[
-    Optional[str], typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.")
+    Optional[str],
+    typer.Option(help="Also log pictures, scalars and histograms to this TensorBoard log folder.", rich_help_panel=OUTPUT),
 ]
-WorkersOption = Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).")]
+WorkersOption = Annotated[int, typer.Option(help="Rendering processes (0: one per CPU).", rich_help_panel=RUN)]
 FaithfulnessOption = Annotated[
     bool,
     typer.Option(
         "--faithfulness",
         help="Measure each CAM: deletion and insertion curves (torch-cam's), ROAD (pytorch-grad-cam's); <layer>.faithfulness.png, run.json ranks the maps. Classifiers only; ~60 forward passes per image and layer.",
+        rich_help_panel=TRUST,
     ),
 ]
 SanityOption = Annotated[
@@ -237,12 +345,16 @@ SanityOption = Annotated[
     typer.Option(
         "--sanity",
         help="Randomisation check of each CAM (Adebayo et al. 2018): re-explain with the layers randomised from the output down; <layer>.sanity.png. One pass per parametrised layer per image and layer.",
+        rich_help_panel=TRUST,
     ),
 ]
-JsonOutputOption = Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).")]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")]
+JsonOutputOption = Annotated[bool, typer.Option("--json", help="Print run.json to stdout (for jq).", rich_help_panel=OUTPUT)]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.", rich_help_panel=OUTPUT)]
 VerboseOption = Annotated[
-    bool, typer.Option("--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).")
+    bool,
+    typer.Option(
+        "--verbose", help=f"A line per image however many there are (else only up to {FEW_IMAGES}).", rich_help_panel=OUTPUT
+    ),
 ]
 
 

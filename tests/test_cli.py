@@ -444,6 +444,37 @@ def test_models_lists_builtin_and_torchvision(cli):
     assert invoke(cli, "--version").stdout.startswith("hookviz ")
 
 
+RUN_PANELS = ["Model", "Layers", "Target", "Methods", "Trust and checks", "Pictures", "Images", "Run", "Output"]
+
+
+def _panels(text: str, title: str) -> dict[str, str]:
+    """``--help``'s text by panel: each title (matched by ``title``) to the text under it."""
+    parts = re.split(title, text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_run_help_groups_every_option_in_a_panel(columns, monkeypatch):
+    """53 options in one list were hard to read: each option of ``hookviz run`` sits in one panel,
+    the panels in the order a run goes, in rich's boxes and in plain text (NO_COLOR)."""
+    import typer.main
+
+    options = [p for p in typer.main.get_command(app).commands["run"].params if p.param_type_name == "option"]
+    assert [p.opts[0] for p in options if p.rich_help_panel not in RUN_PANELS] == []
+    assert list(dict.fromkeys(p.rich_help_panel for p in options)) == RUN_PANELS
+    boxed = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": columns})
+    monkeypatch.setattr(app, "rich_markup_mode", None)  # as main() sets it for NO_COLOR or a dumb terminal
+    plain = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": columns})
+    for result, title in ((boxed, r"^╭─ (.+?) ─+╮$"), (plain, r"^(\S.*):$")):
+        assert result.exit_code == 0, result.output
+        panels = _panels(result.output, title)
+        assert list(panels) == ["Arguments", "Options", *RUN_PANELS]
+        for option in options:
+            name = max(option.opts, key=len)
+            where = rf"^(│ |  )(-\w, )?{name}(?![\w-])"  # the line it starts (another option's help may name it)
+            assert [panel for panel, text in panels.items() if re.search(where, text, re.M)] == [option.rich_help_panel]
+
+
 @pytest.mark.slow
 def test_help_does_not_import_torch():
     code = (

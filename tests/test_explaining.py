@@ -9,7 +9,7 @@ from PIL import Image
 
 from hookviz import Preprocessing, TargetOptions, explain
 from hookviz.errors import TargetError, UsageError
-from hookviz.explaining.modelstate import frozen_parameters
+from hookviz.modelstate import frozen_parameters
 from hookviz.tasks.classify import logits_of, parse_target
 
 from .conftest import tiny_net

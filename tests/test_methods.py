@@ -993,9 +993,9 @@ def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tm
         # Given to methods that all ignore them, they changed nothing, silently.
         (
             ["--steps", "8"],
-            "--steps 8: only integrated gradients takes it, and --cam gradcam does not include it; add integrated-gradients",
+            "--steps 8: only integrated-gradients takes it, and --cam gradcam does not include it; add integrated-gradients",
         ),
-        (["--cam", "scorecam,guided-gradcam", "--ig-baseline", "blur"], "--ig-baseline blur: only integrated gradients takes it"),
+        (["--cam", "scorecam,guided-gradcam", "--ig-baseline", "blur"], "--ig-baseline blur: only integrated-gradients takes it"),
         (
             ["--cam", "gradcam,guided-backprop", "--model", "tests.conftest:tiny_convnext"],
             "--cam guided-backprop: TinyConvNeXt has no nn.ReLU module (its activations are another function, or F.relu), "
@@ -1030,6 +1030,58 @@ def test_bad_input_method_options_are_refused_in_one_line(photo, tmp_path, argum
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split()) and len(result.output.strip().splitlines()) == 1
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_a_plugin_method_does_not_switch_off_the_check_that_refuses_steps(photo, tmp_path, registries_restored):
+    """--steps without a method that takes it changes nothing: refused, also when a method from
+    outside the package is asked (one among them used to turn the check off, reading it or not)."""
+
+    @register_method("toy-plain", needs_gradients=False)
+    def plain(ctx):
+        return ctx.activations.sum(dim=1).clamp(min=0)
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
+        + ["--cam", "gradcam,toy-plain", "--steps", "8", "--out", str(out)],
+        env={"COLUMNS": "300", "TERM": "dumb"},
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "hookviz: error: --steps 8: only integrated-gradients takes it, and --cam gradcam,toy-plain does not include it; "
+        "add integrated-gradients to the methods or drop the option"
+    ]
+    assert not out.exists()
+
+
+def test_a_plugin_method_that_takes_a_setting_gets_it_and_only_it(registries_restored):
+    """A method declares the settings it reads (``takes``): given them, with no integrated
+    gradients in the run; a setting it does not take is refused still, one it cannot take at once."""
+
+    @register_method("toy-steps", needs_gradients=False, takes=("steps",))
+    def with_steps(ctx):
+        SEEN.append({"steps": ctx.options.steps})
+        return ctx.activations.sum(dim=1).clamp(min=0)
+
+    explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], cam="toy-steps", steps=8)
+    assert SEEN == [{"steps": 8}]
+    assert "integrated-gradients or toy-steps" in _refusal(steps=4, cam="gradcam")
+    assert _refusal(ig_baseline="blur", cam="toy-steps") == (
+        "ig_baseline='blur': only integrated-gradients takes it, and cam='toy-steps' does not include it; "
+        "add integrated-gradients to the methods or drop the option"
+    )
+    with pytest.raises(
+        UsageError, match=r"^method 'toy-seed': takes 'seed', not a setting of a run; choose from steps, ig_baseline$"
+    ):
+        register_method("toy-seed", takes=("seed",))
+    assert "toy-seed" not in METHODS
+
+
+def _refusal(**given) -> str:
+    with pytest.raises(UsageError) as refused:
+        TargetOptions(**given)
+    return str(refused.value)
 
 
 def test_skip_existing_redoes_an_image_explained_with_other_steps_or_methods(photo, tmp_path):

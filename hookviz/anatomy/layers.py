@@ -171,7 +171,7 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
     model's mode and parameters are left as they were."""
     import torch
 
-    from hookviz.explaining.modelstate import evaluation
+    from hookviz.modelstate import evaluation
 
     shapes: dict[str, list[tuple[int, ...] | None]] = {}
     order: list[str] = []
@@ -190,7 +190,7 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
             hooks.add(module.register_forward_hook(hook))
         try:
             with torch.no_grad(), evaluation(model):
-                from hookviz.tasks.base import model_dtype
+                from hookviz.modelstate import model_dtype
 
                 device = next(model.parameters(), torch.zeros(0)).device
                 output = model(torch.zeros(1, channels, *input_size, device=device, dtype=model_dtype(model)))
@@ -238,7 +238,7 @@ def trace(model, input_size: tuple[int, int] = (224, 224), channels: int = 3) ->
 def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
     """Every module path of ``model`` with its type, output shape per call and parameter
     count: the paths ``layers=`` (and ``hookviz run --layer``) take."""
-    from hookviz.models.loading import input_channels
+    from hookviz.modelstate import input_channels
 
     return trace(model, input_size, input_channels(model))
 

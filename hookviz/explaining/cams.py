@@ -121,7 +121,8 @@ def sources_for(explainer, methods, plan, tensors, gradients, cost=None) -> Sour
     from hookviz.explaining.probing import InputGradients
     from hookviz.input_format import formats_for
     from hookviz.methods import RESCORING_BATCH
-    from hookviz.tasks.base import Rescoring, model_dtype
+    from hookviz.modelstate import model_dtype
+    from hookviz.tasks.base import Rescoring
 
     module, task, options, device = explainer.model.module, explainer.task, explainer.target, explainer.device
     keys = tuple(key for key, _ in plan.cams)

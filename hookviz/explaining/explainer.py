@@ -80,7 +80,7 @@ class Explainer:
                 task's options.
         """
         from hookviz.anatomy.geometry import declared_layout
-        from hookviz.models.loading import input_channels
+        from hookviz.modelstate import input_channels
         from hookviz.tasks import get_task, recognise_task
         from hookviz.tasks.embed import Embed, headless
         from hookviz.tasks.targets import parse_target
@@ -204,7 +204,7 @@ class Explainer:
         return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
 
     def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
-        """Explain prepared images in one forward and backward pass (see ``explaining.explain_batch``),
+        """Explain prepared images in one forward and backward pass (see ``explaining.passes.explain_batch``),
         then measure how far to trust each CAM when ``trust`` asks (``hookviz.trust``)."""
         explanations = explain_batch(self, images, summaries)
         if not self.trust.any:

@@ -276,8 +276,8 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
 
     from hookviz.anatomy.dataflow import ChannelOrders
     from hookviz.explaining.cams import cam_gradients, layer_maps, pixel_maps, sources_for
-    from hookviz.explaining.modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
     from hookviz.explaining.recording import Recording
+    from hookviz.modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
 
     module, task, options, methods = explainer.model.module, explainer.task, explainer.target, explainer.methods
     layer_methods = [m for m in methods if m.resolution == "layer"]  # the main one first

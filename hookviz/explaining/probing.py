@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hookviz.anatomy.featuremaps import Layout, reshape
-from hookviz.errors import UsageError, arg
 from hookviz.explaining.recording import _first_float, _replace_first
 from hookviz.hooks import HookSet
+from hookviz.methods.guided_backprop import check_relus, relu_modules
 from hookviz.workload import passed
 
-__all__ = ["LayerRescoring", "InputGradients", "guided_relus", "relu_modules", "check_relus"]
+__all__ = ["LayerRescoring", "InputGradients", "guided_relus"]
 
 
 @dataclass(frozen=True)
@@ -179,22 +179,6 @@ class InputGradients:
             return torch.zeros_like(part)
         (gradient,) = torch.autograd.grad(scores.sum(), part, allow_unused=True)
         return torch.zeros_like(part) if gradient is None else gradient.detach()
-
-
-def relu_modules(model) -> list:
-    """The ``nn.ReLU`` modules of ``model`` (guided backprop guides these)."""
-    import torch
-
-    return [module for module in model.modules() if isinstance(module, torch.nn.ReLU)]
-
-
-def check_relus(model, method: str) -> None:
-    """Raise UsageError, naming ``method``, when ``model`` has no ``nn.ReLU`` to guide."""
-    if not relu_modules(model):
-        raise UsageError(
-            f"{arg('cam', method)}: {type(model).__name__} has no nn.ReLU module (its activations are another "
-            "function, or F.relu), so guided backprop has nothing to guide; choose integrated-gradients"
-        )
 
 
 @contextlib.contextmanager

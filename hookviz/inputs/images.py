@@ -51,12 +51,6 @@ INTERPOLATIONS = {
     "hamming": Image.Resampling.HAMMING,
 }
 
-IMAGE_SUFFIXES = frozenset(
-    ext.lower()
-    for ext, fmt in Image.registered_extensions().items()
-    if fmt not in {"PDF", "EPS", "PSD", "XVTHUMB", "FITS", "MPEG", "GRIB", "BUFR", "HDF5", "WMF"}
-)
-
 
 #: How a photo is resized: ``crop`` (shorter side to ``resize``, then the centre ``size`` square),
 #: ``whole`` (the whole photo to ``size`` x ``size``), ``shorter`` (shorter side to ``resize``, nothing

@@ -45,6 +45,7 @@ __all__ = [
     "METHODS",
     "RESCORING_BATCH",
     "RESOLUTIONS",
+    "SETTINGS",
     "Method",
     "MethodContext",
     "get_method",
@@ -58,6 +59,10 @@ RESCORING_BATCH = 32
 #: What a method's map is: one map per image at the layer's resolution, or one map per
 #: image and input channel at the input's resolution.
 RESOLUTIONS = ("layer", "input")
+#: The run's settings a method may take (``TargetOptions``' fields, handed on as ``ctx.options``):
+#: a method declares those it reads (``takes``), and one given while no method asked takes it
+#: is refused, never silently ignored.
+SETTINGS = ("steps", "ig_baseline")
 
 
 @dataclass(frozen=True)
@@ -94,8 +99,8 @@ class MethodContext:
             ``nn.ReLU`` passes back only positive gradients (guided backprop), through
             hooks removed when it returns. It raises UsageError when the model has no
             ``nn.ReLU`` to guide.
-        options: the run's ``TargetOptions`` (``steps``, ``ig_baseline``), for methods that
-            take settings.
+        options: the run's ``TargetOptions``, for methods that take settings (``steps``,
+            ``ig_baseline``: those a method declares in ``takes``).
     """
 
     activations: torch.Tensor
@@ -139,6 +144,8 @@ class Method:
         caveat: ``caveat(input, options)`` for one image's input (1, C, H, W) and the run's
             ``TargetOptions``: what a reader of that image's map must know (an integrated
             gradients baseline equal to the input makes it zero), said in a note, or ``None``.
+        takes: the settings (``SETTINGS``) it reads from ``ctx.options``: ``--steps`` or
+            ``--ig-baseline`` given while no method asked takes it is refused.
     """
 
     name: str
@@ -151,6 +158,7 @@ class Method:
     class_specific: bool = True
     check: Callable[[Any], None] | None = None
     caveat: Callable[[Any, Any], str | None] | None = None
+    takes: tuple[str, ...] = ()
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one."""
@@ -189,6 +197,7 @@ def register_method(
     class_specific: bool = True,
     check: Callable[[Any], None] | None = None,
     caveat: Callable[[Any, Any], str | None] | None = None,
+    takes: tuple[str, ...] = (),
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -196,11 +205,16 @@ def register_method(
     Raises:
         UsageError: ``name`` is taken (a method of that name, or ``none``), as torchvision's
             ``register_model`` refuses a second model of one name; a name with a comma (``--cam``
-            lists names with commas); a ``resolution`` other than ``layer`` or ``input``.
+            lists names with commas); a ``resolution`` other than ``layer`` or ``input``; a
+            setting in ``takes`` that is not one of ``SETTINGS``.
     """
     METHODS.check_free(name)  # at the decorator's line, before the function is read: taken, or not one word
     if resolution not in RESOLUTIONS:
         raise UsageError(f"method {name!r}: resolution {resolution!r}; choose {' or '.join(RESOLUTIONS)}")
+    takes = (takes,) if isinstance(takes, str) else tuple(takes)
+    unknown = [setting for setting in takes if setting not in SETTINGS]
+    if unknown:
+        raise UsageError(f"method {name!r}: takes {unknown[0]!r}, not a setting of a run; choose from {', '.join(SETTINGS)}")
 
     def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
         method = Method(
@@ -214,6 +228,7 @@ def register_method(
             class_specific,
             check,
             caveat,
+            takes,
         )
         return METHODS.add(name, method)
 

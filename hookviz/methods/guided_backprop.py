@@ -12,17 +12,32 @@ swaps them for modules of its own and back, and what it swaps back is one new
 
 from __future__ import annotations
 
+from hookviz.errors import UsageError, arg
 from hookviz.methods.base import MethodContext, register_method
 
-__all__ = ["guided_backprop", "needs_relus"]
+__all__ = ["guided_backprop", "needs_relus", "relu_modules", "check_relus"]
+
+
+def relu_modules(model) -> list:
+    """The ``nn.ReLU`` modules of ``model`` (guided backprop guides these)."""
+    import torch
+
+    return [module for module in model.modules() if isinstance(module, torch.nn.ReLU)]
+
+
+def check_relus(model, method: str) -> None:
+    """Raise UsageError, naming ``method``, when ``model`` has no ``nn.ReLU`` to guide."""
+    if not relu_modules(model):
+        raise UsageError(
+            f"{arg('cam', method)}: {type(model).__name__} has no nn.ReLU module (its activations are another "
+            "function, or F.relu), so guided backprop has nothing to guide; choose integrated-gradients"
+        )
 
 
 def needs_relus(method: str):
     """A ``Method.check`` that refuses a model without ``nn.ReLU`` (nothing to guide), naming ``method``."""
 
     def check(model) -> None:
-        from hookviz.explaining.probing import check_relus
-
         check_relus(model, method)
 
     return check

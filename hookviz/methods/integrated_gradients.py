@@ -48,6 +48,7 @@ def _empty_path(image, options) -> str | None:
     needs_input_gradients=True,
     resolution="input",
     caveat=_empty_path,
+    takes=("steps", "ig_baseline"),
 )
 def integrated_gradients(ctx: MethodContext):
     """Integrated gradients: the input's difference from a baseline times the path-averaged gradient."""

@@ -20,7 +20,7 @@ from hookviz.options import ModelOptions
 from hookviz.options.model import prompts_given_as
 from hookviz.tasks import DEFAULT_TASK, task_names, task_words
 
-__all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "input_channels", "prompt_progress"]
+__all__ = ["LoadedModel", "SourceListing", "load_model", "list_models", "list_sources", "prompt_progress"]
 
 #: The order ``hookviz models`` shows the sources in; any other follows.
 _LISTING_ORDER = ("built-in", "torchvision", "timm", "hf", "open_clip", "ultralytics", "factory")
@@ -180,13 +180,3 @@ def list_models(filter: str | None = None, search: str | None = None) -> list[tu
     return [
         (listing.source, name, description) for listing in list_sources(filter, search) for name, description in listing.names
     ]
-
-
-def input_channels(module) -> int:
-    """How many channels the model's first convolution takes: 1 for a grayscale model,
-    else 3 (RGB). Only the first ``Conv2d`` registered is looked at; models whose stem
-    comes later in registration order are taken as RGB."""
-    import torch.nn as nn
-
-    first = next((m for m in module.modules() if isinstance(m, nn.Conv2d)), None)
-    return 1 if first is not None and first.in_channels == 1 and first.groups == 1 else 3

@@ -81,7 +81,9 @@ class TargetOptions:
             )
         if self.ig_baseline not in IG_BASELINES:
             raise UsageError(f"{arg('ig_baseline', self.ig_baseline)}: choose {', '.join(IG_BASELINES)}")
-        _check_ig_options(self.steps, self.ig_baseline, self.methods, methods)
+        given = {"steps": self.steps} if self.steps != DEFAULT_STEPS else {}
+        given |= {"ig_baseline": self.ig_baseline} if self.ig_baseline != IG_BASELINES[0] else {}
+        _check_method_settings(given, self.methods, methods)
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:
@@ -108,17 +110,21 @@ def _method_names(cam) -> list[str]:
     return names
 
 
-def _check_ig_options(steps: int, baseline: str, names: tuple[str, ...], methods) -> None:
-    """Integrated gradients' options given to built-in methods that all ignore them: refused,
-    not ignored (a plugin's method may read them from its ``MethodContext.options``)."""
-    if "integrated-gradients" in names or any(not m.function.__module__.startswith("hookviz.methods.") for m in methods):
-        return
-    given = [arg("steps", steps)] if steps != DEFAULT_STEPS else []
-    given += [arg("ig_baseline", baseline)] if baseline != IG_BASELINES[0] else []
-    if given:
+def _check_method_settings(given: dict[str, object], names: tuple[str, ...], methods) -> None:
+    """A method's setting (``--steps``, ``--ig-baseline``) given while no method asked takes it
+    (``Method.takes``) would change nothing: refused, not ignored, whoever registered the methods."""
+    from hookviz.methods import METHODS
+
+    for setting, value in given.items():
+        if any(setting in method.takes for method in methods):
+            continue
+        takers = [method.name for method in METHODS.values() if setting in method.takes]
+        where = f"{arg('cam', ','.join(names) or 'none')} does not include it"
+        if not takers:
+            raise UsageError(f"{arg(setting, value)}: no method takes it; drop the option")
         raise UsageError(
-            f"{given[0]}: only integrated gradients takes it, and {arg('cam', ','.join(names) or 'none')} does not "
-            "include it; add integrated-gradients to the methods or drop the option"
+            f"{arg(setting, value)}: only {' or '.join(takers)} takes it, and {where}; "
+            f"add {takers[0]} to the methods or drop the option"
         )
 
 

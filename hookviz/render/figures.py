@@ -46,7 +46,6 @@ __all__ = [
     "upsample",
     "over_photo",
     "photo_of",
-    "class_colour",
     "empty",
     "task_of",
     "window_of",
@@ -365,11 +364,6 @@ def cam_boxes(photo: np.ndarray, cam: np.ndarray, longest: float) -> tuple[float
 def photo_of(explanation) -> np.ndarray:
     """The photo a CAM is drawn on: what the model saw, or the whole photo with ``--no-crop``."""
     return explanation.image.whole if explanation.image.whole is not None else explanation.image.shown
-
-
-def class_colour(index: int):
-    """The colour of a class in masks and boxes (tab20, by index)."""
-    return matplotlib.colormaps["tab20"](index % 20)
 
 
 def empty(ax, cax, text: str) -> None:

@@ -17,8 +17,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from hookviz.glyphs import GLYPH_WARNINGS, text_families
 from hookviz.render.figures import ACTIVATION_CMAP, Sheet, encode, png_bytes
-from hookviz.render.glyphs import GLYPH_WARNINGS, text_families
 
 __all__ = ["configure_worker", "drawing_here", "fonts_from_memory", "warm_up", "FigureCache", "Reused", "worker_cache"]
 

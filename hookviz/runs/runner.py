@@ -336,7 +336,7 @@ class Run:
         return line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {self.run_json.name}"
 
     def _resume(self) -> list[Path]:
-        """Give each selected image its folder and return those still to do (``outputs.plan_folders``;
+        """Give each selected image its folder and return those still to do (``store.folders.plan_folders``;
         with ``skip_existing``, an image already done by this run's recipe is skipped)."""
         recipe = (
             Recipe.of(self.explainer, self.pictures, self.options.save_tensors, self.trust)

@@ -34,7 +34,7 @@ _NAMED = re.compile(r"^hookviz/(\w+)/(\d+)$")
 
 def schema_path(kind: str) -> Path:
     """The published JSON Schema of ``kind``, shipped with the package: ``report``, ``run``, or
-    ``diff`` (``diff.json``, whose records are ``changes.RunDiff``'s and whose version is its ``format``)."""
+    ``diff`` (``diff.json``, whose records are ``compare.measures.RunDiff``'s and whose version is its ``format``)."""
     return Path(__file__).parent.parent / "schemas" / f"{kind}.schema.json"  # hookviz/schemas/
 
 

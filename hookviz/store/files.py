@@ -21,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -45,9 +45,6 @@ from hookviz.store.folders import (
     plan_folders,
 )
 from hookviz.store.records import Asked, CamRecord, LayerRecord, MapRecord, Report, Score, read_report
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "REPORT",

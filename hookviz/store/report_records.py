@@ -253,7 +253,7 @@ class Report:
         preprocessing: ``images.Preprocessing`` as JSON.
         cam_methods: every CAM method asked for, in order; ``pixel_maps``: the maps of those
             that map the input (guided backprop, integrated gradients), by method.
-        prediction: the task's part (``tasks.base.ImagePrediction.details``).
+        prediction: the task's part (``tasks.base.ImagePrediction.to_json()``).
         declared_layout: ``featuremaps.DeclaredLayout`` as JSON, or ``None``.
         logits_count, logits_nonfinite: how many scores the model gave, and how many were NaN or infinite.
         fingerprint: ``fingerprints.description()``: its file and how it was made.

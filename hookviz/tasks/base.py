@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hookviz.modelstate import model_dtype
 from hookviz.registry import Registry
 from hookviz.workload import passed
 
@@ -42,9 +43,9 @@ __all__ = [
     "Window",
     "focus_of",
     "probability_text",
+    "class_colour",
     "shown_name",
     "register_task",
-    "model_dtype",
     "stacked",
 ]
 
@@ -171,7 +172,7 @@ class PredictionPanel:
 
 class Task(Protocol):
     """Attributes:
-    name: ``classify``, ``segment`` or ``detect``: its ``task`` choice.
+    name: its ``task`` choice (``classify``, ``embed``, ``segment``, ``detect``, or a plug-in's).
     words: what it is, in a word for listings (``classification``).
     priority: which task a model's output is tried for first when the task is
         recognised (``task="auto"``): the highest first; the lowest claims the rest.
@@ -300,6 +301,13 @@ class Task(Protocol):
         the items (plain text)."""
 
 
+def class_colour(index: int):
+    """The colour of a class in a task's masks and boxes (tab20, by index)."""
+    import matplotlib
+
+    return matplotlib.colormaps["tab20"](index % 20)
+
+
 def probability_text(value) -> str:
     """A probability as the progress lines print it (``nan`` for a non-finite one)."""
     return "nan" if value is None else format(value, ".3f")
@@ -381,14 +389,6 @@ class TaskBase:
         heading = f"target: {report.target.label}" if report.target is not None else ""
         items = [f"{score.label} ({probability_text(score.probability)})" for score in report.top5]
         return heading, items
-
-
-def model_dtype(module):
-    """The floating dtype of the model's parameters (float32 unless it was cast), so that
-    photos go in as the model computes: a float64 model gets float64 input."""
-    import torch
-
-    return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
 
 
 def stacked(module, tensors: Sequence, device: str):

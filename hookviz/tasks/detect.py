@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from hookviz.errors import UsageError, arg
 from hookviz.hooks import HookSet
+from hookviz.modelstate import model_dtype
 from hookviz.options import BOX_OBJECTIVES
 from hookviz.tasks.base import (
     ClassScore,
@@ -36,8 +37,8 @@ from hookviz.tasks.base import (
     PredictionPanel,
     TaskBase,
     Window,
+    class_colour,
     focus_of,
-    model_dtype,
     probability_text,
     register_task,
 )
@@ -333,8 +334,6 @@ class Detect(TaskBase):
         """Each detection's box, labelled with its rank, class and score; a label that would
         cover an earlier one is moved off it."""
         from matplotlib.patches import Rectangle
-
-        from hookviz.render.figures import class_colour
 
         prediction, shape = explanation.prediction, explanation.image.shown.shape
         placed: list = []

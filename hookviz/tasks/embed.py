@@ -152,7 +152,7 @@ def _concept(module, explainer_prepare, reference, device: str, options, name: s
     embedding of its photos."""
     import torch
 
-    from hookviz.explaining.modelstate import evaluation
+    from hookviz.modelstate import evaluation
 
     if _is_embedding(reference):
         return _checked_embedding(reference, name)

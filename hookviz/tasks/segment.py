@@ -21,6 +21,7 @@ from hookviz.tasks.base import (
     Plan,
     PredictionPanel,
     TaskBase,
+    class_colour,
     focus_of,
     probability_text,
     register_task,
@@ -204,8 +205,6 @@ class Segment(TaskBase):
         """The mask over the photo, and a legend of the classes present with their shares."""
         import numpy as np
         from matplotlib.patches import Patch
-
-        from hookviz.render.figures import class_colour
 
         prediction = explanation.prediction
         mask = prediction.mask

@@ -1,4 +1,4 @@
-"""The trust measures wired into a pass: after ``explaining.explain_batch`` has made each
+"""The trust measures wired into a pass: after ``explaining.passes.explain_batch`` has made each
 image's CAMs, ``assess`` measures them (``TrustOptions``) and puts a ``LayerTrust`` on each
 layer of each ``Explanation``. ``check`` refuses, before any work, what cannot be measured.
 
@@ -139,10 +139,6 @@ def _layer(explanation, name: str):
     return next(layer for layer in explanation.layers if layer.name == name)
 
 
-def _cam(explanation, name: str):
-    return _layer(explanation, name).cam
-
-
 def _measurable(explanation, name: str) -> bool:
     """Whether a layer method's map of layer ``name`` can be measured (the main one's may not:
     a NaN gradient leaves a re-scoring method's map finite)."""
@@ -152,7 +148,7 @@ def _measurable(explanation, name: str) -> bool:
 def _inputs(explainer, images, chosen):
     import torch
 
-    from hookviz.tasks.base import model_dtype
+    from hookviz.modelstate import model_dtype
 
     module = explainer.model.module
     return torch.stack([images[i].tensor for i in chosen]).to(device=explainer.device, dtype=model_dtype(module))
@@ -182,9 +178,9 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list
     """Per chosen image, its ``(DeletionInsertion, Road)`` of its map in ``maps``."""
     import torch
 
-    from hookviz.explaining.modelstate import evaluation
     from hookviz.explaining.passes import full_precision
     from hookviz.input_format import formats_for
+    from hookviz.modelstate import evaluation
     from hookviz.trust.deletion import deletion_insertion
     from hookviz.trust.road import road
 
@@ -224,7 +220,7 @@ def _row_cost(explainer, inputs):
     import torch
 
     from hookviz.budget import measuring
-    from hookviz.explaining.modelstate import evaluation
+    from hookviz.modelstate import evaluation
 
     module = explainer.model.module
     row = inputs[0].numel() * inputs.element_size()

@@ -41,7 +41,7 @@ what else decides the layout), or ``None`` when the picture does not apply (noth
 built). Both must be module-level functions: the render workers import them by name.
 
 One kind is drawn from a comparison instead of an explanation (``compares``): ``diff``'s
-builder takes a ``changes.ImageDiff`` and one of its ``LayerDiff`` s in their place. No
+builder takes a ``compare.measures.ImageDiff`` and one of its ``LayerDiff`` s in their place. No
 ``pictures`` choice turns it on; a run draws it as it compares itself with a baseline
 (``--baseline``), and ``hookviz diff`` draws it into the newer run's folders.
 

@@ -1,5 +1,5 @@
 """``<layer>.diff.png``: the change of one layer from the baseline, drawn from a comparison
-(a ``changes.ImageDiff`` and one of its ``LayerDiff`` s) instead of an explanation: the
+(a ``compare.measures.ImageDiff`` and one of its ``LayerDiff`` s) instead of an explanation: the
 channel-summed output before and after on one sequential scale, their difference on a
 diverging scale centred on zero, and the CAM before and after on one scale, beside the
 figures that measure the change. Redrawn whole for each image.

@@ -1,6 +1,8 @@
-"""Model state: explain a caller's model without changing it.
+"""Model state: what a pass reads of a caller's model (the dtype it computes in, the channels
+it takes) and what it changes for a while, then puts back.
 
-A pass runs in eval mode (BatchNorm uses its running statistics and leaves them alone,
+Every stage that runs a caller's model (tracing its layers, a task's forward call, a pass, the
+trust measures) reads these, so they sit below all of them. A pass runs in eval mode (BatchNorm uses its running statistics and leaves them alone,
 dropout is off, so the same image gives the same result every time) with every
 parameter's gradient switched off (only the recorded tensors need gradients). Both
 blocks put back exactly what they found: each module's mode, each parameter's flag.
@@ -11,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-__all__ = ["evaluation", "frozen_parameters", "TRAIN_MODE_NOTE"]
+__all__ = ["evaluation", "frozen_parameters", "TRAIN_MODE_NOTE", "model_dtype", "input_channels"]
 
 TRAIN_MODE_NOTE = (
     "the model was in train mode: explained in eval mode (running BatchNorm statistics, no dropout), "
@@ -51,3 +53,21 @@ def frozen_parameters(model) -> Iterator[None]:
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)
+
+
+def model_dtype(module):
+    """The floating dtype of the model's parameters (float32 unless it was cast), so that
+    photos go in as the model computes: a float64 model gets float64 input."""
+    import torch
+
+    return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+
+
+def input_channels(module) -> int:
+    """How many channels the model's first convolution takes: 1 for a grayscale model,
+    else 3 (RGB). Only the first ``Conv2d`` registered is looked at; models whose stem
+    comes later in registration order are taken as RGB."""
+    import torch.nn as nn
+
+    first = next((m for m in module.modules() if isinstance(m, nn.Conv2d)), None)
+    return 1 if first is not None and first.in_channels == 1 and first.groups == 1 else 3
