@@ -786,6 +786,7 @@ def test_logits_are_never_guessed_from_several_outputs(cli, photo, tmp_path):
     assert result.exit_code == 2 and "'embedding' 1x32, 'scores' 1x10" in _one_error_line(result)
 
 
+@pytest.mark.slow  # a run over a dozen photos: 3 s here
 def test_image_names_never_clash_with_run_files_or_each_other(cli, tmp_path):
     import os
 

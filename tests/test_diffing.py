@@ -566,6 +566,7 @@ def test_runs_with_other_prompts_say_so():
     assert target_notes(before, before) == [] and target_notes(Asked(prompts=None), after) == []  # an old report: unknown
 
 
+@pytest.mark.slow  # three runs and a diff: 5.5 s here
 def test_runs_with_another_cam_method_say_so(tmp_path, checkpoints):
     """Two runs of one model with --cam gradcam and --cam scorecam: their maps differ by the
     method asked for, which the CAM correlation finding alone reads as model drift."""

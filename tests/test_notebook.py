@@ -62,6 +62,7 @@ def test_an_explanation_shows_thumbnails_of_its_summary_and_cam_pictures_as_html
     assert "result.save(&#x27;folder&#x27;)" in markup or "result.save('folder')" in markup
 
 
+@pytest.mark.slow  # twenty layers' pictures, drawn twice: 4 s here
 def test_a_notebook_of_many_layers_stays_light(tiny, photo):
     """Full-size PNGs of 20 layers were 7.8 MB (a notebook keeps every byte of its outputs)."""
     from hookviz.render.notebook import figure_png
