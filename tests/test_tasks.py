@@ -237,3 +237,26 @@ def test_a_layer_the_objective_never_reaches_is_said_in_the_tasks_words(model, k
     assert result["side"].cam is None
     assert result["side"].cam_note == f"no CAM: {objective} does not depend on this layer"
     assert result["stem"].cam is not None
+
+
+def test_the_task_contract_in_the_docs_is_what_the_pipeline_reads_and_taskbase_gives_the_rest():
+    """docs/extending.md's table lists every member of the ``Task`` protocol, and says "none"
+    in its default column exactly where ``TaskBase`` gives none."""
+    import re
+    import typing
+    from pathlib import Path
+
+    from hookviz.tasks.base import Task
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "extending.md").read_text(encoding="utf-8")
+    table = text.split("## What a task implements", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
+    documented, without_default = set(), set()
+    for cells in rows:
+        names = re.findall(r"`(\w+)", cells[0])
+        documented.update(names)
+        if cells[1].startswith("none: write"):
+            without_default.update(names)
+    members = set(typing.get_type_hints(Task)) | {n for n, v in vars(Task).items() if callable(v) and not n.startswith("_")}
+    assert documented == members
+    assert without_default == {name for name in members if not hasattr(TaskBase, name)}
