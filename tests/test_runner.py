@@ -18,7 +18,7 @@ from hookviz.options import LayerOptions, ModelOptions, PictureOptions, RunOptio
 from hookviz.runs.runner import run, shard_of
 from hookviz.store.files import output_names
 
-from .conftest import ROOT, no_partial_files, python_output
+from .conftest import ROOT, SAMPLES, no_partial_files, python_output
 
 
 def _run(
@@ -905,3 +905,26 @@ def test_render_workers_that_keep_dying_stop_the_run_in_one_line(tmp_path):
     document = json.loads((out / "run.json").read_text())
     assert document["counts"]["done"] == 0 and "killed 3 times" in document["error"]
     assert no_partial_files(out)
+
+
+@pytest.mark.slow  # a fresh interpreter and render workers that each start it again: about 10 s
+def test_a_script_that_calls_run_without_a_main_guard_is_told_to_add_one(tmp_path):
+    """Each spawned render worker imports the calling script and ran hookviz.run again, which the
+    run's folder lock refused; the run then blamed the out-of-memory killer or kill -9."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "import hookviz\n"
+        "from hookviz.options import InputOptions, LayerOptions, ModelOptions, RunOptions\n"
+        f"photos = [Path({str(SAMPLES / 'cat.png')!r}), Path({str(SAMPLES / 'coffee.png')!r})]\n"
+        "hookviz.run(photos, ModelOptions('tests.conftest:tiny_net', weights='none'), inputs=InputOptions(resize=32),\n"
+        f"            layers=LayerOptions(('act:1',)), options=RunOptions(out=Path({str(tmp_path / 'out')!r})))\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "another hookviz run is writing" not in done.stderr
+    workers = [line for line in done.stderr.splitlines() if line.startswith("hookviz.errors.UsageError: ")]
+    assert workers and all('put the call under `if __name__ == "__main__":`' in line for line in workers)
+    last = done.stderr.strip().splitlines()[-1]
+    assert 'unguarded.py calls hookviz.run without `if __name__ == "__main__":`' in last, last

@@ -53,6 +53,7 @@ def check_out(out: Path, images: Sequence[Path] = ()) -> None:
 def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:
     if not out.is_dir():
         return  # a folder still to be made holds nothing
+    _check_is_no_photo_folder(out)
     root = out.resolve()
     folders: dict[Path, bool] = {}  # each photo's folder, resolved once: a run's photos lie in few
     for image in images:
@@ -64,6 +65,24 @@ def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:
             raise OutputError(
                 f"{arg('out', display_path(out))}: holds {display_path(image)}, a photo to explain; later runs skip a "
                 f"run's output folder, so its photos would be left out: choose another {arg('out')}, such as "
+                f"{display_path(out / 'hookviz-out')}"
+            )
+
+
+def _check_is_no_photo_folder(out: Path) -> None:
+    """Refuse an ``out`` that is a folder of photos (not one a run made): a run would mark it
+    an output folder, which later runs over it, or over its parent, skip."""
+    from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
+
+    if is_output_folder(out):
+        return
+    with contextlib.suppress(OSError):
+        photos = sorted(p.name for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        if photos:
+            shown = ", ".join(photos[:3]) + (f" and {len(photos) - 3} more" if len(photos) > 3 else "")
+            raise OutputError(
+                f"{arg('out', display_path(out))}: holds photos ({shown}) and is no hookviz output folder; a run "
+                f"would make it one, which later runs skip: choose an empty or new folder, such as "
                 f"{display_path(out / 'hookviz-out')}"
             )
 
