@@ -561,6 +561,7 @@ def test_a_run_into_a_folder_another_run_is_writing_is_refused_and_shards_share_
         whole = second("--cam", "layercam")
         other_shard = second("--shard", "2/2")
         same_shard = second("--shard", "1/2")
+        other_count = second("--shard", "1/3")  # another run's shards: they would write 1/2's images too
         assert first.poll() is None  # it held the folder all along
     finally:
         first.kill()
@@ -575,6 +576,10 @@ def test_a_run_into_a_folder_another_run_is_writing_is_refused_and_shards_share_
     if first_shard:
         assert other_shard.returncode == 0, other_shard.stderr  # side by side
         assert same_shard.returncode == 2 and "another run of shard 1/2 is writing" in same_shard.stderr
+        assert other_count.stderr.strip().splitlines() == [
+            f"hookviz: error: --out {out}: shards of another run (of 2) are writing into this folder now; shards share "
+            "a folder only with shards of one count (--shard K/2): wait for them to end, or choose another --out"
+        ]
     else:
         assert other_shard.returncode == 2 and "another hookviz run (without --shard) is writing" in other_shard.stderr
     assert not (out / "run.json").exists()  # the refused run wrote nothing (the killed one had not finished)
