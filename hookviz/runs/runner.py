@@ -351,6 +351,7 @@ class Run:
             report = folders.reports[path]
             if self.checks.fail_on:  # judged as a fresh run would judge it: a resumed CI run fails alike
                 self.findings.extend(report_checks(report, display_path(path), self.checks.fail_on, self.checks.dead_fraction))
+            self.tally.add_report(report)  # and ranked with the others
             status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)")
             self._report(path, replace(status, task=report.task or status.task))
         return list(folders.todo)
