@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["CAP", "ENVIRONMENT", "RowCost", "device_budget", "measuring", "recorded_bytes", "rows_within"]
+__all__ = ["CAP", "ENVIRONMENT", "RowCost", "check_environment", "device_budget", "measuring", "recorded_bytes", "rows_within"]
 
 #: The most a pass may hold on a CPU (and a run's batches of recorded tensors anywhere).
 CAP = 256 << 20
@@ -54,14 +54,33 @@ def device_budget(device) -> int:
 
 
 def _given_budget() -> int | None:
-    text = os.environ.get(ENVIRONMENT, "").strip().upper().removesuffix("B")
+    """The budget ``HOOKVIZ_MEMORY_BUDGET`` names, or ``None`` where it is not set.
+
+    Raises:
+        UsageError: a value that is no positive, finite size (``0``, ``-5``, ``inf``, ``1T``, ``abc``).
+    """
+    from hookviz.errors import UsageError
+
+    given = os.environ.get(ENVIRONMENT, "")
+    text = given.strip().upper().removesuffix("B")
     if not text:
         return None
     number, unit = (text[:-1], text[-1]) if text[-1] in _UNITS else (text, "")
     try:
-        return max(1, int(float(number) * _UNITS[unit]))
+        value = float(number) * _UNITS[unit]
+        if 1 <= value < float("inf"):
+            return int(value)
     except ValueError:
-        return None  # not a size: the device's budget (the command checks its options, not this variable)
+        pass
+    raise UsageError(
+        f"{ENVIRONMENT}={given!r}: a memory budget is a positive number of bytes, or one with K, M or G "
+        f"({ENVIRONMENT}=512M); unset it for the device's own"
+    )
+
+
+def check_environment() -> None:
+    """Raise UsageError for a ``HOOKVIZ_MEMORY_BUDGET`` that names no budget, before any work."""
+    _given_budget()
 
 
 def _available_memory() -> int | None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import hookviz
+from hookviz import UsageError
 from hookviz.budget import CAP, RowCost, device_budget, measuring, rows_within
 from tests.conftest import tiny_net
 
@@ -99,3 +100,24 @@ def test_a_rows_cost_is_measured_on_a_pass_and_its_hooks_are_removed():
     assert measure.cost.gradient == outputs + 2 * 4 * 4 * 64
     assert measure.cost.inference == 2 * 4 * (4 * 64 + 4 * 64)  # the batch norm's input and output, the widest call
     assert all(not m._forward_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("given", ["inf", "0", "-5", "1T", "abc", "nan", "1e400K"])
+def test_a_budget_variable_that_names_no_size_is_refused_in_one_line_before_the_model_loads(given, photo, tmp_path, monkeypatch):
+    """``inf`` failed every image as if the model were at fault (OverflowError); ``0`` and ``-5``
+    silently ran one row a pass, ``abc`` and ``1T`` silently took the device's budget."""
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    monkeypatch.setenv("HOOKVIZ_MEMORY_BUDGET", given)
+    out = tmp_path / "out"
+    args = ["run", str(photo), "--model", "tests.conftest:no_such_factory", "--cam", "integrated-gradients", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and not out.exists(), result.output
+    assert result.stderr.strip().splitlines() == [
+        f"hookviz: error: HOOKVIZ_MEMORY_BUDGET={given!r}: a memory budget is a positive number of bytes, or one with "
+        "K, M or G (HOOKVIZ_MEMORY_BUDGET=512M); unset it for the device's own"
+    ]
+    with pytest.raises(UsageError, match="HOOKVIZ_MEMORY_BUDGET"):
+        hookviz.explain(tiny_net(), str(photo), cam="integrated-gradients")

@@ -673,3 +673,24 @@ def test_a_damaged_fingerprint_is_called_damaged_and_its_advice_redoes_it(tmp_pa
     resumed = CliRunner().invoke(app, ["run", *map(str, args), "--out", str(runs[1]), "--skip-existing", "--json"])
     assert json.loads(resumed.stdout)["counts"]["done"] == 1  # redone, not skipped
     assert invoke("diff", *runs, "--pictures", "none").exit_code == 0
+
+
+def test_diff_refuses_a_run_folder_a_run_is_writing_into(tmp_path, baseline, checkpoints):
+    """It compared the previous run.json of a folder being written, and wrote diff.json and
+    pictures there that went stale once the run ended."""
+    from hookviz.store.outfolder import FolderLock
+
+    new = tmp_path / "new"
+    assert _run(new, checkpoints["b"]).exit_code == 0
+    writing = FolderLock(new)
+    assert writing.acquire(create=False)  # as the run that writes there holds it
+    try:
+        result = invoke("diff", baseline, new)
+    finally:
+        writing.release()
+    assert result.exit_code == 2 and not (new / "diff.json").exists(), result.output
+    assert result.stderr.strip().splitlines() == [
+        f"hookviz: error: NEW {new}: a hookviz run is writing into it now; compare it once that run has ended"
+    ]
+    assert invoke("diff", baseline, new).exit_code == 0  # once it ended
+    assert invoke("diff", new, new).exit_code == 2  # still said to be the same folder, not a run at work

@@ -137,3 +137,23 @@ def test_an_output_folder_that_holds_photos_at_its_top_is_skipped_with_a_note(tm
         f"{tmp_path / 'photos'}: skipped as a hookviz output folder (it holds {OUTPUT_MARKER} or a run.json), though "
         "2 image files lie at its top, where a run writes none; name the files themselves to explain them"
     ]
+
+
+def test_an_out_that_is_a_folder_of_other_photos_is_refused_and_left_unmarked(photo, tmp_path):
+    """It was accepted and marked an output folder, so that a later run over it said "is a
+    hookviz output folder; name the photos' folder instead" of the photos' own folder."""
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    album = tmp_path / "album"
+    album.mkdir()
+    for name in ("a.png", "b.jpg"):
+        (album / name).write_bytes(photo.read_bytes())
+    result = CliRunner().invoke(app, ["run", str(photo), "--model", "tests.conftest:tiny_net", "--out", str(album)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"hookviz: error: --out {album}: holds photos (a.png, b.jpg) and is no hookviz output folder; a run would make "
+        f"it one, which later runs skip: choose an empty or new folder, such as {album / 'hookviz-out'}"
+    ]
+    assert sorted(p.name for p in album.iterdir()) == ["a.png", "b.jpg"]

@@ -262,3 +262,14 @@ def test_float_arrays_in_0_to_1_are_photos_and_other_arrays_are_refused_in_one_l
     for message, array in refused.items():
         with pytest.raises(UsageError, match=re.escape(message)):
             explain(model, array, layers=["features.3"])
+
+
+@pytest.mark.parametrize("shape", [(0, 0, 3), (0, 5), (5, 0, 3)])
+def test_an_empty_float_array_is_refused_in_one_line(shape):
+    """It raised numpy's 'zero-size array to reduction operation minimum which has no identity'."""
+    import hookviz
+
+    from .conftest import tiny_net
+
+    with pytest.raises(hookviz.UsageError, match="the array has no pixels"):
+        hookviz.explain(tiny_net(), np.zeros(shape, dtype=np.float64))

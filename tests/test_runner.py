@@ -18,7 +18,7 @@ from hookviz.options import LayerOptions, ModelOptions, PictureOptions, RunOptio
 from hookviz.runs.runner import run, shard_of
 from hookviz.store.files import output_names
 
-from .conftest import ROOT, no_partial_files, python_output
+from .conftest import ROOT, SAMPLES, no_partial_files, python_output
 
 
 def _run(
@@ -561,6 +561,7 @@ def test_a_run_into_a_folder_another_run_is_writing_is_refused_and_shards_share_
         whole = second("--cam", "layercam")
         other_shard = second("--shard", "2/2")
         same_shard = second("--shard", "1/2")
+        other_count = second("--shard", "1/3")  # another run's shards: they would write 1/2's images too
         assert first.poll() is None  # it held the folder all along
     finally:
         first.kill()
@@ -575,6 +576,10 @@ def test_a_run_into_a_folder_another_run_is_writing_is_refused_and_shards_share_
     if first_shard:
         assert other_shard.returncode == 0, other_shard.stderr  # side by side
         assert same_shard.returncode == 2 and "another run of shard 1/2 is writing" in same_shard.stderr
+        assert other_count.stderr.strip().splitlines() == [
+            f"hookviz: error: --out {out}: shards of another run (of 2) are writing into this folder now; shards share "
+            "a folder only with shards of one count (--shard K/2): wait for them to end, or choose another --out"
+        ]
     else:
         assert other_shard.returncode == 2 and "another hookviz run (without --shard) is writing" in other_shard.stderr
     assert not (out / "run.json").exists()  # the refused run wrote nothing (the killed one had not finished)
@@ -905,3 +910,26 @@ def test_render_workers_that_keep_dying_stop_the_run_in_one_line(tmp_path):
     document = json.loads((out / "run.json").read_text())
     assert document["counts"]["done"] == 0 and "killed 3 times" in document["error"]
     assert no_partial_files(out)
+
+
+@pytest.mark.slow  # a fresh interpreter and render workers that each start it again: about 10 s
+def test_a_script_that_calls_run_without_a_main_guard_is_told_to_add_one(tmp_path):
+    """Each spawned render worker imports the calling script and ran hookviz.run again, which the
+    run's folder lock refused; the run then blamed the out-of-memory killer or kill -9."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "import hookviz\n"
+        "from hookviz.options import InputOptions, LayerOptions, ModelOptions, RunOptions\n"
+        f"photos = [Path({str(SAMPLES / 'cat.png')!r}), Path({str(SAMPLES / 'coffee.png')!r})]\n"
+        "hookviz.run(photos, ModelOptions('tests.conftest:tiny_net', weights='none'), inputs=InputOptions(resize=32),\n"
+        f"            layers=LayerOptions(('act:1',)), options=RunOptions(out=Path({str(tmp_path / 'out')!r})))\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "another hookviz run is writing" not in done.stderr
+    workers = [line for line in done.stderr.splitlines() if line.startswith("hookviz.errors.UsageError: ")]
+    assert workers and all('put the call under `if __name__ == "__main__":`' in line for line in workers)
+    last = done.stderr.strip().splitlines()[-1]
+    assert 'unguarded.py calls hookviz.run without `if __name__ == "__main__":`' in last, last

@@ -23,6 +23,8 @@ run's image folders as it goes, ``save_diff`` writes ``diff.json``; ``diff_runs`
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -387,7 +389,12 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
     checks = parse_checks(fail_on)
     if any(name != "drift" for name in checks):
         raise UsageError(f"{arg('fail_on', ','.join(checks))}: a diff checks drift only; the others are checks of `hookviz run`")
-    before, after = open_run(base, "base"), open_run(new, "new")
+    same = Path(base).resolve() == Path(new).resolve()  # refused below, by name: one hold, not two that clash
+    with _held(base, "base"), contextlib.nullcontext() if same else _held(new, "new"):
+        return _diffed(open_run(base, "base"), open_run(new, "new"), out, tolerances, checks, pictures)
+
+
+def _diffed(before: RunFolder, after: RunFolder, out, tolerances: Tolerances, checks, pictures: bool) -> RunDiff:
     if before.path.resolve() == after.path.resolve():
         raise ComparisonError(f"{before.named} and {after.named} are the same folder; compare two runs")
     path = Path(out) if out is not None else after.path / DIFF
@@ -401,6 +408,26 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
 
         write_gallery(after.path, after.run, diff=diff.to_json())
     return diff
+
+
+@contextlib.contextmanager
+def _held(folder, argument: str) -> Iterator[None]:
+    """Hold a run's folder while a diff reads it (and writes into NEW): beside a run still
+    writing there, the diff would compare its previous run.json, and its pictures go stale."""
+    from hookviz.store.outfolder import FolderLock
+
+    lock = FolderLock(Path(folder))
+    try:
+        if Path(folder).is_dir():
+            lock.acquire(create=False)
+    except OutputError:
+        raise ComparisonError(
+            f"{arg(argument, display_path(Path(folder)))}: a hookviz run is writing into it now; compare it once that run has ended"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)

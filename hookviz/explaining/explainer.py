@@ -529,6 +529,7 @@ def explain(
 def _option_groups(given: dict) -> dict:
     """``explain``'s keyword arguments as the option groups ``Explainer.create`` takes (as
     ``command_options.option_groups`` turns ``hookviz run``'s options into them)."""
+    from hookviz.budget import check_environment
     from hookviz.tasks import DetectOptions, EmbedOptions
     from hookviz.trust.assess import check_options as check_trust_options
 
@@ -550,6 +551,7 @@ def _option_groups(given: dict) -> dict:
     detect = DetectOptions(score_threshold=g.score_threshold, max_detections=g.max_detections, box_objective=g.box_objective)
     trust = TrustOptions(faithfulness=g.faithfulness, sanity=g.sanity)
     check_trust_options(target, trust)
+    check_environment()
     return {
         "layers": layers,
         "target": target,

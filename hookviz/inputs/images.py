@@ -201,6 +201,8 @@ def photo_of_array(array: np.ndarray) -> Image.Image:
         channels_first = array.ndim == 3 and array.shape[0] in (1, 3, 4)
         layout = "; it looks like (C, H, W): pass array.transpose(1, 2, 0)" if channels_first else ""
         raise UsageError(f"{arg('image', f'{shape} {dtype} array')}: an array is a photo of H x W (x 1, 3 or 4){layout}")
+    if array.size == 0:
+        raise UsageError(f"{arg('image', f'{shape} {dtype} array')}: the array has no pixels; pass a photo of H x W pixels")
     pixels = array[..., 0] if array.ndim == 3 and array.shape[-1] == 1 else array
     kind = array.dtype.kind
     if dtype == "uint8" or (dtype == "bool" and pixels.ndim == 2):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hookviz.budget import recorded_bytes, rows_within
+from hookviz.budget import check_environment, recorded_bytes, rows_within
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from hookviz.explaining.checks import Finding, nonfinite_notes, report_checks, run_checks
 from hookviz.explaining.passes import SummaryOptions
@@ -119,6 +119,7 @@ def run(
         UsageError (and subclasses): bad model, weights, layer, target or output folder.
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
+    workers.refuse_in_a_starting_worker()
     return Run(
         images,
         model,
@@ -190,6 +191,7 @@ class Run:
         try:
             check_out(self.options.out, self.images)
             check_trust_options(self.target, self.trust)  # what no model could take, refused before one loads
+            check_environment()
             if self.options.out.is_dir():  # refused before the model loads, when a run is there now
                 self.hold.acquire(create=False)
             if self.checks.baseline is not None:
@@ -349,6 +351,7 @@ class Run:
             report = folders.reports[path]
             if self.checks.fail_on:  # judged as a fresh run would judge it: a resumed CI run fails alike
                 self.findings.extend(report_checks(report, display_path(path), self.checks.fail_on, self.checks.dead_fraction))
+            self.tally.add_report(report)  # and ranked with the others
             status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)")
             self._report(path, replace(status, task=report.task or status.task))
         return list(folders.todo)

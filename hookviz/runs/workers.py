@@ -15,8 +15,9 @@ from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import replace
 from multiprocessing.connection import wait
+from pathlib import Path
 
-from hookviz.errors import HookvizError, arg
+from hookviz.errors import HookvizError, UsageError, arg
 from hookviz.store.files import remove_unfinished
 
 __all__ = [
@@ -112,7 +113,7 @@ class RenderPool:
             raise HookvizError(
                 f"render workers were killed {self.deaths} times in a row (out of memory, or a signal such as "
                 f"kill -9) before drawing an image; run with fewer {arg('workers')} or fewer pictures, then "
-                f"with {arg('skip_existing')} to resume"
+                f"with {arg('skip_existing')} to resume{_script_hint()}"
             )
         self.executor = self._executor()
         self.warm_up()
@@ -141,6 +142,31 @@ def killed_note(images: list[str]) -> str:
         f"a render worker was killed (out of memory, or a signal such as kill -9) while drawing "
         f"{', '.join(images)}: {'that image' if len(images) == 1 else 'those images'} failed; "
         "a fresh worker drew the others"
+    )
+
+
+def refuse_in_a_starting_worker() -> None:
+    """A render worker starts by importing the caller's script (spawn); a script that calls
+    ``run`` outside ``if __name__ == "__main__":`` would run it again in every worker."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise UsageError(
+            "hookviz.run was called while a render worker imported the calling script: put the call under "
+            '`if __name__ == "__main__":` (workers are started fresh, by spawn, and import the script)'
+        )
+
+
+def _script_hint() -> str:
+    """Where a Python script called the run: that each worker imports the script, and dies
+    running it again unless the call is under ``if __name__ == "__main__":``."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or ""
+    if not path or "hookviz" in Path(path).parts or Path(path).name == "pytest":
+        return ""
+    return (
+        f'; or {Path(path).name} calls hookviz.run without `if __name__ == "__main__":`, which each render '
+        "worker then runs again as it imports the script (workers are started fresh, by spawn)"
     )
 
 

@@ -53,6 +53,7 @@ def check_out(out: Path, images: Sequence[Path] = ()) -> None:
 def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:
     if not out.is_dir():
         return  # a folder still to be made holds nothing
+    _check_is_no_photo_folder(out)
     root = out.resolve()
     folders: dict[Path, bool] = {}  # each photo's folder, resolved once: a run's photos lie in few
     for image in images:
@@ -64,6 +65,24 @@ def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:
             raise OutputError(
                 f"{arg('out', display_path(out))}: holds {display_path(image)}, a photo to explain; later runs skip a "
                 f"run's output folder, so its photos would be left out: choose another {arg('out')}, such as "
+                f"{display_path(out / 'hookviz-out')}"
+            )
+
+
+def _check_is_no_photo_folder(out: Path) -> None:
+    """Refuse an ``out`` that is a folder of photos (not one a run made): a run would mark it
+    an output folder, which later runs over it, or over its parent, skip."""
+    from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
+
+    if is_output_folder(out):
+        return
+    with contextlib.suppress(OSError):
+        photos = sorted(p.name for p in out.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        if photos:
+            shown = ", ".join(photos[:3]) + (f" and {len(photos) - 3} more" if len(photos) > 3 else "")
+            raise OutputError(
+                f"{arg('out', display_path(out))}: holds photos ({shown}) and is no hookviz output folder; a run "
+                f"would make it one, which later runs skip: choose an empty or new folder, such as "
                 f"{display_path(out / 'hookviz-out')}"
             )
 
@@ -116,7 +135,40 @@ class FolderLock:
                     f"{arg('out', display_path(self.out))}: {busy} is writing into this folder now; wait for it to "
                     f"end, or choose another {arg('out')} (shards of one run share a folder with {arg('shard', 'K/N')})"
                 ) from None
+        if self.shard is not None:
+            self._hold_count(fcntl)
         return True
+
+    def _hold_count(self, fcntl) -> None:
+        """Shards share a folder only with shards of their own count N: those of another N
+        (another run's 1/3 beside this run's 1/2) would write the same images at once. Each
+        shard holds its N's file shared, and finds another N's held by trying it whole."""
+        count = self.shard[1]  # type: ignore[index]
+        handle = self._open(self.out / f".hookviz-shards-of-{count}.lock", True)
+        if handle is None:
+            return
+        self._handles.append(handle)
+        with contextlib.suppress(OSError):
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        for other in sorted(self.out.glob(".hookviz-shards-of-*.lock")):
+            if other.name == f".hookviz-shards-of-{count}.lock":
+                continue
+            probe = self._open(other, False)
+            if probe is None:
+                continue
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in _BUSY:
+                    self.release()
+                    theirs = other.name.removeprefix(".hookviz-shards-of-").removesuffix(".lock")
+                    raise OutputError(
+                        f"{arg('out', display_path(self.out))}: shards of another run (of {theirs}) are writing into "
+                        f"this folder now; shards share a folder only with shards of one count ({arg('shard', f'K/{theirs}')}): "
+                        f"wait for them to end, or choose another {arg('out')}"
+                    ) from None
+            finally:
+                os.close(probe)
 
     def _open(self, path: Path, create: bool) -> int | None:
         # for writing where it can be (NFS emulates flock with locks that need it), else for reading

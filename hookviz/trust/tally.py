@@ -20,14 +20,33 @@ class _Sums:
 
     def add(self, trust) -> None:
         """One image's areas, ROAD and randomisation check, from its ``LayerTrust``, those that were measured."""
-        if trust.deletion is not None and trust.road is not None:
-            self.deletion.append(trust.deletion.deletion_auc)
-            self.insertion.append(trust.deletion.insertion_auc)
-            self.road.append(trust.road.combined)
-            self.saturated += trust.deletion.saturated
-        if trust.sanity is not None:
-            self.threshold = trust.sanity.threshold
-            self.final.append(trust.sanity.final)
+        found, road, sanity = trust.deletion, trust.road, trust.sanity
+        self._add(
+            None if found is None or road is None else (found.deletion_auc, found.insertion_auc, road.combined, found.saturated),
+            None if sanity is None else (sanity.threshold, sanity.final),
+        )
+
+    def add_json(self, document: dict) -> None:
+        """The same, from the ``trust`` that an image's report.json keeps of one map (an image
+        ``--skip-existing`` skipped counts as it did in the run that explained it)."""
+        faithfulness = document.get("faithfulness") or {}
+        found, road, sanity = faithfulness.get("deletion_insertion"), faithfulness.get("road"), document.get("sanity")
+        measured = None
+        if found and road and None not in (found.get("deletion_auc"), found.get("insertion_auc"), road.get("combined")):
+            measured = (found["deletion_auc"], found["insertion_auc"], road["combined"], bool(found.get("saturated")))
+        checked = (sanity.get("threshold", 0.5), sanity.get("final_correlation")) if sanity else None
+        self._add(measured, checked)
+
+    def _add(self, measured, checked) -> None:
+        if measured is not None:
+            deletion, insertion, road, saturated = measured
+            self.deletion.append(deletion)
+            self.insertion.append(insertion)
+            self.road.append(road)
+            self.saturated += saturated
+        if checked is not None:
+            self.threshold, final = checked
+            self.final.append(final)
 
     def to_json(self, method: str, layer: str) -> dict:
         document: dict = {"method": method, "layer": layer}
@@ -68,6 +87,19 @@ class TrustTally:
             for method, each in ((explanation.cam_method, trust), *trust.methods.items()):  # --cam a,b: every method's map
                 if each.deletion is not None or each.sanity is not None:
                     self._sums.setdefault((method, layer.name), _Sums()).add(each)
+
+    def add_report(self, report) -> None:
+        """An image's measures from its report.json (a ``records.Report``): one that
+        ``--skip-existing`` skipped is ranked with the others, as a fresh run ranks it."""
+        main = report.cam_methods[0] if report.cam_methods else None
+        for layer in report.layers:
+            trust = layer.trust
+            if not trust:
+                continue
+            first = main or (layer.cam.method if layer.cam is not None else None)
+            for method, each in ((first, trust), *(trust.get("methods") or {}).items()):
+                if method and isinstance(each, dict) and (each.get("faithfulness") or each.get("sanity")):
+                    self._sums.setdefault((method, layer.name), _Sums()).add_json(each)
 
     def to_json(self) -> dict | None:
         """``{"maps": [...], "summary": [sentences]}``, the best map first; ``None`` when
