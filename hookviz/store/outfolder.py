@@ -53,7 +53,6 @@ def check_out(out: Path, images: Sequence[Path] = ()) -> None:
 def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:
     if not out.is_dir():
         return  # a folder still to be made holds nothing
-    _check_is_no_photo_folder(out)
     root = out.resolve()
     folders: dict[Path, bool] = {}  # each photo's folder, resolved once: a run's photos lie in few
     for image in images:
@@ -67,6 +66,7 @@ def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:
                 f"run's output folder, so its photos would be left out: choose another {arg('out')}, such as "
                 f"{display_path(out / 'hookviz-out')}"
             )
+    _check_is_no_photo_folder(out)  # and photos of no run: a run would mark their folder an output folder
 
 
 def _check_is_no_photo_folder(out: Path) -> None:
