@@ -385,6 +385,13 @@ def diff(
     except (KeyboardInterrupt, Interrupted):
         typer.echo(f"hookviz: interrupted: the comparison was not finished; {out or new / 'diff.json'} not written", err=True)
         raise typer.Exit(130) from None
+    _say_diff(result, out or new / "diff.json", quiet=quiet, json_output=json_output)
+    if result.checked and result.findings:
+        raise typer.Exit(3)
+
+
+def _say_diff(result, path: Path, *, quiet: bool, json_output: bool) -> None:
+    """What ``hookviz diff`` prints of a comparison written to ``path``: notes, the JSON, the findings."""
     for note in result.notes:
         if not quiet:
             typer.echo(f"hookviz: note: {note}", err=True)
@@ -395,12 +402,9 @@ def diff(
     if result.checked:
         _say_findings(result.findings)
     if not quiet:
-        path = out or new / "diff.json"
         verdict = f"{len(result.findings)} drift findings" if result.findings else "no drift beyond the tolerances"
         count = len(result.images)
         typer.echo(f"hookviz: compared {count} image{'s' if count != 1 else ''}: {verdict}; see {path}", err=True)
-    if result.checked and result.findings:
-        raise typer.Exit(3)
 
 
 # ----------------------------------------------------------------------------- layers
@@ -445,37 +449,48 @@ def layers(
     """
 
     def action():
-        import fnmatch
-
-        from hookviz.anatomy.layers import list_layers
-        from hookviz.models.loading import load_model
         from hookviz.options import ModelOptions
 
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
         options = ModelOptions(model, weights, trust_checkpoint=trust_checkpoint, prompts=given_prompts(prompt, prompts))
-        loaded = load_model(options, listing=True)  # a CLIP model's image tower is listed without prompts
-        if crop is not None:
-            size = (crop, crop)
-        else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)
-            size = loaded.input_size or (loaded.preprocessing.size, loaded.preprocessing.size)
-        rows = list_layers(loaded.module, size)
-        if filter:
-            rows = [r for r in rows if filter in r.path or fnmatch.fnmatchcase(r.path, filter)]
-        if type:
-            rows = [r for r in rows if r.module_type == type]
-        if not rows:
-            raise UsageError("no layer matches --filter/--type; run without them to see all")
-        width = max(len(r.path) for r in rows)
-        type_width = max(len(r.module_type) for r in rows)
-        typer.echo(f"{'path':<{width}}  {'type':<{type_width}}  {'output shape':<22}  {'params':>11}  calls")
-        for r in rows:
-            # in call order, as the layer's :0, :1 ... are numbered; a repeated shape once
-            shapes = list(dict.fromkeys("x".join(map(str, s)) if s else "-" for s in r.output_shapes))
-            shape = ", ".join(shapes) if shapes else "(not called)"
-            typer.echo(f"{r.path:<{width}}  {r.module_type:<{type_width}}  {shape:<22}  {r.parameters:>11,}  {r.calls}")
+        _print_layers(_listed_layers(options, crop, filter, type))
 
     _guard(debug, action)
+
+
+def _listed_layers(options, crop: int | None, wanted: str | None, module_type: str | None) -> list:
+    """``hookviz layers``' rows: the model's modules traced at ``crop`` (or the size it takes),
+    those whose path holds or matches ``wanted`` and whose class is ``module_type``."""
+    import fnmatch
+
+    from hookviz.anatomy.layers import list_layers
+    from hookviz.models.loading import load_model
+
+    loaded = load_model(options, listing=True)  # a CLIP model's image tower is listed without prompts
+    if crop is not None:
+        size = (crop, crop)
+    else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)
+        size = loaded.input_size or (loaded.preprocessing.size, loaded.preprocessing.size)
+    rows = list_layers(loaded.module, size)
+    if wanted:
+        rows = [r for r in rows if wanted in r.path or fnmatch.fnmatchcase(r.path, wanted)]
+    if module_type:
+        rows = [r for r in rows if r.module_type == module_type]
+    if not rows:
+        raise UsageError("no layer matches --filter/--type; run without them to see all")
+    return rows
+
+
+def _print_layers(rows: list) -> None:
+    width = max(len(r.path) for r in rows)
+    type_width = max(len(r.module_type) for r in rows)
+    typer.echo(f"{'path':<{width}}  {'type':<{type_width}}  {'output shape':<22}  {'params':>11}  calls")
+    for r in rows:
+        # in call order, as the layer's :0, :1 ... are numbered; a repeated shape once
+        shapes = list(dict.fromkeys("x".join(map(str, s)) if s else "-" for s in r.output_shapes))
+        shape = ", ".join(shapes) if shapes else "(not called)"
+        typer.echo(f"{r.path:<{width}}  {r.module_type:<{type_width}}  {shape:<22}  {r.parameters:>11,}  {r.calls}")
 
 
 # ----------------------------------------------------------------------------- models
