@@ -33,12 +33,7 @@ def configure_worker() -> None:
     (CJK, Devanagari) is fallen back to (``glyphs.text_families``).
     """
     global _worker_cache
-    matplotlib.rcParams["text.hinting"] = "no_hinting"
-    families = text_families()
-    if len(families) > 1:  # a font for what the default lacks (CJK, Devanagari): matplotlib falls back to it
-        matplotlib.rcParams["font.family"] = list(families)
-    for pattern in GLYPH_WARNINGS:  # one per glyph per picture; the run says it once (glyphs.undrawn_note)
-        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
+    _text_settings()
     _read_fonts_from_memory()
     _worker_cache = FigureCache()
 
@@ -53,13 +48,20 @@ def drawing_here() -> Iterator[None]:
     Fonts read from memory and reused figures change no pixel (tests/test_render.py)."""
     with matplotlib.rc_context(), warnings.catch_warnings():
         matplotlib.rc_file_defaults()
-        matplotlib.rcParams["text.hinting"] = "no_hinting"
-        families = text_families()
-        if len(families) > 1:  # as configure_worker: the fallback font for CJK or Devanagari
-            matplotlib.rcParams["font.family"] = list(families)
-        for pattern in GLYPH_WARNINGS:
-            warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
+        _text_settings()
         yield
+
+
+def _text_settings() -> None:
+    """How a render worker draws text, in matplotlib's (process-wide) settings and warning
+    filters: no hinting, a fallback font for what the default lacks (CJK, Devanagari), and
+    no warning per missing glyph (the run says it once: ``glyphs.undrawn_note``)."""
+    matplotlib.rcParams["text.hinting"] = "no_hinting"
+    families = text_families()
+    if len(families) > 1:
+        matplotlib.rcParams["font.family"] = list(families)
+    for pattern in GLYPH_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
 
 
 def _read_fonts_from_memory() -> bool:
