@@ -101,6 +101,8 @@ class MethodContext:
             ``nn.ReLU`` to guide.
         options: the run's ``TargetOptions``, for methods that take settings (``steps``,
             ``ig_baseline``: those a method declares in ``takes``).
+        settings: the method's own settings, an instance of the group it declares
+            (``register_method(options=...)``), or ``None``: the group's defaults.
     """
 
     activations: torch.Tensor
@@ -112,6 +114,7 @@ class MethodContext:
     score_layer: Callable[..., torch.Tensor] | None = None
     input_gradient: Callable[..., torch.Tensor] | None = None
     options: Any = None
+    settings: Any = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
@@ -146,6 +149,10 @@ class Method:
             gradients baseline equal to the input makes it zero), said in a note, or ``None``.
         takes: the settings (``SETTINGS``) it reads from ``ctx.options``: ``--steps`` or
             ``--ig-baseline`` given while no method asked takes it is refused.
+        options: the method's own group of settings: a frozen dataclass whose fields have
+            defaults and whose ``__post_init__`` refuses a bad value in one line
+            (``UsageError``); the method reads an instance as ``ctx.settings`` (``None``: the
+            defaults). ``None``: it takes none of its own.
     """
 
     name: str
@@ -159,6 +166,7 @@ class Method:
     check: Callable[[Any], None] | None = None
     caveat: Callable[[Any, Any], str | None] | None = None
     takes: tuple[str, ...] = ()
+    options: type | None = None
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one."""
@@ -198,6 +206,7 @@ def register_method(
     check: Callable[[Any], None] | None = None,
     caveat: Callable[[Any, Any], str | None] | None = None,
     takes: tuple[str, ...] = (),
+    options: type | None = None,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -229,6 +238,7 @@ def register_method(
             check,
             caveat,
             takes,
+            options,
         )
         return METHODS.add(name, method)
 
