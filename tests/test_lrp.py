@@ -146,3 +146,11 @@ def test_lrp_joins_other_methods_and_the_trust_checks(batch):
     assert result["features.3"].cam is not None and result["features.3"].trust.sanity is not None
     found = result.pixel_maps["lrp"]
     assert found.map.shape == (3, 24, 24) and set(found.figures) == {"relevance", "score", "conservation"}
+
+
+def test_hookviz_imports_and_lists_the_methods_without_zennit():
+    from tests.conftest import python_output
+
+    code = "import sys; sys.modules['zennit'] = None; import hookviz.methods as m; print(','.join(m.method_names()))"
+    names = python_output(code).strip().split(",")
+    assert "lrp" in names and "attnlrp" in names

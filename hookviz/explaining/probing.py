@@ -163,7 +163,9 @@ class InputGradients:
     chunk: int
     task_options: Any = None
 
-    def __call__(self, batch, images=None, guided: bool = False, within=None, from_scores: bool = False, with_scores: bool = False):
+    def __call__(
+        self, batch, images=None, guided: bool = False, within=None, from_scores: bool = False, with_scores: bool = False
+    ):
         import torch
 
         rows = torch.arange(len(batch)) if images is None else torch.as_tensor(images, dtype=torch.long).flatten().cpu()

@@ -9,9 +9,9 @@ its name."""
 
 from hookviz.methods.base import (
     METHODS,
-    MapFigures,
     RESCORING_BATCH,
     RESOLUTIONS,
+    MapFigures,
     Method,
     MethodContext,
     get_method,

@@ -136,7 +136,9 @@ def lrp(ctx: MethodContext):
         relevance, scores = gradient(inputs, within=composite_context(settings), from_scores=True, with_scores=True)
         return with_figures(relevance, scores)
     found = [  # ZBox's box is each image's own: one pass per image
-        gradient(inputs[n : n + 1], [n], within=composite_context(settings, inputs[n : n + 1]), from_scores=True, with_scores=True)
+        gradient(
+            inputs[n : n + 1], [n], within=composite_context(settings, inputs[n : n + 1]), from_scores=True, with_scores=True
+        )
         for n in range(len(inputs))
     ]
     return with_figures(torch.cat([r for r, _ in found]), torch.cat([s for _, s in found]))
