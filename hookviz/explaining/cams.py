@@ -220,7 +220,10 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
         return PixelMaps(order, notes=dict.fromkeys(order, NOTHING_TO_EXPLAIN))
     key = sources.keys[0]
     position = next((p for p, c in enumerate(captures) if _no_map(c, sources, layouts[p]) is None), None)
-    maps, notes, layers, figures = {}, {}, {}, {}
+    maps: dict = {}
+    notes: dict = {}
+    layers: dict = {}
+    figures: dict = {}
     for method in methods:
         context, why = _pixel_context(method, captures, layouts, sources, position)
         if context is None:
