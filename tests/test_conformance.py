@@ -99,10 +99,16 @@ def plugin(registries_restored):
 OURS = ("hookviz.", "tests.extension_plugin", "tests.picture_plugin")
 
 
+#: Methods made for one family of models, which refuse the others in one line (lrp: layers
+#: zennit has rules for, attnlrp: torchvision's ViT); tests/test_lrp.py and test_attnlrp.py run them.
+FAMILY_METHODS = ("lrp", "attnlrp")
+
+
 def _methods() -> str:
     from hookviz.methods import METHODS
 
-    return ",".join(name for name in METHODS.names() if METHODS.get(name).function.__module__.startswith(OURS))
+    ours = [name for name in METHODS.names() if METHODS.get(name).function.__module__.startswith(OURS)]
+    return ",".join(name for name in ours if name not in FAMILY_METHODS)
 
 
 def _kinds() -> str:
