@@ -22,13 +22,17 @@ from hookviz import __version__
 from hookviz.command_options import (
     LAYERS,
     MODEL,
-    OUTPUT,
-    PICTURES,
-    TRUST,
     AtolOption,
+    BaseArgument,
     DebugOption,
+    DiffFailOnOption,
+    DiffJsonOption,
+    DiffOutOption,
+    DiffPicturesOption,
+    DiffQuietOption,
     MinCamCorrOption,
     ModelOption,
+    NewArgument,
     PanelledCommand,
     PromptOption,
     PromptsFileOption,
@@ -214,39 +218,16 @@ def _say_findings(findings) -> None:
 
 @app.command(cls=PanelledCommand)
 def diff(
-    base: Annotated[
-        Path, typer.Argument(metavar="BASE", help="The baseline: an earlier run's output folder (only read).", show_default=False)
-    ],
-    new: Annotated[
-        Path,
-        typer.Argument(
-            metavar="NEW", help="The run to compare with it (its image folders get <layer>.diff.png).", show_default=False
-        ),
-    ],
-    fail_on: Annotated[
-        Optional[str],
-        typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.", rich_help_panel=TRUST),
-    ] = None,
+    base: BaseArgument,
+    new: NewArgument,
+    fail_on: DiffFailOnOption = None,
     rtol: RtolOption = _DEFAULTS.rtol,
     atol: AtolOption = _DEFAULTS.atol,
     min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
-    pictures: Annotated[
-        str,
-        typer.Option(
-            help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json.",
-            rich_help_panel=PICTURES,
-        ),
-    ] = "diff",
-    out: Annotated[
-        Optional[Path],
-        typer.Option("--out", "-o", help="Where to write diff.json (default NEW/diff.json).", rich_help_panel=OUTPUT),
-    ] = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print diff.json to stdout (for jq).", rich_help_panel=OUTPUT)
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Print nothing but errors and findings.", rich_help_panel=OUTPUT)
-    ] = False,
+    pictures: DiffPicturesOption = "diff",
+    out: DiffOutOption = None,
+    json_output: DiffJsonOption = False,
+    quiet: DiffQuietOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Compare the run in NEW with the baseline run in BASE, image by image and layer by layer.

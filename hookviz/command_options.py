@@ -9,6 +9,7 @@ import sys
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -50,6 +51,13 @@ __all__ = [
     "AtolOption",
     "MinCamCorrOption",
     "ImagesArgument",
+    "BaseArgument",
+    "NewArgument",
+    "DiffFailOnOption",
+    "DiffPicturesOption",
+    "DiffOutOption",
+    "DiffJsonOption",
+    "DiffQuietOption",
     "LayerOption",
     "LayerTypeOption",
     "LayoutOption",
@@ -162,6 +170,36 @@ MinCamCorrOption = Annotated[
     typer.Option(
         "--min-cam-corr", help="Drift: a CAM's correlation with the baseline's must be at least this.", rich_help_panel=TRUST
     ),
+]
+
+
+# hookviz diff's own
+BaseArgument = Annotated[
+    Path, typer.Argument(metavar="BASE", help="The baseline: an earlier run's output folder (only read).", show_default=False)
+]
+NewArgument = Annotated[
+    Path,
+    typer.Argument(
+        metavar="NEW", help="The run to compare with it (its image folders get <layer>.diff.png).", show_default=False
+    ),
+]
+DiffFailOnOption = Annotated[
+    Optional[str],
+    typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.", rich_help_panel=TRUST),
+]
+DiffPicturesOption = Annotated[
+    str,
+    typer.Option(
+        help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json.",
+        rich_help_panel=PICTURES,
+    ),
+]
+DiffOutOption = Annotated[
+    Optional[Path], typer.Option("--out", "-o", help="Where to write diff.json (default NEW/diff.json).", rich_help_panel=OUTPUT)
+]
+DiffJsonOption = Annotated[bool, typer.Option("--json", help="Print diff.json to stdout (for jq).", rich_help_panel=OUTPUT)]
+DiffQuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Print nothing but errors and findings.", rich_help_panel=OUTPUT)
 ]
 
 
@@ -470,7 +508,7 @@ class TypedCommand:
             inspect.Parameter(
                 f.name,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=f.default_factory() if f.default is MISSING else f.default,  # type: ignore[misc]
+                default=f.default_factory() if f.default is MISSING else f.default,  # type: ignore[misc,operator]
                 annotation=hints[f.name],
             )
             for f in fields(self.args)
@@ -516,15 +554,15 @@ def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
         ),
         target=TargetOptions(o.target, o.objective, o.cam, o.topk, o.output_key, build(declared, "method")),
         task_options=build(declared, "task"),
-        pictures=PictureOptions(pictures=o.pictures, channels=o.channels, scale=o.scale, grad_channels=o.grad_channels),
+        pictures=PictureOptions(o.pictures, o.channels, o.scale, o.grad_channels),  # type: ignore[arg-type]  # it parses the texts
         options=RunOptions(
-            out=o.out,
+            out=o.out,  # type: ignore[arg-type]  # RunOptions makes the folders Paths
             save_tensors=o.save_tensors,
             batch_size=o.batch_size,
             skip_existing=o.skip_existing,
             shard=command_shard(o.shard),  # type: ignore[arg-type]  # RunOptions parses "K/N" and "auto"
             workers=o.workers,
-            tensorboard=o.tensorboard,
+            tensorboard=o.tensorboard,  # type: ignore[arg-type]
             command=tuple(sys.argv),
         ),
         checks=CheckOptions(

@@ -1086,7 +1086,10 @@ def test_a_plugin_method_that_declares_settings_gets_them_and_only_it_takes_them
         "add integrated-gradients to the methods or drop the option"
     )
     assert _refusal(mode="mean", cam="toy-settings") == "mode='mean': choose sum or max"
-    assert _refusal(strengh=1.5, cam="toy-settings") == "strengh: explain() takes no such keyword (did you mean 'strength', 'steps'?)"
+    assert (
+        _refusal(strengh=1.5, cam="toy-settings")
+        == "strengh: explain() takes no such keyword (did you mean 'strength', 'steps'?)"
+    )
     common = ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
     helped = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300", "TERM": "dumb", "NO_COLOR": "1"})
     assert "--strength" in helped.output and "How much of the map to keep." in helped.output

@@ -99,7 +99,7 @@ def _settings_changed(old, now) -> list[str]:
         from hookviz.errors import arg
 
         return [
-            f"{arg(names.get(key, key))} {before[key]} -> {after[key]}"
+            f"{arg(names.get(key) or key)} {before[key]} -> {after[key]}"
             for owner, before in old.items()
             if isinstance(before, dict) and isinstance(after := now.get(owner), dict)
             for key in before

@@ -111,7 +111,7 @@ def settings_of(group: type) -> tuple[Setting, ...]:
         if not (entry.init and entry.compare):
             continue
         meta = entry.metadata
-        default = entry.default_factory() if entry.default is MISSING else entry.default  # type: ignore[misc]
+        default = entry.default_factory() if entry.default is MISSING else entry.default  # type: ignore[misc,operator]
         kind = tuple if meta.get("repeat") or isinstance(default, (tuple, list)) else type(default)
         keyword = meta.get("keyword") or entry.name
         flag = meta.get("flag") or "--" + keyword.replace("_", "-")
@@ -171,12 +171,11 @@ def check_group(group, owner: str) -> None:
     lacking = [f.name for f in dataclasses.fields(group) if f.init and f.default is MISSING and f.default_factory is MISSING]
     if lacking:
         raise UsageError(f"{owner}: {group.__name__}.{lacking[0]} has no default; every setting needs one")
-    taken = {s.name: (other, who) for other, who in groups().items() if other is not group for s in settings_of(other)}
-    taken |= {name: (None, "the run's own options") for name in _core_names()}
+    taken = {s.name: " and ".join(who) for other, who in groups().items() if other is not group for s in settings_of(other)}
+    taken |= {name: "the run's own options" for name in _core_names()}
     for setting in settings_of(group):
         if setting.name in taken:
-            _, who = taken[setting.name]
-            who = who if isinstance(who, str) else " and ".join(who)
+            who = taken[setting.name]
             raise UsageError(f"{owner}: its setting {setting.name!r} is taken by {who}; give it another name")
 
 
@@ -184,7 +183,7 @@ def _core_names() -> set[str]:
     """The names of the run's own option groups' fields (``hookviz.options``)."""
     from hookviz import options
 
-    core = (options.ModelOptions, options.InputOptions, options.LayerOptions, options.TargetOptions)
+    core: tuple[type, ...] = (options.ModelOptions, options.InputOptions, options.LayerOptions, options.TargetOptions)
     core += (options.PictureOptions, options.RunOptions, options.CheckOptions, options.TrustOptions, options.Tolerances)
     return {f.name for group in core for f in dataclasses.fields(group)}
 
