@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Annotated, Optional
 
 import typer
@@ -22,74 +21,32 @@ import typer
 from hookviz import __version__
 from hookviz.command_options import (
     LAYERS,
-    METHODS,
     MODEL,
-    OUTPUT,
-    PICTURES,
-    TRUST,
     AtolOption,
-    BaselineOption,
-    BatchSizeOption,
-    BoxObjectiveOption,
-    ChannelsOption,
-    CropOption,
-    DeadFractionOption,
+    BaseArgument,
     DebugOption,
-    DeviceOption,
-    FailOnOption,
-    FaithfulnessOption,
-    FromListOption,
-    GradChannelsOption,
-    IgBaselineOption,
-    ImagesArgument,
-    JsonOutputOption,
-    LayerOption,
-    LayerTypeOption,
-    LayoutOption,
-    MaxDetectionsOption,
-    MaxPixelsOption,
-    MeanOption,
+    DiffFailOnOption,
+    DiffJsonOption,
+    DiffOutOption,
+    DiffPicturesOption,
+    DiffQuietOption,
     MinCamCorrOption,
     ModelOption,
-    NoCropOption,
-    ObjectiveOption,
-    OutOption,
-    OutputKeyOption,
+    NewArgument,
     PanelledCommand,
     PromptOption,
     PromptsFileOption,
-    QuietOption,
-    ResizeOption,
     RtolOption,
-    SanityOption,
-    SaveTensorsOption,
-    ScaleOption,
-    ScoreThresholdOption,
-    SeedOption,
-    ShardOption,
-    SkipExistingOption,
-    StdOption,
-    StepsOption,
-    TargetImageOption,
-    TargetOption,
-    TensorboardOption,
-    TopkOption,
-    TrustCheckpointOption,
-    VerboseOption,
-    WeightsOption,
-    WorkersOption,
-    cam_completions,
-    cam_help,
+    RunArgs,
+    TypedCommand,
     given_prompts,
     option_groups,
 )
 from hookviz.errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from hookviz.interrupts import Interrupted, on_signal
-from hookviz.options import DEFAULT_MAX_PIXELS, MAX_SIDE, Tolerances
+from hookviz.options import MAX_SIDE, Tolerances
 from hookviz.process import Stopper, exit_with, open_heif, plain_text_only, prepare
 from hookviz.progress import Progress, stdout_closed, stopped_line
-from hookviz.render.kinds import default_groups, groups_help
-from hookviz.tasks import task_names
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -156,70 +113,7 @@ def _guard(debug: bool, action):
 # ----------------------------------------------------------------------------- run
 
 
-@app.command(cls=PanelledCommand)
-def run(
-    images: ImagesArgument = None,
-    model: ModelOption = "resnet50",
-    weights: WeightsOption = "DEFAULT",
-    seed: SeedOption = 0,
-    task: Annotated[
-        str,
-        typer.Option(
-            help=f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output.",
-            rich_help_panel=MODEL,
-        ),
-    ] = "auto",
-    trust_checkpoint: TrustCheckpointOption = False,
-    prompt: PromptOption = None,
-    prompts: PromptsFileOption = None,
-    layer: LayerOption = None,
-    layer_type: LayerTypeOption = None,
-    layout: LayoutOption = "auto",
-    target: TargetOption = "top1",
-    objective: ObjectiveOption = "logit",
-    topk: TopkOption = 1,
-    output_key: OutputKeyOption = None,
-    score_threshold: ScoreThresholdOption = 0.5,
-    max_detections: MaxDetectionsOption = 5,
-    box_objective: BoxObjectiveOption = "score",
-    target_image: TargetImageOption = None,
-    cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions, rich_help_panel=METHODS)] = "gradcam",
-    steps: StepsOption = 32,
-    ig_baseline: IgBaselineOption = "zero",
-    faithfulness: FaithfulnessOption = False,
-    sanity: SanityOption = False,
-    fail_on: FailOnOption = None,
-    dead_fraction: DeadFractionOption = 1.0,
-    baseline: BaselineOption = None,
-    rtol: RtolOption = _DEFAULTS.rtol,
-    atol: AtolOption = _DEFAULTS.atol,
-    min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
-    pictures: Annotated[
-        str, typer.Option(help=f"Pictures to write, comma-separated, or none: {groups_help()}.", rich_help_panel=PICTURES)
-    ] = ",".join(default_groups()),
-    channels: ChannelsOption = "64",
-    scale: ScaleOption = "tile",
-    grad_channels: GradChannelsOption = False,
-    from_list: FromListOption = None,
-    resize: ResizeOption = None,
-    crop: CropOption = None,
-    no_crop: NoCropOption = False,
-    mean: MeanOption = None,
-    std: StdOption = None,
-    max_pixels: MaxPixelsOption = DEFAULT_MAX_PIXELS,
-    device: DeviceOption = "auto",
-    batch_size: BatchSizeOption = 8,
-    workers: WorkersOption = 0,
-    skip_existing: SkipExistingOption = False,
-    shard: ShardOption = None,
-    out: OutOption = "hookviz-out",
-    save_tensors: SaveTensorsOption = False,
-    tensorboard: TensorboardOption = None,
-    json_output: JsonOutputOption = False,
-    quiet: QuietOption = False,
-    verbose: VerboseOption = False,
-    debug: DebugOption = False,
-) -> None:
+def _run(args: RunArgs, declared: dict) -> None:
     """Record LAYERS of MODEL on IMAGES and write pictures and reports.
 
     Per image, in OUT/<image stem>/: <layer>.summary.png, <layer>.channels.png,
@@ -233,13 +127,16 @@ def run(
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
-    given = SimpleNamespace(**locals())  # the options as typed: option_groups checks them, in groups
-    groups = _guard(debug, lambda: option_groups(given))
+    groups = _guard(args.debug, lambda: option_groups(args, declared))
     found: list[str] = []  # notes on what the folders held
-    paths = _guard(debug, lambda: _image_paths(images, from_list, groups["options"].out, found))
-    for note in () if quiet else found:
+    paths = _guard(args.debug, lambda: _image_paths(args.images, args.from_list, groups["options"].out, found))
+    for note in () if args.quiet else found:
         typer.echo(f"hookviz: note: {note}", err=True)
-    _guard(debug, lambda: _execute(paths, groups, json_output=json_output, quiet=quiet, verbose=verbose))
+    _guard(args.debug, lambda: _execute(paths, groups, json_output=args.json_output, quiet=args.quiet, verbose=args.verbose))
+
+
+# The command's parameters are RunArgs' fields and the settings that methods and tasks declare.
+run = app.command("run", cls=PanelledCommand)(TypedCommand(RunArgs, _run))
 
 
 def _image_paths(images: list[str] | None, from_list: str | None, out: Path, notes: list[str]) -> list[Path]:
@@ -321,39 +218,16 @@ def _say_findings(findings) -> None:
 
 @app.command(cls=PanelledCommand)
 def diff(
-    base: Annotated[
-        Path, typer.Argument(metavar="BASE", help="The baseline: an earlier run's output folder (only read).", show_default=False)
-    ],
-    new: Annotated[
-        Path,
-        typer.Argument(
-            metavar="NEW", help="The run to compare with it (its image folders get <layer>.diff.png).", show_default=False
-        ),
-    ],
-    fail_on: Annotated[
-        Optional[str],
-        typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.", rich_help_panel=TRUST),
-    ] = None,
+    base: BaseArgument,
+    new: NewArgument,
+    fail_on: DiffFailOnOption = None,
     rtol: RtolOption = _DEFAULTS.rtol,
     atol: AtolOption = _DEFAULTS.atol,
     min_cam_corr: MinCamCorrOption = _DEFAULTS.min_cam_corr,
-    pictures: Annotated[
-        str,
-        typer.Option(
-            help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json.",
-            rich_help_panel=PICTURES,
-        ),
-    ] = "diff",
-    out: Annotated[
-        Optional[Path],
-        typer.Option("--out", "-o", help="Where to write diff.json (default NEW/diff.json).", rich_help_panel=OUTPUT),
-    ] = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print diff.json to stdout (for jq).", rich_help_panel=OUTPUT)
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Print nothing but errors and findings.", rich_help_panel=OUTPUT)
-    ] = False,
+    pictures: DiffPicturesOption = "diff",
+    out: DiffOutOption = None,
+    json_output: DiffJsonOption = False,
+    quiet: DiffQuietOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Compare the run in NEW with the baseline run in BASE, image by image and layer by layer.

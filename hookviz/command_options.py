@@ -4,15 +4,21 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
-from types import SimpleNamespace
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from typer.core import TyperCommand
 
-from hookviz.options import MAX_SIDE, MAX_STEPS, MAX_TOPK
+from hookviz.options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
 from hookviz.progress import FEW_IMAGES
+
+_TOLERANCES = Tolerances()
 
 __all__ = [
     "PANELS",
@@ -29,6 +35,12 @@ __all__ = [
     "OUTPUT",
     "given_prompts",
     "option_groups",
+    "RunArgs",
+    "TypedCommand",
+    "declared_parameters",
+    "task_help",
+    "pictures_help",
+    "default_pictures",
     "ModelOption",
     "WeightsOption",
     "SeedOption",
@@ -39,6 +51,13 @@ __all__ = [
     "AtolOption",
     "MinCamCorrOption",
     "ImagesArgument",
+    "BaseArgument",
+    "NewArgument",
+    "DiffFailOnOption",
+    "DiffPicturesOption",
+    "DiffOutOption",
+    "DiffJsonOption",
+    "DiffQuietOption",
     "LayerOption",
     "LayerTypeOption",
     "LayoutOption",
@@ -49,12 +68,6 @@ __all__ = [
     "TopkOption",
     "OutputKeyOption",
     "TrustCheckpointOption",
-    "ScoreThresholdOption",
-    "MaxDetectionsOption",
-    "TargetImageOption",
-    "BoxObjectiveOption",
-    "StepsOption",
-    "IgBaselineOption",
     "ChannelsOption",
     "ScaleOption",
     "GradChannelsOption",
@@ -160,6 +173,36 @@ MinCamCorrOption = Annotated[
 ]
 
 
+# hookviz diff's own
+BaseArgument = Annotated[
+    Path, typer.Argument(metavar="BASE", help="The baseline: an earlier run's output folder (only read).", show_default=False)
+]
+NewArgument = Annotated[
+    Path,
+    typer.Argument(
+        metavar="NEW", help="The run to compare with it (its image folders get <layer>.diff.png).", show_default=False
+    ),
+]
+DiffFailOnOption = Annotated[
+    Optional[str],
+    typer.Option("--fail-on", help="drift: exit 3 when a compared figure passes its tolerance.", rich_help_panel=TRUST),
+]
+DiffPicturesOption = Annotated[
+    str,
+    typer.Option(
+        help="diff: draw <layer>.diff.png into NEW's image folders and show them in NEW/index.html; none: only diff.json.",
+        rich_help_panel=PICTURES,
+    ),
+]
+DiffOutOption = Annotated[
+    Optional[Path], typer.Option("--out", "-o", help="Where to write diff.json (default NEW/diff.json).", rich_help_panel=OUTPUT)
+]
+DiffJsonOption = Annotated[bool, typer.Option("--json", help="Print diff.json to stdout (for jq).", rich_help_panel=OUTPUT)]
+DiffQuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Print nothing but errors and findings.", rich_help_panel=OUTPUT)
+]
+
+
 ImagesArgument = Annotated[
     Optional[list[str]],
     typer.Argument(
@@ -214,42 +257,6 @@ TrustCheckpointOption = Annotated[
         "--trust-checkpoint",
         help="Load a checkpoint that runs code when loaded (yolo:PATH.pt, a pickle); only for files you trust.",
         rich_help_panel=MODEL,
-    ),
-]
-ScoreThresholdOption = Annotated[
-    float, typer.Option(help="Detection: explain detections with at least this score.", rich_help_panel=TARGET)
-]
-MaxDetectionsOption = Annotated[
-    int, typer.Option(help="Detection: explain at most this many detections per image, best first.", rich_help_panel=TARGET)
-]
-TargetImageOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--target-image",
-        help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean embedding); repeat for one CAM each.",
-        rich_help_panel=TARGET,
-    ),
-]
-BoxObjectiveOption = Annotated[
-    str,
-    typer.Option(
-        help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget).",
-        rich_help_panel=TARGET,
-    ),
-]
-StepsOption = Annotated[
-    int,
-    typer.Option(
-        help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).",
-        rich_help_panel=METHODS,
-    ),
-]
-IgBaselineOption = Annotated[
-    str,
-    typer.Option(
-        "--ig-baseline",
-        help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the input blurred) or mean (its mean colour).",
-        rich_help_panel=METHODS,
     ),
 ]
 ChannelsOption = Annotated[
@@ -380,8 +387,146 @@ def cam_completions(incomplete: str) -> list[str]:
     return [",".join([*given, name]) for name in choices if name.startswith(last) and name not in given]
 
 
-def option_groups(o: SimpleNamespace) -> dict:
-    """``hookviz run``'s options as the groups ``Run`` takes, each checked by its own class."""
+def task_help() -> str:
+    from hookviz.tasks import task_names
+
+    return f"{', '.join(task_names())}; auto: the model's source says, or for a factory's model, its output."
+
+
+def pictures_help() -> str:
+    from hookviz.render.kinds import groups_help
+
+    return f"Pictures to write, comma-separated, or none: {groups_help()}."
+
+
+def default_pictures() -> str:
+    from hookviz.render.kinds import default_groups
+
+    return ",".join(default_groups())
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """``hookviz run``'s own options, as typed (``run_command`` makes the command's parameters of
+    these fields, then of the settings the methods and tasks declare: ``declared_parameters``).
+    ``--task``, ``--cam`` and ``--pictures`` read their help from the registries each time."""
+
+    images: ImagesArgument = None
+    model: ModelOption = "resnet50"
+    weights: WeightsOption = "DEFAULT"
+    seed: SeedOption = 0
+    task: Annotated[str, typer.Option(help=task_help(), rich_help_panel=MODEL)] = "auto"
+    trust_checkpoint: TrustCheckpointOption = False
+    prompt: PromptOption = None
+    prompts: PromptsFileOption = None
+    layer: LayerOption = None
+    layer_type: LayerTypeOption = None
+    layout: LayoutOption = "auto"
+    target: TargetOption = "top1"
+    objective: ObjectiveOption = "logit"
+    topk: TopkOption = 1
+    output_key: OutputKeyOption = None
+    cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions, rich_help_panel=METHODS)] = "gradcam"
+    faithfulness: FaithfulnessOption = False
+    sanity: SanityOption = False
+    fail_on: FailOnOption = None
+    dead_fraction: DeadFractionOption = 1.0
+    baseline: BaselineOption = None
+    rtol: RtolOption = _TOLERANCES.rtol
+    atol: AtolOption = _TOLERANCES.atol
+    min_cam_corr: MinCamCorrOption = _TOLERANCES.min_cam_corr
+    pictures: Annotated[str, typer.Option(help=pictures_help(), rich_help_panel=PICTURES)] = field(
+        default_factory=default_pictures
+    )
+    channels: ChannelsOption = "64"
+    scale: ScaleOption = "tile"
+    grad_channels: GradChannelsOption = False
+    from_list: FromListOption = None
+    resize: ResizeOption = None
+    crop: CropOption = None
+    no_crop: NoCropOption = False
+    mean: MeanOption = None
+    std: StdOption = None
+    max_pixels: MaxPixelsOption = DEFAULT_MAX_PIXELS
+    device: DeviceOption = "auto"
+    batch_size: BatchSizeOption = 8
+    workers: WorkersOption = 0
+    skip_existing: SkipExistingOption = False
+    shard: ShardOption = None
+    out: OutOption = "hookviz-out"
+    save_tensors: SaveTensorsOption = False
+    tensorboard: TensorboardOption = None
+    json_output: JsonOutputOption = False
+    quiet: QuietOption = False
+    verbose: VerboseOption = False
+    debug: DebugOption = False
+
+
+def declared_parameters(taken: set[str]) -> list[inspect.Parameter]:
+    """A command's parameters for the settings each method and task declares
+    (``hookviz.options.declared``), once per setting, in the panel of the first owner's kind.
+
+    Raises:
+        UsageError: a setting whose name or flag a command option has already (``taken``).
+    """
+    from hookviz.errors import UsageError
+    from hookviz.options.declared import owners, settings_of
+
+    parameters: dict[str, inspect.Parameter] = {}
+    for owner in owners():
+        for setting in settings_of(owner.group):
+            if setting.keyword in parameters:
+                continue
+            if setting.keyword in taken:
+                raise UsageError(f"{owner.words}: its setting {setting.flag} is an option of the command already; rename it")
+            kind: Any = setting.kind if setting.default is not None else Optional[str]
+            kind = Optional[list[str]] if setting.kind is tuple else kind
+            flag = f"{setting.flag}/--no-{setting.flag[2:]}" if setting.kind is bool and setting.default else setting.flag
+            declared = typer.Option(flag, help=setting.help, rich_help_panel=setting.panel or owner.panel)
+            default = None if setting.kind is tuple else setting.default
+            parameters[setting.keyword] = inspect.Parameter(
+                setting.keyword, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, declared]
+            )
+    return list(parameters.values())
+
+
+class TypedCommand:
+    """A command function made of a typed dataclass of its own options (``args``) and the settings
+    the registered methods and tasks declare, read afresh each time typer builds the command (so
+    a plug-in's settings are flags once it is imported). Called, it hands ``body`` the ``args``
+    instance and the declared settings given (keyword -> value, those left at their defaults too)."""
+
+    def __init__(self, args: type, body: Callable[[Any, dict], None]):
+        self.args, self.body = args, body
+        self.__name__ = self.__qualname__ = body.__name__.lstrip("_")
+        self.__doc__, self.__module__ = body.__doc__, body.__module__
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        hints = typing.get_type_hints(self.args, include_extras=True)
+        own = [
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=f.default_factory() if f.default is MISSING else f.default,  # type: ignore[misc,operator]
+                annotation=hints[f.name],
+            )
+            for f in fields(self.args)
+        ]
+        return inspect.Signature([*own, *declared_parameters({p.name for p in own})])
+
+    @property
+    def __annotations__(self) -> dict:  # type: ignore[override]  # typer reads a callback's hints
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+    def __call__(self, **given: Any) -> None:
+        own = {f.name: given.pop(f.name) for f in fields(self.args) if f.name in given}
+        self.body(self.args(**own), {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
+
+
+def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
+    """``hookviz run``'s options (``o``) and the declared settings given (``declared``) as the
+    groups ``Run`` takes, each checked by its own class."""
     from hookviz.options import (
         CheckOptions,
         InputOptions,
@@ -390,12 +535,11 @@ def option_groups(o: SimpleNamespace) -> dict:
         PictureOptions,
         RunOptions,
         TargetOptions,
-        Tolerances,
         TrustOptions,
         parse_triple,
     )
+    from hookviz.options.declared import build
     from hookviz.runs.cluster import command_shard
-    from hookviz.tasks import DetectOptions, EmbedOptions
 
     return dict(
         model=ModelOptions(o.model, o.weights, o.seed, o.device, o.task, o.trust_checkpoint, given_prompts(o.prompt, o.prompts)),
@@ -408,34 +552,23 @@ def option_groups(o: SimpleNamespace) -> dict:
             whole_image=o.no_crop,
             max_pixels=o.max_pixels,
         ),
-        target=TargetOptions(
-            target=o.target,
-            objective=o.objective,
-            cam=o.cam,
-            topk=o.topk,
-            output_key=o.output_key,
-            steps=o.steps,
-            ig_baseline=o.ig_baseline,
-        ),
-        task_options=(
-            DetectOptions(score_threshold=o.score_threshold, max_detections=o.max_detections, box_objective=o.box_objective),
-            EmbedOptions(target_images=tuple(o.target_image or ())),
-        ),
-        pictures=PictureOptions(pictures=o.pictures, channels=o.channels, scale=o.scale, grad_channels=o.grad_channels),
+        target=TargetOptions(o.target, o.objective, o.cam, o.topk, o.output_key, build(declared, "method")),
+        task_options=build(declared, "task"),
+        pictures=PictureOptions(o.pictures, o.channels, o.scale, o.grad_channels),  # type: ignore[arg-type]  # it parses the texts
         options=RunOptions(
-            out=o.out,
+            out=o.out,  # type: ignore[arg-type]  # RunOptions makes the folders Paths
             save_tensors=o.save_tensors,
             batch_size=o.batch_size,
             skip_existing=o.skip_existing,
             shard=command_shard(o.shard),  # type: ignore[arg-type]  # RunOptions parses "K/N" and "auto"
             workers=o.workers,
-            tensorboard=o.tensorboard,
+            tensorboard=o.tensorboard,  # type: ignore[arg-type]
             command=tuple(sys.argv),
         ),
         checks=CheckOptions(
-            fail_on=o.fail_on or (),
+            fail_on=o.fail_on or (),  # type: ignore[arg-type]  # CheckOptions parses "a,b"
             dead_fraction=o.dead_fraction,
-            baseline=o.baseline,
+            baseline=o.baseline,  # type: ignore[arg-type]  # CheckOptions makes it a Path
             tolerances=Tolerances(rtol=o.rtol, atol=o.atol, min_cam_corr=o.min_cam_corr),
         ),
         trust=TrustOptions(faithfulness=o.faithfulness, sanity=o.sanity),

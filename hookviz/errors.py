@@ -33,6 +33,7 @@ __all__ = [
     "ModelRunError",
     "MethodError",
     "arg",
+    "spell_flag",
     "hint",
     "command_line_spelling",
     "first_line",
@@ -153,6 +154,12 @@ def arg(name: str, value: object = _MISSING) -> str:
             value = repr(value)
         return flag if value is _MISSING else f"{flag} {value}"
     return name if value is _MISSING else f"{name}={value!r}"
+
+
+def spell_flag(name: str, flag: str) -> None:
+    """Have ``arg`` spell ``name`` as ``flag`` on the command line: a declared setting whose
+    flag is not its name with dashes (``hookviz.options.declared``)."""
+    _FLAGS.setdefault(name, flag)
 
 
 def hint(key: str) -> str:

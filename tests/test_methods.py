@@ -4,6 +4,7 @@ declare, re-scoring through the task's own score, on maps of any number of dimen
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from hookviz.methods import (
     register_method,
 )
 from hookviz.models.loading import LoadedModel
+from hookviz.options.declared import option
 
 from .conftest import SAMPLES, tiny_convnext, tiny_net
 
@@ -880,7 +882,7 @@ def test_integrated_gradients_sum_to_the_scores_change_from_each_baseline(which)
         change = (model(image[None]) - model(start))[0, result.target.index].item()
     assert abs(change) > 1e-3
     assert pixels.map.sum() == pytest.approx(change, rel=1e-4, abs=1e-6)  # completeness
-    assert result.asked["steps"] == 16 and result.asked["ig_baseline"] == which
+    assert result.asked["settings"] == {"integrated-gradients": {"steps": 16, "ig_baseline": which}}
 
 
 def test_a_baseline_equal_to_the_input_is_noted_not_left_as_a_silent_zero_map():
@@ -980,7 +982,7 @@ def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tm
     assert list(report["layers"][0]["cams"]) == ["gradcam"]
     guided, integrated = report["pixel_maps"]["guided-gradcam"], report["pixel_maps"]["integrated-gradients"]
     assert guided["shape"] == integrated["shape"] == [3, 64, 64] and guided["layer"] == "features.3"
-    assert "layer" not in integrated and report["asked"]["target"]["steps"] == 4
+    assert "layer" not in integrated and report["asked"]["target"]["settings"]["integrated-gradients"]["steps"] == 4
     assert tensors["input/guided-gradcam"].shape == tensors["input/integrated-gradients"].shape == (3, 64, 64)
     assert integrated["max"] == pytest.approx(float(tensors["input/integrated-gradients"].max()))
 
@@ -1055,32 +1057,72 @@ def test_a_plugin_method_does_not_switch_off_the_check_that_refuses_steps(photo,
     assert not out.exists()
 
 
-def test_a_plugin_method_that_takes_a_setting_gets_it_and_only_it(registries_restored):
-    """A method declares the settings it reads (``takes``): given them, with no integrated
-    gradients in the run; a setting it does not take is refused still, one it cannot take at once."""
+@dataclass(frozen=True)
+class ToyOptions:
+    """A plug-in method's own settings."""
 
-    @register_method("toy-steps", needs_gradients=False, takes=("steps",))
-    def with_steps(ctx):
-        SEEN.append({"steps": ctx.options.steps})
-        return ctx.activations.sum(dim=1).clamp(min=0)
+    strength: float = field(default=1.0, metadata={"help": "How much of the map to keep.", "low": 0.0, "high": 2.0})
+    mode: str = option("sum", help="sum or max over the channels.", choices=("sum", "max"))
 
-    explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], cam="toy-steps", steps=8)
-    assert SEEN == [{"steps": 8}]
-    assert "integrated-gradients or toy-steps" in _refusal(steps=4, cam="gradcam")
-    assert _refusal(ig_baseline="blur", cam="toy-steps") == (
-        "ig_baseline='blur': only integrated-gradients takes it, and cam='toy-steps' does not include it; "
+
+def test_a_plugin_method_that_declares_settings_gets_them_and_only_it_takes_them(photo, tmp_path, registries_restored):
+    """A method declares its settings as a frozen dataclass (``options=``): they are its flags
+    and explain()'s keywords, it reads them as ctx.settings, and one given while it is not asked
+    is refused naming it; IG's settings stay refused for it."""
+
+    @register_method("toy-settings", needs_gradients=False, options=ToyOptions)
+    def with_settings(ctx):
+        SEEN.append(ctx.settings)
+        return ctx.activations.sum(dim=1).clamp(min=0) * ctx.settings.strength
+
+    explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], cam="toy-settings", strength=0.5, mode="max")
+    assert SEEN == [ToyOptions(strength=0.5, mode="max")]
+    assert _refusal(strength=0.5, cam="gradcam") == (
+        "strength=0.5: only toy-settings takes it, and cam='gradcam' does not include it; "
+        "add toy-settings to the methods or drop the option"
+    )
+    assert _refusal(ig_baseline="blur", cam="toy-settings") == (
+        "ig_baseline='blur': only integrated-gradients takes it, and cam='toy-settings' does not include it; "
         "add integrated-gradients to the methods or drop the option"
     )
+    assert _refusal(mode="mean", cam="toy-settings") == "mode='mean': choose sum or max"
+    assert (
+        _refusal(strengh=1.5, cam="toy-settings")
+        == "strengh: explain() takes no such keyword (did you mean 'strength', 'steps'?)"
+    )
+    common = ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
+    helped = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300", "TERM": "dumb", "NO_COLOR": "1"})
+    assert "--strength" in helped.output and "How much of the map to keep." in helped.output
+    refused = CliRunner().invoke(app, [*common, "--strength", "3", "--cam", "toy-settings", "--out", str(tmp_path / "o")])
+    assert refused.exit_code == 2 and refused.output.strip().splitlines() == [
+        "hookviz: error: --strength 3.0: must be from 0.0 to 2.0"
+    ], refused.output
+    given = CliRunner().invoke(
+        app, [*common, "--cam", "toy-settings", "--strength", "2", "--pictures", "none", "--out", str(tmp_path / "out")]
+    )
+    assert given.exit_code == 0, given.output
+    report = json.loads((tmp_path / "out" / "photo" / "report.json").read_text())
+    assert report["asked"]["target"]["settings"] == {"toy-settings": {"strength": 2.0, "mode": "sum"}}
+
+
+def test_a_method_option_group_is_checked_when_it_is_registered(registries_restored):
     with pytest.raises(
-        UsageError, match=r"^method 'toy-seed': takes 'seed', not a setting of a run; choose from steps, ig_baseline$"
+        UsageError, match=r"^method 'toy-seed': its setting 'seed' is taken by the run's own options; give it another name$"
     ):
-        register_method("toy-seed", takes=("seed",))
-    assert "toy-seed" not in METHODS
+
+        @dataclass(frozen=True)
+        class Seeded:
+            seed: int = 0
+
+        register_method("toy-seed", options=Seeded)
+    with pytest.raises(UsageError, match=r"^method 'toy-plain-class': options=.*; give a frozen dataclass"):
+        register_method("toy-plain-class", options=dict)
+    assert "toy-seed" not in METHODS and "toy-plain-class" not in METHODS
 
 
 def _refusal(**given) -> str:
     with pytest.raises(UsageError) as refused:
-        TargetOptions(**given)
+        explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3"], **given)
     return str(refused.value)
 
 

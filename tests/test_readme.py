@@ -61,7 +61,8 @@ def photos_here(tmp_path, monkeypatch):
 def _run_python(path: Path) -> dict:
     namespace: dict = {"__name__": "__docs__"}
     for n, (_, code) in enumerate(_blocks(path, "python")):
-        exec(compile(code, f"{_name(path)} (python example {n + 1})", "exec"), namespace)
+        # as a reader runs it: without this module's `from __future__` (a dataclass example needs its annotations real)
+        exec(compile(code, f"{_name(path)} (python example {n + 1})", "exec", dont_inherit=True), namespace)
     return namespace
 
 

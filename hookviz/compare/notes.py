@@ -56,8 +56,6 @@ _TARGET_FLAGS = {
     "objective": "--objective",
     "topk": "--topk",
     "output_key": "--output-key",
-    "steps": "--steps",
-    "ig_baseline": "--ig-baseline",
 }
 
 
@@ -72,6 +70,7 @@ def target_notes(before, after) -> list[str]:
         for key, flag in _TARGET_FLAGS.items()
         if key in old and key in now and old[key] != now[key]
     ]
+    changed += _settings_changed(old.get("settings"), now.get("settings"))
     if changed:
         notes.append(f"explained with other options: {'; '.join(changed)} (maps differ by that choice, not by drift)")
     if before.references is not None and after.references is not None:
@@ -85,6 +84,27 @@ def target_notes(before, after) -> list[str]:
     if before.prompts is not None and after.prompts is not None and tuple(before.prompts) != tuple(after.prompts):
         notes.append(f"prompts differ: {', '.join(before.prompts) or 'none'} -> {', '.join(after.prompts) or 'none'}")
     return notes
+
+
+def _settings_changed(old, now) -> list[str]:
+    """The methods' settings (report.json's ``asked.target.settings``, by the methods that declare
+    them) that both runs kept and that differ, as ``--steps 4 -> 8``."""
+    if not isinstance(old, dict) or not isinstance(now, dict):
+        return []
+    from hookviz.errors import command_line_spelling
+    from hookviz.options.declared import groups, settings_of
+
+    names = {s.name: s.keyword for group in groups() for s in settings_of(group)}
+    with command_line_spelling():
+        from hookviz.errors import arg
+
+        return [
+            f"{arg(names.get(key) or key)} {before[key]} -> {after[key]}"
+            for owner, before in old.items()
+            if isinstance(before, dict) and isinstance(after := now.get(owner), dict)
+            for key in before
+            if key in after and before[key] != after[key]
+        ]
 
 
 def image_notes(images, only_base, only_new, base: RunFolder, new: RunFolder) -> list[str]:

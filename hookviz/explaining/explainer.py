@@ -10,20 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, fields, replace
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.anatomy.layers import LayerSpec, default_layer, resolve_layers
-from hookviz.errors import UsageError, arg
+from hookviz.errors import UsageError, arg, did_you_mean
 from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
 from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, load_image, photo_of_array, prepare
 from hookviz.models.sources.base import LoadedModel
 from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
 
-__all__ = ["Explainer", "explain"]
+__all__ = ["Explainer", "ExplainArgs", "explain"]
 
 
 @dataclass(frozen=True)
@@ -135,10 +134,11 @@ class Explainer:
     @property
     def asked(self) -> dict:
         """What was asked of the task, as report.json keeps it (what ``--skip-existing``
-        compares): the target options and the task's own."""
+        compares): the target options (with the methods' settings under ``settings``, by the
+        methods that declare them) and the task's own."""
         own = self.task_options
         asked = {} if own is None else own.asked() if hasattr(own, "asked") else asdict(own)
-        return {**asdict(self.target), **asked}
+        return {**self.target.asked(), **asked}
 
     @property
     def references(self) -> tuple:
@@ -439,33 +439,58 @@ def _check_method(name: str, module) -> None:
         method.check(module)
 
 
-def explain(
-    model,
-    image,
-    layers: Sequence[str] | str | None = None,
-    target: str | int = "top1",
-    *,
-    objective: str = "logit",
-    cam: str | Sequence[str] = "gradcam",
-    topk: int = 1,
-    output_key: str | int | None = None,
-    score_threshold: float = 0.5,
-    max_detections: int = 5,
-    box_objective: str = "score",
-    steps: int = 32,
-    ig_baseline: str = "zero",
-    task: str = "auto",
-    layer_types: Sequence[str] | str = (),
-    layout: str = "auto",
-    preprocessing: Preprocessing | None = None,
-    inputs: InputOptions | None = None,
-    categories: Sequence[str] | None = None,
-    target_image=None,
-    faithfulness: bool = False,
-    sanity: bool = False,
-    weights: str = "DEFAULT",
-    prompts: Sequence[str] | str = (),
-) -> Explanation:
+@dataclass(frozen=True)
+class ExplainArgs:
+    """``explain()``'s own keywords (the settings methods and tasks declare are keywords too:
+    ``hookviz.options.declared``; integrated gradients' ``steps`` and ``ig_baseline``, a
+    detector's ``score_threshold``, ``max_detections`` and ``box_objective``, an embedding's
+    ``target_image``).
+
+    Attributes:
+        objective, cam, topk: as the ``hookviz run`` options of the same names; ``cam`` takes
+            several methods as ``"gradcam,eigencam"`` or a list (``result["layer4"].cams``).
+        output_key: which entry of the model's output holds the logits, when it returns several.
+        task: ``classify``, ``segment``, ``detect`` or ``embed``; by default the model's source
+            says, or (for a bare module) what its output looks like.
+        layer_types: also record every module of these classes.
+        layout: ``nchw`` or ``nhwc``: how to read a map whose shape fits both orders
+            (1x96x96x96) when neither the model nor the ops that made it say which; with
+            ``auto`` such a map gets no CAM and a note.
+        preprocessing: replaces the model's own transform.
+        inputs: overrides of the transform (``InputOptions(crop=256)``).
+        categories: class names when ``model`` is a bare module.
+        faithfulness: also measure each CAM's deletion, insertion and ROAD curves
+            (``layer.trust``; a classifier's only).
+        sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
+        weights: for a model name: what ``load_model`` loads (``DEFAULT``, ``none``, a file).
+        prompts: for the name of a model with a text tower (``open_clip:ViT-B-32``): its
+            classes, as ``--prompt`` (``hookviz.options.read_prompts`` reads a file of them).
+
+    A detector's ``score_threshold`` and ``max_detections`` choose which detections are
+    explained, ``box_objective`` what explains each (``score``, or ``score+iou``:
+    pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``). An embedding model's ``target_image``
+    is a reference photo (a path, a folder of photos averaged into one concept, an image as
+    ``image`` takes) or a concept's embedding (a (D,) or (1, D) tensor), or a list of them, one
+    CAM each; the objective is the cosine similarity to it (``hookviz.tasks.EmbedOptions``).
+    """
+
+    objective: str = "logit"
+    cam: str | Sequence[str] = "gradcam"
+    topk: int = 1
+    output_key: str | int | None = None
+    task: str = "auto"
+    layer_types: Sequence[str] | str = ()
+    layout: str = "auto"
+    preprocessing: Preprocessing | None = None
+    inputs: InputOptions | None = None
+    categories: Sequence[str] | None = None
+    faithfulness: bool = False
+    sanity: bool = False
+    weights: str = "DEFAULT"
+    prompts: Sequence[str] | str = ()
+
+
+def explain(model, image, layers: Sequence[str] | str | None = None, target: str | int = "top1", **keywords: Any) -> Explanation:
     """Explain one image with ``model``: the notebook form of ``hookviz run``.
 
     The model is explained in eval mode without gradients for its parameters; its mode,
@@ -484,80 +509,47 @@ def explain(
             says so when its values look like raw pixels).
         layers: layer paths or globs; the usual CAM layer when omitted.
         target: ``"top1"``, a class index, or a class name.
-        objective, cam, topk: as the ``hookviz run`` options of the same names; ``cam`` takes
-            several methods as ``"gradcam,eigencam"`` or a list (``result["layer4"].cams``).
-        output_key: which entry of the model's output holds the logits, when it returns several.
-        score_threshold, max_detections: which of a detector's detections are explained
-            (``hookviz.tasks.DetectOptions``).
-        box_objective: what explains a detection: ``score``, its matched box's score alone, or
-            ``score+iou``, pytorch-grad-cam's ``FasterRCNNBoxScoreTarget`` (plus the box's IoU).
-        steps, ig_baseline: integrated gradients' steps and baseline (``zero``, ``blur``, ``mean``).
-        task: ``classify``, ``segment`` or ``detect``; by default the model's source says, or
-            (for a bare module) what its output looks like.
-        layer_types: also record every module of these classes.
-        layout: ``nchw`` or ``nhwc``: how to read a map whose shape fits both orders
-            (1x96x96x96) when neither the model nor the ops that made it say which; with
-            ``auto`` such a map gets no CAM and a note.
-        preprocessing: replaces the model's own transform.
-        inputs: overrides of the transform (``InputOptions(crop=256)``).
-        categories: class names when ``model`` is a bare module.
-        target_image: for a model whose output is an embedding: a reference photo (a path, a
-            folder of photos averaged into one concept, an image as ``image`` takes) or a
-            concept's embedding (a (D,) or (1, D) tensor), or a list of them, one CAM each; the objective
-            is the cosine similarity to it (``hookviz.tasks.EmbedOptions``).
-        faithfulness: also measure each CAM's deletion, insertion and ROAD curves
-            (``layer.trust``; a classifier's only).
-        sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
-        weights: for a model name: what ``load_model`` loads (``DEFAULT``, ``none``, a file).
-        prompts: for the name of a model with a text tower (``open_clip:ViT-B-32``): its
-            classes, as ``--prompt`` (``hookviz.options.read_prompts`` reads a file of them).
+        keywords: ``ExplainArgs``' fields, and the settings that methods and tasks declare
+            (``steps=8``, ``score_threshold=0.3``, ``target_image=...``).
 
     Returns:
         An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
 
     Raises:
-        HookvizError: a bad argument (``UsageError``), or an image that cannot be used.
+        HookvizError: a bad argument (``UsageError``: an unknown keyword names the close ones),
+            or an image that cannot be used.
     """
-    from hookviz.tasks import EmbedOptions
+    own = {name: keywords.pop(name) for name in [f.name for f in fields(ExplainArgs)] if name in keywords}
+    args = ExplainArgs(**own)
+    groups = _option_groups(
+        args, layers, target, keywords
+    )  # before a named model loads: what no model could take is refused first
+    loaded = _model_to_explain(model, args.categories, args.task, args.weights, args.prompts)
+    explainer = Explainer.create(loaded, inputs=args.inputs or InputOptions(), preprocessing=args.preprocessing, **groups)
+    return explainer.explain(image)
 
-    check_named_task(task, (EmbedOptions(target_images=target_image),))
-    groups = _option_groups(locals())  # before a named model loads: what no model could take is refused first
-    loaded = _model_to_explain(model, categories, task, weights, prompts)
-    return Explainer.create(loaded, inputs=inputs or InputOptions(), preprocessing=preprocessing, **groups).explain(image)
 
-
-def _option_groups(given: dict) -> dict:
-    """``explain``'s keyword arguments as the option groups ``Explainer.create`` takes (as
+def _option_groups(g: ExplainArgs, layers, target, declared: dict) -> dict:
+    """``explain``'s arguments as the option groups ``Explainer.create`` takes (as
     ``command_options.option_groups`` turns ``hookviz run``'s options into them)."""
     from hookviz.budget import check_environment
-    from hookviz.tasks import DetectOptions, EmbedOptions
+    from hookviz.options.declared import build, groups, settings_of
     from hookviz.trust.assess import check_options as check_trust_options
 
-    g = SimpleNamespace(**given)
-    target = TargetOptions(
-        target=str(g.target),
-        objective=g.objective,
-        cam=g.cam if isinstance(g.cam, str) else ",".join(map(str, g.cam)),
-        topk=g.topk,
-        output_key=None if g.output_key is None else str(g.output_key),
-        steps=g.steps,
-        ig_baseline=g.ig_baseline,
-    )
-    layers = LayerOptions(
-        layers=() if g.layers is None else g.layers,  # one or several: LayerOptions checks them
-        layer_types=g.layer_types,
-        layout=g.layout,
-    )
-    detect = DetectOptions(score_threshold=g.score_threshold, max_detections=g.max_detections, box_objective=g.box_objective)
+    known = [f.name for f in fields(ExplainArgs)] + [s.keyword for group in groups() for s in settings_of(group)]
+    unknown = next((name for name in declared if name not in known), None)
+    if unknown is not None:
+        raise UsageError(f"{arg(unknown)}: explain() takes no such keyword{did_you_mean(unknown, known)}")
+    task_options = build(declared, "task")
+    check_named_task(g.task, task_options)
+    cam = g.cam if isinstance(g.cam, str) else ",".join(map(str, g.cam))
+    output_key = None if g.output_key is None else str(g.output_key)
+    target_options = TargetOptions(str(target), g.objective, cam, g.topk, output_key, build(declared, "method"))
+    layer_options = LayerOptions(layers=() if layers is None else layers, layer_types=g.layer_types, layout=g.layout)  # type: ignore[arg-type]  # LayerOptions takes one or several
     trust = TrustOptions(faithfulness=g.faithfulness, sanity=g.sanity)
-    check_trust_options(target, trust)
+    check_trust_options(target_options, trust)
     check_environment()
-    return {
-        "layers": layers,
-        "target": target,
-        "task_options": (detect, EmbedOptions(target_images=g.target_image)),
-        "trust": trust,
-    }
+    return {"layers": layer_options, "target": target_options, "task_options": task_options, "trust": trust}
 
 
 def _model_to_explain(model, categories, task: str, weights: str, prompts) -> LoadedModel:

@@ -359,7 +359,7 @@ def _noted(explanation: Explanation, methods, options) -> Explanation:
     label, given = explanation.image.source.label, explanation.image.tensor[None]  # type: ignore[index]
     for method in methods:
         found = explanation.pixel_maps.get(method.name)
-        caveat = method.caveat(given, options) if method.caveat and found and found.map is not None else None
+        caveat = method.note(given, options) if found and found.map is not None else None
         notes += [f"{label}: {method.name}: {caveat}"] if caveat else []
     return replace(explanation, notes=(*explanation.notes, *notes)) if notes else explanation
 

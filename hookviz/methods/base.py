@@ -26,13 +26,17 @@ Example, a method of one's own, then ``hookviz run --cam activation-sum`` in tha
         \"\"\"The layer's channels summed, after a ReLU.\"\"\"
         return ctx.activations.sum(dim=1).clamp(min=0)
 
+A method with settings of its own declares them as a frozen dataclass (``options=``, see
+``hookviz.options.declared``): ``hookviz run`` then takes them as flags, ``explain()`` as
+keywords, and the method reads the run's values as ``ctx.settings``.
+
 Nothing here imports torch: ``hookviz --help`` lists the methods without it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hookviz.errors import UsageError
@@ -46,7 +50,6 @@ __all__ = [
     "MapFigures",
     "RESCORING_BATCH",
     "RESOLUTIONS",
-    "SETTINGS",
     "Method",
     "MethodContext",
     "get_method",
@@ -60,10 +63,6 @@ RESCORING_BATCH = 32
 #: What a method's map is: one map per image at the layer's resolution, or one map per
 #: image and input channel at the input's resolution.
 RESOLUTIONS = ("layer", "input")
-#: The run's settings a method may take (``TargetOptions``' fields, handed on as ``ctx.options``):
-#: a method declares those it reads (``takes``), and one given while no method asked takes it
-#: is refused, never silently ignored.
-SETTINGS = ("steps", "ig_baseline")
 
 
 @dataclass(frozen=True)
@@ -103,10 +102,9 @@ class MethodContext:
             a context manager entered around the passes (relevance propagation's rules);
             ``from_scores=True``: each row's backward pass starts at its score, not 1;
             ``with_scores=True``: it returns ``(gradients, scores)``.
-        options: the run's ``TargetOptions``, for methods that take settings (``steps``,
-            ``ig_baseline``: those a method declares in ``takes``).
-        settings: the method's own settings, an instance of the group it declares
-            (``register_method(options=...)``), or ``None``: the group's defaults.
+        options: the run's ``TargetOptions``.
+        settings: the run's values of the method's own option group (``Method.options``: integrated
+            gradients' ``IGOptions``), or ``None`` for a method without one.
     """
 
     activations: torch.Tensor
@@ -167,15 +165,13 @@ class Method:
         check: ``check(model)`` raises UsageError for a model the method cannot explain
             (guided backprop, a model without ``nn.ReLU``); ``Explainer.create`` calls it
             before any image is read. ``None``: every model.
-        caveat: ``caveat(input, options)`` for one image's input (1, C, H, W) and the run's
-            ``TargetOptions``: what a reader of that image's map must know (an integrated
-            gradients baseline equal to the input makes it zero), said in a note, or ``None``.
-        takes: the settings (``SETTINGS``) it reads from ``ctx.options``: ``--steps`` or
-            ``--ig-baseline`` given while no method asked takes it is refused.
-        options: the method's own group of settings: a frozen dataclass whose fields have
-            defaults and whose ``__post_init__`` refuses a bad value in one line
-            (``UsageError``); the method reads an instance as ``ctx.settings`` (``None``: the
-            defaults). ``None``: it takes none of its own.
+        caveat: ``caveat(input, settings)`` for one image's input (1, C, H, W) and the run's values
+            of its option group (``options``; ``None`` without one): what a reader of that image's
+            map must know (an integrated gradients baseline equal to the input makes it zero),
+            said in a note, or ``None``.
+        options: its option group (a frozen dataclass, ``hookviz.options.declared``), or ``None``:
+            ``hookviz run`` takes its fields as flags, ``explain()`` as keywords; the method reads
+            them as ``ctx.settings``. One given while no method that declares it is asked is refused.
     """
 
     name: str
@@ -188,12 +184,24 @@ class Method:
     class_specific: bool = True
     check: Callable[[Any], None] | None = None
     caveat: Callable[[Any, Any], str | None] | None = None
-    takes: tuple[str, ...] = ()
     options: type | None = None
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
-        """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one."""
-        return self.function(ctx)
+        """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
+        ``ctx.settings`` is the run's values of the method's option group."""
+        return self.function(replace(ctx, settings=self.settings(ctx.options)))
+
+    def settings(self, options) -> Any:
+        """The method's option group as the run's ``TargetOptions`` (``options``) hold it (its
+        defaults when they hold none), or ``None`` for a method without one."""
+        if self.options is None:
+            return None
+        held = getattr(options, "settings", ())
+        return next((group for group in held if type(group) is self.options), None) or self.options()
+
+    def note(self, image, options) -> str | None:
+        """What a reader of ``image``'s map must know (``caveat``), under the run's ``TargetOptions``."""
+        return None if self.caveat is None else self.caveat(image, self.settings(options))
 
     @property
     def summary(self) -> str:
@@ -228,7 +236,6 @@ def register_method(
     class_specific: bool = True,
     check: Callable[[Any], None] | None = None,
     caveat: Callable[[Any, Any], str | None] | None = None,
-    takes: tuple[str, ...] = (),
     options: type | None = None,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
@@ -237,16 +244,17 @@ def register_method(
     Raises:
         UsageError: ``name`` is taken (a method of that name, or ``none``), as torchvision's
             ``register_model`` refuses a second model of one name; a name with a comma (``--cam``
-            lists names with commas); a ``resolution`` other than ``layer`` or ``input``; a
-            setting in ``takes`` that is not one of ``SETTINGS``.
+            lists names with commas); a ``resolution`` other than ``layer`` or ``input``; an
+            ``options`` that is not a frozen dataclass with defaults, or whose setting another
+            owner's group (or the run's own options) names too.
     """
     METHODS.check_free(name)  # at the decorator's line, before the function is read: taken, or not one word
     if resolution not in RESOLUTIONS:
         raise UsageError(f"method {name!r}: resolution {resolution!r}; choose {' or '.join(RESOLUTIONS)}")
-    takes = (takes,) if isinstance(takes, str) else tuple(takes)
-    unknown = [setting for setting in takes if setting not in SETTINGS]
-    if unknown:
-        raise UsageError(f"method {name!r}: takes {unknown[0]!r}, not a setting of a run; choose from {', '.join(SETTINGS)}")
+    if options is not None:
+        from hookviz.options.declared import check_group
+
+        check_group(options, f"method {name!r}")
 
     def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
         method = Method(
@@ -260,7 +268,6 @@ def register_method(
             class_specific,
             check,
             caveat,
-            takes,
             options,
         )
         return METHODS.add(name, method)

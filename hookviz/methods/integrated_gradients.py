@@ -17,20 +17,58 @@ resnet50 photo at once would hold 3.6 GB.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from hookviz.errors import UsageError, arg
 from hookviz.methods.base import MethodContext, register_method
+from hookviz.options.declared import check_values, option
 from hookviz.workload import work
 
-__all__ = ["integrated_gradients", "baseline", "gauss_legendre"]
+__all__ = ["IGOptions", "IG_BASELINES", "MAX_STEPS", "integrated_gradients", "baseline", "gauss_legendre"]
+
+#: What integrated gradients integrate from (``--ig-baseline``): zeros in the model's input
+#: space (captum's default), the photo blurred, or the photo's mean colour.
+IG_BASELINES = ("zero", "blur", "mean")
+#: At most this many steps (``--steps``): each is a forward and backward pass of every image.
+MAX_STEPS = 1024
 
 
-def _empty_path(image, options) -> str | None:
+@dataclass(frozen=True)
+class IGOptions:
+    """Integrated gradients' settings (``--steps``, ``--ig-baseline``; ``steps=``, ``ig_baseline=``).
+
+    Attributes:
+        steps: the nodes of the integral (Gauss-Legendre, as captum's default rule).
+        ig_baseline: what the path starts from: ``zero`` (zeros in the model's input space, as
+            captum's default), ``blur`` (the input blurred) or ``mean`` (its mean per channel).
+    """
+
+    steps: int = option(
+        32,
+        help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).",
+        low=1,
+        high=MAX_STEPS,
+    )
+    ig_baseline: str = option(
+        "zero",
+        help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the "
+        "input blurred) or mean (its mean colour).",
+        choices=IG_BASELINES,
+    )
+
+    def __post_init__(self):
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
+            raise UsageError(
+                f"{arg('steps', self.steps)}: integrated gradients takes 1 to {MAX_STEPS} steps (each a forward and "
+                "backward pass of every image; 32 by default)"
+            )
+        check_values(self)
+
+
+def _empty_path(image, settings: IGOptions) -> str | None:
     """A note when the baseline equals the input (a 1x1 input blurs to itself, a flat one is
     its own mean): the path between them is empty, so the map is zero everywhere."""
-    from hookviz.errors import arg
-    from hookviz.options.target import IG_BASELINES
-
-    which = options.ig_baseline if options is not None else "zero"
+    which = settings.ig_baseline
     tolerance = 1e-4 * max(1.0, float(image.abs().max()))
     gaps = {name: float((image - baseline(image, name)).abs().max()) for name in IG_BASELINES}
     if gaps[which] > tolerance:
@@ -48,7 +86,7 @@ def _empty_path(image, options) -> str | None:
     needs_input_gradients=True,
     resolution="input",
     caveat=_empty_path,
-    takes=("steps", "ig_baseline"),
+    options=IGOptions,
 )
 def integrated_gradients(ctx: MethodContext):
     """Integrated gradients: the input's difference from a baseline times the path-averaged gradient."""
@@ -56,8 +94,8 @@ def integrated_gradients(ctx: MethodContext):
 
     inputs, gradient = ctx.inputs, ctx.input_gradient
     assert inputs is not None and gradient is not None  # the pass gives what the method declares
-    steps = ctx.options.steps if ctx.options is not None else 32
-    which = ctx.options.ig_baseline if ctx.options is not None else "zero"
+    settings = ctx.settings if isinstance(ctx.settings, IGOptions) else IGOptions()
+    steps, which = settings.steps, settings.ig_baseline
     alphas, weights = gauss_legendre(steps)
     alphas_t = torch.tensor(alphas, dtype=inputs.dtype, device=inputs.device)
     weights_t = torch.tensor(weights, dtype=torch.float32, device=inputs.device)

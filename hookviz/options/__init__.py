@@ -16,7 +16,9 @@ them.
 * ``TrustOptions``: how far to trust a map: faithfulness measures and the randomisation check.
 
 Each group is a module of this package (``model``, ``inputs``, ``layers``, ``target``,
-``pictures``, ``run``, ``checks``, ``trust``); this module re-exports their names.
+``pictures``, ``run``, ``checks``, ``trust``); this module re-exports their names. The groups a
+method, a task or a sample kind declares for itself (integrated gradients' ``IGOptions``, a
+detector's ``DetectOptions``) are read through ``declared``.
 """
 
 from hookviz.options.checks import CheckOptions, Tolerances
@@ -25,7 +27,7 @@ from hookviz.options.layers import LAYOUT_CHOICES, LayerOptions
 from hookviz.options.model import ModelOptions, read_prompts, task_choices
 from hookviz.options.pictures import MAX_TILES, ChannelSelection, PictureOptions
 from hookviz.options.run import RunOptions, parse_shard
-from hookviz.options.target import BOX_OBJECTIVES, IG_BASELINES, MAX_STEPS, MAX_TOPK, OBJECTIVES, TargetOptions
+from hookviz.options.target import BOX_OBJECTIVES, MAX_TOPK, OBJECTIVES, TargetOptions
 from hookviz.options.trust import TrustOptions
 
 __all__ = [
@@ -41,8 +43,6 @@ __all__ = [
     "ChannelSelection",
     "OBJECTIVES",
     "BOX_OBJECTIVES",
-    "IG_BASELINES",
-    "MAX_STEPS",
     "parse_triple",
     "parse_shard",
     "read_prompts",

@@ -1,4 +1,5 @@
-"""What to explain (``TargetOptions``): the target, the objective, the CAM methods, the top-K."""
+"""What to explain (``TargetOptions``): the target, the objective, the CAM methods (with their
+own settings), the top-K."""
 
 from __future__ import annotations
 
@@ -8,19 +9,11 @@ from dataclasses import dataclass
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import set_field
 
-__all__ = ["MAX_TOPK", "OBJECTIVES", "IG_BASELINES", "MAX_STEPS", "BOX_OBJECTIVES", "TargetOptions"]
+__all__ = ["MAX_TOPK", "OBJECTIVES", "BOX_OBJECTIVES", "TargetOptions"]
 
 #: At most this many classes get a CAM of their own (``--topk``): each is a panel of one picture.
 MAX_TOPK = 20
 OBJECTIVES = ("logit", "ce")
-#: What integrated gradients integrate from (``--ig-baseline``): zeros in the model's input
-#: space (captum's default), the photo blurred, or the photo's mean colour.
-IG_BASELINES = ("zero", "blur", "mean")
-#: At most this many steps of integrated gradients (``--steps``): each is a forward and
-#: backward pass of every image.
-MAX_STEPS = 1024
-#: Integrated gradients' steps unless ``steps`` says otherwise.
-DEFAULT_STEPS = 32
 #: What explains a detection (``--box-objective``): its matched box's score alone, or that
 #: score plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget.
 BOX_OBJECTIVES = ("score", "score+iou")
@@ -40,10 +33,10 @@ class TargetOptions:
         topk: how many top classes get a CAM of their own (1: the target only), by the main method.
         output_key: which part of a model's output holds the logits, when it returns several
             (a dict key, or an index into a tuple).
-        steps: integrated gradients' steps (Gauss-Legendre nodes, as captum's default rule).
-        ig_baseline: what integrated gradients integrate from: ``zero`` (zeros in the model's
-            input space, as captum's default), ``blur`` (the input blurred) or ``mean`` (its
-            mean per channel).
+        settings: the option groups of the methods asked for (``Method.options``: integrated
+            gradients' ``IGOptions(steps=8)``); once made, one per group the methods declare (its
+            defaults where none was given), in the methods' order. A group given with a value of
+            its own that no method asked declares is refused, naming who takes it.
 
     A task's own options are a group of its own (``hookviz.tasks.DetectOptions``: which
     detections are explained, and what explains each).
@@ -54,8 +47,7 @@ class TargetOptions:
     cam: str = "gradcam"  # a list of names is taken too, and kept as one string
     topk: int = 1
     output_key: str | None = None
-    steps: int = DEFAULT_STEPS
-    ig_baseline: str = "zero"
+    settings: tuple = ()
 
     def __post_init__(self):
         from hookviz.methods import get_method
@@ -74,16 +66,7 @@ class TargetOptions:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
         if self.topk > 1:
             _check_topk(self.topk, self.cam, [m for m in methods if m.resolution == "layer"])
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
-            raise UsageError(
-                f"{arg('steps', self.steps)}: integrated gradients takes 1 to {MAX_STEPS} steps (each a forward and "
-                "backward pass of every image; 32 by default)"
-            )
-        if self.ig_baseline not in IG_BASELINES:
-            raise UsageError(f"{arg('ig_baseline', self.ig_baseline)}: choose {', '.join(IG_BASELINES)}")
-        given = {"steps": self.steps} if self.steps != DEFAULT_STEPS else {}
-        given |= {"ig_baseline": self.ig_baseline} if self.ig_baseline != IG_BASELINES[0] else {}
-        _check_method_settings(given, self.methods, methods)
+        set_field(self, "settings", _method_settings(self.settings, self.methods, methods))
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:
@@ -94,6 +77,17 @@ class TargetOptions:
     def methods(self) -> tuple[str, ...]:
         """The CAM methods' names, in the order given; ``()`` for ``none``."""
         return () if self.cam == "none" else tuple(self.cam.split(","))
+
+    def asked(self) -> dict:
+        """What report.json keeps of them: each option, and each method's settings under its group's owners."""
+        from hookviz.options.declared import settings_of
+
+        asked = {name: getattr(self, name) for name in ("target", "objective", "cam", "topk", "output_key")}
+        by_group = {
+            ",".join(_owners(type(g), self.methods)): {s.name: getattr(g, s.name) for s in settings_of(type(g))}
+            for g in self.settings
+        }
+        return {**asked, "settings": by_group}
 
 
 def _method_names(cam) -> list[str]:
@@ -110,22 +104,36 @@ def _method_names(cam) -> list[str]:
     return names
 
 
-def _check_method_settings(given: dict[str, object], names: tuple[str, ...], methods) -> None:
-    """A method's setting (``--steps``, ``--ig-baseline``) given while no method asked takes it
-    (``Method.takes``) would change nothing: refused, not ignored, whoever registered the methods."""
-    from hookviz.methods import METHODS
+def _method_settings(given, names: tuple[str, ...], methods) -> tuple:
+    """One settings group per group the ``methods`` declare, in their order: the one ``given``
+    (each checked), else its defaults. A group given that none of them declares would change
+    nothing: refused when it holds a value of its own (``--steps`` without integrated
+    gradients), whoever registered the methods."""
+    from hookviz.options.declared import check_values, groups, refuse_given
 
-    for setting, value in given.items():
-        if any(setting in method.takes for method in methods):
-            continue
-        takers = [method.name for method in METHODS.values() if setting in method.takes]
-        where = f"{arg('cam', ','.join(names) or 'none')} does not include it"
-        if not takers:
-            raise UsageError(f"{arg(setting, value)}: no method takes it; drop the option")
-        raise UsageError(
-            f"{arg(setting, value)}: only {' or '.join(takers)} takes it, and {where}; "
-            f"add {takers[0]} to the methods or drop the option"
-        )
+    given = (given,) if not isinstance(given, (tuple, list)) else tuple(given)
+    declared = groups("method")
+    for group in given:
+        if type(group) not in declared:
+            known = ", ".join(g.__name__ for g in declared)
+            raise UsageError(f"{arg('settings', type(group).__name__)}: expected a method's option group ({known})")
+        check_values(group)
+    used = list(dict.fromkeys(m.options for m in methods if m.options is not None))
+    for group in given:
+        if type(group) not in used:
+            where = f"{arg('cam', ','.join(names) or 'none')} does not include it"
+            refuse_given(group, where, "add {taker} to the methods or drop the option")
+    twice = [g for g in used if sum(type(h) is g for h in given) > 1]
+    if twice:
+        raise UsageError(f"{arg('settings')}: {twice[0].__name__} given twice; give it once")
+    return tuple(next((h for h in given if type(h) is g), None) or g() for g in used)
+
+
+def _owners(group: type, names: tuple[str, ...]) -> list[str]:
+    """The methods among ``names`` that declare ``group``."""
+    from hookviz.methods import get_method
+
+    return [name for name in names if get_method(name).options is group]
 
 
 def _check_topk(topk: int, cam: str, layer_methods) -> None:

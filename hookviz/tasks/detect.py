@@ -29,6 +29,7 @@ from hookviz.errors import UsageError, arg
 from hookviz.hooks import HookSet
 from hookviz.modelstate import model_dtype
 from hookviz.options import BOX_OBJECTIVES
+from hookviz.options.declared import check_values, option
 from hookviz.tasks.base import (
     ClassScore,
     Detection,
@@ -84,9 +85,14 @@ class DetectOptions:
             with the detection plus its score).
     """
 
-    score_threshold: float = 0.5
-    max_detections: int = 5
-    box_objective: str = "score"
+    score_threshold: float = option(0.5, help="Detection: explain detections with at least this score.")
+    max_detections: int = option(5, help="Detection: explain at most this many detections per image, best first.")
+    box_objective: str = option(
+        "score",
+        help="Detection: score (the matched box's score alone) or score+iou (plus the box's IoU with the detection, "
+        "as pytorch-grad-cam's FasterRCNNBoxScoreTarget).",
+        choices=BOX_OBJECTIVES,
+    )
 
     def __post_init__(self):
         threshold = self.score_threshold
@@ -100,6 +106,7 @@ class DetectOptions:
             raise UsageError(f"{arg('max_detections', self.max_detections)}: must be from 1 to {MAX_DETECTIONS}")
         if self.box_objective not in BOX_OBJECTIVES:
             raise UsageError(f"{arg('box_objective', self.box_objective)}: choose {' or '.join(BOX_OBJECTIVES)}")
+        check_values(self)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hookviz.errors import HookvizError, TargetError, UsageError, arg, describe
+from hookviz.options.declared import option
 from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
 from hookviz.tasks.classify import _describe, _select
 
@@ -45,7 +46,13 @@ class EmbedOptions:
             what ``--skip-existing`` compares), filled in by ``Embed.bind``.
     """
 
-    target_images: tuple = ()
+    target_images: tuple = option(
+        (),
+        help="Embedding models: explain the cosine similarity to this reference photo (a folder: its photos' mean "
+        "embedding); repeat for one CAM each.",
+        keyword="target_image",
+        repeat=True,
+    )
     concepts: tuple = field(default=(), compare=False, repr=False)
     references: tuple = field(default=(), compare=False, repr=False)
 

@@ -275,18 +275,16 @@ def _sanity_work(explainer, explanations, chosen: list[int], name: str):
 
 def _copy_target(target, index: int, methods: tuple[str, ...]):
     """The target options of the randomised copies' passes: class ``index`` alone, by the
-    run's layer methods alone. Integrated gradients (an input method) is not among them, so
-    its options go back to their defaults where the built-in methods that remain would be
-    refused them (a plugin's method may read them: ``TargetOptions`` keeps them for it)."""
-    from hookviz.options import TargetOptions
+    run's layer methods alone, with the settings of those of them that declare any."""
+    return replace(target, target=str(index), topk=1, cam=",".join(methods), settings=_kept(target.settings, methods))
 
-    try:
-        return replace(target, target=str(index), topk=1, cam=",".join(methods))
-    except UsageError:  # --steps or --ig-baseline, which no method that remains reads
-        defaults = TargetOptions()
-        return replace(
-            target, target=str(index), topk=1, cam=",".join(methods), steps=defaults.steps, ig_baseline=defaults.ig_baseline
-        )
+
+def _kept(settings: tuple, methods: tuple[str, ...]) -> tuple:
+    """The settings groups among ``settings`` that one of ``methods`` declares."""
+    from hookviz.methods import get_method
+
+    declared = {get_method(name).options for name in methods}
+    return tuple(group for group in settings if type(group) in declared)
 
 
 def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple, passes):
