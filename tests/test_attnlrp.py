@@ -62,8 +62,8 @@ def lxt_maps(model, batch, settings=AttnLrpSettings()) -> np.ndarray:
         zennit_patches.monkey_patch_zennit()
         composite = LayerMapComposite(
             [
-                (torch.nn.Conv2d, zennit.rules.Gamma(settings.conv_gamma)),
-                (torch.nn.Linear, zennit.rules.Gamma(settings.linear_gamma)),
+                (torch.nn.Conv2d, zennit.rules.Gamma(settings.attnlrp_conv_gamma)),
+                (torch.nn.Linear, zennit.rules.Gamma(settings.attnlrp_linear_gamma)),
             ]
         )
         x = batch.clone().requires_grad_(True)
@@ -118,5 +118,5 @@ def test_attnlrp_refuses_a_model_lxts_rules_do_not_cover_in_one_line():
 
 def test_attnlrp_settings_are_checked_in_one_line():
     with pytest.raises(UsageError) as caught:
-        AttnLrpSettings(conv_gamma=-0.5)
+        AttnLrpSettings(attnlrp_conv_gamma=-0.5)
     assert "\n" not in str(caught.value) and "conv_gamma" in str(caught.value)

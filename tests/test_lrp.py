@@ -6,7 +6,6 @@ the report; the one-line refusals."""
 from __future__ import annotations
 
 import copy
-import functools
 import sys
 
 import numpy as np
@@ -29,11 +28,12 @@ SIDE = 64
 TARGET = 8
 
 
-def relevance_maps(model, batch, layer: str, method: str, target: int = TARGET):
-    """hookviz's maps of ``batch`` by ``method`` (N, C, H, W), and each image's figures."""
+def relevance_maps(model, batch, layer: str, method: str, target: int = TARGET, settings=()):
+    """hookviz's maps of ``batch`` by ``method`` (N, C, H, W), and each image's figures;
+    ``settings``: the method's option groups, as the command and explain() hand them on."""
     images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("seeded", model, "seeded", None, Preprocessing())
-    options = TargetOptions(target=str(target), cam=method)
+    options = TargetOptions(target=str(target), cam=method, settings=tuple(settings))
     results = Explainer.create(loaded, layers=LayerOptions((layer,)), target=options).explain_batch(images)
     return np.stack([r.pixel_maps[method].map for r in results]), [r.pixel_maps[method].figures for r in results]
 
@@ -100,13 +100,12 @@ def test_lrp_equals_zennits_epsilon_plus_flat_and_leaves_the_model_as_it_was(bat
         assert found["conservation"] == pytest.approx(found["relevance"] / found["score"])
 
 
-def test_lrp_epsilon_gamma_box_equals_zennits_with_each_images_own_box(batch, monkeypatch):
+def test_lrp_epsilon_gamma_box_equals_zennits_with_each_images_own_box(batch):
     from zennit.composites import EpsilonGammaBox
     from zennit.torchvision import ResNetCanonizer
 
     model = _model("resnet18")
-    monkeypatch.setattr(lrp_module, "LrpSettings", functools.partial(LrpSettings, composite="epsilon-gamma-box"))
-    mine, _ = relevance_maps(model, batch, "layer4", "lrp")
+    mine, _ = relevance_maps(model, batch, "layer4", "lrp", settings=[LrpSettings(lrp_composite="epsilon-gamma-box")])
     theirs = []
     for photo in batch:
         low, high = photo.amin(dim=(1, 2))[None, :, None, None], photo.amax(dim=(1, 2))[None, :, None, None]
@@ -117,7 +116,7 @@ def test_lrp_epsilon_gamma_box_equals_zennits_with_each_images_own_box(batch, mo
 
 
 def test_lrp_settings_are_checked_in_one_line():
-    for bad in ({"composite": "alpha-beta"}, {"epsilon": 0}, {"gamma": -1.0}, {"gamma": float("nan")}):
+    for bad in ({"lrp_composite": "alpha-beta"}, {"lrp_epsilon": 0}, {"lrp_gamma": -1.0}, {"lrp_gamma": float("nan")}):
         with pytest.raises(UsageError) as caught:
             LrpSettings(**bad)
         assert "\n" not in str(caught.value) and "lrp_" in str(caught.value)
@@ -146,6 +145,24 @@ def test_lrp_joins_other_methods_and_the_trust_checks(batch):
     assert result["features.3"].cam is not None and result["features.3"].trust.sanity is not None
     found = result.pixel_maps["lrp"]
     assert found.map.shape == (3, 24, 24) and set(found.figures) == {"relevance", "score", "conservation"}
+
+
+def test_the_composite_reaches_lrp_from_the_command_and_from_explain(batch, tmp_path):
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+    from tests.conftest import tiny_net
+
+    photo = batch[0, :, :24, :24]
+    default = hookviz.explain(tiny_net(), photo, layers=["features.3"], cam="lrp")
+    boxed = hookviz.explain(tiny_net(), photo, layers=["features.3"], cam="lrp", lrp_composite="epsilon-gamma-box")
+    assert not np.allclose(default.pixel_maps["lrp"].map, boxed.pixel_maps["lrp"].map)
+    assert boxed.asked["settings"]["lrp"]["lrp_composite"] == "epsilon-gamma-box"
+    with pytest.raises(UsageError) as caught:
+        hookviz.explain(tiny_net(), photo, layers=["features.3"], cam="gradcam", lrp_composite="epsilon-gamma-box")
+    assert "\n" not in str(caught.value) and "only lrp takes it" in str(caught.value)
+    result = CliRunner().invoke(app, ["run", "--cam", "gradcam", "--lrp-composite", "epsilon-gamma-box", str(tmp_path)])
+    assert result.exit_code == 2 and "--lrp-composite epsilon-gamma-box: only lrp takes it" in result.output
 
 
 def test_hookviz_imports_and_lists_the_methods_without_zennit():

@@ -33,6 +33,7 @@ from hookviz.errors import UsageError, arg
 from hookviz.hooks import HookSet
 from hookviz.methods.base import MethodContext, register_method
 from hookviz.methods.relevance import require, uncovered, with_figures
+from hookviz.options.declared import option
 
 __all__ = ["AttnLrpSettings", "attnlrp", "check_attnlrp", "attnlrp_rules"]
 
@@ -42,14 +43,14 @@ class AttnLrpSettings:
     """``attnlrp``'s settings: the Gamma rule's share of positive weights at the patch
     embedding's convolution and at the linear layers (two of the values LXT's example tries)."""
 
-    conv_gamma: float = 0.25
-    linear_gamma: float = 0.05
+    attnlrp_conv_gamma: float = option(0.25, help="attnlrp's Gamma rule share of positive weights at the patch convolution.")
+    attnlrp_linear_gamma: float = option(0.05, help="attnlrp's Gamma rule share of positive weights at the linear layers.")
 
     def __post_init__(self):
-        for name in ("conv_gamma", "linear_gamma"):
+        for name in ("attnlrp_conv_gamma", "attnlrp_linear_gamma"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise UsageError(f"{arg('attnlrp_' + name, value)}: give a number of 0 or more, as 0.25")
+                raise UsageError(f"{arg(name, value)}: give a number of 0 or more, as 0.25")
 
 
 def _covers(module) -> bool:
@@ -157,7 +158,10 @@ def attnlrp_rules(settings: AttnLrpSettings):
         from zennit.composites import LayerMapComposite
 
         gamma = _rules()[1]
-        layers = [(torch.nn.Conv2d, gamma(gamma=settings.conv_gamma)), (torch.nn.Linear, gamma(gamma=settings.linear_gamma))]
+        layers = [
+            (torch.nn.Conv2d, gamma(gamma=settings.attnlrp_conv_gamma)),
+            (torch.nn.Linear, gamma(gamma=settings.attnlrp_linear_gamma)),
+        ]
         with HookSet() as hooks, LayerMapComposite(layers).context(model):
             for module in model.modules():
                 if isinstance(module, torch.nn.GELU):

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from hookviz.errors import UsageError, arg
 from hookviz.methods.base import MethodContext, register_method
 from hookviz.methods.relevance import require, uncovered, with_figures
+from hookviz.options.declared import option
 
 __all__ = ["COMPOSITES", "LrpSettings", "lrp", "check_lrp", "composite_context"]
 
@@ -44,22 +45,24 @@ class LrpSettings:
     """``lrp``'s settings.
 
     Attributes:
-        composite: ``epsilon-plus-flat`` or ``epsilon-gamma-box`` (see the module's docstring).
-        epsilon: the Epsilon rule's stabiliser (zennit's default, 1e-6).
-        gamma: the Gamma rule's share of positive weights, ``epsilon-gamma-box``'s (zennit's default, 0.25).
+        lrp_composite: ``epsilon-plus-flat`` or ``epsilon-gamma-box`` (see the module's docstring).
+        lrp_epsilon: the Epsilon rule's stabiliser (zennit's default, 1e-6).
+        lrp_gamma: the Gamma rule's share of positive weights, ``epsilon-gamma-box``'s (zennit's default, 0.25).
     """
 
-    composite: str = "epsilon-plus-flat"
-    epsilon: float = 1e-6
-    gamma: float = 0.25
+    lrp_composite: str = option(
+        "epsilon-plus-flat", help="lrp's zennit composite: epsilon-plus-flat or epsilon-gamma-box.", choices=COMPOSITES
+    )
+    lrp_epsilon: float = option(1e-6, help="lrp's Epsilon rule stabiliser (zennit's default).")
+    lrp_gamma: float = option(0.25, help="lrp's Gamma rule share of positive weights (epsilon-gamma-box).")
 
     def __post_init__(self):
-        if self.composite not in COMPOSITES:
-            raise UsageError(f"{arg('lrp_composite', self.composite)}: choose {' or '.join(COMPOSITES)}")
-        if not (isinstance(self.epsilon, (int, float)) and math.isfinite(self.epsilon) and self.epsilon > 0):
-            raise UsageError(f"{arg('lrp_epsilon', self.epsilon)}: give a positive number, as 1e-6")
-        if not (isinstance(self.gamma, (int, float)) and math.isfinite(self.gamma) and self.gamma >= 0):
-            raise UsageError(f"{arg('lrp_gamma', self.gamma)}: give a number of 0 or more, as 0.25")
+        if self.lrp_composite not in COMPOSITES:
+            raise UsageError(f"{arg('lrp_composite', self.lrp_composite)}: choose {' or '.join(COMPOSITES)}")
+        if not (isinstance(self.lrp_epsilon, (int, float)) and math.isfinite(self.lrp_epsilon) and self.lrp_epsilon > 0):
+            raise UsageError(f"{arg('lrp_epsilon', self.lrp_epsilon)}: give a positive number, as 1e-6")
+        if not (isinstance(self.lrp_gamma, (int, float)) and math.isfinite(self.lrp_gamma) and self.lrp_gamma >= 0):
+            raise UsageError(f"{arg('lrp_gamma', self.lrp_gamma)}: give a number of 0 or more, as 0.25")
 
 
 def _covers(module) -> bool:
@@ -101,11 +104,13 @@ def composite_context(settings: LrpSettings, image=None):
     from zennit.composites import EpsilonGammaBox, EpsilonPlusFlat
 
     canonizers = [kind() for kind in _canonizers()]
-    if settings.composite == "epsilon-plus-flat":
-        composite = EpsilonPlusFlat(epsilon=settings.epsilon, canonizers=canonizers)
+    if settings.lrp_composite == "epsilon-plus-flat":
+        composite = EpsilonPlusFlat(epsilon=settings.lrp_epsilon, canonizers=canonizers)
     else:
         low, high = image.amin(dim=(0, 2, 3), keepdim=True), image.amax(dim=(0, 2, 3), keepdim=True)
-        composite = EpsilonGammaBox(low=low, high=high, epsilon=settings.epsilon, gamma=settings.gamma, canonizers=canonizers)
+        composite = EpsilonGammaBox(
+            low=low, high=high, epsilon=settings.lrp_epsilon, gamma=settings.lrp_gamma, canonizers=canonizers
+        )
 
     @contextlib.contextmanager
     def within(model):
@@ -132,7 +137,7 @@ def lrp(ctx: MethodContext):
     assert inputs is not None and gradient is not None  # the pass gives what the method declares
     settings = ctx.settings if ctx.settings is not None else LrpSettings()
     require("zennit", "lrp", "lrp")
-    if settings.composite == "epsilon-plus-flat":
+    if settings.lrp_composite == "epsilon-plus-flat":
         relevance, scores = gradient(inputs, within=composite_context(settings), from_scores=True, with_scores=True)
         return with_figures(relevance, scores)
     found = [  # ZBox's box is each image's own: one pass per image
