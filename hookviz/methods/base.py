@@ -32,7 +32,7 @@ Nothing here imports torch: ``hookviz --help`` lists the methods without it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from hookviz.errors import UsageError
@@ -101,6 +101,8 @@ class MethodContext:
             ``nn.ReLU`` to guide.
         options: the run's ``TargetOptions``, for methods that take settings (``steps``,
             ``ig_baseline``: those a method declares in ``takes``).
+        settings: the method's own settings, an instance of the frozen dataclass it was
+            registered with (``options=``); ``None``: its defaults.
     """
 
     activations: torch.Tensor
@@ -112,6 +114,7 @@ class MethodContext:
     score_layer: Callable[..., torch.Tensor] | None = None
     input_gradient: Callable[..., torch.Tensor] | None = None
     options: Any = None
+    settings: Any = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
@@ -146,6 +149,9 @@ class Method:
             gradients baseline equal to the input makes it zero), said in a note, or ``None``.
         takes: the settings (``SETTINGS``) it reads from ``ctx.options``: ``--steps`` or
             ``--ig-baseline`` given while no method asked takes it is refused.
+        options: the frozen dataclass of its own settings (defaults on every field, each
+            field's ``metadata["help"]`` its help), checking itself in ``__post_init__``; the
+            method reads an instance as ``ctx.settings``. ``None``: it takes none.
     """
 
     name: str
@@ -159,6 +165,7 @@ class Method:
     check: Callable[[Any], None] | None = None
     caveat: Callable[[Any, Any], str | None] | None = None
     takes: tuple[str, ...] = ()
+    options: type | None = None
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one."""
@@ -198,6 +205,7 @@ def register_method(
     check: Callable[[Any], None] | None = None,
     caveat: Callable[[Any, Any], str | None] | None = None,
     takes: tuple[str, ...] = (),
+    options: type | None = None,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -206,7 +214,7 @@ def register_method(
         UsageError: ``name`` is taken (a method of that name, or ``none``), as torchvision's
             ``register_model`` refuses a second model of one name; a name with a comma (``--cam``
             lists names with commas); a ``resolution`` other than ``layer`` or ``input``; a
-            setting in ``takes`` that is not one of ``SETTINGS``.
+            setting in ``takes`` that is not one of ``SETTINGS``; ``options`` that is not a dataclass.
     """
     METHODS.check_free(name)  # at the decorator's line, before the function is read: taken, or not one word
     if resolution not in RESOLUTIONS:
@@ -215,6 +223,8 @@ def register_method(
     unknown = [setting for setting in takes if setting not in SETTINGS]
     if unknown:
         raise UsageError(f"method {name!r}: takes {unknown[0]!r}, not a setting of a run; choose from {', '.join(SETTINGS)}")
+    if options is not None and not (isinstance(options, type) and is_dataclass(options)):
+        raise UsageError(f"method {name!r}: options={options!r} is not a dataclass of settings; give a frozen dataclass")
 
     def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
         method = Method(
@@ -229,6 +239,7 @@ def register_method(
             check,
             caveat,
             takes,
+            options,
         )
         return METHODS.add(name, method)
 
