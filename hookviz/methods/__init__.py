@@ -1,7 +1,8 @@
 """CAM methods, one module per method, each registering itself (see ``base`` for the
 interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``), ``layercam``,
 ``xgradcam``, ``hirescam``, ``eigencam``, ``scorecam``, ``ablationcam``; maps of the input:
-``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...).
+``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...);
+maps of a vision transformer's attention, at its token grid: ``rollout``, ``chefer``, ``legrad``.
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -19,6 +20,7 @@ from hookviz.methods.base import (
 # Each registers itself; --help lists them in this order, so it is not sorted by name.
 from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients  # noqa: F401  # isort: skip
+from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",

@@ -103,6 +103,10 @@ class MethodContext:
             ``ig_baseline``: those a method declares in ``takes``).
         settings: the method's own settings, an instance of the frozen dataclass it was
             registered with (``options=``); ``None``: its defaults.
+        attention: ``None`` unless the method ``needs_attention``; else ``attention(gradients=None)``
+            returns the batch's ``hookviz.anatomy.attention.AttentionMaps`` (every attention
+            block's probabilities, and with ``gradients="target"`` or ``"layers"`` their
+            gradients), from one extra forward pass (and one backward pass with gradients).
     """
 
     activations: torch.Tensor
@@ -115,10 +119,11 @@ class MethodContext:
     input_gradient: Callable[..., torch.Tensor] | None = None
     options: Any = None
     settings: Any = None
+    attention: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
-        given = [name for name in ("gradients", "inputs", "score", "input_gradient") if getattr(self, name) is not None]
+        given = [name for name in ("gradients", "inputs", "score", "input_gradient", "attention") if getattr(self, name) is not None]
         return f"MethodContext({self.layer!r}, activations {shape}, with {', '.join(given) or 'nothing else'})"
 
 
@@ -152,6 +157,8 @@ class Method:
         options: the frozen dataclass of its own settings (defaults on every field, each
             field's ``metadata["help"]`` its help), checking itself in ``__post_init__``; the
             method reads an instance as ``ctx.settings``. ``None``: it takes none.
+        needs_attention: ``ctx.attention`` is given (every attention block's probabilities,
+            from an extra pass with the model's fused attention switched off for it).
     """
 
     name: str
@@ -166,6 +173,7 @@ class Method:
     caveat: Callable[[Any, Any], str | None] | None = None
     takes: tuple[str, ...] = ()
     options: type | None = None
+    needs_attention: bool = False
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one."""
@@ -184,6 +192,7 @@ class Method:
                 ("rescoring", self.needs_rescoring),
                 ("input", self.needs_input),
                 ("input gradients", self.needs_input_gradients),
+                ("attention", self.needs_attention),
             )
             if flag
         ]
@@ -206,6 +215,7 @@ def register_method(
     caveat: Callable[[Any, Any], str | None] | None = None,
     takes: tuple[str, ...] = (),
     options: type | None = None,
+    needs_attention: bool = False,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -240,6 +250,7 @@ def register_method(
             caveat,
             takes,
             options,
+            needs_attention,
         )
         return METHODS.add(name, method)
 
