@@ -89,7 +89,7 @@ def attention_sites(model, method: str) -> tuple[AttentionSite, ...]:
             continue
         kind = _kind(module)
         if kind is not None and not any(path.startswith(site.path + ".") for site in sites):
-            sites.append(AttentionSite(path, path.rsplit(".", 1)[0] if "." in path else "", kind))
+            sites.append(AttentionSite(path, _block(model, path), kind))
         elif kind is None and "attention" in type(module).__name__.lower():
             unreachable.append((path, type(module).__name__))
     if unreachable and not sites:
@@ -104,9 +104,17 @@ def attention_sites(model, method: str) -> tuple[AttentionSite, ...]:
             "nn.MultiheadAttention, transformers' attention); it reads a vision transformer's attention, "
             "so choose a CAM method such as gradcam"
         )
-    if not sites[0].block:
-        raise UsageError(f"{arg('cam', method)}: {type(model).__name__} is a lone attention module, not a model of blocks")
     return tuple(sites)
+
+
+def _block(model, path: str) -> str:
+    """The block of the attention module at ``path``: its parent, or itself where its parent
+    is the list of blocks (timm's parallel blocks compute their attention themselves)."""
+    import torch.nn as nn
+
+    parent = path.rsplit(".", 1)[0] if "." in path else ""
+    holder = model.get_submodule(parent)
+    return path if isinstance(holder, (nn.Sequential, nn.ModuleList)) or not parent else parent
 
 
 def _image_tower(model) -> str:
