@@ -14,7 +14,6 @@ from hookviz import InputOptions, explain
 from hookviz.anatomy.attention import AttentionMaps, attention_recorded, attention_sites
 from hookviz.errors import UsageError
 from hookviz.methods import MethodContext, get_method
-from hookviz.methods.chefer import relevance
 from hookviz.methods.rollout import RolloutOptions, rolled_out
 
 SIDE = 64  # a 4x4 grid of 16-pixel patches
@@ -119,8 +118,9 @@ def test_every_rolled_out_row_sums_to_one(fusion, discard):
     def tokens(gradients=None):
         return maps
 
-    context = MethodContext(torch.zeros(2, 8, 4, 4), None, model, "blocks.2.norm1", attention=tokens,
-                            settings=RolloutOptions(fusion, discard))
+    context = MethodContext(
+        torch.zeros(2, 8, 4, 4), None, model, "blocks.2.norm1", attention=tokens, settings=RolloutOptions(fusion, discard)
+    )
     found = get_method("rollout").compute(context)
     fused = [getattr(p, {"mean": "mean", "max": "amax", "min": "amin"}[fusion])(dim=1) for p in maps.probabilities]
     if discard:
@@ -295,8 +295,13 @@ def test_multihead_attention_returns_what_its_caller_asked_for_and_the_same_outp
 def test_attention_methods_join_faithfulness_and_sanity():
     model = _timm_vit(depth=2)
     result = explain(
-        model, torch.rand(3, SIDE, SIDE), cam="chefer,rollout,legrad", target=1,
-        inputs=InputOptions(resize=SIDE, crop=SIDE), faithfulness=True, sanity=True,
+        model,
+        torch.rand(3, SIDE, SIDE),
+        cam="chefer,rollout,legrad",
+        target=1,
+        inputs=InputOptions(resize=SIDE, crop=SIDE),
+        faithfulness=True,
+        sanity=True,
     )
     layer = result.layers[0]
     assert set(layer.cams) == {"chefer", "rollout", "legrad"}

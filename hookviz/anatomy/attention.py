@@ -83,7 +83,8 @@ def attention_sites(model, method: str) -> tuple[AttentionSite, ...]:
             attention in a module none of the libraries above declares (fused, unreachable).
     """
     tower = _image_tower(model)
-    sites, unreachable = [], []
+    sites: list[AttentionSite] = []
+    unreachable: list[tuple[str, str]] = []
     for path, module in model.named_modules():
         if tower and not (path == tower or path.startswith(tower + ".")):
             continue
@@ -181,7 +182,11 @@ def _switched(model, sites) -> Iterator[None]:
         if site.kind == "timm":
             flags.append((module, "fused_attn", module.fused_attn))
         elif site.kind == "transformers":
-            name = "_attn_implementation_internal" if hasattr(module.config, "_attn_implementation_internal") else "_attn_implementation"
+            name = (
+                "_attn_implementation_internal"
+                if hasattr(module.config, "_attn_implementation_internal")
+                else "_attn_implementation"
+            )
             if not any(owner is module.config for owner, _, _ in flags):
                 flags.append((module.config, name, getattr(module.config, name)))
     try:

@@ -59,8 +59,10 @@ class AttentionPass:
 
         count = len(self.batch)
         graph = torch.enable_grad() if gradients else torch.no_grad()
-        with torch.inference_mode(False), graph, attention_recorded(self.module, self.sites, layers=gradients == "layers") as seen:
-            inputs = self.batch.detach().clone().requires_grad_(gradients is not None)  # parameters are frozen: the graph starts here
+        recording = attention_recorded(self.module, self.sites, layers=gradients == "layers")
+        with torch.inference_mode(False), graph, recording as seen:
+            # The parameters are frozen: the graph starts at the input.
+            inputs = self.batch.detach().clone().requires_grad_(gradients is not None)
             output = self.task.forward(self.module, list(inputs), self.device, self.options, self.task_options)
             probabilities = tuple(seen.probabilities)
             if len(probabilities) != len(self.sites):

@@ -172,8 +172,16 @@ def _attention_passes(explainer, methods, plan, batch, keys) -> dict | None:
     shared: dict = {}
     return {
         key: AttentionPass(
-            task, module, explainer.device, options, task.scorer(plan, key, options), sites, batch,
-            explainer.task_options, prefix, shared,
+            task,
+            module,
+            explainer.device,
+            options,
+            task.scorer(plan, key, options),
+            sites,
+            batch,
+            explainer.task_options,
+            prefix,
+            shared,
         )
         for key in keys
     }

@@ -123,7 +123,9 @@ class MethodContext:
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
-        given = [name for name in ("gradients", "inputs", "score", "input_gradient", "attention") if getattr(self, name) is not None]
+        given = [
+            name for name in ("gradients", "inputs", "score", "input_gradient", "attention") if getattr(self, name) is not None
+        ]
         return f"MethodContext({self.layer!r}, activations {shape}, with {', '.join(given) or 'nothing else'})"
 
 

@@ -61,7 +61,11 @@ def attention_check(name: str):
 
 
 @register_method(
-    "rollout", needs_gradients=False, needs_attention=True, class_specific=False, options=RolloutOptions,
+    "rollout",
+    needs_gradients=False,
+    needs_attention=True,
+    class_specific=False,
+    options=RolloutOptions,
     check=attention_check("rollout"),
 )
 def rollout(ctx: MethodContext):
