@@ -99,6 +99,7 @@ def test_rollout_and_chefer_equal_the_published_formulas_on_timms_vit_tiny(monke
     gradients = [saved.gradients[i] for i in range(len(saved.attention))]
     rollout = _reference_rollout([a.detach() for a in saved.attention])[0, 0, 1:].reshape(4, 4)
     chefer = _reference_chefer([a.detach() for a in saved.attention], gradients)[0, 0, 1:].reshape(4, 4)
+    assert float(chefer.abs().max()) > 1e-3 and float(rollout.std()) > 0
     assert _correlation(ours.cams["rollout"], rollout) >= 0.999
     assert _correlation(ours.cams["chefer"], chefer) >= 0.999
     np.testing.assert_allclose(ours.cams["rollout"], rollout.numpy(), rtol=1e-4, atol=1e-6)
@@ -238,11 +239,20 @@ def _clip_reference_attention(block, saved: _Saved):
     return attention
 
 
-def test_rollout_on_a_cnn_is_refused_in_one_line_naming_it():
+def test_rollout_on_a_cnn_is_refused_in_one_line_naming_it(tmp_path):
     from torchvision.models import resnet18
+    from typer.testing import CliRunner
+
+    from hookviz.cli import app
+
+    from .conftest import SAMPLES
 
     with pytest.raises(UsageError, match=r"cam='rollout'.*ResNet has no attention blocks.*choose a CAM method such as gradcam"):
         explain(resnet18(weights=None).eval(), torch.rand(3, 32, 32), cam="rollout")
+    args = ["run", str(SAMPLES / "cat.png"), "--model", "tests.conftest:tiny_net", "--weights", "none", "--cam", "gradcam,legrad"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert result.stderr.startswith("hookviz: error: --cam legrad: ") and "has no attention blocks" in result.stderr
 
 
 class _FusedAttention(nn.Module):
@@ -307,3 +317,33 @@ def test_attention_methods_join_faithfulness_and_sanity():
     assert set(layer.cams) == {"chefer", "rollout", "legrad"}
     assert layer.trust is not None and layer.trust.sanity is not None and layer.trust.deletion is not None
     assert set(layer.trust.methods) >= {"rollout", "legrad"}
+
+
+def test_a_transformers_vit_is_read_with_eager_attention_for_the_pass_and_its_setting_restored():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=32, patch_size=8, num_hidden_layers=2, hidden_size=16, num_attention_heads=2,
+        intermediate_size=32, num_labels=5, attn_implementation="sdpa",
+    )  # fmt: skip
+    model = ViTForImageClassification(config).eval()
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(4))
+    result = explain(model, image, cam="rollout,chefer", target=2, inputs=InputOptions(resize=32, crop=32))
+    ours = result.layers[0]
+    assert model.config._attn_implementation == "sdpa"
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+    model.config._attn_implementation = "eager"  # the reference: transformers' own output_attentions
+    try:
+        output = model(pixel_values=result.image.tensor[None].clone().requires_grad_(True), output_attentions=True)
+        gradients = torch.autograd.grad(output.logits[0, 2], output.attentions)
+    finally:
+        model.config._attn_implementation = "sdpa"
+    attentions = [a.detach() for a in output.attentions]
+    rollout = _reference_rollout(attentions)[0, 0, 1:].reshape(4, 4)
+    chefer = _reference_chefer(attentions, gradients)[0, 0, 1:].reshape(4, 4)
+    assert float(chefer.abs().max()) > 1e-5 and float(rollout.std()) > 0  # transformers' init: small weights
+    assert _correlation(ours.cams["chefer"], chefer) >= 0.999
+    np.testing.assert_allclose(ours.cams["rollout"], rollout.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(ours.cams["chefer"], chefer.numpy(), rtol=1e-3, atol=1e-7)
