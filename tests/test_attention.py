@@ -347,3 +347,38 @@ def test_a_transformers_vit_is_read_with_eager_attention_for_the_pass_and_its_se
     assert _correlation(ours.cams["chefer"], chefer) >= 0.999
     np.testing.assert_allclose(ours.cams["rollout"], rollout.numpy(), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(ours.cams["chefer"], chefer.numpy(), rtol=1e-3, atol=1e-7)
+
+
+def test_a_vit_without_a_class_token_gets_legrad_and_a_one_line_refusal_of_the_class_token_methods():
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_little_patch16_reg4_gap_256", pretrained=False, img_size=SIDE, depth=2).eval()
+    image = torch.rand(3, SIDE, SIDE)
+    with pytest.raises(UsageError, match=r"cam='rollout'.*no class token, whose row it reads; choose legrad"):
+        _explained(model, image, "rollout", target=1)
+    found = _explained(model, image, "legrad", target=1).cams["legrad"]  # its 4 register tokens left out
+    assert found.shape == (4, 4) and np.isfinite(found).all() and found.max() > 0
+
+
+def test_legrad_on_a_transformers_vit_equals_each_blocks_own_score_differentiated_by_hand():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=32, patch_size=8, num_hidden_layers=3, hidden_size=16, num_attention_heads=2,
+        intermediate_size=32, num_labels=5, attn_implementation="eager",
+    )  # fmt: skip
+    model = ViTForImageClassification(config).eval()
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(5))
+    result = explain(model, image, cam="legrad", target=2, inputs=InputOptions(resize=32, crop=32))
+    batch = result.image.tensor[None].clone().requires_grad_(True)
+    output = model(pixel_values=batch, output_attentions=True, output_hidden_states=True)
+    per_block = []
+    for block, attention in enumerate(output.attentions):  # s_l: block l's tokens through the model's own head
+        score = model.classifier(model.vit.layernorm(output.hidden_states[block + 1])[:, 0])[0, 2]
+        (gradient,) = torch.autograd.grad(score, attention, retain_graph=True)
+        per_block.append(gradient.clamp(min=0).mean(dim=(1, 2))[0, 1:])
+    reference = torch.stack(per_block).mean(dim=0).reshape(4, 4)
+    assert float(reference.max()) > 0
+    np.testing.assert_allclose(result.layers[0].cams["legrad"], reference.numpy(), rtol=1e-3, atol=1e-9)

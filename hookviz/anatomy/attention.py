@@ -30,7 +30,7 @@ from typing import Any
 from hookviz.errors import UsageError, arg
 from hookviz.hooks import HookSet
 
-__all__ = ["AttentionSite", "AttentionMaps", "RecordedAttention", "attention_sites", "attention_recorded"]
+__all__ = ["AttentionSite", "AttentionMaps", "RecordedAttention", "attention_sites", "attention_recorded", "has_class_token"]
 
 #: What an image tower of a model with a text tower is called (open_clip's, transformers' CLIP).
 _IMAGE_TOWERS = ("visual", "vision_model")
@@ -63,11 +63,14 @@ class AttentionMaps:
             probabilities (``"target"``), or of the score the block's own output would give
             through the model's head (``"layers"``, LeGrad's); ``None`` without gradients.
         prefix: the tokens before the patch tokens, as the model declares them (``None``: undeclared).
+        class_token: whether the first token is a class token (timm's ``has_class_token``; a
+            model that does not say has one, as torchvision's, open_clip's and transformers' ViTs do).
     """
 
     probabilities: tuple
     gradients: tuple | None = None
     prefix: int | None = None
+    class_token: bool = True
 
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.probabilities[0].shape)) if self.probabilities else "none"
@@ -106,6 +109,13 @@ def attention_sites(model, method: str) -> tuple[AttentionSite, ...]:
             "so choose a CAM method such as gradcam"
         )
     return tuple(sites)
+
+
+def has_class_token(model) -> bool:
+    """Whether the model's first token is a class token: what the first module that says
+    (timm's ``has_class_token``) says, else ``True``."""
+    said = next((m.has_class_token for m in model.modules() if isinstance(getattr(m, "has_class_token", None), bool)), None)
+    return True if said is None else said
 
 
 def _block(model, path: str) -> str:

@@ -31,6 +31,7 @@ class AttentionPass:
         sites: the model's ``AttentionSite``s.
         batch: the batch's inputs (N, C, H, W), on the model's device.
         prefix: the tokens before the patch tokens, as the model declares them, or ``None``.
+        class_token: whether the first token is a class token.
         shared: the probabilities alone, shared by every key's pass (they do not depend on it).
     """
 
@@ -43,6 +44,7 @@ class AttentionPass:
     batch: Any
     task_options: Any = None
     prefix: int | None = None
+    class_token: bool = True
     shared: dict = field(default_factory=dict, compare=False, repr=False)
     found: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -71,7 +73,7 @@ class AttentionPass:
             if gradients is not None:
                 rows = torch.arange(count).repeat(len(self.sites) if gradients == "layers" else 1)
                 found = _gradients(self.scorer(output, rows), probabilities)
-        return AttentionMaps(tuple(p.detach().float() for p in probabilities), found, self.prefix)
+        return AttentionMaps(tuple(p.detach().float() for p in probabilities), found, self.prefix, self.class_token)
 
 
 def _gradients(scores, probabilities) -> tuple:

@@ -159,7 +159,7 @@ def _attention_passes(explainer, methods, plan, batch, keys) -> dict | None:
         return None
     import torch
 
-    from hookviz.anatomy.attention import attention_sites
+    from hookviz.anatomy.attention import attention_sites, has_class_token
     from hookviz.explaining.attention import AttentionPass
     from hookviz.modelstate import model_dtype
 
@@ -181,6 +181,7 @@ def _attention_passes(explainer, methods, plan, batch, keys) -> dict | None:
             batch,
             explainer.task_options,
             prefix,
+            has_class_token(module),
             shared,
         )
         for key in keys

@@ -23,7 +23,7 @@ def chefer(ctx: MethodContext):
     """Chefer et al.'s relevance: gradient-weighted attention, accumulated over the blocks."""
     assert ctx.attention is not None  # needs_attention: the pass gives it
     maps = ctx.attention("target")
-    return patch_map(relevance(maps.probabilities, maps.gradients)[:, 0], ctx, maps.prefix, "chefer", class_token=True)
+    return patch_map(relevance(maps.probabilities, maps.gradients)[:, 0], ctx, maps, "chefer", class_token=True)
 
 
 def relevance(probabilities, gradients):

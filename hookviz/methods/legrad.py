@@ -31,4 +31,4 @@ def legrad(ctx: MethodContext):
     assert ctx.attention is not None  # needs_attention: the pass gives it
     maps = ctx.attention("layers")
     per_block = [gradient.clamp(min=0).mean(dim=(1, 2)) for gradient in maps.gradients]
-    return patch_map(torch.stack(per_block).mean(dim=0), ctx, maps.prefix, "legrad", class_token=False)
+    return patch_map(torch.stack(per_block).mean(dim=0), ctx, maps, "legrad", class_token=False)

@@ -77,7 +77,7 @@ def rollout(ctx: MethodContext):
     if settings.discard_ratio > 0:
         fused = [_discarded(a, settings.discard_ratio) for a in fused]
     rolled = rolled_out(fused)
-    return patch_map(rolled[:, 0], ctx, maps.prefix, "rollout", class_token=True)
+    return patch_map(rolled[:, 0], ctx, maps, "rollout", class_token=True)
 
 
 def _fused(probabilities, fusion: str):
@@ -114,18 +114,19 @@ def rolled_out(matrices):
     return joint
 
 
-def patch_map(rows, ctx: MethodContext, prefix: int | None, name: str, *, class_token: bool):
-    """Per image, the patch tokens of ``rows`` (N, T) on the layer's grid (N, h, w)."""
+def patch_map(rows, ctx: MethodContext, maps, name: str, *, class_token: bool):
+    """Per image, the patch tokens of ``rows`` (N, T) on the layer's grid (N, h, w), given the
+    ``AttentionMaps`` they were made of; ``class_token``: ``rows`` is the class token's row."""
     spatial = tuple(ctx.activations.shape[2:])
     tokens = rows.shape[1]
     patches = spatial[0] * spatial[1] if len(spatial) == 2 else -1
-    prefix = tokens - patches if prefix is None else prefix
+    prefix = tokens - patches if maps.prefix is None else maps.prefix
     if len(spatial) != 2 or tokens - prefix != patches:
         grid = "x".join(map(str, spatial)) or "no"
         raise UsageError(
             f"{arg('cam', name)}: {ctx.layer}'s map is {grid}, not the grid of the {tokens - (prefix or 0)} patch tokens "
             f"the attention mixes; choose a layer on the token grid, such as a block's first norm"
         )
-    if class_token and prefix < 1:
+    if class_token and (prefix < 1 or not maps.class_token):
         raise UsageError(f"{arg('cam', name)}: the model has no class token, whose row it reads; choose legrad")
     return rows[:, prefix:].reshape(rows.shape[0], *spatial)
