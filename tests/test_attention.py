@@ -382,3 +382,15 @@ def test_legrad_on_a_transformers_vit_equals_each_blocks_own_score_differentiate
     reference = torch.stack(per_block).mean(dim=0).reshape(4, 4)
     assert float(reference.max()) > 0
     np.testing.assert_allclose(result.layers[0].cams["legrad"], reference.numpy(), rtol=1e-3, atol=1e-9)
+
+
+def test_a_swins_windowed_attention_is_refused_in_one_line():
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "swin_tiny_patch4_window7_224", pretrained=False, img_size=SIDE, window_size=4, depths=(1, 1, 1, 1),
+        embed_dim=32, num_heads=(1, 2, 4, 8), num_classes=5,
+    ).eval()  # fmt: skip
+    with pytest.raises(UsageError, match=r"layers\.0\.blocks\.0\.attn attends as 16x1x16x16 for 1 image\(s\).*windows"):
+        _explained(model, torch.rand(3, SIDE, SIDE), "chefer", target=1)

@@ -34,7 +34,6 @@ __all__ = ["AttentionSite", "AttentionMaps", "RecordedAttention", "attention_sit
 
 #: What an image tower of a model with a text tower is called (open_clip's, transformers' CLIP).
 _IMAGE_TOWERS = ("visual", "vision_model")
-_KINDS = ("timm", "multihead", "transformers")
 
 
 @dataclass(frozen=True)
@@ -96,8 +95,13 @@ def attention_sites(model, method: str) -> tuple[AttentionSite, ...]:
             sites.append(AttentionSite(path, _block(model, path), kind))
         elif kind is None and "attention" in type(module).__name__.lower():
             unreachable.append((path, type(module).__name__))
-    if unreachable and not sites:
-        path, name = unreachable[0]
+    # An attention module that holds no reachable one (a block does) and is not reachable
+    # itself would leave a hole in the rollout: the model is refused, naming it.
+    lonely = [
+        (p, n) for p, n in unreachable if n.lower().endswith("attention") and not any(s.path.startswith(p + ".") for s in sites)
+    ]
+    if lonely or (unreachable and not sites):
+        path, name = (lonely or unreachable)[0]
         raise UsageError(
             f"{arg('cam', method)}: {type(model).__name__} computes attention in {name} ({path}), whose probabilities "
             "hookviz cannot reach (fused, with no switch to turn off); choose a gradient method such as gradcam"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hookviz.anatomy.attention import AttentionMaps, attention_recorded
+from hookviz.errors import UsageError
 
 __all__ = ["AttentionPass", "GRADIENT_KINDS"]
 
@@ -67,13 +68,28 @@ class AttentionPass:
             inputs = self.batch.detach().clone().requires_grad_(gradients is not None)
             output = self.task.forward(self.module, list(inputs), self.device, self.options, self.task_options)
             probabilities = tuple(seen.probabilities)
-            if len(probabilities) != len(self.sites):
-                raise ValueError(f"attention: {len(self.sites)} attention blocks but {len(probabilities)} were called")
+            _check_shapes(probabilities, self.sites, count)
             found = None
             if gradients is not None:
                 rows = torch.arange(count).repeat(len(self.sites) if gradients == "layers" else 1)
                 found = _gradients(self.scorer(output, rows), probabilities)
         return AttentionMaps(tuple(p.detach().float() for p in probabilities), found, self.prefix, self.class_token)
+
+
+def _check_shapes(probabilities, sites, count: int) -> None:
+    """Refuse attention that is not one (N, heads, T, T) matrix per image and block over the
+    same T tokens (Swin's windows, a pyramid's shrinking token counts)."""
+    if len(probabilities) != len(sites):
+        raise UsageError(
+            f"{len(sites)} attention blocks were found but {len(probabilities)} called; the attention methods need each once"
+        )
+    tokens = probabilities[0].shape[-1]
+    for site, found in zip(sites, probabilities):
+        if found.dim() != 4 or found.shape[0] != count or tuple(found.shape[2:]) != (tokens, tokens):
+            raise UsageError(
+                f"{site.path} attends as {'x'.join(map(str, found.shape))} for {count} image(s), not over the same "
+                f"{tokens} tokens per image in every block (windows, or a pyramid); the attention methods cannot read it"
+            )
 
 
 def _gradients(scores, probabilities) -> tuple:
