@@ -394,3 +394,36 @@ def test_a_swins_windowed_attention_is_refused_in_one_line():
     ).eval()  # fmt: skip
     with pytest.raises(UsageError, match=r"layers\.0\.blocks\.0\.attn attends as 16x1x16x16 for 1 image\(s\).*windows"):
         _explained(model, torch.rand(3, SIDE, SIDE), "chefer", target=1)
+
+
+def test_a_transformers_clips_image_tower_is_read_through_a_prompt(tmp_path, hub_cache):
+    from hookviz import load_model
+
+    from .test_hf_clip import PROMPTS, _folder
+
+    folder, model, _ = _folder(tmp_path, "clip")
+    loaded = load_model(f"hf:{folder}", prompts=PROMPTS)
+    result = explain(loaded, torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(6)), cam="chefer,legrad", target=1)
+    layer = result.layers[0]
+    assert layer.name.startswith("vision_model.") and set(layer.cams) == {"chefer", "legrad"}
+
+    tower = loaded.module.vision_model
+    kernel = tower.config._attn_implementation
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in loaded.module.modules())
+    batch = result.image.tensor[None].clone().requires_grad_(True)
+    tower.config._attn_implementation = "eager"  # the reference: each CLIPAttention's own weights
+    try:
+        attentions = []
+        hooks = [
+            layer_.self_attn.register_forward_hook(lambda _m, _a, out: attentions.append(out[1]))
+            for layer_ in tower.encoder.layers
+        ]
+        logits = loaded.module(batch)
+        for hook in hooks:
+            hook.remove()
+        gradients = torch.autograd.grad(logits[0, 1], attentions)
+    finally:
+        tower.config._attn_implementation = kernel
+    chefer = _reference_chefer([a.detach() for a in attentions], gradients)[0, 0, 1:].reshape(4, 4)
+    assert float(chefer.abs().max()) > 0
+    assert _correlation(layer.cams["chefer"], chefer) >= 0.999
