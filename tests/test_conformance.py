@@ -109,16 +109,22 @@ def plugin(registries_restored):
 OURS = ("hookviz.", "tests.extension_plugin", "tests.picture_plugin")
 
 
+#: Methods made for one family of models, which refuse the others in one line (lrp: layers
+#: zennit has rules for, attnlrp: torchvision's ViT); tests/test_lrp.py and test_attnlrp.py run them.
+FAMILY_METHODS = ("lrp", "attnlrp")
+
+
 def _methods(task: str) -> str:
     """Every method of ours and the plug-in's for ``task``'s model: the attention methods and
-    two others for the ViT (it has no ``nn.ReLU`` to guide), the rest for the CNNs."""
+    two others for the ViT (it has no ``nn.ReLU`` to guide), the rest for the CNNs (the
+    attention methods refuse a CNN in one line: tests/test_attention.py)."""
     from hookviz.methods import METHODS
 
     ours = [name for name in METHODS.names() if METHODS.get(name).function.__module__.startswith(OURS)]
     attention = [name for name in ours if METHODS.get(name).needs_attention]
     if task == "vit":
         return ",".join([*attention, "gradcam", "peak"])
-    return ",".join(name for name in ours if name not in attention)
+    return ",".join(name for name in ours if name not in attention and name not in FAMILY_METHODS)
 
 
 def _kinds() -> str:

@@ -242,12 +242,14 @@ class PixelMaps:
         maps: per method that made maps, (N, C, H, W).
         notes: per method that made none, why.
         layers: per method that used a layer's map (guided Grad-CAM), which.
+        figures: per method that gave figures about its maps (``MapFigures``), one dict per image.
     """
 
     order: tuple[str, ...] = ()
     maps: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
     layers: dict = field(default_factory=dict)
+    figures: dict = field(default_factory=dict)
 
 
 def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
@@ -258,7 +260,10 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
         return PixelMaps(order, notes=dict.fromkeys(order, NOTHING_TO_EXPLAIN))
     key = sources.keys[0]
     position = next((p for p, c in enumerate(captures) if _no_map(c, sources, layouts[p]) is None), None)
-    maps, notes, layers = {}, {}, {}
+    maps: dict = {}
+    notes: dict = {}
+    layers: dict = {}
+    figures: dict = {}
     for method in methods:
         context, why = _pixel_context(method, captures, layouts, sources, position)
         if context is None:
@@ -270,10 +275,10 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
             score=sources.scores[key] if method.needs_rescoring else None,
             score_layer=_pixel_layer_rescoring(method, context, sources, layouts[position] if position is not None else None),
         )
-        maps[method.name] = _computed(method, given, tuple(sources.batch.shape))
+        maps[method.name] = _computed(method, given, tuple(sources.batch.shape), figures)
         if method.needs_gradients:
             layers[method.name] = context.layer
-    return PixelMaps(order, maps, notes, layers)
+    return PixelMaps(order, maps, notes, layers, figures)
 
 
 def _pixel_layer_rescoring(method, context, sources: Sources, layout):
@@ -387,10 +392,13 @@ def _layer_rescoring(rescoring, batch, context, layout):
     return LayerRescoring(rescoring, batch, context.module, int(call[1]) if call else 0, layout)
 
 
-def _computed(method, context, expected: tuple | None = None) -> np.ndarray:
+def _computed(method, context, expected: tuple | None = None, figures: dict | None = None) -> np.ndarray:
     """The method's map, checked to be one map per image, as float32 numpy: (N, *spatial)
-    for a layer method, ``expected`` (the input's shape) for an input method."""
+    for a layer method, ``expected`` (the input's shape) for an input method, whose figures
+    about its maps (``MapFigures``), one per image, go into ``figures`` under its name."""
     import torch
+
+    from hookviz.methods import MapFigures
 
     given: dict[str, torch.Tensor] = {}
     for name in ("activations", "gradients", "inputs"):
@@ -404,6 +412,9 @@ def _computed(method, context, expected: tuple | None = None) -> np.ndarray:
         raise
     except Exception as exc:  # a method of one's own is foreign code, as the model is
         raise MethodError(f"{arg('cam', method.name)}: the method failed at {context.layer} ({describe(exc)})") from exc
+    if isinstance(result, MapFigures) and figures is not None and len(result.figures) == len(result.maps):
+        figures[method.name] = tuple(result.figures)
+    result = result.maps if isinstance(result, MapFigures) else result
     changed = [name for name, version in versions.items() if given[name]._version != version]
     if changed:  # these are the recorded tensors themselves: reports and pictures would show the change
         raise UsageError(

@@ -112,12 +112,15 @@ class PixelMap:
             ``None`` (see ``note``).
         note: why there is no map.
         layer: the layer whose CAM it used (guided Grad-CAM), else ``None``.
+        figures: figures the method gave about this map (relevance propagation's
+            conservation: ``relevance``, ``score``, ``conservation``), else ``None``.
     """
 
     method: str
     map: np.ndarray | None
     note: str | None = None
     layer: str | None = None
+    figures: dict | None = None
 
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.map.shape)) if self.map is not None else self.note
@@ -446,7 +449,8 @@ def _image_pixels(pixels, i: int, plan) -> dict:
         elif nothing:
             found[name] = PixelMap(name, None, NOTHING_TO_EXPLAIN, layer)
         else:
-            found[name] = PixelMap(name, pixels.maps[name][i].copy(), layer=layer)
+            figures = pixels.figures[name][i] if name in pixels.figures else None
+            found[name] = PixelMap(name, pixels.maps[name][i].copy(), layer=layer, figures=figures)
     return found
 
 

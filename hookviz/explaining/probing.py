@@ -134,7 +134,15 @@ def _shares(view, tensor) -> bool:
 
 @dataclass(frozen=True)
 class InputGradients:
-    """``input_gradient(batch, images=None, guided=False)``: d(row's target score)/d(row).
+    """``input_gradient(batch, images=None, guided=False, within=None, from_scores=False, with_scores=False)``:
+    d(row's target score)/d(row).
+
+    ``within(model)``, a context manager, is entered around the passes and left after them
+    (relevance propagation's rules, which hook or patch the model for their backward pass
+    and put it back). With ``from_scores=True`` each row's backward pass starts at the row's
+    score instead of 1 (zennit's relevance starts as the target's score); with
+    ``with_scores=True`` the call returns ``(gradients, scores)``, the scores (M,) float32 as
+    the pass computed them.
 
     Its passes take the input as it comes: channels-last saved no time in forward and
     backward passes here, and its gradients summed differently by up to 2e-3 of their
@@ -155,30 +163,38 @@ class InputGradients:
     chunk: int
     task_options: Any = None
 
-    def __call__(self, batch, images=None, guided: bool = False):
+    def __call__(
+        self, batch, images=None, guided: bool = False, within=None, from_scores: bool = False, with_scores: bool = False
+    ):
         import torch
 
         rows = torch.arange(len(batch)) if images is None else torch.as_tensor(images, dtype=torch.long).flatten().cpu()
         if len(rows) != len(batch):
             raise ValueError(f"input_gradient: {len(batch)} inputs but {len(rows)} image indices")
-        gradients = []
+        gradients, scores = [], []
         guide = guided_relus(self.module) if guided else contextlib.nullcontext()
-        with torch.inference_mode(False), torch.enable_grad(), guide:
+        rules = within(self.module) if within is not None else contextlib.nullcontext()
+        with torch.inference_mode(False), torch.enable_grad(), guide, rules:
             for start in range(0, len(batch), self.chunk):
                 part = batch[start : start + self.chunk].detach().clone().requires_grad_(True)
-                gradients.append(self._gradient(part, rows[start : start + self.chunk]))
+                gradient, score = self._gradient(part, rows[start : start + self.chunk], from_scores)
+                gradients.append(gradient)
+                scores.append(score)
                 passed(len(part))
-        return torch.cat(gradients).float() if gradients else torch.zeros(0)
+        found = torch.cat(gradients).float() if gradients else torch.zeros(0)
+        return (found, torch.cat(scores) if scores else torch.zeros(0)) if with_scores else found
 
-    def _gradient(self, part, rows):
+    def _gradient(self, part, rows, from_scores: bool = False):
         import torch
 
         output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
         scores = self.scorer(output, rows)
+        seen = scores.detach().float().cpu().flatten()
         if not scores.requires_grad:  # nothing to explain in these images: no graph reaches the input
-            return torch.zeros_like(part)
-        (gradient,) = torch.autograd.grad(scores.sum(), part, allow_unused=True)
-        return torch.zeros_like(part) if gradient is None else gradient.detach()
+            return torch.zeros_like(part), seen
+        start = scores.detach() if from_scores else torch.ones_like(scores)
+        (gradient,) = torch.autograd.grad(scores, part, grad_outputs=start, allow_unused=True)
+        return (torch.zeros_like(part) if gradient is None else gradient.detach()), seen
 
 
 @contextlib.contextmanager

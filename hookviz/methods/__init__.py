@@ -1,8 +1,10 @@
 """CAM methods, one module per method, each registering itself (see ``base`` for the
 interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``), ``layercam``,
 ``xgradcam``, ``hirescam``, ``eigencam``, ``scorecam``, ``ablationcam``; maps of the input:
-``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...);
-maps of a vision transformer's attention, at its token grid: ``rollout``, ``chefer``, ``legrad``.
+``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...),
+``lrp`` (zennit's relevance propagation, the ``lrp`` extra), ``attnlrp`` (AttnLRP for a
+vision transformer, the ``attnlrp`` extra); maps of a vision transformer's attention, at its
+token grid: ``rollout``, ``chefer``, ``legrad``.
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -10,6 +12,7 @@ from hookviz.methods.base import (
     METHODS,
     RESCORING_BATCH,
     RESOLUTIONS,
+    MapFigures,
     Method,
     MethodContext,
     get_method,
@@ -19,11 +22,12 @@ from hookviz.methods.base import (
 
 # Each registers itself; --help lists them in this order, so it is not sorted by name.
 from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
-from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients  # noqa: F401  # isort: skip
+from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
 from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",
+    "MapFigures",
     "RESCORING_BATCH",
     "RESOLUTIONS",
     "Method",

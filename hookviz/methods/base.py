@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METHODS",
+    "MapFigures",
     "RESCORING_BATCH",
     "RESOLUTIONS",
     "SETTINGS",
@@ -93,16 +94,19 @@ class MethodContext:
             (channels first, as ``ctx.activations``; the pass lays it out as the layer does),
             and returns each row's target score, as ``score`` does.
         input_gradient: ``None`` unless the method ``needs_input_gradients``; else
-            ``input_gradient(batch, images=None, guided=False)``: d(row's target score)/d(row)
-            for each row of ``batch`` (M, C, H, W), (M, C, H, W) float32, from forward and
-            backward passes of ``RESCORING_BATCH`` rows at most, within the memory budget; with ``guided=True`` every
-            ``nn.ReLU`` passes back only positive gradients (guided backprop), through
-            hooks removed when it returns. It raises UsageError when the model has no
-            ``nn.ReLU`` to guide.
+            ``input_gradient(batch, images=None, guided=False, within=None, from_scores=False, with_scores=False)``:
+            d(row's target score)/d(row) for each row of ``batch`` (M, C, H, W), (M, C, H, W)
+            float32, from forward and backward passes of ``RESCORING_BATCH`` rows at most,
+            within the memory budget; with ``guided=True`` every ``nn.ReLU`` passes back only
+            positive gradients (guided backprop), through hooks removed when it returns (it
+            raises UsageError when the model has no ``nn.ReLU`` to guide). ``within(model)``:
+            a context manager entered around the passes (relevance propagation's rules);
+            ``from_scores=True``: each row's backward pass starts at its score, not 1;
+            ``with_scores=True``: it returns ``(gradients, scores)``.
         options: the run's ``TargetOptions``, for methods that take settings (``steps``,
             ``ig_baseline``: those a method declares in ``takes``).
-        settings: the method's own settings, an instance of the frozen dataclass it was
-            registered with (``options=``); ``None``: its defaults.
+        settings: the method's own settings, an instance of the group it declares
+            (``register_method(options=...)``), or ``None``: the group's defaults.
         attention: ``None`` unless the method ``needs_attention``; else ``attention(gradients=None)``
             returns the batch's ``hookviz.anatomy.attention.AttentionMaps`` (every attention
             block's probabilities, and with ``gradients="target"`` or ``"layers"`` their
@@ -130,6 +134,24 @@ class MethodContext:
 
 
 @dataclass(frozen=True)
+class MapFigures:
+    """What an ``input`` method may return instead of its maps alone: the maps, and per image
+    figures about its map (relevance propagation's conservation), which the image's report
+    keeps beside the map's statistics (``report.json``: ``pixel_maps.<method>.figures``).
+
+    Attributes:
+        maps: (N, C, H, W), as the method's maps.
+        figures: one dict per image, of names to numbers (a float; NaN is written null).
+    """
+
+    maps: torch.Tensor
+    figures: tuple[dict[str, float], ...]
+
+    def __repr__(self) -> str:
+        return f"MapFigures({'x'.join(map(str, self.maps.shape))}, figures {sorted(self.figures[0]) if self.figures else []})"
+
+
+@dataclass(frozen=True)
 class Method:
     """A CAM method. Make and register one with ``register_method``.
 
@@ -137,7 +159,8 @@ class Method:
         name: what ``--cam`` / ``cam=`` calls it.
         function: ``function(ctx) -> tensor``: the raw map, never resized or normalised; for
             a ``layer`` method (N, *spatial) at the layer's resolution, after a ReLU where the
-            method has one; for an ``input`` method (N, C, H, W), the input's shape.
+            method has one; for an ``input`` method (N, C, H, W), the input's shape, or
+            those maps with figures about each (``MapFigures``).
         needs_gradients: ``ctx.gradients`` is given (the pass back-propagates each CAM's
             target); a layer the target does not reach then gets no CAM.
         needs_rescoring: ``ctx.score`` and ``ctx.score_layer`` are given (extra forward
@@ -156,9 +179,10 @@ class Method:
             gradients baseline equal to the input makes it zero), said in a note, or ``None``.
         takes: the settings (``SETTINGS``) it reads from ``ctx.options``: ``--steps`` or
             ``--ig-baseline`` given while no method asked takes it is refused.
-        options: the frozen dataclass of its own settings (defaults on every field, each
-            field's ``metadata["help"]`` its help), checking itself in ``__post_init__``; the
-            method reads an instance as ``ctx.settings``. ``None``: it takes none.
+        options: the method's own group of settings: a frozen dataclass whose fields have
+            defaults and whose ``__post_init__`` refuses a bad value in one line
+            (``UsageError``); the method reads an instance as ``ctx.settings`` (``None``: the
+            defaults). ``None``: it takes none of its own.
         needs_attention: ``ctx.attention`` is given (every attention block's probabilities,
             from an extra pass with the model's fused attention switched off for it).
     """

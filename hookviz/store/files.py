@@ -320,7 +320,10 @@ def _pixel_record(pixels) -> MapRecord:
     """An input-resolution map's shape and statistics (and the layer it used), or why it has none."""
     if pixels.map is None:
         return MapRecord(skipped=pixels.note, layer=pixels.layer)
-    return MapRecord(tuple(pixels.map.shape), _map_stats(pixels.map), layer=pixels.layer)
+    stats = _map_stats(pixels.map)
+    if pixels.figures:  # a NaN (a score of 0 makes conservation undefined) is written null, as stats are
+        stats["figures"] = {name: (float(v) if np.isfinite(v) else None) for name, v in pixels.figures.items()}
+    return MapRecord(tuple(pixels.map.shape), stats, layer=pixels.layer)
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:

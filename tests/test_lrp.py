@@ -1,0 +1,156 @@
+"""``lrp`` (``hookviz.methods.lrp``) against zennit itself, on random-weight vgg11_bn and
+resnet18: the same composites and canonizers through zennit's own ``Gradient`` attributor,
+maps within 1e-3 of their largest value; the model as it was afterwards; conservation in
+the report; the one-line refusals."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from PIL import Image
+
+import hookviz
+from hookviz import Explainer, LayerOptions, TargetOptions
+from hookviz.errors import UsageError
+from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.methods import lrp as lrp_module
+from hookviz.methods.lrp import LrpSettings
+from hookviz.models.loading import LoadedModel
+
+pytest.importorskip("zennit")
+
+SIDE = 64
+TARGET = 8
+
+
+def relevance_maps(model, batch, layer: str, method: str, target: int = TARGET):
+    """hookviz's maps of ``batch`` by ``method`` (N, C, H, W), and each image's figures."""
+    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    loaded = LoadedModel("seeded", model, "seeded", None, Preprocessing())
+    options = TargetOptions(target=str(target), cam=method)
+    results = Explainer.create(loaded, layers=LayerOptions((layer,)), target=options).explain_batch(images)
+    return np.stack([r.pixel_maps[method].map for r in results]), [r.pixel_maps[method].figures for r in results]
+
+
+def zennit_maps(model, batch, composite, target: int = TARGET) -> np.ndarray:
+    """zennit's own attribution: its Gradient attributor, relevance starting at the target's logit."""
+    from zennit.attribution import Gradient
+
+    with Gradient(model, composite) as attributor:
+        _, relevance = attributor(batch, lambda out: torch.eye(out.shape[1])[[target] * len(out)] * out)
+    return relevance.detach().numpy()
+
+
+def state(model) -> tuple:
+    """What the pass must leave as it was: parameters and buffers (values and objects), hooks, mode."""
+    tensors = {name: (id(t), t.detach().clone()) for name, t in model.state_dict(keep_vars=True).items()}
+    hooks = [(len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks)) for m in model.modules()]
+    return tensors, hooks, [type(m) for m in model.modules()], [m.forward for m in model.modules()], model.training
+
+
+def same_state(before, after) -> bool:
+    (tensors, *rest), (now, *rest_now) = before, after
+    same = tensors.keys() == now.keys() and all(
+        tensors[k][0] == now[k][0] and torch.equal(tensors[k][1], now[k][1]) for k in tensors
+    )
+    return same and rest == rest_now
+
+
+@pytest.fixture(scope="module")
+def batch():
+    torch.manual_seed(1)
+    return torch.randn(2, 3, SIDE, SIDE)
+
+
+def _model(name: str):
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    for module in model.modules():  # random statistics, so that merging BatchNorm changes something
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.normal_(0, 0.1)
+            module.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("name", "layer"), [pytest.param("vgg11_bn", "features.0", marks=pytest.mark.slow), ("resnet18", "layer4")]
+)
+def test_lrp_equals_zennits_epsilon_plus_flat_and_leaves_the_model_as_it_was(batch, name, layer):
+    from zennit.composites import EpsilonPlusFlat
+    from zennit.torchvision import ResNetCanonizer, VGGCanonizer
+
+    model = _model(name)
+    before = state(model)
+    mine, figures = relevance_maps(model, batch, layer, "lrp")
+    assert same_state(before, state(model))
+    canonizer = VGGCanonizer() if name == "vgg11_bn" else ResNetCanonizer()
+    theirs = zennit_maps(copy.deepcopy(model), batch, EpsilonPlusFlat(canonizers=[canonizer]))
+    assert mine.shape == theirs.shape == (2, 3, SIDE, SIDE) and np.abs(theirs).max() > 0
+    assert np.abs(mine - theirs).max() / np.abs(theirs).max() < 1e-3
+    logits = model(batch)[:, TARGET].detach().double()
+    for n, found in enumerate(figures):  # the map's sum against the logit it started from
+        assert found["relevance"] == pytest.approx(float(mine[n].astype(np.float64).sum()), rel=1e-5)
+        assert found["score"] == pytest.approx(float(logits[n]), rel=1e-4)
+        assert found["conservation"] == pytest.approx(found["relevance"] / found["score"])
+
+
+def test_lrp_epsilon_gamma_box_equals_zennits_with_each_images_own_box(batch, monkeypatch):
+    from zennit.composites import EpsilonGammaBox
+    from zennit.torchvision import ResNetCanonizer
+
+    model = _model("resnet18")
+    monkeypatch.setattr(lrp_module, "LrpSettings", functools.partial(LrpSettings, composite="epsilon-gamma-box"))
+    mine, _ = relevance_maps(model, batch, "layer4", "lrp")
+    theirs = []
+    for photo in batch:
+        low, high = photo.amin(dim=(1, 2))[None, :, None, None], photo.amax(dim=(1, 2))[None, :, None, None]
+        composite = EpsilonGammaBox(low=low, high=high, canonizers=[ResNetCanonizer()])
+        theirs.append(zennit_maps(copy.deepcopy(model), photo[None], composite)[0])
+    theirs = np.stack(theirs)
+    assert np.abs(mine - theirs).max() / np.abs(theirs).max() < 1e-3
+
+
+def test_lrp_settings_are_checked_in_one_line():
+    for bad in ({"composite": "alpha-beta"}, {"epsilon": 0}, {"gamma": -1.0}, {"gamma": float("nan")}):
+        with pytest.raises(UsageError) as caught:
+            LrpSettings(**bad)
+        assert "\n" not in str(caught.value) and "lrp_" in str(caught.value)
+    assert hookviz.methods.get_method("lrp").options is LrpSettings
+
+
+def test_lrp_refuses_a_layer_type_without_a_rule_in_one_line():
+    model = torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=8)
+    with pytest.raises(UsageError) as caught:
+        lrp_module.check_lrp(model)
+    message = str(caught.value)
+    assert "\n" not in message and "LayerNorm" in message and "attnlrp" in message
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "zennit", None)  # import zennit now raises ImportError
+    with pytest.raises(UsageError) as caught:
+        lrp_module.check_lrp(_model("vgg11_bn"))
+    assert "\n" not in str(caught.value) and "pip install 'hookviz[lrp]'" in str(caught.value)
+
+
+def test_lrp_joins_other_methods_and_the_trust_checks(batch):
+    from tests.conftest import tiny_net
+
+    result = hookviz.explain(tiny_net(), batch[0, :, :24, :24], layers=["features.3"], cam="gradcam,lrp", sanity=True)
+    assert result["features.3"].cam is not None and result["features.3"].trust.sanity is not None
+    found = result.pixel_maps["lrp"]
+    assert found.map.shape == (3, 24, 24) and set(found.figures) == {"relevance", "score", "conservation"}
+
+
+def test_hookviz_imports_and_lists_the_methods_without_zennit():
+    from tests.conftest import python_output
+
+    code = "import sys; sys.modules['zennit'] = None; import hookviz.methods as m; print(','.join(m.method_names()))"
+    names = python_output(code).strip().split(",")
+    assert "lrp" in names and "attnlrp" in names
