@@ -25,6 +25,8 @@ MODELS = {
     "detect": ["--model", "tests.test_conformance:tiny_detector", "--layer", "backbone.1", "--score-threshold", "0"],
     "embed": ["--model", "tests.conftest:tiny_net", "--resize", "48", "--target-image", str(SAMPLES / "coffee.png")],
     "regress": ["--model", "tests.extension_plugin:brightness_net", "--resize", "48"],
+    # the methods that read a vision transformer's attention (refused on the others' CNNs), on a classifier
+    "vit": ["--model", "tests.test_conformance:tiny_vit", "--resize", "64", "--crop", "64"],
 }
 OPTIONS = {
     "faithfulness": ["--faithfulness"],
@@ -50,6 +52,14 @@ class TinySegmenter(nn.Module):
 def tiny_segmenter() -> nn.Module:
     torch.manual_seed(0)
     return TinySegmenter()
+
+
+def tiny_vit() -> nn.Module:
+    """timm's ViT-Tiny with two blocks at 64 pixels (a 4x4 grid of patches)."""
+    import timm
+
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, depth=2, num_classes=10)
 
 
 def tiny_detector() -> nn.Module:
@@ -104,11 +114,17 @@ OURS = ("hookviz.", "tests.extension_plugin", "tests.picture_plugin")
 FAMILY_METHODS = ("lrp", "attnlrp")
 
 
-def _methods() -> str:
+def _methods(task: str) -> str:
+    """Every method of ours and the plug-in's for ``task``'s model: the attention methods and
+    two others for the ViT (it has no ``nn.ReLU`` to guide), the rest for the CNNs (the
+    attention methods refuse a CNN in one line: tests/test_attention.py)."""
     from hookviz.methods import METHODS
 
     ours = [name for name in METHODS.names() if METHODS.get(name).function.__module__.startswith(OURS)]
-    return ",".join(name for name in ours if name not in FAMILY_METHODS)
+    attention = [name for name in ours if METHODS.get(name).needs_attention]
+    if task == "vit":
+        return ",".join([*attention, "gradcam", "peak"])
+    return ",".join(name for name in ours if name not in attention and name not in FAMILY_METHODS)
 
 
 def _kinds() -> str:
@@ -139,13 +155,13 @@ def _works_or_is_refused_in_one_line(result, out) -> str:
 @pytest.mark.parametrize("task", sorted(MODELS))
 def test_every_task_method_and_picture_kind_works_or_is_refused_in_one_line_under_every_option(task, plugin, tmp_path):
     common = [str(SAMPLES / "cat.png"), *MODELS[task], "--weights", "none"]
-    common += ["--cam", _methods(), "--pictures", _kinds()]
+    common += ["--cam", _methods(task), "--pictures", _kinds()]
     assert "peak" in common[-3].split(",") and "toy" in common[-1].split(",")
     first = tmp_path / "first"
     result = _invoke([*common, "--out", str(first)])
     assert _works_or_is_refused_in_one_line(result, first) == "works"
     report = json.loads((first / "cat" / "report.json").read_text(encoding="utf-8"))
-    assert report["task"] == task
+    assert report["task"] == ("classify" if task == "vit" else task)
     outcomes = {}
     for name, extra in OPTIONS.items():
         out = first if name == "skip-existing" else tmp_path / name

@@ -49,6 +49,7 @@ class Sources:
             a layer's output runs on it; ``needs_input`` hands it to the method).
         input_gradients: per key, the ``input_gradient`` callable (``probing.InputGradients``).
         options: the run's ``TargetOptions``.
+        attention: per key, the ``attention`` callable (``hookviz.explaining.attention.AttentionPass``).
         objective: what is back-propagated, in words (the task's ``objective_words``).
     """
 
@@ -60,6 +61,7 @@ class Sources:
     input_gradients: Any = None
     options: Any = None
     objective: str = "the target's logit"
+    attention: Any = None
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,45 @@ def sources_for(explainer, methods, plan, tensors, gradients, cost=None) -> Sour
         input_gradients = {
             key: InputGradients(task, module, device, options, task.scorer(plan, key, options), chunk, own) for key in keys
         }
-    return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients)
+    attention = _attention_passes(explainer, methods, plan, batch if batch is not None else tensors, keys)
+    return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients, attention=attention)
+
+
+def _attention_passes(explainer, methods, plan, batch, keys) -> dict | None:
+    """Per key, the attention pass of the methods that read attention (one shared forward pass
+    for the probabilities alone), or ``None`` when no method does."""
+    asking = [m for m in methods if m.needs_attention]
+    if not asking:
+        return None
+    import torch
+
+    from hookviz.anatomy.attention import attention_sites, has_class_token
+    from hookviz.explaining.attention import AttentionPass
+    from hookviz.modelstate import model_dtype
+
+    module, task, options = explainer.model.module, explainer.task, explainer.target
+    sites = attention_sites(module, asking[0].name)
+    declared = explainer.declared_layout
+    prefix = declared.prefix if declared is not None and declared.patch is not None else None
+    if not isinstance(batch, torch.Tensor):
+        batch = torch.stack(list(batch)).to(device=explainer.device, dtype=model_dtype(module))
+    shared: dict = {}
+    return {
+        key: AttentionPass(
+            task,
+            module,
+            explainer.device,
+            options,
+            task.scorer(plan, key, options),
+            sites,
+            batch,
+            explainer.task_options,
+            prefix,
+            has_class_token(module),
+            shared,
+        )
+        for key in keys
+    }
 
 
 def layer_maps(methods, capture, sources: Sources, position: int, layout: Layout | None) -> LayerMaps:
@@ -329,6 +369,7 @@ def _key_map(method, context, sources: Sources, key: str, position: int, layout)
         score=sources.scores[key] if method.needs_rescoring else None,
         score_layer=_layer_rescoring(sources.scores[key], sources.batch, context, layout) if method.needs_rescoring else None,
         input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
+        attention=sources.attention[key] if method.needs_attention else None,
     )
     return _computed(method, given)
 

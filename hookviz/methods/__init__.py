@@ -3,7 +3,8 @@ interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``),
 ``xgradcam``, ``hirescam``, ``eigencam``, ``scorecam``, ``ablationcam``; maps of the input:
 ``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...),
 ``lrp`` (zennit's relevance propagation, the ``lrp`` extra), ``attnlrp`` (AttnLRP for a
-vision transformer, the ``attnlrp`` extra).
+vision transformer, the ``attnlrp`` extra); maps of a vision transformer's attention, at its
+token grid: ``rollout``, ``chefer``, ``legrad``.
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -22,6 +23,7 @@ from hookviz.methods.base import (
 # Each registers itself; --help lists them in this order, so it is not sorted by name.
 from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
+from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",

@@ -105,6 +105,10 @@ class MethodContext:
         options: the run's ``TargetOptions``.
         settings: the run's values of the method's own option group (``Method.options``: integrated
             gradients' ``IGOptions``), or ``None`` for a method without one.
+        attention: ``None`` unless the method ``needs_attention``; else ``attention(gradients=None)``
+            returns the batch's ``hookviz.anatomy.attention.AttentionMaps`` (every attention
+            block's probabilities, and with ``gradients="target"`` or ``"layers"`` their
+            gradients), from one extra forward pass (and one backward pass with gradients).
     """
 
     activations: torch.Tensor
@@ -117,10 +121,13 @@ class MethodContext:
     input_gradient: Callable[..., torch.Tensor] | None = None
     options: Any = None
     settings: Any = None
+    attention: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
-        given = [name for name in ("gradients", "inputs", "score", "input_gradient") if getattr(self, name) is not None]
+        given = [
+            name for name in ("gradients", "inputs", "score", "input_gradient", "attention") if getattr(self, name) is not None
+        ]
         return f"MethodContext({self.layer!r}, activations {shape}, with {', '.join(given) or 'nothing else'})"
 
 
@@ -172,6 +179,8 @@ class Method:
         options: its option group (a frozen dataclass, ``hookviz.options.declared``), or ``None``:
             ``hookviz run`` takes its fields as flags, ``explain()`` as keywords; the method reads
             them as ``ctx.settings``. One given while no method that declares it is asked is refused.
+        needs_attention: ``ctx.attention`` is given (every attention block's probabilities,
+            from an extra pass with the model's fused attention switched off for it).
     """
 
     name: str
@@ -185,6 +194,7 @@ class Method:
     check: Callable[[Any], None] | None = None
     caveat: Callable[[Any, Any], str | None] | None = None
     options: type | None = None
+    needs_attention: bool = False
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
@@ -216,6 +226,7 @@ class Method:
                 ("rescoring", self.needs_rescoring),
                 ("input", self.needs_input),
                 ("input gradients", self.needs_input_gradients),
+                ("attention", self.needs_attention),
             )
             if flag
         ]
@@ -237,6 +248,7 @@ def register_method(
     check: Callable[[Any], None] | None = None,
     caveat: Callable[[Any, Any], str | None] | None = None,
     options: type | None = None,
+    needs_attention: bool = False,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -269,6 +281,7 @@ def register_method(
             check,
             caveat,
             options,
+            needs_attention,
         )
         return METHODS.add(name, method)
 
