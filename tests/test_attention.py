@@ -427,3 +427,15 @@ def test_a_transformers_clips_image_tower_is_read_through_a_prompt(tmp_path, hub
     chefer = _reference_chefer([a.detach() for a in attentions], gradients)[0, 0, 1:].reshape(4, 4)
     assert float(chefer.abs().max()) > 0
     assert _correlation(layer.cams["chefer"], chefer) >= 0.999
+
+
+def test_rollouts_settings_reach_it_from_explain_and_are_kept_in_the_report():
+    model, photo = _timm_vit(depth=2), torch.rand(3, SIDE, SIDE)
+    sized = InputOptions(resize=SIDE, crop=SIDE)
+    mean = explain(model, photo, cam="rollout", inputs=sized)
+    fused = explain(model, photo, cam="rollout", inputs=sized, head_fusion="max", discard_ratio=0.5)
+    assert not np.allclose(mean.layers[0].cams["rollout"], fused.layers[0].cams["rollout"])
+    assert fused.asked["settings"]["rollout"] == {"head_fusion": "max", "discard_ratio": 0.5}
+    with pytest.raises(UsageError) as caught:
+        explain(model, photo, cam="gradcam", inputs=sized, head_fusion="max")
+    assert "\n" not in str(caught.value) and "only rollout takes it" in str(caught.value)

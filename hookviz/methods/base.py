@@ -198,7 +198,10 @@ class Method:
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
-        ``ctx.settings`` is the run's values of the method's option group."""
+        ``ctx.settings`` is the run's values of the method's option group, unless the context
+        already holds them (a caller that builds its own context)."""
+        if ctx.settings is not None:
+            return self.function(ctx)
         return self.function(replace(ctx, settings=self.settings(ctx.options)))
 
     def settings(self, options) -> Any:
