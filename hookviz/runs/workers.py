@@ -45,7 +45,7 @@ class Renderers:
     TensorBoard log a written image goes to, and the images handed over and not yet
     collected, in order: (path, explanation, the future of its files)."""
 
-    pool: RenderPool | None = None
+    pool: Any = None  # the RenderPool, once the run has started it
     workers: int = 0
     board: Any = None  # render.tensorboard.TensorBoardLog, with --tensorboard
     pending: list[tuple[Path, Any, Future]] = field(default_factory=list)
