@@ -64,7 +64,7 @@ class Stopper:
             self._end_now()
         if self.run is None:  # the run was not yet made: nothing to describe
             raise Interrupted
-        if self.run.phase == "loading":
+        if self.run.state.loading:
             raise KeyboardInterrupt
         self.run.request_stop()
 

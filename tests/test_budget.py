@@ -12,6 +12,8 @@ from hookviz import UsageError
 from hookviz.budget import CAP, RowCost, device_budget, measuring, rows_within
 from tests.conftest import tiny_net
 
+from .cli_helpers import hookviz_cli
+
 
 class Passes:
     """The batch size of each forward pass of ``model``, through a hook of the test's own."""
@@ -106,14 +108,11 @@ def test_a_rows_cost_is_measured_on_a_pass_and_its_hooks_are_removed():
 def test_a_budget_variable_that_names_no_size_is_refused_in_one_line_before_the_model_loads(given, photo, tmp_path, monkeypatch):
     """``inf`` failed every image as if the model were at fault (OverflowError); ``0`` and ``-5``
     silently ran one row a pass, ``abc`` and ``1T`` silently took the device's budget."""
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
 
     monkeypatch.setenv("HOOKVIZ_MEMORY_BUDGET", given)
     out = tmp_path / "out"
     args = ["run", str(photo), "--model", "tests.conftest:no_such_factory", "--cam", "integrated-gradients", "--out", str(out)]
-    result = CliRunner().invoke(app, args)
+    result = hookviz_cli(*args)
     assert result.exit_code == 2 and not out.exists(), result.output
     assert result.stderr.strip().splitlines() == [
         f"hookviz: error: HOOKVIZ_MEMORY_BUDGET={given!r}: a memory budget is a positive number of bytes, or one with "

@@ -8,17 +8,17 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import hookviz
-from hookviz.cli import app
+
+from .cli_helpers import hookviz_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE = re.compile(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d{2}-\d{2})$", re.M)
 
 
 def test_the_command_prints_the_package_version():
-    result = CliRunner().invoke(app, ["--version"])
+    result = hookviz_cli("--version")
     assert result.exit_code == 0 and result.stdout.strip() == f"hookviz {hookviz.__version__}"
 
 

@@ -13,6 +13,7 @@ from hookviz.errors import WeightsError
 from hookviz.models.checkpoints import read_state_dict
 from hookviz.models.loading import load_model
 
+from .cli_helpers import hookviz_run
 from .conftest import tiny_net
 
 
@@ -158,29 +159,9 @@ def test_a_checkpoint_that_fits_neither_way_names_the_prefix_and_the_files_keys(
 def test_the_command_says_what_it_undid_in_a_note_and_in_report_json(tmp_path, photo):
     import json
 
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
     torch.save({"state_dict": {f"model.{k}": v for k, v in _marked_state().items()}, "epoch": 3}, tmp_path / "last.ckpt")
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            str(tmp_path / "last.ckpt"),
-            "--layer",
-            "features.3",
-            "--pictures",
-            "none",
-            "--out",
-            str(out),
-        ],
-    )
+    result = hookviz_run(photo, "--pictures", "none", weights=tmp_path / "last.ckpt", layer="features.3", out=out)
     assert result.exit_code == 0, result.output
     assert "began with 'model.'" in result.stderr
     report = json.loads((out / "photo" / "report.json").read_text())

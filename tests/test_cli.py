@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from hookviz.cli import app
 
+from .cli_helpers import hookviz_cli
 from .conftest import no_partial_files, python_output
 
 TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none"]
@@ -462,9 +463,9 @@ def test_run_help_groups_every_option_in_a_panel(columns, monkeypatch):
     options = [p for p in typer.main.get_command(app).commands["run"].params if p.param_type_name == "option"]
     assert [p.opts[0] for p in options if p.rich_help_panel not in RUN_PANELS] == []
     assert list(dict.fromkeys(p.rich_help_panel for p in options)) == RUN_PANELS
-    boxed = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": columns})
+    boxed = hookviz_cli("run", "--help", env={"COLUMNS": columns})
     monkeypatch.setattr(app, "rich_markup_mode", None)  # as main() sets it for NO_COLOR or a dumb terminal
-    plain = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": columns})
+    plain = hookviz_cli("run", "--help", env={"COLUMNS": columns})
     for result, title in ((boxed, r"^╭─ (.+?) ─+╮$"), (plain, r"^(\S.*):$")):
         assert result.exit_code == 0, result.output
         panels = _panels(result.output, title)
@@ -536,7 +537,7 @@ def test_the_installed_command_keeps_its_status_and_every_line_it_printed(tmp_pa
 
     listing = command("models")
     assert listing.returncode == 0
-    assert listing.stdout == CliRunner().invoke(app, ["models"]).stdout
+    assert listing.stdout == hookviz_cli("models").stdout
     assert "efficientnet_lite0" in listing.stdout and "resnet50" in listing.stdout
     chatty = command(
         "run", str(photo), "--model", "tests.conftest:chatty_net", "--weights", "none", "--out", str(tmp_path / "chatty"), "-q"

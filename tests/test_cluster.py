@@ -12,10 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from typer.testing import CliRunner
 
-from hookviz.cli import app
-
+from .cli_helpers import hookviz_cli
 from .conftest import ROOT, no_partial_files
 
 TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
@@ -48,7 +46,7 @@ def _photos(folder: Path, count: int) -> Path:
 
 
 def _cli(args, env: dict):
-    return CliRunner().invoke(app, ["run", *map(str, args)], env=env, catch_exceptions=False)
+    return hookviz_cli("run", *map(str, args), env=env, catch_exceptions=False)
 
 
 def _processes(args, envs: list[dict]) -> list[subprocess.CompletedProcess]:

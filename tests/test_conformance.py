@@ -11,10 +11,8 @@ import json
 import pytest
 import torch
 import torch.nn as nn
-from typer.testing import CliRunner
 
-from hookviz.cli import app
-
+from .cli_helpers import hookviz_cli
 from .conftest import SAMPLES
 from .test_records import _validate_run_folder
 
@@ -135,7 +133,7 @@ def _kinds() -> str:
 
 
 def _invoke(args: list[str]):
-    result = CliRunner().invoke(app, ["run", *args])
+    result = hookviz_cli("run", *args)
     assert "Traceback" not in result.output, result.output
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), result.exception
     return result

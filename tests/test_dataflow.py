@@ -9,6 +9,7 @@ import torch.nn as nn
 from hookviz.anatomy.dataflow import ChannelOrders
 from hookviz.hooks import HookSet
 
+from .cli_helpers import hookviz_cli
 from .conftest import tiny_convnext
 
 
@@ -105,15 +106,11 @@ def test_a_conv1d_output_is_not_read_as_tokens_on_a_grid(tmp_path):
     """Its 1x6x16 was drawn as a CAM on a 3x2 grid of 6 'tokens' over the photo: silently wrong."""
     import json
 
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
     from .conftest import SAMPLES
 
     out = tmp_path / "out"
     args = ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_dataflow:row_sequence", "--weights", "none"]
-    result = CliRunner().invoke(app, [*args, "--resize", "32", "--layer", "conv2", "--out", str(out)])
+    result = hookviz_cli(*args, "--resize", "32", "--layer", "conv2", "--out", out)
     assert result.exit_code == 0, result.output
     layer = json.loads((out / "cat" / "report.json").read_text())["layers"][0]
     assert layer["cam"] is None or layer["cam"].get("map") is None, layer["cam"]

@@ -10,11 +10,10 @@ import pytest
 import torch
 import torchvision
 from PIL import Image
-from typer.testing import CliRunner
 
 import hookviz
-from hookviz.cli import app
 
+from .cli_helpers import hookviz_cli, hookviz_run
 from .conftest import SAMPLES
 
 DETECTOR = "fasterrcnn_mobilenet_v3_large_320_fpn"
@@ -141,9 +140,7 @@ def test_score_iou_is_pytorch_grad_cams_target_where_the_boxes_move(model, small
 
 def test_an_image_without_detections_is_done_and_says_so(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app, ["run", str(SAMPLES / "cat.png"), "--model", "tests.test_detect:detector", "--weights", "none", "--out", str(out)]
-    )
+    result = hookviz_run(SAMPLES / "cat.png", model="tests.test_detect:detector", out=out)
     assert result.exit_code == 0, result.output
     assert "no detections to explain" in result.stdout
     assert "no detections with a score of at least 0.5; lower --score-threshold to explain weaker boxes" in result.stderr
@@ -162,23 +159,7 @@ def test_a_detection_run_batches_photos_of_one_size_and_explains_each_detection(
         photo.save(folder / f"same{i}.png")
     photo.resize((200, 150)).save(folder / "small.png")
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(folder),
-            "--model",
-            DETECTOR,
-            "--weights",
-            "none",
-            *LOW,
-            "--out",
-            str(out),
-            "--save-tensors",
-            "--batch-size",
-            "4",
-        ],
-    )
+    result = hookviz_run(folder, *LOW, "--save-tensors", "--batch-size", "4", model=DETECTOR, out=out)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "same1" / "report.json").read_text())
     assert len(report["prediction"]["detections"]) == 3 and report["preprocessing"]["mode"] == "original"
@@ -218,9 +199,7 @@ def test_a_target_class_keeps_only_its_detections(model, photo_tensor):
     ],
 )
 def test_detection_usage_errors_are_one_line(tmp_path, args, message):
-    result = CliRunner().invoke(
-        app, ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none", "--out", str(tmp_path / "out"), *args]
-    )
+    result = hookviz_run(SAMPLES / "cat.png", *args, model=DETECTOR, out=tmp_path / "out")
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and message in lines[0], result.stderr
@@ -228,24 +207,7 @@ def test_detection_usage_errors_are_one_line(tmp_path, args, message):
 
 def test_the_box_objective_is_recorded_in_the_report(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            DETECTOR,
-            "--weights",
-            "none",
-            *LOW,
-            "--box-objective",
-            "score+iou",
-            "--pictures",
-            "none",
-            "--out",
-            str(out),
-        ],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", *LOW, "--box-objective", "score+iou", "--pictures", "none", model=DETECTOR, out=out)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     assert report["objective"] == "score+iou" and report["asked"]["target"]["box_objective"] == "score+iou"
@@ -253,50 +215,24 @@ def test_the_box_objective_is_recorded_in_the_report(tmp_path):
 
 
 def test_a_factory_model_is_recognised_from_its_output(tmp_path):
-    runner = CliRunner()
     out = tmp_path / "out"
-    result = runner.invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            "tests.test_detect:detector",
-            "--weights",
-            "none",
-            *LOW,
-            "--pictures",
-            "none",
-            "--out",
-            str(out),
-        ],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", *LOW, "--pictures", "none", model="tests.test_detect:detector", out=out)
     assert result.exit_code == 0, result.output
     assert json.loads((out / "cat" / "report.json").read_text())["task"] == "detect"
-    result = runner.invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            "tests.test_detect:detector",
-            "--weights",
-            "none",
-            "--task",
-            "classify",
-            "--layer",
-            "backbone.body.16",
-            "--out",
-            str(tmp_path / "b"),
-        ],
+    result = hookviz_run(
+        SAMPLES / "cat.png",
+        "--task",
+        "classify",
+        model="tests.test_detect:detector",
+        layer="backbone.body.16",
+        out=tmp_path / "b",
     )
     assert result.exit_code == 2 and "not (batch, classes) logits" in result.stderr
 
 
 @pytest.mark.slow
 def test_models_lists_every_task_and_layers_works_for_each(tmp_path):
-    runner = CliRunner()
-    listing = runner.invoke(app, ["models"]).stdout.splitlines()
+    listing = hookviz_cli("models").stdout.splitlines()
     heading = {line.split(":")[0]: i for i, line in enumerate(listing) if line.startswith("#")}
     assert list(heading).index("# torchvision segmentation") > list(heading).index("# factory")  # grouped by task
     segmentation = listing[heading["# torchvision segmentation"] + 1 : heading["# torchvision detection"]]
@@ -304,7 +240,7 @@ def test_models_lists_every_task_and_layers_works_for_each(tmp_path):
     detection = listing[heading["# torchvision detection"] + 1 : min(after, default=len(listing))]
     assert len(segmentation) == 6 and len(detection) == 12
     for name in segmentation + detection:
-        result = runner.invoke(app, ["layers", "--model", name, "--crop", "64"])
+        result = hookviz_cli("layers", "--model", name, "--crop", "64")
         assert result.exit_code == 0, (name, result.output)
         assert "backbone" in result.stdout
 
@@ -336,10 +272,7 @@ def test_detectors_without_roi_heads_explain_each_detection_and_keep_their_cut(n
 
 def test_a_detectors_tensors_hold_every_detections_cam_and_say_what_the_gradients_are(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        ["run", str(SAMPLES / "cat.png"), "--model", DETECTOR, "--weights", "none", *LOW, "--save-tensors", "--out", str(out)],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", *LOW, "--save-tensors", model=DETECTOR, out=out)
     assert result.exit_code == 0, result.output
     arrays = np.load(out / "cat" / "tensors.npz")
     assert {"backbone.body.16/cam", "backbone.body.16/cam_1", "backbone.body.16/cam_2", "backbone.body.16/cam_3"} <= set(
@@ -354,84 +287,31 @@ def test_a_per_proposal_layer_and_a_layer_without_a_tensor_are_refused(tmp_path)
         ("roi_heads.box_head", "rows for 1 photo (proposals or windows, not photos)"),
         ("transform", "holds no floating-point tensor"),
     ):
-        result = CliRunner().invoke(
-            app,
-            [
-                "run",
-                str(SAMPLES / "cat.png"),
-                "--model",
-                DETECTOR,
-                "--weights",
-                "none",
-                *LOW,
-                "--layer",
-                layer,
-                "--out",
-                str(tmp_path / layer),
-            ],
-        )
+        result = hookviz_run(SAMPLES / "cat.png", *LOW, model=DETECTOR, layer=layer, out=tmp_path / layer)
         assert result.exit_code == 2 and message in result.stderr, result.output
 
 
 def test_a_glob_over_the_pyramid_skips_what_returns_several_maps(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            DETECTOR,
-            "--weights",
-            "none",
-            "--layer",
-            "backbone.fpn*",
-            "--pictures",
-            "none",
-            "--out",
-            str(out),
-        ],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", "--pictures", "none", model=DETECTOR, layer="backbone.fpn*", out=out)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     assert "backbone.fpn" in report["skipped_layers"] and "backbone.fpn.layer_blocks.0.0" in [l["name"] for l in report["layers"]]
 
 
 def test_a_task_the_model_does_not_do_is_refused_and_no_detection_is_no_zero_grad(tmp_path):
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            "lraspp_mobilenet_v3_large",
-            "--weights",
-            "none",
-            "--task",
-            "detect",
-            "--out",
-            str(tmp_path / "a"),
-        ],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", "--task", "detect", model="lraspp_mobilenet_v3_large", out=tmp_path / "a")
     assert result.exit_code == 2 and "--task detect: lraspp_mobilenet_v3_large is a segmentation model" in result.stderr
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            DETECTOR,
-            "--weights",
-            "none",
-            "--fail-on",
-            "zero-grad",
-            "--target",
-            "person",
-            "--score-threshold",
-            "0.01",
-            "--out",
-            str(tmp_path / "b"),
-        ],
+    result = hookviz_run(
+        SAMPLES / "cat.png",
+        "--fail-on",
+        "zero-grad",
+        "--target",
+        "person",
+        "--score-threshold",
+        "0.01",
+        model=DETECTOR,
+        out=tmp_path / "b",
     )
     assert result.exit_code == 0, result.output  # nothing to explain: no gradient is due
     from hookviz import explain

@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from typer.testing import CliRunner
 
-from hookviz.cli import app
 from hookviz.compare.diffing import compare, diff_runs
 from hookviz.errors import ComparisonError, UsageError
 from hookviz.options import CheckOptions, Tolerances
 from hookviz.store.runfolder import open_run
 
+from .cli_helpers import hookviz_cli
 from .conftest import ROOT, SAMPLES, tiny_net
 
 TINY = ["--model", "tests.conftest:tiny_net"]
@@ -33,7 +32,7 @@ FROM_THE_CHANGE = {"features.3", "act:0", "act:1", "fc"}
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    return hookviz_cli(*args, catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")
@@ -552,7 +551,7 @@ def test_runs_against_other_references_say_so(tmp_path):
 
     run(SAMPLES / "coffee.png", tmp_path / "a")
     run(SAMPLES / "cat.png", tmp_path / "b")
-    compared = CliRunner().invoke(app, ["diff", str(tmp_path / "a"), str(tmp_path / "b")])
+    compared = hookviz_cli("diff", tmp_path / "a", tmp_path / "b")
     said = f"hookviz: note: references differ (--target-image): {SAMPLES / 'coffee.png'} -> {SAMPLES / 'cat.png'}"
     assert said in compared.stderr.splitlines(), compared.output
 
@@ -625,7 +624,7 @@ def test_maps_holding_nan_and_inf_are_compared_in_silence_but_for_one_note(tmp_p
         assert invoke("run", CAT_PHOTO, *model, "--pictures", "none", "-q", "--out", out).exit_code == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a warning printed to the user fails the command
-        result = CliRunner().invoke(app, ["diff", *map(str, runs)])
+        result = hookviz_cli("diff", *map(str, runs))
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if line.startswith("hookviz: note:")]
     assert notes == [
@@ -670,7 +669,7 @@ def test_a_damaged_fingerprint_is_called_damaged_and_its_advice_redoes_it(tmp_pa
             "(not a whole .npz archive: truncated, or other bytes); rerun the run that wrote it with --skip-existing, "
             "which redoes the images whose files are missing or damaged\n"
         )
-    resumed = CliRunner().invoke(app, ["run", *map(str, args), "--out", str(runs[1]), "--skip-existing", "--json"])
+    resumed = hookviz_cli("run", *map(str, args), "--out", runs[1], "--skip-existing", "--json")
     assert json.loads(resumed.stdout)["counts"]["done"] == 1  # redone, not skipped
     assert invoke("diff", *runs, "--pictures", "none").exit_code == 0
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 from PIL import Image
-from typer.testing import CliRunner
 
-from hookviz.cli import app
 from hookviz.errors import UsageError
 from hookviz.inputs.discovery import OUTPUT_MARKER, find_images, is_output_folder
+
+from .cli_helpers import hookviz_cli, hookviz_run
 
 TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
 
@@ -26,7 +26,7 @@ def test_running_twice_in_a_folder_of_photos_explains_the_photos_only(tmp_path, 
     _photos(tmp_path, "a.png", "b.png")
     monkeypatch.chdir(tmp_path)
     for _ in range(2):
-        result = CliRunner().invoke(app, ["run", ".", *TINY])
+        result = hookviz_run(".", layer="features.3")
         assert result.exit_code == 0, result.output
         document = json.loads((tmp_path / "hookviz-out" / "run.json").read_text())
         assert sorted(entry["output"] for entry in document["images"]) == ["a", "b"]
@@ -36,10 +36,10 @@ def test_running_twice_in_a_folder_of_photos_explains_the_photos_only(tmp_path, 
 @pytest.mark.slow
 def test_out_inside_the_image_folder_and_older_runs_are_never_read(tmp_path):
     _photos(tmp_path / "photos", "a.png")
-    first = CliRunner().invoke(app, ["run", str(tmp_path / "photos"), *TINY, "--out", str(tmp_path / "photos" / "results")])
+    first = hookviz_run(tmp_path / "photos", layer="features.3", out=tmp_path / "photos" / "results")
     assert first.exit_code == 0, first.output
     # A second run with another --out must not read the first run's pictures either.
-    second = CliRunner().invoke(app, ["run", str(tmp_path / "photos"), *TINY, "--out", str(tmp_path / "photos" / "again")])
+    second = hookviz_run(tmp_path / "photos", layer="features.3", out=tmp_path / "photos" / "again")
     assert second.exit_code == 0, second.output
     document = json.loads((tmp_path / "photos" / "again" / "run.json").read_text())
     assert [entry["output"] for entry in document["images"]] == ["a"]
@@ -79,7 +79,7 @@ def test_an_out_that_is_or_holds_the_photos_folder_is_named_as_the_fault(tmp_pat
         ),
         (["photos/sub/", "--out", str(sub)], f"--out {sub}: is the folder of the photos to explain; choose another --out"),
     ]:
-        result = CliRunner().invoke(app, ["run", *args, *TINY])
+        result = hookviz_cli("run", *args, *TINY)
         assert result.exit_code == 2, result.output
         assert result.stderr.strip() == f"hookviz: error: {message}", result.stderr
     # A folder of an earlier run is still called what it is.
@@ -101,7 +101,7 @@ def test_an_out_that_holds_a_photo_named_is_refused_and_left_untouched(tmp_path,
     _photos(tmp_path / "photos", "a.png", "b.png")
     monkeypatch.chdir(tmp_path)
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    result = CliRunner().invoke(app, ["run", *images, *TINY, "--out", out])
+    result = hookviz_cli("run", *images, *TINY, "--out", out)
     assert result.exit_code == 2, result.output
     suggestion = "hookviz-out" if out == "." else f"{out}/hookviz-out"
     assert result.stderr.strip() == (
@@ -116,7 +116,7 @@ def test_an_out_inside_the_photos_folder_leaves_every_later_run_the_photos(tmp_p
     _photos(tmp_path / "photos", "a.png", "b.png")
     monkeypatch.chdir(tmp_path)
     for source in ("photos", "photos/a.png"):  # a folder, then files named outright
-        result = CliRunner().invoke(app, ["run", source, *TINY, "--out", "photos/out"])
+        result = hookviz_run(source, layer="features.3", out="photos/out")
         assert result.exit_code == 0, result.output
     assert is_output_folder(tmp_path / "photos" / "out") and not is_output_folder(tmp_path / "photos")
     notes: list[str] = []
@@ -142,15 +142,12 @@ def test_an_output_folder_that_holds_photos_at_its_top_is_skipped_with_a_note(tm
 def test_an_out_that_is_a_folder_of_other_photos_is_refused_and_left_unmarked(photo, tmp_path):
     """It was accepted and marked an output folder, so that a later run over it said "is a
     hookviz output folder; name the photos' folder instead" of the photos' own folder."""
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
 
     album = tmp_path / "album"
     album.mkdir()
     for name in ("a.png", "b.jpg"):
         (album / name).write_bytes(photo.read_bytes())
-    result = CliRunner().invoke(app, ["run", str(photo), "--model", "tests.conftest:tiny_net", "--out", str(album)])
+    result = hookviz_run(photo, weights=None, out=album)
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
         f"hookviz: error: --out {album}: holds photos (a.png, b.jpg) and is no hookviz output folder; a run would make "

@@ -8,9 +8,8 @@ import textwrap
 import urllib.error
 
 import pytest
-from typer.testing import CliRunner
 
-from hookviz.cli import app
+from .cli_helpers import hookviz_cli
 
 
 @pytest.fixture
@@ -28,7 +27,7 @@ def factory(tmp_path, monkeypatch):
 
 
 def _refusal(name: str) -> str:
-    result = CliRunner().invoke(app, ["layers", "--model", name])  # builds the model: the factory runs
+    result = hookviz_cli("layers", "--model", name)  # builds the model: the factory runs
     assert result.exit_code == 2, result.output
     return result.stderr.strip().splitlines()[-1]  # torch.hub says "Downloading: ..." before it tries
 
@@ -86,16 +85,13 @@ def test_timm_pretrained_in_a_factory_gives_up_at_once_with_the_hub_cache_hint(f
 
 
 def test_a_factory_that_fails_otherwise_is_reported_as_before(factory):
-    result = CliRunner().invoke(
-        app,
-        [
-            "layers",
-            "--model",
-            factory("""
+    result = hookviz_cli(
+        "layers",
+        "--model",
+        factory("""
         def build():
             raise OSError("the factory's own failure")
     """),
-        ],
     )
     assert result.exit_code == 2
     assert result.stderr.strip() == (

@@ -10,18 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from typer.testing import CliRunner
 
 from hookviz import explain
-from hookviz.cli import app
 
+from .cli_helpers import hookviz_cli
 from .conftest import SAMPLES
 
 CAT, COFFEE = SAMPLES / "cat.png", SAMPLES / "coffee.png"
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
+    return hookviz_cli(*args)
 
 
 class SimilarityToConceptTarget:

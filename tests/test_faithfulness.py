@@ -11,6 +11,7 @@ import torch
 
 import hookviz
 
+from .cli_helpers import hookviz_cli
 from .conftest import TinyNet
 from .test_trust import run_cli
 
@@ -94,13 +95,10 @@ def test_maps_whose_areas_tie_name_no_winner(tmp_path):
 def test_efficientnet_lite0_on_coffee_is_ranked_without_a_saturation_note(tmp_path, coffee):
     """Real weights (espresso at about 0.96): the curves fall, nothing is saturated, the run
     names the map that deletes the class fastest, and the legend tells the areas apart."""
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
 
     out = tmp_path / "out"
     args = ["run", str(coffee), "--model", "efficientnet_lite0", "--weights", "DEFAULT", "--cam", "gradcam,layercam"]
-    result = CliRunner().invoke(app, [*args, "--faithfulness", "--workers", "1", "--pictures", "none", "--out", str(out)])
+    result = hookviz_cli(*args, "--faithfulness", "--workers", "1", "--pictures", "none", "--out", out)
     assert result.exit_code == 0, result.output
     trust = json.loads((out / "coffee" / "report.json").read_text())["layers"][0]["trust"]
     curves = trust["faithfulness"]["deletion_insertion"]
@@ -115,14 +113,11 @@ def test_efficientnet_lite0_on_coffee_is_ranked_without_a_saturation_note(tmp_pa
 def test_a_resumed_run_ranks_the_images_it_skipped_as_a_fresh_run_does(tmp_path):
     """run.json's ranking and sanity counts were of the newly done images alone: a resumed run
     ranked one photo of two (layercam's area 0.2627, where the fresh run's mean was 0.2611)."""
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
 
     from .conftest import SAMPLES
 
     def invoke(args):
-        return CliRunner().invoke(app, args)
+        return hookviz_cli(*args)
 
     cat, coffee = str(SAMPLES / "cat.png"), str(SAMPLES / "coffee.png")
     options = ["--model", "tests.conftest:tiny_net", "--weights", "none", "--resize", "48", "--layer", "features.3"]

@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from typer.testing import CliRunner
 
 from hookviz import explain, load_model
-from hookviz.cli import app
 
+from .cli_helpers import hookviz_cli
 from .conftest import SAMPLES, hub_snapshot
 
 transformers = pytest.importorskip("transformers")
@@ -29,7 +28,7 @@ LAYER = "vision_model.encoder.layers.1.layer_norm1"
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
+    return hookviz_cli(*args)
 
 
 def _tokenizer():

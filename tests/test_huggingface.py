@@ -16,6 +16,7 @@ from hookviz.cli import app
 from hookviz.errors import UnknownModelError, WeightsError
 from hookviz.models.loading import load_model
 
+from .cli_helpers import hookviz_cli, hookviz_run
 from .conftest import SAMPLES, hub_snapshot
 
 transformers = pytest.importorskip("transformers")
@@ -142,9 +143,15 @@ def test_preprocessing_matches_the_image_processor(cached_vit, hub_cache):
 
 def test_run_explains_the_last_blocks_first_norm_on_the_declared_grid(cached_vit, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        ["run", "--model", f"hf:{REPO}", str(SAMPLES / "cat.png"), "--out", str(out), "--target", "tabby", "--device", "cpu"],
+    result = hookviz_run(
+        SAMPLES / "cat.png",
+        "--target",
+        "tabby",
+        "--device",
+        "cpu",
+        model=f"hf:{REPO}",
+        weights=None,
+        out=out,
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -210,7 +217,7 @@ def test_models_lists_cached_clip_siglip_and_backbones_with_what_they_need(hub_c
     }
     for repo, config in configs.items():
         config.save_pretrained(hub_snapshot(hub_cache, repo))
-    result = CliRunner().invoke(app, ["models", "--search", "hf:"])
+    result = hookviz_cli("models", "--search", "hf:")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert "hf:hookviz-test/clip  (clip, text tower: needs --prompt TEXT, cached)" in lines
@@ -451,11 +458,11 @@ def test_the_command_explains_a_backbone_with_a_reference_and_asks_for_one_witho
     folder = _backbone_folder(tmp_path / "dinov2", "dinov2")
     cat, out = SAMPLES / "cat.png", tmp_path / "out"
     base = ["run", "--model", f"hf:{folder}", str(cat), "--out", str(out), "--pictures", "none", "--device", "cpu"]
-    refused = CliRunner().invoke(app, base)
+    refused = hookviz_cli(*base)
     assert refused.exit_code == 2, refused.output
     assert refused.stderr.startswith(f"hookviz: error: --model hf:{folder}: its output is an embedding, not class logits;")
     assert "--target-image REF" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
-    result = CliRunner().invoke(app, [*base, "--target-image", str(SAMPLES / "coffee.png")])
+    result = hookviz_cli(*base, "--target-image", SAMPLES / "coffee.png")
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     assert report["task"] == "embed" and "the embedding is the model's pooler_output" in report["notes"]
@@ -548,7 +555,7 @@ def test_a_folder_with_a_broken_or_unsafe_weights_file_is_refused_in_one_line(tm
     marker = tmp_path / "the-pickle-ran"
     folder = _weights_file_folder(tmp_path / "vit", kind, marker)
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--out", str(out)])
+    result = hookviz_cli("run", "--model", f"hf:{folder}", SAMPLES / "cat.png", "--out", out)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"hookviz: error: --weights DEFAULT: {folder}{words}"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "--debug" not in result.stderr
@@ -576,7 +583,7 @@ def test_a_backbones_trust_measures_are_refused_in_one_line(tmp_path, hub_cache,
     out = tmp_path / "out"
     reference = ["--target-image", str(SAMPLES / "coffee.png")]
     args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), *reference, flag, "--out", str(out), "--device", "cpu"]
-    result = CliRunner().invoke(app, args)
+    result = hookviz_cli(*args)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"hookviz: error: {words}") and result.stderr.endswith(f"drop {flag}\n")
     assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
@@ -589,7 +596,7 @@ def test_a_backbone_refusing_the_crop_asked_for_names_it_in_one_line(tmp_path, h
     out = tmp_path / "out"
     reference = SAMPLES / "coffee.png"
     args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--target-image", str(reference), "--crop", "64"]
-    result = CliRunner().invoke(app, [*args, "--out", str(out), "--device", "cpu"])
+    result = hookviz_cli(*args, "--out", out, "--device", "cpu")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(
         f"hookviz: error: --target-image {reference}: the model failed a forward pass on it, a 1x3x64x64 input (ValueError: "
@@ -603,7 +610,7 @@ def test_a_resize_for_a_model_that_resizes_the_whole_photo_is_refused_in_one_lin
     folder = _backbone_folder(tmp_path / "vit", "vit")
     out = tmp_path / "out"
     args = ["run", "--model", f"hf:{folder}", str(SAMPLES / "cat.png"), "--target-image", str(SAMPLES / "coffee.png")]
-    result = CliRunner().invoke(app, [*args, "--resize", "16", "--out", str(out), "--device", "cpu"])
+    result = hookviz_cli(*args, "--resize", "16", "--out", out, "--device", "cpu")
     assert result.exit_code == 2, result.output
     assert result.stderr == (
         "hookviz: error: --resize 16: the model's preprocessing resizes the whole photo to 32x32, so a shorter side "

@@ -134,7 +134,7 @@ def test_the_runs_own_handler_also_waits_for_torchs_import(tmp_path):
         "from hookviz.process import Stopper\n"
         "from types import SimpleNamespace\n"
         "stopper = Stopper(SimpleNamespace(close=lambda: None))\n"
-        "stopper.run = SimpleNamespace(phase='loading')\n"
+        "stopper.run = SimpleNamespace(state=SimpleNamespace(loading=True))\n"
         "signal.signal(signal.SIGINT, stopper)\n"
     )
     done = _import_stopped(tmp_path, "SIGINT", handler, "KeyboardInterrupt")

@@ -7,6 +7,8 @@ from torch import nn
 from hookviz.anatomy.layers import default_layer, resolve_layers, resolve_path, trace
 from hookviz.errors import UnknownLayerError
 
+from .cli_helpers import hookviz_cli
+
 
 @pytest.fixture(scope="module")
 def resnet50():
@@ -54,13 +56,9 @@ def test_trace_lists_shapes_params_and_calls(resnet50):
 
 
 def test_a_crop_too_small_for_any_map_names_the_crop_not_the_model(photo, tmp_path):
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
     out = tmp_path / "out"
     command = ["run", "--model", "tests.conftest:tiny_net", "--weights", "none", "--crop", "1", str(photo), "--out", str(out)]
-    result = CliRunner().invoke(app, command)
+    result = hookviz_cli(*command)
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == (
         "hookviz: error: every feature map is a single pixel at a 1x1 input, too small to show where; "
@@ -88,12 +86,9 @@ def shrinking_net() -> nn.Module:
 
 def test_layers_lists_a_modules_shapes_in_call_order():
     """They were sorted as text: 128x8x8 came first though the first call made 16x32x32."""
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
 
     command = ["layers", "--model", "tests.test_layers:shrinking_net", "--weights", "none", "--filter", "act", "--crop", "32"]
-    result = CliRunner().invoke(app, command)
+    result = hookviz_cli(*command)
     assert result.exit_code == 0, result.output
     row = result.stdout.strip().splitlines()[-1].split()
     assert row[:4] == ["act", "ReLU", "1x16x32x32,", "1x128x8x8"] and row[-1] == "2", result.stdout

@@ -12,10 +12,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
-from typer.testing import CliRunner
 
 from hookviz import Explainer, LayerOptions, TargetOptions, UsageError, explain
-from hookviz.cli import app
 from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
 from hookviz.methods import (
     METHODS,
@@ -27,6 +25,7 @@ from hookviz.methods import (
 from hookviz.models.loading import LoadedModel
 from hookviz.options.declared import option
 
+from .cli_helpers import hookviz_cli, hookviz_run
 from .conftest import SAMPLES, tiny_convnext, tiny_net
 
 SEEN: list[dict] = []  # what the spies below were handed, call by call
@@ -170,7 +169,7 @@ def test_a_method_name_that_cannot_be_typed_after_cam_is_refused(name):
 
 
 def test_run_help_lists_every_registered_method():
-    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "1000"})
+    result = hookviz_cli("run", "--help", env={"COLUMNS": "1000"})
     assert result.exit_code == 0
     (line,) = [line for line in result.output.splitlines() if "--cam " in line]
     listed = line.split("CAM method:")[1].split(".")[0]
@@ -183,27 +182,17 @@ def test_run_help_lists_every_registered_method():
 
 def test_a_method_registered_outside_the_package_runs_through_the_command(photo, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--resize",
-            "64",
-            "--crop",
-            "64",
-            "--layer",
-            "features.3",
-            "--cam",
-            "toy-activation-sum",
-            "--save-tensors",
-            "--out",
-            str(out),
-        ],
+    result = hookviz_run(
+        photo,
+        "--resize",
+        "64",
+        "--crop",
+        "64",
+        "--cam",
+        "toy-activation-sum",
+        "--save-tensors",
+        layer="features.3",
+        out=out,
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -231,28 +220,7 @@ def test_a_method_that_returns_one_number_says_so():
 @pytest.mark.parametrize("cam, tensor", [("relu-in-place", "activations"), ("scale-gradients-in-place", "gradients")])
 def test_a_method_that_writes_into_what_was_recorded_is_refused_in_one_line(photo, tmp_path, cam, tensor):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--resize",
-            "64",
-            "--crop",
-            "64",
-            "--layer",
-            "features.3",
-            "--cam",
-            cam,
-            "--out",
-            str(out),
-            "-q",
-        ],
-    )
+    result = hookviz_run(photo, "--resize", "64", "--crop", "64", "--cam", cam, "-q", layer="features.3", out=out)
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == (
         f"hookviz: error: --cam {cam}: the method changed ctx.{tensor} in place at features.3, which would change what "
@@ -267,28 +235,7 @@ def test_a_method_that_raises_fails_the_images_in_its_own_name_not_the_models(ph
     from hookviz.errors import MethodError
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--resize",
-            "64",
-            "--crop",
-            "64",
-            "--layer",
-            "features.3",
-            "--cam",
-            "raising",
-            "--out",
-            str(out),
-            "-q",
-        ],
-    )
+    result = hookviz_run(photo, "--resize", "64", "--crop", "64", "--cam", "raising", "-q", layer="features.3", out=out)
     assert result.exit_code == 1, result.output
     reason = "--cam raising: the method failed at features.3 (ValueError: no maps today)"
     assert f"hookviz: failed: {photo}: {reason}" in result.stderr.splitlines(), result.stderr
@@ -734,33 +681,21 @@ def test_rescoring_methods_explain_a_segmentation(method):
 
 def test_several_methods_in_one_run_keep_each_map_in_tensors_npz_and_report_json(photo, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--resize",
-            "64",
-            "--crop",
-            "64",
-            "--layer",
-            "features.3",
-            "--layer",
-            "fc",
-            "--cam",
-            "hirescam, eigencam,toy-activation-sum",
-            "--topk",
-            "2",
-            "--save-tensors",
-            "--pictures",
-            "none",
-            "--out",
-            str(out),
-        ],
+    result = hookviz_run(
+        photo,
+        "--resize",
+        "64",
+        "--crop",
+        "64",
+        "--cam",
+        "hirescam, eigencam,toy-activation-sum",
+        "--topk",
+        "2",
+        "--save-tensors",
+        "--pictures",
+        "none",
+        layer=("features.3", "fc"),
+        out=out,
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -823,24 +758,7 @@ def test_a_gradient_method_beside_one_without_says_why_it_has_no_map_of_a_layer_
     ],
 )
 def test_a_bad_list_of_methods_is_refused_in_one_line(photo, tmp_path, cam, topk, message):
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--cam",
-            cam,
-            "--topk",
-            str(topk),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        env={"COLUMNS": "300", "TERM": "dumb"},
-    )
+    result = hookviz_run(photo, "--cam", cam, "--topk", topk, out=tmp_path / "out", env={"COLUMNS": "300", "TERM": "dumb"})
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
@@ -946,33 +864,23 @@ def test_input_methods_explain_a_detection_and_leave_no_hook():
 
 def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--resize",
-            "64",
-            "--crop",
-            "64",
-            "--layer",
-            "features.3",
-            "--cam",
-            "gradcam,guided-gradcam,integrated-gradients",
-            "--steps",
-            "4",
-            "--ig-baseline",
-            "mean",
-            "--save-tensors",
-            "--pictures",
-            "none",
-            "--out",
-            str(out),
-        ],
+    result = hookviz_run(
+        photo,
+        "--resize",
+        "64",
+        "--crop",
+        "64",
+        "--cam",
+        "gradcam,guided-gradcam,integrated-gradients",
+        "--steps",
+        "4",
+        "--ig-baseline",
+        "mean",
+        "--save-tensors",
+        "--pictures",
+        "none",
+        layer="features.3",
+        out=out,
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -1015,20 +923,7 @@ def test_input_methods_through_the_command_keep_their_maps_under_input(photo, tm
 )
 def test_bad_input_method_options_are_refused_in_one_line(photo, tmp_path, arguments, message):
     model = [] if "--model" in arguments else ["--model", "tests.conftest:tiny_net"]
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            *model,
-            "--weights",
-            "none",
-            *arguments,
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        env={"COLUMNS": "300", "TERM": "dumb"},
-    )
+    result = hookviz_run(photo, *model, *arguments, model=None, out=tmp_path / "out", env={"COLUMNS": "300", "TERM": "dumb"})
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split()) and len(result.output.strip().splitlines()) == 1
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
@@ -1043,11 +938,8 @@ def test_a_plugin_method_does_not_switch_off_the_check_that_refuses_steps(photo,
         return ctx.activations.sum(dim=1).clamp(min=0)
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
-        + ["--cam", "gradcam,toy-plain", "--steps", "8", "--out", str(out)],
-        env={"COLUMNS": "300", "TERM": "dumb"},
+    result = hookviz_run(
+        photo, "--cam", "gradcam,toy-plain", "--steps", "8", layer="features.3", out=out, env={"COLUMNS": "300", "TERM": "dumb"}
     )
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines() == [
@@ -1141,10 +1033,10 @@ def test_skip_existing_redoes_an_image_explained_with_other_steps_or_methods(pho
         str(tmp_path / "out"),
     ]
     first = [*common, "--cam", "gradcam,integrated-gradients", "--steps", "4"]
-    assert CliRunner().invoke(app, first).exit_code == 0
-    assert "1 skipped" in CliRunner().invoke(app, first).stderr
+    assert hookviz_cli(*first).exit_code == 0
+    assert "1 skipped" in hookviz_cli(*first).stderr
     for changed in (["--cam", "gradcam,integrated-gradients", "--steps", "8"], ["--cam", "gradcam,eigencam"]):
-        again = CliRunner().invoke(app, [*common, *changed])
+        again = hookviz_cli(*common, *changed)
         assert again.exit_code == 0 and "skipped" not in again.stderr, again.stderr
 
 
@@ -1185,30 +1077,9 @@ def test_score_layer_replaces_only_the_recorded_call_of_a_module_called_twice():
 def test_several_methods_on_a_layer_without_a_map_draw_no_comparison_and_the_image_is_done(tmp_path):
     """A linear head among the layers: no method maps it, so it gets no cams.png (each method
     says why in a note), while the convolution beside it does."""
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--layer",
-            "features.3",
-            "--layer",
-            "fc",
-            "--cam",
-            "gradcam,layercam",
-            "--out",
-            str(out),
-        ],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", "--cam", "gradcam,layercam", layer=("features.3", "fc"), out=out)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "cat" / "report.json").read_text())
     pictures = {layer["name"]: layer["pictures"] for layer in report["layers"]}

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from typer.testing import CliRunner
 
 from hookviz import explain, load_model
-from hookviz.cli import app
 
+from .cli_helpers import hookviz_cli
 from .conftest import SAMPLES
 
 CAT = SAMPLES / "cat.png"
@@ -26,7 +25,7 @@ PLANTED_NS = 10**18
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
+    return hookviz_cli(*args)
 
 
 class ImageTextLogits(torch.nn.Module):

@@ -11,6 +11,8 @@ from bench.hook_snippet import SaveValues as SnippetSaveValues  # the blog posts
 from hookviz.errors import UnknownLayerError
 from hookviz.explaining.recording import record
 
+from .cli_helpers import hookviz_cli
+
 
 def _hook_count(model) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) for m in model.modules())
@@ -262,14 +264,10 @@ def test_a_layer_whose_input_is_a_list_gets_its_gradient_and_cam(tmp_path):
     (grad,) = torch.autograd.grad(model.head(joined.relu().mean(dim=(2, 3)))[0, 3], joined)
     expected = (grad.mean(dim=(2, 3), keepdim=True) * joined).sum(dim=1).relu()[0].detach().numpy()
     torch.testing.assert_close(torch.from_numpy(layer.cam), torch.from_numpy(expected), rtol=1e-4, atol=1e-7)
-    from typer.testing import CliRunner
 
-    from hookviz.cli import app
     from tests.conftest import SAMPLES
 
     args = ["run", "--model", "tests.test_recording:joined_net", "--weights", "none", "--layer", "join", "--crop", "32"]
-    result = CliRunner().invoke(
-        app, [*args, "--resize", "32", "--pictures", "cam", str(SAMPLES / "cat.png"), "-o", str(tmp_path)]
-    )
+    result = hookviz_cli(*args, "--resize", "32", "--pictures", "cam", SAMPLES / "cat.png", "-o", tmp_path)
     assert result.exit_code == 0 and "does not depend" not in result.output, result.output
     assert (tmp_path / "cat" / "join.cam.png").is_file()

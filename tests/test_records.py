@@ -9,12 +9,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import hookviz
-from hookviz.cli import app
 from hookviz.store.records import REPORT_SCHEMA, RUN_SCHEMA, Report, RunRecord, schema_path
 
+from .cli_helpers import hookviz_cli
 from .conftest import ROOT, SAMPLES, tiny_net
 
 TINY = ["--model", "tests.conftest:tiny_net", "--layer", "features.3", "--layer", "act", "--layer", "fc", "--crop", "64"]
@@ -22,7 +21,7 @@ PHOTOS = [SAMPLES / "cat.png", SAMPLES / "coffee.png"]
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    return hookviz_cli(*args, catch_exceptions=False)
 
 
 def _validator(kind: str) -> jsonschema.Draft202012Validator:

@@ -20,6 +20,7 @@ from hookviz.render import figures, render_png, worker
 from hookviz.render.kinds import PictureKind, groups_help, kinds, picture_groups, picture_kind, register_kind
 
 from . import picture_plugin
+from .cli_helpers import hookviz_run
 from .conftest import python_output
 
 
@@ -407,32 +408,11 @@ def test_a_plugin_picture_kind_is_drawn_by_a_run_listed_and_shown(tmp_path):
     each image and layer, and the report and the gallery list it."""
     import json
 
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
     from .conftest import SAMPLES
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            str(SAMPLES / "coffee.png"),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--layer",
-            "features.1",
-            "--pictures",
-            "toy",
-            "--workers",
-            "1",
-            "--out",
-            str(out),
-        ],
+    result = hookviz_run(
+        [SAMPLES / "cat.png", SAMPLES / "coffee.png"], "--pictures", "toy", "--workers", "1", layer="features.1", out=out
     )
     assert result.exit_code == 0, result.output
     for image in ("cat", "coffee"):
@@ -571,37 +551,23 @@ def test_maps_of_the_input_get_a_picture_of_their_own_with_true_values_and_say_w
 def test_a_run_with_several_methods_writes_their_pictures_and_the_gallery_shows_them(tmp_path):
     import json
 
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
     from .conftest import SAMPLES
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--resize",
-            "64",
-            "--crop",
-            "64",
-            "--layer",
-            "features.3",
-            "--cam",
-            "gradcam,eigencam,guided-backprop",
-            "--pictures",
-            "cam",
-            "--workers",
-            "1",
-            "--out",
-            str(out),
-        ],
+    result = hookviz_run(
+        SAMPLES / "cat.png",
+        "--resize",
+        "64",
+        "--crop",
+        "64",
+        "--cam",
+        "gradcam,eigencam,guided-backprop",
+        "--pictures",
+        "cam",
+        "--workers",
+        "1",
+        layer="features.3",
+        out=out,
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output

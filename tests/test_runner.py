@@ -653,7 +653,7 @@ def test_a_runs_steps_work_one_by_one(tmp_path):
         options=RunOptions(out=tmp_path / "out", workers=1),
     )
     steps.start()
-    assert steps.workers == 1 and not (tmp_path / "out").exists()  # nothing is written before the model loads
+    assert steps.renderers.workers == 1 and not (tmp_path / "out").exists()  # nothing is written before the model loads
     steps.load()
     assert (tmp_path / "out").is_dir() and steps.explainer.layers[0].path == "features.3"
     batches = steps.batches()
@@ -662,9 +662,9 @@ def test_a_runs_steps_work_one_by_one(tmp_path):
     results = steps.explain(first)
     assert results[0][0] == images[0] and results[0][1].layers[0].name == "features.3"
     steps.submit(*results[0])
-    assert len(steps.pending) == 1
+    assert len(steps.renderers.pending) == 1
     steps.collect(block_until=0)
-    assert steps.statuses[images[0]].status == "done" and (tmp_path / "out" / "im00" / "features.3.summary.png").exists()
+    assert steps.ledger.statuses[images[0]].status == "done" and (tmp_path / "out" / "im00" / "features.3.summary.png").exists()
     summary = steps.finish()
     assert summary.count("done") == 1 and json.loads(summary.run_json.read_text())["counts"]["done"] == 1
 
@@ -933,3 +933,20 @@ def test_a_script_that_calls_run_without_a_main_guard_is_told_to_add_one(tmp_pat
     assert workers and all('put the call under `if __name__ == "__main__":`' in line for line in workers)
     last = done.stderr.strip().splitlines()[-1]
     assert 'unguarded.py calls hookviz.run without `if __name__ == "__main__":`' in last, last
+
+
+def test_a_runs_phase_goes_from_loading_to_batches_to_finishing_and_a_stop_makes_it_interrupted():
+    from hookviz.runs.stopping import Phase, RunState
+
+    state = RunState()
+    assert state.loading and not state.stop_asked and state.unfinished_reason is None
+    state.begin_batches()
+    assert state.phase is Phase.RUNNING and not state.loading
+    with pytest.raises(RuntimeError, match="running phase"):
+        state.begin_batches()
+    assert state.begin_finishing() is False and state.phase is Phase.FINISHING
+    state.fail("boom")
+    assert state.unfinished_reason == "the run stopped on an error"
+    stopped = RunState()
+    stopped.request_stop()  # while loading: the run ends there, interrupted
+    assert stopped.stop_asked and stopped.begin_finishing() is True and stopped.unfinished_reason == "interrupted"

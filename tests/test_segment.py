@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from typer.testing import CliRunner
 
 import hookviz
-from hookviz.cli import app
 
+from .cli_helpers import hookviz_cli, hookviz_run
 from .conftest import SAMPLES
 
 
@@ -116,26 +115,17 @@ def test_top1_is_the_largest_class_besides_background_and_topk_the_largest_prese
 
 def test_the_top5_line_and_report_give_each_classs_share_of_pixels_largest_first(photo, tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.test_segment:painted_net",
-            "--weights",
-            "none",
-            "--task",
-            "segment",
-            "--resize",
-            "30",
-            "--layer",
-            "conv",
-            "--pictures",
-            "none",
-            "--out",
-            str(out),
-        ],
+    result = hookviz_run(
+        photo,
+        "--task",
+        "segment",
+        "--resize",
+        "30",
+        "--pictures",
+        "none",
+        model="tests.test_segment:painted_net",
+        layer="conv",
+        out=out,
     )
     assert result.exit_code == 0, result.output
     top5 = json.loads((out / "photo" / "report.json").read_text())["top5"]
@@ -150,23 +140,7 @@ def test_the_top5_line_and_report_give_each_classs_share_of_pixels_largest_first
 @pytest.mark.slow
 def test_a_segmentation_run_writes_its_mask_picture_and_report(tmp_path):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            "lraspp_mobilenet_v3_large",
-            "--weights",
-            "none",
-            "--resize",
-            "96",
-            "--out",
-            str(out),
-            "--topk",
-            "2",
-        ],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", "--resize", "96", "--topk", "2", model="lraspp_mobilenet_v3_large", out=out)
     assert result.exit_code == 0, result.output
     assert "using backbone." in result.stderr and "the backbone's last feature map" in result.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
@@ -190,20 +164,7 @@ def test_a_segmentation_run_writes_its_mask_picture_and_report(tmp_path):
     ],
 )
 def test_segmentation_usage_errors_are_one_line(tmp_path, args, message):
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            "lraspp_mobilenet_v3_large",
-            "--weights",
-            "none",
-            "--out",
-            str(tmp_path / "out"),
-            *args,
-        ],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", *args, model="lraspp_mobilenet_v3_large", out=tmp_path / "out")
     assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and message in lines[0], result.stderr
@@ -239,9 +200,9 @@ def test_run_json_gives_every_image_the_runs_task_also_failed_and_skipped_ones(p
     out = tmp_path / "out"
     args = ["run", str(photo), str(broken), "--model", "tests.test_segment:painted_net", "--task", "segment"]
     args += ["--resize", "30", "--layer", "conv", "--pictures", "none", "--out", str(out)]
-    first = CliRunner().invoke(app, args)
+    first = hookviz_cli(*args)
     assert first.exit_code == 1, first.output  # the broken photo fails
-    again = CliRunner().invoke(app, [*args, "--skip-existing"])
+    again = hookviz_cli(*args, "--skip-existing")
     assert again.exit_code == 1, again.output
     document = json.loads((out / "run.json").read_text())
     assert document["task"] == "segment"
@@ -263,7 +224,7 @@ def test_the_default_layers_reason_says_when_it_is_not_the_backbones_last_map(tm
     """At --resize 64, backbone.7.block.0 was called "the backbone's last feature map"."""
     out = tmp_path / "out"
     command = ["run", str(SAMPLES / "cat.png"), "--model", "lraspp_mobilenet_v3_large", "--weights", "none"]
-    result = CliRunner().invoke(app, [*command, "--resize", resize, "--pictures", "none", "--out", str(out)])
+    result = hookviz_cli(*command, "--resize", resize, "--pictures", "none", "--out", out)
     assert result.exit_code == 0, result.output
     assert json.loads((out / "cat" / "report.json").read_text())["layer_choice"] == choice
     assert f"no --layer given: using {choice}\n" in result.stderr

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import hookviz
 from hookviz.cli import app
 from hookviz.errors import UsageError
 from hookviz.tasks import TASKS, ClassPrediction, DetectOptions, SegmentPrediction, TaskBase, recognise_task, task_names
 
+from .cli_helpers import hookviz_cli, hookviz_run
 from .conftest import ROOT, SAMPLES, tiny_net
 
 
@@ -67,7 +67,7 @@ def test_task_choices_help_and_recognition_order_come_from_the_registry(registri
     assert recognise_task(torch.zeros(1, 5)) == "classify"
     TASKS.add("keypoints", _Keypoints())
     assert recognise_task({"keypoints": 0, "out": torch.zeros(1, 3, 4, 4)}) == "keypoints"  # its priority is highest
-    result = CliRunner().invoke(app, ["run", str(SAMPLES / "cat.png"), "--task", "pose"])
+    result = hookviz_cli("run", SAMPLES / "cat.png", "--task", "pose")
     assert result.exit_code == 2 and "--task pose: choose auto, classify, embed, segment, detect, keypoints" in result.stderr
     assert hookviz.ModelOptions("resnet18", task="keypoints").task == "keypoints"
 
@@ -109,9 +109,7 @@ def test_detect_options_are_the_detectors_own_group():
 
 def _run(tmp_path, model: str, *args: str):
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app, ["run", str(SAMPLES / "cat.png"), "--model", model, "--weights", "none", "--out", str(out), *args]
-    )
+    result = hookviz_run(SAMPLES / "cat.png", *args, model=model, out=out)
     return result, out
 
 

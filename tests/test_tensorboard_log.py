@@ -5,9 +5,8 @@ from __future__ import annotations
 import builtins
 
 import pytest
-from typer.testing import CliRunner
 
-from hookviz.cli import app
+from .cli_helpers import hookviz_run
 
 
 def test_run_logs_images_scalars_and_histograms(tmp_path, photo):
@@ -17,25 +16,7 @@ def test_run_logs_images_scalars_and_histograms(tmp_path, photo):
     second = tmp_path / "second.png"
     second.write_bytes(photo.read_bytes())
     logdir = tmp_path / "tb"
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            str(second),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--layer",
-            "features.3",
-            "--out",
-            str(tmp_path / "out"),
-            "--tensorboard",
-            str(logdir),
-            "-q",
-        ],
-    )
+    result = hookviz_run([photo, second], "--tensorboard", logdir, "-q", layer="features.3", out=tmp_path / "out")
     assert result.exit_code == 0, result.output
     events = EventAccumulator(str(logdir), size_guidance={"images": 0, "scalars": 0, "histograms": 0})
     events.Reload()
@@ -60,20 +41,6 @@ def test_without_tensorboard_the_option_says_how_to_install_it(tmp_path, photo, 
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--weights",
-            "none",
-            "--out",
-            str(tmp_path / "out"),
-            "--tensorboard",
-            str(tmp_path / "tb"),
-        ],
-    )
+    result = hookviz_run(photo, "--tensorboard", tmp_path / "tb", out=tmp_path / "out")
     assert result.exit_code == 2
     assert "pip install 'hookviz[tensorboard]'" in result.stderr

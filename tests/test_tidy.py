@@ -4,6 +4,7 @@ public surface, so a name it declares that its module lacks fails here)."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -62,3 +63,65 @@ def test_docstrings_name_only_what_exists():
                 if heads and not _resolves(spelt[".".join(parts[: heads[0]])], parts[heads[0] :]):
                     stale.append(f"{path.relative_to(ROOT)}:{number}: {dotted}")
     assert stale == [], "\n".join(stale)
+
+
+#: The long functions being rewritten elsewhere when this test came (issue 27): each other
+#: function keeps to the limit now. The lead empties this list as those rewrites merge.
+LONG_FOR_NOW = {
+    "hookviz/cli.py:run",
+    "hookviz/cli.py:diff",
+    "hookviz/explaining/explainer.py:explain",
+    "hookviz/explaining/explainer.py:create",
+    "hookviz/explaining/passes.py:explain_batch",
+}
+
+
+def _self_attributes(function: ast.AST) -> set[str]:
+    """The attributes a method assigns on ``self`` (``self.a = ``, ``self.a, self.b = ``,
+    ``self.a += ``, ``object.__setattr__(self, "a", ...)``), in nested functions too."""
+    names = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__setattr__":
+            on_self = len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
+            names |= {node.args[1].value} if on_self and isinstance(node.args[1], ast.Constant) else set()
+            continue
+        else:
+            continue
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id == "self":
+                    names.add(part.attr)
+    return names
+
+
+def _sizes():
+    """(``path:name``, lines) of every function, and (``path:name``, attributes) of every class of the package."""
+    functions, classes = [], []
+    for path in sorted((ROOT / "hookviz").rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.append((f"{where}:{node.name}", node.end_lineno - node.lineno + 1))
+            elif isinstance(node, ast.ClassDef):
+                fields = {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+                methods = [s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                classes.append((f"{where}:{node.name}", len(fields.union(*map(_self_attributes, methods)))))
+    return functions, classes
+
+
+def test_no_function_is_over_60_lines_and_no_class_over_25_attributes():
+    """A function counts from its ``def`` to its last line (its signature is part of what a
+    reader takes in); a class's attributes are its annotated fields (a dataclass's) and every
+    attribute its methods assign on ``self``. ``Run`` had 38 and tracked its phase in a string."""
+    functions, classes = _sizes()
+    long = [f"{name}: {lines} lines" for name, lines in functions if lines > 60 and name not in LONG_FOR_NOW]
+    large = [f"{name}: {count} attributes" for name, count in classes if count > 25]
+    assert long + large == []
+    lengths: dict[str, int] = {}
+    for name, lines in functions:
+        lengths[name] = max(lines, lengths.get(name, 0))
+    assert [name for name in sorted(LONG_FOR_NOW) if lengths.get(name, 0) <= 60] == [], "no longer long: take it off LONG_FOR_NOW"

@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from typer.testing import CliRunner
 
 from hookviz import Explainer, InputOptions, LoadedModel, Preprocessing, TargetOptions, explain
-from hookviz.cli import app
 from hookviz.errors import UnknownModelError, WeightsError
 from hookviz.models.loading import list_models, load_model
 
+from .cli_helpers import hookviz_cli
 from .conftest import SAMPLES, assert_same_cam, hand_gradcam, hub_snapshot
 
 timm = pytest.importorskip("timm")
@@ -25,7 +24,7 @@ CAT = SAMPLES / "cat.png"
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    return hookviz_cli(*args, catch_exceptions=False)
 
 
 # ----------------------------------------------------------------------------- loading

@@ -25,6 +25,7 @@ from hookviz.trust import (
     spearman,
 )
 
+from .cli_helpers import hookviz_run
 from .conftest import SAMPLES, hand_gradcam, tiny_net
 
 
@@ -247,30 +248,9 @@ def test_spearman_equals_scipy_with_ties():
 
 
 def run_cli(tmp_path, *args, image=None):
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
     photo = image or SAMPLES / "cat.png"
-    return CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(photo),
-            "--model",
-            "tests.conftest:tiny_net",
-            "--layer",
-            "features.3",
-            "--resize",
-            "32",
-            "--crop",
-            "32",
-            "--workers",
-            "1",
-            "--out",
-            str(tmp_path / "out"),
-            *args,
-        ],
+    return hookviz_run(
+        photo, "--resize", "32", "--crop", "32", "--workers", "1", *args, weights=None, layer="features.3", out=tmp_path / "out"
     )
 
 
@@ -373,24 +353,7 @@ def test_trust_options_are_refused_in_one_line(tmp_path, args, message):
     ],
 )
 def test_a_detector_refuses_the_trust_measures_in_one_line(tmp_path, flag, words):
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
-    result = CliRunner().invoke(
-        app,
-        [
-            "run",
-            str(SAMPLES / "cat.png"),
-            "--model",
-            "fasterrcnn_mobilenet_v3_large_320_fpn",
-            "--weights",
-            "none",
-            flag,
-            "--out",
-            str(tmp_path / "out"),
-        ],
-    )
+    result = hookviz_run(SAMPLES / "cat.png", flag, model="fasterrcnn_mobilenet_v3_large_320_fpn", out=tmp_path / "out")
     assert result.exit_code == 2 and not (tmp_path / "out").exists()
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0] and f"drop {flag}" in lines[0], result.stderr
@@ -416,15 +379,19 @@ def test_skip_existing_redoes_an_image_measured_otherwise(tmp_path):
 
 
 def test_run_json_ranks_the_runs_maps_by_how_fast_they_delete_the_class(tmp_path):
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
-    result = CliRunner().invoke(app, [
-        "run", str(SAMPLES / "cat.png"), str(SAMPLES / "coffee.png"), "--model", "tests.conftest:tiny_net",
-        "--layer", "features.0", "--layer", "features.3", "--resize", "32", "--crop", "32", "--pictures", "none",
-        "--faithfulness", "--out", str(tmp_path / "out"),
-    ])  # fmt: skip
+    result = hookviz_run(
+        [SAMPLES / "cat.png", SAMPLES / "coffee.png"],
+        "--resize",
+        "32",
+        "--crop",
+        "32",
+        "--pictures",
+        "none",
+        "--faithfulness",
+        weights=None,
+        layer=("features.0", "features.3"),
+        out=tmp_path / "out",
+    )
     assert result.exit_code == 0, result.output
     trust = json.loads((tmp_path / "out" / "run.json").read_text())["trust"]
     maps = trust["maps"]
@@ -583,13 +550,9 @@ def test_a_map_that_is_not_finite_says_so_in_one_note_and_fails_only_with_fail_o
 
 
 def run_cli_with(tmp_path, *args):
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
-
     photo = SAMPLES / "cat.png"
     common = ["--resize", "32", "--crop", "32", "--workers", "1", "--out", str(tmp_path / "out")]
-    return CliRunner().invoke(app, ["run", str(photo), *common, *args])
+    return hookviz_run(photo, *common, *args, model=None, weights=None)
 
 
 class _NanGradient(torch.nn.Module):

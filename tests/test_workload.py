@@ -8,18 +8,18 @@ import re
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import hookviz
-from hookviz.cli import app
 from hookviz.workload import listening
 from tests.conftest import tiny_net
+
+from .cli_helpers import hookviz_run
 
 TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3", "--pictures", "none"]
 
 
 def _run(photo, out, *more):
-    return CliRunner().invoke(app, ["run", str(photo), *TINY, "--out", str(out), *more], catch_exceptions=False)
+    return hookviz_run(photo, *TINY, *more, model=None, weights=None, out=out, catch_exceptions=False)
 
 
 @pytest.fixture

@@ -12,13 +12,12 @@ import pytest
 import torch
 import torchvision
 from PIL import Image
-from typer.testing import CliRunner
 
 import hookviz
-from hookviz.cli import app
 from hookviz.errors import UnknownModelError
 from hookviz.models.loading import load_model
 
+from .cli_helpers import hookviz_cli
 from .conftest import SAMPLES
 
 # Not importorskip: importing ultralytics replaces PIL.Image.open in the whole test process;
@@ -30,7 +29,7 @@ CONFIG = "yolo:yolov8n.yaml"
 
 
 def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    return hookviz_cli(*args, catch_exceptions=False)
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -41,7 +39,9 @@ from hookviz.options import (
 )
 from hookviz.runs import workers
 from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard_of
-from hookviz.runs.stopping import Stopped, stoppable
+from hookviz.runs.ledger import Ledger
+from hookviz.runs.request import RunRequest
+from hookviz.runs.stopping import RunState, Stopped, stoppable
 from hookviz.store.files import (
     Recipe,
     output_names,
@@ -137,7 +137,9 @@ def run(
 
 
 class Run:
-    """One run over many images (see ``run`` for the arguments)."""
+    """One run over many images (see ``run`` for the arguments), kept in four parts: what it
+    was asked (``asked``), what became of its images (``ledger``), its renderers and what they
+    hold (``renderers``), and its phase and how it ends (``state``)."""
 
     def __init__(
         self,
@@ -155,78 +157,59 @@ class Run:
         on_status=None,
         on_start=None,
     ):
-        from hookviz.trust.tally import TrustTally
-
-        self.model_options, self.layer_options, self.inputs = model, layers, inputs
-        self.task_options = tuple(task_options)
-        self.target, self.pictures, self.options, self.checks = target, pictures, options, checks
-        self.trust, self.tally = trust, TrustTally()
-        self.on_status, self.on_start = on_status, on_start
-        self.images = list(images)
-        self.selected = shard_of(self.images, options.shard)
-        self.names = output_names(self.images)
-        self.run_json = options.out / run_file_name(options.shard)
+        self.asked = RunRequest(
+            tuple(images), model, layers, inputs, target, pictures, options, checks, tuple(task_options), trust, on_start
+        )
+        self.ledger = Ledger(len(self.asked.selected), on_status)
+        self.renderers = workers.Renderers()
+        self.state = RunState()
+        self.names = output_names(self.asked.images)  # each image's folder (``_resume`` settles them)
         self.hold = FolderLock(options.out, options.shard)  # no other run writes into out meanwhile
-        self.statuses: dict[Path, ImageStatus] = {}
-        self.findings: list[Finding] = []
-        self.notes: list[str] = []
-        self.pending: list[tuple[Path, object, Future]] = []
-        self.finished = 0
-        self.lock = threading.Lock()
-        self.started = time.time()
-        self.explainer = self.device = self.loader = self.pool = self.board = None
-        self.workers = 0
+        self.explainer = self.device = self.loader = None
         self.batch_size = options.batch_size
-        self.sized = False
-        self.stopping = threading.Event()
-        self.phase = "loading"  # then "running" (batches), then "finishing"
-        self.interrupted = False
-        self.error: str | None = None
+        self.sized = False  # whether the first image's recording has sized the batches
         self.baseline: Baseline | None = None  # read before any work (--baseline)
-        self.step_of = {path: step for step, path in enumerate(self.selected)}  # TensorBoard's steps
 
     # -- the whole run
 
     def execute(self) -> RunSummary:
         try:
-            check_out(self.options.out, self.images)
-            check_trust_options(self.target, self.trust)  # what no model could take, refused before one loads
+            check_out(self.asked.out, self.asked.images)
+            check_trust_options(self.asked.target, self.asked.trust)  # what no model could take, refused before one loads
             check_environment()
-            if self.options.out.is_dir():  # refused before the model loads, when a run is there now
+            if self.asked.out.is_dir():  # refused before the model loads, when a run is there now
                 self.hold.acquire(create=False)
-            if self.checks.baseline is not None:
+            if self.asked.checks.baseline is not None:
                 from hookviz.compare.diffing import Baseline
 
-                self.baseline = Baseline.open(self.checks, self.options)
-            if self.options.tensorboard is not None:
+                self.baseline = Baseline.open(self.asked.checks, self.asked.options)
+            if self.asked.options.tensorboard is not None:
                 from hookviz.render.tensorboard import check_logdir
 
-                check_logdir(self.options.tensorboard)
+                check_logdir(self.asked.options.tensorboard)
             self.start()
             self.load()
-            self.phase = "running"
+            self.state.begin_batches()
             for batch in self.batches():
                 for path, result in self.explain(batch):
                     self.submit(path, result)
-                self.collect(block_until=max(2 * self.workers, self.batch_size))
-                if self.stopping.is_set():
+                self.collect(block_until=max(2 * self.renderers.workers, self.batch_size))
+                if self.state.stop_asked:
                     break
             self.collect(block_until=0)
         except KeyboardInterrupt:  # before the loop; in it, a stop is asked for with request_stop()
-            self.stopping.set()
+            self.state.request_stop()
         except Exception as error:
-            self.error = str(error) if isinstance(error, HookvizError) else describe(error)
+            self.state.fail(str(error) if isinstance(error, HookvizError) else describe(error))
             raise
         finally:
-            self.phase = "finishing"
             try:
-                if self.stopping.is_set():
-                    self.interrupted = True
+                if self.state.begin_finishing():
                     self.cancel()
                 summary = self.finish()
             finally:
                 self.hold.release()
-        if self.interrupted:
+        if self.state.interrupted:
             raise RunInterrupted(summary)
         return summary
 
@@ -234,7 +217,7 @@ class Run:
         """Stop soon: the batch being explained is abandoned at its next module, images with
         the render workers are finished, the rest are not done. Safe to call from a signal
         handler (it only sets a flag)."""
-        self.stopping.set()
+        self.state.request_stop()
 
     def abandon(self) -> RunSummary:
         """End the run now, from a signal handler (a second Ctrl-C): the render workers are
@@ -242,18 +225,18 @@ class Run:
         written under a temporary name and renamed into place, so none is left half-written
         under its real name, and the temporary files they and this process began are deleted.
         The process must end right after (``os._exit``)."""
-        self.stopping.set()
-        self.interrupted = True
-        self.on_status = self.board = None  # nothing more is printed or logged
-        finished = [item for item in self.pending if item[2].done() and not workers.broken(item[2])]
-        killed = self.pool.kill(release=True)  # the rest fail now, as not done
+        self.state.interrupt()
+        self.ledger.silence()  # nothing more is printed or logged
+        self.renderers.board = None
+        finished = [item for item in self.renderers.pending if item[2].done() and not workers.broken(item[2])]
+        killed = self.renderers.pool.kill(release=True)  # the rest fail now, as not done
         for path, explanation, future in finished:
             with contextlib.suppress(HookvizError):
-                self._report(path, self._saved(path, explanation, future))
-        self.pending = []
+                self.ledger.report(path, self._saved(path, explanation, future))
+        self.renderers.pending = []
         summary = self._describe()
         if self.explainer is not None:  # the files the killed workers and the stopped writes began
-            sweep_stale_files(self.options.out, writers={os.getpid(), *killed})
+            sweep_stale_files(self.asked.out, writers={os.getpid(), *killed})
         return summary
 
     # -- steps
@@ -261,24 +244,26 @@ class Run:
     def start(self) -> None:
         """Start the render workers and (unless resuming) the loader: both work while this
         process imports torch and builds the model."""
-        wanted = self.options.workers or cpu_share()
+        wanted = self.asked.options.workers or cpu_share()
         limit = 2 * (os.cpu_count() or 1)
         if wanted > limit:
-            self.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")
+            self.ledger.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")
         # No more render processes than images: a one-photo smoke check on a 64-core
         # machine starts none (its pictures are drawn here: nothing else to do meanwhile).
-        self.workers = max(1, min(wanted, limit, len(self.selected)))
-        pictures = bool(self.pictures.pictures)
-        self.pool = workers.render_pool(self.workers if pictures and len(self.selected) > 1 else 0, draws=pictures)
-        self.pool.warm_up()
-        if not self.options.skip_existing:
-            self._start_loader(self.selected)
+        self.renderers.workers = max(1, min(wanted, limit, len(self.asked.selected)))
+        pictures = bool(self.asked.pictures.pictures)
+        self.renderers.pool = workers.render_pool(
+            self.renderers.workers if pictures and len(self.asked.selected) > 1 else 0, draws=pictures
+        )
+        self.renderers.pool.warm_up()
+        if not self.asked.options.skip_existing:
+            self._start_loader(self.asked.selected)
 
     def _start_loader(self, paths: list[Path]) -> None:
         from hookviz.inputs.loader import ImageLoader
 
         self.loader = ImageLoader(
-            paths, self.inputs.max_pixels, limit=max(2, 2 * self.options.batch_size), stop=self.stopping
+            paths, self.asked.inputs.max_pixels, limit=max(2, 2 * self.asked.options.batch_size), stop=self.state.stopping
         ).start()
 
     def load(self) -> None:
@@ -287,19 +272,19 @@ class Run:
         from hookviz.explaining.explainer import Explainer, check_named_task
         from hookviz.models.loading import load_model
 
-        check_named_task(self.model_options.task, self.task_options)
-        self.device = resolve_device(self.model_options.device)
-        loaded = load_model(self.model_options)
+        check_named_task(self.asked.model.task, self.asked.task_options)
+        self.device = resolve_device(self.asked.model.device)
+        loaded = load_model(self.asked.model)
         loaded.module.to(self.device)
         explainer = Explainer.create(
             loaded,
-            layers=self.layer_options,
-            inputs=self.inputs,
-            target=self.target,
-            task_options=self.task_options,
-            trust=self.trust,
+            layers=self.asked.layers,
+            inputs=self.asked.inputs,
+            target=self.asked.target,
+            task_options=self.asked.task_options,
+            trust=self.asked.trust,
         )
-        out = self.options.out
+        out = self.asked.out
         try:
             out.mkdir(parents=True, exist_ok=True)
             from hookviz.inputs.discovery import OUTPUT_MARKER
@@ -312,16 +297,16 @@ class Run:
             ) from None
         self.explainer = explainer  # set once the folder exists: ``finish`` then describes the run in it
         sweep_stale_files(out)
-        if self.options.tensorboard is not None:
+        if self.asked.options.tensorboard is not None:
             from hookviz.render.tensorboard import TensorBoardLog
 
-            self.board = TensorBoardLog(self.options.tensorboard)
+            self.renderers.board = TensorBoardLog(self.asked.options.tensorboard)
         todo = self._resume()
         if self.loader is None:
             self._start_loader(todo)
         self.loader.set_preprocessing(self.explainer.preprocessing)
-        if self.on_start:
-            self.on_start(self._first_line())
+        if self.asked.on_start:
+            self.asked.on_start(self._first_line())
 
     def _first_line(self) -> str:
         explainer = self.explainer
@@ -335,25 +320,29 @@ class Run:
         if len(labels) <= 4:
             return line + "layers: " + ", ".join(labels)
         # densenet121's 58 ReLUs would take 4,886 characters: the run file lists them all
-        return line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {self.run_json.name}"
+        return (
+            line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {self.asked.run_json.name}"
+        )
 
     def _resume(self) -> list[Path]:
         """Give each selected image its folder and return those still to do (``store.folders.plan_folders``;
         with ``skip_existing``, an image already done by this run's recipe is skipped)."""
         recipe = (
-            Recipe.of(self.explainer, self.pictures, self.options.save_tensors, self.trust)
-            if self.options.skip_existing
+            Recipe.of(self.explainer, self.asked.pictures, self.asked.options.save_tensors, self.asked.trust)
+            if self.asked.options.skip_existing
             else None
         )
-        folders = plan_folders(self.options.out, self.selected, self.names, recipe)
+        folders = plan_folders(self.asked.out, self.asked.selected, self.names, recipe)
         self.names = folders.names
         for path in folders.done:
             report = folders.reports[path]
-            if self.checks.fail_on:  # judged as a fresh run would judge it: a resumed CI run fails alike
-                self.findings.extend(report_checks(report, display_path(path), self.checks.fail_on, self.checks.dead_fraction))
-            self.tally.add_report(report)  # and ranked with the others
+            if self.asked.checks.fail_on:  # judged as a fresh run would judge it: a resumed CI run fails alike
+                self.ledger.findings.extend(
+                    report_checks(report, display_path(path), self.asked.checks.fail_on, self.asked.checks.dead_fraction)
+                )
+            self.ledger.trust.add_report(report)  # and ranked with the others
             status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)")
-            self._report(path, replace(status, task=report.task or status.task))
+            self.ledger.report(path, replace(status, task=report.task or status.task))
         return list(folders.todo)
 
     def batches(self) -> Iterator[list[tuple[Path, object]]]:
@@ -364,11 +353,11 @@ class Run:
         """
         items = iter(self.loader)
         wanted = 1
-        while not self.stopping.is_set():
+        while not self.state.stop_asked:
             batch = []
             for path, prepared in items:
                 if isinstance(prepared, ImageError):
-                    self._report(path, self._failed(path, str(prepared)))
+                    self.ledger.report(path, self._failed(path, str(prepared)))
                     continue
                 batch.append((path, prepared))
                 if len(batch) >= wanted:
@@ -376,7 +365,7 @@ class Run:
             if not batch:
                 return
             yield batch
-            wanted = min(self.batch_size, 2 * wanted) if self.pictures.pictures else self.batch_size
+            wanted = min(self.batch_size, 2 * wanted) if self.asked.pictures.pictures else self.batch_size
 
     def explain(self, batch: list[tuple[Path, object]]) -> list[tuple[Path, object]]:
         """``(path, Explanation or the reason it failed)`` for each photo of ``batch``.
@@ -393,13 +382,13 @@ class Run:
         if len(sizes) > 1:
             return [result for group in sizes.values() for result in self.explain(group)]
         summaries = SummaryOptions(
-            channels=self.pictures.channels,
-            grad_tiles=self.pictures.grad_channels,
-            keep_tensors=self.options.save_tensors,
-            histograms=self.board is not None,
+            channels=self.asked.pictures.channels,
+            grad_tiles=self.asked.pictures.grad_channels,
+            keep_tensors=self.asked.options.save_tensors,
+            histograms=self.renderers.board is not None,
         )
         try:
-            with stoppable(self.explainer.model.module, self.stopping):
+            with stoppable(self.explainer.model.module, self.state.stopping):
                 explanations = self.explainer.explain_batch([prepared for _, prepared in batch], summaries)
         except Stopped:  # abandoned midway: these images are not done
             return []
@@ -421,70 +410,74 @@ class Run:
         # runs one image at a time.
         self.sized = True
         per_image = recorded_bytes(explanation)
-        self.batch_size = rows_within(per_image, self.options.memory_budget, self.options.batch_size)
+        self.batch_size = rows_within(per_image, self.asked.options.memory_budget, self.asked.options.batch_size)
         self.loader.hold_at_most(max(2, 2 * self.batch_size))  # photos may be large too
 
     def submit(self, path: Path, result) -> None:
         """Hand one explanation to the render workers (or record why the image failed)."""
         if isinstance(result, str):
-            self._report(path, self._failed(path, result))
+            self.ledger.report(path, self._failed(path, result))
             return
         # --fail-on nonfinite says each such map as a finding; its note would say it twice
-        said = set(nonfinite_notes(result)) if "nonfinite" in self.checks.fail_on else set()
+        said = set(nonfinite_notes(result)) if "nonfinite" in self.asked.checks.fail_on else set()
         for note in (*result.notes, *(n for layer in result.layers for n in (layer.notes or ()))):
-            if note not in self.notes and note not in said:
-                self.notes.append(note)
+            if note not in said:
+                self.ledger.note(note)
         for layer in result.layers:
             # (an image with nothing to explain says so once, in its own note)
             if result.target is None:
                 continue
             for method, cam_note in layer.cam_notes.items():
                 note = f"{layer.name}: {cam_note}" if method == result.cam_method else f"{layer.name} ({method}): {cam_note}"
-                if note not in self.notes:
-                    self.notes.append(note)
-        if self.checks.fail_on:
-            self.findings.extend(run_checks(result, self.checks.fail_on, self.checks.dead_fraction))
-        self.tally.add(result)
+                self.ledger.note(note)
+        if self.asked.checks.fail_on:
+            self.ledger.findings.extend(run_checks(result, self.asked.checks.fail_on, self.asked.checks.dead_fraction))
+        self.ledger.trust.add(result)
         portable = workers.portable(result)
-        self.pending.append((path, portable, self._send(path, portable)))
+        self.renderers.pending.append((path, portable, self._send(path, portable)))
 
     def _send(self, path: Path, explanation) -> Future:
-        out = self.options.out / self.names[path]
-        return self.pool.submit(
-            self.step_of[path], save_explanation, explanation, out, self.pictures, save_tensors=self.options.save_tensors
+        out = self.asked.out / self.names[path]
+        return self.renderers.pool.submit(
+            self.asked.step_of[path],
+            save_explanation,
+            explanation,
+            out,
+            self.asked.pictures,
+            save_tensors=self.asked.options.save_tensors,
         )
 
     def collect(self, block_until: int) -> None:
         """Wait for written images until at most ``block_until`` are in flight."""
-        while len(self.pending) > block_until:
-            if workers.broken(self.pending[0][2]):
+        while len(self.renderers.pending) > block_until:
+            if workers.broken(self.renderers.pending[0][2]):
                 self._restart_workers()
                 continue
-            path, explanation, future = self.pending.pop(0)
-            self._report(path, self._saved(path, explanation, future))
+            path, explanation, future = self.renderers.pending.pop(0)
+            self.ledger.report(path, self._saved(path, explanation, future))
 
     def _restart_workers(self) -> None:
         """A render worker died (the OOM killer, ``kill -9``): its image fails, a fresh pool draws the rest."""
-        lost, killed = self.pool.restart()
-        sweep_stale_files(self.options.out, writers=killed)  # the files the old pool's workers began
-        dead = [path for path, _, _ in self.pending if self.step_of[path] in lost]
-        self.notes += [workers.killed_note([display_path(path) for path in dead])] if dead else []
+        lost, killed = self.renderers.pool.restart()
+        sweep_stale_files(self.asked.out, writers=killed)  # the files the old pool's workers began
+        dead = [path for path, _, _ in self.renderers.pending if self.asked.step_of[path] in lost]
+        self.ledger.notes += [workers.killed_note([display_path(path) for path in dead])] if dead else []
         for path in dead:
-            self._report(path, self._failed(path, f"{display_path(path)}: {workers.killed_reason()}"))
-        left = [(path, explanation, future) for path, explanation, future in self.pending if path not in dead]
-        self.pending = [(path, e, self._send(path, e) if workers.broken(f) else f) for path, e, f in left]
+            self.ledger.report(path, self._failed(path, f"{display_path(path)}: {workers.killed_reason()}"))
+        left = [(path, explanation, future) for path, explanation, future in self.renderers.pending if path not in dead]
+        self.renderers.pending = [(path, e, self._send(path, e) if workers.broken(f) else f) for path, e, f in left]
 
     def _saved(self, path: Path, explanation, future: Future) -> ImageStatus:
         try:
             files = future.result()
-            if self.board is not None:
-                self.board.add(self.step_of[path], explanation, files)
+            if self.renderers.board is not None:
+                self.renderers.board.add(self.asked.step_of[path], explanation, files)
         except HookvizError as exc:
             return self._failed(path, str(exc))
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # every image after this one would fail the same way
                 raise HookvizError(
-                    f"{arg('out', self.options.out)}: no space left on the device ({display_path(path)} was not "
+                    f"{arg('out', self.asked.out)}: no space left on the device ({display_path(path)} was not "
                     "written); free some space, then rerun with --skip-existing to resume"
                 ) from None
             return self._failed(path, f"{display_path(path)}: writing results failed ({first_line(exc)})")
@@ -506,39 +499,39 @@ class Run:
         """Stop taking photos; images already with a worker are finished, the rest are not done."""
         if self.loader is not None:
             self.loader.stop()
-        for _, _, future in self.pending:
+        for _, _, future in self.renderers.pending:
             future.cancel()
-        self.pending = [item for item in self.pending if not item[2].cancelled()]
+        self.renderers.pending = [item for item in self.renderers.pending if not item[2].cancelled()]
         self.collect(block_until=0)
 
     def finish(self) -> RunSummary:
         """Stop the helpers and describe the run in its run file and the gallery."""
         if self.loader is not None:
             self.loader.stop()
-        if self.pool is not None:
-            if self.error is not None:  # what the workers are drawing is not kept: no need to wait for it
-                self.pool.kill()
-            self.pool.shutdown()  # and the workers have exited
-        if self.board is not None:
-            self.board.close()
+        if self.renderers.pool is not None:
+            if self.state.error is not None:  # what the workers are drawing is not kept: no need to wait for it
+                self.renderers.pool.kill()
+            self.renderers.pool.shutdown()  # and the workers have exited
+        if self.renderers.board is not None:
+            self.renderers.board.close()
         return self._describe()
 
     def _describe(self) -> RunSummary:
         """The summary, written to the run file and the gallery (once the output folder exists)."""
         from hookviz.runs.gallery import write_gallery
 
-        if self.interrupted or self.error:
-            reason = "interrupted" if self.interrupted else "the run stopped on an error"
-            for path in self.selected:
-                self.statuses.setdefault(path, self._status(path, "not_done", reason))
-        trust = self.tally.to_json()
+        reason = self.state.unfinished_reason
+        if reason is not None:
+            for path in self.asked.selected:
+                self.ledger.statuses.setdefault(path, self._status(path, "not_done", reason))
+        trust = self.ledger.trust.to_json()
         summary = RunSummary(
-            statuses=tuple(self.statuses[p] for p in self.selected if p in self.statuses),
-            findings=tuple(self.findings),
-            run_json=self.run_json,
-            interrupted=self.interrupted,
+            statuses=tuple(self.ledger.statuses[p] for p in self.asked.selected if p in self.ledger.statuses),
+            findings=tuple(self.ledger.findings),
+            run_json=self.asked.run_json,
+            interrupted=self.state.interrupted,
             layers=tuple(spec.label for spec in self.explainer.layers) if self.explainer else (),
-            notes=(*self.notes, *(trust["summary"] if trust else ())),
+            notes=(*self.ledger.notes, *(trust["summary"] if trust else ())),
             trust=trust,
         )
         if self.explainer is None:
@@ -547,26 +540,26 @@ class Run:
             summary,
             explainer=self.explainer,
             device=self.device,
-            options=self.options,
-            checks=self.checks,
-            started=self.started,
-            error=self.error,
-            images=len(self.selected),
+            options=self.asked.options,
+            checks=self.asked.checks,
+            started=self.ledger.started,
+            error=self.state.error,
+            images=len(self.asked.selected),
         )
         failure = None
-        if self.baseline is not None and not self.interrupted and self.error is None:
+        if self.baseline is not None and not self.state.interrupted and self.state.error is None:
             try:
-                summary, document = self.baseline.compare(summary, document, self.options.out, bool(self.pictures.pictures))
+                summary, document = self.baseline.compare(summary, document, self.asked.out, bool(self.asked.pictures.pictures))
             except HookvizError as error:  # the run's own files are complete: describe them, then stop
-                self.error = str(error)
-                document = replace(document, error=self.error)
+                self.state.fail(str(error))
+                document = replace(document, error=self.state.error)
                 failure = error
         try:
-            write_json(self.run_json, document.to_json())
-            write_gallery(self.options.out, document)
+            write_json(self.asked.run_json, document.to_json())
+            write_gallery(self.asked.out, document)
         except OSError as exc:
             raise HookvizError(
-                f"could not write {display_path(self.run_json)} or index.html ({exc.strerror or first_line(exc)}); "
+                f"could not write {display_path(self.asked.run_json)} or index.html ({exc.strerror or first_line(exc)}); "
                 "each image whose report.json exists is complete"
             ) from None
         if failure is not None:
@@ -582,11 +575,3 @@ class Run:
         """An image's status without results: under the run's task (a detector's failed photo is not a classifier's)."""
         entry = ImageStatus(display_path(path), self.names[path], status, reason)
         return entry if self.explainer is None else replace(entry, task=self.explainer.model.task)
-
-    def _report(self, path: Path, status: ImageStatus) -> None:
-        with self.lock:
-            self.statuses[path] = status
-            self.finished += 1
-            count = self.finished
-        if self.on_status:
-            self.on_status(status, count, len(self.selected))

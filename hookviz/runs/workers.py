@@ -1,7 +1,7 @@
 """The run's render workers: the pool that draws and writes while the model computes, how
 its processes start (signals held, then ignored; gone when the parent dies), how they are
 ended at once, and how a pool whose worker was killed (the OOM killer, ``kill -9``) is
-replaced by a fresh one."""
+replaced by a fresh one; and what a run has with them (``Renderers``)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Any
 
 from hookviz.errors import HookvizError, UsageError, arg
 from hookviz.store.files import remove_unfinished
 
 __all__ = [
     "RenderPool",
+    "Renderers",
     "broken",
     "kill_workers",
     "killed_note",
@@ -35,6 +37,18 @@ __all__ = [
 
 #: Fresh pools that may die one after another, no image drawn in between, before the run stops.
 DEATHS = 3
+
+
+@dataclass
+class Renderers:
+    """A run's renderers and what it gave them: the pool, its number of processes, the
+    TensorBoard log a written image goes to, and the images handed over and not yet
+    collected, in order: (path, explanation, the future of its files)."""
+
+    pool: Any = None  # the RenderPool, once the run has started it
+    workers: int = 0
+    board: Any = None  # render.tensorboard.TensorBoardLog, with --tensorboard
+    pending: list[tuple[Path, Any, Future]] = field(default_factory=list)
 
 
 def render_pool(processes: int, draws: bool = False) -> "RenderPool":
