@@ -37,16 +37,13 @@ from hookviz.command_options import (
     PromptOption,
     PromptsFileOption,
     RtolOption,
-    RunArgs,
-    TypedCommand,
-    given_prompts,
-    option_groups,
 )
 from hookviz.errors import HookvizError, UsageError, command_line_spelling, describe, hint
 from hookviz.interrupts import Interrupted, on_signal
 from hookviz.options import MAX_SIDE, Tolerances
 from hookviz.process import Stopper, exit_with, open_heif, plain_text_only, prepare
 from hookviz.progress import Progress, stdout_closed, stopped_line
+from hookviz.run_arguments import RunArgs, TypedCommand, given_prompts, option_groups
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -127,12 +124,13 @@ def _run(args: RunArgs, declared: dict) -> None:
 
         hookviz run --model resnet50 --layer layer3.-1 cat.png
     """
-    groups = _guard(args.debug, lambda: option_groups(args, declared))
+    shown = args.output
+    groups = _guard(shown.debug, lambda: option_groups(args, declared))
     found: list[str] = []  # notes on what the folders held
-    paths = _guard(args.debug, lambda: _image_paths(args.images, args.from_list, groups["options"].out, found))
-    for note in () if args.quiet else found:
+    paths = _guard(shown.debug, lambda: _image_paths(args.model.images, args.images.from_list, groups["options"].out, found))
+    for note in () if shown.quiet else found:
         typer.echo(f"hookviz: note: {note}", err=True)
-    _guard(args.debug, lambda: _execute(paths, groups, json_output=args.json_output, quiet=args.quiet, verbose=args.verbose))
+    _guard(shown.debug, lambda: _execute(paths, groups, json_output=shown.json_output, quiet=shown.quiet, verbose=shown.verbose))
 
 
 # The command's parameters are RunArgs' fields and the settings that methods and tasks declare.

@@ -1,21 +1,16 @@
 """The ``hookviz`` command's options: the declarations several commands share (typer
-``Annotated`` types), ``--cam``'s help and completions (read from the method registry), and
-``hookviz run``'s parsed values turned into the option groups the library takes."""
+``Annotated`` types), the help panels, and ``--cam``'s, ``--task``'s and ``--pictures``' help
+and completions (read from the registries). ``hookviz.run_arguments`` groups ``hookviz run``'s."""
 
 from __future__ import annotations
 
-import inspect
-import sys
-import typing
-from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from typer.core import TyperCommand
 
-from hookviz.options import DEFAULT_MAX_PIXELS, MAX_SIDE, MAX_TOPK, Tolerances
+from hookviz.options import MAX_SIDE, MAX_TOPK, Tolerances
 from hookviz.progress import FEW_IMAGES
 
 _TOLERANCES = Tolerances()
@@ -33,11 +28,6 @@ __all__ = [
     "IMAGES",
     "RUN",
     "OUTPUT",
-    "given_prompts",
-    "option_groups",
-    "RunArgs",
-    "TypedCommand",
-    "declared_parameters",
     "task_help",
     "pictures_help",
     "default_pictures",
@@ -403,197 +393,3 @@ def default_pictures() -> str:
     from hookviz.render.kinds import default_groups
 
     return ",".join(default_groups())
-
-
-@dataclass(frozen=True)
-class RunArgs:
-    """``hookviz run``'s own options, as typed (``run_command`` makes the command's parameters of
-    these fields, then of the settings the methods and tasks declare: ``declared_parameters``).
-    ``--task``, ``--cam`` and ``--pictures`` read their help from the registries each time."""
-
-    images: ImagesArgument = None
-    model: ModelOption = "resnet50"
-    weights: WeightsOption = "DEFAULT"
-    seed: SeedOption = 0
-    task: Annotated[str, typer.Option(help=task_help(), rich_help_panel=MODEL)] = "auto"
-    trust_checkpoint: TrustCheckpointOption = False
-    prompt: PromptOption = None
-    prompts: PromptsFileOption = None
-    layer: LayerOption = None
-    layer_type: LayerTypeOption = None
-    layout: LayoutOption = "auto"
-    target: TargetOption = "top1"
-    objective: ObjectiveOption = "logit"
-    topk: TopkOption = 1
-    output_key: OutputKeyOption = None
-    cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions, rich_help_panel=METHODS)] = "gradcam"
-    faithfulness: FaithfulnessOption = False
-    sanity: SanityOption = False
-    fail_on: FailOnOption = None
-    dead_fraction: DeadFractionOption = 1.0
-    baseline: BaselineOption = None
-    rtol: RtolOption = _TOLERANCES.rtol
-    atol: AtolOption = _TOLERANCES.atol
-    min_cam_corr: MinCamCorrOption = _TOLERANCES.min_cam_corr
-    pictures: Annotated[str, typer.Option(help=pictures_help(), rich_help_panel=PICTURES)] = field(
-        default_factory=default_pictures
-    )
-    channels: ChannelsOption = "64"
-    scale: ScaleOption = "tile"
-    grad_channels: GradChannelsOption = False
-    from_list: FromListOption = None
-    resize: ResizeOption = None
-    crop: CropOption = None
-    no_crop: NoCropOption = False
-    mean: MeanOption = None
-    std: StdOption = None
-    max_pixels: MaxPixelsOption = DEFAULT_MAX_PIXELS
-    device: DeviceOption = "auto"
-    batch_size: BatchSizeOption = 8
-    workers: WorkersOption = 0
-    skip_existing: SkipExistingOption = False
-    shard: ShardOption = None
-    out: OutOption = "hookviz-out"
-    save_tensors: SaveTensorsOption = False
-    tensorboard: TensorboardOption = None
-    json_output: JsonOutputOption = False
-    quiet: QuietOption = False
-    verbose: VerboseOption = False
-    debug: DebugOption = False
-
-
-def declared_parameters(taken: set[str]) -> list[inspect.Parameter]:
-    """A command's parameters for the settings each method and task declares
-    (``hookviz.options.declared``), once per setting, in the panel of the first owner's kind.
-
-    Raises:
-        UsageError: a setting whose name or flag a command option has already (``taken``).
-    """
-    from hookviz.errors import UsageError
-    from hookviz.options.declared import owners, settings_of
-
-    parameters: dict[str, inspect.Parameter] = {}
-    for owner in owners():
-        for setting in settings_of(owner.group):
-            if setting.keyword in parameters:
-                continue
-            if setting.keyword in taken:
-                raise UsageError(f"{owner.words}: its setting {setting.flag} is an option of the command already; rename it")
-            kind: Any = setting.kind if setting.default is not None else Optional[str]
-            kind = Optional[list[str]] if setting.kind is tuple else kind
-            flag = f"{setting.flag}/--no-{setting.flag[2:]}" if setting.kind is bool and setting.default else setting.flag
-            declared = typer.Option(flag, help=setting.help, rich_help_panel=setting.panel or owner.panel)
-            default = None if setting.kind is tuple else setting.default
-            parameters[setting.keyword] = inspect.Parameter(
-                setting.keyword, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, declared]
-            )
-    return list(parameters.values())
-
-
-class TypedCommand:
-    """A command function made of a typed dataclass of its own options (``args``) and the settings
-    the registered methods and tasks declare, read afresh each time typer builds the command (so
-    a plug-in's settings are flags once it is imported). Called, it hands ``body`` the ``args``
-    instance and the declared settings given (keyword -> value, those left at their defaults too)."""
-
-    def __init__(self, args: type, body: Callable[[Any, dict], None]):
-        self.args, self.body = args, body
-        self.__name__ = self.__qualname__ = body.__name__.lstrip("_")
-        self.__doc__, self.__module__ = body.__doc__, body.__module__
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        hints = typing.get_type_hints(self.args, include_extras=True)
-        own = [
-            inspect.Parameter(
-                f.name,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=f.default_factory() if f.default is MISSING else f.default,  # type: ignore[misc,operator]
-                annotation=hints[f.name],
-            )
-            for f in fields(self.args)
-        ]
-        return inspect.Signature([*own, *declared_parameters({p.name for p in own})])
-
-    @property
-    def __annotations__(self) -> dict:  # type: ignore[override]  # typer reads a callback's hints
-        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
-
-    def __call__(self, **given: Any) -> None:
-        own = {f.name: given.pop(f.name) for f in fields(self.args) if f.name in given}
-        self.body(self.args(**own), {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
-
-
-def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
-    """``hookviz run``'s options (``o``) and the declared settings given (``declared``) as the
-    groups ``Run`` takes, each checked by its own class."""
-    from hookviz.options import (
-        CheckOptions,
-        InputOptions,
-        LayerOptions,
-        ModelOptions,
-        PictureOptions,
-        RunOptions,
-        TargetOptions,
-        TrustOptions,
-        parse_triple,
-    )
-    from hookviz.options.declared import build
-    from hookviz.runs.cluster import command_shard
-
-    return dict(
-        model=ModelOptions(o.model, o.weights, o.seed, o.device, o.task, o.trust_checkpoint, given_prompts(o.prompt, o.prompts)),
-        layers=LayerOptions(tuple(o.layer or ()), tuple(o.layer_type or ()), o.layout),
-        inputs=InputOptions(
-            resize=o.resize,
-            crop=o.crop,
-            mean=parse_triple(o.mean, "mean") if o.mean else None,
-            std=parse_triple(o.std, "std") if o.std else None,
-            whole_image=o.no_crop,
-            max_pixels=o.max_pixels,
-        ),
-        target=TargetOptions(o.target, o.objective, o.cam, o.topk, o.output_key, build(declared, "method")),
-        task_options=build(declared, "task"),
-        pictures=PictureOptions(o.pictures, o.channels, o.scale, o.grad_channels),  # type: ignore[arg-type]  # it parses the texts
-        options=RunOptions(
-            out=o.out,  # type: ignore[arg-type]  # RunOptions makes the folders Paths
-            save_tensors=o.save_tensors,
-            batch_size=o.batch_size,
-            skip_existing=o.skip_existing,
-            shard=command_shard(o.shard),  # type: ignore[arg-type]  # RunOptions parses "K/N" and "auto"
-            workers=o.workers,
-            tensorboard=o.tensorboard,  # type: ignore[arg-type]
-            command=tuple(sys.argv),
-        ),
-        checks=CheckOptions(
-            fail_on=o.fail_on or (),  # type: ignore[arg-type]  # CheckOptions parses "a,b"
-            dead_fraction=o.dead_fraction,
-            baseline=o.baseline,  # type: ignore[arg-type]  # CheckOptions makes it a Path
-            tolerances=Tolerances(rtol=o.rtol, atol=o.atol, min_cam_corr=o.min_cam_corr),
-        ),
-        trust=TrustOptions(faithfulness=o.faithfulness, sanity=o.sanity),
-    )
-
-
-def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str, ...]:
-    """``--prompt`` texts, then those of each ``--prompts FILE``, files in the order given (a
-    prompt in two of them is refused as any prompt given twice is, by ``ModelOptions``)."""
-    import os
-
-    from hookviz.errors import UsageError
-    from hookviz.options.model import Prompt, prompt_lines
-
-    files = list(files or ())
-    twice = next((file for k, file in enumerate(files) if os.path.realpath(file) in map(os.path.realpath, files[:k])), None)
-    if twice is not None:  # else each of its prompts would be "given twice"
-        raise UsageError(f"--prompts {twice}: the same file given twice; give each file once")
-    # where each prompt was first given, so that one given again names it (ModelOptions checks --prompt's own)
-    seen: dict[str, str] = {text.strip(): f"--prompt {text.strip()!r}" for text in given or () if isinstance(text, str)}
-    read: list[str] = []
-    for file in files:
-        for number, text in prompt_lines(file):
-            if text in seen:
-                raise UsageError(f"--prompts {file}: line {number} ({text[:40]!r}) repeats {seen[text]}; give each prompt once")
-            seen[text] = f"line {number} of {file}"
-            read.append(Prompt(text, f"--prompts {file}", number))  # a message about it names its file and line
-    return tuple(given or ()) + tuple(read)

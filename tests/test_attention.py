@@ -241,16 +241,13 @@ def _clip_reference_attention(block, saved: _Saved):
 
 def test_rollout_on_a_cnn_is_refused_in_one_line_naming_it(tmp_path):
     from torchvision.models import resnet18
-    from typer.testing import CliRunner
 
-    from hookviz.cli import app
-
+    from .cli_helpers import hookviz_run
     from .conftest import SAMPLES
 
     with pytest.raises(UsageError, match=r"cam='rollout'.*ResNet has no attention blocks.*choose a CAM method such as gradcam"):
         explain(resnet18(weights=None).eval(), torch.rand(3, 32, 32), cam="rollout")
-    args = ["run", str(SAMPLES / "cat.png"), "--model", "tests.conftest:tiny_net", "--weights", "none", "--cam", "gradcam,legrad"]
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out")])
+    result = hookviz_run(SAMPLES / "cat.png", "--cam", "gradcam,legrad", out=tmp_path / "out")
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
     assert result.stderr.startswith("hookviz: error: --cam legrad: ") and "has no attention blocks" in result.stderr
 

@@ -40,6 +40,7 @@ ORDER = [
     "progress",
     "process",
     "command_options",
+    "run_arguments",
     "cli",
     "__main__",
 ]

@@ -148,9 +148,7 @@ def test_lrp_joins_other_methods_and_the_trust_checks(batch):
 
 
 def test_the_composite_reaches_lrp_from_the_command_and_from_explain(batch, tmp_path):
-    from typer.testing import CliRunner
-
-    from hookviz.cli import app
+    from tests.cli_helpers import hookviz_cli
     from tests.conftest import tiny_net
 
     photo = batch[0, :, :24, :24]
@@ -161,7 +159,7 @@ def test_the_composite_reaches_lrp_from_the_command_and_from_explain(batch, tmp_
     with pytest.raises(UsageError) as caught:
         hookviz.explain(tiny_net(), photo, layers=["features.3"], cam="gradcam", lrp_composite="epsilon-gamma-box")
     assert "\n" not in str(caught.value) and "only lrp takes it" in str(caught.value)
-    result = CliRunner().invoke(app, ["run", "--cam", "gradcam", "--lrp-composite", "epsilon-gamma-box", str(tmp_path)])
+    result = hookviz_cli("run", "--cam", "gradcam", "--lrp-composite", "epsilon-gamma-box", tmp_path)
     assert result.exit_code == 2 and "--lrp-composite epsilon-gamma-box: only lrp takes it" in result.output
 
 

@@ -982,15 +982,14 @@ def test_a_plugin_method_that_declares_settings_gets_them_and_only_it_takes_them
         _refusal(strengh=1.5, cam="toy-settings")
         == "strengh: explain() takes no such keyword (did you mean 'strength', 'steps'?)"
     )
-    common = ["run", str(photo), "--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
-    helped = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300", "TERM": "dumb", "NO_COLOR": "1"})
+    helped = hookviz_cli("run", "--help", env={"COLUMNS": "300", "TERM": "dumb", "NO_COLOR": "1"})
     assert "--strength" in helped.output and "How much of the map to keep." in helped.output
-    refused = CliRunner().invoke(app, [*common, "--strength", "3", "--cam", "toy-settings", "--out", str(tmp_path / "o")])
+    refused = hookviz_run(photo, "--strength", "3", "--cam", "toy-settings", layer="features.3", out=tmp_path / "o")
     assert refused.exit_code == 2 and refused.output.strip().splitlines() == [
         "hookviz: error: --strength 3.0: must be from 0.0 to 2.0"
     ], refused.output
-    given = CliRunner().invoke(
-        app, [*common, "--cam", "toy-settings", "--strength", "2", "--pictures", "none", "--out", str(tmp_path / "out")]
+    given = hookviz_run(
+        photo, "--cam", "toy-settings", "--strength", "2", "--pictures", "none", layer="features.3", out=tmp_path / "out"
     )
     assert given.exit_code == 0, given.output
     report = json.loads((tmp_path / "out" / "photo" / "report.json").read_text())

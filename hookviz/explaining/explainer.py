@@ -531,7 +531,7 @@ def explain(model, image, layers: Sequence[str] | str | None = None, target: str
 
 def _option_groups(g: ExplainArgs, layers, target, declared: dict) -> dict:
     """``explain``'s arguments as the option groups ``Explainer.create`` takes (as
-    ``command_options.option_groups`` turns ``hookviz run``'s options into them)."""
+    ``run_arguments.option_groups`` turns ``hookviz run``'s options into them)."""
     from hookviz.budget import check_environment
     from hookviz.options.declared import build, groups, settings_of
     from hookviz.trust.assess import check_options as check_trust_options

@@ -1,0 +1,343 @@
+"""``hookviz run``'s arguments: its options as typed groups, one per help panel (``RunArgs``),
+the command made of them and of the settings methods and tasks declare (``TypedCommand``), and
+the values given turned into the option groups the library takes (``option_groups``)."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Annotated, Any, Optional
+
+import typer
+
+from hookviz.command_options import (
+    _TOLERANCES,
+    METHODS,
+    MODEL,
+    PICTURES,
+    AtolOption,
+    BaselineOption,
+    BatchSizeOption,
+    ChannelsOption,
+    CropOption,
+    DeadFractionOption,
+    DebugOption,
+    DeviceOption,
+    FailOnOption,
+    FaithfulnessOption,
+    FromListOption,
+    GradChannelsOption,
+    ImagesArgument,
+    JsonOutputOption,
+    LayerOption,
+    LayerTypeOption,
+    LayoutOption,
+    MaxPixelsOption,
+    MeanOption,
+    MinCamCorrOption,
+    ModelOption,
+    NoCropOption,
+    ObjectiveOption,
+    OutOption,
+    OutputKeyOption,
+    PromptOption,
+    PromptsFileOption,
+    QuietOption,
+    ResizeOption,
+    RtolOption,
+    SanityOption,
+    SaveTensorsOption,
+    ScaleOption,
+    SeedOption,
+    ShardOption,
+    SkipExistingOption,
+    StdOption,
+    TargetOption,
+    TensorboardOption,
+    TopkOption,
+    TrustCheckpointOption,
+    VerboseOption,
+    WeightsOption,
+    WorkersOption,
+    cam_completions,
+    cam_help,
+    default_pictures,
+    pictures_help,
+    task_help,
+)
+from hookviz.options import DEFAULT_MAX_PIXELS, Tolerances
+
+__all__ = ["RunArgs", "TypedCommand", "declared_parameters", "given_prompts", "option_groups"]
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """The photos and the model (the ``Model`` panel)."""
+
+    images: ImagesArgument = None
+    model: ModelOption = "resnet50"
+    weights: WeightsOption = "DEFAULT"
+    seed: SeedOption = 0
+    task: Annotated[str, typer.Option(help=task_help(), rich_help_panel=MODEL)] = "auto"
+    trust_checkpoint: TrustCheckpointOption = False
+    prompt: PromptOption = None
+    prompts: PromptsFileOption = None
+
+
+@dataclass(frozen=True)
+class LayerArgs:
+    """Which layers are recorded (the ``Layers`` panel)."""
+
+    layer: LayerOption = None
+    layer_type: LayerTypeOption = None
+    layout: LayoutOption = "auto"
+
+
+@dataclass(frozen=True)
+class TargetArgs:
+    """What is explained, and by which methods (the ``Target`` and ``Methods`` panels)."""
+
+    target: TargetOption = "top1"
+    objective: ObjectiveOption = "logit"
+    topk: TopkOption = 1
+    output_key: OutputKeyOption = None
+    cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions, rich_help_panel=METHODS)] = "gradcam"
+
+
+@dataclass(frozen=True)
+class TrustArgs:
+    """How far to trust the maps, and the checks against a baseline (the ``Trust and checks`` panel)."""
+
+    faithfulness: FaithfulnessOption = False
+    sanity: SanityOption = False
+    fail_on: FailOnOption = None
+    dead_fraction: DeadFractionOption = 1.0
+    baseline: BaselineOption = None
+    rtol: RtolOption = _TOLERANCES.rtol
+    atol: AtolOption = _TOLERANCES.atol
+    min_cam_corr: MinCamCorrOption = _TOLERANCES.min_cam_corr
+
+
+@dataclass(frozen=True)
+class PictureArgs:
+    """Which pictures, and how (the ``Pictures`` panel)."""
+
+    pictures: Annotated[str, typer.Option(help=pictures_help(), rich_help_panel=PICTURES)] = field(
+        default_factory=default_pictures
+    )
+    channels: ChannelsOption = "64"
+    scale: ScaleOption = "tile"
+    grad_channels: GradChannelsOption = False
+
+
+@dataclass(frozen=True)
+class ImageArgs:
+    """Where the photos come from and how they are prepared (the ``Images`` panel)."""
+
+    from_list: FromListOption = None
+    resize: ResizeOption = None
+    crop: CropOption = None
+    no_crop: NoCropOption = False
+    mean: MeanOption = None
+    std: StdOption = None
+    max_pixels: MaxPixelsOption = DEFAULT_MAX_PIXELS
+
+
+@dataclass(frozen=True)
+class RunPanelArgs:
+    """How the run goes: device, batches, workers, resuming, shards (the ``Run`` panel)."""
+
+    device: DeviceOption = "auto"
+    batch_size: BatchSizeOption = 8
+    workers: WorkersOption = 0
+    skip_existing: SkipExistingOption = False
+    shard: ShardOption = None
+
+
+@dataclass(frozen=True)
+class OutputArgs:
+    """What is written and printed (the ``Output`` panel)."""
+
+    out: OutOption = "hookviz-out"
+    save_tensors: SaveTensorsOption = False
+    tensorboard: TensorboardOption = None
+    json_output: JsonOutputOption = False
+    quiet: QuietOption = False
+    verbose: VerboseOption = False
+    debug: DebugOption = False
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """``hookviz run``'s own options, as typed, one group per help panel (``TypedCommand`` makes
+    the command's parameters of their fields, in this order, then of the settings the methods and
+    tasks declare: ``declared_parameters``). ``--task``, ``--cam`` and ``--pictures`` read their
+    help from the registries each time."""
+
+    model: ModelArgs
+    layers: LayerArgs
+    target: TargetArgs
+    trust: TrustArgs
+    pictures: PictureArgs
+    images: ImageArgs
+    run: RunPanelArgs
+    output: OutputArgs
+
+
+def declared_parameters(taken: set[str]) -> list[inspect.Parameter]:
+    """A command's parameters for the settings each method and task declares
+    (``hookviz.options.declared``), once per setting, in the panel of the first owner's kind.
+
+    Raises:
+        UsageError: a setting whose name or flag a command option has already (``taken``).
+    """
+    from hookviz.errors import UsageError
+    from hookviz.options.declared import owners, settings_of
+
+    parameters: dict[str, inspect.Parameter] = {}
+    for owner in owners():
+        for setting in settings_of(owner.group):
+            if setting.keyword in parameters:
+                continue
+            if setting.keyword in taken:
+                raise UsageError(f"{owner.words}: its setting {setting.flag} is an option of the command already; rename it")
+            kind: Any = setting.kind if setting.default is not None else Optional[str]
+            kind = Optional[list[str]] if setting.kind is tuple else kind
+            flag = f"{setting.flag}/--no-{setting.flag[2:]}" if setting.kind is bool and setting.default else setting.flag
+            declared = typer.Option(flag, help=setting.help, rich_help_panel=setting.panel or owner.panel)
+            default = None if setting.kind is tuple else setting.default
+            parameters[setting.keyword] = inspect.Parameter(
+                setting.keyword, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, declared]
+            )
+    return list(parameters.values())
+
+
+class TypedCommand:
+    """A command function made of a typed dataclass of its own options (``args``: a dataclass of
+    groups, each a dataclass of options) and the settings
+    the registered methods and tasks declare, read afresh each time typer builds the command (so
+    a plug-in's settings are flags once it is imported). Called, it hands ``body`` the ``args``
+    instance and the declared settings given (keyword -> value, those left at their defaults too)."""
+
+    def __init__(self, args: type, body: Callable[[Any, dict], None]):
+        self.args, self.body = args, body
+        self.__name__ = self.__qualname__ = body.__name__.lstrip("_")
+        self.__doc__, self.__module__ = body.__doc__, body.__module__
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        own = [
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=f.default_factory() if f.default is MISSING else f.default,  # type: ignore[misc,operator]
+                annotation=typing.get_type_hints(group, include_extras=True)[f.name],
+            )
+            for group in self._groups()
+            for f in fields(group)
+        ]
+        return inspect.Signature([*own, *declared_parameters({p.name for p in own})])
+
+    def _groups(self) -> list[type]:
+        hints = typing.get_type_hints(self.args)
+        return [hints[f.name] for f in fields(self.args)]
+
+    @property
+    def __annotations__(self) -> dict:  # type: ignore[override]  # typer reads a callback's hints
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+    def __call__(self, **given: Any) -> None:
+        groups = {
+            f.name: group(**{g.name: given.pop(g.name) for g in fields(group) if g.name in given})
+            for f, group in zip(fields(self.args), self._groups())
+        }
+        self.body(self.args(**groups), {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
+
+
+def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
+    """``hookviz run``'s options (``o``) and the declared settings given (``declared``) as the
+    groups ``Run`` takes, each checked by its own class."""
+    from hookviz.options import (
+        CheckOptions,
+        InputOptions,
+        LayerOptions,
+        ModelOptions,
+        RunOptions,
+        TrustOptions,
+        parse_triple,
+    )
+    from hookviz.options.declared import build
+    from hookviz.runs.cluster import command_shard
+
+    m, i, c, r = o.model, o.images, o.trust, o.run
+    return dict(
+        model=ModelOptions(m.model, m.weights, m.seed, r.device, m.task, m.trust_checkpoint, given_prompts(m.prompt, m.prompts)),
+        layers=LayerOptions(tuple(o.layers.layer or ()), tuple(o.layers.layer_type or ()), o.layers.layout),
+        inputs=InputOptions(
+            resize=i.resize,
+            crop=i.crop,
+            mean=parse_triple(i.mean, "mean") if i.mean else None,
+            std=parse_triple(i.std, "std") if i.std else None,
+            whole_image=i.no_crop,
+            max_pixels=i.max_pixels,
+        ),
+        target=_target(o.target, build(declared, "method")),
+        task_options=build(declared, "task"),
+        pictures=_pictures(o.pictures),
+        options=RunOptions(
+            out=o.output.out,  # type: ignore[arg-type]  # RunOptions makes the folders Paths
+            save_tensors=o.output.save_tensors,
+            batch_size=r.batch_size,
+            skip_existing=r.skip_existing,
+            shard=command_shard(r.shard),  # type: ignore[arg-type]  # RunOptions parses "K/N" and "auto"
+            workers=r.workers,
+            tensorboard=o.output.tensorboard,  # type: ignore[arg-type]
+            command=tuple(sys.argv),
+        ),
+        checks=CheckOptions(
+            fail_on=c.fail_on or (),  # type: ignore[arg-type]  # CheckOptions parses "a,b"
+            dead_fraction=c.dead_fraction,
+            baseline=c.baseline,  # type: ignore[arg-type]  # CheckOptions makes it a Path
+            tolerances=Tolerances(rtol=c.rtol, atol=c.atol, min_cam_corr=c.min_cam_corr),
+        ),
+        trust=TrustOptions(faithfulness=c.faithfulness, sanity=c.sanity),
+    )
+
+
+def _target(t: TargetArgs, settings: tuple) -> Any:
+    from hookviz.options import TargetOptions
+
+    return TargetOptions(t.target, t.objective, t.cam, t.topk, t.output_key, settings)
+
+
+def _pictures(p: PictureArgs) -> Any:
+    from hookviz.options import PictureOptions
+
+    return PictureOptions(p.pictures, p.channels, p.scale, p.grad_channels)  # type: ignore[arg-type]  # it parses the texts
+
+
+def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str, ...]:
+    """``--prompt`` texts, then those of each ``--prompts FILE``, files in the order given (a
+    prompt in two of them is refused as any prompt given twice is, by ``ModelOptions``)."""
+    import os
+
+    from hookviz.errors import UsageError
+    from hookviz.options.model import Prompt, prompt_lines
+
+    files = list(files or ())
+    twice = next((file for k, file in enumerate(files) if os.path.realpath(file) in map(os.path.realpath, files[:k])), None)
+    if twice is not None:  # else each of its prompts would be "given twice"
+        raise UsageError(f"--prompts {twice}: the same file given twice; give each file once")
+    # where each prompt was first given, so that one given again names it (ModelOptions checks --prompt's own)
+    seen: dict[str, str] = {text.strip(): f"--prompt {text.strip()!r}" for text in given or () if isinstance(text, str)}
+    read: list[str] = []
+    for file in files:
+        for number, text in prompt_lines(file):
+            if text in seen:
+                raise UsageError(f"--prompts {file}: line {number} ({text[:40]!r}) repeats {seen[text]}; give each prompt once")
+            seen[text] = f"line {number} of {file}"
+            read.append(Prompt(text, f"--prompts {file}", number))  # a message about it names its file and line
+    return tuple(given or ()) + tuple(read)
