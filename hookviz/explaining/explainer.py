@@ -81,6 +81,7 @@ class Explainer:
         """
         from hookviz.anatomy.geometry import declared_layout
         from hookviz.modelstate import input_channels
+        from hookviz.samples import get_sample_kind
         from hookviz.tasks import get_task, recognise_task
         from hookviz.tasks.embed import Embed, headless
         from hookviz.tasks.targets import parse_target
@@ -95,7 +96,7 @@ class Explainer:
             model = replace(model, task=Embed.name)
         dry = None
         if model.task == "auto":  # probed at the size asked for: some models take only that
-            dry = _dry_output(model.module, inputs.apply(processing))
+            dry = _dry_output(model.module, get_sample_kind(model.sample_kind), inputs.apply(processing))
             model = replace(model, task=recognise_task(dry))
         task = get_task(model.task)
         own = _own_options(task, task_options, model.name)
@@ -112,17 +113,8 @@ class Explainer:
         own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
         declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         declared = _with_layout(declared, layers.layout)
-        choice = None
-        if layers.given:
-            specs = resolve_layers(model.module, layers.layers, layers.layer_types)
-        elif model.default_layers:  # the source knows them (a YOLO's neck outputs)
-            specs = resolve_layers(model.module, model.default_layers)
-            choice = f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
-        else:
-            root = task.default_root(model.module)
-            spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)
-            specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
-        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, own, trust)
+        specs, choice = _chosen_layers(model, task, layers, processing, declared)
+        return cls(model, processing, specs, target, choice, inputs.max_pixels, declared, own, trust)
 
     # -- what the pass reads
 
@@ -184,8 +176,10 @@ class Explainer:
         import torch
         from PIL import Image
 
-        if isinstance(image, PreparedImage):
+        if isinstance(image, PreparedImage) or _is_sample(image):
             return image
+        if self.kind.name != "photo":
+            return self._sample(image)
         if isinstance(image, torch.Tensor) and image.numel() == 0:
             raise UsageError(
                 f"{arg('image', 'x'.join(map(str, image.shape)))}: the tensor is empty; pass a photo or the model's input"
@@ -202,6 +196,33 @@ class Explainer:
                 "a uint8 (C, H, W) tensor or a preprocessed float (C, H, W) tensor"
             )
         return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
+
+    def _sample(self, source):
+        """A sample of the model's own kind, from the path of its key file (its photo)."""
+        import os
+        from pathlib import Path
+
+        kind = self.kind
+        if not isinstance(source, (str, os.PathLike)):
+            raise UsageError(
+                f"{arg('image', type(source).__name__)}: {self.model.name} takes {kind.words}, given as the path of "
+                "its file (or a sample its kind prepared)"
+            )
+        return kind.prepare(kind.load(Path(source), self.max_pixels), self.preprocessing, self.max_pixels)
+
+    @property
+    def kind(self):
+        """What one sample of the model is (``hookviz.samples.SampleKind``): a photo unless the model says."""
+        from hookviz.samples import get_sample_kind
+
+        return get_sample_kind(self.model.sample_kind)
+
+    def batch(self, samples: Sequence):
+        """``samples`` as a ``samples.SampleBatch``: the model, its task and this explainer's options,
+        which every pass over them (the main one, re-scoring, input gradients, trust) runs with."""
+        from hookviz.samples import SampleBatch
+
+        return SampleBatch(samples, self.task, self.model.module, self.device, self.target, self.task_options)
 
     def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
         """Explain prepared images in one forward and backward pass (see ``explaining.passes.explain_batch``),
@@ -328,11 +349,25 @@ def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
     return model
 
 
-def _dry_output(module, preprocessing: Preprocessing):
-    """A model's output on a blank photo: what a factory's model does is read from it."""
+def _dry_output(module, kind, preprocessing: Preprocessing):
+    """A model's output on a blank sample of its ``kind``: what a factory's model does is read from it."""
     from hookviz.anatomy.layers import dry_output
 
-    return dry_output(module, preprocessing.trace_size, preprocessing.channels)
+    return dry_output(module, preprocessing.trace_size, preprocessing.channels, blank=kind.blank(preprocessing))
+
+
+def _chosen_layers(model: LoadedModel, task, layers: LayerOptions, processing: Preprocessing, declared):
+    """The layers to record, and why hookviz chose them when the caller named none (else ``None``)."""
+    from hookviz.samples import get_sample_kind
+
+    if layers.given:
+        return tuple(resolve_layers(model.module, layers.layers, layers.layer_types)), None
+    if model.default_layers:  # the source knows them (a YOLO's neck outputs)
+        specs = resolve_layers(model.module, model.default_layers)
+        return tuple(specs), f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
+    root, blank = task.default_root(model.module), get_sample_kind(model.sample_kind).blank(processing)
+    spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root, blank=blank)
+    return (spec,), f"{spec.label} ({spec.module_type}), {reason}"
 
 
 def _with_layout(declared: DeclaredLayout | None, layout: str) -> DeclaredLayout | None:
@@ -414,6 +449,11 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
     pixels = (np.clip(np.nan_to_num(tensor.numpy() * std + mean), 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
     shown = np.repeat(pixels, 3, axis=2) if channels == 1 else pixels
     return PreparedImage(LoadedImage(None, Image.fromarray(shown), _raw_pixels_note(tensor, mean, std)), tensor, shown)
+
+
+def _is_sample(value) -> bool:
+    """Whether ``value`` is already a sample (``hookviz.samples.Sample``): named tensors and a source."""
+    return isinstance(getattr(value, "tensors", None), dict) and hasattr(value, "source") and hasattr(value, "shown")
 
 
 def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ...]:
