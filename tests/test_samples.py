@@ -166,3 +166,23 @@ def test_a_plugin_sample_kind_of_two_inputs_runs_end_to_end(tmp_path):
     assert "coffee.png: target" not in third.stdout and "1 skipped (done by an earlier run)" in third.stderr
     expected = _logits(folder / "cat.png", folder / "cat.npy")
     assert redone["target"]["score"] == pytest.approx(float(expected.max()), rel=1e-4, abs=1e-5)
+
+
+def test_the_sample_kind_contract_in_the_docs_is_the_protocol_and_its_defaults():
+    """docs/extending.md's sample-kind table lists every member of ``SampleKind``, and says
+    "none" in its default column exactly where ``SampleKindBase`` gives none."""
+    import re
+    import typing
+
+    from hookviz.samples import SampleKind, SampleKindBase
+
+    text = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    table = text.split("## A sample kind", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for cells in rows for name in re.findall(r"`(\w+)", cells[0])}
+    without_default = {name for cells in rows if cells[1].startswith("none: write") for name in re.findall(r"`(\w+)", cells[0])}
+    members = set(typing.get_type_hints(SampleKind)) | {
+        n for n, v in vars(SampleKind).items() if callable(v) and not n.startswith("_")
+    }
+    assert documented == members
+    assert without_default == {name for name in members if not hasattr(SampleKindBase, name)}
