@@ -155,7 +155,8 @@ class Explainer:
     def prepare(self, image) -> PreparedImage:
         """A photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, a uint8 tensor as
         ``torchvision.io.read_image`` returns it) preprocessed as the model expects, or a float
-        (C, H, W) tensor taken as the model's input as it is.
+        (C, H, W) tensor taken as the model's input as it is. A model of another sample kind
+        (``hookviz.samples``) takes the path of a sample's key file; a sample is taken as it is.
 
         Raises:
             ImageError: the file cannot be read or used.
