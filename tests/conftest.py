@@ -554,14 +554,16 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture
 def registries_restored():
     """Whatever a test (or an example it runs) registers (methods, picture kinds, tasks,
-    checks) is gone after it, so that a test registering the same name elsewhere still can."""
+    checks, sample kinds) is gone after it, so that a test registering the same name elsewhere still can."""
     from hookviz.explaining.checks import CHECKS
     from hookviz.methods.base import METHODS
     from hookviz.models.sources import SOURCES
     from hookviz.render.kinds import KINDS
+    from hookviz.samples import SAMPLE_KINDS, get_sample_kind
     from hookviz.tasks.base import TASKS
 
-    saved = [(registry, registry.snapshot()) for registry in (METHODS, CHECKS, KINDS, TASKS, SOURCES)]
+    get_sample_kind("photo")  # the built-in kind, registered before the snapshot
+    saved = [(registry, registry.snapshot()) for registry in (METHODS, CHECKS, KINDS, TASKS, SOURCES, SAMPLE_KINDS)]
     yield
     for registry, before in saved:
         registry.restore(before)

@@ -57,8 +57,8 @@ class Regress(TaskBase):
     def check(self, options) -> None:
         pass
 
-    def forward(self, module, tensors, device, options=None, task_options=None):
-        return stacked(module, tensors, device)
+    def forward(self, module, inputs, device, options=None, task_options=None):
+        return stacked(module, inputs, device)
 
     def plan(self, output, options, categories, count, task_options=None) -> Plan:
         values = output.reshape(count)

@@ -166,3 +166,24 @@ def test_every_task_method_and_picture_kind_works_or_is_refused_in_one_line_unde
         extra = [value.format(first=first) for value in extra]
         outcomes[name] = _works_or_is_refused_in_one_line(_invoke([*common, *extra, "--out", str(out)]), out)
     assert outcomes["skip-existing"] == outcomes["baseline"] == "works", outcomes
+
+
+def test_every_sample_kind_meets_the_interface_and_its_blank_sample_is_a_batch_of_one(registries_restored):
+    """The built-in photo and the plug-in's photo+vector (tests/sample_plugin.py, run end to end by
+    tests/test_samples.py) each have every member of ``SampleKind``."""
+    from hookviz.inputs.images import Preprocessing
+    from hookviz.samples import SAMPLE_KINDS, SampleKind, get_sample_kind
+
+    from . import sample_plugin
+
+    get_sample_kind("photo")
+    if "photo+vector" not in SAMPLE_KINDS:  # an earlier test's registries_restored took it away
+        SAMPLE_KINDS.add("photo+vector", sample_plugin.PhotoAndVector())
+    members = {name for name in vars(SampleKind) if not name.startswith("_")} | set(SampleKind.__annotations__)
+    assert {"find", "files", "load", "prepare", "blank", "identity", "match", "name", "main"} <= members
+    for name in SAMPLE_KINDS:
+        kind = SAMPLE_KINDS.get(name)
+        assert kind.name == name and all(hasattr(kind, member) for member in members), name
+        blank = kind.blank(Preprocessing(resize=32, size=32))
+        assert all(isinstance(t, torch.Tensor) and t.shape[0] == 1 for t in blank) and blank[0].shape == (1, 3, 32, 32)
+        assert kind.files(SAMPLES / "cat.png")[0] == SAMPLES / "cat.png"

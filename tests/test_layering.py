@@ -26,6 +26,7 @@ ORDER = [
     "lazy_dynamo",
     "interrupts",
     "inputs",
+    "samples",
     "anatomy",
     "tasks",
     "models",

@@ -43,9 +43,11 @@ def test_tasks_methods_picture_kinds_and_model_sources_are_one_kind_of_registry(
     from hookviz.models.sources import SOURCES
     from hookviz.registry import Registry
     from hookviz.render.kinds import KINDS
+    from hookviz.samples import SAMPLE_KINDS, get_sample_kind
     from hookviz.tasks import TASKS
 
-    for registry in (TASKS, METHODS, KINDS, SOURCES, CHECKS):
+    get_sample_kind("photo")  # registers the built-in kind
+    for registry in (TASKS, METHODS, KINDS, SOURCES, CHECKS, SAMPLE_KINDS):
         assert type(registry) is Registry
         name = registry.names()[0]
         with pytest.raises(UsageError, match=f"a {registry.what} named '{name}' is already registered"):

@@ -161,14 +161,15 @@ class _Trace:
     output: object = None  # the model's own output
 
 
-def dry_output(model, input_size: tuple[int, int], channels: int = 3):
-    """The model's output on a blank (zero) photo, computed without gradients in eval mode."""
-    return _run_traced(model, input_size, channels, watch=False).output
+def dry_output(model, input_size: tuple[int, int], channels: int = 3, blank: tuple | None = None):
+    """The model's output on a blank (zero) photo, computed without gradients in eval mode;
+    ``blank``: the model's positional inputs instead (a sample kind's blank sample)."""
+    return _run_traced(model, input_size, channels, watch=False, blank=blank).output
 
 
-def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bool = True) -> _Trace:
-    """Dry forward pass on a zero image, watching every module (with ``watch``); the
-    model's mode and parameters are left as they were."""
+def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bool = True, blank: tuple | None = None) -> _Trace:
+    """Dry forward pass on a zero image (or on ``blank``, the model's positional inputs),
+    watching every module (with ``watch``); the model's mode and parameters are left as they were."""
     import torch
 
     from hookviz.modelstate import evaluation
@@ -193,7 +194,8 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
                 from hookviz.modelstate import model_dtype
 
                 device = next(model.parameters(), torch.zeros(0)).device
-                output = model(torch.zeros(1, channels, *input_size, device=device, dtype=model_dtype(model)))
+                given = blank if blank is not None else (torch.zeros(1, channels, *input_size),)
+                output = model(*(tensor.to(device=device, dtype=model_dtype(model)) for tensor in given))
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
             raise UsageError(_dry_run_failure(model, input_size, channels, exc)) from None
     return _Trace(shapes, order, starts, output)
@@ -263,6 +265,7 @@ def default_layer(
     channels: int = 3,
     declared: DeclaredLayout | None = None,
     root: str | None = None,
+    blank: tuple | None = None,
 ) -> tuple[LayerSpec, str]:
     """The usual CAM layer, and why it was chosen.
 
@@ -276,11 +279,13 @@ def default_layer(
             token grids it does not cover are recognised by their count.
         root: only modules inside it are considered (a detector's ``backbone.body``): the
             backbone's last feature map.
+        blank: the model's positional inputs for the dry pass (a sample kind's blank
+            sample); a zero photo of ``input_size`` by default.
 
     Raises:
         UnknownLayerError: no module outputs a spatial map or a token grid; name a layer.
     """
-    traced = _run_traced(model, input_size, channels)
+    traced = _run_traced(model, input_size, channels, blank=blank)
     if root is not None:
         inside = lambda path: path.startswith(root + ".")  # noqa: E731
         traced = _Trace(traced.shapes, [p for p in traced.order if inside(p)], [p for p in traced.starts if inside(p)])

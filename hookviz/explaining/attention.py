@@ -28,22 +28,18 @@ class AttentionPass:
     """``attention(gradients=None)``: the batch's ``AttentionMaps`` for one CAM key.
 
     Attributes:
-        task, module, device, options, scorer, task_options: as ``tasks.base.Rescoring``'s.
+        samples, scorer: as ``tasks.base.Rescoring``'s (``samples`` runs the task's forward).
         sites: the model's ``AttentionSite``s.
-        batch: the batch's inputs (N, C, H, W), on the model's device.
+        batch: the batch's main inputs (N, C, H, W), on the model's device.
         prefix: the tokens before the patch tokens, as the model declares them, or ``None``.
         class_token: whether the first token is a class token.
         shared: the probabilities alone, shared by every key's pass (they do not depend on it).
     """
 
-    task: Any
-    module: Any
-    device: str
-    options: Any
+    samples: Any
     scorer: Any
     sites: tuple
     batch: Any
-    task_options: Any = None
     prefix: int | None = None
     class_token: bool = True
     shared: dict = field(default_factory=dict, compare=False, repr=False)
@@ -62,11 +58,11 @@ class AttentionPass:
 
         count = len(self.batch)
         graph = torch.enable_grad() if gradients else torch.no_grad()
-        recording = attention_recorded(self.module, self.sites, layers=gradients == "layers")
+        recording = attention_recorded(self.samples.module, self.sites, layers=gradients == "layers")
         with torch.inference_mode(False), graph, recording as seen:
             # The parameters are frozen: the graph starts at the input.
             inputs = self.batch.detach().clone().requires_grad_(gradients is not None)
-            output = self.task.forward(self.module, list(inputs), self.device, self.options, self.task_options)
+            output = self.samples.forward(main=inputs)
             probabilities = tuple(seen.probabilities)
             _check_shapes(probabilities, self.sites, count)
             found = None

@@ -113,17 +113,14 @@ def cam_gradients(recording, captures, plan, extra) -> dict:
     return {key: gradients[key] for key, _ in plan.cams}  # the plan's order: its first key is the main CAM
 
 
-def sources_for(explainer, methods, plan, tensors, gradients, cost=None) -> Sources:
-    """What ``methods`` need of this batch, beyond the recorded tensors; their passes of many
-    rows keep to the memory budget (``hookviz.budget``), given ``cost``, what a row of the
-    main pass cost (a ``RowCost``; ``None``: ``RESCORING_BATCH`` rows a pass)."""
-    import torch
-
+def sources_for(explainer, methods, plan, samples, gradients, cost=None) -> Sources:
+    """What ``methods`` need of this batch (a ``samples.SampleBatch``), beyond the recorded
+    tensors; their passes of many rows keep to the memory budget (``hookviz.budget``), given
+    ``cost``, what a row of the main pass cost (a ``RowCost``; ``None``: ``RESCORING_BATCH`` rows a pass)."""
     from hookviz.budget import RowCost
     from hookviz.explaining.probing import InputGradients
     from hookviz.input_format import formats_for
     from hookviz.methods import RESCORING_BATCH
-    from hookviz.modelstate import model_dtype
     from hookviz.tasks.base import Rescoring
 
     module, task, options, device = explainer.model.module, explainer.task, explainer.target, explainer.device
@@ -132,58 +129,36 @@ def sources_for(explainer, methods, plan, tensors, gradients, cost=None) -> Sour
     sources = Sources(keys, module, gradients, options=options, objective=task.objective_words(options, own))
     batch = None
     if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients or m.resolution == "input" for m in methods):
-        batch = torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module))
+        batch = samples.main_input()
     scores = None
-    formats = formats_for(module)
     cost = cost or RowCost()
     if any(m.needs_rescoring for m in methods):
-        chunk = cost.rows(device, RESCORING_BATCH, gradients=False)
-        scores = {
-            key: Rescoring(task, module, device, options, task.scorer(plan, key, options), chunk, own, formats) for key in keys
-        }
+        chunk, formats = cost.rows(device, RESCORING_BATCH, gradients=False), formats_for(module)
+        scores = {key: Rescoring(samples, task.scorer(plan, key, options), chunk, formats) for key in keys}
     input_gradients = None
     if any(m.needs_input_gradients for m in methods):  # each key's, computed only when a method calls it
         chunk = cost.rows(device, RESCORING_BATCH, gradients=True)
-        input_gradients = {
-            key: InputGradients(task, module, device, options, task.scorer(plan, key, options), chunk, own) for key in keys
-        }
-    attention = _attention_passes(explainer, methods, plan, batch if batch is not None else tensors, keys)
+        input_gradients = {key: InputGradients(samples, task.scorer(plan, key, options), chunk) for key in keys}
+    attention = _attention_passes(explainer, methods, plan, samples, keys)
     return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients, attention=attention)
 
 
-def _attention_passes(explainer, methods, plan, batch, keys) -> dict | None:
+def _attention_passes(explainer, methods, plan, samples, keys) -> dict | None:
     """Per key, the attention pass of the methods that read attention (one shared forward pass
     for the probabilities alone), or ``None`` when no method does."""
     asking = [m for m in methods if m.needs_attention]
     if not asking:
         return None
-    import torch
-
     from hookviz.anatomy.attention import attention_sites, has_class_token
     from hookviz.explaining.attention import AttentionPass
-    from hookviz.modelstate import model_dtype
 
     module, task, options = explainer.model.module, explainer.task, explainer.target
     sites = attention_sites(module, asking[0].name)
     declared = explainer.declared_layout
     prefix = declared.prefix if declared is not None and declared.patch is not None else None
-    if not isinstance(batch, torch.Tensor):
-        batch = torch.stack(list(batch)).to(device=explainer.device, dtype=model_dtype(module))
-    shared: dict = {}
+    batch, shared = samples.main_input(), {}
     return {
-        key: AttentionPass(
-            task,
-            module,
-            explainer.device,
-            options,
-            task.scorer(plan, key, options),
-            sites,
-            batch,
-            explainer.task_options,
-            prefix,
-            has_class_token(module),
-            shared,
-        )
+        key: AttentionPass(samples, task.scorer(plan, key, options), sites, batch, prefix, has_class_token(module), shared)
         for key in keys
     }
 

@@ -12,13 +12,11 @@ from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
-import numpy as np
-
 from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.anatomy.layers import LayerSpec, default_layer, resolve_layers
 from hookviz.errors import UsageError, arg, did_you_mean
 from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, load_image, photo_of_array, prepare
+from hookviz.inputs.images import PreparedImage, Preprocessing
 from hookviz.models.sources.base import LoadedModel
 from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
 
@@ -80,8 +78,7 @@ class Explainer:
         """
         from hookviz.anatomy.geometry import declared_layout
         from hookviz.modelstate import input_channels
-        from hookviz.tasks import get_task, recognise_task
-        from hookviz.tasks.embed import Embed, headless
+        from hookviz.tasks import get_task
         from hookviz.tasks.targets import parse_target
         from hookviz.trust.assess import check as check_trust
 
@@ -89,13 +86,7 @@ class Explainer:
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
-        model = _chosen_task(model, task_options)
-        if model.task == "auto" and headless(model.module):  # its "logits" would be embedding dimensions
-            model = replace(model, task=Embed.name)
-        dry = None
-        if model.task == "auto":  # probed at the size asked for: some models take only that
-            dry = _dry_output(model.module, inputs.apply(processing))
-            model = replace(model, task=recognise_task(dry))
+        model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing))
         task = get_task(model.task)
         own = _own_options(task, task_options, model.name)
         task.check(target)
@@ -111,17 +102,8 @@ class Explainer:
         own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
         declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         declared = _with_layout(declared, layers.layout)
-        choice = None
-        if layers.given:
-            specs = resolve_layers(model.module, layers.layers, layers.layer_types)
-        elif model.default_layers:  # the source knows them (a YOLO's neck outputs)
-            specs = resolve_layers(model.module, model.default_layers)
-            choice = f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
-        else:
-            root = task.default_root(model.module)
-            spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root)
-            specs, choice = [spec], f"{spec.label} ({spec.module_type}), {reason}"
-        return cls(model, processing, tuple(specs), target, choice, inputs.max_pixels, declared, own, trust)
+        specs, choice = _chosen_layers(model, task, layers, processing, declared)
+        return cls(model, processing, specs, target, choice, inputs.max_pixels, declared, own, trust)
 
     # -- what the pass reads
 
@@ -173,35 +155,47 @@ class Explainer:
     def prepare(self, image) -> PreparedImage:
         """A photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, a uint8 tensor as
         ``torchvision.io.read_image`` returns it) preprocessed as the model expects, or a float
-        (C, H, W) tensor taken as the model's input as it is.
+        (C, H, W) tensor taken as the model's input as it is. A model of another sample kind
+        (``hookviz.samples``) takes the path of a sample's key file; a sample is taken as it is.
 
         Raises:
             ImageError: the file cannot be read or used.
             UsageError: an array or tensor of a shape that is neither, or an array of pixels of another dtype.
         """
-        import os
+        from hookviz.samples.photo import prepared_photo
 
-        import torch
-        from PIL import Image
-
-        if isinstance(image, PreparedImage):
+        if isinstance(image, PreparedImage) or _is_sample(image):
             return image
-        if isinstance(image, torch.Tensor) and image.numel() == 0:
+        if self.kind.name != "photo":
+            return self._sample(image)
+        return prepared_photo(image, self.preprocessing, self.max_pixels)
+
+    def _sample(self, source):
+        """A sample of the model's own kind, from the path of its key file (its photo)."""
+        import os
+        from pathlib import Path
+
+        kind = self.kind
+        if not isinstance(source, (str, os.PathLike)):
             raise UsageError(
-                f"{arg('image', 'x'.join(map(str, image.shape)))}: the tensor is empty; pass a photo or the model's input"
+                f"{arg('image', type(source).__name__)}: {self.model.name} takes {kind.words}, given as the path of "
+                "its file (or a sample its kind prepared)"
             )
-        if isinstance(image, torch.Tensor) and str(image.dtype) in _PIXEL_DTYPES:
-            image = _photo_of(image)  # 0-255 (or 16-bit) pixels are a photo, never a model's input
-        elif isinstance(image, torch.Tensor):
-            return _from_tensor(image, self.preprocessing)
-        if isinstance(image, np.ndarray):
-            image = photo_of_array(image)
-        if not isinstance(image, (str, os.PathLike, Image.Image)):
-            raise UsageError(
-                f"{arg('image', type(image).__name__)}: expected a path, a PIL image, an H x W x 3 array, "
-                "a uint8 (C, H, W) tensor or a preprocessed float (C, H, W) tensor"
-            )
-        return prepare(load_image(image, self.max_pixels), self.preprocessing, self.max_pixels)
+        return kind.prepare(kind.load(Path(source), self.max_pixels), self.preprocessing, self.max_pixels)
+
+    @property
+    def kind(self):
+        """What one sample of the model is (``hookviz.samples.SampleKind``): a photo unless the model says."""
+        from hookviz.samples import get_sample_kind
+
+        return get_sample_kind(self.model.sample_kind)
+
+    def batch(self, samples: Sequence):
+        """``samples`` as a ``samples.SampleBatch``: the model, its task and this explainer's options,
+        which every pass over them (the main one, re-scoring, input gradients, trust) runs with."""
+        from hookviz.samples import SampleBatch
+
+        return SampleBatch(samples, self.task, self.model.module, self.device, self.target, self.task_options)
 
     def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
         """Explain prepared images in one forward and backward pass (see ``explaining.passes.explain_batch``),
@@ -328,11 +322,40 @@ def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
     return model
 
 
-def _dry_output(module, preprocessing: Preprocessing):
-    """A model's output on a blank photo: what a factory's model does is read from it."""
+def _recognised(model: LoadedModel, processing: Preprocessing):
+    """``model`` with its task, where it says ``auto``: read from its output on a blank sample (also
+    returned; ``None`` when none was needed), probed at the size asked for: some models take only that."""
+    from hookviz.samples import get_sample_kind
+    from hookviz.tasks import recognise_task
+    from hookviz.tasks.embed import Embed, headless
+
+    if model.task == "auto" and headless(model.module):  # its "logits" would be embedding dimensions
+        model = replace(model, task=Embed.name)
+    if model.task != "auto":
+        return model, None
+    dry = _dry_output(model.module, get_sample_kind(model.sample_kind), processing)
+    return replace(model, task=recognise_task(dry)), dry
+
+
+def _dry_output(module, kind, preprocessing: Preprocessing):
+    """A model's output on a blank sample of its ``kind``: what a factory's model does is read from it."""
     from hookviz.anatomy.layers import dry_output
 
-    return dry_output(module, preprocessing.trace_size, preprocessing.channels)
+    return dry_output(module, preprocessing.trace_size, preprocessing.channels, blank=kind.blank(preprocessing))
+
+
+def _chosen_layers(model: LoadedModel, task, layers: LayerOptions, processing: Preprocessing, declared):
+    """The layers to record, and why hookviz chose them when the caller named none (else ``None``)."""
+    from hookviz.samples import get_sample_kind
+
+    if layers.given:
+        return tuple(resolve_layers(model.module, layers.layers, layers.layer_types)), None
+    if model.default_layers:  # the source knows them (a YOLO's neck outputs)
+        specs = resolve_layers(model.module, model.default_layers)
+        return tuple(specs), f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
+    root, blank = task.default_root(model.module), get_sample_kind(model.sample_kind).blank(processing)
+    spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root, blank=blank)
+    return (spec,), f"{spec.label} ({spec.module_type}), {reason}"
 
 
 def _with_layout(declared: DeclaredLayout | None, layout: str) -> DeclaredLayout | None:
@@ -360,74 +383,9 @@ def _check_input_size(model: LoadedModel, preprocessing: Preprocessing, inputs: 
         )
 
 
-#: A uint8 tensor's channels: gray, gray and alpha, RGB, RGBA (``torchvision.io.ImageReadMode``).
-_PHOTO_CHANNELS = (1, 2, 3, 4)
-#: Tensors of pixels: ``read_image`` returns uint8, and uint16 for a 16-bit PNG.
-_PIXEL_DTYPES = ("torch.uint8", "torch.uint16")
-
-
-def _photo_of(tensor):
-    """A uint8 (or uint16) tensor of pixels as a PIL image: (C, H, W) as ``read_image`` returns
-    it (or a batch of one), else (H, W) or (H, W, C) as arrays hold photos."""
-    import torch
-    from PIL import Image
-
-    pixels = tensor.detach().cpu()
-    if pixels.dtype != torch.uint8:  # 16-bit: 65535 is white, as 255 is in 8 bits
-        pixels = (pixels.to(torch.int32) * 255 + 32767).div(65535, rounding_mode="floor").to(torch.uint8)
-    if pixels.dim() == 4 and pixels.shape[0] == 1:
-        pixels = pixels[0]
-    if pixels.dim() == 3 and pixels.shape[0] in _PHOTO_CHANNELS:
-        pixels = pixels.permute(1, 2, 0)
-    elif not (pixels.dim() == 2 or (pixels.dim() == 3 and pixels.shape[-1] in _PHOTO_CHANNELS)):
-        raise UsageError(
-            f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a uint8 tensor is taken as a photo, "
-            "(C, H, W) as torchvision.io.read_image returns it, with 1 to 4 channels"
-        )
-    array = np.ascontiguousarray(pixels.numpy())
-    return Image.fromarray(array[..., 0] if array.ndim == 3 and array.shape[-1] == 1 else array)
-
-
-def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
-    from PIL import Image
-
-    tensor = image.detach().float().cpu()
-    if tensor.dim() == 4 and tensor.shape[0] == 1:
-        tensor = tensor[0]
-    if tensor.dim() != 3:
-        raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
-    channels = tensor.shape[0]
-    if channels != preprocessing.channels:
-        layout = (
-            "; it looks like H x W x C, a photo's layout: pass image.permute(2, 0, 1) if it is the model's "
-            "input, or a uint8 tensor or the path to have it preprocessed"
-            if tensor.shape[-1] == preprocessing.channels
-            else ""
-        )
-        raise UsageError(
-            f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a tensor image of {channels} channels; "
-            f"the model takes {preprocessing.channels}{layout}"
-        )
-    mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None]
-    std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None]
-    # NaN pixels (a model input gone wrong) are shown black rather than cast to garbage
-    pixels = (np.clip(np.nan_to_num(tensor.numpy() * std + mean), 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
-    shown = np.repeat(pixels, 3, axis=2) if channels == 1 else pixels
-    return PreparedImage(LoadedImage(None, Image.fromarray(shown), _raw_pixels_note(tensor, mean, std)), tensor, shown)
-
-
-def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ...]:
-    """A note when a float tensor, taken as the model's input, holds values its normalisation
-    cannot make (half again the value of a white pixel): pixels, not yet preprocessed?"""
-    white = float(((1.0 - mean) / std).max())
-    largest = float(np.nanmax(tensor.numpy(), initial=-np.inf))
-    if not largest > 1.5 * white:
-        return ()
-    return (
-        f"{arg('image')}: a float tensor is taken as the model's input, already preprocessed, but its values "
-        f"reach {largest:.4g}, where this normalisation makes at most {white:.3g} (a white pixel): raw pixels? "
-        "Pass a uint8 tensor (as torchvision.io.read_image returns) or the path to have it preprocessed",
-    )
+def _is_sample(value) -> bool:
+    """Whether ``value`` is already a sample (``hookviz.samples.Sample``): named tensors and a source."""
+    return isinstance(getattr(value, "tensors", None), dict) and hasattr(value, "source") and hasattr(value, "shown")
 
 
 def _check_method(name: str, module) -> None:

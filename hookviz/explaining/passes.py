@@ -260,7 +260,7 @@ def full_precision(device: str) -> Iterator[None]:
 
 
 def explain_batch(explainer, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
-    """Run one forward and backward pass over ``images`` and explain each of them.
+    """Run one forward and backward pass over ``images`` (samples: ``hookviz.samples``) and explain each of them.
 
     Each image gets its own target (``top1`` is per image). Parameters get no gradients;
     back-propagation stops at the earliest recorded tensor. Each layer is reduced to its
@@ -280,16 +280,11 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     from hookviz.anatomy.dataflow import ChannelOrders
     from hookviz.explaining.cams import cam_gradients, layer_maps, pixel_maps, sources_for
     from hookviz.explaining.recording import Recording
-    from hookviz.modelstate import TRAIN_MODE_NOTE, evaluation, frozen_parameters
+    from hookviz.modelstate import evaluation, frozen_parameters
 
-    module, task, options, methods = explainer.model.module, explainer.task, explainer.target, explainer.methods
-    layer_methods = [m for m in methods if m.resolution == "layer"]  # the main one first
-    if any(parameter.is_inference() for parameter in module.parameters()):
-        raise UsageError(
-            "the model's parameters were made under torch.inference_mode, so no gradient can flow through "
-            "them; build or load the model outside inference_mode"
-        )
-    tensors = [image.tensor for image in images]
+    module, options, methods = explainer.model.module, explainer.target, explainer.methods
+    _refuse_inference_parameters(module)
+    samples = explainer.batch(images)
     # Gradients are needed even when the caller's code runs under torch.no_grad or inference_mode.
     with (
         torch.inference_mode(False),
@@ -299,55 +294,73 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         frozen_parameters(module),
     ):
         with Recording(module, explainer.layers) as recording, ChannelOrders(module) as orders:
-            with _measured(module, methods, tensors) as measure:  # what a row costs the passes that follow
-                output = task.forward(module, tensors, explainer.device, options, explainer.task_options)
+            with _measured(module, methods, samples) as measure:  # what a row costs the passes that follow
+                output = samples.forward()
             skipped = recording.check_complete()
-            plan = task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
+            plan = explainer.task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
             wants_gradients = any(m.needs_gradients for m in methods)
             extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None] if wants_gradients else []
             recording.backward(plan.objective, retain_graph=bool(extra))
             captures = recording.captures
             _check_batch_first(captures, len(images))
             gradients = cam_gradients(recording, captures, plan, extra) if wants_gradients else None
-            input_hw = tuple(tensors[0].shape[-2:])
+            input_hw = tuple(samples.samples[0].tensor.shape[-2:])
             layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
         # Out of the recording: a method that re-scores runs the bare model, with no hook on it.
-        sources = sources_for(explainer, methods, plan, tensors, gradients, measure.cost)
-        layer_cams = [
-            layer_maps(layer_methods, capture, sources, position, layouts[position]["output"])
-            for position, capture in enumerate(captures)
-        ]
-        pixels = pixel_maps(
-            [m for m in methods if m.resolution == "input"], captures, [found["output"] for found in layouts], sources
+        sources = sources_for(explainer, methods, plan, samples, gradients, measure.cost)
+        layer_methods = [m for m in methods if m.resolution == "layer"]  # the main one first
+        layer_cams = [layer_maps(layer_methods, c, sources, n, layouts[n]["output"]) for n, c in enumerate(captures)]
+        inputs = [m for m in methods if m.resolution == "input"]
+        pixels = pixel_maps(inputs, captures, [found["output"] for found in layouts], sources)
+    made = _Made(captures, layouts, layer_cams, pixels, plan, skipped, was_training)
+    return [_image_explanation(explainer, image, i, made, summaries) for i, image in enumerate(images)]
+
+
+@dataclass(frozen=True)
+class _Made:
+    """What one pass made of its batch, for each image's ``Explanation``."""
+
+    captures: list
+    layouts: list
+    layer_cams: list
+    pixels: object
+    plan: object
+    skipped: list
+    was_training: bool
+
+
+def _refuse_inference_parameters(module) -> None:
+    if any(parameter.is_inference() for parameter in module.parameters()):
+        raise UsageError(
+            "the model's parameters were made under torch.inference_mode, so no gradient can flow through "
+            "them; build or load the model outside inference_mode"
         )
+
+
+def _image_explanation(explainer, image, i: int, made: _Made, summaries: SummaryOptions) -> Explanation:
+    """Image ``i``'s ``Explanation``, with the pass's notes and its input-resolution maps."""
+    from hookviz.modelstate import TRAIN_MODE_NOTE
+
     notes = list(explainer.notes)
-    if was_training:
+    if made.was_training:
         notes.append(TRAIN_MODE_NOTE)
-    if skipped:
-        notes.append(_skipped_note(skipped))
-    skipped_labels = tuple(spec.label for spec in skipped)
-    return [
-        _noted(
-            replace(
-                _explanation(explainer, image, i, captures, layouts, layer_cams, plan, summaries, tuple(notes)),
-                skipped_layers=skipped_labels,
-                pixel_maps=_image_pixels(pixels, i, plan),
-            ),
-            methods,
-            options,
-        )
-        for i, image in enumerate(images)
-    ]
+    if made.skipped:
+        notes.append(_skipped_note(made.skipped))
+    found = _explanation(explainer, image, i, made.captures, made.layouts, made.layer_cams, made.plan, summaries, tuple(notes))
+    found = replace(
+        found, skipped_layers=tuple(spec.label for spec in made.skipped), pixel_maps=_image_pixels(made.pixels, i, made.plan)
+    )
+    return _noted(found, explainer.methods, explainer.target)
 
 
-def _measured(module, methods, tensors):
+def _measured(module, methods, samples):
     """Measures the main forward pass when a method makes passes of many rows after it."""
     from hookviz.budget import measuring
 
     if not any(m.needs_rescoring or m.needs_input_gradients for m in methods):
         return contextlib.nullcontext(SimpleNamespace(cost=None))
-    row = tensors[0].numel() * tensors[0].element_size()
-    return measuring(module, len(tensors), row)
+    row = sum(tensor.numel() * tensor.element_size() for tensor in samples.samples[0].tensors.values())
+    return measuring(module, len(samples), row)
 
 
 def _noted(explanation: Explanation, methods, options) -> Explanation:

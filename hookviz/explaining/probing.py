@@ -152,16 +152,13 @@ class InputGradients:
     memory budget (``hookviz.budget``); each feeds the work it is part of (``hookviz.workload``).
 
     Attributes:
-        task, module, device, options, scorer, chunk, task_options: as ``tasks.base.Rescoring``'s.
+        samples, scorer, chunk: as ``tasks.base.Rescoring``'s (the rows replace the main input
+            of the samples they stand for).
     """
 
-    task: Any
-    module: Any
-    device: str
-    options: Any
+    samples: Any
     scorer: Any
     chunk: int
-    task_options: Any = None
 
     def __call__(
         self, batch, images=None, guided: bool = False, within=None, from_scores: bool = False, with_scores: bool = False
@@ -172,8 +169,8 @@ class InputGradients:
         if len(rows) != len(batch):
             raise ValueError(f"input_gradient: {len(batch)} inputs but {len(rows)} image indices")
         gradients, scores = [], []
-        guide = guided_relus(self.module) if guided else contextlib.nullcontext()
-        rules = within(self.module) if within is not None else contextlib.nullcontext()
+        guide = guided_relus(self.samples.module) if guided else contextlib.nullcontext()
+        rules = within(self.samples.module) if within is not None else contextlib.nullcontext()
         with torch.inference_mode(False), torch.enable_grad(), guide, rules:
             for start in range(0, len(batch), self.chunk):
                 part = batch[start : start + self.chunk].detach().clone().requires_grad_(True)
@@ -187,8 +184,7 @@ class InputGradients:
     def _gradient(self, part, rows, from_scores: bool = False):
         import torch
 
-        output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
-        scores = self.scorer(output, rows)
+        scores = self.scorer(self.samples.forward(rows, part), rows)
         seen = scores.detach().float().cpu().flatten()
         if not scores.requires_grad:  # nothing to explain in these images: no graph reaches the input
             return torch.zeros_like(part), seen

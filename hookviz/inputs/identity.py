@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hookviz.errors import display_path
 
-__all__ = ["file_sha256", "PhotoIdentity", "ReferenceIdentity", "Match", "match_photo"]
+__all__ = ["file_sha256", "PhotoIdentity", "ReferenceIdentity", "Match", "match_photo", "match_files"]
 
 _CHUNK = 1 << 20
 #: Digests remembered, the most recent first out: a run over a million photos keeps a few.
@@ -69,6 +69,20 @@ class PhotoIdentity:
         """Raises OSError when the file cannot be read."""
         stat = os.stat(path)
         return cls(display_path(os.path.realpath(path)), stat.st_size, stat.st_mtime_ns, file_sha256(path))
+
+    @classmethod
+    def of_files(cls, paths) -> "PhotoIdentity":
+        """A sample's identity: its one file's (``of``); of several (a photo and the vector paired
+        with it), the first's path, their total size, the latest modification time and one
+        SHA-256 of their digests, in order: rewriting any of them changes it.
+
+        Raises OSError when a file cannot be read."""
+        paths = [Path(p) for p in paths]
+        if len(paths) == 1:
+            return cls.of(paths[0])
+        first = cls.of(paths[0])
+        size, latest = _stats(paths)
+        return cls(first.path, size, latest, _joined(paths))
 
     def to_json(self) -> dict:
         return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "sha256": self.sha256}
@@ -149,3 +163,34 @@ def match_photo(recorded: PhotoIdentity | None, path: Path, digest) -> Match:
     if sha == recorded.sha256:
         return Match.SAME
     return Match.CHANGED if recorded.path == here else Match.OTHER
+
+
+def match_files(recorded: PhotoIdentity | None, paths) -> Match:
+    """``match_photo`` for a sample of several files (``PhotoIdentity.of_files``): the same when
+    the first's path and all their sizes and times are unchanged, else by their digests."""
+    paths = [Path(p) for p in paths]
+    if len(paths) == 1:
+        return match_photo(recorded, paths[0], file_sha256)
+    if recorded is None:
+        return Match.UNKNOWN
+    try:
+        here = display_path(os.path.realpath(paths[0]))
+        if (recorded.path, recorded.size, recorded.mtime_ns) == (here, *_stats(paths)):
+            return Match.SAME
+        sha = _joined(paths)
+    except OSError:
+        return Match.UNKNOWN
+    if sha == recorded.sha256:
+        return Match.SAME
+    return Match.CHANGED if recorded.path == here else Match.OTHER
+
+
+def _stats(paths) -> tuple[int, int]:
+    """The files' total size and latest modification time."""
+    stats = [os.stat(p) for p in paths]
+    return sum(s.st_size for s in stats), max(s.st_mtime_ns for s in stats)
+
+
+def _joined(paths) -> str:
+    """One SHA-256 of the files' own digests, in order."""
+    return hashlib.sha256(" ".join(file_sha256(p) for p in paths).encode()).hexdigest()

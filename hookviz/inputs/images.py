@@ -126,7 +126,7 @@ class LoadedImage:
 
 @dataclass(frozen=True)
 class PreparedImage:
-    """A photo as the model sees it.
+    """A photo as the model sees it: the photo's sample (``hookviz.samples``), one input named ``image``.
 
     Attributes:
         source: the decoded photo.
@@ -139,6 +139,14 @@ class PreparedImage:
     tensor: "object"  # torch.Tensor; annotated loosely so this module imports without torch
     shown: np.ndarray
     whole: np.ndarray | None = field(default=None, repr=False)
+
+    #: The name of its one input, as a sample's (``hookviz.samples.Sample``) inputs are named.
+    main = "image"
+
+    @property
+    def tensors(self) -> dict:
+        """Its inputs by name, as a sample's: the one tensor, ``image``."""
+        return {self.main: self.tensor}
 
 
 # ----------------------------------------------------------------------------- decoding

@@ -1,9 +1,10 @@
-"""The image loader: decodes a run's photos in a background thread, ahead of the model.
+"""The image loader: decodes a run's samples (photos) in a background thread, ahead of the model.
 
 Decoding needs no torch, so the loader starts with the run and works on the core the
-import of torch leaves idle. It holds at most ``limit`` decoded photos (a bound the run
+import of torch leaves idle. It holds at most ``limit`` decoded samples (a bound the run
 lowers once it knows how large its batches are), and prepares them for the model once
-the preprocessing is known.
+the preprocessing is known. Its sample kind (``hookviz.samples``) decodes and prepares
+them: a photo's unless it is given another.
 """
 
 from __future__ import annotations
@@ -15,11 +16,32 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hookviz.errors import ImageError, describe, display_path
-from hookviz.inputs.images import LoadedImage, PreparedImage, load_image, prepare
+from hookviz.inputs.images import PreparedImage, load_image, prepare
 
 __all__ = ["ImageLoader"]
 
 _END = object()
+
+
+class _Photos:
+    """The photo's decoding and preprocessing (``samples.photo.Photo``'s), for a loader given no kind."""
+
+    name = "photo"
+
+    @staticmethod
+    def load(path: Path, max_pixels: int):
+        return load_image(path, max_pixels)
+
+    @staticmethod
+    def prepare(loaded, preprocessing, max_pixels: int):
+        return prepare(loaded, preprocessing, max_pixels)
+
+
+class _Decoded:
+    """A sample decoded before the preprocessing was known: prepared when it is taken."""
+
+    def __init__(self, loaded):
+        self.loaded = loaded
 
 
 class ImageLoader:
@@ -30,9 +52,12 @@ class ImageLoader:
         max_pixels: refuse larger photos (and resized sizes).
         limit: at most this many photos wait, decoded, for the consumer.
         stop: when set, iteration ends and the thread stops (a run asked to stop).
+        kind: the sample kind (``hookviz.samples.SampleKind``) that decodes and prepares
+            them; a photo's by default.
     """
 
-    def __init__(self, paths: Sequence[Path], max_pixels: int, limit: int, stop: threading.Event | None = None):
+    def __init__(self, paths: Sequence[Path], max_pixels: int, limit: int, stop: threading.Event | None = None, kind=None):
+        self.kind = kind or _Photos()
         self._paths = list(paths)
         self._max_pixels = max_pixels
         self._limit = max(1, limit)
@@ -84,8 +109,8 @@ class ImageLoader:
             if item is _END:
                 return
             path, image = item
-            if isinstance(image, LoadedImage):  # decoded before the preprocessing was known
-                image = self._prepared(path, image, preprocessing)
+            if isinstance(image, _Decoded):  # decoded before the preprocessing was known
+                image = self._prepared(path, image.loaded, preprocessing)
             yield path, image
 
     def _stopping(self) -> bool:
@@ -102,8 +127,8 @@ class ImageLoader:
                     return
                 preprocessing = self._preprocessing
             image = self._decoded(path)
-            if isinstance(image, LoadedImage) and preprocessing is not None:
-                image = self._prepared(path, image, preprocessing)
+            if isinstance(image, _Decoded) and preprocessing is not None:
+                image = self._prepared(path, image.loaded, preprocessing)
             with self._changed:
                 self._items.append((path, image))
                 self._changed.notify_all()
@@ -111,17 +136,17 @@ class ImageLoader:
             self._items.append(_END)
             self._changed.notify_all()
 
-    def _decoded(self, path: Path) -> LoadedImage | ImageError:
+    def _decoded(self, path: Path) -> _Decoded | ImageError:
         try:
-            return load_image(path, self._max_pixels)
+            return _Decoded(self.kind.load(path, self._max_pixels))
         except ImageError as exc:
             return exc
         except Exception as exc:  # a decoder bug must fail this image, not the run
             return ImageError(f"{display_path(path)}: could not decode ({describe(exc)})")
 
-    def _prepared(self, path: Path, image: LoadedImage, preprocessing) -> PreparedImage | ImageError:
+    def _prepared(self, path: Path, image, preprocessing) -> PreparedImage | ImageError:
         try:
-            return prepare(image, preprocessing, self._max_pixels)
+            return self.kind.prepare(image, preprocessing, self._max_pixels)
         except ImageError as exc:
             return exc
         except Exception as exc:

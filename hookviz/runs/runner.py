@@ -262,8 +262,13 @@ class Run:
     def _start_loader(self, paths: list[Path]) -> None:
         from hookviz.inputs.loader import ImageLoader
 
+        kind = self.explainer.kind if self.explainer is not None else None  # a photo's until the model says
         self.loader = ImageLoader(
-            paths, self.asked.inputs.max_pixels, limit=max(2, 2 * self.asked.options.batch_size), stop=self.state.stopping
+            paths,
+            self.asked.inputs.max_pixels,
+            limit=max(2, 2 * self.asked.options.batch_size),
+            stop=self.state.stopping,
+            kind=kind,
         ).start()
 
     def load(self) -> None:
@@ -302,6 +307,9 @@ class Run:
 
             self.renderers.board = TensorBoardLog(self.asked.options.tensorboard)
         todo = self._resume()
+        if self.loader is not None and self.loader.kind.name != explainer.kind.name:  # the model's samples are no photos
+            self.loader.stop()
+            self.loader = None
         if self.loader is None:
             self._start_loader(todo)
         self.loader.set_preprocessing(self.explainer.preprocessing)
@@ -332,7 +340,7 @@ class Run:
             if self.asked.options.skip_existing
             else None
         )
-        folders = plan_folders(self.asked.out, self.asked.selected, self.names, recipe)
+        folders = plan_folders(self.asked.out, self.asked.selected, self.names, recipe, self.explainer.kind.match)
         self.names = folders.names
         for path in folders.done:
             report = folders.reports[path]
@@ -378,7 +386,7 @@ class Run:
         """
         sizes: dict[tuple, list] = {}
         for item in batch:
-            sizes.setdefault(tuple(item[1].tensor.shape), []).append(item)
+            sizes.setdefault(tuple(tuple(t.shape) for t in item[1].tensors.values()), []).append(item)
         if len(sizes) > 1:
             return [result for group in sizes.values() for result in self.explain(group)]
         summaries = SummaryOptions(

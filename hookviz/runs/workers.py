@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -194,8 +194,12 @@ def portable(explanation):
     import numpy as np
 
     image = explanation.image
-    light = replace(image, source=replace(image.source, rgb=None), tensor=np.asarray(image.tensor))
-    return replace(explanation, image=light)
+    source = replace(image.source, rgb=None) if hasattr(image.source, "rgb") else image.source
+    if "tensors" in {entry.name for entry in fields(image)}:  # a sample of named inputs (``hookviz.samples.Sample``)
+        return replace(
+            explanation, image=replace(image, source=source, tensors={k: np.asarray(v) for k, v in image.tensors.items()})
+        )
+    return replace(explanation, image=replace(image, source=source, tensor=np.asarray(image.tensor)))
 
 
 def _import_drawing() -> None:

@@ -87,7 +87,9 @@ class Placement:
     match: Match
 
 
-def place(out: Path, path: Path, name: str, taken: Collection[str] = (), present: Collection[str] | None = None) -> Placement:
+def place(
+    out: Path, path: Path, name: str, taken: Collection[str] = (), present: Collection[str] | None = None, match=None
+) -> Placement:
     """The folder for the photo at ``path`` in ``out``, which earlier runs may have filled.
 
     Of its possible names, ``name`` (from ``output_names``), ``plain_name`` and
@@ -98,18 +100,21 @@ def place(out: Path, path: Path, name: str, taken: Collection[str] = (), present
     earlier run's results are found whichever other photos it ran with. A name in ``taken``
     (lower case: another image's of this run) is never used. ``present``, the lower-case
     names of the folders in ``out`` when the caller listed them, spares looking into the others.
+    ``match(recorded, path)`` tells how the sample at ``path`` relates to a report's (its sample
+    kind's ``match``; by default a photo's: ``identity.match_photo``).
     """
+    matches = match or (lambda recorded, here: match_photo(recorded, here, file_sha256))
     names = (name, plain_name(path), distinct_name(path))
     candidates = [c for c in dict.fromkeys(n for n in names if n) if c == name or c.lower() not in taken]
     free = None
     for candidate in candidates:
         there = present is None or candidate.lower() in present
         report = read_report(out / candidate / REPORT) if there else None
-        match = Match.UNKNOWN if report is None else match_photo(report.photo, path, file_sha256)
-        if match in (Match.SAME, Match.CHANGED):
-            return Placement(candidate, report, match)
-        if match is Match.UNKNOWN and free is None:  # nothing there, or a report of an older hookviz
-            free = Placement(candidate, report, match)
+        found = Match.UNKNOWN if report is None else matches(report.photo, path)
+        if found in (Match.SAME, Match.CHANGED):
+            return Placement(candidate, report, found)
+        if found is Match.UNKNOWN and free is None:  # nothing there, or a report of an older hookviz
+            free = Placement(candidate, report, found)
     return free or Placement(candidates[-1], None, Match.OTHER)
 
 
@@ -227,9 +232,9 @@ class Folders:
     reports: dict = field(default_factory=dict)
 
 
-def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recipe: Recipe | None = None) -> Folders:
+def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recipe: Recipe | None = None, match=None) -> Folders:
     """Give each photo of ``paths`` its folder in ``out`` (``place``: never another photo's),
-    starting from ``names`` (``output_names`` of the run's full list).
+    starting from ``names`` (``output_names`` of the run's full list); ``match``: as ``place``'s.
 
     With a ``recipe`` (``--skip-existing``), a photo whose folder holds a complete result of
     this photo made by this recipe is done already; the others are still to do.
@@ -242,7 +247,7 @@ def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recip
     present = {entry.lower() for entry in os.listdir(out)}  # one listing, not a look per image
     done, todo, reports = [], [], {}
     for path in paths:
-        placement = place(out, path, names[path], taken=taken, present=present)
+        placement = place(out, path, names[path], taken=taken, present=present, match=match)
         names[path] = placement.name
         report = placement.report if placement.match is Match.SAME else None
         if recipe is not None and report is not None and recipe.made(out / placement.name, report):

@@ -231,9 +231,10 @@ class Task(Protocol):
     def default_root(self, module) -> str | None:
         """Where the default layer is looked for (``backbone.body``), or ``None`` for anywhere."""
 
-    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
-        """Run the model on a batch of prepared image tensors (all of one size) with the
-        ``TargetOptions`` and the task's own options; return its output."""
+    def forward(self, module, inputs, device: str, options=None, task_options=None):
+        """Run the model on a batch's ``inputs`` (a ``hookviz.samples.ModelInputs``: per input
+        name, one tensor per row; ``inputs.stacked()`` is the main one as an (N, C, H, W) batch)
+        with the ``TargetOptions`` and the task's own options; return its output."""
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
         """Read the model's ``output`` for ``count`` images and say what to explain.
@@ -391,11 +392,10 @@ class TaskBase:
         return heading, items
 
 
-def stacked(module, tensors: Sequence, device: str):
-    """The model's output for a batch of same-sized images, stacked into one tensor."""
-    import torch
-
-    return module(torch.stack(list(tensors)).to(device=device, dtype=model_dtype(module)))
+def stacked(module, inputs, device: str):
+    """The output of a model of one input for a batch's ``inputs`` (``hookviz.samples.ModelInputs``)
+    of same-sized rows, stacked into one tensor."""
+    return module(inputs.stacked(device=device, dtype=model_dtype(module)))
 
 
 def focus_of(plan: Plan, key: str) -> list:
@@ -410,18 +410,16 @@ class Rescoring:
     each row scored by ``scorer`` for the image ``images[row]`` stands for (default: row ``i`` is
     image ``i``). Returns (M,) float32. Each pass feeds the work it is part of (``hookviz.workload``).
 
+    The rows replace the main input of the samples they stand for; a sample's other inputs
+    go with them (``samples.SampleBatch``, which runs the task's forward with its options).
     It runs the bare model (no hookviz hook is on it while it does) in the mode the pass put
     it in; like every forward of the pass, it changes nothing in the model. ``formats``
     (``hookviz.input_format.InputFormats``), when given, picks the input's memory format.
     """
 
-    task: Task
-    module: object
-    device: str
-    options: object
+    samples: object
     scorer: Callable
     chunk: int
-    task_options: object = None
     formats: object = None
 
     def __call__(self, batch, images=None):
@@ -443,12 +441,11 @@ class Rescoring:
 
         def run():
             with torch.inference_mode():
-                output = self.task.forward(self.module, list(part), self.device, self.options, self.task_options)
-                return self.scorer(output, rows).detach().float()
+                return self.scorer(self.samples.forward(rows, part), rows).detach().float()
 
         if self.formats is None:
             return run()
-        return self.formats.run(self.module, tuple(part.shape), run)
+        return self.formats.run(self.samples.module, tuple(part.shape), run)
 
 
 #: Every task, by name; ``auto`` (read the task from the model's output) is no task's name.

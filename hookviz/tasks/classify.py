@@ -216,8 +216,8 @@ class Classify(TaskBase):
         declared = {"sigmoid": SigmoidScores, "softmax": SoftmaxScores}.get(model.probabilities or "")
         return own if declared is None else declared()
 
-    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
-        return stacked(module, tensors, device)
+    def forward(self, module, inputs, device: str, options=None, task_options=None):
+        return stacked(module, inputs, device)
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
         import torch

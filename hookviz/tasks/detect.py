@@ -246,9 +246,9 @@ class Detect(TaskBase):
                 return root
         return None
 
-    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
+    def forward(self, module, inputs, device: str, options=None, task_options=None):
         own = task_options or DetectOptions()
-        images = [tensor.to(device=device, dtype=model_dtype(module)) for tensor in tensors]
+        images = [tensor.to(device=device, dtype=model_dtype(module)) for tensor in inputs.tensors()]
         sizes: dict = {}
         transform = getattr(module, "transform", None)
         with HookSet() as hooks, _score_thresholds(module, own.score_threshold):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hookviz.errors import HookvizError, TargetError, UsageError, arg, describe
 from hookviz.options.declared import option
+from hookviz.samples.batch import ModelInputs
 from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
 from hookviz.tasks.classify import _describe, _select
 
@@ -222,7 +223,7 @@ def _embedding(module, tensor, device: str, options, name: str):
     """One reference photo's embedding; the model failing on it (foreign code, any error) is
     the first forward pass of the run: it is named in one line, as the dry pass names it."""
     try:
-        return embedding_of(stacked(module, [tensor], device), options.output_key)[0]
+        return embedding_of(stacked(module, ModelInputs({"image": [tensor]}), device), options.output_key)[0]
     except HookvizError:
         raise
     except Exception as exc:
@@ -347,8 +348,8 @@ class Embed(TaskBase):
         references = tuple(_identity(reference, name) for name, reference in zip(names, own.target_images))
         return replace(own, concepts=concepts, references=references)
 
-    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
-        return stacked(module, tensors, device)
+    def forward(self, module, inputs, device: str, options=None, task_options=None):
+        return stacked(module, inputs, device)
 
     def _similarities(self, output, options, task_options: EmbedOptions):
         import torch

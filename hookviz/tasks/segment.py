@@ -135,8 +135,8 @@ class Segment(TaskBase):
     def default_root(self, module) -> str | None:
         return "backbone" if hasattr(module, "backbone") else None
 
-    def forward(self, module, tensors: Sequence, device: str, options=None, task_options=None):
-        return stacked(module, tensors, device)
+    def forward(self, module, inputs, device: str, options=None, task_options=None):
+        return stacked(module, inputs, device)
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
 

@@ -145,15 +145,6 @@ def _measurable(explanation, name: str) -> bool:
     return explanation.target is not None and any(_measurable_map(cam) for cam in _layer(explanation, name).cams.values())
 
 
-def _inputs(explainer, images, chosen):
-    import torch
-
-    from hookviz.modelstate import model_dtype
-
-    module = explainer.model.module
-    return torch.stack([images[i].tensor for i in chosen]).to(device=explainer.device, dtype=model_dtype(module))
-
-
 def _layer_methods(explainer) -> tuple[str, ...]:
     """The run's layer methods (``--cam a,b``), the main one first."""
     return tuple(method.name for method in explainer.methods if method.resolution == "layer")
@@ -184,21 +175,22 @@ def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list
     from hookviz.trust.deletion import deletion_insertion
     from hookviz.trust.road import road
 
-    task, module, options = explainer.task, explainer.model.module, explainer.target
-    scorer = task.probability_scorer([explanations[i].target for i in chosen], options, explainer.task_options)
+    module, options = explainer.model.module, explainer.target
+    scorer = explainer.task.probability_scorer([explanations[i].target for i in chosen], options, explainer.task_options)
+    samples = explainer.batch([images[i] for i in chosen])
 
     def score(batch, rows):
         def run():
-            return scorer(task.forward(module, list(batch), explainer.device, options), rows)
+            return scorer(samples.forward(rows, batch), rows)
 
         scores = formats_for(module).run(module, tuple(batch.shape), run)
         passes.advance(len(batch))
         return scores
 
-    inputs = _inputs(explainer, images, chosen)
+    inputs = samples.main_input()
     stacked = torch.from_numpy(np.stack(maps))
     with evaluation(module), full_precision(explainer.device), _faithfulness_work(inputs, method, name) as passes:
-        batch = _row_cost(explainer, inputs).rows(explainer.device, BATCH, gradients=False)
+        batch = _row_cost(samples, inputs).rows(explainer.device, BATCH, gradients=False)
         deletion = deletion_insertion(score, inputs, stacked, batch_size=batch)
         roads = road(score, inputs, stacked, seed=explainer.trust.seed, batch_size=batch)
     return list(zip(deletion, roads))
@@ -215,17 +207,18 @@ def _faithfulness_work(inputs, method: str, name: str):
     return work(f"faithfulness of {method} at {name}", count * per_photo, "altered passes", count)
 
 
-def _row_cost(explainer, inputs):
-    """What a row of a pass holds (``hookviz.budget.RowCost``), measured on one pass of ``inputs[:1]``."""
+def _row_cost(samples, inputs):
+    """What a row of a pass holds (``hookviz.budget.RowCost``), measured on one pass of the first
+    sample with its main input ``inputs[:1]``."""
     import torch
 
     from hookviz.budget import measuring
     from hookviz.modelstate import evaluation
 
-    module = explainer.model.module
+    module = samples.module
     row = inputs[0].numel() * inputs.element_size()
     with torch.inference_mode(), evaluation(module), measuring(module, 1, row) as measure:
-        explainer.task.forward(module, list(inputs[:1]), explainer.device, explainer.target, explainer.task_options)
+        samples.forward([0], inputs[:1])
     return measure.cost
 
 
@@ -299,8 +292,8 @@ def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tupl
     from hookviz.options import ChannelSelection
 
     lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)
-    inputs = _inputs(explainer, group, range(len(group)))
-    size = _row_cost(explainer, inputs).rows(explainer.device, len(group), gradients=True)
+    samples = explainer.batch(group)
+    size = _row_cost(samples, samples.main_input()).rows(explainer.device, len(group), gradients=True)
 
     def explain(model):
         copy = replace(explainer, model=replace(explainer.model, module=model), layers=(spec,), target=target)

@@ -81,6 +81,8 @@ class LoadedModel:
             decides (a softmax, or a binary classifier's sigmoid over its one logit).
         prompts: the text prompts a model with a text tower was loaded with (its categories;
             report.json keeps them, ``--skip-existing`` compares them); ``()`` for other models.
+        sample_kind: what one of its samples is (``hookviz.samples.SAMPLE_KINDS``): ``photo``,
+            or the kind a factory's module names in its ``hookviz_sample_kind`` attribute.
     """
 
     name: str
@@ -98,6 +100,7 @@ class LoadedModel:
     default_layers_reason: str | None = None
     probabilities: str | None = None
     prompts: tuple[str, ...] = ()
+    sample_kind: str = "photo"
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"

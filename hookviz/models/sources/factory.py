@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Iterator
 
-from hookviz.errors import UnknownModelError, arg, describe
+from hookviz.errors import UnknownModelError, UsageError, arg, describe
 from hookviz.inputs.images import Preprocessing
 from hookviz.models.checkpoints import LoadedWeights
 from hookviz.models.sources.base import (
@@ -104,6 +104,7 @@ class FactorySource:
             task="auto",
             notes=loaded.notes,
             weights_sha256=loaded.sha256,
+            sample_kind=_sample_kind(model, name),
         )
 
     @staticmethod
@@ -128,3 +129,22 @@ class FactorySource:
             raise failed_download(name, exc) or UnknownModelError(
                 f"{arg('model', name)}: the factory raised {describe(exc)}"
             ) from None
+
+
+def _sample_kind(model, name: str) -> str:
+    """The sample kind a factory's module declares (``hookviz_sample_kind``), else ``photo``.
+
+    Raises:
+        UnknownModelError: it names no registered kind (a plug-in not imported?).
+    """
+    from hookviz.samples import SAMPLE_KINDS, get_sample_kind
+
+    kind = getattr(model, "hookviz_sample_kind", "photo")
+    try:
+        return get_sample_kind(kind).name
+    except UsageError:
+        choices = ", ".join(SAMPLE_KINDS.names())
+        raise UnknownModelError(
+            f"{arg('model', name)}: its hookviz_sample_kind {kind!r} is no registered sample kind ({choices}); "
+            "import the plug-in that registers it (HOOKVIZ_PLUGINS)"
+        ) from None

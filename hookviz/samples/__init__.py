@@ -1,0 +1,16 @@
+"""Samples: what one input of the model is (a photo; later a clip, several named files), and the
+one place a batch of samples becomes the model's inputs (``batch``)."""
+
+from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKind, SampleKindBase, get_sample_kind, register_sample_kind
+from hookviz.samples.batch import ModelInputs, SampleBatch
+
+__all__ = [
+    "SAMPLE_KINDS",
+    "ModelInputs",
+    "Sample",
+    "SampleBatch",
+    "SampleKind",
+    "SampleKindBase",
+    "get_sample_kind",
+    "register_sample_kind",
+]

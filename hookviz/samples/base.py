@@ -1,0 +1,143 @@
+"""Sample kinds: what one sample of a run is, registered by name.
+
+A *sample kind* owns everything hookviz assumed of "one photo file, one (3, H, W) tensor":
+which files form a sample, how they are decoded and preprocessed into the model's named
+inputs, the blank sample of the dry pass, what is shown under an overlay, and the identity
+that ``--skip-existing`` compares. A photo (``hookviz.samples.photo``) is the built-in one; a
+model declares another (``LoadedModel.sample_kind``), and a plug-in registers its own with
+``register_sample_kind``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from hookviz.inputs.identity import Match, PhotoIdentity, match_files
+from hookviz.registry import Registry
+
+__all__ = ["Sample", "SampleKind", "SampleKindBase", "SAMPLE_KINDS", "register_sample_kind", "get_sample_kind"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample as the model sees it (a photo's is ``hookviz.inputs.images.PreparedImage``,
+    which has the same members).
+
+    Attributes:
+        source: what was decoded: its ``path``, ``label``, ``notes`` and ``identity`` (the
+            ``PhotoIdentity`` report.json keeps), as a ``LoadedImage`` has them.
+        tensors: the model's inputs by name, each without a batch dimension.
+        shown: what its overlays are drawn over, (H, W, 3) uint8, at the main input's size.
+        whole: the whole picture, when a CAM is drawn on it instead (``mode="whole"``).
+        main: the name of the input that maps are made of (the one methods alter).
+    """
+
+    source: Any
+    tensors: dict
+    shown: np.ndarray
+    whole: np.ndarray | None = field(default=None, repr=False)
+    main: str = "image"
+
+    @property
+    def tensor(self):
+        """The main input (what a photo's single tensor is)."""
+        return self.tensors[self.main]
+
+
+class SampleKind(Protocol):
+    """Attributes:
+    name: how a model declares it (``LoadedModel.sample_kind``).
+    words: what one sample is, in words for messages (``a photo``).
+    main: the name of the input maps are made of.
+    options_type: the option group of its own (``--frames`` for a clip), or ``None``.
+    """
+
+    name: str
+    words: str
+    main: str
+    options_type: type | None
+
+    def find(self, sources: Sequence[str], exclude: Sequence[Path] = (), notes: list[str] | None = None) -> list[Path]:
+        """The samples that ``sources`` (files, folders, patterns) name, each by its key path (a
+        photo's file): what folder names and ``--skip-existing`` go by.
+
+        Raises:
+            UsageError: a source names no sample.
+        """
+
+    def files(self, path: Path) -> list[Path]:
+        """The files that form the sample of key path ``path``, ``path`` first."""
+
+    def load(self, path: Path, max_pixels: int):
+        """Decode the sample at ``path`` (no torch: it runs while torch imports); a value with
+        ``path``, ``label``, ``notes`` and ``identity``.
+
+        Raises:
+            ImageError: a file is missing, unreadable or unusable, in one line naming it.
+        """
+
+    def prepare(self, loaded, preprocessing, max_pixels: int):
+        """The decoded sample as the model's inputs: a ``Sample`` (or ``PreparedImage``)."""
+
+    def blank(self, preprocessing) -> tuple:
+        """The model's positional inputs for a blank sample, a batch of one (the dry pass
+        that recognises the task and finds the default layer)."""
+
+    def identity(self, path: Path) -> PhotoIdentity:
+        """What report.json keeps of the sample's files (``--skip-existing`` compares it)."""
+
+    def match(self, recorded: PhotoIdentity | None, path: Path) -> Match:
+        """How the sample at ``path`` relates to the one a report was made from."""
+
+
+class SampleKindBase:
+    """Defaults for a kind whose sample is one key file and the files ``files`` adds:
+    discovery is a photo's (its key files are photos), its identity covers all its files."""
+
+    main = "image"
+    options_type: type | None = None
+
+    def find(self, sources: Sequence[str], exclude: Sequence[Path] = (), notes: list[str] | None = None) -> list[Path]:
+        from hookviz.inputs.discovery import find_images
+
+        return find_images(sources, exclude, notes)
+
+    def files(self, path: Path) -> list[Path]:
+        return [path]
+
+    def identity(self, path: Path) -> PhotoIdentity:
+        return PhotoIdentity.of_files(self.files(path))
+
+    def match(self, recorded: PhotoIdentity | None, path: Path) -> Match:
+        return match_files(recorded, self.files(path))
+
+
+#: Every sample kind, by name.
+SAMPLE_KINDS: Registry[SampleKind] = Registry("sample_kind", "sample kind")
+
+
+def register_sample_kind(kind_class):
+    """Class decorator: adds an instance of ``kind_class`` to ``SAMPLE_KINDS`` under its name.
+
+    Raises:
+        UsageError: another kind has that name, or it could not be typed as one word.
+    """
+    SAMPLE_KINDS.check_free(kind_class.name)
+    SAMPLE_KINDS.add(kind_class.name, kind_class())
+    return kind_class
+
+
+def get_sample_kind(name: str) -> SampleKind:
+    """The sample kind called ``name`` (the built-in ``photo`` is registered on first use).
+
+    Raises:
+        UsageError: no kind has that name.
+    """
+    import hookviz.samples.photo  # noqa: F401  (registers the photo)
+
+    return SAMPLE_KINDS.get(name)
