@@ -65,14 +65,6 @@ def test_docstrings_name_only_what_exists():
     assert stale == [], "\n".join(stale)
 
 
-#: The long functions being rewritten elsewhere when this test came (issue 27): each other
-#: function keeps to the limit now. The lead empties this list as those rewrites merge.
-LONG_FOR_NOW = {
-    "hookviz/explaining/explainer.py:create",
-    "hookviz/explaining/passes.py:explain_batch",
-}
-
-
 def _self_attributes(function: ast.AST) -> set[str]:
     """The attributes a method assigns on ``self`` (``self.a = ``, ``self.a, self.b = ``,
     ``self.a += ``, ``object.__setattr__(self, "a", ...)``), in nested functions too."""
@@ -115,10 +107,6 @@ def test_no_function_is_over_60_lines_and_no_class_over_25_attributes():
     reader takes in); a class's attributes are its annotated fields (a dataclass's) and every
     attribute its methods assign on ``self``. ``Run`` had 38 and tracked its phase in a string."""
     functions, classes = _sizes()
-    long = [f"{name}: {lines} lines" for name, lines in functions if lines > 60 and name not in LONG_FOR_NOW]
+    long = [f"{name}: {lines} lines" for name, lines in functions if lines > 60]
     large = [f"{name}: {count} attributes" for name, count in classes if count > 25]
     assert long + large == []
-    lengths: dict[str, int] = {}
-    for name, lines in functions:
-        lengths[name] = max(lines, lengths.get(name, 0))
-    assert [name for name in sorted(LONG_FOR_NOW) if lengths.get(name, 0) <= 60] == [], "no longer long: take it off LONG_FOR_NOW"

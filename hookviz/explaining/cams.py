@@ -156,7 +156,8 @@ def _attention_passes(explainer, methods, plan, samples, keys) -> dict | None:
     sites = attention_sites(module, asking[0].name)
     declared = explainer.declared_layout
     prefix = declared.prefix if declared is not None and declared.patch is not None else None
-    batch, shared = samples.main_input(), {}
+    batch = samples.main_input()
+    shared: dict = {}
     return {
         key: AttentionPass(samples, task.scorer(plan, key, options), sites, batch, prefix, has_class_token(module), shared)
         for key in keys
