@@ -10,6 +10,7 @@ path is parsed and looked up child by child; nothing is ever ``eval``-ed.
 from __future__ import annotations
 
 import fnmatch
+import math
 import glob
 import re
 from collections.abc import Sequence
@@ -159,6 +160,7 @@ class _Trace:
     order: list  # paths in the order their calls finished
     starts: list  # paths in the order their calls began
     output: object = None  # the model's own output
+    size: tuple[int, ...] = (224, 224)  # the spatial size of the zero input it ran on
 
 
 def dry_output(model, input_size: tuple[int, int], channels: int = 3):
@@ -166,12 +168,27 @@ def dry_output(model, input_size: tuple[int, int], channels: int = 3):
     return _run_traced(model, input_size, channels, watch=False).output
 
 
+#: The frames of the zero clip a model of clips or volumes (its stem a Conv3d) is traced on.
+DRY_FRAMES = 8
+
+
+def dry_size(model, input_size: tuple[int, int]) -> tuple[int, ...]:
+    """The spatial size of the zero input a dry pass feeds ``model``: ``input_size`` for a
+    model of photos, its width for one of signals, ``DRY_FRAMES`` frames of it for one of clips."""
+    from hookviz.modelstate import input_rank
+
+    rank = input_rank(model)
+    return (input_size[-1],) if rank == 1 else (DRY_FRAMES, *input_size) if rank == 3 else tuple(input_size)
+
+
 def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bool = True) -> _Trace:
-    """Dry forward pass on a zero image, watching every module (with ``watch``); the
-    model's mode and parameters are left as they were."""
+    """Dry forward pass on a zero image (a signal, a clip: ``dry_size``), watching every
+    module (with ``watch``); the model's mode and parameters are left as they were."""
     import torch
 
     from hookviz.modelstate import evaluation
+
+    size = dry_size(model, input_size)
 
     shapes: dict[str, list[tuple[int, ...] | None]] = {}
     order: list[str] = []
@@ -193,17 +210,17 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
                 from hookviz.modelstate import model_dtype
 
                 device = next(model.parameters(), torch.zeros(0)).device
-                output = model(torch.zeros(1, channels, *input_size, device=device, dtype=model_dtype(model)))
+                output = model(torch.zeros(1, channels, *size, device=device, dtype=model_dtype(model)))
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
-            raise UsageError(_dry_run_failure(model, input_size, channels, exc)) from None
-    return _Trace(shapes, order, starts, output)
+            raise UsageError(_dry_run_failure(model, size, channels, exc)) from None
+    return _Trace(shapes, order, starts, output, size)
 
 
 def _dry_run_failure(model, input_size, channels: int, exc: Exception) -> str:
     """Why a model failed on a plain image, in one line that names what to change."""
     import torch.nn as nn
 
-    shape = f"1x{channels}x{input_size[0]}x{input_size[1]}"
+    shape = "x".join(map(str, (1, channels, *input_size)))
     first = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
     if first is not None and first.in_channels not in (1, 3):
         return (
@@ -281,9 +298,12 @@ def default_layer(
         UnknownLayerError: no module outputs a spatial map or a token grid; name a layer.
     """
     traced = _run_traced(model, input_size, channels)
+    input_size = traced.size  # a signal's (L,), a clip's (T, H, W): what the layouts read
     if root is not None:
         inside = lambda path: path.startswith(root + ".")  # noqa: E731
-        traced = _Trace(traced.shapes, [p for p in traced.order if inside(p)], [p for p in traced.starts if inside(p)])
+        traced = _Trace(
+            traced.shapes, [p for p in traced.order if inside(p)], [p for p in traced.starts if inside(p)], size=traced.size
+        )
     found = _last_block_first_norm(model, traced, input_size, declared)
     reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], input_size, declared)
     if found is None:
@@ -342,9 +362,11 @@ def _last_spatial_map(traced: _Trace, input_size, declared, min_side: int = 1) -
             continue
         if len(shape) == 4 and shape[2] * shape[3] > 1 and min(shape[2], shape[3]) >= min_side:
             best, reason = (path, call), SPATIAL_REASON
-        elif len(shape) == 3:
+        elif len(shape) in (3, 5):
             layout = layout_of(shape, input_size, declared)
-            if layout is not None and layout.grid[0] * layout.grid[1] > 1:
+            if layout is not None and layout.grid is None and math.prod(shape[2:]) > 1:  # a Conv1d's, a Conv3d's map
+                best, reason = (path, call), SPATIAL_REASON
+            elif layout is not None and layout.grid is not None and layout.grid[0] * layout.grid[1] > 1:
                 best, reason = (path, call), TOKEN_GRID_REASON
     return best, reason
 

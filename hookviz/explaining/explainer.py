@@ -392,10 +392,17 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
     from PIL import Image
 
     tensor = image.detach().float().cpu()
-    if tensor.dim() == 4 and tensor.shape[0] == 1:
+    if tensor.dim() == 5 and tensor.shape[0] == 1:  # a batch of one clip
         tensor = tensor[0]
+    if tensor.dim() == 4 and tensor.shape[0] == 1 and tensor.shape[1] == preprocessing.channels:
+        tensor = tensor[0]
+    if tensor.dim() not in (2, 3, 4):
+        raise UsageError(
+            f"{arg('image')}: a tensor input must be (C, H, W), a signal's (C, L) or a clip's (C, T, H, W), "
+            f"not {tuple(tensor.shape)}"
+        )
     if tensor.dim() != 3:
-        raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
+        return _from_signal(tensor, preprocessing)
     channels = tensor.shape[0]
     if channels != preprocessing.channels:
         layout = (
@@ -414,6 +421,31 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
     pixels = (np.clip(np.nan_to_num(tensor.numpy() * std + mean), 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
     shown = np.repeat(pixels, 3, axis=2) if channels == 1 else pixels
     return PreparedImage(LoadedImage(None, Image.fromarray(shown), _raw_pixels_note(tensor, mean, std)), tensor, shown)
+
+
+def _from_signal(tensor, preprocessing: Preprocessing) -> PreparedImage:
+    """A (C, L) signal or a (C, T, H, W) clip taken as the model's input as it is. What
+    pictures draw it on: the signal as one grey band per channel (its own min to max), the
+    clip's frames as they were before normalisation, tiled as its maps are (``anatomy.slices``)."""
+    from PIL import Image
+
+    from hookviz.anatomy.slices import tiling
+
+    values = np.nan_to_num(tensor.numpy())
+    if tensor.dim() == 2:
+        low, high = values.min(axis=1, keepdims=True), values.max(axis=1, keepdims=True)
+        grey = ((values - low) / np.where(high > low, high - low, 1) * 255).round().astype(np.uint8)
+        band = max(1, round(values.shape[1] / 4 / values.shape[0]))
+        shown = np.repeat(np.repeat(grey, band, axis=0)[:, :, None], 3, axis=2)
+    else:
+        channels = tensor.shape[0]
+        mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None, None]
+        std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None, None]
+        frames = (np.clip(values * std + mean, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 3, 0)
+        frames = np.repeat(frames, 3, axis=3) if channels == 1 else frames[..., :3]
+        tiles = tiling(tuple(frames.shape[:3]))
+        shown = tiles.flat(frames[list(tiles.indices)], np.uint8(140))
+    return PreparedImage(LoadedImage(None, Image.fromarray(np.ascontiguousarray(shown))), tensor, shown)
 
 
 def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ...]:

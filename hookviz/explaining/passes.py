@@ -306,7 +306,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             captures = recording.captures
             _check_batch_first(captures, len(images))
             gradients = cam_gradients(recording, captures, plan, extra) if wants_gradients else None
-            input_hw = tuple(tensors[0].shape[-2:])
+            input_hw = tuple(tensors[0].shape[1:])  # (H, W); (L,) for a signal, (T, H, W) for a clip
             layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
         # Out of the recording: a method that re-scores runs the bare model, with no hook on it.
         sources = sources_for(explainer, methods, plan, tensors, gradients, measure.cost)
