@@ -82,10 +82,14 @@ def build(explanation, layer):
 
 
 def _draw_row(axes, steps: list[int], result, first: str) -> None:
+    from hookviz.render.figures import flat
+
     titles = [first] + [f"random down to\n{_short(result.layers[s])}, ρ={_rho(result.correlations[s])}" for s in steps]
     for ax, index, title in zip(axes, [0, *(s + 1 for s in steps)], titles):
         ax.clear()
-        ax.imshow(result.maps[index], cmap="jet", interpolation="bilinear")
+        values = result.maps[index]
+        # A signal's map as a strip as tall as the panel; a clip's as its slices, tiled.
+        ax.imshow(flat(values)[0], cmap="jet", interpolation="nearest" if values.ndim == 3 else "bilinear", aspect="auto" if values.ndim == 1 else None)
         ax.set_title(title, fontsize=7, parse_math=False)
         ax.set_axis_off()
 
@@ -144,5 +148,6 @@ KIND = register_kind(
         build=build,
         reuse_key=reuse_key,
         default=True,
+        ranks=(1, 2, 3),
     )
 )
