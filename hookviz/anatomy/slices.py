@@ -76,7 +76,8 @@ def tiling(shape: tuple[int, int, int], limit: int = MAX_SLICES) -> Tiling:
     """The tiling of a (depth, height, width) map: ``limit`` slices at most, in a grid
     about as wide as tall."""
     depth, height, width = shape
-    indices = tuple(sorted({round(i * (depth - 1) / max(limit - 1, 1)) for i in range(min(depth, limit))}))
+    count = min(depth, limit)
+    indices = tuple(sorted({round(i * (depth - 1) / max(count - 1, 1)) for i in range(count)}))
     count = len(indices)
     # Columns that make the picture closest to square.
     columns = min(range(1, count + 1), key=lambda c: abs(math.log((c * width) / (math.ceil(count / c) * height))))

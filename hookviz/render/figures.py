@@ -237,6 +237,7 @@ class MapPanel:
         """Draw ``values``; without them, ``missing`` (else the panel's own words) says why.
         ``rank``: the spatial dimensions of the map (1: drawn as a line over its positions;
         3: its slices along the first axis, tiled), ``None`` for a vector of features."""
+        whole = values  # its range, not the gaps between its slices, is what the title says
         if values is not None and values.ndim == 3:
             values, slices = flat(values)
             title = f"{title}\n{slices}"
@@ -260,7 +261,7 @@ class MapPanel:
             self.ax.set_axis_off()
             self.cax.set_axis_off()
             return
-        norm, note = norm_for(values, self.signed)
+        norm, note = norm_for(whole, self.signed)
         # Raised past the colourbar's top value label, which a title wider than its map reaches.
         self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False, pad=10)
         if values.ndim == 1:
