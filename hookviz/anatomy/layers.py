@@ -182,13 +182,23 @@ def dry_size(model, input_size: tuple[int, int]) -> tuple[int, ...]:
 
 
 def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bool = True) -> _Trace:
-    """Dry forward pass on a zero image (a signal, a clip: ``dry_size``), watching every
-    module (with ``watch``); the model's mode and parameters are left as they were."""
+    """Dry forward pass on a zero image, watching every module (with ``watch``); the
+    model's mode and parameters are left as they were. A model that fails on a photo and
+    whose stem is a Conv1d or a Conv3d is traced on a zero signal or clip (``dry_size``):
+    photos first, as a photo's model may reduce its rows and convolve them in 1-D."""
+    other = dry_size(model, input_size)
+    try:
+        return _traced_once(model, tuple(input_size), channels, watch)
+    except UsageError:
+        if other == tuple(input_size):
+            raise
+    return _traced_once(model, other, channels, watch)
+
+
+def _traced_once(model, size: tuple[int, ...], channels: int, watch: bool) -> _Trace:
     import torch
 
     from hookviz.modelstate import evaluation
-
-    size = dry_size(model, input_size)
 
     shapes: dict[str, list[tuple[int, ...] | None]] = {}
     order: list[str] = []

@@ -14,6 +14,7 @@ passes as work (``hookviz.workload``).
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -211,7 +212,7 @@ def _faithfulness_work(inputs, method: str, name: str):
     from hookviz.workload import work
 
     count = len(inputs)
-    per_photo = 2 * len(perturbation_counts(inputs.shape[2] * inputs.shape[3], STEPS)) - 2 + 1 + 2 * len(ROAD_PERCENTILES)
+    per_photo = 2 * len(perturbation_counts(math.prod(inputs.shape[2:]), STEPS)) - 2 + 1 + 2 * len(ROAD_PERCENTILES)
     return work(f"faithfulness of {method} at {name}", count * per_photo, "altered passes", count)
 
 

@@ -75,5 +75,6 @@ KIND = register_kind(
         reuse_key=reuse_key,
         default=True,
         ranks=(1, 2, 3),
+        over_input=True,
     )
 )
