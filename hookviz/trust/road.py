@@ -192,8 +192,12 @@ def noisy_linear_imputation(pixels: torch.Tensor, keep: torch.Tensor, noise: flo
     missing = np.flatnonzero(~keep_flat)
     if len(missing) == 0:
         return pixels.clone()
-    system, right = _linear_system(flat.numpy(), keep_flat, missing, tuple(keep.shape))
-    solved = torch.tensor(np.asarray(spsolve(system, right)).reshape(len(missing), -1), dtype=torch.float)
+    if keep_flat.any():
+        system, right = _linear_system(flat.numpy(), keep_flat, missing, tuple(keep.shape))
+        solved = torch.tensor(np.asarray(spsolve(system, right)).reshape(len(missing), -1), dtype=torch.float)
+    else:  # a map tied at its percentile (a CAM half zeros) leaves nothing to impute from: every
+        # constant solves the singular system, and 0 (the normalised data's mean) is the one taken
+        solved = torch.zeros((len(missing), flat.shape[0]))
     jitter = torch.randn((solved.shape[1], solved.shape[0]), generator=generator)  # pytorch-grad-cam's draws, (C, n)
     result = flat.clone()
     result[:, torch.from_numpy(missing)] = solved.t() + noise * jitter
