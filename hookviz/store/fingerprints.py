@@ -148,7 +148,7 @@ def _cumulative(values: np.ndarray, axis: int) -> np.ndarray:
 def _tensor_print(channel_sum: np.ndarray | None, profile: np.ndarray | None) -> TensorPrint:
     if channel_sum is None:
         return TensorPrint()
-    limit = MAP_SIDE if np.ndim(channel_sum) == 2 else VECTOR_LENGTH
+    limit = VECTOR_LENGTH if np.ndim(channel_sum) == 1 else MAP_SIDE  # a clip's map: MAP_SIDE on each of its sides
     channels = None if profile is None else area_mean(profile, PROFILE_LENGTH)
     return TensorPrint(area_mean(channel_sum, limit), channels)
 
