@@ -92,7 +92,9 @@ def test_channel_sums_and_profiles_are_plain_torch_sums():
         out = clip_net[:3](clip[None])
     assert out.shape[2:] == (6, 5, 6) and clip_layer.maps["output"].shape == (6, 5, 6)
     np.testing.assert_allclose(clip_layer.maps["output"], out[0].sum(0).numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(clip_layer.maps["input"], clip_net[:2](clip[None])[0].sum(0).detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        clip_layer.maps["input"], clip_net[:2](clip[None])[0].sum(0).detach().numpy(), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_gradcam_of_a_conv3d_is_torch_cams():

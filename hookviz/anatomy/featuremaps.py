@@ -224,7 +224,8 @@ def layout_of(
     if other is not None:
         return other
     if len(shape) == 4:
-        return _map_layout(shape, input_hw[-2:] if len(input_hw) >= 2 else (1, 1), declared, flow)
+        hw = (input_hw[-2], input_hw[-1]) if len(input_hw) >= 2 else (1, 1)  # a clip's frames' (H, W)
+        return _map_layout(shape, hw, declared, flow)
     if flow in CHANNELS_FIRST_OTHER_RANKS or len(input_hw) != 2:  # tokens lie on a photo's patch grid only
         return None
     if declared is not None:

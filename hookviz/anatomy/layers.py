@@ -10,8 +10,8 @@ path is parsed and looked up child by child; nothing is ever ``eval``-ed.
 from __future__ import annotations
 
 import fnmatch
-import math
 import glob
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -308,16 +308,16 @@ def default_layer(
         UnknownLayerError: no module outputs a spatial map or a token grid; name a layer.
     """
     traced = _run_traced(model, input_size, channels)
-    input_size = traced.size  # a signal's (L,), a clip's (T, H, W): what the layouts read
+    size = traced.size  # a signal's (L,), a clip's (T, H, W): what the layouts read
     if root is not None:
         inside = lambda path: path.startswith(root + ".")  # noqa: E731
         traced = _Trace(
             traced.shapes, [p for p in traced.order if inside(p)], [p for p in traced.starts if inside(p)], size=traced.size
         )
-    found = _last_block_first_norm(model, traced, input_size, declared)
-    reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], input_size, declared)
+    found = _last_block_first_norm(model, traced, size, declared)
+    reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], size, declared)
     if found is None:
-        found, reason = (_backbone_map if root is not None else _last_spatial_map)(traced, input_size, declared)
+        found, reason = (_backbone_map if root is not None else _last_spatial_map)(traced, size, declared)
     if found is None:
         if any(shape is not None and len(shape) == 4 for shapes in traced.shapes.values() for shape in shapes):
             height, width = input_size  # every map shrank to one pixel: the input is too small, not the model

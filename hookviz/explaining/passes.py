@@ -483,7 +483,10 @@ def _layer_result(capture, i: int, cams, summaries: SummaryOptions, layouts: dic
         stats={k: tensor_stats(v) for k, v in arrays.items()},
         maps={k: channel_sum(v, layouts[k]) for k, v in arrays.items()},
         profiles={k: channel_profile(v, layouts[k]) for k, v in arrays.items()},
-        ranks={k: layouts[k].rank if v is not None and layouts[k] is not None and layouts[k].spatial else None for k, v in arrays.items()},
+        ranks={
+            k: layouts[k].rank if v is not None and layouts[k] is not None and layouts[k].spatial else None
+            for k, v in arrays.items()
+        },
         tiles=tiles,
         cam=cams.cam,
         cam_note=cams.cam_note if cams.cams or cams.cam_notes else unmapped,

@@ -261,7 +261,7 @@ class MapPanel:
             self.ax.set_axis_off()
             self.cax.set_axis_off()
             return
-        norm, note = norm_for(whole, self.signed)
+        norm, note = norm_for(values if whole is None else whole, self.signed)
         # Raised past the colourbar's top value label, which a title wider than its map reaches.
         self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False, pad=10)
         if values.ndim == 1:

@@ -63,7 +63,12 @@ def panels(explanation, layer):
         left, top = 0.2 + (k % columns) * stride, 1.0 + (k // columns) * rise
         overlays.append(
             Overlay(
-                sheet.figure, sheet.axes(left, top, panel, side), sheet.axes(left + panel + 0.12, top, 0.13, side), photo, cam, tiles
+                sheet.figure,
+                sheet.axes(left, top, panel, side),
+                sheet.axes(left + panel + 0.12, top, 0.13, side),
+                photo,
+                cam,
+                tiles,
             )
         )
 
