@@ -60,7 +60,7 @@ def test_layouts_of_one_and_three_spatial_dimensions():
 def test_a_tiling_shows_at_most_sixteen_slices_and_says_which():
     tiles = tiling((40, 4, 5))
     assert len(tiles.indices) == MAX_SLICES and tiles.indices[0] == 0 and tiles.indices[-1] == 39
-    assert "16 of 40 slices" in tiles.note()
+    assert "16 of 40 slices along the first axis, 0 to 39" in tiles.note() and tiles.brief() == "16 of 40 frames, in rows"
     assert tiling((6, 10, 12)).indices == tuple(range(6)) and "all 6 slices" in tiling((6, 10, 12)).note()
     flat = tiles.flat(np.arange(16 * 20, dtype=float).reshape(16, 4, 5), np.nan)
     assert flat.shape == tiles.shape and np.isnan(flat).sum() == flat.size - 16 * 20
@@ -251,3 +251,24 @@ def test_a_clip_run_compared_with_itself_has_no_drift_and_with_another_model_som
     output = next(t for t in moved.layers[0].tensors if t.name == "output")
     assert output.tensor.max_abs > 0 and output.map.max_abs > 0 and moved.findings
     assert moved.layers[0].cam.corr < 0.999
+
+
+def test_every_picture_kind_draws_a_signal_and_a_clip_or_says_why_not():
+    from hookviz.render.kinds import kinds
+
+    for model, x in ((signal_model(), _signal()), (clip_model(), _clip())):
+        explanation = hookviz.explain(model, x, layers=["2"], cam=["gradcam", "gradcam++"], faithfulness=True, sanity=True)
+        layer = explanation["2"]
+        for kind in kinds():
+            assert set(kind.ranks) <= {1, 2, 3}, kind.name
+            if kind.compares:
+                continue
+            figure = kind.figure(explanation, layer, **kind.options(_pictures()))
+            drawn = figure is not None
+            assert drawn == (kind.unfit(layer, explanation) is None and kind.name != "cam_topk"), kind.name
+
+
+def _pictures():
+    from hookviz.options import PictureOptions
+
+    return PictureOptions()

@@ -69,7 +69,12 @@ class Tiling:
         shown = len(self.indices)
         if shown == self.depth:
             return f"all {self.depth} slices along {axis}, in rows"
-        return f"{shown} of {self.depth} slices along {axis} ({', '.join(map(str, self.indices))}), in rows"
+        return f"{shown} of {self.depth} slices along {axis}, {self.indices[0]} to {self.indices[-1]} evenly spaced, in rows"
+
+    def brief(self, what: str = "frames") -> str:
+        """``note`` in a few words, for a panel's title."""
+        shown = len(self.indices)
+        return f"all {shown} {what}, in rows" if shown == self.depth else f"{shown} of {self.depth} {what}, in rows"
 
 
 def tiling(shape: tuple[int, int, int], limit: int = MAX_SLICES) -> Tiling:

@@ -240,7 +240,7 @@ class MapPanel:
         whole = values  # its range, not the gaps between its slices, is what the title says
         if values is not None and values.ndim == 3:
             values, slices = flat(values)
-            title = f"{title}\n{slices}"
+            title = f"{title}\n{fitted(slices, 3.6)}"
         if values is None or values.ndim != 2 or self.image is None:
             # Drawn anew: a missing tensor, a vector, or the first 2-D map.
             self.ax.clear()
@@ -321,7 +321,7 @@ def flat(values: np.ndarray, gap=np.nan) -> tuple[np.ndarray, str]:
     if values.ndim != 3:
         return values, ""
     tiles = tiling(values.shape)
-    return tiles.flat(values[list(tiles.indices)], gap), tiles.note()
+    return tiles.flat(values[list(tiles.indices)], gap), tiles.brief("slices along the first axis")
 
 
 def clip_tiling(explanation):
@@ -395,7 +395,7 @@ class Overlay:
         else:
             note = ""
         if cam.ndim == 3 and self.tiles is not None:
-            note += f"\n{self.tiles.note('the frames')}"
+            note += f"\n{self.tiles.brief()}"
         panel = self.ax.get_position(original=True).width * self.ax.figure.get_figwidth()
         self.ax.set_title(fitted(title + note, panel), fontsize=9, parse_math=False)
 
