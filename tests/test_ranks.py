@@ -272,3 +272,17 @@ def _pictures():
     from hookviz.options import PictureOptions
 
     return PictureOptions()
+
+
+def test_a_signal_or_clip_tensor_is_taken_as_the_models_input():
+    from hookviz.errors import UsageError
+
+    clip = _clip()
+    one = hookviz.explain(clip_model(), clip[None], layers=["2"])  # a batch of one clip
+    np.testing.assert_array_equal(np.asarray(one.image.tensor), clip.numpy())
+    tiles = tiling(CLIP[1:])
+    assert one.image.shown.shape == (*tiles.shape, 3) and one.image.shown.dtype == np.uint8
+    signal = hookviz.explain(signal_model(), _signal(), layers=["0"])
+    assert signal.image.shown.shape[1] == 64 and signal["0"].cam.shape == (64,)
+    with pytest.raises(UsageError, match=r"a signal's \(C, L\) or a clip's \(C, T, H, W\), not \(2, 3, 6, 10, 12\)"):
+        hookviz.explain(clip_model(), torch.stack([clip, clip]), layers=["2"])
