@@ -14,6 +14,9 @@ Every run writes ``fingerprint.npz`` beside ``report.json``, with or without
 * ``<layer>/cam``: the raw CAM at the layer's resolution (area-averaged where a side is
   longer than ``CAM_SIDE``).
 
+A signal's maps (one spatial dimension) are kept as vectors are, at most ``VECTOR_LENGTH``
+long; a clip's (three) at most ``MAP_SIDE`` on each of their sides.
+
 Per-channel means are averaged in groups down to at most ``PROFILE_LENGTH`` values. They are
 kept beside the channel sum because a layer with a 1x1 map (a global pool) sums to a single
 number, which would hide which channels changed.
