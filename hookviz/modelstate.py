@@ -65,9 +65,25 @@ def model_dtype(module):
 
 def input_channels(module) -> int:
     """How many channels the model's first convolution takes: 1 for a grayscale model,
-    else 3 (RGB). Only the first ``Conv2d`` registered is looked at; models whose stem
-    comes later in registration order are taken as RGB."""
+    else 3 (RGB). Only the first ``Conv2d`` registered is looked at (the first ``Conv1d`` or
+    ``Conv3d`` of a model without one); models whose stem comes later in registration order
+    are taken as RGB."""
+    first = _first_convolution(module)
+    return 1 if first is not None and first.in_channels == 1 and first.groups == 1 else 3
+
+
+def input_rank(module) -> int:
+    """How many spatial dimensions the model's input has: 1 for a model of signals (its
+    first convolution a ``Conv1d``), 3 for one of clips or volumes (a ``Conv3d``), else 2."""
     import torch.nn as nn
 
-    first = next((m for m in module.modules() if isinstance(m, nn.Conv2d)), None)
-    return 1 if first is not None and first.in_channels == 1 and first.groups == 1 else 3
+    first = _first_convolution(module)
+    return 1 if isinstance(first, nn.Conv1d) else 3 if isinstance(first, nn.Conv3d) else 2
+
+
+def _first_convolution(module):
+    """The first ``Conv2d`` registered, else the first ``Conv1d`` or ``Conv3d``, else ``None``."""
+    import torch.nn as nn
+
+    convolutions = [m for m in module.modules() if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d))]
+    return next((m for m in convolutions if isinstance(m, nn.Conv2d)), convolutions[0] if convolutions else None)

@@ -103,7 +103,8 @@ def test_a_conv1d_and_conv3d_output_is_marked_channels_first_of_its_rank():
 
 
 def test_a_conv1d_output_is_not_read_as_tokens_on_a_grid(tmp_path):
-    """Its 1x6x16 was drawn as a CAM on a 3x2 grid of 6 'tokens' over the photo: silently wrong."""
+    """Its 1x6x16 was drawn as a CAM on a 3x2 grid of 6 'tokens' over the photo: silently wrong.
+    It is a map of one spatial dimension (16 positions), whose CAM has no place over a photo."""
     import json
 
     from .conftest import SAMPLES
@@ -113,6 +114,6 @@ def test_a_conv1d_output_is_not_read_as_tokens_on_a_grid(tmp_path):
     result = hookviz_cli(*args, "--resize", "32", "--layer", "conv2", "--out", out)
     assert result.exit_code == 0, result.output
     layer = json.loads((out / "cat" / "report.json").read_text())["layers"][0]
-    assert layer["cam"] is None or layer["cam"].get("map") is None, layer["cam"]
-    assert "no CAM: output 1x6x16 has no spatial layout" in result.stderr
+    assert layer["layout"]["kind"] == "ncl" and layer["cam"]["shape"] == [16], layer
     assert layer["pictures"]["cam"] is None and layer["pictures"]["summary"] == "conv2.summary.png"
+    assert "cam picture not drawn: a 1-D map has no place over a 2-D input" in layer["notes"]

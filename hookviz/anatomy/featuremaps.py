@@ -1,4 +1,5 @@
-"""Feature maps: see any layer output as (batch, channels, height, width).
+"""Feature maps: see any layer output as (batch, channels, *spatial), with one to three
+spatial dimensions: a Conv1d's (N, C, L), a Conv2d's (N, C, H, W), a Conv3d's (N, C, D, H, W).
 
 Convolution layers already are. Transformer layers are not: a ViT block outputs
 (batch, tokens, channels) with class, distillation or register tokens first, and Swin
@@ -12,6 +13,11 @@ inferred from the token count and the input's aspect ratio, with or without one 
 token; the order of a map whose shape fits one reading better. A map whose shape fits
 both orders equally (1x96x96x96: height, width and channels alike) is never guessed: its
 layout is ``ambiguous``, and it is not drawn as a map. Every ``Layout`` says its basis.
+
+Maps of other ranks are channels first, as PyTorch's Conv1d and Conv3d make them: the data
+flow says so, and so does the input's own rank when the data flow does not (a (N, C, L)
+tensor of a model fed (C, L) signals, a (N, C, D, H, W) one). Tokens are read over a 2-D
+input's patch grid only.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ __all__ = [
     "TOKENS",
     "AMBIGUOUS",
     "MAP_ORDERS",
+    "CHANNELS_FIRST_OTHER_RANKS",
+    "NCL",
+    "NCDHW",
     "DECLARED",
     "DATA_FLOW",
     "GUESSED",
@@ -45,9 +54,10 @@ NCHW, NHWC, TOKENS, AMBIGUOUS = "nchw", "nhwc", "tokens", "ambiguous"  # a Layou
 # Every order of a map's axes with the batch first: what ``x.transpose(1, 3)`` makes (nwhc)
 # is known from the data flow too, and read back upright.
 MAP_ORDERS = ("nchw", "nhwc", "nwhc", "ncwh", "nhcw", "nwch")
-# A Conv1d's (N, C, L) and a Conv3d's (N, C, D, H, W) as the data flow names them: maps,
-# but not over a photo's grid (hookviz draws 2-D maps), and never tokens.
-CHANNELS_FIRST_OTHER_RANKS = ("ncl", "ncdhw")
+# A Conv1d's (N, C, L) and a Conv3d's (N, C, D, H, W) as the data flow names them: maps of
+# one and three spatial dimensions, read as they are, and never tokens.
+NCL, NCDHW = "ncl", "ncdhw"
+CHANNELS_FIRST_OTHER_RANKS = (NCL, NCDHW)
 # A Layout's basis: what the model declares, the ops that made the tensor, the shape alone,
 # or nothing (a map whose shape reads both ways).
 DECLARED, DATA_FLOW, GUESSED, UNDECIDED = "declared", "data flow", "guessed", "undecided"
@@ -55,10 +65,11 @@ DECLARED, DATA_FLOW, GUESSED, UNDECIDED = "declared", "data flow", "guessed", "u
 
 @dataclass(frozen=True)
 class Layout:
-    """How a tensor's dimensions map onto (batch, channels, height, width).
+    """How a tensor's dimensions map onto (batch, channels, *spatial).
 
     Attributes:
         kind: ``nchw`` (as is), ``nhwc`` (channels last), ``tokens`` (batch, tokens, channels),
+            ``ncl`` and ``ncdhw`` (a map of one or three spatial dimensions, as is),
             or ``ambiguous`` (a 4-D map that reads as ``nchw`` and ``nhwc`` alike, and that
             nothing settles: it is not drawn as a map). The data flow may also find the
             other orders of ``MAP_ORDERS`` (``nwhc``: ``x.transpose(1, 3)``).
@@ -82,6 +93,11 @@ class Layout:
         """Whether the tensor can be read as a map in this layout (``ambiguous`` cannot)."""
         return self.kind != AMBIGUOUS
 
+    @property
+    def rank(self) -> int:
+        """How many spatial dimensions the map has: 1 (``ncl``), 3 (``ncdhw``), else 2."""
+        return 1 if self.kind == NCL else 3 if self.kind == NCDHW else 2
+
     def describe(self) -> str:
         if self.kind == TOKENS:
             rows, cols = self.grid
@@ -93,7 +109,7 @@ class Layout:
                 else f", first {self.prefix} tokens dropped"
             )
             return f"tokens as a {rows}x{cols} grid{dropped}"
-        if self.kind in (NCHW, AMBIGUOUS):
+        if self.kind in (NCHW, AMBIGUOUS, NCL, NCDHW):
             return ""
         return "channels last" if self.kind == NHWC else f"axes {self.kind.upper()}"
 
@@ -183,13 +199,15 @@ def patch_grid(tokens: int, input_hw: tuple[int, int]) -> tuple[int, int] | None
 
 def layout_of(
     shape: tuple[int, ...],
-    input_hw: tuple[int, int],
+    input_hw: tuple[int, ...],
     declared: DeclaredLayout | None = None,
     flow: str | None = None,
 ) -> Layout | None:
     """The layout of a tensor of ``shape`` (batch first), or ``None`` without a spatial one.
 
     Args:
+        input_hw: the model input's spatial size: (height, width) for a photo, (length,)
+            for a signal, (frames, height, width) for a clip: its shape past the channels.
         declared: what the model declares; what it settles is taken from it.
         flow: a tensor's order as its data flow tells it (one of ``MAP_ORDERS``, or one of
             ``CHANNELS_FIRST_OTHER_RANKS`` for a Conv1d's or Conv3d's map; see
@@ -198,18 +216,35 @@ def layout_of(
     Returns:
         A ``Layout``; for a 4-D map, what the declared strides settle, else the data flow,
         else the shape when one order fits it better, else the declared channel order, else
-        ``ambiguous``.
+        ``ambiguous``. A 3-D tensor the data flow calls ``ncl``, or of a model fed signals,
+        is a map of one spatial dimension; a 5-D one a map of three.
     """
     shape, input_hw = tuple(shape), tuple(input_hw)
+    other = _other_rank(shape, input_hw, flow)
+    if other is not None:
+        return other
     if len(shape) == 4:
-        return _map_layout(shape, input_hw, declared, flow)
-    if flow in CHANNELS_FIRST_OTHER_RANKS:  # a Conv1d's (N, C, L): no photo's grid, never tokens
+        hw = (input_hw[-2], input_hw[-1]) if len(input_hw) >= 2 else (1, 1)  # a clip's frames' (H, W)
+        return _map_layout(shape, hw, declared, flow)
+    if flow in CHANNELS_FIRST_OTHER_RANKS or len(input_hw) != 2:  # tokens lie on a photo's patch grid only
         return None
     if declared is not None:
         layout = _declared_tokens(shape, input_hw, declared)
         if layout is not None:
             return layout
     return _guessed_tokens(shape, input_hw)
+
+
+def _other_rank(shape: tuple[int, ...], input_hw: tuple[int, ...], flow: str | None) -> Layout | None:
+    """A channels-first map of one or three spatial dimensions, else ``None``."""
+    rank = {3: NCL, 5: NCDHW}.get(len(shape))
+    if rank is None or min(shape[2:], default=0) < 1:
+        return None
+    if flow == rank:
+        return Layout(rank, basis=DATA_FLOW)
+    if flow is None and len(input_hw) == len(shape) - 2:  # a signal's or a clip's model: as its input lies
+        return Layout(rank)
+    return None
 
 
 def ambiguity(shape: tuple[int, ...]) -> str:
@@ -280,12 +315,12 @@ def token_layout(shape: tuple[int, ...], input_hw: tuple[int, int], declared: De
     return layout if layout is not None and layout.kind in (TOKENS, NHWC) else None
 
 
-def as_feature_map(tensor, input_hw: tuple[int, int], declared: DeclaredLayout | None = None, flow: str | None = None):
-    """Return ``tensor`` as (N, C, h, w), or ``None`` if it has no spatial layout (or an ambiguous one).
+def as_feature_map(tensor, input_hw: tuple[int, ...], declared: DeclaredLayout | None = None, flow: str | None = None):
+    """Return ``tensor`` as (N, C, *spatial), or ``None`` if it has no spatial layout (or an ambiguous one).
 
     Args:
         tensor: a recorded output or gradient, batch first (a torch tensor or numpy array).
-        input_hw: the model input's (height, width), used to recognise the layout.
+        input_hw: the model input's spatial size, used to recognise the layout.
         declared: what the model declares about its layout, if anything.
         flow: the tensor's order as its data flow tells it (see ``layout_of``).
     """
@@ -295,7 +330,7 @@ def as_feature_map(tensor, input_hw: tuple[int, int], declared: DeclaredLayout |
 
 
 def reshape(tensor, layout: Layout | None):
-    """``tensor`` laid out as ``layout`` says, as (N, C, h, w); ``None`` without a layout
+    """``tensor`` laid out as ``layout`` says, as (N, C, *spatial); ``None`` without a layout
     or with an ambiguous one."""
     if tensor is None or layout is None or not layout.spatial:
         return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -159,6 +160,7 @@ class _Trace:
     order: list  # paths in the order their calls finished
     starts: list  # paths in the order their calls began
     output: object = None  # the model's own output
+    size: tuple[int, ...] = (224, 224)  # the spatial size of the zero input it ran on
 
 
 def dry_output(model, input_size: tuple[int, int], channels: int = 3, blank: tuple | None = None):
@@ -167,9 +169,37 @@ def dry_output(model, input_size: tuple[int, int], channels: int = 3, blank: tup
     return _run_traced(model, input_size, channels, watch=False, blank=blank).output
 
 
+#: The frames of the zero clip a model of clips or volumes (its stem a Conv3d) is traced on.
+DRY_FRAMES = 8
+
+
+def dry_size(model, input_size: tuple[int, int]) -> tuple[int, ...]:
+    """The spatial size of the zero input a dry pass feeds ``model``: ``input_size`` for a
+    model of photos, its width for one of signals, ``DRY_FRAMES`` frames of it for one of clips."""
+    from hookviz.modelstate import input_rank
+
+    rank = input_rank(model)
+    return (input_size[-1],) if rank == 1 else (DRY_FRAMES, *input_size) if rank == 3 else tuple(input_size)
+
+
 def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bool = True, blank: tuple | None = None) -> _Trace:
-    """Dry forward pass on a zero image (or on ``blank``, the model's positional inputs),
-    watching every module (with ``watch``); the model's mode and parameters are left as they were."""
+    """Dry forward pass on a zero image (or on ``blank``, the model's positional inputs: a
+    sample kind's blank sample), watching every module (with ``watch``); the model's mode and
+    parameters are left as they were. A model that fails on a photo and whose stem is a Conv1d
+    or a Conv3d is traced on a zero signal or clip (``dry_size``): photos first, as a photo's
+    model may reduce its rows and convolve them in 1-D."""
+    if blank is not None:
+        return _traced_once(model, tuple(blank[0].shape[2:]), channels, watch, blank)
+    other = dry_size(model, input_size)
+    try:
+        return _traced_once(model, tuple(input_size), channels, watch)
+    except UsageError:
+        if other == tuple(input_size):
+            raise
+    return _traced_once(model, other, channels, watch)
+
+
+def _traced_once(model, size: tuple[int, ...], channels: int, watch: bool, blank: tuple | None = None) -> _Trace:
     import torch
 
     from hookviz.modelstate import evaluation
@@ -194,18 +224,18 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
                 from hookviz.modelstate import model_dtype
 
                 device = next(model.parameters(), torch.zeros(0)).device
-                given = blank if blank is not None else (torch.zeros(1, channels, *input_size),)
+                given = blank if blank is not None else (torch.zeros(1, channels, *size),)
                 output = model(*(tensor.to(device=device, dtype=model_dtype(model)) for tensor in given))
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
-            raise UsageError(_dry_run_failure(model, input_size, channels, exc)) from None
-    return _Trace(shapes, order, starts, output)
+            raise UsageError(_dry_run_failure(model, size, channels, exc)) from None
+    return _Trace(shapes, order, starts, output, size)
 
 
 def _dry_run_failure(model, input_size, channels: int, exc: Exception) -> str:
     """Why a model failed on a plain image, in one line that names what to change."""
     import torch.nn as nn
 
-    shape = f"1x{channels}x{input_size[0]}x{input_size[1]}"
+    shape = "x".join(map(str, (1, channels, *input_size)))
     first = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
     if first is not None and first.in_channels not in (1, 3):
         return (
@@ -286,13 +316,16 @@ def default_layer(
         UnknownLayerError: no module outputs a spatial map or a token grid; name a layer.
     """
     traced = _run_traced(model, input_size, channels, blank=blank)
+    size = traced.size  # a signal's (L,), a clip's (T, H, W): what the layouts read
     if root is not None:
         inside = lambda path: path.startswith(root + ".")  # noqa: E731
-        traced = _Trace(traced.shapes, [p for p in traced.order if inside(p)], [p for p in traced.starts if inside(p)])
-    found = _last_block_first_norm(model, traced, input_size, declared)
-    reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], input_size, declared)
+        traced = _Trace(
+            traced.shapes, [p for p in traced.order if inside(p)], [p for p in traced.starts if inside(p)], size=traced.size
+        )
+    found = _last_block_first_norm(model, traced, size, declared)
+    reason = TRANSFORMER_REASON if found is None else _why_transformer(traced.shapes[found[0]][found[1]], size, declared)
     if found is None:
-        found, reason = (_backbone_map if root is not None else _last_spatial_map)(traced, input_size, declared)
+        found, reason = (_backbone_map if root is not None else _last_spatial_map)(traced, size, declared)
     if found is None:
         if any(shape is not None and len(shape) == 4 for shapes in traced.shapes.values() for shape in shapes):
             height, width = input_size  # every map shrank to one pixel: the input is too small, not the model
@@ -347,9 +380,11 @@ def _last_spatial_map(traced: _Trace, input_size, declared, min_side: int = 1) -
             continue
         if len(shape) == 4 and shape[2] * shape[3] > 1 and min(shape[2], shape[3]) >= min_side:
             best, reason = (path, call), SPATIAL_REASON
-        elif len(shape) == 3:
+        elif len(shape) in (3, 5):
             layout = layout_of(shape, input_size, declared)
-            if layout is not None and layout.grid[0] * layout.grid[1] > 1:
+            if layout is not None and layout.grid is None and math.prod(shape[2:]) > 1:  # a Conv1d's, a Conv3d's map
+                best, reason = (path, call), SPATIAL_REASON
+            elif layout is not None and layout.grid is not None and layout.grid[0] * layout.grid[1] > 1:
                 best, reason = (path, call), TOKEN_GRID_REASON
     return best, reason
 

@@ -134,14 +134,15 @@ def cam_correlation(before, after) -> float:
 
 def peak_shift(before, after, before_hw, after_hw) -> float | None:
     """How far the CAM's peak moved, in pixels of the model's input (each map's cell
-    centre scaled to its run's input size); ``None`` where a map has no peak (flat, or not finite)."""
+    centre scaled to its run's input size, on each of its one to three axes); ``None`` where
+    a map has no peak (flat, or not finite) or its rank is not its input size's."""
     centres = []
     for cam, hw in ((np.asarray(before), before_hw), (np.asarray(after), after_hw)):
-        if hw is None or cam.ndim != 2 or not np.isfinite(cam).all() or _flat(cam):
+        if hw is None or cam.ndim != len(hw) or not np.isfinite(cam).all() or _flat(cam):
             return None
-        row, col = np.unravel_index(int(np.argmax(cam)), cam.shape)
-        centres.append(((row + 0.5) * hw[0] / cam.shape[0], (col + 0.5) * hw[1] / cam.shape[1]))
-    return float(math.hypot(centres[1][0] - centres[0][0], centres[1][1] - centres[0][1]))
+        cell = np.unravel_index(int(np.argmax(cam)), cam.shape)
+        centres.append([(at + 0.5) * side / cells for at, side, cells in zip(cell, hw, cam.shape)])
+    return float(math.dist(centres[0], centres[1]))
 
 
 def _num(value) -> float | None:

@@ -155,19 +155,23 @@ class Explainer:
     def prepare(self, image) -> PreparedImage:
         """A photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, a uint8 tensor as
         ``torchvision.io.read_image`` returns it) preprocessed as the model expects, or a float
-        (C, H, W) tensor taken as the model's input as it is. A model of another sample kind
+        (C, H, W) tensor (a signal's (C, L), a clip's (C, T, H, W)) taken as the model's input as it is. A model of another sample kind
         (``hookviz.samples``) takes the path of a sample's key file; a sample is taken as it is.
 
         Raises:
             ImageError: the file cannot be read or used.
             UsageError: an array or tensor of a shape that is neither, or an array of pixels of another dtype.
         """
+        from hookviz.explaining.tensor_inputs import as_signal, from_signal
         from hookviz.samples.photo import prepared_photo
 
         if isinstance(image, PreparedImage) or _is_sample(image):
             return image
         if self.kind.name != "photo":
             return self._sample(image)
+        signal = as_signal(image, self.preprocessing.channels)
+        if signal is not None:  # a signal's or a clip's float tensor: the model's input as it is
+            return from_signal(signal, self.preprocessing)
         return prepared_photo(image, self.preprocessing, self.max_pixels)
 
     def _sample(self, source):

@@ -64,6 +64,8 @@ class LayerResult:
             first's); ``cam_notes``: per method, why it made no map, or what to know about it.
         notes: what the report should say about this layer (a channel selection cut short).
         trust: how far to trust its CAM (``hookviz.trust``), when measured.
+        ranks: each tensor's spatial dimensions as a map (1 for a Conv1d's, 2, 3 for a
+            Conv3d's), ``None`` without a spatial layout.
         layout: how the output was read as a map (tokens on a grid, channels last), and its
             basis: declared by the model, read from the ops that made it (``data flow``) or
             guessed from the shape; ``ambiguous`` when its shape reads both ways and nothing
@@ -88,6 +90,7 @@ class LayerResult:
     notes: tuple[str, ...] = ()
     layout: Layout | None = None
     profiles: dict = field(default_factory=dict)
+    ranks: dict = field(default_factory=dict)
     trust: LayerTrust | None = None
     input: np.ndarray | None = None
     output: np.ndarray | None = None
@@ -304,7 +307,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             captures = recording.captures
             _check_batch_first(captures, len(images))
             gradients = cam_gradients(recording, captures, plan, extra) if wants_gradients else None
-            input_hw = tuple(samples.samples[0].tensor.shape[-2:])
+            input_hw = tuple(samples.samples[0].tensor.shape[1:])  # (H, W); (L,) for a signal, (T, H, W) for a clip
             layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
         # Out of the recording: a method that re-scores runs the bare model, with no hook on it.
         sources = sources_for(explainer, methods, plan, samples, gradients, measure.cost)
@@ -497,6 +500,10 @@ def _layer_result(capture, i: int, cams, summaries: SummaryOptions, layouts: dic
         stats={k: tensor_stats(v) for k, v in arrays.items()},
         maps={k: channel_sum(v, layouts[k]) for k, v in arrays.items()},
         profiles={k: channel_profile(v, layouts[k]) for k, v in arrays.items()},
+        ranks={
+            k: layouts[k].rank if v is not None and layouts[k] is not None and layouts[k].spatial else None
+            for k, v in arrays.items()
+        },
         tiles=tiles,
         cam=cams.cam,
         cam_note=cams.cam_note if cams.cams or cams.cam_notes else unmapped,

@@ -29,6 +29,8 @@ def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:
     """
     from hookviz.render.worker import Reused
 
+    if not kind.draws(layer, explanation):  # a map of a rank it does not draw: report.json says so (``kind.unfit``)
+        return None
     anatomy = kind.reuse_key(explanation, layer, options)
     if anatomy is None:
         return None

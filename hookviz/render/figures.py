@@ -49,6 +49,8 @@ __all__ = [
     "empty",
     "task_of",
     "window_of",
+    "flat",
+    "clip_tiling",
 ]
 
 ACTIVATION_CMAP = "viridis"
@@ -231,8 +233,14 @@ class MapPanel:
             return None
         return [self.image, *self.ax.spines.values(), self.ax.title, *self.bar.labels]
 
-    def update(self, values: np.ndarray | None, title: str, missing: str | None = None) -> None:
-        """Draw ``values``; without them, ``missing`` (else the panel's own words) says why."""
+    def update(self, values: np.ndarray | None, title: str, missing: str | None = None, rank: int | None = None) -> None:
+        """Draw ``values``; without them, ``missing`` (else the panel's own words) says why.
+        ``rank``: the spatial dimensions of the map (1: drawn as a line over its positions;
+        3: its slices along the first axis, tiled), ``None`` for a vector of features."""
+        whole = values  # its range, not the gaps between its slices, is what the title says
+        if values is not None and values.ndim == 3:
+            values, slices = flat(values)
+            title = f"{title}\n{fitted(slices, 3.6)}"
         if values is None or values.ndim != 2 or self.image is None:
             # Drawn anew: a missing tensor, a vector, or the first 2-D map.
             self.ax.clear()
@@ -253,16 +261,19 @@ class MapPanel:
             self.ax.set_axis_off()
             self.cax.set_axis_off()
             return
-        norm, note = norm_for(values, self.signed)
+        norm, note = norm_for(values if whole is None else whole, self.signed)
         # Raised past the colourbar's top value label, which a title wider than its map reaches.
         self.ax.set_title(f"{title}\n{note}", fontsize=9, parse_math=False, pad=10)
         if values.ndim == 1:
             # Lines, not bars: a single spike among 1000 features must stay visible.
             colour = "tab:red" if self.signed else "tab:blue"
-            self.ax.vlines(np.arange(values.size), 0, values, colors=colour, linewidth=1.0)
+            if rank == 1:  # a signal's map: a line over its positions
+                self.ax.plot(np.arange(values.size), values, color=colour, linewidth=1.2)
+            else:
+                self.ax.vlines(np.arange(values.size), 0, values, colors=colour, linewidth=1.0)
             self.ax.set_xlim(-0.5, values.size - 0.5)
             self.ax.axhline(0, color="black", linewidth=0.5)
-            self.ax.set_xlabel("feature index", fontsize=8, parse_math=False)
+            self.ax.set_xlabel("position along the signal" if rank == 1 else "feature index", fontsize=8, parse_math=False)
             self.ax.tick_params(labelsize=7)
             self.cax.set_axis_off()
             return
@@ -298,17 +309,60 @@ def over_photo(cam: np.ndarray, window, size: tuple[int, int]) -> np.ndarray:
     return upsample(cam, full)[top : top + size[0], left : left + size[1]]
 
 
+def flat(values: np.ndarray, gap=np.nan) -> tuple[np.ndarray, str]:
+    """A map of any rank as a 2-D picture, and what it shows: a signal's (L,) as a strip one
+    value high, a photo's as it is, a clip's (D, H, W) as its slices tiled (at most
+    ``anatomy.slices.MAX_SLICES``, NaN between them)."""
+    from hookviz.anatomy.slices import tiling
+
+    values = np.asarray(values)
+    if values.ndim == 1:
+        return values[None, :], "a strip over the signal"
+    if values.ndim != 3:
+        return values, ""
+    tiles = tiling(values.shape)
+    return tiles.flat(values[list(tiles.indices)], gap), tiles.brief("slices along the first axis")
+
+
+def clip_tiling(explanation):
+    """How a clip's (or a volume's) frames are tiled in its pictures (``anatomy.slices``),
+    or ``None`` for another input."""
+    from hookviz.anatomy.slices import tiling
+
+    shape = tuple(np.shape(explanation.image.tensor))
+    return tiling(shape[1:]) if len(shape) == 4 else None
+
+
+def on_photo(cam: np.ndarray, tiles) -> np.ndarray:
+    """A CAM of any rank as a 2-D map over the photo it is drawn on: a signal's as a strip
+    over its bands, a clip's slices at the frames ``tiles`` shows (blended along the first
+    axis as trilinear resizing does), each brought to a frame's size, tiled as the frames."""
+    from hookviz.anatomy.slices import along_depth
+
+    cam = np.asarray(cam)
+    if cam.ndim == 1:
+        return cam[None, :]
+    if cam.ndim != 3 or tiles is None:
+        return flat(cam)[0]
+    slices = along_depth(cam, tiles.depth, tiles.indices)
+    return tiles.flat(np.stack([upsample(piece, tiles.tile) for piece in slices]), np.nan)
+
+
 class Overlay:
     """A CAM drawn over the photo, with an opaque colorbar of the raw values (and, for a
-    detection, its box)."""
+    detection, its box). A clip's CAM (3-D) lies over its frames as ``tiles`` shows them
+    (``clip_tiling``); a signal's (1-D) over its bands."""
 
-    def __init__(self, figure: Figure, ax, cax, photo: np.ndarray, cam: np.ndarray):
+    def __init__(self, figure: Figure, ax, cax, photo: np.ndarray, cam: np.ndarray, tiles=None):
         from matplotlib.patches import Rectangle
 
         self.ax = ax
         ax.set_anchor("N")  # a thin photo hangs from the top of its box, level with the colourbar's top
         self.photo = ax.imshow(photo, interpolation="bilinear")
-        self.heat = ax.imshow(upsample(cam, photo.shape[:2]), cmap=CAM_CMAP, alpha=CAM_ALPHA, interpolation="bilinear")
+        self.tiles = tiles
+        self.heat = ax.imshow(
+            upsample(on_photo(cam, tiles), photo.shape[:2]), cmap=CAM_CMAP, alpha=CAM_ALPHA, interpolation="bilinear"
+        )
         self.box = ax.add_patch(Rectangle((0, 0), 1, 1, fill=False, edgecolor="white", linewidth=2, visible=False))
         ax.set_axis_off()
         # The colorbar has an opaque scale of its own, so its colours are readable.
@@ -323,7 +377,7 @@ class Overlay:
         top = float(cam[finite].max()) if finite.any() else 0.0
         norm = Normalize(0.0, top if top > 0 else 1.0)
         self.photo.set_data(photo)
-        self.heat.set_data(np.ma.masked_invalid(over_photo(cam, window, photo.shape[:2])))
+        self.heat.set_data(np.ma.masked_invalid(over_photo(on_photo(cam, self.tiles), window, photo.shape[:2])))
         self.heat.set_norm(norm)
         self.bar.set_norm(norm if finite.any() else None)
         self.box.set_visible(box is not None)
@@ -340,12 +394,14 @@ class Overlay:
             note = " (a 1x1 map: no spatial detail)"
         else:
             note = ""
+        if cam.ndim == 3 and self.tiles is not None:
+            note += f"\n{self.tiles.brief()}"
         panel = self.ax.get_position(original=True).width * self.ax.figure.get_figwidth()
         self.ax.set_title(fitted(title + note, panel), fontsize=9, parse_math=False)
 
 
 def cam_label(cam: np.ndarray) -> str:
-    return f"CAM (raw, {cam.shape[0]}x{cam.shape[1]} map)"
+    return f"CAM (raw, {'x'.join(map(str, cam.shape))} map)"
 
 
 #: The smallest box a CAM panel gets, in inches: a thin photo hangs centred in it, so the

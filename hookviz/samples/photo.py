@@ -105,7 +105,10 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
     if tensor.dim() == 4 and tensor.shape[0] == 1:
         tensor = tensor[0]
     if tensor.dim() != 3:
-        raise UsageError(f"{arg('image')}: a tensor image must be (C, H, W), not {tuple(tensor.shape)}")
+        raise UsageError(
+            f"{arg('image')}: a tensor input must be (C, H, W), a signal's (C, L) or a clip's (C, T, H, W), "
+            f"not {tuple(tensor.shape)}"
+        )
     channels = tensor.shape[0]
     if channels != preprocessing.channels:
         layout = (

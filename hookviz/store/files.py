@@ -278,6 +278,13 @@ def report_of(
     )
 
 
+def _unfit_notes(explanation, layer, pictures: dict[str, str | None]) -> tuple[str, ...]:
+    """One note per asked picture kind that does not draw this layer's map's rank."""
+    from hookviz.render.kinds import KINDS
+
+    return tuple(note for name in pictures if name in KINDS and (note := KINDS.get(name).unfit(layer, explanation)))
+
+
 def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerRecord:
     cam = None
     if layer.cam is not None:
@@ -295,7 +302,7 @@ def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerR
         cam=cam,
         cams=_method_maps(layer) if explanation.cam_methods else None,
         cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams),
-        notes=tuple(layer.notes or ()),
+        notes=(*(layer.notes or ()), *_unfit_notes(explanation, layer, pictures)),
         trust=layer.trust.to_json() if layer.trust is not None else None,
     )
 

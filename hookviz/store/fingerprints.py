@@ -14,6 +14,9 @@ Every run writes ``fingerprint.npz`` beside ``report.json``, with or without
 * ``<layer>/cam``: the raw CAM at the layer's resolution (area-averaged where a side is
   longer than ``CAM_SIDE``).
 
+A signal's maps (one spatial dimension) are kept as vectors are, at most ``VECTOR_LENGTH``
+long; a clip's (three) at most ``MAP_SIDE`` on each of their sides.
+
 Per-channel means are averaged in groups down to at most ``PROFILE_LENGTH`` values. They are
 kept beside the channel sum because a layer with a 1x1 map (a global pool) sums to a single
 number, which would hide which channels changed.
@@ -148,7 +151,7 @@ def _cumulative(values: np.ndarray, axis: int) -> np.ndarray:
 def _tensor_print(channel_sum: np.ndarray | None, profile: np.ndarray | None) -> TensorPrint:
     if channel_sum is None:
         return TensorPrint()
-    limit = MAP_SIDE if np.ndim(channel_sum) == 2 else VECTOR_LENGTH
+    limit = VECTOR_LENGTH if np.ndim(channel_sum) == 1 else MAP_SIDE  # a clip's map: MAP_SIDE on each of its sides
     channels = None if profile is None else area_mean(profile, PROFILE_LENGTH)
     return TensorPrint(area_mean(channel_sum, limit), channels)
 

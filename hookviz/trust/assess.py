@@ -14,6 +14,7 @@ passes as work (``hookviz.workload``).
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -142,7 +143,9 @@ def _layer(explanation, name: str):
 def _measurable(explanation, name: str) -> bool:
     """Whether a layer method's map of layer ``name`` can be measured (the main one's may not:
     a NaN gradient leaves a re-scoring method's map finite)."""
-    return explanation.target is not None and any(_measurable_map(cam) for cam in _layer(explanation, name).cams.values())
+    return explanation.target is not None and any(
+        _measurable_map(cam, _rank(explanation.image)) for cam in _layer(explanation, name).cams.values()
+    )
 
 
 def _layer_methods(explainer) -> tuple[str, ...]:
@@ -155,14 +158,21 @@ def _each_method(explainer, images, explanations, chosen: list[int], name: str):
     run whose map of layer ``name`` can be measured."""
     layers = {i: _layer(explanations[i], name) for i in chosen}
     for method in _layer_methods(explainer):
-        members = [i for i in chosen if _measurable_map(layers[i].cams.get(method))]
+        members = [i for i in chosen if _measurable_map(layers[i].cams.get(method), _rank(images[i]))]
         if members:
             maps = [layers[i].cams[method] for i in members]
             yield method, (members, _faithfulness(explainer, images, explanations, members, maps, method, name))
 
 
-def _measurable_map(cam) -> bool:
-    return cam is not None and cam.ndim == 2 and bool(np.isfinite(cam).all())
+def _measurable_map(cam, rank: int) -> bool:
+    """Whether ``cam`` is finite and of the input's ``rank`` (a 1-D map of a photo's rows is not
+    laid over the photo)."""
+    return cam is not None and cam.ndim == rank and bool(np.isfinite(cam).all())
+
+
+def _rank(image) -> int:
+    """The spatial dimensions of a prepared input: 2 for a photo, 1 for a signal, 3 for a clip."""
+    return len(image.tensor.shape) - 1
 
 
 def _faithfulness(explainer, images, explanations, chosen: list[int], maps: list, method: str, name: str):
@@ -203,7 +213,7 @@ def _faithfulness_work(inputs, method: str, name: str):
     from hookviz.workload import work
 
     count = len(inputs)
-    per_photo = 2 * len(perturbation_counts(inputs.shape[2] * inputs.shape[3], STEPS)) - 2 + 1 + 2 * len(ROAD_PERCENTILES)
+    per_photo = 2 * len(perturbation_counts(math.prod(inputs.shape[2:]), STEPS)) - 2 + 1 + 2 * len(ROAD_PERCENTILES)
     return work(f"faithfulness of {method} at {name}", count * per_photo, "altered passes", count)
 
 
@@ -243,7 +253,12 @@ def _sanity(explainer, images, explanations, chosen: list[int], layer, passes) -
         target = _copy_target(explainer.target, index, methods)
         cams = [_layer(explanations[i], name).cams for i in members]
         # (method, position in members) of each map there is to compare
-        pairs = [(method, k) for method in methods for k in range(len(members)) if _measurable_map(cams[k].get(method))]
+        pairs = [
+            (method, k)
+            for method in methods
+            for k in range(len(members))
+            if _measurable_map(cams[k].get(method), _rank(images[members[k]]))
+        ]
         if not pairs:
             continue
         original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))

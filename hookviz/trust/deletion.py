@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -100,8 +101,10 @@ def deletion_insertion(
     Args:
         score: ``score(batch, images)``, the target's score (a classifier's softmax
             probability, for torch-cam's numbers) of each row; see ``maps.Score``.
-        inputs: the model's input batch (N, C, H, W).
-        maps: one finite map per image (N, h, w), at any resolution (resized bilinearly).
+        inputs: the model's input batch (N, C, H, W); a signal's (N, C, L) or a clip's
+            (N, C, T, H, W) alike.
+        maps: one finite map per image (N, h, w), at any resolution (resized bilinearly;
+            a signal's (N, l) linearly, a clip's (N, t, h, w) trilinearly).
         steps: the number of perturbation intervals (torch-cam's 20).
         baseline: what deleted positions become, broadcastable to ``inputs`` (zeros).
         batch_size: at most this many perturbed inputs go to ``score`` at once.
@@ -111,7 +114,7 @@ def deletion_insertion(
     """
     import torch
 
-    count, positions = inputs.shape[0], inputs.shape[2] * inputs.shape[3]
+    count, positions = inputs.shape[0], math.prod(inputs.shape[2:])
     ranks = _ranks(at_input_size(maps, tuple(inputs.shape[2:])).to(inputs.device))
     counts = perturbation_counts(positions, steps)
     fill = torch.zeros_like(inputs) if baseline is None else torch.broadcast_to(baseline.to(inputs), inputs.shape)

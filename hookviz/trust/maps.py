@@ -11,22 +11,23 @@ if TYPE_CHECKING:
 
 __all__ = ["Score", "at_input_size", "chunks"]
 
-#: ``score(batch, images)``: the target's score (N,) for each row of ``batch`` (N, C, H, W),
+#: ``score(batch, images)``: the target's score (N,) for each row of ``batch`` (N, C, *spatial),
 #: where ``images`` (N,) long says which image of the measured batch each row stands for.
 #: The same shape as ``hookviz.methods.MethodContext.score``.
 Score = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
 def at_input_size(maps: torch.Tensor, size: tuple[int, ...]) -> torch.Tensor:
-    """Maps (N, h, w) resized to ``size`` (N, H, W) in float32, bilinearly with
-    ``align_corners=False``, as torch-cam's metrics resize a CAM (a map already at ``size``
-    comes back unchanged)."""
+    """Maps (N, *spatial) resized to ``size`` (N, *size) in float32, linearly, bilinearly or
+    trilinearly by their rank, with ``align_corners=False``, as torch-cam's metrics resize a
+    CAM (a map already at ``size`` comes back unchanged)."""
     import torch.nn.functional as F
 
     maps = maps.detach().float()
-    if tuple(maps.shape[-2:]) == tuple(size):
+    if tuple(maps.shape[1:]) == tuple(size):
         return maps
-    return F.interpolate(maps[:, None], size=tuple(size), mode="bilinear", align_corners=False)[:, 0]
+    mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[len(size)]
+    return F.interpolate(maps[:, None], size=tuple(size), mode=mode, align_corners=False)[:, 0]
 
 
 def chunks(count: int, size: int):

@@ -8,7 +8,11 @@ percentile (the top ``100 - p`` %) and *least relevant first* (LeRF) the pixels 
 the ``(100 - p)``-th (the bottom ``100 - p`` %, keeping the top ``p`` %). Imputation is
 Rong et al.'s noisy linear imputation: each removed pixel becomes the weighted mean of its 8
 neighbours (1/6 for the sides, 1/12 for the corners), one sparse linear system per channel
-solved exactly, plus Gaussian noise of standard deviation ``noise`` (0.01). Each point is
+solved exactly, plus Gaussian noise of standard deviation ``noise`` (0.01). A signal's
+samples (1-D) and a clip's voxels (3-D) are imputed alike from their 2 and 26 neighbours,
+weighted as Rong et al.'s are: halved for each axis a neighbour is off along, then scaled to
+sum to 1 (1/2 each in 1-D; 1/14, 1/28 and 1/56 for a voxel's faces, edges and corners).
+Each point is
 the change of the target's score, imputed minus original. A faithful map makes MoRF drop
 fast (negative) and LeRF stay put; ``combined = (mean LeRF - mean MoRF) / 2`` is higher
 for a better map.
@@ -40,7 +44,7 @@ __all__ = ["ROAD_PERCENTILES", "Road", "noisy_linear_imputation", "road"]
 ROAD_PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 
 # Rong et al.'s weights of a pixel's 8 neighbours, (row offset, column offset): weight.
-_NEIGHBOURS = (
+_PIXEL_NEIGHBOURS = (
     ((1, 1), 1 / 12),
     ((0, 1), 1 / 6),
     ((-1, 1), 1 / 12),
@@ -50,6 +54,19 @@ _NEIGHBOURS = (
     ((1, 0), 1 / 6),
     ((-1, 0), 1 / 6),
 )
+
+
+def _neighbours(rank: int) -> tuple:
+    """Each neighbour's offset and weight in a map of ``rank`` spatial dimensions: Rong et
+    al.'s in 2-D (in pytorch-grad-cam's order); in 1-D and 3-D, weights halved per axis the
+    neighbour is off along, scaled to sum to 1 (as the 2-D weights are: 1/6 = 1/2 / 3, 1/12 = 1/4 / 3)."""
+    import itertools
+
+    if rank == 2:
+        return _PIXEL_NEIGHBOURS
+    offsets = [o for o in itertools.product((-1, 0, 1), repeat=rank) if any(o)]
+    raw = [0.5 ** sum(map(abs, o)) for o in offsets]
+    return tuple((o, w / sum(raw)) for o, w in zip(offsets, raw))
 
 
 @dataclass(frozen=True)
@@ -113,8 +130,10 @@ def road(
     Args:
         score: ``score(batch, images)``, the target's score of each row (a classifier's
             softmax probability, as pytorch-grad-cam's ``ClassifierOutputSoftmaxTarget``).
-        inputs: the model's input batch (N, C, H, W).
-        maps: one finite map per image (N, h, w), at any resolution (resized bilinearly).
+        inputs: the model's input batch (N, C, H, W); a signal's (N, C, L) or a clip's
+            (N, C, T, H, W) alike.
+        maps: one finite map per image (N, h, w), at any resolution (resized bilinearly;
+            a signal's linearly, a clip's trilinearly).
         percentiles: where to measure (``ROADCombined``'s 10 to 90).
         noise: the imputation noise's standard deviation.
         seed: the noise generator's seed, the same for every image.
@@ -161,8 +180,8 @@ def _scored(score: Score, batch: torch.Tensor, image: int, batch_size: int) -> l
 
 
 def noisy_linear_imputation(pixels: torch.Tensor, keep: torch.Tensor, noise: float, generator) -> torch.Tensor:
-    """Rong et al.'s noisy linear imputation of the pixels of ``pixels`` (C, H, W) where
-    ``keep`` (H, W) is false: the exact solution of "each missing pixel is the weighted mean
+    """Rong et al.'s noisy linear imputation of the pixels of ``pixels`` (C, *spatial) where
+    ``keep`` (*spatial) is false: the exact solution of "each missing pixel is the weighted mean
     of its neighbours", plus ``noise`` times standard normal noise from ``generator``."""
     import numpy as np
     import torch
@@ -173,8 +192,12 @@ def noisy_linear_imputation(pixels: torch.Tensor, keep: torch.Tensor, noise: flo
     missing = np.flatnonzero(~keep_flat)
     if len(missing) == 0:
         return pixels.clone()
-    system, right = _linear_system(flat.numpy(), keep_flat, missing, tuple(keep.shape))
-    solved = torch.tensor(np.asarray(spsolve(system, right)).reshape(len(missing), -1), dtype=torch.float)
+    if keep_flat.any():
+        system, right = _linear_system(flat.numpy(), keep_flat, missing, tuple(keep.shape))
+        solved = torch.tensor(np.asarray(spsolve(system, right)).reshape(len(missing), -1), dtype=torch.float)
+    else:  # a map tied at its percentile (a CAM half zeros) leaves nothing to impute from: every
+        # constant solves the singular system, and 0 (the normalised data's mean) is the one taken
+        solved = torch.zeros((len(missing), flat.shape[0]))
     jitter = torch.randn((solved.shape[1], solved.shape[0]), generator=generator)  # pytorch-grad-cam's draws, (C, n)
     result = flat.clone()
     result[:, torch.from_numpy(missing)] = solved.t() + noise * jitter
@@ -183,21 +206,23 @@ def noisy_linear_imputation(pixels: torch.Tensor, keep: torch.Tensor, noise: flo
 
 def _linear_system(flat: np.ndarray, keep: np.ndarray, missing: np.ndarray, shape: tuple[int, ...]):
     """The sparse system (n, n) and right-hand sides (n, C) of the missing pixels, built at
-    once (pytorch-grad-cam's ``setup_sparse_system``, without its ``lil_matrix`` loop)."""
+    once (pytorch-grad-cam's ``setup_sparse_system``, without its ``lil_matrix`` loop), in a
+    map of ``shape``'s one to three spatial dimensions."""
     import numpy as np
     from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
 
-    height, width = shape
+    strides = np.array([int(np.prod(shape[axis + 1 :])) for axis in range(len(shape))])
     variable = np.zeros(len(keep), dtype=np.int64)
     variable[missing] = np.arange(len(missing))
     right = np.zeros((len(missing), flat.shape[0]))
     weights = np.ones(len(missing))
     rows, columns, entries = [], [], []
-    row, column = missing // width, missing % width
-    for (down, across), weight in _NEIGHBOURS:
-        inside = (row + down >= 0) & (row + down < height) & (column + across >= 0) & (column + across < width)
+    where = np.stack(np.unravel_index(missing, shape))  # (rank, n): each missing pixel's coordinates
+    for offset, weight in _neighbours(len(shape)):
+        moved = where + np.array(offset)[:, None]
+        inside = np.all((moved >= 0) & (moved < np.array(shape)[:, None]), axis=0)
         ids = np.flatnonzero(inside)
-        neighbour = missing[ids] + down * width + across
+        neighbour = missing[ids] + int(np.dot(offset, strides))
         known = keep[neighbour]
         right[ids[known], :] -= weight * flat[:, neighbour[known]].T
         rows.append(ids[~known])

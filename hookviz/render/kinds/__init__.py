@@ -69,6 +69,7 @@ __all__ = [
     "groups_help",
     "anatomy",
     "grid_options",
+    "map_rank",
 ]
 
 
@@ -100,6 +101,11 @@ class PictureKind:
         options: the builder's keyword arguments for those ``PictureOptions``.
         default: its group is drawn when ``pictures`` is not given.
         compares: drawn from a comparison of two runs, not from an explanation (``diff``).
+        ranks: the spatial dimensions of the maps it draws (2: a photo's; 1: a signal's;
+            3: a clip's or a volume's); a layer whose map has another is skipped, with a
+            note in report.json (``unfit``), never drawn wrong.
+        over_input: it draws the map over the model's input (a CAM over the photo), so the
+            map's rank must be the input's: a Conv1d's map of a photo's rows has no place on it.
     """
 
     name: str
@@ -112,12 +118,35 @@ class PictureKind:
     options: Callable = _no_options
     default: bool = False
     compares: bool = False
+    ranks: tuple[int, ...] = (2,)
+    over_input: bool = False
+
+    def draws(self, layer, explanation=None) -> bool:
+        """Whether it draws ``layer``'s map: one of its ``ranks`` (the input's, for a map
+        drawn over it), or no map at all (its builder then says whether a vector applies)."""
+        return self.unfit(layer, explanation) is None
+
+    def unfit(self, layer, explanation=None) -> str | None:
+        """The note for a layer whose map has a rank it does not draw, else ``None``."""
+        rank = map_rank(layer)
+        if rank is None:
+            return None
+        if rank not in self.ranks:
+            dims = " or ".join(map(str, self.ranks))
+            return f"{self.name} picture not drawn: it draws maps of {dims} spatial dimensions, and this map has {rank}"
+        shape = getattr(getattr(getattr(explanation, "image", None), "tensor", None), "shape", None)
+        given = len(shape) - 1 if shape is not None else None
+        if self.over_input and given is not None and given != rank:
+            return f"{self.name} picture not drawn: a {rank}-D map has no place over a {given}-D input"
+        return None
 
     def file_name(self, stem: str) -> str:
         return f"{stem}.{self.name}.png"
 
     def figure(self, explanation, layer, **options):
         """A fresh ``Figure`` of this picture, or ``None`` where it does not apply."""
+        if not self.draws(layer, explanation):
+            return None
         built = self.build(explanation, layer, **options)
         return None if built is None else built[0]
 
@@ -184,6 +213,13 @@ def groups_help() -> str:
         f"{group} ({'; '.join(kind.help for kind in KINDS.values() if kind.group == group and not kind.compares)})"
         for group in picture_groups()
     )
+
+
+def map_rank(layer) -> int | None:
+    """How many spatial dimensions a layer's output map has (``Layout.rank``), or ``None``
+    without one (a vector, a map that reads both ways)."""
+    layout = getattr(layer, "layout", None)  # a compared layer (``diff``) has none: its maps say their rank
+    return layout.rank if layout is not None and layout.spatial else None
 
 
 def anatomy(explanation, layer, shape):

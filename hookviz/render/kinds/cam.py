@@ -27,7 +27,7 @@ def _heading(explanation, layer) -> str:
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import CHAR_INCHES, Overlay, Sheet, cam_boxes, photo_of, task_of, window_of
+    from hookviz.render.figures import CHAR_INCHES, Overlay, Sheet, cam_boxes, clip_tiling, photo_of, task_of, window_of
     from hookviz.render.kinds.cam_topk import panels
 
     if task_of(explanation).cams_as_panels:
@@ -52,6 +52,7 @@ def build(explanation, layer):
         sheet.axes(x + 2 * panel + 0.45, 0.95, 0.15, side),
         photo,
         layer.cam,
+        clip_tiling(explanation),
     )
 
     def update(explanation, layer):
@@ -73,5 +74,7 @@ KIND = register_kind(
         build=build,
         reuse_key=reuse_key,
         default=True,
+        ranks=(1, 2, 3),
+        over_input=True,
     )
 )

@@ -37,7 +37,17 @@ def build(explanation, layer):
 def panels(explanation, layer):
     """The layer's CAM panels side by side (``LayerResult.topk_cams``), titled as the task
     says: of the top-K classes, or of each detection, its box drawn over it."""
-    from hookviz.render.figures import Overlay, Sheet, cam_boxes, cam_label, layer_text, photo_of, task_of, window_of
+    from hookviz.render.figures import (
+        Overlay,
+        Sheet,
+        cam_boxes,
+        cam_label,
+        clip_tiling,
+        layer_text,
+        photo_of,
+        task_of,
+        window_of,
+    )
 
     if not layer.topk_cams:
         return None
@@ -48,12 +58,17 @@ def panels(explanation, layer):
     columns = min(len(layer.topk_cams), PANELS_PER_ROW)
     rows = math.ceil(len(layer.topk_cams) / columns)
     sheet = Sheet(0.2 + columns * stride, 0.2 + rows * rise)
-    overlays = []
+    overlays, tiles = [], clip_tiling(explanation)
     for k, (_, cam) in enumerate(layer.topk_cams):
         left, top = 0.2 + (k % columns) * stride, 1.0 + (k // columns) * rise
         overlays.append(
             Overlay(
-                sheet.figure, sheet.axes(left, top, panel, side), sheet.axes(left + panel + 0.12, top, 0.13, side), photo, cam
+                sheet.figure,
+                sheet.axes(left, top, panel, side),
+                sheet.axes(left + panel + 0.12, top, 0.13, side),
+                photo,
+                cam,
+                tiles,
             )
         )
 
@@ -78,5 +93,7 @@ KIND = register_kind(
         build=build,
         reuse_key=reuse_key,
         default=True,
+        ranks=(1, 2, 3),
+        over_input=True,
     )
 )

@@ -34,7 +34,7 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import Overlay, Sheet, cam_boxes, empty, fitted, layer_text, photo_of, window_of
+    from hookviz.render.figures import Overlay, Sheet, cam_boxes, clip_tiling, empty, fitted, layer_text, photo_of, window_of
 
     if reuse_key(explanation, layer, {}) is None:
         return None
@@ -50,7 +50,7 @@ def build(explanation, layer):
         left, top = 0.2 + (k % columns) * stride, 1.0 + (k // columns) * rise
         ax, cax = sheet.axes(left, top, panel, side), sheet.axes(left + panel + 0.12, top, 0.13, side)
         if name in layer.cams:
-            overlays[name] = Overlay(sheet.figure, ax, cax, photo, layer.cams[name])
+            overlays[name] = Overlay(sheet.figure, ax, cax, photo, layer.cams[name], clip_tiling(explanation))
         else:  # the same for every image of this anatomy: drawn once
             ax.set_title(fitted(name, panel), fontsize=9, parse_math=False)
             empty(ax, cax, fitted(layer.cam_notes[name].replace("; ", ";\n"), panel))
@@ -74,5 +74,7 @@ KIND = register_kind(
         build=build,
         reuse_key=reuse_key,
         default=True,
+        ranks=(1, 2, 3),
+        over_input=True,
     )
 )

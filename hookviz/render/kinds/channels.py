@@ -10,6 +10,7 @@ gets no grid.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import partial
 
 from hookviz.render.kinds import PictureKind, anatomy, grid_options, register_kind
@@ -32,7 +33,35 @@ def _tiles_for(explanation, layer, which: str, channels):
     if channels is not None and full is not None:
         selection = ChannelSelection.parse(channels)
         tiles, _ = channel_tiles(full, layer.layout, selection, by_magnitude=which != "output")
-    return tiles
+    return _flat(tiles)
+
+
+def _flat(tiles):
+    """``tiles`` with each map 2-D: a signal's channel as a strip (a quarter as high as long),
+    a clip's as its slices tiled (``anatomy.slices``, NaN between them)."""
+    import numpy as np
+
+    from hookviz.render.figures import flat
+
+    if tiles is None or tiles.maps.ndim == 3:
+        return tiles
+    if tiles.maps.ndim == 2:
+        band = max(1, round(tiles.maps.shape[1] / 4))
+        return replace(tiles, maps=np.repeat(tiles.maps[:, None, :], band, axis=1))
+    return replace(tiles, maps=np.stack([flat(volume)[0] for volume in tiles.maps]))
+
+
+def _what_tiles_show(layer, which: str) -> str:
+    """How a tile shows a channel of a map that is not a photo's."""
+    from hookviz.anatomy.slices import tiling
+
+    shape = layer.shapes[which]
+    rank = layer.ranks.get(which)
+    if rank == 1:
+        return " · each tile: a strip over the signal"
+    if rank == 3 and shape is not None:
+        return f" · each tile: {tiling(tuple(shape[2:])).note()}"
+    return ""
 
 
 def _grid_geometry(tiles):
@@ -41,7 +70,7 @@ def _grid_geometry(tiles):
     rows = math.ceil(count / columns)
     height, width = tiles.maps.shape[1:]
     pad = max(1, round(max(height, width) * 0.08))
-    gap = max(pad, round(height * 0.3))  # room above each tile for its label
+    gap = max(pad, round(height * 0.3), round(width * 0.12))  # room above each tile for its label, however flat
     return columns, rows, height, width, pad, gap
 
 
@@ -152,10 +181,11 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
     tile_inches = max(1.0, min(1.2, 12.0 / columns, max(height, width) * 7 / DPI))
     grid_width = columns * tile_inches
     grid_height = grid_width * shape[0] / shape[1]
-    sheet = Sheet(grid_width + 1.9, grid_height + 1.0)
+    # The bar as tall as its label (its scale, in words) is long, however flat the grid (a signal's strips).
+    bar_height = min(max(grid_height, len(_bar_label(scale, signed)) * 0.065), 5.0)
+    sheet = Sheet(grid_width + 1.9, max(grid_height, bar_height) + 1.0)
     ax = sheet.axes(0.2, 0.8, grid_width, grid_height)
-    bar_height = min(grid_height, 5.0)
-    cax = sheet.axes(0.2 + grid_width + 0.2, 0.8 + (grid_height - bar_height) / 2, 0.18, bar_height)
+    cax = sheet.axes(0.2 + grid_width + 0.2, 0.8 + max(0.0, (grid_height - bar_height) / 2), 0.18, bar_height)
     colormap = matplotlib.colormaps[GRADIENT_CMAP if signed else ACTIVATION_CMAP].with_extremes(bad="white")
     image = ax.imshow(np.ma.masked_invalid(np.full(shape, np.nan)), cmap=colormap, interpolation="nearest")
     labels = _tile_labels(ax, len(tiles.indices), columns, (height, width, pad, gap))
@@ -178,7 +208,8 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
         )
         sheet.title(
             f"{explanation.model} · {layer_text(layer)} · {which} {shape_text(layer.shapes[which])} · "
-            f"{len(tiles.indices)} of {tiles.total} channels{flat_note}\n{task_of(explanation).headline(explanation)}"
+            f"{len(tiles.indices)} of {tiles.total} channels{flat_note}{_what_tiles_show(layer, which)}\n"
+            f"{task_of(explanation).headline(explanation)}"
         )
 
     update(explanation, layer)
@@ -199,6 +230,7 @@ KIND = register_kind(
         reuse_key=reuse_key,
         options=partial(grid_options, "output"),
         default=True,
+        ranks=(1, 2, 3),
     )
 )
 GRADIENT_KIND = register_kind(
@@ -212,5 +244,6 @@ GRADIENT_KIND = register_kind(
         wanted=_grad_channels_wanted,
         options=partial(grid_options, "grad_output"),
         default=True,
+        ranks=(1, 2, 3),
     )
 )

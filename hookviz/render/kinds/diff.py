@@ -159,8 +159,11 @@ def _panel(figure, ax, cax, values, norm, cmap_name: str, title: str) -> None:
     import numpy as np
     from matplotlib.colors import TwoSlopeNorm
 
-    from hookviz.render.figures import NOT_FINITE_COLOUR, ValueBar
+    from hookviz.render.figures import NOT_FINITE_COLOUR, ValueBar, flat
 
+    if values.ndim == 3:  # a clip's map: its slices, tiled
+        values, slices = flat(values)
+        title = f"{title}\n{slices}"
     ax.set_title(title, fontsize=9, parse_math=False)
     if values.ndim == 1:
         colour = "tab:red" if isinstance(norm, TwoSlopeNorm) else "tab:blue"
@@ -168,7 +171,7 @@ def _panel(figure, ax, cax, values, norm, cmap_name: str, title: str) -> None:
         ax.set_xlim(-0.5, values.size - 0.5)
         ax.set_ylim(norm.vmin, norm.vmax)
         ax.axhline(0, color="black", linewidth=0.5)
-        ax.set_xlabel("feature", fontsize=8)
+        ax.set_xlabel("feature or position", fontsize=8)
         ax.tick_params(labelsize=7)
         cax.set_axis_off()
         return
@@ -188,5 +191,6 @@ KIND = register_kind(
         build=build,
         reuse_key=reuse_key,
         compares=True,
+        ranks=(1, 2, 3),
     )
 )

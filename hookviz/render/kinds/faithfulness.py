@@ -222,5 +222,6 @@ KIND = register_kind(
         build=build,
         reuse_key=reuse_key,
         default=True,
+        ranks=(1, 2, 3),  # curves only: the map's rank does not matter
     )
 )

@@ -82,11 +82,23 @@ def build(explanation, layer):
 
 
 def _draw_row(axes, steps: list[int], result, first: str) -> None:
+    from hookviz.render.figures import fitted, flat
+
     titles = [first] + [f"random down to\n{_short(result.layers[s])}, ρ={_rho(result.correlations[s])}" for s in steps]
     for ax, index, title in zip(axes, [0, *(s + 1 for s in steps)], titles):
         ax.clear()
-        ax.imshow(result.maps[index], cmap="jet", interpolation="bilinear")
+        values = result.maps[index]
+        # A signal's map as a strip as tall as the panel; a clip's as its slices, tiled (said under the first).
+        shown, slices = flat(values)
+        smooth = "nearest" if values.ndim == 3 else "bilinear"
+        ax.imshow(shown, cmap="jet", interpolation=smooth, aspect="auto" if values.ndim == 1 else None)
         ax.set_title(title, fontsize=7, parse_math=False)
+        if index == 0 and values.ndim == 3:
+            ax.set_xlabel(fitted(slices, 1.6, 7), fontsize=7, parse_math=False)
+            ax.set_axis_on()
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         ax.set_axis_off()
 
 
@@ -144,5 +156,6 @@ KIND = register_kind(
         build=build,
         reuse_key=reuse_key,
         default=True,
+        ranks=(1, 2, 3),
     )
 )

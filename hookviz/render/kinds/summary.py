@@ -52,7 +52,9 @@ def build(explanation, layer):
             shape = layer.shapes[label]
             # A recorded tensor without a map: its shape reads channels-first and -last alike.
             unread = f"{shape_text(shape)}: channels first or last?\nnot drawn (see report.json)" if shape is not None else None
-            panel.update(values, f"{label} {shape_text(shape)}, {how(shape, values)}" if values is not None else label, unread)
+            rank = layer.ranks.get(label)
+            title = f"{label} {shape_text(shape)}, {how(shape, values, rank)}" if values is not None else label
+            panel.update(values, title, unread, rank)
         sheet.title(
             f"{explanation.model} · {layer_text(layer)} · output {shape_text(layer.shapes['output'])}\n"
             f"{task.headline(explanation)} · {task.objective_text(explanation)} · {explanation.image.source.label}"
@@ -64,10 +66,12 @@ def build(explanation, layer):
     return sheet.figure, update, changing
 
 
-def how(shape, values) -> str:
+def how(shape, values, rank: int | None = None) -> str:
     """How a tensor became the panel's picture, so token grids are not mistaken for images."""
     if values is None:
         return "not recorded"
+    if rank in (1, 3):
+        return "summed over channels"
     if values.ndim != 2:
         return "per feature"
     if shape is not None and len(shape) == 3:
@@ -87,5 +91,6 @@ KIND = register_kind(
         build=build,
         reuse_key=reuse_key,
         default=True,
+        ranks=(1, 2, 3),
     )
 )
