@@ -17,6 +17,7 @@ from PIL import Image
 
 from hookviz.inputs.identity import Match, PhotoIdentity, match_files
 from hookviz.inputs.images import Preprocessing
+from hookviz.methods.integrated_gradients import IGOptions
 from hookviz.samples import SAMPLE_KINDS, Sample, SampleBatch, get_sample_kind
 
 from .conftest import ROOT, SAMPLES, tiny_net
@@ -77,7 +78,7 @@ def test_every_pass_runs_the_task_with_its_own_options(registries_restored):
         loaded,
         layers=LayerOptions(layers=("features.3",)),
         inputs=InputOptions(),
-        target=TargetOptions(cam="gradcam,scorecam,integrated-gradients", steps=4),
+        target=TargetOptions(cam="gradcam,scorecam,integrated-gradients", settings=(IGOptions(steps=4),)),
         trust=TrustOptions(faithfulness=True),
     )
     own = SoftmaxScores()

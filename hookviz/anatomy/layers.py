@@ -188,13 +188,12 @@ def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bo
     parameters are left as they were. A model that fails on a photo and whose stem is a Conv1d
     or a Conv3d is traced on a zero signal or clip (``dry_size``): photos first, as a photo's
     model may reduce its rows and convolve them in 1-D."""
-    if blank is not None:
-        return _traced_once(model, tuple(blank[0].shape[2:]), channels, watch, blank)
+    size = tuple(blank[0].shape[2:]) if blank is not None else tuple(input_size)
     other = dry_size(model, input_size)
     try:
-        return _traced_once(model, tuple(input_size), channels, watch)
+        return _traced_once(model, size, channels, watch, blank)
     except UsageError:
-        if other == tuple(input_size):
+        if other == size or (blank is not None and len(blank) != 1):  # a kind of several inputs says what they are
             raise
     return _traced_once(model, other, channels, watch)
 
