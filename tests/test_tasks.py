@@ -141,7 +141,7 @@ def test_a_classifiers_report_asks_nothing_of_a_detector(tmp_path):
     result, out = _run(tmp_path, "tests.conftest:tiny_net", "--pictures", "none")
     assert result.exit_code == 0, result.stderr
     report = json.loads((out / "cat" / "report.json").read_text())
-    assert set(report["asked"]["target"]) == {"target", "objective", "cam", "topk", "output_key", "steps", "ig_baseline"}
+    assert set(report["asked"]["target"]) == {"target", "objective", "cam", "topk", "output_key", "settings"}
 
 
 def test_predictions_are_typed_and_report_json_keeps_their_to_json(tmp_path):
