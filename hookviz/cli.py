@@ -131,7 +131,10 @@ def _run(args: RunArgs, declared: dict) -> None:
     paths = _guard(shown.debug, lambda: _photos_in(sources, groups["options"].out, found))
     for note in () if shown.quiet else found:
         typer.echo(f"hookviz: note: {note}", err=True)
-    _guard(shown.debug, lambda: _execute(paths, sources, groups, json_output=shown.json_output, quiet=shown.quiet, verbose=shown.verbose))
+    _guard(
+        shown.debug,
+        lambda: _execute(paths, sources, groups, json_output=shown.json_output, quiet=shown.quiet, verbose=shown.verbose),
+    )
 
 
 # The command's parameters are RunArgs' fields and the settings that methods and tasks declare.

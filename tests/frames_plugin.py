@@ -39,7 +39,9 @@ FRAME = re.compile(r"^(\d+)\.(png|jpe?g)$", re.IGNORECASE)
 class ClipOptions:
     """The frames kind's settings: ``--clip-frames`` on the command line, ``clip_frames=`` in ``explain()``."""
 
-    clip_frames: int = option(4, help="Frames taken from each clip, evenly spaced (the first and last among them).", low=1, high=64)
+    clip_frames: int = option(
+        4, help="Frames taken from each clip, evenly spaced (the first and last among them).", low=1, high=64
+    )
 
 
 def frames_of(folder: Path) -> list[Path]:
@@ -65,7 +67,9 @@ class Frames(SampleKindBase):
     options_type = ClipOptions
 
     def find(self, sources, exclude=(), notes=None) -> list[Path]:
-        return find_folders(sources, lambda folder: bool(frames_of(folder)), f"sample of kind {self.name!r} ({self.words})", exclude)
+        return find_folders(
+            sources, lambda folder: bool(frames_of(folder)), f"sample of kind {self.name!r} ({self.words})", exclude
+        )
 
     def files(self, path: Path) -> list[Path]:
         return frames_of(path)

@@ -141,9 +141,7 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = (), notes: lis
     return list(unique.values())
 
 
-def find_folders(
-    sources: Sequence[str], holds: Callable[[Path], bool], what: str, exclude: Sequence[Path] = ()
-) -> list[Path]:
+def find_folders(sources: Sequence[str], holds: Callable[[Path], bool], what: str, exclude: Sequence[Path] = ()) -> list[Path]:
     """The folders that are one sample each: a folder named (or a pattern's) that ``holds`` a
     sample is one; else the folders below it that do, each taken whole (not searched further),
     skipping hidden and hookviz output folders and ``exclude`` (the run's ``out``). In the
