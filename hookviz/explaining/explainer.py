@@ -521,8 +521,8 @@ def _option_groups(g: ExplainArgs, layers, target, declared: dict) -> dict:
     trust = TrustOptions(faithfulness=g.faithfulness, sanity=g.sanity)
     check_trust_options(target_options, trust)
     check_environment()
-    groups = {"layers": layer_options, "target": target_options, "task_options": task_options, "trust": trust}
-    return {**groups, "sample_options": sample_options}
+    made = {"layers": layer_options, "target": target_options, "task_options": task_options, "trust": trust}
+    return {**made, "sample_options": sample_options}
 
 
 def _model_to_explain(model, categories, task: str, weights: str, prompts) -> LoadedModel:
