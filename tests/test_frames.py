@@ -23,10 +23,22 @@ from hookviz.runs.request import RunRequest
 from hookviz.store.report_records import read_report
 
 from .conftest import ROOT, SAMPLES, tiny_net
-from .frames_plugin import ClipOptions, Frames, evenly
 from .test_records import _validate_run_folder
 
 SIDE = 32
+
+
+@pytest.fixture
+def plugin(registries_restored):
+    """``tests.frames_plugin``, its kind registered for this test alone: a sample kind other than
+    the photo, registered for the whole session, would change how other tests' runs find photos."""
+    from hookviz.samples import SAMPLE_KINDS
+
+    from . import frames_plugin
+
+    if "frames" not in SAMPLE_KINDS:  # imported by an earlier test, whose registries_restored took it away
+        SAMPLE_KINDS.add("frames", frames_plugin.Frames())
+    return frames_plugin
 
 
 def _clips(folder: Path, frames: int = 6) -> Path:
@@ -44,9 +56,9 @@ def _clips(folder: Path, frames: int = 6) -> Path:
     return folder
 
 
-def test_a_folder_of_frames_is_one_sample_and_a_folder_of_clips_is_each(tmp_path):
+def test_a_folder_of_frames_is_one_sample_and_a_folder_of_clips_is_each(tmp_path, plugin):
     clips = _clips(tmp_path / "clips")
-    kind = Frames()
+    kind, evenly = plugin.Frames(), plugin.evenly
     assert kind.find([str(clips)]) == [clips / "jump", clips / "walk"]
     assert kind.find([str(clips / "walk"), str(clips / "walk")]) == [clips / "walk"]
     assert kind.files(clips / "walk") == [clips / "walk" / f"{t:03d}.png" for t in range(6)]
@@ -59,33 +71,37 @@ def test_a_folder_of_frames_is_one_sample_and_a_folder_of_clips_is_each(tmp_path
         kind.find([str(clips)], exclude=[clips])
 
 
-def test_the_run_finds_the_kinds_samples_and_shards_them(tmp_path):
+def test_the_run_finds_the_kinds_samples_and_shards_them(tmp_path, plugin):
     """The photos found while torch imports become the clips once the model's kind is known; a shard takes its part of those."""
     clips = _clips(tmp_path / "clips")
     frames = sorted(clips.glob("*/*.png"))
     asked = RunRequest(
         tuple(frames), ModelOptions("x"), options=RunOptions(out=tmp_path / "out", shard=(2, 2)), sources=(str(clips),)
     )
-    found = asked.found_by(Frames(), [])
+    found = asked.found_by(plugin.Frames(), [])
     assert found.images == (clips / "jump", clips / "walk") and found.selected == [clips / "walk"]
-    assert RunRequest(tuple(frames), ModelOptions("x")).found_by(Frames(), []).images == tuple(frames)  # no sources: as given
+    assert RunRequest(tuple(frames), ModelOptions("x")).found_by(plugin.Frames(), []).images == tuple(
+        frames
+    )  # no sources: as given
 
 
-def _explainer(frames: int, layers=("features.3",)):
+def _explainer(plugin, frames: int, layers=("features.3",)):
     from hookviz.explaining.explainer import Explainer
     from hookviz.models.loading import load_model
 
     loaded = load_model(ModelOptions("tests.frames_plugin:clip_net"))
     inputs = InputOptions(resize=SIDE, crop=SIDE)
-    return Explainer.create(loaded, layers=LayerOptions(layers=layers), inputs=inputs, sample_options=(ClipOptions(frames),))
+    return Explainer.create(
+        loaded, layers=LayerOptions(layers=layers), inputs=inputs, sample_options=(plugin.ClipOptions(frames),)
+    )
 
 
-def test_the_clips_gradcam_is_torch_cams_3d_gradcam(tmp_path):
+def test_the_clips_gradcam_is_torch_cams_3d_gradcam(tmp_path, plugin):
     """Independent check: hookviz's Grad-CAM at the Conv3d over the clip equals torch-cam's."""
     from torchcam.methods import GradCAM
 
     clips = _clips(tmp_path / "clips")
-    explainer = _explainer(5)
+    explainer = _explainer(plugin, 5)
     sample = explainer.prepare(clips / "walk")
     assert tuple(sample.tensor.shape) == (3, 5, SIDE, SIDE) and sample.main == "clip"
     assert sample.shown.ndim == 3 and sample.shown.shape[2] == 3
@@ -98,7 +114,7 @@ def test_the_clips_gradcam_is_torch_cams_3d_gradcam(tmp_path):
     assert np.corrcoef(ours.ravel(), theirs.ravel())[0, 1] >= 0.999
 
 
-def test_the_kinds_option_is_an_explain_keyword_and_refused_for_another_kind(tmp_path):
+def test_the_kinds_option_is_an_explain_keyword_and_refused_for_another_kind(tmp_path, plugin):
     import hookviz
     from hookviz.explaining.explainer import Explainer
     from hookviz.inputs.images import Preprocessing
@@ -125,11 +141,11 @@ def test_the_kinds_option_is_an_explain_keyword_and_refused_for_another_kind(tmp
     assert Explainer.create(loaded).sample_settings is None and "sample" not in Explainer.create(loaded).asked
 
 
-def test_the_kinds_option_is_a_flag_in_the_images_panel():
+def test_the_kinds_option_is_a_flag_in_the_images_panel(plugin):
     from hookviz.options.declared import owners
     from hookviz.run_arguments import declared_parameters
 
-    assert [(o.name, o.group, o.panel) for o in owners("sample kind")] == [("frames", ClipOptions, "Images")]
+    assert [(o.name, o.group, o.panel) for o in owners("sample kind")] == [("frames", plugin.ClipOptions, "Images")]
     parameter = next(p for p in declared_parameters(set()) if p.name == "clip_frames")
     declared = parameter.annotation.__metadata__[0]
     assert declared.default == "--clip-frames" and declared.rich_help_panel == "Images" and parameter.default == 4
