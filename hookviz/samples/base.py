@@ -189,7 +189,7 @@ def kind_settings(kind: SampleKind, given: Sequence, model: str):
             own.append(options)
             continue
         what = f"{model} takes {kind.words} (sample kind {kind.name!r})"
-        refuse_given(options, what, "drop {option}, or explain a model whose samples are {taker}'s")
+        refuse_given(options, what, "drop {option}, or explain a model of sample kind '{taker}'")
     if kind.options_type is None:
         return None
     if len(own) > 1:
