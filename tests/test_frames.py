@@ -206,3 +206,17 @@ def test_a_clip_model_given_photos_says_so_in_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "cat.png" in lines[0] and "'frames'" in lines[0] and not (tmp_path / "out").exists()
+
+
+def test_the_progress_counts_the_samples_the_kind_found():
+    """The command counted the photos found while torch imported (36 frames: too many for a line
+    each); the model's kind found 3 clips, so each gets its line, as any 3 samples would."""
+    from hookviz.progress import FEW_IMAGES, Progress
+
+    progress = Progress(36, quiet=True, stdout_lines=True)
+    assert not progress.stdout_lines and 36 > FEW_IMAGES
+    progress.start("model ...", 3)
+    assert progress.total == 3 and progress.stdout_lines
+    asked_none = Progress(3, quiet=True, stdout_lines=False)  # --json: no lines, however few
+    asked_none.start("model ...", 2)
+    assert not asked_none.stdout_lines
