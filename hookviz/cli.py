@@ -127,19 +127,23 @@ def _run(args: RunArgs, declared: dict) -> None:
     shown = args.output
     groups = _guard(shown.debug, lambda: option_groups(args, declared))
     found: list[str] = []  # notes on what the folders held
-    paths = _guard(shown.debug, lambda: _image_paths(args.model.images, args.images.from_list, groups["options"].out, found))
+    sources = _guard(shown.debug, lambda: _sources(args.model.images, args.images.from_list))
+    paths = _guard(shown.debug, lambda: _photos_in(sources, groups["options"].out, found))
     for note in () if shown.quiet else found:
         typer.echo(f"hookviz: note: {note}", err=True)
-    _guard(shown.debug, lambda: _execute(paths, groups, json_output=shown.json_output, quiet=shown.quiet, verbose=shown.verbose))
+    _guard(
+        shown.debug,
+        lambda: _execute(paths, sources, groups, json_output=shown.json_output, quiet=shown.quiet, verbose=shown.verbose),
+    )
 
 
 # The command's parameters are RunArgs' fields and the settings that methods and tasks declare.
 run = app.command("run", cls=PanelledCommand)(TypedCommand(RunArgs, _run))
 
 
-def _image_paths(images: list[str] | None, from_list: str | None, out: Path, notes: list[str]) -> list[Path]:
-    open_heif()  # before discovery reads the suffixes PIL knows
-    from hookviz.inputs.discovery import find_images, read_list
+def _sources(images: list[str] | None, from_list: str | None) -> list[str]:
+    """The files, folders and patterns given, then those of ``--from-list``."""
+    from hookviz.inputs.discovery import read_list
 
     sources = list(images or [])
     if from_list:
@@ -151,10 +155,26 @@ def _image_paths(images: list[str] | None, from_list: str | None, out: Path, not
             sources += read_list(stream)
     if not sources:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
-    return find_images(sources, exclude=[out], notes=notes)
+    return sources
 
 
-def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
+def _photos_in(sources: list[str], out: Path, notes: list[str]) -> list[Path]:
+    """The photos ``sources`` name, found while torch imports (the loader decodes them
+    meanwhile); none yet where they name none but a plug-in's sample kind may find its own
+    there: the run finds the samples of the model's kind once it is loaded (``Run``'s ``sources``)."""
+    open_heif()  # before discovery reads the suffixes PIL knows
+    from hookviz.inputs.discovery import find_images
+    from hookviz.samples import SAMPLE_KINDS
+
+    try:
+        return find_images(sources, exclude=[out], notes=notes)
+    except UsageError:
+        if any(name != "photo" for name in SAMPLE_KINDS.names()):
+            return []
+        raise
+
+
+def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
     from hookviz.models.loading import prompt_progress
     from hookviz.runs.runner import Run, RunInterrupted, shard_of
     from hookviz.workload import listening
@@ -164,7 +184,9 @@ def _execute(paths, groups: dict, *, json_output: bool, quiet: bool, verbose: bo
     stopper = Stopper(progress)
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=progress.start)
+        # the model's sample kind may find other samples in the sources than these photos: count those
+        start = lambda line: progress.start(line, len(run.asked.selected))  # noqa: E731
+        stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=start, sources=sources)
         # ten thousand prompts take minutes before the first image; so may the work inside a photo
         with prompt_progress(progress.prompts), listening(progress):
             summary = run.execute()

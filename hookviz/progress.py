@@ -108,6 +108,7 @@ class Progress:
     def __init__(self, total: int, *, quiet: bool, stdout_lines: bool, verbose: bool = False):
         self.total = total
         self.quiet = quiet
+        self.asked_lines, self.verbose = stdout_lines, verbose
         self.stdout_lines = stdout_lines and (verbose or total <= FEW_IMAGES)
         self.bar: Any = None  # a rich Progress, while one is shown
         self.task: Any = None
@@ -129,7 +130,12 @@ class Progress:
             stdout_closed()
             self.stdout_lines = False
 
-    def start(self, line: str) -> None:
+    def start(self, line: str, total: int | None = None) -> None:
+        """The images begin (``line`` says how); ``total``: how many there are, when the run
+        found other samples than it was counted with (the model's sample kind's)."""
+        if total is not None and total != self.total:
+            self.total = total
+            self.stdout_lines = self.asked_lines and (self.verbose or total <= FEW_IMAGES)
         self.close()  # a bar of the prompts, had it not ended
         self.started = self.said = time.monotonic()  # the model is loaded: the images begin
         self.begun = True

@@ -286,6 +286,7 @@ def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
         ),
         target=_target(o.target, build(declared, "method")),
         task_options=build(declared, "task"),
+        sample_options=build(declared, "sample kind"),
         pictures=_pictures(o.pictures),
         options=RunOptions(
             out=o.output.out,  # type: ignore[arg-type]  # RunOptions makes the folders Paths

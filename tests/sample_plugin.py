@@ -37,7 +37,7 @@ class PhotoAndVector(SampleKindBase):
     def files(self, path: Path) -> list[Path]:
         return [path, path.with_suffix(".npy")]
 
-    def load(self, path: Path, max_pixels: int):
+    def load(self, path: Path, max_pixels: int, settings):
         vector_file = path.with_suffix(".npy")
         if not vector_file.is_file():
             raise ImageError(
@@ -49,13 +49,13 @@ class PhotoAndVector(SampleKindBase):
         photo = load_image(path, max_pixels)
         return replace(photo, identity=self.identity(path)), vector
 
-    def prepare(self, loaded, preprocessing, max_pixels: int) -> Sample:
+    def prepare(self, loaded, preprocessing, max_pixels: int, settings) -> Sample:
         photo, vector = loaded
         image = prepare(photo, preprocessing, max_pixels)
         tensors = {"image": image.tensor, "vector": torch.from_numpy(vector)}
         return Sample(image.source, tensors, image.shown, image.whole)
 
-    def blank(self, preprocessing) -> tuple:
+    def blank(self, preprocessing, settings) -> tuple:
         return torch.zeros(1, 3, *preprocessing.trace_size), torch.zeros(1, WIDTH)
 
 

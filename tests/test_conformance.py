@@ -172,7 +172,7 @@ def test_every_sample_kind_meets_the_interface_and_its_blank_sample_is_a_batch_o
     """The built-in photo and the plug-in's photo+vector (tests/sample_plugin.py, run end to end by
     tests/test_samples.py) each have every member of ``SampleKind``."""
     from hookviz.inputs.images import Preprocessing
-    from hookviz.samples import SAMPLE_KINDS, SampleKind, get_sample_kind
+    from hookviz.samples import SAMPLE_KINDS, SampleKind, SampleKindBase, get_sample_kind
 
     from . import sample_plugin
 
@@ -184,6 +184,9 @@ def test_every_sample_kind_meets_the_interface_and_its_blank_sample_is_a_batch_o
     for name in SAMPLE_KINDS:
         kind = SAMPLE_KINDS.get(name)
         assert kind.name == name and all(hasattr(kind, member) for member in members), name
-        blank = kind.blank(Preprocessing(resize=32, size=32))
-        assert all(isinstance(t, torch.Tensor) and t.shape[0] == 1 for t in blank) and blank[0].shape == (1, 3, 32, 32)
-        assert kind.files(SAMPLES / "cat.png")[0] == SAMPLES / "cat.png"
+        settings = kind.options_type() if kind.options_type is not None else None
+        blank = kind.blank(Preprocessing(resize=32, size=32), settings)
+        assert all(isinstance(t, torch.Tensor) and t.shape[0] == 1 for t in blank) and blank[0].shape[:2] == (1, 3)
+        assert blank[0].shape[-2:] == (32, 32)
+        if type(kind).find is SampleKindBase.find:  # its key file is a photo
+            assert kind.files(SAMPLES / "cat.png")[0] == SAMPLES / "cat.png"

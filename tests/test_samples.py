@@ -103,7 +103,7 @@ def test_a_sample_of_two_files_changes_when_either_does(tmp_path):
 def test_the_photo_is_the_built_in_kind():
     photo = get_sample_kind("photo")
     assert "photo" in SAMPLE_KINDS and photo.files(SAMPLES / "cat.png") == [SAMPLES / "cat.png"]
-    blank = photo.blank(Preprocessing(size=32, mode="whole"))
+    blank = photo.blank(Preprocessing(size=32, mode="whole"), None)
     assert [tuple(t.shape) for t in blank] == [(1, 3, 32, 32)]
 
 

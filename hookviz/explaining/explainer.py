@@ -39,6 +39,8 @@ class Explainer:
         declared_layout: what the model declares about its tokens and channel order (the
             loaded model's own word, else what ``geometry`` reads from the module).
         trust: how far to trust each CAM: the measures ``hookviz.trust`` adds to each layer.
+        sample_settings: the option group of the model's sample kind (``hookviz.samples``), as
+            its samples are loaded and prepared with, or ``None`` for a kind without one.
     """
 
     model: LoadedModel
@@ -50,6 +52,7 @@ class Explainer:
     declared_layout: DeclaredLayout | None = None
     task_options: Any = None
     trust: TrustOptions = TrustOptions()
+    sample_settings: Any = None
 
     @classmethod
     def create(
@@ -62,6 +65,7 @@ class Explainer:
         preprocessing: Preprocessing | None = None,
         task_options: Sequence = (),
         trust: TrustOptions = TrustOptions(),
+        sample_options: Sequence = (),
     ) -> "Explainer":
         """Check the options against the model and resolve its layers.
 
@@ -71,22 +75,26 @@ class Explainer:
                 takes its own (its defaults when none is given); another task's group must
                 hold only its defaults.
             trust: the trust measures to add to each CAM (``hookviz.trust``).
+            sample_options: sample kinds' option groups; the model's kind takes its own (as
+                ``task_options``, ``hookviz.samples.kind_settings``).
 
         Raises:
             UsageError: a layer, target or input size the model cannot take, or another
-                task's options.
+                task's or sample kind's options.
         """
         from hookviz.anatomy.geometry import declared_layout
         from hookviz.modelstate import input_channels
+        from hookviz.samples import get_sample_kind, kind_settings
         from hookviz.tasks import get_task
         from hookviz.tasks.targets import parse_target
         from hookviz.trust.assess import check as check_trust
 
         _refuse_raw_yolo(model)
+        settings = kind_settings(get_sample_kind(model.sample_kind), sample_options, model.name)
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1:
             processing = replace(processing, channels=1)
-        model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing))
+        model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing), settings)
         task = get_task(model.task)
         own = _own_options(task, task_options, model.name)
         task.check(target)
@@ -98,12 +106,12 @@ class Explainer:
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing, inputs)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
-        reader = cls(model, processing, (), target, max_pixels=inputs.max_pixels)
+        reader = cls(model, processing, (), target, max_pixels=inputs.max_pixels, sample_settings=settings)
         own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
         declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         declared = _with_layout(declared, layers.layout)
-        specs, choice = _chosen_layers(model, task, layers, processing, declared)
-        return cls(model, processing, specs, target, choice, inputs.max_pixels, declared, own, trust)
+        specs, choice = _chosen_layers(model, task, layers, processing, declared, settings)
+        return cls(model, processing, specs, target, choice, inputs.max_pixels, declared, own, trust, settings)
 
     # -- what the pass reads
 
@@ -117,10 +125,11 @@ class Explainer:
     def asked(self) -> dict:
         """What was asked of the task, as report.json keeps it (what ``--skip-existing``
         compares): the target options (with the methods' settings under ``settings``, by the
-        methods that declare them) and the task's own."""
+        methods that declare them), the task's own, and the sample kind's under ``sample``."""
         own = self.task_options
         asked = {} if own is None else own.asked() if hasattr(own, "asked") else asdict(own)
-        return {**self.target.asked(), **asked}
+        sample = {} if self.sample_settings is None else {"sample": asdict(self.sample_settings)}
+        return {**self.target.asked(), **asked, **sample}
 
     @property
     def references(self) -> tuple:
@@ -185,7 +194,8 @@ class Explainer:
                 f"{arg('image', type(source).__name__)}: {self.model.name} takes {kind.words}, given as the path of "
                 "its file (or a sample its kind prepared)"
             )
-        return kind.prepare(kind.load(Path(source), self.max_pixels), self.preprocessing, self.max_pixels)
+        loaded = kind.load(Path(source), self.max_pixels, self.sample_settings)
+        return kind.prepare(loaded, self.preprocessing, self.max_pixels, self.sample_settings)
 
     @property
     def kind(self):
@@ -326,7 +336,7 @@ def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
     return model
 
 
-def _recognised(model: LoadedModel, processing: Preprocessing):
+def _recognised(model: LoadedModel, processing: Preprocessing, settings=None):
     """``model`` with its task, where it says ``auto``: read from its output on a blank sample (also
     returned; ``None`` when none was needed), probed at the size asked for: some models take only that."""
     from hookviz.samples import get_sample_kind
@@ -337,18 +347,18 @@ def _recognised(model: LoadedModel, processing: Preprocessing):
         model = replace(model, task=Embed.name)
     if model.task != "auto":
         return model, None
-    dry = _dry_output(model.module, get_sample_kind(model.sample_kind), processing)
+    dry = _dry_output(model.module, get_sample_kind(model.sample_kind), processing, settings)
     return replace(model, task=recognise_task(dry)), dry
 
 
-def _dry_output(module, kind, preprocessing: Preprocessing):
+def _dry_output(module, kind, preprocessing: Preprocessing, settings=None):
     """A model's output on a blank sample of its ``kind``: what a factory's model does is read from it."""
     from hookviz.anatomy.layers import dry_output
 
-    return dry_output(module, preprocessing.trace_size, preprocessing.channels, blank=kind.blank(preprocessing))
+    return dry_output(module, preprocessing.trace_size, preprocessing.channels, blank=kind.blank(preprocessing, settings))
 
 
-def _chosen_layers(model: LoadedModel, task, layers: LayerOptions, processing: Preprocessing, declared):
+def _chosen_layers(model: LoadedModel, task, layers: LayerOptions, processing: Preprocessing, declared, settings=None):
     """The layers to record, and why hookviz chose them when the caller named none (else ``None``)."""
     from hookviz.samples import get_sample_kind
 
@@ -357,7 +367,7 @@ def _chosen_layers(model: LoadedModel, task, layers: LayerOptions, processing: P
     if model.default_layers:  # the source knows them (a YOLO's neck outputs)
         specs = resolve_layers(model.module, model.default_layers)
         return tuple(specs), f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
-    root, blank = task.default_root(model.module), get_sample_kind(model.sample_kind).blank(processing)
+    root, blank = task.default_root(model.module), get_sample_kind(model.sample_kind).blank(processing, settings)
     spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root, blank=blank)
     return (spec,), f"{spec.label} ({spec.module_type}), {reason}"
 
@@ -502,7 +512,7 @@ def _option_groups(g: ExplainArgs, layers, target, declared: dict) -> dict:
     unknown = next((name for name in declared if name not in known), None)
     if unknown is not None:
         raise UsageError(f"{arg(unknown)}: explain() takes no such keyword{did_you_mean(unknown, known)}")
-    task_options = build(declared, "task")
+    task_options, sample_options = build(declared, "task"), build(declared, "sample kind")
     check_named_task(g.task, task_options)
     cam = g.cam if isinstance(g.cam, str) else ",".join(map(str, g.cam))
     output_key = None if g.output_key is None else str(g.output_key)
@@ -511,7 +521,8 @@ def _option_groups(g: ExplainArgs, layers, target, declared: dict) -> dict:
     trust = TrustOptions(faithfulness=g.faithfulness, sanity=g.sanity)
     check_trust_options(target_options, trust)
     check_environment()
-    return {"layers": layer_options, "target": target_options, "task_options": task_options, "trust": trust}
+    made = {"layers": layer_options, "target": target_options, "task_options": task_options, "trust": trust}
+    return {**made, "sample_options": sample_options}
 
 
 def _model_to_explain(model, categories, task: str, weights: str, prompts) -> LoadedModel:

@@ -1,4 +1,6 @@
-"""Discovery: the image files a run takes from its arguments.
+"""Discovery: the image files a run takes from its arguments (``find_images``), or the
+folders that are one sample each, for a sample kind whose sample is a folder (``find_folders``:
+a clip's frames).
 
 Files are taken as given. Folders are searched recursively and patterns expanded, but
 never into hidden folders or files (``.git``, ``.venv``: a virtual environment holds
@@ -12,7 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from PIL import Image
@@ -20,7 +22,7 @@ from PIL import Image
 from hookviz.errors import UsageError, arg, display_path, hint
 from hookviz.inputs.images import HEIF_SUFFIXES
 
-__all__ = ["find_images", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
+__all__ = ["find_images", "find_folders", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
 
 #: Written into an output folder when a run starts, so that no run reads it as photos.
 OUTPUT_MARKER = ".hookviz-output"
@@ -139,13 +141,59 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = (), notes: lis
     return list(unique.values())
 
 
-def _walk(top: Path, excluded: _Excluded, source: str, notes: list[str] | None) -> list[Path]:
+def find_folders(sources: Sequence[str], holds: Callable[[Path], bool], what: str, exclude: Sequence[Path] = ()) -> list[Path]:
+    """The folders that are one sample each: a folder named (or a pattern's) that ``holds`` a
+    sample is one; else the folders below it that do, each taken whole (not searched further),
+    skipping hidden and hookviz output folders and ``exclude`` (the run's ``out``). In the
+    order given, each source's folders sorted, a folder found twice kept once.
+
+    Args:
+        holds: whether a folder is a sample (a clip's: it holds frames ``000.png``, ...).
+        what: one sample in words, for the message when a source names none
+            (``"sample of kind 'frames' (a folder of frames)"``).
+
+    Raises:
+        UsageError: a source names no such folder, or is (or lies in) one of ``exclude``.
+    """
+    excluded = _Excluded(exclude)
+    found: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        tops = [path] if path.exists() or not glob.has_magic(source) else sorted(map(Path, glob.glob(source, recursive=True)))
+        matches = [folder for top in tops if top.is_dir() for folder in _sample_folders(top, excluded, source, holds)]
+        if not matches:
+            raise UsageError(f"{display_path(source)}: names no {what} (hidden and output folders are skipped)")
+        found.extend(matches)
+    unique: dict[Path, Path] = {}
+    for path in found:
+        unique.setdefault(_resolved(path), path)
+    return list(unique.values())
+
+
+def _sample_folders(top: Path, excluded: _Excluded, source: str, holds: Callable[[Path], bool]) -> list[Path]:
+    _refuse_excluded(top, excluded, source)
+    if holds(top):
+        return [top]
+    found = []
+    for folder, subfolders, _ in os.walk(top):
+        here = Path(folder)
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and not excluded.folder(here / d))
+        found += [here / d for d in subfolders if holds(here / d)]
+        subfolders[:] = [d for d in subfolders if here / d not in found]  # a sample's folder is not searched further
+    return sorted(found)
+
+
+def _refuse_excluded(top: Path, excluded: _Excluded, source: str) -> None:
     out = excluded.root(top)
     if out is not None:
         what = "is the folder" if _resolved(top) == _resolved(out) else f"holds {display_path(source)}, a folder"
         raise UsageError(f"{arg('out', display_path(out))}: {what} of the photos to explain; choose another {arg('out')}")
     if excluded.folder(top):
         raise UsageError(f"{display_path(source)}: is a hookviz output folder; name the photos' folder instead")
+
+
+def _walk(top: Path, excluded: _Excluded, source: str, notes: list[str] | None) -> list[Path]:
+    _refuse_excluded(top, excluded, source)
     files = []
     for folder, subfolders, names in os.walk(top):
         here = Path(folder)

@@ -29,11 +29,11 @@ class _Photos:
     name = "photo"
 
     @staticmethod
-    def load(path: Path, max_pixels: int):
+    def load(path: Path, max_pixels: int, settings=None):
         return load_image(path, max_pixels)
 
     @staticmethod
-    def prepare(loaded, preprocessing, max_pixels: int):
+    def prepare(loaded, preprocessing, max_pixels: int, settings=None):
         return prepare(loaded, preprocessing, max_pixels)
 
 
@@ -54,10 +54,13 @@ class ImageLoader:
         stop: when set, iteration ends and the thread stops (a run asked to stop).
         kind: the sample kind (``hookviz.samples.SampleKind``) that decodes and prepares
             them; a photo's by default.
+        settings: the kind's option group, as the run sets it (``None``: it has none).
     """
 
-    def __init__(self, paths: Sequence[Path], max_pixels: int, limit: int, stop: threading.Event | None = None, kind=None):
-        self.kind = kind or _Photos()
+    def __init__(
+        self, paths: Sequence[Path], max_pixels: int, limit: int, stop: threading.Event | None = None, kind=None, settings=None
+    ):
+        self.kind, self.settings = kind or _Photos(), settings
         self._paths = list(paths)
         self._max_pixels = max_pixels
         self._limit = max(1, limit)
@@ -138,7 +141,7 @@ class ImageLoader:
 
     def _decoded(self, path: Path) -> _Decoded | ImageError:
         try:
-            return _Decoded(self.kind.load(path, self._max_pixels))
+            return _Decoded(self.kind.load(path, self._max_pixels, self.settings))
         except ImageError as exc:
             return exc
         except Exception as exc:  # a decoder bug must fail this image, not the run
@@ -146,7 +149,7 @@ class ImageLoader:
 
     def _prepared(self, path: Path, image, preprocessing) -> PreparedImage | ImageError:
         try:
-            return self.kind.prepare(image, preprocessing, self._max_pixels)
+            return self.kind.prepare(image, preprocessing, self._max_pixels, self.settings)
         except ImageError as exc:
             return exc
         except Exception as exc:

@@ -54,6 +54,7 @@ __all__ = [
 OWNERS: tuple[tuple[str, str, str, str, str], ...] = (
     ("method", "hookviz.methods", "METHODS", "options", "Methods"),
     ("task", "hookviz.tasks", "TASKS", "options_type", "Target"),
+    ("sample kind", "hookviz.samples", "SAMPLE_KINDS", "options_type", "Images"),
 )
 
 

@@ -1,10 +1,11 @@
 """What a run was asked: its images and option groups, and what follows from them alone
-(the shard's images, the run file's name, each image's TensorBoard step)."""
+(the shard's images, the run file's name, each image's TensorBoard step); and its samples
+found again by the model's sample kind, once the model says what one is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -38,6 +39,20 @@ class RunRequest:
     task_options: tuple = ()
     trust: TrustOptions = TrustOptions()
     on_start: Callable[[str], None] | None = None
+    sample_options: tuple = ()
+    sources: tuple[str, ...] | None = None
+
+    def found_by(self, kind, notes: list[str]) -> "RunRequest":
+        """This request with its samples as the model's sample ``kind`` finds them in ``sources``
+        (``SampleKind.find``): the same request when no sources were given (the caller named
+        the samples), or when the kind is a photo and its photos were found already.
+
+        Raises:
+            UsageError: a source names no sample of that kind.
+        """
+        if self.sources is None or (kind.name == "photo" and self.images):
+            return self
+        return replace(self, images=tuple(kind.find(list(self.sources), exclude=[self.out], notes=notes)))
 
     @cached_property
     def selected(self) -> list[Path]:

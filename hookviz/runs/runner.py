@@ -100,6 +100,8 @@ def run(
     trust: TrustOptions = TrustOptions(),
     on_status: Callable[[ImageStatus, int, int], None] | None = None,
     on_start: Callable[[str], None] | None = None,
+    sample_options: Sequence = (),
+    sources: Sequence[str] | None = None,
 ) -> RunSummary:
     """Explain every image and write its files under ``options.out``.
 
@@ -111,6 +113,8 @@ def run(
         on_start: called once with a line saying what will run (model, layers, device).
         trust: how far to trust each CAM (``hookviz.trust``): per image in report.json and its
             pictures, over the run in run.json's ``trust``.
+        sample_options: sample kinds' option groups; the model's kind takes its own.
+        sources: where ``images`` were found as photos: a model of another sample kind finds its own there.
 
     Returns:
         The summary; ``run.json`` is written too.
@@ -120,19 +124,17 @@ def run(
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
     workers.refuse_in_a_starting_worker()
+    groups = dict(layers=layers, inputs=inputs, target=target, pictures=pictures, options=options, checks=checks)
     return Run(
         images,
         model,
-        layers=layers,
-        inputs=inputs,
-        target=target,
-        pictures=pictures,
-        options=options,
-        checks=checks,
+        **groups,
         task_options=task_options,
         trust=trust,
         on_status=on_status,
         on_start=on_start,
+        sample_options=sample_options,
+        sources=sources,
     ).execute()
 
 
@@ -156,10 +158,11 @@ class Run:
         trust=TrustOptions(),
         on_status=None,
         on_start=None,
+        sample_options=(),
+        sources=None,
     ):
-        self.asked = RunRequest(
-            tuple(images), model, layers, inputs, target, pictures, options, checks, tuple(task_options), trust, on_start
-        )
+        given = (tuple(images), model, layers, inputs, target, pictures, options, checks, tuple(task_options), trust, on_start)
+        self.asked = RunRequest(*given, tuple(sample_options), None if sources is None else tuple(sources))
         self.ledger = Ledger(len(self.asked.selected), on_status)
         self.renderers = workers.Renderers()
         self.state = RunState()
@@ -269,6 +272,7 @@ class Run:
             limit=max(2, 2 * self.asked.options.batch_size),
             stop=self.state.stopping,
             kind=kind,
+            settings=self.explainer.sample_settings if self.explainer is not None else None,
         ).start()
 
     def load(self) -> None:
@@ -288,7 +292,9 @@ class Run:
             target=self.asked.target,
             task_options=self.asked.task_options,
             trust=self.asked.trust,
+            sample_options=self.asked.sample_options,
         )
+        self._find_samples(explainer.kind)
         out = self.asked.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -315,6 +321,13 @@ class Run:
         self.loader.set_preprocessing(self.explainer.preprocessing)
         if self.asked.on_start:
             self.asked.on_start(self._first_line())
+
+    def _find_samples(self, kind) -> None:
+        """The run's samples as the model's ``kind`` finds them (``RunRequest.found_by``), before the output folder is made."""
+        asked = self.asked.found_by(kind, self.ledger.notes)
+        if asked is not self.asked:
+            check_out(asked.out, asked.images)
+            self.asked, self.names, self.ledger.total = asked, output_names(asked.images), len(asked.selected)
 
     def _first_line(self) -> str:
         explainer = self.explainer

@@ -1,7 +1,15 @@
 """Samples: what one input of the model is (a photo; later a clip, several named files), and the
 one place a batch of samples becomes the model's inputs (``batch``)."""
 
-from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKind, SampleKindBase, get_sample_kind, register_sample_kind
+from hookviz.samples.base import (
+    SAMPLE_KINDS,
+    Sample,
+    SampleKind,
+    SampleKindBase,
+    get_sample_kind,
+    kind_settings,
+    register_sample_kind,
+)
 from hookviz.samples.batch import ModelInputs, SampleBatch
 
 __all__ = [
@@ -12,5 +20,6 @@ __all__ = [
     "SampleKind",
     "SampleKindBase",
     "get_sample_kind",
+    "kind_settings",
     "register_sample_kind",
 ]

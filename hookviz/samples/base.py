@@ -17,10 +17,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hookviz.errors import UsageError, arg
 from hookviz.inputs.identity import Match, PhotoIdentity, match_files
 from hookviz.registry import Registry
 
-__all__ = ["Sample", "SampleKind", "SampleKindBase", "SAMPLE_KINDS", "register_sample_kind", "get_sample_kind"]
+__all__ = [
+    "Sample",
+    "SampleKind",
+    "SampleKindBase",
+    "SAMPLE_KINDS",
+    "register_sample_kind",
+    "get_sample_kind",
+    "kind_settings",
+]
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,9 @@ class SampleKind(Protocol):
     name: how a model declares it (``LoadedModel.sample_kind``).
     words: what one sample is, in words for messages (``a photo``).
     main: the name of the input maps are made of.
-    options_type: the option group of its own (``--frames`` for a clip), or ``None``.
+    options_type: its option group (a frozen dataclass, ``hookviz.options.declared``), or
+        ``None``: its fields are ``hookviz run`` flags (the Images panel) and ``explain()``
+        keywords, and ``load``, ``prepare`` and ``blank`` get the run's values as ``settings``.
     """
 
     name: str
@@ -73,20 +84,21 @@ class SampleKind(Protocol):
     def files(self, path: Path) -> list[Path]:
         """The files that form the sample of key path ``path``, ``path`` first."""
 
-    def load(self, path: Path, max_pixels: int):
+    def load(self, path: Path, max_pixels: int, settings):
         """Decode the sample at ``path`` (no torch: it runs while torch imports); a value with
-        ``path``, ``label``, ``notes`` and ``identity``.
+        ``path``, ``label``, ``notes`` and ``identity``. ``settings``: the run's instance of
+        ``options_type`` (``None`` for a kind without one).
 
         Raises:
             ImageError: a file is missing, unreadable or unusable, in one line naming it.
         """
 
-    def prepare(self, loaded, preprocessing, max_pixels: int):
+    def prepare(self, loaded, preprocessing, max_pixels: int, settings):
         """The decoded sample as the model's inputs: a ``Sample`` (or ``PreparedImage``)."""
 
-    def blank(self, preprocessing) -> tuple:
+    def blank(self, preprocessing, settings) -> tuple:
         """The model's positional inputs for a blank sample, a batch of one (the dry pass
-        that recognises the task and finds the default layer)."""
+        that recognises the task and finds the default layer), as ``settings`` shape one."""
 
     def identity(self, path: Path) -> PhotoIdentity:
         """What report.json keeps of the sample's files (``--skip-existing`` compares it)."""
@@ -99,13 +111,20 @@ class SampleKindBase:
     """Defaults for a kind whose sample is one key file and the files ``files`` adds:
     discovery is a photo's (its key files are photos), its identity covers all its files."""
 
+    name: str
+    words: str
     main = "image"
     options_type: type | None = None
 
     def find(self, sources: Sequence[str], exclude: Sequence[Path] = (), notes: list[str] | None = None) -> list[Path]:
         from hookviz.inputs.discovery import find_images
 
-        return find_images(sources, exclude, notes)
+        try:
+            return find_images(sources, exclude, notes)
+        except UsageError as error:
+            if self.name == "photo":
+                raise
+            raise UsageError(f"{error}; a sample of kind {self.name!r} is {self.words}") from None
 
     def files(self, path: Path) -> list[Path]:
         return [path]
@@ -125,9 +144,15 @@ def register_sample_kind(kind_class):
     """Class decorator: adds an instance of ``kind_class`` to ``SAMPLE_KINDS`` under its name.
 
     Raises:
-        UsageError: another kind has that name, or it could not be typed as one word.
+        UsageError: another kind has that name, or it could not be typed as one word; an
+            ``options_type`` that is not a frozen dataclass with defaults, or whose setting
+            another owner's group (or the run's own options) names too.
     """
     SAMPLE_KINDS.check_free(kind_class.name)
+    if getattr(kind_class, "options_type", None) is not None:
+        from hookviz.options.declared import check_group
+
+        check_group(kind_class.options_type, f"sample kind {kind_class.name!r}")
     SAMPLE_KINDS.add(kind_class.name, kind_class())
     return kind_class
 
@@ -141,3 +166,34 @@ def get_sample_kind(name: str) -> SampleKind:
     import hookviz.samples.photo  # noqa: F401  (registers the photo)
 
     return SAMPLE_KINDS.get(name)
+
+
+def kind_settings(kind: SampleKind, given: Sequence, model: str):
+    """The option group of ``kind`` among ``given`` (sample kinds' groups, as ``hookviz run``'s
+    flags or ``explain()``'s keywords made them), its defaults when none is; ``None`` for a
+    kind without one.
+
+    Raises:
+        UsageError: something else than a sample kind's group, two of one kind's, or another
+            kind's group with a value of its own (``--clip-frames`` for a photo model).
+    """
+    from hookviz.options.declared import check_values, groups, refuse_given
+
+    declared = tuple(groups("sample kind"))
+    own = []
+    for options in given:
+        if not isinstance(options, declared):
+            names = ", ".join(group.__name__ for group in declared) or "none is registered"
+            raise UsageError(f"{arg('sample_options', type(options).__name__)}: expected a sample kind's option group ({names})")
+        if kind.options_type is not None and type(options) is kind.options_type:
+            own.append(options)
+            continue
+        what = f"{model} takes {kind.words} (sample kind {kind.name!r})"
+        refuse_given(options, what, "drop {option}, or explain a model of sample kind '{taker}'")
+    if kind.options_type is None:
+        return None
+    if len(own) > 1:
+        raise UsageError(f"{arg('sample_options')}: {len(own)} {kind.options_type.__name__}s; give one")
+    settings = own[0] if own else kind.options_type()
+    check_values(settings)
+    return settings

@@ -28,13 +28,13 @@ class Photo(SampleKindBase):
     name = PHOTO
     words = "a photo"
 
-    def load(self, path: Path, max_pixels: int) -> LoadedImage:
+    def load(self, path: Path, max_pixels: int, settings=None) -> LoadedImage:
         return load_image(path, max_pixels)
 
-    def prepare(self, loaded: LoadedImage, preprocessing: Preprocessing, max_pixels: int) -> PreparedImage:
+    def prepare(self, loaded: LoadedImage, preprocessing: Preprocessing, max_pixels: int, settings=None) -> PreparedImage:
         return prepare(loaded, preprocessing, max_pixels)
 
-    def blank(self, preprocessing: Preprocessing) -> tuple:
+    def blank(self, preprocessing: Preprocessing, settings=None) -> tuple:
         import torch
 
         return (torch.zeros(1, preprocessing.channels, *preprocessing.trace_size),)

@@ -249,7 +249,7 @@ def report_of(
         model=explanation.model,
         weights=explanation.weights,
         weights_sha256=explanation.weights_sha256,
-        preprocessing=explanation.preprocessing.to_json(),
+        preprocessing=_preprocessing_json(explanation),
         objective=explanation.objective,
         cam_methods=tuple(explanation.cam_methods),
         pixel_maps={name: _pixel_record(pixels) for name, pixels in explanation.pixel_maps.items()},
@@ -429,3 +429,14 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
     report = report_of(explanation, by_layer, [p.name for p in written], pictures, save_tensors)
     written.append(write_json(directory / REPORT, report.to_json()))
     return written
+
+
+def _preprocessing_json(explanation) -> dict:
+    """The preprocessing as report.json keeps it; for a main input of another rank than a
+    photo's (a signal's (L,), a clip's (T, H, W)), with ``input_size``, its real spatial size,
+    which ``preprocessing.size`` does not say (``diff`` scales peak shifts by it)."""
+    found = explanation.preprocessing.to_json()
+    shape = tuple(np.shape(explanation.image.tensor))[1:]
+    if len(shape) != 2:
+        found["input_size"] = [int(side) for side in shape]
+    return found

@@ -67,13 +67,19 @@ def output_names(paths: Sequence[Path]) -> dict[Path, str]:
 def plain_name(path: Path) -> str | None:
     """An image's folder name when no other image takes it: its stem, or ``None`` when the
     stem needs characters replaced or would take a run-level file's name."""
-    stem = _safe(path.stem)[:120]
-    return None if RUN_FILE_PATTERN.match(stem) or stem != path.stem[:120] else stem
+    given = _stem(path)
+    stem = _safe(given)[:120]
+    return None if RUN_FILE_PATTERN.match(stem) or stem != given[:120] else stem
 
 
 def distinct_name(path: Path) -> str:
     """The folder name of an image whose stem is taken: the stem and a short hash of its full path."""
-    return f"{_safe(path.stem)[:120]}-{_digest(display_path(path.resolve()))}"
+    return f"{_safe(_stem(path))[:120]}-{_digest(display_path(path.resolve()))}"
+
+
+def _stem(path: Path) -> str:
+    """A sample's name: its file's stem, or a folder's whole name (a clip's folder ``walk.v2``, a sample kind's)."""
+    return path.name if path.is_dir() else path.stem
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,7 @@ class Recipe:
             report.model == self.model
             and report.weights == self.weights
             and report.weights_sha256 == self.weights_sha256  # a file rewritten in place
-            and report.preprocessing == self.preprocessing
+            and _without_size(report.preprocessing) == self.preprocessing
             and asked.target == self.target
             and asked.trust == self.trust
             and _known_same(asked.prompts, self.prompts)
@@ -271,3 +277,9 @@ def layer_stems(names: Sequence[str]) -> dict[str, str]:
         stems[name] = stem
     counts = Counter(stems.values())
     return {name: (f"{stem}-{_digest(name, 6)}" if counts[stem] > 1 else stem) for name, stem in stems.items()}
+
+
+def _without_size(preprocessing: dict) -> dict:
+    """A report's preprocessing without ``input_size`` (a clip's or a signal's real size, which
+    follows from the preprocessing and the kind's settings the recipe compares)."""
+    return {key: value for key, value in preprocessing.items() if key != "input_size"}

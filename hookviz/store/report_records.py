@@ -373,8 +373,12 @@ class Report:
         return read_int((self.fingerprint or {}).get("format")) if self.fingerprint_file is not None else None
 
     @property
-    def input_hw(self) -> tuple[int, int] | None:
-        """The model's input size, when every photo became the same square (``None``: each its own)."""
+    def input_hw(self) -> tuple[int, ...] | None:
+        """The model's input size, when every photo became the same square (``None``: each its own);
+        a signal's (L,) or a clip's (T, H, W), as its ``input_size`` says."""
+        real = self.preprocessing.get("input_size")
+        if isinstance(real, list) and 1 <= len(real) <= 3 and all(isinstance(v, int) and v > 0 for v in real):
+            return tuple(real)
         size = self.preprocessing.get("size")
         if isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size):
             return size[0], size[1]

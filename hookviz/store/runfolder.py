@@ -101,7 +101,7 @@ class ImageData:
         return self.files.report
 
     @property
-    def input_hw(self) -> tuple[int, int] | None:
+    def input_hw(self) -> tuple[int, ...] | None:
         return self.report.input_hw
 
     @property
