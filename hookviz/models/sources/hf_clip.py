@@ -86,6 +86,8 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
         )
     from hookviz.models.sources.clip_logits import TransformersClipLogits
 
+    from hookviz.anatomy.attention_blocks import transformers_attention
+
     wrapper = TransformersClipLogits(model.eval(), tokens).eval()
     preprocessing, said = where.preprocessing()
     size = int(config.vision_config.image_size)
@@ -101,6 +103,7 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
         input_size=(size, size),
         notes=notes + said + loaded.notes,
         declared_layout=_layout(kind, config),
+        declared_attention=transformers_attention(wrapper),
         weights_sha256=loaded.sha256,
         probabilities=probabilities,
     )
