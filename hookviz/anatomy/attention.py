@@ -2,8 +2,10 @@
 
 Fused ``scaled_dot_product_attention`` kernels never materialise the attention probabilities
 that attention rollout, Chefer et al.'s relevance and LeGrad read. Each library that builds
-vision transformers says where its attention is computed, and this module reads what it says,
-as ``geometry`` reads their token layouts:
+vision transformers says where its attention is computed: a model's source declares its
+blocks when it loads it (``DeclaredAttention``, read by ``hookviz.anatomy.attention_blocks``,
+as ``geometry`` reads token layouts), and a factory's model, which no source declares for,
+is read by its modules' types (``detected_attention``). Each block is reached one of four ways:
 
 * timm: an attention module with a ``fused_attn`` flag and an ``attn_drop`` dropout after its
   softmax (``vision_transformer.Attention`` and its kin). The flag is switched off for the pass
@@ -14,6 +16,9 @@ as ``geometry`` reads their token layouts:
   recorded weights are the ones the block's output is made of.
 * Hugging Face transformers: an attention module returning ``(output, weights)`` whose config
   picks its kernel; ``attn_implementation`` is switched to ``eager`` for the pass.
+* open_clip's own ``Attention`` (its ``custom`` blocks), whose unfused path fails on its 4-D
+  heads: its probabilities are recomputed from its query and key, and its output made again
+  of them, as for ``nn.MultiheadAttention``.
 
 A model with a text tower (a CLIP) is explained through its image tower: only the attention
 under its ``visual`` or ``vision_model`` module is read. Every switch and hook is undone when
@@ -120,7 +125,9 @@ def attention_sites(model, method: str, declared: DeclaredAttention | None = Non
     """
     found = declared if declared is not None else detected_attention(model)
     if found.refused is not None:
-        raise UsageError(f"{arg('cam', method)}: {type(model).__name__} {found.refused}; choose a gradient method such as gradcam")
+        raise UsageError(
+            f"{arg('cam', method)}: {type(model).__name__} {found.refused}; choose a gradient method such as gradcam"
+        )
     if not found.sites:
         raise UsageError(
             f"{arg('cam', method)}: {type(model).__name__} has no attention blocks (timm's Attention, "
@@ -154,9 +161,7 @@ def detected_attention(model, kinds: tuple[str, ...] = KINDS, origin: str = "det
     ]
     if lonely or (unreachable and not sites):
         path, name = (lonely or unreachable)[0]
-        return DeclaredAttention(
-            tuple(sites), unreachable_text(name, path, "fused, with no switch to turn off"), origin
-        )
+        return DeclaredAttention(tuple(sites), unreachable_text(name, path, "fused, with no switch to turn off"), origin)
     return DeclaredAttention(tuple(sites), None, origin)
 
 

@@ -63,7 +63,7 @@ def open_clip_attention(model, tower: str = "visual") -> DeclaredAttention:
         path = f"{tower}.attn_pool"
         why = "an attentional pooler's cross-attention after the blocks, which no token's attention row describes"
         return DeclaredAttention((), unreachable_text(type(visual.attn_pool).__name__, path, why), origin)
-    sites = []
+    sites: list[AttentionSite] = []
     for name, block in visual.transformer.resblocks.named_children():
         path = f"{tower}.transformer.resblocks.{name}.attn"
         kind = _open_clip_kind(block.attn)

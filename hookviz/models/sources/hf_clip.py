@@ -84,9 +84,8 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
             if weights_kind(weights) == "none"
             else _state_dict_file(model, weights)
         )
-    from hookviz.models.sources.clip_logits import TransformersClipLogits
-
     from hookviz.anatomy.attention_blocks import transformers_attention
+    from hookviz.models.sources.clip_logits import TransformersClipLogits
 
     wrapper = TransformersClipLogits(model.eval(), tokens).eval()
     preprocessing, said = where.preprocessing()
