@@ -153,3 +153,24 @@ def test_each_source_declares_its_models_attention():
     paths = [s.path for s in torchvision_attention(vit).sites]
     assert paths == [f"encoder.layers.encoder_layer_{i}.self_attention" for i in range(2)]
     assert paths == [s.path for s in detected_attention(vit).sites]
+
+
+def test_a_transformers_classifier_loaded_from_its_folder_declares_its_vision_towers_attention(tmp_path, hub_cache):
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=SIDE, patch_size=8, num_hidden_layers=2, hidden_size=16, num_attention_heads=2,
+        intermediate_size=32, num_labels=5, attn_implementation="sdpa",
+    )  # fmt: skip
+    ViTForImageClassification(config).eval().save_pretrained(tmp_path / "vit")
+    loaded = load_model(f"hf:{tmp_path / 'vit'}", weights="DEFAULT")
+    declared = loaded.declared_attention
+    assert declared is not None and declared.origin.startswith("transformers") and declared.refused is None
+    assert [(s.path, s.kind) for s in declared.sites] == [(f"vit.layers.{i}.attention", "transformers") for i in range(2)]
+    image = torch.rand(3, SIDE, SIDE, generator=torch.Generator().manual_seed(3))
+    size = InputOptions(resize=SIDE, crop=SIDE)
+    ours = explain(loaded, image, cam="chefer", target=1, inputs=size).layers[0].cams["chefer"]
+    detected = explain(loaded.module, image, cam="chefer", target=1, inputs=size).layers[0].cams["chefer"]
+    assert float(np.abs(ours).max()) > 0 and loaded.module.config._attn_implementation == "sdpa"
+    np.testing.assert_allclose(ours, detected, rtol=1e-5, atol=1e-9)
