@@ -72,6 +72,13 @@ def test_open_clips_own_attention_is_recomputed_from_q_and_k_with_the_same_outpu
         with attention_recorded(model, attention_sites(model, "rollout", declared)) as seen:
             replayed = attn(x)
     torch.testing.assert_close(replayed, fused, rtol=1e-5, atol=1e-5)
+    causal = torch.ones(17, 17, dtype=torch.bool).triu(1)  # a text tower's mask: True is masked
+    additive = torch.randn(2 * 4, 17, 17, generator=torch.Generator().manual_seed(2))  # (N * heads, L, L)
+    for mask in (causal, additive):
+        with torch.no_grad():
+            fused_masked = attn(x, attn_mask=mask)
+            with attention_recorded(model, declared.sites):
+                torch.testing.assert_close(attn(x, attn_mask=mask), fused_masked, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(seen.probabilities[0], _reference_probabilities(attn, x), rtol=1e-5, atol=1e-6)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
     cams = _maps(model, "rollout,chefer,legrad", declared)
