@@ -2,8 +2,10 @@
 
 Fused ``scaled_dot_product_attention`` kernels never materialise the attention probabilities
 that attention rollout, Chefer et al.'s relevance and LeGrad read. Each library that builds
-vision transformers says where its attention is computed, and this module reads what it says,
-as ``geometry`` reads their token layouts:
+vision transformers says where its attention is computed: a model's source declares its
+blocks when it loads it (``DeclaredAttention``, read by ``hookviz.anatomy.attention_blocks``,
+as ``geometry`` reads token layouts), and a factory's model, which no source declares for,
+is read by its modules' types (``detected_attention``). Each block is reached one of four ways:
 
 * timm: an attention module with a ``fused_attn`` flag and an ``attn_drop`` dropout after its
   softmax (``vision_transformer.Attention`` and its kin). The flag is switched off for the pass
@@ -14,6 +16,9 @@ as ``geometry`` reads their token layouts:
   recorded weights are the ones the block's output is made of.
 * Hugging Face transformers: an attention module returning ``(output, weights)`` whose config
   picks its kernel; ``attn_implementation`` is switched to ``eager`` for the pass.
+* open_clip's own ``Attention`` (its ``custom`` blocks), whose unfused path fails on its 4-D
+  heads: its probabilities are recomputed from its query and key, and its output made again
+  of them, as for ``nn.MultiheadAttention``.
 
 A model with a text tower (a CLIP) is explained through its image tower: only the attention
 under its ``visual`` or ``vision_model`` module is read. Every switch and hook is undone when
@@ -23,6 +28,7 @@ the block ends, on error too, so the caller's model and process are left as foun
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +36,26 @@ from typing import Any
 from hookviz.errors import UsageError, arg
 from hookviz.hooks import HookSet
 
-__all__ = ["AttentionSite", "AttentionMaps", "RecordedAttention", "attention_sites", "attention_recorded", "has_class_token"]
+__all__ = [
+    "AttentionSite",
+    "AttentionMaps",
+    "DeclaredAttention",
+    "RecordedAttention",
+    "KINDS",
+    "attention_sites",
+    "detected_attention",
+    "unreachable_text",
+    "attention_recorded",
+    "has_class_token",
+]
 
 #: What an image tower of a model with a text tower is called (open_clip's, transformers' CLIP).
 _IMAGE_TOWERS = ("visual", "vision_model")
+#: How a block's probabilities are reached: timm's ``fused_attn`` switched off, transformers'
+#: ``attn_implementation`` switched to eager, ``nn.MultiheadAttention`` asked for its weights,
+#: or (open_clip's own ``Attention``, whose unfused path fails on its 4-D heads) recomputed
+#: from its query and key, its output made again of them.
+KINDS = ("timm", "transformers", "multihead", "open_clip")
 
 
 @dataclass(frozen=True)
@@ -43,7 +65,7 @@ class AttentionSite:
     Attributes:
         path: the attention module's name (``blocks.3.attn``).
         block: the block it belongs to, whose output is the residual stream (``blocks.3``).
-        kind: how its probabilities are reached: ``timm``, ``multihead`` or ``transformers``.
+        kind: how its probabilities are reached, one of ``KINDS``.
     """
 
     path: str
@@ -76,14 +98,50 @@ class AttentionMaps:
         return f"AttentionMaps({len(self.probabilities)} blocks of {shape}, gradients={self.gradients is not None})"
 
 
-def attention_sites(model, method: str) -> tuple[AttentionSite, ...]:
-    """The attention blocks of ``model`` (an ``nn.Module``) that ``method`` can read, in
-    registration order (the forward order of every ViT these libraries build).
+@dataclass(frozen=True)
+class DeclaredAttention:
+    """Where a model's attention blocks are and how each is reached, as its source declares
+    them (``hookviz.anatomy.attention_blocks``) or as ``detected_attention`` finds them.
+
+    Attributes:
+        sites: the blocks, in forward order (empty: the model computes no attention).
+        refused: why the model's attention cannot be read, in words that name the module
+            (``None``: every block is reachable).
+        origin: what was read, for reports and messages.
+    """
+
+    sites: tuple = ()
+    refused: str | None = None
+    origin: str = ""
+
+
+def attention_sites(model, method: str, declared: DeclaredAttention | None = None) -> tuple[AttentionSite, ...]:
+    """The attention blocks of ``model`` (an ``nn.Module``) that ``method`` can read: those its
+    source declares (``declared``), else those ``detected_attention`` finds (a factory's model).
 
     Raises:
         UsageError: the model has no attention block hookviz can reach (a CNN), or computes
             attention in a module none of the libraries above declares (fused, unreachable).
     """
+    found = declared if declared is not None else detected_attention(model)
+    if found.refused is not None:
+        raise UsageError(
+            f"{arg('cam', method)}: {type(model).__name__} {found.refused}; choose a gradient method such as gradcam"
+        )
+    if not found.sites:
+        raise UsageError(
+            f"{arg('cam', method)}: {type(model).__name__} has no attention blocks (timm's Attention, "
+            "nn.MultiheadAttention, transformers' attention); it reads a vision transformer's attention, "
+            "so choose a CAM method such as gradcam"
+        )
+    return tuple(found.sites)
+
+
+def detected_attention(model, kinds: tuple[str, ...] = KINDS, origin: str = "detected from module types") -> DeclaredAttention:
+    """The attention blocks of ``model`` found by their modules' types (``kinds`` among
+    ``KINDS``), under its image tower when it has a text tower, in registration order (the
+    forward order of every ViT these libraries build); ``refused`` names an attention module
+    that none of them reaches."""
     tower = _image_tower(model)
     sites: list[AttentionSite] = []
     unreachable: list[tuple[str, str]] = []
@@ -91,6 +149,7 @@ def attention_sites(model, method: str) -> tuple[AttentionSite, ...]:
         if tower and not (path == tower or path.startswith(tower + ".")):
             continue
         kind = _kind(module)
+        kind = kind if kind in kinds else None
         if kind is not None and not any(path.startswith(site.path + ".") for site in sites):
             sites.append(AttentionSite(path, _block(model, path), kind))
         elif kind is None and "attention" in type(module).__name__.lower():
@@ -102,17 +161,13 @@ def attention_sites(model, method: str) -> tuple[AttentionSite, ...]:
     ]
     if lonely or (unreachable and not sites):
         path, name = (lonely or unreachable)[0]
-        raise UsageError(
-            f"{arg('cam', method)}: {type(model).__name__} computes attention in {name} ({path}), whose probabilities "
-            "hookviz cannot reach (fused, with no switch to turn off); choose a gradient method such as gradcam"
-        )
-    if not sites:
-        raise UsageError(
-            f"{arg('cam', method)}: {type(model).__name__} has no attention blocks (timm's Attention, "
-            "nn.MultiheadAttention, transformers' attention); it reads a vision transformer's attention, "
-            "so choose a CAM method such as gradcam"
-        )
-    return tuple(sites)
+        return DeclaredAttention(tuple(sites), unreachable_text(name, path, "fused, with no switch to turn off"), origin)
+    return DeclaredAttention(tuple(sites), None, origin)
+
+
+def unreachable_text(name: str, path: str, why: str) -> str:
+    """The words that refuse a model for the attention module ``name`` at ``path``, after its type's name."""
+    return f"computes attention in {name} ({path}), whose probabilities hookviz cannot reach ({why})"
 
 
 def has_class_token(model) -> bool:
@@ -154,6 +209,8 @@ def _kind(module) -> str | None:
     if library == "transformers" and config is not None and hasattr(config, "_attn_implementation"):
         named = type(module).__name__
         return "transformers" if named.endswith("Attention") and hasattr(module, "is_causal") else None
+    if library == "open_clip" and type(module).__name__ == "Attention":
+        return "open_clip" if getattr(module, "logit_scale", None) is None else None  # scaled cosine: see attention_blocks
     return None
 
 
@@ -217,6 +274,8 @@ def _record(site: AttentionSite, module, hooks: HookSet, recorded: RecordedAtten
         hooks.add(module.attn_drop.register_forward_hook(lambda _m, _a, output: recorded.probabilities.append(output)))
     elif site.kind == "transformers":
         hooks.add(module.register_forward_hook(lambda _m, _a, output: recorded.probabilities.append(output[1])))
+    elif site.kind == "open_clip":
+        hooks.add(module.register_forward_hook(functools.partial(_open_clip_replay, recorded=recorded), with_kwargs=True))
     else:
         _multihead(module, hooks, recorded)
 
@@ -265,6 +324,30 @@ def _mixed(module, weights, value):
     mixed = F.linear(value, module.in_proj_weight[2 * width :], bias)
     mixed = mixed.reshape(count, keys, module.num_heads, width // module.num_heads).transpose(1, 2)
     return module.out_proj((weights @ mixed).transpose(1, 2).reshape(count, weights.shape[2], width))
+
+
+def _open_clip_replay(module, args, kwargs, _output, *, recorded: RecordedAttention):
+    """open_clip's ``Attention.forward`` (its fused path, without scaled cosine) written out
+    with the probabilities in hand, recorded, and its output made again of them."""
+    import torch
+    import torch.nn.functional as F
+
+    x = args[0]
+    mask = args[1] if len(args) > 1 else kwargs.get("attn_mask")
+    count, length, width = x.shape
+    q, k, v = (
+        t.reshape(count, length, module.num_heads, -1).transpose(1, 2)
+        for t in F.linear(x, module.in_proj_weight, module.in_proj_bias).chunk(3, dim=-1)
+    )
+    logits = (module.ln_q(q) * module.scale) @ module.ln_k(k).transpose(-1, -2)
+    if mask is not None:  # as open_clip reads it: (L, L) or (N * heads, L, L), boolean (True: masked) or additive
+        mask = mask.reshape(count, module.num_heads, length, length) if mask.dim() == 3 else mask
+        logits = logits.masked_fill(mask, float("-inf")) if mask.dtype == torch.bool else logits + mask.to(logits.dtype)
+    weights = module.attn_drop(logits.softmax(dim=-1))
+    recorded.probabilities.append(weights)
+    mixed = weights @ v
+    mixed = mixed if module.head_scale is None else mixed * module.head_scale
+    return module.out_drop(module.out_proj(module.ln_inner(mixed.transpose(1, 2).reshape(count, length, width))))
 
 
 def _stack_blocks(model, sites, hooks: HookSet) -> None:

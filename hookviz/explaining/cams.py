@@ -153,7 +153,7 @@ def _attention_passes(explainer, methods, plan, samples, keys) -> dict | None:
     from hookviz.explaining.attention import AttentionPass
 
     module, task, options = explainer.model.module, explainer.task, explainer.target
-    sites = attention_sites(module, asking[0].name)
+    sites = attention_sites(module, asking[0].name, explainer.model.declared_attention)
     declared = explainer.declared_layout
     prefix = declared.prefix if declared is not None and declared.patch is not None else None
     batch = samples.main_input()

@@ -101,7 +101,7 @@ class Explainer:
         if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch
             task.check_output(dry, target, model.categories)
         for method in target.methods:
-            _check_method(method, model.module)
+            _check_method(method, model)
         check_trust(task, target, trust, model.module)
         processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing, inputs)
@@ -402,13 +402,17 @@ def _is_sample(value) -> bool:
     return isinstance(getattr(value, "tensors", None), dict) and hasattr(value, "source") and hasattr(value, "shown")
 
 
-def _check_method(name: str, module) -> None:
-    """Refuse a model the method cannot explain (guided backprop without a ReLU), before any image."""
+def _check_method(name: str, model) -> None:
+    """Refuse a model the method cannot explain (guided backprop without a ReLU; attention
+    that cannot be reached, as the ``LoadedModel`` declares it or its modules show), before any image."""
+    from hookviz.anatomy.attention import attention_sites
     from hookviz.methods import get_method
 
     method = get_method(name)
+    if method.needs_attention:
+        attention_sites(model.module, name, model.declared_attention)
     if method.check is not None:
-        method.check(module)
+        method.check(model.module)
 
 
 @dataclass(frozen=True)

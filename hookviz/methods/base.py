@@ -180,7 +180,8 @@ class Method:
             ``hookviz run`` takes its fields as flags, ``explain()`` as keywords; the method reads
             them as ``ctx.settings``. One given while no method that declares it is asked is refused.
         needs_attention: ``ctx.attention`` is given (every attention block's probabilities,
-            from an extra pass with the model's fused attention switched off for it).
+            from an extra pass with the model's fused attention switched off for it); the
+            explainer refuses a model whose attention blocks cannot be reached before any image.
     """
 
     name: str

@@ -13,12 +13,12 @@ model's fused attention switched off (``hookviz.anatomy.attention``).
 from __future__ import annotations
 
 from hookviz.methods.base import MethodContext, register_method
-from hookviz.methods.rollout import attention_check, patch_map
+from hookviz.methods.rollout import patch_map
 
 __all__ = ["chefer", "relevance"]
 
 
-@register_method("chefer", needs_gradients=False, needs_attention=True, check=attention_check("chefer"))
+@register_method("chefer", needs_gradients=False, needs_attention=True)
 def chefer(ctx: MethodContext):
     """Chefer et al.'s relevance: gradient-weighted attention, accumulated over the blocks."""
     assert ctx.attention is not None  # needs_attention: the pass gives it

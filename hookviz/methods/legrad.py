@@ -18,12 +18,12 @@ each block's attention gets its own score's gradient only).
 from __future__ import annotations
 
 from hookviz.methods.base import MethodContext, register_method
-from hookviz.methods.rollout import attention_check, patch_map
+from hookviz.methods.rollout import patch_map
 
 __all__ = ["legrad"]
 
 
-@register_method("legrad", needs_gradients=False, needs_attention=True, check=attention_check("legrad"))
+@register_method("legrad", needs_gradients=False, needs_attention=True)
 def legrad(ctx: MethodContext):
     """LeGrad: each block's attention gradient of its own score, positive, averaged."""
     import torch

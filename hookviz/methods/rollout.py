@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from hookviz.errors import UsageError, arg
 from hookviz.methods.base import MethodContext, register_method
 
-__all__ = ["RolloutOptions", "rollout", "rolled_out", "patch_map", "attention_check"]
+__all__ = ["RolloutOptions", "rollout", "rolled_out", "patch_map"]
 
 FUSIONS = ("mean", "max", "min")
 
@@ -49,24 +49,12 @@ class RolloutOptions:
             raise UsageError(f"{arg('discard_ratio', ratio)}: give a share from 0 up to (not including) 1")
 
 
-def attention_check(name: str):
-    """``Method.check`` for a method that reads attention: the model's blocks must be reachable."""
-
-    def check(model) -> None:
-        from hookviz.anatomy.attention import attention_sites
-
-        attention_sites(model, name)
-
-    return check
-
-
 @register_method(
     "rollout",
     needs_gradients=False,
     needs_attention=True,
     class_specific=False,
     options=RolloutOptions,
-    check=attention_check("rollout"),
 )
 def rollout(ctx: MethodContext):
     """Attention rollout: the blocks' head-fused attention, plus the identity, multiplied."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from hookviz.anatomy.attention import DeclaredAttention
 from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.errors import UsageError
 from hookviz.inputs.images import Preprocessing
@@ -70,6 +71,9 @@ class LoadedModel:
         notes: what a report should say about how the model was loaded.
         declared_layout: the model's token and channel layout, when its source knows it
             better than ``hookviz.anatomy.geometry`` reads it from the module (``None``: read it).
+        declared_attention: where its attention blocks are and how each is reached, as its
+            source declares them (``hookviz.anatomy.attention_blocks``); ``None``: found by
+            the modules' types when an attention method asks (a factory's model).
         weights_sha256: the SHA-256 of the weights file named by ``--weights PATH`` (``None``
             for named weights): a file overwritten in place is told apart by it.
         default_layers: the layers to explain when the caller names none, when the source
@@ -95,6 +99,7 @@ class LoadedModel:
     input_size: tuple[int, int] | None = None
     notes: tuple[str, ...] = field(default=())
     declared_layout: DeclaredLayout | None = None
+    declared_attention: DeclaredAttention | None = None
     weights_sha256: str | None = None
     default_layers: tuple[str, ...] = ()
     default_layers_reason: str | None = None

@@ -48,6 +48,7 @@ def load_backbone(name: str, where, config, weights: str, seed: int, source: str
     """
     from transformers import AutoModel
 
+    from hookviz.anatomy.attention_blocks import transformers_attention
     from hookviz.anatomy.geometry import declared_layout
     from hookviz.models.sources.huggingface import _state_dict_file
     from hookviz.tasks.embed import Embed
@@ -75,6 +76,7 @@ def load_backbone(name: str, where, config, weights: str, seed: int, source: str
         notes=(said, *_missing_note(where, missing), *notes, *loaded.notes),
         weights_sha256=loaded.sha256,
         declared_layout=declared_layout(model),
+        declared_attention=transformers_attention(module),
     )
 
 

@@ -84,6 +84,7 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
             if weights_kind(weights) == "none"
             else _state_dict_file(model, weights)
         )
+    from hookviz.anatomy.attention_blocks import transformers_attention
     from hookviz.models.sources.clip_logits import TransformersClipLogits
 
     wrapper = TransformersClipLogits(model.eval(), tokens).eval()
@@ -101,6 +102,7 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
         input_size=(size, size),
         notes=notes + said + loaded.notes,
         declared_layout=_layout(kind, config),
+        declared_attention=transformers_attention(wrapper),
         weights_sha256=loaded.sha256,
         probabilities=probabilities,
     )

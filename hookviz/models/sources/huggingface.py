@@ -151,6 +151,8 @@ class HuggingFaceSource:
                 LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else _state_dict_file(model, weights)
             )
         preprocessing, notes = where.preprocessing()
+        from hookviz.anatomy.attention_blocks import transformers_attention
+
         return LoadedModel(
             name,
             model,
@@ -160,6 +162,7 @@ class HuggingFaceSource:
             source=self.name,
             notes=loading + notes + loaded.notes,
             weights_sha256=loaded.sha256,
+            declared_attention=transformers_attention(model),
         )
 
 

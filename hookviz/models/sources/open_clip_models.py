@@ -143,6 +143,7 @@ class OpenClipSource:
         texts = STAND_IN_PROMPTS if prompts is None else tuple(prompts)
         tokens, cut = _tokens(open_clip, arch, texts)
         wrapper = ClipLogits(model, tokens).eval()
+        from hookviz.anatomy.attention_blocks import open_clip_attention
         from hookviz.anatomy.geometry import declared_layout
 
         preprocessing, notes = _preprocessing(model)
@@ -159,6 +160,7 @@ class OpenClipSource:
             notes=said + notes + loaded.notes,
             weights_sha256=loaded.sha256,
             declared_layout=declared_layout(model.visual),
+            declared_attention=open_clip_attention(wrapper),
             probabilities=probabilities,
         )
 

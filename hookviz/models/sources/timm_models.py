@@ -103,6 +103,8 @@ class TimmSource:
             loaded = random_or_file(model, weights, seed)
         preprocessing, notes = timm_preprocessing(model)
         categories, more = (None, ()) if getattr(model, "num_classes", None) == 0 else timm_categories(model)
+        from hookviz.anatomy.attention_blocks import timm_attention
+
         return LoadedModel(
             name,
             model,
@@ -114,6 +116,7 @@ class TimmSource:
             input_size=_required_input_size(model),
             notes=notes + more + loaded.notes,
             weights_sha256=loaded.sha256,
+            declared_attention=timm_attention(model),
         )
 
 

@@ -106,6 +106,8 @@ class TorchvisionSource:
         )
 
     def _loaded(self, name, task, model, label, categories, preprocessing, **weights) -> LoadedModel:
+        from hookviz.anatomy.attention_blocks import torchvision_attention
+
         return LoadedModel(
             name,
             model,
@@ -115,6 +117,7 @@ class TorchvisionSource:
             source=self.name,
             task=task,
             input_size=_required_input_size(model),
+            declared_attention=torchvision_attention(model),
             **weights,
         )
 
