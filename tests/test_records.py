@@ -220,13 +220,33 @@ def test_files_of_an_older_hookviz_without_a_schema_resume_and_compare(base, wei
 
 def test_a_report_of_a_newer_schema_stops_a_resumed_run_in_one_line(base, weights, tmp_path):
     out = _copy(base, tmp_path)
-    _rewrite(out / "cat" / "report.json", lambda document: document.update(schema="hookviz/report/2"))
+    _rewrite(out / "cat" / "report.json", lambda document: document.update(schema="hookviz/report/9"))
     before = (out / "cat" / "report.json").read_bytes()
     result = invoke("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--out", out, "--skip-existing")
     assert result.exit_code == 2, result.output
     (line,) = [line for line in result.stderr.splitlines() if "error:" in line]
     assert f"{out / 'cat' / 'report.json'}: written by a newer hookviz" in line and "upgrade hookviz" in line
     assert "Traceback" not in result.output and (out / "cat" / "report.json").read_bytes() == before
+
+
+def test_a_report_of_schema_1_is_read_and_its_image_redone_once(base, weights, tmp_path):
+    """Schema 1 kept integrated gradients' settings beside the target; such a report is read,
+    and its image is redone once (what it was asked is not what schema 2 asks)."""
+    out = _copy(base, tmp_path)
+
+    def older(document):
+        settings = document["asked"]["target"].pop("settings")
+        assert settings == {}
+        document["asked"]["target"].update(steps=32, ig_baseline="zero")
+        document.update(schema="hookviz/report/1")
+
+    _rewrite(out / "cat" / "report.json", older)
+    args = ("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--out", out, "--skip-existing")
+    first = invoke(*args)
+    assert first.exit_code == 0 and "Traceback" not in first.output, first.output
+    assert json.loads((out / "cat" / "report.json").read_text())["schema"] == "hookviz/report/2"
+    second = json.loads(invoke(*args, "--json").stdout)
+    assert second["counts"]["skipped"] == len(PHOTOS), second["counts"]
 
 
 def test_a_run_file_of_a_newer_schema_stops_a_diff_in_one_line(base, tmp_path):
