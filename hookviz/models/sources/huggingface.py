@@ -385,7 +385,19 @@ def _interpolation(resample) -> str:
 
 def hf_preprocessing(processor) -> tuple[Preprocessing, tuple[str, ...]]:
     """An image processor's resize, crop and normalisation as a ``Preprocessing``, and notes
-    where hookviz can only approximate it."""
+    where hookviz can only approximate it; where it need not, the processor is kept on it
+    (``Preprocessing.transform``)."""
+    from dataclasses import replace
+
+    from hookviz.inputs.transforms import WeightsTransform
+
+    processing, notes = _read_processor(processor)
+    if notes:  # approximated: the processor would not describe the fields
+        return processing, notes
+    return replace(processing, transform=WeightsTransform(processor, f"the image processor {type(processor).__name__}")), notes
+
+
+def _read_processor(processor) -> tuple[Preprocessing, tuple[str, ...]]:
     size, crop_size = getattr(processor, "size", None) or {}, getattr(processor, "crop_size", None) or {}
     height, width, shortest = _get(size, "height"), _get(size, "width"), _get(size, "shortest_edge")
     crop_height = _get(crop_size, "height") if getattr(processor, "do_center_crop", False) else None
