@@ -245,3 +245,18 @@ def test_input_options_are_refused_for_a_factorys_own_transform(docs_factory, fl
     )
     with pytest.raises(UsageError, match="^crop: photos are preprocessed by mymodels:build's transform"):
         Explainer.create(load_model("mymodels:build", "none"), inputs=InputOptions(crop=100))
+
+
+@pytest.mark.parametrize("resize_mode", ["shortest", "squash"])
+def test_open_clips_eval_transform_object_is_what_hookviz_feeds(resize_mode):
+    """A CLIP's transform resizes the shorter side and crops; SigLIP's weights squash the whole photo."""
+    open_clip = pytest.importorskip("open_clip")
+    from hookviz.models.sources.open_clip_models import _preprocessing
+
+    model = open_clip.create_model("RN50")
+    model.visual.preprocess_cfg = {**model.visual.preprocess_cfg, "resize_mode": resize_mode, "size": 96}
+    processing, notes = _preprocessing(model)
+    photo = load_image(CAT)
+    theirs = processing.transform.function(photo.rgb)
+    assert notes == () and processing.mode == {"shortest": "crop", "squash": "whole"}[resize_mode]
+    assert theirs.shape == (3, 96, 96) and levels(prepare(photo, processing).tensor, theirs, processing.std) == 0
