@@ -20,7 +20,7 @@ from hookviz.inputs.images import load_image, prepare
 from hookviz.inputs.transforms import TRANSFORM_MODE, applied_preprocessing, normalisation_of
 from hookviz.models.loading import load_model
 
-from .cli_helpers import hookviz_run
+from .cli_helpers import hookviz_cli, hookviz_run
 from .conftest import ROOT, SAMPLES
 
 CAT = SAMPLES / "cat.png"
@@ -231,6 +231,8 @@ def test_the_documented_factory_runs_with_its_own_transform(docs_factory):
     report = json.loads((docs_factory / "out" / "cat" / "report.json").read_text())
     assert report["preprocessing"]["mode"] == "transform" and report["preprocessing"]["std"] == [0.25] * 3
     assert any("mymodels:build's transform" in note for note in report["notes"])
+    listed = hookviz_cli("layers", "--model", "mymodels:build")  # traced at the size the transform makes
+    assert re.search(r"^conv1 +Conv2d +1x64x32x32 ", listed.output, re.MULTILINE), listed.output
 
 
 @pytest.mark.parametrize(
