@@ -86,6 +86,20 @@ def test_an_image_processor_object_is_within_one_level_of_hookviz(kind):
     assert apart.max() < 1.001 and (apart > 0.5).float().mean() < 0.005
 
 
+def test_an_image_processor_that_resizes_nothing_is_applied_as_it_is():
+    """hookviz's fields cannot say "no resize" (it used to read the size the processor ignores)."""
+    transformers = pytest.importorskip("transformers")
+    from hookviz.models.sources.huggingface import hf_preprocessing
+
+    processing, notes = hf_preprocessing(transformers.ViTImageProcessor(do_resize=False), "hf:mine")
+    photo = load_image(CAT)
+    prepared = prepare(photo, processing)
+    pixels = np.asarray(photo.rgb, dtype=np.float32).transpose(2, 0, 1) / 255
+    assert processing.applies_transform and processing.trace_size == (240, 320)
+    assert torch.allclose(prepared.tensor, torch.from_numpy((pixels - 0.5) / 0.5), atol=1e-6)
+    assert np.array_equal(prepared.shown, np.asarray(photo.rgb)) and "image processor ViTImageProcessor" in notes[0]
+
+
 def test_an_override_drops_the_object_that_no_longer_describes_the_input():
     import torchvision.models as models
 
