@@ -365,7 +365,8 @@ def _listed_layers(options, crop: int | None, wanted: str | None, module_type: s
     if crop is not None:
         size = (crop, crop)
     else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)
-        size = loaded.input_size or (loaded.preprocessing.size, loaded.preprocessing.size)
+        processing = loaded.preprocessing  # a transform object's: what it made of its probe photo
+        size = loaded.input_size or (processing.trace_size if processing.applies_transform else (processing.size,) * 2)
     rows = list_layers(loaded.module, size)
     if wanted:
         rows = [r for r in rows if wanted in r.path or fnmatch.fnmatchcase(r.path, wanted)]

@@ -92,7 +92,7 @@ class Explainer:
         _refuse_raw_yolo(model)
         settings = kind_settings(get_sample_kind(model.sample_kind), sample_options, model.name)
         processing = preprocessing or model.preprocessing
-        if input_channels(model.module) == 1:
+        if input_channels(model.module) == 1 and not processing.applies_transform:  # a transform object makes its own
             processing = replace(processing, channels=1)
         model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing), settings)
         task = get_task(model.task)
@@ -103,7 +103,8 @@ class Explainer:
         for method in target.methods:
             _check_method(method, model)
         check_trust(task, target, trust, model.module)
-        processing = task.preprocessing(processing, inputs)
+        if not processing.applies_transform:  # the object is applied as it is (inputs.apply refused overrides)
+            processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing, inputs)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
         reader = cls(model, processing, (), target, max_pixels=inputs.max_pixels, sample_settings=settings)

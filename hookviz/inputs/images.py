@@ -12,6 +12,7 @@ import os
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -19,6 +20,9 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from hookviz.errors import ImageError, UsageError, arg, display_path, first_line, hint
 from hookviz.inputs.identity import PhotoIdentity
 from hookviz.options import DEFAULT_MAX_PIXELS
+
+if TYPE_CHECKING:
+    from hookviz.inputs.transforms import WeightsTransform
 
 __all__ = [
     "HEIF_SUFFIXES",
@@ -54,8 +58,9 @@ INTERPOLATIONS = {
 
 #: How a photo is resized: ``crop`` (shorter side to ``resize``, then the centre ``size`` square),
 #: ``whole`` (the whole photo to ``size`` x ``size``), ``shorter`` (shorter side to ``resize``, nothing
-#: cut: segmentation), ``original`` (the photo as it is: a detector resizes it itself).
-MODES = ("crop", "whole", "shorter", "original")
+#: cut: segmentation), ``original`` (the photo as it is: a detector resizes it itself), ``transform``
+#: (the weights' transform object makes the input: ``hookviz.inputs.transforms``).
+MODES = ("crop", "whole", "shorter", "original", "transform")
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,13 @@ class Preprocessing:
     normalised with the first of ``mean`` and ``std``.
     ``interpolation`` is the resampling filter of every resize (``bilinear``, or ``bicubic``
     as most timm weights expect).
+
+    ``transform`` is the weights' own transform as its library's object (torchvision's
+    ``weights.transforms()``, timm's eval transform, a Hugging Face image processor, a factory's
+    callable; ``None`` when the weights define none). Where the fields reproduce it, hookviz's
+    own path runs and the object is kept beside them; where they cannot (``transform.applied``,
+    ``mode="transform"``), the object itself makes the input (``hookviz.inputs.transforms``).
+    It is left out of comparisons: the fields say what report.json keeps.
     """
 
     resize: int = 256
@@ -76,6 +88,7 @@ class Preprocessing:
     mode: str = "crop"
     channels: int = 3
     interpolation: str = "bilinear"
+    transform: WeightsTransform | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.interpolation not in INTERPOLATIONS:
@@ -91,8 +104,17 @@ class Preprocessing:
         return self.mode in ("crop", "whole")
 
     @property
+    def applies_transform(self) -> bool:
+        """Whether the weights' transform object itself makes the input (``mode="transform"``)."""
+        return self.transform is not None and self.transform.applied
+
+    @property
     def trace_size(self) -> tuple[int, int]:
-        """An input size for a dry pass: the square, or the resized side (224 for ``original``)."""
+        """An input size for a dry pass: the square, the resized side (224 for ``original``), or
+        what an applied transform made of its probe photo."""
+        shape = self.transform.shape if self.transform is not None and self.transform.applied else None
+        if shape is not None:
+            return shape[1], shape[2]
         side = self.size if self.square else self.resize if self.mode == "shorter" else 224
         return side, side
 
@@ -102,7 +124,7 @@ class Preprocessing:
             "resize": self.resize if self.mode in ("crop", "shorter") else None,
             "crop": self.size if self.mode == "crop" else None,
             "size": [self.size, self.size] if self.square else None,
-            "interpolation": self.interpolation,
+            "interpolation": "its own" if self.applies_transform else self.interpolation,
             "mean": list(self.mean[: self.channels]),
             "std": list(self.std[: self.channels]),
             "channels": self.channels,
@@ -329,11 +351,17 @@ def _gray_to_uint8(array: np.ndarray, mode: str, label: str) -> tuple[np.ndarray
 
 
 def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = DEFAULT_MAX_PIXELS) -> PreparedImage:
-    """Resize, crop and normalise a decoded photo into the model's input tensor.
+    """Resize, crop and normalise a decoded photo into the model's input tensor, or have the
+    weights' transform object make it where ``preprocessing`` applies it (``applies_transform``).
 
     Raises:
-        ImageError: resizing would make more than ``max_pixels`` pixels (a huge ``resize``).
+        ImageError: resizing would make more than ``max_pixels`` pixels (a huge ``resize``), or
+            the transform object failed on the photo.
     """
+    if preprocessing.applies_transform:
+        from hookviz.inputs.transforms import apply_transform
+
+        return apply_transform(image, preprocessing)
     import torch
 
     from hookviz.lazy_dynamo import import_torchvision

@@ -94,9 +94,20 @@ class InputOptions:
             raise UsageError(f"{arg('max_pixels', self.max_pixels)}: must be 1 or more")
 
     def apply(self, preprocessing):
-        """``preprocessing`` (a model's own ``images.Preprocessing``) with these overrides."""
+        """``preprocessing`` (a model's own ``images.Preprocessing``) with these overrides; the
+        weights' transform object it holds is dropped once they change it, as it no longer
+        describes the input.
+
+        Raises:
+            UsageError: an override of a transform object hookviz applies as it is (a factory's
+                callable: hookviz cannot resize, crop or normalise inside it), or a crop that
+                does not fit.
+        """
         from dataclasses import replace
 
+        if getattr(preprocessing, "applies_transform", False):
+            self._refuse_overrides(preprocessing.transform.origin)
+            return preprocessing
         changes: dict = {}
         if self.resize is not None:
             changes["resize"] = self.resize
@@ -117,6 +128,8 @@ class InputOptions:
         if self.whole_image:
             changes["mode"] = "whole"
         result = replace(preprocessing, **changes)
+        if result != preprocessing:  # the weights' transform object (not compared) no longer describes it
+            result = replace(result, transform=None)
         if preprocessing.mode == "whole" and not self.whole_image and self.resize not in (None, result.size):
             # a Hugging Face image processor's resize: there is no shorter side to set
             raise UsageError(
@@ -127,3 +140,12 @@ class InputOptions:
         if result.crop and result.size > result.resize:
             raise UsageError(f"{arg('crop', result.size)} is larger than {arg('resize', result.resize)}; the crop must fit")
         return result
+
+    def _refuse_overrides(self, origin: str) -> None:
+        given = [name for name in ("resize", "crop", "mean", "std") if getattr(self, name) is not None]
+        given += ["whole_image"] if self.whole_image else []
+        if given:
+            raise UsageError(
+                f"{arg(given[0])}: photos are preprocessed by {origin}, which hookviz applies as it is and cannot "
+                f"resize, crop or normalise otherwise; drop {arg(given[0])}, or change the transform"
+            )

@@ -1,6 +1,9 @@
 """Models from a user's factory: ``--model package.module:callable``.
 
-The callable takes no arguments and returns an ``nn.Module``. The current folder is
+The callable takes no arguments and returns an ``nn.Module``, or a ``(module, transform)``
+pair whose ``transform`` (a PIL image in, the (C, H, W) float tensor out: torchvision's
+``weights.transforms()``, a ``transforms.Compose``, a function) makes each photo the module's
+input, applied as it is (``hookviz.inputs.transforms``). The current folder is
 importable while the factory is imported and called, as with ``python -m`` and uvicorn,
 and taken off ``sys.path`` again afterwards.
 
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 
 from hookviz.errors import UnknownModelError, UsageError, arg, describe
 from hookviz.inputs.images import Preprocessing
+from hookviz.inputs.transforms import applied_preprocessing
 from hookviz.models.checkpoints import LoadedWeights
 from hookviz.models.sources.base import (
     LoadedModel,
@@ -78,10 +82,11 @@ class FactorySource:
         from hookviz.models.sources.hub import fail_fast
 
         with seeded(seed), current_folder_importable(), fail_fast():
-            model = self._build(name)
+            model, transform = _model_and_transform(self._build(name))
             if not isinstance(model, nn.Module):
                 raise UnknownModelError(
-                    f"{arg('model', name)}: the factory returned {type(model).__name__}, not a torch.nn.Module"
+                    f"{arg('model', name)}: the factory returned {type(model).__name__}, not a torch.nn.Module "
+                    "(or a (module, transform) pair)"
                 )
             if kind == "none":
                 import torch
@@ -94,15 +99,19 @@ class FactorySource:
             loaded = LoadedWeights(f"none (random init, seed {seed})", None)
         else:
             loaded = load_weights_file(model, weights)
+        said: tuple[str, ...] = ()
+        processing = Preprocessing()
+        if transform is not None:  # its own: applied as it is (a callable hookviz cannot read as resize and crop)
+            processing, said = applied_preprocessing(transform, f"{name}'s transform", name)
         return LoadedModel(
             name,
             model,
             loaded.label,
             None,
-            Preprocessing(),
+            processing,
             source=self.name,
             task="auto",
-            notes=loaded.notes,
+            notes=loaded.notes + said,
             weights_sha256=loaded.sha256,
             sample_kind=_sample_kind(model, name),
         )
@@ -129,6 +138,14 @@ class FactorySource:
             raise failed_download(name, exc) or UnknownModelError(
                 f"{arg('model', name)}: the factory raised {describe(exc)}"
             ) from None
+
+
+def _model_and_transform(built) -> tuple:
+    """A factory's result as (module, transform): a ``(module, transform)`` pair gives the
+    transform that makes a photo the module's input; a module alone has none (``None``)."""
+    if isinstance(built, tuple) and len(built) == 2:
+        return built
+    return built, None
 
 
 def _sample_kind(model, name: str) -> str:

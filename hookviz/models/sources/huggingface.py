@@ -350,7 +350,7 @@ class _Where:
                 processor = AutoImageProcessor.from_pretrained(str(self.repo), **self.kwargs)
         except (OSError, ValueError, KeyError) as exc:
             return Preprocessing(), (f"{self.repo} has no usable image processor ({first_line(exc)}); ImageNet defaults used",)
-        return hf_preprocessing(processor)
+        return hf_preprocessing(processor, self.name)
 
 
 def _head_weights(model) -> set[str]:
@@ -386,9 +386,31 @@ def _interpolation(resample) -> str:
     return name if name in INTERPOLATIONS else "bilinear"
 
 
-def hf_preprocessing(processor) -> tuple[Preprocessing, tuple[str, ...]]:
+def hf_preprocessing(processor, name: str = "hf:") -> tuple[Preprocessing, tuple[str, ...]]:
     """An image processor's resize, crop and normalisation as a ``Preprocessing``, and notes
-    where hookviz can only approximate it."""
+    where hookviz can only approximate it; where it need not, the processor is kept on it
+    (``Preprocessing.transform``). One that resizes nothing, or names no size hookviz reads
+    (a longest edge, a pixel budget), is applied as it is (``inputs.transforms``; ``name``,
+    the model's, is what its errors name).
+
+    Raises:
+        UnknownModelError: a processor applied as it is fails on a probe photo.
+    """
+    from dataclasses import replace
+
+    from hookviz.inputs.transforms import WeightsTransform, applied_preprocessing
+
+    origin = f"the image processor {type(processor).__name__}"
+    size = getattr(processor, "size", None) or {}
+    if not getattr(processor, "do_resize", True) or not any(_get(size, k) for k in ("height", "shortest_edge")):
+        return applied_preprocessing(processor, origin, name)
+    processing, notes = _read_processor(processor)
+    if notes:  # approximated: the processor would not describe the fields
+        return processing, notes
+    return replace(processing, transform=WeightsTransform(processor, origin)), notes
+
+
+def _read_processor(processor) -> tuple[Preprocessing, tuple[str, ...]]:
     size, crop_size = getattr(processor, "size", None) or {}, getattr(processor, "crop_size", None) or {}
     height, width, shortest = _get(size, "height"), _get(size, "width"), _get(size, "shortest_edge")
     crop_height = _get(crop_size, "height") if getattr(processor, "do_center_crop", False) else None
@@ -410,11 +432,10 @@ def hf_preprocessing(processor) -> tuple[Preprocessing, tuple[str, ...]]:
                 f"the image processor keeps the aspect ratio (shortest edge {shortest}); hookviz crops the centre square"
             )
         return Preprocessing(resize=shortest, size=crop_height or shortest, **common), tuple(notes)
-    if height:
-        if width and width != height:
-            notes.append(f"the image processor resizes to {height}x{width}; hookviz feeds {height}x{height}")
-        if crop_height and crop_height != height:
-            notes.append(f"the image processor squashes to {height} and crops {crop_height}; hookviz crops the centre")
-            return Preprocessing(resize=height, size=crop_height, **common), tuple(notes)
-        return Preprocessing(resize=height, size=height, mode="whole", **common), tuple(notes)
-    return Preprocessing(**common), ("the image processor names no size; 256 then a 224 crop used",)
+    # a height (hf_preprocessing applies a processor that names neither as it is)
+    if width and width != height:
+        notes.append(f"the image processor resizes to {height}x{width}; hookviz feeds {height}x{height}")
+    if crop_height and crop_height != height:
+        notes.append(f"the image processor squashes to {height} and crops {crop_height}; hookviz crops the centre")
+        return Preprocessing(resize=height, size=crop_height, **common), tuple(notes)
+    return Preprocessing(resize=height, size=height, mode="whole", **common), tuple(notes)

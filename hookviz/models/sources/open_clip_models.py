@@ -14,7 +14,7 @@ task then applies as it is: the categories are the prompts.
 * ``--weights DEFAULT``: the tag the name gives, else the first tag open_clip lists for the
   architecture, read from the Hugging Face cache (see ``hub``); ``none``: open_clip's own
   random initialisation, seeded; a file: a state_dict of the whole CLIP model.
-* Preprocessing: the model's ``preprocess_cfg`` (size, mean, std, interpolation).
+* Preprocessing: the model's ``preprocess_cfg`` (size, mean, std, interpolation, resize mode).
 
 open_clip is an optional extra, imported only when an ``open_clip:`` name is loaded or listed.
 """
@@ -239,7 +239,31 @@ def _pair(value) -> tuple[int, int]:
 
 
 def _preprocessing(model) -> tuple[Preprocessing, tuple[str, ...]]:
-    """open_clip's eval transform of ``model`` (resize the shorter side, centre crop)."""
+    """open_clip's eval transform of ``model`` (resize the shorter side and crop the centre, or
+    squash the whole photo), and notes where hookviz approximates it; where it does not,
+    open_clip's own transform object is kept on it (``Preprocessing.transform``)."""
+    from dataclasses import replace
+
+    from hookviz.inputs.transforms import WeightsTransform
+
+    processing, notes = _read_preprocess_cfg(model)
+    if notes:  # approximated: the object would not describe the fields
+        return processing, notes
+    import open_clip
+
+    config = getattr(model.visual, "preprocess_cfg", None) or {}
+    transform = open_clip.image_transform(
+        _pair(config.get("size", model.visual.image_size)),
+        False,
+        mean=processing.mean,
+        std=processing.std,
+        resize_mode=config.get("resize_mode"),
+        interpolation=processing.interpolation,
+    )
+    return replace(processing, transform=WeightsTransform(transform, "open_clip's eval transform")), notes
+
+
+def _read_preprocess_cfg(model) -> tuple[Preprocessing, tuple[str, ...]]:
     config = getattr(model.visual, "preprocess_cfg", None) or {}
     height, width = _pair(config.get("size", model.visual.image_size))
     notes = []
@@ -249,10 +273,15 @@ def _preprocessing(model) -> tuple[Preprocessing, tuple[str, ...]]:
     if interpolation not in INTERPOLATIONS:
         notes.append(f"open_clip's interpolation {interpolation!r} replaced by bicubic")
         interpolation = "bicubic"
+    resize_mode = config.get("resize_mode") or "shortest"
+    mode = "whole" if resize_mode == "squash" else "crop"  # SigLIP's weights squash the whole photo
+    if resize_mode not in ("shortest", "squash"):
+        notes.append(f"open_clip's resize_mode {resize_mode!r} approximated by a centre crop")
     mean, std = tuple(config.get("mean", ())), tuple(config.get("std", ()))
+    common = {"resize": height, "size": height, "mode": mode, "interpolation": interpolation}
     if len(mean) != 3 or len(std) != 3:
-        return Preprocessing(resize=height, size=height, interpolation=interpolation), tuple(notes)
-    return Preprocessing(resize=height, size=height, mean=mean, std=std, interpolation=interpolation), tuple(notes)
+        return Preprocessing(**common), tuple(notes)
+    return Preprocessing(mean=mean, std=std, **common), tuple(notes)
 
 
 # The wrapper is defined on first use: torch is not imported by ``hookviz --help``.

@@ -179,7 +179,23 @@ def _pretrained(timm, name: str, arch: str, seed: int):
 
 
 def timm_preprocessing(model) -> tuple[Preprocessing, tuple[str, ...]]:
-    """timm's eval transform of ``model`` as a ``Preprocessing``, and notes where it differs."""
+    """timm's eval transform of ``model`` as a ``Preprocessing``, and notes where it differs;
+    where it does not, timm's own transform object (``create_transform(**data_config)``) is
+    kept on it (``Preprocessing.transform``)."""
+    from dataclasses import replace
+
+    import timm.data
+
+    from hookviz.inputs.transforms import WeightsTransform
+
+    processing, notes = _read_config(model)
+    if notes:  # approximated: the object would not describe the fields
+        return processing, notes
+    transform = timm.data.create_transform(**timm.data.resolve_model_data_config(model))
+    return replace(processing, transform=WeightsTransform(transform, "timm's eval transform")), notes
+
+
+def _read_config(model) -> tuple[Preprocessing, tuple[str, ...]]:
     import timm.data
 
     config = timm.data.resolve_model_data_config(model)

@@ -164,8 +164,18 @@ def preprocessing_of(entry, task: str = DEFAULT_TASK, pretrained: bool = True) -
     """The weights' own eval transform (torchvision records it with each weights entry), as
     the task reads it (``Task.torchvision_preprocessing``): a segmenter's resizes the shorter
     side and crops nothing; a detector's hands the photo over as it is, in [0, 1] (the model
-    resizes and normalises it itself); a classifier with other weights gets the usual one."""
-    return get_task(task).torchvision_preprocessing(entry.transforms(), pretrained)
+    resizes and normalises it itself); a classifier with other weights gets the usual one.
+    The pretrained weights' transform object is kept on it (``Preprocessing.transform``): the
+    fields reproduce it, on the same PIL path (tests/test_transforms.py proves it)."""
+    from dataclasses import replace
+
+    from hookviz.inputs.transforms import WeightsTransform
+
+    transform = entry.transforms()
+    processing = get_task(task).torchvision_preprocessing(transform, pretrained)
+    if not pretrained:
+        return processing
+    return replace(processing, transform=WeightsTransform(transform, f"{entry}'s transforms() ({type(transform).__name__})"))
 
 
 def ensure_cached(name: str, url: str, weights: str = "DEFAULT") -> Path:
