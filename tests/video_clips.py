@@ -27,8 +27,9 @@ def moving_square(index: int, width: int = WIDTH, height: int = HEIGHT, colour=(
 def encode(path: Path, frames: int = 30, fps: int = 30, codec: str = "mpeg4", gop: int = 10, **options) -> Path:
     """A video of ``frames`` moving-square frames at ``path``; ``options``: ``width``, ``height``,
     ``pix_fmt``, ``times`` (each frame's timestamp in seconds: a variable frame rate)."""
-    import av
     from fractions import Fraction
+
+    import av
 
     width, height = options.get("width", WIDTH), options.get("height", HEIGHT)
     times = options.get("times")
@@ -39,7 +40,7 @@ def encode(path: Path, frames: int = 30, fps: int = 30, codec: str = "mpeg4", go
         if times is not None:
             stream.codec_context.time_base = Fraction(1, 1000)
         for index in range(frames):
-            frame = __import__("av").VideoFrame.from_ndarray(moving_square(index, width, height), format="rgb24")
+            frame = av.VideoFrame.from_ndarray(moving_square(index, width, height), format="rgb24")
             if times is not None:
                 frame.pts, frame.time_base = round(times[index] * 1000), Fraction(1, 1000)
             out.mux(stream.encode(frame))

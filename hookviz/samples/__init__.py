@@ -14,7 +14,6 @@ from hookviz.samples.base import (
 from hookviz.samples.batch import ModelInputs, SampleBatch
 from hookviz.samples.video import VideoOptions  # registers the video kind, so its flags exist
 
-
 __all__ = [
     "SAMPLE_KINDS",
     "ModelInputs",

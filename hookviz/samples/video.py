@@ -242,7 +242,9 @@ def _clip_tensor(loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: i
         try:
             tensor = transform.function(frames)
         except Exception as exc:  # the weights' or the user's code: say whose, and how it failed
-            raise ImageError(f"{loaded.label}: {transform.origin} failed on the clip's frames ({type(exc).__name__}: {exc})") from None
+            raise ImageError(
+                f"{loaded.label}: {transform.origin} failed on the clip's frames ({type(exc).__name__}: {exc})"
+            ) from None
         if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or tensor.dim() != 4:
             what = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise ImageError(f"{loaded.label}: {transform.origin} returned {what}, not a (C, T, H, W) float tensor")

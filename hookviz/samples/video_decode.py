@@ -142,7 +142,9 @@ class _Reader:
             return float(self.stream.duration * self.stream.time_base)
         if self.container.duration:
             return self.container.duration / 1_000_000
-        raise ImageError(f"{self.shown}: its duration is unknown (a stream without an index?); remux it, e.g. with ffmpeg -c copy")
+        raise ImageError(
+            f"{self.shown}: its duration is unknown (a stream without an index?); remux it, e.g. with ffmpeg -c copy"
+        )
 
     def clip(self, plan: ClipPlan) -> DecodedClip:
         if self.fps <= 0:
@@ -187,7 +189,9 @@ class _Reader:
                 frames = None
                 if last is None:
                     raise ImageError(f"{self.shown}: no frame could be decoded at {target:.3g} s (corrupt or truncated)")
-                self.notes[f"{self.shown}: no frame at {target:.3g} s (truncated?): the last one, at {position:.3g} s, repeats"] = None
+                self.notes[
+                    f"{self.shown}: no frame at {target:.3g} s (truncated?): the last one, at {position:.3g} s, repeats"
+                ] = None
             found[target] = (self._pixels(last), position)
         return found
 
