@@ -144,7 +144,6 @@ def test_the_kinds_option_is_an_explain_keyword_and_refused_for_another_kind(tmp
 def test_the_kinds_option_is_a_flag_in_the_images_panel(plugin):
     from hookviz.options.declared import owners
     from hookviz.run_arguments import declared_parameters
-
     from hookviz.samples import VideoOptions
 
     found = [(o.name, o.group, o.panel) for o in owners("sample kind")]

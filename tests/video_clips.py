@@ -15,12 +15,12 @@ WIDTH, HEIGHT = 32, 24
 
 def moving_square(index: int, width: int = WIDTH, height: int = HEIGHT, colour=(250, 200, 50)) -> np.ndarray:
     """Frame ``index`` of a clip: a square moving right over grey, and the index itself in the
-    top-left pixel's red, so that a test can tell which frame a decoder returned."""
+    top-left block's grey (``index * 8``), so that a test can tell which frame a decoder returned."""
     pixels = np.full((height, width, 3), 40, np.uint8)
     side = max(4, height // 3)
     left = (index * 2) % max(1, width - side)
     pixels[height // 3 : height // 3 + side, left : left + side] = colour
-    pixels[:8, :8, 0] = (index * 8) % 256
+    pixels[:8, :8] = (index * 8) % 256
     return pixels
 
 
@@ -37,6 +37,7 @@ def encode(path: Path, frames: int = 30, fps: int = 30, codec: str = "mpeg4", go
         stream = out.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, options.get("pix_fmt", "yuv420p")
         stream.codec_context.gop_size = gop
+        stream.codec_context.bit_rate = 4_000_000  # nearly lossless at this size: a frame's grey block tells its index
         if times is not None:
             stream.codec_context.time_base = Fraction(1, 1000)
         for index in range(frames):

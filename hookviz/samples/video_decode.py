@@ -114,8 +114,9 @@ def decode_clip(path: Path, plan: ClipPlan, max_pixels: int) -> DecodedClip:
         raise ImageError(f"{shown}: not a video PyAV can read, corrupt or truncated ({describe(exc)})") from None
     try:
         if not container.streams.video:
-            what = "audio only" if container.streams.audio else "no streams"
-            raise ImageError(f"{shown}: holds no video stream ({what}); give a video")
+            if not container.streams.audio:
+                raise ImageError(f"{shown}: holds no stream PyAV can read: corrupt or truncated?")
+            raise ImageError(f"{shown}: holds no video stream (audio only); give a video")
         return _Reader(container, shown, max_pixels).clip(plan)
     except av.FFmpegError as exc:
         raise ImageError(f"{shown}: corrupt or truncated video ({describe(exc)})") from None
