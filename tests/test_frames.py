@@ -144,8 +144,10 @@ def test_the_kinds_option_is_an_explain_keyword_and_refused_for_another_kind(tmp
 def test_the_kinds_option_is_a_flag_in_the_images_panel(plugin):
     from hookviz.options.declared import owners
     from hookviz.run_arguments import declared_parameters
+    from hookviz.samples import VideoOptions
 
-    assert [(o.name, o.group, o.panel) for o in owners("sample kind")] == [("frames", plugin.ClipOptions, "Images")]
+    found = [(o.name, o.group, o.panel) for o in owners("sample kind")]
+    assert found == [("video", VideoOptions, "Images"), ("frames", plugin.ClipOptions, "Images")]  # the built-in video first
     parameter = next(p for p in declared_parameters(set()) if p.name == "clip_frames")
     declared = parameter.annotation.__metadata__[0]
     assert declared.default == "--clip-frames" and declared.rich_help_panel == "Images" and parameter.default == 4

@@ -84,13 +84,14 @@ class Explainer:
         """
         from hookviz.anatomy.geometry import declared_layout
         from hookviz.modelstate import input_channels
-        from hookviz.samples import get_sample_kind, kind_settings
+        from hookviz.samples import get_sample_kind, kind_settings, settled
         from hookviz.tasks import get_task
         from hookviz.tasks.targets import parse_target
         from hookviz.trust.assess import check as check_trust
 
         _refuse_raw_yolo(model)
-        settings = kind_settings(get_sample_kind(model.sample_kind), sample_options, model.name)
+        kind = get_sample_kind(model.sample_kind)
+        settings = settled(kind, kind_settings(kind, sample_options, model.name), model)
         processing = preprocessing or model.preprocessing
         if input_channels(model.module) == 1 and not processing.applies_transform:  # a transform object makes its own
             processing = replace(processing, channels=1)

@@ -9,8 +9,10 @@ from hookviz.samples.base import (
     get_sample_kind,
     kind_settings,
     register_sample_kind,
+    settled,
 )
 from hookviz.samples.batch import ModelInputs, SampleBatch
+from hookviz.samples.video import VideoOptions  # registers the video kind, so its flags exist
 
 __all__ = [
     "SAMPLE_KINDS",
@@ -19,7 +21,9 @@ __all__ = [
     "SampleBatch",
     "SampleKind",
     "SampleKindBase",
+    "VideoOptions",
     "get_sample_kind",
     "kind_settings",
     "register_sample_kind",
+    "settled",
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "register_sample_kind",
     "get_sample_kind",
     "kind_settings",
+    "settled",
 ]
 
 
@@ -80,6 +81,9 @@ class SampleKind(Protocol):
         Raises:
             UsageError: a source names no sample.
         """
+
+    # Optional: ``settle(settings, model)``, the run's settings with what depends on the model
+    # resolved (the video's frame count); ``settled`` calls it where a kind has one.
 
     def files(self, path: Path) -> list[Path]:
         """The files that form the sample of key path ``path``, ``path`` first."""
@@ -164,6 +168,7 @@ def get_sample_kind(name: str) -> SampleKind:
         UsageError: no kind has that name.
     """
     import hookviz.samples.photo  # noqa: F401  (registers the photo)
+    import hookviz.samples.video  # noqa: F401  (and the video)
 
     return SAMPLE_KINDS.get(name)
 
@@ -197,3 +202,14 @@ def kind_settings(kind: SampleKind, given: Sequence, model: str):
     settings = own[0] if own else kind.options_type()
     check_values(settings)
     return settings
+
+
+def settled(kind: SampleKind, settings, model):
+    """``settings`` as ``kind`` settles them for ``model`` (a ``LoadedModel``): its ``settle``
+    fills in what depends on the model (a clip's frame count), when it has one.
+
+    Raises:
+        UsageError: a value the kind refuses, naming the option.
+    """
+    settle = getattr(kind, "settle", None)
+    return settings if settle is None or settings is None else settle(settings, model)

@@ -1,0 +1,279 @@
+"""The video: a video file (mp4, mkv, webm, mov, avi) or a folder of frames is one clip, one
+(C, T, H, W) float tensor named ``clip`` (the kind of a model that takes clips).
+
+A file's frames are decoded with PyAV (the ``video`` extra), seeking to each sampled frame
+(``hookviz.samples.video_decode``); a folder's are its photos in the order of their names,
+each decoded as a photo is. The frames become the model's input through the weights'
+transform object when it makes the input (torchvision's ``VideoClassification`` takes
+(T, C, H, W) uint8 and returns (C, T, H, W)), else each frame is resized, cropped and
+normalised as a photo is. Overlays are drawn over the frames tiled as ``anatomy.slices`` tiles
+a map of three dimensions; ``times`` holds each frame's timestamp in seconds.
+
+A folder of photos stays photos for a photo model: only this kind's ``find`` reads a folder of
+frames as a clip.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from hookviz.errors import ImageError, UsageError, arg, display_path
+from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
+from hookviz.inputs.identity import PhotoIdentity
+from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
+from hookviz.options.declared import option
+from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKindBase
+from hookviz.samples.video_decode import VIDEO_SUFFIXES, ClipPlan, decode_clip, frame_indices, require_av
+
+__all__ = ["VIDEO", "VideoOptions", "Video", "Clip", "LoadedClip", "frames_of", "model_frames", "DEFAULT_FRAMES"]
+
+#: The video kind's name.
+VIDEO = "video"
+
+#: Frames per clip when neither ``--frames`` nor the model says.
+DEFAULT_FRAMES = 16
+
+#: The most frames a clip may have.
+MAX_FRAMES = 1024
+
+
+@dataclass(frozen=True)
+class VideoOptions:
+    """The video kind's settings: ``--frames``, ``--frame-stride``, ``--start``, ``--end`` on the
+    command line, the same names in ``explain()``. ``frames``, ``start`` and ``end`` are ``None``
+    until the run settles them (``Video.settle``): the model's own frame count, the video's start and end."""
+
+    frames: int | None = option(
+        None, help=f"Frames per clip (default: the model's own, else {DEFAULT_FRAMES}), spread evenly over the span."
+    )
+    frame_stride: int = option(
+        0, help="Take every Nth frame from --start on instead of spreading them evenly (0: spread).", low=0, high=10_000
+    )
+    start: float | None = option(None, help="Where the clip's span starts, in seconds (a folder of frames: frame number).")
+    end: float | None = option(None, help="Where the clip's span ends, in seconds (default: the video's end).")
+
+
+@dataclass(frozen=True)
+class Clip(Sample):
+    """A prepared clip: a ``Sample`` whose ``times`` are its frames' timestamps in seconds."""
+
+    times: tuple[float, ...] = ()
+    main: str = "clip"
+
+
+@dataclass(frozen=True)
+class LoadedClip:
+    """A decoded clip: its frames (T, H, W, 3) uint8 and their ``times``; ``decoded``: how many
+    frames the decoder decoded for it. Has a ``LoadedImage``'s ``path``, ``label``, ``notes``, ``identity``."""
+
+    path: Path
+    frames: np.ndarray = field(repr=False)
+    times: tuple[float, ...]
+    notes: tuple[str, ...] = ()
+    identity: PhotoIdentity | None = None
+    decoded: int = 0
+
+    @property
+    def label(self) -> str:
+        return display_path(self.path)
+
+
+def frames_of(folder: Path) -> list[Path]:
+    """The photos directly in ``folder``, in the order of their names, numbers compared as numbers."""
+    if not folder.is_dir() or is_output_folder(folder):
+        return []
+    photos = [entry for entry in folder.iterdir() if entry.suffix.lower() in IMAGE_SUFFIXES and entry.is_file()]
+    return sorted(photos, key=lambda entry: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", entry.name.lower())])
+
+
+def model_frames(model) -> int | None:
+    """The frames per clip a model declares: its module's ``hookviz_clip_frames`` (a factory's, or
+    a source's for its weights), else a Hugging Face config's ``num_frames``; ``None`` when it says nothing."""
+    module = getattr(model, "module", None)
+    declared = getattr(module, "hookviz_clip_frames", None)
+    if declared is None:
+        declared = getattr(getattr(module, "config", None), "num_frames", None)
+    return int(declared) if isinstance(declared, int) and declared > 0 else None
+
+
+def _number(name: str, value, kind: type):
+    """A setting as ``kind`` (the command line gives text), or a one-line error naming it."""
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{arg(name, value)}: give a {'whole ' if kind is int else ''}number") from None
+    if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
+        raise UsageError(f"{arg(name, value)}: give a whole number")
+    if not np.isfinite(number) or number < 0:
+        raise UsageError(f"{arg(name, value)}: give a number of 0 or more")
+    return number
+
+
+class Video(SampleKindBase):
+    """A clip: a video file, or a folder of frames (see the module's docstring)."""
+
+    name = VIDEO
+    words = "a clip: a video file (mp4, mkv, webm, mov, avi) or a folder of frames"
+    main = "clip"
+    options_type = VideoOptions
+
+    def settle(self, settings: VideoOptions, model) -> VideoOptions:
+        """``settings`` with numbers for text, the model's frame count for ``frames`` when not given.
+
+        Raises:
+            UsageError: ``frames`` 0 or above ``MAX_FRAMES``, a negative or non-numeric value, or ``end`` not after ``start``.
+        """
+        frames = _number("frames", settings.frames, int) if settings.frames is not None else None
+        if frames is not None and not 1 <= frames <= MAX_FRAMES:
+            raise UsageError(f"{arg('frames', frames)}: a clip takes 1 to {MAX_FRAMES} frames")
+        start = _number("start", settings.start, float) if settings.start is not None else 0.0
+        end = _number("end", settings.end, float) if settings.end is not None else None
+        if end is not None and end <= start:
+            raise UsageError(f"{arg('end', end)}: must be after {arg('start', start)}")
+        frames = frames or model_frames(model) or DEFAULT_FRAMES
+        return replace(settings, frames=frames, start=start, end=end)
+
+    def find(self, sources, exclude=(), notes=None) -> list[Path]:
+        excluded = {Path(os.path.realpath(path)) for path in exclude}
+        found: dict[Path, Path] = {}
+        for source in sources:
+            matches = _clips_in(Path(source), excluded)
+            if not matches:
+                raise UsageError(f"{display_path(source)}: names no {self.words} (hidden and output folders are skipped)")
+            for path in matches:
+                found.setdefault(Path(os.path.realpath(path)), path)
+        if any(path.is_file() for path in found.values()):
+            require_av()
+        return list(found.values())
+
+    def files(self, path: Path) -> list[Path]:
+        return frames_of(path) if path.is_dir() else [path]
+
+    def load(self, path: Path, max_pixels: int, settings: VideoOptions) -> LoadedClip:
+        plan = ClipPlan(int(settings.frames or DEFAULT_FRAMES), settings.frame_stride, settings.start or 0.0, settings.end)
+        identity = self._identity(path)
+        if path.is_dir():
+            return _folder_clip(path, plan, max_pixels, identity)
+        decoded = decode_clip(path, plan, max_pixels)
+        return LoadedClip(path, decoded.frames, decoded.times, decoded.notes, identity, decoded.decoded)
+
+    def prepare(self, loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: int, settings=None) -> Clip:
+        tensor = _clip_tensor(loaded, preprocessing, max_pixels)
+        shown = _shown(tensor, preprocessing)
+        source = LoadedImage(loaded.path, _first_frame(loaded), loaded.notes, loaded.identity)
+        return Clip(source, {self.main: tensor}, shown, main=self.main, times=loaded.times)
+
+    def blank(self, preprocessing: Preprocessing, settings: VideoOptions) -> tuple:
+        import torch
+
+        frames = int(settings.frames or DEFAULT_FRAMES) if settings is not None else DEFAULT_FRAMES
+        return (torch.zeros(1, preprocessing.channels, frames, *preprocessing.trace_size),)
+
+    def _identity(self, path: Path) -> PhotoIdentity | None:
+        try:
+            return self.identity(path)
+        except OSError as exc:
+            raise ImageError(f"{display_path(path)}: cannot be read ({exc.strerror or exc})") from None
+
+
+def _clips_in(top: Path, excluded: set[Path]) -> list[Path]:
+    """The clips ``top`` names: itself (a video file, or a folder of frames), else the video files
+    and folders of frames below it, a folder of frames not searched further."""
+    if Path(os.path.realpath(top)) in excluded or (top.is_dir() and is_output_folder(top)):
+        return []
+    if top.is_file():
+        return [top] if top.suffix.lower() in VIDEO_SUFFIXES else []
+    if frames_of(top):
+        return [top]
+    found = []
+    for folder, subfolders, names in os.walk(top):
+        here = Path(folder)
+        kept = []
+        for name in sorted(d for d in subfolders if not d.startswith(".")):
+            sub = here / name
+            if Path(os.path.realpath(sub)) in excluded or is_output_folder(sub):
+                continue
+            if frames_of(sub):
+                found.append(sub)  # a clip: not searched further
+            else:
+                kept.append(name)
+        subfolders[:] = kept
+        found += [here / n for n in sorted(names) if not n.startswith(".") and Path(n).suffix.lower() in VIDEO_SUFFIXES]
+    return sorted(found)
+
+
+def _folder_clip(folder: Path, plan: ClipPlan, max_pixels: int, identity) -> LoadedClip:
+    """The clip of a folder of frames: the plan's frames, each decoded as a photo (its times are
+    frame numbers: a folder holds no frame rate)."""
+    frames = frames_of(folder)
+    shown = display_path(folder)
+    if not frames:
+        raise ImageError(f"{shown}: holds no frames (photos)")
+    first = int(np.ceil(plan.start))
+    last = len(frames) if plan.end is None else min(len(frames), int(np.floor(plan.end)) + 1)
+    if first >= last:
+        raise ImageError(f"{shown}: holds {len(frames)} frames; {arg('start', plan.start)} to its end holds none")
+    indices, short = frame_indices(last - first, plan, first)
+    notes = [f"{shown}: a folder of frames has no frame rate: its times, {arg('start')} and {arg('end')} are frame numbers"]
+    notes += [f"{shown}: {short}"] if short else []
+    loaded = {i: load_image(frames[i], max_pixels) for i in sorted(set(indices))}
+    sizes = {image.rgb.size for image in loaded.values()}
+    if len(sizes) > 1:
+        raise ImageError(f"{shown}: its frames differ in size ({', '.join(f'{w}x{h}' for w, h in sorted(sizes))})")
+    pixels = np.stack([np.asarray(loaded[i].rgb) for i in indices])
+    notes += [note for image in loaded.values() for note in image.notes]
+    return LoadedClip(folder, pixels, tuple(float(i) for i in indices), tuple(dict.fromkeys(notes)), identity, len(loaded))
+
+
+def _clip_tensor(loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: int):
+    """The (C, T, H, W) float input: the weights' transform object on the (T, C, H, W) uint8
+    frames when it makes the input, else each frame as a photo is preprocessed."""
+    import torch
+    from PIL import Image
+
+    transform = preprocessing.transform
+    if preprocessing.applies_transform and transform is not None:
+        frames = torch.from_numpy(np.ascontiguousarray(loaded.frames)).permute(0, 3, 1, 2)
+        try:
+            tensor = transform.function(frames)
+        except Exception as exc:  # the weights' or the user's code: say whose, and how it failed
+            raise ImageError(
+                f"{loaded.label}: {transform.origin} failed on the clip's frames ({type(exc).__name__}: {exc})"
+            ) from None
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or tensor.dim() != 4:
+            what = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ImageError(f"{loaded.label}: {transform.origin} returned {what}, not a (C, T, H, W) float tensor")
+        return tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
+    frames = [prepare(LoadedImage(loaded.path, Image.fromarray(frame)), preprocessing, max_pixels) for frame in loaded.frames]
+    return torch.stack([frame.tensor for frame in frames], dim=1)
+
+
+def _shown(tensor, preprocessing: Preprocessing) -> np.ndarray:
+    """The clip's frames as they were before normalisation, tiled as its maps are."""
+    from hookviz.anatomy.slices import tiling
+
+    channels = tensor.shape[0]
+    mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None, None]
+    std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None, None]
+    values = np.nan_to_num(tensor.numpy() * std + mean)
+    frames = (np.clip(values, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 3, 0)
+    frames = np.repeat(frames, 3, axis=3) if channels == 1 else frames[..., :3]
+    tiles = tiling(tuple(frames.shape[:3]))
+    return np.ascontiguousarray(tiles.flat(frames[list(tiles.indices)], np.uint8(140)))
+
+
+def _first_frame(loaded: LoadedClip):
+    from PIL import Image
+
+    return Image.fromarray(np.ascontiguousarray(loaded.frames[0]))
+
+
+# Added without ``register_sample_kind``'s check of its options against every other owner's: it
+# runs as ``hookviz.samples`` imports, before the methods and tasks it would import exist
+# (tests/test_video_kind.py makes that check).
+SAMPLE_KINDS.add(VIDEO, Video())
