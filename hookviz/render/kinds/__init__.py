@@ -252,4 +252,4 @@ def anatomy(explanation, layer, shape):
 
 
 # Each module registers its kinds: drawing order is this order, so it is not sorted by name.
-from hookviz.render.kinds import summary, channels, cam, cam_topk, cams, faithfulness, sanity, diff, frames  # noqa: E402,F401  # isort: skip
+from hookviz.render.kinds import summary, channels, cam, cam_topk, cams, faithfulness, sanity, diff, frames, timeline, animation  # noqa: E402,F401  # isort: skip
