@@ -50,8 +50,14 @@ def build(explanation, layer):
         if target is not None:
             chance.axhline(target.probability, color="tab:blue", linewidth=1.4, linestyle="--")
             chance.text(
-                0.01, 0.98, f"dashed: P({target.label}) = {target.probability:.3g}, the whole clip's",
-                transform=chance.transAxes, color="tab:blue", fontsize=7, va="top", parse_math=False,
+                0.01,
+                0.98,
+                f"dashed: P({target.label}) = {target.probability:.3g}, the whole clip's",
+                transform=chance.transAxes,
+                color="tab:blue",
+                fontsize=7,
+                va="top",
+                parse_math=False,
             )
         chance.yaxis.tick_right()  # clear() put the twin's axis back on the left
         chance.yaxis.set_label_position("right")
@@ -67,8 +73,13 @@ def build(explanation, layer):
     sheet.title(" ")
     update(explanation, layer)
     sheet.figure.text(
-        0.5, 0.02, "the probability is the clip's, not the frame's: one forward pass of the whole clip",
-        ha="center", fontsize=7, color="0.35", parse_math=False,
+        0.5,
+        0.02,
+        "the probability is the clip's, not the frame's: one forward pass of the whole clip",
+        ha="center",
+        fontsize=7,
+        color="0.35",
+        parse_math=False,
     )
     return sheet.figure, update, None
 
