@@ -21,7 +21,8 @@ PIXEL_PICTURE = "pixel_maps.png"
 
 def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:
     """The PNG of one picture (a ``kinds.PictureKind``), or ``None`` when it does not
-    apply to this layer.
+    apply to this layer; a kind that encodes its own file (``encode``: an animated WebP)
+    gives that file's bytes.
 
     With a ``cache`` (the render workers' ``worker.FigureCache``), the figure is kept and
     reused for the next image of the same layer and anatomy: a long run then only redraws
@@ -34,6 +35,8 @@ def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:
     anatomy = kind.reuse_key(explanation, layer, options)
     if anatomy is None:
         return None
+    if kind.encode is not None:
+        return kind.encode(explanation, layer, **options)
     key = (kind.name, anatomy)
     entry = cache.take(key) if cache is not None else None
     if entry is None:

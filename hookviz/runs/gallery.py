@@ -1,6 +1,6 @@
 """Gallery: ``OUT/index.html``, a static page over a run's pictures.
 
-One row per image: the photo the model saw, what its task lists of the prediction (the
+One row per image (a clip's row leads with its CAM animated): the photo the model saw, what its task lists of the prediction (the
 top-5, a segmentation's classes, the detections), and per layer thumbnails of every
 picture the run drew (``hookviz.render.kinds``), which open full size. The run's failures are
 listed. A run compared with a baseline (``OUT/diff.json``, written by ``--baseline`` or
@@ -40,6 +40,7 @@ table { border-collapse: collapse; }
 td, th { border-top: 1px solid #ddd; padding: .6em; vertical-align: top; text-align: left; }
 img { display: block; border: 1px solid #ccc; }
 .photo img { width: 160px; height: auto; }
+.photo img.clip { width: 240px; }
 .thumb img { height: 150px; width: auto; }
 .thumbs { display: flex; gap: .6em; flex-wrap: wrap; }
 .thumb { font-size: .85em; color: #555; text-align: center; }
@@ -259,6 +260,14 @@ def _row(folder: str, report: Report, change: dict | None = None, compared: bool
         for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction"), (PIXEL_PICTURE, "maps of the input"))
         if name in files
     )
+    # A clip's row leads with its first animated CAM, which plays in the page.
+    animated = [layer.pictures.get("animation") for layer in report.layers]
+    animated = [name for name in animated if name in files]
+    if animated:
+        photo = (
+            f'<a href="{base}/{_href(animated[0])}"><img class="clip" src="{base}/{_href(animated[0])}" '
+            f'alt="the CAM over the clip, animated"></a>{photo}'
+        )
     heading, predicted = reported_task(report.task).gallery_list(report)
     top5 = "".join(f"<li>{_e(item)}</li>" for item in predicted)
     layers = []

@@ -4,7 +4,8 @@ Everything that names a picture reads it here: which files a run writes, what
 ``--skip-existing`` expects to find, what the gallery shows and how it labels it, what
 TensorBoard logs, what ``Explanation.figure`` draws, and the ``pictures`` choices with
 their help text. Each kind is one module of this package (``summary``, ``channels``,
-``cam``, ``cam_topk``, ``cams``, ``faithfulness``, ``sanity``, ``diff``) that registers itself;
+``cam``, ``cam_topk``, ``cams``, ``faithfulness``, ``sanity``, ``diff``, and a clip's ``frames``,
+``time`` and ``animation``) that registers itself;
 a new kind is a new module, here or in your own package, that calls ``register_kind``::
 
     from hookviz.render.kinds import PictureKind, anatomy, register_kind
@@ -106,6 +107,13 @@ class PictureKind:
             note in report.json (``unfit``), never drawn wrong.
         over_input: it draws the map over the model's input (a CAM over the photo), so the
             map's rank must be the input's: a Conv1d's map of a photo's rows has no place on it.
+        inputs: the spatial ranks of the inputs it is for (3: a clip's pictures), ``()``: any.
+            For another input it is not drawn and says nothing (a photo's layers get no note
+            that a clip's picture was not drawn); its other rules hold within those inputs.
+        suffix: its file's suffix (``webp`` for an animation).
+        encode: ``encode(explanation, layer, **options) -> bytes | None``, the file's bytes
+            when they are not the figure's PNG (an animation); ``build`` still gives the
+            figure ``Explanation.figure`` returns.
     """
 
     name: str
@@ -120,16 +128,26 @@ class PictureKind:
     compares: bool = False
     ranks: tuple[int, ...] = (2,)
     over_input: bool = False
+    inputs: tuple[int, ...] = ()
+    suffix: str = "png"
+    encode: Callable | None = None
 
     def draws(self, layer, explanation=None) -> bool:
         """Whether it draws ``layer``'s map: one of its ``ranks`` (the input's, for a map
-        drawn over it), or no map at all (its builder then says whether a vector applies)."""
-        return self.unfit(layer, explanation) is None
+        drawn over it), or no map at all (its builder then says whether a vector applies),
+        of an input it is for (``inputs``)."""
+        return self.applies(explanation) and self.unfit(layer, explanation) is None
+
+    def applies(self, explanation=None) -> bool:
+        """Whether it is for ``explanation``'s input (``inputs``); ``True`` without one."""
+        shape = getattr(getattr(getattr(explanation, "image", None), "tensor", None), "shape", None)
+        return not self.inputs or shape is None or len(shape) - 1 in self.inputs
 
     def unfit(self, layer, explanation=None) -> str | None:
-        """The note for a layer whose map has a rank it does not draw, else ``None``."""
+        """The note for a layer whose map has a rank it does not draw, else ``None`` (also
+        for an input it is not for: it says nothing there)."""
         rank = map_rank(layer)
-        if rank is None:
+        if rank is None or not self.applies(explanation):
             return None
         if rank not in self.ranks:
             dims = " or ".join(map(str, self.ranks))
@@ -141,7 +159,7 @@ class PictureKind:
         return None
 
     def file_name(self, stem: str) -> str:
-        return f"{stem}.{self.name}.png"
+        return f"{stem}.{self.name}.{self.suffix}"
 
     def figure(self, explanation, layer, **options):
         """A fresh ``Figure`` of this picture, or ``None`` where it does not apply."""
@@ -171,8 +189,10 @@ def register_kind(kind: PictureKind) -> PictureKind:
         value = getattr(kind, name)
         if not isinstance(value, str) or not _NAME.match(value) or value == "none":
             raise UsageError(f"{what}: its {name} {value!r} must be lower-case letters, digits and _ (not none)")
-    for name in ("build", "reuse_key"):
+    for name in ("build", "reuse_key", "encode"):
         function = getattr(kind, name)
+        if function is None and name == "encode":
+            continue
         if not callable(function):
             raise UsageError(f"{what} has no {name}: give it a function (see hookviz.render.kinds)")
         if "<" in getattr(function, "__qualname__", ""):  # a lambda or a nested function
@@ -232,4 +252,4 @@ def anatomy(explanation, layer, shape):
 
 
 # Each module registers its kinds: drawing order is this order, so it is not sorted by name.
-from hookviz.render.kinds import summary, channels, cam, cam_topk, cams, faithfulness, sanity, diff  # noqa: E402,F401  # isort: skip
+from hookviz.render.kinds import summary, channels, cam, cam_topk, cams, faithfulness, sanity, diff, frames, timeline, animation  # noqa: E402,F401  # isort: skip
