@@ -27,7 +27,13 @@ import numpy as np
 
 from hookviz.errors import OutputError, SchemaError, arg, display_path
 from hookviz.explaining.summaries import tensor_stats
-from hookviz.render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
+from hookviz.render import (
+    INPUT_PICTURE,
+    PIXEL_FAITHFULNESS_PICTURE,
+    PIXEL_PICTURE,
+    PIXEL_SANITY_PICTURE,
+    PREDICTION_PICTURE,
+)
 from hookviz.store.fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from hookviz.store.folders import (
     DIFF,
@@ -323,6 +329,23 @@ def _method_maps(layer) -> dict[str, MapRecord]:
     return found
 
 
+def _pixel_trust_pictures(explanation, directory: Path, kinds: set[str]) -> list[Path]:
+    """The input methods' trust pictures (``pixel_maps.faithfulness.png``, ``pixel_maps.sanity.png``)
+    that ``kinds`` asks for and that have something to draw."""
+    from hookviz.render.figures import png_bytes
+    from hookviz.render.kinds import faithfulness, sanity
+
+    written = []
+    for kind, module, name in (
+        ("faithfulness", faithfulness, PIXEL_FAITHFULNESS_PICTURE),
+        ("sanity", sanity, PIXEL_SANITY_PICTURE),
+    ):
+        figure = module.input_figure(explanation) if kind in kinds else None
+        if figure is not None:
+            written.append(atomic_write(directory / name, png_bytes(figure)))
+    return written
+
+
 def _pixel_record(pixels) -> MapRecord:
     """An input-resolution map's shape and statistics (and the layer it used), or why it has none."""
     if pixels.map is None:
@@ -330,7 +353,8 @@ def _pixel_record(pixels) -> MapRecord:
     stats = _map_stats(pixels.map)
     if pixels.figures:  # a NaN (a score of 0 makes conservation undefined) is written null, as stats are
         stats["figures"] = {name: (float(v) if np.isfinite(v) else None) for name, v in pixels.figures.items()}
-    return MapRecord(tuple(pixels.map.shape), stats, layer=pixels.layer)
+    trust = pixels.trust.to_json() if pixels.trust is not None else None
+    return MapRecord(tuple(pixels.map.shape), stats, layer=pixels.layer, trust=trust)
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
@@ -404,6 +428,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         pixels = pixels_png(explanation) if "cam" in pictures.pictures else None
         if pixels is not None:
             written.append(atomic_write(directory / PIXEL_PICTURE, pixels))
+        written += _pixel_trust_pictures(explanation, directory, {kind.name for kind in kinds})
         cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})

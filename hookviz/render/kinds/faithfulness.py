@@ -2,13 +2,16 @@
 the layer's CAM, their areas in the legend, beside ROAD's most- and least-relevant-first
 curves (``hookviz.trust``). With several layer methods (``--cam a,b``) each measured method's
 curves, one colour per method: deletion, insertion and ROAD side by side. Redrawn whole for
-each image: a few lines."""
+each image: a few lines.
+
+The input methods' maps (``--cam guided-backprop,...``) are one per image, not per layer:
+``input_figure`` draws theirs alike, once per image (``pixel_maps.faithfulness.png``)."""
 
 from __future__ import annotations
 
 from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
-__all__ = ["build", "reuse_key", "KIND"]
+__all__ = ["build", "input_figure", "reuse_key", "KIND"]
 
 
 def measured(explanation, layer) -> list[tuple[str, object]]:
@@ -58,6 +61,20 @@ def build(explanation, layer):
 
 
 def _build_several(explanation, layer, count: int):
+    sheet, draw = _several(count)
+
+    def update(explanation, layer):
+        found = measured(explanation, layer)
+        methods = ", ".join(method for method, _ in found)
+        draw(found, heading(explanation, layer, "how far to trust the maps (faithfulness)", methods))
+
+    update(explanation, layer)
+    return sheet.figure, update, None
+
+
+def _several(count: int):
+    """A sheet for ``count`` methods' curves, and ``draw(found, title)`` that draws them:
+    deletion, insertion and ROAD side by side, each with every method's curves."""
     from hookviz.render.figures import Sheet
 
     # the legends sit below the panels: one line per method
@@ -65,16 +82,43 @@ def _build_several(explanation, layer, count: int):
     sheet = Sheet(14.4, 4.4 + legend)
     axes = [sheet.axes(0.8 + k * 4.7, 0.95, 3.8, 2.9) for k in range(3)]
 
-    def update(explanation, layer):
-        found = measured(explanation, layer)
+    def draw(found, title: str) -> None:
         _draw_each(axes[0], found, "deletion")
         _draw_each(axes[1], found, "insertion")
         _draw_each_road(axes[2], found)
-        methods = ", ".join(method for method, _ in found)
-        sheet.title(heading(explanation, layer, "how far to trust the maps (faithfulness)", methods))
+        sheet.title(title)
 
-    update(explanation, layer)
-    return sheet.figure, update, None
+    return sheet, draw
+
+
+def input_measured(explanation) -> list[tuple[str, object]]:
+    """``(method, LayerTrust)`` of each input method whose relevance map was measured, in the run's order."""
+    found = [(method, pixels.trust) for method, pixels in explanation.pixel_maps.items() if pixels.trust is not None]
+    return [(method, each) for method, each in found if each.deletion is not None and each.road is not None]
+
+
+def input_heading(explanation, what: str, methods: str) -> str:
+    """The title of an input trust picture: model, the maps of the input and how they were
+    reduced, methods, what it shows, and the target."""
+    from hookviz.render.figures import task_of
+    from hookviz.trust.pixel_trust import REDUCTION
+
+    return (
+        f"{explanation.model} · maps of the input · {methods}: {what}\n"
+        f"each map measured as {REDUCTION} · {explanation.image.source.label} · {task_of(explanation).headline(explanation)}"
+    )
+
+
+def input_figure(explanation):
+    """``pixel_maps.faithfulness.png``'s ``Figure``: each input method's deletion, insertion and
+    ROAD curves (one colour per method), or ``None`` when none was measured."""
+    found = input_measured(explanation)
+    if not found:
+        return None
+    sheet, draw = _several(len(found))
+    methods = ", ".join(method for method, _ in found)
+    draw(found, input_heading(explanation, "how far to trust the maps (faithfulness)", methods))
+    return sheet.figure
 
 
 def _colour(k: int):
