@@ -329,13 +329,16 @@ def _method_maps(layer) -> dict[str, MapRecord]:
     return found
 
 
-def _pixel_trust_pictures(explanation, directory: Path, kinds: set[str]) -> list[Path]:
-    """The input methods' trust pictures (``pixel_maps.faithfulness.png``, ``pixel_maps.sanity.png``)
-    that ``kinds`` asks for and that have something to draw."""
+def _pixel_pictures(explanation, directory: Path, cams: bool, kinds: set[str]) -> list[Path]:
+    """The input methods' pictures that have something to draw: their maps (``pixel_maps.png``,
+    with the ``cam`` pictures) and their trust (``pixel_maps.faithfulness.png``,
+    ``pixel_maps.sanity.png``, where ``kinds`` asks for them)."""
     from hookviz.render.figures import png_bytes
     from hookviz.render.kinds import faithfulness, sanity
+    from hookviz.render.pixels import pixels_png
 
-    written = []
+    pixels = pixels_png(explanation) if cams else None
+    written = [atomic_write(directory / PIXEL_PICTURE, pixels)] if pixels is not None else []
     for kind, module, name in (
         ("faithfulness", faithfulness, PIXEL_FAITHFULNESS_PICTURE),
         ("sanity", sanity, PIXEL_SANITY_PICTURE),
@@ -417,7 +420,6 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         # matplotlib: ~0.3 s to import, only for pictures
         from hookviz.render import render_png
         from hookviz.render.figures import photo_of
-        from hookviz.render.pixels import pixels_png
         from hookviz.render.prediction import prediction_png
         from hookviz.render.worker import worker_cache
 
@@ -425,10 +427,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         prediction = prediction_png(explanation)
         if prediction is not None:
             written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
-        pixels = pixels_png(explanation) if "cam" in pictures.pictures else None
-        if pixels is not None:
-            written.append(atomic_write(directory / PIXEL_PICTURE, pixels))
-        written += _pixel_trust_pictures(explanation, directory, {kind.name for kind in kinds})
+        written += _pixel_pictures(explanation, directory, "cam" in pictures.pictures, {kind.name for kind in kinds})
         cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})

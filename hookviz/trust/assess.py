@@ -83,7 +83,7 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
     cannot be measured gets a note saying why."""
     measured = _layer_measures(explainer, images, explanations) if explainer.method is not None else {}
     pixels = _pixel_measures(explainer, images, explanations)
-    main = explainer.method.name if explainer.method is not None else None
+    main = explainer.method.name if explainer.method is not None else ""  # "": no layer method, none measured
     score = explainer.task.probability if explainer.trust.faithfulness else None
 
     def layer_trust(found: dict[str, dict]) -> LayerTrust:
