@@ -1,0 +1,109 @@
+"""Which map to trust: every CAM method of hookviz measured with --faithfulness and --sanity
+on the same photos, and the table docs/methods.md quotes (method, deletion area, insertion
+area, ROAD, the randomisation check's final correlation). Prints figures, asserts nothing.
+
+    OMP_NUM_THREADS=1 python bench/trust_ranking.py                   # EfficientNet-Lite0, pretrained
+    OMP_NUM_THREADS=1 python bench/trust_ranking.py --model vit       # timm ViT-Tiny, random weights
+    OMP_NUM_THREADS=1 python bench/trust_ranking.py --model resnet    # resnet18, random weights
+
+``cnn`` is the ``demo`` extra's EfficientNet-Lite0 with its real ImageNet weights (the only
+pretrained weights offline) at its default layer; ``vit`` is timm's ``vit_tiny_patch16_224``
+with random weights (no pretrained ViT is available offline): its numbers show that every
+method runs and is measured on a transformer, not how faithful the methods are on a trained
+one. ``resnet`` is torchvision's resnet18 with random weights, for guided backprop and guided
+Grad-CAM (which EfficientNet-Lite0 refuses: no nn.ReLU): the randomisation check needs no
+trained model to show a map that ignores the weights. Two runs per model: ``--faithfulness`` with every method that applies, then
+``--sanity`` with every method but the re-scoring ones (Score-CAM and Ablation-CAM re-score
+hundreds of masked copies at each of the check's randomisation steps: hours on a CPU). Input
+methods are measured on |sum over channels| of their map, as quantus reduces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The models, and the methods that each takes: guided backprop and guided Grad-CAM need
+#: nn.ReLU modules (EfficientNet-Lite0 has ReLU6, a ViT GELUs), so they are measured on
+#: resnet18, as is lrp (zennit has no rule for Lite0's ZeroPad2d); rollout, chefer and legrad
+#: need attention; attnlrp takes only torchvision's ViT, not timm's.
+MODELS = {
+    "cnn": (
+        ["--model", "efficientnet_lite0", "--weights", "DEFAULT"],
+        "gradcam,gradcam++,xgradcam,hirescam,layercam,eigencam,scorecam,ablationcam,integrated-gradients",
+    ),
+    "resnet": (
+        ["--model", "resnet18", "--weights", "none"],
+        "gradcam,gradcam++,xgradcam,hirescam,layercam,eigencam,scorecam,ablationcam,"
+        "integrated-gradients,guided-backprop,guided-gradcam,lrp",
+    ),
+    "vit": (
+        ["--model", "timm:vit_tiny_patch16_224", "--weights", "none"],
+        "gradcam,gradcam++,xgradcam,hirescam,layercam,eigencam,scorecam,ablationcam,rollout,chefer,legrad,integrated-gradients",
+    ),
+}
+
+#: Methods left out of the randomisation check (see the module's docstring).
+RESCORING = {"scorecam", "ablationcam"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=sorted(MODELS), default="cnn")
+    parser.add_argument("--images", default=str(ROOT / "sample_images"))
+    parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--skip-sanity", action="store_true")
+    args = parser.parse_args()
+    model, methods = MODELS[args.model]
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(args.out or scratch)
+        faithful = _run(model, methods, ["--faithfulness"], args.images, out / "faithfulness")
+        checked = {}
+        if not args.skip_sanity:
+            kept = ",".join(m for m in methods.split(",") if m not in RESCORING)
+            checked = _run(model, kept, ["--sanity"], args.images, out / "sanity")
+    _table(faithful, checked)
+
+
+def _run(model: list[str], methods: str, measure: list[str], images: str, out: Path) -> dict:
+    """run.json's ``trust`` maps of one run, by method."""
+    command = [sys.executable, "-m", "hookviz", "run", images, *model, "--cam", methods, *measure]
+    command += ["--pictures", "cam", "--workers", "1", "--out", str(out)]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    print(f"# {' '.join(measure)}: {time.perf_counter() - start:.0f} s wall ({out})", file=sys.stderr)
+    document = json.loads((out / "run.json").read_text())
+    return {entry["method"]: entry for entry in (document.get("trust") or {}).get("maps", [])}
+
+
+def _table(faithful: dict, checked: dict) -> None:
+    """The markdown table, ranked by mean deletion area (lowest first)."""
+    print(
+        "| method | map of | images | deletion AUC (lower better) | insertion AUC (higher better) | ROAD combined (higher better) | sanity: mean final ρ | passed |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    order = sorted(faithful.values(), key=lambda entry: entry.get("deletion_auc", float("inf")))
+    order += [entry for method, entry in checked.items() if method not in faithful]
+    for entry in order:
+        method = entry["method"]
+        sanity = (checked.get(method) or {}).get("sanity")
+        rho = "" if sanity is None or sanity["final_correlation_mean"] is None else f"{sanity['final_correlation_mean']:+.2f}"
+        passed = "" if sanity is None else f"{sanity['explains_model']} of {sanity['images']}"
+        figures = (
+            f"{entry['deletion_auc']:.3f} | {entry['insertion_auc']:.3f} | {entry['road_combined']:+.4f}"
+            if "deletion_auc" in entry
+            else "n/a | n/a | n/a"
+        )
+        print(f"| {method} | {entry['layer']} | {entry.get('images', '')} | {figures} | {rho or 'not checked'} | {passed} |")
+
+
+if __name__ == "__main__":
+    main()
