@@ -4,17 +4,19 @@ area, ROAD, the randomisation check's final correlation). Prints figures, assert
 
     OMP_NUM_THREADS=1 python bench/trust_ranking.py                   # EfficientNet-Lite0, pretrained
     OMP_NUM_THREADS=1 python bench/trust_ranking.py --model vit       # timm ViT-Tiny, random weights
-    OMP_NUM_THREADS=1 python bench/trust_ranking.py --model resnet    # resnet18, random weights
+    OMP_NUM_THREADS=1 python bench/trust_ranking.py --model resnet --skip-faithfulness  # resnet18, random
 
 ``cnn`` is the ``demo`` extra's EfficientNet-Lite0 with its real ImageNet weights (the only
 pretrained weights offline) at its default layer; ``vit`` is timm's ``vit_tiny_patch16_224``
 with random weights (no pretrained ViT is available offline): its numbers show that every
 method runs and is measured on a transformer, not how faithful the methods are on a trained
-one. ``resnet`` is torchvision's resnet18 with random weights, for guided backprop and guided
-Grad-CAM (which EfficientNet-Lite0 refuses: no nn.ReLU): the randomisation check needs no
-trained model to show a map that ignores the weights. Two runs per model: ``--faithfulness`` with every method that applies, then
+one. ``resnet`` is torchvision's resnet18 with random weights at 112 pixels, for guided backprop,
+guided Grad-CAM and LRP (which EfficientNet-Lite0 refuses: no nn.ReLU, a ZeroPad2d), beside
+Grad-CAM and integrated gradients: the randomisation check needs no trained model to show a
+map that ignores the weights (a random model's deletion curves say nothing). Two runs per model: ``--faithfulness`` with every method that applies, then
 ``--sanity`` with every method but the re-scoring ones (Score-CAM and Ablation-CAM re-score
-hundreds of masked copies at each of the check's randomisation steps: hours on a CPU). Input
+hundreds of masked copies at each of the check's randomisation steps: hours on a CPU), and
+integrated gradients at 8 steps there (``SANITY_STEPS``). Input
 methods are measured on |sum over channels| of their map, as quantus reduces it.
 """
 
@@ -41,9 +43,8 @@ MODELS = {
         "gradcam,gradcam++,xgradcam,hirescam,layercam,eigencam,scorecam,ablationcam,integrated-gradients",
     ),
     "resnet": (
-        ["--model", "resnet18", "--weights", "none"],
-        "gradcam,gradcam++,xgradcam,hirescam,layercam,eigencam,scorecam,ablationcam,"
-        "integrated-gradients,guided-backprop,guided-gradcam,lrp",
+        ["--model", "resnet18", "--weights", "none", "--resize", "112", "--crop", "112"],
+        "gradcam,integrated-gradients,guided-backprop,guided-gradcam,lrp",
     ),
     "vit": (
         ["--model", "timm:vit_tiny_patch16_224", "--weights", "none"],
@@ -54,6 +55,11 @@ MODELS = {
 #: Methods left out of the randomisation check (see the module's docstring).
 RESCORING = {"scorecam", "ablationcam"}
 
+#: Integrated gradients' steps in the randomisation check: each of the check's steps explains
+#: the image again, and 8 steps instead of 32 keep the check under half an hour on two cores
+#: (its correlations compare maps made with 8 steps; its faithfulness figures are at 32).
+SANITY_STEPS = ("--steps", "8")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -61,24 +67,31 @@ def main() -> None:
     parser.add_argument("--images", default=str(ROOT / "sample_images"))
     parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--skip-sanity", action="store_true")
+    parser.add_argument("--skip-faithfulness", action="store_true", help="random weights: only the check means much")
+    parser.add_argument("--reuse", action="store_true", help="read a run already in --out instead of running it again")
     args = parser.parse_args()
     model, methods = MODELS[args.model]
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(args.out or scratch)
-        faithful = _run(model, methods, ["--faithfulness"], args.images, out / "faithfulness")
+        faithful = {}
+        if not args.skip_faithfulness:
+            faithful = _run(model, methods, ["--faithfulness"], args.images, out / "faithfulness", args.reuse)
         checked = {}
         if not args.skip_sanity:
             kept = ",".join(m for m in methods.split(",") if m not in RESCORING)
-            checked = _run(model, kept, ["--sanity"], args.images, out / "sanity")
+            checked = _run(model, kept, ["--sanity", *SANITY_STEPS], args.images, out / "sanity", args.reuse)
     _table(faithful, checked)
 
 
-def _run(model: list[str], methods: str, measure: list[str], images: str, out: Path) -> dict:
+def _run(model: list[str], methods: str, measure: list[str], images: str, out: Path, reuse: bool) -> dict:
     """run.json's ``trust`` maps of one run, by method."""
     command = [sys.executable, "-m", "hookviz", "run", images, *model, "--cam", methods, *measure]
     command += ["--pictures", "cam", "--workers", "1", "--out", str(out)]
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    if not (reuse and (out / "run.json").exists()):
+        subprocess.run(
+            command, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        )
     print(f"# {' '.join(measure)}: {time.perf_counter() - start:.0f} s wall ({out})", file=sys.stderr)
     document = json.loads((out / "run.json").read_text())
     return {entry["method"]: entry for entry in (document.get("trust") or {}).get("maps", [])}
