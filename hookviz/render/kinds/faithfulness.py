@@ -121,10 +121,11 @@ def input_figure(explanation):
     return sheet.figure
 
 
-def _colour(k: int):
+def _colour(k: int, count: int = 10):
+    """Method ``k``'s colour: tab10's, or tab20's for more than 10 methods (none repeats up to 20)."""
     from matplotlib import colormaps
 
-    return colormaps["tab10"](k % 10)
+    return colormaps["tab10"](k % 10) if count <= 10 else colormaps["tab20"](k % 20)
 
 
 def _draw_each(ax, found, curve: str) -> None:
@@ -136,7 +137,7 @@ def _draw_each(ax, found, curve: str) -> None:
     for k, ((_, trust), label) in enumerate(zip(found, labels)):
         if curve == "deletion" and trust.deletion.saturated:
             label += ", saturated"
-        ax.plot(trust.deletion.fractions, getattr(trust.deletion, curve), color=_colour(k), marker=".", label=label)
+        ax.plot(trust.deletion.fractions, getattr(trust.deletion, curve), color=_colour(k, len(found)), marker=".", label=label)
     better = "lower" if curve == "deletion" else "higher"
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
@@ -155,13 +156,24 @@ def _labels(methods: list[str], values: list[float], number: str) -> list[str]:
     its value from the others', and the methods it ties with (``hookviz.trust.deletion.TIE``)."""
     from hookviz.trust.deletion import TIE, distinct_digits
 
-    digits = distinct_digits(values)
+    digits = distinct_digits(values, least=_significant(values))
     labels = []
     for method, value in zip(methods, values):
         tied = [other for other, each in zip(methods, values) if other != method and abs(each - value) <= TIE]
         label = f"{method}, {number.format(value, digits)}"
         labels.append(f"{label}, ties {', '.join(tied)}" if tied else label)
     return labels
+
+
+def _significant(values: list[float], figures: int = 3) -> int:
+    """The decimals that show the largest of ``values`` with ``figures`` significant figures
+    (3 at least, 7 at most): a random model's probabilities of 0.002 print as 0.00242, not 0.002."""
+    import math
+
+    largest = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    if largest == 0:
+        return 3
+    return min(7, max(3, figures - 1 - math.floor(math.log10(largest))))
 
 
 def _say_saturated(ax, curves: str = "this curve carries") -> None:
@@ -189,7 +201,7 @@ def _draw_each_road(ax, found) -> None:
     for k, ((_, trust), label) in enumerate(zip(found, labels)):
         measured = trust.road
         imputed = [1 - p / 100 for p in measured.percentiles]
-        colour = _colour(k)
+        colour = _colour(k, len(found))
         ax.plot(imputed, measured.most_relevant_first, color=colour, marker=".", label=label)
         ax.plot(imputed, measured.least_relevant_first, color=colour, marker=".", linestyle="--")
     ax.axhline(0, color="0.5", linewidth=0.8)
