@@ -108,14 +108,16 @@ def _table(faithful: dict, checked: dict) -> None:
     for entry in order:
         method = entry["method"]
         sanity = (checked.get(method) or {}).get("sanity")
-        rho = "" if sanity is None or sanity["final_correlation_mean"] is None else f"{sanity['final_correlation_mean']:+.2f}"
+        rho = "not checked" if sanity is None else "constant maps"
+        if sanity is not None and sanity["final_correlation_mean"] is not None:
+            rho = f"{sanity['final_correlation_mean']:+.2f}"
         passed = "" if sanity is None else f"{sanity['explains_model']} of {sanity['images']}"
         figures = (
-            f"{entry['deletion_auc']:.3f} | {entry['insertion_auc']:.3f} | {entry['road_combined']:+.4f}"
+            f"{entry['deletion_auc']:.3g} | {entry['insertion_auc']:.3g} | {entry['road_combined']:+.3g}"
             if "deletion_auc" in entry
             else "n/a | n/a | n/a"
         )
-        print(f"| {method} | {entry['layer']} | {entry.get('images', '')} | {figures} | {rho or 'not checked'} | {passed} |")
+        print(f"| {method} | {entry['layer']} | {entry.get('images', '')} | {figures} | {rho} | {passed} |")
 
 
 if __name__ == "__main__":
