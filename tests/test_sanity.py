@@ -111,10 +111,10 @@ def refused_factory() -> torch.nn.Module:
 
 
 def test_options_no_model_could_take_are_refused_before_the_model_loads(tmp_path):
-    result = run_cli(tmp_path, "--model", "tests.test_sanity:refused_factory", "--sanity", "--cam", "guided-backprop")
+    result = run_cli(tmp_path, "--model", "tests.test_sanity:refused_factory", "--sanity", "--cam", "none")
     assert result.exit_code == 2 and not (tmp_path / "out").exists()
     (line,) = [line for line in result.stderr.splitlines() if line.strip()]
-    assert "--sanity measures the maps of a layer method" in line, result.stderr
+    assert "--sanity measures a CAM; choose a --cam method, not none" in line, result.stderr
     with pytest.raises(UsageError, match="^sanity measures a CAM; choose a cam method, not none"):
         hookviz.explain("no_such_model", torch.rand(3, 24, 24), cam="none", sanity=True)
 

@@ -334,8 +334,6 @@ def test_a_segmenter_gets_the_sanity_check_and_refuses_faithfulness():
     [
         (["--faithfulness", "--cam", "none"], "--faithfulness measures a CAM; choose a --cam method, not none"),
         (["--sanity", "--cam", "none"], "--sanity measures a CAM; choose a --cam method, not none"),
-        (["--sanity", "--cam", "guided-backprop"], "--sanity measures the maps of a layer method (gradcam, "),
-        (["--faithfulness", "--cam", "guided-backprop,integrated-gradients"], "--faithfulness measures the maps of a "),
     ],
 )
 def test_trust_options_are_refused_in_one_line(tmp_path, args, message):
@@ -618,16 +616,3 @@ def test_the_sanity_figure_draws_a_row_per_checked_method():
             ax.get_lines()[0].get_ydata(), [np.nan if c is None else c for c in checked[name].correlations], equal_nan=True
         )
         assert ax.get_title().startswith(f"{name}: ")
-
-
-@pytest.mark.parametrize("measure", ["sanity", "faithfulness"])
-def test_an_input_method_alone_is_refused_naming_the_layer_methods(measure):
-    from hookviz.errors import UsageError
-
-    with pytest.raises(UsageError, match=rf"^{measure} measures the maps of a layer method \(gradcam, .*cam='guided-backprop'"):
-        hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], cam="guided-backprop", **{measure: True})
-
-
-def test_an_input_method_beside_a_layer_method_is_measured_on_the_layer_method():
-    result = hookviz.explain(tiny_net(), torch.rand(3, 24, 24), layers=["features.3"], cam="gradcam,guided-backprop", sanity=True)
-    assert result["features.3"].trust.sanity is not None and result.pixel_maps["guided-backprop"].map is not None

@@ -117,6 +117,8 @@ class PixelMap:
         layer: the layer whose CAM it used (guided Grad-CAM), else ``None``.
         figures: figures the method gave about this map (relevance propagation's
             conservation: ``relevance``, ``score``, ``conservation``), else ``None``.
+        trust: the trust measures of its relevance map (``hookviz.trust.pixel_trust``), with
+            ``--faithfulness`` or ``--sanity``; else ``None``.
     """
 
     method: str
@@ -124,6 +126,7 @@ class PixelMap:
     note: str | None = None
     layer: str | None = None
     figures: dict | None = None
+    trust: LayerTrust | None = None
 
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.map.shape)) if self.map is not None else self.note

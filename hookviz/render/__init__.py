@@ -9,7 +9,14 @@ package is cheap: matplotlib is imported where a picture is drawn.
 
 from __future__ import annotations
 
-__all__ = ["render_png", "INPUT_PICTURE", "PREDICTION_PICTURE", "PIXEL_PICTURE"]
+__all__ = [
+    "render_png",
+    "INPUT_PICTURE",
+    "PREDICTION_PICTURE",
+    "PIXEL_PICTURE",
+    "PIXEL_FAITHFULNESS_PICTURE",
+    "PIXEL_SANITY_PICTURE",
+]
 
 #: The photo as the model saw it (the whole photo with ``whole_image``), beside each image's pictures.
 INPUT_PICTURE = "input.jpg"
@@ -17,6 +24,10 @@ INPUT_PICTURE = "input.jpg"
 PREDICTION_PICTURE = "prediction.png"
 #: The maps at the input's resolution (``--cam guided-backprop``, ...), one per image, with the ``cam`` pictures.
 PIXEL_PICTURE = "pixel_maps.png"
+#: With ``--faithfulness``: the maps of the input's deletion, insertion and ROAD curves (one per image).
+PIXEL_FAITHFULNESS_PICTURE = "pixel_maps.faithfulness.png"
+#: With ``--sanity``: the maps of the input as the model's layers are randomised (one per image).
+PIXEL_SANITY_PICTURE = "pixel_maps.sanity.png"
 
 
 def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:

@@ -21,7 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hookviz.errors import SchemaError
-from hookviz.render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
+from hookviz.render import (
+    INPUT_PICTURE,
+    PIXEL_FAITHFULNESS_PICTURE,
+    PIXEL_PICTURE,
+    PIXEL_SANITY_PICTURE,
+    PREDICTION_PICTURE,
+)
 from hookviz.render.kinds import kinds
 from hookviz.store.files import DIFF, REPORT, atomic_write
 from hookviz.store.records import ImageStatus, Report, RunRecord, read_report, read_run
@@ -257,7 +263,13 @@ def _row(folder: str, report: Report, change: dict | None = None, compared: bool
     base = _href(folder)
     photo = "".join(
         f'<a href="{base}/{name}"><img src="{base}/{name}" alt="{alt}"></a>'
-        for name, alt in ((INPUT_PICTURE, "input"), (PREDICTION_PICTURE, "prediction"), (PIXEL_PICTURE, "maps of the input"))
+        for name, alt in (
+            (INPUT_PICTURE, "input"),
+            (PREDICTION_PICTURE, "prediction"),
+            (PIXEL_PICTURE, "maps of the input"),
+            (PIXEL_FAITHFULNESS_PICTURE, "faithfulness of the maps of the input"),
+            (PIXEL_SANITY_PICTURE, "randomisation check of the maps of the input"),
+        )
         if name in files
     )
     # A clip's row leads with its first animated CAM, which plays in the page.

@@ -27,7 +27,13 @@ import numpy as np
 
 from hookviz.errors import OutputError, SchemaError, arg, display_path
 from hookviz.explaining.summaries import tensor_stats
-from hookviz.render import INPUT_PICTURE, PIXEL_PICTURE, PREDICTION_PICTURE
+from hookviz.render import (
+    INPUT_PICTURE,
+    PIXEL_FAITHFULNESS_PICTURE,
+    PIXEL_PICTURE,
+    PIXEL_SANITY_PICTURE,
+    PREDICTION_PICTURE,
+)
 from hookviz.store.fingerprints import FINGERPRINT, description, fingerprint_of, write_fingerprint
 from hookviz.store.folders import (
     DIFF,
@@ -323,6 +329,26 @@ def _method_maps(layer) -> dict[str, MapRecord]:
     return found
 
 
+def _pixel_pictures(explanation, directory: Path, cams: bool, kinds: set[str]) -> list[Path]:
+    """The input methods' pictures that have something to draw: their maps (``pixel_maps.png``,
+    with the ``cam`` pictures) and their trust (``pixel_maps.faithfulness.png``,
+    ``pixel_maps.sanity.png``, where ``kinds`` asks for them)."""
+    from hookviz.render.figures import png_bytes
+    from hookviz.render.kinds import faithfulness, sanity
+    from hookviz.render.pixels import pixels_png
+
+    pixels = pixels_png(explanation) if cams else None
+    written = [atomic_write(directory / PIXEL_PICTURE, pixels)] if pixels is not None else []
+    for kind, module, name in (
+        ("faithfulness", faithfulness, PIXEL_FAITHFULNESS_PICTURE),
+        ("sanity", sanity, PIXEL_SANITY_PICTURE),
+    ):
+        figure = module.input_figure(explanation) if kind in kinds else None
+        if figure is not None:
+            written.append(atomic_write(directory / name, png_bytes(figure)))
+    return written
+
+
 def _pixel_record(pixels) -> MapRecord:
     """An input-resolution map's shape and statistics (and the layer it used), or why it has none."""
     if pixels.map is None:
@@ -330,7 +356,8 @@ def _pixel_record(pixels) -> MapRecord:
     stats = _map_stats(pixels.map)
     if pixels.figures:  # a NaN (a score of 0 makes conservation undefined) is written null, as stats are
         stats["figures"] = {name: (float(v) if np.isfinite(v) else None) for name, v in pixels.figures.items()}
-    return MapRecord(tuple(pixels.map.shape), stats, layer=pixels.layer)
+    trust = pixels.trust.to_json() if pixels.trust is not None else None
+    return MapRecord(tuple(pixels.map.shape), stats, layer=pixels.layer, trust=trust)
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
@@ -393,7 +420,6 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         # matplotlib: ~0.3 s to import, only for pictures
         from hookviz.render import render_png
         from hookviz.render.figures import photo_of
-        from hookviz.render.pixels import pixels_png
         from hookviz.render.prediction import prediction_png
         from hookviz.render.worker import worker_cache
 
@@ -401,9 +427,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         prediction = prediction_png(explanation)
         if prediction is not None:
             written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
-        pixels = pixels_png(explanation) if "cam" in pictures.pictures else None
-        if pixels is not None:
-            written.append(atomic_write(directory / PIXEL_PICTURE, pixels))
+        written += _pixel_pictures(explanation, directory, "cam" in pictures.pictures, {kind.name for kind in kinds})
         cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})

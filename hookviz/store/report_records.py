@@ -90,13 +90,15 @@ class CamRecord:
 class MapRecord:
     """A map of the target a report describes: its shape and statistics (and a note about it),
     or why there is none (``skipped``); for a map at the input's resolution, the layer whose
-    CAM it used (guided Grad-CAM)."""
+    CAM it used (guided Grad-CAM) and the trust measures of its relevance map (``trust``, as
+    ``trust.records.LayerTrust.to_json`` writes them; ``None``: not measured)."""
 
     shape: tuple[int, ...] | None = None
     stats: dict = field(default_factory=dict)
     note: str | None = None
     skipped: str | None = None
     layer: str | None = None
+    trust: dict | None = None
 
     def to_json(self) -> dict:
         if self.shape is None:
@@ -105,19 +107,22 @@ class MapRecord:
             found = {"shape": list(self.shape), **self.stats}
             if self.note is not None:
                 found["note"] = self.note
+            if self.trust is not None:
+                found["trust"] = self.trust
         return found if self.layer is None else {**found, "layer": self.layer}
 
     @classmethod
     def from_json(cls, entry) -> "MapRecord | None":
         if not isinstance(entry, dict):
             return None
-        stats = {k: v for k, v in entry.items() if k not in ("shape", "note", "skipped", "layer")}
+        stats = {k: v for k, v in entry.items() if k not in ("shape", "note", "skipped", "layer", "trust")}
         return cls(
             read_shape(entry.get("shape")),
             stats,
             read_text(entry.get("note")),
             read_text(entry.get("skipped")),
             read_text(entry.get("layer")),
+            entry.get("trust") if isinstance(entry.get("trust"), dict) else None,
         )
 
 

@@ -1,6 +1,8 @@
 """The trust measures wired into a pass: after ``explaining.passes.explain_batch`` has made each
 image's CAMs, ``assess`` measures them (``TrustOptions``) and puts a ``LayerTrust`` on each
-layer of each ``Explanation``. ``check`` refuses, before any work, what cannot be measured.
+layer of each ``Explanation``, and on each map at the input's resolution (``PixelMap.trust``,
+measured on its relevance map: ``pixel_trust``). ``check`` refuses, before any work, what
+cannot be measured; a map that cannot be measured gets a note saying why.
 
 Faithfulness scores the target class's probability on altered copies of each photo (the
 task's ``probability_scorer``), through the bare model in eval mode, in batches of
@@ -36,8 +38,6 @@ def check_options(target, trust) -> None:
     asked = [name for name in ("faithfulness", "sanity") if getattr(trust, name)]
     if asked and target.cam == "none":
         raise UsageError(f"{arg(asked[0])} measures a CAM; choose a {arg('cam')} method, not none")
-    if asked:
-        _check_layer_method(asked[0], target)
     if trust.faithfulness and importlib.util.find_spec("scipy") is None:
         raise UsageError(f"{arg('faithfulness')}: ROAD's imputation needs scipy; pip install 'hookviz[trust]'")
 
@@ -75,27 +75,35 @@ def _check_copy(module) -> None:
         )
 
 
-def _check_layer_method(measure: str, target) -> None:
-    """Refuse a run whose ``--cam`` methods all map the input: the measures take a layer
-    method's map, so there would be nothing to measure."""
-    from hookviz.methods import get_method, method_names
-
-    if any(get_method(name).resolution == "layer" for name in target.methods):
-        return
-    layer = [name for name in method_names() if get_method(name).resolution == "layer"]
-    raise UsageError(
-        f"{arg(measure)} measures the maps of a layer method ({', '.join(layer)}); {arg('cam', target.cam)} "
-        f"maps only the input; add one, e.g. {arg('cam', f'gradcam,{target.cam}')}"
-    )
-
-
 def assess(explainer, images: Sequence, explanations: list) -> list:
-    """``explanations`` (of ``images``, one pass of ``explainer``) with each layer's ``trust``
-    measured as ``explainer.trust`` asks: every layer method's map (``--cam a,b``), the main
-    method's in ``LayerTrust`` itself, the others' in its ``methods``."""
+    """``explanations`` (of ``images``, one pass of ``explainer``) with each map measured as
+    ``explainer.trust`` asks: every layer method's map (``--cam a,b``) in its layer's ``trust``
+    (the main method's in ``LayerTrust`` itself, the others' in its ``methods``), and every
+    input method's relevance map (``pixel_trust``) in its ``PixelMap.trust``. A map that
+    cannot be measured gets a note saying why."""
+    measured = _layer_measures(explainer, images, explanations) if explainer.method is not None else {}
+    pixels = _pixel_measures(explainer, images, explanations)
+    main = explainer.method.name if explainer.method is not None else ""  # "": no layer method, none measured
+    score = explainer.task.probability if explainer.trust.faithfulness else None
+
+    def layer_trust(found: dict[str, dict]) -> LayerTrust:
+        others = {method: LayerTrust(score, **fields) for method, fields in found.items() if method != main}
+        return LayerTrust(score, **found.get(main, {}), methods=others)
+
+    assessed = []
+    for i, explanation in enumerate(explanations):
+        layers = tuple(
+            _measured_layer(layer, layer_trust(measured[(i, layer.name)]), main) if (i, layer.name) in measured else layer
+            for layer in explanation.layers
+        )
+        found = replace(explanation, trust=explainer.trust.to_json(), layers=layers)
+        assessed.append(_with_pixel_trust(found, pixels.get(i, {}), _unmeasured_layers(explainer, images[i], found)))
+    return assessed
+
+
+def _layer_measures(explainer, images, explanations) -> dict[tuple[int, str], dict[str, dict]]:
+    """(image, layer) -> method -> the ``LayerTrust`` fields measured of that method's map."""
     trust = explainer.trust
-    main = explainer.method.name  # check() refused a run without a layer method
-    # (image, layer) -> method -> the LayerTrust fields measured of that method's map
     measured: dict[tuple[int, str], dict[str, dict]] = {}
     for layer in explanations[0].layers if explanations else ():  # one pass: every image has the same layers
         chosen = [i for i, explanation in enumerate(explanations) if _measurable(explanation, layer.name)]
@@ -111,23 +119,83 @@ def assess(explainer, images: Sequence, explanations: list) -> list:
             for i, by_method in checked.items():
                 for method, sanity in by_method.items():
                     measured.setdefault((i, layer.name), {}).setdefault(method, {})["sanity"] = sanity
+    return measured
+
+
+def _with_pixel_trust(explanation, found: dict, notes: list[str]):
+    """``explanation`` with each input method's ``PixelMap.trust`` from ``found`` (method ->
+    ``LayerTrust``, or why its map was not measured, in words), and the notes they call for."""
+    from hookviz.trust.pixel_trust import INPUT_LAYER
+
+    pixel_maps = dict(explanation.pixel_maps)
+    for method, trust in found.items():
+        if isinstance(trust, str):
+            notes.append(f"{INPUT_LAYER} ({method}): not measured: {trust}")
+            continue
+        pixel_maps[method] = replace(pixel_maps[method], trust=trust)
+        notes += trust.notes(INPUT_LAYER, method)
+    if not found and not notes:
+        return explanation
+    return replace(explanation, pixel_maps=pixel_maps, notes=tuple(dict.fromkeys((*explanation.notes, *notes))))
+
+
+def _unmeasured_layers(explainer, image, explanation) -> list[str]:
+    """A note for each layer method's map that was made but could not be measured, and why."""
+    if explanation.target is None:
+        return []
+    notes = []
+    for layer in explanation.layers:
+        for method in _layer_methods(explainer):
+            cam = layer.cams.get(method)
+            if cam is None or _measurable_map(cam, _rank(image)):
+                continue  # no map: the layer's CAM note says why
+            why = (
+                f"its map has {cam.ndim} spatial dimensions, the input {_rank(image)}"
+                if cam.ndim != _rank(image)
+                else "its map is not finite (NaN or infinite values)"
+            )
+            notes.append(f"{layer.name} ({method}): not measured: {why}")
+    return notes
+
+
+def _input_methods(explainer) -> tuple[str, ...]:
+    """The run's input methods (``--cam a,b``), in order."""
+    return tuple(method.name for method in explainer.methods if method.resolution == "input")
+
+
+def _pixel_measures(explainer, images, explanations) -> dict[int, dict]:
+    """Image -> input method -> the ``LayerTrust`` of its relevance map (``pixel_trust``), or
+    why it was not measured, in words."""
+    from hookviz.trust.pixel_trust import INPUT_LAYER, relevance, unmeasured
+
+    trust = explainer.trust
+    found: dict[int, dict] = {}
+    maps: dict[str, dict[int, np.ndarray]] = {}  # method -> image -> its relevance map
+    for method in _input_methods(explainer):
+        for i, explanation in enumerate(explanations):
+            pixels = explanation.pixel_maps.get(method)
+            why = None if pixels is None else unmeasured(pixels, _rank(images[i]), explanation.target is not None)
+            if why is not None:
+                found.setdefault(i, {})[method] = why
+            elif pixels is not None:
+                maps.setdefault(method, {})[i] = relevance(pixels.map)
+    fields: dict[tuple[int, str], dict] = {}
+    for method, chosen in maps.items() if trust.faithfulness else ():
+        members = sorted(chosen)
+        results = _faithfulness(explainer, images, explanations, members, [chosen[i] for i in members], method, INPUT_LAYER)
+        for i, (deletion, road) in zip(members, results):
+            fields.setdefault((i, method), {}).update(deletion=deletion, road=road)
+    if trust.sanity and maps:
+        everyone = sorted({i for chosen in maps.values() for i in chosen})
+        with _sanity_work(explainer, explanations, everyone, INPUT_LAYER, tuple(maps)) as passes:
+            checked = _pixel_sanity(explainer, images, explanations, maps, passes)
+        for i, by_method in checked.items():
+            for method, sanity in by_method.items():
+                fields.setdefault((i, method), {})["sanity"] = sanity
     score = explainer.task.probability if trust.faithfulness else None
-
-    def layer_trust(found: dict[str, dict]) -> LayerTrust:
-        others = {method: LayerTrust(score, **fields) for method, fields in found.items() if method != main}
-        return LayerTrust(score, **found.get(main, {}), methods=others)
-
-    return [
-        replace(
-            explanation,
-            trust=trust.to_json(),
-            layers=tuple(
-                _measured_layer(layer, layer_trust(measured[(i, layer.name)]), main) if (i, layer.name) in measured else layer
-                for layer in explanation.layers
-            ),
-        )
-        for i, explanation in enumerate(explanations)
-    ]
+    for (i, method), measured in fields.items():
+        found.setdefault(i, {})[method] = LayerTrust(score, **measured)
+    return found
 
 
 def _measured_layer(layer, trust: LayerTrust, main: str):
@@ -233,51 +301,80 @@ def _row_cost(samples, inputs):
 
 
 def _sanity(explainer, images, explanations, chosen: list[int], layer, passes) -> dict[int, dict]:
-    """Per chosen image, by layer method, its ``Randomisation``. Images of one target class
-    share the randomised copies, and every method's maps come from each copy's one pass (a
-    gradient method needs no pass of its own; a re-scoring one adds its re-scoring)."""
-    import torch
-
+    """Per chosen image, by layer method, its ``Randomisation`` of its map of ``layer``."""
     from hookviz.anatomy.layers import LayerSpec
-    from hookviz.trust.sanity import cascading_randomisation
 
     name = layer.name
     path, _, call = name.partition(":")  # the recorded call alone, on the copy
     spec = LayerSpec(name, path, int(call) if call else None, layer.module_type)
-    methods = _layer_methods(explainer)
+    cams = {i: _layer(explanations[i], name).cams for i in chosen}
+
+    def original(i: int, method: str):
+        cam = cams[i].get(method)
+        return cam if _measurable_map(cam, _rank(images[i])) else None
+
+    def pick(result, method: str):
+        return _layer(result, spec.label).cams.get(method)
+
+    return _randomised(explainer, images, explanations, chosen, _layer_methods(explainer), original, ((spec,), pick), passes)
+
+
+def _pixel_sanity(explainer, images, explanations, maps: dict[str, dict[int, np.ndarray]], passes) -> dict[int, dict]:
+    """Per image, by input method, the ``Randomisation`` of its relevance map in ``maps``
+    (method -> image -> map), made again by each randomised copy with the run's layers."""
+    from hookviz.trust.pixel_trust import relevance
+
+    chosen = sorted({i for found in maps.values() for i in found})
+
+    def pick(result, method: str):
+        found = result.pixel_maps.get(method)
+        return None if found is None or found.map is None else relevance(found.map)
+
+    def original(i: int, method: str):
+        return maps[method].get(i)
+
+    return _randomised(explainer, images, explanations, chosen, tuple(maps), original, (explainer.layers, pick), passes)
+
+
+def _randomised(explainer, images, explanations, chosen: list[int], methods: tuple, original, made, passes) -> dict[int, dict]:
+    """Per chosen image, by method of ``methods``, the ``Randomisation`` of its map
+    ``original(i, method)`` (``None``: not measured). ``made`` is ``(layers, pick)``: the
+    layers the randomised copies record and ``pick(explanation, method)``, a method's map in a
+    copy's explanation. Images of one target class share the randomised copies, and every
+    method's maps come from each copy's one pass (a gradient method needs no pass of its own;
+    a re-scoring one adds its re-scoring)."""
+    import torch
+
+    from hookviz.trust.sanity import cascading_randomisation
+
     by_class: dict[int, list[int]] = {}
     for i in chosen:
         by_class.setdefault(explanations[i].target.index, []).append(i)
     found: dict[int, dict] = {}
     for index, members in by_class.items():
         target = _copy_target(explainer.target, index, methods)
-        cams = [_layer(explanations[i], name).cams for i in members]
         # (method, position in members) of each map there is to compare
-        pairs = [
-            (method, k)
-            for method in methods
-            for k in range(len(members))
-            if _measurable_map(cams[k].get(method), _rank(images[members[k]]))
-        ]
+        pairs = [(method, k) for method in methods for k in range(len(members)) if original(members[k], method) is not None]
         if not pairs:
             continue
-        original = torch.from_numpy(np.stack([cams[k][method] for method, k in pairs]))
-        explain = _explainer_of(explainer, spec, target, [images[i] for i in members], pairs, tuple(original.shape[1:]), passes)
-        results = cascading_randomisation(explainer.model.module, explain, original, seed=explainer.trust.seed)
+        maps = torch.from_numpy(np.stack([original(members[k], method) for method, k in pairs]))
+        explain = _explainer_of(explainer, made, target, [images[i] for i in members], pairs, tuple(maps.shape[1:]), passes)
+        results = cascading_randomisation(explainer.model.module, explain, maps, seed=explainer.trust.seed)
         for (method, k), result in zip(pairs, results):
             found.setdefault(members[k], {})[method] = result
     return found
 
 
-def _sanity_work(explainer, explanations, chosen: list[int], name: str):
-    """The sanity check's passes at layer ``name``, counted (``hookviz.workload``): one explained
-    pass per parametrised module, per target class of the chosen images."""
+def _sanity_work(explainer, explanations, chosen: list[int], name: str, methods: tuple[str, ...] | None = None):
+    """The sanity check's passes at layer ``name`` (or of the input's maps), counted
+    (``hookviz.workload``): one explained pass per parametrised module, per target class of
+    the chosen images."""
     from hookviz.trust.sanity import parametrised_modules
     from hookviz.workload import work
 
     classes = len({explanations[i].target.index for i in chosen})
     steps = len(parametrised_modules(explainer.model.module)) * classes
-    label = f"sanity check of {', '.join(_layer_methods(explainer))} at {name}"
+    label = f"sanity check of {', '.join(methods or _layer_methods(explainer))} at {name}"
     return work(label, steps, "randomised passes", len(chosen))
 
 
@@ -295,28 +392,29 @@ def _kept(settings: tuple, methods: tuple[str, ...]) -> tuple:
     return tuple(group for group in settings if type(group) in declared)
 
 
-def _explainer_of(explainer, spec, target, group: list, pairs: list, shape: tuple, passes):
-    """``explain(model) -> (len(pairs), h, w)``: for each ``(method, k)`` of ``pairs``, the
-    CAM of ``group[k]`` for ``target`` at ``spec`` by ``method``, made with ``model`` (a
-    randomised copy) and ``explainer``'s options; a CAM the copy does not make counts as all
-    zero. The group goes through in passes within the memory budget (``hookviz.budget``);
-    each call advances ``passes`` (a ``hookviz.workload.Work``) by one."""
+def _explainer_of(explainer, made, target, group: list, pairs: list, shape: tuple, passes):
+    """``explain(model) -> (len(pairs), *shape)``: for each ``(method, k)`` of ``pairs``, the
+    map of ``group[k]`` for ``target`` by ``method``, made with ``model`` (a randomised copy)
+    and ``explainer``'s options, recording ``made``'s layers and taken from each explanation
+    with ``made``'s ``pick``; a map the copy does not make counts as all zero. The group goes
+    through in passes within the memory budget (``hookviz.budget``); each call advances
+    ``passes`` (a ``hookviz.workload.Work``) by one."""
     import torch
 
     from hookviz.explaining.passes import SummaryOptions, explain_batch
     from hookviz.options import ChannelSelection
 
+    layers, pick = made
     lean = SummaryOptions(channels=ChannelSelection(count=1), grad_tiles=False, keep_tensors=False, histograms=False)
     samples = explainer.batch(group)
     size = _row_cost(samples, samples.main_input()).rows(explainer.device, len(group), gradients=True)
 
     def explain(model):
-        copy = replace(explainer, model=replace(explainer.model, module=model), layers=(spec,), target=target)
+        copy = replace(explainer, model=replace(explainer.model, module=model), layers=tuple(layers), target=target)
         results = [
             result for start in range(0, len(group), size) for result in explain_batch(copy, group[start : start + size], lean)
         ]
-        layers = [_layer(result, spec.label) for result in results]
-        maps = [layers[k].cams.get(method) for method, k in pairs]
+        maps = [pick(results[k], method) for method, k in pairs]
         passes.advance()
         return torch.from_numpy(np.stack([m if m is not None else np.zeros(shape, np.float32) for m in maps]))
 

@@ -1,10 +1,13 @@
-"""The trust measures over a run: each map's (method and layer's) means, ranked, and what
-they say in words, for run.json and the gallery ("on these 200 photos, layercam at layer4
-deletes the class fastest")."""
+"""The trust measures over a run: each map's (method and layer's, or input method's) means,
+ranked, and what they say in words, for run.json and the gallery ("on these 200 photos,
+layercam at layer4 deletes the class fastest"). An input method's map sits at ``the input``
+(``pixel_trust.INPUT_LAYER``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from hookviz.trust.pixel_trust import INPUT_LAYER, REDUCTION
 
 __all__ = ["TrustTally"]
 
@@ -50,6 +53,8 @@ class _Sums:
 
     def to_json(self, method: str, layer: str) -> dict:
         document: dict = {"method": method, "layer": layer}
+        if layer == INPUT_LAYER:  # a map of the input's, measured as its relevance map
+            document.update(resolution="input", reduction=REDUCTION)
         if self.deletion:
             document.update(
                 images=len(self.deletion),
@@ -87,6 +92,10 @@ class TrustTally:
             for method, each in ((explanation.cam_method, trust), *trust.methods.items()):  # --cam a,b: every method's map
                 if each.deletion is not None or each.sanity is not None:
                     self._sums.setdefault((method, layer.name), _Sums()).add(each)
+        for method, pixels in explanation.pixel_maps.items():  # the input methods' relevance maps
+            each = pixels.trust
+            if each is not None and (each.deletion is not None or each.sanity is not None):
+                self._sums.setdefault((method, INPUT_LAYER), _Sums()).add(each)
 
     def add_report(self, report) -> None:
         """An image's measures from its report.json (a ``records.Report``): one that
@@ -100,6 +109,10 @@ class TrustTally:
             for method, each in ((first, trust), *(trust.get("methods") or {}).items()):
                 if method and isinstance(each, dict) and (each.get("faithfulness") or each.get("sanity")):
                     self._sums.setdefault((method, layer.name), _Sums()).add_json(each)
+        for method, pixels in report.pixel_maps.items():
+            each = pixels.trust
+            if each and (each.get("faithfulness") or each.get("sanity")):
+                self._sums.setdefault((method, INPUT_LAYER), _Sums()).add_json(each)
 
     def to_json(self) -> dict | None:
         """``{"maps": [...], "summary": [sentences]}``, the best map first; ``None`` when

@@ -2,13 +2,16 @@
 the layer's CAM, their areas in the legend, beside ROAD's most- and least-relevant-first
 curves (``hookviz.trust``). With several layer methods (``--cam a,b``) each measured method's
 curves, one colour per method: deletion, insertion and ROAD side by side. Redrawn whole for
-each image: a few lines."""
+each image: a few lines.
+
+The input methods' maps (``--cam guided-backprop,...``) are one per image, not per layer:
+``input_figure`` draws theirs alike, once per image (``pixel_maps.faithfulness.png``)."""
 
 from __future__ import annotations
 
 from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
-__all__ = ["build", "reuse_key", "KIND"]
+__all__ = ["build", "input_figure", "reuse_key", "KIND"]
 
 
 def measured(explanation, layer) -> list[tuple[str, object]]:
@@ -58,6 +61,20 @@ def build(explanation, layer):
 
 
 def _build_several(explanation, layer, count: int):
+    sheet, draw = _several(count)
+
+    def update(explanation, layer):
+        found = measured(explanation, layer)
+        methods = ", ".join(method for method, _ in found)
+        draw(found, heading(explanation, layer, "how far to trust the maps (faithfulness)", methods))
+
+    update(explanation, layer)
+    return sheet.figure, update, None
+
+
+def _several(count: int):
+    """A sheet for ``count`` methods' curves, and ``draw(found, title)`` that draws them:
+    deletion, insertion and ROAD side by side, each with every method's curves."""
     from hookviz.render.figures import Sheet
 
     # the legends sit below the panels: one line per method
@@ -65,22 +82,50 @@ def _build_several(explanation, layer, count: int):
     sheet = Sheet(14.4, 4.4 + legend)
     axes = [sheet.axes(0.8 + k * 4.7, 0.95, 3.8, 2.9) for k in range(3)]
 
-    def update(explanation, layer):
-        found = measured(explanation, layer)
+    def draw(found, title: str) -> None:
         _draw_each(axes[0], found, "deletion")
         _draw_each(axes[1], found, "insertion")
         _draw_each_road(axes[2], found)
-        methods = ", ".join(method for method, _ in found)
-        sheet.title(heading(explanation, layer, "how far to trust the maps (faithfulness)", methods))
+        sheet.title(title)
 
-    update(explanation, layer)
-    return sheet.figure, update, None
+    return sheet, draw
 
 
-def _colour(k: int):
+def input_measured(explanation) -> list[tuple[str, object]]:
+    """``(method, LayerTrust)`` of each input method whose relevance map was measured, in the run's order."""
+    found = [(method, pixels.trust) for method, pixels in explanation.pixel_maps.items() if pixels.trust is not None]
+    return [(method, each) for method, each in found if each.deletion is not None and each.road is not None]
+
+
+def input_heading(explanation, what: str, methods: str) -> str:
+    """The title of an input trust picture: model, the maps of the input and how they were
+    reduced, methods, what it shows, and the target."""
+    from hookviz.render.figures import task_of
+    from hookviz.trust.pixel_trust import REDUCTION
+
+    return (
+        f"{explanation.model} · maps of the input · {methods}: {what}\n"
+        f"each map measured as {REDUCTION} · {explanation.image.source.label} · {task_of(explanation).headline(explanation)}"
+    )
+
+
+def input_figure(explanation):
+    """``pixel_maps.faithfulness.png``'s ``Figure``: each input method's deletion, insertion and
+    ROAD curves (one colour per method), or ``None`` when none was measured."""
+    found = input_measured(explanation)
+    if not found:
+        return None
+    sheet, draw = _several(len(found))
+    methods = ", ".join(method for method, _ in found)
+    draw(found, input_heading(explanation, "how far to trust the maps (faithfulness)", methods))
+    return sheet.figure
+
+
+def _colour(k: int, count: int = 10):
+    """Method ``k``'s colour: tab10's, or tab20's for more than 10 methods (none repeats up to 20)."""
     from matplotlib import colormaps
 
-    return colormaps["tab10"](k % 10)
+    return colormaps["tab10"](k % 10) if count <= 10 else colormaps["tab20"](k % 20)
 
 
 def _draw_each(ax, found, curve: str) -> None:
@@ -92,7 +137,7 @@ def _draw_each(ax, found, curve: str) -> None:
     for k, ((_, trust), label) in enumerate(zip(found, labels)):
         if curve == "deletion" and trust.deletion.saturated:
             label += ", saturated"
-        ax.plot(trust.deletion.fractions, getattr(trust.deletion, curve), color=_colour(k), marker=".", label=label)
+        ax.plot(trust.deletion.fractions, getattr(trust.deletion, curve), color=_colour(k, len(found)), marker=".", label=label)
     better = "lower" if curve == "deletion" else "higher"
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
@@ -111,13 +156,24 @@ def _labels(methods: list[str], values: list[float], number: str) -> list[str]:
     its value from the others', and the methods it ties with (``hookviz.trust.deletion.TIE``)."""
     from hookviz.trust.deletion import TIE, distinct_digits
 
-    digits = distinct_digits(values)
+    digits = distinct_digits(values, least=_significant(values))
     labels = []
     for method, value in zip(methods, values):
         tied = [other for other, each in zip(methods, values) if other != method and abs(each - value) <= TIE]
         label = f"{method}, {number.format(value, digits)}"
         labels.append(f"{label}, ties {', '.join(tied)}" if tied else label)
     return labels
+
+
+def _significant(values: list[float], figures: int = 3) -> int:
+    """The decimals that show the largest of ``values`` with ``figures`` significant figures
+    (3 at least, 7 at most): a random model's probabilities of 0.002 print as 0.00242, not 0.002."""
+    import math
+
+    largest = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    if largest == 0:
+        return 3
+    return min(7, max(3, figures - 1 - math.floor(math.log10(largest))))
 
 
 def _say_saturated(ax, curves: str = "this curve carries") -> None:
@@ -145,7 +201,7 @@ def _draw_each_road(ax, found) -> None:
     for k, ((_, trust), label) in enumerate(zip(found, labels)):
         measured = trust.road
         imputed = [1 - p / 100 for p in measured.percentiles]
-        colour = _colour(k)
+        colour = _colour(k, len(found))
         ax.plot(imputed, measured.most_relevant_first, color=colour, marker=".", label=label)
         ax.plot(imputed, measured.least_relevant_first, color=colour, marker=".", linestyle="--")
     ax.axhline(0, color="0.5", linewidth=0.8)

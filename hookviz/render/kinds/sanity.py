@@ -2,13 +2,14 @@
 randomised from the output down (``hookviz.trust``), in a row, each with its rank correlation
 with the original, the correlations against the threshold, and the check's verdict; with
 several layer methods (``--cam a,b``), one such row per method checked. Redrawn whole for each
-image."""
+image. The input methods' relevance maps, one per image, get a picture of their own
+(``input_figure``: ``pixel_maps.sanity.png``), one row per input method."""
 
 from __future__ import annotations
 
 from hookviz.render.kinds import PictureKind, anatomy, register_kind
 
-__all__ = ["build", "reuse_key", "KIND", "PANELS"]
+__all__ = ["build", "input_figure", "reuse_key", "KIND", "PANELS"]
 
 #: At most this many randomisation steps are drawn (evenly spread, the last always among them).
 PANELS = 7
@@ -42,32 +43,18 @@ def _shown_steps(count: int) -> list[int]:
 
 def build(explanation, layer):
     """Per method checked, the original map, then the map after randomising the layers from the output down."""
-    from hookviz.render.figures import Sheet
     from hookviz.render.kinds.faithfulness import heading
 
     found = checked(explanation, layer)
     if not found:
         return None
     steps = _shown_steps(len(found[0][1].layers))
-    panel, row = 1.5, 1.5 + 0.75
-    width = 0.4 + (1 + len(steps)) * (panel + 0.15) + 2.9
-    sheet = Sheet(max(width, 8.0), 1.15 + len(found) * row - 0.2)
-    rows = [
-        (
-            [sheet.axes(0.3 + k * (panel + 0.15), 1.15 + r * row, panel, panel) for k in range(1 + len(steps))],
-            sheet.axes(0.3 + (1 + len(steps)) * (panel + 0.15) + 0.6, 1.15 + r * row, 2.2, panel),
-        )
-        for r in range(len(found))
-    ]
+    sheet, rows = _sheet(len(found), steps)
 
     def update(explanation, layer):
         found = checked(explanation, layer)
-        several = len(found) > 1
-        for (axes, curve), (method, result) in zip(rows, found):
-            _draw_row(axes, steps, result, f"{method}: original" if several else "original")
-            verdict = "explains the model" if result.explains_model else "barely changes"
-            _draw_correlations(curve, result, f"{method}: {verdict}" if several else None)
-        if several:
+        _draw_rows(rows, steps, found)
+        if len(found) > 1:
             methods = ", ".join(method for method, _ in found)
             caveat = _caveat(found[0][1])  # the map's size and the layers kept: the same for every method
             sheet.title(heading(explanation, layer, f"layers randomised from the output down{caveat}", methods))
@@ -79,6 +66,51 @@ def build(explanation, layer):
 
     update(explanation, layer)
     return sheet.figure, update, None
+
+
+def input_figure(explanation):
+    """``pixel_maps.sanity.png``'s ``Figure``: one row per input method checked, its relevance
+    map as the layers are randomised, or ``None`` when none was checked."""
+    from hookviz.render.kinds.faithfulness import input_heading
+
+    found = [(method, pixels.trust.sanity) for method, pixels in explanation.pixel_maps.items() if pixels.trust is not None]
+    found = [(method, result) for method, result in found if result is not None]
+    if not found:
+        return None
+    steps = _shown_steps(len(found[0][1].layers))
+    sheet, rows = _sheet(len(found), steps)
+    _draw_rows(rows, steps, found, always_named=True)
+    methods = ", ".join(method for method, _ in found)
+    caveat = _caveat(found[0][1])
+    sheet.title(input_heading(explanation, f"layers randomised from the output down{caveat}", methods))
+    return sheet.figure
+
+
+def _sheet(count: int, steps: list[int]):
+    """A sheet of ``count`` rows: the original map and the ``steps`` shown, then the correlations."""
+    from hookviz.render.figures import Sheet
+
+    panel, row = 1.5, 1.5 + 0.75
+    width = 0.4 + (1 + len(steps)) * (panel + 0.15) + 2.9
+    sheet = Sheet(max(width, 8.0), 1.15 + count * row - 0.2)
+    rows = [
+        (
+            [sheet.axes(0.3 + k * (panel + 0.15), 1.15 + r * row, panel, panel) for k in range(1 + len(steps))],
+            sheet.axes(0.3 + (1 + len(steps)) * (panel + 0.15) + 0.6, 1.15 + r * row, 2.2, panel),
+        )
+        for r in range(count)
+    ]
+    return sheet, rows
+
+
+def _draw_rows(rows, steps: list[int], found, always_named: bool = False) -> None:
+    """Each ``(method, Randomisation)`` of ``found`` in its row, named when there are several
+    (or ``always_named``)."""
+    named = always_named or len(found) > 1
+    for (axes, curve), (method, result) in zip(rows, found):
+        _draw_row(axes, steps, result, f"{method}: original" if named else "original")
+        verdict = "explains the model" if result.explains_model else "barely changes"
+        _draw_correlations(curve, result, f"{method}: {verdict}" if named else None)
 
 
 def _draw_row(axes, steps: list[int], result, first: str) -> None:
