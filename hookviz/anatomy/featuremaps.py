@@ -106,7 +106,7 @@ class Layout:
 
     def describe(self) -> str:
         if self.kind == TOKENS:
-            grid = "x".join(map(str, self.grid))
+            grid = "x".join(map(str, self.grid or ()))
             dropped = (
                 ""
                 if not self.prefix
@@ -379,7 +379,7 @@ def reshape(tensor, layout: Layout | None):
         return _transpose(tensor, (0, 4, 1, 2, 3))
     if layout.kind == TOKENS:
         n, _, channels = tensor.shape
-        grid = tuple(layout.grid)
+        grid = tuple(layout.grid or ())
         axes = (0, len(grid) + 1, *range(1, len(grid) + 1))  # (N, *grid, C) -> (N, C, *grid)
         return _transpose(tensor[:, layout.prefix :, :].reshape(n, *grid, channels), axes)
     return tensor

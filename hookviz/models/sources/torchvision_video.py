@@ -26,7 +26,7 @@ from hookviz.models.sources.base import LoadedModel, random_or_file, register_so
 
 __all__ = ["TorchvisionVideoSource", "video_names", "video_preprocessing", "clip_frames", "VIDEO_KIND"]
 
-#: The sample kind of a clip model (``hookviz.samples.video``).
+#: The sample kind of a clip model (the ``video`` kind of ``hookviz.samples``).
 VIDEO_KIND = "video"
 
 #: Frames per clip where the weights' documentation names none.
@@ -63,14 +63,19 @@ def video_preprocessing(entry, pretrained: bool) -> Preprocessing:
     processing = Preprocessing(
         resize=int(min(transform.resize_size)),
         size=int(transform.crop_size[0]),
-        mean=tuple(float(v) for v in transform.mean),
-        std=tuple(float(v) for v in transform.std),
+        mean=_three(transform.mean),
+        std=_three(transform.std),
         interpolation=getattr(transform.interpolation, "value", "bilinear"),
         frames=clip_frames(entry),
     )
     if not pretrained:
         return processing
     return replace(processing, transform=WeightsTransform(transform, f"{entry}'s transforms() ({type(transform).__name__})"))
+
+
+def _three(values) -> tuple[float, float, float]:
+    first, second, third = (float(v) for v in values)
+    return first, second, third
 
 
 def _required_input_size(model, processing: Preprocessing) -> tuple[int, int] | None:
@@ -121,9 +126,7 @@ class TorchvisionVideoSource:
             model = models.get_model(name, weights=None)
         loaded = random_or_file(model, weights, seed)
         processing = video_preprocessing(enum.DEFAULT, False)
-        return self._loaded(
-            name, model, loaded.label, enum.DEFAULT, processing, notes=loaded.notes, weights_sha256=loaded.sha256
-        )
+        return self._loaded(name, model, loaded.label, enum.DEFAULT, processing, notes=loaded.notes, weights_sha256=loaded.sha256)
 
     def _loaded(self, name, model, label, entry, processing, **weights) -> LoadedModel:
         categories = tuple(entry.meta.get("categories") or ()) or None
