@@ -44,6 +44,7 @@ __all__ = [
     "CHANNELS_FIRST_OTHER_RANKS",
     "NCL",
     "NCDHW",
+    "NDHWC",
     "DECLARED",
     "DATA_FLOW",
     "GUESSED",
@@ -58,6 +59,9 @@ MAP_ORDERS = ("nchw", "nhwc", "nwhc", "ncwh", "nhcw", "nwch")
 # one and three spatial dimensions, read as they are, and never tokens.
 NCL, NCDHW = "ncl", "ncdhw"
 CHANNELS_FIRST_OTHER_RANKS = (NCL, NCDHW)
+# A channels-last map of a clip, (N, T, H, W, C), as torchvision's Swin3D makes them: read
+# as such only when the model declares it (``DeclaredLayout.channels_last``).
+NDHWC = "ndhwc"
 # A Layout's basis: what the model declares, the ops that made the tensor, the shape alone,
 # or nothing (a map whose shape reads both ways).
 DECLARED, DATA_FLOW, GUESSED, UNDECIDED = "declared", "data flow", "guessed", "undecided"
@@ -74,14 +78,15 @@ class Layout:
             nothing settles: it is not drawn as a map). The data flow may also find the
             other orders of ``MAP_ORDERS`` (``nwhc``: ``x.transpose(1, 3)``).
         prefix: tokens before the patch grid (class, distillation, register), dropped from the map.
-        grid: the patch grid's (rows, cols), for ``tokens``.
+        grid: the patch grid's (rows, cols), for ``tokens``; a clip's (frames, rows, cols)
+            for the tokens of a video transformer (MViT), a map of three dimensions.
         basis: ``declared`` by the model (or the caller), read from the tensor's ``data flow``,
             ``guessed`` from the shape, or ``undecided`` (``ambiguous``).
     """
 
     kind: str
     prefix: int = 0
-    grid: tuple[int, int] | None = None
+    grid: tuple[int, ...] | None = None
     basis: str = GUESSED
 
     @property
@@ -96,11 +101,12 @@ class Layout:
     @property
     def rank(self) -> int:
         """How many spatial dimensions the map has: 1 (``ncl``), 3 (``ncdhw``), else 2."""
-        return 1 if self.kind == NCL else 3 if self.kind == NCDHW else 2
+        clip_tokens = self.kind == TOKENS and self.grid is not None and len(self.grid) == 3
+        return 1 if self.kind == NCL else 3 if self.kind in (NCDHW, NDHWC) or clip_tokens else 2
 
     def describe(self) -> str:
         if self.kind == TOKENS:
-            rows, cols = self.grid
+            grid = "x".join(map(str, self.grid or ()))
             dropped = (
                 ""
                 if not self.prefix
@@ -108,10 +114,10 @@ class Layout:
                 if self.prefix == 1
                 else f", first {self.prefix} tokens dropped"
             )
-            return f"tokens as a {rows}x{cols} grid{dropped}"
+            return f"tokens as a {grid} grid{dropped}"
         if self.kind in (NCHW, AMBIGUOUS, NCL, NCDHW):
             return ""
-        return "channels last" if self.kind == NHWC else f"axes {self.kind.upper()}"
+        return "channels last" if self.kind in (NHWC, NDHWC) else f"axes {self.kind.upper()}"
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "prefix": self.prefix, "grid": list(self.grid) if self.grid else None, "basis": self.basis}
@@ -122,7 +128,7 @@ class Layout:
         if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
             return None
         grid = data.get("grid")
-        grid = tuple(grid) if isinstance(grid, list) and len(grid) == 2 else None
+        grid = tuple(grid) if isinstance(grid, list) and len(grid) in (2, 3) else None
         return cls(data["kind"], int(data.get("prefix") or 0), grid, str(data.get("basis") or GUESSED))
 
 
@@ -140,7 +146,11 @@ class DeclaredLayout:
             tell a (N, C, H, W) map from a channels-last (N, H, W, C) one.
         channels_last: the model declares its feature maps channels-last (timm's Swin
             ``output_fmt``), or the caller does (``layout='nhwc'``); ``None`` when neither
-            says. It decides only maps that fit both orders and whose data flow is unknown.
+            says. It decides only maps that fit both orders and whose data flow is unknown,
+            and a clip's 5-D maps the data flow does not call channels-first (Swin3D's).
+        temporal: a video model's temporal stride: the input frames each of its token or map
+            slices stands for (MViT's and Swin3D's patch embedding: 2); ``None`` for a photo's.
+            Its tokens lie on a (frames, rows, cols) grid, with ``strides`` the spatial ones.
         origin: what was read, for reports.
     """
 
@@ -150,6 +160,7 @@ class DeclaredLayout:
     strides: tuple[int, ...] = ()
     channels_last: bool | None = None
     origin: str = ""
+    temporal: int | None = None
 
     def patch_grid(self, input_hw: tuple[int, int]) -> tuple[int, int] | None:
         """The patch grid of an input of ``input_hw``, or ``None`` without a patch embedding."""
@@ -177,6 +188,7 @@ class DeclaredLayout:
             "strides": list(self.strides),
             "channels_last": self.channels_last,
             "origin": self.origin,
+            "temporal": self.temporal,
         }
 
 
@@ -220,13 +232,17 @@ def layout_of(
         is a map of one spatial dimension; a 5-D one a map of three.
     """
     shape, input_hw = tuple(shape), tuple(input_hw)
-    other = _other_rank(shape, input_hw, flow)
+    other = _other_rank(shape, input_hw, flow, declared)
     if other is not None:
         return other
     if len(shape) == 4:
         hw = (input_hw[-2], input_hw[-1]) if len(input_hw) >= 2 else (1, 1)  # a clip's frames' (H, W)
         return _map_layout(shape, hw, declared, flow)
-    if flow in CHANNELS_FIRST_OTHER_RANKS or len(input_hw) != 2:  # tokens lie on a photo's patch grid only
+    if flow in CHANNELS_FIRST_OTHER_RANKS:
+        return None
+    if len(input_hw) == 3 and declared is not None:  # a video transformer's tokens, as it declares them
+        return _clip_tokens(shape, input_hw, declared)
+    if len(input_hw) != 2:  # else tokens lie on a photo's patch grid only
         return None
     if declared is not None:
         layout = _declared_tokens(shape, input_hw, declared)
@@ -235,13 +251,18 @@ def layout_of(
     return _guessed_tokens(shape, input_hw)
 
 
-def _other_rank(shape: tuple[int, ...], input_hw: tuple[int, ...], flow: str | None) -> Layout | None:
-    """A channels-first map of one or three spatial dimensions, else ``None``."""
+def _other_rank(
+    shape: tuple[int, ...], input_hw: tuple[int, ...], flow: str | None, declared: DeclaredLayout | None = None
+) -> Layout | None:
+    """A channels-first map of one or three spatial dimensions, or a clip's channels-last map
+    its model declares (Swin3D's (N, T, H, W, C)), else ``None``."""
     rank = {3: NCL, 5: NCDHW}.get(len(shape))
     if rank is None or min(shape[2:], default=0) < 1:
         return None
     if flow == rank:
         return Layout(rank, basis=DATA_FLOW)
+    if rank == NCDHW and flow is None and declared is not None and declared.channels_last:
+        return Layout(NDHWC, basis=DECLARED)
     if flow is None and len(input_hw) == len(shape) - 2:  # a signal's or a clip's model: as its input lies
         return Layout(rank)
     return None
@@ -298,6 +319,24 @@ def _declared_tokens(shape: tuple[int, ...], input_hw: tuple[int, int], declared
     return None
 
 
+def _clip_tokens(shape: tuple[int, ...], input_hw: tuple[int, ...], declared: DeclaredLayout) -> Layout | None:
+    """(N, tokens, C) of a video transformer on a (frames, rows, cols) grid: the frames its
+    ``temporal`` stride makes of the clip's, the rows and columns one of its spatial
+    ``strides`` makes (MViT pools the grid stage by stage), with or without its prefix tokens."""
+    if len(shape) != 3 or not declared.temporal:
+        return None
+    frames, height, width = input_hw
+    for slices in sorted({frames // declared.temporal, _ceil(frames, declared.temporal)}):
+        for rows, cols in sorted(declared.map_grids((height, width)), reverse=True):
+            cells = slices * rows * cols
+            if cells < 2:
+                continue
+            for prefix in dict.fromkeys((declared.prefix, 0)):
+                if shape[1] == cells + prefix:
+                    return Layout(TOKENS, prefix, (slices, rows, cols), basis=DECLARED)
+    return None
+
+
 def _guessed_tokens(shape: tuple[int, ...], input_hw: tuple[int, int]) -> Layout | None:
     if len(shape) != 3:
         return None
@@ -336,10 +375,13 @@ def reshape(tensor, layout: Layout | None):
         return None
     if layout.kind in MAP_ORDERS and layout.kind != NCHW:  # nhwc: (0, 3, 1, 2)
         return _transpose(tensor, tuple(layout.kind.index(axis) for axis in NCHW))
+    if layout.kind == NDHWC:
+        return _transpose(tensor, (0, 4, 1, 2, 3))
     if layout.kind == TOKENS:
-        rows, cols = layout.grid
         n, _, channels = tensor.shape
-        return _transpose(tensor[:, layout.prefix :, :].reshape(n, rows, cols, channels), (0, 3, 1, 2))
+        grid = tuple(layout.grid or ())
+        axes = (0, len(grid) + 1, *range(1, len(grid) + 1))  # (N, *grid, C) -> (N, C, *grid)
+        return _transpose(tensor[:, layout.prefix :, :].reshape(n, *grid, channels), axes)
     return tensor
 
 

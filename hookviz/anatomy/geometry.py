@@ -9,7 +9,10 @@ say it outright, and this module reads what they say:
   (with ``grid_size`` at the model's own size), ``feature_info`` strides, ``output_fmt``.
 * Hugging Face transformers: the embeddings' class, distillation and register tokens, the
   patch embeddings' ``patch_size``, ``config.patch_size`` and ``config.depths``.
-* torchvision's ViT: ``patch_size`` and its class token.
+* torchvision's ViT: ``patch_size`` and its class token. Its video transformers: MViT's
+  class token and its patch embedding's (frames, rows, cols) stride, its tokens pooled on a
+  (T', H', W') grid stage by stage; Swin3D's patch size and its channels-last
+  (N, T', H', W', C) maps.
 * open_clip's ``VisionTransformer`` (a CLIP's ``visual``): its class embedding and
   ``patch_size`` (else its ``conv1`` stride).
 
@@ -111,11 +114,37 @@ def _transformers(model) -> DeclaredLayout | None:
 def _torchvision(model) -> DeclaredLayout | None:
     import torch
 
+    video = _torchvision_video(model)
+    if video is not None:
+        return video
     patch = _pair(getattr(model, "patch_size", None))
     token = getattr(model, "class_token", None)
     if patch is None or not isinstance(token, torch.Tensor):
         return None  # only torchvision's ViT declares its tokens
     return DeclaredLayout(1, patch, False, (patch[0],), None, f"torchvision: class_token, patch_size={patch[0]}")
+
+
+def _torchvision_video(model) -> DeclaredLayout | None:
+    """MViT's (class token, patch embedding stride) or Swin3D's (patch size, channels last),
+    by the attributes torchvision's builders give them; ``None`` for any other model."""
+    from torch import nn
+
+    conv, encoding = getattr(model, "conv_proj", None), getattr(model, "pos_encoding", None)
+    if isinstance(conv, nn.Conv3d) and hasattr(encoding, "temporal_size"):  # MViT
+        frames, rows, _ = (int(n) for n in conv.stride)
+        stages = 1 + sum(1 for block in getattr(model, "blocks", ()) if getattr(block, "pool_skip", None) is not None)
+        prefix = 1 if getattr(encoding, "class_token", None) is not None else 0  # one (C,) class token
+        strides = tuple(rows * 2**k for k in range(stages))
+        origin = f"torchvision MViT: class token, conv_proj stride {tuple(conv.stride)}, {stages} stages"
+        return DeclaredLayout(prefix=prefix, strides=strides, origin=origin, temporal=frames)
+    embed = getattr(model, "patch_embed", None)
+    size = getattr(embed, "tuple_patch_size", None) or getattr(embed, "patch_size", None)
+    if isinstance(size, (tuple, list)) and len(size) == 3 and hasattr(model, "features"):  # Swin3D
+        frames, rows = int(size[0]), int(size[1])
+        strides = tuple(rows * 2**k for k in range(len(model.features) // 2 + 1))
+        origin = f"torchvision SwinTransformer3d: patch_size {tuple(size)}, channels-last maps"
+        return DeclaredLayout(strides=strides, channels_last=True, origin=origin, temporal=frames)
+    return None
 
 
 def _open_clip(model) -> DeclaredLayout | None:

@@ -79,6 +79,9 @@ class Preprocessing:
     own path runs and the object is kept beside them; where they cannot (``transform.applied``,
     ``mode="transform"``), the object itself makes the input (``hookviz.inputs.transforms``).
     It is left out of comparisons: the fields say what report.json keeps.
+
+    ``frames`` is a clip model's frames per clip, as its weights were measured with them
+    (torchvision's video weights: 16 for r3d_18, 32 for Swin3D); ``None`` for a photo model.
     """
 
     resize: int = 256
@@ -89,6 +92,7 @@ class Preprocessing:
     channels: int = 3
     interpolation: str = "bilinear"
     transform: WeightsTransform | None = field(default=None, compare=False, repr=False)
+    frames: int | None = None
 
     def __post_init__(self):
         if self.interpolation not in INTERPOLATIONS:
@@ -128,6 +132,7 @@ class Preprocessing:
             "mean": list(self.mean[: self.channels]),
             "std": list(self.std[: self.channels]),
             "channels": self.channels,
+            **({"frames": self.frames} if self.frames is not None else {}),
         }
 
 

@@ -104,9 +104,10 @@ def integrated_gradients(ctx: MethodContext):
     with work("integrated-gradients", len(inputs) * steps, "steps", len(inputs), fed=True):
         for n in range(len(inputs)):
             start = baseline(inputs[n : n + 1], which)
-            path = start + alphas_t.reshape(-1, 1, 1, 1) * (inputs[n : n + 1] - start)
+            spread = (-1, *([1] * (inputs.dim() - 1)))  # (steps, 1, ...) for a photo's or a clip's rank
+            path = start + alphas_t.reshape(spread) * (inputs[n : n + 1] - start)
             grads = gradient(path, torch.full((steps,), n, dtype=torch.long))
-            averaged = (grads * weights_t.reshape(-1, 1, 1, 1)).sum(dim=0)
+            averaged = (grads * weights_t.reshape(spread)).sum(dim=0)
             maps.append(averaged * (inputs[n] - start[0]).float())
     return torch.stack(maps)
 
@@ -120,14 +121,18 @@ def gauss_legendre(steps: int) -> tuple[list[float], list[float]]:
 
 
 def baseline(image, which: str):
-    """The baseline of one input (1, C, H, W): ``zero``, ``blur`` or ``mean``."""
+    """The baseline of one input (1, C, H, W), or a clip's (1, C, T, H, W): ``zero``, ``blur``
+    (each frame blurred on its own) or ``mean`` (per channel over the whole input)."""
     import torch
     import torch.nn.functional as F
 
     if which == "zero":
         return torch.zeros_like(image)
     if which == "mean":
-        return image.mean(dim=(2, 3), keepdim=True).expand_as(image).clone()
+        return image.mean(dim=tuple(range(2, image.dim())), keepdim=True).expand_as(image).clone()
+    if image.dim() == 5:  # a clip: its frames as a batch of photos, blurred alike
+        frames = image.transpose(1, 2).flatten(0, 1)
+        return baseline(frames, which).unflatten(0, (image.shape[0], image.shape[2])).transpose(1, 2).contiguous()
     sigma = max(0.1 * min(image.shape[-2:]), 0.5)
     radius = min(math.ceil(3 * sigma), min(image.shape[-2:]) - 1)
     offsets = torch.arange(-radius, radius + 1, dtype=image.dtype, device=image.device)
