@@ -92,10 +92,13 @@ def frames_of(folder: Path) -> list[Path]:
 
 
 def model_frames(model) -> int | None:
-    """The frames per clip a model declares: its module's ``hookviz_clip_frames`` (a factory's, or
-    a source's for its weights), else a Hugging Face config's ``num_frames``; ``None`` when it says nothing."""
+    """The frames per clip a model declares: its weights' (``Preprocessing.frames``, as a source
+    reads them for torchvision's video classifiers), its module's ``hookviz_clip_frames`` (a
+    factory's), else a Hugging Face config's ``num_frames``; ``None`` when it says nothing."""
     module = getattr(model, "module", None)
-    declared = getattr(module, "hookviz_clip_frames", None)
+    declared = getattr(getattr(model, "preprocessing", None), "frames", None)
+    if declared is None:
+        declared = getattr(module, "hookviz_clip_frames", None)
     if declared is None:
         declared = getattr(getattr(module, "config", None), "num_frames", None)
     return int(declared) if isinstance(declared, int) and declared > 0 else None
