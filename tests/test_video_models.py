@@ -175,3 +175,25 @@ def test_mvit_maps_equal_a_hand_reshape_of_its_pooled_tokens():
 
         assert layer.layout.kind == "tokens" and layer.layout.grid == grid and layer.layout.prefix == 1
         np.testing.assert_allclose(layer.cam, _gradcam(grid_of(output), grid_of(gradient)), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow  # about 8 s of CPU: r3d_18 on 16 frames of 112x112, twice
+def test_a_video_file_through_hookviz_run_with_a_video_classifier_by_name(tmp_path):
+    """``hookviz run --model r3d_18`` on a video file: 16 frames (the weights' clip length) by
+    default, 4 with ``--frames 4``, and the clip pictures written."""
+    import json
+
+    from tests.cli_helpers import hookviz_run
+    from tests.video_clips import encode
+
+    clip = encode(tmp_path / "walk.mp4", frames=48, width=160, height=120)
+    result = hookviz_run(clip, model="r3d_18", layer="layer3", out=tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "walk" / "report.json").read_text())
+    assert report["asked"]["target"]["sample"]["frames"] == 16
+    assert report["preprocessing"]["input_size"] == [16, 112, 112]
+    written = {p.name for p in (tmp_path / "out" / "walk").iterdir()}
+    assert {"layer3.frames.png", "layer3.time.png", "layer3.animation.webp", "layer3.cam.png"} <= written
+    four = hookviz_run(clip, "--frames", "4", model="r3d_18", layer="layer3", out=tmp_path / "four")
+    assert four.exit_code == 0, four.output
+    assert json.loads((tmp_path / "four" / "walk" / "report.json").read_text())["preprocessing"]["input_size"] == [4, 112, 112]
