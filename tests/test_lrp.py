@@ -169,3 +169,22 @@ def test_hookviz_imports_and_lists_the_methods_without_zennit():
     code = "import sys; sys.modules['zennit'] = None; import hookviz.methods as m; print(','.join(m.method_names()))"
     names = python_output(code).strip().split(",")
     assert "lrp" in names and "attnlrp" in names
+
+
+def test_a_gamma_that_no_rule_of_the_composite_reads_is_refused(batch, tmp_path):
+    """epsilon-plus-flat has no Gamma rule: ``--lrp-gamma`` beside it changed nothing and was
+    kept in the report as if it had."""
+    from tests.cli_helpers import hookviz_cli
+
+    with pytest.raises(UsageError) as caught:
+        LrpSettings(lrp_gamma=0.5)
+    assert str(caught.value) == (
+        "lrp_gamma=0.5: only the epsilon-gamma-box composite has a Gamma rule, and lrp_composite='epsilon-plus-flat' "
+        "has none; add lrp_composite='epsilon-gamma-box' or drop the option"
+    )
+    assert LrpSettings(lrp_composite="epsilon-gamma-box", lrp_gamma=0.5).lrp_gamma == 0.5
+    result = hookviz_cli("run", "--cam", "lrp", "--lrp-gamma", "0.5", tmp_path)
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [
+        "hookviz: error: --lrp-gamma 0.5: only the epsilon-gamma-box composite has a Gamma rule, and --lrp-composite "
+        "epsilon-plus-flat has none; add --lrp-composite epsilon-gamma-box or drop the option"
+    ], result.output

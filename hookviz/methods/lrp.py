@@ -38,6 +38,7 @@ __all__ = ["COMPOSITES", "LrpSettings", "lrp", "check_lrp", "composite_context"]
 
 #: zennit's composites ``lrp`` takes, the default first.
 COMPOSITES = ("epsilon-plus-flat", "epsilon-gamma-box")
+_GAMMA = 0.25  # zennit's default
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class LrpSettings:
         "epsilon-plus-flat", help="lrp's zennit composite: epsilon-plus-flat or epsilon-gamma-box.", choices=COMPOSITES
     )
     lrp_epsilon: float = option(1e-6, help="lrp's Epsilon rule stabiliser (zennit's default).")
-    lrp_gamma: float = option(0.25, help="lrp's Gamma rule share of positive weights (epsilon-gamma-box).")
+    lrp_gamma: float = option(_GAMMA, help="lrp's Gamma rule share of positive weights (epsilon-gamma-box).")
 
     def __post_init__(self):
         if self.lrp_composite not in COMPOSITES:
@@ -63,6 +64,12 @@ class LrpSettings:
             raise UsageError(f"{arg('lrp_epsilon', self.lrp_epsilon)}: give a positive number, as 1e-6")
         if not (isinstance(self.lrp_gamma, (int, float)) and math.isfinite(self.lrp_gamma) and self.lrp_gamma >= 0):
             raise UsageError(f"{arg('lrp_gamma', self.lrp_gamma)}: give a number of 0 or more, as 0.25")
+        if self.lrp_composite != "epsilon-gamma-box" and self.lrp_gamma != _GAMMA:  # no Gamma rule would read it
+            raise UsageError(
+                f"{arg('lrp_gamma', self.lrp_gamma)}: only the epsilon-gamma-box composite has a Gamma rule, and "
+                f"{arg('lrp_composite', self.lrp_composite)} has none; add {arg('lrp_composite', 'epsilon-gamma-box')} "
+                "or drop the option"
+            )
 
 
 def _covers(module) -> bool:
