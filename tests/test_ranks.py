@@ -6,6 +6,7 @@ clip's sides differ (T=6, H=10, W=12), so a swapped axis changes a shape or a nu
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -347,3 +348,24 @@ def test_guided_gradcam_of_a_signal_and_a_clip_are_captums(which):
     theirs = reference.attribute(x[None].requires_grad_(True), target=explanation.target.index, interpolate_mode=mode)
     theirs = theirs[0].detach().numpy()
     np.testing.assert_allclose(explanation.pixel_maps["guided-gradcam"].map, theirs, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("which, takes", [("signal", "signals, (C, L) tensors"), ("clip", "clips, (C, T, H, W) tensors")])
+def test_a_photo_given_to_a_model_of_signals_or_clips_is_one_line_naming_what_it_takes(which, takes, tmp_path):
+    """explain() let the model's own RuntimeError out; a run failed each photo in the model's
+    words after creating its folder."""
+    from hookviz.errors import UsageError
+    from tests.cli_helpers import hookviz_cli
+    from tests.conftest import SAMPLES
+
+    factory = signal_model if which == "signal" else clip_model
+    with pytest.raises(UsageError, match=rf"^model='Sequential' takes {re.escape(takes)} \(its first convolution is a "):
+        hookviz.explain(factory(), SAMPLES / "cat.png")
+    done = hookviz_cli("run", "--model", f"tests.test_ranks:{factory.__name__}", "--out", tmp_path / "out", SAMPLES / "cat.png")
+    lines = done.output.strip().splitlines()
+    assert done.exit_code == 2 and len(lines) == 1, done.output
+    assert lines[0].startswith(f"hookviz: error: --model tests.test_ranks:{factory.__name__} takes {takes}")
+    assert lines[0].endswith(
+        "give hookviz.explain such a tensor, or have the model name a sample kind that reads its files (hookviz_sample_kind)"
+    )
+    assert not (tmp_path / "out").exists()

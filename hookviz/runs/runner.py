@@ -289,6 +289,7 @@ class Run:
             task_options=self.asked.task_options,
             trust=self.asked.trust,
         )
+        explainer.check_photos()  # a model of signals or clips given photos: refused once, before any image
         out = self.asked.out
         try:
             out.mkdir(parents=True, exist_ok=True)
