@@ -188,3 +188,40 @@ def test_a_gamma_that_no_rule_of_the_composite_reads_is_refused(batch, tmp_path)
         "hookviz: error: --lrp-gamma 0.5: only the epsilon-gamma-box composite has a Gamma rule, and --lrp-composite "
         "epsilon-plus-flat has none; add --lrp-composite epsilon-gamma-box or drop the option"
     ], result.output
+
+
+class _PackagedIdentity(torch.nn.Module):
+    """A package's own identity (efficientnet_lite_pytorch's utils.Identity): not torch's class."""
+
+    def forward(self, x):
+        return x
+
+
+class _Doubling(torch.nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+
+def _padded_net():
+    torch.manual_seed(0)
+    layers = [torch.nn.ZeroPad2d((0, 1, 0, 1)), torch.nn.Conv2d(3, 6, 3, stride=2), torch.nn.ReLU6(), _PackagedIdentity()]
+    layers += [torch.nn.Conv2d(6, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(8, 10)).eval()
+
+
+def test_zero_padding_and_a_packaged_identity_pass_relevance_on_as_zennit_does(batch):
+    """efficientnet_lite0 (the demo's model) was refused: its ZeroPad2d and its package's own
+    Identity had no rule, though relevance passes both as it is."""
+    from zennit.composites import EpsilonPlusFlat
+
+    model = _padded_net()
+    lrp_module.check_lrp(model)
+    mine, _ = relevance_maps(model, batch, "4", "lrp")
+    theirs = zennit_maps(copy.deepcopy(model), batch, EpsilonPlusFlat())
+    np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-6 * np.abs(theirs).max())
+    model[3] = _Doubling()  # parameter-free, but not the tensor it is given: no rule says what it does
+    with pytest.raises(UsageError, match=r"has a _Doubling \(3\), a layer type zennit's LRP rules do not cover"):
+        lrp_module.check_lrp(model)
+    model[3], model[0] = _PackagedIdentity(), torch.nn.ConstantPad2d(1, 0.5)  # padded with 0.5: that adds relevance
+    with pytest.raises(UsageError, match=r"has a ConstantPad2d \(0\)"):
+        lrp_module.check_lrp(model)

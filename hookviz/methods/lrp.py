@@ -73,7 +73,8 @@ class LrpSettings:
 
 
 def _covers(module) -> bool:
-    """Whether zennit's composites have a rule for ``module`` (or its gradient is the rule: pooling by maximum, dropout, reshaping)."""
+    """Whether zennit's composites have a rule for ``module`` (or its gradient is the rule: pooling by maximum,
+    dropout, reshaping, zero padding)."""
     import torch
     from zennit import types
 
@@ -81,7 +82,23 @@ def _covers(module) -> bool:
         return False
     kinds = (types.Linear, types.BatchNorm, types.AvgPool, types.MaxPool, types.Activation)
     plain = (torch.nn.modules.dropout._DropoutNd, torch.nn.Flatten, torch.nn.Unflatten, torch.nn.Identity)
-    return isinstance(module, kinds) or isinstance(module, plain)
+    if isinstance(module, torch.nn.modules.padding._ConstantPadNd):  # zeros around: relevance stays on the pixels kept
+        return module.value == 0
+    return isinstance(module, kinds) or isinstance(module, plain) or _passes_through(module)
+
+
+def _passes_through(module) -> bool:
+    """Whether ``module``, holding no parameters or buffers, returns the very tensor it is given
+    (a package's own ``Identity``, as efficientnet_lite_pytorch's): relevance passes it as it is."""
+    import torch
+
+    if next(module.parameters(), None) is not None or next(module.buffers(), None) is not None:
+        return False
+    probe = torch.zeros(1, 1, 1, 1)
+    try:
+        return module(probe) is probe
+    except Exception:  # foreign code that takes no such tensor is no pass-through
+        return False
 
 
 def check_lrp(model) -> None:
