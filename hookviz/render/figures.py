@@ -153,6 +153,25 @@ def layer_text(layer) -> str:
     return f"{layer.name}{asked}{default} [{layer.module_type}]"
 
 
+def method_title(explanation, name: str) -> str:
+    """``name`` with each setting it was asked with that is not its default (``rollout (head fusion
+    max, discard ratio 0.99)``), so that maps of one method under other settings are told apart."""
+    from hookviz.methods import METHODS
+    from hookviz.options.declared import settings_of
+
+    asked: dict = (explanation.asked or {}).get("settings", {})
+    given: dict = next((values for owners, values in asked.items() if name in owners.split(",")), {})
+    group = METHODS.get(name).options if name in METHODS else None
+    if not given or group is None:
+        return name
+    changed = [
+        f"{s.name.removeprefix(name + '_').replace('_', ' ')} {given[s.name]}"
+        for s in settings_of(group)
+        if s.name in given and given[s.name] != s.default
+    ]
+    return f"{name} ({', '.join(changed)})" if changed else name
+
+
 def fmt(value: float) -> str:
     return f"{value:.3g}"
 

@@ -27,7 +27,17 @@ def _heading(explanation, layer) -> str:
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import CHAR_INCHES, Overlay, Sheet, cam_boxes, clip_tiling, photo_of, task_of, window_of
+    from hookviz.render.figures import (
+        CHAR_INCHES,
+        Overlay,
+        Sheet,
+        cam_boxes,
+        clip_tiling,
+        method_title,
+        photo_of,
+        task_of,
+        window_of,
+    )
     from hookviz.render.kinds.cam_topk import panels
 
     if task_of(explanation).cams_as_panels:
@@ -58,7 +68,9 @@ def build(explanation, layer):
     def update(explanation, layer):
         photo = photo_of(explanation)
         plain.set_data(photo)
-        overlay.update(photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}", window_of(explanation))
+        method = method_title(explanation, explanation.cam_method)
+        target = f" for {explanation.target.label}" if _class_specific(explanation.cam_method) else " (any class)"
+        overlay.update(photo, layer.cam, method + target, window_of(explanation))
         sheet.title(f"{_heading(explanation, layer)}\n{task_of(explanation).headline(explanation)}")
 
     update(explanation, layer)
@@ -78,3 +90,10 @@ KIND = register_kind(
         over_input=True,
     )
 )
+
+
+def _class_specific(name: str) -> bool:
+    """Whether method ``name``'s map depends on the target (rollout's and Eigen-CAM's do not)."""
+    from hookviz.methods import METHODS
+
+    return name not in METHODS or METHODS.get(name).class_specific
