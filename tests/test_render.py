@@ -603,5 +603,14 @@ def test_a_methods_settings_other_than_its_defaults_title_its_maps():
         assert title in [ax.get_title().split("\n")[0] for ax in drawn.axes]
         plt.close(drawn)
     drawn = explain(tiny_net(), photo, layers=["features.3"], cam="eigencam").figure("features.3", "cam")
-    assert "eigencam (any class)" in [ax.get_title().replace("\n", " ") for ax in drawn.axes]  # it was 'for class (2)'
+    assert "eigencam, any class" in [ax.get_title().replace("\n", " ") for ax in drawn.axes]  # it was 'for class (2)'
     plt.close(drawn)
+    figure = plt.figure()
+    overlay = figures.Overlay(
+        figure, figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2), np.zeros((8, 8, 3)), np.zeros((4, 4))
+    )
+    overlay.update(np.zeros((8, 8, 3)), np.zeros((4, 4)), "rollout", any_class=True)  # every patch's attention discarded
+    assert overlay.ax.get_title() == "rollout (all zero)"  # not 'nothing here raises this class': it reads no class
+    overlay.update(np.zeros((8, 8, 3)), np.zeros((4, 4)), "gradcam")
+    assert overlay.ax.get_title().replace("\n", " ") == "gradcam (all zero: nothing here raises this class)"
+    plt.close(figure)

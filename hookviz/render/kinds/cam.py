@@ -32,6 +32,7 @@ def build(explanation, layer):
         Overlay,
         Sheet,
         cam_boxes,
+        class_specific,
         clip_tiling,
         method_title,
         photo_of,
@@ -69,8 +70,9 @@ def build(explanation, layer):
         photo = photo_of(explanation)
         plain.set_data(photo)
         method = method_title(explanation, explanation.cam_method)
-        target = f" for {explanation.target.label}" if _class_specific(explanation.cam_method) else " (any class)"
-        overlay.update(photo, layer.cam, method + target, window_of(explanation))
+        specific = class_specific(explanation.cam_method)
+        target = f" for {explanation.target.label}" if specific else ", any class"
+        overlay.update(photo, layer.cam, method + target, window_of(explanation), any_class=not specific)
         sheet.title(f"{_heading(explanation, layer)}\n{task_of(explanation).headline(explanation)}")
 
     update(explanation, layer)
@@ -90,10 +92,3 @@ KIND = register_kind(
         over_input=True,
     )
 )
-
-
-def _class_specific(name: str) -> bool:
-    """Whether method ``name``'s map depends on the target (rollout's and Eigen-CAM's do not)."""
-    from hookviz.methods import METHODS
-
-    return name not in METHODS or METHODS.get(name).class_specific

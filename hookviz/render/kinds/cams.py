@@ -38,6 +38,7 @@ def build(explanation, layer):
         Overlay,
         Sheet,
         cam_boxes,
+        class_specific,
         clip_tiling,
         empty,
         fitted,
@@ -69,7 +70,8 @@ def build(explanation, layer):
     def update(explanation, layer):
         photo = photo_of(explanation)
         for name, overlay in overlays.items():
-            overlay.update(photo, layer.cams[name], method_title(explanation, name), window_of(explanation))
+            title, agnostic = method_title(explanation, name), not class_specific(name)
+            overlay.update(photo, layer.cams[name], title, window_of(explanation), any_class=agnostic)
         sheet.title(f"{explanation.model} · {layer_text(layer)} · each method's CAM of {explanation.target.label}")
 
     update(explanation, layer)
