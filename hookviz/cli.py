@@ -450,7 +450,8 @@ def _load_plugins() -> None:
         # plug-ins from the current folder to draw their pictures.
         sys.path.insert(0, os.getcwd())
     try:
-        load_plugins()
+        if load_plugins():
+            _ = run.__signature__  # a plug-in's setting whose flag the command has: one line now, not typer's traceback
     except HookvizError as error:
         typer.echo(f"hookviz: error: {error}", err=True)
         raise SystemExit(exit_code_for(error)) from None

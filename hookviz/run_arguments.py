@@ -187,23 +187,27 @@ class RunArgs:
     output: OutputArgs
 
 
-def declared_parameters(taken: set[str]) -> list[inspect.Parameter]:
+def declared_parameters(own: list[inspect.Parameter]) -> list[inspect.Parameter]:
     """A command's parameters for the settings each method and task declares
     (``hookviz.options.declared``), once per setting, in the panel of the first owner's kind.
 
     Raises:
-        UsageError: a setting whose name or flag a command option has already (``taken``).
+        UsageError: a setting whose name or flag one of the command's ``own`` parameters has
+            already, or whose flag another setting has (one flag would mean two things).
     """
     from hookviz.errors import UsageError
     from hookviz.options.declared import owners, settings_of
 
     parameters: dict[str, inspect.Parameter] = {}
+    flags = {flag: "an option of the command" for parameter in own for flag in _flags(parameter)}
     for owner in owners():
         for setting in settings_of(owner.group):
             if setting.keyword in parameters:
                 continue
-            if setting.keyword in taken:
-                raise UsageError(f"{owner.words}: its setting {setting.flag} is an option of the command already; rename it")
+            taken = "an option of the command" if setting.keyword in {p.name for p in own} else flags.get(setting.flag)
+            if taken:
+                where = f"{owner.words} ({owner.group.__module__}.{owner.group.__qualname__})"
+                raise UsageError(f"{where}: its setting {setting.flag} is {taken} already; rename it")
             kind: Any = setting.kind if setting.default is not None else Optional[str]
             kind = Optional[list[str]] if setting.kind is tuple else kind
             flag = f"{setting.flag}/--no-{setting.flag[2:]}" if setting.kind is bool and setting.default else setting.flag
@@ -212,7 +216,26 @@ def declared_parameters(taken: set[str]) -> list[inspect.Parameter]:
             parameters[setting.keyword] = inspect.Parameter(
                 setting.keyword, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, declared]
             )
+            flags |= {name: f"a flag of {owner.words}" for name in _flags(parameters[setting.keyword])}
     return list(parameters.values())
+
+
+def _flags(parameter: inspect.Parameter) -> set[str]:
+    """The flags a typer parameter answers to (``--out``, ``-o``, ``--no-crop``): those its
+    ``typer.Option`` names, else typer's own from its name."""
+    infos = [m for m in getattr(parameter.annotation, "__metadata__", ()) if isinstance(m, typer.models.ParameterInfo)]
+    # In Annotated form typer keeps the first flag as the OptionInfo's default ("--out", "-o")
+    first = [info.default for info in infos if isinstance(info.default, str) and info.default.startswith("-")]
+    declared = [*first, *(d for info in infos for d in (info.param_decls or ()))]
+    if infos and not isinstance(infos[0], typer.models.OptionInfo):
+        return set()  # an argument: no flag
+    own = "--" + parameter.name.replace("_", "-")
+    names = declared or ([f"{own}/--no-{own[2:]}"] if _is_bool(parameter.annotation) else [own])
+    return {flag.strip() for name in names for flag in name.split("/") if flag.strip().startswith("-")}
+
+
+def _is_bool(annotation) -> bool:
+    return typing.get_args(annotation)[:1] == (bool,) or annotation is bool
 
 
 class TypedCommand:
@@ -239,7 +262,7 @@ class TypedCommand:
             for group in self._groups()
             for f in fields(group)
         ]
-        return inspect.Signature([*own, *declared_parameters({p.name for p in own})])
+        return inspect.Signature([*own, *declared_parameters(own)])
 
     def _groups(self) -> list[type]:
         hints = typing.get_type_hints(self.args)

@@ -120,3 +120,17 @@ def test_attnlrp_settings_are_checked_in_one_line():
     with pytest.raises(UsageError) as caught:
         AttnLrpSettings(attnlrp_conv_gamma=-0.5)
     assert "\n" not in str(caught.value) and "conv_gamma" in str(caught.value)
+
+
+def test_a_timm_vision_transformer_is_not_called_by_torchvisions_name():
+    """timm's class is named VisionTransformer too: the refusal read 'VisionTransformer is not
+    torchvision's VisionTransformer'."""
+    import timm
+
+    with pytest.raises(UsageError) as caught:
+        check_attnlrp(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=16, depth=1))
+    assert str(caught.value) == (
+        "cam='attnlrp': timm.models.vision_transformer.VisionTransformer is not torchvision's VisionTransformer, the "
+        "model LXT's efficient AttnLRP rules cover; choose chefer or legrad for another transformer, lrp for a CNN, or "
+        "a gradient method (integrated-gradients)"
+    )

@@ -89,3 +89,50 @@ def test_an_installed_plugin_is_listed_in_help_and_a_broken_one_is_one_line(tmp_
         "hookviz: error: plug-in 'tests.no_such_plugin' (entry point 'toy' of hookviz.plugins) cannot be imported: "
         "ModuleNotFoundError: No module named 'tests.no_such_plugin'; fix it, or unset it to run without it"
     ]
+
+
+_CLASHING = """
+from dataclasses import dataclass
+from hookviz.methods import register_method
+from hookviz.options.declared import option
+
+@dataclass(frozen=True)
+class ClashOptions:
+    {field}
+
+@register_method("{method}", needs_gradients=False, options=ClashOptions)
+def clashing(ctx):
+    return ctx.activations.mean(dim=1)
+"""
+
+
+@pytest.mark.parametrize(
+    "method, field, flag",
+    [
+        ("toy-quiet", 'quiet: bool = option(False, help="Shh.")', "--quiet"),  # a flag only the command has
+        ("toy-layer", 'layer: int = option(1, help="Which.")', "--layer"),  # the command's, not explain()'s (layers)
+        ("toy-out", 'power: float = option(1.0, help="How much.", flag="--out")', "--out"),  # the name is free, the flag not
+    ],
+)
+def test_a_plugin_setting_whose_flag_the_command_has_is_one_line(
+    method, field, flag, tmp_path, monkeypatch, capsys, registries_restored
+):
+    """A plug-in's setting named or flagged as one of ``hookviz run``'s own options is refused in
+    one line naming the plug-in's group, before typer builds the command (a traceback from inside
+    typer before; a flag given its own ``flag=`` took the command's ``--out`` over silently)."""
+    from hookviz.cli import _load_plugins
+
+    module = f"clash_{method.replace('-', '_')}"
+    (tmp_path / f"{module}.py").write_text(_CLASHING.format(field=field, method=method))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("HOOKVIZ_PLUGINS", module)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # _load_plugins puts the folder first: undone after
+    with pytest.raises(SystemExit) as ended:
+        _load_plugins()
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"hookviz: error: method '{method}' ({module}.ClashOptions): its setting {flag} is an option of the command "
+        "already; rename it"
+    ]
+    sys.modules.pop(module, None)

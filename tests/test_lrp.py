@@ -169,3 +169,99 @@ def test_hookviz_imports_and_lists_the_methods_without_zennit():
     code = "import sys; sys.modules['zennit'] = None; import hookviz.methods as m; print(','.join(m.method_names()))"
     names = python_output(code).strip().split(",")
     assert "lrp" in names and "attnlrp" in names
+
+
+def test_a_gamma_that_no_rule_of_the_composite_reads_is_refused(batch, tmp_path):
+    """epsilon-plus-flat has no Gamma rule: ``--lrp-gamma`` beside it changed nothing and was
+    kept in the report as if it had."""
+    from tests.cli_helpers import hookviz_cli
+
+    with pytest.raises(UsageError) as caught:
+        LrpSettings(lrp_gamma=0.5)
+    assert str(caught.value) == (
+        "lrp_gamma=0.5: only the epsilon-gamma-box composite has a Gamma rule, and lrp_composite='epsilon-plus-flat' "
+        "has none; add lrp_composite='epsilon-gamma-box' or drop the option"
+    )
+    assert LrpSettings(lrp_composite="epsilon-gamma-box", lrp_gamma=0.5).lrp_gamma == 0.5
+    result = hookviz_cli("run", "--cam", "lrp", "--lrp-gamma", "0.5", tmp_path)
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [
+        "hookviz: error: --lrp-gamma 0.5: only the epsilon-gamma-box composite has a Gamma rule, and --lrp-composite "
+        "epsilon-plus-flat has none; add --lrp-composite epsilon-gamma-box or drop the option"
+    ], result.output
+
+
+class _PackagedIdentity(torch.nn.Module):
+    """A package's own identity (efficientnet_lite_pytorch's utils.Identity): not torch's class."""
+
+    def forward(self, x):
+        return x
+
+
+class _Doubling(torch.nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+
+def _padded_net():
+    torch.manual_seed(0)
+    layers = [torch.nn.ZeroPad2d((0, 1, 0, 1)), torch.nn.Conv2d(3, 6, 3, stride=2), torch.nn.ReLU6(), _PackagedIdentity()]
+    layers += [torch.nn.Conv2d(6, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(8, 10)).eval()
+
+
+def test_zero_padding_and_a_packaged_identity_pass_relevance_on_as_zennit_does(batch):
+    """efficientnet_lite0 (the demo's model) was refused: its ZeroPad2d and its package's own
+    Identity had no rule, though relevance passes both as it is."""
+    from zennit.composites import EpsilonPlusFlat
+
+    model = _padded_net()
+    lrp_module.check_lrp(model)
+    mine, _ = relevance_maps(model, batch, "4", "lrp")
+    theirs = zennit_maps(copy.deepcopy(model), batch, EpsilonPlusFlat())
+    np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-6 * np.abs(theirs).max())
+    model[3] = _Doubling()  # parameter-free, but not the tensor it is given: no rule says what it does
+    with pytest.raises(UsageError, match=r"has a _Doubling \(3\), a layer type zennit's LRP rules do not cover"):
+        lrp_module.check_lrp(model)
+    model[3], model[0] = _PackagedIdentity(), torch.nn.ConstantPad2d(1, 0.5)  # padded with 0.5: that adds relevance
+    with pytest.raises(UsageError, match=r"has a ConstantPad2d \(0\)"):
+        lrp_module.check_lrp(model)
+
+
+class _Residual(torch.nn.Module):
+    """A residual sum no canonizer knows (efficientnet_lite0's blocks add theirs in forward)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1, self.act1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.ReLU()
+        self.conv2, self.act2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.ReLU()
+        self.pool, self.flat, self.fc = torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 10, bias=False)
+
+    def forward(self, x):
+        a = self.act1(self.conv1(x))
+        return self.fc(self.flat(self.pool(a + self.act2(self.conv2(a)))))
+
+
+def test_relevance_made_beyond_the_score_gets_a_note_and_relevance_lost_to_biases_none(batch):
+    """efficientnet_lite0's lrp map summed to 11 times its logit with no word: a residual sum
+    outside zennit's canonizers hands each branch the whole relevance (here twice the score)."""
+    from zennit.composites import EpsilonPlusFlat
+
+    model, photo = _Residual().eval(), batch[0, :, :32, :32]
+    explanation = hookviz.explain(model, photo, cam="lrp", target=TARGET)
+    theirs = zennit_maps(copy.deepcopy(model), photo[None], EpsilonPlusFlat())
+    with torch.no_grad():
+        score = float(model(photo[None])[0, TARGET])
+    ratio = float(theirs.sum()) / score
+    assert ratio == pytest.approx(2.0, abs=1e-3)  # the sum's two branches, each with all of it
+    found = explanation.pixel_maps["lrp"].figures
+    assert found["conservation"] == pytest.approx(ratio, rel=1e-4)
+    assert [n for n in explanation.notes if "lrp:" in n] == [
+        f"<in-memory image>: lrp: its relevance sums to {found['relevance']:.4g}, {found['conservation']:.3g} times the "
+        f"score it started from ({found['score']:.4g}): rules that do not conserve it are at work (a residual sum "
+        "outside torchvision's ResNet blocks, a BatchNorm that cannot merge into the convolution before it); the map "
+        "still ranks the pixels, but its values are no shares of the score"
+    ]
+    kept = hookviz.explain(_padded_net(), batch[0], cam="lrp", target=TARGET)
+    assert 0 < kept.pixel_maps["lrp"].figures["conservation"] < 1  # the biases took a share: said in the docs, no note
+    assert not [n for n in kept.notes if "lrp:" in n]

@@ -996,6 +996,21 @@ def test_a_plugin_method_that_declares_settings_gets_them_and_only_it_takes_them
     assert report["asked"]["target"]["settings"] == {"toy-settings": {"strength": 2.0, "mode": "sum"}}
 
 
+def test_none_for_a_setting_that_has_a_value_is_refused_in_one_line():
+    """None passed every check: ``ig_baseline=None`` reached the method as a KeyError, a
+    plug-in's ``strength=None`` its arithmetic."""
+    from hookviz.options.declared import check_values
+
+    assert _refusal(cam="integrated-gradients", ig_baseline=None) == "ig_baseline=None: choose zero, blur, mean"
+    for given, refusal in (
+        ({"strength": None}, "strength=None: give a number"),
+        ({"mode": None}, "mode=None: choose sum or max"),
+    ):
+        with pytest.raises(UsageError) as refused:
+            check_values(ToyOptions(**given))
+        assert str(refused.value) == refusal
+
+
 def test_a_method_option_group_is_checked_when_it_is_registered(registries_restored):
     with pytest.raises(
         UsageError, match=r"^method 'toy-seed': its setting 'seed' is taken by the run's own options; give it another name$"

@@ -6,6 +6,7 @@ clip's sides differ (T=6, H=10, W=12), so a swapped axis changes a shape or a nu
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -287,3 +288,85 @@ def test_a_signal_or_clip_tensor_is_taken_as_the_models_input():
     assert signal.image.shown.shape[1] == 64 and signal["0"].cam.shape == (64,)
     with pytest.raises(UsageError, match=r"a signal's \(C, L\) or a clip's \(C, T, H, W\), not \(2, 3, 6, 10, 12\)"):
         hookviz.explain(clip_model(), torch.stack([clip, clip]), layers=["2"])
+
+
+def _target_score(model, target: int):
+    return lambda x: model(x)[:, target]
+
+
+@pytest.mark.parametrize("which", ["signal", "clip"])
+def test_integrated_gradients_of_a_signal_and_a_clip_are_captums(which):
+    """Integrated gradients over a (C, L) signal or a (C, T, H, W) clip (its path was shaped for
+    a photo's four axes: a signal's failed in the model, a clip's in the product)."""
+    from captum.attr import IntegratedGradients
+
+    model, x = (signal_model(), _signal()) if which == "signal" else (clip_model(), _clip())
+    explanation = hookviz.explain(model, x, layers=["2"], cam="integrated-gradients", steps=8)
+    ours = explanation.pixel_maps["integrated-gradients"].map
+    theirs = IntegratedGradients(_target_score(model, explanation.target.index)).attribute(
+        x[None], baselines=torch.zeros_like(x[None]), n_steps=8, method="gausslegendre"
+    )[0]
+    assert ours.shape == tuple(x.shape)
+    np.testing.assert_allclose(ours, theirs.detach().numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_integrated_gradients_baselines_of_a_signal_are_its_mean_and_its_1d_blur():
+    from scipy.ndimage import gaussian_filter1d
+
+    from hookviz.methods.integrated_gradients import baseline
+
+    x = _signal()[None]
+    np.testing.assert_allclose(baseline(x, "mean").numpy(), np.broadcast_to(x.mean(-1, keepdim=True).numpy(), x.shape))
+    sigma = 0.1 * 64  # a tenth of the side, its radius 3 sigmas: scipy's truncate
+    theirs = gaussian_filter1d(x.numpy().astype(np.float64), sigma, axis=-1, mode="mirror", truncate=20 / sigma)
+    np.testing.assert_allclose(baseline(x, "blur").numpy(), theirs, rtol=1e-5, atol=1e-6)
+    clip = _clip()[None]
+    assert baseline(clip, "blur").shape == clip.shape and baseline(clip, "mean").shape == clip.shape
+
+
+def test_scorecam_of_a_signal_weighs_each_channel_by_the_score_of_the_signal_it_masks():
+    """Score-CAM at a Conv1d's layer (refused before: '1 spatial dimensions and the input 1')."""
+    model, x = signal_model(), _signal()
+    explanation = hookviz.explain(model, x, layers=["2"], cam="scorecam")
+    target = explanation.target.index
+    with torch.no_grad():
+        maps = model[:3](x[None])[0]  # (8, 64): the layer's channels at the signal's own length
+        low, high = maps.amin(-1, keepdim=True), maps.amax(-1, keepdim=True)
+        masks = (maps - low) / (high - low + 1e-8)
+        scores = torch.stack([model((x * mask)[None])[0, target] for mask in masks])
+    expected = torch.relu((torch.softmax(scores.double(), 0).float()[:, None] * maps).sum(0))
+    np.testing.assert_allclose(explanation["2"].cam, expected.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("which", ["signal", "clip"])
+def test_guided_gradcam_of_a_signal_and_a_clip_are_captums(which):
+    from captum.attr import GuidedGradCam
+
+    model, x = (signal_model(), _signal()) if which == "signal" else (clip_model(), _clip())
+    explanation = hookviz.explain(model, x, layers=["2"], cam="guided-gradcam")
+    mode = "linear" if which == "signal" else "trilinear"
+    reference = GuidedGradCam(model, model[2])
+    theirs = reference.attribute(x[None].requires_grad_(True), target=explanation.target.index, interpolate_mode=mode)
+    theirs = theirs[0].detach().numpy()
+    np.testing.assert_allclose(explanation.pixel_maps["guided-gradcam"].map, theirs, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("which, takes", [("signal", "signals, (C, L) tensors"), ("clip", "clips, (C, T, H, W) tensors")])
+def test_a_photo_given_to_a_model_of_signals_or_clips_is_one_line_naming_what_it_takes(which, takes, tmp_path):
+    """explain() let the model's own RuntimeError out; a run failed each photo in the model's
+    words after creating its folder."""
+    from hookviz.errors import UsageError
+    from tests.cli_helpers import hookviz_cli
+    from tests.conftest import SAMPLES
+
+    factory = signal_model if which == "signal" else clip_model
+    with pytest.raises(UsageError, match=rf"^model='Sequential' takes {re.escape(takes)} \(its first convolution is a "):
+        hookviz.explain(factory(), SAMPLES / "cat.png")
+    done = hookviz_cli("run", "--model", f"tests.test_ranks:{factory.__name__}", "--out", tmp_path / "out", SAMPLES / "cat.png")
+    lines = done.output.strip().splitlines()
+    assert done.exit_code == 2 and len(lines) == 1, done.output
+    assert lines[0].startswith(f"hookviz: error: --model tests.test_ranks:{factory.__name__} takes {takes}")
+    assert lines[0].endswith(
+        "give hookviz.explain such a tensor, or have the model name a sample kind that reads its files (hookviz_sample_kind)"
+    )
+    assert not (tmp_path / "out").exists()

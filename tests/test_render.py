@@ -539,7 +539,7 @@ def test_maps_of_the_input_get_a_picture_of_their_own_with_true_values_and_say_w
     figure = pixels_figure(result)
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
     assert titles[0] == "model input" and titles[1] == "guided-gradcam"
-    assert titles[2].startswith("integrated-gradients, sum of 3 channels\nmin ")
+    assert titles[2].startswith("integrated-gradients (steps 4), sum of 3 channels\nmin ")  # its steps, not the default
     texts = [text.get_text() for ax in figure.axes for text in ax.texts]
     assert "no map: no recorded layer has a map to take its CAM from" in texts
     (image,) = [im for ax in figure.axes if ax.get_title().startswith("integrated") for im in ax.get_images()]
@@ -577,3 +577,40 @@ def test_a_run_with_several_methods_writes_their_pictures_and_the_gallery_shows_
     assert all((out / "cat" / name).stat().st_size > 0 for name in report["files"])
     gallery = (out / "index.html").read_text()
     assert 'src="cat/pixel_maps.png"' in gallery and "CAM methods" in gallery
+
+
+def test_a_methods_settings_other_than_its_defaults_title_its_maps():
+    """Two runs of rollout, or of integrated gradients, under other settings drew pictures
+    titled alike: the settings are in the titles where they are not the defaults."""
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+
+    from hookviz.render.pixels import pixels_figure
+    from tests.conftest import tiny_net
+
+    photo = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(0))
+    asked = {"settings": {"rollout": {"head_fusion": "max", "discard_ratio": 0.99}, "lrp": {"lrp_epsilon": 1e-6}}}
+    assert figures.method_title(SimpleNamespace(asked=asked), "rollout") == "rollout (head fusion max, discard ratio 0.99)"
+    assert figures.method_title(SimpleNamespace(asked=asked), "lrp") == "lrp"  # its default: nothing to tell apart
+    assert figures.method_title(SimpleNamespace(asked={}), "gradcam") == "gradcam"
+    for steps, title in (
+        (8, "integrated-gradients (steps 8), sum of 3 channels"),
+        (32, "integrated-gradients, sum of 3 channels"),
+    ):
+        explanation = explain(tiny_net(), photo, layers=["features.3"], cam="gradcam,integrated-gradients", steps=steps)
+        drawn = pixels_figure(explanation)
+        assert title in [ax.get_title().split("\n")[0] for ax in drawn.axes]
+        plt.close(drawn)
+    drawn = explain(tiny_net(), photo, layers=["features.3"], cam="eigencam").figure("features.3", "cam")
+    assert "eigencam, any class" in [ax.get_title().replace("\n", " ") for ax in drawn.axes]  # it was 'for class (2)'
+    plt.close(drawn)
+    figure = plt.figure()
+    overlay = figures.Overlay(
+        figure, figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2), np.zeros((8, 8, 3)), np.zeros((4, 4))
+    )
+    overlay.update(np.zeros((8, 8, 3)), np.zeros((4, 4)), "rollout", any_class=True)  # every patch's attention discarded
+    assert overlay.ax.get_title() == "rollout (all zero)"  # not 'nothing here raises this class': it reads no class
+    overlay.update(np.zeros((8, 8, 3)), np.zeros((4, 4)), "gradcam")
+    assert overlay.ax.get_title().replace("\n", " ") == "gradcam (all zero: nothing here raises this class)"
+    plt.close(figure)

@@ -26,6 +26,7 @@ __all__ = [
     "resolve_path",
     "resolve_layers",
     "trace",
+    "photo_failure",
     "list_layers",
     "default_layer",
     "dry_output",
@@ -180,6 +181,22 @@ def dry_size(model, input_size: tuple[int, int]) -> tuple[int, ...]:
 
     rank = input_rank(model)
     return (input_size[-1],) if rank == 1 else (DRY_FRAMES, *input_size) if rank == 3 else tuple(input_size)
+
+
+def photo_failure(model, input_size: tuple[int, int], channels: int = 3) -> str | None:
+    """Why ``model`` fails on a zero photo of ``input_size`` (its error, in one line), or ``None``
+    when it runs; its mode and parameters are left as they were."""
+    import torch
+
+    from hookviz.modelstate import evaluation, model_dtype
+
+    device = next(model.parameters(), torch.zeros(0)).device
+    try:
+        with torch.no_grad(), evaluation(model):
+            model(torch.zeros(1, channels, *input_size, device=device, dtype=model_dtype(model)))
+    except Exception as exc:  # the user's model is foreign code: any error means it takes no photo
+        return describe(exc)
+    return None
 
 
 def _run_traced(model, input_size: tuple[int, int], channels: int = 3, watch: bool = True, blank: tuple | None = None) -> _Trace:

@@ -8,6 +8,7 @@ checks and target checks are written once, and both refuse the same bad values.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
@@ -183,7 +184,30 @@ class Explainer:
         signal = as_signal(image, self.preprocessing.channels)
         if signal is not None:  # a signal's or a clip's float tensor: the model's input as it is
             return from_signal(signal, self.preprocessing)
+        self.check_photos()
         return prepared_photo(image, self.preprocessing, self.max_pixels)
+
+    def check_photos(self) -> None:
+        """Raise UsageError when the model's sample is a photo but the model takes none: its first
+        convolution a Conv1d or a Conv3d, and a blank photo fails in it (a model of signals or clips
+        given a photo failed in the model's own words, image by image)."""
+        from hookviz.modelstate import input_rank
+
+        rank = input_rank(self.model.module)
+        if self.kind.name != "photo" or rank == 2 or self._photo_failure is None:
+            return
+        takes, stem = ("signals, (C, L) tensors", "Conv1d") if rank == 1 else ("clips, (C, T, H, W) tensors", "Conv3d")
+        raise UsageError(
+            f"{arg('model', self.model.name)} takes {takes} (its first convolution is a {stem}), not photos: a photo "
+            f"fails in it ({self._photo_failure}); give hookviz.explain such a tensor, or have the model name a sample "
+            "kind that reads its files (hookviz_sample_kind)"
+        )
+
+    @functools.cached_property
+    def _photo_failure(self) -> str | None:
+        from hookviz.anatomy.layers import photo_failure
+
+        return photo_failure(self.model.module, self.preprocessing.trace_size, self.preprocessing.channels)
 
     def _sample(self, source):
         """A sample of the model's own kind, from the path of its key file (its photo)."""

@@ -370,9 +370,11 @@ def _measured(module, methods, samples):
 
 
 def _noted(explanation: Explanation, methods, options) -> Explanation:
-    """``explanation`` with a note for each of its maps that is not finite, and each caveat
-    its input methods have about their map of this image (``Method.caveat``)."""
+    """``explanation`` with a note for each of its maps that is not finite, each caveat its
+    input methods have about their map of this image (``Method.caveat``), and each relevance
+    map that conserves its score badly (``relevance.conservation_note``)."""
     from hookviz.explaining.checks import nonfinite_notes
+    from hookviz.methods.relevance import conservation_note
 
     notes = list(nonfinite_notes(explanation))
     label, given = explanation.image.source.label, explanation.image.tensor[None]  # type: ignore[index]
@@ -380,6 +382,8 @@ def _noted(explanation: Explanation, methods, options) -> Explanation:
         found = explanation.pixel_maps.get(method.name)
         caveat = method.note(given, options) if found and found.map is not None else None
         notes += [f"{label}: {method.name}: {caveat}"] if caveat else []
+        unconserved = conservation_note(found.figures) if found and found.figures else None
+        notes += [f"{label}: {method.name}: {unconserved}"] if unconserved else []
     return replace(explanation, notes=(*explanation.notes, *notes)) if notes else explanation
 
 

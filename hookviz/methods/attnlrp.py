@@ -68,9 +68,12 @@ def check_attnlrp(model) -> None:
     from torchvision.models.vision_transformer import VisionTransformer
 
     if not any(isinstance(module, VisionTransformer) for module in model.modules()):
-        raise UsageError(
-            f"{arg('cam', 'attnlrp')}: {type(model).__name__} is not torchvision's VisionTransformer, the model LXT's "
-            "efficient AttnLRP rules cover; choose lrp for a CNN, or a gradient method (integrated-gradients)"
+        kind = type(model)
+        name = kind.__name__ if kind.__name__ != "VisionTransformer" else f"{kind.__module__}.{kind.__qualname__}"
+        raise UsageError(  # timm's class has torchvision's name: its module tells them apart
+            f"{arg('cam', 'attnlrp')}: {name} is not torchvision's VisionTransformer, the model LXT's efficient AttnLRP "
+            "rules cover; choose chefer or legrad for another transformer, lrp for a CNN, or a gradient method "
+            "(integrated-gradients)"
         )
     found = uncovered(model, _covers)
     if found is not None:

@@ -33,10 +33,10 @@ def guided_gradcam(ctx: MethodContext):
     inputs = ctx.inputs
     assert inputs is not None and ctx.input_gradient is not None  # the pass gives what the method declares
     cam = gradcam.compute(ctx)
-    if cam.dim() != 3 or inputs.dim() != 4:  # not a 2-D map of a photo: nothing to upsample it onto
+    if cam.dim() + 1 != inputs.dim():  # a map of another rank than the input's: nothing to upsample it onto
         raise UsageError(
-            f"{arg('cam', 'guided-gradcam')}: {ctx.layer}'s map is {cam.dim() - 1}-D; it needs a 2-D map "
-            "of a photo; choose integrated-gradients"
+            f"{arg('cam', 'guided-gradcam')}: {ctx.layer}'s map is {cam.dim() - 1}-D and the input "
+            f"{inputs.dim() - 2}-D; it needs a map of the input's rank; choose integrated-gradients"
         )
     upsampled_cam = upsampled(cam[:, None], inputs.shape[2:]).to(inputs.device)
     return ctx.input_gradient(inputs, guided=True) * upsampled_cam.float()

@@ -104,10 +104,10 @@ def integrated_gradients(ctx: MethodContext):
     with work("integrated-gradients", len(inputs) * steps, "steps", len(inputs), fed=True):
         for n in range(len(inputs)):
             start = baseline(inputs[n : n + 1], which)
-            spread = (-1, *([1] * (inputs.dim() - 1)))  # (steps, 1, ...) for a photo's or a clip's rank
-            path = start + alphas_t.reshape(spread) * (inputs[n : n + 1] - start)
+            along = (-1,) + (1,) * (inputs.dim() - 1)  # a photo's (steps, 1, 1, 1), a signal's or a clip's too
+            path = start + alphas_t.reshape(along) * (inputs[n : n + 1] - start)
             grads = gradient(path, torch.full((steps,), n, dtype=torch.long))
-            averaged = (grads * weights_t.reshape(spread)).sum(dim=0)
+            averaged = (grads * weights_t.reshape(along)).sum(dim=0)
             maps.append(averaged * (inputs[n] - start[0]).float())
     return torch.stack(maps)
 
@@ -121,27 +121,28 @@ def gauss_legendre(steps: int) -> tuple[list[float], list[float]]:
 
 
 def baseline(image, which: str):
-    """The baseline of one input (1, C, H, W), or a clip's (1, C, T, H, W): ``zero``, ``blur``
-    (each frame blurred on its own) or ``mean`` (per channel over the whole input)."""
+    """The baseline of one input (1, C, *spatial): a photo's (1, C, H, W), a signal's (1, C, L) or
+    a clip's (1, C, T, H, W): ``zero``, ``blur`` (a Gaussian along each spatial axis in turn, of
+    sigma a tenth of the shortest; a clip's frames each blurred on their own, not across time) or
+    ``mean`` (per channel over the whole input)."""
     import torch
     import torch.nn.functional as F
 
+    spatial = tuple(range(2, image.dim()))
     if which == "zero":
         return torch.zeros_like(image)
     if which == "mean":
-        return image.mean(dim=tuple(range(2, image.dim())), keepdim=True).expand_as(image).clone()
-    if image.dim() == 5:  # a clip: its frames as a batch of photos, blurred alike
-        frames = image.transpose(1, 2).flatten(0, 1)
-        return baseline(frames, which).unflatten(0, (image.shape[0], image.shape[2])).transpose(1, 2).contiguous()
-    sigma = max(0.1 * min(image.shape[-2:]), 0.5)
-    radius = min(math.ceil(3 * sigma), min(image.shape[-2:]) - 1)
+        return image.mean(dim=spatial, keepdim=True).expand_as(image).clone()
+    blurred_axes = spatial[-2:] if image.dim() == 5 else spatial  # a clip: each frame, not across time
+    sides = [image.shape[axis] for axis in blurred_axes]
+    sigma = max(0.1 * min(sides), 0.5)
+    radius = min(math.ceil(3 * sigma), min(sides) - 1)
     offsets = torch.arange(-radius, radius + 1, dtype=image.dtype, device=image.device)
     kernel = torch.exp(-(offsets**2) / (2 * sigma**2))
-    kernel = kernel / kernel.sum()
-    channels = image.shape[1]
+    kernel = (kernel / kernel.sum()).reshape(1, 1, -1)
     blurred = image
-    for shape in ((1, 1, -1, 1), (1, 1, 1, -1)):  # separable: rows, then columns
-        padding = (0, 0, radius, radius) if shape[2] == -1 else (radius, radius, 0, 0)
-        padded = F.pad(blurred, padding, mode="reflect")
-        blurred = F.conv2d(padded, kernel.reshape(shape).expand(channels, 1, *kernel.reshape(shape).shape[2:]), groups=channels)
+    for axis in blurred_axes:  # separable: one axis at a time (a photo's rows, then its columns)
+        moved = blurred.movedim(axis, -1)
+        rows = F.pad(moved.reshape(-1, 1, moved.shape[-1]), (radius, radius), mode="reflect")
+        blurred = F.conv1d(rows, kernel).reshape(moved.shape).movedim(-1, axis)
     return blurred

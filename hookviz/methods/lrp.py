@@ -38,6 +38,7 @@ __all__ = ["COMPOSITES", "LrpSettings", "lrp", "check_lrp", "composite_context"]
 
 #: zennit's composites ``lrp`` takes, the default first.
 COMPOSITES = ("epsilon-plus-flat", "epsilon-gamma-box")
+_GAMMA = 0.25  # zennit's default
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class LrpSettings:
         "epsilon-plus-flat", help="lrp's zennit composite: epsilon-plus-flat or epsilon-gamma-box.", choices=COMPOSITES
     )
     lrp_epsilon: float = option(1e-6, help="lrp's Epsilon rule stabiliser (zennit's default).")
-    lrp_gamma: float = option(0.25, help="lrp's Gamma rule share of positive weights (epsilon-gamma-box).")
+    lrp_gamma: float = option(_GAMMA, help="lrp's Gamma rule share of positive weights (epsilon-gamma-box).")
 
     def __post_init__(self):
         if self.lrp_composite not in COMPOSITES:
@@ -63,10 +64,17 @@ class LrpSettings:
             raise UsageError(f"{arg('lrp_epsilon', self.lrp_epsilon)}: give a positive number, as 1e-6")
         if not (isinstance(self.lrp_gamma, (int, float)) and math.isfinite(self.lrp_gamma) and self.lrp_gamma >= 0):
             raise UsageError(f"{arg('lrp_gamma', self.lrp_gamma)}: give a number of 0 or more, as 0.25")
+        if self.lrp_composite != "epsilon-gamma-box" and self.lrp_gamma != _GAMMA:  # no Gamma rule would read it
+            raise UsageError(
+                f"{arg('lrp_gamma', self.lrp_gamma)}: only the epsilon-gamma-box composite has a Gamma rule, and "
+                f"{arg('lrp_composite', self.lrp_composite)} has none; add {arg('lrp_composite', 'epsilon-gamma-box')} "
+                "or drop the option"
+            )
 
 
 def _covers(module) -> bool:
-    """Whether zennit's composites have a rule for ``module`` (or its gradient is the rule: pooling by maximum, dropout, reshaping)."""
+    """Whether zennit's composites have a rule for ``module`` (or its gradient is the rule: pooling by maximum,
+    dropout, reshaping, zero padding)."""
     import torch
     from zennit import types
 
@@ -74,7 +82,23 @@ def _covers(module) -> bool:
         return False
     kinds = (types.Linear, types.BatchNorm, types.AvgPool, types.MaxPool, types.Activation)
     plain = (torch.nn.modules.dropout._DropoutNd, torch.nn.Flatten, torch.nn.Unflatten, torch.nn.Identity)
-    return isinstance(module, kinds) or isinstance(module, plain)
+    if isinstance(module, torch.nn.modules.padding._ConstantPadNd):  # zeros around: relevance stays on the pixels kept
+        return module.value == 0
+    return isinstance(module, kinds) or isinstance(module, plain) or _passes_through(module)
+
+
+def _passes_through(module) -> bool:
+    """Whether ``module``, holding no parameters or buffers, returns the very tensor it is given
+    (a package's own ``Identity``, as efficientnet_lite_pytorch's): relevance passes it as it is."""
+    import torch
+
+    if next(module.parameters(), None) is not None or next(module.buffers(), None) is not None:
+        return False
+    probe = torch.zeros(1, 1, 1, 1)
+    try:
+        return module(probe) is probe
+    except Exception:  # foreign code that takes no such tensor is no pass-through
+        return False
 
 
 def check_lrp(model) -> None:

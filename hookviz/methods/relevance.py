@@ -17,7 +17,12 @@ import math
 from hookviz.errors import UsageError, arg
 from hookviz.methods.base import MapFigures
 
-__all__ = ["require", "figures", "uncovered", "with_figures"]
+__all__ = ["require", "figures", "uncovered", "with_figures", "conservation_note", "CONSERVED"]
+
+#: A map whose relevance sums to more than this many times its score gets a note, as does one
+#: whose sum has the other sign: rules only lose relevance (to biases, epsilon, the first layer;
+#: 0.8 to 1 kept on plain CNNs and ViTs, docs/methods.md), so more is made where none applies.
+CONSERVED = 1.5
 
 
 def require(package: str, method: str, extra: str):
@@ -57,3 +62,18 @@ def figures(relevance, scores) -> tuple[dict[str, float], ...]:
 def with_figures(relevance, scores) -> MapFigures:
     """The maps ``relevance`` (N, C, H, W) with each image's conservation figures."""
     return MapFigures(relevance, figures(relevance, scores))
+
+
+def conservation_note(found: dict) -> str | None:
+    """What a reader of a map whose ``figures`` (``figures()``'s) hold more relevance than the
+    score (over ``CONSERVED`` times it), or relevance of the other sign, must know; else ``None``."""
+    ratio = found.get("conservation")
+    if ratio is None or not math.isfinite(ratio) or 0 <= ratio <= CONSERVED:
+        return None
+    how = f"{ratio:.3g} times" if ratio > 0 else "of the other sign than"
+    return (
+        f"its relevance sums to {found['relevance']:.4g}, {how} the score it started from ({found['score']:.4g}): "
+        "rules that do not conserve it are at work (a residual sum outside torchvision's ResNet blocks, a BatchNorm "
+        "that cannot merge into the convolution before it); the map still ranks the pixels, but its values are no "
+        "shares of the score"
+    )

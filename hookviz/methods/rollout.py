@@ -36,9 +36,10 @@ class RolloutOptions:
             rolling out, 0 <= ratio < 1 (0: none).
     """
 
-    head_fusion: str = field(default="mean", metadata={"help": "how a block's heads are fused: mean, max or min"})
+    head_fusion: str = field(default="mean", metadata={"help": "Rollout: how a block's heads are fused: mean, max or min."})
     discard_ratio: float = field(
-        default=0.0, metadata={"help": "the share of each block's weakest fused attention set to zero first (0 to below 1)"}
+        default=0.0,
+        metadata={"help": "Rollout: the share of each block's weakest fused attention set to zero first (0 to below 1)."},
     )
 
     def __post_init__(self) -> None:

@@ -89,16 +89,16 @@ def _distinct_masks(flat, constant):
 
 
 def upsampled(maps, size):
-    """(M, 1, *spatial) maps resized to ``size``: bilinear (trilinear for 3-D), corners not aligned."""
+    """(M, 1, *spatial) maps resized to ``size``: bilinear (linear for 1-D, trilinear for 3-D), corners not aligned."""
     import torch.nn.functional as F
 
-    mode = "bilinear" if len(size) == 2 else "trilinear"
+    mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[len(size)]
     return F.interpolate(maps, size=tuple(size), mode=mode, align_corners=False)
 
 
 def _check_dimensions(layer: str, activations, inputs) -> None:
     spatial, input_spatial = activations.shape[2:], inputs.shape[2:]
-    if len(spatial) != len(input_spatial) or len(spatial) not in (2, 3):
+    if len(spatial) != len(input_spatial) or len(spatial) not in (1, 2, 3):
         raise UsageError(
             f"{arg('cam', 'scorecam')}: {layer}'s maps have {len(spatial)} spatial dimensions and the input "
             f"{len(input_spatial)}, so they cannot mask it; choose a gradient method for this layer"

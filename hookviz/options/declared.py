@@ -145,8 +145,10 @@ def check_values(instance) -> None:
     (a group) of another type than its default's, not among its choices, or outside its range."""
     for setting in settings_of(type(instance)):
         value = getattr(instance, setting.name)
-        if setting.kind is tuple or value is None or setting.default is None:
+        if setting.kind is tuple or setting.default is None:  # None is a value such a setting takes
             continue
+        if setting.choices and value not in setting.choices:  # None among them: a choice left out, not a type
+            raise UsageError(f"{arg(setting.name, value)}: choose {_choices(setting.choices)}")
         if setting.kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise UsageError(f"{arg(setting.name, value)}: give a number")
         if setting.kind is int and not float(value).is_integer():

@@ -153,6 +153,32 @@ def layer_text(layer) -> str:
     return f"{layer.name}{asked}{default} [{layer.module_type}]"
 
 
+def class_specific(name: str) -> bool:
+    """Whether method ``name``'s map depends on the target (rollout's and Eigen-CAM's do not)."""
+    from hookviz.methods import METHODS
+
+    return name not in METHODS or METHODS.get(name).class_specific
+
+
+def method_title(explanation, name: str) -> str:
+    """``name`` with each setting it was asked with that is not its default (``rollout (head fusion
+    max, discard ratio 0.99)``), so that maps of one method under other settings are told apart."""
+    from hookviz.methods import METHODS
+    from hookviz.options.declared import settings_of
+
+    asked: dict = (explanation.asked or {}).get("settings", {})
+    given: dict = next((values for owners, values in asked.items() if name in owners.split(",")), {})
+    group = METHODS.get(name).options if name in METHODS else None
+    if not given or group is None:
+        return name
+    changed = [
+        f"{s.name.removeprefix(name + '_').replace('_', ' ')} {given[s.name]}"
+        for s in settings_of(group)
+        if s.name in given and given[s.name] != s.default
+    ]
+    return f"{name} ({', '.join(changed)})" if changed else name
+
+
 def fmt(value: float) -> str:
     return f"{value:.3g}"
 
@@ -372,7 +398,9 @@ class Overlay:
     def changing(self) -> list:
         return [self.photo, self.heat, self.box, self.ax.title, *self.bar.labels]
 
-    def update(self, photo: np.ndarray, cam: np.ndarray, title: str, window=None, box=None) -> None:
+    def update(self, photo: np.ndarray, cam: np.ndarray, title: str, window=None, box=None, any_class=False) -> None:
+        """Draw ``cam`` over ``photo``; ``any_class``: the method's map is the same for every class
+        (rollout's, Eigen-CAM's), so an all-zero map says nothing of the class."""
         finite = np.isfinite(cam)
         top = float(cam[finite].max()) if finite.any() else 0.0
         norm = Normalize(0.0, top if top > 0 else 1.0)
@@ -389,7 +417,7 @@ class Overlay:
         elif not finite.all():
             note = f" ({int((~finite).sum())} values not finite, left out)"
         elif top == 0:
-            note = " (all zero: nothing here raises this class)"
+            note = " (all zero)" if any_class else " (all zero: nothing here raises this class)"
         elif cam.size == 1:
             note = " (a 1x1 map: no spatial detail)"
         else:

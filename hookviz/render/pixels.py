@@ -5,7 +5,7 @@ model saw. A method without a map says why in its place."""
 
 from __future__ import annotations
 
-from hookviz.render.figures import CHAR_INCHES, MapPanel, Sheet, photo_inches, png_bytes
+from hookviz.render.figures import CHAR_INCHES, MapPanel, Sheet, method_title, photo_inches, png_bytes
 
 __all__ = ["pixels_figure", "pixels_png"]
 
@@ -44,7 +44,7 @@ def pixels_figure(explanation):
         summed = None if pixels.map is None else pixels.map.sum(axis=0)
         used = f" ({pixels.layer})" if pixels.layer else ""
         channels = "" if pixels.map is None else f", sum of {pixels.map.shape[0]} channels"
-        panel.update(summed, f"{name}{used}{channels}", pixels.note)
+        panel.update(summed, f"{method_title(explanation, name)}{used}{channels}", pixels.note)
     sheet.title(title)
     return sheet.figure
 

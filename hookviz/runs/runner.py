@@ -294,6 +294,7 @@ class Run:
             trust=self.asked.trust,
             sample_options=self.asked.sample_options,
         )
+        explainer.check_photos()  # a model of signals or clips given photos: refused once, before any image
         self._find_samples(explainer.kind)
         out = self.asked.out
         try:

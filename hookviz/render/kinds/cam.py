@@ -27,7 +27,18 @@ def _heading(explanation, layer) -> str:
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import CHAR_INCHES, Overlay, Sheet, cam_boxes, clip_tiling, photo_of, task_of, window_of
+    from hookviz.render.figures import (
+        CHAR_INCHES,
+        Overlay,
+        Sheet,
+        cam_boxes,
+        class_specific,
+        clip_tiling,
+        method_title,
+        photo_of,
+        task_of,
+        window_of,
+    )
     from hookviz.render.kinds.cam_topk import panels
 
     if task_of(explanation).cams_as_panels:
@@ -58,7 +69,10 @@ def build(explanation, layer):
     def update(explanation, layer):
         photo = photo_of(explanation)
         plain.set_data(photo)
-        overlay.update(photo, layer.cam, f"{explanation.cam_method} for {explanation.target.label}", window_of(explanation))
+        method = method_title(explanation, explanation.cam_method)
+        specific = class_specific(explanation.cam_method)
+        target = f" for {explanation.target.label}" if specific else ", any class"
+        overlay.update(photo, layer.cam, method + target, window_of(explanation), any_class=not specific)
         sheet.title(f"{_heading(explanation, layer)}\n{task_of(explanation).headline(explanation)}")
 
     update(explanation, layer)

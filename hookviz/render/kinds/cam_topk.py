@@ -44,6 +44,7 @@ def panels(explanation, layer):
         cam_label,
         clip_tiling,
         layer_text,
+        method_title,
         photo_of,
         task_of,
         window_of,
@@ -78,7 +79,8 @@ def panels(explanation, layer):
             title, box = task.cam_panel(explanation, focus)
             overlay.update(photo, cam, title, window_of(explanation), box)
         what = task.panels_text(len(layer.topk_cams))
-        sheet.title(f"{explanation.model} · {layer_text(layer)} · {explanation.cam_method} of {what}")
+        method = method_title(explanation, explanation.cam_method)
+        sheet.title(f"{explanation.model} · {layer_text(layer)} · {method} of {what}")
 
     update(explanation, layer)
     return sheet.figure, update, [a for overlay in overlays for a in overlay.changing] + [sheet.heading]

@@ -34,7 +34,19 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import Overlay, Sheet, cam_boxes, clip_tiling, empty, fitted, layer_text, photo_of, window_of
+    from hookviz.render.figures import (
+        Overlay,
+        Sheet,
+        cam_boxes,
+        class_specific,
+        clip_tiling,
+        empty,
+        fitted,
+        layer_text,
+        method_title,
+        photo_of,
+        window_of,
+    )
 
     if reuse_key(explanation, layer, {}) is None:
         return None
@@ -58,7 +70,8 @@ def build(explanation, layer):
     def update(explanation, layer):
         photo = photo_of(explanation)
         for name, overlay in overlays.items():
-            overlay.update(photo, layer.cams[name], name, window_of(explanation))
+            title, agnostic = method_title(explanation, name), not class_specific(name)
+            overlay.update(photo, layer.cams[name], title, window_of(explanation), any_class=agnostic)
         sheet.title(f"{explanation.model} · {layer_text(layer)} · each method's CAM of {explanation.target.label}")
 
     update(explanation, layer)
