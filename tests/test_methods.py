@@ -980,7 +980,7 @@ def test_a_plugin_method_that_declares_settings_gets_them_and_only_it_takes_them
     assert _refusal(mode="mean", cam="toy-settings") == "mode='mean': choose sum or max"
     assert (
         _refusal(strengh=1.5, cam="toy-settings")
-        == "strengh: explain() takes no such keyword (did you mean 'strength', 'steps'?)"
+        == "strengh: explain() takes no such keyword (did you mean 'strength', 'steps', 'start'?)"
     )
     helped = hookviz_cli("run", "--help", env={"COLUMNS": "300", "TERM": "dumb", "NO_COLOR": "1"})
     assert "--strength" in helped.output and "How much of the map to keep." in helped.output
