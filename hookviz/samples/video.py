@@ -252,8 +252,8 @@ def _clip_tensor(loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: i
             what = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise ImageError(f"{loaded.label}: {transform.origin} returned {what}, not a (C, T, H, W) float tensor")
         return tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
-    frames = [prepare(LoadedImage(loaded.path, Image.fromarray(frame)), preprocessing, max_pixels) for frame in loaded.frames]
-    return torch.stack([frame.tensor for frame in frames], dim=1)
+    prepared = [prepare(LoadedImage(loaded.path, Image.fromarray(frame)), preprocessing, max_pixels) for frame in loaded.frames]
+    return torch.stack([frame.tensor for frame in prepared], dim=1)
 
 
 def _shown(tensor, preprocessing: Preprocessing) -> np.ndarray:
@@ -279,4 +279,4 @@ def _first_frame(loaded: LoadedClip):
 # Added without ``register_sample_kind``'s check of its options against every other owner's: it
 # runs as ``hookviz.samples`` imports, before the methods and tasks it would import exist
 # (tests/test_video_kind.py makes that check).
-SAMPLE_KINDS.add(VIDEO, Video())
+SAMPLE_KINDS.add(VIDEO, Video())  # type: ignore[arg-type]  # its load/prepare/blank take VideoOptions, the Protocol's settings any group

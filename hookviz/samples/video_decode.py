@@ -193,7 +193,7 @@ class _Reader:
                 self.notes[
                     f"{self.shown}: no frame at {target:.3g} s (truncated?): the last one, at {position:.3g} s, repeats"
                 ] = None
-            found[target] = (self._pixels(last), position)
+            found[target] = (self._pixels(last), position if position is not None else 0.0)  # set with last
         return found
 
     def _pts(self, seconds: float) -> int:
