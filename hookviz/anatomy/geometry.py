@@ -8,7 +8,8 @@ say it outright, and this module reads what they say:
 * timm: ``num_prefix_tokens``, the patch embedding's ``patch_size`` and ``dynamic_img_pad``
   (with ``grid_size`` at the model's own size), ``feature_info`` strides, ``output_fmt``.
 * Hugging Face transformers: the embeddings' class, distillation and register tokens, the
-  patch embeddings' ``patch_size``, ``config.patch_size`` and ``config.depths``.
+  patch embeddings' ``patch_size``, ``config.patch_size`` and ``config.depths``; VideoMAE's
+  ``tubelet_size``: its tokens are (T', H', W') tubelets in raster order, no class token.
 * torchvision's ViT: ``patch_size`` and its class token. Its video transformers: MViT's
   class token and its patch embedding's (frames, rows, cols) stride, its tokens pooled on a
   (T', H', W') grid stage by stage; Swin3D's patch size and its channels-last
@@ -108,7 +109,11 @@ def _transformers(model) -> DeclaredLayout | None:
         said.append("config.patch_size" + (", config.depths" if stages > 1 else ""))
     if not said:
         return None
-    return DeclaredLayout(prefix, patch, pad, strides, None, f"transformers ({type(model).__name__}): " + ", ".join(said))
+    origin = f"transformers ({type(model).__name__}): " + ", ".join(said)
+    tubelet = getattr(getattr(embeddings, "patch_embeddings", None), "tubelet_size", None)
+    if isinstance(tubelet, int) and patch is not None:  # VideoMAE: (T', H', W') tubelets in raster order
+        return DeclaredLayout(prefix, strides=(patch[0],), origin=f"{origin}, tubelet_size={tubelet}", temporal=tubelet)
+    return DeclaredLayout(prefix, patch, pad, strides, None, origin)
 
 
 def _torchvision(model) -> DeclaredLayout | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MAX_SLICES", "Tiling", "tiling", "along_depth"]
+__all__ = ["MAX_SLICES", "Tiling", "tiling", "along_depth", "per_frame"]
 
 #: The most slices a picture shows of a map of three spatial dimensions.
 MAX_SLICES = 16
@@ -100,3 +100,15 @@ def along_depth(volume: np.ndarray, depth: int, indices: tuple[int, ...]) -> np.
     high = np.minimum(low + 1, given - 1)
     weight = (where - low)[:, None, None]
     return volume[low] * (1 - weight) + volume[high] * weight
+
+
+def per_frame(volume: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """A (T', H', W') map read at each of a clip's ``count`` frames (``along_depth``: a map of
+    a model with a temporal stride over 1 blends its two nearest slices at each frame), at the
+    map's own size: each frame's peak (its largest finite value, NaN where it has none) and
+    its mass (the sum of its finite values)."""
+    slices = along_depth(volume, count, tuple(range(count)))
+    finite = np.isfinite(slices)
+    mass = np.where(finite, slices, 0.0).sum(axis=(1, 2))
+    peak = np.where(finite, slices, -np.inf).max(axis=(1, 2))
+    return np.where(finite.any(axis=(1, 2)), peak, np.nan), mass

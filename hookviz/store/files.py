@@ -50,7 +50,7 @@ from hookviz.store.folders import (
     plain_name,
     plan_folders,
 )
-from hookviz.store.records import Asked, CamRecord, LayerRecord, MapRecord, Report, Score, read_report
+from hookviz.store.records import Asked, CamRecord, FrameFigures, LayerRecord, MapRecord, Report, Score, read_report
 
 __all__ = [
     "REPORT",
@@ -294,7 +294,8 @@ def _unfit_notes(explanation, layer, pictures: dict[str, str | None]) -> tuple[s
 def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerRecord:
     cam = None
     if layer.cam is not None:
-        cam = CamRecord(explanation.cam_method, tuple(layer.cam.shape), _map_stats(layer.cam))
+        frames = _frame_figures(explanation, layer.cam)
+        cam = CamRecord(explanation.cam_method, tuple(layer.cam.shape), _map_stats(layer.cam), frames=frames)
     elif layer.cam_note:
         cam = CamRecord(explanation.cam_method, skipped=layer.cam_note)
     return LayerRecord(
@@ -306,7 +307,7 @@ def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerR
         layout=layer.layout,
         pictures=pictures,
         cam=cam,
-        cams=_method_maps(layer) if explanation.cam_methods else None,
+        cams=_method_maps(explanation, layer) if explanation.cam_methods else None,
         cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams),
         notes=(*(layer.notes or ()), *_unfit_notes(explanation, layer, pictures)),
         trust=layer.trust.to_json() if layer.trust is not None else None,
@@ -317,13 +318,37 @@ def _map_stats(array) -> dict:
     return {k: v for k, v in tensor_stats(array).items() if k != "zero_fraction"}
 
 
-def _method_maps(layer) -> dict[str, MapRecord]:
-    """Per layer method, its map's shape and statistics (and a note), or why it has none."""
+def _frame_figures(explanation, cam) -> tuple[FrameFigures, ...]:
+    """A clip's (T', H', W') map's peak and share of its mass at each of the clip's T frames
+    (``slices.per_frame``: read as the ``frames`` strip reads it); none for a photo's map."""
+    from hookviz.anatomy.slices import per_frame
+
+    clip = np.shape(explanation.image.tensor)
+    if len(clip) != 4 or np.ndim(cam) != 3:
+        return ()
+    peaks, masses = per_frame(cam, clip[1])
+    total = float(masses.sum())
+    shares = masses / total if np.isfinite(total) and total > 0 else np.full_like(masses, np.nan)
+    return tuple(FrameFigures(_finite(p), _finite(s)) for p, s in zip(peaks, shares))
+
+
+def _finite(value) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def _method_maps(explanation, layer) -> dict[str, MapRecord]:
+    """Per layer method, its map's shape and statistics (and a note, and a clip's figures at
+    each frame), or why it has none."""
     found = {}
     for method in (*layer.cams, *(name for name in layer.cam_notes if name not in layer.cams)):
         if method in layer.cams:
             cam = layer.cams[method]
-            found[method] = MapRecord(tuple(cam.shape), _map_stats(cam), note=layer.cam_notes.get(method))
+            found[method] = MapRecord(
+                tuple(cam.shape),
+                _map_stats(cam),
+                note=layer.cam_notes.get(method),
+                frames=_frame_figures(explanation, cam),
+            )
         else:
             found[method] = MapRecord(skipped=layer.cam_notes[method])
     return found

@@ -16,13 +16,14 @@ was; one of a newer version than this hookviz knows is refused with one line
 """
 
 from hookviz.store.documents import REPORT_SCHEMA, RUN_SCHEMA, schema_path
-from hookviz.store.report_records import Asked, CamRecord, LayerRecord, MapRecord, Report, Score, read_report
+from hookviz.store.report_records import Asked, CamRecord, FrameFigures, LayerRecord, MapRecord, Report, Score, read_report
 from hookviz.store.run_records import Checks, Counts, DiffEntry, ImageStatus, RunRecord, read_run
 
 __all__ = [
     "REPORT_SCHEMA",
     "RUN_SCHEMA",
     "Score",
+    "FrameFigures",
     "CamRecord",
     "MapRecord",
     "LayerRecord",

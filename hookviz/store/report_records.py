@@ -22,7 +22,7 @@ from hookviz.store.documents import (
     schema_version,
 )
 
-__all__ = ["Score", "CamRecord", "MapRecord", "LayerRecord", "Asked", "Report", "read_report"]
+__all__ = ["Score", "FrameFigures", "CamRecord", "MapRecord", "LayerRecord", "Asked", "Report", "read_report"]
 
 
 @dataclass(frozen=True)
@@ -65,25 +65,58 @@ class Score:
 
 
 @dataclass(frozen=True)
+class FrameFigures:
+    """A clip's map at one of its frames: its peak (largest finite value) and its share of the
+    map's mass (the frame's sum over the sum of every frame's; ``None`` where the map's mass is
+    not above 0, or the frame has no finite value). A map of fewer time slices than the clip
+    has frames (a temporal stride over 1) is read at each frame as the ``frames`` strip reads it."""
+
+    peak: float | None
+    share: float | None
+
+    def to_json(self) -> dict:
+        return {"peak": self.peak, "share": self.share}
+
+    @classmethod
+    def from_json(cls, entry) -> "FrameFigures | None":
+        if not isinstance(entry, dict):
+            return None
+        return cls(read_number(entry.get("peak")), read_number(entry.get("share")))
+
+
+def _frames(value) -> tuple[FrameFigures, ...]:
+    return tuple(f for f in map(FrameFigures.from_json, value if isinstance(value, list) else ()) if f is not None)
+
+
+@dataclass(frozen=True)
 class CamRecord:
-    """A layer's CAM in a report: its method and shape and statistics, or why it was skipped."""
+    """A layer's CAM in a report: its method and shape and statistics, or why it was skipped;
+    a clip's, also its figures at each frame (``frames``; empty: not a clip's)."""
 
     method: str | None
     shape: tuple[int, ...] | None = None
     stats: dict = field(default_factory=dict)
     skipped: str | None = None
+    frames: tuple[FrameFigures, ...] = ()
 
     def to_json(self) -> dict:
         if self.shape is None and self.skipped is not None:
             return {"method": self.method, "skipped": self.skipped}
-        return {"method": self.method, "shape": read_list(self.shape), **self.stats}
+        entry = {"method": self.method, "shape": read_list(self.shape), **self.stats}
+        return {**entry, "frames": [f.to_json() for f in self.frames]} if self.frames else entry
 
     @classmethod
     def from_json(cls, entry) -> "CamRecord | None":
         if not isinstance(entry, dict):
             return None
-        stats = {k: v for k, v in entry.items() if k not in ("method", "shape", "skipped")}
-        return cls(read_text(entry.get("method")), read_shape(entry.get("shape")), stats, read_text(entry.get("skipped")))
+        stats = {k: v for k, v in entry.items() if k not in ("method", "shape", "skipped", "frames")}
+        return cls(
+            read_text(entry.get("method")),
+            read_shape(entry.get("shape")),
+            stats,
+            read_text(entry.get("skipped")),
+            _frames(entry.get("frames")),
+        )
 
 
 @dataclass(frozen=True)
@@ -91,7 +124,8 @@ class MapRecord:
     """A map of the target a report describes: its shape and statistics (and a note about it),
     or why there is none (``skipped``); for a map at the input's resolution, the layer whose
     CAM it used (guided Grad-CAM) and the trust measures of its relevance map (``trust``, as
-    ``trust.records.LayerTrust.to_json`` writes them; ``None``: not measured)."""
+    ``trust.records.LayerTrust.to_json`` writes them; ``None``: not measured); a clip's map
+    of a layer, its figures at each frame (``frames``, as ``CamRecord``'s)."""
 
     shape: tuple[int, ...] | None = None
     stats: dict = field(default_factory=dict)
@@ -99,6 +133,7 @@ class MapRecord:
     skipped: str | None = None
     layer: str | None = None
     trust: dict | None = None
+    frames: tuple[FrameFigures, ...] = ()
 
     def to_json(self) -> dict:
         if self.shape is None:
@@ -109,13 +144,15 @@ class MapRecord:
                 found["note"] = self.note
             if self.trust is not None:
                 found["trust"] = self.trust
+            if self.frames:
+                found["frames"] = [f.to_json() for f in self.frames]
         return found if self.layer is None else {**found, "layer": self.layer}
 
     @classmethod
     def from_json(cls, entry) -> "MapRecord | None":
         if not isinstance(entry, dict):
             return None
-        stats = {k: v for k, v in entry.items() if k not in ("shape", "note", "skipped", "layer", "trust")}
+        stats = {k: v for k, v in entry.items() if k not in ("shape", "note", "skipped", "layer", "trust", "frames")}
         return cls(
             read_shape(entry.get("shape")),
             stats,
@@ -123,6 +160,7 @@ class MapRecord:
             read_text(entry.get("skipped")),
             read_text(entry.get("layer")),
             entry.get("trust") if isinstance(entry.get("trust"), dict) else None,
+            _frames(entry.get("frames")),
         )
 
 

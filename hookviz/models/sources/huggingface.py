@@ -1,5 +1,6 @@
 """Hugging Face transformers image classifiers: ``--model hf:ORG/NAME`` (or ``hf:FOLDER``
-for a model saved with ``save_pretrained``).
+for a model saved with ``save_pretrained``). A VideoMAE video classifier is a clip model
+(see ``hf_video``).
 
 The repository is read from the Hugging Face cache (see ``hub``) and downloaded into it
 only when the hub is reachable. ``--weights DEFAULT`` loads the repository's weights;
@@ -40,7 +41,7 @@ __all__ = ["HuggingFaceSource", "PREFIX", "hf_preprocessing"]
 
 PREFIX = "hf:"
 INSTALL = "pip install 'hookviz[hf]'"
-_CLASSIFIERS = ("ForImageClassification", "ForImageClassificationWithTeacher")
+_CLASSIFIERS = ("ForImageClassification", "ForImageClassificationWithTeacher", "ForVideoClassification")
 #: The files whose ``auto_map`` names a repository's own code for what hookviz loads.
 _CODE_MAPS = ("config.json", "preprocessor_config.json")
 #: PIL's resampling numbers, as image processors store them.
@@ -139,6 +140,10 @@ class HuggingFaceSource:
 
         if hf_clip.text_tower(config) is not None or prompts:
             return hf_clip.load(where, config, weights, seed, prompts)
+        from hookviz.models.sources.hf_video import is_video, load_video
+
+        if is_video(config):  # VideoMAE: a clip model
+            return load_video(where, config, weights, seed, self.name)
         if is_backbone(config):  # ViTModel, Dinov2Model: an embedding, explained with --target-image
             return load_backbone(name, where, config, weights, seed, source=self.name)
         loading: tuple[str, ...] = ()
@@ -248,10 +253,12 @@ class _Where:
                 config = AutoConfig.from_pretrained(str(self.repo), **self.kwargs)
         except (OSError, ValueError) as exc:
             raise self._fail(exc) from None
-        if type(config) not in AutoModelForImageClassification._model_mapping:
+        from hookviz.models.sources.hf_video import is_video
+
+        if type(config) not in AutoModelForImageClassification._model_mapping and not is_video(config):
             raise UnknownModelError(
                 f"{arg('model', self.name)}: {self.repo} is a {config.model_type!r} model, which transformers "
-                "has no image classifier for; hookviz explains image classifiers"
+                "has no image classifier for (nor a video classifier); hookviz explains image and video classifiers"
             )
         self._refuse_other_task(config)
         return config

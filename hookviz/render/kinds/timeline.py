@@ -16,12 +16,9 @@ __all__ = ["build", "reuse_key", "mass_per_frame", "KIND"]
 def mass_per_frame(cam, count: int):
     """The CAM's sum over each of ``count`` frames (the map read at each frame as the
     ``frames`` strip reads it, at the map's own size; NaN and Inf left out)."""
-    import numpy as np
+    from hookviz.anatomy.slices import per_frame
 
-    from hookviz.anatomy.slices import along_depth
-
-    slices = along_depth(np.asarray(cam, dtype=np.float64), count, tuple(range(count)))
-    return np.where(np.isfinite(slices), slices, 0.0).sum(axis=(1, 2))
+    return per_frame(cam, count)[1]
 
 
 def build(explanation, layer):
