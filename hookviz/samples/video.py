@@ -253,7 +253,8 @@ def _clip_tensor(loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: i
             raise ImageError(f"{loaded.label}: {transform.origin} returned {what}, not a (C, T, H, W) float tensor")
         return tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
     prepared = [prepare(LoadedImage(loaded.path, Image.fromarray(frame)), preprocessing, max_pixels) for frame in loaded.frames]
-    return torch.stack([frame.tensor for frame in prepared], dim=1)
+    tensors: list = [frame.tensor for frame in prepared]  # PreparedImage types its tensor loosely
+    return torch.stack(tensors, dim=1)
 
 
 def _shown(tensor, preprocessing: Preprocessing) -> np.ndarray:
