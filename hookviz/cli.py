@@ -163,12 +163,12 @@ def _photos_in(sources: list[str], out: Path, notes: list[str]) -> list[Path]:
     meanwhile); none yet where they name none but a plug-in's sample kind may find its own
     there: the run finds the samples of the model's kind once it is loaded (``Run``'s ``sources``)."""
     open_heif()  # before discovery reads the suffixes PIL knows
-    from hookviz.inputs.discovery import find_images
+    from hookviz.inputs.discovery import NothingFound, find_images
     from hookviz.samples import SAMPLE_KINDS
 
     try:
         return find_images(sources, exclude=[out], notes=notes)
-    except UsageError:
+    except NothingFound:  # an --out among the photos is refused at once, whatever the model
         if any(name != "photo" for name in SAMPLE_KINDS.names()):
             return []
         raise

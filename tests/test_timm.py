@@ -229,6 +229,7 @@ def test_models_search_lists_timm_names_grouped_by_source(monkeypatch):
         "# hf",
         "# open_clip",
         "# factory",
+        "# torchvision-video",  # classifiers of clips, registered after the photo sources
         "# torchvision segmentation",
         "# torchvision detection",
         "# ultralytics",  # by task, then by source

@@ -22,16 +22,31 @@ from PIL import Image
 from hookviz.errors import UsageError, arg, display_path, hint
 from hookviz.inputs.images import HEIF_SUFFIXES
 
-__all__ = ["find_images", "find_folders", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
+__all__ = ["NothingFound", "find_images", "find_folders", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
+
+
+class NothingFound(UsageError):
+    """A folder or pattern that holds no photo (or no sample of a kind): a model of another
+    sample kind may still find its own samples there, so the command waits for the model's word."""
+
 
 #: Written into an output folder when a run starts, so that no run reads it as photos.
 OUTPUT_MARKER = ".hookviz-output"
 
-IMAGE_SUFFIXES = frozenset(
-    ext.lower()
-    for ext, fmt in Image.registered_extensions().items()
-    if fmt not in {"PDF", "EPS", "PSD", "XVTHUMB", "FITS", "MPEG", "GRIB", "BUFR", "HDF5", "WMF"}
-)
+#: Formats PIL registers that are no photos to explain.
+_NOT_PHOTOS = frozenset({"PDF", "EPS", "PSD", "XVTHUMB", "FITS", "MPEG", "GRIB", "BUFR", "HDF5", "WMF"})
+
+
+class _ImageSuffixes:
+    """The suffixes of the image files PIL reads, as PIL knows them when asked: an opener
+    registered after this module was imported (pillow-heif's, by the command) counts too."""
+
+    def __contains__(self, suffix: object) -> bool:
+        known = Image.registered_extensions()
+        return isinstance(suffix, str) and suffix.lower() in known and known[suffix.lower()] not in _NOT_PHOTOS
+
+
+IMAGE_SUFFIXES = _ImageSuffixes()
 
 
 def is_output_folder(folder: Path) -> bool:
@@ -162,7 +177,7 @@ def find_folders(sources: Sequence[str], holds: Callable[[Path], bool], what: st
         tops = [path] if path.exists() or not glob.has_magic(source) else sorted(map(Path, glob.glob(source, recursive=True)))
         matches = [folder for top in tops if top.is_dir() for folder in _sample_folders(top, excluded, source, holds)]
         if not matches:
-            raise UsageError(f"{display_path(source)}: names no {what} (hidden and output folders are skipped)")
+            raise NothingFound(f"{display_path(source)}: names no {what} (hidden and output folders are skipped)")
         found.extend(matches)
     unique: dict[Path, Path] = {}
     for path in found:
@@ -234,12 +249,12 @@ def _refuse_none_found(source: str, what: str, files: Sequence[Path]) -> None:
     its files are photos PIL reads only with it."""
     heif = _unread_heif(files)
     if heif:
-        raise UsageError(
+        raise NothingFound(
             f"{display_path(source)}: {what} {len(heif)} HEIC/HEIF photo{'s' if len(heif) > 1 else ''} and no other "
             f"image file; PIL cannot read {'them' if len(heif) > 1 else 'it'} alone: {hint('heif')}, or convert "
             f"{'them' if len(heif) > 1 else 'it'} to JPEG or PNG"
         )
-    raise UsageError(f"{display_path(source)}: {what} no image files (hidden and output folders are skipped)")
+    raise NothingFound(f"{display_path(source)}: {what} no image files (hidden and output folders are skipped)")
 
 
 def _static_prefix(pattern: str) -> str:

@@ -20,6 +20,7 @@ import torch.nn as nn
 from hookviz.errors import UnknownModelError, arg
 from hookviz.models.checkpoints import LoadedWeights
 from hookviz.models.sources.base import LoadedModel
+from hookviz.tasks import DEFAULT_TASK
 
 __all__ = ["FramesSecond", "is_video", "load_video"]
 
@@ -86,7 +87,7 @@ def load_video(where, config, weights: str, seed: int, source: str) -> LoadedMod
         _categories(config),
         preprocessing,
         source=source,
-        task="classify",
+        task=DEFAULT_TASK,
         input_size=(size, size),
         notes=loading + notes + loaded.notes,
         weights_sha256=loaded.sha256,

@@ -23,6 +23,7 @@ from hookviz.errors import WeightsError, arg
 from hookviz.inputs.images import Preprocessing
 from hookviz.lazy_dynamo import import_torchvision
 from hookviz.models.sources.base import LoadedModel, random_or_file, register_source, seeded, weights_kind
+from hookviz.tasks import DEFAULT_TASK
 
 __all__ = ["TorchvisionVideoSource", "video_names", "video_preprocessing", "clip_frames", "VIDEO_KIND"]
 
@@ -106,7 +107,7 @@ class TorchvisionVideoSource:
         return f"video: {processing.frames} frames of {processing.size}x{processing.size}"
 
     def task_of(self, name: str) -> str:
-        return "classify"
+        return DEFAULT_TASK
 
     def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
         from hookviz.models.sources.torchvision_models import _pretrained
@@ -137,7 +138,7 @@ class TorchvisionVideoSource:
             categories,
             processing,
             source=self.name,
-            task="classify",
+            task=DEFAULT_TASK,
             input_size=_required_input_size(model, processing),
             sample_kind=VIDEO_KIND,
             **weights,
