@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hookviz.errors import ImageError, UsageError, arg, display_path
+from hookviz.errors import UsageError, arg
 from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, load_image, photo_of_array, prepare
 from hookviz.samples.base import SampleKindBase, register_sample_kind
 
@@ -29,13 +29,6 @@ class Photo(SampleKindBase):
     words = "a photo"
 
     def load(self, path: Path, max_pixels: int, settings=None) -> LoadedImage:
-        from hookviz.samples.video_decode import VIDEO_SUFFIXES
-
-        if path.suffix.lower() in VIDEO_SUFFIXES:
-            raise ImageError(
-                f"{display_path(path)}: is a video (a clip), and this model takes photos: "
-                "give a model that takes clips, or the video's frames as photos"
-            )
         return load_image(path, max_pixels)
 
     def prepare(self, loaded: LoadedImage, preprocessing: Preprocessing, max_pixels: int, settings=None) -> PreparedImage:
