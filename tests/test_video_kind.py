@@ -134,7 +134,7 @@ def test_find_takes_video_files_and_folders_of_frames_and_a_photo_model_keeps_ph
     assert [p.name for p in kind.find([str(tmp_path / "in")])] == ["frames", "walk.mp4"]
     assert kind.files(tmp_path / "in" / "frames")[-2:] == [tmp_path / "in" / "frames" / f"f{i}.png" for i in (10, 11)]
     assert len(get_sample_kind("photo").find([str(tmp_path / "in")])) == 11  # a photo model: each frame a photo
-    with pytest.raises(UsageError, match="names no a clip"):
+    with pytest.raises(UsageError, match="names no clip: a video file"):
         kind.find([str(tmp_path / "in" / "notes.txt")])
 
 

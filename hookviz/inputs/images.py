@@ -8,6 +8,7 @@ animations) and refuses files that would exhaust memory.
 from __future__ import annotations
 
 import contextlib
+import mimetypes
 import os
 import warnings
 from dataclasses import dataclass, field, replace
@@ -217,6 +218,11 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
         if _is_heif(path):
             raise ImageError(
                 f"{shown}: a HEIC/HEIF photo, which PIL cannot read alone; {hint('heif')}, or convert it to JPEG or PNG"
+            ) from None
+        if (mimetypes.guess_type(path.name)[0] or "").startswith("video/"):
+            raise ImageError(
+                f"{shown}: is a video (a clip), and this model takes photos: "
+                "give a model that takes clips, or the video's frames as photos"
             ) from None
         raise ImageError(f"{shown}: not an image format PIL can read (for SVG or PDF, convert it to PNG first)") from None
     except (OSError, SyntaxError, ValueError, EOFError) as exc:

@@ -147,10 +147,11 @@ class Video(SampleKindBase):
         for source in sources:
             matches = _clips_in(Path(source), excluded)
             if not matches:
-                raise UsageError(f"{display_path(source)}: names no {self.words} (hidden and output folders are skipped)")
+                words = self.words.removeprefix("a ")
+                raise UsageError(f"{display_path(source)}: names no {words} (hidden and output folders are skipped)")
             for path in matches:
                 found.setdefault(Path(os.path.realpath(path)), path)
-        if any(path.is_file() for path in found.values()):
+        if any(path.suffix.lower() in VIDEO_SUFFIXES and path.is_file() for path in found.values()):
             require_av()
         return list(found.values())
 
@@ -159,6 +160,11 @@ class Video(SampleKindBase):
 
     def load(self, path: Path, max_pixels: int, settings: VideoOptions) -> LoadedClip:
         plan = ClipPlan(int(settings.frames or DEFAULT_FRAMES), settings.frame_stride, settings.start or 0.0, settings.end)
+        if path.suffix.lower() in IMAGE_SUFFIXES and not path.is_dir():
+            raise ImageError(
+                f"{display_path(path)}: is a photo, not a clip, and this model takes clips: give a video file, "
+                "or a folder of frames (a photo alone in a folder is a clip of one frame)"
+            )
         identity = self._identity(path)
         if path.is_dir():
             return _folder_clip(path, plan, max_pixels, identity)
@@ -189,8 +195,8 @@ def _clips_in(top: Path, excluded: set[Path]) -> list[Path]:
     and folders of frames below it, a folder of frames not searched further."""
     if Path(os.path.realpath(top)) in excluded or (top.is_dir() and is_output_folder(top)):
         return []
-    if top.is_file():
-        return [top] if top.suffix.lower() in VIDEO_SUFFIXES else []
+    if top.is_file():  # a photo named outright is kept, to be refused in one line as the run goes on
+        return [top] if top.suffix.lower() in VIDEO_SUFFIXES | IMAGE_SUFFIXES else []
     if frames_of(top):
         return [top]
     found = []
