@@ -196,7 +196,8 @@ def _clips_in(top: Path, excluded: set[Path]) -> list[Path]:
     if Path(os.path.realpath(top)) in excluded or (top.is_dir() and is_output_folder(top)):
         return []
     if top.is_file():  # a photo named outright is kept, to be refused in one line as the run goes on
-        return [top] if top.suffix.lower() in VIDEO_SUFFIXES | IMAGE_SUFFIXES else []
+        suffix = top.suffix.lower()
+        return [top] if suffix in VIDEO_SUFFIXES or suffix in IMAGE_SUFFIXES else []
     if frames_of(top):
         return [top]
     found = []
