@@ -950,3 +950,19 @@ def test_a_runs_phase_goes_from_loading_to_batches_to_finishing_and_a_stop_makes
     stopped = RunState()
     stopped.request_stop()  # while loading: the run ends there, interrupted
     assert stopped.stop_asked and stopped.begin_finishing() is True and stopped.unfinished_reason == "interrupted"
+
+
+def test_a_report_a_killed_worker_wrote_after_the_run_began_is_removed_an_earlier_one_kept(tmp_path):
+    """A second Ctrl-C kills the render workers: one that wrote its report.json before its result
+    came back leaves a report the run file calls not done; only reports of this run go."""
+    import os
+
+    from hookviz.store.files import REPORT, remove_reports_since
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    for folder in (old, new):
+        folder.mkdir()
+        (folder / REPORT).write_text("{}")
+    os.utime(old / REPORT, (1000.0, 1000.0))
+    remove_reports_since([old, new, tmp_path / "missing"], since=2000.0)
+    assert (old / REPORT).exists() and not (new / REPORT).exists()

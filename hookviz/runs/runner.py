@@ -19,13 +19,13 @@ import errno
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hookviz.budget import check_environment, recorded_bytes, rows_within
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
-from hookviz.explaining.checks import Finding, nonfinite_notes, report_checks, run_checks
+from hookviz.explaining.checks import nonfinite_notes, report_checks, run_checks
 from hookviz.explaining.passes import SummaryOptions
 from hookviz.options import (
     CheckOptions,
@@ -42,6 +42,7 @@ from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard
 from hookviz.runs.ledger import Ledger
 from hookviz.runs.request import RunRequest
 from hookviz.runs.stopping import RunState, Stopped, stoppable
+from hookviz.runs.summary import RunInterrupted, RunSummary
 from hookviz.store.files import (
     Recipe,
     output_names,
@@ -58,32 +59,6 @@ if TYPE_CHECKING:
     from hookviz.compare.diffing import Baseline
 
 __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve_device", "shard_of", "run_file_name"]
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    statuses: tuple[ImageStatus, ...]
-    findings: tuple[Finding, ...]
-    run_json: Path
-    interrupted: bool = False
-    layers: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())
-    trust: dict | None = None
-
-    @property
-    def failed(self) -> list[ImageStatus]:
-        return [s for s in self.statuses if s.status == "failed"]
-
-    def count(self, status: str) -> int:
-        return sum(1 for s in self.statuses if s.status == status)
-
-
-class RunInterrupted(Exception):
-    """Ctrl-C or SIGTERM stopped the run; ``summary`` holds what was finished."""
-
-    def __init__(self, summary: RunSummary):
-        super().__init__("interrupted")
-        self.summary = summary
 
 
 def run(
@@ -236,6 +211,10 @@ class Run:
         for path, explanation, future in finished:
             with contextlib.suppress(HookvizError):
                 self.ledger.report(path, self._saved(path, explanation, future))
+        from hookviz.store.files import remove_reports_since
+
+        unclaimed = [self.asked.out / self.names[item[0]] for item in self.renderers.pending if item not in finished]
+        remove_reports_since(unclaimed, self.ledger.started)  # a killed worker's, whose result never came back
         self.renderers.pending = []
         summary = self._describe()
         if self.explainer is not None:  # the files the killed workers and the stopped writes began

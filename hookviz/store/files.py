@@ -54,6 +54,7 @@ from hookviz.store.records import Asked, CamRecord, FrameFigures, LayerRecord, M
 
 __all__ = [
     "REPORT",
+    "remove_reports_since",
     "TENSORS",
     "DIFF",
     "RUN_FILE_PATTERN",
@@ -419,6 +420,18 @@ def _jpeg(pixels: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
     return buffer.getvalue()
+
+
+def remove_reports_since(folders, since: float) -> None:
+    """Remove the report.json of each of ``folders`` written at ``since`` or later: a render
+    worker killed after it wrote one, before its result reached the run, which then says the
+    image is not done; a report there would say otherwise (and ``--skip-existing`` would skip an
+    image whose pictures may be missing). An earlier run's report is left as it is."""
+    for folder in folders:
+        report = Path(folder) / REPORT
+        with contextlib.suppress(OSError):
+            if report.stat().st_mtime >= since:
+                report.unlink()
 
 
 def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bool = False) -> list[Path]:
