@@ -97,6 +97,7 @@ def test_report_says_how_each_layout_was_read_and_an_ambiguous_one_waits_for_lay
     assert "as asked (--layout nhwc)" in report["declared_layout"]["origin"]
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_mixed_folder_writes_good_images_names_broken_ones_and_exits_1(cli, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -277,6 +278,7 @@ def test_float_tiffs_without_a_picture_are_refused_or_noted_and_the_run_goes_on(
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_a_1x1_input_runs_without_torchs_read_only_array_warning(tmp_path):
     """PIL's pixels are read-only, and a 1x1 input needed no copy to be contiguous: torch warned
     (once per process, so a fresh one)."""
@@ -1153,6 +1155,7 @@ def test_a_call_that_does_not_exist_says_how_often_the_module_ran(cli, photo, tm
     assert result.exit_code == 2 and "act was called 2 times in the forward pass" in _one_error_line(result)
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_names_with_control_characters_stay_on_one_line_and_two_spellings_are_one_image(cli, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()

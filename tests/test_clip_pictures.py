@@ -85,6 +85,7 @@ def test_the_time_plot_is_the_mass_per_frame_beside_the_clips_probability(clips,
     assert "the whole clip's" in probability_axes.texts[0].get_text() and mass_axes.get_xlabel() == "frame"
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 @pytest.mark.parametrize("count", [4, 16, 32])
 def test_the_animation_has_one_webp_frame_per_clip_frame(clips, count, tmp_path):
     explanation = clips[count]

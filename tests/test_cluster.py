@@ -223,6 +223,7 @@ def test_each_torchrun_process_takes_the_gpu_of_its_local_rank(monkeypatch):
         resolve_device("auto")
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_torchrun_processes_share_the_cpus_for_render_workers(tmp_path, monkeypatch):
     """Render workers default to one per CPU; N processes on a machine split those CPUs."""
     import hookviz.runs.workers as workers

@@ -138,6 +138,7 @@ def test_score_iou_is_pytorch_grad_cams_target_where_the_boxes_move(model, small
     assert np.corrcoef(alone.ravel(), reference.ravel())[0, 1] < 0.9
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_an_image_without_detections_is_done_and_says_so(tmp_path):
     out = tmp_path / "out"
     result = hookviz_run(SAMPLES / "cat.png", model="tests.test_detect:detector", out=out)
@@ -214,6 +215,7 @@ def test_the_box_objective_is_recorded_in_the_report(tmp_path):
     assert report["prediction"]["objective"].startswith("pytorch-grad-cam's FasterRCNNBoxScoreTarget: the IoU")
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_a_factory_model_is_recognised_from_its_output(tmp_path):
     out = tmp_path / "out"
     result = hookviz_run(SAMPLES / "cat.png", *LOW, "--pictures", "none", model="tests.test_detect:detector", out=out)
@@ -270,6 +272,7 @@ def test_detectors_without_roi_heads_explain_each_detection_and_keep_their_cut(n
     assert all(np.isfinite(cam).all() for _, cam in result.layers[0].topk_cams)
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_a_detectors_tensors_hold_every_detections_cam_and_say_what_the_gradients_are(tmp_path):
     out = tmp_path / "out"
     result = hookviz_run(SAMPLES / "cat.png", *LOW, "--save-tensors", model=DETECTOR, out=out)
@@ -299,6 +302,7 @@ def test_a_glob_over_the_pyramid_skips_what_returns_several_maps(tmp_path):
     assert "backbone.fpn" in report["skipped_layers"] and "backbone.fpn.layer_blocks.0.0" in [l["name"] for l in report["layers"]]
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_a_task_the_model_does_not_do_is_refused_and_no_detection_is_no_zero_grad(tmp_path):
     result = hookviz_run(SAMPLES / "cat.png", "--task", "detect", model="lraspp_mobilenet_v3_large", out=tmp_path / "a")
     assert result.exit_code == 2 and "--task detect: lraspp_mobilenet_v3_large is a segmentation model" in result.stderr

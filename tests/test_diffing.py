@@ -674,6 +674,7 @@ def test_a_damaged_fingerprint_is_called_damaged_and_its_advice_redoes_it(tmp_pa
     assert invoke("diff", *runs, "--pictures", "none").exit_code == 0
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_diff_refuses_a_run_folder_a_run_is_writing_into(tmp_path, baseline, checkpoints):
     """It compared the previous run.json of a folder being written, and wrote diff.json and
     pictures there that went stale once the run ended."""

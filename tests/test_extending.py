@@ -73,6 +73,7 @@ def _installed_plugin(tmp_path, value: str) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_an_installed_plugin_is_listed_in_help_and_a_broken_one_is_one_line(tmp_path):
     env = _installed_plugin(tmp_path, "tests.extension_plugin")
     done = subprocess.run(

@@ -200,6 +200,7 @@ def test_a_plugin_clip_kind_runs_end_to_end(tmp_path):
         assert report["asked"]["target"]["sample"] == {"clip_frames": 3}
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_a_clip_model_given_photos_says_so_in_one_line(tmp_path):
     command = [sys.executable, "-m", "hookviz", "run", str(SAMPLES / "cat.png"), "--model", "tests.frames_plugin:clip_net"]
     command += ["--out", str(tmp_path / "out")]

@@ -93,6 +93,7 @@ def _loaded_images(page: Path, profile: Path, screenshot: Path) -> list:
         driver.quit()
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
 def test_gallery_renders_in_headless_chromium_without_broken_images(gallery_run, tmp_path):
     out, _ = gallery_run

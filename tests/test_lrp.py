@@ -100,6 +100,7 @@ def test_lrp_equals_zennits_epsilon_plus_flat_and_leaves_the_model_as_it_was(bat
         assert found["conservation"] == pytest.approx(found["relevance"] / found["score"])
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_lrp_epsilon_gamma_box_equals_zennits_with_each_images_own_box(batch):
     from zennit.composites import EpsilonGammaBox
     from zennit.torchvision import ResNetCanonizer
@@ -131,6 +132,7 @@ def test_lrp_refuses_a_layer_type_without_a_rule_in_one_line():
     assert "\n" not in message and "LayerNorm" in message and "attnlrp" in message
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "zennit", None)  # import zennit now raises ImportError
     with pytest.raises(UsageError) as caught:

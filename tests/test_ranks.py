@@ -184,6 +184,7 @@ def _saved(explanation, folder, **options):
     return {path.name for path in files}, json.loads((folder / "report.json").read_text())
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 @pytest.mark.parametrize("which", ["signal", "clip"])
 def test_saved_pictures_tensors_and_report(tmp_path, which):
     model, x = (signal_model(), _signal()) if which == "signal" else (clip_model(), _clip())
@@ -254,6 +255,7 @@ def test_a_clip_run_compared_with_itself_has_no_drift_and_with_another_model_som
     assert moved.layers[0].cam.corr < 0.999
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_every_picture_kind_draws_a_signal_and_a_clip_or_says_why_not():
     from hookviz.render.kinds import kinds
 

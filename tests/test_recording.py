@@ -45,6 +45,7 @@ def test_resnet50_layer3_matches_the_usual_snippet_with_ce():
         assert theirs.abs().max() > 0
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_vgg16_bn_features18_works_where_the_full_backward_hook_fails():
     torch.manual_seed(0)
     model = torchvision.models.vgg16_bn(weights=None).eval()

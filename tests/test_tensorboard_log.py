@@ -9,6 +9,7 @@ import pytest
 from .cli_helpers import hookviz_run
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_run_logs_images_scalars_and_histograms(tmp_path, photo):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -574,6 +574,7 @@ def nan_gradient_net() -> torch.nn.Module:
     )
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_the_other_methods_are_measured_where_the_main_methods_map_is_not_finite(tmp_path):
     args = ["--layer", "0", "--faithfulness", "--sanity", "--pictures", "cam"]
     result = run_cli_with(tmp_path / "both", "--model", "tests.test_trust:nan_gradient_net", "--cam", "gradcam,scorecam", *args)

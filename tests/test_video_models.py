@@ -87,6 +87,7 @@ def test_a_video_model_loads_as_a_clip_model_with_kinetics_categories():
         TorchvisionVideoSource().load("r3d_18", "IMAGENET", seed=0)
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_gradcam_of_r3d_18_equals_pytorch_grad_cam_and_torch_cam():
     from pytorch_grad_cam import GradCAM
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
@@ -114,6 +115,7 @@ def test_gradcam_of_r3d_18_equals_pytorch_grad_cam_and_torch_cam():
     assert torchcam.shape == ours.shape and _correlation(ours, torchcam) >= 0.999
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_frame_time_weights_equal_a_hand_computation_and_differ_from_clip_weights():
     torch.manual_seed(1)
     model = video.r3d_18(weights=None, num_classes=5).eval()
@@ -132,6 +134,7 @@ def test_time_weights_is_checked():
         hookviz.explain(video.r3d_18(weights=None, num_classes=3).eval(), torch.randn(3, 8, 16, 16), time_weights="slice")
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_integrated_gradients_of_a_clip_equal_captums():
     from captum.attr import IntegratedGradients
 
