@@ -16,22 +16,7 @@ import torch
 import torch.nn as nn
 
 import hookviz
-
-
-class TinyVideoNet(nn.Module):
-    """Two 3-D convolutions over a clip, pooled, into five class logits."""
-
-    hookviz_sample_kind = "video"
-
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv3d(3, 6, 3, padding=1), nn.ReLU(), nn.Conv3d(6, 8, 3, stride=(1, 2, 2), padding=1), nn.ReLU()
-        )
-        self.head = nn.Linear(8, 5)
-
-    def forward(self, clip):
-        return self.head(self.features(clip).mean(dim=(2, 3, 4)))
+from tests.video_clips import VideoNet
 
 
 def cost(model: nn.Module, layer: str, clip: torch.Tensor) -> None:
@@ -58,7 +43,7 @@ def main() -> None:
     clip = torch.randn(3, options.frames, options.size, options.size)
     print(f"one clip of {options.frames} x {options.size} x {options.size}, Grad-CAM")
     print("tiny Conv3d, layer features.3:")
-    cost(TinyVideoNet().eval(), "features.3", clip)
+    cost(VideoNet().eval(), "features.3", clip)
     if options.r3d:
         import torchvision
 

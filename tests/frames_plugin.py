@@ -30,6 +30,7 @@ from hookviz.inputs.discovery import find_folders
 from hookviz.inputs.images import LoadedImage, load_image, prepare
 from hookviz.options.declared import option
 from hookviz.samples import Sample, SampleKindBase, register_sample_kind
+from tests.video_clips import Conv3dNet
 
 #: A frame's file name: its number and a photo's suffix.
 FRAME = re.compile(r"^(\d+)\.(png|jpe?g)$", re.IGNORECASE)
@@ -101,20 +102,10 @@ class Frames(SampleKindBase):
         return (torch.zeros(1, preprocessing.channels, settings.clip_frames, *preprocessing.trace_size),)
 
 
-class ClipNet(nn.Module):
-    """Two 3-D convolutions over a clip, pooled, into five class logits."""
+class ClipNet(Conv3dNet):
+    """``Conv3dNet`` over this kind's clips."""
 
     hookviz_sample_kind = "frames"
-
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv3d(3, 6, 3, padding=1), nn.ReLU(), nn.Conv3d(6, 8, 3, stride=(1, 2, 2), padding=1), nn.ReLU()
-        )
-        self.head = nn.Linear(8, 5)
-
-    def forward(self, clip):
-        return self.head(self.features(clip).mean(dim=(2, 3, 4)))
 
 
 def clip_net() -> nn.Module:

@@ -19,30 +19,15 @@ from hookviz.render.kinds import picture_kind
 
 from .test_frames import _clips, _run
 from .test_gallery import CHROMEDRIVER, CHROMIUM, _loaded_images
+from .video_clips import Conv3dNet
 
 LAYER = "features.2"
-
-
-class ClipNet(torch.nn.Module):
-    """tests/frames_plugin.py's Conv3d classifier, given its clips as tensors: importing that
-    plug-in would register its ``frames`` kind for every test this process runs after."""
-
-    def __init__(self):
-        super().__init__()
-        conv = torch.nn.Conv3d
-        self.features = torch.nn.Sequential(
-            conv(3, 6, 3, padding=1), torch.nn.ReLU(), conv(6, 8, 3, stride=(1, 2, 2), padding=1), torch.nn.ReLU()
-        )
-        self.head = torch.nn.Linear(8, 5)
-
-    def forward(self, clip):
-        return self.head(self.features(clip).mean(dim=(2, 3, 4)))
 
 
 @pytest.fixture(scope="module")
 def clips():
     torch.manual_seed(0)
-    net = ClipNet().eval()
+    net = Conv3dNet().eval()  # frames_plugin's model, given tensors: importing the plug-in would register its kind
     return {count: hookviz.explain(net, torch.rand(3, count, 24, 32), layers=[LAYER]) for count in (4, 16, 32)}
 
 

@@ -49,15 +49,12 @@ def encode(path: Path, frames: int = 30, fps: int = 30, codec: str = "mpeg4", go
     return path
 
 
-class VideoNet(nn.Module):
-    """Two 3-D convolutions over a clip, pooled, into five class logits."""
+class Conv3dNet(nn.Module):
+    """Two 3-D convolutions over a clip, pooled, into five class logits: the tests' clip model,
+    of no sample kind (a clip given as a tensor), its subclasses of theirs."""
 
-    hookviz_sample_kind = "video"
-
-    def __init__(self, frames: int | None = None):
+    def __init__(self):
         super().__init__()
-        if frames is not None:
-            self.hookviz_clip_frames = frames
         self.features = nn.Sequential(
             nn.Conv3d(3, 6, 3, padding=1), nn.ReLU(), nn.Conv3d(6, 8, 3, stride=(1, 2, 2), padding=1), nn.ReLU()
         )
@@ -65,6 +62,17 @@ class VideoNet(nn.Module):
 
     def forward(self, clip):
         return self.head(self.features(clip).mean(dim=(2, 3, 4)))
+
+
+class VideoNet(Conv3dNet):
+    """``Conv3dNet`` over the ``video`` kind's clips (``frames``: the clip length it declares)."""
+
+    hookviz_sample_kind = "video"
+
+    def __init__(self, frames: int | None = None):
+        super().__init__()
+        if frames is not None:
+            self.hookviz_clip_frames = frames
 
 
 def video_net() -> nn.Module:
