@@ -101,6 +101,7 @@ def _captum_sampled(reference, batch, settings: SuperpixelOptions) -> np.ndarray
     return np.stack(found)
 
 
+@pytest.mark.slow  # 2-4 s of CPU each: four maps by hookviz, two by captum
 @pytest.mark.parametrize("method", ["lime", "kernel-shap"])
 def test_lime_and_kernel_shap_equal_captums_drawing_the_same_samples(resnet18, batch, method):
     from captum.attr import KernelShap, Lime
