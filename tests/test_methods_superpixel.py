@@ -184,3 +184,33 @@ def test_a_missing_extra_is_refused_in_one_line(tmp_path, monkeypatch):
         "feature-ablation needs the superpixels extra" in result.output and "pip install 'hookviz[superpixels]'" in result.output
     )
     assert "Traceback" not in result.output
+
+
+def test_the_draws_are_captums_from_a_seeded_generator_and_leave_the_global_one_alone():
+    """What makes the sampled methods comparable: hookviz's draws from ``torch.Generator().manual_seed(s)``
+    are those captum's samplers make from the global generator after ``torch.manual_seed(s)``."""
+    from captum.attr import KernelShap
+    from captum.attr._core.lime import default_perturb_func
+    from torch.distributions.categorical import Categorical
+
+    from hookviz.methods.kernel_shap import draw_shapley
+    from hookviz.methods.lime import draw_halves
+
+    state = torch.random.get_rng_state()
+    halves = draw_halves(torch.Generator().manual_seed(5), 9, 30)
+    shapley = draw_shapley(torch.Generator().manual_seed(5), 9, 30)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        theirs = torch.cat([default_perturb_func(torch.zeros(1), num_interp_features=9) for _ in range(30)])
+    assert torch.equal(halves, theirs)
+    counts = torch.arange(9, dtype=torch.float)
+    probs = torch.tensor(8) / (counts * (9 - counts))
+    probs[0] = 0.0
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        sampler = KernelShap(lambda x: x).kernel_shap_perturb_generator(
+            torch.zeros(1), num_select_distribution=Categorical(probs), num_interp_features=9
+        )
+        theirs = torch.cat([next(sampler) for _ in range(30)])
+    assert torch.equal(shapley, theirs) and 0 < int(shapley[2:].sum()) < 28 * 9
