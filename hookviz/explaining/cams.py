@@ -273,7 +273,8 @@ def _pixel_context(method, captures, layouts, sources: Sources, position: int | 
             return None, "no map: no recorded layer has a map to take its CAM from"
         inputs = sources.batch if method.needs_input else None
         # no layer to give: activations None, as MethodContext's docstring says an input method may get
-        return MethodContext(None, None, sources.module, "", inputs, options=sources.options), None  # type: ignore[arg-type]
+        context = MethodContext(None, None, sources.module, "", inputs, options=sources.options, model=sources.module)  # type: ignore[arg-type]
+        return context, None
     capture, layout = captures[position], layouts[position]
     context = _method_context(method, capture, reshape(capture.output, layout), sources)
     if not method.needs_gradients:
@@ -356,7 +357,13 @@ def _method_context(method, capture, activation, sources: Sources):
     path = re.sub(r":\d+$", "", capture.name)  # a module called several times: its K-th call
     inputs = sources.batch if method.needs_input else None
     return MethodContext(
-        activation.detach().float(), None, sources.module.get_submodule(path), capture.name, inputs, options=sources.options
+        activation.detach().float(),
+        None,
+        sources.module.get_submodule(path),
+        capture.name,
+        inputs,
+        options=sources.options,
+        model=sources.module,
     )
 
 

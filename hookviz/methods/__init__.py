@@ -4,7 +4,9 @@ interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``),
 ``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...),
 ``lrp`` (zennit's relevance propagation, the ``lrp`` extra), ``attnlrp`` (AttnLRP for a
 vision transformer, the ``attnlrp`` extra); maps of a vision transformer's attention, at its
-token grid: ``rollout``, ``chefer``, ``legrad``.
+token grid: ``rollout``, ``chefer``, ``legrad``. Of many layers: ``cam`` (CAM, from the classifier's
+weights, at the layer before a global-pool-then-linear head), ``fullgrad`` (FullGrad, every
+conv's and batch norm's bias gradient, at the input's resolution).
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -24,6 +26,7 @@ from hookviz.methods.base import (
 from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
 from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
+from hookviz.methods import cam, fullgrad  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",

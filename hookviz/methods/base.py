@@ -109,6 +109,10 @@ class MethodContext:
             returns the batch's ``hookviz.anatomy.attention.AttentionMaps`` (every attention
             block's probabilities, and with ``gradients="target"`` or ``"layers"`` their
             gradients), from one extra forward pass (and one backward pass with gradients).
+        model: the model the pass explains (``nn.Module``), for a method that reads its parameters (CAM reads
+            the classifier's weights, FullGrad every layer's bias) or hooks it within ``input_gradient``'s
+            ``within``; a method must never change it (its mode, flags or parameters). ``None`` where a caller
+            builds its own context without one.
     """
 
     activations: torch.Tensor
@@ -122,6 +126,7 @@ class MethodContext:
     options: Any = None
     settings: Any = None
     attention: Callable[..., Any] | None = None
+    model: Any = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))

@@ -1,0 +1,167 @@
+"""CAM and FullGrad, the methods that read more of the model than one layer, against their
+references on the random-weight resnet18 and seeded batch of ``test_method_references``:
+torch-cam's ``CAM`` (the classifier's weights) and pytorch-grad-cam's ``FullGrad`` (every
+bias's gradient). Each refusal is one line through the CLI.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import hookviz
+from hookviz.errors import UsageError
+
+from .cli_helpers import hookviz_run
+from .conftest import tiny_net
+from .test_method_references import POSITIVE, SIDE, batch, correlation, ours, pixel_maps, relative, resnet18  # noqa: F401
+
+# ----------------------------------------------------------------------------- CAM
+
+
+def test_cam_equals_torch_cams_and_gradcam_times_the_positions(resnet18, batch):  # noqa: F811
+    from torchcam.methods import CAM
+
+    mine = ours(resnet18, batch, "layer4", "cam", POSITIVE)
+    with CAM(resnet18, "layer4", "fc", input_shape=(3, SIDE, SIDE)) as extractor:
+        with torch.no_grad():
+            resnet18(batch)
+        theirs = extractor(POSITIVE, normalized=False)[0].numpy()
+    assert mine.shape == theirs.shape == (2, 4, 4) and theirs.max() > 0
+    assert relative(mine, theirs) < 1e-3
+    # the fc row is Grad-CAM's weight times the 16 positions: the maps differ by that factor only
+    gradcam = ours(resnet18, batch, "layer4", "gradcam", POSITIVE)
+    assert relative(gradcam * 16, mine) < 1e-5
+
+
+def test_cam_reads_each_images_own_class_row(resnet18, batch):  # noqa: F811
+    """With the top class as target, each photo's map is from its own class's row of fc."""
+    from torchcam.methods import CAM
+
+    images = [b for b in batch]
+    explained = [hookviz.explain(resnet18, image, layers=["layer4"], cam="cam") for image in images]
+    with CAM(resnet18, "layer4", "fc", input_shape=(3, SIDE, SIDE)) as extractor:
+        with torch.no_grad():
+            top = resnet18(batch).argmax(1).tolist()
+        theirs = extractor(top, normalized=False)[0].numpy()
+    for result, expected in zip(explained, theirs):
+        assert relative(result.layers[0].cam, expected) < 1e-3
+
+
+def test_cam_at_a_layer_without_a_pool_then_linear_head_is_refused_in_one_line(photo, tmp_path):
+    out = tmp_path / "out"
+    result = hookviz_run(photo, "--resize", "32", "--crop", "32", "--cam", "cam", "-q", layer="features.3", out=out)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        "hookviz: error: --cam cam: at TinyNet's layer features.3, the target's score is not one linear layer (of 6 "
+        "inputs) applied to its global average pool, so CAM is not defined there; choose gradcam (which equals CAM "
+        "where it is) or the last feature map before the global pool"
+    )
+    assert not (out / "photo").exists()
+    # at the map the pool reads (the second call of act), it is CAM
+    fine = hookviz.explain(tiny_net(), torch.rand(3, 32, 32), layers=["act:1"], cam="cam")
+    assert fine.layers[0].cam is not None and fine.layers[0].cam.shape == (16, 16)
+
+
+class _MLPHead(nn.Module):
+    """A pool then two linear layers: the gradient is even over positions, but no fc row."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.hidden = nn.Linear(4, 8)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc(torch.tanh(self.hidden(self.pool(self.conv(x)).flatten(1))))
+
+
+def test_cam_is_refused_where_the_pool_is_followed_by_more_than_one_linear_layer():
+    with pytest.raises(UsageError, match=r"^cam='cam': at _MLPHead's layer conv, the target's score is not one linear layer"):
+        hookviz.explain(_MLPHead().eval(), torch.rand(3, 16, 16), layers=["conv"], cam="cam")
+
+
+# ----------------------------------------------------------------------------- FullGrad
+
+
+@pytest.mark.slow
+def test_fullgrad_equals_pytorch_grad_cams(resnet18, batch):  # noqa: F811
+    from pytorch_grad_cam import FullGrad
+    from pytorch_grad_cam.utils.image import scale_cam_image
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    mine = pixel_maps(resnet18, batch, "layer4", "fullgrad", POSITIVE)
+    assert mine.shape == (2, 3, SIDE, SIDE)
+    np.testing.assert_allclose(mine[:, 0], mine[:, 2])  # each channel holds a third of the map
+    summed = mine.sum(axis=1)
+    theirs = FullGrad(resnet18, [])(input_tensor=batch, targets=[ClassifierOutputTarget(POSITIVE)] * 2)
+    assert theirs.shape == summed.shape and theirs.max() > 0
+    # pytorch-grad-cam scales its sum to 0..1 per image: so scaled, ours equals it
+    assert relative(scale_cam_image(summed), theirs) < 1e-3
+    assert all(correlation(own, public) >= 0.999 for own, public in zip(summed, theirs))
+
+
+class _BiasFree(nn.Module):
+    """Convolutions without bias and no batch norm: nothing for FullGrad's bias terms."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def bias_free_net() -> nn.Module:
+    """Factory used as ``--model tests.test_methods_multilayer:bias_free_net``."""
+    return _BiasFree().eval()
+
+
+def test_fullgrad_of_a_model_without_biases_is_refused_in_one_line_where_pytorch_grad_cam_is_silent(photo, tmp_path):
+    from pytorch_grad_cam import FullGrad
+    from pytorch_grad_cam.utils.image import scale_cam_image
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    out = tmp_path / "out"
+    result = hookviz_run(
+        photo,
+        "--resize",
+        "32",
+        "--crop",
+        "32",
+        "--cam",
+        "fullgrad",
+        "-q",
+        model="tests.test_methods_multilayer:bias_free_net",
+        out=out,
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        "hookviz: error: --cam fullgrad: _BiasFree has no nn.Conv2d or nn.BatchNorm2d with a bias, so FullGrad would be "
+        "its input-gradient term alone; choose integrated-gradients or guided-backprop"
+    )
+    assert not (out / "photo").exists()
+    # pytorch-grad-cam makes a map all the same: |input gradient x input| alone, scaled
+    model, x = bias_free_net(), torch.rand(1, 3, 16, 16, requires_grad=True)
+    theirs = FullGrad(model, [])(input_tensor=x.detach(), targets=[ClassifierOutputTarget(1)])
+    model(x)[0, 1].backward()
+    term = (x.grad * x).abs().detach().numpy()
+    term = sum(scale_cam_image(channel[None])[0] for channel in term[0])
+    assert relative(scale_cam_image(term[None]), theirs) < 1e-3
+
+
+def test_fullgrad_leaves_no_hook_and_explains_a_segmenter():
+    torch.manual_seed(0)
+    model = torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=3).eval()
+    before = {name: (dict(m._forward_hooks), dict(m._backward_hooks)) for name, m in model.named_modules()}
+    result = hookviz.explain(model, torch.rand(3, 48, 48), layers=["backbone.16"], cam="fullgrad")
+    found = result.pixel_maps["fullgrad"]
+    assert found.map is not None and found.map.shape == (3, 48, 48) and np.isfinite(found.map).all() and found.map.max() > 0
+    assert {name: (dict(m._forward_hooks), dict(m._backward_hooks)) for name, m in model.named_modules()} == before
