@@ -165,3 +165,78 @@ def test_fullgrad_leaves_no_hook_and_explains_a_segmenter():
     found = result.pixel_maps["fullgrad"]
     assert found.map is not None and found.map.shape == (3, 48, 48) and np.isfinite(found.map).all() and found.map.max() > 0
     assert {name: (dict(m._forward_hooks), dict(m._backward_hooks)) for name, m in model.named_modules()} == before
+
+
+# ----------------------------------------------------------------------------- RefineCAM
+
+
+def _refine(model, photos, layers) -> np.ndarray:
+    """hookviz's refine-cam of ``batch`` over ``layers``, summed over the input's channels."""
+    from PIL import Image
+
+    from hookviz import Explainer, LayerOptions, TargetOptions
+    from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+    from hookviz.models.loading import LoadedModel
+
+    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in photos]
+    loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
+    target = TargetOptions(target=str(POSITIVE), cam="refine-cam")
+    explainer = Explainer.create(loaded, layers=LayerOptions(tuple(layers)), target=target)
+    return np.stack([result.pixel_maps["refine-cam"].map for result in explainer.explain_batch(images)]).sum(axis=1)
+
+
+LAYERS = ["layer2", "layer3", "layer4"]
+
+
+@pytest.mark.slow
+def test_refine_cam_equals_pytorch_grad_cams(resnet18, batch):  # noqa: F811
+    from pytorch_grad_cam import RefineCAM
+    from pytorch_grad_cam.utils.image import scale_cam_image
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    mine = _refine(resnet18, batch, LAYERS)
+    theirs = RefineCAM(resnet18, [resnet18.get_submodule(name) for name in LAYERS])(batch, [ClassifierOutputTarget(POSITIVE)] * 2)
+    assert mine.shape == theirs.shape == (2, SIDE, SIDE) and theirs.max() > 0
+    assert relative(scale_cam_image(mine), theirs) < 1e-3
+    assert all(correlation(own, public) >= 0.999 for own, public in zip(mine, theirs))
+
+
+def test_refine_cam_differs_from_torch_cams_whose_gradcam_plus_plus_never_divides_its_alphas(resnet18, batch):  # noqa: F811
+    import torch.nn.functional as F
+    from torchcam.methods import GradCAMpp, RefineCAM
+
+    mine = _refine(resnet18, batch, LAYERS)
+    with RefineCAM(resnet18, LAYERS, input_shape=(3, SIDE, SIDE)) as extractor:
+        theirs = extractor(POSITIVE, resnet18(batch))[0].detach()
+    assert theirs.shape == (2, 14, 14)  # the largest layer's map, not the input's
+    resized = F.interpolate(theirs[:, None], size=(SIDE, SIDE), mode="bilinear")[:, 0].numpy()
+    assert all(correlation(own, public) < 0.999 for own, public in zip(mine, resized))
+    # its base: alpha[idx][mask].div_(...) divides a copy, so the weights are sum(g^2 ReLU(g))
+    seen = {}
+
+    def record(_module, _args, output):
+        seen["a"] = output
+        output.register_hook(lambda grad: seen.update(g=grad))
+
+    handle = resnet18.layer4.register_forward_hook(record)
+    try:
+        resnet18(batch)[:, POSITIVE].sum().backward()
+    finally:
+        handle.remove()
+        resnet18.zero_grad(set_to_none=True)
+    a, g = seen["a"].detach(), seen["g"]
+    undivided = torch.relu(((g.pow(2) * torch.relu(g)).sum((2, 3))[..., None, None] * a).sum(1))
+    with GradCAMpp(resnet18, "layer4", input_shape=(3, SIDE, SIDE)) as extractor:
+        base = extractor(POSITIVE, resnet18(batch), normalized=False)[0].detach()
+    assert relative(base.numpy(), undivided.numpy()) < 1e-3
+    paper = ours(resnet18, batch, "layer4", "gradcam++", POSITIVE)
+    assert relative(paper / paper.max(), (base / base.max()).numpy()) > 1e-2
+
+
+def test_refine_cam_of_one_layer_is_its_gradcam_plus_plus_scaled_at_the_input(resnet18, batch):  # noqa: F811
+    from pytorch_grad_cam.utils.image import scale_cam_image
+
+    mine = _refine(resnet18, batch, ["layer4"])
+    base = ours(resnet18, batch, "layer4", "gradcam++", POSITIVE)
+    resized = scale_cam_image(scale_cam_image(base), (SIDE, SIDE))  # scaled, then resized: no longer 0..1
+    assert relative(scale_cam_image(mine), scale_cam_image(resized)) < 1e-3

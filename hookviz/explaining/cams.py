@@ -250,6 +250,7 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
             input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
             score=sources.scores[key] if method.needs_rescoring else None,
             score_layer=_pixel_layer_rescoring(method, context, sources, layouts[position] if position is not None else None),
+            layers=_every_layer(method, captures, layouts, sources) if method.needs_gradients else (),
         )
         maps[method.name] = _computed(method, given, tuple(sources.batch.shape), figures)
         if method.needs_gradients:
@@ -283,6 +284,17 @@ def _pixel_context(method, captures, layouts, sources: Sources, position: int | 
     if grads is None:
         return None, f"no map: {sources.objective} does not depend on {capture.name}, the first layer with a map"
     return replace(context, gradients=grads.float()), None
+
+
+def _every_layer(method, captures, layouts, sources: Sources) -> tuple:
+    """The context of every recorded layer that has a map and a gradient (``MethodContext.layers``)."""
+    found = []
+    for position, capture in enumerate(captures):
+        if _no_map(capture, sources, layouts[position]) is None:
+            context, _ = _pixel_context(method, captures, layouts, sources, position)
+            if context is not None:
+                found.append(context)
+    return tuple(found)
 
 
 def _no_map(capture, sources: Sources, layout: Layout | None) -> str | None:

@@ -26,7 +26,7 @@ from hookviz.methods.base import (
 from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
 from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
-from hookviz.methods import cam, fullgrad  # noqa: F401  # isort: skip
+from hookviz.methods import cam, fullgrad, refine_cam  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",

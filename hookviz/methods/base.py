@@ -113,6 +113,9 @@ class MethodContext:
             the classifier's weights, FullGrad every layer's bias) or hooks it within ``input_gradient``'s
             ``within``; a method must never change it (its mode, flags or parameters). ``None`` where a caller
             builds its own context without one.
+        layers: for an ``input`` method that ``needs_gradients``, the context (activations, gradients, module,
+            layer) of every recorded layer that has a map and a gradient, in the forward pass's order, the first
+            being this context's own layer (RefineCAM multiplies their maps); ``()`` otherwise.
     """
 
     activations: torch.Tensor
@@ -127,6 +130,7 @@ class MethodContext:
     settings: Any = None
     attention: Callable[..., Any] | None = None
     model: Any = None
+    layers: tuple = ()
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
