@@ -13,7 +13,6 @@ import torchvision
 from torch import nn
 
 import hookviz
-from hookviz.errors import UsageError
 
 from .cli_helpers import hookviz_run
 from .conftest import tiny_net
@@ -51,19 +50,30 @@ def test_cam_reads_each_images_own_class_row(resnet18, batch):  # noqa: F811
         assert relative(result.layers[0].cam, expected) < 1e-3
 
 
-def test_cam_at_a_layer_without_a_pool_then_linear_head_is_refused_in_one_line(photo, tmp_path):
+def test_cam_of_a_model_without_a_linear_classifier_is_refused_in_one_line(photo, tmp_path):
     out = tmp_path / "out"
-    result = hookviz_run(photo, "--resize", "32", "--crop", "32", "--cam", "cam", "-q", layer="features.3", out=out)
+    model = "tests.test_conformance:tiny_segmenter"
+    result = hookviz_run(photo, "--resize", "32", "--crop", "32", "--cam", "cam", "-q", model=model, out=out)
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == (
-        "hookviz: error: --cam cam: at TinyNet's layer features.3, the target's score is not one linear layer (of 6 "
-        "inputs) applied to its global average pool, so CAM is not defined there; choose gradcam (which equals CAM "
-        "where it is) or the last feature map before the global pool"
+        "hookviz: error: --cam cam: TinySegmenter has no nn.Linear classifier, so CAM has no class weights to read; "
+        "choose gradcam (which equals CAM where the head is a global pool then a linear layer)"
     )
     assert not (out / "photo").exists()
-    # at the map the pool reads (the second call of act), it is CAM
-    fine = hookviz.explain(tiny_net(), torch.rand(3, 32, 32), layers=["act:1"], cam="cam")
-    assert fine.layers[0].cam is not None and fine.layers[0].cam.shape == (16, 16)
+
+
+def test_cam_at_a_layer_the_classifier_does_not_pool_says_why_and_maps_the_layer_it_pools():
+    """features.3 reaches the pool through two ReLUs; act:1 (the second call of act) is what it pools."""
+    result = hookviz.explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.3", "act:1"], cam="gradcam,cam")
+    early, pooled = result.layers
+    assert early.cams["gradcam"] is not None and "cam" not in early.cams
+    assert early.cam_notes["cam"] == (
+        "no CAM: cam='cam': the target's score is not one linear layer (of 6 inputs) applied to the global average pool "
+        "of features.3, so CAM is not defined here; choose gradcam (which equals CAM where it is) or the last feature "
+        "map before the global pool"
+    )
+    assert pooled.cams["cam"].shape == (16, 16)
+    assert relative(pooled.cams["gradcam"] * 256, pooled.cams["cam"]) < 1e-5
 
 
 class _MLPHead(nn.Module):
@@ -81,9 +91,10 @@ class _MLPHead(nn.Module):
         return self.fc(torch.tanh(self.hidden(self.pool(self.conv(x)).flatten(1))))
 
 
-def test_cam_is_refused_where_the_pool_is_followed_by_more_than_one_linear_layer():
-    with pytest.raises(UsageError, match=r"^cam='cam': at _MLPHead's layer conv, the target's score is not one linear layer"):
-        hookviz.explain(_MLPHead().eval(), torch.rand(3, 16, 16), layers=["conv"], cam="cam")
+def test_cam_has_no_map_where_the_pool_is_followed_by_more_than_one_linear_layer():
+    result = hookviz.explain(_MLPHead().eval(), torch.rand(3, 16, 16), layers=["conv"], cam="cam")
+    assert result.layers[0].cam is None
+    assert result.layers[0].cam_note.startswith("no CAM: cam='cam': the target's score is not one linear layer (of 4 inputs)")
 
 
 # ----------------------------------------------------------------------------- FullGrad

@@ -165,7 +165,10 @@ def _attention_passes(explainer, methods, plan, samples, keys) -> dict | None:
 
 
 def layer_maps(methods, capture, sources: Sources, position: int, layout: Layout | None) -> LayerMaps:
-    """One layer's maps by each layer method (the main one first), its output read in ``layout``."""
+    """One layer's maps by each layer method (the main one first), its output read in ``layout``;
+    a method that raises ``NoMap`` has none of this layer, for the reason it gives."""
+    from hookviz.methods import NoMap
+
     order = tuple(m.name for m in methods)
     common = _no_map(capture, sources, layout)
     if common is not None:
@@ -182,7 +185,10 @@ def layer_maps(methods, capture, sources: Sources, position: int, layout: Layout
             zero_notes = zero_notes or _zero_gradient_notes(capture.name, sources, raw, layout)
         keys = sources.keys if rank == 0 else sources.keys[:1]
         context = _method_context(method, capture, activation, sources)
-        maps[method.name] = {key: _key_map(method, context, sources, key, position, layout) for key in keys}
+        try:
+            maps[method.name] = {key: _key_map(method, context, sources, key, position, layout) for key in keys}
+        except NoMap as declined:  # the method has no map of this layer, and says why
+            reasons[method.name] = f"no CAM: {declined}"
     gradient_methods = frozenset(m.name for m in methods if m.needs_gradients)
     return LayerMaps(order, maps, reasons, zero_notes, gradient_methods)
 

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hookviz.errors import UsageError
+from hookviz.errors import HookvizError, UsageError
 from hookviz.registry import Registry
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ __all__ = [
     "RESOLUTIONS",
     "Method",
     "MethodContext",
+    "NoMap",
     "get_method",
     "method_names",
     "register_method",
@@ -63,6 +64,13 @@ RESCORING_BATCH = 32
 #: What a method's map is: one map per image at the layer's resolution, or one map per
 #: image and input channel at the input's resolution.
 RESOLUTIONS = ("layer", "input")
+
+
+class NoMap(HookvizError):
+    """Raised by a ``layer`` method's function: the method has no map of this layer, for the reason
+    ``str(error)`` gives (CAM at a layer the classifier does not read through a global pool). The
+    layer's report then says ``no CAM: <reason>``, as for a layer the target does not reach, and the
+    run goes on with the other layers and methods."""
 
 
 @dataclass(frozen=True)

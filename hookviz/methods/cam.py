@@ -9,15 +9,16 @@ which of its rows: the one whose row, spread evenly over the map's positions, is
 gradient of the target's score at this layer (d S / d A_c(x, y) = w[class, c] / positions,
 exactly when S = w[class] . mean(A) + b). That both finds the class and proves the head is
 a global average pool then that linear layer at this layer; a layer where it is not (an
-earlier block, a head with another layer between, a segmenter or a detector) is refused in
-one line. Where it is, Grad-CAM's weights are these divided by the number of positions, so
+earlier block, a head with another layer between, a detector's) gets no CAM, and its report
+says why (``NoMap``), as for a layer the target does not reach. A model with no ``nn.Linear``
+at all (a segmenter of convolutions) is refused in one line before any image. Where it is, Grad-CAM's weights are these divided by the number of positions, so
 ``gradcam`` makes the same map up to that factor and explains every other layer too.
 """
 
 from __future__ import annotations
 
 from hookviz.errors import UsageError, arg
-from hookviz.methods.base import MethodContext, register_method
+from hookviz.methods.base import MethodContext, NoMap, register_method
 
 __all__ = ["cam", "classifier_rows"]
 
@@ -26,7 +27,17 @@ __all__ = ["cam", "classifier_rows"]
 _TOLERANCE = 1e-3
 
 
-@register_method("cam", needs_gradients=True)
+def _check(model) -> None:
+    import torch
+
+    if not any(isinstance(module, torch.nn.Linear) for module in model.modules()):
+        raise UsageError(
+            f"{arg('cam', 'cam')}: {type(model).__name__} has no nn.Linear classifier, so CAM has no class weights to read; "
+            "choose gradcam (which equals CAM where the head is a global pool then a linear layer)"
+        )
+
+
+@register_method("cam", needs_gradients=True, check=_check)
 def cam(ctx: MethodContext):
     """CAM: channels weighted by the classifier's weights of the target class (a global-pool-then-linear head)."""
     activations, grads = ctx.activations, ctx.gradients
@@ -39,7 +50,7 @@ def cam(ctx: MethodContext):
 def classifier_rows(ctx: MethodContext):
     """Per image, the row of the classifier's weight (N, C) that the target's gradient at the
     layer is, spread evenly over its positions (zeros for an image whose gradient is zero);
-    raises UsageError where no linear layer's row is."""
+    raises NoMap where no linear layer's row is (the layer's report says why)."""
     import torch
 
     activations, grads = ctx.activations, ctx.gradients
@@ -53,7 +64,7 @@ def classifier_rows(ctx: MethodContext):
             continue  # nothing reaches this layer for this image: its map is zero, as Grad-CAM's
         found = _matching_row(scaled[n], [m for m in linears if m.in_features == channels])
         if found is None:
-            raise UsageError(_refusal(ctx, channels, bool(linears)))
+            raise NoMap(_refusal(ctx, channels))
         rows[n] = found.to(rows.dtype)
     return rows
 
@@ -69,14 +80,9 @@ def _matching_row(scaled, linears):
     return None
 
 
-def _refusal(ctx: MethodContext, channels: int, any_linear: bool) -> str:
-    model = type(ctx.model).__name__ if ctx.model is not None else "the model"
-    why = (
-        f"the target's score is not one linear layer (of {channels} inputs) applied to its global average pool"
-        if any_linear
-        else "the model has no nn.Linear classifier to read weights from"
-    )
+def _refusal(ctx: MethodContext, channels: int) -> str:
     return (
-        f"{arg('cam', 'cam')}: at {model}'s layer {ctx.layer}, {why}, so CAM is not defined there; choose gradcam "
-        "(which equals CAM where it is) or the last feature map before the global pool"
+        f"{arg('cam', 'cam')}: the target's score is not one linear layer (of {channels} inputs) applied to the global "
+        f"average pool of {ctx.layer}, so CAM is not defined here; choose gradcam (which equals CAM where it is) or the "
+        "last feature map before the global pool"
     )
