@@ -212,6 +212,7 @@ def test_refine_cam_equals_pytorch_grad_cams(resnet18, batch):  # noqa: F811
     assert all(correlation(own, public) >= 0.999 for own, public in zip(mine, theirs))
 
 
+@pytest.mark.slow
 def test_refine_cam_differs_from_torch_cams_whose_gradcam_plus_plus_never_divides_its_alphas(resnet18, batch):  # noqa: F811
     import torch.nn.functional as F
     from torchcam.methods import GradCAMpp, RefineCAM
