@@ -108,8 +108,9 @@ OURS = ("hookviz.", "tests.extension_plugin", "tests.picture_plugin")
 
 
 #: Methods made for one family of models, which refuse the others in one line (lrp: layers
-#: zennit has rules for, attnlrp: torchvision's ViT); tests/test_lrp.py and test_attnlrp.py run them.
-FAMILY_METHODS = ("lrp", "attnlrp")
+#: zennit has rules for, attnlrp: torchvision's ViT, cam: a classifier with an nn.Linear head);
+#: tests/test_lrp.py, test_attnlrp.py and test_methods_multilayer.py run them.
+FAMILY_METHODS = ("lrp", "attnlrp", "cam")
 
 
 def _methods(task: str) -> str:

@@ -165,7 +165,10 @@ def _attention_passes(explainer, methods, plan, samples, keys) -> dict | None:
 
 
 def layer_maps(methods, capture, sources: Sources, position: int, layout: Layout | None) -> LayerMaps:
-    """One layer's maps by each layer method (the main one first), its output read in ``layout``."""
+    """One layer's maps by each layer method (the main one first), its output read in ``layout``;
+    a method that raises ``NoMap`` has none of this layer, for the reason it gives."""
+    from hookviz.methods import NoMap
+
     order = tuple(m.name for m in methods)
     common = _no_map(capture, sources, layout)
     if common is not None:
@@ -182,7 +185,10 @@ def layer_maps(methods, capture, sources: Sources, position: int, layout: Layout
             zero_notes = zero_notes or _zero_gradient_notes(capture.name, sources, raw, layout)
         keys = sources.keys if rank == 0 else sources.keys[:1]
         context = _method_context(method, capture, activation, sources)
-        maps[method.name] = {key: _key_map(method, context, sources, key, position, layout) for key in keys}
+        try:
+            maps[method.name] = {key: _key_map(method, context, sources, key, position, layout) for key in keys}
+        except NoMap as declined:  # the method has no map of this layer, and says why
+            reasons[method.name] = f"no CAM: {declined}"
     gradient_methods = frozenset(m.name for m in methods if m.needs_gradients)
     return LayerMaps(order, maps, reasons, zero_notes, gradient_methods)
 
@@ -250,6 +256,7 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
             input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
             score=sources.scores[key] if method.needs_rescoring else None,
             score_layer=_pixel_layer_rescoring(method, context, sources, layouts[position] if position is not None else None),
+            layers=_every_layer(method, captures, layouts, sources) if method.needs_gradients else (),
         )
         maps[method.name] = _computed(method, given, tuple(sources.batch.shape), figures)
         if method.needs_gradients:
@@ -273,7 +280,8 @@ def _pixel_context(method, captures, layouts, sources: Sources, position: int | 
             return None, "no map: no recorded layer has a map to take its CAM from"
         inputs = sources.batch if method.needs_input else None
         # no layer to give: activations None, as MethodContext's docstring says an input method may get
-        return MethodContext(None, None, sources.module, "", inputs, options=sources.options), None  # type: ignore[arg-type]
+        context = MethodContext(None, None, sources.module, "", inputs, options=sources.options, model=sources.module)  # type: ignore[arg-type]
+        return context, None
     capture, layout = captures[position], layouts[position]
     context = _method_context(method, capture, reshape(capture.output, layout), sources)
     if not method.needs_gradients:
@@ -282,6 +290,17 @@ def _pixel_context(method, captures, layouts, sources: Sources, position: int | 
     if grads is None:
         return None, f"no map: {sources.objective} does not depend on {capture.name}, the first layer with a map"
     return replace(context, gradients=grads.float()), None
+
+
+def _every_layer(method, captures, layouts, sources: Sources) -> tuple:
+    """The context of every recorded layer that has a map and a gradient (``MethodContext.layers``)."""
+    found = []
+    for position, capture in enumerate(captures):
+        if _no_map(capture, sources, layouts[position]) is None:
+            context, _ = _pixel_context(method, captures, layouts, sources, position)
+            if context is not None:
+                found.append(context)
+    return tuple(found)
 
 
 def _no_map(capture, sources: Sources, layout: Layout | None) -> str | None:
@@ -356,7 +375,13 @@ def _method_context(method, capture, activation, sources: Sources):
     path = re.sub(r":\d+$", "", capture.name)  # a module called several times: its K-th call
     inputs = sources.batch if method.needs_input else None
     return MethodContext(
-        activation.detach().float(), None, sources.module.get_submodule(path), capture.name, inputs, options=sources.options
+        activation.detach().float(),
+        None,
+        sources.module.get_submodule(path),
+        capture.name,
+        inputs,
+        options=sources.options,
+        model=sources.module,
     )
 
 

@@ -6,6 +6,9 @@ interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``),
 vision transformer, the ``attnlrp`` extra); maps of a vision transformer's attention, at its
 token grid: ``rollout``, ``chefer``, ``legrad``; maps of the input over its superpixels (SLIC, the
 ``superpixels`` extra, options shared in ``superpixels``): ``feature_ablation``, ``lime``, ``kernel_shap``.
+Of many layers: ``cam`` (CAM, from the classifier's
+weights, at the layer before a global-pool-then-linear head), ``fullgrad`` (FullGrad, every
+conv's and batch norm's bias gradient, at the input's resolution).
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -16,6 +19,7 @@ from hookviz.methods.base import (
     MapFigures,
     Method,
     MethodContext,
+    NoMap,
     get_method,
     method_names,
     register_method,
@@ -26,6 +30,7 @@ from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hire
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
 from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
 from hookviz.methods import feature_ablation, lime, kernel_shap  # noqa: F401  # isort: skip
+from hookviz.methods import cam, fullgrad, refine_cam  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",
@@ -34,6 +39,7 @@ __all__ = [
     "RESOLUTIONS",
     "Method",
     "MethodContext",
+    "NoMap",
     "get_method",
     "method_names",
     "register_method",

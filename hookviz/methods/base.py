@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hookviz.errors import UsageError
+from hookviz.errors import HookvizError, UsageError
 from hookviz.registry import Registry
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ __all__ = [
     "RESOLUTIONS",
     "Method",
     "MethodContext",
+    "NoMap",
     "get_method",
     "method_names",
     "register_method",
@@ -63,6 +64,13 @@ RESCORING_BATCH = 32
 #: What a method's map is: one map per image at the layer's resolution, or one map per
 #: image and input channel at the input's resolution.
 RESOLUTIONS = ("layer", "input")
+
+
+class NoMap(HookvizError):
+    """Raised by a ``layer`` method's function: the method has no map of this layer, for the reason
+    ``str(error)`` gives (CAM at a layer the classifier does not read through a global pool). The
+    layer's report then says ``no CAM: <reason>``, as for a layer the target does not reach, and the
+    run goes on with the other layers and methods."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,13 @@ class MethodContext:
             returns the batch's ``hookviz.anatomy.attention.AttentionMaps`` (every attention
             block's probabilities, and with ``gradients="target"`` or ``"layers"`` their
             gradients), from one extra forward pass (and one backward pass with gradients).
+        model: the model the pass explains (``nn.Module``), for a method that reads its parameters (CAM reads
+            the classifier's weights, FullGrad every layer's bias) or hooks it within ``input_gradient``'s
+            ``within``; a method must never change it (its mode, flags or parameters). ``None`` where a caller
+            builds its own context without one.
+        layers: for an ``input`` method that ``needs_gradients``, the context (activations, gradients, module,
+            layer) of every recorded layer that has a map and a gradient, in the forward pass's order, the first
+            being this context's own layer (RefineCAM multiplies their maps); ``()`` otherwise.
     """
 
     activations: torch.Tensor
@@ -122,6 +137,8 @@ class MethodContext:
     options: Any = None
     settings: Any = None
     attention: Callable[..., Any] | None = None
+    model: Any = None
+    layers: tuple = ()
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
