@@ -4,7 +4,8 @@ interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``),
 ``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...),
 ``lrp`` (zennit's relevance propagation, the ``lrp`` extra), ``attnlrp`` (AttnLRP for a
 vision transformer, the ``attnlrp`` extra); maps of a vision transformer's attention, at its
-token grid: ``rollout``, ``chefer``, ``legrad``.
+token grid: ``rollout``, ``chefer``, ``legrad``; captum's gradient maps of the input: ``saliency``,
+``input_x_gradient``, ``deconvolution``, ``deeplift``, ``deeplift_shap``, ``gradient_shap``.
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -24,6 +25,7 @@ from hookviz.methods.base import (
 from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
 from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
+from hookviz.methods import saliency, input_x_gradient, deconvolution, deeplift, deeplift_shap, gradient_shap  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",
