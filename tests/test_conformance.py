@@ -110,6 +110,10 @@ OURS = ("hookviz.", "tests.extension_plugin", "tests.picture_plugin")
 #: Methods made for one family of models, which refuse the others in one line (lrp: layers
 #: zennit has rules for, attnlrp: torchvision's ViT); tests/test_lrp.py and test_attnlrp.py run them.
 FAMILY_METHODS = ("lrp", "attnlrp")
+#: Methods that refuse one task's model in one line: DeepLIFT's rescale rule needs every
+#: nonlinearity as a module, and a torchvision detector's heads call relu, sigmoid and softmax as
+#: functions (tests/test_methods_captum.py runs the refusal).
+REFUSED = {"detect": ("deeplift", "deeplift-shap")}
 
 
 def _methods(task: str) -> str:
@@ -122,7 +126,8 @@ def _methods(task: str) -> str:
     attention = [name for name in ours if METHODS.get(name).needs_attention]
     if task == "vit":
         return ",".join([*attention, "gradcam", "peak"])
-    return ",".join(name for name in ours if name not in attention and name not in FAMILY_METHODS)
+    refused = (*attention, *FAMILY_METHODS, *REFUSED.get(task, ()))
+    return ",".join(name for name in ours if name not in refused)
 
 
 def _kinds() -> str:

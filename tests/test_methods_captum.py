@@ -34,6 +34,7 @@ from hookviz.methods.gradient_shap import GradientShapOptions, draws
 from hookviz.methods.integrated_gradients import baseline
 from hookviz.models.loading import LoadedModel
 from tests.cli_helpers import hookviz_run
+from tests.conftest import SAMPLES
 
 SIDE = 64
 TARGET = 8
@@ -299,6 +300,52 @@ def test_bad_input_is_refused_in_one_line(photo, tmp_path, arguments, message):
     # a ReLU called as a function shows in the model's first pass, so after the run's header line
     errors = [line for line in result.stderr.strip().splitlines() if not line.startswith("hookviz: model ")]
     assert len(errors) == 1 and message in " ".join(errors[0].split()) and "Traceback" not in result.output
+
+
+@pytest.mark.slow  # 5 s
+def test_a_detector_is_refused_by_deeplift_for_the_functions_its_heads_call(tmp_path):
+    """torchvision's Faster R-CNN heads call relu, and its post-processing sigmoid and softmax, as functions."""
+    detector = ["--model", "tests.test_conformance:tiny_detector", "--layer", "backbone.1", "--score-threshold", "0"]
+    result = hookviz_run(SAMPLES / "cat.png", *detector, "--cam", "deeplift", model=None, out=tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        "hookviz: error: --cam deeplift: FasterRCNN calls relu, sigmoid, softmax as a function, which DeepLIFT's hooks on "
+        "modules cannot see (captum's pass its plain gradient); choose integrated-gradients"
+    )
+
+
+@pytest.mark.slow  # 2.8 s
+def test_a_segmenter_is_explained_at_the_input():
+    """torchvision's LR-ASPP (ReLU, Hardswish and Hardsigmoid modules) at 64 pixels, random weights:
+    each method's map is finite, of the input's shape and not all zero, for the segmentation's target class."""
+    torch.manual_seed(0)
+    model = torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None).eval()
+    image = torch.rand(3, 64, 64, generator=torch.Generator().manual_seed(0))
+    methods = ["saliency", "deconvolution", "deeplift", "deeplift-shap", "gradient-shap"]
+    result = hookviz.explain(model, image, cam=",".join(methods), layers=["backbone.16"], dls_baselines=2, gs_samples=2)
+    for method in methods:
+        found = result.pixel_maps[method].map
+        assert found.shape == (3, 64, 64) and np.isfinite(found).all() and np.abs(found).max() > 0, method
+
+
+@pytest.mark.slow  # 13 s
+def test_the_trust_measures_take_the_new_maps_through_the_command(tmp_path):
+    """--faithfulness and --sanity measure each new map at the input, as integrated gradients'."""
+    import json
+
+    from tests.test_trust import run_cli
+
+    methods = ["saliency", "input-x-gradient", "deconvolution", "deeplift", "deeplift-shap", "gradient-shap"]
+    result = run_cli(tmp_path, "--faithfulness", "--sanity", "--cam", ",".join(methods), "--pictures", "cam")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    for method in methods:
+        trust = report["pixel_maps"][method]["trust"]
+        assert 0 <= trust["faithfulness"]["deletion_insertion"]["deletion_auc"] <= 1, method
+        sanity = trust["sanity"]["final_correlation"]
+        assert sanity is None or -1 <= sanity <= 1, method
+    ranked = json.loads((tmp_path / "out" / "run.json").read_text())["trust"]
+    assert {entry["method"] for entry in ranked["maps"]} == set(methods)
 
 
 class Reused(nn.Module):
