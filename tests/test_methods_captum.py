@@ -36,7 +36,7 @@ from hookviz.models.loading import LoadedModel
 from tests.cli_helpers import hookviz_run
 from tests.conftest import SAMPLES
 
-SIDE = 64
+SIDE = 32
 TARGET = 8
 
 
@@ -142,7 +142,7 @@ def test_deeplift_equals_captums_on_a_resnet_whose_relus_it_can_take(resnet18, b
     theirs = DeepLift(split_relus(resnet18)).attribute(batch, baselines=baselines, target=TARGET)
     before = _relus(resnet18)
     mine = pixel_maps(resnet18, batch, "deeplift", settings=DeepLiftOptions(dl_baseline=which))
-    assert _relus(resnet18) == before
+    assert _relus(resnet18) == before and not any(m._forward_hooks or m._forward_pre_hooks for m in resnet18.modules())
     assert mine.shape == (2, 3, SIDE, SIDE) and relative(mine, theirs) < 1e-3
 
 
@@ -208,6 +208,8 @@ def test_a_relu_called_as_a_function_is_refused_where_captum_passes_its_plain_gr
     x = batch[:1, :, :16, :16]
     with pytest.raises(UsageError, match=r"FunctionalNet calls relu as a function, which DeepLIFT's hooks"):
         hookviz.explain(model, x[0], cam="deeplift", layers=["conv"])
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # every hook removed, on error too
+    assert torch._C._len_torch_function_stack() == 0  # and the function mode that watched the pass left
     # captum's map of the functional ReLU is the plain input x gradient (the zero baseline's),
     # not DeepLift's, which its twin with an nn.ReLU gets, and hookviz's equals
     theirs = DeepLift(model).attribute(x, target=1).detach()
@@ -218,6 +220,7 @@ def test_a_relu_called_as_a_function_is_refused_where_captum_passes_its_plain_gr
     assert relative(mine.numpy(), twins) < 1e-3
 
 
+@pytest.mark.slow  # 1.4 s
 def test_deeplift_shap_equals_captums_with_the_same_baselines(resnet18, batch):
     from captum.attr import DeepLiftShap
 
