@@ -111,6 +111,10 @@ OURS = ("hookviz.", "tests.extension_plugin", "tests.picture_plugin")
 #: zennit has rules for, attnlrp: torchvision's ViT, cam: a classifier with an nn.Linear head);
 #: tests/test_lrp.py, test_attnlrp.py and test_methods_multilayer.py run them.
 FAMILY_METHODS = ("lrp", "attnlrp", "cam")
+#: Methods that refuse one task's model in one line: DeepLIFT's rescale rule needs every
+#: nonlinearity as a module, and a torchvision detector's heads call relu, sigmoid and softmax as
+#: functions (tests/test_methods_captum.py runs the refusal).
+REFUSED = {"detect": ("deeplift", "deeplift-shap")}
 
 
 def _methods(task: str) -> str:
@@ -123,7 +127,8 @@ def _methods(task: str) -> str:
     attention = [name for name in ours if METHODS.get(name).needs_attention]
     if task == "vit":
         return ",".join([*attention, "gradcam", "peak"])
-    return ",".join(name for name in ours if name not in attention and name not in FAMILY_METHODS)
+    refused = (*attention, *FAMILY_METHODS, *REFUSED.get(task, ()))
+    return ",".join(name for name in ours if name not in refused)
 
 
 def _kinds() -> str:
