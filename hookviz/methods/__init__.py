@@ -4,7 +4,9 @@ interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``),
 ``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...),
 ``lrp`` (zennit's relevance propagation, the ``lrp`` extra), ``attnlrp`` (AttnLRP for a
 vision transformer, the ``attnlrp`` extra); maps of a vision transformer's attention, at its
-token grid: ``rollout``, ``chefer``, ``legrad``.
+token grid: ``rollout``, ``chefer``, ``legrad``; pytorch-grad-cam's further layer maps:
+``gradcam-elementwise``, ``eigengradcam``, ``kpca-cam``, ``fem``, ``shapley-cam`` (Hessian-vector
+products) and ``random-cam``, a seeded baseline for the trust measures.
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -24,6 +26,7 @@ from hookviz.methods.base import (
 from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
 from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
+from hookviz.methods import gradcam_elementwise, eigengradcam, kpca_cam, fem, random_cam, shapley_cam  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",
