@@ -88,14 +88,23 @@ def test_eigengradcam_equals_pytorch_grad_cams_up_to_the_sign_it_leaves_to_the_s
 
 
 def test_pytorch_grad_cams_eigengradcam_keeps_the_half_the_svd_returns_even_against_the_evidence(resnet18, batch):
-    """pytorch-grad-cam's sign is the SVD's: negate the products (the same component, the other
-    way round) and its map keeps the half where the evidence is against the class."""
-    from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
+    """pytorch-grad-cam's sign is the SVD's: at layer2 both photos' maps correlate negatively
+    with the products they decompose (-0.74, -0.58), so its ReLU keeps where the evidence is
+    against the class; hookviz's map is the other half."""
+    raw, activations, grads = reference(resnet18, batch, "layer2", "EigenGradCAM", POSITIVE)
+    _, agreement = _signed_like_hookviz(raw, grads * activations)
+    assert (agreement < -0.3).all()
 
-    _, activations, grads = reference(resnet18, batch, "layer2", "EigenGradCAM", POSITIVE)
-    product = grads * activations
-    agreements = [correlation(p, m.mean(0)) for matrix in (product, -product) for p, m in zip(get_2d_projection(matrix), matrix)]
-    assert min(agreements) < 0  # some map of pytorch-grad-cam's is signed against its own evidence
+
+def test_pytorch_grad_cams_kpca_cam_maps_where_the_layer_is_least_active(resnet18, batch):
+    """scikit-learn signs the eigenvector so that its largest entry is positive: on these
+    photos at layer4 pytorch-grad-cam's map then correlates at -0.86 and -0.90 with the mean
+    activation, and its ReLU keeps the least active half; hookviz's map agrees with it."""
+    raw, activations, _ = reference(resnet18, batch, "layer4", "KPCA_CAM", POSITIVE)
+    _, agreement = _signed_like_hookviz(raw, activations)
+    assert (agreement < -0.5).all()
+    mine = ours(resnet18, batch, "layer4", "kpca-cam", POSITIVE)
+    assert all(correlation(own, a.mean(0)) > 0.3 for own, a in zip(mine, activations))
 
 
 KPCA_CASES = [
