@@ -312,3 +312,57 @@ def test_bad_settings_of_these_methods_are_refused_in_one_line(tmp_path, args, m
     lines = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert not (tmp_path / "out").exists()
+
+
+class _SiLUGradient(torch.autograd.Function):
+    """SiLU's backward as a function whose own backward raises, as torchvision's roi_align's does."""
+
+    @staticmethod
+    def forward(ctx, grad, x):
+        sigmoid = torch.sigmoid(x)
+        return grad * sigmoid * (1 + x * (1 - sigmoid))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("double backwards on silu not supported")
+
+
+class _OnceSiLU(torch.autograd.Function):
+    """SiLU whose backward cannot be differentiated again."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.silu(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return _SiLUGradient.apply(grad, x)
+
+
+class _OnceDifferentiable(nn.Module):
+    def forward(self, x):
+        return _OnceSiLU.apply(x)
+
+
+def test_hessian_vector_falls_back_to_a_central_difference_where_an_op_has_no_double_backward(registries_restored):
+    """A detector's roi_align has no double backward: the product is then the central difference
+    of two gradients, close to the exact one of the same network with torch's own SiLU."""
+    from hookviz.methods import register_method
+
+    given = []
+
+    @register_method("spy-hessian-once", needs_hessian=True)
+    def spy(ctx):
+        given.append(ctx.hessian_vector(ctx.activations)[1])
+        return ctx.activations.sum(1).clamp(min=0)
+
+    torch.manual_seed(4)
+    model, batch = SmoothNet().eval(), torch.randn(2, 3, 16, 16)
+    ours(model, batch, "features", "spy-hessian-once", 1)
+    model.head[1] = _OnceDifferentiable()
+    ours(model, batch, "features", "spy-hessian-once", 1)
+    exact, difference = given
+    assert exact.abs().max() > 0
+    assert relative(difference.numpy(), exact.numpy()) < 1e-3

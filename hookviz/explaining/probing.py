@@ -201,7 +201,10 @@ class LayerHessian:
 
     The main pass keeps no graph of its gradients (keeping one would cost every method), so
     this runs its own: a forward pass in which the layer's output is copied from a leaf that
-    requires grad, ``g = dS/dleaf`` with ``create_graph=True``, then ``d(g . v)/dleaf``. Its
+    requires grad, ``g = dS/dleaf`` with ``create_graph=True``, then ``d(g . v)/dleaf``. Where an
+    op after the layer has no double backward (torchvision's ``roi_align``, in a detector's
+    heads), ``H v`` is the central difference ``(g(A + h v) - g(A - h v)) / 2h`` (two more passes;
+    ``h`` the cube root of the float's resolution relative to ``A`` and ``v``; within 1e-3 of its largest value). Its
     passes take ``chunk`` rows, and the hook that makes the leaf is removed when they end.
 
     Attributes:
@@ -240,27 +243,52 @@ class LayerHessian:
     def _product(self, rows, vectors):
         import torch
 
+        zeros = torch.zeros_like(vectors)
+        gradient, leaf = self._gradient(rows, vectors, None, create_graph=True)
+        if gradient is None:  # nothing to explain in these images, or the score does not reach the layer
+            return zeros, zeros
+        if not gradient.requires_grad:  # the score is linear in the layer's output after it
+            return gradient.detach(), zeros
+        try:
+            (product,) = torch.autograd.grad(gradient, leaf, grad_outputs=vectors.to(gradient.dtype), allow_unused=True)
+        except RuntimeError:  # an op after the layer has no double backward (torchvision's roi_align)
+            return gradient.detach(), self._difference(rows, vectors, leaf.detach())
+        return gradient.detach(), zeros if product is None else product.detach()
+
+    def _gradient(self, rows, vectors, shift, create_graph: bool):
+        """d(score)/d(layer's output) of ``rows``, the output moved by ``shift`` (or not), and its leaf."""
+        import torch
+
         leaves = []  # type: ignore[var-annotated]
-        with _leaf_output(self.layer, self.call, self.layout, leaves):
+        with _leaf_output(self.layer, self.call, self.layout, leaves, shift):
             scores = self.scorer(self.samples.forward(rows, self.inputs[rows]), rows)
         if not leaves or tuple(leaves[0].shape) != tuple(vectors.shape):
             raise ValueError(f"hessian_vector: vectors of shape {tuple(vectors.shape)} do not fit this layer's output")
-        if not scores.requires_grad:  # nothing to explain in these images
-            return torch.zeros_like(vectors), torch.zeros_like(vectors)
-        (gradient,) = torch.autograd.grad(scores.sum(), leaves[0], create_graph=True, allow_unused=True)
-        if gradient is None:
-            return torch.zeros_like(vectors), torch.zeros_like(vectors)
-        if not gradient.requires_grad:  # the score is linear in the layer's output after it
-            return gradient.detach(), torch.zeros_like(vectors)
-        (product,) = torch.autograd.grad(gradient, leaves[0], grad_outputs=vectors.to(gradient.dtype), allow_unused=True)
-        return gradient.detach(), torch.zeros_like(vectors) if product is None else product.detach()
+        if not scores.requires_grad:
+            return None, leaves[0]
+        (gradient,) = torch.autograd.grad(scores.sum(), leaves[0], create_graph=create_graph, allow_unused=True)
+        return gradient, leaves[0]
+
+    def _difference(self, rows, vectors, leaf):
+        """``H v`` as the central difference of two gradients, ``(g(A + h v) - g(A - h v)) / 2h``, per
+        image, ``A`` the layer's output (``leaf``); ``h`` the cube root of the float's resolution,
+        relative to ``A``'s and ``v``'s sizes."""
+        import torch
+
+        size = leaf.flatten(1).abs().amax(1).clamp(min=1.0) / vectors.flatten(1).abs().amax(1).clamp(min=1e-30)
+        step = (torch.finfo(leaf.dtype).eps ** (1 / 3) * size).reshape(-1, *[1] * (vectors.dim() - 1))
+        ahead, _ = self._gradient(rows, vectors, step * vectors, create_graph=False)
+        behind, _ = self._gradient(rows, vectors, -step * vectors, create_graph=False)
+        if ahead is None or behind is None:
+            return torch.zeros_like(vectors)
+        return ((ahead - behind) / (2 * step)).detach()
 
 
 @contextlib.contextmanager
-def _leaf_output(layer, call: int, layout: Layout, leaves: list) -> Iterator[None]:
+def _leaf_output(layer, call: int, layout: Layout, leaves: list, shift=None) -> Iterator[None]:
     """For one forward pass, the ``call``-th output of ``layer`` becomes a copy whose map
     (channels first, in ``layout``) is written from a new leaf that requires grad, appended to
-    ``leaves``; the rest of the output stays as the layer made it."""
+    ``leaves`` (the map moved by ``shift`` when given); the rest of the output stays as the layer made it."""
     seen = [0]
 
     def hook(_module, _args, output):
@@ -273,7 +301,7 @@ def _leaf_output(layer, call: int, layout: Layout, leaves: list) -> Iterator[Non
         view = reshape(copy, layout)
         if view is None or not _shares(view, copy):
             return None
-        leaf = view.detach().clone().requires_grad_(True)
+        leaf = (view.detach().clone() if shift is None else view.detach() + shift.to(view.dtype)).requires_grad_(True)
         view.copy_(leaf)  # autograd follows the copy: the layer's output is now a function of the leaf
         leaves.append(leaf)
         return _replace_first(output, tensor, copy)
