@@ -167,6 +167,7 @@ def test_fem_equals_pytorch_grad_cams(resnet18, batch, k):
     assert relative(mine, theirs) < 1e-3
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_random_cam_is_pytorch_grad_cams_formula_seeded_apart_from_the_global_random_state(resnet18, batch, monkeypatch):
     from hookviz import Explainer, LayerOptions, TargetOptions
     from hookviz.methods.random_cam import RandomCAMOptions, random_weights
@@ -190,6 +191,7 @@ def test_random_cam_is_pytorch_grad_cams_formula_seeded_apart_from_the_global_ra
     assert relative(first, np.maximum(raw, 0)) < 1e-3
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_pytorch_grad_cams_random_cam_moves_numpys_global_random_state(resnet18, batch):
     state = np.random.get_state()[1].copy()
     first, _, _ = reference(resnet18, batch, "layer3", "RandomCAM", POSITIVE)
@@ -223,6 +225,7 @@ def test_shapley_cam_equals_pytorch_grad_cams_where_the_hessian_counts():
     assert relative(mine, theirs) < 1e-3
 
 
+@pytest.mark.slow  # over 1.4 s of CPU, measured
 def test_shapley_cam_is_gradcam_in_a_network_piecewise_linear_after_the_layer(resnet18, batch):
     mine = ours(resnet18, batch, "layer3", "shapley-cam", POSITIVE)
     raw, _, _ = reference(resnet18, batch, "layer3", "ShapleyCAM", POSITIVE)
