@@ -369,3 +369,15 @@ def test_hessian_vector_falls_back_to_a_central_difference_where_an_op_has_no_do
     exact, difference = given
     assert exact.abs().max() > 0
     assert relative(difference.numpy(), exact.numpy()) < 1e-3
+
+
+def test_kpca_cams_lanczos_above_400_positions_finds_eighs_top_eigenpair():
+    from hookviz.methods.kpca_cam import kernel_matrix, top_eigenpair
+
+    rows = torch.randn(1, 600, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    kernel = kernel_matrix(rows - rows.mean(1, keepdim=True), "sigmoid", 1 / 6)[0]
+    kernel = kernel - kernel.mean(0, keepdim=True) - kernel.mean(1, keepdim=True) + kernel.mean()
+    values, vectors = torch.linalg.eigh(kernel)
+    value, vector = top_eigenpair(kernel)
+    assert abs(float(value - values[-1])) <= 1e-9 * float(values[-1])
+    assert abs(float(vector @ vectors[:, -1])) > 1 - 1e-9
