@@ -1164,6 +1164,7 @@ NEEDS = {
     "needs_rescoring": ("score", "score_layer"),
     "needs_input": ("inputs",),
     "needs_input_gradients": ("input_gradient",),
+    "needs_hessian": ("hessian_vector",),
 }
 
 

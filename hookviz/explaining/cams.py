@@ -51,6 +51,7 @@ class Sources:
         options: the run's ``TargetOptions``.
         attention: per key, the ``attention`` callable (``hookviz.explaining.attention.AttentionPass``).
         objective: what is back-propagated, in words (the task's ``objective_words``).
+        hessians: per key, the ``hessian_vector`` callable (``probing.LayerHessian``), not yet at a layer.
     """
 
     keys: tuple[str, ...]
@@ -62,6 +63,7 @@ class Sources:
     options: Any = None
     objective: str = "the target's logit"
     attention: Any = None
+    hessians: Any = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None) -> Sour
     tensors; their passes of many rows keep to the memory budget (``hookviz.budget``), given
     ``cost``, what a row of the main pass cost (a ``RowCost``; ``None``: ``RESCORING_BATCH`` rows a pass)."""
     from hookviz.budget import RowCost
-    from hookviz.explaining.probing import InputGradients
+    from hookviz.explaining.probing import InputGradients, LayerHessian
     from hookviz.input_format import formats_for
     from hookviz.methods import RESCORING_BATCH
     from hookviz.tasks.base import Rescoring
@@ -128,7 +130,10 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None) -> Sour
     own = explainer.task_options
     sources = Sources(keys, module, gradients, options=options, objective=task.objective_words(options, own))
     batch = None
-    if any(m.needs_input or m.needs_rescoring or m.needs_input_gradients or m.resolution == "input" for m in methods):
+    if any(
+        m.needs_input or m.needs_rescoring or m.needs_input_gradients or m.needs_hessian or m.resolution == "input"
+        for m in methods
+    ):
         batch = samples.main_input()
     scores = None
     cost = cost or RowCost()
@@ -139,8 +144,13 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None) -> Sour
     if any(m.needs_input_gradients for m in methods):  # each key's, computed only when a method calls it
         chunk = cost.rows(device, RESCORING_BATCH, gradients=True)
         input_gradients = {key: InputGradients(samples, task.scorer(plan, key, options), chunk) for key in keys}
+    hessians = None
+    if any(m.needs_hessian for m in methods):  # a pass with a graph and a second backward through it: half the rows
+        chunk = max(1, cost.rows(device, RESCORING_BATCH, gradients=True) // 2)
+        hessians = {key: LayerHessian(samples, task.scorer(plan, key, options), chunk, batch) for key in keys}
     attention = _attention_passes(explainer, methods, plan, samples, keys)
-    return replace(sources, batch=batch, scores=scores, input_gradients=input_gradients, attention=attention)
+    found = replace(sources, batch=batch, scores=scores, input_gradients=input_gradients, attention=attention)
+    return replace(found, hessians=hessians)
 
 
 def _attention_passes(explainer, methods, plan, samples, keys) -> dict | None:
@@ -257,6 +267,7 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
             score=sources.scores[key] if method.needs_rescoring else None,
             score_layer=_pixel_layer_rescoring(method, context, sources, layouts[position] if position is not None else None),
             layers=_every_layer(method, captures, layouts, sources) if method.needs_gradients else (),
+            hessian_vector=_hessian_at(method, sources, key, context, layouts[position]) if position is not None else None,
         )
         maps[method.name] = _computed(method, given, tuple(sources.batch.shape), figures)
         if method.needs_gradients:
@@ -365,8 +376,17 @@ def _key_map(method, context, sources: Sources, key: str, position: int, layout)
         score_layer=_layer_rescoring(sources.scores[key], sources.batch, context, layout) if method.needs_rescoring else None,
         input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
         attention=sources.attention[key] if method.needs_attention else None,
+        hessian_vector=_hessian_at(method, sources, key, context, layout),
     )
     return _computed(method, given)
+
+
+def _hessian_at(method, sources: Sources, key: str, context, layout):
+    """``hessian_vector`` of ``key``'s score at the layer of ``context``, for a method that needs it."""
+    if not method.needs_hessian or not context.layer:
+        return None
+    call = re.search(r":(\d+)$", context.layer)
+    return sources.hessians[key].at(context.module, int(call[1]) if call else 0, layout)
 
 
 def _method_context(method, capture, activation, sources: Sources):

@@ -363,7 +363,7 @@ def _measured(module, methods, samples):
     """Measures the main forward pass when a method makes passes of many rows after it."""
     from hookviz.budget import measuring
 
-    if not any(m.needs_rescoring or m.needs_input_gradients for m in methods):
+    if not any(m.needs_rescoring or m.needs_input_gradients or m.needs_hessian for m in methods):
         return contextlib.nullcontext(SimpleNamespace(cost=None))
     row = sum(tensor.numel() * tensor.element_size() for tensor in samples.samples[0].tensors.values())
     return measuring(module, len(samples), row)

@@ -1,7 +1,7 @@
 """Probing: the extra passes a CAM method may ask the pass for, beyond re-scoring altered
 inputs (``tasks.base.Rescoring``): re-scoring with a layer's output replaced (Ablation-CAM),
 and the gradient of the target's score with respect to the input, plain or guided (guided
-backprop, integrated gradients).
+backprop, integrated gradients), and Hessian-vector products of that score at a layer (ShapleyCAM).
 
 Each runs the caller's model as the pass left it (eval mode, parameters frozen) and puts
 back what it changes: the hooks it adds are removed when it returns, on error too, and
@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hookviz.anatomy.featuremaps import Layout, reshape
@@ -22,7 +22,7 @@ from hookviz.hooks import HookSet
 from hookviz.methods.guided_backprop import check_relus, relu_modules
 from hookviz.workload import passed
 
-__all__ = ["LayerRescoring", "InputGradients", "guided_relus"]
+__all__ = ["LayerRescoring", "InputGradients", "LayerHessian", "guided_relus"]
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,124 @@ class InputGradients:
         start = scores.detach() if from_scores else torch.ones_like(scores)
         (gradient,) = torch.autograd.grad(scores, part, grad_outputs=start, allow_unused=True)
         return (torch.zeros_like(part) if gradient is None else gradient.detach()), seen
+
+
+@dataclass(frozen=True)
+class LayerHessian:
+    """``hessian_vector(vectors)``: ``(gradients, products)``, for each image ``n`` the gradient
+    of its target score (as ``score`` scores it) and ``H_n @ vectors[n]``, ``H_n`` the Hessian of
+    that score with respect to the layer's output read as a map (channels first).
+
+    The main pass keeps no graph of its gradients (keeping one would cost every method), so
+    this runs its own: a forward pass in which the layer's output is copied from a leaf that
+    requires grad, ``g = dS/dleaf`` with ``create_graph=True``, then ``d(g . v)/dleaf``. Where an
+    op after the layer has no double backward (torchvision's ``roi_align``, in a detector's
+    heads), ``H v`` is the central difference ``(g(A + h v) - g(A - h v)) / 2h`` (two more passes;
+    ``h`` the cube root of the float's resolution relative to ``A`` and ``v``; within 1e-3 of its largest value). Its
+    passes take ``chunk`` rows, and the hook that makes the leaf is removed when they end.
+
+    Attributes:
+        samples, scorer, chunk: as ``InputGradients``' (``chunk``: rows a pass with a graph may hold).
+        inputs: the batch's main input (N, C, H, W), on the model's device.
+        layer, call, layout: the layer's module, which of its calls, how its output lies.
+    """
+
+    samples: Any
+    scorer: Any
+    chunk: int
+    inputs: Any
+    layer: Any = None
+    call: int = 0
+    layout: Any = None
+
+    def at(self, layer, call: int, layout: Layout) -> LayerHessian:
+        """The same products at ``layer``'s ``call``-th call, its output read in ``layout``."""
+        return replace(self, layer=layer, call=call, layout=layout)
+
+    def __call__(self, vectors):
+        import torch
+
+        if self.layer is None:
+            raise ValueError("hessian_vector: no layer to take the Hessian at")
+        gradients, products = [], []
+        with torch.inference_mode(False), torch.enable_grad():
+            for start in range(0, len(vectors), self.chunk):
+                rows = torch.arange(start, min(start + self.chunk, len(vectors)))
+                gradient, product = self._product(rows, vectors[start : start + self.chunk].detach())
+                gradients.append(gradient)
+                products.append(product)
+                passed(len(rows))
+        return torch.cat(gradients).float(), torch.cat(products).float()
+
+    def _product(self, rows, vectors):
+        import torch
+
+        zeros = torch.zeros_like(vectors)
+        gradient, leaf = self._gradient(rows, vectors, None, create_graph=True)
+        if gradient is None:  # nothing to explain in these images, or the score does not reach the layer
+            return zeros, zeros
+        if not gradient.requires_grad:  # the score is linear in the layer's output after it
+            return gradient.detach(), zeros
+        try:
+            (product,) = torch.autograd.grad(gradient, leaf, grad_outputs=vectors.to(gradient.dtype), allow_unused=True)
+        except RuntimeError:  # an op after the layer has no double backward (torchvision's roi_align)
+            return gradient.detach(), self._difference(rows, vectors, leaf.detach())
+        return gradient.detach(), zeros if product is None else product.detach()
+
+    def _gradient(self, rows, vectors, shift, create_graph: bool):
+        """d(score)/d(layer's output) of ``rows``, the output moved by ``shift`` (or not), and its leaf."""
+        import torch
+
+        leaves = []  # type: ignore[var-annotated]
+        with _leaf_output(self.layer, self.call, self.layout, leaves, shift):
+            scores = self.scorer(self.samples.forward(rows, self.inputs[rows]), rows)
+        if not leaves or tuple(leaves[0].shape) != tuple(vectors.shape):
+            raise ValueError(f"hessian_vector: vectors of shape {tuple(vectors.shape)} do not fit this layer's output")
+        if not scores.requires_grad:
+            return None, leaves[0]
+        (gradient,) = torch.autograd.grad(scores.sum(), leaves[0], create_graph=create_graph, allow_unused=True)
+        return gradient, leaves[0]
+
+    def _difference(self, rows, vectors, leaf):
+        """``H v`` as the central difference of two gradients, ``(g(A + h v) - g(A - h v)) / 2h``, per
+        image, ``A`` the layer's output (``leaf``); ``h`` the cube root of the float's resolution,
+        relative to ``A``'s and ``v``'s sizes."""
+        import torch
+
+        size = leaf.flatten(1).abs().amax(1).clamp(min=1.0) / vectors.flatten(1).abs().amax(1).clamp(min=1e-30)
+        step = (torch.finfo(leaf.dtype).eps ** (1 / 3) * size).reshape(-1, *[1] * (vectors.dim() - 1))
+        ahead, _ = self._gradient(rows, vectors, step * vectors, create_graph=False)
+        behind, _ = self._gradient(rows, vectors, -step * vectors, create_graph=False)
+        if ahead is None or behind is None:
+            return torch.zeros_like(vectors)
+        return ((ahead - behind) / (2 * step)).detach()
+
+
+@contextlib.contextmanager
+def _leaf_output(layer, call: int, layout: Layout, leaves: list, shift=None) -> Iterator[None]:
+    """For one forward pass, the ``call``-th output of ``layer`` becomes a copy whose map
+    (channels first, in ``layout``) is written from a new leaf that requires grad, appended to
+    ``leaves`` (the map moved by ``shift`` when given); the rest of the output stays as the layer made it."""
+    seen = [0]
+
+    def hook(_module, _args, output):
+        index = seen[0]
+        seen[0] += 1
+        tensor = _first_float(output) if index == call else None
+        if tensor is None:
+            return None
+        copy = tensor.detach().clone()
+        view = reshape(copy, layout)
+        if view is None or not _shares(view, copy):
+            return None
+        leaf = (view.detach().clone() if shift is None else view.detach() + shift.to(view.dtype)).requires_grad_(True)
+        view.copy_(leaf)  # autograd follows the copy: the layer's output is now a function of the leaf
+        leaves.append(leaf)
+        return _replace_first(output, tensor, copy)
+
+    with HookSet() as hooks:
+        hooks.add(layer.register_forward_hook(hook))
+        yield
 
 
 @contextlib.contextmanager

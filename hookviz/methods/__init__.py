@@ -10,6 +10,9 @@ Of many layers: ``cam`` (CAM, from the classifier's
 weights, at the layer before a global-pool-then-linear head), ``fullgrad`` (FullGrad, every
 conv's and batch norm's bias gradient, at the input's resolution). Captum's gradient maps of the
 input: ``saliency``, ``input_x_gradient``, ``deconvolution``, ``deeplift``, ``deeplift_shap``, ``gradient_shap``.
+Pytorch-grad-cam's further layer maps:
+``gradcam-elementwise``, ``eigengradcam``, ``kpca-cam``, ``fem``, ``shapley-cam`` (Hessian-vector
+products) and ``random-cam``, a seeded baseline for the trust measures.
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -33,6 +36,7 @@ from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
 from hookviz.methods import feature_ablation, lime, kernel_shap  # noqa: F401  # isort: skip
 from hookviz.methods import cam, fullgrad, refine_cam  # noqa: F401  # isort: skip
 from hookviz.methods import saliency, input_x_gradient, deconvolution, deeplift, deeplift_shap, gradient_shap  # noqa: F401  # isort: skip
+from hookviz.methods import gradcam_elementwise, eigengradcam, kpca_cam, fem, random_cam, shapley_cam  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",

@@ -2,7 +2,8 @@
 
 A method is a ``Method``: a name, what it needs (the gradient of the target's score at the
 layer, the model's input batch, extra forward passes that re-score altered inputs or the
-layer's altered output, the gradient of the score with respect to the input) and a
+layer's altered output, the gradient of the score with respect to the input, Hessian-vector
+products of the score at the layer) and a
 ``compute(ctx)`` that turns a ``MethodContext`` into one raw map per image.
 
 A method's ``resolution`` says what kind of map it makes. A ``layer`` method (Grad-CAM)
@@ -124,6 +125,17 @@ class MethodContext:
         layers: for an ``input`` method that ``needs_gradients``, the context (activations, gradients, module,
             layer) of every recorded layer that has a map and a gradient, in the forward pass's order, the first
             being this context's own layer (RefineCAM multiplies their maps); ``()`` otherwise.
+        hessian_vector: ``None`` unless the method ``needs_hessian``; else
+            ``hessian_vector(vectors)``, for ``vectors`` (N, C, *spatial) shaped as ``ctx.activations``:
+            ``(gradients, products)``, each (N, C, *spatial) float32: per image ``n``, the gradient of
+            its target score and ``H_n @ vectors[n]``, ``H_n`` that score's Hessian with respect to
+            this layer's output (channels first) (ShapleyCAM's ``H A``). The score is the one
+            ``score`` returns (a segmentation's mean logit over the class's pixels, where
+            ``gradients`` are of their sum): use the two together. The main pass keeps no graph of its gradients, so each call runs its own
+            forward pass with the layer's output made a leaf, a backward pass that keeps its graph
+            and a second backward pass through it (``RESCORING_BATCH`` rows a pass at most, within
+            the memory budget); zeros where the gradient does not depend on the layer's output (a
+            network that is piecewise linear after the layer, as ReLU networks are, has ``H = 0``).
     """
 
     activations: torch.Tensor
@@ -139,12 +151,12 @@ class MethodContext:
     attention: Callable[..., Any] | None = None
     model: Any = None
     layers: tuple = ()
+    hessian_vector: Callable[..., torch.Tensor] | None = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
-        given = [
-            name for name in ("gradients", "inputs", "score", "input_gradient", "attention") if getattr(self, name) is not None
-        ]
+        names = ("gradients", "inputs", "score", "input_gradient", "attention", "hessian_vector")
+        given = [name for name in names if getattr(self, name) is not None]
         return f"MethodContext({self.layer!r}, activations {shape}, with {', '.join(given) or 'nothing else'})"
 
 
@@ -199,6 +211,8 @@ class Method:
         needs_attention: ``ctx.attention`` is given (every attention block's probabilities,
             from an extra pass with the model's fused attention switched off for it); the
             explainer refuses a model whose attention blocks cannot be reached before any image.
+        needs_hessian: ``ctx.hessian_vector`` is given (Hessian-vector products at the layer, from
+            an extra forward pass and two backward passes per call; no other method pays for them).
     """
 
     name: str
@@ -213,6 +227,7 @@ class Method:
     caveat: Callable[[Any, Any], str | None] | None = None
     options: type | None = None
     needs_attention: bool = False
+    needs_hessian: bool = False
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
@@ -248,6 +263,7 @@ class Method:
                 ("input", self.needs_input),
                 ("input gradients", self.needs_input_gradients),
                 ("attention", self.needs_attention),
+                ("Hessian-vector products", self.needs_hessian),
             )
             if flag
         ]
@@ -270,6 +286,7 @@ def register_method(
     caveat: Callable[[Any, Any], str | None] | None = None,
     options: type | None = None,
     needs_attention: bool = False,
+    needs_hessian: bool = False,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -303,6 +320,7 @@ def register_method(
             caveat,
             options,
             needs_attention,
+            needs_hessian,
         )
         return METHODS.add(name, method)
 

@@ -15,21 +15,34 @@ from __future__ import annotations
 
 from hookviz.methods.base import MethodContext, register_method
 
-__all__ = ["eigencam"]
+__all__ = ["eigencam", "signed_projection", "agreeing_sign"]
 
 
 @register_method("eigencam", needs_gradients=False, class_specific=False)
 def eigencam(ctx: MethodContext):
     """Eigen-CAM: the first principal component of the activations, signed to agree with their mean."""
+    return signed_projection(ctx.activations).clamp(min=0)
+
+
+def signed_projection(maps):
+    """The first principal component of ``maps`` (N, C, *spatial), per image, before the ReLU:
+    the positions (rows) projected on the first right singular vector of the centred
+    (positions, channels) matrix, signed by ``agreeing_sign``; (N, *spatial) in ``maps``' dtype."""
     import torch
 
-    activations = ctx.activations
-    count, spatial = activations.shape[0], activations.shape[2:]
-    positions = torch.nan_to_num(activations.flatten(2).transpose(1, 2).double())  # (N, P, C)
+    count, spatial = maps.shape[0], maps.shape[2:]
+    positions = torch.nan_to_num(maps.flatten(2).transpose(1, 2).double())  # (N, P, C)
     centred = positions - positions.mean(dim=1, keepdim=True)
     _, _, vh = torch.linalg.svd(centred, full_matrices=False)
     projection = (centred @ vh[:, 0, :, None])[..., 0]  # (N, P)
+    return (projection * agreeing_sign(projection, positions)[:, None]).reshape(count, *spatial).to(maps.dtype)
+
+
+def agreeing_sign(projection, positions):
+    """Per image, +1 or -1: the sign under which ``projection`` (N, P) correlates positively
+    with the mean over channels of ``positions`` (N, P, C), the matrix it was made from."""
+    import torch
+
     mean = positions.mean(dim=2)
     agreement = (projection * (mean - mean.mean(dim=1, keepdim=True))).sum(dim=1)
-    sign = torch.where(agreement < 0, -1.0, 1.0).to(projection.dtype)
-    return (projection * sign[:, None]).reshape(count, *spatial).clamp(min=0).to(activations.dtype)
+    return torch.where(agreement < 0, -1.0, 1.0).to(projection.dtype)
