@@ -10,7 +10,8 @@ normalised as a photo is. Overlays are drawn over the frames tiled as ``anatomy.
 a map of three dimensions; ``times`` holds each frame's timestamp in seconds.
 
 A folder of photos stays photos for a photo model: only this kind's ``find`` reads a folder of
-frames as a clip.
+frames as a clip. A folder that holds video files is a folder of videos, never of frames: its
+videos are clips and the photos beside them are left out, with one note.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ class Video(SampleKindBase):
         excluded = {Path(os.path.realpath(path)) for path in exclude}
         found: dict[Path, Path] = {}
         for source in sources:
-            matches = _clips_in(Path(source), excluded)
+            matches = _clips_in(Path(source), excluded, notes)
             if not matches:
                 words = self.words.removeprefix("a ")
                 raise UsageError(f"{display_path(source)}: names no {words} (hidden and output folders are skipped)")
@@ -223,15 +224,16 @@ class Video(SampleKindBase):
             raise ImageError(f"{display_path(path)}: cannot be read ({exc.strerror or exc})") from None
 
 
-def _clips_in(top: Path, excluded: set[Path]) -> list[Path]:
+def _clips_in(top: Path, excluded: set[Path], notes: list[str] | None = None) -> list[Path]:
     """The clips ``top`` names: itself (a video file, or a folder of frames), else the video files
-    and folders of frames below it, a folder of frames not searched further."""
+    and folders of frames below it, a folder of frames not searched further. A folder that holds
+    video files is a folder of videos, not of frames: its photos are left out, with a note."""
     if Path(os.path.realpath(top)) in excluded or (top.is_dir() and is_output_folder(top)):
         return []
     if top.is_file():  # a photo named outright is kept, to be refused in one line as the run goes on
         suffix = top.suffix.lower()
         return [top] if suffix in VIDEO_SUFFIXES or suffix in IMAGE_SUFFIXES else []
-    if frames_of(top):
+    if _holds_frames(top):
         return [top]
     found = []
     for folder, subfolders, names in os.walk(top):
@@ -241,13 +243,27 @@ def _clips_in(top: Path, excluded: set[Path]) -> list[Path]:
             sub = here / name
             if Path(os.path.realpath(sub)) in excluded or is_output_folder(sub):
                 continue
-            if frames_of(sub):
+            if _holds_frames(sub):
                 found.append(sub)  # a clip: not searched further
             else:
                 kept.append(name)
         subfolders[:] = kept
-        found += [here / n for n in sorted(names) if not n.startswith(".") and Path(n).suffix.lower() in VIDEO_SUFFIXES]
+        videos = [here / n for n in sorted(names) if not n.startswith(".") and Path(n).suffix.lower() in VIDEO_SUFFIXES]
+        photos = len(frames_of(here)) if videos else 0
+        if photos and notes is not None:
+            notes.append(
+                f"{display_path(here)}: holds videos and {photos} photo{'s' if photos > 1 else ''}: each video is a clip "
+                "and the photos are left out (a folder of frames holds photos alone: move them into a folder of their own)"
+            )
+        found += videos
     return sorted(found)
+
+
+def _holds_frames(folder: Path) -> bool:
+    """Whether ``folder`` is a folder of frames: photos, and no video file beside them."""
+    if not frames_of(folder):
+        return False
+    return not any(entry.suffix.lower() in VIDEO_SUFFIXES and entry.is_file() for entry in folder.iterdir())
 
 
 def _folder_clip(folder: Path, plan: ClipPlan, max_pixels: int, identity) -> LoadedClip:
