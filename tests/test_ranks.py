@@ -169,6 +169,23 @@ def test_imputation_of_a_clip_makes_each_voxel_the_weighted_mean_of_its_26_neigh
     assert torch.equal(imputed[keep], clip[0][keep])
 
 
+def test_a_clips_iterative_imputation_equals_the_exact_solve():
+    import numpy as np
+    from scipy.sparse.linalg import spsolve
+
+    from hookviz.trust.road import _conjugate_gradients, _linear_system
+
+    generator = torch.Generator().manual_seed(2)
+    clip = torch.randn(3, 8, 16, 16, generator=generator).numpy().reshape(3, -1)
+    coarse = torch.rand(1, 1, 4, 4, 4, generator=generator)  # a CAM-like smooth map, its top 90 % removed
+    relevance = torch.nn.functional.interpolate(coarse, size=(8, 16, 16), mode="trilinear")[0, 0].numpy()
+    keep = (relevance < np.percentile(relevance, 10)).reshape(-1)
+    system, right = _linear_system(clip, keep, np.flatnonzero(~keep), (8, 16, 16))
+    exact = np.asarray(spsolve(system, right))
+    np.testing.assert_allclose(_conjugate_gradients(system, right), exact, rtol=0, atol=1e-5)
+    assert np.abs(exact).max() > 0.1  # values to be close to, not zeros
+
+
 def test_the_sanity_check_randomises_a_clip_models_layers():
     explanation = hookviz.explain(clip_model(), _clip(), layers=["2"], sanity=True)
     sanity = explanation["2"].trust.sanity

@@ -236,7 +236,7 @@ def test_a_report_of_schema_1_is_read_and_its_image_redone_once(base, weights, t
 
     def older(document):
         settings = document["asked"]["target"].pop("settings")
-        assert settings == {"gradcam": {"time_weights": "clip"}}  # Grad-CAM's own group; schema 1 had none
+        assert settings == {"gradcam": {"time_weights": "clip"}}  # the Grad-CAM family's group, gradcam asked; schema 1 had none
         document["asked"]["target"].update(steps=32, ig_baseline="zero")
         document.update(schema="hookviz/report/1")
 

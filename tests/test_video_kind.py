@@ -182,7 +182,7 @@ def test_a_video_model_runs_end_to_end_and_redoes_a_clip_when_the_options_change
     assert "broken.avi" in first.stderr and "2 of 3 images done" in first.stderr, first.stderr
     report = json.loads((out / "walk.mp4" / "report.json").read_text()) if (out / "walk.mp4").exists() else None
     report = report or json.loads(next(out.glob("walk*/report.json")).read_text())
-    assert report["asked"]["target"]["sample"] == {"frames": 4, "frame_stride": 2, "start": 0.0, "end": None}
+    assert report["asked"]["target"]["sample"] == {"frames": 4, "frame_stride": 2, "start": 0.0, "end": None, "clips": 1}
     assert report["layers"][0]["shapes"]["output"][2] == 4
     again = _run(clips, out, "--frames", "4", "--frame-stride", "2", "--skip-existing")
     assert "2 skipped" in again.stderr, again.stderr

@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 NCHW, NHWC, TOKENS, AMBIGUOUS = "nchw", "nhwc", "tokens", "ambiguous"  # a Layout's kinds
+#: The orders a clip's tokens may run over its (frames, rows, cols) grid, slowest axis first.
+CLIP_ORDER, CLIP_ORDERS = "thw", ("thw", "hwt")
 # Every order of a map's axes with the batch first: what ``x.transpose(1, 3)`` makes (nwhc)
 # is known from the data flow too, and read back upright.
 MAP_ORDERS = ("nchw", "nhwc", "nwhc", "ncwh", "nhcw", "nwch")
@@ -80,6 +82,9 @@ class Layout:
         prefix: tokens before the patch grid (class, distillation, register), dropped from the map.
         grid: the patch grid's (rows, cols), for ``tokens``; a clip's (frames, rows, cols)
             for the tokens of a video transformer (MViT), a map of three dimensions.
+        order: the order a clip's tokens run over its grid, slowest axis first: ``thw`` (frame by
+            frame, each in raster order: MViT, VideoMAE) or ``hwt`` (position by position, its
+            frames in a row: TimeSformer's divided space-time tokens).
         basis: ``declared`` by the model (or the caller), read from the tensor's ``data flow``,
             ``guessed`` from the shape, or ``undecided`` (``ambiguous``).
     """
@@ -88,6 +93,7 @@ class Layout:
     prefix: int = 0
     grid: tuple[int, ...] | None = None
     basis: str = GUESSED
+    order: str = CLIP_ORDER
 
     @property
     def declared(self) -> bool:
@@ -114,13 +120,21 @@ class Layout:
                 if self.prefix == 1
                 else f", first {self.prefix} tokens dropped"
             )
-            return f"tokens as a {grid} grid{dropped}"
+            ordered = f" (tokens run {self.order}, slowest first)" if self.order != CLIP_ORDER else ""
+            return f"tokens as a {grid} grid{ordered}{dropped}"
         if self.kind in (NCHW, AMBIGUOUS, NCL, NCDHW):
             return ""
         return "channels last" if self.kind in (NHWC, NDHWC) else f"axes {self.kind.upper()}"
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "prefix": self.prefix, "grid": list(self.grid) if self.grid else None, "basis": self.basis}
+        order = {"order": self.order} if self.order != CLIP_ORDER else {}
+        return {
+            "kind": self.kind,
+            "prefix": self.prefix,
+            "grid": list(self.grid) if self.grid else None,
+            "basis": self.basis,
+            **order,
+        }
 
     @classmethod
     def from_json(cls, data) -> "Layout | None":
@@ -129,7 +143,8 @@ class Layout:
             return None
         grid = data.get("grid")
         grid = tuple(grid) if isinstance(grid, list) and len(grid) in (2, 3) else None
-        return cls(data["kind"], int(data.get("prefix") or 0), grid, str(data.get("basis") or GUESSED))
+        order = str(data["order"]) if data.get("order") in CLIP_ORDERS else CLIP_ORDER
+        return cls(data["kind"], int(data.get("prefix") or 0), grid, str(data.get("basis") or GUESSED), order)
 
 
 @dataclass(frozen=True)
@@ -151,6 +166,8 @@ class DeclaredLayout:
         temporal: a video model's temporal stride: the input frames each of its token or map
             slices stands for (MViT's and Swin3D's patch embedding: 2); ``None`` for a photo's.
             Its tokens lie on a (frames, rows, cols) grid, with ``strides`` the spatial ones.
+        token_order: the order its tokens run over that grid (``Layout.order``): ``thw``, or
+            ``hwt`` (TimeSformer: each position's frames in a row).
         origin: what was read, for reports.
     """
 
@@ -161,6 +178,7 @@ class DeclaredLayout:
     channels_last: bool | None = None
     origin: str = ""
     temporal: int | None = None
+    token_order: str = "thw"
 
     def patch_grid(self, input_hw: tuple[int, int]) -> tuple[int, int] | None:
         """The patch grid of an input of ``input_hw``, or ``None`` without a patch embedding."""
@@ -189,6 +207,7 @@ class DeclaredLayout:
             "channels_last": self.channels_last,
             "origin": self.origin,
             "temporal": self.temporal,
+            **({"token_order": self.token_order} if self.token_order != CLIP_ORDER else {}),
         }
 
 
@@ -333,7 +352,7 @@ def _clip_tokens(shape: tuple[int, ...], input_hw: tuple[int, ...], declared: De
                 continue
             for prefix in dict.fromkeys((declared.prefix, 0)):
                 if shape[1] == cells + prefix:
-                    return Layout(TOKENS, prefix, (slices, rows, cols), basis=DECLARED)
+                    return Layout(TOKENS, prefix, (slices, rows, cols), basis=DECLARED, order=declared.token_order)
     return None
 
 
@@ -380,8 +399,9 @@ def reshape(tensor, layout: Layout | None):
     if layout.kind == TOKENS:
         n, _, channels = tensor.shape
         grid = tuple(layout.grid or ())
-        axes = (0, len(grid) + 1, *range(1, len(grid) + 1))  # (N, *grid, C) -> (N, C, *grid)
-        return _transpose(tensor[:, layout.prefix :, :].reshape(n, *grid, channels), axes)
+        run = tuple(CLIP_ORDER.index(axis) for axis in layout.order) if len(grid) == 3 else tuple(range(len(grid)))
+        axes = (0, len(grid) + 1, *(1 + run.index(axis) for axis in range(len(grid))))  # (N, *run, C) -> (N, C, *grid)
+        return _transpose(tensor[:, layout.prefix :, :].reshape(n, *(grid[axis] for axis in run), channels), axes)
     return tensor
 
 

@@ -10,6 +10,9 @@ say it outright, and this module reads what they say:
 * Hugging Face transformers: the embeddings' class, distillation and register tokens, the
   patch embeddings' ``patch_size``, ``config.patch_size`` and ``config.depths``; VideoMAE's
   ``tubelet_size``: its tokens are (T', H', W') tubelets in raster order, no class token.
+  TimeSformer's ``time_embeddings``: a class token, then one token per frame and patch, run
+  position by position with each position's frames in a row ((H', W', T) order, as its
+  embeddings reshape them: ``Layout.order`` ``hwt``).
 * torchvision's ViT: ``patch_size`` and its class token. Its video transformers: MViT's
   class token and its patch embedding's (frames, rows, cols) stride, its tokens pooled on a
   (T', H', W') grid stage by stage; Swin3D's patch size and its channels-last
@@ -113,6 +116,10 @@ def _transformers(model) -> DeclaredLayout | None:
     tubelet = getattr(getattr(embeddings, "patch_embeddings", None), "tubelet_size", None)
     if isinstance(tubelet, int) and patch is not None:  # VideoMAE: (T', H', W') tubelets in raster order
         return DeclaredLayout(prefix, strides=(patch[0],), origin=f"{origin}, tubelet_size={tubelet}", temporal=tubelet)
+    if isinstance(getattr(embeddings, "time_embeddings", None), torch.Tensor) and patch is not None:
+        # TimeSformer: one token per frame and patch, run position by position, each position's frames in a row
+        origin += ", time_embeddings (tokens position-major, frames in a row)"
+        return DeclaredLayout(prefix, strides=(patch[0],), origin=origin, temporal=1, token_order="hwt")
     return DeclaredLayout(prefix, patch, pad, strides, None, origin)
 
 

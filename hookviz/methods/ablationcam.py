@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from hookviz.budget import device_budget, rows_within
 from hookviz.methods.base import MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
+from hookviz.methods.time_weights import weighted
 from hookviz.workload import work
 
 __all__ = ["ALTERED_SHARE", "ablationcam"]
@@ -54,4 +54,4 @@ def ablationcam(ctx: MethodContext):
             ablated[rows, which] = score(altered, rows).double().to(ablated.device)
             passes.advance(len(rows))
     weights = (plain[:, None] - ablated) / plain.abs().clamp(min=1e-12)[:, None]
-    return _weighted(weights.to(activations.dtype), activations)
+    return weighted(weights.to(activations.dtype), activations)

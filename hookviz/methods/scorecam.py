@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from hookviz.errors import UsageError, arg
 from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
+from hookviz.methods.time_weights import weighted
 from hookviz.workload import work
 
 __all__ = ["scorecam", "upsampled"]
@@ -54,7 +54,7 @@ def scorecam(ctx: MethodContext):
     for image, channel, first in same:  # a map that scales another's masks the input as that one does
         scores[image, channel] = scores[image, first]
     weights = torch.softmax(scores.double(), dim=1).to(activations.dtype)
-    return _weighted(weights, activations)
+    return weighted(weights, activations)
 
 
 def _distinct_masks(flat, constant):

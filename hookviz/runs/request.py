@@ -42,17 +42,21 @@ class RunRequest:
     sample_options: tuple = ()
     sources: tuple[str, ...] | None = None
 
-    def found_by(self, kind, notes: list[str]) -> "RunRequest":
+    def found_by(self, kind, notes: list[str], settings=None) -> "RunRequest":
         """This request with its samples as the model's sample ``kind`` finds them in ``sources``
-        (``SampleKind.find``): the same request when no sources were given (the caller named
-        the samples), or when the kind is a photo and its photos were found already.
+        (``SampleKind.find``, then ``samples.split`` as the kind's ``settings`` ask: a video's
+        ``--clips``): the same request when no sources were given (the caller named the samples),
+        or when the kind is a photo and its photos were found already.
 
         Raises:
             UsageError: a source names no sample of that kind.
         """
+        from hookviz.samples import split
+
         if self.sources is None or (kind.name == "photo" and self.images):
             return self
-        return replace(self, images=tuple(kind.find(list(self.sources), exclude=[self.out], notes=notes)))
+        found = kind.find(list(self.sources), exclude=[self.out], notes=notes)
+        return replace(self, images=tuple(split(kind, found, settings)))
 
     @cached_property
     def selected(self) -> list[Path]:

@@ -274,7 +274,7 @@ class Run:
             sample_options=self.asked.sample_options,
         )
         explainer.check_photos()  # a model of signals or clips given photos: refused once, before any image
-        self._find_samples(explainer.kind)
+        self._find_samples(explainer.kind, explainer.sample_settings)
         out = self.asked.out
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -302,9 +302,9 @@ class Run:
         if self.asked.on_start:
             self.asked.on_start(self._first_line())
 
-    def _find_samples(self, kind) -> None:
+    def _find_samples(self, kind, settings) -> None:
         """The run's samples as the model's ``kind`` finds them (``RunRequest.found_by``), before the output folder is made."""
-        asked = self.asked.found_by(kind, self.ledger.notes)
+        asked = self.asked.found_by(kind, self.ledger.notes, settings)
         if asked is not self.asked:
             check_out(asked.out, asked.images)
             self.asked, self.names, self.ledger.total = asked, output_names(asked.images), len(asked.selected)

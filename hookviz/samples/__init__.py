@@ -10,6 +10,7 @@ from hookviz.samples.base import (
     kind_settings,
     register_sample_kind,
     settled,
+    split,
 )
 from hookviz.samples.batch import ModelInputs, SampleBatch
 from hookviz.samples.video import VideoOptions  # registers the video kind, so its flags exist
@@ -26,4 +27,5 @@ __all__ = [
     "kind_settings",
     "register_sample_kind",
     "settled",
+    "split",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "get_sample_kind",
     "kind_settings",
     "settled",
+    "split",
 ]
 
 
@@ -84,6 +85,8 @@ class SampleKind(Protocol):
 
     # Optional: ``settle(settings, model)``, the run's settings with what depends on the model
     # resolved (the video's frame count); ``settled`` calls it where a kind has one.
+    # Optional: ``split(paths, settings)``, the samples ``find``'s paths hold as ``settings`` ask
+    # (a video's ``--clips K``: K keys per file, ``hookviz.inputs.parts``); ``split`` calls it.
 
     def files(self, path: Path) -> list[Path]:
         """The files that form the sample of key path ``path``, ``path`` first."""
@@ -213,3 +216,10 @@ def settled(kind: SampleKind, settings, model):
     """
     settle = getattr(kind, "settle", None)
     return settings if settle is None or settings is None else settle(settings, model)
+
+
+def split(kind: SampleKind, paths: Sequence[Path], settings) -> list[Path]:
+    """The samples that ``paths`` (``kind.find``'s) hold as ``settings`` ask: the kind's ``split``
+    when it has one (a video's ``--clips``: one key per clip), else ``paths`` themselves."""
+    cut = getattr(kind, "split", None)
+    return list(paths) if cut is None or settings is None else list(cut(paths, settings))

@@ -10,7 +10,8 @@ normalised as a photo is. Overlays are drawn over the frames tiled as ``anatomy.
 a map of three dimensions; ``times`` holds each frame's timestamp in seconds.
 
 A folder of photos stays photos for a photo model: only this kind's ``find`` reads a folder of
-frames as a clip.
+frames as a clip. A folder that holds video files is a folder of videos, never of frames: its
+videos are clips and the photos beside them are left out, with one note.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from hookviz.errors import ImageError, UsageError, arg, display_path
 from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
 from hookviz.inputs.identity import PhotoIdentity
 from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
+from hookviz.inputs.parts import part_key, split_part
 from hookviz.options.declared import option
 from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKindBase
-from hookviz.samples.video_decode import VIDEO_SUFFIXES, ClipPlan, decode_clip, frame_indices, require_av
+from hookviz.samples.video_decode import VIDEO_SUFFIXES, ClipPlan, decode_clip, frame_indices, part_of_span, require_av
 
 __all__ = ["VIDEO", "VideoOptions", "Video", "Clip", "LoadedClip", "frames_of", "model_frames", "DEFAULT_FRAMES"]
 
@@ -41,10 +43,13 @@ DEFAULT_FRAMES = 16
 #: The most frames a clip may have.
 MAX_FRAMES = 1024
 
+#: The most clips one video may be cut into (``--clips``).
+MAX_CLIPS = 1024
+
 
 @dataclass(frozen=True)
 class VideoOptions:
-    """The video kind's settings: ``--frames``, ``--frame-stride``, ``--start``, ``--end`` on the
+    """The video kind's settings: ``--frames``, ``--frame-stride``, ``--start``, ``--end``, ``--clips`` on the
     command line, the same names in ``explain()``. ``frames``, ``start`` and ``end`` are ``None``
     until the run settles them (``Video.settle``): the model's own frame count, the video's start and end."""
 
@@ -56,6 +61,12 @@ class VideoOptions:
     )
     start: float | None = option(None, help="Where the clip's span starts, in seconds (a folder of frames: frame number).")
     end: float | None = option(None, help="Where the clip's span ends, in seconds (default: the video's end).")
+    clips: int = option(
+        1,
+        help="Clips per video: its span cut into K equal runs of frames, one clip from each (a sample each, VIDEO#k).",
+        low=1,
+        high=MAX_CLIPS,
+    )
 
 
 @dataclass(frozen=True)
@@ -129,7 +140,7 @@ class Video(SampleKindBase):
         """``settings`` with numbers for text, the model's frame count for ``frames`` when not given.
 
         Raises:
-            UsageError: ``frames`` 0 or above ``MAX_FRAMES``, a negative or non-numeric value, or ``end`` not after ``start``.
+            UsageError: ``frames`` 0 or above ``MAX_FRAMES``, ``clips`` 0 or above ``MAX_CLIPS``, a negative or non-numeric value, or ``end`` not after ``start``.
         """
         frames = _number("frames", settings.frames, int) if settings.frames is not None else None
         if frames is not None and not 1 <= frames <= MAX_FRAMES:
@@ -138,14 +149,17 @@ class Video(SampleKindBase):
         end = _number("end", settings.end, float) if settings.end is not None else None
         if end is not None and end <= start:
             raise UsageError(f"{arg('end', end)}: must be after {arg('start', start)}")
+        clips = _number("clips", settings.clips, int)
+        if not 1 <= clips <= MAX_CLIPS:
+            raise UsageError(f"{arg('clips', clips)}: a video is cut into 1 to {MAX_CLIPS} clips")
         frames = frames or model_frames(model) or DEFAULT_FRAMES
-        return replace(settings, frames=frames, start=start, end=end)
+        return replace(settings, frames=frames, start=start, end=end, clips=clips)
 
     def find(self, sources, exclude=(), notes=None) -> list[Path]:
         excluded = {Path(os.path.realpath(path)) for path in exclude}
         found: dict[Path, Path] = {}
         for source in sources:
-            matches = _clips_in(Path(source), excluded)
+            matches = _clips_in(Path(source), excluded, notes)
             if not matches:
                 words = self.words.removeprefix("a ")
                 raise UsageError(f"{display_path(source)}: names no {words} (hidden and output folders are skipped)")
@@ -155,20 +169,40 @@ class Video(SampleKindBase):
             require_av()
         return list(found.values())
 
+    def split(self, paths, settings: VideoOptions) -> list[Path]:
+        """With ``--clips K`` over 1, K keys per video or folder of frames (``walk.mp4#1`` to ``#K``,
+        ``hookviz.inputs.parts``); a photo stays itself, to be refused as the run goes on."""
+        clips, cut = int(settings.clips), []
+        for path in paths:
+            whole = path.is_dir() or path.suffix.lower() in VIDEO_SUFFIXES
+            cut += [part_key(path, k) for k in range(1, clips + 1)] if clips > 1 and whole else [path]
+        return cut
+
     def files(self, path: Path) -> list[Path]:
-        return frames_of(path) if path.is_dir() else [path]
+        whole, _ = split_part(path)
+        return frames_of(whole) if whole.is_dir() else [whole]
 
     def load(self, path: Path, max_pixels: int, settings: VideoOptions) -> LoadedClip:
-        plan = ClipPlan(int(settings.frames or DEFAULT_FRAMES), settings.frame_stride, settings.start or 0.0, settings.end)
-        if path.suffix.lower() in IMAGE_SUFFIXES and not path.is_dir():
+        whole, part = split_part(path)
+        clips = int(settings.clips)
+        if whole.suffix.lower() in IMAGE_SUFFIXES and not whole.is_dir():
             raise ImageError(
-                f"{display_path(path)}: is a photo, not a clip, and this model takes clips: give a video file, "
+                f"{display_path(whole)}: is a photo, not a clip, and this model takes clips: give a video file, "
                 "or a folder of frames (a photo alone in a folder is a clip of one frame)"
             )
+        if part is None and clips > 1:
+            raise ImageError(
+                f"{display_path(whole)}: {arg('clips', clips)} cuts it into {clips} clips: name one, as {whole.name}#1"
+            )
+        if part is not None and part > clips:
+            raise ImageError(f"{display_path(path)}: names clip {part}, and {arg('clips', clips)} cuts it into {clips}")
+        plan = ClipPlan(
+            int(settings.frames or DEFAULT_FRAMES), settings.frame_stride, settings.start or 0.0, settings.end, part or 1, clips
+        )
         identity = self._identity(path)
-        if path.is_dir():
-            return _folder_clip(path, plan, max_pixels, identity)
-        decoded = decode_clip(path, plan, max_pixels)
+        if whole.is_dir():
+            return replace(_folder_clip(whole, plan, max_pixels, identity), path=path)
+        decoded = decode_clip(whole, plan, max_pixels)
         return LoadedClip(path, decoded.frames, decoded.times, decoded.notes, identity, decoded.decoded)
 
     def prepare(self, loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: int, settings=None) -> Clip:
@@ -190,15 +224,16 @@ class Video(SampleKindBase):
             raise ImageError(f"{display_path(path)}: cannot be read ({exc.strerror or exc})") from None
 
 
-def _clips_in(top: Path, excluded: set[Path]) -> list[Path]:
+def _clips_in(top: Path, excluded: set[Path], notes: list[str] | None = None) -> list[Path]:
     """The clips ``top`` names: itself (a video file, or a folder of frames), else the video files
-    and folders of frames below it, a folder of frames not searched further."""
+    and folders of frames below it, a folder of frames not searched further. A folder that holds
+    video files is a folder of videos, not of frames: its photos are left out, with a note."""
     if Path(os.path.realpath(top)) in excluded or (top.is_dir() and is_output_folder(top)):
         return []
     if top.is_file():  # a photo named outright is kept, to be refused in one line as the run goes on
         suffix = top.suffix.lower()
         return [top] if suffix in VIDEO_SUFFIXES or suffix in IMAGE_SUFFIXES else []
-    if frames_of(top):
+    if _holds_frames(top):
         return [top]
     found = []
     for folder, subfolders, names in os.walk(top):
@@ -208,13 +243,27 @@ def _clips_in(top: Path, excluded: set[Path]) -> list[Path]:
             sub = here / name
             if Path(os.path.realpath(sub)) in excluded or is_output_folder(sub):
                 continue
-            if frames_of(sub):
+            if _holds_frames(sub):
                 found.append(sub)  # a clip: not searched further
             else:
                 kept.append(name)
         subfolders[:] = kept
-        found += [here / n for n in sorted(names) if not n.startswith(".") and Path(n).suffix.lower() in VIDEO_SUFFIXES]
+        videos = [here / n for n in sorted(names) if not n.startswith(".") and Path(n).suffix.lower() in VIDEO_SUFFIXES]
+        photos = len(frames_of(here)) if videos else 0
+        if photos and notes is not None:
+            notes.append(
+                f"{display_path(here)}: holds videos and {photos} photo{'s' if photos > 1 else ''}: each video is a clip "
+                "and the photos are left out (a folder of frames holds photos alone: move them into a folder of their own)"
+            )
+        found += videos
     return sorted(found)
+
+
+def _holds_frames(folder: Path) -> bool:
+    """Whether ``folder`` is a folder of frames: photos, and no video file beside them."""
+    if not frames_of(folder):
+        return False
+    return not any(entry.suffix.lower() in VIDEO_SUFFIXES and entry.is_file() for entry in folder.iterdir())
 
 
 def _folder_clip(folder: Path, plan: ClipPlan, max_pixels: int, identity) -> LoadedClip:
@@ -228,7 +277,11 @@ def _folder_clip(folder: Path, plan: ClipPlan, max_pixels: int, identity) -> Loa
     last = len(frames) if plan.end is None else min(len(frames), int(np.floor(plan.end)) + 1)
     if first >= last:
         raise ImageError(f"{shown}: holds {len(frames)} frames; {arg('start', plan.start)} to its end holds none")
-    indices, short = frame_indices(last - first, plan, first)
+    try:
+        first, available = part_of_span(last - first, plan, first)
+    except ImageError as error:
+        raise ImageError(f"{shown}: {error}") from None
+    indices, short = frame_indices(available, plan, first)
     notes = [f"{shown}: a folder of frames has no frame rate: its times, {arg('start')} and {arg('end')} are frame numbers"]
     notes += [f"{shown}: {short}"] if short else []
     loaded = {i: load_image(frames[i], max_pixels) for i in sorted(set(indices))}

@@ -23,7 +23,7 @@ import numpy as np
 
 from hookviz.errors import ImageError, UsageError, arg, describe, display_path
 
-__all__ = ["VIDEO_SUFFIXES", "INSTALL", "ClipPlan", "DecodedClip", "decode_clip", "frame_indices", "require_av"]
+__all__ = ["VIDEO_SUFFIXES", "INSTALL", "ClipPlan", "DecodedClip", "decode_clip", "frame_indices", "part_of_span", "require_av"]
 
 #: The files that are videos.
 VIDEO_SUFFIXES = frozenset({".mp4", ".m4v", ".mkv", ".webm", ".mov", ".avi"})
@@ -46,12 +46,16 @@ class ClipPlan:
         frames: how many.
         stride: ``0``: spread evenly over the span; ``s``: every ``s``-th frame from its start.
         start, end: the span in seconds (``end`` ``None``: to the video's end).
+        part, parts: clip ``part`` (from 1) of ``parts`` (``--clips``): the span is cut into
+            ``parts`` equal runs of frames, and the clip is taken from its run as from the span.
     """
 
     frames: int
     stride: int = 0
     start: float = 0.0
     end: float | None = None
+    part: int = 1
+    parts: int = 1
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,21 @@ def require_av():
     except ImportError:
         raise UsageError(f"reading videos needs PyAV: {INSTALL}") from None
     return av
+
+
+def part_of_span(available: int, plan: ClipPlan, first: int = 0) -> tuple[int, int]:
+    """The run of frames of clip ``plan.part`` of ``plan.parts`` among ``available`` frames from
+    index ``first`` on: its first index and its length. The runs follow one another and never overlap.
+
+    Raises:
+        ImageError: the span holds fewer frames than ``plan.parts`` (without a path: the caller adds it).
+    """
+    if plan.parts == 1:
+        return first, available
+    if available < plan.parts:
+        raise ImageError(f"holds {available} frames in its span, fewer than {arg('clips', plan.parts)}; give fewer clips")
+    begin = (plan.part - 1) * available // plan.parts
+    return first + begin, plan.part * available // plan.parts - begin
 
 
 def frame_indices(available: int, plan: ClipPlan, first: int = 0) -> tuple[list[int], str | None]:
@@ -157,6 +176,10 @@ class _Reader:
             raise ImageError(f"{self.shown}: lasts {duration:.3g} s; {span} holds no frame")
         first = math.ceil(plan.start * self.fps - 1e-6)
         available = max(1, math.floor(end * self.fps + 1e-6) - first)
+        try:
+            first, available = part_of_span(available, plan, first)
+        except ImageError as error:
+            raise ImageError(f"{self.shown}: lasts {duration:.3g} s and {error}") from None
         indices, short = frame_indices(available, plan, first)
         if short:
             self.notes[f"{self.shown}: {short}"] = None

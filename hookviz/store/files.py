@@ -263,8 +263,7 @@ def report_of(
         target=Score.of(explanation.target) if explanation.target is not None else None,
         top5=tuple(Score.of(score) for score in explanation.top5),
         prediction=explanation.prediction.to_json() if explanation.prediction is not None else {},
-        logits_count=int(np.size(explanation.logits)),
-        logits_nonfinite=logits_nonfinite,
+        logits=(int(np.size(explanation.logits)), logits_nonfinite),
         layer_choice=explanation.layer_choice,
         declared_layout=explanation.declared_layout.to_json() if explanation.declared_layout is not None else None,
         layers=tuple(_layer_record(explanation, layer, pictures_by_layer.get(layer.name, {})) for layer in explanation.layers),
@@ -282,7 +281,14 @@ def report_of(
         ),
         files=tuple(files),
         fingerprint=description(),
+        times=_times(explanation.image),
     )
+
+
+def _times(sample) -> tuple[float, ...] | None:
+    """A clip's frames' timestamps in seconds (a folder of frames': frame numbers), ``None`` for a photo."""
+    times = getattr(sample, "times", None)
+    return tuple(round(float(t), 6) for t in times) if times else None
 
 
 def _unfit_notes(explanation, layer, pictures: dict[str, str | None]) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from hookviz.errors import display_path
 from hookviz.inputs.identity import Match, file_sha256, match_photo
+from hookviz.inputs.parts import part_stem
 from hookviz.store.fingerprints import FINGERPRINT, looks_whole
 from hookviz.store.records import Report, read_report
 
@@ -78,8 +79,9 @@ def distinct_name(path: Path) -> str:
 
 
 def _stem(path: Path) -> str:
-    """A sample's name: its file's stem, or a folder's whole name (a clip's folder ``walk.v2``, a sample kind's)."""
-    return path.name if path.is_dir() else path.stem
+    """A sample's name: its file's stem, or a folder's whole name (a clip's folder ``walk.v2``, a sample kind's);
+    a part of a file (``walk.mp4#2``, ``--clips``) adds ``.clip-k`` (``hookviz.inputs.parts``)."""
+    return part_stem(path)
 
 
 @dataclass(frozen=True)

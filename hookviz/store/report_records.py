@@ -298,7 +298,8 @@ class Report:
             that map the input (guided backprop, integrated gradients), by method.
         prediction: the task's part (``tasks.base.ImagePrediction.to_json()``).
         declared_layout: ``featuremaps.DeclaredLayout`` as JSON, or ``None``.
-        logits_count, logits_nonfinite: how many scores the model gave, and how many were NaN or infinite.
+        logits: how many scores the model gave, and how many were NaN or infinite (``logits_count``,
+            ``logits_nonfinite``).
         fingerprint: ``fingerprints.description()``: its file and how it was made.
         schema: the version it was written in (0: before reports named one).
     """
@@ -318,8 +319,7 @@ class Report:
     target: Score | None = None
     top5: tuple[Score, ...] = ()
     prediction: dict = field(default_factory=dict)
-    logits_count: int | None = None
-    logits_nonfinite: int | None = None
+    logits: tuple[int | None, int | None] = (None, None)
     layer_choice: str | None = None
     declared_layout: dict | None = None
     layers: tuple[LayerRecord, ...] = ()
@@ -328,8 +328,18 @@ class Report:
     files: tuple[str, ...] = ()
     fingerprint: dict | None = None
     schema: int = 1
+    times: tuple[float, ...] | None = None
+
+    @property
+    def logits_count(self) -> int | None:
+        return self.logits[0]
+
+    @property
+    def logits_nonfinite(self) -> int | None:
+        return self.logits[1]
 
     def to_json(self) -> dict:
+        times = {} if self.times is None else {"times": list(self.times)}
         return {
             SCHEMA_KEY: REPORT_SCHEMA,
             "hookviz": self.hookviz,
@@ -355,6 +365,7 @@ class Report:
             "asked": self.asked.to_json(),
             "files": list(self.files),
             "fingerprint": self.fingerprint,
+            **times,
         }
 
     @classmethod
@@ -386,8 +397,7 @@ class Report:
             target=Score.from_json(document.get("target")),
             top5=tuple(s for s in map(Score.from_json, document.get("top5") or ()) if s is not None),
             prediction=read_mapping(document.get("prediction")),
-            logits_count=read_int(logits.get("count")),
-            logits_nonfinite=read_int(logits.get("nonfinite")),
+            logits=(read_int(logits.get("count")), read_int(logits.get("nonfinite"))),
             layer_choice=read_text(document.get("layer_choice")),
             declared_layout=document.get("declared_layout") if isinstance(document.get("declared_layout"), dict) else None,
             layers=tuple(LayerRecord.from_json(layer) for layer in document["layers"] if isinstance(layer, dict)),
@@ -396,6 +406,7 @@ class Report:
             files=read_texts(document.get("files")),
             fingerprint=document.get("fingerprint") if isinstance(document.get("fingerprint"), dict) else None,
             schema=schema,
+            times=_times(document.get("times")),
         )
 
     # -- what readers ask of it
@@ -439,3 +450,10 @@ def read_report(path: Path) -> Report | None:
         SchemaError: written by a newer hookviz.
     """
     return read_document(path, Report)
+
+
+def _times(value) -> tuple[float, ...] | None:
+    """A clip's frame times as report.json keeps them, or ``None`` (a photo's report, or none readable)."""
+    if not isinstance(value, list) or not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in value):
+        return None
+    return tuple(float(t) for t in value)

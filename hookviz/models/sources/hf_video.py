@@ -1,5 +1,6 @@
-"""Hugging Face video classifiers (``VideoMAEForVideoClassification``) through ``hf:``, as
-clip models (imports torch: loaded on first use, by ``huggingface``).
+"""Hugging Face video classifiers (``VideoMAEForVideoClassification``,
+``TimesformerForVideoClassification``) through ``hf:``, as clip models (imports torch: loaded on
+first use, by ``huggingface``).
 
 transformers' video models take ``pixel_values`` as (N, T, C, H, W); hookviz's clips are
 (N, C, T, H, W), as torchvision's video models take them. ``FramesSecond`` swaps the two axes
@@ -7,7 +8,8 @@ before the model's own forward, with the model's modules as its own (the layer n
 checkpoint's: ``videomae.encoder.layer.3``). The frames per clip are ``config.num_frames`` and
 the input size ``config.image_size`` (VideoMAE's position embeddings are fixed to both); the
 token layout is what ``anatomy.geometry`` reads of the model (VideoMAE: tubelets of
-``tubelet_size`` frames, no class token).
+``tubelet_size`` frames, no class token; TimeSformer: a class token, then a token per frame and
+patch, position by position with each position's frames in a row).
 """
 
 from __future__ import annotations
@@ -64,10 +66,15 @@ def load_video(where, config, weights: str, seed: int, source: str) -> LoadedMod
     from hookviz.models.sources.base import weights_kind
     from hookviz.models.sources.huggingface import _categories, _state_dict_file
 
-    if getattr(config, "model_type", None) != "videomae":
+    if getattr(config, "model_type", None) not in ("videomae", "timesformer"):
         raise UnknownModelError(
             f"{arg('model', where.name)}: {where.repo} is a {config.model_type!r} video model; hookviz "
-            "explains transformers' VideoMAE video classifiers"
+            "explains transformers' VideoMAE and TimeSformer video classifiers"
+        )
+    if getattr(config, "attention_type", None) == "space_only":
+        raise UnknownModelError(
+            f"{arg('model', where.name)}: {where.repo} is a TimeSformer of attention_type 'space_only', whose frames "
+            "are batched apart (no space-time tokens to map); hookviz explains 'divided_space_time' and 'joint_space_time'"
         )
     kind, loading = weights_kind(weights), ()
     if kind == "default":
