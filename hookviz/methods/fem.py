@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hookviz.methods.base import MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
+from hookviz.methods.time_weights import weighted
 from hookviz.options.declared import check_values, option
 
 __all__ = ["fem", "FEMOptions"]
@@ -43,4 +43,4 @@ def fem(ctx: MethodContext):
     flat = activations.flatten(2).double()
     threshold = flat.mean(-1, keepdim=True) + k * flat.std(-1, correction=0, keepdim=True)
     weights = (flat > threshold).double().mean(-1)
-    return _weighted(weights, activations.double()).to(activations.dtype)
+    return weighted(weights, activations.double()).to(activations.dtype)

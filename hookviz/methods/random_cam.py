@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hookviz.methods.base import MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
+from hookviz.methods.time_weights import weighted
 from hookviz.options.declared import check_values, option
 
 __all__ = ["random_cam", "RandomCAMOptions", "random_weights"]
@@ -46,7 +46,7 @@ def random_cam(ctx: MethodContext):
     activations = ctx.activations
     seed = ctx.settings.random_cam_seed if ctx.settings is not None else RandomCAMOptions().random_cam_seed
     weights = random_weights(seed, activations.shape[1]).to(activations.device, activations.dtype)
-    return _weighted(weights.expand(activations.shape[0], -1), activations)
+    return weighted(weights.expand(activations.shape[0], -1), activations)
 
 
 def random_weights(seed: int, channels: int):

@@ -19,7 +19,7 @@ hookviz explains the task's own score (a classifier's logit).
 from __future__ import annotations
 
 from hookviz.methods.base import MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
+from hookviz.methods.time_weights import weighted
 
 __all__ = ["shapley_cam"]
 
@@ -31,4 +31,4 @@ def shapley_cam(ctx: MethodContext):
     assert ctx.hessian_vector is not None  # needs_hessian: the pass gives it
     grads, product = ctx.hessian_vector(activations)  # of one score: a segmentation's mean logit, not the pass's sum
     weights = (grads - 0.5 * product).to(activations.device, activations.dtype).flatten(2).mean(-1)
-    return _weighted(weights, activations)
+    return weighted(weights, activations)
