@@ -1,18 +1,22 @@
 """CAM methods, one module per method, each registering itself (see ``base`` for the
-interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``), ``layercam``,
-``xgradcam``, ``hirescam``, ``eigencam``, ``scorecam``, ``ablationcam``; maps of the input:
-``guided_backprop``, ``guided_gradcam``, ``integrated_gradients`` (``guided-backprop`` ...),
-``lrp`` (zennit's relevance propagation, the ``lrp`` extra), ``attnlrp`` (AttnLRP for a
-vision transformer, the ``attnlrp`` extra); maps of a vision transformer's attention, at its
-token grid: ``rollout``, ``chefer``, ``legrad``; maps of the input over its superpixels (SLIC, the
-``superpixels`` extra, options shared in ``superpixels``): ``feature_ablation``, ``lime``, ``kernel_shap``.
-Of many layers: ``cam`` (CAM, from the classifier's
-weights, at the layer before a global-pool-then-linear head), ``fullgrad`` (FullGrad, every
-conv's and batch norm's bias gradient, at the input's resolution). Captum's gradient maps of the
-input: ``saliency``, ``input_x_gradient``, ``deconvolution``, ``deeplift``, ``deeplift_shap``, ``gradient_shap``.
-Pytorch-grad-cam's further layer maps:
-``gradcam-elementwise``, ``eigengradcam``, ``kpca-cam``, ``fem``, ``shapley-cam`` (Hessian-vector
-products) and ``random-cam``, a seeded baseline for the trust measures.
+interface); ``--help`` lists them in the order imported here. Maps of a layer:
+
+* Grad-CAM's family: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``), ``layercam``, ``xgradcam``,
+  ``hirescam``, ``gradcam_elementwise``, ``eigengradcam``, ``shapley_cam`` (Hessian-vector
+  products), ``cam`` (from the classifier's weights); ``time_weights`` holds the clip's
+  ``--time-weights`` group several of them share;
+* without gradients: ``eigencam``, ``kpca_cam``, ``fem``, ``random_cam`` (a seeded baseline for the
+  trust measures);
+* re-scoring: ``scorecam``, ``ablationcam``, ``sscam`` (``ss-cam``), ``iscam`` (``is-cam``);
+* a vision transformer's attention, at its token grid: ``rollout``, ``chefer``, ``legrad``.
+
+Maps of the input: ``guided_backprop``, ``guided_gradcam``, ``integrated_gradients``, captum's
+gradient maps (``saliency``, ``input_x_gradient``, ``deconvolution``, ``deeplift``, ``deeplift_shap``,
+``gradient_shap``), ``fullgrad`` and ``refine_cam`` (of many layers), ``lrp`` and ``attnlrp`` (the
+``lrp`` and ``attnlrp`` extras), ``rise`` and ``occlusion``, and over superpixels (SLIC, the
+``superpixels`` extra, their options shared in ``superpixels``) ``feature_ablation``, ``lime`` and
+``kernel_shap``.
+
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -37,6 +41,7 @@ from hookviz.methods import feature_ablation, lime, kernel_shap  # noqa: F401  #
 from hookviz.methods import cam, fullgrad, refine_cam  # noqa: F401  # isort: skip
 from hookviz.methods import saliency, input_x_gradient, deconvolution, deeplift, deeplift_shap, gradient_shap  # noqa: F401  # isort: skip
 from hookviz.methods import gradcam_elementwise, eigengradcam, kpca_cam, fem, random_cam, shapley_cam  # noqa: F401  # isort: skip
+from hookviz.methods import sscam, iscam, rise, occlusion  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",
