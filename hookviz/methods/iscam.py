@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
+from hookviz.methods.time_weights import weighted
 from hookviz.methods.scorecam import _check_dimensions, _distinct_masks, upsampled
 from hookviz.methods.sscam import unit_scaled
 from hookviz.options.declared import check_values, option
@@ -86,7 +86,7 @@ def iscam(ctx: MethodContext):
     for image, channel, first in same:  # a map that scales another's masks the input as that one does
         scores[image, channel] = scores[image, first]
     weights = torch.softmax(scores, dim=1).to(activations.dtype).to(activations.device)
-    return _weighted(weights, activations)
+    return weighted(weights, activations)
 
 
 def path_coefficients(samples: int) -> list[float]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
+from hookviz.methods.time_weights import weighted
 from hookviz.methods.scorecam import _check_dimensions, upsampled
 from hookviz.options.declared import check_values, option
 from hookviz.workload import work
@@ -78,7 +78,7 @@ def sscam(ctx: MethodContext):
                 scores[image, start : start + len(which)] = ctx.score(batch, torch.full((len(which),), image)).double().cpu()
     mean = scores.reshape(count, samples, channels).mean(dim=1)
     weights = torch.softmax(mean, dim=1).to(activations.dtype).to(activations.device)
-    return _weighted(weights, activations)
+    return weighted(weights, activations)
 
 
 def unit_scaled(activations):
