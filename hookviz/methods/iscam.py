@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
-from hookviz.methods.time_weights import weighted
 from hookviz.methods.scorecam import _check_dimensions, _distinct_masks, upsampled
 from hookviz.methods.sscam import unit_scaled
+from hookviz.methods.time_weights import weighted
 from hookviz.options.declared import check_values, option
 from hookviz.workload import work
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hookviz.methods.base import RESCORING_BATCH, MethodContext, register_method
-from hookviz.methods.time_weights import weighted
 from hookviz.methods.scorecam import _check_dimensions, upsampled
+from hookviz.methods.time_weights import weighted
 from hookviz.options.declared import check_values, option
 from hookviz.workload import work
 
