@@ -241,7 +241,10 @@ def _traced_once(model, size: tuple[int, ...], channels: int, watch: bool, blank
 
                 device = next(model.parameters(), torch.zeros(0)).device
                 given = blank if blank is not None else (torch.zeros(1, channels, *size),)
-                output = model(*(tensor.to(device=device, dtype=model_dtype(model)) for tensor in given))
+                keywords = given[-1] if isinstance(given[-1], dict) else {}  # a kind's inputs passed by keyword
+                cast = {"device": device, "dtype": model_dtype(model)}
+                positional = [tensor.to(**cast) for tensor in given if not isinstance(tensor, dict)]
+                output = model(*positional, **{name: tensor.to(**cast) for name, tensor in keywords.items()})
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
             raise UsageError(_dry_run_failure(model, size, channels, exc)) from None
     return _Trace(shapes, order, starts, output, size)

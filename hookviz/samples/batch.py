@@ -20,10 +20,13 @@ class ModelInputs:
     Attributes:
         rows: per input name, the rows' tensors.
         main: the name of the input maps are made of (``image``).
+        positional: the names passed to the model by position, in order (the others by
+            keyword); ``None``: the main input alone, by position.
     """
 
     rows: dict
     main: str = "image"
+    positional: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.rows[self.main])
@@ -37,6 +40,13 @@ class ModelInputs:
         import torch
 
         return torch.stack(self.tensors(name)).to(device=device, dtype=dtype)
+
+    def arguments(self, device=None, dtype=None) -> tuple[tuple, dict]:
+        """The model's arguments: the positional inputs stacked, in order, and the keyword ones by name."""
+        if self.positional is None:
+            return (self.stacked(None, device, dtype),), {}
+        keywords = {name: self.stacked(name, device, dtype) for name in self.rows if name not in self.positional}
+        return tuple(self.stacked(name, device, dtype) for name in self.positional), keywords
 
     def batched(self, device=None, dtype=None) -> dict:
         """Every input stacked (``stacked``), by name."""
@@ -86,7 +96,7 @@ class SampleBatch:
             found[name] = [self.samples[r].tensors[name] for r in owners]
         if main is not None:
             found[self.main] = list(main)
-        return ModelInputs(found, self.main)
+        return ModelInputs(found, self.main, getattr(self.samples[0], "positional", None) if self.samples else None)
 
     def forward(self, rows=None, main=None):
         """The task's ``forward`` on ``inputs(rows, main)``, with the run's options and the task's own."""
