@@ -554,7 +554,7 @@ def explain(model, image, layers: Sequence[str] | str | None = None, target: str
             or an image that cannot be used.
     """
     if isinstance(image, Mapping):  # a model of several inputs: the mapping binds them (``hookviz.samples.multi``)
-        if "input" in keywords:
+        if keywords.get("input"):
             raise UsageError(f"{arg('input')}: the image is a mapping of inputs already; give one or the other")
         keywords["input"] = tuple(image.items())
     own = {name: keywords.pop(name) for name in [f.name for f in fields(ExplainArgs)] if name in keywords}

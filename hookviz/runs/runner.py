@@ -101,9 +101,9 @@ def run(
     """
     workers.refuse_in_a_starting_worker()
     if isinstance(images, Mapping):  # a model of several inputs: the mapping binds them (``hookviz.samples.multi``)
-        from hookviz.samples.multi import MultiOptions
+        from hookviz.samples.multi_bindings import bound_to
 
-        sample_options, images, sources = (*sample_options, MultiOptions(input=tuple(images.items()))), (), ()
+        sample_options, images, sources = bound_to(sample_options, images), (), ()
     groups = dict(layers=layers, inputs=inputs, target=target, pictures=pictures, options=options, checks=checks)
     return Run(
         images,

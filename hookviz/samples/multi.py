@@ -25,9 +25,22 @@ from hookviz.inputs.identity import Match, PhotoIdentity, match_files
 from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
 from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKindBase
 from hookviz.samples.multi_bindings import MULTI, Binding, MultiOptions, parse_bindings, resolve
-from hookviz.samples.multi_files import checked_array, files_in, is_csv, is_photo, key_of, partner, read_row, read_tensor
+from hookviz.samples.multi_files import (
+    checked_array,
+    files_in,
+    is_csv,
+    is_photo,
+    key_of,
+    partner,
+    read_header,
+    read_row,
+    read_tensor,
+)
 
 __all__ = ["MULTI", "Multi", "MultiSample", "BoundInputs", "MultiOptions"]
+
+#: The file of an input given in memory.
+MEMORY = "<memory>"
 
 #: What each input of a sample is: a photo, a tensor taken as it is, a vector of named features (a CSV's row).
 PHOTO_INPUT, TENSOR_INPUT, VECTOR_INPUT = "photo", "tensor", "vector"
@@ -44,6 +57,17 @@ class MultiSample(Sample):
     features: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
     views: dict = field(default_factory=dict, repr=False)
+    identities: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def inputs_record(self) -> dict:
+        """What report.json's ``inputs`` keeps: per input, its file, kind, its file's identity (and a vector's feature names)."""
+        record = {}
+        for name, kind in self.kinds.items():
+            file = self.files.get(name)
+            entry = {"file": None if file == MEMORY else file, "kind": kind, "identity": self.identities.get(name)}
+            record[name] = {**entry, **({"features": list(self.features[name])} if name in self.features else {})}
+        return record
 
 
 class Multi(SampleKindBase):
@@ -63,9 +87,12 @@ class Multi(SampleKindBase):
         bindings = parse_bindings(settings)
         if not bindings:
             raise UsageError(f"{arg('input')}: {model.name} takes several inputs: bind them with {arg('input', 'NAME=PATH')}")
-        bound = resolve(bindings, model.module, model.name, tuple(settings.aligned))
+        bound = resolve(bindings, model.module, model.name, tuple(settings.aligned or ()))
         settled = dataclasses.replace(settings, bound=bound)
-        return dataclasses.replace(settled, shapes=BoundInputs(settled).reference_shapes())
+        inputs = BoundInputs(settled)
+        if not bound[0].in_memory:
+            inputs.find()  # no photos, or a folder that pairs none: refused before the model runs
+        return dataclasses.replace(settled, shapes=inputs.reference_shapes())
 
     def bind(self, settings: MultiOptions) -> "BoundInputs":
         return BoundInputs(settings)
@@ -158,7 +185,9 @@ class BoundInputs:
                 shapes.append((binding.name, tuple(np.asarray(_array_of(binding.value, binding)).shape)))
                 continue
             file = self._partner(binding, first_key) if first_key is not None else next(iter(binding.paths), None)
-            if file is not None and file.is_file() and not is_photo(file) and not is_csv(file):
+            if file is not None and is_csv(file):  # a vector of the header's features
+                shapes.append((binding.name, (len(read_header(file, repr(binding.given))),)))
+            elif file is not None and file.is_file() and not is_photo(file):
                 shapes.append((binding.name, read_tensor(file, repr(binding.given)).shape))
         return tuple(shapes)
 
@@ -192,6 +221,7 @@ class BoundInputs:
     def loaded_in_memory(self, max_pixels: int) -> _Loaded:
         """The sample the bindings hold (``explain()``'s mapping): values in memory, or paths."""
         first = self._first
+        main: tuple[str, Any, Path | None, tuple]
         if first.in_memory:
             main = (PHOTO_INPUT, first.value, None, ())
             key_file = None
@@ -210,17 +240,18 @@ class BoundInputs:
                 return PHOTO_INPUT, LoadedImage(None, binding.value.convert("RGB")), None, ()
             array = checked_array(np.asarray(_array_of(binding.value, binding)), f"{arg('input', binding.given)}")
             return TENSOR_INPUT, self._shaped(array, binding, f"{arg('input', binding.given)}"), None, ()
-        file = partner(binding.paths, self._key(key_file)) if key_file is not None else binding.paths[0]
+        key = self._key(key_file) if key_file is not None else ""
+        file = partner(binding.paths, key) if key_file is not None else binding.paths[0]
         if file is None:
             where = display_path(key_file) if key_file is not None else "the sample"
             raise ImageError(
-                f"{where}: input {label} has no file {display_path(binding.paths[0])}/{self._key(key_file)}.* "
+                f"{where}: input {label} has no file {display_path(binding.paths[0])}/{key}.* "
                 "(inputs pair by relative path without suffix); the sample is skipped"
             )
         if is_photo(file):
             return PHOTO_INPUT, load_image(file, max_pixels), file, ()
         if is_csv(file):
-            values, names = read_row(file, self._key(key_file) if key_file else "", key_file or file, label)
+            values, names = read_row(file, key, key_file or file, label)
             return VECTOR_INPUT, self._shaped(values, binding, f"{display_path(file)}: input {label}"), file, names
         array = read_tensor(file, label)
         return TENSOR_INPUT, self._shaped(array, binding, f"{display_path(file)}: input {label}"), file, ()
@@ -233,7 +264,9 @@ class BoundInputs:
                 raise ImageError(f"{where}: an aligned input is (H, W) or (C, H, W), not {array.shape}")
             return array
         if expected is not None and tuple(array.shape) != tuple(expected):
-            raise ImageError(f"{where}: a tensor of shape {tuple(array.shape)}; the model takes {tuple(expected)} (the first sample's)")
+            raise ImageError(
+                f"{where}: a tensor of shape {tuple(array.shape)}; the model takes {tuple(expected)} (the first sample's)"
+            )
         return array
 
     # -- preparing
@@ -244,10 +277,22 @@ class BoundInputs:
         from hookviz.samples.photo import prepared_photo
 
         main = loaded.inputs[self.main][1]
-        photo = prepare(main, preprocessing, max_pixels) if isinstance(main, LoadedImage) else prepared_photo(main, preprocessing, max_pixels)
-        tensors, kinds, features, files, views = {self.main: photo.tensor}, {self.main: PHOTO_INPUT}, {}, {}, {self.main: photo.shown}
+        photo = (
+            prepare(main, preprocessing, max_pixels)
+            if isinstance(main, LoadedImage)
+            else prepared_photo(main, preprocessing, max_pixels)
+        )
+        tensors, kinds, features, files, views = (
+            {self.main: photo.tensor},
+            {self.main: PHOTO_INPUT},
+            {},
+            {},
+            {self.main: photo.shown},
+        )
+        identities = {}
         for name, (kind, value, file, names) in loaded.inputs.items():
-            files[name] = display_path(file) if file is not None else "<memory>"
+            files[name] = display_path(file) if file is not None else MEMORY
+            identities[name] = _identity(file)
             kinds[name] = kind
             if name == self.main:
                 continue
@@ -261,7 +306,8 @@ class BoundInputs:
             if names:
                 features[name] = tuple(names)
         positional = tuple(b.name for b in self.bindings if b.position is not None)
-        return MultiSample(photo.source, tensors, photo.shown, photo.whole, self.main, positional, kinds, features, files, views)
+        made = (photo.source, tensors, photo.shown, photo.whole, self.main, positional, kinds, features, files, views, identities)
+        return MultiSample(*made)
 
     def _aligned(self, name: str) -> bool:
         return any(b.aligned for b in self.bindings if b.name == name)
@@ -305,6 +351,15 @@ def aligned(array: np.ndarray, photo, preprocessing: Preprocessing, where: str, 
         return tensor
     resized = F.resize(tensor, preprocessing.resize, antialias=False)
     return F.center_crop(resized, preprocessing.size) if mode == "crop" else resized
+
+
+def _identity(file: Path | None) -> dict | None:
+    if file is None:
+        return None
+    try:
+        return PhotoIdentity.of(file).to_json()
+    except OSError:
+        return None
 
 
 def _is_pil(value) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 from hookviz.errors import UsageError, arg, did_you_mean
 from hookviz.options.declared import option
 
-__all__ = ["MULTI", "MultiOptions", "Binding", "parse_bindings", "resolve", "given_inputs", "with_sources"]
+__all__ = ["MULTI", "MultiOptions", "Binding", "parse_bindings", "resolve", "given_inputs", "with_sources", "bound_to"]
 
 #: The multi-input kind's name.
 MULTI = "multi"
@@ -31,20 +31,25 @@ class MultiOptions:
     its image, or ``input=`` and ``aligned=``). ``sources``: the positional images, the first input
     (set by the run, not a flag); ``bound``: the bindings resolved against the model (``settle``)."""
 
-    input: tuple = option(
-        (),
+    input: tuple | None = option(
+        None,
         repeat=True,
         help="Bind a forward argument to a file or folder: NAME=PATH by keyword, 0=PATH by position (repeat per input); "
         "the positional images are the first input.",
     )
-    aligned: tuple = option((), repeat=True, help="An input spatially aligned with the first (a depth map): same resize and crop.")
+    aligned: tuple | None = option(
+        None, repeat=True, help="An input spatially aligned with the first (a depth map): same resize and crop."
+    )
     sources: tuple = field(default=(), compare=False, repr=False)
     bound: tuple = field(default=(), compare=False, repr=False)
     shapes: tuple = field(default=(), compare=False, repr=False)
 
     def asked(self) -> dict:
         """What report.json's ``asked.sample`` keeps: each binding as given (an in-memory value by its type and shape)."""
-        return {"input": [binding.text for binding in self.bound] or list(map(str, self.input)), "aligned": list(self.aligned)}
+        return {
+            "input": [binding.text for binding in self.bound] or list(map(str, self.input or ())),
+            "aligned": list(self.aligned or ()),
+        }
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ def parse_bindings(settings: MultiOptions) -> list[Binding]:
         UsageError: an ``--input`` without ``NAME=PATH``, or a file or folder that is not there.
     """
     found = [Binding("0", tuple(Path(s) for s in settings.sources))] if settings.sources else []
-    for item in settings.input:
+    for item in settings.input or ():
         if isinstance(item, tuple) and len(item) == 2:  # explain()'s mapping: (name, value)
             name, value = str(item[0]), _as_value(item[1])
         else:
@@ -116,7 +121,12 @@ def _parameters(module) -> tuple[list[str], list[str], bool, bool]:
     params = list(signature.parameters.values())
     positional = [p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
     keyword = [p.name for p in params if p.kind == kinds.KEYWORD_ONLY]
-    return positional, keyword, any(p.kind == kinds.VAR_POSITIONAL for p in params), any(p.kind == kinds.VAR_KEYWORD for p in params)
+    return (
+        positional,
+        keyword,
+        any(p.kind == kinds.VAR_POSITIONAL for p in params),
+        any(p.kind == kinds.VAR_KEYWORD for p in params),
+    )
 
 
 def _required(module) -> list[str]:
@@ -192,13 +202,30 @@ def _check_gaps(bindings: list[Binding], model: str) -> None:
         if binding.position is None:
             continue
         if binding.position != expected and binding.name.isdigit():
-            raise UsageError(f"{arg('input', binding.text)}: position {binding.position} of {model}'s forward follows no input at {expected}")
+            raise UsageError(
+                f"{arg('input', binding.text)}: position {binding.position} of {model}'s forward follows no input at {expected}"
+            )
         expected = binding.position + 1
 
 
 def given_inputs(sample_options) -> MultiOptions | None:
     """The ``MultiOptions`` among ``sample_options`` that binds inputs, else ``None``."""
     return next((o for o in sample_options if isinstance(o, MultiOptions) and (o.input or o.sources)), None)
+
+
+def bound_to(sample_options, mapping) -> tuple:
+    """``sample_options`` with ``mapping`` (forward argument to file, folder or value) as its
+    ``MultiOptions``' inputs: that group's other settings (``aligned``) kept, or a new group.
+
+    Raises:
+        UsageError: the group binds inputs of its own already.
+    """
+    given = [o for o in sample_options if isinstance(o, MultiOptions)]
+    if any(o.input for o in given):
+        raise UsageError(f"{arg('input')}: the inputs are given as a mapping already; give one or the other")
+    base = given[0] if given else MultiOptions()
+    made = dataclasses.replace(base, input=tuple(mapping.items()))
+    return (*(o for o in sample_options if o is not base), made)
 
 
 def with_sources(sample_options, sources) -> tuple:

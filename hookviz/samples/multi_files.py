@@ -12,10 +12,21 @@ from pathlib import Path
 
 import numpy as np
 
-from hookviz.errors import ImageError, display_path
+from hookviz.errors import ImageError, UsageError, arg, display_path
 from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
 
-__all__ = ["TENSOR_SUFFIXES", "SUFFIXES", "files_in", "key_of", "partner", "read_tensor", "read_row", "is_photo", "is_csv"]
+__all__ = [
+    "TENSOR_SUFFIXES",
+    "SUFFIXES",
+    "files_in",
+    "key_of",
+    "partner",
+    "read_tensor",
+    "read_row",
+    "read_header",
+    "is_photo",
+    "is_csv",
+]
 
 #: Tensors taken as they are.
 TENSOR_SUFFIXES = (".npy", ".pt", ".safetensors")
@@ -102,7 +113,9 @@ def read_tensor(path: Path, label: str) -> np.ndarray:
     except ImageError:
         raise
     except Exception as exc:  # a damaged or foreign file: say which, in one line
-        raise ImageError(f"{display_path(path)}: input {label}: cannot be read as a tensor ({type(exc).__name__}: {exc})") from None
+        raise ImageError(
+            f"{display_path(path)}: input {label}: cannot be read as a tensor ({type(exc).__name__}: {exc})"
+        ) from None
     return checked_array(np.asarray(array), f"{display_path(path)}: input {label}")
 
 
@@ -128,6 +141,18 @@ def _table(path: Path, mtime_ns: int) -> tuple[tuple[str, ...], dict[str, tuple[
     return tuple(rows[0][1:]), {row[0].strip(): tuple(row[1:]) for row in rows[1:]}
 
 
+def read_header(path: Path, label: str) -> tuple[str, ...]:
+    """The feature names of a CSV's header (after its first column, the file names).
+
+    Raises:
+        UsageError: the CSV cannot be read or has no header and rows.
+    """
+    try:
+        return _table(path, os.stat(path).st_mtime_ns)[0]
+    except (OSError, UnicodeDecodeError, csv.Error, ImageError) as exc:
+        raise UsageError(f"{arg('input', display_path(path))}: input {label}: cannot be read as a CSV ({exc})") from None
+
+
 def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarray, tuple[str, ...]]:
     """The row of ``path`` (a CSV) for the sample of ``key`` (its key file ``key_file``): its numbers and the header's feature names.
 
@@ -141,11 +166,17 @@ def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarr
     names = (key, key_file.name, key_file.stem, f"{key}{key_file.suffix}")
     row = next((rows[name] for name in names if name in rows), None)
     if row is None:
-        raise ImageError(f"{display_path(path)}: input {label}: no row for {key_file.name} (its first column keys rows by file name)")
+        raise ImageError(
+            f"{display_path(path)}: input {label}: no row for {key_file.name} (its first column keys rows by file name)"
+        )
     try:
         values = np.asarray([float(cell) for cell in row], dtype=np.float32)
     except ValueError:
-        raise ImageError(f"{display_path(path)}: input {label}: the row of {key_file.name} holds a cell that is no number") from None
+        raise ImageError(
+            f"{display_path(path)}: input {label}: the row of {key_file.name} holds a cell that is no number"
+        ) from None
     if values.shape != (len(header),):
-        raise ImageError(f"{display_path(path)}: input {label}: the row of {key_file.name} has {values.size} numbers, the header {len(header)} names")
+        raise ImageError(
+            f"{display_path(path)}: input {label}: the row of {key_file.name} has {values.size} numbers, the header {len(header)} names"
+        )
     return values, header

@@ -489,7 +489,8 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         with contextlib.suppress(OSError):
             (directory / name).unlink()
     report = report_of(explanation, by_layer, [p.name for p in written], pictures, save_tensors)
-    written.append(write_json(directory / REPORT, report.to_json()))
+    inputs = getattr(explanation.image, "inputs_record", None)  # a sample of several inputs: each one's file and identity
+    written.append(write_json(directory / REPORT, {**report.to_json(), **({"inputs": inputs} if inputs else {})}))
     return written
 
 
