@@ -233,3 +233,39 @@ def test_the_kinds_settings_are_a_group_no_other_owner_names():
     from hookviz.samples import MultiOptions
 
     check_group(MultiOptions, "sample kind 'multi'")  # raises where --input or --aligned is another owner's too
+
+
+@pytest.mark.parametrize("baselines", ["zero", "blur,meta=mean"])
+def test_integrated_gradients_per_input_equal_captums_on_the_tuple_of_inputs(tmp_path, baselines):
+    """Every input moves along the path together, as captum's IntegratedGradients on a tuple; the
+    vector's attributions with the photo's sum to the score's rise (captum's convergence delta)."""
+    from captum.attr import IntegratedGradients
+
+    import hookviz
+    from hookviz.methods.integrated_gradients import baseline
+    from hookviz.options import InputOptions
+    from tests.multi_models import build_meta
+
+    photo = _photos(tmp_path / "rgb", keys=("001",)) / "001.png"
+    model, meta = build_meta(), torch.tensor([0.5, -1.0, 2.0])
+    result = hookviz.explain(
+        model, {"image": photo, "meta": meta}, layers=["features.1"], cam="integrated-gradients", steps=16,
+        ig_baseline=baselines, inputs=InputOptions(resize=32, crop=32),
+    )  # fmt: skip
+    found = result.pixel_maps["integrated-gradients"]
+    image = result.image.tensors["image"][None]
+    starts = (
+        (torch.zeros_like(image), torch.zeros(1, 3))
+        if baselines == "zero"
+        else (baseline(image, "blur"), meta.mean().expand(1, 3))
+    )
+    reference, delta = IntegratedGradients(model).attribute(
+        (image, meta[None]), baselines=starts, target=result.target.index, n_steps=16, method="gausslegendre",
+        return_convergence_delta=True,
+    )  # fmt: skip
+    for ours, theirs in ((found.map, reference[0][0]), (found.inputs["meta"], reference[1][0])):
+        theirs = theirs.detach().numpy()
+        assert ours.shape == theirs.shape and np.abs(ours - theirs).max() / np.abs(theirs).max() < 1e-3
+    assert found.figures["delta"] == pytest.approx(float(delta), abs=1e-4)
+    total = float(reference[0].sum() + reference[1].sum())
+    assert found.figures["attribution_sum"] == pytest.approx(total, rel=1e-4)
