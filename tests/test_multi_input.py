@@ -269,3 +269,27 @@ def test_integrated_gradients_per_input_equal_captums_on_the_tuple_of_inputs(tmp
     assert found.figures["delta"] == pytest.approx(float(delta), abs=1e-4)
     total = float(reference[0].sum() + reference[1].sum())
     assert found.figures["attribution_sum"] == pytest.approx(total, rel=1e-4)
+
+
+def test_guided_backprop_maps_each_input_as_captums_on_the_tuple(tmp_path):
+    from captum.attr import GuidedBackprop
+
+    import hookviz
+    from hookviz.options import InputOptions
+    from tests.multi_models import build_meta
+
+    photo = _photos(tmp_path / "rgb", keys=("001",)) / "001.png"
+    model, meta = build_meta(), torch.tensor([0.5, -1.0, 2.0])
+    result = hookviz.explain(
+        model,
+        {"image": photo, "meta": meta},
+        layers=["features.1"],
+        cam="guided-backprop",
+        inputs=InputOptions(resize=32, crop=32),
+    )
+    found = result.pixel_maps["guided-backprop"]
+    image = result.image.tensors["image"][None]
+    reference = GuidedBackprop(model).attribute((image, meta[None]), target=result.target.index)
+    for ours, theirs in ((found.map, reference[0][0]), (found.inputs["meta"], reference[1][0])):
+        theirs = theirs.detach().numpy()
+        assert ours.shape == theirs.shape and np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max() + 1e-7

@@ -187,16 +187,18 @@ class InputGradients:
 
         return self.samples.others(self.samples.device, model_dtype(self.samples.module))
 
-    def along(self, main, others: dict, images):
+    def along(self, main, others: dict, images, guided: bool = False):
         """Each row's score and its gradient with respect to every input, the main one and
         ``others`` (per name, (M, ...)) replaced together (integrated gradients' path through
-        a tuple of inputs, as captum's): ``(main gradients, {name: gradients}, scores)``."""
+        a tuple of inputs, as captum's): ``(main gradients, {name: gradients}, scores)``; with
+        ``guided``, through guided ReLUs (guided backprop's)."""
         import torch
 
         rows = torch.as_tensor(images, dtype=torch.long).flatten().cpu()
         found: dict[str, list] = {name: [] for name in (self.samples.main, *others)}
         scores = []
-        with torch.inference_mode(False), torch.enable_grad():
+        guide = guided_relus(self.samples.module) if guided else contextlib.nullcontext()
+        with torch.inference_mode(False), torch.enable_grad(), guide:
             for start in range(0, len(main), self.chunk):
                 end = start + self.chunk
                 parts = {self.samples.main: main[start:end], **{n: t[start:end] for n, t in others.items()}}
