@@ -293,3 +293,30 @@ def test_guided_backprop_maps_each_input_as_captums_on_the_tuple(tmp_path):
     for ours, theirs in ((found.map, reference[0][0]), (found.inputs["meta"], reference[1][0])):
         theirs = theirs.detach().numpy()
         assert ours.shape == theirs.shape and np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max() + 1e-7
+
+
+@pytest.mark.slow  # three runs of hookviz in this process
+def test_the_docs_worked_examples_run_as_written(tmp_path, monkeypatch):
+    """docs/multi-input.md's three commands, each run as the page writes it, on data made here."""
+    import shlex
+
+    from .cli_helpers import hookviz_cli
+    from .conftest import ROOT
+
+    monkeypatch.chdir(tmp_path)
+    _photos(tmp_path / "rgb"), _depths(tmp_path / "depth"), _photos(tmp_path / "photos")
+    _photos(tmp_path / "left"), _photos(tmp_path / "right", seed=3)
+    _meta(tmp_path / "meta.csv", {"001.png": (1, 2, 3), "002.png": (4, 5, 6), "003.png": (7, 8, 9)})
+    page = (ROOT / "docs" / "multi-input.md").read_text(encoding="utf-8")
+    commands = [line for line in page.splitlines() if line.startswith("hookviz run ")]
+    assert len(commands) == 3
+    for command in commands:
+        words = shlex.split(command)[1:]
+        result = hookviz_cli(*words)
+        out = tmp_path / words[words.index("--out") + 1]
+        assert result.exit_code == 0, (command, result.output)
+        assert _statuses(out) == {"001.png": "done", "002.png": "done", "003.png": "done"}, command
+    siamese = json.loads((tmp_path / "out-siamese" / "001" / "report.json").read_text())
+    assert [layer["name"] for layer in siamese["layers"]] == ["encoder.1:0", "encoder.1:1"]
+    meta = json.loads((tmp_path / "out-meta" / "002" / "report.json").read_text())
+    assert "delta" in meta["pixel_maps"]["integrated-gradients"]["figures"]

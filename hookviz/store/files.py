@@ -462,6 +462,9 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         from hookviz.render.worker import worker_cache
 
         written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(photo_of(explanation))))
+        from hookviz.render.inputs import input_pictures  # a sample's other inputs, and a vector's attributions
+
+        written += [atomic_write(directory / name, data) for name, data in input_pictures(explanation)]
         prediction = prediction_png(explanation)
         if prediction is not None:
             written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
