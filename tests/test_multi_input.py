@@ -75,6 +75,7 @@ def test_rgbd_segmentation_binds_depth_by_keyword_and_pairs_folders_by_relative_
     assert inputs["depth"]["kind"] == "tensor" and len(inputs["depth"]["identity"]["sha256"]) == 64
     assert report["asked"]["target"]["sample"]["aligned"] == ["depth"]
     assert json.loads((out / "003" / "report.json").read_text())["inputs"]["depth"]["file"].endswith("depth/b/003.npy")
+    assert "input.depth.jpg" in report["files"] and 'src="001/input.depth.jpg"' in (out / "index.html").read_text()
 
 
 @pytest.mark.slow  # hookviz run in this process: several seconds of CPU
@@ -320,3 +321,64 @@ def test_the_docs_worked_examples_run_as_written(tmp_path, monkeypatch):
     assert [layer["name"] for layer in siamese["layers"]] == ["encoder.1:0", "encoder.1:1"]
     meta = json.loads((tmp_path / "out-meta" / "002" / "report.json").read_text())
     assert "delta" in meta["pixel_maps"]["integrated-gradients"]["figures"]
+
+
+def test_score_cam_rescores_each_row_with_its_own_samples_other_inputs(tmp_path):
+    """Two samples, one batch: each channel-masked photo is scored with its own sample's metadata."""
+    from dataclasses import replace
+
+    import torch.nn.functional as F
+
+    from hookviz.explaining.explainer import Explainer
+    from hookviz.inputs.images import Preprocessing
+    from hookviz.models.sources.base import LoadedModel
+    from hookviz.options import LayerOptions, TargetOptions
+    from hookviz.samples import MultiOptions
+    from tests.multi_models import build_meta
+
+    rgb = _photos(tmp_path / "rgb")
+    table = _meta(tmp_path / "meta.csv", {"001.png": (1, 2, 3), "002.png": (-4, 5, 0.5), "003.png": (7, 8, 9)})
+    model = build_meta()
+    loaded = LoadedModel("meta", model, "none", None, Preprocessing(resize=32, size=32))
+    explainer = Explainer.create(
+        loaded, layers=LayerOptions(layers=("features.1",)), target=replace(TargetOptions(), cam="scorecam"),
+        sample_options=(MultiOptions(input=(f"meta={table}",), sources=(str(rgb),)),),
+    )  # fmt: skip
+    kind = explainer.kind
+    samples = [kind.prepare(kind.load(rgb / key, 10**8), explainer.preprocessing, 10**8) for key in ("a/001.png", "a/002.png")]
+    results = explainer.explain_batch(samples)
+    for sample, result in zip(samples, results):
+        image, meta = sample.tensors["image"][None], sample.tensors["meta"][None]
+        with torch.no_grad():
+            activations = model.features(image)  # features.1 is the last of features
+            target = int(model(image, meta).argmax())
+        masks = F.interpolate(activations.transpose(0, 1), size=image.shape[2:], mode="bilinear", align_corners=False)
+        low, high = masks.amin(dim=(1, 2, 3), keepdim=True), masks.amax(dim=(1, 2, 3), keepdim=True)
+        masks = (masks - low) / (high - low + 1e-8)
+        with torch.no_grad():
+            scores = model(image * masks, meta.expand(len(masks), -1))[:, target]
+        weights = torch.softmax(scores.double(), dim=0).float()
+        expected = (weights[:, None, None] * activations[0]).sum(dim=0).clamp(min=0).numpy()
+        assert_same_cam(np.asarray(result["features.1"].cam), expected)
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors", ".npy"])
+def test_tensor_files_are_taken_as_they_are(tmp_path, suffix):
+    from safetensors.torch import save_file
+
+    from tests.multi_models import build_meta
+
+    rgb, vectors = _photos(tmp_path / "rgb", keys=("001", "002")), tmp_path / "vectors"
+    vectors.mkdir()
+    for n, key in enumerate(("001", "002")):
+        value = torch.tensor([1.5, -2.0, n], dtype=torch.float64)  # float64 becomes the model's float32
+        if suffix == ".pt":
+            torch.save(value, vectors / f"{key}.pt")
+        elif suffix == ".safetensors":
+            save_file({"meta": value}, str(vectors / f"{key}.safetensors"))
+        else:
+            np.save(vectors / f"{key}.npy", value.numpy())
+    explainer = _explainer(build_meta(), f"meta={vectors}", sources=[rgb])
+    sample = explainer.kind.prepare(explainer.kind.load(rgb / "002.png", 10**8), explainer.preprocessing, 10**8)
+    assert sample.tensors["meta"].dtype == torch.float32 and sample.tensors["meta"].tolist() == [1.5, -2.0, 1.0]
+    assert sample.inputs_record["meta"]["file"].endswith(f"vectors/002{suffix}")
