@@ -15,6 +15,7 @@ from hookviz.tasks.segment import Segment
 
 from .cli_helpers import hookviz_run
 from .conftest import assert_same_cam
+from .test_records import _validate_run_folder
 
 RGBD, META, SIAMESE = "tests.multi_models:build_rgbd", "tests.multi_models:build_meta", "tests.multi_models:build_siamese"
 KEYS = ("a/001", "a/002", "b/003")
@@ -75,6 +76,7 @@ def test_rgbd_segmentation_binds_depth_by_keyword_and_pairs_folders_by_relative_
     assert inputs["depth"]["kind"] == "tensor" and len(inputs["depth"]["identity"]["sha256"]) == 64
     assert report["asked"]["target"]["sample"]["aligned"] == ["depth"]
     assert json.loads((out / "003" / "report.json").read_text())["inputs"]["depth"]["file"].endswith("depth/b/003.npy")
+    assert _validate_run_folder(out) == 4  # the reports' inputs as the schema says
     assert "input.depth.jpg" in report["files"] and 'src="001/input.depth.jpg"' in (out / "index.html").read_text()
 
 
@@ -319,6 +321,7 @@ def test_the_docs_worked_examples_run_as_written(tmp_path, monkeypatch):
         assert _statuses(out) == {"001.png": "done", "002.png": "done", "003.png": "done"}, command
     siamese = json.loads((tmp_path / "out-siamese" / "001" / "report.json").read_text())
     assert [layer["name"] for layer in siamese["layers"]] == ["encoder.1:0", "encoder.1:1"]
+    assert (tmp_path / "out-meta" / "002" / "meta.attributions.png").is_file()
     meta = json.loads((tmp_path / "out-meta" / "002" / "report.json").read_text())
     assert "delta" in meta["pixel_maps"]["integrated-gradients"]["figures"]
 
