@@ -104,6 +104,10 @@ class Multi(SampleKindBase):
         return self.bind(settings).prepare(loaded, preprocessing, max_pixels, settings)
 
     def blank(self, preprocessing: Preprocessing, settings) -> tuple:
+        if settings is None or not settings.bound:  # nothing bound yet: the first input, a photo
+            import torch
+
+            return (torch.zeros(1, preprocessing.channels, *preprocessing.trace_size),)
         return self.bind(settings).blank(preprocessing, settings)
 
 
