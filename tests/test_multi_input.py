@@ -322,6 +322,7 @@ def test_the_docs_worked_examples_run_as_written(tmp_path, monkeypatch):
     siamese = json.loads((tmp_path / "out-siamese" / "001" / "report.json").read_text())
     assert [layer["name"] for layer in siamese["layers"]] == ["encoder.1:0", "encoder.1:1"]
     assert (tmp_path / "out-meta" / "002" / "meta.attributions.png").is_file()
+    assert (tmp_path / "out-rgbd" / "002" / "depth.pixel_maps.png").is_file()
     meta = json.loads((tmp_path / "out-meta" / "002" / "report.json").read_text())
     assert "delta" in meta["pixel_maps"]["integrated-gradients"]["figures"]
 

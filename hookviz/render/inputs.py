@@ -1,7 +1,8 @@
 """The pictures of a sample's other inputs (``hookviz.samples.multi``): each input as the model
 took it, shown beside the first in the gallery (``input.NAME.jpg``: a photo as preprocessed, a
-map such as a depth map in grey, min to max), and per pixel method, a vector's attributions as a
-bar chart by feature name (``NAME.attributions.png``: the CSV's header)."""
+map such as a depth map in grey, min to max), each pixel method's map of it at its own resolution
+(``NAME.pixel_maps.png``), and a vector's attributions as a bar chart by feature name
+(``NAME.attributions.png``: the CSV's header)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import io
 
 import numpy as np
 
-__all__ = ["input_pictures", "attribution_chart", "ATTRIBUTIONS_SUFFIX", "INPUT_PREFIX"]
+__all__ = ["input_pictures", "attribution_chart", "input_maps_chart", "ATTRIBUTIONS_SUFFIX", "INPUT_PREFIX", "MAPS_SUFFIX"]
 
-#: The other inputs' pictures are ``input.NAME.jpg``; a vector's chart ``NAME.attributions.png``.
-INPUT_PREFIX, ATTRIBUTIONS_SUFFIX = "input.", ".attributions.png"
+#: The other inputs' pictures are ``input.NAME.jpg``; a vector's chart ``NAME.attributions.png``;
+#: another input's pixel maps ``NAME.pixel_maps.png``.
+INPUT_PREFIX, ATTRIBUTIONS_SUFFIX, MAPS_SUFFIX = "input.", ".attributions.png", ".pixel_maps.png"
 
 
 def input_pictures(explanation) -> list[tuple[str, bytes]]:
@@ -33,7 +35,39 @@ def input_pictures(explanation) -> list[tuple[str, bytes]]:
         pixels = sample.views.get(name) if kind == "photo" else _grey(sample.tensors[name])
         if pixels is not None:
             made.append((f"{INPUT_PREFIX}{name}.jpg", _jpeg(pixels)))
+            maps = input_maps_chart(explanation, name, pixels)
+            if maps is not None:
+                made.append((f"{name}{MAPS_SUFFIX}", maps))
     return made
+
+
+def input_maps_chart(explanation, name: str, pixels: np.ndarray) -> bytes | None:
+    """A PNG of input ``name`` (``pixels``) beside each pixel method's map of it at its own
+    resolution (the map's magnitude summed over channels, min to max); ``None``: no method mapped it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    maps = {m: np.asarray(p.inputs[name]) for m, p in explanation.pixel_maps.items() if p.inputs and name in p.inputs}
+    maps = {m: np.abs(v).sum(axis=0) if v.ndim == 3 else np.abs(v) for m, v in maps.items()}
+    maps = {m: v for m, v in maps.items() if v.ndim == 2}
+    if not maps:
+        return None
+    figure = Figure(figsize=(2.6 * (len(maps) + 1), 2.8), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, len(maps) + 1, 1)
+    axes.imshow(pixels)
+    axes.set_title(f"{name} ({pixels.shape[1]}x{pixels.shape[0]})", fontsize=9)
+    axes.axis("off")
+    for column, (method, values) in enumerate(maps.items()):
+        axes = figure.add_subplot(1, len(maps) + 1, column + 2)
+        shown = axes.imshow(values, cmap="inferno")
+        figure.colorbar(shown, ax=axes, fraction=0.046, pad=0.04)
+        axes.set_title(f"{method}: |map|", fontsize=9)
+        axes.axis("off")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
 
 
 def _grey(tensor) -> np.ndarray | None:
