@@ -126,6 +126,7 @@ def test_an_aligned_map_gets_the_photos_resize_and_crop_and_a_csv_its_row(tmp_pa
     assert sample.tensors["meta"].tolist() == [4.0, 5.0, 6.5] and sample.features["meta"] == ("age", "height", "weight")
 
 
+@pytest.mark.slow  # hookviz.run over three samples
 def test_explain_and_run_take_a_mapping_of_inputs(tmp_path):
     import hookviz
     from hookviz.options import InputOptions, ModelOptions, RunOptions
