@@ -221,6 +221,7 @@ def test_a_tensor_of_the_wrong_shape_and_a_csv_without_the_row_fail_alone(tmp_pa
         ("rgb={rgb}", "two inputs bound to one argument ('rgb'"),
         ("depth={elsewhere}", "pairs no file with the 3 photos"),
         ("depth", "give NAME=PATH"),
+        ("depth={depth}", "(1x3x32x32, 1x40x48)"),  # a map of the photo's size, not --aligned
     ],
 )
 def test_a_binding_the_model_cannot_take_is_refused_in_one_line(rgbd, tmp_path, binding, words):
