@@ -127,7 +127,8 @@ def _run(args: RunArgs, declared: dict) -> None:
     shown = args.output
     groups = _guard(shown.debug, lambda: option_groups(args, declared))
     found: list[str] = []  # notes on what the folders held
-    sources = _guard(shown.debug, lambda: _sources(args.model.images, args.images.from_list))
+    bound = bool(declared.get("input"))  # --input binds the inputs: the positional images may be among them
+    sources = _guard(shown.debug, lambda: _sources(args.model.images, args.images.from_list, bound))
     paths = _guard(shown.debug, lambda: _photos_in(sources, groups["options"].out, found))
     for note in () if shown.quiet else found:
         typer.echo(f"hookviz: note: {note}", err=True)
@@ -141,8 +142,8 @@ def _run(args: RunArgs, declared: dict) -> None:
 run = app.command("run", cls=PanelledCommand)(TypedCommand(RunArgs, _run))
 
 
-def _sources(images: list[str] | None, from_list: str | None) -> list[str]:
-    """The files, folders and patterns given, then those of ``--from-list``."""
+def _sources(images: list[str] | None, from_list: str | None, bound: bool = False) -> list[str]:
+    """The files, folders and patterns given, then those of ``--from-list`` (none, when ``--input`` binds every input)."""
     from hookviz.inputs.discovery import read_list
 
     sources = list(images or [])
@@ -153,7 +154,7 @@ def _sources(images: list[str] | None, from_list: str | None) -> list[str]:
             raise UsageError(f"--from-list {from_list}: cannot read ({exc.strerror})") from None
         with stream if stream is not sys.stdin else contextlib.nullcontext(stream):
             sources += read_list(stream)
-    if not sources:
+    if not sources and not bound:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
     return sources
 
@@ -166,6 +167,8 @@ def _photos_in(sources: list[str], out: Path, notes: list[str]) -> list[Path]:
     from hookviz.inputs.discovery import NothingFound, find_images
     from hookviz.samples import SAMPLE_KINDS
 
+    if not sources:
+        return []
     try:
         return find_images(sources, exclude=[out], notes=notes)
     except NothingFound:  # an --out among the photos is refused at once, whatever the model

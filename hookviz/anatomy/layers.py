@@ -241,10 +241,25 @@ def _traced_once(model, size: tuple[int, ...], channels: int, watch: bool, blank
 
                 device = next(model.parameters(), torch.zeros(0)).device
                 given = blank if blank is not None else (torch.zeros(1, channels, *size),)
-                output = model(*(tensor.to(device=device, dtype=model_dtype(model)) for tensor in given))
+                keywords = given[-1] if isinstance(given[-1], dict) else {}  # a kind's inputs passed by keyword
+                cast = {"device": device, "dtype": model_dtype(model)}
+                positional = [tensor.to(**cast) for tensor in given if not isinstance(tensor, dict)]
+                output = model(*positional, **{name: tensor.to(**cast) for name, tensor in keywords.items()})
         except Exception as exc:  # the user's model is foreign code: any error means "can't trace"
+            if blank is not None and len(blank) > 1:  # a sample of several inputs: say what each was
+                raise UsageError(_inputs_failure(blank, exc)) from None
             raise UsageError(_dry_run_failure(model, size, channels, exc)) from None
     return _Trace(shapes, order, starts, output, size)
+
+
+def _inputs_failure(blank: tuple, exc: Exception) -> str:
+    """Why a model of several inputs failed on blank ones of their shapes, in one line."""
+    given = [*(t for t in blank if not isinstance(t, dict)), *(t for d in blank if isinstance(d, dict) for t in d.values())]
+    shapes = ", ".join("x".join(map(str, tensor.shape)) for tensor in given)
+    return (
+        f"the model failed a forward pass on blank inputs of these shapes ({shapes}) ({describe(exc)}); "
+        "check the shape of each --input, or pass --aligned NAME for a map of the photo's size"
+    )
 
 
 def _dry_run_failure(model, input_size, channels: int, exc: Exception) -> str:

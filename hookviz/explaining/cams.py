@@ -37,6 +37,10 @@ NOTHING_TO_EXPLAIN = "no CAM: nothing to explain in this image"
 _FIRST_NORMS = ("ln_1", "norm1", "layernorm_before")  # torchvision's, timm's and transformers' ViT blocks
 
 
+#: Where ``_computed`` keeps a method's maps of a sample's other inputs, beside its figures.
+INPUTS = "inputs"
+
+
 @dataclass(frozen=True)
 class Sources:
     """What the pass can hand a method, per CAM key of the plan (the main one first); what
@@ -235,6 +239,7 @@ class PixelMaps:
         notes: per method that made none, why.
         layers: per method that used a layer's map (guided Grad-CAM), which.
         figures: per method that gave figures about its maps (``MapFigures``), one dict per image.
+        inputs: per method that mapped a sample's other inputs too, one dict per image (input name to map).
     """
 
     order: tuple[str, ...] = ()
@@ -242,6 +247,7 @@ class PixelMaps:
     notes: dict = field(default_factory=dict)
     layers: dict = field(default_factory=dict)
     figures: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)
 
 
 def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
@@ -272,7 +278,8 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
         maps[method.name] = _computed(method, given, tuple(sources.batch.shape), figures)
         if method.needs_gradients:
             layers[method.name] = context.layer
-    return PixelMaps(order, maps, notes, layers, figures)
+    inputs = {key[0]: figures.pop(key) for key in [k for k in figures if isinstance(k, tuple)]}
+    return PixelMaps(order, maps, notes, layers, figures, inputs)
 
 
 def _pixel_layer_rescoring(method, context, sources: Sources, layout):
@@ -435,6 +442,8 @@ def _computed(method, context, expected: tuple | None = None, figures: dict | No
         raise MethodError(f"{arg('cam', method.name)}: the method failed at {context.layer} ({describe(exc)})") from exc
     if isinstance(result, MapFigures) and figures is not None and len(result.figures) == len(result.maps):
         figures[method.name] = tuple(result.figures)
+    if isinstance(result, MapFigures) and figures is not None and len(result.inputs) == len(result.maps):
+        figures[(method.name, INPUTS)] = tuple(result.inputs)  # each other input's map, per image
     result = result.maps if isinstance(result, MapFigures) else result
     changed = [name for name, version in versions.items() if given[name]._version != version]
     if changed:  # these are the recorded tensors themselves: reports and pictures would show the change

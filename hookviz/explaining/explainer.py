@@ -9,7 +9,7 @@ checks and target checks are written once, and both refuse the same bad values.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
@@ -91,6 +91,7 @@ class Explainer:
         from hookviz.trust.assess import check as check_trust
 
         _refuse_raw_yolo(model)
+        model = _chosen_kind(model, sample_options)
         kind = get_sample_kind(model.sample_kind)
         settings = settled(kind, kind_settings(kind, sample_options, model.name), model)
         processing = preprocessing or model.preprocessing
@@ -131,7 +132,8 @@ class Explainer:
         methods that declare them), the task's own, and the sample kind's under ``sample``."""
         own = self.task_options
         asked = {} if own is None else own.asked() if hasattr(own, "asked") else asdict(own)
-        sample = {} if self.sample_settings is None else {"sample": asdict(self.sample_settings)}
+        settings = self.sample_settings
+        sample = {} if settings is None else {"sample": settings.asked() if hasattr(settings, "asked") else asdict(settings)}
         return {**self.target.asked(), **asked, **sample}
 
     @property
@@ -179,6 +181,8 @@ class Explainer:
 
         if isinstance(image, PreparedImage) or _is_sample(image):
             return image
+        if isinstance(image, Mapping):
+            return self._inputs(image)
         if self.kind.name != "photo":
             return self._sample(image)
         signal = as_signal(image, self.preprocessing.channels)
@@ -223,12 +227,30 @@ class Explainer:
         loaded = kind.load(Path(source), self.max_pixels, self.sample_settings)
         return kind.prepare(loaded, self.preprocessing, self.max_pixels, self.sample_settings)
 
+    def _inputs(self, given: Mapping):
+        """A sample of several inputs from ``given`` (forward argument name or position: a path or a value in memory)."""
+        from hookviz.samples import get_sample_kind, settled
+        from hookviz.samples.multi import MULTI, MultiOptions
+
+        if self.model.sample_kind != MULTI:
+            raise UsageError(
+                f"{arg('image', 'a mapping')}: {self.model.name} takes {self.kind.words}; give explain() the mapping "
+                "(or hookviz.run), or bind the inputs with input=..."
+            )
+        base = self.sample_settings if isinstance(self.sample_settings, MultiOptions) else MultiOptions()
+        settings = settled(get_sample_kind(MULTI), replace(base, input=tuple(given.items()), sources=()), self.model)
+        bound = get_sample_kind(MULTI).bind(settings)  # type: ignore[attr-defined]  # the multi kind binds
+        return bound.prepare(bound.loaded_in_memory(self.max_pixels), self.preprocessing, self.max_pixels)
+
     @property
     def kind(self):
-        """What one sample of the model is (``hookviz.samples.SampleKind``): a photo unless the model says."""
+        """What one sample of the model is (``hookviz.samples.SampleKind``): a photo unless the model says;
+        a kind that binds the run's settings (the multi-input kind's ``--input``) as they bind it."""
         from hookviz.samples import get_sample_kind
 
-        return get_sample_kind(self.model.sample_kind)
+        kind = get_sample_kind(self.model.sample_kind)
+        bind = getattr(kind, "bind", None)
+        return kind if bind is None or self.sample_settings is None else bind(self.sample_settings)
 
     def batch(self, samples: Sequence):
         """``samples`` as a ``samples.SampleBatch``: the model, its task and this explainer's options,
@@ -312,6 +334,16 @@ def _same(value, default) -> bool:
         return bool(value == default)
     except (TypeError, ValueError, RuntimeError):  # tensors compare element by element
         return False
+
+
+def _chosen_kind(model: LoadedModel, given: Sequence) -> LoadedModel:
+    """``model`` made of the multi-input kind when ``given`` binds inputs (``--input``) and it takes photos."""
+    from hookviz.samples.multi_bindings import MULTI, given_inputs
+    from hookviz.samples.photo import PHOTO
+
+    if model.sample_kind == PHOTO and given_inputs(given) is not None:
+        return replace(model, sample_kind=MULTI)
+    return model
 
 
 def _refuse_raw_yolo(model: LoadedModel) -> None:
@@ -521,6 +553,10 @@ def explain(model, image, layers: Sequence[str] | str | None = None, target: str
         HookvizError: a bad argument (``UsageError``: an unknown keyword names the close ones),
             or an image that cannot be used.
     """
+    if isinstance(image, Mapping):  # a model of several inputs: the mapping binds them (``hookviz.samples.multi``)
+        if keywords.get("input"):
+            raise UsageError(f"{arg('input')}: the image is a mapping of inputs already; give one or the other")
+        keywords["input"] = tuple(image.items())
     own = {name: keywords.pop(name) for name in [f.name for f in fields(ExplainArgs)] if name in keywords}
     args = ExplainArgs(**own)
     groups = _option_groups(

@@ -119,6 +119,8 @@ class PixelMap:
             conservation: ``relevance``, ``score``, ``conservation``), else ``None``.
         trust: the trust measures of its relevance map (``hookviz.trust.pixel_trust``), with
             ``--faithfulness`` or ``--sanity``; else ``None``.
+        inputs: a sample of several inputs' (``hookviz.samples.multi``): each other input's map
+            by name, at its own shape (a vector's, one value per feature), where the method maps them.
     """
 
     method: str
@@ -127,6 +129,7 @@ class PixelMap:
     layer: str | None = None
     figures: dict | None = None
     trust: LayerTrust | None = None
+    inputs: dict | None = None
 
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.map.shape)) if self.map is not None else self.note
@@ -473,7 +476,8 @@ def _image_pixels(pixels, i: int, plan) -> dict:
             found[name] = PixelMap(name, None, NOTHING_TO_EXPLAIN, layer)
         else:
             figures = pixels.figures[name][i] if name in pixels.figures else None
-            found[name] = PixelMap(name, pixels.maps[name][i].copy(), layer=layer, figures=figures)
+            others = pixels.inputs[name][i] if name in pixels.inputs else None
+            found[name] = PixelMap(name, pixels.maps[name][i].copy(), layer=layer, figures=figures, inputs=others)
     return found
 
 

@@ -181,6 +181,41 @@ class InputGradients:
         found = torch.cat(gradients).float() if gradients else torch.zeros(0)
         return (found, torch.cat(scores) if scores else torch.zeros(0)) if with_scores else found
 
+    def others(self) -> dict:
+        """The batch's inputs besides the main one, stacked by name on the model's device (``{}``: a sample of one input)."""
+        from hookviz.modelstate import model_dtype
+
+        return self.samples.others(self.samples.device, model_dtype(self.samples.module))
+
+    def along(self, main, others: dict, images, guided: bool = False):
+        """Each row's score and its gradient with respect to every input, the main one and
+        ``others`` (per name, (M, ...)) replaced together (integrated gradients' path through
+        a tuple of inputs, as captum's): ``(main gradients, {name: gradients}, scores)``; with
+        ``guided``, through guided ReLUs (guided backprop's)."""
+        import torch
+
+        rows = torch.as_tensor(images, dtype=torch.long).flatten().cpu()
+        found: dict[str, list] = {name: [] for name in (self.samples.main, *others)}
+        scores = []
+        guide = guided_relus(self.samples.module) if guided else contextlib.nullcontext()
+        with torch.inference_mode(False), torch.enable_grad(), guide:
+            for start in range(0, len(main), self.chunk):
+                end = start + self.chunk
+                parts = {self.samples.main: main[start:end], **{n: t[start:end] for n, t in others.items()}}
+                parts = {name: part.detach().clone().requires_grad_(True) for name, part in parts.items()}
+                main_part = parts.pop(self.samples.main)
+                score = self.scorer(self.samples.forward(rows[start:end], main_part, parts), rows[start:end])
+                wanted = [main_part, *parts.values()]
+                reached = score.requires_grad  # else nothing to explain in these rows: no graph reaches the inputs
+                grads = torch.autograd.grad(score, wanted, torch.ones_like(score), allow_unused=True) if reached else ()
+                for i, name in enumerate(found):
+                    grad = grads[i] if reached else None
+                    found[name].append((torch.zeros_like(wanted[i]) if grad is None else grad.detach()).float())
+                scores.append(score.detach().float().cpu().flatten())
+                passed(len(main_part))
+        joined = {name: torch.cat(parts) for name, parts in found.items()}
+        return joined.pop(self.samples.main), joined, torch.cat(scores)
+
     def _gradient(self, part, rows, from_scores: bool = False):
         import torch
 

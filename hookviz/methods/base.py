@@ -169,10 +169,13 @@ class MapFigures:
     Attributes:
         maps: (N, C, H, W), as the method's maps.
         figures: one dict per image, of names to numbers (a float; NaN is written null).
+        inputs: a sample of several inputs' (``hookviz.samples.multi``): one dict per image, of
+            each other input's name to its map (numpy, at its own shape); ``()``: none.
     """
 
     maps: torch.Tensor
     figures: tuple[dict[str, float], ...]
+    inputs: tuple[dict, ...] = ()
 
     def __repr__(self) -> str:
         return f"MapFigures({'x'.join(map(str, self.maps.shape))}, figures {sorted(self.figures[0]) if self.figures else []})"

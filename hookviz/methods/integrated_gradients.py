@@ -52,8 +52,8 @@ class IGOptions:
     ig_baseline: str = option(
         "zero",
         help="Integrated gradients: integrate from zero (zeros in the model's input space, as captum's), blur (the "
-        "input blurred) or mean (its mean colour).",
-        choices=IG_BASELINES,
+        "input blurred) or mean (its mean colour); a model of several inputs takes NAME=zero|blur|mean per input, "
+        "comma-separated (zero,depth=blur).",
     )
 
     def __post_init__(self):
@@ -62,13 +62,34 @@ class IGOptions:
                 f"{arg('steps', self.steps)}: integrated gradients takes 1 to {MAX_STEPS} steps (each a forward and "
                 "backward pass of every image; 32 by default)"
             )
+        self.baselines()  # first: a value of no baseline is refused naming the baselines, None too
         check_values(self)
+
+    def baselines(self) -> tuple[str, dict[str, str]]:
+        """The baseline of every input, and those of the inputs ``ig_baseline`` names (``zero,depth=blur``).
+
+        Raises:
+            UsageError: a baseline that is none of ``IG_BASELINES``, or a name without one.
+        """
+        choose = f"{arg('ig_baseline', self.ig_baseline)}: choose {', '.join(IG_BASELINES)}"
+        if not isinstance(self.ig_baseline, str):
+            raise UsageError(choose)
+        every, named = "zero", {}
+        for item in self.ig_baseline.split(","):
+            name, given, which = item.strip().rpartition("=")
+            if which not in IG_BASELINES or (given and not name):
+                raise UsageError(choose + (", or NAME=zero|blur|mean per input" if given or "," in self.ig_baseline else ""))
+            if given:
+                named[name.strip()] = which
+            else:
+                every = which
+        return every, named
 
 
 def _empty_path(image, settings: IGOptions) -> str | None:
     """A note when the baseline equals the input (a 1x1 input blurs to itself, a flat one is
     its own mean): the path between them is empty, so the map is zero everywhere."""
-    which = settings.ig_baseline
+    which = settings.baselines()[0]
     tolerance = 1e-4 * max(1.0, float(image.abs().max()))
     gaps = {name: float((image - baseline(image, name)).abs().max()) for name in IG_BASELINES}
     if gaps[which] > tolerance:
@@ -95,7 +116,10 @@ def integrated_gradients(ctx: MethodContext):
     inputs, gradient = ctx.inputs, ctx.input_gradient
     assert inputs is not None and gradient is not None  # the pass gives what the method declares
     settings = ctx.settings if isinstance(ctx.settings, IGOptions) else IGOptions()
-    steps, which = settings.steps, settings.ig_baseline
+    others = gradient.others() if hasattr(gradient, "others") else {}
+    if others:  # a sample of several inputs: the path goes through all of them together, as captum's on a tuple
+        return _through_every_input(inputs, others, gradient, settings)
+    steps, which = settings.steps, settings.baselines()[0]
     alphas, weights = gauss_legendre(steps)
     alphas_t = torch.tensor(alphas, dtype=inputs.dtype, device=inputs.device)
     weights_t = torch.tensor(weights, dtype=torch.float32, device=inputs.device)
@@ -110,6 +134,56 @@ def integrated_gradients(ctx: MethodContext):
             averaged = (grads * weights_t.reshape(along)).sum(dim=0)
             maps.append(averaged * (inputs[n] - start[0]).float())
     return torch.stack(maps)
+
+
+def _through_every_input(inputs, others: dict, gradient, settings: IGOptions):
+    """Integrated gradients of a sample of several inputs: every input moves from its baseline
+    along the path at once (captum's ``IntegratedGradients`` on a tuple), each gets its map at its
+    own shape, and each image's ``delta`` is the sum of every input's attributions less the
+    score's rise from the baselines (captum's convergence delta: zero for an exact integral)."""
+    import torch
+
+    from hookviz.methods.base import MapFigures
+
+    every, named = settings.baselines()
+    main = gradient.samples.main  # the main input is "" below
+    alphas, weights = gauss_legendre(settings.steps)
+    alphas_t = torch.tensor([*alphas, 0.0, 1.0], dtype=inputs.dtype, device=inputs.device)  # and the two ends, weighed 0
+    weights_t = torch.tensor([*weights, 0.0, 0.0], dtype=torch.float32, device=inputs.device)
+    main_maps, figures, maps = [], [], []
+    with work("integrated-gradients", len(inputs) * (settings.steps + 2), "steps", len(inputs), fed=True):
+        for n in range(len(inputs)):
+            given = {"": inputs[n : n + 1], **{name: tensor[n : n + 1] for name, tensor in others.items()}}
+            starts = {name: _start(tensor, named.get(name or main, every)) for name, tensor in given.items()}
+            paths = {}
+            for name, tensor in given.items():
+                along = (-1,) + (1,) * (tensor.dim() - 1)
+                paths[name] = starts[name] + alphas_t.to(tensor.dtype).reshape(along) * (tensor - starts[name])
+            main_path = paths.pop("")
+            rows = torch.full((len(alphas_t),), n, dtype=torch.long)
+            main_grads, other_grads, scores = gradient.along(main_path, paths, rows)
+            found = {}
+            for name, grads in {"": main_grads, **other_grads}.items():
+                along = (-1,) + (1,) * (grads.dim() - 1)
+                averaged = (grads * weights_t.reshape(along)).sum(dim=0)
+                found[name] = averaged * (given[name][0] - starts[name][0]).float()
+            total = float(sum(float(attribution.sum()) for attribution in found.values()))
+            main_maps.append(found.pop(""))
+            figures.append({"delta": total - float(scores[-1] - scores[-2]), "attribution_sum": total})
+            maps.append({name: attribution.cpu().numpy() for name, attribution in found.items()})
+    return MapFigures(torch.stack(main_maps), tuple(figures), tuple(maps))
+
+
+def _start(tensor, which: str):
+    """An input's baseline: a photo's or a map's as ``baseline`` makes it; a vector's (no spatial
+    axis) zeros, or with ``mean`` its features' mean."""
+    import torch
+
+    if tensor.dim() > 2:
+        return baseline(tensor, which)
+    if which == "mean":
+        return tensor.mean(dim=-1, keepdim=True).expand_as(tensor).clone()
+    return torch.zeros_like(tensor)
 
 
 def gauss_legendre(steps: int) -> tuple[list[float], list[float]]:

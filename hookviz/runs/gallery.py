@@ -28,6 +28,7 @@ from hookviz.render import (
     PIXEL_SANITY_PICTURE,
     PREDICTION_PICTURE,
 )
+from hookviz.render.inputs import ATTRIBUTIONS_SUFFIX, INPUT_PREFIX, MAPS_SUFFIX
 from hookviz.render.kinds import kinds
 from hookviz.store.files import DIFF, REPORT, atomic_write
 from hookviz.store.records import ImageStatus, Report, RunRecord, read_report, read_run
@@ -271,6 +272,11 @@ def _row(folder: str, report: Report, change: dict | None = None, compared: bool
             (PIXEL_SANITY_PICTURE, "randomisation check of the maps of the input"),
         )
         if name in files
+    )
+    photo += "".join(  # a sample's other inputs, side by side with the first (``hookviz.render.inputs``)
+        f'<a href="{base}/{_href(name)}"><img src="{base}/{_href(name)}" alt="{_e(name)}" title="{_e(name)}"></a>'
+        for name in report.files
+        if (name.startswith(INPUT_PREFIX) and name != INPUT_PICTURE) or name.endswith((ATTRIBUTIONS_SUFFIX, MAPS_SUFFIX))
     )
     # A clip's row leads with its first animated CAM, which plays in the page.
     animated = [layer.pictures.get("animation") for layer in report.layers]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -62,7 +62,7 @@ __all__ = ["Run", "run", "RunSummary", "ImageStatus", "RunInterrupted", "resolve
 
 
 def run(
-    images: Sequence[Path],
+    images: Sequence[Path] | Mapping,
     model: ModelOptions,
     *,
     layers: LayerOptions = LayerOptions(),
@@ -81,7 +81,8 @@ def run(
     """Explain every image and write its files under ``options.out``.
 
     Args:
-        images: image paths, in order (the full list; ``options.shard`` picks a slice of it).
+        images: image paths, in order (the full list; ``options.shard`` picks a slice of it); or, for
+            a model of several inputs, a mapping of forward argument (name or position) to file or folder.
         task_options: tasks' own option groups (``hookviz.tasks.DetectOptions(...)``); the
             model's task takes its own.
         on_status: called after each image with (status, images finished, images in this run).
@@ -99,6 +100,10 @@ def run(
         RunInterrupted: Ctrl-C or SIGTERM; files finished so far are complete.
     """
     workers.refuse_in_a_starting_worker()
+    if isinstance(images, Mapping):  # a model of several inputs: the mapping binds them (``hookviz.samples.multi``)
+        from hookviz.samples.multi_bindings import bound_to
+
+        sample_options, images, sources = bound_to(sample_options, images), (), ()
     groups = dict(layers=layers, inputs=inputs, target=target, pictures=pictures, options=options, checks=checks)
     return Run(
         images,
@@ -136,6 +141,9 @@ class Run:
         sample_options=(),
         sources=None,
     ):
+        from hookviz.samples.multi_bindings import with_sources
+
+        sample_options = with_sources(sample_options, sources if sources is not None else images)
         given = (tuple(images), model, layers, inputs, target, pictures, options, checks, tuple(task_options), trust, on_start)
         self.asked = RunRequest(*given, tuple(sample_options), None if sources is None else tuple(sources))
         self.ledger = Ledger(len(self.asked.selected), on_status)

@@ -13,11 +13,13 @@ from hookviz.samples.base import (
     split,
 )
 from hookviz.samples.batch import ModelInputs, SampleBatch
+from hookviz.samples.multi import MultiOptions  # registers the multi-input kind, so its flags exist
 from hookviz.samples.video import VideoOptions  # registers the video kind, so its flags exist
 
 __all__ = [
     "SAMPLE_KINDS",
     "ModelInputs",
+    "MultiOptions",
     "Sample",
     "SampleBatch",
     "SampleKind",

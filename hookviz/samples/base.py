@@ -170,6 +170,7 @@ def get_sample_kind(name: str) -> SampleKind:
     Raises:
         UsageError: no kind has that name.
     """
+    import hookviz.samples.multi  # noqa: F401  (the multi-input kind)
     import hookviz.samples.photo  # noqa: F401  (registers the photo)
     import hookviz.samples.video  # noqa: F401  (and the video)
 

@@ -20,10 +20,13 @@ class ModelInputs:
     Attributes:
         rows: per input name, the rows' tensors.
         main: the name of the input maps are made of (``image``).
+        positional: the names passed to the model by position, in order (the others by
+            keyword); ``None``: the main input alone, by position.
     """
 
     rows: dict
     main: str = "image"
+    positional: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.rows[self.main])
@@ -37,6 +40,13 @@ class ModelInputs:
         import torch
 
         return torch.stack(self.tensors(name)).to(device=device, dtype=dtype)
+
+    def arguments(self, device=None, dtype=None) -> tuple[tuple, dict]:
+        """The model's arguments: the positional inputs stacked, in order, and the keyword ones by name."""
+        if self.positional is None:
+            return (self.stacked(None, device, dtype),), {}
+        keywords = {name: self.stacked(name, device, dtype) for name in self.rows if name not in self.positional}
+        return tuple(self.stacked(name, device, dtype) for name in self.positional), keywords
 
     def batched(self, device=None, dtype=None) -> dict:
         """Every input stacked (``stacked``), by name."""
@@ -73,11 +83,12 @@ class SampleBatch:
 
         return self.inputs().stacked(device=self.device, dtype=model_dtype(self.module))
 
-    def inputs(self, rows=None, main=None) -> ModelInputs:
+    def inputs(self, rows=None, main=None, others=None) -> ModelInputs:
         """The model's inputs for ``rows`` (per row, the sample it stands for; default: each
-        sample once), the main input replaced by ``main`` (one tensor per row) when given.
-        A ``main`` of fewer rows than ``rows`` (a layer's output later made into many rows)
-        takes the other inputs of its own rows, the first ones."""
+        sample once), the main input replaced by ``main`` (one tensor per row) when given, and
+        the inputs ``others`` names (per name, one tensor per row: integrated gradients' path
+        through every input) by those. A ``main`` of fewer rows than ``rows`` (a layer's output
+        later made into many rows) takes the other inputs of its own rows, the first ones."""
         owners = list(range(len(self.samples))) if rows is None else [int(r) for r in rows]
         if main is not None:
             owners = owners[: len(main)]
@@ -86,8 +97,17 @@ class SampleBatch:
             found[name] = [self.samples[r].tensors[name] for r in owners]
         if main is not None:
             found[self.main] = list(main)
-        return ModelInputs(found, self.main)
+        for name, replaced in (others or {}).items():
+            found[name] = list(replaced)
+        return ModelInputs(found, self.main, getattr(self.samples[0], "positional", None) if self.samples else None)
 
-    def forward(self, rows=None, main=None):
-        """The task's ``forward`` on ``inputs(rows, main)``, with the run's options and the task's own."""
-        return self.task.forward(self.module, self.inputs(rows, main), self.device, self.options, self.task_options)
+    def others(self, device=None, dtype=None) -> dict:
+        """The inputs besides the main one of a sample of several (``positional`` says it is one), stacked by name; ``{}`` else."""
+        if not self.samples or getattr(self.samples[0], "positional", None) is None:
+            return {}
+        inputs = self.inputs()
+        return {name: inputs.stacked(name, device, dtype) for name in inputs.rows if name != self.main}
+
+    def forward(self, rows=None, main=None, others=None):
+        """The task's ``forward`` on ``inputs(rows, main, others)``, with the run's options and the task's own."""
+        return self.task.forward(self.module, self.inputs(rows, main, others), self.device, self.options, self.task_options)

@@ -468,6 +468,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         from hookviz.render.worker import worker_cache
 
         written.append(atomic_write(directory / INPUT_PICTURE, _jpeg(photo_of(explanation))))
+        written += _other_inputs(explanation, directory)
         prediction = prediction_png(explanation)
         if prediction is not None:
             written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
@@ -495,8 +496,16 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         with contextlib.suppress(OSError):
             (directory / name).unlink()
     report = report_of(explanation, by_layer, [p.name for p in written], pictures, save_tensors)
-    written.append(write_json(directory / REPORT, report.to_json()))
+    inputs = getattr(explanation.image, "inputs_record", None)  # a sample of several inputs: each one's file and identity
+    written.append(write_json(directory / REPORT, {**report.to_json(), **({"inputs": inputs} if inputs else {})}))
     return written
+
+
+def _other_inputs(explanation, directory: Path) -> list[Path]:
+    """The pictures of a sample's other inputs, and of a vector's attributions (``render.inputs``)."""
+    from hookviz.render.inputs import input_pictures
+
+    return [atomic_write(directory / name, data) for name, data in input_pictures(explanation)]
 
 
 def _preprocessing_json(explanation) -> dict:

@@ -394,8 +394,11 @@ class TaskBase:
 
 def stacked(module, inputs, device: str):
     """The output of a model of one input for a batch's ``inputs`` (``hookviz.samples.ModelInputs``)
-    of same-sized rows, stacked into one tensor."""
-    return module(inputs.stacked(device=device, dtype=model_dtype(module)))
+    of same-sized rows, stacked into one tensor (each input of a sample of several, by position or keyword)."""
+    if getattr(inputs, "positional", None) is None:
+        return module(inputs.stacked(device=device, dtype=model_dtype(module)))
+    args, keywords = inputs.arguments(device, model_dtype(module))
+    return module(*args, **keywords)
 
 
 def focus_of(plan: Plan, key: str) -> list:

@@ -1,0 +1,182 @@
+"""The files of a multi-input sample: which samples the first input's folders hold, the file of
+each other input that pairs with one (by relative path without suffix), and reading them:
+photos, ``.npy``, ``.pt`` and ``.safetensors`` tensors, a CSV's row (keyed by file name)."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import glob
+import os
+from pathlib import Path
+
+import numpy as np
+
+from hookviz.errors import ImageError, UsageError, arg, display_path
+from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
+
+__all__ = [
+    "TENSOR_SUFFIXES",
+    "SUFFIXES",
+    "files_in",
+    "key_of",
+    "partner",
+    "read_tensor",
+    "read_row",
+    "read_header",
+    "is_photo",
+    "is_csv",
+]
+
+#: Tensors taken as they are.
+TENSOR_SUFFIXES = (".npy", ".pt", ".safetensors")
+#: What an input's file may be.
+SUFFIXES = (*TENSOR_SUFFIXES, ".csv")
+
+
+def is_photo(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_SUFFIXES
+
+
+def is_csv(path: Path) -> bool:
+    return path.suffix.lower() == ".csv"
+
+
+def _usable(name: str) -> bool:
+    suffix = Path(name).suffix.lower()
+    return not name.startswith(".") and (suffix in IMAGE_SUFFIXES or suffix in TENSOR_SUFFIXES)
+
+
+def files_in(top: Path, excluded: set[Path]) -> list[Path]:
+    """The photos and tensor files below folder ``top`` (hidden and output folders skipped), sorted."""
+    found = []
+    for folder, subfolders, names in os.walk(top):
+        here = Path(folder)
+        subfolders[:] = sorted(
+            d
+            for d in subfolders
+            if not d.startswith(".") and not is_output_folder(here / d) and Path(os.path.realpath(here / d)) not in excluded
+        )
+        found += [here / n for n in sorted(names) if _usable(n)]
+    return sorted(found)
+
+
+def key_of(path: Path, roots: tuple[Path, ...]) -> str:
+    """The key a sample's file pairs by: its path below the first input's folder without suffix (a file given alone: its stem)."""
+    for root in roots:
+        if root.is_dir():
+            try:
+                return path.relative_to(root).with_suffix("").as_posix()
+            except ValueError:
+                continue
+    return path.stem
+
+
+def partner(roots: tuple[Path, ...], key: str) -> Path | None:
+    """The file of an input bound to ``roots`` for the sample of ``key``: the file itself when one is
+    bound, else the file of that relative path without suffix in its folder."""
+    for root in roots:
+        if not root.is_dir():
+            return root
+        folder, stem = (root / key).parent, Path(key).name
+        if folder.is_dir():
+            found = sorted(p for p in folder.glob(f"{glob.escape(stem)}.*") if p.stem == stem and _usable(p.name) and p.is_file())
+            if found:
+                return found[0]
+    return None
+
+
+def read_tensor(path: Path, label: str) -> np.ndarray:
+    """A tensor file's array (float32), as it is.
+
+    Raises:
+        ImageError: it cannot be read, holds not one tensor, or holds no numbers (naming the file and the input).
+    """
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            array = np.load(path, allow_pickle=False)
+        elif suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            held = load_file(str(path))
+            if len(held) != 1:
+                raise ImageError(f"{display_path(path)}: input {label}: holds {len(held)} tensors ({', '.join(held)}); give one")
+            array = next(iter(held.values()))
+        else:
+            import torch
+
+            value = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(value, torch.Tensor):
+                raise ImageError(f"{display_path(path)}: input {label}: holds a {type(value).__name__}, not one tensor")
+            array = value.detach().float().numpy() if value.is_floating_point() else value.numpy()
+    except ImageError:
+        raise
+    except Exception as exc:  # a damaged or foreign file: say which, in one line
+        raise ImageError(
+            f"{display_path(path)}: input {label}: cannot be read as a tensor ({type(exc).__name__}: {exc})"
+        ) from None
+    return checked_array(np.asarray(array), f"{display_path(path)}: input {label}")
+
+
+def checked_array(array: np.ndarray, where: str) -> np.ndarray:
+    """``array`` as float32, when it holds real numbers (floats: a model's input is taken as it is).
+
+    Raises:
+        ImageError: an integer, boolean, complex or object dtype, or an empty array.
+    """
+    if array.dtype.kind != "f":
+        raise ImageError(f"{where}: a tensor of dtype {array.dtype}; the model takes floating-point inputs (float16/32/64)")
+    if array.size == 0:
+        raise ImageError(f"{where}: the tensor is empty")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=16)
+def _table(path: Path, mtime_ns: int) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    with open(path, newline="", encoding="utf-8") as stream:
+        rows = [row for row in csv.reader(stream) if row]
+    if len(rows) < 2 or len(rows[0]) < 2:
+        raise ImageError(f"{display_path(path)}: a CSV needs a header (file, then feature names) and a row per sample")
+    return tuple(rows[0][1:]), {row[0].strip(): tuple(row[1:]) for row in rows[1:]}
+
+
+def read_header(path: Path, label: str) -> tuple[str, ...]:
+    """The feature names of a CSV's header (after its first column, the file names).
+
+    Raises:
+        UsageError: the CSV cannot be read or has no header and rows.
+    """
+    try:
+        return _table(path, os.stat(path).st_mtime_ns)[0]
+    except (OSError, UnicodeDecodeError, csv.Error, ImageError) as exc:
+        raise UsageError(f"{arg('input', display_path(path))}: input {label}: cannot be read as a CSV ({exc})") from None
+
+
+def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The row of ``path`` (a CSV) for the sample of ``key`` (its key file ``key_file``): its numbers and the header's feature names.
+
+    Raises:
+        ImageError: the CSV cannot be read, has no row for the sample, or a cell that is no number.
+    """
+    try:
+        header, rows = _table(path, os.stat(path).st_mtime_ns)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ImageError(f"{display_path(path)}: input {label}: cannot be read as a CSV ({exc})") from None
+    names = (key, key_file.name, key_file.stem, f"{key}{key_file.suffix}")
+    row = next((rows[name] for name in names if name in rows), None)
+    if row is None:
+        raise ImageError(
+            f"{display_path(path)}: input {label}: no row for {key_file.name} (its first column keys rows by file name)"
+        )
+    try:
+        values = np.asarray([float(cell) for cell in row], dtype=np.float32)
+    except ValueError:
+        raise ImageError(
+            f"{display_path(path)}: input {label}: the row of {key_file.name} holds a cell that is no number"
+        ) from None
+    if values.shape != (len(header),):
+        raise ImageError(
+            f"{display_path(path)}: input {label}: the row of {key_file.name} has {values.size} numbers, the header {len(header)} names"
+        )
+    return values, header
