@@ -8,7 +8,8 @@ token grid: ``rollout``, ``chefer``, ``legrad``; maps of the input over its supe
 ``superpixels`` extra, options shared in ``superpixels``): ``feature_ablation``, ``lime``, ``kernel_shap``.
 Of many layers: ``cam`` (CAM, from the classifier's
 weights, at the layer before a global-pool-then-linear head), ``fullgrad`` (FullGrad, every
-conv's and batch norm's bias gradient, at the input's resolution).
+conv's and batch norm's bias gradient, at the input's resolution). Of a contrast of classes:
+``finer_cam`` (Finer-CAM, Grad-CAM of the target's logit set against the classes nearest it).
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -31,6 +32,7 @@ from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradient
 from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
 from hookviz.methods import feature_ablation, lime, kernel_shap  # noqa: F401  # isort: skip
 from hookviz.methods import cam, fullgrad, refine_cam  # noqa: F401  # isort: skip
+from hookviz.methods import finer_cam  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",

@@ -124,6 +124,12 @@ class MethodContext:
         layers: for an ``input`` method that ``needs_gradients``, the context (activations, gradients, module,
             layer) of every recorded layer that has a map and a gradient, in the forward pass's order, the first
             being this context's own layer (RefineCAM multiplies their maps); ``()`` otherwise.
+        contrast_gradient: ``None`` unless the method ``needs_contrast``; else ``contrast_gradient(spec)``
+            for a ``hookviz.tasks.base.Contrast``: d(contrast score)/d(activations), (N, C, *spatial)
+            float32 as ``gradients``, where the contrast score is the target's score set against the classes
+            nearest it as the task defines it (``Task.contrast``: Finer-CAM's objective), from one more
+            backward pass of the main pass's graph per ``spec`` (zeros where the score does not reach the
+            layer); it returns ``None`` where the model has fewer than 2 classes to compare.
     """
 
     activations: torch.Tensor
@@ -139,6 +145,7 @@ class MethodContext:
     attention: Callable[..., Any] | None = None
     model: Any = None
     layers: tuple = ()
+    contrast_gradient: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
@@ -199,6 +206,9 @@ class Method:
         needs_attention: ``ctx.attention`` is given (every attention block's probabilities,
             from an extra pass with the model's fused attention switched off for it); the
             explainer refuses a model whose attention blocks cannot be reached before any image.
+        needs_contrast: ``ctx.contrast_gradient`` is given (``layer`` methods; one more backward pass of
+            the main pass per score asked); the explainer refuses a task without comparison classes
+            (``Task.contrasts`` false: an embedding's, a detector's) before any image.
     """
 
     name: str
@@ -213,6 +223,7 @@ class Method:
     caveat: Callable[[Any, Any], str | None] | None = None
     options: type | None = None
     needs_attention: bool = False
+    needs_contrast: bool = False
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
@@ -248,6 +259,7 @@ class Method:
                 ("input", self.needs_input),
                 ("input gradients", self.needs_input_gradients),
                 ("attention", self.needs_attention),
+                ("contrast gradients", self.needs_contrast),
             )
             if flag
         ]
@@ -270,6 +282,7 @@ def register_method(
     caveat: Callable[[Any, Any], str | None] | None = None,
     options: type | None = None,
     needs_attention: bool = False,
+    needs_contrast: bool = False,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -284,6 +297,8 @@ def register_method(
     METHODS.check_free(name)  # at the decorator's line, before the function is read: taken, or not one word
     if resolution not in RESOLUTIONS:
         raise UsageError(f"method {name!r}: resolution {resolution!r}; choose {' or '.join(RESOLUTIONS)}")
+    if needs_contrast and resolution != "layer":
+        raise UsageError(f"method {name!r}: needs_contrast is given to layer methods only; make it resolution='layer'")
     if options is not None:
         from hookviz.options.declared import check_group
 
@@ -303,6 +318,7 @@ def register_method(
             caveat,
             options,
             needs_attention,
+            needs_contrast,
         )
         return METHODS.add(name, method)
 
