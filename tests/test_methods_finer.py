@@ -158,3 +158,35 @@ def test_other_methods_keep_no_graph_for_contrast(monkeypatch):
     kept.clear()
     hookviz.explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.1", "features.3"], cam="gradcam,finer-cam")
     assert kept == [True, True]
+
+
+def test_each_top_class_is_set_against_its_own_nearest_classes(resnet18, batch):  # noqa: F811
+    """With ``--topk 2`` the second class's map is pytorch-grad-cam's FinerCAM of that class."""
+    from PIL import Image
+
+    from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+    from hookviz.models.loading import LoadedModel
+
+    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    loaded = LoadedModel("resnet18", resnet18, "seeded", None, Preprocessing())
+    options = TargetOptions(cam="finer-cam", topk=2)
+    results = Explainer.create(loaded, layers=LayerOptions(("layer4",)), target=options).explain_batch(images)
+    for n, result in enumerate(results):
+        second, mine = result.layers[0].topk_cams[1]
+        _, theirs = pytorch_grad_cams(resnet18, batch[n : n + 1], "layer4", second.index)
+        assert theirs.max() > 0 and relative(mine[None], theirs) < 1e-3
+
+
+def test_finer_cam_runs_beside_gradcam_through_the_command_line(photo, tmp_path):
+    import json
+
+    out = tmp_path / "out"
+    result = hookviz_run(photo, "--cam", "gradcam,finer-cam", "--finer-weighting", "mean", "-q", out=out)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "photo" / "report.json").read_text(encoding="utf-8"))
+    assert report["asked"]["target"]["settings"]["finer-cam"] == {
+        "finer_classes": 3,
+        "finer_alpha": 1.0,
+        "finer_weighting": "mean",
+    }
+    assert report["layers"][0]["cams"]["finer-cam"]["max"] > 0
