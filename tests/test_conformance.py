@@ -108,9 +108,10 @@ OURS = ("hookviz.", "tests.extension_plugin", "tests.picture_plugin")
 
 
 #: Methods made for one family of models, which refuse the others in one line (lrp: layers
-#: zennit has rules for, attnlrp: torchvision's ViT, cam: a classifier with an nn.Linear head);
-#: tests/test_lrp.py, test_attnlrp.py and test_methods_multilayer.py run them.
-FAMILY_METHODS = ("lrp", "attnlrp", "cam")
+#: zennit has rules for, attnlrp: torchvision's ViT, cam: a classifier with an nn.Linear head,
+#: finer-cam: a classifier, whose classes it compares); tests/test_lrp.py, test_attnlrp.py,
+#: test_methods_multilayer.py and test_methods_finer.py run them.
+FAMILY_METHODS = ("lrp", "attnlrp", "cam", "finer-cam")
 #: Methods that refuse one task's model in one line: DeepLIFT's rescale rule needs every
 #: nonlinearity as a module, and a torchvision detector's heads call relu, sigmoid and softmax as
 #: functions (tests/test_methods_captum.py runs the refusal).

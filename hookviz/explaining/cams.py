@@ -56,6 +56,7 @@ class Sources:
         attention: per key, the ``attention`` callable (``hookviz.explaining.attention.AttentionPass``).
         objective: what is back-propagated, in words (the task's ``objective_words``).
         hessians: per key, the ``hessian_vector`` callable (``probing.LayerHessian``), not yet at a layer.
+        contrast: per key, the ``contrast.ContrastGradients`` of its target (``Method.needs_contrast``).
     """
 
     keys: tuple[str, ...]
@@ -68,6 +69,7 @@ class Sources:
     objective: str = "the target's logit"
     attention: Any = None
     hessians: Any = None
+    contrast: Any = None
 
 
 @dataclass(frozen=True)
@@ -109,20 +111,22 @@ class ImageCams:
     cam_notes: dict
 
 
-def cam_gradients(recording, captures, plan, extra) -> dict:
+def cam_gradients(recording, captures, plan, extra, keep: bool = False) -> dict:
     """Per CAM key, each call's gradient of the key's score: the objective's own (already
-    recorded) where the key's scalar is the objective, else one more backward pass each."""
+    recorded) where the key's scalar is the objective, else one more backward pass each; ``keep``:
+    the graph is kept after them (contrast scores are back-propagated through it later)."""
     gradients = {key: [c.grad_output for c in captures] for key, scalar in plan.cams if scalar is None}
     for n, (key, scalar) in enumerate(extra):
-        pairs = recording.gradients(scalar, inputs=False, retain_graph=n < len(extra) - 1)
+        pairs = recording.gradients(scalar, inputs=False, retain_graph=keep or n < len(extra) - 1)
         gradients[key] = [grad_output for _, grad_output in pairs]
     return {key: gradients[key] for key, _ in plan.cams}  # the plan's order: its first key is the main CAM
 
 
-def sources_for(explainer, methods, plan, samples, gradients, cost=None) -> Sources:
+def sources_for(explainer, methods, plan, samples, gradients, cost=None, contrast=None) -> Sources:
     """What ``methods`` need of this batch (a ``samples.SampleBatch``), beyond the recorded
     tensors; their passes of many rows keep to the memory budget (``hookviz.budget``), given
-    ``cost``, what a row of the main pass cost (a ``RowCost``; ``None``: ``RESCORING_BATCH`` rows a pass)."""
+    ``cost``, what a row of the main pass cost (a ``RowCost``; ``None``: ``RESCORING_BATCH`` rows a pass);
+    ``contrast``: per key, its ``contrast.ContrastGradients``, where a method needs them."""
     from hookviz.budget import RowCost
     from hookviz.explaining.probing import InputGradients, LayerHessian
     from hookviz.input_format import formats_for
@@ -132,7 +136,7 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None) -> Sour
     module, task, options, device = explainer.model.module, explainer.task, explainer.target, explainer.device
     keys = tuple(key for key, _ in plan.cams)
     own = explainer.task_options
-    sources = Sources(keys, module, gradients, options=options, objective=task.objective_words(options, own))
+    sources = Sources(keys, module, gradients, options=options, objective=task.objective_words(options, own), contrast=contrast)
     batch = None
     if any(
         m.needs_input or m.needs_rescoring or m.needs_input_gradients or m.needs_hessian or m.resolution == "input"
@@ -373,6 +377,8 @@ def _token_note(name: str, sources: Sources) -> str:
 
 def _key_map(method, context, sources: Sources, key: str, position: int, layout) -> np.ndarray:
     """``method``'s maps of one key's score (zeros where that score does not reach the layer)."""
+    from hookviz.explaining.contrast import layer_contrast
+
     grads = reshape(sources.gradients[key][position], layout) if method.needs_gradients else None
     if method.needs_gradients and grads is None:
         return np.zeros((context.activations.shape[0], *context.activations.shape[2:]), dtype=np.float32)
@@ -384,6 +390,7 @@ def _key_map(method, context, sources: Sources, key: str, position: int, layout)
         input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
         attention=sources.attention[key] if method.needs_attention else None,
         hessian_vector=_hessian_at(method, sources, key, context, layout),
+        contrast_gradient=layer_contrast(sources.contrast[key], position, layout) if method.needs_contrast else None,
     )
     return _computed(method, given)
 

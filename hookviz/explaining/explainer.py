@@ -104,7 +104,7 @@ class Explainer:
         if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch
             task.check_output(dry, target, model.categories)
         for method in target.methods:
-            _check_method(method, model)
+            _check_method(method, model, task)
         check_trust(task, target, trust, model.module)
         if not processing.applies_transform:  # the object is applied as it is (inputs.apply refused overrides)
             processing = task.preprocessing(processing, inputs)
@@ -460,13 +460,19 @@ def _is_sample(value) -> bool:
     return isinstance(getattr(value, "tensors", None), dict) and hasattr(value, "source") and hasattr(value, "shown")
 
 
-def _check_method(name: str, model) -> None:
+def _check_method(name: str, model, task) -> None:
     """Refuse a model the method cannot explain (guided backprop without a ReLU; attention
-    that cannot be reached, as the ``LoadedModel`` declares it or its modules show), before any image."""
+    that cannot be reached, as the ``LoadedModel`` declares it or its modules show; a contrast
+    of classes for a task without them), before any image."""
     from hookviz.anatomy.attention import attention_sites
     from hookviz.methods import get_method
 
     method = get_method(name)
+    if method.needs_contrast and not getattr(task, "contrasts", False):
+        raise UsageError(
+            f"{arg('cam', name)} without comparison classes: {model.name} is {_a(task.name)} model ({task.words}), "
+            "whose target has no other classes to set it against; choose a classifier or another method"
+        )
     if method.needs_attention:
         attention_sites(model.module, name, model.declared_attention)
     if method.check is not None:

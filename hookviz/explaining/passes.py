@@ -288,6 +288,7 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
 
     from hookviz.anatomy.dataflow import ChannelOrders
     from hookviz.explaining.cams import cam_gradients, layer_maps, pixel_maps, sources_for
+    from hookviz.explaining.contrast import contrast_sources
     from hookviz.explaining.recording import Recording
     from hookviz.modelstate import evaluation, frozen_parameters
 
@@ -308,15 +309,17 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
             skipped = recording.check_complete()
             plan = explainer.task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
             wants_gradients = any(m.needs_gradients for m in methods)
+            # Contrast scores (Finer-CAM's) are back-propagated through the same graph, later: it is kept only for them.
+            contrast = contrast_sources(recording, explainer, plan, output) if any(m.needs_contrast for m in methods) else None
             extra = [(key, scalar) for key, scalar in plan.cams if scalar is not None] if wants_gradients else []
-            recording.backward(plan.objective, retain_graph=bool(extra))
+            recording.backward(plan.objective, retain_graph=bool(extra) or contrast is not None)
             captures = recording.captures
             _check_batch_first(captures, len(images))
-            gradients = cam_gradients(recording, captures, plan, extra) if wants_gradients else None
+            gradients = cam_gradients(recording, captures, plan, extra, keep=contrast is not None) if wants_gradients else None
             input_hw = tuple(samples.samples[0].tensor.shape[1:])  # (H, W); (L,) for a signal, (T, H, W) for a clip
             layouts = [_layouts(capture, orders, input_hw, explainer.declared_layout) for capture in captures]
         # Out of the recording: a method that re-scores runs the bare model, with no hook on it.
-        sources = sources_for(explainer, methods, plan, samples, gradients, measure.cost)
+        sources = sources_for(explainer, methods, plan, samples, gradients, measure.cost, contrast)
         layer_methods = [m for m in methods if m.resolution == "layer"]  # the main one first
         layer_cams = [layer_maps(layer_methods, c, sources, n, layouts[n]["output"]) for n, c in enumerate(captures)]
         inputs = [m for m in methods if m.resolution == "input"]

@@ -136,6 +136,12 @@ class MethodContext:
             and a second backward pass through it (``RESCORING_BATCH`` rows a pass at most, within
             the memory budget); zeros where the gradient does not depend on the layer's output (a
             network that is piecewise linear after the layer, as ReLU networks are, has ``H = 0``).
+        contrast_gradient: ``None`` unless the method ``needs_contrast``; else ``contrast_gradient(spec)``
+            for a ``hookviz.tasks.base.Contrast``: d(contrast score)/d(activations), (N, C, *spatial)
+            float32 as ``gradients``, where the contrast score is the target's score set against the classes
+            nearest it as the task defines it (``Task.contrast``: Finer-CAM's objective), from one more
+            backward pass of the main pass's graph per ``spec`` (zeros where the score does not reach the
+            layer); it returns ``None`` where the model has fewer than 2 classes to compare.
     """
 
     activations: torch.Tensor
@@ -152,6 +158,7 @@ class MethodContext:
     model: Any = None
     layers: tuple = ()
     hessian_vector: Callable[..., torch.Tensor] | None = None
+    contrast_gradient: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
@@ -216,6 +223,9 @@ class Method:
             explainer refuses a model whose attention blocks cannot be reached before any image.
         needs_hessian: ``ctx.hessian_vector`` is given (Hessian-vector products at the layer, from
             an extra forward pass and two backward passes per call; no other method pays for them).
+        needs_contrast: ``ctx.contrast_gradient`` is given (``layer`` methods; one more backward pass of
+            the main pass per score asked); the explainer refuses a task without comparison classes
+            (``Task.contrasts`` false: an embedding's, a detector's) before any image.
     """
 
     name: str
@@ -231,6 +241,7 @@ class Method:
     options: type | None = None
     needs_attention: bool = False
     needs_hessian: bool = False
+    needs_contrast: bool = False
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
@@ -267,6 +278,7 @@ class Method:
                 ("input gradients", self.needs_input_gradients),
                 ("attention", self.needs_attention),
                 ("Hessian-vector products", self.needs_hessian),
+                ("contrast gradients", self.needs_contrast),
             )
             if flag
         ]
@@ -290,6 +302,7 @@ def register_method(
     options: type | None = None,
     needs_attention: bool = False,
     needs_hessian: bool = False,
+    needs_contrast: bool = False,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -304,6 +317,8 @@ def register_method(
     METHODS.check_free(name)  # at the decorator's line, before the function is read: taken, or not one word
     if resolution not in RESOLUTIONS:
         raise UsageError(f"method {name!r}: resolution {resolution!r}; choose {' or '.join(RESOLUTIONS)}")
+    if needs_contrast and resolution != "layer":
+        raise UsageError(f"method {name!r}: needs_contrast is given to layer methods only; make it resolution='layer'")
     if options is not None:
         from hookviz.options.declared import check_group
 
@@ -324,6 +339,7 @@ def register_method(
             options,
             needs_attention,
             needs_hessian,
+            needs_contrast,
         )
         return METHODS.add(name, method)
 

@@ -17,6 +17,11 @@ asks which task it is: the words of the pictures' titles (``headline``,
 ``objective_text``), its CAM panels, its ``prediction.png`` (``draw_prediction``), what
 index.html lists beside a photo, the line ``hookviz run`` prints per image, and its own
 option group (``DetectOptions``). ``TaskBase`` says it for tasks that explain classes.
+
+A task whose targets are classes among others may also say what a *contrast* score is
+(``contrast``, with ``contrasts = True``): a target's score set against the classes the model
+finds nearest to it (``Contrast``), whose gradient Finer-CAM maps. A task without comparison
+classes (an embedding's, a detector's) leaves ``contrasts`` false, and such a method is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from hookviz.registry import Registry
 from hookviz.workload import passed
 
 __all__ = [
+    "CONTRAST_WEIGHTINGS",
     "ClassScore",
+    "Contrast",
     "Detection",
     "ImagePrediction",
     "Plan",
@@ -82,6 +89,28 @@ class ClassScore:
     @property
     def label(self) -> str:
         return f"{shown_name(self.name) or 'class'} ({self.index})"
+
+
+#: How a contrast score weights its comparison classes (``Contrast.weighting``).
+CONTRAST_WEIGHTINGS = ("softmax", "mean")
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """What a contrast score (``Task.contrast``) sets a target against, per image:
+
+        softmax: sum_k p_k (y_t - alpha y_k) / sum_k p_k  (= y_t - alpha sum_k p_k y_k / sum_k p_k)
+        mean:    y_t - alpha mean_k y_k
+
+    over the ``comparisons`` classes k whose logits y_k are nearest the target's y_t (the
+    target left out; fewer where the model has fewer), p_k their softmax probabilities, through
+    which the gradient flows too (pytorch-grad-cam's ``FinerWeightedTarget``); ``mean`` is
+    torch-cam's ``FinerCAM`` objective (its ``gamma`` is ``alpha``).
+    """
+
+    comparisons: int = 3
+    alpha: float = 1.0
+    weighting: str = "softmax"
 
 
 @dataclass(frozen=True)
@@ -200,6 +229,8 @@ class Task(Protocol):
     class_targets: bool
     #: what the task's target is, where it is not a class (``class_targets`` false): ``--sanity`` names it.
     target_words: str
+    #: Whether the task has ``contrast``: its targets are classes among other classes (a classifier's).
+    contrasts: bool
 
     def recognises(self, output) -> bool:
         """Whether a model's output (of a dry pass) is this task's kind (``task="auto"``)."""
@@ -252,6 +283,12 @@ class Task(Protocol):
         detector's box that matches the detection; 0 where the image has nothing to explain.
         On the plan's own inputs it gives the focus's own score (``ClassScore.logit``,
         ``Detection.score``)."""
+
+    def contrast(self, output, plan: Plan, key: str, options, spec: Contrast):
+        """Only where ``contrasts``: the contrast score (``Contrast``) of the target of CAM ``key``
+        in each image, summed over the images (0 for an image with nothing to explain), a scalar
+        of the graph of ``output`` (the model's output, as ``forward`` returns it); ``None`` where
+        the model has fewer than 2 classes, so nothing to compare its target with."""
 
     def probability_scorer(self, targets: Sequence[ClassScore | None], options, task_options=None) -> Callable:
         """``scorer(output, images)`` -> (M,): per row, the probability of the target of
@@ -330,6 +367,8 @@ class TaskBase:
     #: The target is the same on a randomised copy of the model, as a class is: ``--sanity`` runs.
     class_targets = True
     target_words = "its own target"
+    #: No ``contrast`` score, unless the task defines one (a classifier's).
+    contrasts = False
 
     def default_root(self, module) -> str | None:
         return None

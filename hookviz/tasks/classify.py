@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hookviz.errors import UsageError, arg
-from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
+from hookviz.tasks.base import ClassScore, Contrast, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
 from hookviz.tasks.targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
 
 __all__ = ["Classify", "ClassPrediction", "SigmoidScores", "SoftmaxScores", "logits_of", "parse_target"]
@@ -184,6 +184,7 @@ class Classify(TaskBase):
     name = "classify"
     probability = "the target class's probability (softmax; a binary classifier's or SigLIP's sigmoid)"
     class_targets = True
+    contrasts = True
     words = "classification"
     priority = 0  # tried last: it claims what no other task does
     torchvision_module = "torchvision.models"
@@ -285,6 +286,27 @@ class Classify(TaskBase):
             return values.where(chosen >= 0, values.new_zeros(()))
 
         return score
+
+    def contrast(self, output, plan: Plan, key: str, options, spec: Contrast):
+        """The logit of the class CAM ``key`` explains in each image set against the classes whose
+        logits are nearest it (``Contrast``), summed over the images; ``None`` for fewer than 2 classes."""
+        import torch
+
+        logits = logits_of(output, options.output_key)
+        if logits.shape[1] < 2:
+            return None
+        focus = focus_of(plan, key)
+        rows = torch.tensor([i for i, found in enumerate(focus) if found is not None], dtype=torch.long, device=logits.device)
+        chosen = logits[rows]
+        targets = torch.tensor([found.index for found in focus if found is not None], device=logits.device)[:, None]
+        target = chosen.gather(1, targets)
+        distances = (chosen.detach() - target.detach()).abs().scatter(1, targets, float("inf"))
+        nearest = distances.topk(min(spec.comparisons, logits.shape[1] - 1), dim=1, largest=False).indices
+        compared = chosen.gather(1, nearest)
+        if spec.weighting == "mean":
+            return (target[:, 0] - spec.alpha * compared.mean(dim=1)).sum()
+        weights = chosen.softmax(dim=1).gather(1, nearest)  # the gradient flows through the weights too, as pgc's
+        return ((weights * (target - spec.alpha * compared)).sum(dim=1) / (weights.sum(dim=1) + 1e-9)).sum()
 
     def probability_scorer(self, targets, options, task_options=None):
         """The probability of each image's target class, as ``plan`` reports it (softmax, or
