@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hookviz.errors import UsageError, arg
 from hookviz.methods.base import MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
+from hookviz.methods.time_weights import weighted
 from hookviz.options.declared import check_values, option
 from hookviz.tasks.base import CONTRAST_WEIGHTINGS, Contrast
 
@@ -59,4 +59,4 @@ def finer_cam(ctx: MethodContext):
             f"{arg('cam', 'finer-cam')} without comparison classes: the model has a single class, so there is "
             "nothing to set its target against; choose another method"
         )
-    return _weighted(grads.flatten(2).mean(-1), ctx.activations)
+    return weighted(grads.flatten(2).mean(-1), ctx.activations)
