@@ -5,7 +5,9 @@ interface). Maps of a layer: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``),
 ``lrp`` (zennit's relevance propagation, the ``lrp`` extra), ``attnlrp`` (AttnLRP for a
 vision transformer, the ``attnlrp`` extra); maps of a vision transformer's attention, at its
 token grid: ``rollout``, ``chefer``, ``legrad``; maps of the input over its superpixels (SLIC, the
-``superpixels`` extra, options shared in ``superpixels``): ``feature_ablation``, ``lime``, ``kernel_shap``.
+``superpixels`` extra, options shared in ``superpixels``): ``feature_ablation``, ``lime``, ``kernel_shap``;
+``smoothgradcam_pp`` (``smoothgradcam++``, Grad-CAM++ over noisy copies; its options, which ``--smooth``
+shares to wrap any gradient method, in ``smoothing``).
 A method of one's own is one decorated function (``register_method``); ``--cam`` then takes
 its name."""
 
@@ -26,6 +28,7 @@ from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hire
 from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
 from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
 from hookviz.methods import feature_ablation, lime, kernel_shap  # noqa: F401  # isort: skip
+from hookviz.methods import smoothgradcam_pp  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",

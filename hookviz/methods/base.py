@@ -102,6 +102,11 @@ class MethodContext:
             a context manager entered around the passes (relevance propagation's rules);
             ``from_scores=True``: each row's backward pass starts at its score, not 1;
             ``with_scores=True``: it returns ``(gradients, scores)``.
+        layer_gradient: ``None`` unless the method ``needs_layer_gradients``; else
+            ``layer_gradient(batch, images=None)``: for each row of a new input ``batch`` (M, C, H, W)
+            (noisy copies of the images, as Smooth Grad-CAM++ makes), ``(activations, gradients)``
+            at this layer, each (M, C, *spatial) float32 as ``ctx.activations`` and ``ctx.gradients``
+            lie, from forward and backward passes within the memory budget.
         options: the run's ``TargetOptions``.
         settings: the run's values of the method's own option group (``Method.options``: integrated
             gradients' ``IGOptions``), or ``None`` for a method without one.
@@ -122,6 +127,7 @@ class MethodContext:
     options: Any = None
     settings: Any = None
     attention: Callable[..., Any] | None = None
+    layer_gradient: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
@@ -182,6 +188,8 @@ class Method:
         needs_attention: ``ctx.attention`` is given (every attention block's probabilities,
             from an extra pass with the model's fused attention switched off for it); the
             explainer refuses a model whose attention blocks cannot be reached before any image.
+        needs_layer_gradients: ``ctx.layer_gradient`` is given (the layer's activations and gradients
+            of new inputs: extra forward and backward passes).
     """
 
     name: str
@@ -196,6 +204,7 @@ class Method:
     caveat: Callable[[Any, Any], str | None] | None = None
     options: type | None = None
     needs_attention: bool = False
+    needs_layer_gradients: bool = False
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
@@ -231,6 +240,7 @@ class Method:
                 ("input", self.needs_input),
                 ("input gradients", self.needs_input_gradients),
                 ("attention", self.needs_attention),
+                ("layer gradients", self.needs_layer_gradients),
             )
             if flag
         ]
@@ -253,6 +263,7 @@ def register_method(
     caveat: Callable[[Any, Any], str | None] | None = None,
     options: type | None = None,
     needs_attention: bool = False,
+    needs_layer_gradients: bool = False,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -286,6 +297,7 @@ def register_method(
             caveat,
             options,
             needs_attention,
+            needs_layer_gradients,
         )
         return METHODS.add(name, method)
 
