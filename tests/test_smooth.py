@@ -192,3 +192,42 @@ def test_bad_smoothing_is_refused_in_one_line(tmp_path, cat, args, words):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "smooth" in lines[0], result.output
     assert not (tmp_path / "out").exists()
+
+
+class ToySegmenter(torch.nn.Module):
+    """Per-pixel logits of 4 classes, at the input's size, as torchvision's segmenters return them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.ReLU())
+        self.classifier = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        logits = self.classifier(self.body(x))
+        return {"out": torch.nn.functional.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)}
+
+
+def test_smoothing_explains_a_segmenter_by_its_class_score():
+    """Each noisy copy is scored as the task scores the photo: the class's mean logit over the
+    pixels the photo's own prediction gave it; smoothgrad of Grad-CAM by hand, and smoothgradcam++ runs."""
+    from hookviz import explain
+
+    model = ToySegmenter().eval()
+    image = torch.randn(3, 64, 64, generator=torch.Generator().manual_seed(4))
+    settings = SmoothOptions(smooth="smoothgrad", smooth_samples=3, smooth_noise=0.1, smooth_seed=SEED)
+    asked = {"smooth": "smoothgrad", "smooth_samples": 3, "smooth_noise": 0.1, "smooth_seed": SEED}
+    result = explain(model, image, layers=["body"], task="segment", cam="gradcam,smoothgradcam++", **asked)
+    pixels = torch.from_numpy(result.prediction.mask == result.target.index)
+    assert 0 < int(pixels.sum()) < pixels.numel()
+    hand = []
+    for draw in noise_draws(image[None], settings):
+        activations = model.body((image + draw)[None]).detach().requires_grad_(True)
+        logits = torch.nn.functional.interpolate(model.classifier(activations), size=(64, 64), mode="bilinear")
+        (grads,) = torch.autograd.grad(logits[0, result.target.index][pixels].mean(), activations)
+        hand.append((grads.mean((-2, -1), keepdim=True) * activations).sum(1).clamp(min=0).detach()[0])
+    expected = torch.stack(hand).mean(0).numpy()
+    layer = result.layers[0]
+    assert layer.cams["gradcam"].shape == expected.shape == (32, 32) and expected.max() > 0
+    assert relative(layer.cams["gradcam"], expected) < 1e-4
+    assert layer.cams["smoothgradcam++"].shape == (32, 32) and layer.cams["smoothgradcam++"].max() > 0
