@@ -231,3 +231,40 @@ def test_smoothing_explains_a_segmenter_by_its_class_score():
     assert layer.cams["gradcam"].shape == expected.shape == (32, 32) and expected.max() > 0
     assert relative(layer.cams["gradcam"], expected) < 1e-4
     assert layer.cams["smoothgradcam++"].shape == (32, 32) and layer.cams["smoothgradcam++"].max() > 0
+
+
+def each_copy_by_hand(model, image, method: str, settings: SmoothOptions) -> tuple[np.ndarray, np.ndarray]:
+    """The method's smoothgrad map of ``image``, and the mean of its plain maps of each noisy copy, each explained alone."""
+    from hookviz.methods import get_method
+
+    read = pixel_map if get_method(method).resolution == "input" else layer_map
+    copies = [read(model, (image[0] + draw)[None], method) for draw in noise_draws(image, settings)]
+    return read(model, image, method, settings), np.mean(copies, axis=0)
+
+
+@pytest.mark.parametrize("method", ["layercam", "hirescam"])
+def test_a_smoothed_map_is_the_mean_of_the_methods_maps_of_each_noisy_copy(resnet18, image, method):
+    settings = SmoothOptions(smooth="smoothgrad", smooth_samples=2, smooth_noise=0.2, smooth_seed=SEED)
+    smoothed, by_hand = each_copy_by_hand(resnet18, image, method, settings)
+    assert smoothed.shape == by_hand.shape and np.abs(by_hand).max() > 0
+    assert relative(smoothed, by_hand) < 1e-4
+
+
+@pytest.mark.slow  # every registered gradient method (those other modules register too): about 1 s each
+def test_every_smoothable_method_is_the_mean_of_its_maps_of_each_noisy_copy(resnet18, image):
+    from hookviz.errors import UsageError
+    from hookviz.methods import get_method, method_names
+    from hookviz.methods.smoothing import smoothable
+
+    settings = SmoothOptions(smooth="smoothgrad", smooth_samples=2, smooth_noise=0.2, smooth_seed=SEED)
+    checked = []
+    for name in method_names():
+        if not smoothable(get_method(name)) or name in ("integrated-gradients",):  # its own test above
+            continue
+        try:
+            smoothed, by_hand = each_copy_by_hand(resnet18, image, name, settings)
+        except UsageError:  # a method this model cannot have (attnlrp: a vision transformer's)
+            continue
+        assert relative(smoothed, by_hand) < 1e-4, name
+        checked.append(name)
+    assert {"gradcam", "gradcam++", "guided-backprop", "guided-gradcam"} <= set(checked)
