@@ -89,12 +89,10 @@ class SmoothOptions:
 
 def smoothable(method) -> bool:
     """Whether ``--smooth`` wraps ``method``: it needs a gradient (of a layer, or of the input),
-    reads no attention (whose pass is the image's own) and does not smooth on its own."""
-    return (
-        (method.needs_gradients or method.needs_input_gradients)
-        and not method.needs_attention
-        and method.options is not SmoothOptions
-    )
+    reads no attention and no Hessian (whose passes are bound to the image's own input) and does
+    not smooth on its own."""
+    bound = method.needs_attention or getattr(method, "needs_hessian", False)
+    return (method.needs_gradients or method.needs_input_gradients) and not bound and method.options is not SmoothOptions
 
 
 def unsmoothable(methods) -> list[str]:
