@@ -17,7 +17,6 @@ formula reads (docs/methods.md; tests/test_smooth.py shows both).
 from __future__ import annotations
 
 from hookviz.methods.base import MethodContext, register_method
-from hookviz.methods.gradcam import _weighted
 from hookviz.methods.smoothing import SmoothOptions, noise_draws
 
 __all__ = ["smoothgradcam_pp"]
@@ -44,4 +43,4 @@ def smoothgradcam_pp(ctx: MethodContext):
     spread = (grads3 * activations).flatten(2).sum(-1).reshape(*activations.shape[:2], *spatial)
     alpha = grads2 / (2 * grads2 + spread + 1e-8)  # torch-cam's epsilon, so the two agree
     weights = (alpha * grads.clamp(min=0)).flatten(2).sum(-1)
-    return _weighted(weights, activations)
+    return (weights.reshape(*weights.shape, *spatial) * activations).sum(dim=1).clamp(min=0)
