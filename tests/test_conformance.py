@@ -1,6 +1,6 @@
 """Every registered task, CAM method and picture kind, the built-in ones and the test plug-in's
 (tests/extension_plugin.py), through every option that reaches into them: ``--faithfulness``,
-``--sanity``, ``--topk``, ``--baseline`` and ``--skip-existing``. Each run works, with files
+``--sanity``, ``--topk``, ``--baseline``, ``--skip-existing`` and ``--smooth``. Each run works, with files
 valid against the schemas, or is refused in one line; none ends in a traceback. This is the
 check that finds an attribute a plug-in lacks before a user does."""
 
@@ -32,6 +32,7 @@ OPTIONS = {
     "topk": ["--topk", "2"],
     "skip-existing": ["--skip-existing"],
     "baseline": ["--baseline", "{first}"],
+    "smooth": ["--smooth", "vargrad", "--smooth-samples", "2"],
 }
 
 
@@ -183,7 +184,7 @@ def test_every_task_method_and_picture_kind_works_or_is_refused_in_one_line_unde
         out = first if name == "skip-existing" else tmp_path / name
         extra = [value.format(first=first) for value in extra]
         outcomes[name] = _works_or_is_refused_in_one_line(_invoke([*common, *extra, "--out", str(out)]), out)
-    assert outcomes["skip-existing"] == outcomes["baseline"] == "works", outcomes
+    assert outcomes["skip-existing"] == outcomes["baseline"] == outcomes["smooth"] == "works", outcomes
 
 
 def test_every_sample_kind_meets_the_interface_and_its_blank_sample_is_a_batch_of_one(registries_restored):

@@ -30,6 +30,7 @@ __all__ = [
     "layer_maps",
     "image_cams",
     "pixel_maps",
+    "method_map",
     "zero_gradient_note",
 ]
 
@@ -149,7 +150,7 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None, contras
         chunk, formats = cost.rows(device, RESCORING_BATCH, gradients=False), formats_for(module)
         scores = {key: Rescoring(samples, task.scorer(plan, key, options), chunk, formats) for key in keys}
     input_gradients = None
-    if any(m.needs_input_gradients for m in methods):  # each key's, computed only when a method calls it
+    if any(m.needs_input_gradients or m.needs_layer_gradients for m in methods):  # each key's, computed when called
         chunk = cost.rows(device, RESCORING_BATCH, gradients=True)
         input_gradients = {key: InputGradients(samples, task.scorer(plan, key, options), chunk) for key in keys}
     hessians = None
@@ -375,6 +376,13 @@ def _token_note(name: str, sources: Sources) -> str:
     )
 
 
+def method_map(method, capture, sources: Sources, key: str, position: int, layout) -> np.ndarray:
+    """``method``'s maps of one key's score at one recorded layer (``capture``, the ``position``-th,
+    its output read in ``layout``), as ``layer_maps`` makes them (smoothing's noisy copies use it)."""
+    context = _method_context(method, capture, reshape(capture.output, layout), sources)
+    return _key_map(method, context, sources, key, position, layout)
+
+
 def _key_map(method, context, sources: Sources, key: str, position: int, layout) -> np.ndarray:
     """``method``'s maps of one key's score (zeros where that score does not reach the layer)."""
     from hookviz.explaining.contrast import layer_contrast
@@ -391,6 +399,7 @@ def _key_map(method, context, sources: Sources, key: str, position: int, layout)
         attention=sources.attention[key] if method.needs_attention else None,
         hessian_vector=_hessian_at(method, sources, key, context, layout),
         contrast_gradient=layer_contrast(sources.contrast[key], position, layout) if method.needs_contrast else None,
+        layer_gradient=_layer_gradients(sources.input_gradients[key], context, layout) if method.needs_layer_gradients else None,
     )
     return _computed(method, given)
 
@@ -401,6 +410,14 @@ def _hessian_at(method, sources: Sources, key: str, context, layout):
         return None
     call = re.search(r":(\d+)$", context.layer)
     return sources.hessians[key].at(context.module, int(call[1]) if call else 0, layout)
+
+
+def _layer_gradients(input_gradients, context, layout):
+    """``layer_gradient`` at the layer of ``context``, with the passes of ``input_gradients`` (its samples, scorer, rows a pass)."""
+    from hookviz.explaining.probing import LayerGradients
+
+    call = re.search(r":(\d+)$", context.layer)
+    return LayerGradients(input_gradients, context.module, int(call[1]) if call else 0, layout)
 
 
 def _method_context(method, capture, activation, sources: Sources):

@@ -324,6 +324,11 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         layer_cams = [layer_maps(layer_methods, c, sources, n, layouts[n]["output"]) for n, c in enumerate(captures)]
         inputs = [m for m in methods if m.resolution == "input"]
         pixels = pixel_maps(inputs, captures, [found["output"] for found in layouts], sources)
+        smoothing = _smoothing(options)
+        if smoothing is not None:  # every gradient method again on noisy copies (hookviz.explaining.smoothing)
+            from hookviz.explaining.smoothing import smooth_maps
+
+            layer_cams, pixels = smooth_maps(explainer, smoothing, plan, samples, sources, layouts, layer_cams, pixels)
     made = _Made(captures, layouts, layer_cams, pixels, plan, skipped, was_training)
     return [_image_explanation(explainer, image, i, made, summaries) for i, image in enumerate(images)]
 
@@ -339,6 +344,14 @@ class _Made:
     plan: object
     skipped: list
     was_training: bool
+
+
+def _smoothing(options):
+    """The run's ``SmoothOptions`` when it asks for ``--smooth``, else ``None``."""
+    from hookviz.methods.smoothing import SmoothOptions
+
+    found = next((group for group in options.settings if isinstance(group, SmoothOptions)), None)
+    return found if found is not None and found.smooth != "none" else None
 
 
 def _refuse_inference_parameters(module) -> None:
@@ -369,7 +382,7 @@ def _measured(module, methods, samples):
     """Measures the main forward pass when a method makes passes of many rows after it."""
     from hookviz.budget import measuring
 
-    if not any(m.needs_rescoring or m.needs_input_gradients or m.needs_hessian for m in methods):
+    if not any(m.needs_rescoring or m.needs_input_gradients or m.needs_hessian or m.needs_layer_gradients for m in methods):
         return contextlib.nullcontext(SimpleNamespace(cost=None))
     row = sum(tensor.numel() * tensor.element_size() for tensor in samples.samples[0].tensors.values())
     return measuring(module, len(samples), row)

@@ -22,7 +22,7 @@ from hookviz.hooks import HookSet
 from hookviz.methods.guided_backprop import check_relus, relu_modules
 from hookviz.workload import passed
 
-__all__ = ["LayerRescoring", "InputGradients", "LayerHessian", "guided_relus"]
+__all__ = ["LayerRescoring", "InputGradients", "LayerHessian", "LayerGradients", "guided_relus"]
 
 
 @dataclass(frozen=True)
@@ -344,6 +344,69 @@ def _leaf_output(layer, call: int, layout: Layout, leaves: list, shift=None) -> 
     with HookSet() as hooks:
         hooks.add(layer.register_forward_hook(hook))
         yield
+
+
+class LayerGradients:
+    """``layer_gradient(batch, images=None)``: for each row of ``batch`` (M, C, H, W), standing
+    for image ``images[row]``, the layer's output (its ``call``-th in a pass) and d(row's target
+    score)/d(that output), both read in ``layout`` (channels first), (M, C, *spatial) float32.
+
+    Its passes are those of ``probe`` (an ``InputGradients``: the samples, the key's scorer, the
+    rows a pass); the layer's output is watched through a forward hook removed after each pass,
+    and what the rest of the model gets is a copy, so an in-place op after the layer leaves it.
+    """
+
+    probe: Any
+    layer: Any
+    call: int
+    layout: Layout
+
+    def __call__(self, batch, images=None):
+        import torch
+
+        rows = torch.arange(len(batch)) if images is None else torch.as_tensor(images, dtype=torch.long).flatten().cpu()
+        if len(rows) != len(batch):
+            raise ValueError(f"layer_gradient: {len(batch)} inputs but {len(rows)} image indices")
+        activations, gradients = [], []
+        with torch.inference_mode(False), torch.enable_grad():
+            for start in range(0, len(batch), self.probe.chunk):
+                part, part_rows = batch[start : start + self.probe.chunk].detach(), rows[start : start + self.probe.chunk]
+                with _watched_output(self.layer, self.call) as seen:
+                    scores = self.probe.scorer(self.probe.samples.forward(part_rows, part), part_rows)
+                if not seen:
+                    raise ValueError(f"layer_gradient: the layer's call {self.call} did not run")
+                output = seen[0]
+                reached = scores.requires_grad and output.requires_grad
+                grads = torch.autograd.grad(scores, output, torch.ones_like(scores), allow_unused=True)[0] if reached else None
+                grads = torch.zeros_like(output) if grads is None else grads
+                activations.append(reshape(output.detach(), self.layout).float())
+                gradients.append(reshape(grads.detach(), self.layout).float())
+                passed(len(part))
+        return torch.cat(activations), torch.cat(gradients)
+
+
+@contextlib.contextmanager
+def _watched_output(layer, call: int) -> Iterator[list]:
+    """For one forward pass, the ``call``-th output of ``layer`` (its first float tensor, made a
+    leaf of the graph where nothing before it needs a gradient) is put in the list yielded."""
+    seen: list = []
+    count = [0]
+
+    def hook(_module, _args, output):
+        index = count[0]
+        count[0] += 1
+        tensor = _first_float(output) if index == call else None
+        if tensor is None:
+            return None
+        if not tensor.requires_grad:
+            leaf = tensor.detach().requires_grad_(True)
+            output, tensor = _replace_first(output, tensor, leaf), leaf
+        seen.append(tensor)
+        return _replace_first(output, tensor, tensor.clone())
+
+    with HookSet() as hooks:
+        hooks.add(layer.register_forward_hook(hook))
+        yield seen
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@ interface); ``--help`` lists them in the order imported here. Maps of a layer:
 
 * Grad-CAM's family: ``gradcam``, ``gradcam_plus_plus`` (``gradcam++``), ``layercam``, ``xgradcam``,
   ``hirescam``, ``gradcam_elementwise``, ``eigengradcam``, ``shapley_cam`` (Hessian-vector
-  products), ``cam`` (from the classifier's weights), ``finer_cam`` (``finer-cam``, a contrast with the nearest classes); ``time_weights`` holds the clip's
+  products), ``cam`` (from the classifier's weights), ``finer_cam`` (``finer-cam``, a contrast with the nearest classes), ``smoothgradcam_pp`` (``smoothgradcam++``); ``smoothing`` holds ``--smooth``'s group, which wraps any gradient method; ``time_weights`` holds the clip's
   ``--time-weights`` group several of them share;
 * without gradients: ``eigencam``, ``kpca_cam``, ``fem``, ``random_cam`` (a seeded baseline for the
   trust measures);
@@ -43,6 +43,7 @@ from hookviz.methods import saliency, input_x_gradient, deconvolution, deeplift,
 from hookviz.methods import gradcam_elementwise, eigengradcam, kpca_cam, fem, random_cam, shapley_cam  # noqa: F401  # isort: skip
 from hookviz.methods import sscam, iscam, rise, occlusion  # noqa: F401  # isort: skip
 from hookviz.methods import finer_cam  # noqa: F401  # isort: skip
+from hookviz.methods import smoothgradcam_pp  # noqa: F401  # isort: skip
 
 __all__ = [
     "METHODS",

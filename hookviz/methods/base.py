@@ -111,6 +111,11 @@ class MethodContext:
             a context manager entered around the passes (relevance propagation's rules);
             ``from_scores=True``: each row's backward pass starts at its score, not 1;
             ``with_scores=True``: it returns ``(gradients, scores)``.
+        layer_gradient: ``None`` unless the method ``needs_layer_gradients``; else
+            ``layer_gradient(batch, images=None)``: for each row of a new input ``batch`` (M, C, H, W)
+            (noisy copies of the images, as Smooth Grad-CAM++ makes), ``(activations, gradients)``
+            at this layer, each (M, C, *spatial) float32 as ``ctx.activations`` and ``ctx.gradients``
+            lie, from forward and backward passes within the memory budget.
         options: the run's ``TargetOptions``.
         settings: the run's values of the method's own option group (``Method.options``: integrated
             gradients' ``IGOptions``), or ``None`` for a method without one.
@@ -159,6 +164,7 @@ class MethodContext:
     layers: tuple = ()
     hessian_vector: Callable[..., torch.Tensor] | None = None
     contrast_gradient: Callable[..., Any] | None = None
+    layer_gradient: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
@@ -226,6 +232,8 @@ class Method:
         needs_contrast: ``ctx.contrast_gradient`` is given (``layer`` methods; one more backward pass of
             the main pass per score asked); the explainer refuses a task without comparison classes
             (``Task.contrasts`` false: an embedding's, a detector's) before any image.
+        needs_layer_gradients: ``ctx.layer_gradient`` is given (the layer's activations and gradients
+            of new inputs: extra forward and backward passes).
     """
 
     name: str
@@ -242,6 +250,7 @@ class Method:
     needs_attention: bool = False
     needs_hessian: bool = False
     needs_contrast: bool = False
+    needs_layer_gradients: bool = False
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
@@ -279,6 +288,7 @@ class Method:
                 ("attention", self.needs_attention),
                 ("Hessian-vector products", self.needs_hessian),
                 ("contrast gradients", self.needs_contrast),
+                ("layer gradients", self.needs_layer_gradients),
             )
             if flag
         ]
@@ -303,6 +313,7 @@ def register_method(
     needs_attention: bool = False,
     needs_hessian: bool = False,
     needs_contrast: bool = False,
+    needs_layer_gradients: bool = False,
 ) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
     and registers it; the decorated name is then that ``Method``.
@@ -340,6 +351,7 @@ def register_method(
             needs_attention,
             needs_hessian,
             needs_contrast,
+            needs_layer_gradients,
         )
         return METHODS.add(name, method)
 

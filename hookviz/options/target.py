@@ -84,7 +84,7 @@ class TargetOptions:
 
         asked = {name: getattr(self, name) for name in ("target", "objective", "cam", "topk", "output_key")}
         by_group = {
-            ",".join(_owners(type(g), self.methods)): {s.name: getattr(g, s.name) for s in settings_of(type(g))}
+            (",".join(_owners(type(g), self.methods)) or "smooth"): {s.name: getattr(g, s.name) for s in settings_of(type(g))}
             for g in self.settings
         }
         return {**asked, "settings": by_group}
@@ -119,6 +119,7 @@ def _method_settings(given, names: tuple[str, ...], methods) -> tuple:
             raise UsageError(f"{arg('settings', type(group).__name__)}: expected a method's option group ({known})")
         check_values(group)
     used = list(dict.fromkeys(m.options for m in methods if m.options is not None))
+    used += _smoothing(given, names, methods, used)
     for group in given:
         if type(group) not in used:
             where = f"{arg('cam', ','.join(names) or 'none')} does not include it"
@@ -127,6 +128,32 @@ def _method_settings(given, names: tuple[str, ...], methods) -> tuple:
     if twice:
         raise UsageError(f"{arg('settings')}: {twice[0].__name__} given twice; give it once")
     return tuple(next((h for h in given if type(h) is g), None) or g() for g in used)
+
+
+def _smoothing(given: tuple, names: tuple[str, ...], methods, used: list) -> list:
+    """``[SmoothOptions]`` when one is given with ``--smooth`` and no asked method declares it:
+    it wraps the asked gradient methods; refused when none of them is one (``hookviz.methods.smoothing``)."""
+    from hookviz.methods.smoothing import SmoothOptions, smoothable, unsmoothable
+    from hookviz.options.declared import given_values
+
+    group = next((g for g in given if type(g) is SmoothOptions), None)
+    if group is None or SmoothOptions in used and group.smooth == "none":
+        return []
+    if group.smooth == "none":
+        for name, value, _ in given_values(group):
+            raise UsageError(
+                f"{arg(name, value)}: it sets smoothing, and neither {arg('smooth')} is given nor smoothgradcam++ asked; "
+                f"give {arg('smooth', 'smoothgrad')} (or smoothgrad-sq, vargrad) or drop the option"
+            )
+        return []
+    if not any(smoothable(m) for m in methods):
+        which = ", ".join(unsmoothable(methods)) or "none"
+        raise UsageError(
+            f"{arg('smooth', group.smooth)}: it smooths methods that need a gradient, and {arg('cam', ','.join(names) or 'none')} "
+            f"has none to smooth ({which}: no gradient, an attention pass, or smoothing of its own); add one (gradcam, "
+            "integrated-gradients) or drop the option"
+        )
+    return [] if SmoothOptions in used else [SmoothOptions]
 
 
 def _owners(group: type, names: tuple[str, ...]) -> list[str]:

@@ -169,14 +169,24 @@ def method_title(explanation, name: str) -> str:
     asked: dict = (explanation.asked or {}).get("settings", {})
     given: dict = next((values for owners, values in asked.items() if name in owners.split(",")), {})
     group = METHODS.get(name).options if name in METHODS else None
-    if not given or group is None:
-        return name
     changed = [
         f"{s.name.removeprefix(name + '_').replace('_', ' ')} {given[s.name]}"
-        for s in settings_of(group)
+        for s in (settings_of(group) if given and group is not None else ())
         if s.name in given and given[s.name] != s.default
     ]
+    changed += _smoothed_words(asked, name)
     return f"{name} ({', '.join(changed)})" if changed else name
+
+
+def _smoothed_words(asked: dict, name: str) -> list[str]:
+    """``["smoothgrad of 8 noisy copies"]`` when ``--smooth`` wrapped the method ``name``, else ``[]``."""
+    from hookviz.methods import METHODS
+    from hookviz.methods.smoothing import smoothable
+
+    smoothing = next((values for values in asked.values() if values.get("smooth", "none") != "none"), None)
+    if smoothing is None or name not in METHODS or not smoothable(METHODS.get(name)):
+        return []
+    return [f"{smoothing['smooth']} of {smoothing['smooth_samples']} noisy copies, noise {smoothing['smooth_noise']}"]
 
 
 def fmt(value: float) -> str:
