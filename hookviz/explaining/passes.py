@@ -324,13 +324,20 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         layer_cams = [layer_maps(layer_methods, c, sources, n, layouts[n]["output"]) for n, c in enumerate(captures)]
         inputs = [m for m in methods if m.resolution == "input"]
         pixels = pixel_maps(inputs, captures, [found["output"] for found in layouts], sources)
-        smoothing = _smoothing(options)
-        if smoothing is not None:  # every gradient method again on noisy copies (hookviz.explaining.smoothing)
-            from hookviz.explaining.smoothing import smooth_maps
-
-            layer_cams, pixels = smooth_maps(explainer, smoothing, plan, samples, sources, layouts, layer_cams, pixels)
+        layer_cams, pixels = _smoothed(explainer, plan, samples, sources, layouts, layer_cams, pixels)
     made = _Made(captures, layouts, layer_cams, pixels, plan, skipped, was_training)
     return [_image_explanation(explainer, image, i, made, summaries) for i, image in enumerate(images)]
+
+
+def _smoothed(explainer, plan, samples, sources, layouts, layer_cams, pixels):
+    """The maps, each gradient method's made again on noisy copies and aggregated where ``--smooth``
+    asks (``hookviz.explaining.smoothing``); else as they are."""
+    smoothing = _smoothing(explainer.target)
+    if smoothing is None:
+        return layer_cams, pixels
+    from hookviz.explaining.smoothing import smooth_maps
+
+    return smooth_maps(explainer, smoothing, plan, samples, sources, layouts, layer_cams, pixels)
 
 
 @dataclass(frozen=True)

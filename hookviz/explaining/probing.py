@@ -346,6 +346,7 @@ def _leaf_output(layer, call: int, layout: Layout, leaves: list, shift=None) -> 
         yield
 
 
+@dataclass(frozen=True)
 class LayerGradients:
     """``layer_gradient(batch, images=None)``: for each row of ``batch`` (M, C, H, W), standing
     for image ``images[row]``, the layer's output (its ``call``-th in a pass) and d(row's target
