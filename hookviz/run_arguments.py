@@ -208,7 +208,7 @@ def declared_parameters(own: list[inspect.Parameter]) -> list[inspect.Parameter]
             if taken:
                 where = f"{owner.words} ({owner.group.__module__}.{owner.group.__qualname__})"
                 raise UsageError(f"{where}: its setting {setting.flag} is {taken} already; rename it")
-            kind: Any = setting.kind if setting.default is not None else Optional[str]
+            kind: Any = setting.kind if setting.default is not None and not setting.words else Optional[str]
             kind = Optional[list[str]] if setting.kind is tuple else kind
             flag = f"{setting.flag}/--no-{setting.flag[2:]}" if setting.kind is bool and setting.default else setting.flag
             declared = typer.Option(flag, help=setting.help, rich_help_panel=setting.panel or owner.panel)
