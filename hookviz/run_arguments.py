@@ -43,6 +43,8 @@ from hookviz.command_options import (
     ObjectiveOption,
     OutOption,
     OutputKeyOption,
+    PixelClipOption,
+    PixelSignOption,
     PromptOption,
     PromptsFileOption,
     QuietOption,
@@ -131,6 +133,8 @@ class PictureArgs:
     channels: ChannelsOption = "64"
     scale: ScaleOption = "tile"
     grad_channels: GradChannelsOption = False
+    pixel_clip: PixelClipOption = 2.0
+    pixel_sign: PixelSignOption = "absolute"
 
 
 @dataclass(frozen=True)
@@ -340,7 +344,7 @@ def _target(t: TargetArgs, settings: tuple) -> Any:
 def _pictures(p: PictureArgs) -> Any:
     from hookviz.options import PictureOptions
 
-    return PictureOptions(p.pictures, p.channels, p.scale, p.grad_channels)  # type: ignore[arg-type]  # it parses the texts
+    return PictureOptions(p.pictures, p.channels, p.scale, p.grad_channels, p.pixel_clip, p.pixel_sign)  # type: ignore[arg-type]  # it parses the texts
 
 
 def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str, ...]:
