@@ -11,9 +11,11 @@
       (EfficientNet-Lite0's ImageNet weights, the demo cat).
 
 Medians of the process's CPU time (wall in brackets); peer / hookviz above 1: hookviz is faster.
-Asserts nothing.
+Run it with one torch thread: with more, OpenMP's waiting threads spin, and on a loaded machine
+that spinning fills the CPU time (0.41x at two threads under a load of 13, measured by wall
+clock as unreliably). Asserts nothing.
 
-    OMP_NUM_THREADS=2 python bench/ig_vs_captum.py [--repeats 5] [--size 224] [--skip-speed] [--skip-auto]
+    OMP_NUM_THREADS=1 python bench/ig_vs_captum.py [--repeats 5] [--size 224] [--skip-speed] [--skip-auto]
 """
 
 from __future__ import annotations
