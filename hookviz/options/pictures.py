@@ -7,10 +7,14 @@ from dataclasses import dataclass, field
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import set_field
 
-__all__ = ["MAX_TILES", "ChannelSelection", "PictureOptions"]
+__all__ = ["DEFAULT_CLIP", "MAX_TILES", "PIXEL_SIGNS", "ChannelSelection", "PictureOptions"]
 
 #: At most this many tiles in a channel grid: 512 one-inch tiles are already a 23-inch square.
 MAX_TILES = 512
+#: How a map of the input is drawn (``hookviz.render.pixel_scale``): |v| (captum's
+#: ``absolute_value``), max(v, 0) or v; and the per cent of its total clipped (``outlier_perc``).
+PIXEL_SIGNS = ("absolute", "positive", "all")
+DEFAULT_CLIP = 2.0
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ class PictureOptions:
     channels: ChannelSelection = field(default_factory=ChannelSelection)
     scale: str = "tile"
     grad_channels: bool = False
-    pixel_clip: float = 2.0
+    pixel_clip: float = DEFAULT_CLIP
     pixel_sign: str = "absolute"
     kinds: tuple = field(default=(), init=False, repr=False, compare=False)
 
@@ -122,8 +126,6 @@ class PictureOptions:
 
 def _check_pixels(clip, sign) -> None:
     """Raise UsageError for a clip that is no per cent from 0 to under 100, or an unknown sign."""
-    from hookviz.render.pixel_scale import PIXEL_SIGNS
-
     if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 <= clip < 100:
         raise UsageError(
             f"{arg('pixel_clip', clip)}: the per cent of a map's total held by its largest values, clipped: "

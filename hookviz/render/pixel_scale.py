@@ -15,12 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DEFAULT_CLIP", "PIXEL_SIGNS", "Scaled", "clip_threshold", "scaled"]
+from hookviz.options.pictures import DEFAULT_CLIP, PIXEL_SIGNS
 
-#: The picture's sign of the values: |v| (captum's ``absolute_value``), max(v, 0) or v.
-PIXEL_SIGNS = ("absolute", "positive", "all")
-#: Per cent of a map's total |v| held by the largest values clipped (captum's ``outlier_perc``).
-DEFAULT_CLIP = 2.0
+__all__ = ["DEFAULT_CLIP", "PIXEL_SIGNS", "Scaled", "clip_threshold", "scaled"]
 
 
 @dataclass(frozen=True)
