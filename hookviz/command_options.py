@@ -61,6 +61,8 @@ __all__ = [
     "ChannelsOption",
     "ScaleOption",
     "GradChannelsOption",
+    "PixelClipOption",
+    "PixelSignOption",
     "SaveTensorsOption",
     "OutOption",
     "ResizeOption",
@@ -257,6 +259,21 @@ ScaleOption = Annotated[
 ]
 GradChannelsOption = Annotated[
     bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.", rich_help_panel=PICTURES)
+]
+PixelClipOption = Annotated[
+    float,
+    typer.Option(
+        help="Maps of the input (pixel_maps.png): clip the largest values holding this per cent of the map's total "
+        "(captum's outlier_perc; 0 to under 100).",
+        rich_help_panel=PICTURES,
+    ),
+]
+PixelSignOption = Annotated[
+    str,
+    typer.Option(
+        help="Maps of the input (pixel_maps.png): draw absolute (|value|, captum's default), positive or all values.",
+        rich_help_panel=PICTURES,
+    ),
 ]
 SaveTensorsOption = Annotated[
     bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.", rich_help_panel=OUTPUT)

@@ -43,6 +43,8 @@ from hookviz.command_options import (
     ObjectiveOption,
     OutOption,
     OutputKeyOption,
+    PixelClipOption,
+    PixelSignOption,
     PromptOption,
     PromptsFileOption,
     QuietOption,
@@ -131,6 +133,8 @@ class PictureArgs:
     channels: ChannelsOption = "64"
     scale: ScaleOption = "tile"
     grad_channels: GradChannelsOption = False
+    pixel_clip: PixelClipOption = 2.0
+    pixel_sign: PixelSignOption = "absolute"
 
 
 @dataclass(frozen=True)
@@ -208,7 +212,7 @@ def declared_parameters(own: list[inspect.Parameter]) -> list[inspect.Parameter]
             if taken:
                 where = f"{owner.words} ({owner.group.__module__}.{owner.group.__qualname__})"
                 raise UsageError(f"{where}: its setting {setting.flag} is {taken} already; rename it")
-            kind: Any = setting.kind if setting.default is not None else Optional[str]
+            kind: Any = setting.kind if setting.default is not None and not setting.words else Optional[str]
             kind = Optional[list[str]] if setting.kind is tuple else kind
             flag = f"{setting.flag}/--no-{setting.flag[2:]}" if setting.kind is bool and setting.default else setting.flag
             declared = typer.Option(flag, help=setting.help, rich_help_panel=setting.panel or owner.panel)
@@ -340,7 +344,7 @@ def _target(t: TargetArgs, settings: tuple) -> Any:
 def _pictures(p: PictureArgs) -> Any:
     from hookviz.options import PictureOptions
 
-    return PictureOptions(p.pictures, p.channels, p.scale, p.grad_channels)  # type: ignore[arg-type]  # it parses the texts
+    return PictureOptions(p.pictures, p.channels, p.scale, p.grad_channels, p.pixel_clip, p.pixel_sign)  # type: ignore[arg-type]  # it parses the texts
 
 
 def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str, ...]:

@@ -47,8 +47,9 @@ def test_integrated_gradients_in_passes_within_a_tiny_budget_equal_one_pass_and_
     image = torch.rand(3, 24, 24, generator=torch.Generator().manual_seed(1))
     whole, whole_passes = _explained(monkeypatch, None, image, cam="integrated-gradients", steps=8)
     chunked, chunked_passes = _explained(monkeypatch, "1", image, cam="integrated-gradients", steps=8)
-    assert whole_passes == [1, 1, 8]  # the dry pass, the explained pass, then every step at once
-    assert chunked_passes == [1, 1] + [1] * 8  # a budget of one byte: a step a pass
+    # the dry pass, the explained pass, the input and its baseline scored (completeness), then every step at once
+    assert whole_passes == [1, 1, 2, 8]
+    assert chunked_passes == [1, 1, 1, 1] + [1] * 8  # a budget of one byte: a row a pass
     mine, theirs_whole = chunked.pixel_maps["integrated-gradients"].map, whole.pixel_maps["integrated-gradients"].map
     scale = float(np.abs(theirs_whole).max())
     assert scale > 0

@@ -528,7 +528,8 @@ def test_several_methods_are_drawn_side_by_side_and_a_reused_figure_draws_what_a
     assert render_png(kind, single, single.layers[0]) is None  # one method: <layer>.cam.png says it all
 
 
-def test_maps_of_the_input_get_a_picture_of_their_own_with_true_values_and_say_why_one_is_missing():
+def test_maps_of_the_input_get_a_picture_of_their_own_scaled_as_captums_and_say_why_one_is_missing():
+    from hookviz.render.pixel_scale import scaled
     from hookviz.render.pixels import pixels_figure
 
     from .conftest import SAMPLES, tiny_net
@@ -539,12 +540,20 @@ def test_maps_of_the_input_get_a_picture_of_their_own_with_true_values_and_say_w
     figure = pixels_figure(result)
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
     assert titles[0] == "model input" and titles[1] == "guided-gradcam"
-    assert titles[2].startswith("integrated-gradients (steps 4), sum of 3 channels\nmin ")  # its steps, not the default
+    # its steps, not the default; |v| with the top 2% clipped, as captum's visualize_image_attr
+    assert titles[2].startswith("integrated-gradients (steps 4), sum of 3 channels\n|v|, top 2% of the total clipped (")
+    assert titles[3].startswith("integrated-gradients (steps 4), over the photo\n")
     texts = [text.get_text() for ax in figure.axes for text in ax.texts]
     assert "no map: no recorded layer has a map to take its CAM from" in texts
-    (image,) = [im for ax in figure.axes if ax.get_title().startswith("integrated") for im in ax.get_images()]
-    summed = result.pixel_maps["integrated-gradients"].map.sum(axis=0)
-    assert isinstance(image.norm, TwoSlopeNorm) and image.norm.vmax == pytest.approx(np.abs(summed).max())
+    heat = figure.axes[[ax.get_title() for ax in figure.axes].index(titles[2])]
+    (image,) = heat.get_images()
+    found = scaled(result.pixel_maps["integrated-gradients"].map, "absolute", 2.0)
+    np.testing.assert_allclose(np.ma.filled(image.get_array(), np.nan), found.values)
+    assert image.norm.vmin == 0 and image.norm.vmax == 1 and 0 < found.threshold
+    blended = figure.axes[[ax.get_title() for ax in figure.axes].index(titles[3])]
+    assert len(blended.get_images()) == 2 and blended.get_images()[1].get_alpha() == 0.5  # heat over the grey photo
+    signed = pixels_figure(result, sign="all")
+    assert any(im.norm.vmin == -1 for ax in signed.axes for im in ax.get_images())
     assert pixels_figure(explain(tiny_net().eval(), SAMPLES / "cat.png", layers=["fc"])) is None
 
 

@@ -12,6 +12,15 @@ blurred by a Gaussian of sigma a tenth of its shorter side; ``mean``, each chann
 The steps go through the model in passes of as many rows as the memory budget holds
 (``hookviz.budget``), as captum's ``internal_batch_size`` chunks them by hand: 32 steps of a
 resnet50 photo at once would hold 3.6 GB.
+
+Completeness: a map sums to the score's change from the baseline, ``S(x) - S(b)``, as the
+integral is exact; what the rule's steps miss is the map's *completeness error*, ``sum(map) -
+(S(x) - S(b))``, captum's convergence delta. Each map reports it in ``report.json``
+(``pixel_maps.integrated-gradients.figures``): ``steps``, ``map_sum``, ``score_change``,
+``completeness_error`` and ``relative_error`` (the error over ``|S(x) - S(b)|``), from one
+more forward pass of two rows per image (the input and its baseline). ``--steps auto`` climbs
+a ladder of Gauss-Legendre rules (``AUTO_LADDER``: 4, 8, 16, ... steps) and keeps the first
+whose relative error is under ``AUTO_TOLERANCE`` (1%); ``steps_tried`` counts every rung's steps.
 """
 
 from __future__ import annotations
@@ -20,17 +29,35 @@ import math
 from dataclasses import dataclass
 
 from hookviz.errors import UsageError, arg
-from hookviz.methods.base import MethodContext, register_method
+from hookviz.methods.base import MapFigures, MethodContext, register_method
+from hookviz.options.base import set_field
 from hookviz.options.declared import check_values, option
-from hookviz.workload import work
+from hookviz.workload import passed, work
 
-__all__ = ["IGOptions", "IG_BASELINES", "MAX_STEPS", "integrated_gradients", "baseline", "gauss_legendre"]
+__all__ = [
+    "AUTO_LADDER",
+    "AUTO_TOLERANCE",
+    "IGOptions",
+    "IG_BASELINES",
+    "MAX_STEPS",
+    "integrated_gradients",
+    "baseline",
+    "gauss_legendre",
+]
 
 #: What integrated gradients integrate from (``--ig-baseline``): zeros in the model's input
 #: space (captum's default), the photo blurred, or the photo's mean colour.
 IG_BASELINES = ("zero", "blur", "mean")
 #: At most this many steps (``--steps``): each is a forward and backward pass of every image.
 MAX_STEPS = 1024
+#: ``--steps auto``: the rules tried, fewest steps first, until one's completeness error is
+#: under ``AUTO_TOLERANCE`` of the score's change (the last rung is kept when none is; all of
+#: them together cost about as much as ``MAX_STEPS`` steps).
+AUTO_LADDER = (4, 8, 16, 32, 64, 128, 256, 512)
+#: ``--steps auto`` keeps the first rule whose |completeness error| is at most this share of
+#: |S(x) - S(b)| (or at most ``_NOISE`` of the score's own size, where the change is nearly 0).
+AUTO_TOLERANCE = 0.01
+_NOISE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -43,11 +70,13 @@ class IGOptions:
             captum's default), ``blur`` (the input blurred) or ``mean`` (its mean per channel).
     """
 
-    steps: int = option(
+    steps: int | str = option(
         32,
-        help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}).",
+        help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}), or auto "
+        "(the fewest of 4, 8, 16, ... whose completeness error is under 1% of the score's change).",
         low=1,
         high=MAX_STEPS,
+        words=("auto",),
     )
     ig_baseline: str = option(
         "zero",
@@ -57,11 +86,17 @@ class IGOptions:
     )
 
     def __post_init__(self):
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
+        steps = self.steps
+        if isinstance(steps, str) and steps.strip().isdigit():  # the flag's text
+            steps = int(steps.strip())
+        elif isinstance(steps, str) and steps.strip().lower() == "auto":
+            steps = "auto"
+        if steps != "auto" and (isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS):
             raise UsageError(
                 f"{arg('steps', self.steps)}: integrated gradients takes 1 to {MAX_STEPS} steps (each a forward and "
-                "backward pass of every image; 32 by default)"
+                "backward pass of every image; 32 by default), or auto"
             )
+        set_field(self, "steps", steps)
         self.baselines()  # first: a value of no baseline is refused naming the baselines, None too
         check_values(self)
 
@@ -104,6 +139,7 @@ def _empty_path(image, settings: IGOptions) -> str | None:
     "integrated-gradients",
     needs_gradients=False,
     needs_input=True,
+    needs_rescoring=True,
     needs_input_gradients=True,
     resolution="input",
     caveat=_empty_path,
@@ -113,27 +149,67 @@ def integrated_gradients(ctx: MethodContext):
     """Integrated gradients: the input's difference from a baseline times the path-averaged gradient."""
     import torch
 
-    inputs, gradient = ctx.inputs, ctx.input_gradient
-    assert inputs is not None and gradient is not None  # the pass gives what the method declares
+    inputs, gradient, score = ctx.inputs, ctx.input_gradient, ctx.score
+    assert inputs is not None and gradient is not None and score is not None  # the pass gives what the method declares
     settings = ctx.settings if isinstance(ctx.settings, IGOptions) else IGOptions()
     others = gradient.others() if hasattr(gradient, "others") else {}
     if others:  # a sample of several inputs: the path goes through all of them together, as captum's on a tuple
         return _through_every_input(inputs, others, gradient, settings)
-    steps, which = settings.steps, settings.baselines()[0]
-    alphas, weights = gauss_legendre(steps)
-    alphas_t = torch.tensor(alphas, dtype=inputs.dtype, device=inputs.device)
-    weights_t = torch.tensor(weights, dtype=torch.float32, device=inputs.device)
-    maps = []
+    which = settings.baselines()[0]
+    starts = torch.cat([baseline(inputs[n : n + 1], which) for n in range(len(inputs))])
+    rows = torch.arange(len(inputs))
+    ladder = AUTO_LADDER if settings.steps == "auto" else (int(settings.steps),)
+    maps, figures = [], []
     # one image's steps at a time, which ctx.input_gradient takes in passes within the memory budget
-    with work("integrated-gradients", len(inputs) * steps, "steps", len(inputs), fed=True):
+    with work("integrated-gradients", len(inputs) * (sum(ladder) + 2), "steps", len(inputs), fed=True):
+        ends = score(torch.cat([inputs, starts]), torch.cat([rows, rows])).double()  # S(x), then S(b): one pass
+        changes = (ends[: len(inputs)] - ends[len(inputs) :]).tolist()
         for n in range(len(inputs)):
-            start = baseline(inputs[n : n + 1], which)
-            along = (-1,) + (1,) * (inputs.dim() - 1)  # a photo's (steps, 1, 1, 1), a signal's or a clip's too
-            path = start + alphas_t.reshape(along) * (inputs[n : n + 1] - start)
-            grads = gradient(path, torch.full((steps,), n, dtype=torch.long))
-            averaged = (grads * weights_t.reshape(along)).sum(dim=0)
-            maps.append(averaged * (inputs[n] - start[0]).float())
-    return torch.stack(maps)
+            found, tried = None, 0
+            for steps in ladder:
+                found = _path_map(gradient, inputs[n : n + 1], starts[n : n + 1], n, steps)
+                tried += steps
+                error = float(found.double().sum()) - changes[n]
+                if _complete(error, changes[n], float(ends[n])):
+                    break
+            assert found is not None
+            passed(sum(ladder) - tried)  # the rungs not climbed: the work is done
+            maps.append(found)
+            figures.append(_figures(found, changes[n], steps, tried))
+    return MapFigures(torch.stack(maps), tuple(figures))
+
+
+def _path_map(gradient, image, start, n: int, steps: int):
+    """One image's map (C, *spatial) by the ``steps``-point Gauss-Legendre rule from ``start``."""
+    import torch
+
+    alphas, weights = gauss_legendre(steps)
+    along = (-1,) + (1,) * (image.dim() - 1)  # a photo's (steps, 1, 1, 1), a signal's or a clip's too
+    alphas_t = torch.tensor(alphas, dtype=image.dtype, device=image.device).reshape(along)
+    weights_t = torch.tensor(weights, dtype=torch.float32, device=image.device).reshape(along)
+    grads = gradient(start + alphas_t * (image - start), torch.full((steps,), n, dtype=torch.long))
+    return (grads * weights_t).sum(dim=0) * (image[0] - start[0]).float()
+
+
+def _complete(error: float, change: float, score: float) -> bool:
+    """Whether a completeness ``error`` is within ``AUTO_TOLERANCE`` of the score's ``change``
+    (or within float noise of the ``score``'s size, where the change is nearly nothing)."""
+    return abs(error) <= max(AUTO_TOLERANCE * abs(change), _NOISE * max(1.0, abs(score)))
+
+
+def _figures(found, change: float, steps: int, tried: int) -> dict[str, float]:
+    """What report.json keeps about one map: its rule's steps (and every rung's, ``--steps auto``),
+    its sum, the score's change from the baseline, and the completeness error, also relative."""
+    total = float(found.double().sum())
+    error = total - change
+    return {
+        "steps": float(steps),
+        "steps_tried": float(tried),
+        "map_sum": total,
+        "score_change": change,
+        "completeness_error": error,
+        "relative_error": abs(error) / abs(change) if change != 0 else math.nan,
+    }
 
 
 def _through_every_input(inputs, others: dict, gradient, settings: IGOptions):
@@ -146,12 +222,17 @@ def _through_every_input(inputs, others: dict, gradient, settings: IGOptions):
     from hookviz.methods.base import MapFigures
 
     every, named = settings.baselines()
-    main = gradient.samples.main  # the main input is "" below
-    alphas, weights = gauss_legendre(settings.steps)
+    if settings.steps == "auto":
+        raise UsageError(
+            f"{arg('steps', 'auto')}: a sample of several inputs takes a number of steps (32 by default); auto picks "
+            "them for a model of one input"
+        )
+    main, steps = gradient.samples.main, int(settings.steps)  # the main input is "" below
+    alphas, weights = gauss_legendre(steps)
     alphas_t = torch.tensor([*alphas, 0.0, 1.0], dtype=inputs.dtype, device=inputs.device)  # and the two ends, weighed 0
     weights_t = torch.tensor([*weights, 0.0, 0.0], dtype=torch.float32, device=inputs.device)
     main_maps, figures, maps = [], [], []
-    with work("integrated-gradients", len(inputs) * (settings.steps + 2), "steps", len(inputs), fed=True):
+    with work("integrated-gradients", len(inputs) * (steps + 2), "steps", len(inputs), fed=True):
         for n in range(len(inputs)):
             given = {"": inputs[n : n + 1], **{name: tensor[n : n + 1] for name, tensor in others.items()}}
             starts = {name: _start(tensor, named.get(name or main, every)) for name, tensor in given.items()}

@@ -58,14 +58,16 @@ OWNERS: tuple[tuple[str, str, str, str, str], ...] = (
 )
 
 
-_LIMITS = ("choices", "low", "high", "repeat", "keyword")
+_LIMITS = ("choices", "low", "high", "repeat", "keyword", "words")
 
 
 def option(default: Any = MISSING, *, help: str, flag: str | None = None, panel: str | None = None, **limits: Any) -> Any:
     """A field of a group with what its flag says and checks: ``help``; ``flag`` (default
     ``--name-with-dashes``); ``panel``; ``choices=(...)``; ``low=``/``high=`` (a range, both ends in);
     ``default_factory=`` instead of ``default``; ``repeat=True`` (a tuple, its flag given once per
-    item); ``keyword=`` (``explain()``'s keyword, default the field's name)."""
+    item); ``keyword=`` (``explain()``'s keyword, default the field's name); ``words=("auto",)``
+    (texts a number setting takes besides numbers: its flag then takes a text, which the group's
+    own ``__post_init__`` reads)."""
     factory = limits.pop("default_factory", MISSING)
     unknown = set(limits) - set(_LIMITS)
     if unknown:
@@ -91,6 +93,7 @@ class Setting:
         kind: the type of its values: ``bool``, ``int``, ``float``, ``str`` or ``tuple`` (``repeat``).
         choices: the values it takes, or ``()`` for any.
         low, high: its range (both ends in), or ``None``.
+        words: texts it takes besides values of ``kind`` (``steps='auto'``), or ``()``.
     """
 
     name: str
@@ -103,6 +106,7 @@ class Setting:
     choices: tuple = ()
     low: float | None = None
     high: float | None = None
+    words: tuple = ()
 
 
 def settings_of(group: type) -> tuple[Setting, ...]:
@@ -131,6 +135,7 @@ def settings_of(group: type) -> tuple[Setting, ...]:
                 tuple(meta.get("choices") or ()),
                 meta.get("low"),
                 meta.get("high"),
+                tuple(meta.get("words") or ()),
             )  # fmt: skip
         )
     return tuple(found)
@@ -146,6 +151,8 @@ def check_values(instance) -> None:
     for setting in settings_of(type(instance)):
         value = getattr(instance, setting.name)
         if setting.kind is tuple or setting.default is None:  # None is a value such a setting takes
+            continue
+        if isinstance(value, str) and value in setting.words:  # a word it takes besides numbers
             continue
         if setting.choices and value not in setting.choices:  # None among them: a choice left out, not a type
             raise UsageError(f"{arg(setting.name, value)}: choose {_choices(setting.choices)}")

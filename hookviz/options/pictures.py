@@ -7,10 +7,14 @@ from dataclasses import dataclass, field
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import set_field
 
-__all__ = ["MAX_TILES", "ChannelSelection", "PictureOptions"]
+__all__ = ["DEFAULT_CLIP", "MAX_TILES", "PIXEL_SIGNS", "ChannelSelection", "PictureOptions"]
 
 #: At most this many tiles in a channel grid: 512 one-inch tiles are already a 23-inch square.
 MAX_TILES = 512
+#: How a map of the input is drawn (``hookviz.render.pixel_scale``): |v| (captum's
+#: ``absolute_value``), max(v, 0) or v; and the per cent of its total clipped (``outlier_perc``).
+PIXEL_SIGNS = ("absolute", "positive", "all")
+DEFAULT_CLIP = 2.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,10 @@ class PictureOptions:
         channels: the channels of the grid (``ChannelSelection.parse`` forms).
         scale: ``tile`` (each tile its own colour scale) or ``shared`` (one for all).
         grad_channels: also draw the grid of ``grad_output``.
+        pixel_clip: maps of the input (``pixel_maps.png``): the per cent of a map's total |value|
+            held by its largest values, clipped to the colour scale's end (captum's ``outlier_perc``;
+            0 to under 100, 2 by default).
+        pixel_sign: maps of the input: ``absolute`` (|value|, captum's default), ``positive`` or ``all``.
         kinds: the picture kinds these options ask for, in drawing order (set from the others;
             they travel with the options to the render workers).
     """
@@ -92,6 +100,8 @@ class PictureOptions:
     channels: ChannelSelection = field(default_factory=ChannelSelection)
     scale: str = "tile"
     grad_channels: bool = False
+    pixel_clip: float = DEFAULT_CLIP
+    pixel_sign: str = "absolute"
     kinds: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -110,4 +120,16 @@ class PictureOptions:
         set_field(self, "channels", ChannelSelection.parse(self.channels))
         if self.scale not in ("tile", "shared"):
             raise UsageError(f"{arg('scale', self.scale)}: choose tile or shared")
+        _check_pixels(self.pixel_clip, self.pixel_sign)
         set_field(self, "kinds", kinds_for(self))
+
+
+def _check_pixels(clip, sign) -> None:
+    """Raise UsageError for a clip that is no per cent from 0 to under 100, or an unknown sign."""
+    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 <= clip < 100:
+        raise UsageError(
+            f"{arg('pixel_clip', clip)}: the per cent of a map's total held by its largest values, clipped: "
+            "from 0 (none) to under 100; 2 by default"
+        )
+    if sign not in PIXEL_SIGNS:
+        raise UsageError(f"{arg('pixel_sign', sign)}: choose {', '.join(PIXEL_SIGNS)}")

@@ -1,19 +1,32 @@
 """``pixel_maps.png``: the maps at the input's resolution (guided backprop, guided Grad-CAM,
-integrated gradients; one per image, not per layer), each summed over the input's channels
-and drawn on a diverging scale centred on zero with its true values, beside the photo the
-model saw. A method without a map says why in its place."""
+integrated gradients; one per image, not per layer) beside the photo the model saw.
+
+A photo's map is drawn as captum's ``visualize_image_attr`` draws it (``hookviz.render.pixel_scale``):
+summed over the input's channels, of the sign asked (``--pixel-sign``: ``absolute`` by default,
+``positive`` or ``all``), its largest values clipped (``--pixel-clip``, 2 per cent of the total
+by default), as a heat map with its colorbar in the map's own values, and again blended over
+the photo in grey (captum's ``blended_heat_map``, the heat map at alpha 0.5). A signal's or a
+clip's map keeps its plain panel: true values on a diverging scale centred on zero. A method
+without a map says why in its place."""
 
 from __future__ import annotations
 
-from hookviz.render.figures import CHAR_INCHES, MapPanel, Sheet, method_title, photo_inches, png_bytes
+import numpy as np
 
-__all__ = ["pixels_figure", "pixels_png"]
+from hookviz.render.figures import CHAR_INCHES, NOT_FINITE_COLOUR, MapPanel, Sheet, fmt, method_title, photo_inches, png_bytes
+from hookviz.render.pixel_scale import DEFAULT_CLIP, scaled
+
+__all__ = ["pixels_figure", "pixels_png", "SIGN_CMAPS"]
 
 #: Panels a row holds before the next row starts (the photo is the first).
 PANELS_PER_ROW = 4
+#: Each sign's colour map and range, as captum's (its red-white-green for ``all``).
+SIGN_CMAPS = {"absolute": ("Blues", 0.0), "positive": ("Greens", 0.0), "all": ("RdWhGn", -1.0)}
+#: How opaque the heat map lies over the grey photo (captum's ``alpha_overlay``).
+ALPHA_OVERLAY = 0.5
 
 
-def pixels_figure(explanation):
+def pixels_figure(explanation, clip: float = DEFAULT_CLIP, sign: str = "absolute"):
     """The ``Figure``, or ``None`` when the explanation has no map at the input's resolution."""
     maps = explanation.pixel_maps
     if not any(pixels.map is not None for pixels in maps.values()):
@@ -22,7 +35,8 @@ def pixels_figure(explanation):
     width, height = photo_inches(photo, longest=3.5)
     width = max(width, 2.24)
     stride, rise = width + 1.3, height + 1.1
-    count = 1 + len(maps)
+    panels = [(name, pixels, part) for name, pixels in maps.items() for part in _parts(pixels)]
+    count = 1 + len(panels)
     columns = min(count, PANELS_PER_ROW)
     rows = -(-count // columns)
     target = explanation.target.label if explanation.target is not None else "nothing"
@@ -32,24 +46,60 @@ def pixels_figure(explanation):
     ax.imshow(photo, interpolation="bilinear")
     ax.set_axis_off()
     ax.set_title("model input", fontsize=9)
-    for k, (name, pixels) in enumerate(maps.items(), start=1):
+    for k, (name, pixels, part) in enumerate(panels, start=1):
         left, top = 0.2 + (k % columns) * stride, 1.1 + (k // columns) * rise
-        panel = MapPanel(
-            sheet.figure,
-            sheet.axes(left, top, width, height),
-            sheet.axes(left + width + 0.12, top, 0.13, height),
-            signed=True,
-            missing="no map",
-        )
-        summed = None if pixels.map is None else pixels.map.sum(axis=0)
+        axes = (sheet.axes(left, top, width, height), sheet.axes(left + width + 0.12, top, 0.13, height))
         used = f" ({pixels.layer})" if pixels.layer else ""
-        channels = "" if pixels.map is None else f", sum of {pixels.map.shape[0]} channels"
-        panel.update(summed, f"{method_title(explanation, name)}{used}{channels}", pixels.note)
+        heading = f"{method_title(explanation, name)}{used}"
+        if part == "plain":
+            panel = MapPanel(sheet.figure, *axes, signed=True, missing="no map")
+            summed = None if pixels.map is None else pixels.map.sum(axis=0)
+            channels = "" if pixels.map is None else f", sum of {pixels.map.shape[0]} channels"
+            panel.update(summed, f"{heading}{channels}", pixels.note)
+        else:
+            _heat(sheet.figure, axes, pixels.map, photo if part == "blended" else None, heading, clip, sign)
     sheet.title(title)
     return sheet.figure
 
 
-def pixels_png(explanation) -> bytes | None:
+def _parts(pixels) -> tuple[str, ...]:
+    """A map's panels: a photo's, its heat map and its blend over the photo; else one plain panel."""
+    return ("heat", "blended") if pixels.map is not None and pixels.map.ndim == 3 else ("plain",)
+
+
+def _heat(figure, axes, channels: np.ndarray, photo, heading: str, clip: float, sign: str) -> None:
+    """One map scaled as captum scales it, as a heat map (``photo`` ``None``) or blended over
+    ``photo`` in grey, with a colorbar labelled in the map's own values."""
+    import matplotlib
+    from matplotlib.colors import LinearSegmentedColormap
+
+    ax, cax = axes
+    found = scaled(channels, sign, clip)
+    name, low = SIGN_CMAPS[sign]
+    cmap = LinearSegmentedColormap.from_list(name, ["red", "white", "green"]) if name == "RdWhGn" else matplotlib.colormaps[name]
+    height, width = found.values.shape
+    extent = (-0.5, width - 0.5, height - 0.5, -0.5)
+    if photo is not None:
+        ax.imshow(np.asarray(photo, dtype=np.float64).mean(axis=2), cmap="gray", extent=extent, interpolation="bilinear")
+    shown = cmap.with_extremes(bad=NOT_FINITE_COLOUR)
+    image = ax.imshow(
+        found.values, cmap=shown, vmin=low, vmax=1.0, extent=extent, interpolation="nearest",
+        alpha=ALPHA_OVERLAY if photo is not None else None,
+    )  # fmt: skip
+    ax.set_xticks([])
+    ax.set_yticks([])
+    bar = figure.colorbar(image, cax=cax, ticks=[low, (low + 1) / 2, 1.0])
+    top = fmt(found.threshold)
+    words = {"absolute": "|v|", "positive": "max(v, 0)", "all": "v"}[sign]
+    labels = [f"≤ -{top}", "0", f"≥ {top}"] if low < 0 else ["0", fmt(found.threshold / 2), f"≥ {top}"]
+    bar.ax.set_yticklabels(labels, fontsize=7)
+    bar.ax.tick_params(labelsize=7)
+    what = "over the photo" if photo is not None else f"sum of {channels.shape[0]} channels"
+    clipped = f"{words}, top {clip:g}% of the total clipped ({100 * found.clipped:.2g}% of pixels)"
+    ax.set_title(f"{heading}, {what}\n{clipped}", fontsize=9, parse_math=False, pad=10)
+
+
+def pixels_png(explanation, clip: float = DEFAULT_CLIP, sign: str = "absolute") -> bytes | None:
     """``pixel_maps.png``'s bytes, or ``None`` without a map of the input."""
-    figure = pixels_figure(explanation)
+    figure = pixels_figure(explanation, clip, sign)
     return None if figure is None else png_bytes(figure)

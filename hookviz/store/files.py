@@ -274,6 +274,8 @@ def report_of(
             channels=str(pictures.channels) if pictures is not None else None,
             scale=pictures.scale if pictures is not None else None,
             grad_channels=bool(pictures.grad_channels) if pictures is not None else False,
+            pixel_clip=float(pictures.pixel_clip) if pictures is not None else None,
+            pixel_sign=pictures.pixel_sign if pictures is not None else None,
             tensors=save_tensors,
             trust=explanation.trust,
             prompts=tuple(explanation.prompts),
@@ -361,7 +363,7 @@ def _method_maps(explanation, layer) -> dict[str, MapRecord]:
     return found
 
 
-def _pixel_pictures(explanation, directory: Path, cams: bool, kinds: set[str]) -> list[Path]:
+def _pixel_pictures(explanation, directory: Path, pictures, kinds: set[str]) -> list[Path]:
     """The input methods' pictures that have something to draw: their maps (``pixel_maps.png``,
     with the ``cam`` pictures) and their trust (``pixel_maps.faithfulness.png``,
     ``pixel_maps.sanity.png``, where ``kinds`` asks for them)."""
@@ -369,7 +371,8 @@ def _pixel_pictures(explanation, directory: Path, cams: bool, kinds: set[str]) -
     from hookviz.render.kinds import faithfulness, sanity
     from hookviz.render.pixels import pixels_png
 
-    pixels = pixels_png(explanation) if cams else None
+    cams = "cam" in pictures.pictures
+    pixels = pixels_png(explanation, pictures.pixel_clip, pictures.pixel_sign) if cams else None
     written = [atomic_write(directory / PIXEL_PICTURE, pixels)] if pixels is not None else []
     for kind, module, name in (
         ("faithfulness", faithfulness, PIXEL_FAITHFULNESS_PICTURE),
@@ -472,7 +475,7 @@ def save_explanation(explanation, directory: Path, pictures, *, save_tensors: bo
         prediction = prediction_png(explanation)
         if prediction is not None:
             written.append(atomic_write(directory / PREDICTION_PICTURE, prediction))
-        written += _pixel_pictures(explanation, directory, "cam" in pictures.pictures, {kind.name for kind in kinds})
+        written += _pixel_pictures(explanation, directory, pictures, {kind.name for kind in kinds})
         cache = worker_cache()
     for layer in explanation.layers:
         entry = by_layer.setdefault(layer.name, {})

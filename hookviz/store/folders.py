@@ -201,7 +201,15 @@ class Recipe:
             and _known_same(asked.prompts, self.prompts)
             and _known_same(_contents(asked.references), _contents(self.references))
             and (not grids or (asked.channels, asked.scale) == (str(self.pictures.channels), self.pictures.scale))
+            and (not self._pixel_pictures(report) or (asked.pixel_clip, asked.pixel_sign) == self._pixel_drawing())
         )
+
+    def _pixel_pictures(self, report: Report) -> bool:
+        """Whether a result of this recipe draws maps of the input (``pixel_maps.png``)."""
+        return "cam" in self.pictures.pictures and any(record.shape for record in report.pixel_maps.values())
+
+    def _pixel_drawing(self) -> tuple[float, str]:
+        return float(self.pictures.pixel_clip), self.pictures.pixel_sign
 
 
 def _known_same(recorded, wanted: tuple | None) -> bool:

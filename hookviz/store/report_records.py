@@ -239,7 +239,9 @@ class Asked:
     """What an image was explained with (what ``--skip-existing`` compares): the target
     options (``options.TargetOptions`` as JSON), the pictures and their options, whether
     ``tensors.npz`` was saved, the trust measures (``options.TrustOptions`` as JSON; ``{}``: none),
-    the text prompts of a model with a text tower, and the references an embedding was compared with.
+    the text prompts of a model with a text tower, the references an embedding was compared with,
+    and how the maps of the input were drawn (``pixel_clip``, ``pixel_sign``; ``None``: not drawn,
+    or by a hookviz that did not keep them).
 
     ``prompts`` and ``references`` are ``None`` in a report of a hookviz that did not keep them:
     unknown, so ``--skip-existing`` redoes such a result of a model that takes them.
@@ -254,6 +256,8 @@ class Asked:
     trust: dict = field(default_factory=dict)
     prompts: tuple[str, ...] | None = ()
     references: tuple[ReferenceIdentity, ...] | None = ()
+    pixel_clip: float | None = None
+    pixel_sign: str | None = None
 
     def to_json(self) -> dict:
         return {
@@ -266,6 +270,8 @@ class Asked:
             "trust": self.trust,
             "prompts": list(self.prompts or ()),
             "references": [reference.to_json() for reference in self.references or ()],
+            "pixel_clip": self.pixel_clip,
+            "pixel_sign": self.pixel_sign,
         }
 
     @classmethod
@@ -281,7 +287,13 @@ class Asked:
             read_mapping(entry.get("trust")),
             read_texts(entry["prompts"]) if isinstance(entry.get("prompts"), list) else None,
             _references(entry["references"]) if isinstance(entry.get("references"), list) else None,
+            _number(entry.get("pixel_clip")),
+            entry.get("pixel_sign") if isinstance(entry.get("pixel_sign"), str) else None,
         )
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _references(value: list) -> tuple[ReferenceIdentity, ...]:
