@@ -388,3 +388,41 @@ def test_tensor_files_are_taken_as_they_are(tmp_path, suffix):
     sample = explainer.kind.prepare(explainer.kind.load(rgb / "002.png", 10**8), explainer.preprocessing, 10**8)
     assert sample.tensors["meta"].dtype == torch.float32 and sample.tensors["meta"].tolist() == [1.5, -2.0, 1.0]
     assert sample.inputs_record["meta"]["file"].endswith(f"vectors/002{suffix}")
+
+
+def test_steps_auto_climbs_the_ladder_through_every_input_to_captums_delta_under_one_percent(tmp_path):
+    """``--steps auto`` on a sample of several inputs: each rung's completeness error is captum's
+    convergence delta on the tuple of inputs at that rung's steps; the first under 1% is kept."""
+    from captum.attr import IntegratedGradients
+
+    import hookviz
+    from hookviz.methods.integrated_gradients import AUTO_LADDER, AUTO_TOLERANCE
+    from hookviz.options import InputOptions
+    from tests.multi_models import build_meta
+
+    photo = _photos(tmp_path / "rgb", keys=("001",)) / "001.png"
+    model, meta = build_meta(), torch.tensor([0.5, -1.0, 2.0])
+    result = hookviz.explain(
+        model, {"image": photo, "meta": meta}, layers=["features.1"], cam="integrated-gradients", steps="auto",
+        inputs=InputOptions(resize=32, crop=32),
+    )  # fmt: skip
+    found = result.pixel_maps["integrated-gradients"].figures
+    image, steps = result.image.tensors["image"][None], int(found["steps"])
+    assert steps in AUTO_LADDER and found["steps_tried"] == sum(s for s in AUTO_LADDER if s <= steps)
+    assert steps > AUTO_LADDER[0]  # this photo's path bends: the rungs below are checked too (16 steps, measured)
+    assert found["relative_error"] < AUTO_TOLERANCE or steps == AUTO_LADDER[-1]
+    assert found["delta"] == found["completeness_error"] and found["attribution_sum"] == found["map_sum"]
+
+    def captum(n_steps: int) -> tuple[float, float]:  # captum's convergence delta and the score's rise
+        _, delta = IntegratedGradients(model).attribute(
+            (image, meta[None]), target=result.target.index, n_steps=n_steps, method="gausslegendre",
+            return_convergence_delta=True,
+        )  # fmt: skip
+        with torch.no_grad():
+            ends = model(torch.cat([image, torch.zeros_like(image)]), torch.stack([meta, torch.zeros(3)]))
+        return float(delta), float(ends[0, result.target.index] - ends[1, result.target.index])
+
+    delta, change = captum(steps)
+    assert found["completeness_error"] == pytest.approx(delta, abs=1e-4) and found["score_change"] == pytest.approx(change)
+    for fewer in AUTO_LADDER[: AUTO_LADDER.index(steps)]:  # every rung below missed by more than the tolerance
+        assert abs(captum(fewer)[0]) > AUTO_TOLERANCE * abs(change)
