@@ -326,7 +326,7 @@ def test_the_docs_worked_examples_run_as_written(tmp_path, monkeypatch):
     assert (tmp_path / "out-meta" / "002" / "meta.attributions.png").is_file()
     assert (tmp_path / "out-rgbd" / "002" / "depth.pixel_maps.png").is_file()
     meta = json.loads((tmp_path / "out-meta" / "002" / "report.json").read_text())
-    assert "delta" in meta["pixel_maps"]["integrated-gradients"]["figures"]
+    assert {"delta", "steps", "relative_error"} <= set(meta["pixel_maps"]["integrated-gradients"]["figures"])
 
 
 def test_score_cam_rescores_each_row_with_its_own_samples_other_inputs(tmp_path):
