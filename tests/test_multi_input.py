@@ -326,7 +326,7 @@ def test_the_docs_worked_examples_run_as_written(tmp_path, monkeypatch):
     assert (tmp_path / "out-meta" / "002" / "meta.attributions.png").is_file()
     assert (tmp_path / "out-rgbd" / "002" / "depth.pixel_maps.png").is_file()
     meta = json.loads((tmp_path / "out-meta" / "002" / "report.json").read_text())
-    assert "delta" in meta["pixel_maps"]["integrated-gradients"]["figures"]
+    assert {"delta", "steps", "relative_error"} <= set(meta["pixel_maps"]["integrated-gradients"]["figures"])
 
 
 def test_score_cam_rescores_each_row_with_its_own_samples_other_inputs(tmp_path):
@@ -388,3 +388,82 @@ def test_tensor_files_are_taken_as_they_are(tmp_path, suffix):
     sample = explainer.kind.prepare(explainer.kind.load(rgb / "002.png", 10**8), explainer.preprocessing, 10**8)
     assert sample.tensors["meta"].dtype == torch.float32 and sample.tensors["meta"].tolist() == [1.5, -2.0, 1.0]
     assert sample.inputs_record["meta"]["file"].endswith(f"vectors/002{suffix}")
+
+
+def test_steps_auto_climbs_the_ladder_through_every_input_to_captums_delta_under_one_percent(tmp_path):
+    """``--steps auto`` on a sample of several inputs: each rung's completeness error is captum's
+    convergence delta on the tuple of inputs at that rung's steps; the first under 1% is kept."""
+    from captum.attr import IntegratedGradients
+
+    import hookviz
+    from hookviz.methods.integrated_gradients import AUTO_LADDER, AUTO_TOLERANCE
+    from hookviz.options import InputOptions
+    from tests.multi_models import build_meta
+
+    photo = _photos(tmp_path / "rgb", keys=("001",)) / "001.png"
+    model, meta = build_meta(), torch.tensor([0.5, -1.0, 2.0])
+    result = hookviz.explain(
+        model, {"image": photo, "meta": meta}, layers=["features.1"], cam="integrated-gradients", steps="auto",
+        inputs=InputOptions(resize=32, crop=32),
+    )  # fmt: skip
+    found = result.pixel_maps["integrated-gradients"].figures
+    image, steps = result.image.tensors["image"][None], int(found["steps"])
+    assert steps in AUTO_LADDER and found["steps_tried"] == sum(s for s in AUTO_LADDER if s <= steps)
+    assert steps > AUTO_LADDER[0]  # this photo's path bends: the rungs below are checked too (16 steps, measured)
+    assert found["relative_error"] < AUTO_TOLERANCE or steps == AUTO_LADDER[-1]
+    assert found["delta"] == found["completeness_error"] and found["attribution_sum"] == found["map_sum"]
+
+    def captum(n_steps: int) -> tuple[float, float]:  # captum's convergence delta and the score's rise
+        _, delta = IntegratedGradients(model).attribute(
+            (image, meta[None]), target=result.target.index, n_steps=n_steps, method="gausslegendre",
+            return_convergence_delta=True,
+        )  # fmt: skip
+        with torch.no_grad():
+            ends = model(torch.cat([image, torch.zeros_like(image)]), torch.stack([meta, torch.zeros(3)]))
+        return float(delta), float(ends[0, result.target.index] - ends[1, result.target.index])
+
+    delta, change = captum(steps)
+    assert found["completeness_error"] == pytest.approx(delta, abs=1e-4) and found["score_change"] == pytest.approx(change)
+    for fewer in AUTO_LADDER[: AUTO_LADDER.index(steps)]:  # every rung below missed by more than the tolerance
+        assert abs(captum(fewer)[0]) > AUTO_TOLERANCE * abs(change)
+
+
+@pytest.mark.slow  # hookviz run in this process: several seconds of CPU
+def test_run_keeps_every_inputs_map_in_tensors_npz_and_its_statistics_and_auto_steps_in_report(tmp_path):
+    """``--steps auto --save-tensors`` through ``hookviz run``: report.json (schema-valid) keeps the
+    rung auto kept and its error, and each other input's map's statistics beside the main map's;
+    tensors.npz keeps each map as ``input/<method>/<NAME>``, captum's on the tuple at those steps."""
+    from captum.attr import IntegratedGradients
+
+    from hookviz.methods.integrated_gradients import AUTO_LADDER, AUTO_TOLERANCE
+    from tests.multi_models import build_meta
+
+    rgb, out = _photos(tmp_path / "rgb", keys=("001", "002")), tmp_path / "out"
+    table = _meta(tmp_path / "meta.csv", {"001.png": (1, 2, 3), "002.png": (4, -5, 6.5)})
+    result = hookviz_run(
+        rgb, "--input", f"meta={table}", "--cam", "integrated-gradients", "--steps", "auto", "--save-tensors",
+        "--pictures", "none", "--resize", 32, model=META, weights=None, out=out, catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert _validate_run_folder(out) == 3
+    for key, row in (("001", (1, 2, 3)), ("002", (4, -5, 6.5))):
+        report = json.loads((out / key / "report.json").read_text())
+        found = report["pixel_maps"]["integrated-gradients"]
+        figures, stats = found["figures"], found["inputs"]["meta"]
+        assert figures["steps"] in AUTO_LADDER and (
+            figures["relative_error"] < AUTO_TOLERANCE or figures["steps"] == AUTO_LADDER[-1]
+        )
+        assert {"steps_tried", "map_sum", "score_change", "completeness_error", "delta", "attribution_sum"} <= set(figures)
+        arrays = np.load(out / key / "tensors.npz")
+        image, meta = torch.from_numpy(arrays["input"]), torch.tensor([row], dtype=torch.float32)
+        theirs = IntegratedGradients(build_meta()).attribute(
+            (image, meta), target=report["target"]["index"], n_steps=int(figures["steps"]), method="gausslegendre"
+        )
+        for name, reference in (("input/integrated-gradients", theirs[0][0]), ("input/integrated-gradients/meta", theirs[1][0])):
+            ours, reference = arrays[name], reference.detach().numpy()
+            assert ours.shape == reference.shape and np.abs(ours - reference).max() / np.abs(reference).max() < 1e-3, name
+        vector = arrays["input/integrated-gradients/meta"].astype(np.float64)
+        assert stats["shape"] == [3] and stats["nonfinite"] == 0
+        assert [stats[k] for k in ("min", "max", "mean", "std")] == pytest.approx(
+            [vector.min(), vector.max(), vector.mean(), vector.std()], rel=1e-6
+        )

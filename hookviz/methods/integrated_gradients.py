@@ -175,7 +175,7 @@ def integrated_gradients(ctx: MethodContext):
             assert found is not None
             passed(sum(ladder) - tried)  # the rungs not climbed: the work is done
             maps.append(found)
-            figures.append(_figures(found, changes[n], steps, tried))
+            figures.append(_figures(float(found.double().sum()), changes[n], steps, tried))
     return MapFigures(torch.stack(maps), tuple(figures))
 
 
@@ -197,10 +197,10 @@ def _complete(error: float, change: float, score: float) -> bool:
     return abs(error) <= max(AUTO_TOLERANCE * abs(change), _NOISE * max(1.0, abs(score)))
 
 
-def _figures(found, change: float, steps: int, tried: int) -> dict[str, float]:
+def _figures(total: float, change: float, steps: int, tried: int) -> dict[str, float]:
     """What report.json keeps about one map: its rule's steps (and every rung's, ``--steps auto``),
-    its sum, the score's change from the baseline, and the completeness error, also relative."""
-    total = float(found.double().sum())
+    its sum ``total`` (of every input's maps, for several), the score's change from the baseline,
+    and the completeness error, also relative."""
     error = total - change
     return {
         "steps": float(steps),
@@ -216,43 +216,57 @@ def _through_every_input(inputs, others: dict, gradient, settings: IGOptions):
     """Integrated gradients of a sample of several inputs: every input moves from its baseline
     along the path at once (captum's ``IntegratedGradients`` on a tuple), each gets its map at its
     own shape, and each image's ``delta`` is the sum of every input's attributions less the
-    score's rise from the baselines (captum's convergence delta: zero for an exact integral)."""
+    score's rise from the baselines (captum's convergence delta: zero for an exact integral), its
+    completeness error; ``--steps auto`` climbs ``AUTO_LADDER`` per image until it is small."""
     import torch
 
-    from hookviz.methods.base import MapFigures
-
     every, named = settings.baselines()
-    if settings.steps == "auto":
-        raise UsageError(
-            f"{arg('steps', 'auto')}: a sample of several inputs takes a number of steps (32 by default); auto picks "
-            "them for a model of one input"
-        )
-    main, steps = gradient.samples.main, int(settings.steps)  # the main input is "" below
-    alphas, weights = gauss_legendre(steps)
-    alphas_t = torch.tensor([*alphas, 0.0, 1.0], dtype=inputs.dtype, device=inputs.device)  # and the two ends, weighed 0
-    weights_t = torch.tensor([*weights, 0.0, 0.0], dtype=torch.float32, device=inputs.device)
+    main = gradient.samples.main  # the main input is "" below
+    ladder = AUTO_LADDER if settings.steps == "auto" else (int(settings.steps),)
     main_maps, figures, maps = [], [], []
-    with work("integrated-gradients", len(inputs) * (steps + 2), "steps", len(inputs), fed=True):
+    cost = sum(steps + 2 for steps in ladder)  # each rung's steps and its path's two ends
+    with work("integrated-gradients", len(inputs) * cost, "steps", len(inputs), fed=True):
         for n in range(len(inputs)):
             given = {"": inputs[n : n + 1], **{name: tensor[n : n + 1] for name, tensor in others.items()}}
             starts = {name: _start(tensor, named.get(name or main, every)) for name, tensor in given.items()}
-            paths = {}
-            for name, tensor in given.items():
-                along = (-1,) + (1,) * (tensor.dim() - 1)
-                paths[name] = starts[name] + alphas_t.to(tensor.dtype).reshape(along) * (tensor - starts[name])
-            main_path = paths.pop("")
-            rows = torch.full((len(alphas_t),), n, dtype=torch.long)
-            main_grads, other_grads, scores = gradient.along(main_path, paths, rows)
-            found = {}
-            for name, grads in {"": main_grads, **other_grads}.items():
-                along = (-1,) + (1,) * (grads.dim() - 1)
-                averaged = (grads * weights_t.reshape(along)).sum(dim=0)
-                found[name] = averaged * (given[name][0] - starts[name][0]).float()
-            total = float(sum(float(attribution.sum()) for attribution in found.values()))
+            tried = 0
+            for steps in ladder:
+                found, (low, high) = _tuple_path(gradient, given, starts, n, steps)
+                tried += steps
+                total = sum(float(attribution.double().sum()) for attribution in found.values())
+                if _complete(total - (high - low), high - low, high):
+                    break
+            passed(cost - tried - 2 * (ladder.index(steps) + 1))  # the rungs not climbed: the work is done
             main_maps.append(found.pop(""))
-            figures.append({"delta": total - float(scores[-1] - scores[-2]), "attribution_sum": total})
+            shown = _figures(total, high - low, steps, tried)
+            figures.append({**shown, "delta": shown["completeness_error"], "attribution_sum": total})
             maps.append({name: attribution.cpu().numpy() for name, attribution in found.items()})
     return MapFigures(torch.stack(main_maps), tuple(figures), tuple(maps))
+
+
+def _tuple_path(gradient, given: dict, starts: dict, n: int, steps: int) -> tuple[dict, tuple[float, float]]:
+    """One image's map of every input (``""`` the main one's) by the ``steps``-point Gauss-Legendre
+    rule, all inputs along the path together, and the scores at its two ends, ``S(b)`` and ``S(x)``
+    (two more rows of the same pass, weighed 0)."""
+    import torch
+
+    alphas, weights = gauss_legendre(steps)
+    device = given[""].device
+    alphas_t = torch.tensor([*alphas, 0.0, 1.0], dtype=given[""].dtype, device=device)
+    weights_t = torch.tensor([*weights, 0.0, 0.0], dtype=torch.float32, device=device)
+    paths = {}
+    for name, tensor in given.items():
+        along = (-1,) + (1,) * (tensor.dim() - 1)
+        paths[name] = starts[name] + alphas_t.to(tensor.dtype).reshape(along) * (tensor - starts[name])
+    main_path = paths.pop("")
+    rows = torch.full((len(alphas_t),), n, dtype=torch.long)
+    main_grads, other_grads, scores = gradient.along(main_path, paths, rows)
+    found = {}
+    for name, grads in {"": main_grads, **other_grads}.items():
+        along = (-1,) + (1,) * (grads.dim() - 1)
+        averaged = (grads * weights_t.reshape(along)).sum(dim=0)
+        found[name] = averaged * (given[name][0] - starts[name][0]).float()
+    return found, (float(scores[-2]), float(scores[-1]))
 
 
 def _start(tensor, which: str):

@@ -392,14 +392,16 @@ def _pixel_record(pixels) -> MapRecord:
     if pixels.figures:  # a NaN (a score of 0 makes conservation undefined) is written null, as stats are
         stats["figures"] = {name: (float(v) if np.isfinite(v) else None) for name, v in pixels.figures.items()}
     trust = pixels.trust.to_json() if pixels.trust is not None else None
-    return MapRecord(tuple(pixels.map.shape), stats, layer=pixels.layer, trust=trust)
+    others = {name: {"shape": list(np.shape(value)), **_map_stats(value)} for name, value in (pixels.inputs or {}).items()}
+    return MapRecord(tuple(pixels.map.shape), stats, layer=pixels.layer, trust=trust, inputs=others)
 
 
 def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     """``tensors.npz``: ``<layer>/input|output|grad_input|grad_output|cam``, ``<layer>/cam_K`` (the
     K-th top class's or detection's CAM), ``<layer>/cam.<method>`` (each layer method's map of
     the target; ``cam`` is the first's), ``input/<method>`` (each input-resolution map, (C, H, W)),
-    ``logits``, ``input``.
+    ``input/<method>/<NAME>`` (a sample of several inputs': each other input's map, at its own
+    shape), ``logits``, ``input``.
 
     Needs the full tensors (``SummaryOptions(keep_tensors=True)``).
     """
@@ -420,6 +422,8 @@ def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     for method, pixels in explanation.pixel_maps.items():
         if pixels.map is not None:
             arrays[f"input/{method}"] = np.asarray(pixels.map, dtype=np.float32)
+        for name, value in (pixels.inputs or {}).items():
+            arrays[f"input/{method}/{name}"] = np.asarray(value, dtype=np.float32)
     np.savez(stream, **arrays)
 
 

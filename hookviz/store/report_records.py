@@ -125,7 +125,8 @@ class MapRecord:
     or why there is none (``skipped``); for a map at the input's resolution, the layer whose
     CAM it used (guided Grad-CAM) and the trust measures of its relevance map (``trust``, as
     ``trust.records.LayerTrust.to_json`` writes them; ``None``: not measured); a clip's map
-    of a layer, its figures at each frame (``frames``, as ``CamRecord``'s)."""
+    of a layer, its figures at each frame (``frames``, as ``CamRecord``'s); a sample of several
+    inputs', each other input's map's shape and statistics by input name (``inputs``)."""
 
     shape: tuple[int, ...] | None = None
     stats: dict = field(default_factory=dict)
@@ -134,6 +135,7 @@ class MapRecord:
     layer: str | None = None
     trust: dict | None = None
     frames: tuple[FrameFigures, ...] = ()
+    inputs: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         if self.shape is None:
@@ -146,13 +148,15 @@ class MapRecord:
                 found["trust"] = self.trust
             if self.frames:
                 found["frames"] = [f.to_json() for f in self.frames]
+            if self.inputs:
+                found["inputs"] = self.inputs
         return found if self.layer is None else {**found, "layer": self.layer}
 
     @classmethod
     def from_json(cls, entry) -> "MapRecord | None":
         if not isinstance(entry, dict):
             return None
-        stats = {k: v for k, v in entry.items() if k not in ("shape", "note", "skipped", "layer", "trust", "frames")}
+        stats = {k: v for k, v in entry.items() if k not in ("shape", "note", "skipped", "layer", "trust", "frames", "inputs")}
         return cls(
             read_shape(entry.get("shape")),
             stats,
@@ -161,6 +165,7 @@ class MapRecord:
             read_text(entry.get("layer")),
             entry.get("trust") if isinstance(entry.get("trust"), dict) else None,
             _frames(entry.get("frames")),
+            {k: v for k, v in read_mapping(entry.get("inputs")).items() if isinstance(v, dict)},
         )
 
 
