@@ -44,14 +44,14 @@ def test_long_work_inside_a_photo_says_its_method_passes_done_of_total_and_time_
     left = r", about \d+ s left"
     masked = said(r"hookviz: scorecam at features\.3: (\d+) of (\d+) masked passes" + left)
     assert masked and all(int(done) < int(total) for done, total in (re.findall(r"(\d+) of (\d+)", m)[0] for m in masked))
-    assert said(r"hookviz: integrated-gradients: [123] of 4 steps" + left)
+    assert said(r"hookviz: integrated-gradients: [1-5] of 6 steps" + left)
     assert said(r"hookviz: faithfulness of scorecam at features\.3: \d+ of \d+ altered passes" + left)
     assert said(r"hookviz: sanity check of scorecam at features\.3: \d+ of \d+ randomised passes" + left)
     # heavy work says so first, once a run, per photo
     heavy = said(r"hookviz: scorecam at features\.3: \d+ masked passes a photo, about \d+ s a photo here")
     assert len(heavy) == 2 and lines.index(heavy[0]) < lines.index(masked[0])  # once in each of the two runs
     assert result.stderr.count("masked passes a photo") == 1  # not again for the sanity check's copies
-    assert len(said(r"hookviz: integrated-gradients: 4 steps a photo, about \d+ s a photo here")) == 1
+    assert len(said(r"hookviz: integrated-gradients: 6 steps a photo, about \d+ s a photo here")) == 1
 
 
 def test_the_thresholds_decide_what_is_said(photo, tmp_path, monkeypatch, small_intervals):
@@ -92,4 +92,5 @@ def test_explain_prints_nothing_of_its_work_and_tells_a_listener_the_caller_give
     labels = [label for kind, label, _, _ in heard.events if kind == "began"]
     assert labels == ["scorecam at features.3", "integrated-gradients"]
     steps = [(done, total) for kind, label, done, total in heard.events if label == "integrated-gradients" and kind != "began"]
-    assert steps == [(1, 3), (2, 3), (3, 3), (3, 3)]  # a pass of one row each, then its end
+    # the two ends' scores (the completeness error), then a pass of one row per step, then its end
+    assert steps == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5), (5, 5), (5, 5)]
