@@ -1,0 +1,57 @@
+"""A hostile user's inputs to the features merged on the day of issue 31 (multi-input CSVs and
+--aligned): each mistake is refused in one line naming the file or argument, never run on silently."""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from hookviz.tasks.segment import Segment
+
+from .cli_helpers import hookviz_run
+
+RGBD, META = "tests.multi_models:build_rgbd", "tests.multi_models:build_meta"
+
+
+def _photos(folder, names=("a", "b")):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in names:
+        Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(folder / f"{name}.png")
+    return folder
+
+
+def _one_line(result, *words):
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and all(w in lines[0] for w in words), result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_csv_without_a_header_says_its_first_line_is_a_row_not_a_header(tmp_path):
+    table = tmp_path / "meta.csv"
+    table.write_text("a.png,1,2,3\nb.png,4,5,6\n")
+    result = hookviz_run(_photos(tmp_path / "rgb"), "-q", "--input", f"meta={table}", model=META, out=tmp_path / "out")
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert result.exit_code == 1 and len(failed) == 1, result.output
+    assert "meta.csv: input 'meta': its first line, the header, is the row of a.png; add a header line" in failed[0]
+
+
+def test_a_csv_with_two_rows_for_one_file_is_refused(tmp_path):
+    table = tmp_path / "meta.csv"
+    table.write_text("file,x,y,z\na.png,1,2,3\na.png,4,5,6\nb.png,1,1,1\n")
+    result = hookviz_run(_photos(tmp_path / "rgb"), "-q", "--input", f"meta={table}", model=META, out=tmp_path / "out")
+    _one_line(result, "meta.csv", "a.png", "two rows")
+
+
+def test_aligned_refuses_a_csv_and_the_first_input(tmp_path):
+    rgb, table = _photos(tmp_path / "rgb"), tmp_path / "meta.csv"
+    table.write_text("file,x,y,z\na.png,1,2,3\nb.png,4,5,6\n")
+    result = hookviz_run(rgb, "-q", "--input", f"meta={table}", "--aligned", "meta", model=META, out=tmp_path / "out")
+    _one_line(result, "--aligned meta", "CSV")
+    depth = tmp_path / "depth"
+    depth.mkdir()
+    for name in ("a", "b"):
+        np.save(depth / f"{name}.npy", np.zeros((20, 24), np.float32))
+    result = hookviz_run(rgb, "-q", "--input", f"depth={depth}", "--aligned", "0", "--task", Segment.name,
+                         model=RGBD, out=tmp_path / "out")  # fmt: skip
+    _one_line(result, "--aligned 0", "first input")
