@@ -30,7 +30,8 @@ def _one_line(result, *words):
 def test_a_csv_without_a_header_says_its_first_line_is_a_row_not_a_header(tmp_path):
     table = tmp_path / "meta.csv"
     table.write_text("a.png,1,2,3\nb.png,4,5,6\n")
-    result = hookviz_run(_photos(tmp_path / "rgb"), "-q", "--input", f"meta={table}", model=META, out=tmp_path / "out")
+    small = ("-q", "--resize", 32, "--pictures", "none")
+    result = hookviz_run(_photos(tmp_path / "rgb"), *small, "--input", f"meta={table}", model=META, out=tmp_path / "out")
     failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
     assert result.exit_code == 1 and len(failed) == 1, result.output
     assert "meta.csv: input 'meta': its first line, the header, is the row of a.png; add a header line" in failed[0]
@@ -55,3 +56,12 @@ def test_aligned_refuses_a_csv_and_the_first_input(tmp_path):
     result = hookviz_run(rgb, "-q", "--input", f"depth={depth}", "--aligned", "0", "--task", Segment.name,
                          model=RGBD, out=tmp_path / "out")  # fmt: skip
     _one_line(result, "--aligned 0", "first input")
+
+
+def test_more_clips_than_a_video_has_frames_is_said_once_not_once_per_clip(tmp_path):
+    from .video_clips import encode
+
+    video = encode(tmp_path / "four.mp4", frames=4)
+    result = hookviz_run(video, "-q", "--clips", 5, "--frames", 4, model="tests.video_clips:video_net", out=tmp_path / "out")
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert result.exit_code == 1 and len(failed) == 1 and "fewer than --clips 5" in failed[0], result.output
