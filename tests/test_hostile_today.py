@@ -65,3 +65,18 @@ def test_more_clips_than_a_video_has_frames_is_said_once_not_once_per_clip(tmp_p
     result = hookviz_run(video, "-q", "--clips", 5, "--frames", 4, model="tests.video_clips:video_net", out=tmp_path / "out")
     failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
     assert result.exit_code == 1 and len(failed) == 1 and "fewer than --clips 5" in failed[0], result.output
+
+
+def test_slics_one_superpixel_error_advises_what_does_cut_the_input():
+    import pytest
+    import torch
+
+    from hookviz.errors import UsageError
+    from hookviz.methods.superpixels import SuperpixelOptions, segments
+
+    noise = torch.rand((1, 3, 32, 32), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(UsageError) as refused:
+        segments(noise, SuperpixelOptions(), "lime")
+    assert "higher superpixel_compactness" in str(refused.value) and "\n" not in str(refused.value)
+    advised = segments(noise, SuperpixelOptions(superpixel_compactness=100.0), "lime")  # the advice, followed
+    assert int(advised.max()) >= 1
