@@ -80,3 +80,9 @@ def test_slics_one_superpixel_error_advises_what_does_cut_the_input():
     assert "higher superpixel_compactness" in str(refused.value) and "\n" not in str(refused.value)
     advised = segments(noise, SuperpixelOptions(superpixel_compactness=100.0), "lime")  # the advice, followed
     assert int(advised.max()) >= 1
+
+
+def test_topk_refusal_names_the_layer_method_it_draws_not_a_pixel_method_already_first(tmp_path):
+    photo = _photos(tmp_path / "rgb", names=("a",)) / "a.png"
+    result = hookviz_run(photo, "-q", "--cam", "saliency,fem", "--topk", 2, out=tmp_path / "out")
+    _one_line(result, "--topk 2", "fem makes the same map", "maps a layer (gradcam) before fem")
