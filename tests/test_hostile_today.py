@@ -86,3 +86,24 @@ def test_topk_refusal_names_the_layer_method_it_draws_not_a_pixel_method_already
     photo = _photos(tmp_path / "rgb", names=("a",)) / "a.png"
     result = hookviz_run(photo, "-q", "--cam", "saliency,fem", "--topk", 2, out=tmp_path / "out")
     _one_line(result, "--topk 2", "fem makes the same map", "maps a layer (gradcam) before fem")
+
+
+def test_a_csv_cell_of_nan_or_inf_fails_its_sample_in_one_line(tmp_path):
+    table = tmp_path / "meta.csv"
+    table.write_text("file,x,y,z\na.png,1,nan,3\nb.png,4,5,6\n")
+    small = ("-q", "--resize", 32, "--pictures", "none")
+    result = hookviz_run(_photos(tmp_path / "rgb"), *small, "--input", f"meta={table}", model=META, out=tmp_path / "out")
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert result.exit_code == 1 and len(failed) == 1, result.output
+    assert "meta.csv: input 'meta': the row of a.png holds nan, not a finite number" in failed[0]
+
+
+def test_the_attributions_chart_labels_a_non_finite_value_without_warnings(recwarn):
+    from types import SimpleNamespace
+
+    from hookviz.render.inputs import attribution_chart
+
+    pixel = SimpleNamespace(inputs={"meta": np.array([0.5, np.nan, -np.inf], np.float32)})
+    explanation = SimpleNamespace(pixel_maps={"saliency": pixel}, image=SimpleNamespace(features={"meta": ("a", "b", "c")}))
+    assert attribution_chart(explanation, "meta").startswith(b"\x89PNG")
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]

@@ -162,7 +162,7 @@ def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarr
     """The row of ``path`` (a CSV) for the sample of ``key`` (its key file ``key_file``): its numbers and the header's feature names.
 
     Raises:
-        ImageError: the CSV cannot be read, has no row for the sample, or a cell that is no number.
+        ImageError: the CSV cannot be read, has no row for the sample, or a cell that is no finite number.
     """
     try:
         (first, *header), rows = _table(path, os.stat(path).st_mtime_ns)
@@ -185,6 +185,11 @@ def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarr
         raise ImageError(
             f"{display_path(path)}: input {label}: the row of {key_file.name} holds a cell that is no number"
         ) from None
+    if not np.isfinite(values).all():
+        cell = row[int(np.flatnonzero(~np.isfinite(values))[0])].strip()
+        raise ImageError(
+            f"{display_path(path)}: input {label}: the row of {key_file.name} holds {cell}, not a finite number; fill it in"
+        )
     if values.shape != (len(header),):
         raise ImageError(
             f"{display_path(path)}: input {label}: the row of {key_file.name} has {values.size} numbers, the header {len(header)} names"
