@@ -113,6 +113,7 @@ class Progress:
         self.bar: Any = None  # a rich Progress, while one is shown
         self.task: Any = None
         self.failed = self.skipped = 0
+        self.errors_said: set[str] = set()  # a reason shared by several samples (a video's clips) is said once
         self.started = self.said = time.monotonic()
         self.shown: dict[int, Any] = {}  # per work begun: "untimed", "quiet", "lines" or ("bar", its task)
         self.heavy: set[str] = set()  # the labels of work said to be heavy
@@ -184,7 +185,8 @@ class Progress:
     def update(self, status, finished: int, total: int) -> None:
         self.failed += status.status == "failed"
         self.skipped += status.status == "skipped"
-        if status.status == "failed":  # errors are shown even with --quiet, as they happen
+        if status.status == "failed" and status.error not in self.errors_said:  # shown even with --quiet, as they happen
+            self.errors_said.add(status.error)
             if self.bar is not None:
                 self.bar.console.print(f"hookviz: failed: {status.error}", markup=False, highlight=False)
             else:

@@ -753,7 +753,7 @@ def test_a_gradient_method_beside_one_without_says_why_it_has_no_map_of_a_layer_
             "eigencam",
             3,
             "--topk 3 with --cam eigencam: eigencam makes the same map for every class (it uses no target), "
-            "so its top-3 maps would be one map 3 times; drop --topk or put a class-specific method first",
+            "so its top-3 maps would be one map 3 times; drop --topk or put a class-specific method that maps a layer (gradcam) before eigencam",
         ),
     ],
 )

@@ -129,7 +129,8 @@ def segments(image, settings: SuperpixelOptions, method: str):
     if int(numbered.max()) < 1:
         raise UsageError(
             f"{arg('cam', method)}: SLIC finds only one superpixel in this {height}x{width} input, so there is nothing to "
-            f"compare; give a larger or less uniform input, more {arg('superpixels')} or a lower {arg('superpixel_compactness')}"
+            f"compare; give a higher {arg('superpixel_compactness')} (squarer superpixels: 100 cuts even noise), "
+            f"more {arg('superpixels')} or a larger input"
         )
     return torch.as_tensor(numbered, dtype=torch.long, device=image.device)
 

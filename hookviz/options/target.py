@@ -172,5 +172,5 @@ def _check_topk(topk: int, cam: str, layer_methods) -> None:
         raise UsageError(
             f"{arg('topk', topk)} with {arg('cam', cam)}: {main.name} makes the same map for every class (it uses "
             f"no target), so its top-{topk} maps would be one map {topk} times; drop {arg('topk')} or put a "
-            "class-specific method first"
+            f"class-specific method that maps a layer (gradcam) before {main.name}"
         )

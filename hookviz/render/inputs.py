@@ -98,10 +98,13 @@ def attribution_chart(explanation, name: str) -> bytes | None:
     figure = Figure(figsize=(4.5 * len(maps), max(2.2, height)), dpi=100)
     FigureCanvasAgg(figure)
     for column, (method, values) in enumerate(maps.items()):
-        values = np.asarray(values, dtype=np.float32).reshape(-1)
+        given = np.asarray(values, dtype=np.float32).reshape(-1)
+        values = np.where(np.isfinite(given), given, 0.0)  # a NaN or infinite bar is drawn empty and labelled
         axes = figure.add_subplot(1, len(maps), column + 1)
         colours = ["#c0392b" if v > 0 else "#2e6fb0" for v in values]
         axes.barh(range(values.size), values, color=colours)
+        for row in np.flatnonzero(~np.isfinite(given)):
+            axes.text(0, float(row), f" {given[row]}", va="center", fontsize=8)
         axes.set_yticks(range(values.size), features[: values.size] if len(features) >= values.size else None)
         axes.invert_yaxis()
         axes.axvline(0, color="black", linewidth=0.8)

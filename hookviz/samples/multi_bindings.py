@@ -168,6 +168,7 @@ def resolve(bindings: list[Binding], module, model: str, aligned: tuple = ()) ->
             raise UsageError(f"{arg('aligned', name)}: no input of that name{did_you_mean(name, sorted(names))}")
     order = sorted(resolved.values(), key=lambda b: (b.position is None, b.position or 0))
     made = [dataclasses.replace(b, aligned=b.name in aligned or b.given in aligned) for b in order]
+    _check_aligned(made)
     _check_gaps(made, model)
     return tuple(made)
 
@@ -193,6 +194,20 @@ def _argument(binding: Binding, positional, keyword, var_args: bool, var_kwargs:
         f"{arg('input', binding.text)}: {model}'s forward takes no argument {given!r} "
         f"(it takes {', '.join(known) or 'none by name'}){did_you_mean(given, known)}"
     )
+
+
+def _check_aligned(bindings: list[Binding]) -> None:
+    """``--aligned`` names a map to resize and crop as the first input's photo: not that photo, nor a CSV's rows."""
+    for index, binding in enumerate(bindings):
+        if binding.aligned and index == 0:
+            raise UsageError(
+                f"{arg('aligned', binding.given)}: that is the first input, the photo the others are aligned with; "
+                "name another input"
+            )
+        if binding.aligned and binding.paths and all(p.suffix.lower() == ".csv" for p in binding.paths):
+            raise UsageError(
+                f"{arg('aligned', binding.given)}: a CSV of features, a row per sample, has no size to align; drop --aligned"
+            )
 
 
 def _check_gaps(bindings: list[Binding], model: str) -> None:

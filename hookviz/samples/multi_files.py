@@ -138,7 +138,12 @@ def _table(path: Path, mtime_ns: int) -> tuple[tuple[str, ...], dict[str, tuple[
         rows = [row for row in csv.reader(stream) if row]
     if len(rows) < 2 or len(rows[0]) < 2:
         raise ImageError(f"{display_path(path)}: a CSV needs a header (file, then feature names) and a row per sample")
-    return tuple(rows[0][1:]), {row[0].strip(): tuple(row[1:]) for row in rows[1:]}
+    table: dict[str, tuple[str, ...]] = {}
+    for row in rows[1:]:
+        if row[0].strip() in table:
+            raise ImageError(f"{display_path(path)}: two rows for {row[0].strip()}; keep one")
+        table[row[0].strip()] = tuple(row[1:])
+    return tuple(rows[0]), table
 
 
 def read_header(path: Path, label: str) -> tuple[str, ...]:
@@ -148,7 +153,7 @@ def read_header(path: Path, label: str) -> tuple[str, ...]:
         UsageError: the CSV cannot be read or has no header and rows.
     """
     try:
-        return _table(path, os.stat(path).st_mtime_ns)[0]
+        return _table(path, os.stat(path).st_mtime_ns)[0][1:]
     except (OSError, UnicodeDecodeError, csv.Error, ImageError) as exc:
         raise UsageError(f"{arg('input', display_path(path))}: input {label}: cannot be read as a CSV ({exc})") from None
 
@@ -157,14 +162,19 @@ def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarr
     """The row of ``path`` (a CSV) for the sample of ``key`` (its key file ``key_file``): its numbers and the header's feature names.
 
     Raises:
-        ImageError: the CSV cannot be read, has no row for the sample, or a cell that is no number.
+        ImageError: the CSV cannot be read, has no row for the sample, or a cell that is no finite number.
     """
     try:
-        header, rows = _table(path, os.stat(path).st_mtime_ns)
+        (first, *header), rows = _table(path, os.stat(path).st_mtime_ns)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ImageError(f"{display_path(path)}: input {label}: cannot be read as a CSV ({exc})") from None
     names = (key, key_file.name, key_file.stem, f"{key}{key_file.suffix}")
     row = next((rows[name] for name in names if name in rows), None)
+    if row is None and first.strip() in names:
+        raise ImageError(
+            f"{display_path(path)}: input {label}: its first line, the header, is the row of {key_file.name}; "
+            "add a header line first (file, then the features' names)"
+        )
     if row is None:
         raise ImageError(
             f"{display_path(path)}: input {label}: no row for {key_file.name} (its first column keys rows by file name)"
@@ -175,8 +185,13 @@ def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarr
         raise ImageError(
             f"{display_path(path)}: input {label}: the row of {key_file.name} holds a cell that is no number"
         ) from None
+    if not np.isfinite(values).all():
+        cell = row[int(np.flatnonzero(~np.isfinite(values))[0])].strip()
+        raise ImageError(
+            f"{display_path(path)}: input {label}: the row of {key_file.name} holds {cell}, not a finite number; fill it in"
+        )
     if values.shape != (len(header),):
         raise ImageError(
             f"{display_path(path)}: input {label}: the row of {key_file.name} has {values.size} numbers, the header {len(header)} names"
         )
-    return values, header
+    return values, tuple(header)

@@ -1,0 +1,109 @@
+"""A hostile user's inputs to the features merged on the day of issue 31 (multi-input CSVs and
+--aligned): each mistake is refused in one line naming the file or argument, never run on silently."""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from hookviz.tasks.segment import Segment
+
+from .cli_helpers import hookviz_run
+
+RGBD, META = "tests.multi_models:build_rgbd", "tests.multi_models:build_meta"
+
+
+def _photos(folder, names=("a", "b")):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in names:
+        Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(folder / f"{name}.png")
+    return folder
+
+
+def _one_line(result, *words):
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and all(w in lines[0] for w in words), result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_csv_without_a_header_says_its_first_line_is_a_row_not_a_header(tmp_path):
+    table = tmp_path / "meta.csv"
+    table.write_text("a.png,1,2,3\nb.png,4,5,6\n")
+    small = ("-q", "--resize", 32, "--pictures", "none")
+    result = hookviz_run(_photos(tmp_path / "rgb"), *small, "--input", f"meta={table}", model=META, out=tmp_path / "out")
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert result.exit_code == 1 and len(failed) == 1, result.output
+    assert "meta.csv: input 'meta': its first line, the header, is the row of a.png; add a header line" in failed[0]
+
+
+def test_a_csv_with_two_rows_for_one_file_is_refused(tmp_path):
+    table = tmp_path / "meta.csv"
+    table.write_text("file,x,y,z\na.png,1,2,3\na.png,4,5,6\nb.png,1,1,1\n")
+    result = hookviz_run(_photos(tmp_path / "rgb"), "-q", "--input", f"meta={table}", model=META, out=tmp_path / "out")
+    _one_line(result, "meta.csv", "a.png", "two rows")
+
+
+def test_aligned_refuses_a_csv_and_the_first_input(tmp_path):
+    rgb, table = _photos(tmp_path / "rgb"), tmp_path / "meta.csv"
+    table.write_text("file,x,y,z\na.png,1,2,3\nb.png,4,5,6\n")
+    result = hookviz_run(rgb, "-q", "--input", f"meta={table}", "--aligned", "meta", model=META, out=tmp_path / "out")
+    _one_line(result, "--aligned meta", "CSV")
+    depth = tmp_path / "depth"
+    depth.mkdir()
+    for name in ("a", "b"):
+        np.save(depth / f"{name}.npy", np.zeros((20, 24), np.float32))
+    result = hookviz_run(rgb, "-q", "--input", f"depth={depth}", "--aligned", "0", "--task", Segment.name,
+                         model=RGBD, out=tmp_path / "out")  # fmt: skip
+    _one_line(result, "--aligned 0", "first input")
+
+
+def test_more_clips_than_a_video_has_frames_is_said_once_not_once_per_clip(tmp_path):
+    from .video_clips import encode
+
+    video = encode(tmp_path / "four.mp4", frames=4)
+    result = hookviz_run(video, "-q", "--clips", 5, "--frames", 4, model="tests.video_clips:video_net", out=tmp_path / "out")
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert result.exit_code == 1 and len(failed) == 1 and "fewer than --clips 5" in failed[0], result.output
+
+
+def test_slics_one_superpixel_error_advises_what_does_cut_the_input():
+    import pytest
+    import torch
+
+    from hookviz.errors import UsageError
+    from hookviz.methods.superpixels import SuperpixelOptions, segments
+
+    noise = torch.rand((1, 3, 32, 32), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(UsageError) as refused:
+        segments(noise, SuperpixelOptions(), "lime")
+    assert "higher superpixel_compactness" in str(refused.value) and "\n" not in str(refused.value)
+    advised = segments(noise, SuperpixelOptions(superpixel_compactness=100.0), "lime")  # the advice, followed
+    assert int(advised.max()) >= 1
+
+
+def test_topk_refusal_names_the_layer_method_it_draws_not_a_pixel_method_already_first(tmp_path):
+    photo = _photos(tmp_path / "rgb", names=("a",)) / "a.png"
+    result = hookviz_run(photo, "-q", "--cam", "saliency,fem", "--topk", 2, out=tmp_path / "out")
+    _one_line(result, "--topk 2", "fem makes the same map", "maps a layer (gradcam) before fem")
+
+
+def test_a_csv_cell_of_nan_or_inf_fails_its_sample_in_one_line(tmp_path):
+    table = tmp_path / "meta.csv"
+    table.write_text("file,x,y,z\na.png,1,nan,3\nb.png,4,5,6\n")
+    small = ("-q", "--resize", 32, "--pictures", "none")
+    result = hookviz_run(_photos(tmp_path / "rgb"), *small, "--input", f"meta={table}", model=META, out=tmp_path / "out")
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert result.exit_code == 1 and len(failed) == 1, result.output
+    assert "meta.csv: input 'meta': the row of a.png holds nan, not a finite number" in failed[0]
+
+
+def test_the_attributions_chart_labels_a_non_finite_value_without_warnings(recwarn):
+    from types import SimpleNamespace
+
+    from hookviz.render.inputs import attribution_chart
+
+    pixel = SimpleNamespace(inputs={"meta": np.array([0.5, np.nan, -np.inf], np.float32)})
+    explanation = SimpleNamespace(pixel_maps={"saliency": pixel}, image=SimpleNamespace(features={"meta": ("a", "b", "c")}))
+    assert attribution_chart(explanation, "meta").startswith(b"\x89PNG")
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
