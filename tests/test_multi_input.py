@@ -276,6 +276,39 @@ def test_integrated_gradients_per_input_equal_captums_on_the_tuple_of_inputs(tmp
     assert found.figures["attribution_sum"] == pytest.approx(total, rel=1e-4)
 
 
+@pytest.mark.parametrize(
+    ("baselines", "words"),
+    [
+        ("zero,nope=mean", "the model takes no input 'nope'; name one of image, meta"),
+        ("zero,meta=blur", "input 'meta' is a vector, with no pixels to blur; choose zero or mean for it"),
+    ],
+)
+def test_a_baseline_for_no_input_or_a_blurred_vector_is_refused_in_one_line(tmp_path, baselines, words):
+    import hookviz
+    from hookviz.errors import UsageError
+    from hookviz.options import InputOptions
+    from tests.multi_models import build_meta
+
+    photo = _photos(tmp_path / "rgb", keys=("001",)) / "001.png"
+    with pytest.raises(UsageError) as refused:
+        hookviz.explain(
+            build_meta(), {"image": photo, "meta": torch.tensor([0.5, -1.0, 2.0])}, layers=["features.1"],
+            cam="integrated-gradients", steps=4, ig_baseline=baselines, inputs=InputOptions(resize=32, crop=32),
+        )  # fmt: skip
+    assert str(refused.value) == f"ig_baseline={baselines!r}: {words}"  # explain() names its keyword
+
+
+def test_a_named_baseline_for_a_model_of_one_input_is_refused(tmp_path):
+    import hookviz
+    from hookviz.errors import UsageError
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+    with pytest.raises(UsageError, match=r"^ig_baseline='zero,depth=blur': the model takes one input; give one baseline"):
+        hookviz.explain(
+            model.eval(), torch.rand(3, 16, 16), layers="0", cam="integrated-gradients", ig_baseline="zero,depth=blur"
+        )
+
+
 def test_guided_backprop_maps_each_input_as_captums_on_the_tuple(tmp_path):
     from captum.attr import GuidedBackprop
 

@@ -153,6 +153,7 @@ def integrated_gradients(ctx: MethodContext):
     assert inputs is not None and gradient is not None and score is not None  # the pass gives what the method declares
     settings = ctx.settings if isinstance(ctx.settings, IGOptions) else IGOptions()
     others = gradient.others() if hasattr(gradient, "others") else {}
+    _check_named(settings, getattr(getattr(gradient, "samples", None), "main", ""), others)
     if others:  # a sample of several inputs: the path goes through all of them together, as captum's on a tuple
         return _through_every_input(inputs, others, gradient, settings)
     which = settings.baselines()[0]
@@ -177,6 +178,25 @@ def integrated_gradients(ctx: MethodContext):
             maps.append(found)
             figures.append(_figures(float(found.double().sum()), changes[n], steps, tried))
     return MapFigures(torch.stack(maps), tuple(figures))
+
+
+def _check_named(settings: IGOptions, main: str, others: dict) -> None:
+    """Refuse a baseline named for an input the model does not take, or ``blur`` for a vector.
+
+    Raises:
+        UsageError: ``--ig-baseline nope=mean`` (no input ``nope``; a model of one input takes
+            no names), or ``meta=blur`` on a vector input (no pixels to blur).
+    """
+    named = settings.baselines()[1]
+    given = arg("ig_baseline", settings.ig_baseline)
+    if named and not others:
+        raise UsageError(f"{given}: the model takes one input; give one baseline for it ({', '.join(IG_BASELINES)})")
+    for name, which in named.items():
+        if name != main and name not in others:
+            known = ", ".join(filter(None, (main, *others)))
+            raise UsageError(f"{given}: the model takes no input {name!r}; name one of {known}")
+        if which == "blur" and name in others and others[name].dim() <= 2:
+            raise UsageError(f"{given}: input {name!r} is a vector, with no pixels to blur; choose zero or mean for it")
 
 
 def _path_map(gradient, image, start, n: int, steps: int):
