@@ -93,3 +93,18 @@ def result_figure(result):
     from hookviz.render.pixels import pixels_figure
 
     return pixels_figure(result)
+
+
+def test_a_small_inputs_panel_titles_are_broken_to_fit_inside_the_picture_and_apart():
+    """At 32 pixels a panel is narrower than its two-line title: each is broken into lines that
+    fit, and the first panel of the second row keeps its title inside the picture."""
+    import hookviz
+
+    from .conftest import tiny_net
+    from .test_render import _crowded
+
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(4))
+    result = hookviz.explain(tiny_net().eval(), image, layers=["features.3"], cam="integrated-gradients,saliency", steps=4)
+    figure = result_figure(result)
+    assert len([ax for ax in figure.axes if ax.get_title()]) == 5  # the input, and two panels of each map
+    assert _crowded(figure) == []

@@ -13,7 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from hookviz.render.figures import CHAR_INCHES, NOT_FINITE_COLOUR, MapPanel, Sheet, fmt, method_title, photo_inches, png_bytes
+from hookviz.render.figures import (
+    CHAR_INCHES,
+    NOT_FINITE_COLOUR,
+    MapPanel,
+    Sheet,
+    fitted,
+    fmt,
+    method_title,
+    photo_inches,
+    png_bytes,
+)
 from hookviz.render.pixel_scale import DEFAULT_CLIP, scaled
 
 __all__ = ["pixels_figure", "pixels_png", "SIGN_CMAPS"]
@@ -34,32 +44,58 @@ def pixels_figure(explanation, clip: float = DEFAULT_CLIP, sign: str = "absolute
     photo = explanation.image.shown
     width, height = photo_inches(photo, longest=3.5)
     width = max(width, 2.24)
-    stride, rise = width + 1.3, height + 1.1
     panels = [(name, pixels, part) for name, pixels in maps.items() for part in _parts(pixels)]
+    stride = width + 1.3
+    above = 0.8 + 0.15 * _title_lines(explanation, panels, clip, sign, stride - 0.2)  # a panel's top below its row's
+    rise = height + above
     count = 1 + len(panels)
     columns = min(count, PANELS_PER_ROW)
     rows = -(-count // columns)
     target = explanation.target.label if explanation.target is not None else "nothing"
     title = f"{explanation.model} · maps of the input, of {target}\n{explanation.image.source.label}"
     sheet = Sheet(max(0.2 + columns * stride, max(map(len, title.splitlines())) * CHAR_INCHES + 0.4), 0.3 + rows * rise)
-    ax = sheet.axes(0.2, 1.1, width, height)
+    ax = sheet.axes(0.2, above, width, height)
     ax.imshow(photo, interpolation="bilinear")
     ax.set_axis_off()
     ax.set_title("model input", fontsize=9)
     for k, (name, pixels, part) in enumerate(panels, start=1):
-        left, top = 0.2 + (k % columns) * stride, 1.1 + (k // columns) * rise
+        left, top = 0.2 + (k % columns) * stride, above + (k // columns) * rise
         axes = (sheet.axes(left, top, width, height), sheet.axes(left + width + 0.12, top, 0.13, height))
-        used = f" ({pixels.layer})" if pixels.layer else ""
-        heading = f"{method_title(explanation, name)}{used}"
+        heading = _heading(explanation, name, pixels)
         if part == "plain":
             panel = MapPanel(sheet.figure, *axes, signed=True, missing="no map")
             summed = None if pixels.map is None else pixels.map.sum(axis=0)
             channels = "" if pixels.map is None else f", sum of {pixels.map.shape[0]} channels"
             panel.update(summed, f"{heading}{channels}", pixels.note)
         else:
-            _heat(sheet.figure, axes, pixels.map, photo if part == "blended" else None, heading, clip, sign)
+            shown = photo if part == "blended" else None
+            _heat(sheet.figure, axes, pixels.map, shown, heading, clip, sign, stride - 0.2)
     sheet.title(title)
     return sheet.figure
+
+
+def _heading(explanation, name: str, pixels) -> str:
+    """A map's name in its panels' titles: the method's title, and its layer where it has one."""
+    used = f" ({pixels.layer})" if pixels.layer else ""
+    return f"{method_title(explanation, name)}{used}"
+
+
+def _heat_title(heading: str, what: str, clip: float, sign: str, share: float) -> str:
+    """A heat map's title: what it maps, and how it was clipped (``share``: of its pixels)."""
+    words = {"absolute": "|v|", "positive": "max(v, 0)", "all": "v"}[sign]
+    return f"{heading}, {what}\n{words}, top {clip:g}% of the total clipped ({100 * share:.2g}% of pixels)"
+
+
+def _title_lines(explanation, panels, clip: float, sign: str, inches: float) -> int:
+    """The most lines a heat map's title takes broken to fit ``inches`` (2 at least), its clipped
+    share written as long as it can be: the room the panels leave above them."""
+    longest = 2
+    for name, pixels, part in panels:
+        if part != "plain":
+            what = "over the photo" if part == "blended" else f"sum of {pixels.map.shape[0]} channels"
+            text = fitted(_heat_title(_heading(explanation, name, pixels), what, clip, sign, 0.0099), inches)
+            longest = max(longest, text.count("\n") + 1)
+    return longest
 
 
 def _parts(pixels) -> tuple[str, ...]:
@@ -67,9 +103,10 @@ def _parts(pixels) -> tuple[str, ...]:
     return ("heat", "blended") if pixels.map is not None and pixels.map.ndim == 3 else ("plain",)
 
 
-def _heat(figure, axes, channels: np.ndarray, photo, heading: str, clip: float, sign: str) -> None:
+def _heat(figure, axes, channels: np.ndarray, photo, heading: str, clip: float, sign: str, inches: float) -> None:
     """One map scaled as captum scales it, as a heat map (``photo`` ``None``) or blended over
-    ``photo`` in grey, with a colorbar labelled in the map's own values."""
+    ``photo`` in grey, with a colorbar labelled in the map's own values; its title broken into
+    lines that fit ``inches`` (a small input's panel is narrower than the title)."""
     import matplotlib
     from matplotlib.colors import LinearSegmentedColormap
 
@@ -90,13 +127,11 @@ def _heat(figure, axes, channels: np.ndarray, photo, heading: str, clip: float, 
     ax.set_yticks([])
     bar = figure.colorbar(image, cax=cax, ticks=[low, (low + 1) / 2, 1.0])
     top = fmt(found.threshold)
-    words = {"absolute": "|v|", "positive": "max(v, 0)", "all": "v"}[sign]
     labels = [f"≤ -{top}", "0", f"≥ {top}"] if low < 0 else ["0", fmt(found.threshold / 2), f"≥ {top}"]
     bar.ax.set_yticklabels(labels, fontsize=7)
     bar.ax.tick_params(labelsize=7)
     what = "over the photo" if photo is not None else f"sum of {channels.shape[0]} channels"
-    clipped = f"{words}, top {clip:g}% of the total clipped ({100 * found.clipped:.2g}% of pixels)"
-    ax.set_title(f"{heading}, {what}\n{clipped}", fontsize=9, parse_math=False, pad=10)
+    ax.set_title(fitted(_heat_title(heading, what, clip, sign, found.clipped), inches), fontsize=9, parse_math=False, pad=10)
 
 
 def pixels_png(explanation, clip: float = DEFAULT_CLIP, sign: str = "absolute") -> bytes | None:
