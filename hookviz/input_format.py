@@ -30,9 +30,12 @@ from typing import Any, TypeVar
 from hookviz.errors import HookvizError
 from hookviz.hooks import HookSet
 
-__all__ = ["InputFormats", "channels_last_gradients", "channels_last_input", "formats_for"]
+__all__ = ["FORMAT_ERRORS", "InputFormats", "channels_last_gradients", "channels_last_input", "formats_for"]
 
 T = TypeVar("T")
+#: What a model raises when it cannot take a channels-last input (a ``.view`` of it, a check of
+#: its strides); an error of another kind (``MemoryError``) is never taken for the format's.
+FORMAT_ERRORS = (RuntimeError, ValueError, AssertionError)
 #: A pass of fewer rows is not timed: its time per row says little of a full batch's.
 _TIMED_ROWS = 4
 
@@ -61,11 +64,13 @@ class InputFormats:
                 result = call()
         except HookvizError:
             raise
-        except Exception:
+        except FORMAT_ERRORS:
             if not channels_last:
                 raise
-            seen[True] = math.inf  # the model cannot take it (a .view of its input): as the input came, from now on
-            return call()
+            result = call()  # an error of the model's own raises here
+            seen[True] = math.inf
+            self.refuse_channels_last()  # the model cannot take it (a .view of its input): as the input came, from now on
+            return result
         if shape[0] >= _TIMED_ROWS and (converted is None or converted):
             seen.setdefault(channels_last, (time.perf_counter() - start) / shape[0])
         elif channels_last and not converted:

@@ -5,10 +5,12 @@ that cannot take it."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
 import hookviz
+from hookviz.errors import HookvizError
 from hookviz.input_format import channels_last_gradients, formats_for
 
 
@@ -74,11 +76,38 @@ def test_a_model_without_batchnorm_takes_them_as_the_input_came():
 def test_a_model_that_cannot_take_channels_last_is_run_again_as_the_input_came_and_not_tried_again():
     torch.manual_seed(1)
     model, x = Seen(flat=True).eval(), torch.randn(3, 12, 12)
-    first = _explained(model, x)
-    assert ("channels_last", 6) in model.seen  # tried once, failed on the view
+    first = hookviz.explain(model, x, layers="conv", cam="integrated-gradients,saliency", steps=6)
+    assert [kind for kind, _ in model.seen].count("channels_last") == 1  # tried once in the run, failed on the view
     assert not channels_last_gradients(model) and not formats_for(model).expected
     model.seen.clear()
     again = _explained(model, x)
     assert {kind for kind, _ in model.seen} == {"as given"}
     np.testing.assert_allclose(first.pixel_maps["integrated-gradients"].map, again.pixel_maps["integrated-gradients"].map)
     assert np.abs(first.pixel_maps["integrated-gradients"].map).max() > 0
+
+
+class Failing(Seen):
+    """A model with BatchNorm2d that fails on every input of more than one row, in any format."""
+
+    def __init__(self, error: type[Exception] = RuntimeError):
+        super().__init__()
+        self.error = error
+
+    def forward(self, x):
+        if len(x) > 1:
+            self.seen.append((_format(x), len(x)))
+            raise self.error("the model's own fault")
+        return super().forward(x)
+
+
+def test_an_error_of_the_models_own_is_its_own_and_keeps_the_format():
+    """Raised as it came too, the error is the model's: it is reported, and the model keeps the
+    channels-last passes (the format did not fail); a MemoryError is not retried at all."""
+    model = Failing().eval()
+    with pytest.raises(HookvizError, match="the model's own fault"):
+        _explained(model, torch.randn(3, 12, 12))
+    assert [kind for kind, rows in model.seen if rows > 1] == ["channels_last", "as given"] and formats_for(model).expected
+    model = Failing(MemoryError).eval()
+    with pytest.raises(HookvizError, match="MemoryError: the model's own fault"):
+        _explained(model, torch.randn(3, 12, 12))
+    assert [kind for kind, rows in model.seen if rows > 1] == ["channels_last"] and formats_for(model).expected

@@ -100,3 +100,22 @@ def test_steps_auto_through_the_command_writes_the_chosen_steps_and_error_into_a
     assert report["asked"]["target"]["settings"]["integrated-gradients"]["steps"] == "auto"
     refused = hookviz_run(photo, "--cam", "integrated-gradients", "--steps", "many", layer="features.3", out=out)
     assert refused.exit_code != 0 and "--steps many: integrated gradients takes 1 to 1024 steps" in refused.output
+
+
+@pytest.mark.parametrize(
+    ("given", "read", "refused"),
+    [
+        (" zero , meta = mean", ("zero", {"meta": "mean"}), None),
+        ("blur,meta=mean", ("blur", {"meta": "mean"}), None),
+        ("zero,blur", None, "two baselines for every input; give one"),
+        ("meta=mean,meta=zero", None, "two baselines for input 'meta'; give one"),
+        ("zero,=mean", None, "choose zero, blur, mean, or NAME=zero|blur|mean per input"),
+    ],
+)
+def test_baselines_are_read_through_spaces_and_given_once_each(given, read, refused):
+    if refused is None:
+        assert IGOptions(ig_baseline=given).baselines() == read
+        return
+    with pytest.raises(UsageError) as caught:
+        IGOptions(ig_baseline=given)
+    assert str(caught.value) == f"ig_baseline={given!r}: {refused}"

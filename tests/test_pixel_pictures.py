@@ -81,7 +81,7 @@ def test_the_pixel_picture_draws_the_clipped_heat_map_and_its_blend_over_the_pho
     written = result.save(tmp_path, pictures="cam", pixel_sign="all", pixel_clip=5)
     assert tmp_path / "pixel_maps.png" in written
     figure = result_figure(result)
-    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    titles = [" ".join(ax.get_title().split("\n")) for ax in figure.axes if ax.get_title()]  # broken to fit: one line
     assert any("over the photo" in t for t in titles) and any("top 2% of the total clipped" in t for t in titles)
     import json
 

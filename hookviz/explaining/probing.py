@@ -20,7 +20,7 @@ from hookviz.anatomy.featuremaps import Layout, reshape
 from hookviz.errors import HookvizError
 from hookviz.explaining.recording import _first_float, _replace_first
 from hookviz.hooks import HookSet
-from hookviz.input_format import channels_last_input, formats_for
+from hookviz.input_format import FORMAT_ERRORS, channels_last_input, formats_for
 from hookviz.methods.guided_backprop import check_relus, relu_modules
 from hookviz.workload import passed
 
@@ -156,8 +156,10 @@ class InputGradients:
     Attributes:
         samples, scorer, chunk: as ``tasks.base.Rescoring``'s (the rows replace the main input
             of the samples they stand for).
-        channels_last: whether a pass's 4-D input is made channels-last (a model that fails
-            so is run again as the input came, and is not given one again).
+        channels_last: whether a pass's 4-D input is made channels-last. A model that raises
+            then (a ``RuntimeError``, ``ValueError`` or ``AssertionError``: a ``.view`` of its
+            input, a check of its strides) is run again as the input came; where that runs, it
+            is not given one again in this process. An error it raises either way is its own.
     """
 
     samples: Any
@@ -173,14 +175,17 @@ class InputGradients:
         rows = torch.arange(len(batch)) if images is None else torch.as_tensor(images, dtype=torch.long).flatten().cpu()
         if len(rows) != len(batch):
             raise ValueError(f"input_gradient: {len(batch)} inputs but {len(rows)} image indices")
-        if self.channels_last:
-            try:
-                return self._passes(batch, rows, guided, within, from_scores, with_scores, channels_last=True)
-            except HookvizError:
+        formats = formats_for(self.samples.module)
+        if not (self.channels_last and formats.expected):  # never, or refused by an earlier pass
+            return self._passes(batch, rows, guided, within, from_scores, with_scores)
+        try:
+            return self._passes(batch, rows, guided, within, from_scores, with_scores, channels_last=True)
+        except FORMAT_ERRORS as refused:  # what a .view of the input or a check of its strides raises
+            if isinstance(refused, HookvizError):
                 raise
-            except Exception:  # the model cannot take a channels-last input (a .view of it): as it came, from now on
-                formats_for(self.samples.module).refuse_channels_last()
-        return self._passes(batch, rows, guided, within, from_scores, with_scores)
+            found = self._passes(batch, rows, guided, within, from_scores, with_scores)  # an error of its own raises here
+        formats.refuse_channels_last()  # the format failed where the input as it came ran: as it came, from now on
+        return found
 
     def _passes(self, batch, rows, guided, within, from_scores, with_scores, channels_last: bool = False):
         import torch

@@ -104,21 +104,25 @@ class IGOptions:
         """The baseline of every input, and those of the inputs ``ig_baseline`` names (``zero,depth=blur``).
 
         Raises:
-            UsageError: a baseline that is none of ``IG_BASELINES``, or a name without one.
+            UsageError: a baseline that is none of ``IG_BASELINES``, a name without one, or two
+                baselines for one input (``zero,blur``, ``meta=mean,meta=zero``).
         """
         choose = f"{arg('ig_baseline', self.ig_baseline)}: choose {', '.join(IG_BASELINES)}"
         if not isinstance(self.ig_baseline, str):
             raise UsageError(choose)
-        every, named = "zero", {}
+        every, named = None, {}
         for item in self.ig_baseline.split(","):
-            name, given, which = item.strip().rpartition("=")
+            name, given, which = (part.strip() for part in item.strip().rpartition("="))
             if which not in IG_BASELINES or (given and not name):
                 raise UsageError(choose + (", or NAME=zero|blur|mean per input" if given or "," in self.ig_baseline else ""))
+            if (named.get(name) if given else every) is not None:
+                whose = f"input {name!r}" if given else "every input"
+                raise UsageError(f"{arg('ig_baseline', self.ig_baseline)}: two baselines for {whose}; give one")
             if given:
-                named[name.strip()] = which
+                named[name] = which
             else:
                 every = which
-        return every, named
+        return every or "zero", named
 
 
 def _empty_path(image, settings: IGOptions) -> str | None:

@@ -46,7 +46,8 @@ def pixels_figure(explanation, clip: float = DEFAULT_CLIP, sign: str = "absolute
     width = max(width, 2.24)
     panels = [(name, pixels, part) for name, pixels in maps.items() for part in _parts(pixels)]
     stride = width + 1.3
-    above = 0.8 + 0.15 * _title_lines(explanation, panels, clip, sign, stride - 0.2)  # a panel's top below its row's
+    room = min(stride - 0.2, width + 0.4)  # a title is centred on its panel, the first 0.2 in from the edge
+    above = 0.8 + 0.15 * _title_lines(explanation, panels, clip, sign, room)  # a panel's top below its row's
     rise = height + above
     count = 1 + len(panels)
     columns = min(count, PANELS_PER_ROW)
@@ -69,7 +70,7 @@ def pixels_figure(explanation, clip: float = DEFAULT_CLIP, sign: str = "absolute
             panel.update(summed, f"{heading}{channels}", pixels.note)
         else:
             shown = photo if part == "blended" else None
-            _heat(sheet.figure, axes, pixels.map, shown, heading, clip, sign, stride - 0.2)
+            _heat(sheet.figure, axes, pixels.map, shown, heading, clip, sign, room)
     sheet.title(title)
     return sheet.figure
 
@@ -83,7 +84,15 @@ def _heading(explanation, name: str, pixels) -> str:
 def _heat_title(heading: str, what: str, clip: float, sign: str, share: float) -> str:
     """A heat map's title: what it maps, and how it was clipped (``share``: of its pixels)."""
     words = {"absolute": "|v|", "positive": "max(v, 0)", "all": "v"}[sign]
-    return f"{heading}, {what}\n{words}, top {clip:g}% of the total clipped ({100 * share:.2g}% of pixels)"
+    return f"{heading}, {what}\n{words}, top {clip:g}% of the total clipped ({_percent(share)} of pixels)"
+
+
+def _percent(share: float) -> str:
+    """A share in per cent, to two figures: ``0.39%``, ``12%``, ``100%``, ``<0.01%``."""
+    value = 100 * share
+    if 0 < value < 0.01:
+        return "<0.01%"
+    return f"{value:.0f}%" if value >= 10 else f"{value:.2g}%"
 
 
 def _title_lines(explanation, panels, clip: float, sign: str, inches: float) -> int:
@@ -93,7 +102,7 @@ def _title_lines(explanation, panels, clip: float, sign: str, inches: float) -> 
     for name, pixels, part in panels:
         if part != "plain":
             what = "over the photo" if part == "blended" else f"sum of {pixels.map.shape[0]} channels"
-            text = fitted(_heat_title(_heading(explanation, name, pixels), what, clip, sign, 0.0099), inches)
+            text = fitted(_heat_title(_heading(explanation, name, pixels), what, clip, sign, 0.000123), inches)
             longest = max(longest, text.count("\n") + 1)
     return longest
 
