@@ -110,7 +110,8 @@ class IGOptions:
         choose = f"{arg('ig_baseline', self.ig_baseline)}: choose {', '.join(IG_BASELINES)}"
         if not isinstance(self.ig_baseline, str):
             raise UsageError(choose)
-        every, named = None, {}
+        every: str | None = None
+        named: dict[str, str] = {}
         for item in self.ig_baseline.split(","):
             name, given, which = (part.strip() for part in item.strip().rpartition("="))
             if which not in IG_BASELINES or (given and not name):
