@@ -29,6 +29,7 @@ import torchvision
 
 import hookviz
 from hookviz import InputOptions
+from hookviz.input_format import channels_last_gradients
 from hookviz.methods.integrated_gradients import AUTO_TOLERANCE
 
 PHOTO = "sample_images/cat.png"
@@ -68,8 +69,6 @@ def speed(repeats: int, size: int) -> None:
         ratios.append(peer[-1][0] / mine[-1][0])
     m, p = (statistics.median(c for c, _ in runs) for runs in (mine, peer))
     mw, pw = (statistics.median(w for _, w in runs) for runs in (mine, peer))
-    from hookviz.input_format import channels_last_gradients
-
     layout = "channels-last" if channels_last_gradients(model) else "as it came"
     print(f"(1) resnet18, random weights, {size} px, 32 steps, {repeats} turns, torch threads {torch.get_num_threads()}")
     print(f"    hookviz's passes: {layout}, as many rows as its memory budget holds; captum's: as it came, 32 rows")

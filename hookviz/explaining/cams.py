@@ -130,7 +130,7 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None, contras
     ``contrast``: per key, its ``contrast.ContrastGradients``, where a method needs them."""
     from hookviz.budget import RowCost
     from hookviz.explaining.probing import InputGradients, LayerHessian
-    from hookviz.input_format import channels_last_gradients, formats_for
+    from hookviz.input_format import formats_for
     from hookviz.methods import RESCORING_BATCH
     from hookviz.tasks.base import Rescoring
 
@@ -152,8 +152,7 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None, contras
     input_gradients = None
     if any(m.needs_input_gradients or m.needs_layer_gradients for m in methods):  # each key's, computed when called
         chunk = cost.rows(device, RESCORING_BATCH, gradients=True)
-        fast = channels_last_gradients(module)
-        input_gradients = {key: InputGradients(samples, task.scorer(plan, key, options), chunk, fast) for key in keys}
+        input_gradients = {key: InputGradients(samples, task.scorer(plan, key, options), chunk) for key in keys}
     hessians = None
     if any(m.needs_hessian for m in methods):  # a pass with a graph and a second backward through it: half the rows
         chunk = max(1, cost.rows(device, RESCORING_BATCH, gradients=True) // 2)

@@ -146,9 +146,12 @@ class InputGradients:
     ``with_scores=True`` the call returns ``(gradients, scores)``, the scores (M,) float32 as
     the pass computed them.
 
-    With ``channels_last`` (``input_format.channels_last_gradients``: a model with
-    ``BatchNorm2d``) the model's 4-D input is made channels-last as its forward begins (a hook
-    removed when the passes end), 10% faster on a CPU; the gradients come back as the rows came.
+    Where ``input_format.channels_last_gradients`` says so (a model with ``BatchNorm2d``) the
+    model's 4-D input is made channels-last as its forward begins (a hook removed when the
+    passes end), 10% faster on a CPU; the gradients come back as the rows came. A model that
+    raises then (a ``RuntimeError``, ``ValueError`` or ``AssertionError``: a ``.view`` of its
+    input, a check of its strides) is run again as the input came; where that runs, it is not
+    given one again in this process. An error it raises either way is its own.
 
     Its passes take ``chunk`` rows each: the rows a pass with a graph may hold within the
     memory budget (``hookviz.budget``); each feeds the work it is part of (``hookviz.workload``).
@@ -156,16 +159,11 @@ class InputGradients:
     Attributes:
         samples, scorer, chunk: as ``tasks.base.Rescoring``'s (the rows replace the main input
             of the samples they stand for).
-        channels_last: whether a pass's 4-D input is made channels-last. A model that raises
-            then (a ``RuntimeError``, ``ValueError`` or ``AssertionError``: a ``.view`` of its
-            input, a check of its strides) is run again as the input came; where that runs, it
-            is not given one again in this process. An error it raises either way is its own.
     """
 
     samples: Any
     scorer: Any
     chunk: int
-    channels_last: bool = False
 
     def __call__(
         self, batch, images=None, guided: bool = False, within=None, from_scores: bool = False, with_scores: bool = False
@@ -176,7 +174,7 @@ class InputGradients:
         if len(rows) != len(batch):
             raise ValueError(f"input_gradient: {len(batch)} inputs but {len(rows)} image indices")
         formats = formats_for(self.samples.module)
-        if not (self.channels_last and formats.expected):  # never, or refused by an earlier pass
+        if not formats.expected:  # no BatchNorm2d, or refused by an earlier pass
             return self._passes(batch, rows, guided, within, from_scores, with_scores)
         try:
             return self._passes(batch, rows, guided, within, from_scores, with_scores, channels_last=True)

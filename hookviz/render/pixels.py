@@ -81,8 +81,10 @@ def _heading(explanation, name: str, pixels) -> str:
     return f"{method_title(explanation, name)}{used}"
 
 
-def _heat_title(heading: str, what: str, clip: float, sign: str, share: float) -> str:
-    """A heat map's title: what it maps, and how it was clipped (``share``: of its pixels)."""
+def _heat_title(heading: str, channels: int, blended: bool, clip: float, sign: str, share: float) -> str:
+    """A heat map's title: what it maps (over the photo, or the sum of its ``channels``), and how
+    it was clipped (``share``: of its pixels)."""
+    what = "over the photo" if blended else f"sum of {channels} channels"
     words = {"absolute": "|v|", "positive": "max(v, 0)", "all": "v"}[sign]
     return f"{heading}, {what}\n{words}, top {clip:g}% of the total clipped ({_percent(share)} of pixels)"
 
@@ -101,8 +103,8 @@ def _title_lines(explanation, panels, clip: float, sign: str, inches: float) -> 
     longest = 2
     for name, pixels, part in panels:
         if part != "plain":
-            what = "over the photo" if part == "blended" else f"sum of {pixels.map.shape[0]} channels"
-            text = fitted(_heat_title(_heading(explanation, name, pixels), what, clip, sign, 0.000123), inches)
+            heading, channels = _heading(explanation, name, pixels), pixels.map.shape[0]
+            text = fitted(_heat_title(heading, channels, part == "blended", clip, sign, 0.000123), inches)
             longest = max(longest, text.count("\n") + 1)
     return longest
 
@@ -139,8 +141,8 @@ def _heat(figure, axes, channels: np.ndarray, photo, heading: str, clip: float, 
     labels = [f"≤ -{top}", "0", f"≥ {top}"] if low < 0 else ["0", fmt(found.threshold / 2), f"≥ {top}"]
     bar.ax.set_yticklabels(labels, fontsize=7)
     bar.ax.tick_params(labelsize=7)
-    what = "over the photo" if photo is not None else f"sum of {channels.shape[0]} channels"
-    ax.set_title(fitted(_heat_title(heading, what, clip, sign, found.clipped), inches), fontsize=9, parse_math=False, pad=10)
+    title = _heat_title(heading, channels.shape[0], photo is not None, clip, sign, found.clipped)
+    ax.set_title(fitted(title, inches), fontsize=9, parse_math=False, pad=10)
 
 
 def pixels_png(explanation, clip: float = DEFAULT_CLIP, sign: str = "absolute") -> bytes | None:
