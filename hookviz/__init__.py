@@ -24,7 +24,7 @@ _LAZY = {
     "record": ("explaining.recording", "record"),
     "Recording": ("explaining.recording", "Recording"),
     "Capture": ("explaining.recording", "Capture"),
-    "explain": ("explaining.explainer", "explain"),
+    "explain": ("explaining.notebook", "explain"),
     "Explainer": ("explaining.explainer", "Explainer"),
     "Explanation": ("explaining.passes", "Explanation"),
     "LayerResult": ("explaining.passes", "LayerResult"),

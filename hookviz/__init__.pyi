@@ -4,7 +4,8 @@ from .anatomy.layers import list_layers as list_layers
 from .compare.diffing import diff_runs as diff_runs
 from .compare.measures import RunDiff as RunDiff
 from .errors import HookvizError as HookvizError, UsageError as UsageError
-from .explaining.explainer import Explainer as Explainer, explain as explain
+from .explaining.explainer import Explainer as Explainer
+from .explaining.notebook import explain as explain
 from .explaining.passes import Explanation as Explanation, LayerResult as LayerResult
 from .explaining.recording import Capture as Capture, Recording as Recording, record as record
 from .inputs.images import Preprocessing as Preprocessing

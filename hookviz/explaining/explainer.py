@@ -1,8 +1,8 @@
 """The explainer: one object that holds a loaded model, its preprocessing, the layers to
 record and what to explain, and explains images with them.
 
-``hookviz run`` builds one per run and feeds it batches; ``hookviz.explain`` builds one
-for a single image. Both go through ``Explainer.create``, so layer defaulting, input-size
+``hookviz run`` builds one per run and feeds it batches; ``hookviz.explain``
+(``explaining.notebook``) builds one for a single image. Both go through ``Explainer.create``, so layer defaulting, input-size
 checks and target checks are written once, and both refuse the same bad values.
 """
 
@@ -15,13 +15,13 @@ from typing import Any
 
 from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.anatomy.layers import LayerSpec, default_layer, resolve_layers
-from hookviz.errors import UsageError, arg, did_you_mean
+from hookviz.errors import UsageError, arg
 from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
 from hookviz.inputs.images import PreparedImage, Preprocessing
 from hookviz.models.sources.base import LoadedModel
-from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
+from hookviz.options import InputOptions, LayerOptions, TargetOptions, TrustOptions
 
-__all__ = ["Explainer", "ExplainArgs", "explain"]
+__all__ = ["Explainer", "check_named_task"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,6 @@ class Explainer:
         from hookviz.samples import get_sample_kind, kind_settings, settled
         from hookviz.tasks import get_task
         from hookviz.tasks.targets import parse_target
-        from hookviz.trust.assess import check as check_trust
 
         _refuse_raw_yolo(model)
         model = _chosen_kind(model, sample_options)
@@ -100,12 +99,7 @@ class Explainer:
         model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing), settings)
         task = get_task(model.task)
         own = _own_options(task, task_options, model.name)
-        task.check(target)
-        if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch
-            task.check_output(dry, target, model.categories)
-        for method in target.methods:
-            _check_method(method, model, task)
-        check_trust(task, target, trust, model.module)
+        _check_asked(task, model, target, trust, dry)
         if not processing.applies_transform:  # the object is applied as it is (inputs.apply refused overrides)
             processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing, inputs)
@@ -460,6 +454,20 @@ def _is_sample(value) -> bool:
     return isinstance(getattr(value, "tensors", None), dict) and hasattr(value, "source") and hasattr(value, "shown")
 
 
+def _check_asked(task, model: LoadedModel, target: TargetOptions, trust: TrustOptions, dry) -> None:
+    """Refuse what the model cannot be asked, before any image: a target, methods or trust
+    measures its task cannot take, and (from its ``dry`` output, where one was read) a class
+    index or output key the output lacks."""
+    from hookviz.trust.assess import check as check_trust
+
+    task.check(target)
+    if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch
+        task.check_output(dry, target, model.categories)
+    for method in target.methods:
+        _check_method(method, model, task)
+    check_trust(task, target, trust, model.module)
+
+
 def _check_method(name: str, model, task) -> None:
     """Refuse a model the method cannot explain (guided backprop without a ReLU; attention
     that cannot be reached, as the ``LoadedModel`` declares it or its modules show; a contrast
@@ -477,152 +485,3 @@ def _check_method(name: str, model, task) -> None:
         attention_sites(model.module, name, model.declared_attention)
     if method.check is not None:
         method.check(model.module)
-
-
-@dataclass(frozen=True)
-class ExplainArgs:
-    """``explain()``'s own keywords (the settings methods and tasks declare are keywords too:
-    ``hookviz.options.declared``; integrated gradients' ``steps`` and ``ig_baseline``, a
-    detector's ``score_threshold``, ``max_detections`` and ``box_objective``, an embedding's
-    ``target_image``).
-
-    Attributes:
-        objective, cam, topk: as the ``hookviz run`` options of the same names; ``cam`` takes
-            several methods as ``"gradcam,eigencam"`` or a list (``result["layer4"].cams``).
-        output_key: which entry of the model's output holds the logits, when it returns several.
-        task: ``classify``, ``segment``, ``detect`` or ``embed``; by default the model's source
-            says, or (for a bare module) what its output looks like.
-        layer_types: also record every module of these classes.
-        layout: ``nchw`` or ``nhwc``: how to read a map whose shape fits both orders
-            (1x96x96x96) when neither the model nor the ops that made it say which; with
-            ``auto`` such a map gets no CAM and a note.
-        preprocessing: replaces the model's own transform.
-        inputs: overrides of the transform (``InputOptions(crop=256)``).
-        categories: class names when ``model`` is a bare module.
-        faithfulness: also measure each CAM's deletion, insertion and ROAD curves
-            (``layer.trust``; a classifier's only).
-        sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
-        weights: for a model name: what ``load_model`` loads (``DEFAULT``, ``none``, a file).
-        prompts: for the name of a model with a text tower (``open_clip:ViT-B-32``): its
-            classes, as ``--prompt`` (``hookviz.options.read_prompts`` reads a file of them).
-
-    A detector's ``score_threshold`` and ``max_detections`` choose which detections are
-    explained, ``box_objective`` what explains each (``score``, or ``score+iou``:
-    pytorch-grad-cam's ``FasterRCNNBoxScoreTarget``). An embedding model's ``target_image``
-    is a reference photo (a path, a folder of photos averaged into one concept, an image as
-    ``image`` takes) or a concept's embedding (a (D,) or (1, D) tensor), or a list of them, one
-    CAM each; the objective is the cosine similarity to it (``hookviz.tasks.EmbedOptions``).
-    """
-
-    objective: str = "logit"
-    cam: str | Sequence[str] = "gradcam"
-    topk: int = 1
-    output_key: str | int | None = None
-    task: str = "auto"
-    layer_types: Sequence[str] | str = ()
-    layout: str = "auto"
-    preprocessing: Preprocessing | None = None
-    inputs: InputOptions | None = None
-    categories: Sequence[str] | None = None
-    faithfulness: bool = False
-    sanity: bool = False
-    weights: str = "DEFAULT"
-    prompts: Sequence[str] | str = ()
-
-
-def explain(model, image, layers: Sequence[str] | str | None = None, target: str | int = "top1", **keywords: Any) -> Explanation:
-    """Explain one image with ``model``: the notebook form of ``hookviz run``.
-
-    The model is explained in eval mode without gradients for its parameters; its mode,
-    its parameters' flags and the process's random state are the same afterwards.
-
-    Example::
-
-        result = hookviz.explain(model, "cat.png", layers=["layer4"], target="tabby")
-        result["layer4"].cam, result.figure("layer4", "cam"), result.save("out/")
-
-    Args:
-        model: an ``nn.Module``, a ``LoadedModel``, or a model name for ``load_model``.
-        image: a photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, or a uint8 (C, H, W)
-            tensor as ``torchvision.io.read_image`` returns it, uint16 for a 16-bit PNG), preprocessed as the model
-            expects; or a float (C, H, W) tensor, taken as the model's input as it is (a note
-            says so when its values look like raw pixels).
-        layers: layer paths or globs; the usual CAM layer when omitted.
-        target: ``"top1"``, a class index, or a class name.
-        keywords: ``ExplainArgs``' fields, and the settings that methods and tasks declare
-            (``steps=8``, ``score_threshold=0.3``, ``target_image=...``).
-
-    Returns:
-        An ``Explanation``: tensors, CAMs, top-5; ``.save(dir)`` and ``.figure()``.
-
-    Raises:
-        HookvizError: a bad argument (``UsageError``: an unknown keyword names the close ones),
-            or an image that cannot be used.
-    """
-    if isinstance(image, Mapping):  # a model of several inputs: the mapping binds them (``hookviz.samples.multi``)
-        if keywords.get("input"):
-            raise UsageError(f"{arg('input')}: the image is a mapping of inputs already; give one or the other")
-        keywords["input"] = tuple(image.items())
-    own = {name: keywords.pop(name) for name in [f.name for f in fields(ExplainArgs)] if name in keywords}
-    args = ExplainArgs(**own)
-    groups = _option_groups(
-        args, layers, target, keywords
-    )  # before a named model loads: what no model could take is refused first
-    loaded = _model_to_explain(model, args.categories, args.task, args.weights, args.prompts)
-    explainer = Explainer.create(loaded, inputs=args.inputs or InputOptions(), preprocessing=args.preprocessing, **groups)
-    return explainer.explain(image)
-
-
-def _option_groups(g: ExplainArgs, layers, target, declared: dict) -> dict:
-    """``explain``'s arguments as the option groups ``Explainer.create`` takes (as
-    ``run_arguments.option_groups`` turns ``hookviz run``'s options into them)."""
-    from hookviz.budget import check_environment
-    from hookviz.options.declared import build, groups, settings_of
-    from hookviz.trust.assess import check_options as check_trust_options
-
-    known = [f.name for f in fields(ExplainArgs)] + [s.keyword for group in groups() for s in settings_of(group)]
-    unknown = next((name for name in declared if name not in known), None)
-    if unknown is not None:
-        raise UsageError(f"{arg(unknown)}: explain() takes no such keyword{did_you_mean(unknown, known)}")
-    task_options, sample_options = build(declared, "task"), build(declared, "sample kind")
-    check_named_task(g.task, task_options)
-    cam = g.cam if isinstance(g.cam, str) else ",".join(map(str, g.cam))
-    output_key = None if g.output_key is None else str(g.output_key)
-    target_options = TargetOptions(str(target), g.objective, cam, g.topk, output_key, build(declared, "method"))
-    layer_options = LayerOptions(layers=() if layers is None else layers, layer_types=g.layer_types, layout=g.layout)  # type: ignore[arg-type]  # LayerOptions takes one or several
-    trust = TrustOptions(faithfulness=g.faithfulness, sanity=g.sanity)
-    check_trust_options(target_options, trust)
-    check_environment()
-    made = {"layers": layer_options, "target": target_options, "task_options": task_options, "trust": trust}
-    return {**made, "sample_options": sample_options}
-
-
-def _model_to_explain(model, categories, task: str, weights: str, prompts) -> LoadedModel:
-    """``explain``'s ``model`` as a ``LoadedModel``: a name loaded (with ``weights`` and
-    ``prompts``), a ``LoadedModel`` as it is, a bare module wrapped; ``categories`` and
-    ``task`` override what it says of itself."""
-    import torch.nn as nn
-
-    from hookviz.models.loading import load_model
-
-    if not isinstance(model, str) and (prompts or weights != "DEFAULT"):
-        given = arg("prompts", prompts) if prompts else arg("weights", weights)
-        raise UsageError(
-            f"{given}: the model is built already; pass its name instead (or load it with "
-            f"load_model(name, weights=..., prompts=...))"
-        )
-    if isinstance(model, str):
-        loaded = load_model(ModelOptions(model, weights, prompts=prompts))  # type: ignore[arg-type]  # ModelOptions takes one or several
-    elif isinstance(model, LoadedModel):
-        loaded = model
-    elif not isinstance(model, nn.Module):
-        raise UsageError(f"{arg('model', type(model).__name__)}: expected a torch.nn.Module, a LoadedModel or a model name")
-    else:
-        loaded = LoadedModel(
-            type(model).__name__, model, "as given", tuple(categories) if categories else None, Preprocessing(), task="auto"
-        )
-    if categories and isinstance(model, LoadedModel):
-        loaded = replace(loaded, categories=tuple(categories))
-    if task != "auto":
-        loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
-    return loaded
