@@ -197,3 +197,24 @@ def _run(folder, out, *extra):
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode in (0, 1), done.stderr
     return done
+
+
+@pytest.mark.slow  # two clips with the faithfulness curves and the randomisation check: several seconds of CPU
+def test_the_faithfulness_summary_of_a_clip_run_says_clip_not_photo(tmp_path):
+    """run.json's trust summary names what was measured: ``on this clip``, ``on these 2 clips``."""
+    import json
+
+    from tests.cli_helpers import hookviz_run
+    from tests.video_clips import encode
+
+    (tmp_path / "in").mkdir()
+    for name in ("walk", "jump"):
+        encode(tmp_path / "in" / f"{name}.mp4", frames=8)
+    result = hookviz_run(
+        tmp_path / "in", "--frames", "3", "--crop", "16", "--resize", "16", "--faithfulness", "--sanity", "--pictures", "none",
+        model="tests.video_clips:video_net", out=tmp_path / "out",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "out" / "run.json").read_text())["trust"]["summary"]
+    assert summary[0].startswith("faithfulness: on these 2 clips, "), summary
+    assert not any("photo" in sentence for sentence in summary), summary
