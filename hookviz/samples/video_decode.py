@@ -19,6 +19,7 @@ import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -206,7 +207,10 @@ class _Reader:
         self.steps: list[float] = []
         # Where decoding stands (kept between the clips of one video), and the longest stretch
         # a seek showed to hold no keyframe: a target nearer than that is decoded on to.
-        self.frames, self.last, self.position, self.previous = None, None, None, None
+        self.frames: Any = None  # the decoder's frames, from the last seek on
+        self.last: Any = None
+        self.position: float | None = None
+        self.previous: float | None = None
         self.keyless = 0.0
 
     def duration(self) -> float:
