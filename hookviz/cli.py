@@ -370,7 +370,7 @@ def _listed_layers(options, crop: int | None, wanted: str | None, module_type: s
     else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)
         processing = loaded.preprocessing  # a transform object's: what it made of its probe photo
         size = loaded.input_size or (processing.trace_size if processing.applies_transform else (processing.size,) * 2)
-    rows = list_layers(loaded.module, size)
+    rows = list_layers(loaded.module, size, blank=_kind_blank(loaded, size))
     if wanted:
         rows = [r for r in rows if wanted in r.path or fnmatch.fnmatchcase(r.path, wanted)]
     if module_type:
@@ -378,6 +378,20 @@ def _listed_layers(options, crop: int | None, wanted: str | None, module_type: s
     if not rows:
         raise UsageError("no layer matches --filter/--type; run without them to see all")
     return rows
+
+
+def _kind_blank(loaded, size: tuple[int, int]) -> tuple | None:
+    """The blank sample ``hookviz layers`` traces a model of another kind than photos on (a clip
+    model's frames: MViT takes 16, no fewer), at ``size``; ``None`` for a photo model."""
+    from dataclasses import replace
+
+    from hookviz.samples import get_sample_kind, kind_settings, settled
+
+    if loaded.sample_kind == "photo":
+        return None
+    kind = get_sample_kind(loaded.sample_kind)
+    settings = settled(kind, kind_settings(kind, (), loaded.name), loaded)
+    return kind.blank(replace(loaded.preprocessing, transform=None, mode="crop", size=size[0], resize=size[0]), settings)
 
 
 def _print_layers(rows: list) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-__all__ = ["evaluation", "frozen_parameters", "TRAIN_MODE_NOTE", "model_dtype", "input_channels"]
+__all__ = ["evaluation", "frozen_parameters", "TRAIN_MODE_NOTE", "model_dtype", "input_channels", "compiled_original"]
 
 TRAIN_MODE_NOTE = (
     "the model was in train mode: explained in eval mode (running BatchNorm statistics, no dropout), "
@@ -53,6 +53,20 @@ def frozen_parameters(model) -> Iterator[None]:
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)
+
+
+def compiled_original(module):
+    """The module ``torch.compile`` wrapped, when ``module`` is its wrapper (an ``OptimizedModule``),
+    else ``None``. Hooks on a compiled graph's modules never fire, or fire on traced stand-ins,
+    and its paths all begin ``_orig_mod.``: the module it wraps is what a pass runs, eagerly.
+    Read without importing TorchDynamo: a compiled module has imported it already."""
+    import sys
+
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    wrapper = getattr(eval_frame, "OptimizedModule", None)
+    if wrapper is None or not isinstance(module, wrapper):
+        return None
+    return getattr(module, "_orig_mod", None)
 
 
 def model_dtype(module):

@@ -42,6 +42,21 @@ def test_a_long_video_costs_its_sampled_frames_not_its_length(tmp_path):
     assert clip.decoded <= 4 * 16 and clip.frames.shape == (4, 24, 32, 3)  # a keyframe each 15 frames: 600 not decoded
 
 
+def test_the_clips_of_a_video_of_one_keyframe_cost_one_pass_over_it(tmp_path):
+    """``--clips 10`` on a video whose only keyframe is its first (where seeking cannot help):
+    each clip decodes on from where the one before ended, one pass over the file in all, not
+    one pass per clip; the frames are those the seeking path takes."""
+    video = encode(tmp_path / "one_key.mp4", frames=400, gop=1000)
+    clips = [decode_clip(video, ClipPlan(frames=4, part=k, parts=10), BIG) for k in range(1, 11)]
+    assert sum(clip.decoded for clip in clips) <= 400 + 40  # before: 2200 (each clip decoded from the first frame)
+    for k, clip in reversed(list(enumerate(clips, start=1))):  # last first: each clip asked alone, by seeking
+        alone = decode_clip(video, ClipPlan(frames=4, part=k, parts=10), BIG)
+        assert clip.times == alone.times and np.array_equal(clip.frames, alone.frames)
+        assert [_index_of(frame) for frame in clip.frames] == [round(t * 30) % 32 for t in clip.times]
+    keyed = encode(tmp_path / "keyed.mp4", frames=400, gop=15)  # keyframes every half second: seeking as before
+    assert sum(decode_clip(keyed, ClipPlan(frames=4, part=k, parts=10), BIG).decoded for k in range(1, 11)) <= 10 * 4 * 16
+
+
 def test_stride_start_and_end_pick_the_frames_by_time(tmp_path):
     video = encode(tmp_path / "a.mp4", frames=30)
     strided = decode_clip(video, ClipPlan(frames=4, stride=3, start=0.2), BIG)
@@ -197,3 +212,24 @@ def _run(folder, out, *extra):
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode in (0, 1), done.stderr
     return done
+
+
+@pytest.mark.slow  # two clips with the faithfulness curves and the randomisation check: several seconds of CPU
+def test_the_faithfulness_summary_of_a_clip_run_says_clip_not_photo(tmp_path):
+    """run.json's trust summary names what was measured: ``on this clip``, ``on these 2 clips``."""
+    import json
+
+    from tests.cli_helpers import hookviz_run
+    from tests.video_clips import encode
+
+    (tmp_path / "in").mkdir()
+    for name in ("walk", "jump"):
+        encode(tmp_path / "in" / f"{name}.mp4", frames=8)
+    result = hookviz_run(
+        tmp_path / "in", "--frames", "3", "--crop", "16", "--resize", "16", "--faithfulness", "--sanity", "--pictures", "none",
+        model="tests.video_clips:video_net", out=tmp_path / "out",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "out" / "run.json").read_text())["trust"]["summary"]
+    assert summary[0].startswith("faithfulness: on these 2 clips, "), summary
+    assert not any("photo" in sentence for sentence in summary), summary

@@ -200,3 +200,88 @@ def test_a_video_file_through_hookviz_run_with_a_video_classifier_by_name(tmp_pa
     four = hookviz_run(clip, "--frames", "4", model="r3d_18", layer="layer3", out=tmp_path / "four")
     assert four.exit_code == 0, four.output
     assert json.loads((tmp_path / "four" / "walk" / "report.json").read_text())["preprocessing"]["input_size"] == [4, 112, 112]
+
+
+#: Each video classifier of ``hookviz models`` at the smallest clip it takes: r3d's family and
+#: Swin3D take any; S3D's last pooling needs 16 frames of 224x224 (a 2x7x7 map); MViT's forward
+#: reads its positional encoding's 8x56x56 token grid: exactly 16 frames of 224x224, its defaults.
+SMALLEST = {
+    "mc3_18": ("--frames", "4", "--resize", "32", "--crop", "32"),
+    "r2plus1d_18": ("--frames", "4", "--resize", "32", "--crop", "32"),
+    "r3d_18": ("--frames", "4", "--resize", "32", "--crop", "32"),
+    "s3d": ("--frames", "16"),
+    "swin3d_t": ("--frames", "4", "--resize", "64", "--crop", "64"),
+    "swin3d_s": ("--frames", "4", "--resize", "64", "--crop", "64"),
+    "swin3d_b": ("--frames", "4", "--resize", "64", "--crop", "64"),
+    "mvit_v1_b": (),
+    "mvit_v2_s": (),
+}
+
+
+@pytest.mark.slow  # hookviz models reads every source's names: about 5 s of CPU, measured
+def test_every_video_model_hookviz_models_lists_is_run_below():
+    from tests.cli_helpers import hookviz_cli
+
+    listed = hookviz_cli("models")
+    assert listed.exit_code == 0, listed.output
+    video_models = {line.split()[0] for line in listed.output.splitlines() if "(video:" in line}
+    assert video_models == set(SMALLEST) == set(ZOO)
+
+
+@pytest.mark.slow  # 3 s (r3d_18) to 40 s (mvit at its 16x224x224) of CPU each, measured
+@pytest.mark.parametrize("name", sorted(SMALLEST))
+def test_every_video_model_runs_on_a_clip_through_its_source(tmp_path, name):
+    """``hookviz run clip.mp4 --model NAME --weights none``: each video model loaded by name (its
+    source's own builder, random weights), on a video file, at the smallest clip it takes; the
+    report says the frames and size used."""
+    import json
+
+    from tests.cli_helpers import hookviz_run
+    from tests.video_clips import encode
+
+    clip = encode(tmp_path / "walk.mp4", frames=20, width=64, height=48)
+    result = hookviz_run(clip, *SMALLEST[name], "--pictures", "cam", model=name, out=tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "walk" / "report.json").read_text())
+    given = dict(zip(SMALLEST[name][::2], SMALLEST[name][1::2]))
+    frames, side = int(given.get("--frames", 16)), int(given.get("--crop", 224))
+    assert report["preprocessing"]["input_size"] == [frames, side, side]
+    assert report["preprocessing"]["frames"] == frames and report["layers"][0]["cam"]["shape"][0] >= 1
+    assert (tmp_path / "out" / "walk" / f"{report['layers'][0]['name']}.cam.png").stat().st_size > 0
+
+
+@pytest.mark.slow  # builds mvit_v2_s and r3d_18: about 4 s of CPU, measured
+def test_mvit_takes_16_frames_of_224_pixels_not_its_token_grid():
+    """MViT's ``pos_encoding.spatial_size`` is its 56x56 token grid after the 4-pixel patch
+    step; the input it takes is 16x224x224, and a clip of other frames is refused in one line."""
+    loaded = TorchvisionVideoSource().load("mvit_v2_s", "none", seed=0)
+    assert loaded.module.pos_encoding.spatial_size == (56, 56)
+    assert (loaded.input_size, loaded.input_frames, loaded.preprocessing.size) == ((224, 224), 16, 224)
+    r3d = TorchvisionVideoSource().load("r3d_18", "none", seed=0)
+    assert (r3d.input_size, r3d.input_frames) == (None, None)  # any clip size and length
+    with pytest.raises(
+        hookviz.errors.UsageError, match=r"^frames=8: mvit_v2_s takes clips of 16 frames; pass frames=16 or leave it out$"
+    ):
+        hookviz.explain(loaded, torch.zeros(3, 8, 224, 224), frames=8)
+
+
+@pytest.mark.slow  # a pass and a 64-tile figure: about 3 s of CPU, measured
+def test_the_channels_of_an_mvit_layer_are_drawn_with_its_token_grid_slices():
+    """The channels picture of a layer of tokens tiles each channel's (T', H', W') grid: its
+    title names the grid's slices, not the (tokens, channels) tensor's last axes."""
+    model = _small_mvit()
+    clip = torch.randn(3, 8, 48, 48, generator=torch.Generator().manual_seed(5))
+    found = hookviz.explain(model, clip, layers=["blocks.0"], preprocessing=hookviz.Preprocessing(resize=48, size=48))
+    figure = found.figure("blocks.0", "channels")
+    title = figure.texts[0].get_text() if figure.texts else figure._suptitle.get_text()
+    assert "each tile: all 4 slices along the first axis" in title, title
+
+
+def test_hookviz_layers_traces_a_clip_model_on_the_clip_it_takes():
+    """``hookviz layers`` traces a clip model on its kind's blank clip: the model's own frames
+    (VideoNet's 6, declared), not 8 frames of a zero photo's size."""
+    from tests.cli_helpers import hookviz_cli
+
+    listed = hookviz_cli("layers", "--model", "tests.video_clips:video_net_of_6_frames", "--crop", "32")
+    assert listed.exit_code == 0, listed.output
+    assert "1x8x6x16x16" in listed.output.split("features.3")[1].splitlines()[0], listed.output

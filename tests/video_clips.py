@@ -84,3 +84,9 @@ def video_net_of_6() -> nn.Module:
     """The same net, declaring 6 frames per clip as its own."""
     torch.manual_seed(0)
     return VideoNet(frames=6)
+
+
+def video_net_of_6_frames() -> nn.Module:
+    """``VideoNet`` that declares clips of six frames."""
+    torch.manual_seed(0)
+    return VideoNet(frames=6)

@@ -279,13 +279,13 @@ def _dry_run_failure(model, input_size, channels: int, exc: Exception) -> str:
     )
 
 
-def trace(model, input_size: tuple[int, int] = (224, 224), channels: int = 3) -> list[LayerInfo]:
-    """Describe every module, in path order, from a dry forward pass on a zero image.
+def trace(model, input_size: tuple[int, int] = (224, 224), channels: int = 3, blank: tuple | None = None) -> list[LayerInfo]:
+    """Describe every module, in path order, from a dry forward pass on a zero image (or on ``blank``).
 
     Raises:
         UsageError: the model cannot run on a (1, channels, H, W) input.
     """
-    shapes = _run_traced(model, input_size, channels).shapes
+    shapes = _run_traced(model, input_size, channels, blank=blank).shapes
     return [
         LayerInfo(
             path=path,
@@ -298,12 +298,15 @@ def trace(model, input_size: tuple[int, int] = (224, 224), channels: int = 3) ->
     ]
 
 
-def list_layers(model, input_size: tuple[int, int] = (224, 224)) -> list[LayerInfo]:
+def list_layers(model, input_size: tuple[int, int] = (224, 224), blank: tuple | None = None) -> list[LayerInfo]:
     """Every module path of ``model`` with its type, output shape per call and parameter
-    count: the paths ``layers=`` (and ``hookviz run --layer``) take."""
-    from hookviz.modelstate import input_channels
+    count: the paths ``layers=`` (and ``hookviz run --layer``) take; ``blank``: the model's
+    positional inputs to trace it on (a sample kind's blank sample) instead of a zero photo.
+    A ``torch.compile`` wrapper's paths are those of the module it wraps, as ``explain`` takes them."""
+    from hookviz.modelstate import compiled_original, input_channels
 
-    return trace(model, input_size, input_channels(model))
+    model = compiled_original(model) or model
+    return trace(model, input_size, input_channels(model), blank=blank)
 
 
 SPATIAL_REASON = "the last layer with a spatial feature map"

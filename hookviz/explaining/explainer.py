@@ -84,18 +84,15 @@ class Explainer:
                 task's or sample kind's options.
         """
         from hookviz.anatomy.geometry import declared_layout
-        from hookviz.modelstate import input_channels
         from hookviz.samples import get_sample_kind, kind_settings, settled
         from hookviz.tasks import get_task
         from hookviz.tasks.targets import parse_target
 
         _refuse_raw_yolo(model)
-        model = _chosen_kind(model, sample_options)
+        model = _chosen_kind(_uncompiled(model), sample_options)
         kind = get_sample_kind(model.sample_kind)
         settings = settled(kind, kind_settings(kind, sample_options, model.name), model)
-        processing = preprocessing or model.preprocessing
-        if input_channels(model.module) == 1 and not processing.applies_transform:  # a transform object makes its own
-            processing = replace(processing, channels=1)
+        processing = _run_processing(model, preprocessing, settings)
         model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing), settings)
         task = get_task(model.task)
         own = _own_options(task, task_options, model.name)
@@ -340,6 +337,23 @@ def _chosen_kind(model: LoadedModel, given: Sequence) -> LoadedModel:
     return model
 
 
+def _uncompiled(model: LoadedModel) -> LoadedModel:
+    """``model`` with the module ``torch.compile`` wrapped in place of the wrapper, named as the
+    caller knows it (``ResNet``, not ``OptimizedModule``), and a note; ``model`` when not compiled.
+    The caller's wrapper is left as it is: hooks go on the wrapped module's layers, then come off."""
+    from hookviz.modelstate import compiled_original
+
+    original = compiled_original(model.module)
+    if original is None:
+        return model
+    name = type(original).__name__ if model.name == type(model.module).__name__ else model.name
+    note = (
+        f"{name} was given compiled (torch.compile): the module it wraps is explained, eagerly, its layers "
+        "named as in that module (layer4, not _orig_mod.layer4)"
+    )
+    return replace(model, name=name, module=original, notes=(*model.notes, note))
+
+
 def _refuse_raw_yolo(model: LoadedModel) -> None:
     """An ultralytics model handed over as it is (a factory's, a caller's module): its raw
     output is neither logits nor torchvision's detections; the ``yolo:`` source wraps it."""
@@ -386,6 +400,20 @@ def _chosen_task(model: LoadedModel, given: Sequence) -> LoadedModel:
                 )
             return replace(model, task=chooser.name)
     return model
+
+
+def _run_processing(model: LoadedModel, preprocessing: Preprocessing | None, settings) -> Preprocessing:
+    """The preprocessing of this run: the caller's or the model's, one channel for a grayscale
+    model, and a clip's frames as the kind settled them (``--frames 8``, not the weights' 16)."""
+    from hookviz.modelstate import input_channels
+
+    processing = preprocessing or model.preprocessing
+    if input_channels(model.module) == 1 and not processing.applies_transform:  # a transform object makes its own
+        processing = replace(processing, channels=1)
+    frames = getattr(settings, "frames", None)
+    if processing.frames is not None and isinstance(frames, int) and frames != processing.frames:
+        processing = replace(processing, frames=frames)
+    return processing
 
 
 def _recognised(model: LoadedModel, processing: Preprocessing, settings=None):

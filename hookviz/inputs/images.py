@@ -82,7 +82,8 @@ class Preprocessing:
     It is left out of comparisons: the fields say what report.json keeps.
 
     ``frames`` is a clip model's frames per clip, as its weights were measured with them
-    (torchvision's video weights: 16 for r3d_18, 32 for Swin3D); ``None`` for a photo model.
+    (torchvision's video weights: 16 for r3d_18, 32 for Swin3D); a run's preprocessing (and its
+    report.json) holds the frames it used (``--frames 8``); ``None`` for a photo model.
     """
 
     resize: int = 256

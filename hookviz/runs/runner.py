@@ -312,6 +312,7 @@ class Run:
 
     def _find_samples(self, kind, settings) -> None:
         """The run's samples as the model's ``kind`` finds them (``RunRequest.found_by``), before the output folder is made."""
+        self.ledger.trust.kind = kind.name  # before --skip-existing reads the kept reports' measures
         asked = self.asked.found_by(kind, self.ledger.notes, settings)
         if asked is not self.asked:
             check_out(asked.out, asked.images)

@@ -140,7 +140,7 @@ class Video(SampleKindBase):
         """``settings`` with numbers for text, the model's frame count for ``frames`` when not given.
 
         Raises:
-            UsageError: ``frames`` 0 or above ``MAX_FRAMES``, ``clips`` 0 or above ``MAX_CLIPS``, a negative or non-numeric value, or ``end`` not after ``start``.
+            UsageError: ``frames`` 0 or above ``MAX_FRAMES`` or other than the model requires, ``clips`` 0 or above ``MAX_CLIPS``, a negative or non-numeric value, or ``end`` not after ``start``.
         """
         frames = _number("frames", settings.frames, int) if settings.frames is not None else None
         if frames is not None and not 1 <= frames <= MAX_FRAMES:
@@ -152,6 +152,12 @@ class Video(SampleKindBase):
         clips = _number("clips", settings.clips, int)
         if not 1 <= clips <= MAX_CLIPS:
             raise UsageError(f"{arg('clips', clips)}: a video is cut into 1 to {MAX_CLIPS} clips")
+        required = getattr(model, "input_frames", None)
+        if frames is not None and required is not None and frames != required:
+            name = getattr(model, "name", "the model")
+            raise UsageError(
+                f"{arg('frames', frames)}: {name} takes clips of {required} frames; pass {arg('frames', required)} or leave it out"
+            )
         frames = frames or model_frames(model) or DEFAULT_FRAMES
         return replace(settings, frames=frames, start=start, end=end, clips=clips)
 

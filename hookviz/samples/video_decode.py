@@ -16,8 +16,10 @@ What is done with awkward files, each in one note or one error line:
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -125,22 +127,69 @@ def decode_clip(path: Path, plan: ClipPlan, max_pixels: int) -> DecodedClip:
     shown = display_path(path)
     if not path.is_file():
         raise ImageError(f"{shown}: no such file")
-    if path.stat().st_size == 0:
+    stat = path.stat()
+    if stat.st_size == 0:
         raise ImageError(f"{shown}: file is empty (0 bytes)")
+    with _OPEN.lock:
+        reader = _OPEN.take((str(path), stat.st_size, stat.st_mtime_ns, max_pixels), plan)
+        try:
+            if reader is None:
+                reader = _open_reader(av, path, shown, max_pixels)
+            clip = reader.clip(plan)
+        except av.FFmpegError as exc:
+            _close(reader)
+            raise ImageError(f"{shown}: corrupt or truncated video ({describe(exc)})") from None
+        except BaseException:
+            _close(reader)
+            raise
+        if plan.parts > 1 and plan.part < plan.parts:  # --clips: the next clip decodes on from here
+            _OPEN.keep((str(path), stat.st_size, stat.st_mtime_ns, max_pixels), plan, reader)
+        else:
+            _close(reader)
+        return clip
+
+
+def _open_reader(av, path: Path, shown: str, max_pixels: int) -> "_Reader":
     try:
         container = av.open(str(path), metadata_errors="ignore")
     except av.FFmpegError as exc:
         raise ImageError(f"{shown}: not a video PyAV can read, corrupt or truncated ({describe(exc)})") from None
-    try:
-        if not container.streams.video:
-            if not container.streams.audio:
-                raise ImageError(f"{shown}: holds no stream PyAV can read: corrupt or truncated?")
-            raise ImageError(f"{shown}: holds no video stream (audio only); give a video")
-        return _Reader(container, shown, max_pixels).clip(plan)
-    except av.FFmpegError as exc:
-        raise ImageError(f"{shown}: corrupt or truncated video ({describe(exc)})") from None
-    finally:
+    if not container.streams.video:
         container.close()
+        if not container.streams.audio:
+            raise ImageError(f"{shown}: holds no stream PyAV can read: corrupt or truncated?")
+        raise ImageError(f"{shown}: holds no video stream (audio only); give a video")
+    return _Reader(container, shown, max_pixels)
+
+
+def _close(reader) -> None:
+    if reader is not None:
+        reader.container.close()
+
+
+class _OpenReader:
+    """The one video kept open between the clips ``--clips`` cuts it into: clip k+1 of a file is
+    asked for right after clip k, and decoding on from where clip k ended costs one pass over
+    the file where seeking cannot help (a video of one keyframe), instead of one per clip."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.key, self.part, self.reader = None, 0, None
+
+    def take(self, key, plan: ClipPlan):
+        """The kept reader of ``key`` when ``plan`` is its next clip (else ``None``, the kept one closed)."""
+        reader, fits = self.reader, self.key == key and plan.part == self.part + 1
+        self.key, self.part, self.reader = None, 0, None
+        if reader is not None and not fits:
+            _close(reader)
+            return None
+        return reader
+
+    def keep(self, key, plan: ClipPlan, reader) -> None:
+        self.key, self.part, self.reader = key, plan.part, reader
+
+
+_OPEN = _OpenReader()
 
 
 class _Reader:
@@ -156,6 +205,13 @@ class _Reader:
         self.decoded = 0
         self.notes: dict[str, None] = {}
         self.steps: list[float] = []
+        # Where decoding stands (kept between the clips of one video), and the longest stretch
+        # a seek showed to hold no keyframe: a target nearer than that is decoded on to.
+        self.frames: Any = None  # the decoder's frames, from the last seek on
+        self.last: Any = None
+        self.position: float | None = None
+        self.previous: float | None = None
+        self.keyless = 0.0
 
     def duration(self) -> float:
         if self.stream.duration:
@@ -181,6 +237,7 @@ class _Reader:
         except ImageError as error:
             raise ImageError(f"{self.shown}: lasts {duration:.3g} s and {error}") from None
         indices, short = frame_indices(available, plan, first)
+        self.notes, decoded = {}, self.decoded
         if short:
             self.notes[f"{self.shown}: {short}"] = None
         wanted = sorted({i / self.fps for i in indices})
@@ -188,36 +245,55 @@ class _Reader:
         frames = np.stack([found[i / self.fps][0] for i in indices])
         times = tuple(round(found[i / self.fps][1], 6) for i in indices)
         self._note_variable_rate()
-        return DecodedClip(frames, times, tuple(self.notes), self.decoded)
+        return DecodedClip(frames, times, tuple(self.notes), self.decoded - decoded)
 
     def _frames_at(self, wanted: list[float]) -> dict[float, tuple[np.ndarray, float]]:
         """Per wanted time, the first frame at or after it (within half a frame) and its time;
         past the last decodable frame, that last frame (a truncated file: noted)."""
         found: dict[float, tuple[np.ndarray, float]] = {}
-        frames, last, position, previous = None, None, None, None
         half = 0.5 / self.fps
         for target in wanted:
-            if frames is None or position is None or target < position or target - position > SEEK_GAP:
+            if self._seeks_to(target):
+                before = self.position
                 self.container.seek(self._pts(target), stream=self.stream, backward=True, any_frame=False)
-                frames, previous = self.container.decode(self.stream), None
-            for frame in frames:
-                self.decoded += 1
-                time = float(frame.pts * self.stream.time_base) - self.origin if frame.pts is not None else position or 0.0
-                if previous is not None and time > previous:  # steps between frames decoded in a row
-                    self.steps.append(time - previous)
-                position = previous = time
-                last = frame
-                if time + half >= target:
-                    break
+                self.frames, self.previous = self.container.decode(self.stream), None
+                landed = self._decode_to(target, half)
+                if before is not None and landed is not None and landed <= before:  # no keyframe between: seeking cost more
+                    self.keyless = max(self.keyless, target - landed)
             else:
-                frames = None
-                if last is None:
-                    raise ImageError(f"{self.shown}: no frame could be decoded at {target:.3g} s (corrupt or truncated)")
-                self.notes[
-                    f"{self.shown}: no frame at {target:.3g} s (truncated?): the last one, at {position:.3g} s, repeats"
-                ] = None
-            found[target] = (self._pixels(last), position if position is not None else 0.0)  # set with last
+                self._decode_to(target, half)
+            position = self.position
+            found[target] = (self._pixels(self.last), position if position is not None else 0.0)
         return found
+
+    def _seeks_to(self, target: float) -> bool:
+        """Whether to seek to ``target`` rather than decode on: it is behind, or farther ahead
+        than ``SEEK_GAP`` and than a stretch already seen to hold no keyframe."""
+        position = self.position
+        if self.frames is None or position is None or target < position:
+            return True
+        return target - position > max(SEEK_GAP, self.keyless)
+
+    def _decode_to(self, target: float, half: float) -> float | None:
+        """Decode on to the first frame at or after ``target``; the time of the first frame decoded."""
+        first = None
+        for frame in self.frames:
+            self.decoded += 1
+            time = float(frame.pts * self.stream.time_base) - self.origin if frame.pts is not None else self.position or 0.0
+            first = time if first is None else first
+            if self.previous is not None and time > self.previous:  # steps between frames decoded in a row
+                self.steps.append(time - self.previous)
+            self.position = self.previous = time
+            self.last = frame
+            if time + half >= target:
+                return first
+        self.frames = None
+        if self.last is None:
+            raise ImageError(f"{self.shown}: no frame could be decoded at {target:.3g} s (corrupt or truncated)")
+        self.notes[f"{self.shown}: no frame at {target:.3g} s (truncated?): the last one, at {self.position:.3g} s, repeats"] = (
+            None
+        )
+        return first
 
     def _pts(self, seconds: float) -> int:
         return int((seconds + self.origin) / self.stream.time_base)

@@ -81,8 +81,9 @@ class TrustTally:
     """Adds up each image's ``LayerTrust`` per (method, layer); ``to_json`` ranks the maps by
     their mean deletion area, the faster the class goes the better."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "photo") -> None:
         self._sums: dict[tuple[str, str], _Sums] = {}
+        self.kind = kind  # the samples' kind (``hookviz.samples``): what the sentences call them
 
     def add(self, explanation) -> None:
         for layer in explanation.layers:
@@ -124,17 +125,21 @@ class TrustTally:
         return {
             "ranking": "by mean deletion area, lowest (the class goes fastest) first",
             "maps": maps,
-            "summary": _sentences(maps),
+            "summary": _sentences(maps, NOUNS.get(self.kind, "sample")),
         }
 
 
-def _ranking(measured: list[dict]) -> str:
+#: What the sentences call a sample of each kind (``hookviz.samples``); another kind's is a ``sample``.
+NOUNS = {"photo": "photo", "video": "clip", "multi": "sample"}
+
+
+def _ranking(measured: list[dict], noun: str = "photo") -> str:
     """The faithfulness sentence over ``measured`` (ranked, best first): the map that deletes
     the class fastest, or why none is named (saturated probabilities, a tie)."""
     from hookviz.trust.deletion import SATURATED, TIE, distinct_digits
 
     best = measured[0]
-    photos = "this photo" if best["images"] == 1 else f"these {best['images']} photos"
+    photos = f"this {noun}" if best["images"] == 1 else f"these {best['images']} {noun}s"
     if all(entry["saturated"] == entry["images"] for entry in measured):
         return (
             f"faithfulness: on {photos}, the target's probability is saturated: it stays at or above {SATURATED} "
@@ -147,7 +152,7 @@ def _ranking(measured: list[dict]) -> str:
         f"ROAD {best['road_combined']:+.3f}"
     )
     if best["saturated"]:
-        numbers += f"; on {best['saturated']} of {best['images']} photos the probability was saturated, its curve uninformative"
+        numbers += f"; on {best['saturated']} of {best['images']} {noun}s the probability was saturated, its curve uninformative"
     if len(tied) > 1:
         names = [f"{entry['method']} at {entry['layer']}" for entry in tied]
         return (
@@ -164,18 +169,18 @@ def _ranking(measured: list[dict]) -> str:
     )
 
 
-def _sentences(maps: list[dict]) -> list[str]:
+def _sentences(maps: list[dict], noun: str = "photo") -> list[str]:
     measured = [entry for entry in maps if "deletion_auc" in entry]
-    said = [_ranking(measured)] if measured else []
+    said = [_ranking(measured, noun)] if measured else []
     for entry in maps:
         sanity = entry.get("sanity")
         if sanity is None:
             continue
         failing = sanity["images"] - sanity["explains_model"]
         verdict = (
-            "its map changes with the model's weights on every photo"
+            f"its map changes with the model's weights on every {noun}"
             if not failing
-            else f"its map barely changes with the model's weights on {failing} of {sanity['images']} photos: "
+            else f"its map barely changes with the model's weights on {failing} of {sanity['images']} {noun}s: "
             "there it shows the input, not the model"
         )
         said.append(f"randomisation check: {entry['method']} at {entry['layer']}: {verdict}")

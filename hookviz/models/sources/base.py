@@ -68,6 +68,8 @@ class LoadedModel:
         task: what the model does: ``classify``, ``segment``, ``detect``, or ``auto`` (a
             factory's model: read from its output when it is first explained).
         input_size: the (height, width) the model requires, when it requires one.
+        input_frames: the frames per clip a clip model requires, when it requires a number
+            (MViT's forward reads its positional encoding's grid, not the clip's).
         notes: what a report should say about how the model was loaded.
         declared_layout: the model's token and channel layout, when its source knows it
             better than ``hookviz.anatomy.geometry`` reads it from the module (``None``: read it).
@@ -97,6 +99,7 @@ class LoadedModel:
     source: str = "module"
     task: str = DEFAULT_TASK
     input_size: tuple[int, int] | None = None
+    input_frames: int | None = None
     notes: tuple[str, ...] = field(default=())
     declared_layout: DeclaredLayout | None = None
     declared_attention: DeclaredAttention | None = None

@@ -79,11 +79,22 @@ def _three(values) -> tuple[float, float, float]:
     return first, second, third
 
 
-def _required_input_size(model, processing: Preprocessing) -> tuple[int, int] | None:
-    """MViT's positional encoding fixes its (height, width): the crop its weights take."""
-    encoding = getattr(model, "pos_encoding", None)
-    size = getattr(encoding, "spatial_size", None)
-    return (int(size[0]), int(size[1])) if isinstance(size, (tuple, list)) and len(size) == 2 else None
+def _required_input_size(model) -> tuple[int, int] | None:
+    """The (height, width) MViT takes: its positional encoding's ``spatial_size`` is the token
+    grid after ``conv_proj``'s patch step (56x56 tokens of 4x4 pixels: 224x224), and its
+    forward reads that grid, not the input's."""
+    encoding, conv = getattr(model, "pos_encoding", None), getattr(model, "conv_proj", None)
+    size, stride = getattr(encoding, "spatial_size", None), getattr(conv, "stride", None)
+    if not (isinstance(size, (tuple, list)) and len(size) == 2 and isinstance(stride, (tuple, list)) and len(stride) == 3):
+        return None
+    return int(size[0]) * int(stride[1]), int(size[1]) * int(stride[2])
+
+
+def _required_frames(model) -> int | None:
+    """The frames per clip MViT takes: its encoding's ``temporal_size`` times ``conv_proj``'s time step."""
+    encoding, conv = getattr(model, "pos_encoding", None), getattr(model, "conv_proj", None)
+    size, stride = getattr(encoding, "temporal_size", None), getattr(conv, "stride", None)
+    return int(size) * int(stride[0]) if isinstance(size, int) and isinstance(stride, (tuple, list)) else None
 
 
 @register_source
@@ -139,7 +150,8 @@ class TorchvisionVideoSource:
             processing,
             source=self.name,
             task=DEFAULT_TASK,
-            input_size=_required_input_size(model, processing),
+            input_size=_required_input_size(model),
+            input_frames=_required_frames(model),
             sample_kind=VIDEO_KIND,
             **weights,
         )

@@ -55,12 +55,12 @@ def _what_tiles_show(layer, which: str) -> str:
     """How a tile shows a channel of a map that is not a photo's."""
     from hookviz.anatomy.slices import tiling
 
-    shape = layer.shapes[which]
     rank = layer.ranks.get(which)
     if rank == 1:
         return " · each tile: a strip over the signal"
-    if rank == 3 and shape is not None:
-        return f" · each tile: {tiling(tuple(shape[2:])).note()}"
+    grid = getattr(layer.maps.get(which), "shape", ())  # the map as read (a token grid, channels last), not the tensor
+    if rank == 3 and len(grid) == 3:
+        return f" · each tile: {tiling(tuple(grid)).note()}"
     return ""
 
 
