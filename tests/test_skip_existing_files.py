@@ -60,7 +60,9 @@ def test_a_frame_replaced_by_an_older_copy_of_its_size_redoes_the_clip(tmp_path)
         _stored_png(clip / f"f{index + 1}.png", moving_square(index))
 
     def run(*args):
-        return hookviz_run(clip, "--resize", 24, "--crop", 24, "--frames", 4, *args, model="tests.video_clips:video_net", weights=None, out=out)
+        return hookviz_run(
+            clip, "--resize", 24, "--crop", 24, "--frames", 4, *args, model="tests.video_clips:video_net", weights=None, out=out
+        )
 
     assert run().exit_code == 0
     assert run("--skip-existing").stderr.count("1 skipped") == 1

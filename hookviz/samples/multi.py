@@ -27,6 +27,8 @@ from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKindBase
 from hookviz.samples.multi_bindings import MULTI, Binding, MultiOptions, parse_bindings, resolve
 from hookviz.samples.multi_files import (
     checked_array,
+    clashing_files,
+    doubled_row,
     files_in,
     is_csv,
     is_photo,
@@ -155,12 +157,33 @@ class BoundInputs:
         if not keys:
             raise UsageError(f"{arg('input', first.text)}: names no photos; the first input is the photos the others pair with")
         for binding in self.bindings[1:]:
-            if any(p.is_dir() for p in binding.paths) and not any(self._partner(binding, k) for k in keys):
-                raise UsageError(
-                    f"{arg('input', binding.text)}: pairs no file with the {len(keys)} photos of {first.text} "
-                    "(files pair by relative path without suffix: rgb/a/001.png with depth/a/001.npy)"
-                )
+            self._check_pairing(binding, keys)
         return keys
+
+    def _check_pairing(self, binding: Binding, keys: list[Path]) -> None:
+        """Refuse an input whose files pair with none of ``keys``, or pair one ambiguously: two
+        files for one sample, or a CSV with two rows for one.
+
+        Raises:
+            UsageError: naming the input and both files (or rows)."""
+        folders = [root for root in binding.paths if root.is_dir()]
+        for root in folders:
+            clash = clashing_files(root)
+            if clash is not None:
+                raise UsageError(
+                    f"{arg('input', binding.text)}: {display_path(clash[0])} and {display_path(clash[1])} would pair with "
+                    "one sample (files pair by relative path without suffix, and these differ only in suffix or case); keep one"
+                )
+        if folders and not any(self._partner(binding, k) for k in keys):
+            raise UsageError(
+                f"{arg('input', binding.text)}: pairs no file with the {len(keys)} photos of {self._first.text} "
+                "(files pair by relative path without suffix: rgb/a/001.png with depth/a/001.npy)"
+            )
+        tables = [root for root in binding.paths if root.is_file() and is_csv(root)]
+        for table in tables:
+            doubled = doubled_row(table, [(self._key(k), k) for k in keys], repr(binding.given))
+            if doubled is not None:
+                raise UsageError(f"{arg('input', binding.text)}: {doubled}")
 
     def _key(self, path: Path) -> str:
         return key_of(path, self._first.paths)

@@ -21,6 +21,8 @@ __all__ = [
     "files_in",
     "key_of",
     "partner",
+    "clashing_files",
+    "doubled_row",
     "read_tensor",
     "read_row",
     "read_header",
@@ -81,8 +83,25 @@ def partner(roots: tuple[Path, ...], key: str) -> Path | None:
         folder, stem = (root / key).parent, Path(key).name
         if folder.is_dir():
             found = sorted(p for p in folder.glob(f"{glob.escape(stem)}.*") if p.stem == stem and _usable(p.name) and p.is_file())
+            if len(found) > 1:
+                raise ImageError(
+                    f"{display_path(found[0])} and {display_path(found[1])}: two files for the sample {key}; keep one"
+                )
             if found:
                 return found[0]
+    return None
+
+
+def clashing_files(root: Path) -> tuple[Path, Path] | None:
+    """Two files below folder ``root`` that would pair with one sample (``depth/a.npy`` and
+    ``depth/a.pt``), or whose relative paths differ only by case (``A.npy`` and ``a.npy``: one
+    would be left out unsaid, and a case-insensitive disk holds only one); ``None`` when none do."""
+    seen: dict[str, Path] = {}
+    for path in files_in(root, set()):
+        key = path.relative_to(root).with_suffix("").as_posix().casefold()
+        if key in seen:
+            return seen[key], path
+        seen[key] = path
     return None
 
 
@@ -158,6 +177,31 @@ def read_header(path: Path, label: str) -> tuple[str, ...]:
         raise UsageError(f"{arg('input', display_path(path))}: input {label}: cannot be read as a CSV ({exc})") from None
 
 
+def _row_names(key: str, key_file: Path) -> tuple[str, ...]:
+    """What a CSV's first column may call the sample of ``key``: its key, file name, stem, key with suffix."""
+    return tuple(dict.fromkeys((key, key_file.name, key_file.stem, f"{key}{key_file.suffix}")))
+
+
+def _two_rows(path: Path, key_file: Path, rows: list[str], label: str) -> str:
+    return f"{display_path(path)}: input {label}: two rows for {key_file.name} ({rows[0]!r} and {rows[1]!r}); keep one"
+
+
+def doubled_row(path: Path, keys, label: str) -> str | None:
+    """Where the CSV ``path`` has two rows for one sample of ``keys`` (``(key, key_file)`` pairs:
+    rows ``a.png`` and ``a`` both name ``a.png``), the line that says so; else ``None``.
+
+    Raises:
+        UsageError: the CSV cannot be read (``read_header``'s).
+    """
+    read_header(path, label)
+    rows = _table(path, os.stat(path).st_mtime_ns)[1]
+    for key, key_file in keys:
+        matching = [name for name in _row_names(key, key_file) if name in rows]
+        if len(matching) > 1:
+            return _two_rows(path, key_file, matching, label)
+    return None
+
+
 def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarray, tuple[str, ...]]:
     """The row of ``path`` (a CSV) for the sample of ``key`` (its key file ``key_file``): its numbers and the header's feature names.
 
@@ -168,8 +212,11 @@ def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarr
         (first, *header), rows = _table(path, os.stat(path).st_mtime_ns)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ImageError(f"{display_path(path)}: input {label}: cannot be read as a CSV ({exc})") from None
-    names = (key, key_file.name, key_file.stem, f"{key}{key_file.suffix}")
-    row = next((rows[name] for name in names if name in rows), None)
+    names = _row_names(key, key_file)
+    matching = [name for name in names if name in rows]
+    if len(matching) > 1:
+        raise ImageError(_two_rows(path, key_file, matching, label))
+    row = rows[matching[0]] if matching else None
     if row is None and first.strip() in names:
         raise ImageError(
             f"{display_path(path)}: input {label}: its first line, the header, is the row of {key_file.name}; "
