@@ -8,11 +8,13 @@ import csv
 import functools
 import glob
 import os
+import pickle
+import re
 from pathlib import Path
 
 import numpy as np
 
-from hookviz.errors import ImageError, UsageError, arg, display_path
+from hookviz.errors import ImageError, UsageError, arg, describe, display_path, first_line
 from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
 
 __all__ = [
@@ -131,11 +133,21 @@ def read_tensor(path: Path, label: str) -> np.ndarray:
             array = value.detach().float().numpy() if value.is_floating_point() else value.numpy()
     except ImageError:
         raise
+    except pickle.UnpicklingError as exc:  # torch's weights-only refusal: its advice runs to many lines
+        raise ImageError(f"{display_path(path)}: input {label}: {_pickled(exc)}") from None
     except Exception as exc:  # a damaged or foreign file: say which, in one line
-        raise ImageError(
-            f"{display_path(path)}: input {label}: cannot be read as a tensor ({type(exc).__name__}: {exc})"
-        ) from None
+        raise ImageError(f"{display_path(path)}: input {label}: cannot be read as a tensor ({describe(exc)})") from None
     return checked_array(np.asarray(array), f"{display_path(path)}: input {label}")
+
+
+def _pickled(error: pickle.UnpicklingError) -> str:
+    """One line for a ``.pt`` that ``torch.load(weights_only=True)`` refused: what it holds, and what to do."""
+    found = re.search(r"GLOBAL (\S+)", str(error))
+    what = f" (it names {found.group(1)})" if found else f" ({first_line(error)})"
+    return (
+        f"holds pickled Python objects{what}, which hookviz does not load, so nothing in it ran; "
+        "save the tensor alone (torch.save(tensor, path), or numpy.save)"
+    )
 
 
 def checked_array(array: np.ndarray, where: str) -> np.ndarray:
