@@ -205,12 +205,12 @@ def _files_from_json(entries) -> tuple[tuple[str, int, int], ...]:
     """The files a report recorded (``PhotoIdentity.files``); ``()`` where it records none or a damaged list."""
     if not isinstance(entries, list):
         return ()
-    files = []
+    files: list[tuple[str, int, int]] = []
     for entry in entries:
-        values = tuple(entry.get(key) for key in ("path", "size", "mtime_ns")) if isinstance(entry, dict) else ()
-        if len(values) != 3 or not (isinstance(values[0], str) and isinstance(values[1], int) and isinstance(values[2], int)):
+        path, size, mtime = (entry.get(key) for key in ("path", "size", "mtime_ns")) if isinstance(entry, dict) else (None,) * 3
+        if not (isinstance(path, str) and isinstance(size, int) and isinstance(mtime, int)):
             return ()
-        files.append(values)
+        files.append((path, size, mtime))
     return tuple(files)
 
 
