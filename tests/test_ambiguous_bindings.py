@@ -53,3 +53,14 @@ def test_partner_refuses_two_files_for_one_sample(tmp_path):
     depth = _depths(tmp_path / "depth", ("a.npy", "a.pt"))
     with pytest.raises(ImageError, match=r"depth/a\.npy and .*depth/a\.pt: two files for the sample a; keep one"):
         partner((depth,), "a")
+
+
+def test_photos_and_their_depth_maps_in_one_folder_still_pair(tmp_path):
+    """The photo itself is not a second file of its sample's depth: ``a.png`` pairs with ``a.npy`` beside it."""
+    data = _photos(tmp_path / "data")
+    for name in ("a", "b"):
+        np.save(data / f"{name}.npy", np.zeros((20, 24), np.float32))
+    result = hookviz_run(data, "-q", "--input", f"depth={data}", "--aligned", "depth", "--task", Segment.name,
+                         "--resize", 32, "--pictures", "none", model=RGBD, out=tmp_path / "out")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "a" / "report.json").read_text().count("data/a.npy") >= 1

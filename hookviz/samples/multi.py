@@ -167,8 +167,9 @@ class BoundInputs:
         Raises:
             UsageError: naming the input and both files (or rows)."""
         folders = [root for root in binding.paths if root.is_dir()]
+        samples = {Path(os.path.realpath(k)) for k in keys} if folders else set()
         for root in folders:
-            clash = clashing_files(root)
+            clash = clashing_files(root, samples)
             if clash is not None:
                 raise UsageError(
                     f"{arg('input', binding.text)}: {display_path(clash[0])} and {display_path(clash[1])} would pair with "
@@ -189,7 +190,7 @@ class BoundInputs:
         return key_of(path, self._first.paths)
 
     def _partner(self, binding: Binding, key_file: Path) -> Path | None:
-        return partner(binding.paths, self._key(key_file))
+        return partner(binding.paths, self._key(key_file), key_file)
 
     def files(self, path: Path) -> list[Path]:
         found = [path] + [self._partner(b, path) for b in self.bindings[1:] if not b.in_memory]
@@ -268,7 +269,7 @@ class BoundInputs:
             array = checked_array(np.asarray(_array_of(binding.value, binding)), f"{arg('input', binding.given)}")
             return TENSOR_INPUT, self._shaped(array, binding, f"{arg('input', binding.given)}"), None, ()
         key = self._key(key_file) if key_file is not None else ""
-        file = partner(binding.paths, key) if key_file is not None else binding.paths[0]
+        file = partner(binding.paths, key, key_file) if key_file is not None else binding.paths[0]
         if file is None:
             where = display_path(key_file) if key_file is not None else "the sample"
             raise ImageError(

@@ -76,7 +76,7 @@ def key_of(path: Path, roots: tuple[Path, ...]) -> str:
     return path.stem
 
 
-def partner(roots: tuple[Path, ...], key: str) -> Path | None:
+def partner(roots: tuple[Path, ...], key: str, sample: Path | None = None) -> Path | None:
     """The file of an input bound to ``roots`` for the sample of ``key``: the file itself when one is
     bound, else the file of that relative path without suffix in its folder."""
     for root in roots:
@@ -84,7 +84,11 @@ def partner(roots: tuple[Path, ...], key: str) -> Path | None:
             return root
         folder, stem = (root / key).parent, Path(key).name
         if folder.is_dir():
-            found = sorted(p for p in folder.glob(f"{glob.escape(stem)}.*") if p.stem == stem and _usable(p.name) and p.is_file())
+            found = sorted(
+                p
+                for p in folder.glob(f"{glob.escape(stem)}.*")
+                if p.stem == stem and _usable(p.name) and p.is_file() and (sample is None or not _same_file(p, sample))
+            )
             if len(found) > 1:
                 raise ImageError(
                     f"{display_path(found[0])} and {display_path(found[1])}: two files for the sample {key}; keep one"
@@ -94,12 +98,20 @@ def partner(roots: tuple[Path, ...], key: str) -> Path | None:
     return None
 
 
-def clashing_files(root: Path) -> tuple[Path, Path] | None:
+def _same_file(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def clashing_files(root: Path, samples: set[Path]) -> tuple[Path, Path] | None:
     """Two files below folder ``root`` that would pair with one sample (``depth/a.npy`` and
     ``depth/a.pt``), or whose relative paths differ only by case (``A.npy`` and ``a.npy``: one
-    would be left out unsaid, and a case-insensitive disk holds only one); ``None`` when none do."""
+    would be left out unsaid, and a case-insensitive disk holds only one); ``None`` when none do.
+    ``samples`` (resolved paths), the first input's files, are no input's (a folder of photos and
+    their ``.npy`` files, bound twice)."""
     seen: dict[str, Path] = {}
     for path in files_in(root, set()):
+        if Path(os.path.realpath(path)) in samples:
+            continue
         key = path.relative_to(root).with_suffix("").as_posix().casefold()
         if key in seen:
             return seen[key], path
