@@ -13,6 +13,9 @@ Example::
 
 A work begun with ``fed=True`` is advanced by the chunked passes beneath it instead
 (``tasks.base.Rescoring``, ``explaining.probing.InputGradients`` call ``passed(rows)``).
+A work begun with ``whole=True`` counts the whole of what it does: the works begun inside it
+are counted as ever but told to no listener (``--smooth``'s noisy copies: the steps of
+integrated gradients within each copy would otherwise start over, "2 of 1026 steps", per copy).
 
 Nothing here imports torch.
 """
@@ -41,6 +44,7 @@ class Work:
     photos: int = 1
     done: int = 0
     fed: bool = False
+    whole: bool = False
     started: float = field(default_factory=time.monotonic)
     listener: Listener | None = field(default=None, repr=False, compare=False)
 
@@ -76,11 +80,16 @@ def listening(listener: Listener) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def work(label: str, total: int, unit: str = "passes", photos: int = 1, *, fed: bool = False) -> Iterator[Work]:
+def work(
+    label: str, total: int, unit: str = "passes", photos: int = 1, *, fed: bool = False, whole: bool = False
+) -> Iterator[Work]:
     """Counted work within the block: advance the ``Work`` it gives as passes are done, or,
-    with ``fed``, let the chunked passes beneath it advance it (``passed``)."""
-    listener = _LISTENER.get()
-    current = Work(label, max(0, int(total)), unit, max(1, photos), fed=fed, listener=listener)
+    with ``fed``, let the chunked passes beneath it advance it (``passed``). With ``whole``,
+    or inside a work begun so, the works begun within are told to no listener."""
+    outer = _CURRENT.get()
+    within = outer is not None and outer.whole
+    listener = None if within else _LISTENER.get()
+    current = Work(label, max(0, int(total)), unit, max(1, photos), fed=fed, whole=whole or within, listener=listener)
     token = _CURRENT.set(current)
     if listener is not None:
         listener.began(current)

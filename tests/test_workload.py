@@ -94,3 +94,16 @@ def test_explain_prints_nothing_of_its_work_and_tells_a_listener_the_caller_give
     steps = [(done, total) for kind, label, done, total in heard.events if label == "integrated-gradients" and kind != "began"]
     # the two ends' scores (the completeness error), then a pass of one row per step, then its end
     assert steps == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5), (5, 5), (5, 5)]
+
+
+@pytest.mark.slow
+def test_smoothed_integrated_gradients_count_noisy_copies_not_each_copys_steps_again(photo, tmp_path, small_intervals):
+    """Each noisy copy's integrated gradients used to begin its steps anew on the progress line
+    ("2 of 6 steps" once per copy): the line counts the copies, in order, to the last."""
+    more = ("--cam", "integrated-gradients", "--steps", "4", "--smooth", "smoothgrad", "--smooth-samples", "3")
+    result = _run(photo, tmp_path / "out", *more)
+    assert result.exit_code == 0, result.output
+    steps = re.findall(r"hookviz: integrated-gradients: (\d+) of 6 steps", result.stderr)
+    copies = re.findall(r"hookviz: smoothgrad of integrated-gradients: (\d+) of 3 noisy copies, about \d+ s left", result.stderr)
+    assert steps and len(steps) == len(set(steps)), result.stderr  # the image's own steps, once, counting up
+    assert [int(done) for done in copies] == [1, 2], result.stderr

@@ -55,7 +55,9 @@ def smooth_maps(explainer, settings, plan, samples, sources, layouts, layer_cams
     noise = [noise_draws(batch[n : n + 1], settings) for n in range(len(batch))]
     sums = _Sums()
     count = settings.smooth_samples
-    with work(f"{settings.smooth} of {', '.join(m.name for m in methods)}", count, "noisy copies", len(batch)) as copies:
+    with work(
+        f"{settings.smooth} of {', '.join(m.name for m in methods)}", count, "noisy copies", len(batch), whole=True
+    ) as copies:
         for s in range(count):
             noisy = torch.stack([batch[n] + noise[n][s] for n in range(len(batch))])
             captures, gradients = _noisy_pass(explainer, plan, samples, noisy, any(m.needs_gradients for m in methods))

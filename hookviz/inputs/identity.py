@@ -5,7 +5,10 @@ with the same weights. A name says neither: cameras name every card's first phot
 ``IMG_0001.jpg``, and training overwrites ``last.ckpt`` in place. So each report records
 the photo's resolved path, size, modification time and SHA-256, and the weights file's
 SHA-256 (the digest ``sha256sum`` prints and the Hugging Face hub shows). A photo whose
-path, size and time are unchanged is taken as unchanged without reading it again.
+path, size and time are unchanged is taken as unchanged without reading it again. A sample
+of several files (a folder of frames, a photo and its depth) records each file's path, size
+and time too, so replacing any one of them (by a copy of the same size and an older time, as
+``cp -p`` or ``rsync -a`` makes) has its files read again.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class PhotoIdentity:
     size: int
     mtime_ns: int
     sha256: str
+    #: A sample of several files: each one's (resolved path, size, modification time), in order.
+    files: tuple[tuple[str, int, int], ...] = ()
 
     @classmethod
     def of(cls, path: Path) -> "PhotoIdentity":
@@ -73,19 +78,23 @@ class PhotoIdentity:
     @classmethod
     def of_files(cls, paths) -> "PhotoIdentity":
         """A sample's identity: its one file's (``of``); of several (a photo and the vector paired
-        with it), the first's path, their total size, the latest modification time and one
-        SHA-256 of their digests, in order: rewriting any of them changes it.
+        with it), the first's path, their total size, the latest modification time, one
+        SHA-256 of their digests, in order, and each one's path, size and time: rewriting or
+        replacing any of them changes it.
 
         Raises OSError when a file cannot be read."""
         paths = [Path(p) for p in paths]
         if len(paths) == 1:
             return cls.of(paths[0])
-        first = cls.of(paths[0])
-        size, latest = _stats(paths)
-        return cls(first.path, size, latest, _joined(paths))
+        files = _stats(paths)
+        size, latest = sum(f[1] for f in files), max(f[2] for f in files)
+        return cls(files[0][0], size, latest, _joined(paths), files)
 
     def to_json(self) -> dict:
-        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "sha256": self.sha256}
+        entry = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "sha256": self.sha256}
+        if self.files:
+            entry["files"] = [{"path": path, "size": size, "mtime_ns": mtime} for path, size, mtime in self.files]
+        return entry
 
     @classmethod
     def from_json(cls, entry) -> "PhotoIdentity | None":
@@ -95,7 +104,7 @@ class PhotoIdentity:
         path, size, mtime, sha = (entry.get(key) for key in ("path", "size", "mtime_ns", "sha256"))
         if not (isinstance(path, str) and isinstance(size, int) and isinstance(mtime, int) and isinstance(sha, str)):
             return None
-        return cls(path, size, mtime, sha)
+        return cls(path, size, mtime, sha, _files_from_json(entry.get("files")))
 
 
 @dataclass(frozen=True)
@@ -167,7 +176,8 @@ def match_photo(recorded: PhotoIdentity | None, path: Path, digest) -> Match:
 
 def match_files(recorded: PhotoIdentity | None, paths) -> Match:
     """``match_photo`` for a sample of several files (``PhotoIdentity.of_files``): the same when
-    the first's path and all their sizes and times are unchanged, else by their digests."""
+    each file's path, size and time is the one recorded, else by their digests (a report that
+    records no file's own, of an older hookviz, by their digests)."""
     paths = [Path(p) for p in paths]
     if len(paths) == 1:
         return match_photo(recorded, paths[0], file_sha256)
@@ -175,7 +185,7 @@ def match_files(recorded: PhotoIdentity | None, paths) -> Match:
         return Match.UNKNOWN
     try:
         here = display_path(os.path.realpath(paths[0]))
-        if (recorded.path, recorded.size, recorded.mtime_ns) == (here, *_stats(paths)):
+        if recorded.files and recorded.files == _stats(paths):
             return Match.SAME
         sha = _joined(paths)
     except OSError:
@@ -185,10 +195,23 @@ def match_files(recorded: PhotoIdentity | None, paths) -> Match:
     return Match.CHANGED if recorded.path == here else Match.OTHER
 
 
-def _stats(paths) -> tuple[int, int]:
-    """The files' total size and latest modification time."""
-    stats = [os.stat(p) for p in paths]
-    return sum(s.st_size for s in stats), max(s.st_mtime_ns for s in stats)
+def _stats(paths) -> tuple[tuple[str, int, int], ...]:
+    """Each file's resolved path, size and modification time."""
+    stats = [(p, os.stat(p)) for p in paths]
+    return tuple((display_path(os.path.realpath(p)), s.st_size, s.st_mtime_ns) for p, s in stats)
+
+
+def _files_from_json(entries) -> tuple[tuple[str, int, int], ...]:
+    """The files a report recorded (``PhotoIdentity.files``); ``()`` where it records none or a damaged list."""
+    if not isinstance(entries, list):
+        return ()
+    files: list[tuple[str, int, int]] = []
+    for entry in entries:
+        path, size, mtime = (entry.get(key) for key in ("path", "size", "mtime_ns")) if isinstance(entry, dict) else (None,) * 3
+        if not (isinstance(path, str) and isinstance(size, int) and isinstance(mtime, int)):
+            return ()
+        files.append((path, size, mtime))
+    return tuple(files)
 
 
 def _joined(paths) -> str:

@@ -5,6 +5,11 @@ import of torch leaves idle. It holds at most ``limit`` decoded samples (a bound
 lowers once it knows how large its batches are), and prepares them for the model once
 the preprocessing is known. Its sample kind (``hookviz.samples``) decodes and prepares
 them: a photo's unless it is given another.
+
+Whatever a kind's ``load`` or ``prepare`` raises in the thread fails that sample, ``SystemExit``
+and ``KeyboardInterrupt`` included (a signal reaches the main thread only, so one raised there
+is the kind's own); should the thread fail anyway, iterating ends the run in one line instead
+of waiting for a sample that never comes.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from hookviz.errors import ImageError, describe, display_path
+from hookviz.errors import HookvizError, ImageError, describe, display_path
 from hookviz.inputs.images import PreparedImage, load_image, prepare
 
 __all__ = ["ImageLoader"]
@@ -69,6 +74,7 @@ class ImageLoader:
         self._stopped = False
         self._stop_event = stop or threading.Event()
         self._preprocessing = None
+        self._failure: BaseException | None = None  # what stopped the thread before its last sample
         context = contextvars.copy_context()  # messages keep the caller's spelling of arguments
         self._thread = threading.Thread(target=context.run, args=(self._work,), name="hookviz-loader", daemon=True)
 
@@ -110,6 +116,8 @@ class ImageLoader:
                 self._changed.notify_all()
                 preprocessing = self._preprocessing
             if item is _END:
+                if self._failure is not None:
+                    raise HookvizError(f"the sample loader stopped: {describe(self._failure)}") from self._failure
                 return
             path, image = item
             if isinstance(image, _Decoded):  # decoded before the preprocessing was known
@@ -122,6 +130,16 @@ class ImageLoader:
     # -- the thread
 
     def _work(self) -> None:
+        try:
+            self._load_all()
+        except BaseException as exc:  # noqa: BLE001 (a fault of its own: iterating reports it)
+            self._failure = exc
+        finally:
+            with self._changed:
+                self._items.append(_END)
+                self._changed.notify_all()
+
+    def _load_all(self) -> None:
         for path in self._paths:
             with self._changed:
                 while len(self._items) >= self._limit and not self._stopping():
@@ -135,9 +153,6 @@ class ImageLoader:
             with self._changed:
                 self._items.append((path, image))
                 self._changed.notify_all()
-        with self._changed:
-            self._items.append(_END)
-            self._changed.notify_all()
 
     def _decoded(self, path: Path) -> _Decoded | ImageError:
         try:
@@ -146,6 +161,8 @@ class ImageLoader:
             return exc
         except Exception as exc:  # a decoder bug must fail this image, not the run
             return ImageError(f"{display_path(path)}: could not decode ({describe(exc)})")
+        except BaseException as exc:
+            return self._raised_in_thread(exc, f"{display_path(path)}: could not decode")
 
     def _prepared(self, path: Path, image, preprocessing) -> PreparedImage | ImageError:
         try:
@@ -154,3 +171,12 @@ class ImageLoader:
             return exc
         except Exception as exc:
             return ImageError(f"{display_path(path)}: could not preprocess ({describe(exc)})")
+        except BaseException as exc:
+            return self._raised_in_thread(exc, f"{display_path(path)}: could not preprocess")
+
+    def _raised_in_thread(self, exc: BaseException, what: str) -> ImageError:
+        """``SystemExit`` or ``KeyboardInterrupt`` from a kind's code fails its sample in the thread
+        (no signal reaches it); in the caller's thread it goes on up, as the caller's would."""
+        if threading.current_thread() is not self._thread:
+            raise exc
+        return ImageError(f"{what} ({describe(exc)}, raised by sample kind {getattr(self.kind, 'name', '?')!r})")

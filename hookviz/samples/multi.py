@@ -27,6 +27,8 @@ from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKindBase
 from hookviz.samples.multi_bindings import MULTI, Binding, MultiOptions, parse_bindings, resolve
 from hookviz.samples.multi_files import (
     checked_array,
+    clashing_files,
+    doubled_row,
     files_in,
     is_csv,
     is_photo,
@@ -155,18 +157,40 @@ class BoundInputs:
         if not keys:
             raise UsageError(f"{arg('input', first.text)}: names no photos; the first input is the photos the others pair with")
         for binding in self.bindings[1:]:
-            if any(p.is_dir() for p in binding.paths) and not any(self._partner(binding, k) for k in keys):
-                raise UsageError(
-                    f"{arg('input', binding.text)}: pairs no file with the {len(keys)} photos of {first.text} "
-                    "(files pair by relative path without suffix: rgb/a/001.png with depth/a/001.npy)"
-                )
+            self._check_pairing(binding, keys)
         return keys
+
+    def _check_pairing(self, binding: Binding, keys: list[Path]) -> None:
+        """Refuse an input whose files pair with none of ``keys``, or pair one ambiguously: two
+        files for one sample, or a CSV with two rows for one.
+
+        Raises:
+            UsageError: naming the input and both files (or rows)."""
+        folders = [root for root in binding.paths if root.is_dir()]
+        samples = {Path(os.path.realpath(k)) for k in keys} if folders else set()
+        for root in folders:
+            clash = clashing_files(root, samples)
+            if clash is not None:
+                raise UsageError(
+                    f"{arg('input', binding.text)}: {display_path(clash[0])} and {display_path(clash[1])} would pair with "
+                    "one sample (files pair by relative path without suffix, and these differ only in suffix or case); keep one"
+                )
+        if folders and not any(self._partner(binding, k) for k in keys):
+            raise UsageError(
+                f"{arg('input', binding.text)}: pairs no file with the {len(keys)} photos of {self._first.text} "
+                "(files pair by relative path without suffix: rgb/a/001.png with depth/a/001.npy)"
+            )
+        tables = [root for root in binding.paths if root.is_file() and is_csv(root)]
+        for table in tables:
+            doubled = doubled_row(table, [(self._key(k), k) for k in keys], repr(binding.given))
+            if doubled is not None:
+                raise UsageError(f"{arg('input', binding.text)}: {doubled}")
 
     def _key(self, path: Path) -> str:
         return key_of(path, self._first.paths)
 
     def _partner(self, binding: Binding, key_file: Path) -> Path | None:
-        return partner(binding.paths, self._key(key_file))
+        return partner(binding.paths, self._key(key_file), key_file)
 
     def files(self, path: Path) -> list[Path]:
         found = [path] + [self._partner(b, path) for b in self.bindings[1:] if not b.in_memory]
@@ -245,7 +269,7 @@ class BoundInputs:
             array = checked_array(np.asarray(_array_of(binding.value, binding)), f"{arg('input', binding.given)}")
             return TENSOR_INPUT, self._shaped(array, binding, f"{arg('input', binding.given)}"), None, ()
         key = self._key(key_file) if key_file is not None else ""
-        file = partner(binding.paths, key) if key_file is not None else binding.paths[0]
+        file = partner(binding.paths, key, key_file) if key_file is not None else binding.paths[0]
         if file is None:
             where = display_path(key_file) if key_file is not None else "the sample"
             raise ImageError(

@@ -8,11 +8,13 @@ import csv
 import functools
 import glob
 import os
+import pickle
+import re
 from pathlib import Path
 
 import numpy as np
 
-from hookviz.errors import ImageError, UsageError, arg, display_path
+from hookviz.errors import ImageError, UsageError, arg, describe, display_path, first_line
 from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
 
 __all__ = [
@@ -21,6 +23,8 @@ __all__ = [
     "files_in",
     "key_of",
     "partner",
+    "clashing_files",
+    "doubled_row",
     "read_tensor",
     "read_row",
     "read_header",
@@ -72,7 +76,7 @@ def key_of(path: Path, roots: tuple[Path, ...]) -> str:
     return path.stem
 
 
-def partner(roots: tuple[Path, ...], key: str) -> Path | None:
+def partner(roots: tuple[Path, ...], key: str, sample: Path | None = None) -> Path | None:
     """The file of an input bound to ``roots`` for the sample of ``key``: the file itself when one is
     bound, else the file of that relative path without suffix in its folder."""
     for root in roots:
@@ -80,9 +84,38 @@ def partner(roots: tuple[Path, ...], key: str) -> Path | None:
             return root
         folder, stem = (root / key).parent, Path(key).name
         if folder.is_dir():
-            found = sorted(p for p in folder.glob(f"{glob.escape(stem)}.*") if p.stem == stem and _usable(p.name) and p.is_file())
+            found = sorted(
+                p
+                for p in folder.glob(f"{glob.escape(stem)}.*")
+                if p.stem == stem and _usable(p.name) and p.is_file() and (sample is None or not _same_file(p, sample))
+            )
+            if len(found) > 1:
+                raise ImageError(
+                    f"{display_path(found[0])} and {display_path(found[1])}: two files for the sample {key}; keep one"
+                )
             if found:
                 return found[0]
+    return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def clashing_files(root: Path, samples: set[Path]) -> tuple[Path, Path] | None:
+    """Two files below folder ``root`` that would pair with one sample (``depth/a.npy`` and
+    ``depth/a.pt``), or whose relative paths differ only by case (``A.npy`` and ``a.npy``: one
+    would be left out unsaid, and a case-insensitive disk holds only one); ``None`` when none do.
+    ``samples`` (resolved paths), the first input's files, are no input's (a folder of photos and
+    their ``.npy`` files, bound twice)."""
+    seen: dict[str, Path] = {}
+    for path in files_in(root, set()):
+        if Path(os.path.realpath(path)) in samples:
+            continue
+        key = path.relative_to(root).with_suffix("").as_posix().casefold()
+        if key in seen:
+            return seen[key], path
+        seen[key] = path
     return None
 
 
@@ -112,11 +145,21 @@ def read_tensor(path: Path, label: str) -> np.ndarray:
             array = value.detach().float().numpy() if value.is_floating_point() else value.numpy()
     except ImageError:
         raise
+    except pickle.UnpicklingError as exc:  # torch's weights-only refusal: its advice runs to many lines
+        raise ImageError(f"{display_path(path)}: input {label}: {_pickled(exc)}") from None
     except Exception as exc:  # a damaged or foreign file: say which, in one line
-        raise ImageError(
-            f"{display_path(path)}: input {label}: cannot be read as a tensor ({type(exc).__name__}: {exc})"
-        ) from None
+        raise ImageError(f"{display_path(path)}: input {label}: cannot be read as a tensor ({describe(exc)})") from None
     return checked_array(np.asarray(array), f"{display_path(path)}: input {label}")
+
+
+def _pickled(error: pickle.UnpicklingError) -> str:
+    """One line for a ``.pt`` that ``torch.load(weights_only=True)`` refused: what it holds, and what to do."""
+    found = re.search(r"GLOBAL (\S+)", str(error))
+    what = f" (it names {found.group(1)})" if found else f" ({first_line(error)})"
+    return (
+        f"holds pickled Python objects{what}, which hookviz does not load, so nothing in it ran; "
+        "save the tensor alone (torch.save(tensor, path), or numpy.save)"
+    )
 
 
 def checked_array(array: np.ndarray, where: str) -> np.ndarray:
@@ -158,6 +201,31 @@ def read_header(path: Path, label: str) -> tuple[str, ...]:
         raise UsageError(f"{arg('input', display_path(path))}: input {label}: cannot be read as a CSV ({exc})") from None
 
 
+def _row_names(key: str, key_file: Path) -> tuple[str, ...]:
+    """What a CSV's first column may call the sample of ``key``: its key, file name, stem, key with suffix."""
+    return tuple(dict.fromkeys((key, key_file.name, key_file.stem, f"{key}{key_file.suffix}")))
+
+
+def _two_rows(path: Path, key_file: Path, rows: list[str], label: str) -> str:
+    return f"{display_path(path)}: input {label}: two rows for {key_file.name} ({rows[0]!r} and {rows[1]!r}); keep one"
+
+
+def doubled_row(path: Path, keys, label: str) -> str | None:
+    """Where the CSV ``path`` has two rows for one sample of ``keys`` (``(key, key_file)`` pairs:
+    rows ``a.png`` and ``a`` both name ``a.png``), the line that says so; else ``None``.
+
+    Raises:
+        UsageError: the CSV cannot be read (``read_header``'s).
+    """
+    read_header(path, label)
+    rows = _table(path, os.stat(path).st_mtime_ns)[1]
+    for key, key_file in keys:
+        matching = [name for name in _row_names(key, key_file) if name in rows]
+        if len(matching) > 1:
+            return _two_rows(path, key_file, matching, label)
+    return None
+
+
 def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarray, tuple[str, ...]]:
     """The row of ``path`` (a CSV) for the sample of ``key`` (its key file ``key_file``): its numbers and the header's feature names.
 
@@ -168,8 +236,11 @@ def read_row(path: Path, key: str, key_file: Path, label: str) -> tuple[np.ndarr
         (first, *header), rows = _table(path, os.stat(path).st_mtime_ns)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ImageError(f"{display_path(path)}: input {label}: cannot be read as a CSV ({exc})") from None
-    names = (key, key_file.name, key_file.stem, f"{key}{key_file.suffix}")
-    row = next((rows[name] for name in names if name in rows), None)
+    names = _row_names(key, key_file)
+    matching = [name for name in names if name in rows]
+    if len(matching) > 1:
+        raise ImageError(_two_rows(path, key_file, matching, label))
+    row = rows[matching[0]] if matching else None
     if row is None and first.strip() in names:
         raise ImageError(
             f"{display_path(path)}: input {label}: its first line, the header, is the row of {key_file.name}; "

@@ -401,14 +401,19 @@ def write_tensors_npz(explanation, stream: BinaryIO) -> None:
     K-th top class's or detection's CAM), ``<layer>/cam.<method>`` (each layer method's map of
     the target; ``cam`` is the first's), ``input/<method>`` (each input-resolution map, (C, H, W)),
     ``input/<method>/<NAME>`` (a sample of several inputs': each other input's map, at its own
-    shape), ``logits``, ``input``.
+    shape), ``logits``, ``input`` (the main input as the model saw it, a batch of one) and, for a
+    sample of several inputs, ``inputs/<NAME>`` (each other input as the model saw it, the same way).
 
     Needs the full tensors (``SummaryOptions(keep_tensors=True)``).
     """
+    image = explanation.image
     arrays: dict[str, np.ndarray] = {
         "logits": np.asarray(explanation.logits, dtype=np.float32)[None],
-        "input": np.asarray(explanation.image.tensor, dtype=np.float32)[None],
+        "input": np.asarray(image.tensor, dtype=np.float32)[None],
     }
+    for name, value in (getattr(image, "tensors", None) or {}).items():
+        if name != getattr(image, "main", None):
+            arrays[f"inputs/{name}"] = np.asarray(value, dtype=np.float32)[None]
     for layer in explanation.layers:
         for key, value in layer.tensors().items():
             if value is not None:
