@@ -134,3 +134,46 @@ def test_a_timm_vision_transformer_is_not_called_by_torchvisions_name():
         "model LXT's efficient AttnLRP rules cover; choose chefer or legrad for another transformer, lrp for a CNN, or "
         "a gradient method (integrated-gradients)"
     )
+
+
+def _hf_vit():
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=32,
+        patch_size=8,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=4,
+    )
+    return ViTForImageClassification(config).eval()
+
+
+@pytest.mark.slow
+def test_lrp_on_a_timm_or_hugging_face_vit_advises_what_works_on_it():
+    """Issue 37: ``--cam lrp`` on a timm ViT advised attnlrp, which refuses every timm and Hugging
+    Face ViT. The advice names the attention methods, and the first of them explains the model."""
+    import timm
+
+    import hookviz
+    from hookviz.methods.lrp import check_lrp
+
+    timm_vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2, num_classes=4)
+    for model in (timm_vit.eval(), _hf_vit()):
+        with pytest.raises(UsageError) as caught:
+            check_lrp(model)
+        said = str(caught.value)
+        assert "\n" not in said and "choose chefer, legrad or rollout for this transformer" in said, said
+        assert "attnlrp covers torchvision's VisionTransformer only" in said
+        with pytest.raises(UsageError):
+            check_attnlrp(model)  # what the advice says: attnlrp is not for this model
+        size = hookviz.InputOptions(resize=32, crop=32)
+        result = hookviz.explain(model, torch.rand(3, 32, 32), cam="chefer", target=1, inputs=size)
+        cam = result.layers[0].cams["chefer"]
+        assert np.isfinite(cam).all() and float(np.abs(cam).max()) > 0
+    with pytest.raises(UsageError) as caught:
+        check_lrp(small_vit())
+    assert "choose attnlrp for this vision transformer" in str(caught.value)

@@ -214,3 +214,28 @@ def test_the_draws_are_captums_from_a_seeded_generator_and_leave_the_global_one_
         )
         theirs = torch.cat([next(sampler) for _ in range(30)])
     assert torch.equal(shapley, theirs) and 0 < int(shapley[2:].sum()) < 28 * 9
+
+
+@pytest.mark.slow
+def test_a_photo_slic_cannot_cut_fails_alone_and_the_others_are_explained(tmp_path):
+    """Issue 37: 48 px of noise, which SLIC leaves as one superpixel, stopped the whole run (exit 2,
+    0 done); it must fail as other per-photo faults do, in one line naming it, and the cat be explained."""
+    import json
+
+    photos = tmp_path / "in"
+    photos.mkdir()
+    noise = np.random.default_rng(0).integers(0, 256, (48, 48, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(photos / "noise.png")
+    Image.open(SAMPLES / "cat.png").save(photos / "cat.png")
+    for cam in ("feature-ablation", "lime", "kernel-shap"):
+        out = tmp_path / cam
+        small = ("--resize", "48", "--crop", "48", "--superpixel-samples", "4")
+        result = hookviz_run(photos, *small, "--cam", cam, "--batch-size", "2", out=out)
+        assert result.exit_code == 1, result.output
+        failed = [line for line in result.output.splitlines() if "SLIC finds only one superpixel" in line]
+        assert len(failed) == 1 and failed[0].startswith(f"hookviz: failed: {photos / 'noise.png'}: --cam {cam}: "), failed
+        run = json.loads((out / "run.json").read_text())
+        assert run["counts"]["done"] == 1 and run["counts"]["failed"] == 1, run["counts"]
+        report = json.loads((out / "cat" / "report.json").read_text())
+        assert cam in report["pixel_maps"] and not (out / "noise" / "report.json").exists()
+        assert "Traceback" not in result.output

@@ -190,3 +190,18 @@ def test_the_site_builds_strict_and_its_command_reference_is_the_commands(tmp_pa
     api = (site / "python-api" / "index.html").read_text(encoding="utf-8")
     assert "Explain one image with" in api and "ModelOptions" in api  # from the docstrings
     assert (site / "images" / "cat-summary.png").exists()
+
+
+def test_the_readmes_speed_figures_are_the_ones_performance_measured_last():
+    """Issue 37: the README said 0.93x captum where docs/performance.md had measured 1.07-1.12x since.
+    Each ratio of the README's speed paragraph (``2.4x``) must be one docs/performance.md gives as
+    its current measurement, in bold (``**2.4**`` in a table, ``**1.74x**`` in the text); the
+    figures it keeps of earlier days are not bold."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## How fast")
+    section = text[start : text.index("\n## ", start + 1)]
+    said = re.findall(r"(?<![\w.])(\d+(?:\.\d+)?)x\b", section)
+    assert len(said) >= 8, said  # the paragraph still gives its figures as ratios
+    performance = (DOCS / "performance.md").read_text(encoding="utf-8")
+    measured = set(re.findall(r"\*\*(\d+(?:\.\d+)?)x?\*\*", performance))
+    assert not [figure for figure in said if figure not in measured], (said, sorted(measured))

@@ -135,7 +135,10 @@ def cam_correlation(before, after) -> float:
 def peak_shift(before, after, before_hw, after_hw) -> float | None:
     """How far the CAM's peak moved, in pixels of the model's input (each map's cell
     centre scaled to its run's input size, on each of its one to three axes); ``None`` where
-    a map has no peak (flat, or not finite) or its rank is not its input size's."""
+    a map has no peak (flat, or not finite), its rank is not its input size's, or the two
+    inputs differ in rank."""
+    if before_hw is None or after_hw is None or len(before_hw) != len(after_hw):
+        return None  # another rank of input (a clip against a photo): no distance between the peaks
     centres = []
     for cam, hw in ((np.asarray(before), before_hw), (np.asarray(after), after_hw)):
         if hw is None or cam.ndim != len(hw) or not np.isfinite(cam).all() or _flat(cam):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hookviz.compare.measures import layers_only
 from hookviz.store.runfolder import ImageData, RunFolder, version_tuple
 
-__all__ = ["run_notes", "target_notes", "image_notes", "layer_notes", "kept_notes"]
+__all__ = ["run_notes", "kind_notes", "target_notes", "image_notes", "layer_notes", "kept_notes"]
 
 
 def run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
@@ -46,7 +46,27 @@ def run_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
     ]
     if changed:
         notes.append("preprocessing differs: " + "; ".join(changed))
-    return notes + target_notes(*(files.report.asked for files in pairs[0]))
+    return notes + kind_notes(base, new, pairs) + target_notes(*(files.report.asked for files in pairs[0]))
+
+
+def kind_notes(base: RunFolder, new: RunFolder, pairs) -> list[str]:
+    """One line for the images of one name that are samples of another kind in each run (a clip
+    in one, a photo in the other): their inputs differ in rank, so their maps and CAMs cannot be
+    laid over each other; their predictions and statistics are still compared."""
+    other = [(b.report.input_hw, n.report.input_hw, n.image) for b, n in pairs]
+    other = [(b, n, image) for b, n, image in other if b is not None and n is not None and len(b) != len(n)]
+    if not other:
+        return []
+    before, after, _ = other[0]
+    return [
+        f"another kind of sample in {base.named} and {new.named} for {some([image for *_, image in other])}: "
+        f"{_sized(before)} input against {_sized(after)}; compared on predictions and statistics, "
+        "not on maps or CAMs (another rank of map)"
+    ]
+
+
+def _sized(size) -> str:
+    return f"{'x'.join(str(side) for side in size)} ({len(size)}-D)"
 
 
 # what the target options of report.json's ``asked`` are given as on the command line
@@ -149,6 +169,9 @@ def layer_notes(before: ImageData, after: ImageData, layers) -> list[str]:
         cams = [getattr(data.layers[layer.name].cam, "shape", None) for data in (before, after)]
         if layer.cam is None and (cams[0] is None) != (cams[1] is None):
             notes.append(f"{layer.name}: a CAM in one run only (--cam differs?); not compared")
+        same_input = len(before.input_hw or ()) == len(after.input_hw or ())
+        if same_input and cams[0] is not None and cams[1] is not None and len(cams[0]) != len(cams[1]):
+            notes.append(f"{layer.name}: CAMs of another rank ({_sized(cams[0])} -> {_sized(cams[1])}); not compared")
     return notes
 
 

@@ -109,8 +109,24 @@ def check_lrp(model) -> None:
         name, kind = found
         raise UsageError(
             f"{arg('cam', 'lrp')}: {type(model).__name__} has a {kind} ({name}), a layer type zennit's LRP rules do not "
-            "cover; choose attnlrp for a vision transformer, or a gradient method (integrated-gradients)"
+            f"cover; {_instead(model)}"
         )
+
+
+def _instead(model) -> str:
+    """What to choose instead of lrp for ``model``: attnlrp covers torchvision's vision transformer
+    only (timm's and Hugging Face's it refuses), the attention methods any transformer."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    modules = list(model.modules())
+    if any(isinstance(module, VisionTransformer) for module in modules):
+        return "choose attnlrp for this vision transformer, or a gradient method (integrated-gradients)"
+    if any("attention" in type(module).__name__.lower() for module in modules):
+        return (
+            "choose chefer, legrad or rollout for this transformer (attnlrp covers torchvision's VisionTransformer "
+            "only), or a gradient method (integrated-gradients)"
+        )
+    return "choose a gradient method (integrated-gradients)"
 
 
 @functools.cache

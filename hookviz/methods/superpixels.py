@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hookviz.errors import UsageError, arg
+from hookviz.errors import ImageError, UsageError, arg
 from hookviz.methods.base import RESCORING_BATCH, MethodContext
 from hookviz.methods.integrated_gradients import IG_BASELINES, baseline
 from hookviz.methods.relevance import require
@@ -102,7 +102,8 @@ def photos(ctx: MethodContext, method: str):
 
 def segments(image, settings: SuperpixelOptions, method: str):
     """One photo's (1, C, H, W) superpixels: an (H, W) long tensor of labels 0..K-1 (K >= 2), on
-    the photo's device. UsageError in one line when SLIC cannot cut it into two or more."""
+    the photo's device. ImageError in one line when SLIC cannot cut it into two or more: that
+    photo fails, and a run goes on with the others."""
     import numpy as np
     import torch
 
@@ -126,8 +127,8 @@ def segments(image, settings: SuperpixelOptions, method: str):
     )
     _, numbered = np.unique(labels, return_inverse=True)  # 0..K-1 with no gap
     numbered = numbered.reshape(labels.shape)
-    if int(numbered.max()) < 1:
-        raise UsageError(
+    if int(numbered.max()) < 1:  # this photo's fault, not the run's: it fails alone (issue 37)
+        raise ImageError(
             f"{arg('cam', method)}: SLIC finds only one superpixel in this {height}x{width} input, so there is nothing to "
             f"compare; give a higher {arg('superpixel_compactness')} (squarer superpixels: 100 cuts even noise), "
             f"more {arg('superpixels')} or a larger input"

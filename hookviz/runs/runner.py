@@ -560,8 +560,10 @@ class Run:
         if self.baseline is not None and not self.state.interrupted and self.state.error is None:
             try:
                 summary, document = self.baseline.compare(summary, document, self.asked.out, bool(self.asked.pictures.pictures))
-            except HookvizError as error:  # the run's own files are complete: describe them, then stop
-                self.state.fail(str(error))
+            except Exception as error:  # the run's own files are complete: describe them, then stop
+                self.state.fail(
+                    str(error) if isinstance(error, HookvizError) else f"comparing with the baseline: {describe(error)}"
+                )
                 document = replace(document, error=self.state.error)
                 failure = error
         try:

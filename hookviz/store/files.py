@@ -208,7 +208,8 @@ def _listed_files(directory: Path) -> list[str]:
 def list_files(directory: Path, names: Sequence[str]) -> None:
     """Add ``names``, files written into ``directory`` after its ``report.json`` (the diff
     pictures), to the files that report lists: the folder's next save removes them unless it
-    writes them again. A folder without a readable report is left as it is."""
+    writes them again. A folder without a readable report is left as it is; the rest of the
+    report is written back as it was read, a NaN another writer left in it included."""
     path = directory / REPORT
     try:
         document = json.loads(path.read_bytes())
@@ -217,7 +218,7 @@ def list_files(directory: Path, names: Sequence[str]) -> None:
     files = document.get("files") if isinstance(document, dict) else None
     if isinstance(files, list) and any(name not in files for name in names):
         document["files"] = [*files, *(name for name in dict.fromkeys(names) if name not in files)]
-        write_json(path, document)
+        atomic_write(path, (json.dumps(document, indent=2, default=_jsonable) + "\n").encode())
 
 
 def _jsonable(value):
