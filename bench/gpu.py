@@ -47,7 +47,9 @@ def settings(args) -> dict:
     return {
         "device": device,
         "models": (args.models or ("resnet18" if small else "resnet50,resnet18")).split(","),
-        "methods": (args.methods or ("gradcam,integrated-gradients" if small else "gradcam,scorecam,integrated-gradients")).split(","),
+        "methods": (args.methods or ("gradcam,integrated-gradients" if small else "gradcam,scorecam,integrated-gradients")).split(
+            ","
+        ),
         "batches": [int(b) for b in (args.batches or ("1,4" if small else "1,16,64")).split(",")],
         "dtypes": (args.dtypes or ("float32" if small else "float32,float16")).split(","),
         "size": args.size or (112 if small else 224),
@@ -145,7 +147,9 @@ def cell(row: dict, tool: str, make, device: str, repeats: int, failures: list) 
         row[tool] = row["batch"] / seconds
     except Exception as error:  # a tool that does not take this dtype or device: said, not fatal
         row[tool] = None
-        failures.append(f"{row['model']} {row['method']} batch {row['batch']} {row['dtype']}, {tool}: {type(error).__name__}: {error}"[:300])
+        failures.append(
+            f"{row['model']} {row['method']} batch {row['batch']} {row['dtype']}, {tool}: {type(error).__name__}: {error}"[:300]
+        )
 
 
 def main() -> None:
@@ -167,7 +171,9 @@ def main() -> None:
         )
     else:
         print(f"device {device}: {torch.cuda.get_device_name(torch.device(device))}, torch {torch.__version__}", flush=True)
-    print(f"{s['size']} px, random weights (seed 0), median of {s['repeats']} calls after a warm-up; photos per second", flush=True)
+    print(
+        f"{s['size']} px, random weights (seed 0), median of {s['repeats']} calls after a warm-up; photos per second", flush=True
+    )
     heads = ("model", "method", "batch", "dtype", "hookviz", "pytorch-grad-cam", "captum", "hookviz / best peer")
     print("| " + " | ".join(heads) + " |\n|" + " --- |" * len(heads), flush=True)
     failures: list[str] = []
@@ -193,7 +199,9 @@ def row_table(name: str, method: str, batch: int, dtype_name: str, model, s: dic
     cell(row, "hookviz", lambda: hookviz_call(model, layer, method, x), device, s["repeats"], failures)
     for tool, call in peer_calls(model, layer, method, x, classes).items():
         cell(row, tool, lambda call=call: call, device, s["repeats"], failures)
-    shown = [f"{row[t]:.1f}" if row.get(t) else ("failed" if t in row else "-") for t in ("hookviz", "pytorch-grad-cam", "captum")]
+    shown = [
+        f"{row[t]:.1f}" if row.get(t) else ("failed" if t in row else "-") for t in ("hookviz", "pytorch-grad-cam", "captum")
+    ]
     peers = [row[t] for t in ("pytorch-grad-cam", "captum") if row.get(t)]
     ratio = f"{row['hookviz'] / max(peers):.2f}" if peers and row.get("hookviz") else "-"
     print(f"| {name} | {method} | {batch} | {dtype_name} | " + " | ".join(shown) + f" | {ratio} |", flush=True)

@@ -158,7 +158,9 @@ def compare(name: str, what: str, hookviz_args: list[str], old: Path, work: Path
     print(f"\n{name}: {what}")
     print(f"{'':6}{'wall s':>10}{'cpu s':>10}")
     for side in sides:
-        print(f"{side:6}{statistics.median(w for w, _ in figures[side]):10.2f}{statistics.median(c for _, c in figures[side]):10.2f}")
+        print(
+            f"{side:6}{statistics.median(w for w, _ in figures[side]):10.2f}{statistics.median(c for _, c in figures[side]):10.2f}"
+        )
     pairs = list(zip(figures["new"], figures["old"]))
     wall = statistics.median(n[0] / o[0] for n, o in pairs)
     cpu = statistics.median(n[1] / o[1] for n, o in pairs)

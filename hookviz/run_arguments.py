@@ -239,7 +239,7 @@ def _flags(parameter: inspect.Parameter) -> set[str]:
     return {flag.strip() for name in names for flag in name.split("/") if flag.strip().startswith("-")}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hints(group: type, extras: bool = True) -> dict:
     """A dataclass's type hints, read once: typer asks for the signature several times, and each
     reading compiles every string annotation of the class again (once per field, it cost ~30 ms

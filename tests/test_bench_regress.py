@@ -43,9 +43,12 @@ def test_the_recorded_commit_is_the_one_that_released_it():
         ["git", "-C", str(regress.ROOT), "show", f"{commit}:CHANGELOG.md"], capture_output=True, text=True, check=True
     ).stdout
     assert re.search(rf"^## \[{re.escape(version)}\]", changelog, flags=re.MULTILINE)
-    assert f'version = "{version}"' in subprocess.run(
-        ["git", "-C", str(regress.ROOT), "show", f"{commit}:pyproject.toml"], capture_output=True, text=True, check=True
-    ).stdout
+    assert (
+        f'version = "{version}"'
+        in subprocess.run(
+            ["git", "-C", str(regress.ROOT), "show", f"{commit}:pyproject.toml"], capture_output=True, text=True, check=True
+        ).stdout
+    )
 
 
 def test_a_recorded_release_reads_past_comments(tmp_path, monkeypatch):

@@ -20,7 +20,16 @@ from matplotlib.figure import Figure
 from hookviz.glyphs import GLYPH_WARNINGS, text_families
 from hookviz.render.figures import ACTIVATION_CMAP, Sheet, encode, png_bytes
 
-__all__ = ["configure_worker", "drawing_here", "fonts_from_memory", "fonts_in_memory", "warm_up", "FigureCache", "Reused", "worker_cache"]
+__all__ = [
+    "configure_worker",
+    "drawing_here",
+    "fonts_from_memory",
+    "fonts_in_memory",
+    "warm_up",
+    "FigureCache",
+    "Reused",
+    "worker_cache",
+]
 
 
 def configure_worker() -> None:
