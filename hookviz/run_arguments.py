@@ -4,6 +4,7 @@ the values given turned into the option groups the library takes (``option_group
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import typing
@@ -238,6 +239,14 @@ def _flags(parameter: inspect.Parameter) -> set[str]:
     return {flag.strip() for name in names for flag in name.split("/") if flag.strip().startswith("-")}
 
 
+@functools.cache
+def _hints(group: type, extras: bool = True) -> dict:
+    """A dataclass's type hints, read once: typer asks for the signature several times, and each
+    reading compiles every string annotation of the class again (once per field, it cost ~30 ms
+    of every run's start, before the render workers start)."""
+    return typing.get_type_hints(group, include_extras=extras)
+
+
 def _is_bool(annotation) -> bool:
     return typing.get_args(annotation)[:1] == (bool,) or annotation is bool
 
@@ -261,7 +270,7 @@ class TypedCommand:
                 f.name,
                 inspect.Parameter.KEYWORD_ONLY,
                 default=f.default_factory() if f.default is MISSING else f.default,  # type: ignore[misc,operator]
-                annotation=typing.get_type_hints(group, include_extras=True)[f.name],
+                annotation=_hints(group)[f.name],
             )
             for group in self._groups()
             for f in fields(group)
@@ -269,7 +278,7 @@ class TypedCommand:
         return inspect.Signature([*own, *declared_parameters(own)])
 
     def _groups(self) -> list[type]:
-        hints = typing.get_type_hints(self.args)
+        hints = _hints(self.args, extras=False)
         return [hints[f.name] for f in fields(self.args)]
 
     @property
