@@ -71,11 +71,11 @@ def test_slics_one_superpixel_error_advises_what_does_cut_the_input():
     import pytest
     import torch
 
-    from hookviz.errors import UsageError
+    from hookviz.errors import ImageError
     from hookviz.methods.superpixels import SuperpixelOptions, segments
 
     noise = torch.rand((1, 3, 32, 32), generator=torch.Generator().manual_seed(0))
-    with pytest.raises(UsageError) as refused:
+    with pytest.raises(ImageError) as refused:
         segments(noise, SuperpixelOptions(), "lime")
     assert "higher superpixel_compactness" in str(refused.value) and "\n" not in str(refused.value)
     advised = segments(noise, SuperpixelOptions(superpixel_compactness=100.0), "lime")  # the advice, followed
