@@ -155,8 +155,9 @@ def _open_reader(av, path: Path, shown: str, max_pixels: int) -> "_Reader":
     except av.FFmpegError as exc:
         raise ImageError(f"{shown}: not a video PyAV can read, corrupt or truncated ({describe(exc)})") from None
     if not container.streams.video:
+        audio = bool(container.streams.audio)  # read before closing: a closed container lists no streams
         container.close()
-        if not container.streams.audio:
+        if not audio:
             raise ImageError(f"{shown}: holds no stream PyAV can read: corrupt or truncated?")
         raise ImageError(f"{shown}: holds no video stream (audio only); give a video")
     return _Reader(container, shown, max_pixels)
