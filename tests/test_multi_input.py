@@ -4,6 +4,7 @@ to files (folders paired by relative path), the same mapping goes to ``explain()
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
+from hookviz.errors import UsageError
 from hookviz.tasks.segment import Segment
 
 from .cli_helpers import hookviz_run
@@ -234,10 +236,15 @@ def test_a_binding_the_model_cannot_take_is_refused_in_one_line(rgbd, tmp_path, 
 
 
 def test_the_kinds_settings_are_a_group_no_other_owner_names():
-    from hookviz.options.declared import check_group
+    from hookviz.options.declared import check_group, groups, settings_of
     from hookviz.samples import MultiOptions
 
+    assert groups()[MultiOptions] == ("multi",)
     check_group(MultiOptions, "sample kind 'multi'")  # raises where --input or --aligned is another owner's too
+    for setting in settings_of(MultiOptions):
+        clash = dataclasses.make_dataclass("Clash", [(setting.name, int, dataclasses.field(default=0))], frozen=True)
+        with pytest.raises(UsageError, match=f"setting '{setting.name}' is taken by multi"):
+            check_group(clash, "method 'clash'")
 
 
 @pytest.mark.parametrize("baselines", ["zero", "blur,meta=mean"])
