@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hookviz.errors import HookvizError, UsageError
-from hookviz.registry import Registry
+from hookviz.registry import Registry, built_in
 
 if TYPE_CHECKING:
     import torch
@@ -295,7 +295,15 @@ class Method:
         return f"Method({self.name!r}, {self.resolution} resolution, needs {', '.join(needs) or 'activations only'})"
 
 
-METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",))
+#: The built-in methods' modules; --help lists the methods in this order, so it is not sorted by name.
+_BUILT_IN = """
+gradcam gradcam_plus_plus layercam xgradcam hirescam eigencam scorecam ablationcam
+guided_backprop guided_gradcam integrated_gradients lrp attnlrp rollout chefer legrad
+feature_ablation lime kernel_shap cam fullgrad refine_cam saliency input_x_gradient
+deconvolution deeplift deeplift_shap gradient_shap gradcam_elementwise eigengradcam kpca_cam fem
+random_cam shapley_cam sscam iscam rise occlusion finer_cam smoothgradcam_pp
+"""
+METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",), modules=built_in("hookviz.methods", _BUILT_IN))
 
 
 def register_method(

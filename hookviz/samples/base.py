@@ -19,7 +19,7 @@ import numpy as np
 
 from hookviz.errors import UsageError, arg
 from hookviz.inputs.identity import Match, PhotoIdentity, match_files
-from hookviz.registry import Registry
+from hookviz.registry import Registry, built_in
 
 __all__ = [
     "Sample",
@@ -144,7 +144,9 @@ class SampleKindBase:
 
 
 #: Every sample kind, by name.
-SAMPLE_KINDS: Registry[SampleKind] = Registry("sample_kind", "sample kind")
+SAMPLE_KINDS: Registry[SampleKind] = Registry(
+    "sample_kind", "sample kind", modules=built_in("hookviz.samples", "multi video photo")
+)
 
 
 def register_sample_kind(kind_class):
@@ -165,15 +167,11 @@ def register_sample_kind(kind_class):
 
 
 def get_sample_kind(name: str) -> SampleKind:
-    """The sample kind called ``name`` (the built-in ``photo`` is registered on first use).
+    """The sample kind called ``name``.
 
     Raises:
         UsageError: no kind has that name.
     """
-    import hookviz.samples.multi  # noqa: F401  (the multi-input kind)
-    import hookviz.samples.photo  # noqa: F401  (registers the photo)
-    import hookviz.samples.video  # noqa: F401  (and the video)
-
     return SAMPLE_KINDS.get(name)
 
 

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hookviz.errors import UsageError
-from hookviz.registry import Registry
+from hookviz.registry import Registry, built_in
 
 __all__ = [
     "KINDS",
@@ -169,8 +169,15 @@ class PictureKind:
         return None if built is None else built[0]
 
 
-#: Every picture kind, by name, in drawing order (the order they were registered).
-KINDS: Registry[PictureKind] = Registry("pictures", "picture kind")
+#: Every picture kind, by name, in drawing order: the order of the modules that register them,
+#: so it is not sorted by name.
+KINDS: Registry[PictureKind] = Registry(
+    "pictures",
+    "picture kind",
+    modules=built_in(
+        "hookviz.render.kinds", "summary channels cam cam_topk cams faithfulness sanity diff frames timeline animation"
+    ),
+)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -249,7 +256,3 @@ def anatomy(explanation, layer, shape):
     if shape is None:
         return None
     return (explanation.model, layer.name, layer.shapes.get("output"), explanation.image.shown.shape, shape)
-
-
-# Each module registers its kinds: drawing order is this order, so it is not sorted by name.
-from hookviz.render.kinds import summary, channels, cam, cam_topk, cams, faithfulness, sanity, diff, frames, timeline, animation  # noqa: E402,F401  # isort: skip
