@@ -30,10 +30,6 @@ def built_in(package: str, names: str) -> tuple[str, ...]:
     return tuple(f"{package}.{name}" for name in names.split())
 
 
-#: The built-in modules of every registry.
-_BUILT_IN: set[str] = set()
-
-
 def _importing(modules) -> str | None:
     """The innermost of ``modules`` whose import is running on this thread's stack, or ``None``."""
     frame = sys._getframe(1)
@@ -42,10 +38,6 @@ def _importing(modules) -> str | None:
             return frame.f_globals["__name__"]
         frame = frame.f_back  # type: ignore[assignment]
     return None
-
-
-def _built_in_importing() -> bool:
-    return _importing(_BUILT_IN) is not None
 
 
 class Registry(Generic[T]):
@@ -78,23 +70,21 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
         self._ranks: dict[str, int] = {}  # an entry's place: its module's in ``modules``, a plug-in's after them
         self._loaded = not modules
-        _BUILT_IN.update(modules)
+        self._loading = False
 
     def _load(self) -> None:
-        """Import the built-in modules once. Not while a built-in module of any registry is
-        being imported: a module halfway imported cannot be asked again, so its decorator's
-        checks see what is registered so far (tests/test_registry.py checks the built-ins)."""
-        if self._loaded or Registry._loading or _built_in_importing():
+        """Import the built-in modules once. Not while one of them is being imported: the
+        others may import its names, which do not exist yet, so its decorator's checks see
+        what is registered so far (tests/test_registry.py checks the built-ins)."""
+        if self._loaded or self._loading or _importing(self.modules) is not None:
             return
-        Registry._loading = True
+        self._loading = True
         try:
             for module in self.modules:
                 importlib.import_module(module)
             self._loaded = True
         finally:
-            Registry._loading = False
-
-    _loading = False  # a registry is importing its built-in modules
+            self._loading = False
 
     def _rank(self) -> int:
         """The place of the entry being added: the index in ``modules`` of the module whose

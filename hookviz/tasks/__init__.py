@@ -5,6 +5,7 @@ their order, their words, the order in which a model's output is recognised, bot
 ``priority``) is read from ``TASKS``. Importing it is cheap: no task imports torch or numpy before it runs.
 """
 
+from hookviz.options.base import answers
 from hookviz.tasks.base import TASKS, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, Task, TaskBase, register_task
 from hookviz.tasks.classify import ClassPrediction
 from hookviz.tasks.detect import DetectOptions, DetectPrediction
@@ -45,6 +46,7 @@ def _by_priority() -> list[Task]:
     return TASKS.values()  # by priority
 
 
+@answers("tasks")
 def task_names() -> list[str]:
     """Every task's name, in listing order: the lowest ``priority`` first (the most general,
     classification, to the most particular, detection)."""

@@ -56,6 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hookviz.errors import UsageError
+from hookviz.options.base import answers
 from hookviz.registry import Registry, built_in
 
 __all__ = [
@@ -217,6 +218,7 @@ def picture_kind(name: str) -> PictureKind:
     return KINDS.get(name)
 
 
+@answers("picture_kinds")
 def kinds_for(pictures) -> tuple[PictureKind, ...]:
     """The kinds a ``PictureOptions`` asks for, in drawing order (never one that compares runs)."""
     return tuple(
@@ -224,11 +226,13 @@ def kinds_for(pictures) -> tuple[PictureKind, ...]:
     )
 
 
+@answers("picture_groups")
 def picture_groups() -> tuple[str, ...]:
     """What ``pictures`` may name, in drawing order."""
     return tuple(dict.fromkeys(kind.group for kind in KINDS.values() if not kind.compares))
 
 
+@answers("default_pictures")
 def default_groups() -> tuple[str, ...]:
     """The groups drawn when ``pictures`` is not given."""
     return tuple(dict.fromkeys(kind.group for kind in KINDS.values() if kind.default and not kind.compares))
