@@ -125,7 +125,7 @@ class _Loaded:
         return self.source.label if hasattr(self.source, "label") else "<in-memory inputs>"
 
 
-class BoundInputs:
+class BoundInputs(SampleKindBase):
     """The multi-input kind as one run's bindings make it (``Explainer.kind``): it finds, reads and prepares the samples."""
 
     name = MULTI
