@@ -8,13 +8,13 @@ their help text. Each kind is one module of this package (``summary``, ``channel
 ``time`` and ``animation``) that registers itself;
 a new kind is a new module, here or in your own package, that calls ``register_kind``::
 
-    from hookviz.render.kinds import PictureKind, anatomy, register_kind
+    from hookviz.render.kinds import PictureKind, usual_reuse_key, register_kind
 
     def build(explanation, layer):          # -> (figure, update, changing), or None
         ...
 
     def reuse_key(explanation, layer, options):
-        return anatomy(explanation, layer, layer.cam.shape if layer.cam is not None else None)
+        return usual_reuse_key(explanation, layer, layer.cam.shape if layer.cam is not None else None)
 
     register_kind(PictureKind("peaks", group="peaks", label="CAM peaks", help="the CAM's peaks",
                               build=build, reuse_key=reuse_key))
@@ -37,7 +37,7 @@ triple ``(figure, update, changing)``:
   redrawn whole each time.
 
 ``reuse_key(explanation, layer, options)`` says what must match for a figure to be reused
-for another image (``anatomy`` gives the usual key: model, layer, shapes, photo size, and
+for another image (``usual_reuse_key`` gives the usual key: model, layer, shapes, photo size, and
 what else decides the layout), or ``None`` when the picture does not apply (nothing is
 built). Both must be module-level functions: the render workers import them by name.
 
@@ -69,7 +69,7 @@ __all__ = [
     "picture_groups",
     "default_groups",
     "groups_help",
-    "anatomy",
+    "usual_reuse_key",
     "grid_options",
     "map_rank",
 ]
@@ -253,7 +253,7 @@ def map_rank(layer) -> int | None:
     return layout.rank if layout is not None and layout.spatial else None
 
 
-def anatomy(explanation, layer, shape):
+def usual_reuse_key(explanation, layer, shape):
     """The usual reuse key of a picture of one explanation's layer: the model, the layer and
     its output's shape (they are in the titles), the photo's size, and ``shape``, what else
     decides the layout; ``None`` (the picture does not apply) when ``shape`` is."""
