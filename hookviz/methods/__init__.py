@@ -24,6 +24,7 @@ from hookviz.methods.base import (
     METHODS,
     RESCORING_BATCH,
     RESOLUTIONS,
+    InputGradient,
     MapFigures,
     Method,
     MethodContext,
@@ -35,6 +36,7 @@ from hookviz.methods.base import (
 
 __all__ = [
     "METHODS",
+    "InputGradient",
     "MapFigures",
     "RESCORING_BATCH",
     "RESOLUTIONS",

@@ -158,8 +158,8 @@ def integrated_gradients(ctx: MethodContext):
     inputs, gradient, score = ctx.inputs, ctx.input_gradient, ctx.score
     assert inputs is not None and gradient is not None and score is not None  # the pass gives what the method declares
     settings = ctx.settings if isinstance(ctx.settings, IGOptions) else IGOptions()
-    others = gradient.others() if hasattr(gradient, "others") else {}
-    _check_named(settings, getattr(getattr(gradient, "samples", None), "main", ""), others)
+    others = gradient.others()
+    _check_named(settings, gradient.main, others)
     if others:  # a sample of several inputs: the path goes through all of them together, as captum's on a tuple
         return _through_every_input(inputs, others, gradient, settings)
     which = settings.baselines()[0]
@@ -247,7 +247,7 @@ def _through_every_input(inputs, others: dict, gradient, settings: IGOptions):
     import torch
 
     every, named = settings.baselines()
-    main = gradient.samples.main  # the main input is "" below
+    main = gradient.main  # the main input is "" below
     ladder = AUTO_LADDER if settings.steps == "auto" else (int(settings.steps),)
     main_maps, figures, maps = [], [], []
     cost = sum(steps + 2 for steps in ladder)  # each rung's steps and its path's two ends
