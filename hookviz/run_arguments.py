@@ -308,17 +308,25 @@ def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
     from hookviz.options.declared import build
     from hookviz.runs.cluster import command_shard
 
-    m, i, c, r = o.model, o.images, o.trust, o.run
+    model, images, checks, run = o.model, o.images, o.trust, o.run
     return dict(
-        model=ModelOptions(m.model, m.weights, m.seed, r.device, m.task, m.trust_checkpoint, given_prompts(m.prompt, m.prompts)),
+        model=ModelOptions(
+            model.model,
+            model.weights,
+            model.seed,
+            run.device,
+            model.task,
+            model.trust_checkpoint,
+            given_prompts(model.prompt, model.prompts),
+        ),
         layers=LayerOptions(tuple(o.layers.layer or ()), tuple(o.layers.layer_type or ()), o.layers.layout),
         inputs=InputOptions(
-            resize=i.resize,
-            crop=i.crop,
-            mean=parse_triple(i.mean, "mean") if i.mean else None,
-            std=parse_triple(i.std, "std") if i.std else None,
-            whole_image=i.no_crop,
-            max_pixels=i.max_pixels,
+            resize=images.resize,
+            crop=images.crop,
+            mean=parse_triple(images.mean, "mean") if images.mean else None,
+            std=parse_triple(images.std, "std") if images.std else None,
+            whole_image=images.no_crop,
+            max_pixels=images.max_pixels,
         ),
         target=_target(o.target, build(declared, "method")),
         task_options=build(declared, "task"),
@@ -327,20 +335,20 @@ def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
         options=RunOptions(
             out=o.output.out,  # type: ignore[arg-type]  # RunOptions makes the folders Paths
             save_tensors=o.output.save_tensors,
-            batch_size=r.batch_size,
-            skip_existing=r.skip_existing,
-            shard=command_shard(r.shard),  # type: ignore[arg-type]  # RunOptions parses "K/N" and "auto"
-            workers=r.workers,
+            batch_size=run.batch_size,
+            skip_existing=run.skip_existing,
+            shard=command_shard(run.shard),  # type: ignore[arg-type]  # RunOptions parses "K/N" and "auto"
+            workers=run.workers,
             tensorboard=o.output.tensorboard,  # type: ignore[arg-type]
             command=tuple(sys.argv),
         ),
         checks=CheckOptions(
-            fail_on=c.fail_on or (),  # type: ignore[arg-type]  # CheckOptions parses "a,b"
-            dead_fraction=c.dead_fraction,
-            baseline=c.baseline,  # type: ignore[arg-type]  # CheckOptions makes it a Path
-            tolerances=Tolerances(rtol=c.rtol, atol=c.atol, min_cam_corr=c.min_cam_corr),
+            fail_on=checks.fail_on or (),  # type: ignore[arg-type]  # CheckOptions parses "a,b"
+            dead_fraction=checks.dead_fraction,
+            baseline=checks.baseline,  # type: ignore[arg-type]  # CheckOptions makes it a Path
+            tolerances=Tolerances(rtol=checks.rtol, atol=checks.atol, min_cam_corr=checks.min_cam_corr),
         ),
-        trust=TrustOptions(faithfulness=c.faithfulness, sanity=c.sanity),
+        trust=TrustOptions(faithfulness=checks.faithfulness, sanity=checks.sanity),
     )
 
 

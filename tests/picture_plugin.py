@@ -2,7 +2,7 @@
 ``hookviz.render.kinds.register_kind``): the output's mean, in words. Importing this
 module registers it; tests/test_render.py draws it through ``hookviz run --pictures toy``."""
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 
 def build(explanation, layer):
@@ -22,7 +22,7 @@ def build(explanation, layer):
 
 
 def reuse_key(explanation, layer, options):
-    return anatomy(explanation, layer, () if layer.maps.get("output") is not None else None)
+    return usual_reuse_key(explanation, layer, () if layer.maps.get("output") is not None else None)
 
 
 KIND = register_kind(

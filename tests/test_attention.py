@@ -126,9 +126,22 @@ def test_every_rolled_out_row_sums_to_one(fusion, discard):
     fused = [getattr(p, {"mean": "mean", "max": "amax", "min": "amin"}[fusion])(dim=1) for p in maps.probabilities]
     if discard:
         fused = [_jacobgil_discarded(a, discard) for a in fused]
-    rows["ours"] = rolled_out(fused)
-    torch.testing.assert_close(rows["ours"].sum(dim=-1), torch.ones(2, 17), rtol=0, atol=1e-5)
-    torch.testing.assert_close(found, rows["ours"][:, 0, 1:].reshape(2, 4, 4))
+    rows["theirs"] = _jacobgil_rollout(fused)
+    torch.testing.assert_close(rows["theirs"].sum(dim=-1), torch.ones(2, 17), rtol=0, atol=1e-5)
+    torch.testing.assert_close(found, rows["theirs"][:, 0, 1:].reshape(2, 4, 4))
+
+
+def _jacobgil_rollout(fused):
+    """vit-explain's ``rollout``, image by image: ``(A + I) / 2``, each row divided by its own
+    sum (not the broadcast of the next test), multiplied onto the result from the left."""
+    joint = []
+    for image in range(len(fused[0])):
+        result = torch.eye(fused[0].shape[-1])
+        for attention in fused:
+            step = (attention[image] + torch.eye(len(result))) / 2
+            result = torch.matmul(step / step.sum(dim=-1).unsqueeze(-1), result)
+        joint.append(result)
+    return torch.stack(joint)
 
 
 def _jacobgil_discarded(fused, ratio):

@@ -10,7 +10,8 @@ from PIL import Image
 from hookviz import Preprocessing, TargetOptions, explain
 from hookviz.errors import TargetError, UsageError
 from hookviz.modelstate import frozen_parameters
-from hookviz.tasks.classify import logits_of, parse_target
+from hookviz.tasks.classify import logits_of
+from hookviz.tasks.targets import parse_target
 
 from .conftest import tiny_net
 

@@ -137,3 +137,84 @@ def test_a_plugin_setting_whose_flag_the_command_has_is_one_line(
         "already; rename it"
     ]
     sys.modules.pop(module, None)
+
+
+def _signals(folder, count=2, seed=0):
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    for index in range(count):
+        values = rng.normal(size=(64, 2)).astype(np.float32)
+        np.savetxt(folder / f"s{index}.csv", values, delimiter=",", header="x,y", comments="", fmt="%.6f")
+    return folder
+
+
+@pytest.mark.slow  # a fresh interpreter and a render worker
+def test_the_signal_csv_example_plug_in_runs_end_to_end_and_its_cam_is_grad_cams(tmp_path):
+    """tests/signal_plugin.py, a sample kind in 60 lines on the public helpers (find_files,
+    signal_picture), through ``hookviz run``; its map equals Grad-CAM computed here with plain hooks."""
+    import torch
+
+    from tests.signal_plugin import signal_net
+
+    folder, out = _signals(tmp_path / "signals"), tmp_path / "out"
+    command = [sys.executable, "-m", "hookviz", "run", str(folder), "--model", "tests.signal_plugin:signal_net"]
+    command += ["--weights", "none", "--layer", "3", "--save-tensors", "--out", str(out)]
+    env = {**os.environ, "HOOKVIZ_PLUGINS": "tests.signal_plugin", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    model = signal_net().eval()
+    for name in ("s0", "s1"):
+        report = json.loads((out / name / "report.json").read_text())
+        assert report["layers"][0]["pictures"]["cam"] == "3.cam.png"
+        signal = torch.from_numpy(np.loadtxt(folder / f"{name}.csv", delimiter=",", skiprows=1, dtype=np.float32).T.copy())
+        activation = model[:4](signal[None])  # the layer's output, then the rest of the model on it
+        logits = model[4](activation)
+        (grad,) = torch.autograd.grad(logits[0, logits[0].argmax()], activation)
+        cam = torch.relu((grad.mean(dim=-1, keepdim=True) * activation).sum(dim=1))[0].detach().numpy()
+        with np.load(out / name / "tensors.npz") as tensors:
+            np.testing.assert_allclose(tensors["3/cam"].reshape(cam.shape), cam, rtol=1e-4, atol=1e-6)
+
+
+def test_find_files_takes_the_suffixes_asked_and_refuses_a_folder_without_them(tmp_path):
+    from hookviz.inputs.discovery import NothingFound, find_files
+
+    folder = _signals(tmp_path / "signals")
+    (folder / "notes.txt").write_text("not a signal")
+    (folder / ".hidden").mkdir()
+    (folder / ".hidden" / "h.csv").write_text("x\n1\n")
+    (folder / "deeper").mkdir()
+    (folder / "deeper" / "S2.CSV").write_text("x\n1\n")
+    found = find_files([str(folder)], (".csv",), "signal (.csv file)")
+    assert found == [folder / "deeper" / "S2.CSV", folder / "s0.csv", folder / "s1.csv"]
+    assert find_files([str(folder / "s1.csv"), str(folder / "s1.csv")], (".csv",), "signal") == [folder / "s1.csv"]
+    with pytest.raises(NothingFound, match=r"names no signal \(\.csv file\) \(hidden and output folders are skipped\)"):
+        find_files([str(folder / "deeper")], (".npy",), "signal (.csv file)")
+
+
+def test_a_signal_picture_is_one_grey_band_per_channel_from_its_minimum_to_its_maximum():
+    from hookviz.samples.shown import signal_picture
+
+    values = np.array([[0.0, 1.0, 2.0, 4.0] * 4, [5.0] * 16], dtype=np.float32)
+    picture = signal_picture(values)
+    assert picture.shape == (4, 16, 3) and picture.dtype == np.uint8  # bands of 16 / 4 / 2 = 2 rows
+    assert list(picture[0, :4, 0]) == [0, 64, 128, 255] and (picture[0] == picture[1]).all()
+    assert (picture[2:] == 0).all()  # a flat channel: its minimum everywhere
+
+
+def test_gaussian_blur_is_scipys_along_each_spatial_axis():
+    import math
+
+    import torch
+    from scipy.ndimage import gaussian_filter1d
+
+    from hookviz.methods.integrated_gradients import gaussian_blur
+
+    image = torch.rand(2, 3, 20, 30, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    sigma = 2.0  # the default: a tenth of the shorter side
+    theirs = image.numpy()
+    for axis in (2, 3):  # torch's "reflect" padding is scipy's "mirror"
+        theirs = gaussian_filter1d(theirs, sigma, axis=axis, mode="mirror", truncate=math.ceil(3 * sigma) / sigma)
+    np.testing.assert_allclose(gaussian_blur(image).numpy(), theirs, rtol=1e-10, atol=1e-12)
+    signal = torch.rand(1, 2, 50, dtype=torch.float64)
+    expected = gaussian_filter1d(signal.numpy(), 1.5, axis=2, mode="mirror", truncate=math.ceil(4.5) / 1.5)
+    np.testing.assert_allclose(gaussian_blur(signal, sigma=1.5).numpy(), expected, rtol=1e-10, atol=1e-12)

@@ -53,27 +53,15 @@ def _group(module: str) -> str:
 
 
 #: The ties from a function of a stage to a later stage, each for a reason: importing module
-#: (or package) -> (the modules it may import in functions, why). At most five.
+#: (or package) -> (the modules it may import in functions, why). At most two. A name an
+#: option group checks against a later stage's registry is no such tie: that stage answers it
+#: (``hookviz.options.base.ask``), registered in a module its registry imports on first use.
 UPWARD_CALLS = {
-    "hookviz.options": (
-        ("hookviz.methods", "hookviz.tasks", "hookviz.render.kinds", "hookviz.explaining.checks", "hookviz.runs.cluster"),
-        "an option group checks its values when it is made, against the names the later stages register "
-        "(methods, tasks, picture kinds, checks) and the launcher's shard, so that the command and explain() "
-        "refuse the same values in the same words",
-    ),
     "hookviz.explaining.passes": (
         ("hookviz.render", "hookviz.store"),
         "an Explanation draws and saves itself (figure, save, its notebook view), as torch-cam's result does",
     ),
-    "hookviz.trust.assess": (
-        ("hookviz.explaining.passes",),
-        "the trust measures re-explain altered images and randomised models with the pass whose maps they measure",
-    ),
     "hookviz.compare.diffing": (("hookviz.runs.gallery",), "hookviz diff redraws the newer run's gallery with its diff pictures"),
-    "hookviz.render.tensorboard": (
-        ("hookviz.store.files",),
-        "--tensorboard's folder is checked for writing as --out's is, with the files' own existing_ancestor",
-    ),
 }
 
 
@@ -130,8 +118,8 @@ def test_each_stage_imports_only_the_stages_below_it():
 
 def test_a_function_reaches_a_later_stage_only_where_documented():
     """Imports inside functions count too: 22 reached a later stage, unseen; those that remain
-    are the few ties ``UPWARD_CALLS`` documents, and each of those is still needed."""
-    assert len(UPWARD_CALLS) <= 5
+    are the two ties ``UPWARD_CALLS`` documents, and each of those is still needed."""
+    assert len(UPWARD_CALLS) <= 2
     undocumented, used = [], set()
     for module, target, line, in_function in _imports():
         if not (in_function and _reaches_up(module, target)):
@@ -144,3 +132,59 @@ def test_a_function_reaches_a_later_stage_only_where_documented():
         used.add(source)
     assert undocumented == []
     assert set(UPWARD_CALLS) <= used, f"no longer needed: {sorted(set(UPWARD_CALLS) - used)}"
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``edges`` (module -> the modules it imports), as its modules in order; ``[]`` for none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str]:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state and (found := visit(target)):
+                return found
+        state[module] = 2
+        path.pop()
+        return []
+
+    for module in sorted(edges):
+        if module not in state and (found := visit(module)):
+            return found
+    return []
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the ``hookviz`` modules it imports anywhere (in functions too); ``from
+    package import module`` counts as importing that module."""
+    modules = {
+        ".".join(p.relative_to(HOOKVIZ.parent).with_suffix("").parts).removesuffix(".__init__") for p in HOOKVIZ.rglob("*.py")
+    }
+    edges: dict[str, set[str]] = {}
+    for path in sorted(HOOKVIZ.rglob("*.py")):
+        module = ".".join(path.relative_to(HOOKVIZ.parent).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hookviz"):
+                named = [f"{node.module}.{a.name}" for a in node.names]
+                targets = [t for t in named if t in modules] or [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("hookviz.")]
+            else:
+                continue
+            edges.setdefault(module, set()).update(t for t in targets if t in modules and t != module)
+    return edges
+
+
+def test_no_import_cycle_between_modules():
+    """Imports inside functions count: a cycle through one still ties the modules both ways.
+    A registry's built-in modules (``hookviz.registry``) and the answers to an option group's
+    questions (``hookviz.options.base.ask``) are imported by name, as plug-ins are."""
+    assert _cycle(_import_graph()) == []
+
+
+def test_a_cycle_is_found():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []

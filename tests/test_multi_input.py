@@ -4,6 +4,7 @@ to files (folders paired by relative path), the same mapping goes to ``explain()
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
+from hookviz.errors import UsageError
 from hookviz.tasks.segment import Segment
 
 from .cli_helpers import hookviz_run
@@ -234,10 +236,15 @@ def test_a_binding_the_model_cannot_take_is_refused_in_one_line(rgbd, tmp_path, 
 
 
 def test_the_kinds_settings_are_a_group_no_other_owner_names():
-    from hookviz.options.declared import check_group
+    from hookviz.options.declared import check_group, groups, settings_of
     from hookviz.samples import MultiOptions
 
+    assert groups()[MultiOptions] == ("multi",)
     check_group(MultiOptions, "sample kind 'multi'")  # raises where --input or --aligned is another owner's too
+    for setting in settings_of(MultiOptions):
+        clash = dataclasses.make_dataclass("Clash", [(setting.name, int, dataclasses.field(default=0))], frozen=True)
+        with pytest.raises(UsageError, match=f"setting '{setting.name}' is taken by multi"):
+            check_group(clash, "method 'clash'")
 
 
 @pytest.mark.parametrize("baselines", ["zero", "blur,meta=mean"])
@@ -500,3 +507,39 @@ def test_run_keeps_every_inputs_map_in_tensors_npz_and_its_statistics_and_auto_s
         assert [stats[k] for k in ("min", "max", "mean", "std")] == pytest.approx(
             [vector.min(), vector.max(), vector.mean(), vector.std()], rel=1e-6
         )
+
+
+def test_a_plug_in_input_method_attributes_every_input_through_the_public_protocol(tmp_path, registries_restored):
+    """An input method of one's own on a model of two inputs: ``ctx.input_gradient.others()`` and
+    ``.along()`` (``hookviz.methods.InputGradient``) give it each input's gradient, as captum's
+    gradients of a tuple of inputs; its gradient x input maps equal those computed here."""
+    import hookviz
+    from hookviz.methods import MapFigures, register_method
+    from hookviz.options import InputOptions
+    from tests.multi_models import build_meta
+
+    @register_method(
+        "every-input-x-gradient", needs_gradients=False, needs_input=True, needs_input_gradients=True, resolution="input"
+    )
+    def every_input_x_gradient(ctx):
+        """Each input times its gradient, the main one and the others alike."""
+        others = ctx.input_gradient.others()
+        rows = torch.arange(len(ctx.inputs))
+        main, gradients, _ = ctx.input_gradient.along(ctx.inputs, others, rows)
+        maps = tuple({name: (others[name][n] * gradients[name][n]).cpu().numpy() for name in others} for n in rows)
+        return MapFigures(ctx.inputs.float() * main, tuple({} for _ in rows), maps)
+
+    photo = _photos(tmp_path / "rgb", keys=("001",)) / "001.png"
+    model, meta = build_meta(), torch.tensor([0.5, -1.0, 2.0])
+    result = hookviz.explain(
+        model, {"image": photo, "meta": meta}, layers=["features.1"], cam="every-input-x-gradient",
+        inputs=InputOptions(resize=32, crop=32),
+    )  # fmt: skip
+    found = result.pixel_maps["every-input-x-gradient"]
+    image = result.image.tensors["image"][None].clone().requires_grad_(True)
+    vector = meta[None].clone().requires_grad_(True)
+    score = model(image, vector)[0, result.target.index]
+    image_grad, meta_grad = torch.autograd.grad(score, (image, vector))
+    assert set(found.inputs) == {"meta"}
+    np.testing.assert_allclose(found.map, (image * image_grad)[0].detach().numpy(), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(found.inputs["meta"], (vector * meta_grad)[0].detach().numpy(), rtol=1e-4, atol=1e-7)

@@ -222,7 +222,7 @@ def test_saved_pictures_tensors_and_report(tmp_path, which):
 
 
 def test_a_kind_that_cannot_draw_a_rank_is_skipped_with_one_note(tmp_path):
-    from hookviz.render.kinds import KINDS, PictureKind, anatomy, register_kind
+    from hookviz.render.kinds import KINDS, PictureKind, register_kind, usual_reuse_key
     from hookviz.render.kinds.summary import build
 
     saved = KINDS.snapshot()
@@ -235,13 +235,13 @@ def test_a_kind_that_cannot_draw_a_rank_is_skipped_with_one_note(tmp_path):
     layer = report["layers"][0]
     assert "2.summary.png" in names and layer["pictures"]["flatonly"] is None
     assert layer["notes"].count("flatonly picture not drawn: it draws maps of 2 spatial dimensions, and this map has 3") == 1
-    assert anatomy is not None
+    assert usual_reuse_key is not None
 
 
 def _flat_key(explanation, layer, options):
-    from hookviz.render.kinds import anatomy
+    from hookviz.render.kinds import usual_reuse_key
 
-    return anatomy(explanation, layer, ())
+    return usual_reuse_key(explanation, layer, ())
 
 
 def _run_folder(folder, explanation):

@@ -5,6 +5,7 @@ Every video is made here with PyAV's own encoder."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -127,10 +128,15 @@ def test_the_options_settle_against_the_model(tmp_path):
         kind.settle(VideoOptions(start=2, end=1), model)
 
 
-def test_the_options_group_is_a_valid_one():
-    from hookviz.options.declared import check_group
+def test_the_options_group_is_registered_and_its_names_are_its_own():
+    from hookviz.options.declared import check_group, groups, settings_of
 
+    assert groups()[VideoOptions] == ("video",)
     check_group(VideoOptions, "sample kind 'video'")  # names no setting another owner or the run's options take
+    for setting in settings_of(VideoOptions):
+        clash = dataclasses.make_dataclass("Clash", [(setting.name, int, dataclasses.field(default=0))], frozen=True)
+        with pytest.raises(UsageError, match=f"setting '{setting.name}' is taken by video"):
+            check_group(clash, "method 'clash'")
 
 
 def _frame_folder(folder: Path, count: int = 5) -> Path:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hookviz.errors import UsageError, arg
+from hookviz.options.base import answers
 from hookviz.registry import Registry
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "ImageFacts",
     "LayerFacts",
     "register_check",
+    "checked_fail_on",
     "parse_checks",
     "run_checks",
     "report_checks",
@@ -103,6 +106,19 @@ class ImageFacts:
 BASELINE_CHECKS = ("drift",)
 CHECKS: Registry = Registry("fail_on", "check", extra_choices=BASELINE_CHECKS)
 register_check = CHECKS.register
+
+
+@answers("checks")
+def checked_fail_on(given) -> tuple[str, ...]:
+    """``fail_on``'s names (text or a sequence), parsed and checked (``CheckOptions``).
+
+    Raises:
+        UsageError: an unknown name, or a value that names none.
+    """
+    names = parse_checks(given)
+    if given and not names:
+        raise UsageError(f"{arg('fail_on', given)}: name a check: {', '.join([*CHECKS.names(), *BASELINE_CHECKS])}")
+    return names
 
 
 def parse_checks(text) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 from hookviz.anatomy.featuremaps import DeclaredLayout
@@ -20,6 +20,7 @@ from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
 from hookviz.inputs.images import PreparedImage, Preprocessing
 from hookviz.models.sources.base import LoadedModel
 from hookviz.options import InputOptions, LayerOptions, TargetOptions, TrustOptions
+from hookviz.options.declared import asked_of
 
 __all__ = ["Explainer", "check_named_task"]
 
@@ -122,9 +123,9 @@ class Explainer:
         compares): the target options (with the methods' settings under ``settings``, by the
         methods that declare them), the task's own, and the sample kind's under ``sample``."""
         own = self.task_options
-        asked = {} if own is None else own.asked() if hasattr(own, "asked") else asdict(own)
+        asked = {} if own is None else asked_of(own)
         settings = self.sample_settings
-        sample = {} if settings is None else {"sample": settings.asked() if hasattr(settings, "asked") else asdict(settings)}
+        sample = {} if settings is None else {"sample": asked_of(settings)}
         return {**self.target.asked(), **asked, **sample}
 
     @property
@@ -256,7 +257,7 @@ class Explainer:
         explanations = explain_batch(self, images, summaries)
         if not self.trust.any:
             return explanations
-        from hookviz.trust.assess import assess
+        from hookviz.explaining.trust import assess
 
         return assess(self, images, explanations)
 
@@ -486,7 +487,7 @@ def _check_asked(task, model: LoadedModel, target: TargetOptions, trust: TrustOp
     """Refuse what the model cannot be asked, before any image: a target, methods or trust
     measures its task cannot take, and (from its ``dry`` output, where one was read) a class
     index or output key the output lacks."""
-    from hookviz.trust.assess import check as check_trust
+    from hookviz.explaining.trust import check as check_trust
 
     task.check(target)
     if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch

@@ -118,8 +118,8 @@ def _option_groups(g: ExplainArgs, layers, target, declared: dict) -> dict:
     """``explain``'s arguments as the option groups ``Explainer.create`` takes (as
     ``run_arguments.option_groups`` turns ``hookviz run``'s options into them)."""
     from hookviz.budget import check_environment
+    from hookviz.explaining.trust import check_options as check_trust_options
     from hookviz.options.declared import build, groups, settings_of
-    from hookviz.trust.assess import check_options as check_trust_options
 
     known = [f.name for f in fields(ExplainArgs)] + [s.keyword for group in groups() for s in settings_of(group)]
     unknown = next((name for name in declared if name not in known), None)

@@ -165,6 +165,11 @@ class InputGradients:
     scorer: Any
     chunk: int
 
+    @property
+    def main(self) -> str:
+        """The main input's name (``methods.base.InputGradient``)."""
+        return self.samples.main
+
     def __call__(
         self, batch, images=None, guided: bool = False, within=None, from_scores: bool = False, with_scores: bool = False
     ):

@@ -7,6 +7,7 @@ import numpy as np
 
 from hookviz.errors import UsageError, arg
 from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.samples.shown import signal_picture
 
 __all__ = ["as_signal", "from_signal"]
 
@@ -44,10 +45,7 @@ def from_signal(tensor, preprocessing: Preprocessing) -> PreparedImage:
 
     values = np.nan_to_num(tensor.numpy())
     if tensor.dim() == 2:
-        low, high = values.min(axis=1, keepdims=True), values.max(axis=1, keepdims=True)
-        grey = ((values - low) / np.where(high > low, high - low, 1) * 255).round().astype(np.uint8)
-        band = max(1, round(values.shape[1] / 4 / values.shape[0]))
-        shown = np.repeat(np.repeat(grey, band, axis=0)[:, :, None], 3, axis=2)
+        shown = signal_picture(values)
     else:
         channels = tensor.shape[0]
         mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None, None]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 
 from PIL import Image
@@ -22,7 +22,16 @@ from PIL import Image
 from hookviz.errors import UsageError, arg, display_path, hint
 from hookviz.inputs.images import HEIF_SUFFIXES
 
-__all__ = ["NothingFound", "find_images", "find_folders", "read_list", "is_output_folder", "OUTPUT_MARKER", "IMAGE_SUFFIXES"]
+__all__ = [
+    "NothingFound",
+    "find_images",
+    "find_files",
+    "find_folders",
+    "read_list",
+    "is_output_folder",
+    "OUTPUT_MARKER",
+    "IMAGE_SUFFIXES",
+]
 
 
 class NothingFound(UsageError):
@@ -133,11 +142,7 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = (), notes: lis
         elif path.exists() or not glob.has_magic(source):
             found.append(path)  # a missing file fails later, as that image's own error
         else:
-            files = [
-                Path(p)
-                for p in glob.glob(source, recursive=True)
-                if Path(p).is_file() and not excluded.below(Path(p), Path(_static_prefix(source)))
-            ]
+            files = _pattern_files(source, excluded)
             matches = sorted(p for p in files if p.suffix.lower() in IMAGE_SUFFIXES)
             if not matches:
                 _refuse_none_found(source, "pattern matches", files)
@@ -150,10 +155,51 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = (), notes: lis
             "name the files themselves to explain them"
             for folder, count in excluded.with_photos.items()
         ]
+    return _once(found)
+
+
+def find_files(sources: Sequence[str], suffixes: Collection[str], what: str, exclude: Sequence[Path] = ()) -> list[Path]:
+    """The files the arguments name whose suffix is one of ``suffixes`` (``(".csv",)``, compared
+    in lower case), as ``find_images`` finds photos: a file named outright is taken as it is (a
+    missing one fails later, as its own sample's error); folders are searched recursively and
+    patterns expanded, skipping hidden entries, hookviz output folders and ``exclude`` (the run's
+    ``out``). In the order given, each source's matches sorted, a file found twice kept once.
+
+    Args:
+        what: one file in words, for the message when a source names none (``"signal (.csv)"``).
+
+    Raises:
+        NothingFound: a folder or pattern holds no such file.
+        UsageError: a folder named is (or lies in) one of ``exclude``.
+    """
+    excluded = _Excluded(exclude)
+    wanted = {suffix.lower() for suffix in suffixes}
+    found: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if not path.is_dir() and (path.exists() or not glob.has_magic(source)):
+            found.append(path)
+            continue
+        if path.is_dir():
+            _refuse_excluded(path, excluded, source)
+        files = _files_below(path, excluded) if path.is_dir() else _pattern_files(source, excluded)
+        matches = sorted(p for p in files if p.suffix.lower() in wanted)
+        if not matches:
+            raise NothingFound(f"{display_path(source)}: names no {what} (hidden and output folders are skipped)")
+        found.extend(matches)
+    return _once(found)
+
+
+def _once(found: list[Path]) -> list[Path]:
     unique: dict[Path, Path] = {}
-    for path in found:  # one file spelt two ways (a/x.png, a/../a/x.png) is one image
+    for path in found:  # one file spelt two ways (a/x.png, a/../a/x.png) is one sample
         unique.setdefault(_resolved(path), path)
     return list(unique.values())
+
+
+def _pattern_files(source: str, excluded: _Excluded) -> list[Path]:
+    below = Path(_static_prefix(source))
+    return [Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file() and not excluded.below(Path(p), below)]
 
 
 def find_folders(sources: Sequence[str], holds: Callable[[Path], bool], what: str, exclude: Sequence[Path] = ()) -> list[Path]:
@@ -209,16 +255,22 @@ def _refuse_excluded(top: Path, excluded: _Excluded, source: str) -> None:
 
 def _walk(top: Path, excluded: _Excluded, source: str, notes: list[str] | None) -> list[Path]:
     _refuse_excluded(top, excluded, source)
-    files = []
-    for folder, subfolders, names in os.walk(top):
-        here = Path(folder)
-        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and not excluded.folder(here / d))
-        files += [here / f for f in names if not f.startswith(".")]
+    files = _files_below(top, excluded)
     matches = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
     if not matches:
         _refuse_none_found(source, "folder holds", files)
     _note_unread(source, "folder holds", files, notes)
     return sorted(matches)
+
+
+def _files_below(top: Path, excluded: _Excluded) -> list[Path]:
+    """Every file below ``top`` but hidden ones, hookviz output folders' and ``excluded``'s."""
+    files = []
+    for folder, subfolders, names in os.walk(top):
+        here = Path(folder)
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and not excluded.folder(here / d))
+        files += [here / f for f in names if not f.startswith(".")]
+    return files
 
 
 def _top_images(folder: Path) -> int:

@@ -13,7 +13,7 @@ import os
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -21,9 +21,6 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from hookviz.errors import ImageError, UsageError, arg, display_path, first_line, hint
 from hookviz.inputs.identity import PhotoIdentity
 from hookviz.options import DEFAULT_MAX_PIXELS
-
-if TYPE_CHECKING:
-    from hookviz.inputs.transforms import WeightsTransform
 
 __all__ = [
     "HEIF_SUFFIXES",
@@ -64,6 +61,35 @@ INTERPOLATIONS = {
 MODES = ("crop", "whole", "shorter", "original", "transform")
 
 
+class InputTransform(Protocol):
+    """What ``Preprocessing.transform`` holds: the transform a model's weights define
+    (``hookviz.inputs.transforms.WeightsTransform``)."""
+
+    @property
+    def origin(self) -> str:
+        """Whose transform it is, in words."""
+        ...
+
+    @property
+    def applied(self) -> bool:
+        """Whether it makes the input itself (else hookviz's own path reproduces it)."""
+        ...
+
+    @property
+    def shape(self) -> tuple[int, int, int] | None:
+        """The (C, H, W) it made of the probe photo, when applied."""
+        ...
+
+    @property
+    def function(self) -> Any:
+        """The library's object itself."""
+        ...
+
+    def prepare(self, image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
+        """``image`` made the model's input by the transform itself."""
+        ...
+
+
 @dataclass(frozen=True)
 class Preprocessing:
     """How a photo becomes the model's input: resize, maybe crop, normalise.
@@ -93,7 +119,7 @@ class Preprocessing:
     mode: str = "crop"
     channels: int = 3
     interpolation: str = "bilinear"
-    transform: WeightsTransform | None = field(default=None, compare=False, repr=False)
+    transform: InputTransform | None = field(default=None, compare=False, repr=False)
     frames: int | None = None
 
     def __post_init__(self):
@@ -370,10 +396,8 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
         ImageError: resizing would make more than ``max_pixels`` pixels (a huge ``resize``), or
             the transform object failed on the photo.
     """
-    if preprocessing.applies_transform:
-        from hookviz.inputs.transforms import apply_transform
-
-        return apply_transform(image, preprocessing)
+    if preprocessing.transform is not None and preprocessing.transform.applied:
+        return preprocessing.transform.prepare(image, preprocessing)
     import torch
 
     from hookviz.lazy_dynamo import import_torchvision

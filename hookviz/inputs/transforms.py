@@ -58,6 +58,23 @@ class WeightsTransform:
     def __repr__(self) -> str:
         return f"WeightsTransform({self.origin!r}, applied={self.applied})"
 
+    def prepare(self, image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
+        """The photo made the model's input by this object, its overlay the output
+        denormalised with ``preprocessing``'s mean and std (see the module's docstring).
+
+        Raises:
+            ImageError: it failed on the photo or returned no (C, H, W) float tensor, in one
+                line naming the photo and the transform.
+        """
+        tensor = _output(self, image.rgb, lambda what: ImageError(f"{image.label}: {self.origin} {what}"))
+        channels = tensor.shape[0]
+        mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None]
+        std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None]
+        values = np.nan_to_num(tensor.numpy() * std + mean)  # NaN shown black, as a tensor input's
+        pixels = (np.clip(values, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
+        shown = np.repeat(pixels, 3, axis=2) if channels == 1 else np.ascontiguousarray(pixels)
+        return PreparedImage(source=image, tensor=tensor, shown=shown)
+
 
 def applied_preprocessing(function, origin: str, model_name: str) -> tuple[Preprocessing, tuple[str, ...]]:
     """A ``Preprocessing`` that applies ``function`` itself, tried on a probe photo now, and a
@@ -102,14 +119,7 @@ def apply_transform(image: LoadedImage, preprocessing: Preprocessing) -> Prepare
     transform = preprocessing.transform
     if transform is None:  # nothing to apply: hookviz's own resize, crop and normalisation
         return prepare(image, preprocessing)
-    tensor = _output(transform, image.rgb, lambda what: ImageError(f"{image.label}: {transform.origin} {what}"))
-    channels = tensor.shape[0]
-    mean = np.asarray(preprocessing.mean[:channels], dtype=np.float32)[:, None, None]
-    std = np.asarray(preprocessing.std[:channels], dtype=np.float32)[:, None, None]
-    values = np.nan_to_num(tensor.numpy() * std + mean)  # NaN shown black, as a tensor input's
-    pixels = (np.clip(values, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
-    shown = np.repeat(pixels, 3, axis=2) if channels == 1 else np.ascontiguousarray(pixels)
-    return PreparedImage(source=image, tensor=tensor, shown=shown)
+    return transform.prepare(image, preprocessing)
 
 
 def _output(transform: WeightsTransform, rgb, blame):

@@ -24,6 +24,7 @@ from hookviz.methods.base import (
     METHODS,
     RESCORING_BATCH,
     RESOLUTIONS,
+    InputGradient,
     MapFigures,
     Method,
     MethodContext,
@@ -33,20 +34,9 @@ from hookviz.methods.base import (
     register_method,
 )
 
-# Each registers itself; --help lists them in this order, so it is not sorted by name.
-from hookviz.methods import gradcam, gradcam_plus_plus, layercam, xgradcam, hirescam, eigencam, scorecam, ablationcam  # noqa: F401  # isort: skip
-from hookviz.methods import guided_backprop, guided_gradcam, integrated_gradients, lrp, attnlrp  # noqa: F401  # isort: skip
-from hookviz.methods import rollout, chefer, legrad  # noqa: F401  # isort: skip
-from hookviz.methods import feature_ablation, lime, kernel_shap  # noqa: F401  # isort: skip
-from hookviz.methods import cam, fullgrad, refine_cam  # noqa: F401  # isort: skip
-from hookviz.methods import saliency, input_x_gradient, deconvolution, deeplift, deeplift_shap, gradient_shap  # noqa: F401  # isort: skip
-from hookviz.methods import gradcam_elementwise, eigengradcam, kpca_cam, fem, random_cam, shapley_cam  # noqa: F401  # isort: skip
-from hookviz.methods import sscam, iscam, rise, occlusion  # noqa: F401  # isort: skip
-from hookviz.methods import finer_cam  # noqa: F401  # isort: skip
-from hookviz.methods import smoothgradcam_pp  # noqa: F401  # isort: skip
-
 __all__ = [
     "METHODS",
+    "InputGradient",
     "MapFigures",
     "RESCORING_BATCH",
     "RESOLUTIONS",

@@ -37,17 +37,18 @@ Nothing here imports torch: ``hookviz --help`` lists the methods without it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields as dataclass_fields, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hookviz.errors import HookvizError, UsageError
-from hookviz.registry import Registry
+from hookviz.registry import Registry, built_in
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
     "METHODS",
+    "InputGradient",
     "MapFigures",
     "RESCORING_BATCH",
     "RESOLUTIONS",
@@ -74,6 +75,41 @@ class NoMap(HookvizError):
     run goes on with the other layers and methods."""
 
 
+class InputGradient(Protocol):
+    """``ctx.input_gradient``: gradients of each row's target score with respect to the model's
+    inputs. A sample may be several inputs (``hookviz.samples.multi``: an RGB image and its
+    depth), which the model takes together; the main one is ``ctx.inputs``, the one maps are
+    drawn for. An input method that attributes every input, as captum's attributions of a tuple
+    of inputs do, reads the others with ``others()`` and moves them with the main one in
+    ``along``; one that calls only ``input_gradient(batch)`` attributes the main input alone,
+    the others held as the sample has them.
+
+    Attributes:
+        main: the main input's name (``image`` for a photo).
+    """
+
+    main: str
+
+    def __call__(
+        self, batch, images=None, guided: bool = False, within=None, from_scores: bool = False, with_scores: bool = False
+    ) -> Any:
+        """d(row's target score)/d(row) for each row of ``batch`` (M, C, *spatial), the main
+        input of image ``images[row]`` replaced by the row (see ``MethodContext.input_gradient``)."""
+        ...
+
+    def others(self) -> dict[str, torch.Tensor]:
+        """The batch's other inputs, by name, each stacked (N, ...) on the model's device in its
+        dtype; ``{}`` for a sample of one input."""
+        ...
+
+    def along(self, main, others: dict, images, guided: bool = False) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """For rows ``main`` (M, ...) of the main input and ``others`` (name -> (M, ...)), each
+        row standing for image ``images[row]``, all inputs replaced together: ``(main's
+        gradients, {name: gradients}, scores (M,))``, float32, as captum's gradients of a tuple
+        of inputs; ``guided``: through guided ReLUs."""
+        ...
+
+
 @dataclass(frozen=True)
 class MethodContext:
     """What the pass knows about one layer of one batch, for one target (one CAM key).
@@ -86,8 +122,9 @@ class MethodContext:
             ``needs_gradients``.
         module: the layer's ``nn.Module``.
         layer: the layer's name as reports spell it (``layer4``, ``blocks.3:1``).
-        inputs: the model's input batch (N, C, H, W), as the model took it (its device and
-            dtype); ``None`` unless the method ``needs_input``.
+        inputs: the model's main input batch, as the model took it (its device and dtype):
+            (N, C, H, W) for photos, (N, C, L) for signals, (N, C, T, H, W) for clips; ``None``
+            unless the method ``needs_input``. A sample of several inputs: see ``InputGradient``.
         score: ``None`` unless the method ``needs_rescoring``; else
             ``score(batch, images=None)`` runs the model on ``batch`` (M, C, H, W) under
             ``torch.inference_mode`` (at most ``RESCORING_BATCH`` rows a pass, fewer where the
@@ -101,10 +138,11 @@ class MethodContext:
             ``images[row]`` with this layer's output replaced by ``activations[row]``
             (channels first, as ``ctx.activations``; the pass lays it out as the layer does),
             and returns each row's target score, as ``score`` does.
-        input_gradient: ``None`` unless the method ``needs_input_gradients``; else
+        input_gradient: ``None`` unless the method ``needs_input_gradients``; else an
+            ``InputGradient``, called as
             ``input_gradient(batch, images=None, guided=False, within=None, from_scores=False, with_scores=False)``:
-            d(row's target score)/d(row) for each row of ``batch`` (M, C, H, W), (M, C, H, W)
-            float32, from forward and backward passes of ``RESCORING_BATCH`` rows at most,
+            d(row's target score)/d(row) for each row of ``batch`` (M, C, *spatial, as ``inputs``), the
+            same shape, float32, from forward and backward passes of ``RESCORING_BATCH`` rows at most,
             within the memory budget; with ``guided=True`` every ``nn.ReLU`` passes back only
             positive gradients (guided backprop), through hooks removed when it returns (it
             raises UsageError when the model has no ``nn.ReLU`` to guide). ``within(model)``:
@@ -156,7 +194,7 @@ class MethodContext:
     inputs: torch.Tensor | None = None
     score: Callable[..., torch.Tensor] | None = None
     score_layer: Callable[..., torch.Tensor] | None = None
-    input_gradient: Callable[..., torch.Tensor] | None = None
+    input_gradient: InputGradient | None = None
     options: Any = None
     settings: Any = None
     attention: Callable[..., Any] | None = None
@@ -252,6 +290,16 @@ class Method:
     needs_contrast: bool = False
     needs_layer_gradients: bool = False
 
+    def __post_init__(self):
+        if self.resolution not in RESOLUTIONS:
+            raise UsageError(f"method {self.name!r}: resolution {self.resolution!r}; choose {' or '.join(RESOLUTIONS)}")
+        if self.needs_contrast and self.resolution != "layer":
+            raise UsageError(f"method {self.name!r}: needs_contrast is given to layer methods only; make it resolution='layer'")
+        if self.options is not None:
+            from hookviz.options.declared import check_group
+
+            check_group(self.options, f"method {self.name!r}")
+
     def compute(self, ctx: MethodContext) -> torch.Tensor:
         """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
         ``ctx.settings`` is the run's values of the method's option group, unless the context
@@ -295,67 +343,45 @@ class Method:
         return f"Method({self.name!r}, {self.resolution} resolution, needs {', '.join(needs) or 'activations only'})"
 
 
-METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",))
+#: The built-in methods' modules; --help lists the methods in this order, so it is not sorted by name.
+_BUILT_IN = """
+gradcam gradcam_plus_plus layercam xgradcam hirescam eigencam scorecam ablationcam
+guided_backprop guided_gradcam integrated_gradients lrp attnlrp rollout chefer legrad
+feature_ablation lime kernel_shap cam fullgrad refine_cam saliency input_x_gradient
+deconvolution deeplift deeplift_shap gradient_shap gradcam_elementwise eigengradcam kpca_cam fem
+random_cam shapley_cam sscam iscam rise occlusion finer_cam smoothgradcam_pp
+"""
+METHODS: Registry[Method] = Registry("cam", "method", extra_choices=("none",), modules=built_in("hookviz.methods", _BUILT_IN))
 
 
-def register_method(
-    name: str,
-    *,
-    needs_gradients: bool = True,
-    needs_rescoring: bool = False,
-    needs_input: bool = False,
-    needs_input_gradients: bool = False,
-    resolution: str = "layer",
-    class_specific: bool = True,
-    check: Callable[[Any], None] | None = None,
-    caveat: Callable[[Any, Any], str | None] | None = None,
-    options: type | None = None,
-    needs_attention: bool = False,
-    needs_hessian: bool = False,
-    needs_contrast: bool = False,
-    needs_layer_gradients: bool = False,
-) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
+def register_method(name: str, **declared: Any) -> Callable[[Callable[[MethodContext], torch.Tensor]], Method]:
     """A decorator that makes a function of a ``MethodContext`` a ``Method`` named ``name``
-    and registers it; the decorated name is then that ``Method``.
+    and registers it; the decorated name is then that ``Method``. The keywords are ``Method``'s
+    fields but ``name`` and ``function`` (``needs_gradients=False``, ``resolution="input"``,
+    ``options=IGOptions``), with its defaults.
 
     Raises:
         UsageError: ``name`` is taken (a method of that name, or ``none``), as torchvision's
             ``register_model`` refuses a second model of one name; a name with a comma (``--cam``
-            lists names with commas); a ``resolution`` other than ``layer`` or ``input``; an
-            ``options`` that is not a frozen dataclass with defaults, or whose setting another
-            owner's group (or the run's own options) names too.
+            lists names with commas); a keyword that is no field of ``Method``; a value
+            ``Method`` refuses (a ``resolution`` other than ``layer`` or ``input``, an ``options``
+            group that is no frozen dataclass with defaults or names another owner's setting).
     """
     METHODS.check_free(name)  # at the decorator's line, before the function is read: taken, or not one word
-    if resolution not in RESOLUTIONS:
-        raise UsageError(f"method {name!r}: resolution {resolution!r}; choose {' or '.join(RESOLUTIONS)}")
-    if needs_contrast and resolution != "layer":
-        raise UsageError(f"method {name!r}: needs_contrast is given to layer methods only; make it resolution='layer'")
-    if options is not None:
-        from hookviz.options.declared import check_group
-
-        check_group(options, f"method {name!r}")
+    fields = [f.name for f in dataclass_fields(Method) if f.name not in ("name", "function")]
+    unknown = sorted(set(declared) - set(fields))
+    if unknown:
+        raise UsageError(f"method {name!r}: {', '.join(unknown)} is no field of Method; choose from {', '.join(fields)}")
+    declared_method = Method(name, _undecorated, **declared)  # its checks, at the decorator's line too
 
     def wrap(function: Callable[[MethodContext], torch.Tensor]) -> Method:
-        method = Method(
-            name,
-            function,
-            needs_gradients,
-            needs_rescoring,
-            needs_input,
-            needs_input_gradients,
-            resolution,
-            class_specific,
-            check,
-            caveat,
-            options,
-            needs_attention,
-            needs_hessian,
-            needs_contrast,
-            needs_layer_gradients,
-        )
-        return METHODS.add(name, method)
+        return METHODS.add(name, replace(declared_method, function=function))
 
     return wrap
+
+
+def _undecorated(ctx: MethodContext) -> torch.Tensor:
+    raise AssertionError("register_method's function, before the decorator has read it")
 
 
 def get_method(name: str) -> Method:

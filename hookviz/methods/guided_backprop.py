@@ -54,7 +54,7 @@ def needs_relus(method: str):
 def guided_backprop(ctx: MethodContext):
     """Guided backprop: the input gradient, with every ReLU passing back only positive gradients."""
     assert ctx.inputs is not None and ctx.input_gradient is not None  # the pass gives what the method declares
-    others = ctx.input_gradient.others() if hasattr(ctx.input_gradient, "others") else {}
+    others = ctx.input_gradient.others()
     if not others:
         return ctx.input_gradient(ctx.inputs, guided=True)
     import torch
@@ -62,7 +62,6 @@ def guided_backprop(ctx: MethodContext):
     from hookviz.methods.base import MapFigures
 
     # a sample of several inputs: the gradient reaches each of them, a map each at its own shape
-    along = ctx.input_gradient.along  # type: ignore[attr-defined]  # an InputGradients (others() said so)
-    main, by_input, _ = along(ctx.inputs, others, torch.arange(len(ctx.inputs)), guided=True)
+    main, by_input, _ = ctx.input_gradient.along(ctx.inputs, others, torch.arange(len(ctx.inputs)), guided=True)
     maps = tuple({name: grads[n].cpu().numpy() for name, grads in by_input.items()} for n in range(len(ctx.inputs)))
     return MapFigures(main, tuple({} for _ in maps), maps)

@@ -42,6 +42,7 @@ __all__ = [
     "MAX_STEPS",
     "integrated_gradients",
     "baseline",
+    "gaussian_blur",
     "gauss_legendre",
 ]
 
@@ -157,8 +158,8 @@ def integrated_gradients(ctx: MethodContext):
     inputs, gradient, score = ctx.inputs, ctx.input_gradient, ctx.score
     assert inputs is not None and gradient is not None and score is not None  # the pass gives what the method declares
     settings = ctx.settings if isinstance(ctx.settings, IGOptions) else IGOptions()
-    others = gradient.others() if hasattr(gradient, "others") else {}
-    _check_named(settings, getattr(getattr(gradient, "samples", None), "main", ""), others)
+    others = gradient.others()
+    _check_named(settings, gradient.main, others)
     if others:  # a sample of several inputs: the path goes through all of them together, as captum's on a tuple
         return _through_every_input(inputs, others, gradient, settings)
     which = settings.baselines()[0]
@@ -246,7 +247,7 @@ def _through_every_input(inputs, others: dict, gradient, settings: IGOptions):
     import torch
 
     every, named = settings.baselines()
-    main = gradient.samples.main  # the main input is "" below
+    main = gradient.main  # the main input is "" below
     ladder = AUTO_LADDER if settings.steps == "auto" else (int(settings.steps),)
     main_maps, figures, maps = [], [], []
     cost = sum(steps + 2 for steps in ladder)  # each rung's steps and its path's two ends
@@ -320,16 +321,27 @@ def baseline(image, which: str):
     sigma a tenth of the shortest; a clip's frames each blurred on their own, not across time) or
     ``mean`` (per channel over the whole input)."""
     import torch
-    import torch.nn.functional as F
 
     spatial = tuple(range(2, image.dim()))
     if which == "zero":
         return torch.zeros_like(image)
     if which == "mean":
         return image.mean(dim=spatial, keepdim=True).expand_as(image).clone()
+    return gaussian_blur(image)
+
+
+def gaussian_blur(image, sigma: float | None = None):
+    """``image`` (N, C, *spatial: a photo's (N, C, H, W), a signal's (N, C, L), a clip's
+    (N, C, T, H, W)) blurred by a Gaussian along each spatial axis in turn, its edges reflected;
+    a clip's frames each on their own, not across time. ``sigma``: in samples, by default a
+    tenth of the shortest side (at least 0.5), integrated gradients' ``blur`` baseline."""
+    import torch
+    import torch.nn.functional as F
+
+    spatial = tuple(range(2, image.dim()))
     blurred_axes = spatial[-2:] if image.dim() == 5 else spatial  # a clip: each frame, not across time
     sides = [image.shape[axis] for axis in blurred_axes]
-    sigma = max(0.1 * min(sides), 0.5)
+    sigma = max(0.1 * min(sides), 0.5) if sigma is None else sigma
     radius = min(math.ceil(3 * sigma), min(sides) - 1)
     offsets = torch.arange(-radius, radius + 1, dtype=image.dtype, device=image.device)
     kernel = torch.exp(-(offsets**2) / (2 * sigma**2))

@@ -21,6 +21,9 @@ method, a task or a sample kind declares for itself (integrated gradients' ``IGO
 detector's ``DetectOptions``) are read through ``declared``.
 """
 
+import dataclasses
+
+from hookviz.options.base import answers
 from hookviz.options.checks import CheckOptions, Tolerances
 from hookviz.options.inputs import DEFAULT_MAX_PIXELS, MAX_SIDE, InputOptions, parse_triple
 from hookviz.options.layers import LAYOUT_CHOICES, LayerOptions
@@ -53,3 +56,12 @@ __all__ = [
     "LAYOUT_CHOICES",
     "task_choices",
 ]
+
+
+@answers("run_settings")
+def run_settings() -> set[str]:
+    """The names of the run's own option groups' fields: no method, task or sample kind may
+    name a setting of its own so (``declared.check_group``)."""
+    core: tuple[type, ...] = (ModelOptions, InputOptions, LayerOptions, TargetOptions, PictureOptions)
+    core += (RunOptions, CheckOptions, TrustOptions, Tolerances)
+    return {f.name for group in core for f in dataclasses.fields(group)}

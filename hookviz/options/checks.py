@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hookviz.errors import UsageError, arg
-from hookviz.options.base import set_field
+from hookviz.options.base import ask, set_field
 
 __all__ = ["Tolerances", "CheckOptions"]
 
@@ -72,12 +72,7 @@ class CheckOptions:
     tolerances: Tolerances = field(default_factory=Tolerances)
 
     def __post_init__(self):
-        from hookviz.explaining.checks import BASELINE_CHECKS, CHECKS, parse_checks
-
-        given = self.fail_on
-        set_field(self, "fail_on", parse_checks(self.fail_on))
-        if given and not self.fail_on:
-            raise UsageError(f"{arg('fail_on', given)}: name a check: {', '.join([*CHECKS.names(), *BASELINE_CHECKS])}")
+        set_field(self, "fail_on", ask("checks", self.fail_on))
         fraction = self.dead_fraction
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
             raise UsageError(f"{arg('dead_fraction', fraction)}: must be above 0 and at most 1 (1: all zeros)")

@@ -32,6 +32,7 @@ from dataclasses import MISSING, dataclass
 from typing import Any
 
 from hookviz.errors import UsageError, arg, did_you_mean, spell_flag
+from hookviz.options.base import ask
 
 __all__ = [
     "OWNERS",
@@ -42,6 +43,7 @@ __all__ = [
     "check_values",
     "check_group",
     "given_values",
+    "asked_of",
     "owners",
     "groups",
     "takers",
@@ -182,20 +184,20 @@ def check_group(group, owner: str) -> None:
     if lacking:
         raise UsageError(f"{owner}: {group.__name__}.{lacking[0]} has no default; every setting needs one")
     taken = {s.name: " and ".join(who) for other, who in groups().items() if other is not group for s in settings_of(other)}
-    taken |= {name: "the run's own options" for name in _core_names()}
+    taken |= {name: "the run's own options" for name in ask("run_settings")}
     for setting in settings_of(group):
         if setting.name in taken:
             who = taken[setting.name]
             raise UsageError(f"{owner}: its setting {setting.name!r} is taken by {who}; give it another name")
 
 
-def _core_names() -> set[str]:
-    """The names of the run's own option groups' fields (``hookviz.options``)."""
-    from hookviz import options
-
-    core: tuple[type, ...] = (options.ModelOptions, options.InputOptions, options.LayerOptions, options.TargetOptions)
-    core += (options.PictureOptions, options.RunOptions, options.CheckOptions, options.TrustOptions, options.Tolerances)
-    return {f.name for group in core for f in dataclasses.fields(group)}
+def asked_of(instance) -> dict:
+    """What report.json keeps of a group's values (``asked``, which ``--skip-existing``
+    compares): the group's own ``asked()`` where it defines one (values that JSON needs in
+    another form: a detection's objective by name, a file by its identity), else each field's
+    value (``dataclasses.asdict``)."""
+    own = getattr(type(instance), "asked", None)
+    return own(instance) if callable(own) else dataclasses.asdict(instance)
 
 
 def given_values(instance):

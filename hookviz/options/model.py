@@ -10,16 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hookviz.errors import UsageError, arg
-from hookviz.options.base import set_field
+from hookviz.options.base import ask, set_field
 
 __all__ = ["task_choices", "ModelOptions", "Prompt", "prompt_lines", "prompt_place", "prompts_given_as", "read_prompts"]
 
 
 def task_choices() -> tuple[str, ...]:
     """What ``task`` may be: ``auto``, or a task of ``hookviz.tasks``."""
-    from hookviz.tasks import task_names
-
-    return ("auto", *task_names())
+    return ("auto", *ask("tasks"))
 
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hookviz.errors import UsageError, arg
-from hookviz.options.base import set_field
+from hookviz.options.base import ask, set_field
 
 __all__ = ["DEFAULT_CLIP", "MAX_TILES", "PIXEL_SIGNS", "ChannelSelection", "PictureOptions"]
 
@@ -73,9 +73,7 @@ class ChannelSelection:
 
 
 def _default_pictures() -> tuple[str, ...]:
-    from hookviz.render.kinds import default_groups
-
-    return default_groups()
+    return ask("default_pictures")
 
 
 @dataclass(frozen=True)
@@ -105,23 +103,22 @@ class PictureOptions:
     kinds: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        from hookviz.render.kinds import kinds_for, picture_groups
-
         pictures = self.pictures
         if isinstance(pictures, str):
             pictures = tuple(p.strip() for p in pictures.split(",") if p.strip())
         pictures = tuple(dict.fromkeys(pictures or ()))
         if pictures == ("none",):
             pictures = ()
+        groups = ask("picture_groups")
         for picture in pictures:
-            if picture not in picture_groups():
-                raise UsageError(f"{arg('pictures', picture)}: choose from {', '.join(picture_groups())}, or none")
+            if picture not in groups:
+                raise UsageError(f"{arg('pictures', picture)}: choose from {', '.join(groups)}, or none")
         set_field(self, "pictures", pictures)
         set_field(self, "channels", ChannelSelection.parse(self.channels))
         if self.scale not in ("tile", "shared"):
             raise UsageError(f"{arg('scale', self.scale)}: choose tile or shared")
         _check_pixels(self.pixel_clip, self.pixel_sign)
-        set_field(self, "kinds", kinds_for(self))
+        set_field(self, "kinds", ask("picture_kinds", self))
 
 
 def _check_pixels(clip, sign) -> None:

@@ -8,17 +8,16 @@ from pathlib import Path
 from hookviz.budget import CAP
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import set_field
+from hookviz.options.launchers import launcher_shard
 
 __all__ = ["parse_shard", "RunOptions"]
 
 
 def parse_shard(text: str) -> tuple[int, int] | None:
     """``"2/8"`` -> (2, 8); ``"auto"`` -> what torchrun's or a Slurm array's variables say
-    (``hookviz.runs.cluster``), ``None`` without them. Raises UsageError for other forms or K
+    (``hookviz.options.launchers``), ``None`` without them. Raises UsageError for other forms or K
     outside 1..N."""
     if str(text).strip().lower() == "auto":
-        from hookviz.runs.cluster import launcher_shard
-
         return launcher_shard()
     try:
         k, n = (int(v) for v in str(text).split("/"))
@@ -39,7 +38,7 @@ class RunOptions:
         batch_size: most images per forward pass.
         skip_existing: skip images whose folder already holds this run's results.
         shard: ``(K, N)``: the K-th of N slices of the image list; ``"K/N"``; ``"auto"``:
-            from torchrun's ``RANK``/``WORLD_SIZE`` or a Slurm array's variables (``hookviz.runs.cluster``).
+            from torchrun's ``RANK``/``WORLD_SIZE`` or a Slurm array's variables (``hookviz.options.launchers``).
         workers: rendering processes (0: one per CPU).
         memory_budget: bytes of recorded tensors a batch may hold (``hookviz.budget.CAP``).
         tensorboard: also log to this TensorBoard folder.

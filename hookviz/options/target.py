@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from hookviz.errors import UsageError, arg
-from hookviz.options.base import set_field
+from hookviz.options.base import ask, set_field
 
 __all__ = ["MAX_TOPK", "OBJECTIVES", "BOX_OBJECTIVES", "TargetOptions"]
 
@@ -50,8 +50,6 @@ class TargetOptions:
     settings: tuple = ()
 
     def __post_init__(self):
-        from hookviz.methods import get_method
-
         target = str(self.target).strip()
         if re.fullmatch(r"-\d+", target):
             raise UsageError(f"{arg('target', target)}: a class index must be 0 or more")
@@ -61,12 +59,10 @@ class TargetOptions:
         if self.objective not in OBJECTIVES:
             raise UsageError(f"{arg('objective', self.objective)}: choose {' or '.join(OBJECTIVES)}")
         set_field(self, "cam", ",".join(_method_names(self.cam)))
-        methods = [get_method(name) for name in self.methods]
+        methods = ask("methods", self.methods)
         if not isinstance(self.topk, int) or not 1 <= self.topk <= MAX_TOPK:
             raise UsageError(f"{arg('topk', self.topk)}: must be from 1 to {MAX_TOPK} (one panel per class)")
-        if self.topk > 1:
-            _check_topk(self.topk, self.cam, [m for m in methods if m.resolution == "layer"])
-        set_field(self, "settings", _method_settings(self.settings, self.methods, methods))
+        set_field(self, "settings", ask("method_settings", self.methods, methods, self.topk, self.settings))
         if self.output_key is not None:
             key = str(self.output_key).strip()
             if not key:
@@ -84,7 +80,9 @@ class TargetOptions:
 
         asked = {name: getattr(self, name) for name in ("target", "objective", "cam", "topk", "output_key")}
         by_group = {
-            (",".join(_owners(type(g), self.methods)) or "smooth"): {s.name: getattr(g, s.name) for s in settings_of(type(g))}
+            (",".join(ask("owners", type(g), self.methods)) or "smooth"): {
+                s.name: getattr(g, s.name) for s in settings_of(type(g))
+            }
             for g in self.settings
         }
         return {**asked, "settings": by_group}
@@ -102,75 +100,3 @@ def _method_names(cam) -> list[str]:
     if "none" in names and len(names) > 1:
         raise UsageError(f"{arg('cam', cam)}: none means no CAM at all; drop it or the other names")
     return names
-
-
-def _method_settings(given, names: tuple[str, ...], methods) -> tuple:
-    """One settings group per group the ``methods`` declare, in their order: the one ``given``
-    (each checked), else its defaults. A group given that none of them declares would change
-    nothing: refused when it holds a value of its own (``--steps`` without integrated
-    gradients), whoever registered the methods."""
-    from hookviz.options.declared import check_values, groups, refuse_given
-
-    given = (given,) if not isinstance(given, (tuple, list)) else tuple(given)
-    declared = groups("method")
-    for group in given:
-        if type(group) not in declared:
-            known = ", ".join(g.__name__ for g in declared)
-            raise UsageError(f"{arg('settings', type(group).__name__)}: expected a method's option group ({known})")
-        check_values(group)
-    used = list(dict.fromkeys(m.options for m in methods if m.options is not None))
-    used += _smoothing(given, names, methods, used)
-    for group in given:
-        if type(group) not in used:
-            where = f"{arg('cam', ','.join(names) or 'none')} does not include it"
-            refuse_given(group, where, "add {taker} to the methods or drop the option")
-    twice = [g for g in used if sum(type(h) is g for h in given) > 1]
-    if twice:
-        raise UsageError(f"{arg('settings')}: {twice[0].__name__} given twice; give it once")
-    return tuple(next((h for h in given if type(h) is g), None) or g() for g in used)
-
-
-def _smoothing(given: tuple, names: tuple[str, ...], methods, used: list) -> list:
-    """``[SmoothOptions]`` when one is given with ``--smooth`` and no asked method declares it:
-    it wraps the asked gradient methods; refused when none of them is one (``hookviz.methods.smoothing``)."""
-    from hookviz.methods.smoothing import SmoothOptions, smoothable, unsmoothable
-    from hookviz.options.declared import given_values
-
-    group = next((g for g in given if type(g) is SmoothOptions), None)
-    if group is None or SmoothOptions in used and group.smooth == "none":
-        return []
-    if group.smooth == "none":
-        for name, value, _ in given_values(group):
-            raise UsageError(
-                f"{arg(name, value)}: it sets smoothing, and neither {arg('smooth')} is given nor smoothgradcam++ asked; "
-                f"give {arg('smooth', 'smoothgrad')} (or smoothgrad-sq, vargrad) or drop the option"
-            )
-        return []
-    if not any(smoothable(m) for m in methods):
-        which = ", ".join(unsmoothable(methods)) or "none"
-        raise UsageError(
-            f"{arg('smooth', group.smooth)}: it smooths methods that need a gradient, and {arg('cam', ','.join(names) or 'none')} "
-            f"has none to smooth ({which}: no gradient, an attention pass, or smoothing of its own); add one (gradcam, "
-            "integrated-gradients) or drop the option"
-        )
-    return [] if SmoothOptions in used else [SmoothOptions]
-
-
-def _owners(group: type, names: tuple[str, ...]) -> list[str]:
-    """The methods among ``names`` that declare ``group``."""
-    from hookviz.methods import get_method
-
-    return [name for name in names if get_method(name).options is group]
-
-
-def _check_topk(topk: int, cam: str, layer_methods) -> None:
-    """``--topk`` draws the main (first layer-resolution) method's map of each top class."""
-    if not layer_methods:
-        raise UsageError(f"{arg('topk', topk)} needs a method that maps a layer; {arg('cam', cam)} has none")
-    main = layer_methods[0]
-    if not main.class_specific:
-        raise UsageError(
-            f"{arg('topk', topk)} with {arg('cam', cam)}: {main.name} makes the same map for every class (it uses "
-            f"no target), so its top-{topk} maps would be one map {topk} times; drop {arg('topk')} or put a "
-            f"class-specific method that maps a layer (gradcam) before {main.name}"
-        )

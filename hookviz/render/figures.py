@@ -79,6 +79,9 @@ class Sheet:
         self.heading = None  # the title's Text, once set
 
     def axes(self, left: float, top: float, width: float, height: float):
+        """New axes ``width`` by ``height`` inches whose top-left corner is ``left`` inches from
+        the sheet's left edge and ``top`` inches DOWN from its top edge (y grows downward here,
+        unlike matplotlib's figure coordinates, which this turns them into)."""
         return self.figure.add_axes(
             (left / self.width, 1 - (top + height) / self.height, width / self.width, height / self.height)
         )

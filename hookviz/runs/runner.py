@@ -27,6 +27,7 @@ from hookviz.budget import check_environment, recorded_bytes, rows_within
 from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
 from hookviz.explaining.checks import nonfinite_notes, report_checks, run_checks
 from hookviz.explaining.passes import SummaryOptions
+from hookviz.explaining.trust import check_options as check_trust_options
 from hookviz.options import (
     CheckOptions,
     InputOptions,
@@ -53,7 +54,6 @@ from hookviz.store.files import (
 )
 from hookviz.store.outfolder import FolderLock, check_out
 from hookviz.store.records import ImageStatus, RunRecord
-from hookviz.trust.assess import check_options as check_trust_options
 
 if TYPE_CHECKING:
     from hookviz.compare.diffing import Baseline
@@ -170,7 +170,7 @@ class Run:
 
                 self.baseline = Baseline.open(self.asked.checks, self.asked.options)
             if self.asked.options.tensorboard is not None:
-                from hookviz.render.tensorboard import check_logdir
+                from hookviz.store.tensorboard import check_logdir
 
                 check_logdir(self.asked.options.tensorboard)
             self.start()
@@ -297,7 +297,7 @@ class Run:
         self.explainer = explainer  # set once the folder exists: ``finish`` then describes the run in it
         sweep_stale_files(out)
         if self.asked.options.tensorboard is not None:
-            from hookviz.render.tensorboard import TensorBoardLog
+            from hookviz.store.tensorboard import TensorBoardLog
 
             self.renderers.board = TensorBoardLog(self.asked.options.tensorboard)
         todo = self._resume()

@@ -47,7 +47,7 @@ class Renderers:
 
     pool: Any = None  # the RenderPool, once the run has started it
     workers: int = 0
-    board: Any = None  # render.tensorboard.TensorBoardLog, with --tensorboard
+    board: Any = None  # store.tensorboard.TensorBoardLog, with --tensorboard
     pending: list[tuple[Path, Any, Future]] = field(default_factory=list)
 
 

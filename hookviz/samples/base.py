@@ -19,7 +19,7 @@ import numpy as np
 
 from hookviz.errors import UsageError, arg
 from hookviz.inputs.identity import Match, PhotoIdentity, match_files
-from hookviz.registry import Registry
+from hookviz.registry import Registry, built_in
 
 __all__ = [
     "Sample",
@@ -83,10 +83,17 @@ class SampleKind(Protocol):
             UsageError: a source names no sample.
         """
 
-    # Optional: ``settle(settings, model)``, the run's settings with what depends on the model
-    # resolved (the video's frame count); ``settled`` calls it where a kind has one.
-    # Optional: ``split(paths, settings)``, the samples ``find``'s paths hold as ``settings`` ask
-    # (a video's ``--clips K``: K keys per file, ``hookviz.inputs.parts``); ``split`` calls it.
+    def settle(self, settings, model):
+        """The run's ``settings`` with what depends on ``model`` (a ``LoadedModel``) filled in
+        (a clip's frame count); ``SampleKindBase``'s returns them as they are.
+
+        Raises:
+            UsageError: a value the kind refuses, naming the option.
+        """
+
+    def split(self, paths: Sequence[Path], settings) -> list[Path]:
+        """The samples ``find``'s ``paths`` hold as ``settings`` ask (a video's ``--clips K``: K
+        keys per file, ``hookviz.inputs.parts``); ``SampleKindBase``'s: ``paths`` themselves."""
 
     def files(self, path: Path) -> list[Path]:
         """The files that form the sample of key path ``path``, ``path`` first."""
@@ -136,6 +143,12 @@ class SampleKindBase:
     def files(self, path: Path) -> list[Path]:
         return [path]
 
+    def settle(self, settings, model):
+        return settings
+
+    def split(self, paths: Sequence[Path], settings) -> list[Path]:
+        return list(paths)
+
     def identity(self, path: Path) -> PhotoIdentity:
         return PhotoIdentity.of_files(self.files(path))
 
@@ -144,7 +157,9 @@ class SampleKindBase:
 
 
 #: Every sample kind, by name.
-SAMPLE_KINDS: Registry[SampleKind] = Registry("sample_kind", "sample kind")
+SAMPLE_KINDS: Registry[SampleKind] = Registry(
+    "sample_kind", "sample kind", modules=built_in("hookviz.samples", "multi video photo")
+)
 
 
 def register_sample_kind(kind_class):
@@ -165,15 +180,11 @@ def register_sample_kind(kind_class):
 
 
 def get_sample_kind(name: str) -> SampleKind:
-    """The sample kind called ``name`` (the built-in ``photo`` is registered on first use).
+    """The sample kind called ``name``.
 
     Raises:
         UsageError: no kind has that name.
     """
-    import hookviz.samples.multi  # noqa: F401  (the multi-input kind)
-    import hookviz.samples.photo  # noqa: F401  (registers the photo)
-    import hookviz.samples.video  # noqa: F401  (and the video)
-
     return SAMPLE_KINDS.get(name)
 
 
@@ -210,17 +221,15 @@ def kind_settings(kind: SampleKind, given: Sequence, model: str):
 
 def settled(kind: SampleKind, settings, model):
     """``settings`` as ``kind`` settles them for ``model`` (a ``LoadedModel``): its ``settle``
-    fills in what depends on the model (a clip's frame count), when it has one.
+    fills in what depends on the model (a clip's frame count).
 
     Raises:
         UsageError: a value the kind refuses, naming the option.
     """
-    settle = getattr(kind, "settle", None)
-    return settings if settle is None or settings is None else settle(settings, model)
+    return settings if settings is None else kind.settle(settings, model)
 
 
 def split(kind: SampleKind, paths: Sequence[Path], settings) -> list[Path]:
     """The samples that ``paths`` (``kind.find``'s) hold as ``settings`` ask: the kind's ``split``
-    when it has one (a video's ``--clips``: one key per clip), else ``paths`` themselves."""
-    cut = getattr(kind, "split", None)
-    return list(paths) if cut is None or settings is None else list(cut(paths, settings))
+    (a video's ``--clips``: one key per clip)."""
+    return list(paths) if settings is None else list(kind.split(paths, settings))

@@ -23,7 +23,7 @@ import numpy as np
 from hookviz.errors import ImageError, UsageError, arg, display_path
 from hookviz.inputs.identity import Match, PhotoIdentity, match_files
 from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
-from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKindBase
+from hookviz.samples.base import Sample, SampleKindBase, register_sample_kind
 from hookviz.samples.multi_bindings import MULTI, Binding, MultiOptions, parse_bindings, resolve
 from hookviz.samples.multi_files import (
     checked_array,
@@ -72,6 +72,7 @@ class MultiSample(Sample):
         return record
 
 
+@register_sample_kind
 class Multi(SampleKindBase):
     """The registered kind; a run's bindings make it a ``BoundInputs`` (``bind``), which does the work."""
 
@@ -126,7 +127,7 @@ class _Loaded:
         return self.source.label if hasattr(self.source, "label") else "<in-memory inputs>"
 
 
-class BoundInputs:
+class BoundInputs(SampleKindBase):
     """The multi-input kind as one run's bindings make it (``Explainer.kind``): it finds, reads and prepares the samples."""
 
     name = MULTI
@@ -408,7 +409,3 @@ def _array_of(value, binding: Binding):
 
 def is_mapping(value) -> bool:
     return isinstance(value, Mapping)
-
-
-# Added without ``register_sample_kind``'s check (it runs as ``hookviz.samples`` imports), as the video kind is.
-SAMPLE_KINDS.add(MULTI, Multi())  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ from hookviz.inputs.identity import PhotoIdentity
 from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
 from hookviz.inputs.parts import part_key, split_part
 from hookviz.options.declared import option
-from hookviz.samples.base import SAMPLE_KINDS, Sample, SampleKindBase
+from hookviz.samples.base import Sample, SampleKindBase, register_sample_kind
 from hookviz.samples.video_decode import VIDEO_SUFFIXES, ClipPlan, decode_clip, frame_indices, part_of_span, require_av
 
 __all__ = ["VIDEO", "VideoOptions", "Video", "Clip", "LoadedClip", "frames_of", "model_frames", "DEFAULT_FRAMES"]
@@ -128,6 +128,7 @@ def _number(name: str, value, kind: type):
     return number
 
 
+@register_sample_kind
 class Video(SampleKindBase):
     """A clip: a video file, or a folder of frames (see the module's docstring)."""
 
@@ -341,9 +342,3 @@ def _first_frame(loaded: LoadedClip):
     from PIL import Image
 
     return Image.fromarray(np.ascontiguousarray(loaded.frames[0]))
-
-
-# Added without ``register_sample_kind``'s check of its options against every other owner's: it
-# runs as ``hookviz.samples`` imports, before the methods and tasks it would import exist
-# (tests/test_video_kind.py makes that check).
-SAMPLE_KINDS.add(VIDEO, Video())  # type: ignore[arg-type]  # its load/prepare/blank take VideoOptions, the Protocol's settings any group

@@ -1,11 +1,11 @@
 """Tasks: what a model's output means and what to explain in it, one module per task
-(see ``base`` for the interface): ``classify``, ``segment``, ``detect``. Importing this
-package registers each of them; every list of tasks hookviz shows (the ``task`` choices,
+(see ``base`` for the interface): ``classify``, ``segment``, ``detect``, ``embed``; ``TASKS``
+imports them on first use. Every list of tasks hookviz shows (the ``task`` choices,
 their order, their words, the order in which a model's output is recognised, both by
 ``priority``) is read from ``TASKS``. Importing it is cheap: no task imports torch or numpy before it runs.
 """
 
-from hookviz.tasks import classify, detect, embed, segment  # noqa: F401  (each registers itself)
+from hookviz.options.base import answers
 from hookviz.tasks.base import TASKS, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, Task, TaskBase, register_task
 from hookviz.tasks.classify import ClassPrediction
 from hookviz.tasks.detect import DetectOptions, DetectPrediction
@@ -46,6 +46,7 @@ def _by_priority() -> list[Task]:
     return TASKS.values()  # by priority
 
 
+@answers("tasks")
 def task_names() -> list[str]:
     """Every task's name, in listing order: the lowest ``priority`` first (the most general,
     classification, to the most particular, detection)."""

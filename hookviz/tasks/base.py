@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hookviz.modelstate import model_dtype
-from hookviz.registry import Registry
+from hookviz.registry import Registry, built_in
 from hookviz.workload import passed
 
 __all__ = [
@@ -491,15 +491,27 @@ class Rescoring:
 
 
 #: Every task, by name; ``auto`` (read the task from the model's output) is no task's name.
-TASKS: Registry[Task] = Registry("task", "task", extra_choices=("auto",), order=lambda task: task.priority)
+TASKS: Registry[Task] = Registry(
+    "task",
+    "task",
+    extra_choices=("auto",),
+    order=lambda task: task.priority,
+    modules=built_in("hookviz.tasks", "classify detect embed segment"),
+)
 
 
 def register_task(task_class):
     """Class decorator: adds an instance of ``task_class`` to ``TASKS`` under its name.
 
     Raises:
-        UsageError: another task has that name, or it cannot be typed after ``--task``.
+        UsageError: another task has that name, or it cannot be typed after ``--task``; an
+            ``options_type`` that is not a frozen dataclass with defaults, or whose setting
+            another owner's group (or the run's own options) names too.
     """
     TASKS.check_free(task_class.name)
+    if getattr(task_class, "options_type", None) is not None:
+        from hookviz.options.declared import check_group
+
+        check_group(task_class.options_type, f"task {task_class.name!r}")
     TASKS.add(task_class.name, task_class())
     return task_class

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from hookviz.errors import UsageError, arg
 from hookviz.tasks.base import ClassScore, Contrast, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
-from hookviz.tasks.targets import class_target, parse_target  # noqa: F401  (parse_target: kept here for callers)
+from hookviz.tasks.targets import class_target
 
-__all__ = ["Classify", "ClassPrediction", "SigmoidScores", "SoftmaxScores", "logits_of", "parse_target"]
+__all__ = ["Classify", "ClassPrediction", "SigmoidScores", "SoftmaxScores", "logits_of"]
 
 
 @dataclass(frozen=True, kw_only=True)

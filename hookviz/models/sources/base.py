@@ -23,7 +23,7 @@ from hookviz.anatomy.attention import DeclaredAttention
 from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.errors import UsageError
 from hookviz.inputs.images import Preprocessing
-from hookviz.registry import Registry
+from hookviz.registry import Registry, built_in
 from hookviz.tasks import DEFAULT_TASK
 
 __all__ = [
@@ -154,7 +154,16 @@ class ModelSource(Protocol):
 
 
 #: Every model source, by name; ``values()`` in the order they are asked (``priority``).
-SOURCES: Registry[ModelSource] = Registry("model", "model source", order=lambda source: source.priority)
+SOURCES: Registry[ModelSource] = Registry(
+    "model",
+    "model source",
+    order=lambda source: source.priority,
+    # equal priorities keep this order, so it is not sorted by name
+    modules=built_in(
+        "hookviz.models.sources",
+        "factory builtin torchvision_models torchvision_video timm_models huggingface yolo_models open_clip_models",
+    ),
+)
 
 
 def register_source(source_class):

@@ -50,7 +50,7 @@ def load_backbone(name: str, where, config, weights: str, seed: int, source: str
 
     from hookviz.anatomy.attention_blocks import transformers_attention
     from hookviz.anatomy.geometry import declared_layout
-    from hookviz.models.sources.huggingface import _state_dict_file
+    from hookviz.models.sources.hf_files import state_dict_file
     from hookviz.tasks.embed import Embed
 
     kind = weights_kind(weights)
@@ -61,7 +61,7 @@ def load_backbone(name: str, where, config, weights: str, seed: int, source: str
     else:
         with seeded(seed):
             model = AutoModel.from_config(config, trust_remote_code=False).float()
-        loaded = LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else _state_dict_file(model, weights)
+        loaded = LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else state_dict_file(model, weights)
     pooled, said = _embedding_of(model, missing, name)
     module = _wrap(model, pooled).eval()
     preprocessing, notes = where.preprocessing()

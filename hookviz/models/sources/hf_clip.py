@@ -64,7 +64,7 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
     """
     from transformers import AutoModel
 
-    from hookviz.models.sources.huggingface import _state_dict_file
+    from hookviz.models.sources.hf_files import state_dict_file
 
     kind = text_tower(config)
     listing = prompts is None
@@ -82,7 +82,7 @@ def load(where, config, weights: str, seed: int, prompts: Sequence[str] | None) 
         loaded = (
             LoadedWeights(f"none (random init, seed {seed})", None)
             if weights_kind(weights) == "none"
-            else _state_dict_file(model, weights)
+            else state_dict_file(model, weights)
         )
     from hookviz.anatomy.attention_blocks import transformers_attention
     from hookviz.models.sources.clip_logits import TransformersClipLogits

@@ -64,7 +64,7 @@ def load_video(where, config, weights: str, seed: int, source: str) -> LoadedMod
 
     from hookviz.anatomy.geometry import declared_layout
     from hookviz.models.sources.base import weights_kind
-    from hookviz.models.sources.huggingface import _categories, _state_dict_file
+    from hookviz.models.sources.hf_files import config_categories, state_dict_file
 
     if getattr(config, "model_type", None) not in ("videomae", "timesformer"):
         raise UnknownModelError(
@@ -83,7 +83,7 @@ def load_video(where, config, weights: str, seed: int, source: str) -> LoadedMod
         loaded = LoadedWeights(f"DEFAULT ({where.repo}, {where.origin})", None)
     else:
         model = where.from_config(config, seed, auto=AutoModelForVideoClassification)
-        loaded = LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else _state_dict_file(model, weights)
+        loaded = LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else state_dict_file(model, weights)
     preprocessing, notes = where.preprocessing()
     size = int(config.image_size)
     preprocessing = replace(preprocessing, transform=None, frames=int(config.num_frames))
@@ -91,7 +91,7 @@ def load_video(where, config, weights: str, seed: int, source: str) -> LoadedMod
         where.name,
         FramesSecond(model.eval()).eval(),
         loaded.label,
-        _categories(config),
+        config_categories(config),
         preprocessing,
         source=source,
         task=DEFAULT_TASK,

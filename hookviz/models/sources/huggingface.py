@@ -35,7 +35,8 @@ from pathlib import Path
 from hookviz.errors import UnknownModelError, WeightsError, arg, first_line
 from hookviz.inputs.images import INTERPOLATIONS, Preprocessing
 from hookviz.models.checkpoints import LoadedWeights
-from hookviz.models.sources.base import LoadedModel, load_weights_file, register_source, seeded, weights_kind, weights_only_loads
+from hookviz.models.sources.base import LoadedModel, register_source, seeded, weights_kind, weights_only_loads
+from hookviz.models.sources.hf_files import config_categories, state_dict_file
 
 __all__ = ["HuggingFaceSource", "PREFIX", "hf_preprocessing"]
 
@@ -153,7 +154,7 @@ class HuggingFaceSource:
         else:
             model = where.from_config(config, seed)
             loaded = (
-                LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else _state_dict_file(model, weights)
+                LoadedWeights(f"none (random init, seed {seed})", None) if kind == "none" else state_dict_file(model, weights)
             )
         preprocessing, notes = where.preprocessing()
         from hookviz.anatomy.attention_blocks import transformers_attention
@@ -162,24 +163,13 @@ class HuggingFaceSource:
             name,
             model,
             loaded.label,
-            _categories(config),
+            config_categories(config),
             preprocessing,
             source=self.name,
             notes=loading + notes + loaded.notes,
             weights_sha256=loaded.sha256,
             declared_attention=transformers_attention(model),
         )
-
-
-def _state_dict_file(model, weights: str) -> LoadedWeights:
-    try:
-        return load_weights_file(model, weights)
-    except WeightsError as error:
-        # transformers renames a checkpoint's keys as it loads: its own files load through their folder.
-        raise WeightsError(
-            f"{error}; a checkpoint written by save_pretrained loads with {arg('model', 'hf:FOLDER')} and "
-            f"{arg('weights', 'DEFAULT')}"
-        ) from None
 
 
 class _Where:
@@ -372,14 +362,6 @@ def _head_weights(model) -> set[str]:
         if isinstance(module, nn.Linear) and module.out_features == classes
         for weight, _ in module.named_parameters(recurse=False)
     }
-
-
-def _categories(config) -> tuple[str, ...] | None:
-    labels = getattr(config, "id2label", None) or {}
-    names = [str(labels.get(i, labels.get(str(i), ""))) for i in range(len(labels))]
-    if not names or all(re.fullmatch(r"LABEL_\d+", n) for n in names):
-        return None  # transformers' placeholders: no names at all
-    return tuple(names)
 
 
 def _get(size, key: str):

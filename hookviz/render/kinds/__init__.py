@@ -8,13 +8,13 @@ their help text. Each kind is one module of this package (``summary``, ``channel
 ``time`` and ``animation``) that registers itself;
 a new kind is a new module, here or in your own package, that calls ``register_kind``::
 
-    from hookviz.render.kinds import PictureKind, anatomy, register_kind
+    from hookviz.render.kinds import PictureKind, usual_reuse_key, register_kind
 
     def build(explanation, layer):          # -> (figure, update, changing), or None
         ...
 
     def reuse_key(explanation, layer, options):
-        return anatomy(explanation, layer, layer.cam.shape if layer.cam is not None else None)
+        return usual_reuse_key(explanation, layer, layer.cam.shape if layer.cam is not None else None)
 
     register_kind(PictureKind("peaks", group="peaks", label="CAM peaks", help="the CAM's peaks",
                               build=build, reuse_key=reuse_key))
@@ -37,7 +37,7 @@ triple ``(figure, update, changing)``:
   redrawn whole each time.
 
 ``reuse_key(explanation, layer, options)`` says what must match for a figure to be reused
-for another image (``anatomy`` gives the usual key: model, layer, shapes, photo size, and
+for another image (``usual_reuse_key`` gives the usual key: model, layer, shapes, photo size, and
 what else decides the layout), or ``None`` when the picture does not apply (nothing is
 built). Both must be module-level functions: the render workers import them by name.
 
@@ -56,7 +56,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hookviz.errors import UsageError
-from hookviz.registry import Registry
+from hookviz.options.base import answers
+from hookviz.registry import Registry, built_in
 
 __all__ = [
     "KINDS",
@@ -68,7 +69,7 @@ __all__ = [
     "picture_groups",
     "default_groups",
     "groups_help",
-    "anatomy",
+    "usual_reuse_key",
     "grid_options",
     "map_rank",
 ]
@@ -169,8 +170,15 @@ class PictureKind:
         return None if built is None else built[0]
 
 
-#: Every picture kind, by name, in drawing order (the order they were registered).
-KINDS: Registry[PictureKind] = Registry("pictures", "picture kind")
+#: Every picture kind, by name, in drawing order: the order of the modules that register them,
+#: so it is not sorted by name.
+KINDS: Registry[PictureKind] = Registry(
+    "pictures",
+    "picture kind",
+    modules=built_in(
+        "hookviz.render.kinds", "summary channels cam cam_topk cams faithfulness sanity diff frames timeline animation"
+    ),
+)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -210,6 +218,7 @@ def picture_kind(name: str) -> PictureKind:
     return KINDS.get(name)
 
 
+@answers("picture_kinds")
 def kinds_for(pictures) -> tuple[PictureKind, ...]:
     """The kinds a ``PictureOptions`` asks for, in drawing order (never one that compares runs)."""
     return tuple(
@@ -217,11 +226,13 @@ def kinds_for(pictures) -> tuple[PictureKind, ...]:
     )
 
 
+@answers("picture_groups")
 def picture_groups() -> tuple[str, ...]:
     """What ``pictures`` may name, in drawing order."""
     return tuple(dict.fromkeys(kind.group for kind in KINDS.values() if not kind.compares))
 
 
+@answers("default_pictures")
 def default_groups() -> tuple[str, ...]:
     """The groups drawn when ``pictures`` is not given."""
     return tuple(dict.fromkeys(kind.group for kind in KINDS.values() if kind.default and not kind.compares))
@@ -242,14 +253,10 @@ def map_rank(layer) -> int | None:
     return layout.rank if layout is not None and layout.spatial else None
 
 
-def anatomy(explanation, layer, shape):
+def usual_reuse_key(explanation, layer, shape):
     """The usual reuse key of a picture of one explanation's layer: the model, the layer and
     its output's shape (they are in the titles), the photo's size, and ``shape``, what else
     decides the layout; ``None`` (the picture does not apply) when ``shape`` is."""
     if shape is None:
         return None
     return (explanation.model, layer.name, layer.shapes.get("output"), explanation.image.shown.shape, shape)
-
-
-# Each module registers its kinds: drawing order is this order, so it is not sorted by name.
-from hookviz.render.kinds import summary, channels, cam, cam_topk, cams, faithfulness, sanity, diff, frames, timeline, animation  # noqa: E402,F401  # isort: skip

@@ -4,7 +4,7 @@ detection, its box drawn over it), those panels side by side."""
 
 from __future__ import annotations
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 __all__ = ["build", "reuse_key", "KIND"]
 
@@ -17,7 +17,7 @@ def reuse_key(explanation, layer, options: dict):
     if task_of(explanation).cams_as_panels:
         return panels_key(explanation, layer)
     shape = None if layer.cam is None else (photo_of(explanation).shape, layer.cam.shape, explanation.image.whole is None)
-    return anatomy(explanation, layer, shape)
+    return usual_reuse_key(explanation, layer, shape)
 
 
 def _heading(explanation, layer) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 __all__ = ["build", "reuse_key", "panels", "panels_key", "KIND"]
 
@@ -19,7 +19,7 @@ def panels_key(explanation, layer):
     from hookviz.render.figures import photo_of
 
     shape = (photo_of(explanation).shape, tuple(cam.shape for _, cam in layer.topk_cams)) if layer.topk_cams else None
-    return anatomy(explanation, layer, shape)
+    return usual_reuse_key(explanation, layer, shape)
 
 
 def reuse_key(explanation, layer, options: dict):

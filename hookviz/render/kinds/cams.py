@@ -4,7 +4,7 @@ why in its place). With one method it is ``<layer>.cam.png``, so it is not drawn
 
 from __future__ import annotations
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 __all__ = ["build", "reuse_key", "KIND"]
 
@@ -30,7 +30,7 @@ def reuse_key(explanation, layer, options: dict):
     if len(methods) < 2 or explanation.target is None or not any(name in layer.cams for name in methods):
         return None  # fewer than two methods, or none mapped this layer (a linear head: each says why in a note)
     shapes = tuple((name, None if name not in layer.cams else layer.cams[name].shape) for name in methods)
-    return anatomy(explanation, layer, (photo_of(explanation).shape, shapes))
+    return usual_reuse_key(explanation, layer, (photo_of(explanation).shape, shapes))
 
 
 def build(explanation, layer):

@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from functools import partial
 
-from hookviz.render.kinds import PictureKind, anatomy, grid_options, register_kind
+from hookviz.render.kinds import PictureKind, grid_options, register_kind, usual_reuse_key
 
 __all__ = ["build", "reuse_key", "KIND", "GRADIENT_KIND"]
 
@@ -21,7 +21,7 @@ __all__ = ["build", "reuse_key", "KIND", "GRADIENT_KIND"]
 def reuse_key(explanation, layer, options: dict):
     """The tiles' shape and the grid's options; ``None`` without tiles (no spatial layout)."""
     tiles = layer.tiles.get(options.get("which", "output"))
-    return anatomy(explanation, layer, None if tiles is None else (tiles.maps.shape, tuple(sorted(options.items()))))
+    return usual_reuse_key(explanation, layer, None if tiles is None else (tiles.maps.shape, tuple(sorted(options.items()))))
 
 
 def _tiles_for(explanation, layer, which: str, channels):

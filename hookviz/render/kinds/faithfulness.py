@@ -9,7 +9,7 @@ The input methods' maps (``--cam guided-backprop,...``) are one per image, not p
 
 from __future__ import annotations
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 __all__ = ["build", "input_figure", "reuse_key", "KIND"]
 
@@ -26,7 +26,7 @@ def measured(explanation, layer) -> list[tuple[str, object]]:
 def reuse_key(explanation, layer, options: dict):
     """Any image whose maps were measured by the same methods; ``None`` for a layer whose CAM was not."""
     methods = tuple(method for method, _ in measured(explanation, layer))
-    return anatomy(explanation, layer, ("faithfulness", methods) if methods else None)
+    return usual_reuse_key(explanation, layer, ("faithfulness", methods) if methods else None)
 
 
 def heading(explanation, layer, what: str, methods: str | None = None) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 __all__ = ["COLUMNS", "build", "reuse_key", "layout", "KIND"]
 
@@ -29,7 +29,7 @@ def reuse_key(explanation, layer, options: dict):
     if layer.cam is None or layer.cam.ndim != 3 or not is_clip(explanation):
         return None
     times = frame_times(explanation) is not None
-    return anatomy(explanation, layer, (tuple(explanation.image.tensor.shape), layer.cam.shape, times))
+    return usual_reuse_key(explanation, layer, (tuple(explanation.image.tensor.shape), layer.cam.shape, times))
 
 
 def _heading(explanation, layer) -> str:

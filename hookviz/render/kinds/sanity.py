@@ -7,7 +7,7 @@ image. The input methods' relevance maps, one per image, get a picture of their 
 
 from __future__ import annotations
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 __all__ = ["build", "input_figure", "reuse_key", "KIND", "PANELS"]
 
@@ -29,7 +29,7 @@ def reuse_key(explanation, layer, options: dict):
     layer not checked."""
     found = checked(explanation, layer)
     shape = (tuple(method for method, _ in found), len(found[0][1].layers)) if found else None
-    return anatomy(explanation, layer, shape)
+    return usual_reuse_key(explanation, layer, shape)
 
 
 def _shown_steps(count: int) -> list[int]:

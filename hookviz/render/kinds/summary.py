@@ -4,14 +4,14 @@ photo beside it and a title naming model, layer, shape and target."""
 
 from __future__ import annotations
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 __all__ = ["build", "reuse_key", "KIND"]
 
 
 def reuse_key(explanation, layer, options: dict):
     """Each tensor's map, its dimensions and shape: a vector is drawn as lines, a map as an image."""
-    return anatomy(explanation, layer, tuple(None if v is None else (v.ndim, v.shape) for v in layer.maps.values()))
+    return usual_reuse_key(explanation, layer, tuple(None if v is None else (v.ndim, v.shape) for v in layer.maps.values()))
 
 
 def build(explanation, layer):

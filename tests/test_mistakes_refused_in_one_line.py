@@ -1,5 +1,5 @@
-"""A hostile user's inputs to the features merged on the day of issue 31 (multi-input CSVs and
---aligned): each mistake is refused in one line naming the file or argument, never run on silently."""
+"""A user's mistakes with multi-input CSVs, --aligned, clips, superpixels and --topk: each is
+refused in one line naming the file or argument, never run on silently."""
 
 from __future__ import annotations
 

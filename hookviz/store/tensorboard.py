@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from hookviz.errors import UsageError, arg
+from hookviz.store.files import existing_ancestor
 
 __all__ = ["TensorBoardLog", "check_available", "check_logdir"]
 
@@ -31,8 +32,6 @@ def check_logdir(logdir: Path) -> None:
     """Raises UsageError when tensorboard is missing or ``logdir`` cannot be written (checked
     before a run starts, so that a run never fails on it halfway)."""
     import os
-
-    from hookviz.store.files import existing_ancestor
 
     check_available()
     probe = existing_ancestor(logdir)
@@ -84,6 +83,5 @@ class TensorBoardLog:
     def __enter__(self) -> "TensorBoardLog":
         return self
 
-    def __exit__(self, *exc_info) -> bool:
+    def __exit__(self, *exc_info) -> None:
         self.close()
-        return False
