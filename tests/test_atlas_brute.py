@@ -72,6 +72,7 @@ def _torchvision_input(path: Path):
     return pipeline(Image.open(path).convert("RGB"))
 
 
+@pytest.mark.slow
 def test_atlas_of_photos_is_the_brute_force_top_k(tmp_path):
     from tests.conftest import tiny_net
 
@@ -144,6 +145,7 @@ def _same_atlas(one: Path, other: Path) -> None:
             np.testing.assert_array_equal(maps_a[key], maps_b[key])
 
 
+@pytest.mark.slow
 def test_shards_merge_into_the_single_run(tmp_path):
     data = _photos(tmp_path / "photos", per_class=4)
     make_atlas(_request(data, tmp_path / "single"))
@@ -159,6 +161,7 @@ def test_shards_merge_into_the_single_run(tmp_path):
     _same_atlas(tmp_path / "single", tmp_path / "sharded")
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_without_counting_a_sample_twice(tmp_path, monkeypatch):
     import hookviz.atlas.collect as collect
 
