@@ -394,20 +394,42 @@ def _print_layers(rows: list) -> None:
 # ----------------------------------------------------------------------------- atlas
 
 
+_AtlasData = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="Photos, clips, folders or patterns (ImageFolder layout: true classes).", show_default=False),
+]
+_AtlasWeights = Annotated[
+    str, typer.Option("--weights", help="DEFAULT, none (random, seeded), a weights name or a state_dict file.")
+]
+_AtlasLayers = Annotated[Optional[list[str]], typer.Option("--layer", help="A layer to map (repeat for more).")]
+_AtlasRank = Annotated[str, typer.Option("--rank", help="Rank a channel's examples by the max or the mean of its map.")]
+_AtlasFromList = Annotated[
+    Optional[str], typer.Option("--from-list", help="Read more sources from FILE, one a line (- : stdin).")
+]
+_AtlasShard = Annotated[
+    Optional[str],
+    typer.Option("--shard", help="Take the K-th of N slices of the samples (K/N), or auto (torchrun, Slurm array)."),
+]
+_AtlasResume = Annotated[bool, typer.Option("--skip-existing", help="Resume from the state a killed run left in --out.")]
+_AtlasMerge = Annotated[
+    Optional[Path], typer.Option("--merge", help="Write the atlas of the finished shards in DIR, and nothing else.")
+]
+
+
 @app.command(cls=PanelledCommand)
 def atlas(
-    data: Annotated[Optional[list[str]], typer.Argument(help="Photos, clips, folders or patterns (ImageFolder layout: true classes).", show_default=False)] = None,
+    data: _AtlasData = None,
     model: Annotated[Optional[str], typer.Option("--model", help="The model, as hookviz run takes it.")] = None,
-    weights: Annotated[str, typer.Option("--weights", help="DEFAULT, none (random, seeded), a weights name or a state_dict file.")] = "DEFAULT",
+    weights: _AtlasWeights = "DEFAULT",
     seed: Annotated[int, typer.Option("--seed", help="Seeds random weights (--weights none).")] = 0,
-    layer: Annotated[Optional[list[str]], typer.Option("--layer", help="A layer to map (repeat for more).")] = None,
+    layer: _AtlasLayers = None,
     top: Annotated[int, typer.Option("--top", help="Examples kept per channel.")] = 9,
-    rank: Annotated[str, typer.Option("--rank", help="Rank a channel's examples by the max or the mean of its map.")] = "max",
+    rank: _AtlasRank = "max",
     out: Annotated[Optional[Path], typer.Option("--out", help="The atlas's folder.")] = None,
-    from_list: Annotated[Optional[str], typer.Option("--from-list", help="Read more sources from FILE, one a line (- : stdin).")] = None,
-    shard: Annotated[Optional[str], typer.Option("--shard", help="Take the K-th of N slices of the samples (K/N), or auto (torchrun, Slurm array).")] = None,
-    skip_existing: Annotated[bool, typer.Option("--skip-existing", help="Resume from the state a killed run left in --out.")] = False,
-    merge: Annotated[Optional[Path], typer.Option("--merge", help="Write the atlas of the finished shards in DIR, and nothing else.")] = None,
+    from_list: _AtlasFromList = None,
+    shard: _AtlasShard = None,
+    skip_existing: _AtlasResume = False,
+    merge: _AtlasMerge = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per forward pass.")] = 32,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
@@ -423,6 +445,7 @@ def atlas(
 
         hookviz atlas --model efficientnet_lite0 --layer features.6 --top 9 photos/ --out atlas
     """
+
     def action():
         from hookviz.atlas import AtlasRequest, make_atlas, merge_atlas, parse_shard
         from hookviz.runs.cluster import resolve_device
@@ -433,9 +456,18 @@ def atlas(
         if model is None or out is None:
             raise UsageError("give --model and --out (or --merge DIR to merge shards)")
         request = AtlasRequest(
-            model=model, layers=tuple(layer or ()), sources=tuple(_sources(data, from_list)), out=out, weights=weights,
-            seed=seed, top=top, rank=rank, shard=parse_shard(shard), skip_existing=skip_existing,
-            batch_size=batch_size, device=where,
+            model=model,
+            layers=tuple(layer or ()),
+            sources=tuple(_sources(data, from_list)),
+            out=out,
+            weights=weights,
+            seed=seed,
+            top=top,
+            rank=rank,
+            shard=parse_shard(shard),
+            skip_existing=skip_existing,
+            batch_size=batch_size,
+            device=where,
         )
         return make_atlas(request, None if quiet else _atlas_progress)
 

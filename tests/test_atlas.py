@@ -95,8 +95,13 @@ def _field(model: nn.Module, layer: str, size: int = 64):
 def test_receptive_fields_follow_kernels_strides_and_dilations():
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=2, dilation=2), nn.ReLU(),
-        nn.Conv2d(4, 4, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 5, stride=2, padding=2),
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(4, 4, 3, padding=2, dilation=2),
+        nn.ReLU(),
+        nn.Conv2d(4, 4, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(4, 4, 5, stride=2, padding=2),
     )
     # r = 1 + sum (k - 1) * d * (product of the strides before)
     for layer, size in (("0", 3), ("2", 7), ("4", 9), ("6", 9 + 4 * 2)):

@@ -66,8 +66,12 @@ def _torchvision_input(path: Path):
     from torchvision import transforms
 
     pipeline = transforms.Compose(
-        [transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
-         transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]
+        [
+            transforms.Resize(256),
+            transforms.CenterCrop(224),
+            transforms.ToTensor(),
+            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
     )
     return pipeline(Image.open(path).convert("RGB"))
 
@@ -77,8 +81,24 @@ def test_atlas_of_photos_is_the_brute_force_top_k(tmp_path):
     from tests.conftest import tiny_net
 
     data = _photos(tmp_path / "photos")
-    result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYERS[0],
-                         "--layer", LAYERS[1], "--top", 4, "--batch-size", 3, "--out", tmp_path / "atlas")
+    result = hookviz_cli(
+        "atlas",
+        data,
+        "--model",
+        TINY_NET,
+        "--weights",
+        "none",
+        "--layer",
+        LAYERS[0],
+        "--layer",
+        LAYERS[1],
+        "--top",
+        4,
+        "--batch-size",
+        3,
+        "--out",
+        tmp_path / "atlas",
+    )
     assert result.exit_code == 0, result.output
     document = json.loads((tmp_path / "atlas" / "atlas.json").read_text())
     model = tiny_net().eval()
@@ -106,8 +126,22 @@ def test_atlas_of_clips_is_the_brute_force_top_k(tmp_path):
     (tmp_path / "clips").mkdir()
     for i in range(4):
         encode(tmp_path / "clips" / f"walk{i}.mp4", frames=12 + 4 * i)
-    result = hookviz_cli("atlas", tmp_path / "clips", "--model", "tests.video_clips:video_net", "--weights", "none",
-                         "--layer", "features.2", "--top", 3, "--batch-size", 2, "--out", tmp_path / "atlas")
+    result = hookviz_cli(
+        "atlas",
+        tmp_path / "clips",
+        "--model",
+        "tests.video_clips:video_net",
+        "--weights",
+        "none",
+        "--layer",
+        "features.2",
+        "--top",
+        3,
+        "--batch-size",
+        2,
+        "--out",
+        tmp_path / "atlas",
+    )
     assert result.exit_code == 0, result.output
     document = json.loads((tmp_path / "atlas" / "atlas.json").read_text())
     loaded = load_model("tests.video_clips:video_net", "none")
@@ -125,7 +159,9 @@ def test_atlas_of_clips_is_the_brute_force_top_k(tmp_path):
 
 
 def _request(data: Path, out: Path, **given) -> AtlasRequest:
-    return AtlasRequest(model=TINY_NET, weights="none", layers=LAYERS, sources=(str(data),), out=out, top=3, batch_size=2, **given)
+    return AtlasRequest(
+        model=TINY_NET, weights="none", layers=LAYERS, sources=(str(data),), out=out, top=3, batch_size=2, **given
+    )
 
 
 def _same_atlas(one: Path, other: Path) -> None:
@@ -136,8 +172,13 @@ def _same_atlas(one: Path, other: Path) -> None:
             stats_a, stats_b = item_a["stats"], item_b["stats"]
             assert stats_a["mean"] == pytest.approx(stats_b["mean"], rel=1e-12)
             assert (stats_a["dead"], stats_a["max_quantiles"], stats_a["max_range"]) == (
-                stats_b["dead"], stats_b["max_quantiles"], stats_b["max_range"])
-            assert [(c["class"], c["count"]) for c in stats_a["classes"]] == [(c["class"], c["count"]) for c in stats_b["classes"]]
+                stats_b["dead"],
+                stats_b["max_quantiles"],
+                stats_b["max_range"],
+            )
+            assert [(c["class"], c["count"]) for c in stats_a["classes"]] == [
+                (c["class"], c["count"]) for c in stats_b["classes"]
+            ]
     assert a["samples"] == b["samples"]
     with np.load(one / "atlas.npz") as maps_a, np.load(other / "atlas.npz") as maps_b:
         assert sorted(maps_a.files) == sorted(maps_b.files)
@@ -185,7 +226,18 @@ def test_a_killed_run_resumes_without_counting_a_sample_twice(tmp_path, monkeypa
 def test_skip_existing_refuses_another_atlas_state(tmp_path):
     data = _photos(tmp_path / "photos", per_class=2)
     make_atlas(_request(data, tmp_path / "atlas"))
-    result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "features.0",
-                         "--out", tmp_path / "atlas", "--skip-existing")
+    result = hookviz_cli(
+        "atlas",
+        data,
+        "--model",
+        TINY_NET,
+        "--weights",
+        "none",
+        "--layer",
+        "features.0",
+        "--out",
+        tmp_path / "atlas",
+        "--skip-existing",
+    )
     assert result.exit_code == 2
     assert "other arguments" in result.output and "Traceback" not in result.output

@@ -69,7 +69,9 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32) -> AtlasRe
     folder = out / STATE_FOLDER
     found = sorted(folder.glob("state-*-of-*.npz")) if folder.is_dir() else []
     if not found:
-        raise UsageError(f"{arg('merge', display_path(out))}: holds no shard's state; run hookviz atlas --shard K/N --out there first")
+        raise UsageError(
+            f"{arg('merge', display_path(out))}: holds no shard's state; run hookviz atlas --shard K/N --out there first"
+        )
     first = load_state(found[0])
     count = first.shard[1] if first.shard else 1
     states, waiting = _shard_states(out, count, first.recipe)
@@ -81,13 +83,22 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32) -> AtlasRe
         )
     recipe = first.recipe
     request = AtlasRequest(
-        model=recipe["model"], layers=tuple(recipe["layers"]), sources=tuple(recipe["sources"]), out=out,
-        weights=recipe["weights"], seed=recipe["seed"], top=recipe["top"], rank=recipe["rank"],
-        device=device, batch_size=batch_size,
+        model=recipe["model"],
+        layers=tuple(recipe["layers"]),
+        sources=tuple(recipe["sources"]),
+        out=out,
+        weights=recipe["weights"],
+        seed=recipe["seed"],
+        top=recipe["top"],
+        rank=recipe["rank"],
+        device=device,
+        batch_size=batch_size,
     )
     plan = plan_atlas(request, request.notes)
     if plan.recipe()["samples"] != recipe["samples"]:
-        raise UsageError(f"{arg('merge', display_path(out))}: the sources no longer hold the samples the shards took; run them again")
+        raise UsageError(
+            f"{arg('merge', display_path(out))}: the sources no longer hold the samples the shards took; run them again"
+        )
     merged = _merged(states)
     render(plan, merged)
     return AtlasResult(out, True, merged.done, len(merged.failed))
@@ -126,7 +137,9 @@ def _shard_states(out: Path, count: int, recipe: dict) -> tuple[list[AtlasState]
         path = state_path(out, (k, count))
         state = load_state(path) if path.exists() else None
         if state is not None and state.recipe != recipe:
-            raise UsageError(f"{display_path(path)}: a shard of another atlas (other arguments or samples); remove it or use another --out")
+            raise UsageError(
+                f"{display_path(path)}: a shard of another atlas (other arguments or samples); remove it or use another --out"
+            )
         if state is None or not state.finished:
             waiting.append(k)
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +85,9 @@ def _take(plan: AtlasPlan, state: AtlasState, recording, chunk: list) -> None:
     for name, maps in layer_maps(recording):
         layer = state.layers.get(name)
         if layer is None:
-            layer = state.layers[name] = LayerState.empty(name, maps.shape[1], tuple(maps.shape[2:]), plan.rankings, plan.request.top)
+            layer = state.layers[name] = LayerState.empty(
+                name, maps.shape[1], tuple(maps.shape[2:]), plan.rankings, plan.request.top
+            )
         flat = maps.detach().flatten(2).float()
         maxima = flat.amax(dim=2).double().cpu().numpy()
         layer.statistics.update(maxima, flat.double().mean(dim=2).cpu().numpy(), classes)
@@ -94,7 +97,7 @@ def _take(plan: AtlasPlan, state: AtlasState, recording, chunk: list) -> None:
             layer.tops[ranking].update(scores.scores, ids, scores.peaks)
 
 
-def layer_maps(recording) -> list[tuple[str, object]]:
+def layer_maps(recording) -> list[tuple[str, Any]]:
     """Each recorded layer's maps, ``(B, C, *grid)``, by its name.
 
     Raises:
@@ -111,4 +114,3 @@ def layer_maps(recording) -> list[tuple[str, object]]:
             )
         found.append((capture.name, maps))
     return found
-

@@ -37,8 +37,7 @@ def folder_classes(sources, paths) -> tuple[str | None, ...]:
     folders = [Path(source) for source in sources if Path(source).is_dir()]
     layouts = {}
     for folder in folders:
-        inside = [_below(path, folder) for path in paths]
-        inside = [parts for parts in inside if parts is not None]
+        inside = [parts for parts in (_below(path, folder) for path in paths) if parts is not None]
         if inside and all(len(parts) >= 2 for parts in inside):
             layouts[folder] = True
     classes = []

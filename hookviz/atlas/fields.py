@@ -70,7 +70,7 @@ def receptive_field(module, spec, inputs: tuple, main: int = 0) -> ReceptiveFiel
         output = _layer_output(module, spec, others)
         grid = tuple(output.shape[2:])
         centre = tuple(side // 2 for side in grid)
-        objective = output[(slice(None), slice(None), *centre)].sum()
+        objective = output[(slice(None), slice(None)) + centre].sum()
         (grad,) = torch.autograd.grad(objective, x)
     support = grad.detach().abs().sum(dim=(0, 1)).cpu().numpy() > 0  # over the probes and the input's channels
     size = tuple(x.shape[2:])

@@ -115,7 +115,7 @@ def _figure(rank: int, example: dict) -> str:
     return (
         f'<figure><img class=map src="../../{html.escape(example["overlay"])}" alt="">'
         f'<img class=raw src="../../{html.escape(example["crop"])}" alt="">'
-        f'<figcaption><span class=score>#{rank + 1} · {example["score"]:.3g}</span><br>'
+        f"<figcaption><span class=score>#{rank + 1} · {example['score']:.3g}</span><br>"
         f'<span title="{html.escape(source)}">{html.escape(Path(source).name)}</span><br>'
         f'<span title="crop {box[2] - box[0]}×{box[3] - box[1]} px at ({box[0]}, {box[1]})">at ({where}){frame}</span>'
         "</figcaption></figure>"
@@ -187,7 +187,7 @@ def channel_html(document: dict, layer: dict, item: dict, state: AtlasState) -> 
         f"<p class=note>{summary}</p>"
         f"<p class=note>Its top {len(top)} of {document['samples']} samples by the {document['rank']} of its map, each "
         "cropped to what its peak unit sees, the map over it (brighter: stronger). "
-        '<label><input type=checkbox id=plain> crops without the map</label></p>'
+        "<label><input type=checkbox id=plain> crops without the map</label></p>"
         f'<div class=grid style="--side:{side}">{"".join(_figure(rank, e) for rank, e in enumerate(top))}</div>'
         f"<div class=row><div><h2>Its maximum over the samples</h2>"
         f"{histogram_svg(state, layer['name'], index, quantiles)}</div>"

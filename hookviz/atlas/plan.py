@@ -57,8 +57,10 @@ class AtlasPlan:
         from hookviz.samples import SampleBatch
 
         module = self.model.module
-        args, keywords = SampleBatch(samples, None, module, self.request.device, None).inputs().arguments(
-            self.request.device, model_dtype(module)
+        args, keywords = (
+            SampleBatch(samples, None, module, self.request.device, None)
+            .inputs()
+            .arguments(self.request.device, model_dtype(module))
         )
         return module(*args, **keywords)
 
@@ -87,13 +89,15 @@ def plan_atlas(request: AtlasRequest, notes: list[str]) -> AtlasPlan:
 
     model = load_model(request.model, request.weights, request.seed)
     if request.device != "cpu":
-        model.module.to(request.device)
+        model.module.to(request.device)  # type: ignore[attr-defined]
     kind = get_sample_kind(model.sample_kind)
     settings = settled(kind, kind_settings(kind, (), model.name), model)
     dataset = find_dataset(kind, settings, request.sources, [request.out], notes)
     specs = tuple(resolve_layers(model.module, list(request.layers)))
     ids = tuple(shard_of(range(len(dataset.paths)), request.shard))
     if not ids:
-        raise UsageError(f"{arg('shard', f'{request.shard[0]}/{request.shard[1]}' if request.shard else '')}: this slice holds no sample")
+        raise UsageError(
+            f"{arg('shard', f'{request.shard[0]}/{request.shard[1]}' if request.shard else '')}: this slice holds no sample"
+        )
     classes = TRUE if dataset.has_classes else PREDICTED if model.categories else None
     return AtlasPlan(request, model, kind, settings, specs, dataset, ids, classes)

@@ -107,7 +107,7 @@ class AtlasWriter:
         from hookviz.store.files import atomic_write
 
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, **self.maps)
+        np.savez_compressed(buffer, **self.maps)  # type: ignore[arg-type]
         atomic_write(self.out / "atlas.npz", buffer.getvalue())
 
 

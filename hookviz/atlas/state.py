@@ -10,6 +10,7 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,13 +69,21 @@ class AtlasState:
     def save(self, path: Path) -> None:
         from hookviz.store.files import atomic_write
 
-        arrays, header = {}, {"recipe": self.recipe, "shard": self.shard, "done": self.done, "failed": self.failed}
-        header["finished"], header["layers"] = self.finished, []
+        arrays: dict[str, np.ndarray] = {}
+        layers: list[dict] = []
+        header: dict[str, Any] = {"recipe": self.recipe, "shard": self.shard, "done": self.done, "failed": self.failed}
+        header.update(finished=self.finished, layers=layers)
         for number, layer in enumerate(self.layers.values()):
             stats = layer.statistics
-            header["layers"].append(
-                {"name": layer.name, "channels": layer.channels, "grid": list(layer.grid), "count": stats.count,
-                 "rankings": list(layer.tops), "classes": list(stats.classes)}
+            layers.append(
+                {
+                    "name": layer.name,
+                    "channels": layer.channels,
+                    "grid": list(layer.grid),
+                    "count": stats.count,
+                    "rankings": list(layer.tops),
+                    "classes": list(stats.classes),
+                }
             )
             for ranking, top in layer.tops.items():
                 for part in ("scores", "samples", "peaks"):
@@ -86,7 +95,7 @@ class AtlasState:
             arrays[f"{number}/class_counts"] = np.array([c for _, c in stats.classes.values()], dtype=np.int64)
         arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
         buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]
         atomic_write(path, buffer.getvalue())
 
 
