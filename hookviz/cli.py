@@ -443,7 +443,7 @@ def atlas(
 
     Example:
 
-        hookviz atlas --model efficientnet_lite0 --layer features.6 --top 9 photos/ --out atlas
+        hookviz atlas --model efficientnet_lite0 --layer _blocks.9 --top 9 photos/ --out atlas
     """
 
     def action():

@@ -22,7 +22,8 @@ class Example:
     """One of a channel's top examples, cut: ``position`` in the layer's grid, ``box`` ``[x0, y0,
     x1, y1]`` in input pixels (``frame``: the clip's frame it is cut from), ``pixels`` the crop
     (h, w, 3) uint8, ``heat`` the channel's map upsampled over the crop, ``cells`` the map's own
-    values over the grid cells whose centres fall in the box."""
+    values over the grid cells whose centres fall in the box, ``cell`` the peak cell's own
+    footprint ``[x0, y0, x1, y1]`` in the crop's pixels."""
 
     position: tuple[int, ...]
     box: tuple[int, int, int, int]
@@ -30,6 +31,7 @@ class Example:
     pixels: np.ndarray = field(repr=False)
     heat: np.ndarray = field(repr=False)
     cells: np.ndarray = field(repr=False)
+    cell: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 def _wanted(state: AtlasState) -> dict[int, list[tuple[str, str, int, int, int]]]:
@@ -95,7 +97,16 @@ def _cut(channel_map, peak: int, sample, field_: ReceptiveField, plan: AtlasPlan
         pixels=image[y0:y1, x0:x1],
         heat=heat[y0:y1, x0:x1].numpy(),
         cells=plane[rows, columns].numpy().astype(np.float32),
+        cell=_footprint(position[-2:], grid[-2:], size[-2:], (x0, y0)),
     )
+
+
+def _footprint(position, grid, size, origin) -> tuple[int, int, int, int]:
+    """The input pixels of grid cell ``position``, relative to the crop's ``origin``."""
+    (row, column), (rows, columns), (height, width) = position, grid, size
+    y0, y1 = int(row * height / rows), int(np.ceil((row + 1) * height / rows))
+    x0, x1 = int(column * width / columns), int(np.ceil((column + 1) * width / columns))
+    return x0 - origin[0], y0 - origin[1], x1 - origin[0], y1 - origin[1]
 
 
 def _cells(start: int, stop: int, side: int, cells: int) -> slice:

@@ -138,11 +138,15 @@ def histogram_svg(state: AtlasState, layer: str, channel: int, quantiles: dict, 
         for i, c in enumerate(counts)
     )
     marks = ""
-    for q, value in quantiles.items():
+    for number, (q, value) in enumerate(quantiles.items()):
         if value is not None and high > low:
             x = left + (value - low) / (high - low) * (width - left - 6)
             marks += f'<line x1="{x:.1f}" x2="{x:.1f}" y1="8" y2="{height - bottom}" stroke="#d33" stroke-dasharray="3,2"/>'
-            marks += f'<text x="{x + 2:.1f}" y="16" font-size="10" fill="#d33">q{float(q) * 100:g}</text>'
+            anchor = "end" if x > width - 40 else "start"
+            marks += (
+                f'<text x="{x + (-2 if anchor == "end" else 2):.1f}" y="{16 + 12 * number}" font-size="10" fill="#d33" '
+                f'text-anchor="{anchor}">q{float(q) * 100:g}</text>'
+            )
     axis = (
         f'<line x1="{left}" x2="{width - 6}" y1="{height - bottom}" y2="{height - bottom}" stroke="#333"/>'
         f'<text x="{left}" y="{height - bottom + 13}" font-size="11">{low:.3g}</text>'
@@ -186,7 +190,7 @@ def channel_html(document: dict, layer: dict, item: dict, state: AtlasState) -> 
         f"<nav>{''.join(links)}</nav><h1>{html.escape(layer['name'])} · channel {index}</h1>"
         f"<p class=note>{summary}</p>"
         f"<p class=note>Its top {len(top)} of {document['samples']} samples by the {document['rank']} of its map, each "
-        "cropped to what its peak unit sees, the map over it (brighter: stronger). "
+        "cropped to what its peak unit sees, the map over it (brighter: stronger; outlined: the peak unit's cell). "
         "<label><input type=checkbox id=plain> crops without the map</label></p>"
         f'<div class=grid style="--side:{side}">{"".join(_figure(rank, e) for rank, e in enumerate(top))}</div>'
         f"<div class=row><div><h2>Its maximum over the samples</h2>"

@@ -19,8 +19,12 @@ __all__ = ["AtlasWriter", "SCHEMA", "crop_name"]
 
 SCHEMA = "hookviz/atlas/1"
 
-#: How opaque the map lies over a crop where the channel fires most.
-HEAT_ALPHA = 0.6
+#: How opaque the map lies over a crop where the channel fires most; below ``HEAT_FLOOR`` of
+#: the channel's largest value over the dataset the crop shows as it is, so that where it fires stands out.
+HEAT_ALPHA, HEAT_FLOOR = 0.7, 0.25
+
+#: The outline of the peak unit's own cell in the overlay.
+PEAK_COLOUR = (0, 230, 255)
 
 
 def crop_name(stem: str, channel: int, ranking: str, primary: str, rank: int) -> str:
@@ -40,7 +44,7 @@ class AtlasWriter:
         self.out, self.plan, self.state, self.fields, self.stems = out, plan, state, fields, stems
         self.examples: dict[tuple[str, str, int, int], dict] = {}
         self.maps: dict[str, np.ndarray] = {}
-        self._colours = (matplotlib.colormaps["inferno"](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
+        self._colours = (matplotlib.colormaps["inferno"](np.linspace(0.45, 1, 256))[:, :3] * 255).astype(np.float32)
 
     def take(self, layer: str, ranking: str, channel: int, rank: int, example: Example) -> None:
         crop = crop_name(self.stems[layer], channel, ranking, self.plan.request.rank, rank)
@@ -61,8 +65,9 @@ class AtlasWriter:
         scale = high if np.isfinite(high) and high > 0 else 1.0
         level = np.clip(np.nan_to_num(example.heat) / scale, 0, 1)
         colour = self._colours[(level * 255).astype(np.int64)]
-        alpha = (HEAT_ALPHA * level)[..., None]
-        return (example.pixels * (1 - alpha) + colour * alpha).round().astype(np.uint8)
+        alpha = (HEAT_ALPHA * np.clip((level - HEAT_FLOOR) / (1 - HEAT_FLOOR), 0, 1))[..., None]
+        blended = (example.pixels * (1 - alpha) + colour * alpha).round().astype(np.uint8)
+        return _outlined(blended, example.cell)
 
     def document(self) -> dict:
         request = self.plan.request
@@ -109,6 +114,19 @@ class AtlasWriter:
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **self.maps)  # type: ignore[arg-type]
         atomic_write(self.out / "atlas.npz", buffer.getvalue())
+
+
+def _outlined(pixels: np.ndarray, cell: tuple[int, int, int, int]) -> np.ndarray:
+    """``pixels`` with the peak cell's outline drawn (as much of it as lies in the crop)."""
+    height, width = pixels.shape[:2]
+    x0, y0, x1, y1 = max(cell[0], 0), max(cell[1], 0), min(cell[2], width), min(cell[3], height)
+    if x1 <= x0 or y1 <= y0:
+        return pixels
+    line = max(1, min(height, width) // 80)
+    outlined = pixels.copy()
+    outlined[y0 : y0 + line, x0:x1] = outlined[max(y1 - line, y0) : y1, x0:x1] = PEAK_COLOUR
+    outlined[y0:y1, x0 : x0 + line] = outlined[y0:y1, max(x1 - line, x0) : x1] = PEAK_COLOUR
+    return outlined
 
 
 def _png(path: Path, pixels: np.ndarray) -> None:
