@@ -55,6 +55,16 @@ def _brute_top(maps_by_source: dict, k: int) -> list[list[tuple]]:
     return tops
 
 
+def _valid(document: dict) -> dict:
+    """``document``, checked against the published schema of atlas.json."""
+    import jsonschema
+
+    from hookviz.store.documents import schema_path
+
+    jsonschema.Draft202012Validator(json.loads(schema_path("atlas").read_text(encoding="utf-8"))).validate(document)
+    return document
+
+
 def _assert_matches(layer_json: dict, brute: list[list[tuple]]) -> None:
     for item, expected in zip(layer_json["items"], brute, strict=True):
         assert [e["source"] for e in item["top"]] == [str(source) for source, _, _ in expected]
@@ -100,7 +110,7 @@ def test_atlas_of_photos_is_the_brute_force_top_k(tmp_path):
         tmp_path / "atlas",
     )
     assert result.exit_code == 0, result.output
-    document = json.loads((tmp_path / "atlas" / "atlas.json").read_text())
+    document = _valid(json.loads((tmp_path / "atlas" / "atlas.json").read_text()))
     model = tiny_net().eval()
     paths = sorted(data.rglob("*.png"))
     for layer_json, layer in zip(document["layers"], LAYERS, strict=True):
@@ -143,7 +153,7 @@ def test_atlas_of_clips_is_the_brute_force_top_k(tmp_path):
         tmp_path / "atlas",
     )
     assert result.exit_code == 0, result.output
-    document = json.loads((tmp_path / "atlas" / "atlas.json").read_text())
+    document = _valid(json.loads((tmp_path / "atlas" / "atlas.json").read_text()))
     loaded = load_model("tests.video_clips:video_net", "none")
     kind = get_sample_kind("video")
     settings = settled(kind, kind_settings(kind, (), loaded.name), loaded)
