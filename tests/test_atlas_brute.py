@@ -251,3 +251,19 @@ def test_skip_existing_refuses_another_atlas_state(tmp_path):
     )
     assert result.exit_code == 2
     assert "other arguments" in result.output and "Traceback" not in result.output
+
+
+def test_a_layer_without_a_grid_is_refused_in_one_line(tmp_path):
+    data = _photos(tmp_path / "photos", per_class=1)
+    result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "fc", "--out", tmp_path / "atlas")
+    assert result.exit_code == 2
+    assert "--layer fc" in result.output and "convolutional layer" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "atlas" / "atlas.json").exists()
+
+
+def test_a_shard_run_again_renders_again(tmp_path):
+    data = _photos(tmp_path / "photos", per_class=1)
+    for _ in range(2):
+        make_atlas(_request(data, tmp_path / "atlas", shard=(1, 2)))
+        assert make_atlas(_request(data, tmp_path / "atlas", shard=(2, 2))).written
+        (tmp_path / "atlas" / "atlas.json").unlink()

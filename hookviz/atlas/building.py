@@ -18,6 +18,9 @@ from hookviz.errors import OutputError, UsageError, arg, display_path
 
 __all__ = ["AtlasResult", "make_atlas", "merge_atlas"]
 
+#: The mark of the shard that renders the atlas, while it does (two shards may end together).
+_RENDERING = "rendering"
+
 
 @dataclass(frozen=True)
 class AtlasResult:
@@ -56,7 +59,10 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     states, waiting = _shard_states(request.out, request.shard[1], plan.recipe())
     if waiting or not _claim(request.out):
         return AtlasResult(request.out, False, state.done, len(state.failed), waiting)
-    render(plan, _merged(states))
+    try:
+        render(plan, _merged(states))
+    finally:
+        (request.out / STATE_FOLDER / _RENDERING).unlink(missing_ok=True)
     return AtlasResult(request.out, True, state.done, len(state.failed))
 
 
@@ -150,7 +156,7 @@ def _shard_states(out: Path, count: int, recipe: dict) -> tuple[list[AtlasState]
 def _claim(out: Path) -> bool:
     """Whether this process is the one to render (the first to claim it, when shards end together)."""
     try:
-        os.close(os.open(out / STATE_FOLDER / "rendering", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(out / STATE_FOLDER / _RENDERING, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return False
     return True
