@@ -140,7 +140,10 @@ def memory(work: Path, counts: list[int]) -> None:
     for count in counts:
         folder = make_photos(work / f"photos-{count}", count)
         cpu, rss = measure(atlas_command(folder, work / f"atlas-mem-{count}"))
-        print(f"{count} photos: peak RSS {rss:.0f} MiB (CPU {cpu:.1f} s)")
+        loop_cpu, loop_rss = measure([sys.executable, str(Path(__file__).resolve()), "--loop", str(folder)])
+        print(
+            f"{count} photos: peak RSS atlas {rss:.0f} MiB (CPU {cpu:.1f} s), bare loop {loop_rss:.0f} MiB (CPU {loop_cpu:.1f} s)"
+        )
 
 
 def main() -> None:

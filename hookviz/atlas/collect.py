@@ -89,9 +89,9 @@ def _take(plan: AtlasPlan, state: AtlasState, recording, chunk: list) -> None:
                 name, maps.shape[1], tuple(maps.shape[2:]), plan.rankings, plan.request.top
             )
         flat = maps.detach().flatten(2).float()
-        maxima = flat.amax(dim=2).double().cpu().numpy()
-        layer.statistics.update(maxima, flat.double().mean(dim=2).cpu().numpy(), classes)
-        context = ScoreContext(output=output, layer=name)
+        largest, peaks = flat.max(dim=2)
+        layer.statistics.update(largest.double().cpu().numpy(), flat.mean(dim=2).double().cpu().numpy(), classes)
+        context = ScoreContext(output=output, layer=name, maxima=largest, peaks=peaks)
         for ranking in plan.rankings:
             scores = RANKINGS.get(ranking).score(maps, context)
             layer.tops[ranking].update(scores.scores, ids, scores.peaks)

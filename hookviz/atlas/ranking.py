@@ -31,11 +31,14 @@ class ChannelScores:
 
 @dataclass(frozen=True)
 class ScoreContext:
-    """What a ranking may read beside the maps: the model's ``output`` for the batch and the
-    layer's ``name`` (a relevance ranking differentiates the output's class score)."""
+    """What a ranking may read beside the maps: the model's ``output`` for the batch, the
+    layer's name (a relevance ranking differentiates the output's class score), and each map's
+    largest value and its flat position, ``(B, C)`` tensors the statistics computed already."""
 
     output: Any = None
     layer: str = ""
+    maxima: Any = None
+    peaks: Any = None
 
 
 class Ranking(Protocol):
@@ -63,8 +66,10 @@ class _SpatialMax:
 
     @staticmethod
     def score(maps, context: ScoreContext) -> ChannelScores:
-        flat = maps.detach().flatten(2).float()
-        values, peaks = flat.max(dim=2)
+        if context.maxima is not None:
+            values, peaks = context.maxima, context.peaks
+        else:
+            values, peaks = maps.detach().flatten(2).float().max(dim=2)
         return ChannelScores(values.double().cpu().numpy(), peaks.cpu().numpy().astype(np.int64))
 
 
@@ -76,7 +81,8 @@ class _SpatialMean:
     @staticmethod
     def score(maps, context: ScoreContext) -> ChannelScores:
         flat = maps.detach().flatten(2).float()
-        return ChannelScores(flat.double().mean(dim=2).cpu().numpy(), peak_positions(flat).cpu().numpy().astype(np.int64))
+        peaks = context.peaks if context.peaks is not None else peak_positions(flat)
+        return ChannelScores(flat.mean(dim=2).double().cpu().numpy(), peaks.cpu().numpy().astype(np.int64))
 
 
 RANKINGS.add("max", _SpatialMax())
