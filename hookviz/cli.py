@@ -431,6 +431,8 @@ def atlas(
     skip_existing: _AtlasResume = False,
     merge: _AtlasMerge = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per forward pass.")] = 32,
+    frames: Annotated[Optional[int], typer.Option("--frames", help="Clips: frames per clip (default: the model's).")] = None,
+    clips: Annotated[Optional[int], typer.Option("--clips", help="Clips: clips per video, each a sample (VIDEO#k).")] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     debug: DebugOption = False,
@@ -468,6 +470,7 @@ def atlas(
             skip_existing=skip_existing,
             batch_size=batch_size,
             device=where,
+            sample_options=_clip_options(frames, clips),
         )
         return make_atlas(request, None if quiet else _atlas_progress)
 
@@ -477,6 +480,14 @@ def atlas(
         _say_atlas(result)
     if result.failed:
         raise typer.Exit(1)
+
+
+def _clip_options(frames: int | None, clips: int | None) -> tuple:
+    """The video kind's options, when ``--frames`` or ``--clips`` is given (a photo model refuses them)."""
+    from hookviz.samples import VideoOptions
+
+    given = {name: value for name, value in (("frames", frames), ("clips", clips)) if value is not None}
+    return (VideoOptions(**given),) if given else ()
 
 
 def _atlas_progress(done: int, total: int) -> None:

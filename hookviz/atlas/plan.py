@@ -91,7 +91,7 @@ def plan_atlas(request: AtlasRequest, notes: list[str]) -> AtlasPlan:
     if request.device != "cpu":
         model.module.to(request.device)  # type: ignore[attr-defined]
     kind = get_sample_kind(model.sample_kind)
-    settings = settled(kind, kind_settings(kind, (), model.name), model)
+    settings = settled(kind, kind_settings(kind, request.sample_options, model.name), model)
     dataset = find_dataset(kind, settings, request.sources, [request.out], notes)
     specs = tuple(resolve_layers(model.module, list(request.layers)))
     ids = tuple(shard_of(range(len(dataset.paths)), request.shard))

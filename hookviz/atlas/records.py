@@ -120,7 +120,7 @@ def _outlined(pixels: np.ndarray, cell: tuple[int, int, int, int]) -> np.ndarray
     """``pixels`` with the peak cell's outline drawn (as much of it as lies in the crop)."""
     height, width = pixels.shape[:2]
     x0, y0, x1, y1 = max(cell[0], 0), max(cell[1], 0), min(cell[2], width), min(cell[3], height)
-    if x1 <= x0 or y1 <= y0:
+    if x1 - x0 < 4 or y1 - y0 < 4:  # a cell of a few pixels: its outline would hide it
         return pixels
     line = max(1, min(height, width) // 80)
     outlined = pixels.copy()

@@ -25,6 +25,8 @@ class AtlasRequest:
     shard: ``(K, N)``: this process takes the K-th of N slices of the samples; ``None``: all.
     skip_existing: resume from the state a killed run left in ``out``.
     batch_size, device: how the forward passes run.
+    sample_options: sample kinds' option groups, as ``hookviz run`` takes them (a clip's
+        ``VideoOptions``: ``--frames``, ``--clips``); a kind's defaults where none is given.
     """
 
     model: str
@@ -39,6 +41,7 @@ class AtlasRequest:
     skip_existing: bool = False
     batch_size: int = 32
     device: str = "cpu"
+    sample_options: tuple = ()
     notes: list[str] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self):
