@@ -130,7 +130,7 @@ def test_atlas_of_photos_is_the_brute_force_top_k(tmp_path):
 @pytest.mark.slow
 def test_atlas_of_clips_is_the_brute_force_top_k(tmp_path):
     from hookviz.models.loading import load_model
-    from hookviz.samples import get_sample_kind, kind_settings, settled
+    from hookviz.samples import VideoOptions, get_sample_kind, kind_settings, settled, split
     from tests.video_clips import encode
 
     (tmp_path / "clips").mkdir()
@@ -151,18 +151,22 @@ def test_atlas_of_clips_is_the_brute_force_top_k(tmp_path):
         2,
         "--out",
         tmp_path / "atlas",
+        "--clips",
+        2,
+        "--frames",
+        6,
     )
     assert result.exit_code == 0, result.output
     document = _valid(json.loads((tmp_path / "atlas" / "atlas.json").read_text()))
     loaded = load_model("tests.video_clips:video_net", "none")
     kind = get_sample_kind("video")
-    settings = settled(kind, kind_settings(kind, (), loaded.name), loaded)
+    settings = settled(kind, kind_settings(kind, (VideoOptions(frames=6, clips=2),), loaded.name), loaded)
     maps = {}
-    for path in sorted((tmp_path / "clips").glob("*.mp4")):
+    for path in split(kind, sorted((tmp_path / "clips").glob("*.mp4")), settings):  # walk0.mp4#1, walk0.mp4#2, ...
         clip = kind.prepare(kind.load(path, 10**9, settings), loaded.preprocessing, 10**9, settings)
         maps[path] = _plain_maps(loaded.module, "features.2", clip.tensor)
     layer = document["layers"][0]
-    assert len(layer["grid"]) == 3
+    assert len(layer["grid"]) == 3 and document["samples"] == 8
     _assert_matches(layer, _brute_top(maps, 3))
     first = layer["items"][0]["top"][0]
     assert first["frame"] is not None and (tmp_path / "atlas" / first["crop"]).is_file()
