@@ -457,21 +457,12 @@ def atlas(
             return merge_atlas(merge, where, batch_size)
         if model is None or out is None:
             raise UsageError("give --model and --out (or --merge DIR to merge shards)")
+        chosen = {"model": model, "out": out, "weights": weights, "seed": seed, "top": top, "rank": rank, "device": where}
+        sources = tuple(_sources(data, from_list))
         request = AtlasRequest(
-            model=model,
-            layers=tuple(layer or ()),
-            sources=tuple(_sources(data, from_list)),
-            out=out,
-            weights=weights,
-            seed=seed,
-            top=top,
-            rank=rank,
-            shard=parse_shard(shard),
-            skip_existing=skip_existing,
-            batch_size=batch_size,
-            device=where,
-            sample_options=_clip_options(frames, clips),
-        )
+            layers=tuple(layer or ()), sources=sources, shard=parse_shard(shard), skip_existing=skip_existing, **chosen,
+            batch_size=batch_size, sample_options=_clip_options(frames, clips),
+        )  # fmt: skip
         return make_atlas(request, None if quiet else _atlas_progress)
 
     result = _guard(debug, action)
