@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hookviz.inputs.parts import split_part
+
 __all__ = ["Dataset", "find_dataset", "folder_classes"]
 
 
@@ -35,29 +37,18 @@ def find_dataset(kind, settings, sources, exclude, notes: list[str]) -> Dataset:
 def folder_classes(sources, paths) -> tuple[str | None, ...]:
     """Each path's class: the name of its first folder below a source folder all of whose
     samples lie in sub-folders (ImageFolder's layout); ``None`` where no such folder holds it."""
-    folders = [Path(source) for source in sources if Path(source).is_dir()]
-    layouts = {}
-    for folder in folders:
-        inside = [parts for parts in (_below(path, folder) for path in paths) if parts is not None]
-        if inside and all(len(parts) >= 2 for parts in inside):
-            layouts[folder] = True
-    classes = []
-    for path in paths:
-        name = None
-        for folder in layouts:
-            parts = _below(path, folder)
-            if parts is not None:
-                name = parts[0]
-                break
-        classes.append(name)
-    return tuple(classes)
+    folders = [os.path.abspath(source) for source in sources if os.path.isdir(source)]
+    # absolute without resolving links: the sources name both, and 50,000 resolutions cost seconds
+    below = [[_below(whole, folder) for folder in folders] for whole in (os.path.abspath(split_part(p)[0]) for p in paths)]
+    layouts = [
+        i
+        for i in range(len(folders))
+        if any(parts[i] for parts in below) and all(len(parts[i]) >= 2 for parts in below if parts[i])
+    ]
+    return tuple(next((parts[i][0] for i in layouts if parts[i]), None) for parts in below)
 
 
-def _below(path: Path, folder: Path) -> tuple[str, ...] | None:
-    from hookviz.inputs.parts import split_part
-
-    whole, _part = split_part(path)
-    try:  # absolute without resolving links: the sources name both, and 50,000 resolutions cost seconds
-        return Path(os.path.abspath(whole)).relative_to(os.path.abspath(folder)).parts
-    except ValueError:
-        return None
+def _below(path: str, folder: str) -> tuple[str, ...]:
+    """``path``'s parts below ``folder`` (both absolute), ``()`` when it is not below it."""
+    prefix = folder.rstrip(os.sep) + os.sep
+    return tuple(path[len(prefix) :].split(os.sep)) if path.startswith(prefix) else ()
