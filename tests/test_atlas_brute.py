@@ -271,3 +271,16 @@ def test_a_shard_run_again_renders_again(tmp_path):
         make_atlas(_request(data, tmp_path / "atlas", shard=(1, 2)))
         assert make_atlas(_request(data, tmp_path / "atlas", shard=(2, 2))).written
         (tmp_path / "atlas" / "atlas.json").unlink()
+
+
+def test_an_unreadable_photo_is_listed_and_the_others_mapped(tmp_path):
+    data = _photos(tmp_path / "photos", per_class=2)
+    (data / "sky" / "broken.png").write_bytes(b"not a png")
+    result = hookviz_cli(
+        "atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "features.0", "--out", tmp_path / "atlas"
+    )
+    assert result.exit_code == 1, result.output
+    document = json.loads((tmp_path / "atlas" / "atlas.json").read_text())
+    assert document["samples"] == 4
+    assert [failure["source"] for failure in document["failed"]] == [str(data / "sky" / "broken.png")]
+    assert all("broken" not in example["source"] for item in document["layers"][0]["items"] for example in item["top"])
