@@ -180,7 +180,9 @@ def render(plan: AtlasPlan, state: AtlasState) -> None:
     from hookviz.store.folders import layer_stems
 
     out = plan.request.out
-    blank = tuple(t.to(plan.request.device) for t in plan.kind.blank(plan.model.preprocessing, plan.settings))
+    blank = tuple(
+        t.to(plan.request.device) if hasattr(t, "to") else t for t in plan.kind.blank(plan.model.preprocessing, plan.settings)
+    )
     fields = {name: receptive_field(plan.model.module, _spec(plan, name), blank) for name in state.layers}
     stems = layer_stems(list(state.layers))
     writer = AtlasWriter(out, plan, state, fields, stems)
