@@ -265,6 +265,13 @@ def test_a_layer_without_a_grid_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "atlas" / "atlas.json").exists()
 
 
+def test_an_unknown_layer_leaves_no_folder(tmp_path):
+    data = _photos(tmp_path / "photos", per_class=1)
+    result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "nope", "--out", tmp_path / "atlas")
+    assert result.exit_code == 2 and "--layer nope" in result.output
+    assert not (tmp_path / "atlas").exists()
+
+
 def test_a_shard_run_again_renders_again(tmp_path):
     data = _photos(tmp_path / "photos", per_class=1)
     for _ in range(2):

@@ -44,9 +44,9 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     """
     from hookviz.inputs.discovery import OUTPUT_MARKER
 
+    plan = plan_atlas(request, request.notes)  # a bad model, layer or source leaves no folder behind
     _prepare_folder(request.out)
     (request.out / OUTPUT_MARKER).touch()
-    plan = plan_atlas(request, request.notes)
     path = state_path(request.out, request.shard)
     state = _resumed(plan, path) if request.skip_existing else None
     if state is None:
