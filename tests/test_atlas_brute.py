@@ -291,3 +291,12 @@ def test_an_unreadable_photo_is_listed_and_the_others_mapped(tmp_path):
     assert document["samples"] == 4
     assert [failure["source"] for failure in document["failed"]] == [str(data / "sky" / "broken.png")]
     assert all("broken" not in example["source"] for item in document["layers"][0]["items"] for example in item["top"])
+
+
+def test_a_shard_refuses_another_atlas_shards_before_its_work(tmp_path):
+    data = _photos(tmp_path / "photos", per_class=1)
+    make_atlas(_request(data, tmp_path / "atlas", shard=(1, 2)))
+    result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "features.0", "--top", 5,
+                         "--shard", "2/2", "--out", tmp_path / "atlas")  # fmt: skip
+    assert result.exit_code == 2 and "another atlas" in result.output
+    assert not (tmp_path / "atlas" / ".atlas-state" / "state-2-of-2.npz").exists()

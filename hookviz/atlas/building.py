@@ -51,6 +51,8 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     state = _resumed(plan, path) if request.skip_existing else None
     if state is None:
         state = AtlasState(plan.recipe(), request.shard)
+    if request.shard is not None:  # another atlas's shards in the folder: said now, not after the work
+        _shard_states(request.out, request.shard[1], plan.recipe(), but=request.shard[0])
     if not state.finished:
         collect(plan, state, lambda s: s.save(path), on_batch)
     if request.shard is None:
@@ -136,11 +138,17 @@ def _resumed(plan: AtlasPlan, path: Path) -> AtlasState | None:
     return state
 
 
-def _shard_states(out: Path, count: int, recipe: dict) -> tuple[list[AtlasState], tuple[int, ...]]:
-    """The finished shards' states in ``out`` and the numbers of those not finished."""
+def _shard_states(out: Path, count: int, recipe: dict, but: int = 0) -> tuple[list[AtlasState], tuple[int, ...]]:
+    """The finished shards' states in ``out`` and the numbers of those not finished (shard ``but`` left out).
+
+    Raises:
+        UsageError: a state there is of another request or other samples.
+    """
     states, waiting = [], []
     for k in range(1, count + 1):
         path = state_path(out, (k, count))
+        if k == but:
+            continue
         state = load_state(path) if path.exists() else None
         if state is not None and state.recipe != recipe:
             raise UsageError(
