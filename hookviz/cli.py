@@ -405,6 +405,109 @@ def _print_layers(rows: list) -> None:
         typer.echo(f"{r.path:<{width}}  {r.module_type:<{type_width}}  {shape:<22}  {r.parameters:>11,}  {r.calls}")
 
 
+# ----------------------------------------------------------------------------- atlas
+
+
+_AtlasData = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="Photos, clips, folders or patterns (ImageFolder layout: true classes).", show_default=False),
+]
+_AtlasWeights = Annotated[
+    str, typer.Option("--weights", help="DEFAULT, none (random, seeded), a weights name or a state_dict file.")
+]
+_AtlasLayers = Annotated[Optional[list[str]], typer.Option("--layer", help="A layer to map (repeat for more).")]
+_AtlasRank = Annotated[str, typer.Option("--rank", help="Rank a channel's examples by the max or the mean of its map.")]
+_AtlasFromList = Annotated[
+    Optional[str], typer.Option("--from-list", help="Read more sources from FILE, one a line (- : stdin).")
+]
+_AtlasShard = Annotated[
+    Optional[str],
+    typer.Option("--shard", help="Take the K-th of N slices of the samples (K/N), or auto (torchrun, Slurm array)."),
+]
+_AtlasResume = Annotated[bool, typer.Option("--skip-existing", help="Resume from the state a killed run left in --out.")]
+_AtlasMerge = Annotated[
+    Optional[Path], typer.Option("--merge", help="Write the atlas of the finished shards in DIR, and nothing else.")
+]
+
+
+@app.command(cls=PanelledCommand)
+def atlas(
+    data: _AtlasData = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="The model, as hookviz run takes it.")] = None,
+    weights: _AtlasWeights = "DEFAULT",
+    seed: Annotated[int, typer.Option("--seed", help="Seeds random weights (--weights none).")] = 0,
+    layer: _AtlasLayers = None,
+    top: Annotated[int, typer.Option("--top", help="Examples kept per channel.")] = 9,
+    rank: _AtlasRank = "max",
+    out: Annotated[Optional[Path], typer.Option("--out", help="The atlas's folder.")] = None,
+    from_list: _AtlasFromList = None,
+    shard: _AtlasShard = None,
+    skip_existing: _AtlasResume = False,
+    merge: _AtlasMerge = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per forward pass.")] = 32,
+    frames: Annotated[Optional[int], typer.Option("--frames", help="Clips: frames per clip (default: the model's).")] = None,
+    clips: Annotated[Optional[int], typer.Option("--clips", help="Clips: clips per video, each a sample (VIDEO#k).")] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
+    quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
+    debug: DebugOption = False,
+) -> None:
+    """Map what each channel of LAYER responds to across a dataset: per channel its top-K
+    examples (cropped to what the peak unit sees) and its statistics, in OUT/atlas.json,
+    OUT/atlas.npz and pages (OUT/index.html). Only forward passes, streamed: memory does
+    not grow with the dataset. --shard K/N splits the samples; the last shard to finish
+    (or --merge OUT) writes the atlas of them all.
+
+    Example:
+
+        hookviz atlas --model efficientnet_lite0 --layer _blocks.9 --top 9 photos/ --out atlas
+    """
+
+    def action():
+        from hookviz.atlas import AtlasRequest, make_atlas, merge_atlas, parse_shard
+        from hookviz.runs.cluster import resolve_device
+
+        where = resolve_device(device)
+        if merge is not None:
+            return merge_atlas(merge, where, batch_size)
+        if model is None or out is None:
+            raise UsageError("give --model and --out (or --merge DIR to merge shards)")
+        chosen = {"model": model, "out": out, "weights": weights, "seed": seed, "top": top, "rank": rank, "device": where}
+        sources = tuple(_sources(data, from_list))
+        request = AtlasRequest(
+            layers=tuple(layer or ()), sources=sources, shard=parse_shard(shard), skip_existing=skip_existing, **chosen,
+            batch_size=batch_size, sample_options=_clip_options(frames, clips),
+        )  # fmt: skip
+        return make_atlas(request, None if quiet else _atlas_progress)
+
+    result = _guard(debug, action)
+    if not quiet:
+        typer.echo("", err=True)
+        _say_atlas(result)
+    if result.failed:
+        raise typer.Exit(1)
+
+
+def _clip_options(frames: int | None, clips: int | None) -> tuple:
+    """The video kind's options, when ``--frames`` or ``--clips`` is given (a photo model refuses them)."""
+    from hookviz.samples import VideoOptions
+
+    given = {name: value for name, value in (("frames", frames), ("clips", clips)) if value is not None}
+    return (VideoOptions(**given),) if given else ()
+
+
+def _atlas_progress(done: int, total: int) -> None:
+    typer.echo(f"\rhookviz: atlas: {done}/{total} samples", err=True, nl=False)
+
+
+def _say_atlas(result) -> None:
+    failed = f", {result.failed} could not be read (atlas.json lists them)" if result.failed else ""
+    if result.written:
+        typer.echo(f"hookviz: atlas of {result.samples} samples{failed}: {result.out / 'index.html'}", err=True)
+    else:
+        shards = ", ".join(map(str, result.waiting))
+        typer.echo(f"hookviz: {result.samples} samples done{failed}; the atlas is written when shard {shards} end", err=True)
+
+
 # ----------------------------------------------------------------------------- models
 
 

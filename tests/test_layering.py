@@ -37,6 +37,7 @@ ORDER = [
     "store",
     "compare",
     "runs",
+    "atlas",
     "plugins",
     "progress",
     "process",

@@ -1,0 +1,215 @@
+"""``make_atlas``: an atlas from a request, in named steps: plan (load the model, find the
+samples), collect (the streaming pass, resumable), and, once every part is in, render (the
+receptive fields, the crops, atlas.json, atlas.npz, the pages). A shard renders when it
+finds itself the last to finish; ``merge_atlas`` renders from the shards' states on demand.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hookviz.atlas.collect import collect
+from hookviz.atlas.plan import AtlasPlan, plan_atlas
+from hookviz.atlas.request import AtlasRequest
+from hookviz.atlas.state import STATE_FOLDER, AtlasState, load_state, state_path
+from hookviz.errors import OutputError, UsageError, arg, display_path
+
+__all__ = ["AtlasResult", "make_atlas", "merge_atlas"]
+
+#: The mark of the shard that renders the atlas, while it does (two shards may end together).
+_RENDERING = "rendering"
+
+
+@dataclass(frozen=True)
+class AtlasResult:
+    """``out``: the folder; ``written``: whether atlas.json was written (a shard that is not the
+    last leaves it to the others); ``samples``, ``failed``: this part's counts; ``waiting``:
+    the shards not finished yet."""
+
+    out: Path
+    written: bool
+    samples: int
+    failed: int
+    waiting: tuple[int, ...] = ()
+
+
+def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
+    """Collect ``request``'s atlas and write it (see the module's docstring).
+
+    Raises:
+        UsageError: a bad model, layer or source; ``--skip-existing`` over another atlas's state.
+        OutputError: the folder cannot be written.
+    """
+    from hookviz.inputs.discovery import OUTPUT_MARKER
+
+    plan = plan_atlas(request, request.notes)  # a bad model, layer or source leaves no folder behind
+    _prepare_folder(request.out)
+    (request.out / OUTPUT_MARKER).touch()
+    path = state_path(request.out, request.shard)
+    state = _resumed(plan, path) if request.skip_existing else None
+    if state is None:
+        state = AtlasState(plan.recipe(), request.shard)
+    if request.shard is not None:  # another atlas's shards in the folder: said now, not after the work
+        _shard_states(request.out, request.shard[1], plan.recipe(), but=request.shard[0])
+    if not state.finished:
+        collect(plan, state, lambda s: s.save(path), on_batch)
+    if request.shard is None:
+        render(plan, state)
+        return AtlasResult(request.out, True, state.done, len(state.failed))
+    states, waiting = _shard_states(request.out, request.shard[1], plan.recipe())
+    if waiting or not _claim(request.out):
+        return AtlasResult(request.out, False, state.done, len(state.failed), waiting)
+    try:
+        render(plan, _merged(states))
+    finally:
+        (request.out / STATE_FOLDER / _RENDERING).unlink(missing_ok=True)
+    return AtlasResult(request.out, True, state.done, len(state.failed))
+
+
+def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32) -> AtlasResult:
+    """Write the atlas of the shards' states in ``out`` (``hookviz atlas --merge DIR``).
+
+    Raises:
+        UsageError: no states there, states of different requests, or shards not finished.
+    """
+    folder = out / STATE_FOLDER
+    found = sorted(folder.glob("state-*-of-*.npz")) if folder.is_dir() else []
+    if not found:
+        raise UsageError(
+            f"{arg('merge', display_path(out))}: holds no shard's state; run hookviz atlas --shard K/N --out there first"
+        )
+    first = load_state(found[0])
+    count = first.shard[1] if first.shard else 1
+    states, waiting = _shard_states(out, count, first.recipe)
+    if waiting:
+        raise UsageError(
+            f"{arg('merge', display_path(out))}: shard{'s' if len(waiting) > 1 else ''} "
+            f"{', '.join(map(str, waiting))} of {count} not finished; run {'them' if len(waiting) > 1 else 'it'} "
+            "(with --skip-existing to resume), then merge"
+        )
+    recipe = first.recipe
+    request = AtlasRequest(
+        model=recipe["model"],
+        layers=tuple(recipe["layers"]),
+        sources=tuple(recipe["sources"]),
+        out=out,
+        weights=recipe["weights"],
+        seed=recipe["seed"],
+        top=recipe["top"],
+        rank=recipe["rank"],
+        device=device,
+        batch_size=batch_size,
+    )
+    plan = plan_atlas(request, request.notes)
+    if plan.recipe()["samples"] != recipe["samples"]:
+        raise UsageError(
+            f"{arg('merge', display_path(out))}: the sources no longer hold the samples the shards took; run them again"
+        )
+    merged = _merged(states)
+    render(plan, merged)
+    return AtlasResult(out, True, merged.done, len(merged.failed))
+
+
+def _prepare_folder(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{arg('out', display_path(out))}: is a file; give a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{arg('out', display_path(out))}: cannot create it ({exc.strerror})") from None
+    if not os.access(out, os.W_OK):
+        raise OutputError(f"{arg('out', display_path(out))}: cannot write there; choose another folder")
+
+
+def _resumed(plan: AtlasPlan, path: Path) -> AtlasState | None:
+    if not path.exists():
+        return None
+    try:
+        state = load_state(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"{display_path(path)}: not an atlas state ({exc}); delete it, or drop {arg('skip_existing')}") from None
+    if state.recipe != plan.recipe():
+        raise UsageError(
+            f"{arg('out', display_path(plan.request.out))} holds an atlas of other arguments or samples; "
+            f"drop {arg('skip_existing')} to start over, or choose another folder"
+        )
+    return state
+
+
+def _shard_states(out: Path, count: int, recipe: dict, but: int = 0) -> tuple[list[AtlasState], tuple[int, ...]]:
+    """The finished shards' states in ``out`` and the numbers of those not finished (shard ``but`` left out).
+
+    Raises:
+        UsageError: a state there is of another request or other samples.
+    """
+    states, waiting = [], []
+    for k in range(1, count + 1):
+        path = state_path(out, (k, count))
+        if k == but:
+            continue
+        state = load_state(path) if path.exists() else None
+        if state is not None and state.recipe != recipe:
+            raise UsageError(
+                f"{display_path(path)}: a shard of another atlas (other arguments or samples); remove it or use another --out"
+            )
+        if state is None or not state.finished:
+            waiting.append(k)
+        else:
+            states.append(state)
+    return states, tuple(waiting)
+
+
+def _claim(out: Path) -> bool:
+    """Whether this process is the one to render (the first to claim it, when shards end together)."""
+    try:
+        os.close(os.open(out / STATE_FOLDER / _RENDERING, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _merged(states: list[AtlasState]) -> AtlasState:
+    merged = AtlasState(states[0].recipe, None)
+    for state in states:
+        merged.merge(state)
+    merged.finished = True
+    return merged
+
+
+def render(plan: AtlasPlan, state: AtlasState) -> None:
+    """The receptive fields, the crops, atlas.json, atlas.npz and the pages of a finished state."""
+    from hookviz.atlas.crops import cut_examples
+    from hookviz.atlas.fields import receptive_field
+    from hookviz.atlas.pages import write_pages
+    from hookviz.atlas.records import AtlasWriter
+    from hookviz.store.files import write_json
+    from hookviz.store.folders import layer_stems
+
+    out = plan.request.out
+    blank = tuple(
+        t.to(plan.request.device) if hasattr(t, "to") else t for t in plan.kind.blank(plan.model.preprocessing, plan.settings)
+    )
+    fields = {name: receptive_field(plan.model.module, _spec(plan, name), blank) for name in state.layers}
+    stems = layer_stems(list(state.layers))
+    writer = AtlasWriter(out, plan, state, fields, stems)
+    cut_examples(plan, state, fields, writer.take)
+    document = writer.document()
+    writer.write_maps()
+    write_pages(out, document, state, stems)
+    write_json(out / "atlas.json", document)
+
+
+def _spec(plan: AtlasPlan, name: str):
+    path, _, call = name.partition(":")
+    for spec in plan.specs:
+        if spec.path == path:
+            return spec if not call or spec.call is not None else _with_call(spec, int(call))
+    raise UsageError(f"{arg('layers', name)}: not among the layers asked")
+
+
+def _with_call(spec, call: int):
+    from dataclasses import replace
+
+    return replace(spec, call=call)

@@ -1,0 +1,89 @@
+"""How a channel is scored for one sample, registered by name (``--rank max|mean``).
+
+A ranking turns a batch of one layer's maps, ``(B, C, *grid)``, into a ``ChannelScores``: per
+sample and channel the score that ranks the sample among the channel's top examples, and the
+grid position the example is shown at (its crop). A new way to rank (the channel's relevance
+for a class) is one new entry: ``RANKINGS.register("relevance")`` on an object with ``name``,
+``words``, ``needs_gradient`` (its ``score`` gets maps that still carry the graph, and the
+collection then runs with gradients) and ``score(maps, context)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from hookviz.registry import Registry
+
+__all__ = ["ChannelScores", "ScoreContext", "Ranking", "RANKINGS", "peak_positions"]
+
+
+@dataclass(frozen=True)
+class ChannelScores:
+    """Per sample (rows) and channel (columns): ``scores`` (float64) and ``peaks``, the flat
+    index into the layer's grid of the position each example is shown at."""
+
+    scores: np.ndarray = field(repr=False)
+    peaks: np.ndarray = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ScoreContext:
+    """What a ranking may read beside the maps: the model's ``output`` for the batch, the
+    layer's name (a relevance ranking differentiates the output's class score), and each map's
+    largest value and its flat position, ``(B, C)`` tensors the statistics computed already."""
+
+    output: Any = None
+    layer: str = ""
+    maxima: Any = None
+    peaks: Any = None
+
+
+class Ranking(Protocol):
+    name: str
+    words: str
+    needs_gradient: bool
+
+    def score(self, maps, context: ScoreContext) -> ChannelScores:
+        """``maps``: one layer's output, ``(B, C, *grid)``."""
+
+
+#: The ways to rank a channel's examples, by name.
+RANKINGS: Registry[Ranking] = Registry("rank", "ranking")
+
+
+def peak_positions(flat):
+    """Per sample and channel, the flat grid index of the map's largest value (the first, on ties)."""
+    return flat.argmax(dim=2)
+
+
+class _SpatialMax:
+    """The map's largest value: where in the sample the channel fires most."""
+
+    name, words, needs_gradient = "max", "the spatial maximum of the channel's map", False
+
+    @staticmethod
+    def score(maps, context: ScoreContext) -> ChannelScores:
+        if context.maxima is not None:
+            values, peaks = context.maxima, context.peaks
+        else:
+            values, peaks = maps.detach().flatten(2).float().max(dim=2)
+        return ChannelScores(values.double().cpu().numpy(), peaks.cpu().numpy().astype(np.int64))
+
+
+class _SpatialMean:
+    """The map's mean: how much of the sample makes the channel fire; shown at its peak."""
+
+    name, words, needs_gradient = "mean", "the spatial mean of the channel's map", False
+
+    @staticmethod
+    def score(maps, context: ScoreContext) -> ChannelScores:
+        flat = maps.detach().flatten(2).float()
+        peaks = context.peaks if context.peaks is not None else peak_positions(flat)
+        return ChannelScores(flat.mean(dim=2).double().cpu().numpy(), peaks.cpu().numpy().astype(np.int64))
+
+
+RANKINGS.add("max", _SpatialMax())
+RANKINGS.add("mean", _SpatialMean())
