@@ -65,8 +65,8 @@
       if (want.indexOf('..') >= 0) { var p = want.split('..'); if (p[0] !== '') lo = +p[0]; if (p[1] !== '') hi = +p[1]; } else if (!none) { lo = hi = +want; }
       for (i = 0; i < n; i++) { var x = col.num[i]; keep[i] = none ? isNaN(x) : (x >= lo && x <= hi); }
     } else {
-      var needle = want.toLowerCase();
-      for (i = 0; i < n; i++) keep[i] = String(col.data[i]).toLowerCase().indexOf(needle) >= 0 ? 1 : 0;
+      var needle = want.toLowerCase(), lower = col.lower || (col.lower = col.data.map(function (t) { return String(t).toLowerCase(); }));
+      for (i = 0; i < n; i++) keep[i] = lower[i].indexOf(needle) >= 0 ? 1 : 0;
     }
     return keep;
   }
@@ -247,17 +247,36 @@
     var t0 = performance.now();
     var view = filtered(params);
     state.view = view; state.query = q; state.lastList = q;
-    var scroller = el('div', {id: 'list', cls: 'list'});
-    var inner = el('div', {cls: 'rows', style: 'height:' + (view.length * ROW) + 'px'});
-    scroller.appendChild(inner);
-    var side = el('aside', {}, [filters(params)]);
-    var status = el('p', {id: 'shown', cls: 'shown', 'data-count': view.length, text: view.length + ' of ' + state.n + ' samples'});
-    var main = el('section', {cls: 'listing'}, [status, scroller]);
-    var extra = el('section', {cls: 'extra'}, [counts(view, params), atlasLinks()]);
-    app.replaceChildren(el('div', {cls: 'explorer'}, [side, main, extra]));
-    scroller.addEventListener('scroll', function () { drawRows(scroller, inner, view, q); });
-    drawRows(scroller, inner, view, q);
+    var page = state.listPage || (state.listPage = listPage(params));
+    if (app.firstChild !== page.root) app.replaceChildren(page.root);
+    syncFilters(page.root, params);
+    page.status.textContent = view.length + ' of ' + state.n + ' samples';
+    page.status.setAttribute('data-count', view.length);
+    page.inner.style.height = (view.length * ROW) + 'px';
+    page.inner.dataset.first = -1;
+    page.scroller.scrollTop = 0;
+    page.draw = function () { drawRows(page.scroller, page.inner, view, q); };
+    page.draw();
+    page.extra.replaceChildren(counts(view, params));
     state.filterMs = performance.now() - t0;
+  }
+  function listPage(params) {
+    var scroller = el('div', {id: 'list', cls: 'list'});
+    var inner = el('div', {cls: 'rows'});
+    scroller.appendChild(inner);
+    var status = el('p', {id: 'shown', cls: 'shown'});
+    var extra = el('div');
+    var root = el('div', {cls: 'explorer'}, [el('aside', {}, [filters(params)]), el('section', {cls: 'listing'}, [status, scroller]), el('section', {cls: 'extra'}, [extra, atlasLinks()])]);
+    var page = {root: root, scroller: scroller, inner: inner, status: status, extra: extra};
+    scroller.addEventListener('scroll', function () { page.draw(); });
+    return page;
+  }
+  function syncFilters(root, params) {
+    Array.prototype.forEach.call(root.querySelectorAll('[data-filter]'), function (box) {
+      var key = box.getAttribute('data-filter'), side = key.indexOf(':m') > 0 && /:(min|max)$/.test(key) ? key.slice(-3) : null;
+      if (side) { var parts = (params[key.slice(0, -4)] || '').split('..'); box.value = parts.length === 2 ? parts[side === 'min' ? 0 : 1] : ''; }
+      else box.value = params[key] || '';
+    });
   }
   function atlasLinks() {
     if (!DATA.run.atlas) return null;
@@ -445,4 +464,5 @@
   window.hookvizExplorer = {route: route, state: state, filtered: function (q) { return filtered(parseQuery(q)).length; }};
   window.addEventListener('hashchange', route);
   route();
+  state.readyMs = performance.now();  // since the page began to load: what bench/explorer_scale.py reports
 })();
