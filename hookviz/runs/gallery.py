@@ -118,7 +118,7 @@ def write_gallery(out: Path, run: RunRecord, diff: dict | None = None) -> Path:
         return _page(out, run, documents, diff)
 
 
-def read_atlas(out: Path, run: RunRecord) -> dict | None:
+def read_atlas(out: Path) -> dict | None:
     """The atlas of the run (``hookviz atlas``'s ``atlas.json``, schema ``hookviz/atlas/1``) with
     ``folder``, its folder relative to ``out``; ``None``: the run has none. Its folder is the one
     run.json names (``atlas``, or ``asked.atlas``), else ``out/atlas``."""
@@ -170,7 +170,7 @@ def _page(out: Path, run: RunRecord, documents: list[RunRecord], diff: dict | No
 
     labels = {entry.output: entry.label for document in documents for entry in document.images if entry.label}
     found = explorer_run(out, documents, diff, labels, lambda folder: _report(out / folder / REPORT))
-    atlas = read_atlas(out, run)
+    atlas = read_atlas(out)
     return write_explorer(out, found, _run_info(run, documents, diff, atlas), atlas, _heading(run, documents, diff))
 
 
