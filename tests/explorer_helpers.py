@@ -13,7 +13,7 @@ def explorer_samples(out: Path) -> dict[str, dict | None]:
     details: list = []
     for k in range(len(list(out.glob("explorer-samples-*.js")))):
         text = (out / f"explorer-samples-{k}.js").read_text(encoding="ascii")
-        details += json.loads(text.split("=", 1)[1].rstrip().rstrip(";"))
+        details += json.loads(text[text.index("]=") + 2 :].rstrip().rstrip(";"))
     return dict(zip(names, details, strict=True))
 
 
