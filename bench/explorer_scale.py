@@ -55,11 +55,24 @@ def generate(out: Path, count: int, pictures: bool, seed: int = 0) -> float:
         predicted = truth if rng.random() < 0.75 else rng.choice(classes)
         confidence = rng.random() ** 0.5
         values = {
-            "name": name, "image": f"photos/{truth}/{name}.jpg", "status": "done", "task": "classify",
-            "true_class": truth, "predicted": predicted, "target": predicted, "confidence": confidence,
-            "target_probability": confidence, "correct": predicted == truth, "dead": int(rng.random() < 0.01),
-            "zero_grad": 0, "nonfinite": 0, "drift": None, "target_changed": None, "drift_findings": None,
-            "notes": int(rng.random() < 0.02), "failure": "",
+            "name": name,
+            "image": f"photos/{truth}/{name}.jpg",
+            "status": "done",
+            "task": "classify",
+            "true_class": truth,
+            "predicted": predicted,
+            "target": predicted,
+            "confidence": confidence,
+            "target_probability": confidence,
+            "correct": predicted == truth,
+            "dead": int(rng.random() < 0.01),
+            "zero_grad": 0,
+            "nonfinite": 0,
+            "drift": None,
+            "target_changed": None,
+            "drift_findings": None,
+            "notes": int(rng.random() < 0.02),
+            "failure": "",
         }
         figures = {}
         for layer in ("layer3", "layer4"):
@@ -71,19 +84,40 @@ def generate(out: Path, count: int, pictures: bool, seed: int = 0) -> float:
         found.details.append(_details(name, predicted, confidence, truth))
         found.thumbs.append("input.jpg" if pictures else "")
     started = time.perf_counter()
-    info = {"title": "generated", "model": "generated", "task": "classify", "layers": ["layer3", "layer4"], "shards": 1, "compared": False}
+    info = {
+        "title": "generated",
+        "model": "generated",
+        "task": "classify",
+        "layers": ["layer3", "layer4"],
+        "shards": 1,
+        "compared": False,
+    }
     write_explorer(out, found, info, None, f"<h1>hookviz: {count} generated samples</h1>")
     return time.perf_counter() - started
 
 
 def _details(name: str, predicted: str, confidence: float, truth: str) -> dict:
     layers = [
-        {"name": layer, "type": "Bottleneck", "note": "", "pictures": [[kind, f"{layer}.{file}.png"] for kind, file in (("summary", "summary"), ("CAM", "cam"), ("faithfulness", "faithfulness"))]}
+        {
+            "name": layer,
+            "type": "Bottleneck",
+            "note": "",
+            "pictures": [
+                [kind, f"{layer}.{file}.png"]
+                for kind, file in (("summary", "summary"), ("CAM", "cam"), ("faithfulness", "faithfulness"))
+            ],
+        }
         for layer in ("layer3", "layer4")
     ]
     return {
-        "image": f"photos/{truth}/{name}.jpg", "heading": f"target: {predicted}", "items": [f"{predicted} ({confidence:.3f})"],
-        "notes": [], "objective": "logit", "photos": [["input.jpg", "input"]], "clip": None, "layers": layers,
+        "image": f"photos/{truth}/{name}.jpg",
+        "heading": f"target: {predicted}",
+        "items": [f"{predicted} ({confidence:.3f})"],
+        "notes": [],
+        "objective": "logit",
+        "photos": [["input.jpg", "input"]],
+        "clip": None,
+        "layers": layers,
     }
 
 
@@ -105,8 +139,16 @@ def chromium():
 
     options = Options()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1400,1000"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
 
@@ -121,10 +163,14 @@ def measure(driver, page: Path, repeat: int) -> tuple[float, dict[str, float]]:
     for query in FILTERS:
         runs = []
         for _ in range(repeat):
-            runs.append(driver.execute_script(
-                "const t = performance.now(); history.replaceState(null, '', '#/?' + arguments[0]);"
-                "window.hookvizExplorer.route(); document.querySelectorAll('[data-sample]').length;"
-                "return performance.now() - t;", query))
+            runs.append(
+                driver.execute_script(
+                    "const t = performance.now(); history.replaceState(null, '', '#/?' + arguments[0]);"
+                    "window.hookvizExplorer.route(); document.querySelectorAll('[data-sample]').length;"
+                    "return performance.now() - t;",
+                    query,
+                )
+            )
         times[query] = statistics.median(runs)
     return statistics.median(ready), times
 
@@ -145,7 +191,9 @@ def main() -> None:
             seconds = generate(out, count, args.pictures)
             size = (out / DATA).stat().st_size
             ready, times = measure(driver, out / "index.html", args.repeat)
-            print(f"{count:>7} samples: written in {seconds:.2f} s; {DATA} {size / 1e6:.2f} MB ({size / count:.0f} B/sample); ready {ready:.0f} ms")
+            print(
+                f"{count:>7} samples: written in {seconds:.2f} s; {DATA} {size / 1e6:.2f} MB ({size / count:.0f} B/sample); ready {ready:.0f} ms"
+            )
             for query, ms in times.items():
                 print(f"          filter #/?{query}: {ms:.1f} ms")
     finally:

@@ -32,6 +32,7 @@ from hookviz.command_options import (
     GradChannelsOption,
     ImagesArgument,
     JsonOutputOption,
+    LabelsOption,
     LayerOption,
     LayerTypeOption,
     LayoutOption,
@@ -168,6 +169,7 @@ class OutputArgs:
     out: OutOption = "hookviz-out"
     save_tensors: SaveTensorsOption = False
     tensorboard: TensorboardOption = None
+    labels: LabelsOption = None
     json_output: JsonOutputOption = False
     quiet: QuietOption = False
     verbose: VerboseOption = False
@@ -323,6 +325,7 @@ def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
             shard=command_shard(r.shard),  # type: ignore[arg-type]  # RunOptions parses "K/N" and "auto"
             workers=r.workers,
             tensorboard=o.output.tensorboard,  # type: ignore[arg-type]
+            labels=o.output.labels,  # type: ignore[arg-type]  # RunOptions makes it a Path
             command=tuple(sys.argv),
         ),
         checks=CheckOptions(

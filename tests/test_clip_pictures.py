@@ -17,8 +17,8 @@ from PIL import Image
 import hookviz
 from hookviz.render.kinds import picture_kind
 
-from .test_frames import _clips, _run
 from .explorer_helpers import explorer_samples
+from .test_frames import _clips, _run
 from .test_gallery import CHROMEDRIVER, CHROMIUM, _loaded_images
 from .video_clips import Conv3dNet
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from .cli_helpers import hookviz_cli
 from .conftest import ROOT, no_partial_files
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
+from .explorer_helpers import explorer_pictures
 
 TINY = ["--model", "tests.conftest:tiny_net", "--weights", "none", "--layer", "features.3"]
 LAUNCHERS = (

@@ -22,7 +22,7 @@ from hookviz.store.runfolder import open_run
 
 from .cli_helpers import hookviz_cli
 from .conftest import ROOT, SAMPLES, tiny_net
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
+from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples
 
 TINY = ["--model", "tests.conftest:tiny_net"]
 CAT_PHOTO = SAMPLES / "cat.png"

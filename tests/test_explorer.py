@@ -72,13 +72,25 @@ def _listed(driver) -> list[str]:
 def test_samples_csv_holds_the_explorers_columns_one_row_per_sample(generated):
     rows = explorer_rows(generated)
     assert len(rows) == 300 and rows[0]["name"] == "sample-000000"
-    assert {"true_class", "predicted", "confidence", "correct", "dead", "layer3:gradcam:deletion_auc", "layer4:gradcam:sanity"} <= set(rows[0])
+    assert {
+        "true_class",
+        "predicted",
+        "confidence",
+        "correct",
+        "dead",
+        "layer3:gradcam:deletion_auc",
+        "layer4:gradcam:sanity",
+    } <= set(rows[0])
     assert all((row["correct"] == "true") == (row["predicted"] == row["true_class"]) for row in rows)
 
 
 def test_an_imagefolder_layout_gives_true_classes_and_a_flat_folder_none():
     layout = ["data/tabby/1.png", "data/tabby/2.png", "data/espresso/3.png"]
-    assert imagefolder_classes(layout) == {"data/tabby/1.png": "tabby", "data/tabby/2.png": "tabby", "data/espresso/3.png": "espresso"}
+    assert imagefolder_classes(layout) == {
+        "data/tabby/1.png": "tabby",
+        "data/tabby/2.png": "tabby",
+        "data/espresso/3.png": "espresso",
+    }
     assert imagefolder_classes(["photos/a.png", "photos/b.png"]) == {}
     assert imagefolder_classes(["x/tabby/1.png", "y/espresso/2.png"]) == {}  # not one root
 
@@ -163,8 +175,10 @@ def test_ten_thousand_samples_draw_only_the_rows_on_screen(driver, tmp_path):
     assert driver.find_element("id", "shown").get_attribute("data-count") == "10000"
     drawn = len(_listed(driver))
     assert 5 < drawn < 40
-    driver.execute_script("document.getElementById('list').scrollTop = 84 * 5000;"
-                          "document.getElementById('list').dispatchEvent(new Event('scroll'));")
+    driver.execute_script(
+        "document.getElementById('list').scrollTop = 84 * 5000;"
+        "document.getElementById('list').dispatchEvent(new Event('scroll'));"
+    )
     assert "sample-005000" in _listed(driver) and len(_listed(driver)) < 40
 
 
@@ -172,11 +186,31 @@ def _hostile_run(out: Path) -> str:
     name = "<img src=x onerror=window.__pwned=1>"
     found = ExplorerRun()
     for folder, klass in ((name, "<script>window.__pwned=2</script>"), ("plain", "tabby")):
-        values = {"name": folder, "image": f"{folder}.png", "status": "done", "task": "classify", "true_class": klass, "predicted": klass,
-                  "target": klass, "confidence": 0.5, "correct": True, "notes": 1}
+        values = {
+            "name": folder,
+            "image": f"{folder}.png",
+            "status": "done",
+            "task": "classify",
+            "true_class": klass,
+            "predicted": klass,
+            "target": klass,
+            "confidence": 0.5,
+            "correct": True,
+            "notes": 1,
+        }
         found.table.rows.append(SampleRow(values, {}))
-        found.details.append({"image": f"{folder}.png", "heading": f"target: {klass}", "items": [f"{klass} (0.500)"],
-                              "notes": ['"><svg onload=window.__pwned=3>'], "objective": "logit", "photos": [], "clip": None, "layers": []})
+        found.details.append(
+            {
+                "image": f"{folder}.png",
+                "heading": f"target: {klass}",
+                "items": [f"{klass} (0.500)"],
+                "notes": ['"><svg onload=window.__pwned=3>'],
+                "objective": "logit",
+                "photos": [],
+                "clip": None,
+                "layers": [],
+            }
+        )
         found.thumbs.append("")
     write_explorer(out, found, {"title": "</title><script>window.__pwned=4</script>", "layers": []}, None, "<h1>hostile</h1>")
     return name
@@ -208,13 +242,33 @@ def _atlas(out: Path) -> None:
             crop = f"crops/layer3/{index}/{k}.png"
             (folder / crop).parent.mkdir(parents=True, exist_ok=True)
             Image.new("RGB", (32, 32), (80 * index, 100 * k, 200)).save(folder / crop)
-            top.append({"source": f"photos/{index}-{k}.jpg", "score": 3.0 - k, "position": [1, 2], "box": [0, 0, 32, 32], "crop": crop})
-        items.append({"index": index, "stats": {"mean": 0.1 * index, "dead": 0.05, "max_quantiles": {"0.5": 1.0, "0.9": 2.0, "0.99": 3.0},
-                                                "classes": [{"class": "tabby", "mean_max": 2.5, "count": 4}]},
-                      "top": top, "label": {"concept": f"stripes {index}", "score": 0.8, "runner_up": "fur", "runner_up_score": 0.4},
-                      "page": f"channels/layer3/{index}.html"})
-    atlas = {"schema": "hookviz/atlas/1", "model": "generated", "weights": "none", "rank": "max", "top": 2, "samples": 6, "relevance": None,
-             "layers": [{"name": "layer3", "channels": 3, "grid": [7, 7], "items": items}]}
+            top.append(
+                {"source": f"photos/{index}-{k}.jpg", "score": 3.0 - k, "position": [1, 2], "box": [0, 0, 32, 32], "crop": crop}
+            )
+        items.append(
+            {
+                "index": index,
+                "stats": {
+                    "mean": 0.1 * index,
+                    "dead": 0.05,
+                    "max_quantiles": {"0.5": 1.0, "0.9": 2.0, "0.99": 3.0},
+                    "classes": [{"class": "tabby", "mean_max": 2.5, "count": 4}],
+                },
+                "top": top,
+                "label": {"concept": f"stripes {index}", "score": 0.8, "runner_up": "fur", "runner_up_score": 0.4},
+                "page": f"channels/layer3/{index}.html",
+            }
+        )
+    atlas = {
+        "schema": "hookviz/atlas/1",
+        "model": "generated",
+        "weights": "none",
+        "rank": "max",
+        "top": 2,
+        "samples": 6,
+        "relevance": None,
+        "layers": [{"name": "layer3", "channels": 3, "grid": [7, 7], "items": items}],
+    }
     (folder / "atlas.json").write_text(json.dumps(atlas))
 
 
@@ -239,3 +293,50 @@ def test_an_atlas_channel_has_its_own_address(driver, tmp_path):
     assert all(width == 32 for _, width in crops)
     driver.find_element("tag name", "body").send_keys("j")
     assert driver.find_element("css selector", ".channel").get_attribute("data-channel") == "layer3/2"
+
+
+def _photos(folder: Path, names: list[str]) -> None:
+    from PIL import Image
+
+    for k, name in enumerate(names):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 32), (40 * k, 90, 160)).save(folder / name)
+
+
+@pytest.mark.slow  # a run, with its rendering workers
+def test_labels_csv_gives_each_sample_its_true_class(tmp_path):
+    from .cli_helpers import hookviz_run
+
+    _photos(tmp_path / "in", ["one.png", "two.png", "three.png"])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("image,label\none.png,0\ntwo,<b>1</b>\n")
+    result = hookviz_run(tmp_path / "in", "--labels", labels, "--pictures", "summary", layer="features.3", out=tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in explorer_rows(tmp_path / "out")}
+    assert [rows[n]["true_class"] for n in ("one", "two", "three")] == ["0", "<b>1</b>", ""]
+    assert rows["one"]["correct"] == ("true" if rows["one"]["predicted"] == "0" else "false") and rows["three"]["correct"] == ""
+    images = {i["output"]: i for i in json.loads((tmp_path / "out" / "run.json").read_text())["images"]}
+    assert images["one"]["label"] == "0" and "label" not in images["three"]
+
+
+@pytest.mark.slow  # a run, with its rendering workers
+def test_an_imagefolder_run_takes_its_class_folders_as_true_classes(tmp_path):
+    from .cli_helpers import hookviz_run
+
+    _photos(tmp_path / "data", ["tabby/a.png", "espresso/b.png"])
+    result = hookviz_run(tmp_path / "data", "--pictures", "summary", layer="features.3", out=tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert {row["name"]: row["true_class"] for row in explorer_rows(tmp_path / "out")} == {"a": "tabby", "b": "espresso"}
+
+
+@pytest.mark.parametrize("text", [None, "image,label\nonly-a-name\n"])
+def test_a_labels_file_that_cannot_be_read_is_refused_in_one_line(tmp_path, text):
+    from .cli_helpers import hookviz_run
+
+    _photos(tmp_path / "in", ["one.png"])
+    labels = tmp_path / "labels.csv"
+    if text is not None:
+        labels.write_text(text)
+    result = hookviz_run(tmp_path / "in", "--labels", labels, layer="features.3", out=tmp_path / "out")
+    assert result.exit_code == 2 and "--labels" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out" / "run.json").exists()

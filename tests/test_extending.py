@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from .conftest import ROOT, SAMPLES
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
+from .explorer_helpers import explorer_pictures
 
 
 @pytest.mark.slow  # a fresh interpreter and a render worker: about 5 s of CPU

@@ -23,8 +23,8 @@ from hookviz.runs.request import RunRequest
 from hookviz.store.report_records import read_report
 
 from .conftest import ROOT, SAMPLES, tiny_net
+from .explorer_helpers import explorer_text
 from .test_records import _validate_run_folder
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
 
 SIDE = 32
 

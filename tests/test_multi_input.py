@@ -15,8 +15,8 @@ from hookviz.tasks.segment import Segment
 
 from .cli_helpers import hookviz_run
 from .conftest import assert_same_cam
+from .explorer_helpers import explorer_pictures
 from .test_records import _validate_run_folder
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
 
 RGBD, META, SIAMESE = "tests.multi_models:build_rgbd", "tests.multi_models:build_meta", "tests.multi_models:build_siamese"
 KEYS = ("a/001", "a/002", "b/003")

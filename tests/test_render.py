@@ -22,7 +22,7 @@ from hookviz.render.kinds import PictureKind, groups_help, kinds, picture_groups
 from . import picture_plugin
 from .cli_helpers import hookviz_run
 from .conftest import python_output
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
+from .explorer_helpers import explorer_pictures
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from hookviz.runs.runner import run, shard_of
 from hookviz.store.files import output_names
 
 from .conftest import ROOT, SAMPLES, no_partial_files, python_output
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
+from .explorer_helpers import explorer_pictures
 
 
 def _run(

@@ -21,8 +21,8 @@ from hookviz.methods.integrated_gradients import IGOptions
 from hookviz.samples import SAMPLE_KINDS, Sample, SampleBatch, get_sample_kind
 
 from .conftest import ROOT, SAMPLES, tiny_net
+from .explorer_helpers import explorer_text
 from .test_records import _validate_run_folder
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
 
 
 class _Twice:

@@ -13,7 +13,7 @@ import hookviz
 
 from .cli_helpers import hookviz_cli, hookviz_run
 from .conftest import SAMPLES
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
+from .explorer_helpers import explorer_pictures
 
 
 @pytest.fixture(scope="module")

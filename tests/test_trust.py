@@ -27,7 +27,7 @@ from hookviz.trust import (
 
 from .cli_helpers import hookviz_run
 from .conftest import SAMPLES, hand_gradcam, tiny_net
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
+from .explorer_helpers import explorer_text
 
 
 class GivenMaps:

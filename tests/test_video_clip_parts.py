@@ -20,8 +20,8 @@ from hookviz.samples.video_decode import ClipPlan, decode_clip
 from hookviz.store.folders import output_names
 
 from .conftest import ROOT
+from .explorer_helpers import explorer_pictures
 from .video_clips import VideoNet, encode, moving_square
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
 
 pytest.importorskip("av")
 

@@ -19,7 +19,7 @@ from hookviz.models.loading import load_model
 
 from .cli_helpers import hookviz_cli
 from .conftest import SAMPLES
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_samples, explorer_text
+from .explorer_helpers import explorer_text
 
 # Not importorskip: importing ultralytics replaces PIL.Image.open in the whole test process;
 # hookviz imports it only inside quiet_ultralytics, which puts everything back.

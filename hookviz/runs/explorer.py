@@ -57,7 +57,9 @@ class ExplorerRun:
         self.details: list[dict | None] = []
         self.thumbs: list[str] = []
 
-    def add(self, entry, report: Report | None, true_class: str | None, change: dict | None, dead_fraction: float, base: str | None):
+    def add(
+        self, entry, report: Report | None, true_class: str | None, change: dict | None, dead_fraction: float, base: str | None
+    ):
         self.table.rows.append(row_of(entry, report, true_class, change, dead_fraction))
         details = _details(entry.output, report, change, base) if report is not None else None
         self.details.append(details)
@@ -167,9 +169,15 @@ def _change(change: dict) -> dict:
     return {
         "drifted": bool(findings or change.get("target_changed")),
         "lines": [line for line in lines if line],
-        "findings": [f"{f.get('layer') or 'model'} {f.get('figure')}: {f.get('detail')}" for f in findings[:20] if isinstance(f, dict)],
+        "findings": [
+            f"{f.get('layer') or 'model'} {f.get('figure')}: {f.get('detail')}" for f in findings[:20] if isinstance(f, dict)
+        ],
         "more": max(0, len(findings) - 20),
-        "layers": [[str(layer.get("name")), layer["picture"]] for layer in change.get("layers") or [] if isinstance(layer, dict) and layer.get("picture")],
+        "layers": [
+            [str(layer.get("name")), layer["picture"]]
+            for layer in change.get("layers") or []
+            if isinstance(layer, dict) and layer.get("picture")
+        ],
     }
 
 
@@ -223,7 +231,10 @@ def write_explorer(out: Path, found: ExplorerRun, run_info: dict, atlas: dict | 
     """Write the page, its data files and the sample table into ``out``; return the page's path."""
     chunks = math.ceil(len(found.details) / CHUNK)
     for k in range(chunks):
-        atomic_write(out / f"explorer-samples-{k}.js", _script(f"(window.HOOKVIZ_SAMPLES=window.HOOKVIZ_SAMPLES||{{}})[{k}]", found.details[k * CHUNK : (k + 1) * CHUNK]))
+        atomic_write(
+            out / f"explorer-samples-{k}.js",
+            _script(f"(window.HOOKVIZ_SAMPLES=window.HOOKVIZ_SAMPLES||{{}})[{k}]", found.details[k * CHUNK : (k + 1) * CHUNK]),
+        )
     _remove_stale_chunks(out, chunks)
     if atlas is not None:
         atomic_write(out / ATLAS_DATA, _script("window.HOOKVIZ_ATLAS", atlas))

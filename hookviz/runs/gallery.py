@@ -21,18 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hookviz.errors import SchemaError
-from hookviz.render import (
-    INPUT_PICTURE,
-    PIXEL_FAITHFULNESS_PICTURE,
-    PIXEL_PICTURE,
-    PIXEL_SANITY_PICTURE,
-    PREDICTION_PICTURE,
-)
-from hookviz.render.inputs import ATTRIBUTIONS_SUFFIX, INPUT_PREFIX, MAPS_SUFFIX
-from hookviz.render.kinds import kinds
-from hookviz.store.files import DIFF, REPORT, atomic_write
+from hookviz.store.files import DIFF, REPORT
 from hookviz.store.records import ImageStatus, Report, RunRecord, read_report, read_run
-from hookviz.tasks import reported_task
 
 __all__ = ["GALLERY", "write_gallery", "run_documents", "read_atlas"]
 

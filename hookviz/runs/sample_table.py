@@ -16,11 +16,21 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 from hookviz.store.records import ImageStatus, Report
 
-__all__ = ["FIXED_COLUMNS", "FIGURES", "SampleRow", "SampleTable", "imagefolder_classes", "table_csv", "write_parquet"]
+__all__ = [
+    "FIXED_COLUMNS",
+    "FIGURES",
+    "SampleRow",
+    "SampleTable",
+    "imagefolder_classes",
+    "read_labels",
+    "label_of",
+    "table_csv",
+    "write_parquet",
+]
 
 #: The columns every table has, with their types: ``str``, ``float`` (empty: none),
 #: ``int`` and ``bool`` (empty: unknown).
@@ -92,7 +102,42 @@ def imagefolder_classes(images: Sequence[str]) -> dict[str, str]:
     return {image: parent.name for image, parent in parents.items()}
 
 
-def row_of(entry: ImageStatus, report: Report | None, true_class: str | None, change: dict | None, dead_fraction: float) -> SampleRow:
+def read_labels(path: Path) -> dict[str, str]:
+    """``--labels``: a CSV of rows ``image,class`` (an image's path as given, its file name, its
+    stem or its folder in the run; a header row ``image,label`` or ``image,class`` is skipped).
+
+    Raises:
+        UsageError: the file cannot be read, or a row has no class.
+    """
+    from hookviz.errors import UsageError, arg
+
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as stream:
+            rows = [row for row in csv.reader(stream) if row and any(cell.strip() for cell in row)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UsageError(f"{arg('labels', path)}: cannot be read as a CSV of image,class rows ({exc})") from None
+    if rows and [c.strip().lower() for c in rows[0][:2]] in (["image", "label"], ["image", "class"]):
+        rows = rows[1:]
+    labels = {}
+    for number, row in enumerate(rows, 1):
+        if len(row) < 2 or not row[0].strip() or not row[1].strip():
+            raise UsageError(f"{arg('labels', path)}: row {number} is not image,class ({','.join(row)[:80]})")
+        labels[row[0].strip()] = row[1].strip()
+    return labels
+
+
+def label_of(labels: dict[str, str], image: str, output: str) -> str | None:
+    """An image's class in ``labels`` (``read_labels``): by its path as given, file name, stem or folder."""
+    path = PurePath(image)
+    for key in (image, path.as_posix(), path.name, path.stem, output):
+        if key in labels:
+            return labels[key]
+    return None
+
+
+def row_of(
+    entry: ImageStatus, report: Report | None, true_class: str | None, change: dict | None, dead_fraction: float
+) -> SampleRow:
     """A sample's row from its run.json entry, its report (``None``: failed, not done) and its
     change from the baseline (a diff.json entry, ``None``: not compared)."""
     top = report.top5 if report is not None else ()
@@ -124,7 +169,10 @@ def _health(report: Report | None, image: str, dead_fraction: float) -> dict:
     from hookviz.explaining.checks import report_checks
 
     findings = report_checks(report, image, ("dead", "zero-grad", "nonfinite"), dead_fraction)
-    return {key: sum(f.check == check for f in findings) for key, check in (("dead", "dead"), ("zero_grad", "zero-grad"), ("nonfinite", "nonfinite"))}
+    return {
+        key: sum(f.check == check for f in findings)
+        for key, check in (("dead", "dead"), ("zero_grad", "zero-grad"), ("nonfinite", "nonfinite"))
+    }
 
 
 def _drift(change: dict | None) -> dict:
