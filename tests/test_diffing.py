@@ -370,7 +370,10 @@ def test_diff_pictures_go_into_new_and_the_gallery_shows_the_most_changed_first(
     assert "Compared with the baseline" in page and "sorted most changed first" in page
     assert [row["name"] for row in explorer_rows(new)] == ["coffee", "cat"]
     change = explorer_samples(new)["coffee"]["change"]
-    assert "coffee/features.3.diff.png" in explorer_pictures(new) and "first changed at: the model's input (model_input)" in change["lines"]
+    assert (
+        "coffee/features.3.diff.png" in explorer_pictures(new)
+        and "first changed at: the model's input (model_input)" in change["lines"]
+    )
 
 
 def test_a_rerun_without_baseline_removes_the_diff_pictures_the_report_lists(baseline, checkpoints, tmp_path):

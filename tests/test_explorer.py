@@ -340,3 +340,23 @@ def test_a_labels_file_that_cannot_be_read_is_refused_in_one_line(tmp_path, text
     result = hookviz_run(tmp_path / "in", "--labels", labels, layer="features.3", out=tmp_path / "out")
     assert result.exit_code == 2 and "--labels" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out" / "run.json").exists()
+
+
+def test_samples_parquet_holds_the_same_table_typed(generated):
+    pq = pytest.importorskip("pyarrow.parquet")
+
+    table = pq.read_table(generated / "samples.parquet")
+    rows = explorer_rows(generated)
+    assert table.column_names == list(rows[0]) and table.num_rows == len(rows)
+    types = {
+        name: str(table.schema.field(name).type) for name in ("name", "confidence", "correct", "dead", "layer3:gradcam:sanity")
+    }
+    assert types == {
+        "name": "string",
+        "confidence": "double",
+        "correct": "bool",
+        "dead": "int64",
+        "layer3:gradcam:sanity": "string",
+    }
+    assert table.column("confidence").to_pylist() == [float(row["confidence"]) for row in rows]
+    assert table.column("correct").to_pylist() == [row["correct"] == "true" for row in rows]

@@ -81,7 +81,7 @@ def explorer_run(out: Path, documents: list[RunRecord], diff: dict | None, label
     entries.sort(key=lambda e: (late.get(e.status, 0), order.get(e.output, len(order))))
     folders = imagefolder_classes([e.image for e in entries])
     base = _base_folder(out, diff)
-    dead_fraction = next((d.checks.dead_fraction for d in documents if d.checks is not None), 1.0)
+    dead_fraction = next((d.checks.dead_fraction for d in documents if d.checks is not None), None) or 1.0
     found = ExplorerRun()
     for entry in entries:
         report = read(entry.output) if entry.status in ("done", "skipped") else None
@@ -128,7 +128,7 @@ def _details(folder: str, report: Report, change: dict | None, base: str | None)
         pictures = [[kind.label, layer.pictures[kind.name]] for kind in kinds() if layer.pictures.get(kind.name) in files]
         note = layer.cam.skipped if layer.cam is not None else None
         layers.append({"name": layer.name, "type": layer.module_type or "", "note": note or "", "pictures": pictures})
-    found = {
+    found: dict = {
         "image": report.image or folder,
         "heading": heading,
         "items": items,
@@ -269,7 +269,7 @@ def _remove_stale_chunks(out: Path, chunks: int) -> None:
 
 
 def _asset(name: str) -> str:
-    return resources.files("hookviz.runs").joinpath("explorer_assets", name).read_text(encoding="utf-8")
+    return resources.files("hookviz.runs").joinpath("explorer_assets").joinpath(name).read_text(encoding="utf-8")
 
 
 def _page(title: str, heading_html: str) -> str:
