@@ -172,7 +172,7 @@
     function tally(col) { var t = new Int32Array(col.values.length); for (var j = 0; j < view.length; j++) t[col.codes[view[j]]]++; return t; }
     var byPred = tally(pc), byTrue = hasTrue ? tally(tc) : null;
     function top(col, t, k) { return col.values.map(function (v, c) { return c; }).filter(function (c) { return t[c] > 0 && col.values[c] !== ''; }).sort(function (a, b) { return t[b] - t[a]; }).slice(0, k); }
-    var table = el('table', {cls: 'classes'}, [el('caption', {text: 'samples per class (of those listed)'}), el('tr', {}, [el('th', {text: 'class'}), hasTrue ? el('th', {text: 'true'}) : null, el('th', {text: 'predicted'})])]);
+    var table = el('table', {cls: 'classes'}, [el('caption', {text: 'samples per class, the most frequent (of those listed)'}), el('tr', {}, [el('th', {text: 'class'}), hasTrue ? el('th', {text: 'true'}) : null, el('th', {text: 'predicted'})])]);
     var names = [];
     if (hasTrue) top(tc, byTrue, 12).forEach(function (c) { names.push(tc.values[c]); });
     top(pc, byPred, 12).forEach(function (c) { if (names.indexOf(pc.values[c]) < 0) names.push(pc.values[c]); });
@@ -438,8 +438,9 @@
     var hash = location.hash.replace(/^#/, '') || '/';
     var at = hash.indexOf('?'), where = at < 0 ? hash : hash.slice(0, at), q = at < 0 ? '' : hash.slice(at + 1);
     var parts = where.split('/').slice(1);
-    if (parts[0] === 'sample' && parts.length > 1) showSample(decodeURIComponent(parts.slice(1).join('/')), q);
-    else if (parts[0] === 'channel') showChannel(decodeURIComponent(parts[1] || ''), decodeURIComponent(parts[2] || '0'));
+    var decode = function (t) { try { return decodeURIComponent(t); } catch (e) { return t; } };  // a hand-typed '%'
+    if (parts[0] === 'sample' && parts.length > 1) showSample(decode(parts.slice(1).join('/')), q);
+    else if (parts[0] === 'channel') showChannel(decode(parts[1] || ''), decode(parts[2] || '0'));
     else showList(q);
   }
   document.addEventListener('keydown', function (e) {
