@@ -372,7 +372,7 @@ def test_diff_pictures_go_into_new_and_the_gallery_shows_the_most_changed_first(
     change = explorer_samples(new)["coffee"]["change"]
     assert (
         "coffee/features.3.diff.png" in explorer_pictures(new)
-        and "first changed at: the model's input (model_input)" in change["lines"]
+        and "first changed at: the model's input (model_input.map)" in change["lines"]
     )
 
 
