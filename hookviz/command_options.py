@@ -80,6 +80,7 @@ __all__ = [
     "DeadFractionOption",
     "BaselineOption",
     "TensorboardOption",
+    "LabelsOption",
     "WorkersOption",
     "FaithfulnessOption",
     "SanityOption",
@@ -277,6 +278,14 @@ PixelSignOption = Annotated[
 ]
 SaveTensorsOption = Annotated[
     bool, typer.Option("--save-tensors", help="Write tensors.npz with every recorded array.", rich_help_panel=OUTPUT)
+]
+LabelsOption = Annotated[
+    Optional[str],
+    typer.Option(
+        help="A CSV of true classes, one row per image: its path, file name or folder name, then its class "
+        "(index.html and samples.csv filter on them; images in class folders, ImageFolder style, need none).",
+        rich_help_panel=OUTPUT,
+    ),
 ]
 OutOption = Annotated[str, typer.Option("--out", "-o", help="Output folder; one sub-folder per image.", rich_help_panel=OUTPUT)]
 ResizeOption = Annotated[

@@ -33,6 +33,7 @@ from hookviz.command_options import (
     GradChannelsOption,
     ImagesArgument,
     JsonOutputOption,
+    LabelsOption,
     LayerOption,
     LayerTypeOption,
     LayoutOption,
@@ -169,6 +170,7 @@ class OutputArgs:
     out: OutOption = "hookviz-out"
     save_tensors: SaveTensorsOption = False
     tensorboard: TensorboardOption = None
+    labels: LabelsOption = None
     json_output: JsonOutputOption = False
     quiet: QuietOption = False
     verbose: VerboseOption = False
@@ -340,6 +342,7 @@ def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
             shard=command_shard(run.shard),  # type: ignore[arg-type]  # RunOptions parses "K/N" and "auto"
             workers=run.workers,
             tensorboard=o.output.tensorboard,  # type: ignore[arg-type]
+            labels=o.output.labels,  # type: ignore[arg-type]  # RunOptions makes it a Path
             command=tuple(sys.argv),
         ),
         checks=CheckOptions(

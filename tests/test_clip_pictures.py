@@ -17,6 +17,7 @@ from PIL import Image
 import hookviz
 from hookviz.render.kinds import picture_kind
 
+from .explorer_helpers import explorer_samples
 from .test_frames import _clips, _run
 from .test_gallery import CHROMEDRIVER, CHROMIUM, _loaded_images
 from .video_clips import Conv3dNet
@@ -136,13 +137,14 @@ def test_clip_pictures_skip_other_ranks_with_a_note_and_photos_silently(clips):
 def test_a_clips_gallery_row_plays_its_animation(tmp_path):
     clips, out = _clips(tmp_path / "clips", frames=16), tmp_path / "out"
     _run(clips, out, "--clip-frames", "16")
-    page = (out / "index.html").read_text()
-    assert page.count('class="clip"') == 2 and page.count("<tr><td") == 2  # one row per clip, each with its animation
+    samples = explorer_samples(out)
+    assert sorted(samples) == ["jump", "walk"]  # one row per clip, each with its animation
     for name in ("walk", "jump"):
-        assert f'<img class="clip" src="{name}/features.3.animation.webp"' in page
+        assert samples[name]["clip"] == "features.3.animation.webp"
         with Image.open(io.BytesIO((out / name / "features.3.animation.webp").read_bytes())) as animation:
             assert animation.n_frames == 16
-    images = _loaded_images(out / "index.html", tmp_path / "profile", tmp_path / "gallery.png")
+    routes = ("#/", "#/sample/walk", "#/sample/jump")
+    images = _loaded_images(out / "index.html", tmp_path / "profile", tmp_path / "gallery.png", routes)
     animations = [width for src, complete, width in images if src.endswith(".webp")]
-    assert len(animations) == 4 and min(animations) > 0  # in the photo cell and among the layer's pictures
+    assert len(animations) == 2 and min(animations) > 0  # the list's thumbnail and the sample's page
     assert [src for src, complete, width in images if not complete or width == 0] == []

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from .conftest import ROOT, SAMPLES
+from .explorer_helpers import explorer_pictures
 
 
 @pytest.mark.slow  # a fresh interpreter and a render worker: about 5 s of CPU
@@ -60,7 +61,7 @@ def test_a_plugin_method_task_and_picture_kind_run_end_to_end(tmp_path):
     output = output.reshape(output.shape[-3:])  # (C, h, w), with or without the batch axis
     best = output.reshape(output.shape[0], -1).max(axis=1).argmax()
     np.testing.assert_allclose(cam, np.maximum(output[best], 0), rtol=1e-5, atol=1e-6)
-    assert "toy picture" in (out / "index.html").read_text()
+    assert "toy picture" in explorer_pictures(out).values()
 
 
 def _installed_plugin(tmp_path, value: str) -> dict:

@@ -10,6 +10,8 @@ import pytest
 from hookviz.options import LayerOptions, ModelOptions, RunOptions, TargetOptions
 from hookviz.runs.runner import run
 
+from .explorer_helpers import explorer_pictures, explorer_rows, explorer_text
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 
@@ -35,7 +37,8 @@ def gallery_run(tmp_path_factory, lite0):
 def test_gallery_lists_every_image_layer_picture_and_failure(gallery_run):
     out, summary = gallery_run
     page = (out / "index.html").read_text(encoding="utf-8")
-    assert page.count("<tr><td") == 2
+    pictures = explorer_pictures(out)
+    assert [row["name"] for row in explorer_rows(out)] == ["cat", "coffee", "broken"]
     for name in ("cat", "coffee"):
         for picture in (
             "_blocks.15.summary.png",
@@ -45,15 +48,15 @@ def test_gallery_lists_every_image_layer_picture_and_failure(gallery_run):
             "_fc.summary.png",
             "input.jpg",
         ):
-            assert f'href="{name}/{picture}"' in page
-    assert "espresso" in page and "broken.png" in page and "not an image format" in page
-    assert "http://" not in page and "https://" not in page  # self-contained
+            assert f"{name}/{picture}" in pictures
+    assert "espresso" in explorer_text(out) and "broken.png" in page and "not an image format" in page
+    for text in (page, (out / "explorer-data.js").read_text()):
+        assert "http://" not in text and "https://" not in text  # self-contained
 
 
-def _loaded_images(page: Path, profile: Path, screenshot: Path) -> list:
-    """``[src, complete, naturalWidth]`` of every image of ``page`` in headless Chromium."""
-    import time
-
+def _loaded_images(page: Path, profile: Path, screenshot: Path, routes: tuple[str, ...] = ("#/",)) -> list:
+    """``[src, complete, naturalWidth]`` of every image the explorer at ``page`` shows in headless
+    Chromium: its list (``routes``) and, for each sample route, every picture of every layer, switched in place."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -69,35 +72,49 @@ def _loaded_images(page: Path, profile: Path, screenshot: Path) -> list:
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",
-        "--window-size=1400,6000",
+        "--window-size=1400,3000",
         f"--user-data-dir={profile}",
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(5)
+    images: dict = {}
     try:
-        driver.get(page.as_uri())
-        script = (
-            "const images = Array.from(document.images);"
-            "images.forEach(i => i.loading = 'eager');"
-            "return images.map(i => [i.getAttribute('src'), i.complete, i.naturalWidth]);"
-        )
-        deadline = time.time() + 30
-        while True:
-            images = driver.execute_script(script)
-            if all(complete for _, complete, _ in images) or time.time() > deadline:
-                break
-            time.sleep(0.2)
+        for route in routes:
+            driver.get(page.as_uri() + route)
+            if route.startswith("#/sample/"):
+                driver.find_element("css selector", ".sample")
+                for layer in range(len(driver.find_elements("css selector", ".tabs.layers button"))):
+                    driver.find_elements("css selector", ".tabs.layers button")[layer].click()
+                    for kind in range(len(driver.find_elements("css selector", ".tabs.kinds button"))):
+                        driver.find_elements("css selector", ".tabs.kinds button")[kind].click()
+                        _collect(driver, images)
+            _collect(driver, images)
         driver.save_screenshot(str(screenshot))
-        return images
+        return [[src, *state] for src, state in images.items()]
     finally:
         driver.quit()
+
+
+def _collect(driver, images: dict) -> None:
+    import time
+
+    script = "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth]);"
+    deadline = time.time() + 30
+    while True:
+        found = driver.execute_script(script)
+        if all(complete for _, complete, _ in found) or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    images.update({src: (complete, width) for src, complete, width in found})
 
 
 @pytest.mark.slow  # over 1.4 s of CPU, measured
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
 def test_gallery_renders_in_headless_chromium_without_broken_images(gallery_run, tmp_path):
     out, _ = gallery_run
-    images = _loaded_images(out / "index.html", tmp_path / "profile", tmp_path / "gallery.png")
+    routes = ("#/", "#/sample/cat", "#/sample/coffee")
+    images = _loaded_images(out / "index.html", tmp_path / "profile", tmp_path / "gallery.png", routes)
     assert len(images) == 2 * (1 + 4 + 1)  # photo, four pictures of _blocks.15, one of _fc
     broken = [src for src, complete, width in images if not complete or width == 0]
     assert broken == []
@@ -113,7 +130,9 @@ def test_a_compared_run_shows_its_diff_pictures_in_headless_chromium(gallery_run
     shutil.copytree(out, new)
     diff = diff_runs(out, new)
     assert diff.findings == () and (new / "coffee" / "_blocks.15.diff.png").exists()
-    images = _loaded_images(new / "index.html", tmp_path / "profile", tmp_path / "gallery.png")
-    assert len(images) == 2 * (1 + 4 + 1 + 2)  # and a diff picture of each layer
+    routes = ("#/", "#/sample/cat", "#/sample/coffee")
+    images = _loaded_images(new / "index.html", tmp_path / "profile", tmp_path / "gallery.png", routes)
+    assert len(images) == 2 * (1 + 4 + 1 + 2) + 2 * (4 + 1)  # a diff picture of each layer, and the baseline's pictures
     assert [src for src, complete, width in images if not complete or width == 0] == []
     assert sum(src.endswith(".diff.png") for src, _, _ in images) == 4
+    assert sum(src.startswith("../") for src, _, _ in images) == 2 * (4 + 1)  # before, beside after

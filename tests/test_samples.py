@@ -21,6 +21,7 @@ from hookviz.methods.integrated_gradients import IGOptions
 from hookviz.samples import SAMPLE_KINDS, Sample, SampleBatch, get_sample_kind
 
 from .conftest import ROOT, SAMPLES, tiny_net
+from .explorer_helpers import explorer_text
 from .test_records import _validate_run_folder
 
 
@@ -165,7 +166,7 @@ def test_a_plugin_sample_kind_of_two_inputs_runs_end_to_end(tmp_path, pair_plugi
         assert Image.open(out / name / layer["pictures"]["cam"]).size[0] > 100
         expected = _logits(pair_plugin, folder / f"{name}.png", folder / f"{name}.npy")
         assert report["target"]["score"] == pytest.approx(float(expected.max()), rel=1e-4, abs=1e-5)
-    assert "cat.png" in (out / "index.html").read_text() and "target class" in first.stdout
+    assert "cat.png" in explorer_text(out) and "target class" in first.stdout
     kept = (out / "cat" / "report.json").read_bytes()
     again = _run(
         folder, out, "--cam", "gradcam,scorecam,integrated-gradients", "--faithfulness", "--steps", "4", "--skip-existing"

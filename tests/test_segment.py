@@ -13,6 +13,7 @@ import hookviz
 
 from .cli_helpers import hookviz_cli, hookviz_run
 from .conftest import SAMPLES
+from .explorer_helpers import explorer_pictures
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +153,7 @@ def test_a_segmentation_run_writes_its_mask_picture_and_report(tmp_path):
     layer = report["layers"][0]["name"]
     assert (out / "cat" / f"{layer}.cam.png").exists()
     page = (out / "index.html").read_text()
-    assert 'href="cat/prediction.png"' in page
+    assert page and "cat/prediction.png" in explorer_pictures(out)
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from hookviz.trust import (
 
 from .cli_helpers import hookviz_run
 from .conftest import SAMPLES, hand_gradcam, tiny_net
+from .explorer_helpers import explorer_text
 
 
 class GivenMaps:
@@ -277,7 +278,7 @@ def test_faithfulness_through_the_command_equals_torchcam_on_the_runs_own_map(tm
     assert entry["method"] == "gradcam" and entry["layer"] == "features.3" and entry["images"] == 1
     assert entry["deletion_auc"] == pytest.approx(theirs[0], abs=1e-5)
     assert run["trust"]["summary"][0].startswith("faithfulness: on this photo, gradcam at features.3 has")
-    gallery = (tmp_path / "out" / "index.html").read_text()
+    gallery = explorer_text(tmp_path / "out")
     assert "features.3.faithfulness.png" in gallery and "How far to trust the maps" in gallery
 
 

@@ -19,6 +19,7 @@ from hookviz.models.loading import load_model
 
 from .cli_helpers import hookviz_cli
 from .conftest import SAMPLES
+from .explorer_helpers import explorer_text
 
 # Not importorskip: importing ultralytics replaces PIL.Image.open in the whole test process;
 # hookviz imports it only inside quiet_ultralytics, which puts everything back.
@@ -214,7 +215,7 @@ def test_a_run_draws_the_boxes_and_compares_with_a_baseline(tmp_path):
     assert "neck outputs" in first.output
     assert (tmp_path / "a" / "cat" / "prediction.png").is_file()
     assert (tmp_path / "a" / "cat" / "yolo.model.15.cam.png").is_file()
-    assert "detections with score" in (tmp_path / "a" / "index.html").read_text()
+    assert "detections with score" in explorer_text(tmp_path / "a")
     second = invoke("run", *common, "-o", tmp_path / "b", "--baseline", tmp_path / "a")
     assert second.exit_code == 0, second.output
     assert (tmp_path / "b" / "diff.json").is_file()

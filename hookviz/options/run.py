@@ -42,6 +42,7 @@ class RunOptions:
         workers: rendering processes (0: one per CPU).
         memory_budget: bytes of recorded tensors a batch may hold (``hookviz.budget.CAP``).
         tensorboard: also log to this TensorBoard folder.
+        labels: a CSV of each image's true class (``hookviz.runs.sample_table.read_labels``).
         command: the command line, for run.json.
     """
 
@@ -53,6 +54,7 @@ class RunOptions:
     workers: int = 0
     memory_budget: int = CAP
     tensorboard: Path | None = None
+    labels: Path | None = None
     command: tuple[str, ...] = ()
 
     def __post_init__(self):
@@ -75,3 +77,7 @@ class RunOptions:
             if logdir.exists() and not logdir.is_dir():
                 raise UsageError(f"{arg('tensorboard', logdir)}: is a file, not a folder; choose a folder for the logs")
             set_field(self, "tensorboard", logdir)
+        if self.labels is not None:
+            if not Path(self.labels).is_file():
+                raise UsageError(f"{arg('labels', self.labels)}: no such file; give a CSV of image,class rows")
+            set_field(self, "labels", Path(self.labels))

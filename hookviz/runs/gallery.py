@@ -21,20 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hookviz.errors import SchemaError
-from hookviz.render import (
-    INPUT_PICTURE,
-    PIXEL_FAITHFULNESS_PICTURE,
-    PIXEL_PICTURE,
-    PIXEL_SANITY_PICTURE,
-    PREDICTION_PICTURE,
-)
-from hookviz.render.inputs import ATTRIBUTIONS_SUFFIX, INPUT_PREFIX, MAPS_SUFFIX
-from hookviz.render.kinds import kinds
-from hookviz.store.files import DIFF, REPORT, atomic_write
+from hookviz.store.files import DIFF, REPORT
 from hookviz.store.records import ImageStatus, Report, RunRecord, read_report, read_run
-from hookviz.tasks import reported_task
 
-__all__ = ["GALLERY", "write_gallery", "run_documents"]
+__all__ = ["GALLERY", "write_gallery", "run_documents", "read_atlas"]
 
 GALLERY = "index.html"
 _LOCK = ".hookviz-gallery.lock"
@@ -115,7 +105,41 @@ def write_gallery(out: Path, run: RunRecord, diff: dict | None = None) -> Path:
             documents = sorted([run, *others], key=lambda d: d.shard[0] if d.shard else 0)
         if diff is None:
             diff = _diff_of(out, documents)
-        return atomic_write(out / GALLERY, _page(out, run, documents, diff).encode("utf-8"))
+        return _page(out, run, documents, diff)
+
+
+def read_atlas(out: Path) -> dict | None:
+    """The atlas of the run (``hookviz atlas``'s ``atlas.json``, schema ``hookviz/atlas/1``) with
+    ``folder``, its folder relative to ``out``; ``None``: the run has none. Its folder is the one
+    run.json names (``atlas``, or ``asked.atlas``), else ``out/atlas``."""
+    folder = _atlas_folder(out)
+    try:
+        atlas = json.loads((folder / "atlas.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(atlas, dict) or atlas.get("schema") != "hookviz/atlas/1" or not isinstance(atlas.get("layers"), list):
+        return None
+    try:
+        relative = Path(os.path.relpath(folder.resolve(), out.resolve())).as_posix()
+    except ValueError:  # another drive: the page cannot link it
+        return None
+    return {**atlas, "folder": relative}
+
+
+def _atlas_folder(out: Path) -> Path:
+    try:
+        document = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        document = {}
+    named = document.get("atlas") if isinstance(document, dict) else None
+    if named is None and isinstance(document, dict) and isinstance(document.get("asked"), dict):
+        named = document["asked"].get("atlas")
+    if isinstance(named, dict):
+        named = named.get("folder") or named.get("path")
+    if isinstance(named, str) and named:
+        path = Path(named)
+        return path if path.is_absolute() else out / path if (out / path / "atlas.json").exists() else path
+    return out / "atlas"
 
 
 def _diff_of(out: Path, documents: list[RunRecord]) -> dict | None:
@@ -130,54 +154,49 @@ def _diff_of(out: Path, documents: list[RunRecord]) -> dict | None:
     return diff if started and started in {d.started for d in documents} else None
 
 
-def _page(out: Path, run: RunRecord, documents: list[RunRecord], diff: dict | None = None) -> str:
-    changes = {e.get("output"): e for e in (diff or {}).get("images", []) if isinstance(e, dict)}
-    order = {output: rank for rank, output in enumerate(changes)}
-    rows, seen = [], set()
+def _page(out: Path, run: RunRecord, documents: list[RunRecord], diff: dict | None = None) -> Path:
+    """Write the explorer of ``documents`` (shards of one run) into ``out``."""
+    from hookviz.runs.explorer import explorer_run, write_explorer
+
+    labels = {entry.output: entry.label for document in documents for entry in document.images if entry.label}
+    found = explorer_run(out, documents, diff, labels, lambda folder: _report(out / folder / REPORT))
+    atlas = read_atlas(out)
+    return write_explorer(out, found, _run_info(run, documents, diff, atlas), atlas, _heading(run, documents, diff))
+
+
+def _run_info(run: RunRecord, documents: list[RunRecord], diff: dict | None, atlas: dict | None) -> dict:
+    return {
+        "title": run.model or "",
+        "model": run.model or "",
+        "task": run.task or "",
+        "layers": list(run.layers),
+        "shards": len(documents),
+        "compared": diff is not None,
+        "atlas_folder": (atlas or {}).get("folder"),
+    }
+
+
+def _heading(run: RunRecord, documents: list[RunRecord], diff: dict | None) -> str:
+    """The page's heading, as HTML: the run, its failures, its trust and its comparison."""
     failures: list[ImageStatus] = []
     counts = {"done": 0, "skipped": 0, "failed": 0, "not_done": 0}
     for document in documents:
         for key in counts:
             counts[key] += getattr(document.counts, key)
         failures += document.failures
-        for entry in document.images:
-            if entry.status not in ("done", "skipped") or entry.output in seen:
-                continue
-            seen.add(entry.output)
-            report = _report(out / entry.output / REPORT)
-            if report is not None:
-                rows.append(
-                    (order.get(entry.output, len(order)), _row(entry.output, report, changes.get(entry.output), diff is not None))
-                )
-    rows = [row for _, row in sorted(rows, key=lambda item: item[0])]  # stable: the run's order otherwise
     failure_items = "".join(f"<li>{_e(f.error or f.image)}</li>" for f in failures)
     shards = f" · {len(documents)} shards" if len(documents) > 1 else ""
     interrupted = " · <b>interrupted</b>" if any(d.interrupted for d in documents) else ""
     not_done = f", {counts['not_done']} not done" if counts["not_done"] else ""
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>hookviz: {_e(run.model or "")}</title>
-<style>{_STYLE}</style>
-</head>
-<body>
-<h1>hookviz: {_e(run.model or "")}</h1>
+    return f"""<h1>hookviz: {_e(run.model or "")}</h1>
 <div class="meta">weights {_e(run.weights or "")} · layers {_e(", ".join(run.layers))} ·
 {counts["done"]} done, {counts["skipped"]} skipped, {counts["failed"]} failed{not_done}{shards}{interrupted}<br>
 <code>{_e(" ".join(run.command))}</code></div>
+<details class="heading"><summary>the run's failures, notes and comparison</summary>
 {f'<h2>Failures</h2><ul class="failures">{failure_items}</ul>' if failure_items else ""}
 {_trust_heading(documents)}
 {_diff_heading(diff) if diff is not None else ""}
-<table>
-<thead><tr><th>photo</th><th>image and top-5</th><th>layers</th>{"<th>change from the baseline</th>" if diff is not None else ""}</tr></thead>
-<tbody>
-{"".join(rows)}
-</tbody>
-</table>
-</body>
-</html>
-"""
+</details>"""
 
 
 def _trust_heading(documents: list[RunRecord]) -> str:
@@ -211,111 +230,5 @@ def _diff_heading(diff: dict) -> str:
     )
 
 
-def _diff_cell(base: str, change: dict | None) -> str:
-    """One image's change from the baseline: target, numbers and each layer's diff picture."""
-    if change is None:
-        return "<td><i>not compared</i></td>"
-    before, after = ((change.get("target") or {}).get(k) or {} for k in ("before", "after"))
-    names = [_e(t.get("name") or str(t.get("index"))) for t in (before, after)]
-    target = (
-        f'<span class="drift">target {names[0]} &rarr; {names[1]}</span>'
-        if change.get("target_changed")
-        else f"target {names[1]} (unchanged)"
-    )
-    p_change = change.get("probability_change")
-    findings = change.get("findings") or []
-    first = change.get("first_change") or {}
-    lines = [
-        target,
-        f"first changed at: <b>{_e(_where(first))}</b> ({_e(first.get('figure'))})" if first else "",
-        f"P(target) change: {'n/a' if p_change is None else format(p_change, '+.3g')}",
-        f"largest relative change: {_number(change.get('change'))}",
-        f"lowest CAM correlation: {_number(change.get('lowest_cam_corr'))}",
-        f'<span class="drift">{len(findings)} drift findings</span>' if findings else '<span class="steady">no drift</span>',
-    ]
-    thumbs = "".join(
-        f'<a class="thumb" href="{base}/{_href(layer["picture"])}"><img loading="lazy" '
-        f'src="{base}/{_href(layer["picture"])}" alt="change of {_e(layer.get("name"))}">{_e(layer.get("name"))}</a>'
-        for layer in change.get("layers") or []
-        if isinstance(layer, dict) and layer.get("picture")
-    )
-    items = "".join(
-        f"<li>{_e(f.get('layer') or 'model')} {_e(f.get('figure'))}: {_e(f.get('detail'))}</li>" for f in findings[:8]
-    )
-    more = f"<li>and {len(findings) - 8} more in diff.json</li>" if len(findings) > 8 else ""
-    return (
-        f'<td><div class="figures">{"<br>".join(line for line in lines if line)}</div>'
-        f'{f"<ul class=figures>{items}{more}</ul>" if items else ""}<div class="thumbs">{thumbs}</div></td>'
-    )
-
-
-def _where(finding: dict) -> str:
-    if finding.get("layer"):
-        return str(finding["layer"])
-    return "the model's input" if str(finding.get("figure")).startswith("model_input") else "the logits"
-
-
-def _number(value) -> str:
-    return "n/a" if value is None else format(value, ".3g")
-
-
-def _row(folder: str, report: Report, change: dict | None = None, compared: bool = False) -> str:
-    files = set(report.files)
-    base = _href(folder)
-    photo = "".join(
-        f'<a href="{base}/{name}"><img src="{base}/{name}" alt="{alt}"></a>'
-        for name, alt in (
-            (INPUT_PICTURE, "input"),
-            (PREDICTION_PICTURE, "prediction"),
-            (PIXEL_PICTURE, "maps of the input"),
-            (PIXEL_FAITHFULNESS_PICTURE, "faithfulness of the maps of the input"),
-            (PIXEL_SANITY_PICTURE, "randomisation check of the maps of the input"),
-        )
-        if name in files
-    )
-    photo += "".join(  # a sample's other inputs, side by side with the first (``hookviz.render.inputs``)
-        f'<a href="{base}/{_href(name)}"><img src="{base}/{_href(name)}" alt="{_e(name)}" title="{_e(name)}"></a>'
-        for name in report.files
-        if (name.startswith(INPUT_PREFIX) and name != INPUT_PICTURE) or name.endswith((ATTRIBUTIONS_SUFFIX, MAPS_SUFFIX))
-    )
-    # A clip's row leads with its first animated CAM, which plays in the page.
-    animated = [layer.pictures.get("animation") for layer in report.layers]
-    animated = [name for name in animated if name in files]
-    if animated:
-        photo = (
-            f'<a href="{base}/{_href(animated[0])}"><img class="clip" src="{base}/{_href(animated[0])}" '
-            f'alt="the CAM over the clip, animated"></a>{photo}'
-        )
-    heading, predicted = reported_task(report.task).gallery_list(report)
-    top5 = "".join(f"<li>{_e(item)}</li>" for item in predicted)
-    layers = []
-    for layer in report.layers:
-        pictures = layer.pictures
-        thumbs = "".join(
-            f'<a class="thumb" href="{base}/{_href(pictures[kind.name])}">'
-            f'<img loading="lazy" src="{base}/{_href(pictures[kind.name])}" alt="{_e(kind.label)}">{_e(kind.label)}</a>'
-            for kind in kinds()
-            if pictures.get(kind.name) in files
-        )
-        note = layer.cam.skipped if layer.cam is not None else None
-        layers.append(
-            f'<div class="layer"><b>{_e(layer.name)}</b> {_e(layer.module_type)}'
-            f'{f" · {_e(note)}" if note else ""}<div class="thumbs">{thumbs}</div></div>'
-        )
-    notes = "".join(f"<br><i>{_e(n)}</i>" for n in report.notes)
-    return (
-        f'<tr><td class="photo">{photo}</td>'
-        f"<td><code>{_e(report.image or folder)}</code>{notes}<br>"
-        f"{_e(heading)}<ol>{top5}</ol></td>"
-        f"<td>{''.join(layers)}</td>{_diff_cell(base, change) if compared else ''}</tr>\n"
-    )
-
-
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _href(path: str) -> str:
-    from urllib.parse import quote
-
-    return quote(path)

@@ -42,6 +42,7 @@ from hookviz.runs import workers
 from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard_of
 from hookviz.runs.ledger import Ledger
 from hookviz.runs.request import RunRequest
+from hookviz.runs.sample_table import label_of, read_labels
 from hookviz.runs.stopping import RunState, Stopped, stoppable
 from hookviz.runs.summary import RunInterrupted, RunSummary
 from hookviz.store.files import (
@@ -155,6 +156,7 @@ class Run:
         self.batch_size = options.batch_size
         self.sized = False  # whether the first image's recording has sized the batches
         self.baseline: Baseline | None = None  # read before any work (--baseline)
+        self.labels = read_labels(options.labels) if options.labels is not None else {}  # --labels, read before any work
 
     # -- the whole run
 
@@ -535,8 +537,11 @@ class Run:
             for path in self.asked.selected:
                 self.ledger.statuses.setdefault(path, self._status(path, "not_done", reason))
         trust = self.ledger.trust.to_json()
+        statuses = tuple(self.ledger.statuses[p] for p in self.asked.selected if p in self.ledger.statuses)
+        if self.labels:
+            statuses = tuple(replace(s, label=label_of(self.labels, s.image, s.output)) for s in statuses)
         summary = RunSummary(
-            statuses=tuple(self.ledger.statuses[p] for p in self.asked.selected if p in self.ledger.statuses),
+            statuses=statuses,
             findings=tuple(self.ledger.findings),
             run_json=self.asked.run_json,
             interrupted=self.state.interrupted,

@@ -43,7 +43,9 @@ TENSORS = "tensors.npz"
 #: A run's comparison with a baseline, at the top of its output folder (``hookviz.compare.diffing``).
 DIFF = "diff.json"
 #: Files a run writes at the top of its output folder; no image's folder may take these names.
-RUN_FILE_PATTERN = re.compile(r"^(run(-\d+-of-\d+)?\.json|index\.html|diff\.json)$", re.IGNORECASE)
+RUN_FILE_PATTERN = re.compile(
+    r"^(run(-\d+-of-\d+)?\.json|index\.html|diff\.json|samples\.(csv|parquet)|explorer-[a-z0-9-]+\.js)$", re.IGNORECASE
+)
 
 
 def _digest(text: str, length: int = 8) -> str:

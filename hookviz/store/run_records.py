@@ -36,9 +36,11 @@ class ImageStatus:
     files: tuple[str, ...] = ()
     top5: tuple[dict, ...] = ()
     task: str = DEFAULT_TASK
+    #: Its true class (``--labels``); ``None``: not given, and not written.
+    label: str | None = None
 
     def to_json(self) -> dict:
-        return {
+        found = {
             "image": self.image,
             "output": self.output,
             "status": self.status,
@@ -48,6 +50,9 @@ class ImageStatus:
             "top5": list(self.top5),
             "files": list(self.files),
         }
+        if self.label is not None:
+            found["label"] = self.label
+        return found
 
     @classmethod
     def from_json(cls, entry) -> "ImageStatus | None":
@@ -63,6 +68,7 @@ class ImageStatus:
             files=read_texts(entry.get("files")),
             top5=tuple(s for s in entry.get("top5") or () if isinstance(s, dict)),
             task=str(entry.get("task") or DEFAULT_TASK),
+            label=read_text(entry.get("label")),
         )
 
 

@@ -1,0 +1,362 @@
+"""The explorer (a run folder's index.html) in real headless Chromium, on generated run folders:
+filters and sort from the address, the routes, the keyboard, no request outside the folder, a
+page that is not blank, a list that draws only what is on screen, escaped names, an atlas's channels."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from bench.explorer_scale import generate
+from hookviz.runs.explorer import ExplorerRun, write_explorer
+from hookviz.runs.sample_table import SampleRow, imagefolder_classes
+
+from .explorer_helpers import explorer_rows
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+browser = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+)
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('profile')}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    found = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    found.implicitly_wait(5)  # a sample's details load after its route
+    yield found
+    found.quit()
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("generated")
+    generate(out, 300, pictures=True)
+    return out
+
+
+def _open(driver, out: Path, route: str = "#/"):
+    driver.get("about:blank")
+    driver.get((out / "index.html").as_uri() + route)
+    return driver.execute_script("return window.hookvizExplorer.state.readyMs") is not None
+
+
+def _listed(driver) -> list[str]:
+    rows = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#list [data-sample]')).map(a => [a.getAttribute('data-sample'), a.offsetTop]);"
+    )
+    return [name for name, _ in sorted(rows, key=lambda row: row[1])]
+
+
+def test_samples_csv_holds_the_explorers_columns_one_row_per_sample(generated):
+    rows = explorer_rows(generated)
+    assert len(rows) == 300 and rows[0]["name"] == "sample-000000"
+    assert {
+        "true_class",
+        "predicted",
+        "confidence",
+        "correct",
+        "dead",
+        "layer3:gradcam:deletion_auc",
+        "layer4:gradcam:sanity",
+    } <= set(rows[0])
+    assert all((row["correct"] == "true") == (row["predicted"] == row["true_class"]) for row in rows)
+
+
+def test_an_imagefolder_layout_gives_true_classes_and_a_flat_folder_none():
+    layout = ["data/tabby/1.png", "data/tabby/2.png", "data/espresso/3.png"]
+    assert imagefolder_classes(layout) == {
+        "data/tabby/1.png": "tabby",
+        "data/tabby/2.png": "tabby",
+        "data/espresso/3.png": "espresso",
+    }
+    assert imagefolder_classes(["photos/a.png", "photos/b.png"]) == {}
+    assert imagefolder_classes(["x/tabby/1.png", "y/espresso/2.png"]) == {}  # not one root
+
+
+@browser
+@pytest.mark.slow  # headless Chromium
+def test_filters_and_sort_in_the_address_list_what_they_say(driver, generated):
+    rows = {row["name"]: row for row in explorer_rows(generated)}
+    wanted = rows["sample-000007"]["predicted"]
+    assert _open(driver, generated, f"#/?predicted={quote(wanted)}&sort=-confidence")
+    expected = sorted((n for n, r in rows.items() if r["predicted"] == wanted), key=lambda n: -float(rows[n]["confidence"]))
+    assert _listed(driver) == expected and expected
+    assert driver.find_element("id", "shown").get_attribute("data-count") == str(len(expected))
+    # a range and right/wrong, set from the page's own controls
+    driver.execute_script("location.hash = '#/?correct=false&confidence=0.5..0.9&sort=name'")
+    count = sum(r["correct"] == "false" and 0.5 <= float(r["confidence"]) <= 0.9 for r in rows.values())
+    assert int(driver.find_element("id", "shown").get_attribute("data-count")) == count
+    shown = _listed(driver)
+    assert shown == sorted(shown) and all(rows[n]["correct"] == "false" for n in shown)
+    select = driver.find_element("css selector", "select[data-filter=correct]")
+    assert select.get_attribute("value") == "false"
+    from selenium.webdriver.support.ui import Select
+
+    Select(select).select_by_value("true")
+    assert "correct=true" in driver.execute_script("return location.hash")
+    assert all(rows[n]["correct"] == "true" for n in _listed(driver))
+
+
+@browser
+@pytest.mark.slow
+def test_a_sample_route_steps_with_the_keyboard_in_the_lists_order(driver, generated):
+    from selenium.webdriver.common.keys import Keys
+
+    rows = explorer_rows(generated)
+    order = [r["name"] for r in sorted(rows, key=lambda r: -float(r["confidence"]))]
+    assert _open(driver, generated, f"#/sample/{order[3]}?sort=-confidence")
+    body = driver.find_element("tag name", "body")
+    assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == order[3]
+    body.send_keys(Keys.ARROW_RIGHT)
+    assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == order[4]
+    body.send_keys(Keys.ARROW_LEFT)
+    body.send_keys(Keys.ARROW_LEFT)
+    assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == order[2]
+    # the layers switch in place, the picture follows
+    assert driver.find_element("id", "picture").get_attribute("src").endswith(f"{order[2]}/layer3.summary.png")
+    body.send_keys(Keys.ARROW_DOWN)
+    body.send_keys("2")
+    assert driver.find_element("id", "picture").get_attribute("src").endswith(f"{order[2]}/layer4.cam.png")
+    body.send_keys(Keys.ESCAPE)
+    assert driver.execute_script("return location.hash") == "#/?sort=-confidence" and _listed(driver)[0] == order[0]
+
+
+@browser
+@pytest.mark.slow
+def test_the_page_asks_for_nothing_outside_its_folder_and_is_not_blank(driver, generated, tmp_path):
+    from PIL import Image
+
+    driver.get_log("performance")  # what came before
+    assert _open(driver, generated, "#/?sort=name")
+    driver.execute_script("location.hash = '#/sample/sample-000001'")
+    driver.find_element("css selector", ".sample")
+    driver.save_screenshot(str(tmp_path / "sample.png"))
+    requests = [json.loads(entry["message"])["message"] for entry in driver.get_log("performance")]
+    urls = [m["params"]["request"]["url"] for m in requests if m["method"] == "Network.requestWillBeSent"]
+    folder = generated.as_uri() + "/"
+    assert urls and all(url.startswith(folder) for url in urls), [u for u in urls if not u.startswith(folder)]
+    assert any(url.endswith("explorer-samples-0.js") for url in urls)
+    _open(driver, generated, "#/")
+    driver.save_screenshot(str(tmp_path / "list.png"))
+    for name in ("list.png", "sample.png"):
+        with Image.open(tmp_path / name) as shot:
+            colours = shot.convert("RGB").getcolors(maxcolors=1 << 20)
+        assert colours is not None and len(colours) > 50  # text, thumbnails, controls: not a blank page
+        assert max(count for count, _ in colours) < 0.95 * shot.width * shot.height
+
+
+@browser
+@pytest.mark.slow
+def test_ten_thousand_samples_draw_only_the_rows_on_screen(driver, tmp_path):
+    generate(tmp_path, 10_000, pictures=False)
+    assert _open(driver, tmp_path)
+    assert driver.find_element("id", "shown").get_attribute("data-count") == "10000"
+    drawn = len(_listed(driver))
+    assert 5 < drawn < 40
+    driver.execute_script(
+        "document.getElementById('list').scrollTop = 84 * 5000;"
+        "document.getElementById('list').dispatchEvent(new Event('scroll'));"
+    )
+    assert "sample-005000" in _listed(driver) and len(_listed(driver)) < 40
+
+
+def _hostile_run(out: Path) -> str:
+    name = "<img src=x onerror=window.__pwned=1>"
+    found = ExplorerRun()
+    for folder, klass in ((name, "<script>window.__pwned=2</script>"), ("plain", "tabby")):
+        values = {
+            "name": folder,
+            "image": f"{folder}.png",
+            "status": "done",
+            "task": "classify",
+            "true_class": klass,
+            "predicted": klass,
+            "target": klass,
+            "confidence": 0.5,
+            "correct": True,
+            "notes": 1,
+        }
+        found.table.rows.append(SampleRow(values, {}))
+        found.details.append(
+            {
+                "image": f"{folder}.png",
+                "heading": f"target: {klass}",
+                "items": [f"{klass} (0.500)"],
+                "notes": ['"><svg onload=window.__pwned=3>'],
+                "objective": "logit",
+                "photos": [],
+                "clip": None,
+                "layers": [],
+            }
+        )
+        found.thumbs.append("")
+    write_explorer(out, found, {"title": "</title><script>window.__pwned=4</script>", "layers": []}, None, "<h1>hostile</h1>")
+    return name
+
+
+@browser
+@pytest.mark.slow
+def test_names_from_users_files_are_text_and_cannot_run_script(driver, tmp_path):
+    name = _hostile_run(tmp_path)
+    assert _open(driver, tmp_path, "#/?true_class=" + quote("<script>window.__pwned=2</script>"))
+    assert _listed(driver) == [name]
+    assert driver.find_element("css selector", "#list [data-sample] b").text == name
+    driver.execute_script("location.hash = arguments[0]", "#/sample/" + quote(name, safe=""))
+    assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == name
+    assert '"><svg onload=window.__pwned=3>' in driver.find_element("css selector", ".notes").text
+    assert driver.execute_script("return window.__pwned") is None
+    assert driver.execute_script("return document.querySelectorAll('#app script, #app svg, #app img[src=x]').length") == 0
+
+
+def _atlas(out: Path) -> None:
+    """A small atlas folder written by hand after ATLAS_CONTRACT.md (what ``hookviz atlas`` writes)."""
+    from PIL import Image
+
+    folder = out / "atlas"
+    items = []
+    for index in range(3):
+        top = []
+        for k in range(2):
+            crop = f"crops/layer3/{index}/{k}.png"
+            (folder / crop).parent.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (32, 32), (80 * index, 100 * k, 200)).save(folder / crop)
+            top.append(
+                {"source": f"photos/{index}-{k}.jpg", "score": 3.0 - k, "position": [1, 2], "box": [0, 0, 32, 32], "crop": crop}
+            )
+        items.append(
+            {
+                "index": index,
+                "stats": {
+                    "mean": 0.1 * index,
+                    "dead": 0.05,
+                    "max_quantiles": {"0.5": 1.0, "0.9": 2.0, "0.99": 3.0},
+                    "classes": [{"class": "tabby", "mean_max": 2.5, "count": 4}],
+                },
+                "top": top,
+                "label": {"concept": f"stripes {index}", "score": 0.8, "runner_up": "fur", "runner_up_score": 0.4},
+                "page": f"channels/layer3/{index}.html",
+            }
+        )
+    atlas = {
+        "schema": "hookviz/atlas/1",
+        "model": "generated",
+        "weights": "none",
+        "rank": "max",
+        "top": 2,
+        "samples": 6,
+        "relevance": None,
+        "layers": [{"name": "layer3", "channels": 3, "grid": [7, 7], "items": items}],
+    }
+    (folder / "atlas.json").write_text(json.dumps(atlas))
+
+
+@browser
+@pytest.mark.slow
+def test_an_atlas_channel_has_its_own_address(driver, tmp_path):
+    from hookviz.runs.gallery import read_atlas
+
+    _atlas(tmp_path)
+    found = ExplorerRun()
+    atlas = read_atlas(tmp_path)
+    assert atlas is not None and atlas["folder"] == "atlas"
+    write_explorer(tmp_path, found, {"title": "atlas", "layers": ["layer3"]}, atlas, "<h1>atlas</h1>")
+    assert _open(driver, tmp_path, "#/channel/layer3/1")
+    page = driver.find_element("css selector", ".channel")
+    assert page.get_attribute("data-channel") == "layer3/1" and "stripes 1" in page.text
+    crops = driver.execute_script(
+        "const imgs = Array.from(document.querySelectorAll('.crops img'));"
+        "return imgs.map(i => [i.getAttribute('src'), i.complete && i.naturalWidth]);"
+    )
+    assert [src for src, _ in crops] == ["atlas/crops/layer3/1/0.png", "atlas/crops/layer3/1/1.png"]
+    assert all(width == 32 for _, width in crops)
+    driver.find_element("tag name", "body").send_keys("j")
+    assert driver.find_element("css selector", ".channel").get_attribute("data-channel") == "layer3/2"
+
+
+def _photos(folder: Path, names: list[str]) -> None:
+    from PIL import Image
+
+    for k, name in enumerate(names):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 32), (40 * k, 90, 160)).save(folder / name)
+
+
+@pytest.mark.slow  # a run, with its rendering workers
+def test_labels_csv_gives_each_sample_its_true_class(tmp_path):
+    from .cli_helpers import hookviz_run
+
+    _photos(tmp_path / "in", ["one.png", "two.png", "three.png"])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("image,label\none.png,0\ntwo,<b>1</b>\n")
+    result = hookviz_run(tmp_path / "in", "--labels", labels, "--pictures", "summary", layer="features.3", out=tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in explorer_rows(tmp_path / "out")}
+    assert [rows[n]["true_class"] for n in ("one", "two", "three")] == ["0", "<b>1</b>", ""]
+    assert rows["one"]["correct"] == ("true" if rows["one"]["predicted"] == "0" else "false") and rows["three"]["correct"] == ""
+    images = {i["output"]: i for i in json.loads((tmp_path / "out" / "run.json").read_text())["images"]}
+    assert images["one"]["label"] == "0" and "label" not in images["three"]
+
+
+@pytest.mark.slow  # a run, with its rendering workers
+def test_an_imagefolder_run_takes_its_class_folders_as_true_classes(tmp_path):
+    from .cli_helpers import hookviz_run
+
+    _photos(tmp_path / "data", ["tabby/a.png", "espresso/b.png"])
+    result = hookviz_run(tmp_path / "data", "--pictures", "summary", layer="features.3", out=tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert {row["name"]: row["true_class"] for row in explorer_rows(tmp_path / "out")} == {"a": "tabby", "b": "espresso"}
+
+
+@pytest.mark.parametrize("text", [None, "image,label\nonly-a-name\n"])
+def test_a_labels_file_that_cannot_be_read_is_refused_in_one_line(tmp_path, text):
+    from .cli_helpers import hookviz_run
+
+    _photos(tmp_path / "in", ["one.png"])
+    labels = tmp_path / "labels.csv"
+    if text is not None:
+        labels.write_text(text)
+    result = hookviz_run(tmp_path / "in", "--labels", labels, layer="features.3", out=tmp_path / "out")
+    assert result.exit_code == 2 and "--labels" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out" / "run.json").exists()
+
+
+def test_samples_parquet_holds_the_same_table_typed(generated):
+    pq = pytest.importorskip("pyarrow.parquet")
+
+    table = pq.read_table(generated / "samples.parquet")
+    rows = explorer_rows(generated)
+    assert table.column_names == list(rows[0]) and table.num_rows == len(rows)
+    types = {
+        name: str(table.schema.field(name).type) for name in ("name", "confidence", "correct", "dead", "layer3:gradcam:sanity")
+    }
+    assert types == {
+        "name": "string",
+        "confidence": "double",
+        "correct": "bool",
+        "dead": "int64",
+        "layer3:gradcam:sanity": "string",
+    }
+    assert table.column("confidence").to_pylist() == [float(row["confidence"]) for row in rows]
+    assert table.column("correct").to_pylist() == [row["correct"] == "true" for row in rows]
