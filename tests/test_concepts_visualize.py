@@ -76,6 +76,7 @@ def test_the_seed_makes_it_repeatable_and_the_callers_random_stream_is_untouched
     assert torch.equal(torch.random.get_rng_state(), before)
 
 
+@pytest.mark.slow  # torch.optim imports torch._dynamo (~4 s)
 def test_the_written_out_adam_step_is_torchs_adam_maximising():
     from hookviz.concepts.visualize import _adam
 

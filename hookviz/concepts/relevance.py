@@ -44,6 +44,7 @@ class ChannelRelevance:
         classes: (N,): the class explained for each image.
         grid: the layer's grid, (H, W) (or (T, H, W)).
         maps: (N, C, *grid): the relevance maps, when kept.
+        outputs: (N, C, *grid): the layer's output (the channels' activations), when the maps are kept.
     """
 
     contributions: np.ndarray
@@ -52,6 +53,7 @@ class ChannelRelevance:
     classes: np.ndarray
     grid: tuple[int, ...]
     maps: np.ndarray | None = None
+    outputs: np.ndarray | None = None
 
     def __repr__(self) -> str:
         n, c = self.contributions.shape
@@ -145,6 +147,7 @@ def _relevance(model, layer, inputs, classes, rule, categories, keep_maps, withi
         classes=picked.cpu().numpy(),
         grid=tuple(int(s) for s in output.shape[2:]),
         maps=maps.cpu().numpy() if keep_maps else None,
+        outputs=output.detach().double().cpu().numpy() if keep_maps else None,
     )
 
 
