@@ -18,8 +18,13 @@ from hookviz.errors import UsageError
 def _net() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(3, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 7, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(7, 4),
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(6, 7, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(7, 4),
     ).eval()
 
 
@@ -32,8 +37,12 @@ def _atlas(folder, layer="3", channels=7, top=3):
             crop = f"crops/{layer}/{c}/{k}.png"
             (folder / crop).parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(np.full((20, 20, 3), 30 * k + 10 * c, dtype=np.uint8)).save(folder / crop)
-            tops.append({"source": f"photos/p{c}{k}.png", "score": 10.0 - k, "position": [1, 1], "box": [0, 0, 8, 8], "crop": crop})
-        items.append({"index": c, "stats": {}, "top": tops, "page": f"channels/{layer}/{c}.html", "label": {"concept": f"thing{c}"}})
+            tops.append(
+                {"source": f"photos/p{c}{k}.png", "score": 10.0 - k, "position": [1, 1], "box": [0, 0, 8, 8], "crop": crop}
+            )
+        items.append(
+            {"index": c, "stats": {}, "top": tops, "page": f"channels/{layer}/{c}.html", "label": {"concept": f"thing{c}"}}
+        )
     document = {"schema": "hookviz/atlas/1", "layers": [{"name": layer, "channels": channels, "grid": [8, 8], "items": items}]}
     (folder / "atlas.json").write_text(json.dumps(document))
     return folder
@@ -51,7 +60,9 @@ def test_shares_are_each_channels_term_of_the_logit_over_the_logit_by_hand(tmp_p
     order = np.argsort(-terms)[:3]
     assert [c.channel for c in found.channels] == order.tolist()
     assert np.allclose([c.share for c in found.channels], terms[order] / float(logits[target]), atol=1e-6)
-    assert found.accounted == pytest.approx((float(logits[target]) - model[6].bias[target].item()) / float(logits[target]), abs=1e-6)
+    assert found.accounted == pytest.approx(
+        (float(logits[target]) - model[6].bias[target].item()) / float(logits[target]), abs=1e-6
+    )
     assert found.score == pytest.approx(float(logits[target]), abs=1e-6) and found.target == target
     first = found.channels[0]
     assert [e.source for e in first.examples] == [f"photos/p{first.channel}0.png", f"photos/p{first.channel}1.png"]

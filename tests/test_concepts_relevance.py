@@ -44,7 +44,9 @@ def test_gradient_x_activation_before_a_pooled_linear_head_is_each_channels_term
     picked = logits.argmax(1)
     terms = pooled * model[9].weight[picked].detach()  # w_c * mean(A_c): the channel's share of the logit
     assert np.allclose(found.contributions, terms.double().numpy(), atol=1e-6)
-    assert np.allclose(found.contributions.sum(1) + model[9].bias[picked].detach().numpy(), logits.max(1).values.numpy(), atol=1e-5)
+    assert np.allclose(
+        found.contributions.sum(1) + model[9].bias[picked].detach().numpy(), logits.max(1).values.numpy(), atol=1e-5
+    )
     assert found.classes.tolist() == picked.tolist() and found.grid == (6, 6)
 
 
@@ -104,8 +106,14 @@ def test_lrp_relevance_is_zennit_crps_relmax_per_image_and_its_ranking(layer):
 def test_lrp_on_a_model_with_batchnorm_matches_zennit_crp_with_the_batchnorm_merged():
     torch.manual_seed(3)
     model = nn.Sequential(
-        nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.Conv2d(6, 5, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(5, 3),
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.BatchNorm2d(6),
+        nn.ReLU(),
+        nn.Conv2d(6, 5, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(5, 3),
     ).eval()
     model[1].running_mean.uniform_(-0.5, 0.5)
     model[1].running_var.uniform_(0.5, 2.0)

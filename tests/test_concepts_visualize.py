@@ -18,8 +18,14 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 def _net() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(3, 8, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 6, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 3),
+        nn.Conv2d(3, 8, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 6, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(6, 3),
     ).eval()
 
 
@@ -50,7 +56,9 @@ def test_the_optimised_input_excites_its_channel_more_than_the_best_of_many_rand
 
 def test_the_time_bound_stops_it_and_says_so_and_the_model_is_left_as_it_was():
     model = _net().train()
-    found = visualize_channel(model, "4", 0, size=(24, 24), mean=MEAN, std=STD, settings=VisualizeSettings(steps=500, seconds=0.05))
+    found = visualize_channel(
+        model, "4", 0, size=(24, 24), mean=MEAN, std=STD, settings=VisualizeSettings(steps=500, seconds=0.05)
+    )
     assert found.steps < 500 and "0.05 s bound" in found.stopped
     assert model.training and all(p.requires_grad for p in model.parameters())
     assert not any(m._forward_hooks for m in model.modules())

@@ -21,7 +21,7 @@ import numpy as np
 
 from hookviz.errors import UsageError, arg
 
-__all__ = ["AtlasExample", "ChannelShare", "TopChannels", "top_channels", "atlas_examples", "draw_top_channels"]
+__all__ = ["AtlasExample", "ChannelShare", "TopChannels", "top_channels", "draw_top_channels"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class ChannelShare:
 
     def record(self) -> dict:
         """As report.json keeps it."""
-        found = {"channel": self.channel, "contribution": self.contribution, "share": self.share}
+        found: dict = {"channel": self.channel, "contribution": self.contribution, "share": self.share}
         found["examples"] = [{"source": e.source, "score": e.score} for e in self.examples]
         if self.label is not None:
             found["label"] = self.label
@@ -99,8 +99,16 @@ class TopChannels:
 
 
 def top_channels(
-    model, layer: str, image, target: str | int = "predicted", count: int = 5, *, rule: str = "gradient-x-activation",
-    categories: Sequence[str] = (), atlas: str | Path | None = None, examples: int = 5,
+    model,
+    layer: str,
+    image,
+    target: str | int = "predicted",
+    count: int = 5,
+    *,
+    rule: str = "gradient-x-activation",
+    categories: Sequence[str] = (),
+    atlas: str | Path | None = None,
+    examples: int = 5,
 ) -> TopChannels:
     """The ``count`` channels of ``layer`` that contributed most to ``target``'s score on ``image``.
 
@@ -122,18 +130,20 @@ def top_channels(
     contributions, score = found.contributions[0], float(found.scores[0])
     assert found.outputs is not None  # kept: keep_maps
     order = np.argsort(-contributions, kind="stable")[:count]
-    items = _atlas_items(Path(atlas), layer) if atlas is not None else None
+    folder = None if atlas is None else Path(atlas)
+    items = _atlas_items(folder, layer) if folder is not None else None
     channels = tuple(
         ChannelShare(
             int(c), float(contributions[c]), _share(contributions[c], score), found.outputs[0, c],
-            _examples(items, int(c), examples, Path(atlas)) if items is not None else (), _label(items, int(c)),
+            _examples(items, int(c), examples, folder) if items is not None and folder is not None else (),
+            _label(items, int(c)),
         )
         for c in order
     )  # fmt: skip
     index = int(found.classes[0])
     name = categories[index] if index < len(categories) else None
     accounted = _share(contributions.sum(), score)
-    return TopChannels(layer, index, name, score, rule, channels, accounted, None if atlas is None else Path(atlas))
+    return TopChannels(layer, index, name, score, rule, channels, accounted, folder)
 
 
 def _share(value, score: float) -> float:
@@ -146,11 +156,15 @@ def _atlas_items(folder: Path, layer: str) -> list[dict]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{arg('atlas', str(folder))}: no readable atlas.json there ({exc}); make one with hookviz atlas --out") from None
+        raise UsageError(
+            f"{arg('atlas', str(folder))}: no readable atlas.json there ({exc}); make one with hookviz atlas --out"
+        ) from None
     layers = {entry.get("name"): entry for entry in document.get("layers", [])}
     if layer not in layers:
         held = ", ".join(map(str, layers)) or "none"
-        raise UsageError(f"{arg('atlas', str(folder))}: it holds no layer {layer} (it holds {held}); make it with --layer {layer}")
+        raise UsageError(
+            f"{arg('atlas', str(folder))}: it holds no layer {layer} (it holds {held}); make it with --layer {layer}"
+        )
     return list(layers[layer].get("items", []))
 
 
@@ -159,7 +173,9 @@ def _examples(items: list[dict], channel: int, count: int, folder: Path) -> tupl
     if item is None:
         return ()
     return tuple(
-        AtlasExample(str(top.get("source")), float(top.get("score", float("nan"))), folder / top["crop"] if top.get("crop") else None)
+        AtlasExample(
+            str(top.get("source")), float(top.get("score", float("nan"))), folder / top["crop"] if top.get("crop") else None
+        )
         for top in item.get("top", [])[:count]
     )
 
@@ -194,14 +210,23 @@ def draw_top_channels(top: TopChannels, photo: np.ndarray, title: str = ""):
         text = f"channel {channel.channel}\n{channel.share:+.1%} of the score\npeak {channel.activation.max():.3g} here"
         if channel.label:
             text += f"\n({channel.label})"
-        sheet.figure.text(0.1 / sheet.width, 1 - (y + cell / 2) / sheet.height, fitted(text, label_width - 0.1), va="center", fontsize=9)
+        sheet.figure.text(
+            0.1 / sheet.width, 1 - (y + cell / 2) / sheet.height, fitted(text, label_width - 0.1), va="center", fontsize=9
+        )
         photo_ax = sheet.axes(label_width, y, cell - 0.1, cell - 0.1)
         photo_ax.imshow(photo)
         photo_ax.imshow(upsample(channel.activation, size), cmap="viridis", alpha=0.55)
         if row == 0:
             photo_ax.set_title("its map on this photo", fontsize=8, pad=14)
             heading = "its best examples in the atlas" if shown else "no atlas given (--atlas DIR)"
-            sheet.figure.text((label_width + cell * (1 + max(shown, 1) / 2)) / sheet.width, 1 - (y - 0.3) / sheet.height, heading, ha="center", va="bottom", fontsize=8)
+            sheet.figure.text(
+                (label_width + cell * (1 + max(shown, 1) / 2)) / sheet.width,
+                1 - (y - 0.3) / sheet.height,
+                heading,
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         photo_ax.axis("off")
         for k, example in enumerate(channel.examples):
             ax = sheet.axes(label_width + cell * (k + 1), y, cell - 0.1, cell - 0.1)

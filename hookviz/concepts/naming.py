@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,12 @@ class ChannelName:
 
     def asdict(self) -> dict:
         """As atlas.json keeps it (``label``)."""
-        return {"concept": self.concept, "score": self.score, "runner_up": self.runner_up, "runner_up_score": self.runner_up_score}
+        return {
+            "concept": self.concept,
+            "score": self.score,
+            "runner_up": self.runner_up,
+            "runner_up_score": self.runner_up_score,
+        }
 
 
 def soft_wpmi(similarities: np.ndarray, constants: SoftWpmi = SoftWpmi()) -> np.ndarray:
@@ -105,7 +111,9 @@ def read_vocabulary(path: str | Path) -> tuple[str, ...]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{arg('vocabulary', str(path))}: cannot read it ({exc.strerror or exc}); give a text file of one concept a line") from None
+        raise UsageError(
+            f"{arg('vocabulary', str(path))}: cannot read it ({getattr(exc, 'strerror', None) or exc}); give a text file of one concept a line"
+        ) from None
     words = tuple(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")))
     if len(words) < 2:
         raise UsageError(f"{arg('vocabulary', str(path))}: it names {len(words)} concept(s); give at least two, one a line")
@@ -125,7 +133,7 @@ class ClipConcepts:
     """
 
     embed: Callable
-    text: object
+    text: Any
     prepare: Callable
     vocabulary: tuple[str, ...]
     weights: str
@@ -160,7 +168,9 @@ def clip_concepts(spec: str, vocabulary: Sequence[str], *, weights: str = "DEFAU
         WeightsError: in one line saying where to put the weights, when they are not cached.
     """
     if not spec.startswith("open_clip:"):
-        raise UsageError(f"{arg('label_with', spec)}: names come from an open_clip model; give open_clip:ARCH (as open_clip:ViT-B-32)")
+        raise UsageError(
+            f"{arg('label_with', spec)}: names come from an open_clip model; give open_clip:ARCH (as open_clip:ViT-B-32)"
+        )
     import torch.nn.functional as F
 
     from hookviz.inputs.images import load_image, prepare
@@ -171,7 +181,7 @@ def clip_concepts(spec: str, vocabulary: Sequence[str], *, weights: str = "DEFAU
     except WeightsError as exc:  # said of --weights, which the labeller is not given: its name, and no --weights advice
         said = str(exc).replace(arg("weights", "DEFAULT"), arg("label_with", spec), 1)
         raise WeightsError(said.split(f", or pass {arg('weights', 'PATH')}")[0]) from None
-    wrapper = loaded.module
+    wrapper: Any = loaded.module
     processing = loaded.preprocessing
 
     def embed(images):

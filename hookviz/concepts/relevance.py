@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,15 +76,24 @@ def predicted_or_named(logits, asked: str | int, categories: Sequence[str] = ())
     try:
         index = int(asked)
     except (TypeError, ValueError):
-        raise UsageError(f"{arg('relevance', asked)}: the model has no such class; give predicted, a class name or an index") from None
+        raise UsageError(
+            f"{arg('relevance', asked)}: the model has no such class; give predicted, a class name or an index"
+        ) from None
     if not 0 <= index < count:
         raise UsageError(f"{arg('relevance', asked)}: the model has {count} classes; give an index from 0 to {count - 1}")
     return [index] * len(logits)
 
 
 def channel_relevance(
-    model, layer: str, inputs, classes: str | int | Sequence[int] = "predicted", *, rule: str = "gradient-x-activation",
-    categories: Sequence[str] = (), keep_maps: bool = False, lrp=None,
+    model,
+    layer: str,
+    inputs,
+    classes: str | int | Sequence[int] = "predicted",
+    *,
+    rule: str = "gradient-x-activation",
+    categories: Sequence[str] = (),
+    keep_maps: bool = False,
+    lrp=None,
 ) -> ChannelRelevance:
     """Each channel's contribution to the class score of each image of ``inputs``.
 
@@ -133,9 +143,11 @@ def _relevance(model, layer, inputs, classes, rule, categories, keep_maps, withi
         scores = logits.gather(1, picked[:, None])[:, 0]
         capture = recording.captures[-1]
         (_, grad), *_ = recording.gradients(scores.sum() if within is None else _seeded(logits, picked), inputs=False)
-    output = capture.output
+    output: Any = capture.output
     if output is None or output.dim() < 3:
-        raise UsageError(f"{arg('layers', layer)}: its output is no map of channels (shape {tuple(output.shape) if output is not None else None})")
+        raise UsageError(
+            f"{arg('layers', layer)}: its output is no map of channels (shape {tuple(output.shape) if output is not None else None})"
+        )
     if grad is None:
         grad = torch.zeros_like(output)
     maps = (output * grad if within is None else grad).detach().double()

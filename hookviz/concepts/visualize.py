@@ -179,8 +179,16 @@ def _channel_output(model, module, image, channel: int):
 
 
 def visualize_channel(
-    model, layer: str, channel: int, *, size: tuple[int, int], mean: Sequence[float], std: Sequence[float],
-    settings: VisualizeSettings = VisualizeSettings(), rank: str = "max", best_example: float | None = None,
+    model,
+    layer: str,
+    channel: int,
+    *,
+    size: tuple[int, int],
+    mean: Sequence[float],
+    std: Sequence[float],
+    settings: VisualizeSettings = VisualizeSettings(),
+    rank: str = "max",
+    best_example: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Visualization:
     """An input of ``size`` optimised to excite ``channel`` of ``layer`` (see the module's docstring).
