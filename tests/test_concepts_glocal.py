@@ -94,3 +94,59 @@ def test_the_picture_shows_a_row_per_channel_with_its_examples(tmp_path):
     assert picture.shape[0] > 200 and picture.std() > 10
     images = [ax for ax in figure.axes if ax.images]
     assert len(images) == 2 * (1 + 3)  # per channel: its map over the photo, and three crops
+
+
+@pytest.mark.slow  # a run through the command (~10 s with its first imports)
+def test_hookviz_run_top_channels_writes_the_picture_and_shares_report_json_checks_and_run_json_names_the_atlas(photo, tmp_path):
+    """``hookviz run --top-channels 3 --atlas DIR``: each layer's record lists the channels whose
+    shares are the logit's terms by hand (the tiny net's second ReLU feeds a pooled linear head)."""
+    import jsonschema
+
+    from hookviz.inputs.images import Preprocessing, load_image, prepare
+
+    from .cli_helpers import hookviz_run
+    from .conftest import ROOT, tiny_net
+
+    atlas = tmp_path / "atlas"
+    atlas.mkdir()
+    _atlas(atlas, layer="act:1", channels=6, top=2)
+    out = tmp_path / "out"
+    result = hookviz_run(
+        photo, "--resize", "32", "--crop", "32", "--top-channels", "3", "--atlas", atlas, "--pictures", "cam",
+        layer="act:1", out=out, catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "photo" / "report.json").read_text())
+    jsonschema.Draft202012Validator(json.loads((ROOT / "hookviz/schemas/report.schema.json").read_text())).validate(report)
+    found = report["layers"][0]["top_channels"]
+    model = tiny_net().eval()
+    x = prepare(load_image(photo), Preprocessing(resize=32, size=32)).tensor[None]
+    with torch.no_grad():
+        pooled = model.act(model.act(model.features(x)) * 1.5).mean((2, 3))[0]
+        logits = model(x)[0]
+    target = int(logits.argmax())
+    terms = (pooled * model.fc.weight[target]).detach().numpy() / float(logits[target])
+    assert [c["channel"] for c in found["channels"]][:2] == np.argsort(-terms)[:2].tolist()  # the third ties at 0 (dead)
+    assert np.allclose([c["share"] for c in found["channels"]], np.sort(terms)[::-1][:3], atol=1e-5)
+    assert found["target"] == target and found["score"] == pytest.approx(float(logits[target]), abs=1e-5)
+    assert [len(c["examples"]) for c in found["channels"]] == [2, 2, 2] and found["atlas"] == str(atlas)
+    picture = report["layers"][0]["pictures"]["top_channels"]
+    assert picture and (out / "photo" / picture).is_file()
+    assert json.loads((out / "run.json").read_text())["atlas"] == str(atlas)
+
+
+def test_a_run_without_top_channels_writes_no_such_key(photo, tmp_path):
+    from .cli_helpers import hookviz_run
+
+    result = hookviz_run(photo, "--resize", "32", "--crop", "32", "--pictures", "cam", layer="act:1", out=tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "o" / "photo" / "report.json").read_text())
+    assert "top_channels" not in report["layers"][0] and "top_channels" not in report["layers"][0]["pictures"]
+    assert "atlas" not in json.loads((tmp_path / "o" / "run.json").read_text())
+
+
+def test_an_atlas_folder_without_atlas_json_is_refused_before_the_run(photo, tmp_path):
+    from .cli_helpers import hookviz_run
+
+    result = hookviz_run(photo, "--top-channels", "2", "--atlas", tmp_path, layer="act:1", out=tmp_path / "o")
+    assert result.exit_code == 2 and "holds no atlas.json" in result.output and "Traceback" not in result.output

@@ -55,8 +55,8 @@ class ChannelShare:
 
     def record(self) -> dict:
         """As report.json keeps it."""
-        found: dict = {"channel": self.channel, "contribution": self.contribution, "share": self.share}
-        found["examples"] = [{"source": e.source, "score": e.score} for e in self.examples]
+        found: dict = {"channel": self.channel, "contribution": self.contribution, "share": _finite(self.share)}
+        found["examples"] = [{"source": e.source, "score": _finite(e.score)} for e in self.examples]
         if self.label is not None:
             found["label"] = self.label
         return found
@@ -85,6 +85,10 @@ class TopChannels:
     accounted: float
     atlas: Path | None = None
 
+    def figure(self, photo: np.ndarray, title: str = ""):
+        """Its picture (``draw_top_channels``) over ``photo``, (H, W, 3) uint8."""
+        return draw_top_channels(self, photo, title)
+
     def record(self) -> dict:
         """As report.json keeps it (``top_channels``)."""
         return {
@@ -92,7 +96,7 @@ class TopChannels:
             "target": self.target_name if self.target_name is not None else self.target,
             "score": self.score,
             "rule": self.rule,
-            "accounted": self.accounted,
+            "accounted": _finite(self.accounted),
             "atlas": None if self.atlas is None else str(self.atlas),
             "channels": [channel.record() for channel in self.channels],
         }
@@ -144,6 +148,10 @@ def top_channels(
     name = categories[index] if index < len(categories) else None
     accounted = _share(contributions.sum(), score)
     return TopChannels(layer, index, name, score, rule, channels, accounted, folder)
+
+
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None
 
 
 def _share(value, score: float) -> float:

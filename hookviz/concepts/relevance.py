@@ -27,11 +27,9 @@ from typing import Any
 import numpy as np
 
 from hookviz.errors import UsageError, arg
+from hookviz.options.pictures import RELEVANCE_RULES
 
 __all__ = ["RELEVANCE_RULES", "ChannelRelevance", "channel_relevance", "predicted_or_named"]
-
-#: How a channel's contribution is computed, the default first.
-RELEVANCE_RULES = ("gradient-x-activation", "lrp")
 
 
 @dataclass(frozen=True)
