@@ -74,6 +74,7 @@ class TopChannels:
         channels: the top channels, largest contribution first.
         accounted: the layer's channels' contributions together, over the score.
         atlas: the atlas folder the examples come from, or ``None``.
+        channel_count: how many channels the layer has.
     """
 
     layer: str
@@ -84,6 +85,7 @@ class TopChannels:
     channels: tuple[ChannelShare, ...]
     accounted: float
     atlas: Path | None = None
+    channel_count: int = 0
 
     def figure(self, photo: np.ndarray, title: str = ""):
         """Its picture (``draw_top_channels``) over ``photo``, (H, W, 3) uint8."""
@@ -147,7 +149,7 @@ def top_channels(
     index = int(found.classes[0])
     name = categories[index] if index < len(categories) else None
     accounted = _share(contributions.sum(), score)
-    return TopChannels(layer, index, name, score, rule, channels, accounted, folder)
+    return TopChannels(layer, index, name, score, rule, channels, accounted, folder, len(contributions))
 
 
 def _finite(value: float) -> float | None:
@@ -209,12 +211,16 @@ def draw_top_channels(top: TopChannels, photo: np.ndarray, title: str = ""):
     cell, label_width = 1.3, 1.7
     width = label_width + cell * (1 + max(shown, 2)) + 0.2
     pitch = cell + 0.25  # room for each example's caption above it
-    sheet = Sheet(width, 0.95 + pitch * len(top.channels))
+    sheet = Sheet(width, 1.1 + pitch * len(top.channels))
     target = top.target_name if top.target_name is not None else f"class {top.target}"
-    sheet.title(title or f"{top.layer}: the {len(top.channels)} channels that gave most to {target} ({top.score:.3g})")
+    sheet.title(
+        title
+        or f"{top.layer}: the {len(top.channels)} channels that gave most to {target} ({top.score:.3g})\n"
+        f"by {top.rule}; all {top.channel_count} channels together: {top.accounted:+.1%} of the score"
+    )
     size = photo.shape[:2]
     for row, channel in enumerate(top.channels):
-        y = 0.85 + row * pitch
+        y = 1.0 + row * pitch
         text = f"channel {channel.channel}\n{channel.share:+.1%} of the score\npeak {channel.activation.max():.3g} here"
         if channel.label:
             text += f"\n({channel.label})"

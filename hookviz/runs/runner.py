@@ -578,8 +578,6 @@ class Run:
             error=self.state.error,
             images=len(self.asked.selected),
         )
-        if self.asked.pictures.atlas is not None:
-            document = replace(document, atlas=str(self.asked.pictures.atlas))
         failure = None
         if self.baseline is not None and not self.state.interrupted and self.state.error is None:
             try:
@@ -589,7 +587,8 @@ class Run:
                 document = replace(document, error=self.state.error)
                 failure = error
         try:
-            write_json(self.asked.run_json, document.to_json())
+            atlas = self.asked.pictures.atlas  # the explorer links its channels (``--atlas``)
+            write_json(self.asked.run_json, {**document.to_json(), **({"atlas": str(atlas)} if atlas is not None else {})})
             write_gallery(self.asked.out, document)
         except OSError as exc:
             raise HookvizError(

@@ -168,7 +168,6 @@ class RunRecord:
         started: when it started (local time, ISO 8601); ``seconds``: how long it took.
         error: the error that stopped it, if one did.
         trust: what the trust measures found over the run (``trust.tally``), ``None`` without them.
-        atlas: the atlas folder the run's ``--top-channels`` read (``--atlas``), ``None`` without one.
         schema: the version it was written in (0: before run files named one).
     """
 
@@ -196,7 +195,6 @@ class RunRecord:
     tensorboard: str | None = None
     trust: dict | None = None
     diff: DiffEntry | None = None
-    atlas: str | None = None
     schema: int = 1
 
     @classmethod
@@ -291,8 +289,6 @@ class RunRecord:
         }
         if self.diff is not None:
             document["diff"] = self.diff.to_json()
-        if self.atlas is not None:
-            document["atlas"] = self.atlas
         return document
 
     @classmethod
@@ -333,7 +329,6 @@ class RunRecord:
             tensorboard=read_text(document.get("tensorboard")),
             trust=document.get("trust") if isinstance(document.get("trust"), dict) else None,
             diff=DiffEntry.from_json(document.get("diff")),
-            atlas=document.get("atlas") if isinstance(document.get("atlas"), str) else None,
             schema=schema,
         )
 
