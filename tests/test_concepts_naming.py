@@ -110,3 +110,39 @@ def test_missing_weights_say_in_one_line_where_to_put_them(tiny_clip, monkeypatc
     message = str(failure.value)
     assert "\n" not in message and message.startswith("label_with='open_clip:RN50'")
     assert "empty-cache" in message and "hf download" in message and "weights=" not in message
+
+
+def _colour_concepts():
+    """A stand-in for CLIP: an image's embedding is its mean colour, and each concept's text a primary."""
+    import torch.nn.functional as F
+
+    from hookviz.concepts.naming import ClipConcepts
+
+    def prepare(image):
+        return torch.from_numpy(np.asarray(image, dtype=np.float32)).permute(2, 0, 1) / 255
+
+    def embed(images):
+        return F.normalize(images.mean(dim=(2, 3)) + 1e-3, dim=-1)
+
+    return ClipConcepts(embed, torch.eye(3), prepare, ("red", "green", "blue"), "stand-in")
+
+
+def test_an_atlas_is_labelled_channel_by_channel_from_its_crops(tmp_path):
+    from hookviz.concepts.naming import label_atlas
+
+    colours = {0: (220, 20, 20), 1: (20, 200, 30), 2: (10, 30, 230)}
+    items = []
+    for channel, colour in colours.items():
+        tops = []
+        for k in range(3):
+            crop = f"crops/l/{channel}/{k}.png"
+            (tmp_path / crop).parent.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (8, 8), tuple(max(0, c - 20 * k) for c in colour)).save(tmp_path / crop)
+            tops.append({"source": f"p{k}.png", "score": 3.0 - k, "crop": crop})
+        items.append({"index": channel, "top": tops})
+    document = {"schema": "hookviz/atlas/1", "layers": [{"name": "l", "items": items}]}
+    labelled = label_atlas(document, tmp_path, _colour_concepts())
+    labels = [item["label"] for item in labelled["layers"][0]["items"]]
+    assert [label["concept"] for label in labels] == ["red", "green", "blue"]
+    assert all(label["score"] > label["runner_up_score"] for label in labels)
+    assert "label" not in document["layers"][0]["items"][0]  # the given document is left as it was

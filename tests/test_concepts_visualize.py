@@ -31,7 +31,7 @@ def _net() -> nn.Module:
 
 def _channel_max(model, pixels: np.ndarray, channel: int) -> float:
     """The channel's maximum on an 8-bit image, by a plain forward of the layers up to it."""
-    x = torch.from_numpy(pixels).permute(2, 0, 1).float().div(255)[None]
+    x = torch.from_numpy(np.array(pixels)).permute(2, 0, 1).float().div(255)[None]
     x = (x - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
     with torch.no_grad():
         return float(model[:5](x)[0, channel].amax())
@@ -98,3 +98,27 @@ def test_the_written_out_adam_step_is_torchs_adam_maximising():
         theirs.grad = gradient.clone()
         reference.step()
     assert torch.allclose(ours, theirs.detach(), atol=1e-6)
+
+
+def test_an_atlas_gets_the_visualisations_of_its_strongest_channels_and_their_ratios(tmp_path):
+    from PIL import Image
+
+    from hookviz.concepts.visualize import visualize_atlas
+
+    model = _net()
+    best = [0.5, 3.0, 0.1, 2.0, 0.2, 0.3]  # channels 1 and 3 fired most in the dataset
+    items = [{"index": c, "top": [{"source": "p.png", "score": score}]} for c, score in enumerate(best)]
+    document = {"schema": "hookviz/atlas/1", "rank": "max", "layers": [{"name": "4", "items": items}]}
+    said = []
+    found = visualize_atlas(
+        model, document, tmp_path, 2, size=(24, 24), mean=MEAN, std=STD, settings=VisualizeSettings(steps=4), progress=said.append
+    )
+    items = found["layers"][0]["items"]
+    shown = [item["index"] for item in items if "visualization" in item]
+    assert shown == [1, 3] and len(said) == 2 and said[0].startswith("4 channel 1: ")
+    for channel in shown:
+        record = items[channel]["visualization"]
+        pixels = np.asarray(Image.open(tmp_path / record["image"]))
+        assert record["activation"] == pytest.approx(_channel_max(model, pixels, channel), rel=1e-5)
+        assert record["ratio"] == pytest.approx(record["activation"] / best[channel]) and record["steps"] == 4
+    assert "visualization" not in document["layers"][0]["items"][1]

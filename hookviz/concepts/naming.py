@@ -28,7 +28,16 @@ import numpy as np
 
 from hookviz.errors import UsageError, WeightsError, arg
 
-__all__ = ["ChannelName", "SoftWpmi", "soft_wpmi", "channel_names", "read_vocabulary", "ClipConcepts", "clip_concepts"]
+__all__ = [
+    "ChannelName",
+    "SoftWpmi",
+    "soft_wpmi",
+    "channel_names",
+    "read_vocabulary",
+    "ClipConcepts",
+    "clip_concepts",
+    "label_atlas",
+]
 
 
 @dataclass(frozen=True)
@@ -191,3 +200,34 @@ def clip_concepts(spec: str, vocabulary: Sequence[str], *, weights: str = "DEFAU
         return prepare(load_image(image), processing).tensor
 
     return ClipConcepts(embed, wrapper.text_features, prepared, tuple(vocabulary), loaded.weights)
+
+
+def label_atlas(document: dict, folder: Path, concepts: ClipConcepts, constants: SoftWpmi = SoftWpmi()) -> dict:
+    """``document`` (an atlas.json, ``hookviz/atlas/1``) with each channel's ``label``: its name
+    from the crops of its top examples (``folder`` holds them), by ``soft_wpmi`` over each layer's
+    channels. Channels with fewer examples than the layer's most (a dataset smaller than ``--top``)
+    are named from their first ones, each layer with as many examples as every channel has.
+
+    Returns:
+        A new document; ``document`` is left as it was.
+    """
+    from PIL import Image
+
+    layers = []
+    for layer in document.get("layers", []):
+        items = list(layer.get("items", []))
+        count = min((len(item.get("top", [])) for item in items), default=0)
+        if not items or count == 0:
+            layers.append(layer)
+            continue
+        crops = []
+        for item in items:
+            images = []
+            for top in item["top"][:count]:
+                with Image.open(folder / top["crop"]) as crop:
+                    images.append(crop.convert("RGB"))
+            crops.append(images)
+        names = channel_names(soft_wpmi(concepts.similarities(crops), constants), concepts.vocabulary)
+        labelled = [{**item, "label": name.asdict()} for item, name in zip(items, names)]
+        layers.append({**layer, "items": labelled})
+    return {**document, "layers": layers}

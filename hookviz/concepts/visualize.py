@@ -28,12 +28,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from hookviz.errors import UsageError, arg
 
-__all__ = ["VisualizeSettings", "Visualization", "visualize_channel", "COLOR_CORRELATION"]
+__all__ = ["VisualizeSettings", "Visualization", "visualize_channel", "visualize_atlas", "COLOR_CORRELATION"]
 
 #: Lucid's square root of ImageNet's colour covariance (its ``color_correlation_svd_sqrt``).
 COLOR_CORRELATION = ((0.26, 0.09, 0.02), (0.27, 0.00, -0.05), (0.27, -0.09, 0.03))
@@ -154,13 +155,17 @@ def _adam(parameter, rate: float, betas=(0.9, 0.999), eps: float = 1e-8):
     return step
 
 
-def _channel_output(model, module, image, channel: int):
-    """The layer's output for ``image`` at ``channel``, (1, *grid), with the pass stopped there."""
+def _channel_output(model, module, image, channel: int, call: int = 0):
+    """The layer's output at its ``call``-th call for ``image``, at ``channel``, (1, *grid), with
+    the pass stopped there."""
     from hookviz.hooks import HookSet
 
-    seen = {}
+    seen: dict = {"calls": 0}
 
     def grab(_module, _inputs, output):
+        seen["calls"] += 1
+        if seen["calls"] <= call:
+            return
         seen["output"] = output[0] if isinstance(output, tuple) else output
         raise _Reached
 
@@ -210,13 +215,13 @@ def visualize_channel(
     from hookviz.anatomy.layers import resolve_path
     from hookviz.modelstate import evaluation, frozen_parameters
 
-    path = resolve_path(model, layer).path
-    module = dict(model.named_modules())[path]
+    spec = resolve_path(model, layer)
+    module = dict(model.named_modules())[spec.path]
     with evaluation(model), frozen_parameters(model), torch.enable_grad():
-        return _optimised(model, module, channel, size, mean, std, settings, rank, best_example, progress)
+        return _optimised(model, (module, spec.call or 0), channel, size, mean, std, settings, rank, best_example, progress)
 
 
-def _optimised(model, module, channel, size, mean, std, settings, rank, best_example, progress) -> Visualization:
+def _optimised(model, where, channel, size, mean, std, settings, rank, best_example, progress) -> Visualization:
     import torch
 
     generator = torch.Generator().manual_seed(settings.seed)
@@ -229,7 +234,7 @@ def _optimised(model, module, channel, size, mean, std, settings, rank, best_exa
     start, steps, stopped = time.perf_counter(), 0, None
     for steps in range(1, settings.steps + 1):
         image = _jittered(_to_rgb(spectrum, scale, size), settings.jitter, generator)
-        objective = _channel_output(model, module, (image - shift) / spread, channel).mean()
+        objective = _channel_output(model, *where[:1], (image - shift) / spread, channel, where[1]).mean()
         (gradient,) = torch.autograd.grad(objective, [spectrum])
         step(gradient, steps)
         if progress is not None:
@@ -240,8 +245,82 @@ def _optimised(model, module, channel, size, mean, std, settings, rank, best_exa
     with torch.no_grad():
         pixels = (_to_rgb(spectrum, scale, size)[0] * 255).round().clamp(0, 255).to(torch.uint8)
         saved = pixels.float().div(255)[None]
-        output = _channel_output(model, module, (saved - shift) / spread, channel)
+        output = _channel_output(model, where[0], (saved - shift) / spread, channel, where[1])
         value = float(output.amax() if rank == "max" else output.mean())
     ratio = value / best_example if best_example is not None and best_example > 0 else None
     image = pixels.permute(1, 2, 0).numpy()
     return Visualization(channel, image, value, best_example, ratio, steps, time.perf_counter() - start, rank, stopped)
+
+
+def visualize_atlas(
+    model,
+    document: dict,
+    folder: Path,
+    count: int,
+    *,
+    size: tuple[int, int],
+    mean: Sequence[float],
+    std: Sequence[float],
+    settings: VisualizeSettings = VisualizeSettings(),
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """``document`` (an atlas.json, ``hookviz/atlas/1``) with a ``visualization`` for the ``count``
+    channels of each layer whose best example scored highest: the optimised input, saved as
+    ``visualizations/<layer>/<channel>.png`` in ``folder``, and how much more it excites the
+    channel than that example (measured as the atlas ranks: ``document["rank"]``).
+
+    Args:
+        progress: told a line per channel done (``layer channel i: 2.4x its best example, 256 steps, 31 s``).
+
+    Returns:
+        A new document; ``document`` is left as it was.
+    """
+    from hookviz.store.files import atomic_write
+    from hookviz.store.folders import layer_stems
+
+    rank = "mean" if document.get("rank") == "mean" else "max"
+    layers = []
+    stems = layer_stems([layer["name"] for layer in document.get("layers", [])])
+    for layer in document.get("layers", []):
+        stem = stems[layer["name"]]
+        items = list(layer.get("items", []))
+        best = {item["index"]: item["top"][0]["score"] for item in items if item.get("top")}
+        chosen = sorted(best, key=lambda i: (-best[i], i))[:count]
+        for index in chosen:
+            found = visualize_channel(
+                model, layer["name"], index, size=size, mean=mean, std=std, settings=settings, rank=rank, best_example=best[index]
+            )
+            relative = f"visualizations/{stem}/{index}.png"
+            atomic_write(folder / relative, _png(found.image))
+            items[index] = {**items[index], "visualization": _record(found, relative)}
+            if progress is not None:
+                progress(f"{layer['name']} channel {index}: {_said(found)}")
+        layers.append({**layer, "items": items})
+    return {**document, "layers": layers}
+
+
+def _record(found: Visualization, image: str) -> dict:
+    return {
+        "image": image,
+        "activation": found.activation,
+        "best_example": found.best_example,
+        "ratio": found.ratio,
+        "steps": found.steps,
+        "seconds": round(found.seconds, 3),
+        "stopped": found.stopped,
+    }
+
+
+def _said(found: Visualization) -> str:
+    times = f"{found.ratio:.2f}x its best example" if found.ratio is not None else f"{found.rank} {found.activation:.4g}"
+    return f"{times}, {found.steps} steps, {found.seconds:.0f} s" + (f" ({found.stopped})" if found.stopped else "")
+
+
+def _png(image: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
