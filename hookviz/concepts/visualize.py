@@ -234,7 +234,7 @@ def _optimised(model, where, channel, size, mean, std, settings, rank, best_exam
     start, steps, stopped = time.perf_counter(), 0, None
     for steps in range(1, settings.steps + 1):
         image = _jittered(_to_rgb(spectrum, scale, size), settings.jitter, generator)
-        objective = _channel_output(model, *where[:1], (image - shift) / spread, channel, where[1]).mean()
+        objective = _channel_output(model, where[0], (image - shift) / spread, channel, where[1]).mean()
         (gradient,) = torch.autograd.grad(objective, [spectrum])
         step(gradient, steps)
         if progress is not None:
