@@ -44,7 +44,7 @@ def test_the_optimised_input_excites_its_channel_more_than_the_best_of_many_rand
     best = max(_channel_max(model, photo, 2) for photo in photos)
     steps = []
     found = visualize_channel(
-        model, "4", 2, size=(32, 32), mean=MEAN, std=STD, settings=VisualizeSettings(steps=60, jitter=2),
+        model, "4", 2, size=(32, 32), mean=MEAN, std=STD, settings=VisualizeSettings(steps=60, jitter=2, learning_rate=0.2),
         best_example=best, progress=lambda step, total: steps.append((step, total)),
     )  # fmt: skip
     assert found.image.shape == (32, 32, 3) and found.image.dtype == np.uint8

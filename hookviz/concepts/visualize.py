@@ -52,6 +52,8 @@ class VisualizeSettings:
         decay: the spectrum's fall-off (1: Lucid's).
         jitter: the largest shift, in pixels, each step's image is given.
         seed: seeds the spectrum's start and the jitter (the caller's random stream is left as it was).
+        start: the spread of the spectrum's random start: 0.05, where Lucid's 0.01 (a nearly grey image) leaves a
+            channel that is silent on grey without a gradient (Lucid overrides ReLUs' gradients for that).
     """
 
     steps: int = 256
@@ -60,6 +62,7 @@ class VisualizeSettings:
     decay: float = 1.0
     jitter: int = 8
     seed: int = 0
+    start: float = 0.05
 
     def __post_init__(self):
         if not (isinstance(self.steps, int) and self.steps >= 1):
@@ -108,7 +111,7 @@ def _spectrum_scale(height: int, width: int, decay: float):
     fx = np.fft.rfftfreq(width)[None, :]
     frequencies = np.sqrt(fx * fx + fy * fy)
     scale = 1.0 / np.maximum(frequencies, 1.0 / max(height, width)) ** decay
-    return torch.as_tensor(scale * np.sqrt(height * width), dtype=torch.float32)
+    return torch.as_tensor(scale, dtype=torch.float32)  # with an orthonormal inverse FFT, as torch-lucent's
 
 
 def _to_rgb(spectrum, scale, size: tuple[int, int]):
@@ -117,7 +120,7 @@ def _to_rgb(spectrum, scale, size: tuple[int, int]):
 
     complex_spectrum = torch.view_as_complex(spectrum) * scale
     image = torch.fft.irfftn(complex_spectrum, s=size, norm="ortho") / 4.0
-    colors = torch.tensor(COLOR_CORRELATION, dtype=image.dtype)
+    colors = torch.tensor(COLOR_CORRELATION, dtype=image.dtype, device=image.device)
     colors = colors / colors.norm(dim=0).max()
     image = torch.einsum("ij,jhw->ihw", colors, image)
     return torch.sigmoid(image)[None]
@@ -224,12 +227,13 @@ def visualize_channel(
 def _optimised(model, where, channel, size, mean, std, settings, rank, best_example, progress) -> Visualization:
     import torch
 
-    generator = torch.Generator().manual_seed(settings.seed)
+    generator = torch.Generator().manual_seed(settings.seed)  # on the CPU: the same start on every device
+    device = next(model.parameters(), torch.zeros(0)).device
     height, width = size
-    spectrum = (0.01 * torch.randn(3, height, width // 2 + 1, 2, generator=generator)).requires_grad_(True)
-    scale = _spectrum_scale(height, width, settings.decay)
-    shift = torch.tensor(mean, dtype=torch.float32)[:, None, None]
-    spread = torch.tensor(std, dtype=torch.float32)[:, None, None]
+    spectrum = (settings.start * torch.randn(3, height, width // 2 + 1, 2, generator=generator)).to(device).requires_grad_(True)
+    scale = _spectrum_scale(height, width, settings.decay).to(device)
+    shift = torch.tensor(mean, dtype=torch.float32, device=device)[:, None, None]
+    spread = torch.tensor(std, dtype=torch.float32, device=device)[:, None, None]
     step = _adam(spectrum, settings.learning_rate)
     start, steps, stopped = time.perf_counter(), 0, None
     for steps in range(1, settings.steps + 1):
@@ -248,7 +252,7 @@ def _optimised(model, where, channel, size, mean, std, settings, rank, best_exam
         output = _channel_output(model, where[0], (saved - shift) / spread, channel, where[1])
         value = float(output.amax() if rank == "max" else output.mean())
     ratio = value / best_example if best_example is not None and best_example > 0 else None
-    image = pixels.permute(1, 2, 0).numpy()
+    image = pixels.permute(1, 2, 0).cpu().numpy()
     return Visualization(channel, image, value, best_example, ratio, steps, time.perf_counter() - start, rank, stopped)
 
 
