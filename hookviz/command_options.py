@@ -61,6 +61,9 @@ __all__ = [
     "ChannelsOption",
     "ScaleOption",
     "GradChannelsOption",
+    "TopChannelsOption",
+    "AtlasOption",
+    "RelevanceRuleOption",
     "PixelClipOption",
     "PixelSignOption",
     "SaveTensorsOption",
@@ -257,6 +260,29 @@ ChannelsOption = Annotated[
 ]
 ScaleOption = Annotated[
     str, typer.Option(help="Channel grid colour scale: tile (each its own) or shared.", rich_help_panel=PICTURES)
+]
+TopChannelsOption = Annotated[
+    int,
+    typer.Option(
+        "--top-channels",
+        help="Per layer, a picture of the N channels that gave most to the target: each one's share of the score, its map "
+        "here and (with --atlas) its best examples elsewhere; report.json lists them.",
+        rich_help_panel=PICTURES,
+    ),
+]
+AtlasOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--atlas", help="The atlas folder (hookviz atlas --out) whose examples --top-channels shows.", rich_help_panel=PICTURES
+    ),
+]
+RelevanceRuleOption = Annotated[
+    str,
+    typer.Option(
+        "--relevance-rule",
+        help="How a channel's contribution to the score is computed: gradient-x-activation, or lrp (zennit).",
+        rich_help_panel=PICTURES,
+    ),
 ]
 GradChannelsOption = Annotated[
     bool, typer.Option("--grad-channels", help="Also draw the grid of grad_output channels.", rich_help_panel=PICTURES)

@@ -19,6 +19,7 @@ from hookviz.command_options import (
     METHODS,
     MODEL,
     PICTURES,
+    AtlasOption,
     AtolOption,
     BaselineOption,
     BatchSizeOption,
@@ -50,6 +51,7 @@ from hookviz.command_options import (
     PromptOption,
     PromptsFileOption,
     QuietOption,
+    RelevanceRuleOption,
     ResizeOption,
     RtolOption,
     SanityOption,
@@ -61,6 +63,7 @@ from hookviz.command_options import (
     StdOption,
     TargetOption,
     TensorboardOption,
+    TopChannelsOption,
     TopkOption,
     TrustCheckpointOption,
     VerboseOption,
@@ -137,6 +140,9 @@ class PictureArgs:
     grad_channels: GradChannelsOption = False
     pixel_clip: PixelClipOption = 2.0
     pixel_sign: PixelSignOption = "absolute"
+    top_channels: TopChannelsOption = 0
+    atlas: AtlasOption = None
+    relevance_rule: RelevanceRuleOption = "gradient-x-activation"
 
 
 @dataclass(frozen=True)
@@ -364,7 +370,10 @@ def _target(t: TargetArgs, settings: tuple) -> Any:
 def _pictures(p: PictureArgs) -> Any:
     from hookviz.options import PictureOptions
 
-    return PictureOptions(p.pictures, p.channels, p.scale, p.grad_channels, p.pixel_clip, p.pixel_sign)  # type: ignore[arg-type]  # it parses the texts
+    return PictureOptions(
+        p.pictures, p.channels, p.scale, p.grad_channels, p.pixel_clip, p.pixel_sign,  # type: ignore[arg-type]  # it parses the texts
+        top_channels=p.top_channels, atlas=p.atlas, relevance_rule=p.relevance_rule,
+    )  # fmt: skip
 
 
 def given_prompts(given: list[str] | None, files: list[str] | None) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ ORDER = [
     "explaining",
     "render",
     "store",
+    "concepts",
     "compare",
     "runs",
     "atlas",

@@ -64,6 +64,8 @@ class LayerResult:
             first's); ``cam_notes``: per method, why it made no map, or what to know about it.
         notes: what the report should say about this layer (a channel selection cut short).
         trust: how far to trust its CAM (``hookviz.trust``), when measured.
+        top_channels: the channels that gave most to the target (``hookviz.concepts.glocal.TopChannels``),
+            with ``--top-channels``; else ``None``.
         ranks: each tensor's spatial dimensions as a map (1 for a Conv1d's, 2, 3 for a
             Conv3d's), ``None`` without a spatial layout.
         layout: how the output was read as a map (tokens on a grid, channels last), and its
@@ -92,6 +94,7 @@ class LayerResult:
     profiles: dict = field(default_factory=dict)
     ranks: dict = field(default_factory=dict)
     trust: LayerTrust | None = None
+    top_channels: object = None
     input: np.ndarray | None = None
     output: np.ndarray | None = None
     grad_input: np.ndarray | None = None

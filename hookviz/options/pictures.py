@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import ask, set_field
 
-__all__ = ["DEFAULT_CLIP", "MAX_TILES", "PIXEL_SIGNS", "ChannelSelection", "PictureOptions"]
+__all__ = ["DEFAULT_CLIP", "MAX_TILES", "PIXEL_SIGNS", "RELEVANCE_RULES", "ChannelSelection", "PictureOptions"]
 
 #: At most this many tiles in a channel grid: 512 one-inch tiles are already a 23-inch square.
 MAX_TILES = 512
@@ -15,6 +16,8 @@ MAX_TILES = 512
 #: ``absolute_value``), max(v, 0) or v; and the per cent of its total clipped (``outlier_perc``).
 PIXEL_SIGNS = ("absolute", "positive", "all")
 DEFAULT_CLIP = 2.0
+#: How a channel's contribution to a class's score is computed (``hookviz.concepts.relevance``), the default first.
+RELEVANCE_RULES = ("gradient-x-activation", "lrp")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class PictureOptions:
             held by its largest values, clipped to the colour scale's end (captum's ``outlier_perc``;
             0 to under 100, 2 by default).
         pixel_sign: maps of the input: ``absolute`` (|value|, captum's default), ``positive`` or ``all``.
+        top_channels: per layer, a picture of the N channels that gave most to the target
+            (``hookviz.concepts.glocal``; 0: none).
+        atlas: the atlas folder (``hookviz atlas --out``) whose examples those channels show, or ``None``.
+        relevance_rule: how a channel's contribution is computed (``RELEVANCE_RULES``).
         kinds: the picture kinds these options ask for, in drawing order (set from the others;
             they travel with the options to the render workers).
     """
@@ -100,6 +107,9 @@ class PictureOptions:
     grad_channels: bool = False
     pixel_clip: float = DEFAULT_CLIP
     pixel_sign: str = "absolute"
+    top_channels: int = 0
+    atlas: Path | None = None
+    relevance_rule: str = RELEVANCE_RULES[0]
     kinds: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -118,7 +128,23 @@ class PictureOptions:
         if self.scale not in ("tile", "shared"):
             raise UsageError(f"{arg('scale', self.scale)}: choose tile or shared")
         _check_pixels(self.pixel_clip, self.pixel_sign)
+        _check_top_channels(self)
         set_field(self, "kinds", ask("picture_kinds", self))
+
+
+def _check_top_channels(options: PictureOptions) -> None:
+    """Raise UsageError for a count below 0, an atlas folder without atlas.json, or an unknown rule."""
+    count = options.top_channels
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise UsageError(f"{arg('top_channels', count)}: give how many channels to show, 1 or more (0: none)")
+    if options.relevance_rule not in RELEVANCE_RULES:
+        raise UsageError(f"{arg('relevance_rule', options.relevance_rule)}: choose {' or '.join(RELEVANCE_RULES)}")
+    if options.atlas is None:
+        return
+    atlas = Path(options.atlas)
+    set_field(options, "atlas", atlas)
+    if not (atlas / "atlas.json").is_file():
+        raise UsageError(f"{arg('atlas', str(atlas))}: holds no atlas.json; make the atlas first (hookviz atlas --out {atlas})")
 
 
 def _check_pixels(clip, sign) -> None:

@@ -414,7 +414,30 @@ class Run:
             return [(path, f"{display_path(path)}: {reason}")]
         if not self.sized:
             self._size_batches(explanations[0])
+        if self.asked.pictures.top_channels:
+            explanations = [self._with_top_channels(e, prepared) for (_, prepared), e in zip(batch, explanations)]
         return [(path, explanation) for (path, _), explanation in zip(batch, explanations)]
+
+    def _with_top_channels(self, explanation, prepared):
+        """``--top-channels N``: each layer's N channels that gave most to the target, with the
+        atlas's examples (one more pass per photo: ``hookviz.concepts.glocal``). A layer whose
+        output is no map of channels, or a photo with no class to explain, gets none."""
+        from hookviz.concepts.glocal import top_channels
+
+        pictures, target = self.asked.pictures, explanation.target
+        if target is None or explanation.task != "classify" or self.explainer is None:
+            return explanation
+        model = self.explainer.model
+        layers = []
+        for layer in explanation.layers:
+            found = None
+            if layer.layout is not None and layer.layout.kind == "nchw":  # a photo's map, channels first
+                found = top_channels(
+                    model.module, layer.name, prepared.tensor.to(self.device), target.index, pictures.top_channels,
+                    rule=pictures.relevance_rule, categories=model.categories or (), atlas=pictures.atlas,
+                )  # fmt: skip
+            layers.append(replace(layer, top_channels=found))
+        return replace(explanation, layers=tuple(layers))
 
     def _size_batches(self, explanation) -> None:
         # Batches hold every recorded tensor (values, copies, gradients) at once: what the
@@ -572,7 +595,8 @@ class Run:
                 document = replace(document, error=self.state.error)
                 failure = error
         try:
-            write_json(self.asked.run_json, document.to_json())
+            atlas = self.asked.pictures.atlas  # the explorer links its channels (``--atlas``)
+            write_json(self.asked.run_json, {**document.to_json(), **({"atlas": str(atlas)} if atlas is not None else {})})
             write_gallery(self.asked.out, document)
         except OSError as exc:
             raise HookvizError(

@@ -321,6 +321,7 @@ def _layer_record(explanation, layer, pictures: dict[str, str | None]) -> LayerR
         cam_topk=tuple(score.to_json() for score, _ in layer.topk_cams),
         notes=(*(layer.notes or ()), *_unfit_notes(explanation, layer, pictures)),
         trust=layer.trust.to_json() if layer.trust is not None else None,
+        top_channels=layer.top_channels.record() if layer.top_channels is not None else None,
     )
 
 

@@ -183,6 +183,7 @@ class LayerRecord:
         pictures: per picture kind asked for, the file drawn (``None``: it does not apply).
         cams: each CAM method's map of the target, by method (``None``: a report without them).
         cam_topk: the classes (or detections) of the extra CAMs, as their JSON.
+        top_channels: the channels that gave most to the target (``--top-channels``), as their JSON.
     """
 
     name: str
@@ -197,6 +198,7 @@ class LayerRecord:
     cam_topk: tuple[dict, ...] = ()
     notes: tuple[str, ...] = ()
     trust: dict | None = None
+    top_channels: dict | None = None
 
     def to_json(self) -> dict:
         entry: dict = {
@@ -218,6 +220,8 @@ class LayerRecord:
             entry["notes"] = list(self.notes)
         if self.trust is not None:
             entry["trust"] = self.trust
+        if self.top_channels is not None:
+            entry["top_channels"] = self.top_channels
         return entry
 
     @classmethod
@@ -236,6 +240,7 @@ class LayerRecord:
             cam_topk=tuple(v for v in entry.get("cam_topk") or () if isinstance(v, dict)),
             notes=read_texts(entry.get("notes")),
             trust=entry.get("trust") if isinstance(entry.get("trust"), dict) else None,
+            top_channels=entry.get("top_channels") if isinstance(entry.get("top_channels"), dict) else None,
         )
 
 

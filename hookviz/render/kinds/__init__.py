@@ -4,8 +4,8 @@ Everything that names a picture reads it here: which files a run writes, what
 ``--skip-existing`` expects to find, what the gallery shows and how it labels it, what
 TensorBoard logs, what ``Explanation.figure`` draws, and the ``pictures`` choices with
 their help text. Each kind is one module of this package (``summary``, ``channels``,
-``cam``, ``cam_topk``, ``cams``, ``faithfulness``, ``sanity``, ``diff``, and a clip's ``frames``,
-``time`` and ``animation``) that registers itself;
+``cam``, ``cam_topk``, ``cams``, ``faithfulness``, ``sanity``, ``diff``, a clip's ``frames``,
+``time`` and ``animation``, and ``top_channels``) that registers itself;
 a new kind is a new module, here or in your own package, that calls ``register_kind``::
 
     from hookviz.render.kinds import PictureKind, usual_reuse_key, register_kind
@@ -176,7 +176,7 @@ KINDS: Registry[PictureKind] = Registry(
     "pictures",
     "picture kind",
     modules=built_in(
-        "hookviz.render.kinds", "summary channels cam cam_topk cams faithfulness sanity diff frames timeline animation"
+        "hookviz.render.kinds", "summary channels cam cam_topk cams faithfulness sanity diff frames timeline animation top_channels"
     ),
 )
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
