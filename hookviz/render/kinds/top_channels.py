@@ -5,7 +5,7 @@ a ``hookviz.concepts.glocal.TopChannels``), which draws itself."""
 
 from __future__ import annotations
 
-from hookviz.render.kinds import PictureKind, anatomy, register_kind
+from hookviz.render.kinds import PictureKind, register_kind, usual_reuse_key
 
 __all__ = ["build", "reuse_key", "wanted", "KIND"]
 
@@ -20,7 +20,7 @@ def reuse_key(explanation, layer, options: dict):
     found = layer.top_channels
     if found is None:
         return None
-    return anatomy(explanation, layer, (explanation.image.source.label, tuple(c.channel for c in found.channels)))
+    return usual_reuse_key(explanation, layer, (explanation.image.source.label, tuple(c.channel for c in found.channels)))
 
 
 def build(explanation, layer):
