@@ -14,7 +14,7 @@ from hookviz.samples.multi_files import partner
 from hookviz.tasks.segment import Segment
 
 from .cli_helpers import hookviz_run
-from .test_hostile_today import META, RGBD, _one_line, _photos
+from .test_mistakes_refused_in_one_line import META, RGBD, _one_line, _photos
 
 
 def test_a_csv_with_rows_a_png_and_a_for_one_sample_stops_the_run_naming_both(tmp_path):

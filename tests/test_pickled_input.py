@@ -9,7 +9,7 @@ import torch
 from hookviz.tasks.segment import Segment
 
 from .cli_helpers import hookviz_run
-from .test_hostile_today import RGBD, _photos
+from .test_mistakes_refused_in_one_line import RGBD, _photos
 
 
 class _Exploit:

@@ -423,9 +423,11 @@ class Run:
         atlas's examples (one more pass per photo: ``hookviz.concepts.glocal``). A layer whose
         output is no map of channels, or a photo with no class to explain, gets none."""
         from hookviz.concepts.glocal import top_channels
+        from hookviz.tasks import get_task
 
         pictures, target = self.asked.pictures, explanation.target
-        if target is None or explanation.task != "classify" or self.explainer is None:
+        # a channel's share is of one class's score among others: the task says whether its targets are such
+        if target is None or not get_task(explanation.task).contrasts or self.explainer is None:
             return explanation
         model = self.explainer.model
         layers = []

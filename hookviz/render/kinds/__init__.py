@@ -176,7 +176,8 @@ KINDS: Registry[PictureKind] = Registry(
     "pictures",
     "picture kind",
     modules=built_in(
-        "hookviz.render.kinds", "summary channels cam cam_topk cams faithfulness sanity diff frames timeline animation top_channels"
+        "hookviz.render.kinds",
+        "summary channels cam cam_topk cams faithfulness sanity diff frames timeline animation top_channels",
     ),
 )
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
