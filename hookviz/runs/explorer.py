@@ -222,8 +222,10 @@ def _coded(values: list[str]) -> dict:
 
 
 def _script(target: str, document) -> bytes:
-    """A data file: ``TARGET=<json>;`` with the JSON kept to ASCII (no ``</script>`` can end it early)."""
-    text = json.dumps(document, ensure_ascii=True, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    """A data file: ``TARGET=<json>;`` with the JSON kept to ASCII (no ``</script>`` can end it early).
+    A report may hold NaN or an infinity (issue 37): ``NaN`` and ``Infinity`` are JavaScript's own
+    numbers, and the page reads this file as a script, never with ``JSON.parse``."""
+    text = json.dumps(document, ensure_ascii=True, separators=(",", ":"), allow_nan=True).replace("</", "<\\/")
     return f"{target}={text};\n".encode("ascii")
 
 
