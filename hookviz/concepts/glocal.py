@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from hookviz.errors import UsageError, arg
 
-__all__ = ["AtlasExample", "ChannelShare", "TopChannels", "top_channels", "draw_top_channels"]
+__all__ = ["AtlasExample", "ChannelShare", "TopChannels", "top_channels", "with_top_channels", "draw_top_channels"]
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,34 @@ def top_channels(
     name = categories[index] if index < len(categories) else None
     accounted = _share(contributions.sum(), score)
     return TopChannels(layer, index, name, score, rule, channels, accounted, folder, len(contributions))
+
+
+def with_top_channels(explanation, inputs, model, pictures):
+    """``explanation`` with each layer's ``--top-channels`` N channels that gave most to its
+    target, with the atlas's examples (one more pass over ``inputs``, the photo as the model
+    takes it). A layer whose output is no map of channels, or a photo with no class to
+    explain, gets none.
+
+    Args:
+        model: the ``LoadedModel`` that made the explanation.
+        pictures: the run's ``PictureOptions`` (``top_channels``, ``relevance_rule``, ``atlas``).
+    """
+    from hookviz.tasks import get_task
+
+    target = explanation.target
+    # a channel's share is of one class's score among others: the task says whether its targets are such
+    if target is None or not get_task(explanation.task).contrasts:
+        return explanation
+    layers = []
+    for layer in explanation.layers:
+        found = None
+        if layer.layout is not None and layer.layout.kind == "nchw":  # a photo's map, channels first
+            found = top_channels(
+                model.module, layer.name, inputs, target.index, pictures.top_channels,
+                rule=pictures.relevance_rule, categories=model.categories or (), atlas=pictures.atlas,
+            )  # fmt: skip
+        layers.append(replace(layer, top_channels=found))
+    return replace(explanation, layers=tuple(layers))
 
 
 def _finite(value: float) -> float | None:

@@ -44,7 +44,7 @@ from hookviz.runs.ledger import Ledger
 from hookviz.runs.request import RunRequest
 from hookviz.runs.sample_table import label_of, read_labels
 from hookviz.runs.stopping import RunState, Stopped, stoppable
-from hookviz.runs.summary import RunInterrupted, RunSummary
+from hookviz.runs.summary import RunInterrupted, RunSummary, start_line
 from hookviz.store.files import (
     Recipe,
     output_names,
@@ -310,7 +310,7 @@ class Run:
             self._start_loader(todo)
         self.loader.set_preprocessing(self.explainer.preprocessing)
         if self.asked.on_start:
-            self.asked.on_start(self._first_line())
+            self.asked.on_start(start_line(self.explainer, self.device, self.batch_size, self.asked.run_json.name))
 
     def _find_samples(self, kind, settings) -> None:
         """The run's samples as the model's ``kind`` finds them (``RunRequest.found_by``), before the output folder is made."""
@@ -319,22 +319,6 @@ class Run:
         if asked is not self.asked:
             check_out(asked.out, asked.images)
             self.asked, self.names, self.ledger.total = asked, output_names(asked.images), len(asked.selected)
-
-    def _first_line(self) -> str:
-        explainer = self.explainer
-        line = (
-            f"model {explainer.model.name}, weights {explainer.model.weights}, on {self.device}, "
-            f"batches of up to {self.batch_size}; "
-        )
-        if explainer.layer_choice:
-            return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
-        labels = [spec.label for spec in explainer.layers]
-        if len(labels) <= 4:
-            return line + "layers: " + ", ".join(labels)
-        # densenet121's 58 ReLUs would take 4,886 characters: the run file lists them all
-        return (
-            line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {self.asked.run_json.name}"
-        )
 
     def _resume(self) -> list[Path]:
         """Give each selected image its folder and return those still to do (``store.folders.plan_folders``;
@@ -414,32 +398,14 @@ class Run:
             return [(path, f"{display_path(path)}: {reason}")]
         if not self.sized:
             self._size_batches(explanations[0])
-        if self.asked.pictures.top_channels:
-            explanations = [self._with_top_channels(e, prepared) for (_, prepared), e in zip(batch, explanations)]
+        if self.asked.pictures.top_channels and self.explainer is not None:
+            from hookviz.concepts.glocal import with_top_channels
+
+            inputs = [prepared.tensor.to(self.device) for _, prepared in batch]
+            explanations = [
+                with_top_channels(e, x, self.explainer.model, self.asked.pictures) for e, x in zip(explanations, inputs)
+            ]
         return [(path, explanation) for (path, _), explanation in zip(batch, explanations)]
-
-    def _with_top_channels(self, explanation, prepared):
-        """``--top-channels N``: each layer's N channels that gave most to the target, with the
-        atlas's examples (one more pass per photo: ``hookviz.concepts.glocal``). A layer whose
-        output is no map of channels, or a photo with no class to explain, gets none."""
-        from hookviz.concepts.glocal import top_channels
-        from hookviz.tasks import get_task
-
-        pictures, target = self.asked.pictures, explanation.target
-        # a channel's share is of one class's score among others: the task says whether its targets are such
-        if target is None or not get_task(explanation.task).contrasts or self.explainer is None:
-            return explanation
-        model = self.explainer.model
-        layers = []
-        for layer in explanation.layers:
-            found = None
-            if layer.layout is not None and layer.layout.kind == "nchw":  # a photo's map, channels first
-                found = top_channels(
-                    model.module, layer.name, prepared.tensor.to(self.device), target.index, pictures.top_channels,
-                    rule=pictures.relevance_rule, categories=model.categories or (), atlas=pictures.atlas,
-                )  # fmt: skip
-            layers.append(replace(layer, top_channels=found))
-        return replace(explanation, layers=tuple(layers))
 
     def _size_batches(self, explanation) -> None:
         # Batches hold every recorded tensor (values, copies, gradients) at once: what the

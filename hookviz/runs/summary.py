@@ -1,15 +1,17 @@
-"""What a finished (or stopped) run tells its caller: each image's status, the checks'
-findings, the run file, and the exception that carries them when Ctrl-C stops the run."""
+"""What a run tells its caller: the line saying what will run, and once it has finished (or
+stopped) each image's status, the checks' findings, the run file, and the exception that
+carries them when Ctrl-C stops the run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hookviz.errors import arg
 from hookviz.explaining.checks import Finding
 from hookviz.store.records import ImageStatus
 
-__all__ = ["RunSummary", "RunInterrupted"]
+__all__ = ["RunSummary", "RunInterrupted", "start_line"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +40,15 @@ class RunInterrupted(Exception):
     def __init__(self, summary: RunSummary):
         super().__init__("interrupted")
         self.summary = summary
+
+
+def start_line(explainer, device: str, batch_size: int, run_file: str) -> str:
+    """What will run: the model, its weights, the device, the batch size and the layers."""
+    line = f"model {explainer.model.name}, weights {explainer.model.weights}, on {device}, batches of up to {batch_size}; "
+    if explainer.layer_choice:
+        return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
+    labels = [spec.label for spec in explainer.layers]
+    if len(labels) <= 4:
+        return line + "layers: " + ", ".join(labels)
+    # densenet121's 58 ReLUs would take 4,886 characters: the run file lists them all
+    return line + f"{len(labels)} layers: {', '.join(labels[:3])}, and {len(labels) - 3} more; all in {run_file}"
