@@ -289,6 +289,7 @@ def test_an_unreadable_photo_is_listed_and_the_others_mapped(tmp_path):
     assert result.exit_code == 1, result.output
     document = json.loads((tmp_path / "atlas" / "atlas.json").read_text())
     assert document["samples"] == 4
+    assert "atlas of 4 samples, 1 could not be read" in result.output  # the closing line counts as atlas.json does
     assert [failure["source"] for failure in document["failed"]] == [str(data / "sky" / "broken.png")]
     assert all("broken" not in example["source"] for item in document["layers"][0]["items"] for example in item["top"])
 

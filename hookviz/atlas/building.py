@@ -25,7 +25,7 @@ _RENDERING = "rendering"
 @dataclass(frozen=True)
 class AtlasResult:
     """``out``: the folder; ``written``: whether atlas.json was written (a shard that is not the
-    last leaves it to the others); ``samples``, ``failed``: this part's counts; ``waiting``:
+    last leaves it to the others); ``samples``: this part's samples mapped (as atlas.json counts them), ``failed``: those that could not be read; ``waiting``:
     the shards not finished yet."""
 
     out: Path
@@ -57,15 +57,15 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
         collect(plan, state, lambda s: s.save(path), on_batch)
     if request.shard is None:
         render(plan, state)
-        return AtlasResult(request.out, True, state.done, len(state.failed))
+        return AtlasResult(request.out, True, state.mapped, len(state.failed))
     states, waiting = _shard_states(request.out, request.shard[1], plan.recipe())
     if waiting or not _claim(request.out):
-        return AtlasResult(request.out, False, state.done, len(state.failed), waiting)
+        return AtlasResult(request.out, False, state.mapped, len(state.failed), waiting)
     try:
         render(plan, _merged(states))
     finally:
         (request.out / STATE_FOLDER / _RENDERING).unlink(missing_ok=True)
-    return AtlasResult(request.out, True, state.done, len(state.failed))
+    return AtlasResult(request.out, True, state.mapped, len(state.failed))
 
 
 def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32) -> AtlasResult:
@@ -109,7 +109,7 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32) -> AtlasRe
         )
     merged = _merged(states)
     render(plan, merged)
-    return AtlasResult(out, True, merged.done, len(merged.failed))
+    return AtlasResult(out, True, merged.mapped, len(merged.failed))
 
 
 def _prepare_folder(out: Path) -> None:

@@ -78,7 +78,7 @@ class AtlasWriter:
             "weights": model.weights,
             "rank": request.rank,
             "top": request.top,
-            "samples": self.state.done - len(self.state.failed),
+            "samples": self.state.mapped,
             "failed": [{"source": str(self.plan.dataset.paths[i]), "error": line} for i, line in self.state.failed],
             "relevance": None,
             "classes_from": self.plan.classes,

@@ -57,6 +57,11 @@ class AtlasState:
     failed: list[tuple[int, str]] = field(default_factory=list)
     finished: bool = False
 
+    @property
+    def mapped(self) -> int:
+        """The samples taken into the atlas: those read, less those that could not be."""
+        return self.done - len(self.failed)
+
     def merge(self, other: "AtlasState") -> None:
         for name, layer in other.layers.items():
             if name in self.layers:
