@@ -63,7 +63,7 @@ def test_sketch_quantiles_are_within_alpha_of_numpy(q):
     sketch.add(values[:500])
     sketch.add(values[500:])
     for channel in range(2):
-        exact = np.quantile(values[:, channel], q, method="lower")
+        exact = np.quantile(values[:, channel], q, method="nearest")
         assert sketch.quantile(channel, q) == pytest.approx(exact, rel=ALPHA, abs=1e-6)
     assert sketch.histogram(0, values[:, 0].min(), values[:, 0].max(), 10).sum() == len(values)
 
@@ -128,3 +128,12 @@ def test_rankings_score_by_max_and_mean_and_show_the_peak():
     mean = RANKINGS.get("mean").score(maps, context)
     assert best.scores[0, 0] == 3.0 and mean.scores[0, 0] == 1.0
     assert best.peaks[0, 0] == mean.peaks[0, 0] == 1
+
+
+def test_a_quantile_over_two_samples_is_the_nearest_one_not_the_lower():
+    from hookviz.atlas.sketch import MaxSketch
+
+    sketch = MaxSketch(1)
+    sketch.add(np.array([[11.0], [18.3]]))
+    assert sketch.quantile(0, 0.99) == pytest.approx(18.3, rel=ALPHA)  # the page said 10.9: the lesser maximum
+    assert sketch.quantile(0, 0.0) == pytest.approx(11.0, rel=ALPHA)

@@ -67,7 +67,9 @@ class MaxSketch:
         total = int(counts.sum())
         if total == 0:
             return None
-        rank = q * (total - 1)
+        # the nearest rank (numpy's method="nearest"): over few samples the lower one made a
+        # channel's q99 its smallest maximum (2 samples: q50 = q90 = q99 = the lesser one)
+        rank = int(np.around(q * (total - 1)))
         return float(VALUES[int(np.searchsorted(np.cumsum(counts), rank, side="right"))])
 
     def histogram(self, channel: int, low: float, high: float, bins: int) -> np.ndarray:
