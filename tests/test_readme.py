@@ -148,6 +148,8 @@ def test_the_readme_is_short_and_keeps_the_set_up_commands_ci_runs():
     assert len(text.encode()) < 12_000
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
     assert ci in text.splitlines()  # the test command, verbatim
+    # zennit-crp, the relevance tests' reference, after the test extra and without its zennit<=0.4.6 pin
+    assert re.search(r"-e '\.\[demo,test\]' && \.venv/bin/pip install -q --no-deps zennit-crp==[\d.]+ && ", ci)
     assert re.search(r"^python3 -m venv .* -e '\.\[demo\]' && \.venv/bin/hookviz run ", text, re.M)
     for link in re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|png))\)", text):
         assert (ROOT / link).exists(), link
