@@ -428,6 +428,32 @@ _AtlasResume = Annotated[bool, typer.Option("--skip-existing", help="Resume from
 _AtlasMerge = Annotated[
     Optional[Path], typer.Option("--merge", help="Write the atlas of the finished shards in DIR, and nothing else.")
 ]
+_AtlasRelevance = Annotated[
+    Optional[str],
+    typer.Option(
+        "--relevance",
+        help="Also rank each channel's examples by its contribution to CLASS's score (a name, an index, or predicted).",
+    ),
+]
+_AtlasRule = Annotated[
+    str, typer.Option("--relevance-rule", help="--relevance's contribution: gradient-x-activation or lrp (zennit).")
+]
+_AtlasLabel = Annotated[
+    Optional[str], typer.Option("--label-with", help="Name each channel by CLIP-Dissect with open_clip:ARCH[/TAG].")
+]
+_AtlasVocabulary = Annotated[
+    Optional[Path], typer.Option("--vocabulary", help="--label-with's concepts: a text file, one a line.")
+]
+_AtlasLabelWeights = Annotated[
+    str, typer.Option("--label-weights", help="--label-with's weights: DEFAULT (cached), none (random) or a file.")
+]
+_AtlasVisualize = Annotated[
+    int, typer.Option("--visualize", help="Optimise an input to excite each of the N channels per layer with the best top example.")
+]
+_AtlasSteps = Annotated[int, typer.Option("--visualize-steps", help="--visualize: optimiser steps per channel, at most.")]
+_AtlasSeconds = Annotated[
+    Optional[float], typer.Option("--visualize-seconds", help="--visualize: seconds per channel, at most.")
+]
 
 
 @app.command(cls=PanelledCommand)
@@ -448,6 +474,14 @@ def atlas(
     frames: Annotated[Optional[int], typer.Option("--frames", help="Clips: frames per clip (default: the model's).")] = None,
     clips: Annotated[Optional[int], typer.Option("--clips", help="Clips: clips per video, each a sample (VIDEO#k).")] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
+    relevance: _AtlasRelevance = None,
+    relevance_rule: _AtlasRule = "gradient-x-activation",
+    label_with: _AtlasLabel = None,
+    vocabulary: _AtlasVocabulary = None,
+    label_weights: _AtlasLabelWeights = "DEFAULT",
+    visualize: _AtlasVisualize = 0,
+    visualize_steps: _AtlasSteps = 256,
+    visualize_seconds: _AtlasSeconds = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     debug: DebugOption = False,
 ) -> None:
@@ -455,12 +489,16 @@ def atlas(
     examples (cropped to what the peak unit sees) and its statistics, in OUT/atlas.json,
     OUT/atlas.npz and pages (OUT/index.html). Only forward passes, streamed: memory does
     not grow with the dataset. --shard K/N splits the samples; the last shard to finish
-    (or --merge OUT) writes the atlas of them all.
+    (or --merge OUT) writes the atlas of them all. --relevance ranks the examples by their
+    contribution to a class too, --label-with names the channels, --visualize draws what
+    excites them most.
 
     Example:
 
         hookviz atlas --model efficientnet_lite0 --layer _blocks.9 --top 9 photos/ --out atlas
     """
+    rendering = {"label_with": label_with, "vocabulary": vocabulary, "label_weights": label_weights, "visualize": visualize}
+    rendering.update(visualize_steps=visualize_steps, visualize_seconds=visualize_seconds, say=None if quiet else _atlas_say)
 
     def action():
         from hookviz.atlas import AtlasRequest, make_atlas, merge_atlas, parse_shard
@@ -468,14 +506,15 @@ def atlas(
 
         where = resolve_device(device)
         if merge is not None:
-            return merge_atlas(merge, where, batch_size)
+            return merge_atlas(merge, where, batch_size, **rendering)
         if model is None or out is None:
             raise UsageError("give --model and --out (or --merge DIR to merge shards)")
         chosen = {"model": model, "out": out, "weights": weights, "seed": seed, "top": top, "rank": rank, "device": where}
         sources = tuple(_sources(data, from_list))
         request = AtlasRequest(
             layers=tuple(layer or ()), sources=sources, shard=parse_shard(shard), skip_existing=skip_existing, **chosen,
-            batch_size=batch_size, sample_options=_clip_options(frames, clips),
+            batch_size=batch_size, sample_options=_clip_options(frames, clips), relevance=relevance,
+            relevance_rule=relevance_rule, **rendering,
         )  # fmt: skip
         return make_atlas(request, None if quiet else _atlas_progress)
 
@@ -497,6 +536,11 @@ def _clip_options(frames: int | None, clips: int | None) -> tuple:
 
 def _atlas_progress(done: int, total: int) -> None:
     typer.echo(f"\rhookviz: atlas: {done}/{total} samples", err=True, nl=False)
+
+
+def _atlas_say(line: str) -> None:
+    """A line of the atlas's later steps (naming, visualising), on a line of its own."""
+    typer.echo(f"\nhookviz: {line}", err=True, nl=False)
 
 
 def _say_atlas(result) -> None:

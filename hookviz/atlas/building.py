@@ -68,8 +68,10 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     return AtlasResult(request.out, True, state.mapped, len(state.failed))
 
 
-def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32) -> AtlasResult:
-    """Write the atlas of the shards' states in ``out`` (``hookviz atlas --merge DIR``).
+def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, **rendering) -> AtlasResult:
+    """Write the atlas of the shards' states in ``out`` (``hookviz atlas --merge DIR``);
+    ``rendering``: ``AtlasRequest``'s fields that only its rendering reads (``label_with``,
+    ``vocabulary``, ``label_weights``, ``visualize``, ``visualize_steps``, ``visualize_seconds``).
 
     Raises:
         UsageError: no states there, states of different requests, or shards not finished.
@@ -101,6 +103,9 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32) -> AtlasRe
         rank=recipe["rank"],
         device=device,
         batch_size=batch_size,
+        relevance=recipe.get("relevance"),
+        relevance_rule=recipe.get("relevance_rule", "gradient-x-activation"),
+        **rendering,
     )
     plan = plan_atlas(request, request.notes)
     if plan.recipe()["samples"] != recipe["samples"]:
@@ -180,6 +185,7 @@ def _merged(states: list[AtlasState]) -> AtlasState:
 
 def render(plan: AtlasPlan, state: AtlasState) -> None:
     """The receptive fields, the crops, atlas.json, atlas.npz and the pages of a finished state."""
+    from hookviz.atlas.concepts import add_concepts
     from hookviz.atlas.crops import cut_examples
     from hookviz.atlas.fields import receptive_field
     from hookviz.atlas.pages import write_pages
@@ -195,7 +201,7 @@ def render(plan: AtlasPlan, state: AtlasState) -> None:
     stems = layer_stems(list(state.layers))
     writer = AtlasWriter(out, plan, state, fields, stems)
     cut_examples(plan, state, fields, writer.take)
-    document = writer.document()
+    document = add_concepts(plan, writer.document(), out)
     writer.write_maps()
     write_pages(out, document, state, stems)
     write_json(out / "atlas.json", document)

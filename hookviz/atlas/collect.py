@@ -16,6 +16,7 @@ import numpy as np
 
 from hookviz.atlas.plan import PREDICTED, TRUE, AtlasPlan
 from hookviz.atlas.ranking import RANKINGS, ScoreContext
+from hookviz.atlas.relevance import gradient_relevance, lrp_relevance
 from hookviz.atlas.state import AtlasState, LayerState
 from hookviz.errors import ImageError, UsageError, arg
 
@@ -28,19 +29,21 @@ SAVE_EVERY = 5.0
 def collect(plan: AtlasPlan, state: AtlasState, save: Callable[[AtlasState], None], on_batch=None) -> AtlasState:
     """Take the samples of ``plan.ids`` after the ``state.done`` first into ``state``; ``save``
     it now and then, and when done; ``on_batch(done, total)`` after each batch."""
+    import contextlib
+
     import torch
 
-    from hookviz.explaining.recording import record
+    from hookviz.modelstate import frozen_parameters
 
     todo = plan.ids[state.done :]
     batch = plan.request.batch_size
     loader = plan.loader(todo, 2 * batch)
-    gradient = any(RANKINGS.get(name).needs_gradient for name in plan.rankings)
     saved = time.monotonic()
+    frozen = frozen_parameters(plan.model.module) if plan.gradient else contextlib.nullcontext()
     try:
-        with torch.set_grad_enabled(gradient), record(plan.model.module, list(plan.specs)) as recording:
+        with torch.set_grad_enabled(plan.gradient), frozen:
             for chunk in _chunks(zip(todo, loader), batch):
-                _take(plan, state, recording, chunk)
+                _take(plan, state, chunk)
                 state.done += len(chunk)
                 if on_batch is not None:
                     on_batch(state.done, len(plan.ids))
@@ -65,7 +68,9 @@ def _chunks(items, size: int) -> Iterator[list]:
         yield chunk
 
 
-def _take(plan: AtlasPlan, state: AtlasState, recording, chunk: list) -> None:
+def _take(plan: AtlasPlan, state: AtlasState, chunk: list) -> None:
+    from hookviz.explaining.recording import record
+
     good = []
     for sample_id, (_path, sample) in chunk:
         if isinstance(sample, ImageError):
@@ -75,14 +80,19 @@ def _take(plan: AtlasPlan, state: AtlasState, recording, chunk: list) -> None:
     if not good:
         return
     ids = np.array([sample_id for sample_id, _ in good], dtype=np.int64)
-    output = plan.forward([sample for _, sample in good])
+    with record(plan.model.module, list(plan.specs)) as recording:  # a batch's hooks: LRP's own pass runs after
+        output = plan.forward([sample for _, sample in good])
+        layers = layer_maps(recording)
+        relevance = gradient_relevance(plan, output, recording) if plan.gradient else {}
+    if plan.request.relevance is not None and not plan.gradient:
+        relevance = lrp_relevance(plan, [sample for _, sample in good])
     if plan.classes == TRUE:
         classes = [plan.dataset.classes[i] for i in ids]
     elif plan.classes == PREDICTED:
         classes = plan.predicted(output)
     else:
         classes = [None] * len(good)
-    for name, maps in layer_maps(recording):
+    for name, maps in layers:
         layer = state.layers.get(name)
         if layer is None:
             layer = state.layers[name] = LayerState.empty(
@@ -91,7 +101,7 @@ def _take(plan: AtlasPlan, state: AtlasState, recording, chunk: list) -> None:
         flat = maps.detach().flatten(2).float()
         largest, peaks = flat.max(dim=2)
         layer.statistics.update(largest.double().cpu().numpy(), flat.mean(dim=2).double().cpu().numpy(), classes)
-        context = ScoreContext(output=output, layer=name, maxima=largest, peaks=peaks)
+        context = ScoreContext(output=output, layer=name, maxima=largest, peaks=peaks, relevance=relevance.get(name))
         for ranking in plan.rankings:
             scores = RANKINGS.get(ranking).score(maps, context)
             layer.tops[ranking].update(scores.scores, ids, scores.peaks)

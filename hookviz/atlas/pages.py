@@ -31,6 +31,9 @@ figcaption{font-size:.75em;line-height:1.25;overflow:hidden;text-overflow:ellips
 .score{font-weight:600;font-size:1.05em}
 .row{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start;margin-top:1em}
 nav a{margin-right:1em}
+.rankings{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1.5em;max-width:1400px}
+.rankings h2{margin-top:.4em}.label{color:#245;font-weight:600}
+.visual{display:flex;gap:1em;align-items:center;margin:.6em 0}.visual img{width:180px;height:180px;image-rendering:pixelated;border:1px solid #ddd}
 """
 
 _SORT = """
@@ -65,7 +68,7 @@ def _cell(value, shown: str | None = None, name: bool = False) -> str:
     return f'<td data-v="{data}"{" class=name" if name else ""}>{text}</td>'
 
 
-def _index_row(item: dict) -> str:
+def _index_row(item: dict, extra: tuple[str, ...] = ()) -> str:
     stats, top = item["stats"], item.get("top") or []
     quantiles = stats["max_quantiles"]
     thumb = f'<img src="{html.escape(top[0]["overlay"])}" alt="">' if top else ""
@@ -79,14 +82,30 @@ def _index_row(item: dict) -> str:
         _cell(best, best or "–", name=True),
         _cell(stats["selectivity"]),
     ]
+    if "relevance" in extra:
+        relevant = item.get("relevance_top") or []
+        cells.append(_cell(relevant[0]["score"] if relevant else None))
+    if "label" in extra:
+        label = (item.get("label") or {}).get("concept")
+        cells.append(_cell(label, label or "–", name=True))
     return "<tr>" + "".join(cells) + "</tr>"
 
 
+def _extra_columns(document: dict) -> tuple[str, ...]:
+    """The index's columns beyond the statistics: the best relevance, the name, when the atlas has them."""
+    items = [item for layer in document["layers"] for item in layer["items"]]
+    extra = ("relevance",) if document.get("relevance") is not None else ()
+    return extra + (("label",) if any("label" in item for item in items) else ())
+
+
 def index_html(document: dict) -> str:
-    heading = "".join(f'<th class="{"name" if c in ("channel", "top class") else ""}">{c}</th>' for c in _COLUMNS)
+    extra = _extra_columns(document)
+    titles = {"relevance": f"relevance for {document.get('relevance')}", "label": "name"}
+    columns = _COLUMNS + tuple(titles[c] for c in extra)
+    heading = "".join(f'<th class="{"name" if c in ("channel", "top class", "name") else ""}">{html.escape(c)}</th>' for c in columns)
     sections = []
     for layer in document["layers"]:
-        rows = "".join(_index_row(item) for item in layer["items"])
+        rows = "".join(_index_row(item, extra) for item in layer["items"])
         grid = "×".join(map(str, layer["grid"]))
         sections.append(
             f"<h2>{html.escape(layer['name'])}: {layer['channels']} channels on a {grid} grid</h2>"
@@ -179,25 +198,77 @@ def channel_html(document: dict, layer: dict, item: dict, state: AtlasState) -> 
         links.append(f'<a href="{index - 1}.html">← channel {index - 1}</a>')
     if index + 1 < layer["channels"]:
         links.append(f'<a href="{index + 1}.html">channel {index + 1} →</a>')
-    top = item.get("top") or []
-    side = "190px" if len(top) <= 9 else "150px"
     summary = (
         f"mean {_number(stats['mean'])} · dead on {stats['dead']:.0%} of samples · maximum: median "
         f"{_number(quantiles['0.5'])}, q90 {_number(quantiles['0.9'])}, q99 {_number(quantiles['0.99'])}"
         f" · selectivity {_number(stats['selectivity'])}"
     )
     body = (
-        f"<nav>{''.join(links)}</nav><h1>{html.escape(layer['name'])} · channel {index}</h1>"
-        f"<p class=note>{summary}</p>"
-        f"<p class=note>Its top {len(top)} of {document['samples']} samples by the {document['rank']} of its map, each "
-        "cropped to what its peak unit sees, the map over it (brighter: stronger; outlined: the peak unit's cell). "
-        "<label><input type=checkbox id=plain> crops without the map</label></p>"
-        f'<div class=grid style="--side:{side}">{"".join(_figure(rank, e) for rank, e in enumerate(top))}</div>'
+        f"<nav>{''.join(links)}</nav><h1>{html.escape(layer['name'])} · channel {index}{_name(item)}</h1>"
+        f"<p class=note>{summary}</p>{_label_note(item)}{_visualization(item)}{_examples(document, item)}"
         f"<div class=row><div><h2>Its maximum over the samples</h2>"
         f"{histogram_svg(state, layer['name'], index, quantiles)}</div>"
         f"<div><h2>Classes it fires for most</h2>{_classes_table(stats['classes'], document['classes_from'])}</div></div>"
     )
     return _page(f"{layer['name']} channel {index}", body, _TOGGLE)
+
+
+def _grid(examples: list[dict], side: str) -> str:
+    return f'<div class=grid style="--side:{side}">{"".join(_figure(rank, e) for rank, e in enumerate(examples))}</div>'
+
+
+def _examples(document: dict, item: dict) -> str:
+    """The channel's top examples; with ``--relevance``, those by activation and those by relevance side by side."""
+    top, relevant = item.get("top") or [], item.get("relevance_top")
+    note = (
+        "each cropped to what its peak unit sees, the map over it (brighter: stronger; outlined: the peak unit's cell). "
+        "<label><input type=checkbox id=plain> crops without the map</label>"
+    )
+    by_activation = f"by the {document['rank']} of its map"
+    if relevant is None:
+        side = "190px" if len(top) <= 9 else "150px"
+        return f"<p class=note>Its top {len(top)} of {document['samples']} samples {by_activation}, {note}</p>{_grid(top, side)}"
+    target = "each sample's predicted class" if document["relevance"] == "predicted" else f"class {document['relevance']}"
+    side = "150px" if len(top) <= 9 else "96px"
+    return (
+        f"<p class=note>Two rankings of {document['samples']} samples, {note} A channel may fire often and matter little, "
+        "or matter where it fires less.</p><div class=rankings>"
+        f"<div><h2>Fires most: top {len(top)} {by_activation}</h2>{_grid(top, side)}</div>"
+        f"<div><h2>Matters most: top {len(relevant)} by its contribution to {html.escape(target)}'s score "
+        f"({html.escape(str(document.get('relevance_rule')))}; the crop at its most relevant unit)</h2>{_grid(relevant, side)}</div></div>"
+    )
+
+
+def _name(item: dict) -> str:
+    label = item.get("label")
+    return f" · <span class=label>{html.escape(label['concept'])}</span>" if label else ""
+
+
+def _label_note(item: dict) -> str:
+    label = item.get("label")
+    if not label:
+        return ""
+    second = (
+        f"; runner-up <b>{html.escape(label['runner_up'])}</b> ({label['runner_up_score']:.3g})" if label.get("runner_up") else ""
+    )
+    return (
+        f"<p class=note>Named <b>{html.escape(label['concept'])}</b> by its top examples' CLIP similarity "
+        f"(SoftWPMI {label['score']:.3g}{second})</p>"
+    )
+
+
+def _visualization(item: dict) -> str:
+    found = item.get("visualization")
+    if not found:
+        return ""
+    ratio = f"<b>{found['ratio']:.2f}x</b> its best example's" if found.get("ratio") is not None else "against no positive example's"
+    stopped = f"; {html.escape(found['stopped'])}" if found.get("stopped") else ""
+    return (
+        f'<div class=visual><img src="../../{html.escape(found["image"])}" alt="the input optimised to excite it">'
+        f"<p class=note>An input optimised to excite it (Fourier parametrisation, decorrelated colour, jitter): "
+        f"it reaches {found['activation']:.3g}, {ratio} {_number(found.get('best_example'))}; "
+        f"{found['steps']} steps, {found['seconds']:.1f} s{stopped}.</p></div>"
+    )
 
 
 def write_pages(out: Path, document: dict, state: AtlasState, stems: dict[str, str]) -> None:

@@ -4,7 +4,7 @@ forward passes run (``forward``): the collection and the crops share it."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hookviz.atlas.dataset import Dataset
@@ -21,7 +21,8 @@ TRUE, PREDICTED = "true", "predicted"
 class AtlasPlan:
     """``model``: the ``LoadedModel``; ``kind``/``settings``: its sample kind and settings;
     ``specs``: the layers' ``LayerSpec``s; ``ids``: the samples this process takes (places
-    in ``dataset.paths``); ``classes``: ``TRUE``, ``PREDICTED`` or ``None``."""
+    in ``dataset.paths``); ``classes``: ``TRUE``, ``PREDICTED`` or ``None``; ``concepts``: the
+    ``ClipConcepts`` that name the channels (``--label-with``), or ``None``."""
 
     request: AtlasRequest
     model: Any = field(repr=False)
@@ -31,10 +32,17 @@ class AtlasPlan:
     dataset: Dataset = field(repr=False)
     ids: tuple[int, ...] = field(repr=False)
     classes: str | None = None
+    concepts: Any = field(default=None, repr=False)
 
     @property
     def rankings(self) -> tuple[str, ...]:
-        return (self.request.rank,)
+        return self.request.rankings
+
+    @property
+    def gradient(self) -> bool:
+        """Whether the collection's pass keeps gradients: relevance by gradient x activation
+        (LRP's relevance comes from a pass of its own)."""
+        return self.request.relevance is not None and self.request.relevance_rule != "lrp"
 
     def recipe(self) -> dict:
         """The request's recipe, with the sources and a digest of the samples found in them."""
@@ -83,6 +91,8 @@ def plan_atlas(request: AtlasRequest, notes: list[str]) -> AtlasPlan:
     """
     from hookviz.anatomy.layers import resolve_layers
     from hookviz.atlas.dataset import find_dataset
+    from hookviz.atlas.concepts import prepare_concepts
+    from hookviz.atlas.relevance import check_relevance
     from hookviz.models.loading import load_model
     from hookviz.runs.cluster import shard_of
     from hookviz.samples import get_sample_kind, kind_settings, settled
@@ -100,4 +110,6 @@ def plan_atlas(request: AtlasRequest, notes: list[str]) -> AtlasPlan:
             f"{arg('shard', f'{request.shard[0]}/{request.shard[1]}' if request.shard else '')}: this slice holds no sample"
         )
     classes = TRUE if dataset.has_classes else PREDICTED if model.categories else None
-    return AtlasPlan(request, model, kind, settings, specs, dataset, ids, classes)
+    plan = AtlasPlan(request, model, kind, settings, specs, dataset, ids, classes)
+    check_relevance(plan)
+    return replace(plan, concepts=prepare_concepts(request, model, model.sample_kind))

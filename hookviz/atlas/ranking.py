@@ -2,10 +2,10 @@
 
 A ranking turns a batch of one layer's maps, ``(B, C, *grid)``, into a ``ChannelScores``: per
 sample and channel the score that ranks the sample among the channel's top examples, and the
-grid position the example is shown at (its crop). A new way to rank (the channel's relevance
-for a class) is one new entry: ``RANKINGS.register("relevance")`` on an object with ``name``,
-``words``, ``needs_gradient`` (its ``score`` gets maps that still carry the graph, and the
-collection then runs with gradients) and ``score(maps, context)``.
+grid position the example is shown at (its crop). A new way to rank is one new entry, as the
+channel's relevance for a class (``relevance``, ``--relevance``) is: ``RANKINGS.register(NAME)``
+on an object with ``name``, ``words``, ``needs_gradient`` (its ``score`` reads the relevance
+maps of ``ScoreContext.relevance``) and ``score(maps, context)``.
 """
 
 from __future__ import annotations
@@ -32,13 +32,15 @@ class ChannelScores:
 @dataclass(frozen=True)
 class ScoreContext:
     """What a ranking may read beside the maps: the model's ``output`` for the batch, the
-    layer's name (a relevance ranking differentiates the output's class score), and each map's
-    largest value and its flat position, ``(B, C)`` tensors the statistics computed already."""
+    layer's name, each map's largest value and its flat position, ``(B, C)`` tensors the
+    statistics computed already, and ``relevance``: the layer's relevance maps for the class
+    asked, ``(B, C, *grid)`` (``hookviz.atlas.relevance``), when a ranking needs them."""
 
     output: Any = None
     layer: str = ""
     maxima: Any = None
     peaks: Any = None
+    relevance: Any = None
 
 
 class Ranking(Protocol):
@@ -85,5 +87,18 @@ class _SpatialMean:
         return ChannelScores(flat.mean(dim=2).double().cpu().numpy(), peaks.cpu().numpy().astype(np.int64))
 
 
+class _Relevance:
+    """The channel's contribution to a class's score (``--relevance``): its relevance map summed
+    over positions (zennit-crp's "RelMax", summed), shown at its most relevant unit."""
+
+    name, words, needs_gradient = "relevance", "the channel's contribution to the class's score", True
+
+    @staticmethod
+    def score(maps, context: ScoreContext) -> ChannelScores:
+        flat = context.relevance.detach().flatten(2).double()
+        return ChannelScores(flat.sum(dim=2).cpu().numpy(), flat.argmax(dim=2).cpu().numpy().astype(np.int64))
+
+
 RANKINGS.add("max", _SpatialMax())
 RANKINGS.add("mean", _SpatialMean())
+RANKINGS.add("relevance", _Relevance())

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hookviz.errors import UsageError, arg
 
-__all__ = ["AtlasRequest", "MAX_TOP", "parse_shard"]
+__all__ = ["AtlasRequest", "MAX_TOP", "RELEVANCE", "parse_shard"]
 
 #: The most examples a channel may keep.
 MAX_TOP = 100
+
+#: The ranking ``--relevance`` adds (``hookviz.atlas.ranking.RANKINGS``), kept as ``relevance_top``.
+RELEVANCE = "relevance"
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,16 @@ class AtlasRequest:
     batch_size, device: how the forward passes run.
     sample_options: sample kinds' option groups, as ``hookviz run`` takes them (a clip's
         ``VideoOptions``: ``--frames``, ``--clips``); a kind's defaults where none is given.
+    relevance: ``predicted`` or a class (name or index): each channel's examples are also ranked
+        by the channel's contribution to that class's score (``relevance_top``); ``None``: not.
+    relevance_rule: how that contribution is computed (``hookviz.concepts.relevance.RELEVANCE_RULES``).
+    label_with, vocabulary, label_weights: name each channel from the concepts of the file
+        ``vocabulary`` by CLIP-Dissect's SoftWPMI with open_clip model ``label_with``
+        (``open_clip:ARCH[/TAG]``), its weights ``label_weights`` (``DEFAULT``: cached; ``none``: random).
+    visualize, visualize_steps, visualize_seconds: an input optimised to excite each of the
+        ``visualize`` channels per layer whose best example scored highest, in at most that many
+        steps and seconds a channel.
+    say: told a line as each later step (naming, visualising) goes; ``None``: nothing is said.
     """
 
     model: str
@@ -42,6 +56,15 @@ class AtlasRequest:
     batch_size: int = 32
     device: str = "cpu"
     sample_options: tuple = ()
+    relevance: str | None = None
+    relevance_rule: str = "gradient-x-activation"
+    label_with: str | None = None
+    vocabulary: Path | None = None
+    label_weights: str = "DEFAULT"
+    visualize: int = 0
+    visualize_steps: int = 256
+    visualize_seconds: float | None = None
+    say: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     notes: list[str] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self):
@@ -53,11 +76,46 @@ class AtlasRequest:
             raise UsageError(f"{arg('top', self.top)}: give a number from 1 to {MAX_TOP}")
         if not 1 <= self.batch_size <= 4096:
             raise UsageError(f"{arg('batch_size', self.batch_size)}: give a number from 1 to 4096")
+        if self.rank == RELEVANCE:
+            raise UsageError(f"{arg('rank', self.rank)}: give max or mean, and {arg('relevance', 'CLASS')} to rank by relevance too")
         RANKINGS.get(self.rank)
+        self._check_concepts()
+
+    def _check_concepts(self) -> None:
+        from hookviz.options.pictures import RELEVANCE_RULES
+
+        if self.relevance is not None and not str(self.relevance).strip():
+            raise UsageError(f"{arg('relevance', self.relevance)}: give predicted, a class name or a class index")
+        if self.relevance_rule not in RELEVANCE_RULES:
+            raise UsageError(f"{arg('relevance_rule', self.relevance_rule)}: choose {' or '.join(RELEVANCE_RULES)}")
+        if (self.label_with is None) != (self.vocabulary is None):
+            given, missing = ("label_with", "vocabulary") if self.vocabulary is None else ("vocabulary", "label_with")
+            raise UsageError(f"{arg(given)} needs {arg(missing)}: names come from a vocabulary (a text file of one concept a line) and an open_clip model")
+        if self.label_with is not None and not self.label_with.startswith("open_clip:"):
+            raise UsageError(f"{arg('label_with', self.label_with)}: names come from an open_clip model; give open_clip:ARCH (as open_clip:ViT-B-32)")
+        if self.visualize < 0:
+            raise UsageError(f"{arg('visualize', self.visualize)}: give how many channels per layer to visualise, 0 or more")
+        if self.visualize:
+            self.visualize_settings()
+
+    def visualize_settings(self):
+        """``--visualize``'s ``VisualizeSettings``.
+
+        Raises:
+            UsageError: steps below 1, seconds not positive.
+        """
+        from hookviz.concepts.visualize import VisualizeSettings
+
+        return VisualizeSettings(steps=self.visualize_steps, seconds=self.visualize_seconds, seed=self.seed)
+
+    @property
+    def rankings(self) -> tuple[str, ...]:
+        """The rankings the run keeps: ``rank``, and ``relevance`` when asked."""
+        return (self.rank, RELEVANCE) if self.relevance is not None else (self.rank,)
 
     def recipe(self) -> dict:
         """What must match for two runs' states to be parts of one atlas (the shard aside)."""
-        return {
+        recipe = {
             "model": self.model,
             "weights": self.weights,
             "seed": self.seed,
@@ -65,6 +123,9 @@ class AtlasRequest:
             "top": self.top,
             "rank": self.rank,
         }
+        if self.relevance is not None:
+            recipe.update(relevance=str(self.relevance), relevance_rule=self.relevance_rule)
+        return recipe
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

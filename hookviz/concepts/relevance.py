@@ -29,7 +29,7 @@ import numpy as np
 from hookviz.errors import UsageError, arg
 from hookviz.options.pictures import RELEVANCE_RULES
 
-__all__ = ["RELEVANCE_RULES", "ChannelRelevance", "channel_relevance", "predicted_or_named"]
+__all__ = ["RELEVANCE_RULES", "ChannelRelevance", "channel_relevance", "predicted_or_named", "lrp_objective"]
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def _relevance(model, layer, inputs, classes, rule, categories, keep_maps, withi
         picked = torch.as_tensor(list(chosen), dtype=torch.long, device=logits.device)
         scores = logits.gather(1, picked[:, None])[:, 0]
         capture = recording.captures[-1]
-        (_, grad), *_ = recording.gradients(scores.sum() if within is None else _seeded(logits, picked), inputs=False)
+        (_, grad), *_ = recording.gradients(scores.sum() if within is None else lrp_objective(logits, picked), inputs=False)
     output: Any = capture.output
     if output is None or output.dim() < 3:
         raise UsageError(
@@ -161,7 +161,7 @@ def _relevance(model, layer, inputs, classes, rule, categories, keep_maps, withi
     )
 
 
-def _seeded(logits, picked):
+def lrp_objective(logits, picked):
     """The objective whose gradient seeds LRP with the class's score (zennit-crp's initial
     relevance: the logit at the class, zero elsewhere): ``sum(logits * mask)`` where the mask
     holds the detached logit, so d/d(logits) is that relevance."""
