@@ -121,3 +121,85 @@ def test_a_missing_vocabulary_is_refused_before_the_work(tmp_path):
                          "--label-with", "open_clip:RN50", "--vocabulary", tmp_path / "none.txt")  # fmt: skip
     assert result.exit_code == 2 and "--vocabulary" in result.output and "cannot read it" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "atlas").exists()
+
+
+@pytest.mark.slow  # open_clip's import (~5-10 s)
+def test_label_with_names_each_channel_by_soft_wpmi_by_hand_on_a_seeded_random_open_clip(tmp_path, monkeypatch):
+    import open_clip
+    import open_clip.factory
+
+    from hookviz.concepts.naming import clip_concepts
+    from tests.test_concepts_naming import TINY_CLIP, WORDS, _by_hand
+
+    monkeypatch.setitem(open_clip.factory._MODEL_CONFIGS, "hookviz-tiny-dissect", TINY_CLIP)
+    data = _photos(tmp_path / "photos", per_class=2)
+    (tmp_path / "words.txt").write_text("\n".join(WORDS) + "\n")
+    out = tmp_path / "atlas"
+    document = _atlas(data, out, "--label-with", "open_clip:hookviz-tiny-dissect", "--label-weights", "none",
+                      "--vocabulary", tmp_path / "words.txt")  # fmt: skip
+    # open_clip's own model, seeded as hookviz seeds random weights; each crop as the model takes it
+    prepare = clip_concepts("open_clip:hookviz-tiny-dissect", WORDS, weights="none").prepare
+    torch.manual_seed(0)
+    model = open_clip.create_model("hookviz-tiny-dissect", pretrained=None).eval()
+    items = document["layers"][0]["items"]
+    with torch.no_grad():
+        text = model.encode_text(open_clip.get_tokenizer("hookviz-tiny-dissect")(list(WORDS)))
+        text = (text / text.norm(dim=-1, keepdim=True)).numpy()
+        sims = []
+        for item in items:
+            crops = torch.stack([prepare(Image.open(out / e["crop"]).convert("RGB")) for e in item["top"]])
+            image = model.encode_image(crops)
+            sims.append((image / image.norm(dim=-1, keepdim=True)).numpy() @ text.T)
+    expected = _by_hand(np.array(sims).tolist())
+    for item, row in zip(items, expected, strict=True):
+        first, second = np.argsort(row)[::-1][:2]
+        label = item["label"]
+        assert (label["concept"], label["runner_up"]) == (WORDS[first], WORDS[second])
+        assert (label["score"], label["runner_up_score"]) == pytest.approx((row[first], row[second]), abs=1e-4)
+        page = (out / item["page"]).read_text()
+        assert f"channel {item['index']} · <span class=label>{WORDS[first]}</span>" in page and "runner-up" in page
+    assert "<th class=\"name\">name</th>" in (out / "index.html").read_text()
+
+
+@pytest.mark.slow  # open_clip's import
+def test_label_with_uncached_weights_says_where_to_put_them_before_the_work(tmp_path, monkeypatch):
+    data = _photos(tmp_path / "photos", per_class=1)
+    (tmp_path / "words.txt").write_text("fur\nsky\n")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYER, "--out", tmp_path / "atlas",
+                         "--label-with", "open_clip:RN50", "--vocabulary", tmp_path / "words.txt")  # fmt: skip
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code != 0 and len(lines) == 1 and lines[0].startswith("hookviz: error: --label-with open_clip:RN50")
+    assert "empty-cache" in lines[0] and "hf download" in lines[0]
+    assert not (tmp_path / "atlas").exists()
+
+
+@pytest.mark.slow  # a few optimiser steps at 224 pixels (~1.5 s)
+def test_visualize_puts_the_strongest_channels_input_on_their_pages_and_measures_it_again(tmp_path):
+    from tests.conftest import tiny_net
+
+    data = _photos(tmp_path / "photos", per_class=1)
+    result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYER, "--top", 2,
+                         "--out", tmp_path / "atlas", "--visualize", 2, "--visualize-steps", 3)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = _valid(json.loads((tmp_path / "atlas" / "atlas.json").read_text()))
+    items = document["layers"][0]["items"]
+    best = sorted(range(len(items)), key=lambda i: (-items[i]["top"][0]["score"], i))[:2]
+    assert [i for i, item in enumerate(items) if "visualization" in item] == sorted(best)
+    assert result.output.count("its best example, 3 steps") == 2  # a progress line per channel
+    model = tiny_net().eval()
+    for index in best:
+        found = items[index]["visualization"]
+        pixels = np.asarray(Image.open(tmp_path / "atlas" / found["image"]).convert("RGB"), dtype=np.float32) / 255
+        mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+        tensor = torch.from_numpy(((pixels - mean) / std).astype(np.float32)).permute(2, 0, 1)[None]
+        kept = []
+        handle = model.features[3].register_forward_hook(lambda _m, _a, out: kept.append(out.detach()))
+        with torch.no_grad():
+            model(tensor)
+        handle.remove()
+        assert found["activation"] == pytest.approx(float(kept[0][0, index].max()), rel=1e-4, abs=1e-6)
+        assert found["ratio"] == pytest.approx(found["activation"] / items[index]["top"][0]["score"], rel=1e-6)
+        assert found["steps"] == 3 and pixels.shape == (224, 224, 3)
+        assert f'src="../../{found["image"]}"' in (tmp_path / "atlas" / items[index]["page"]).read_text()
