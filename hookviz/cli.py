@@ -448,12 +448,11 @@ _AtlasLabelWeights = Annotated[
     str, typer.Option("--label-weights", help="--label-with's weights: DEFAULT (cached), none (random) or a file.")
 ]
 _AtlasVisualize = Annotated[
-    int, typer.Option("--visualize", help="Optimise an input to excite each of the N channels per layer with the best top example.")
+    int,
+    typer.Option("--visualize", help="Optimise an input to excite each of the N channels per layer with the best top example."),
 ]
 _AtlasSteps = Annotated[int, typer.Option("--visualize-steps", help="--visualize: optimiser steps per channel, at most.")]
-_AtlasSeconds = Annotated[
-    Optional[float], typer.Option("--visualize-seconds", help="--visualize: seconds per channel, at most.")
-]
+_AtlasSeconds = Annotated[Optional[float], typer.Option("--visualize-seconds", help="--visualize: seconds per channel, at most.")]
 
 
 @app.command(cls=PanelledCommand)
@@ -497,33 +496,35 @@ def atlas(
 
         hookviz atlas --model efficientnet_lite0 --layer _blocks.9 --top 9 photos/ --out atlas
     """
-    rendering = {"label_with": label_with, "vocabulary": vocabulary, "label_weights": label_weights, "visualize": visualize}
-    rendering.update(visualize_steps=visualize_steps, visualize_seconds=visualize_seconds, say=None if quiet else _atlas_say)
-
-    def action():
-        from hookviz.atlas import AtlasRequest, make_atlas, merge_atlas, parse_shard
-        from hookviz.runs.cluster import resolve_device
-
-        where = resolve_device(device)
-        if merge is not None:
-            return merge_atlas(merge, where, batch_size, **rendering)
-        if model is None or out is None:
-            raise UsageError("give --model and --out (or --merge DIR to merge shards)")
-        chosen = {"model": model, "out": out, "weights": weights, "seed": seed, "top": top, "rank": rank, "device": where}
-        sources = tuple(_sources(data, from_list))
-        request = AtlasRequest(
-            layers=tuple(layer or ()), sources=sources, shard=parse_shard(shard), skip_existing=skip_existing, **chosen,
-            batch_size=batch_size, sample_options=_clip_options(frames, clips), relevance=relevance,
-            relevance_rule=relevance_rule, **rendering,
-        )  # fmt: skip
-        return make_atlas(request, None if quiet else _atlas_progress)
-
-    result = _guard(debug, action)
+    given = dict(locals())
+    result = _guard(debug, lambda: _make_atlas(given))
     if not quiet:
         typer.echo("", err=True)
         _say_atlas(result)
     if result.failed:
         raise typer.Exit(1)
+
+
+def _make_atlas(given: dict):
+    """``hookviz atlas``'s work, from its arguments (``given``, by parameter name)."""
+    from hookviz.atlas import AtlasRequest, make_atlas, merge_atlas, parse_shard
+    from hookviz.runs.cluster import resolve_device
+
+    where = resolve_device(given["device"])
+    rendering = {name: given[name] for name in ("label_with", "vocabulary", "label_weights", "visualize")}
+    rendering.update(visualize_steps=given["visualize_steps"], visualize_seconds=given["visualize_seconds"])
+    rendering["say"] = None if given["quiet"] else _atlas_say
+    if given["merge"] is not None:
+        return merge_atlas(given["merge"], where, given["batch_size"], **rendering)
+    if given["model"] is None or given["out"] is None:
+        raise UsageError("give --model and --out (or --merge DIR to merge shards)")
+    chosen = {name: given[name] for name in ("model", "out", "weights", "seed", "top", "rank", "skip_existing", "batch_size")}
+    request = AtlasRequest(
+        layers=tuple(given["layer"] or ()), sources=tuple(_sources(given["data"], given["from_list"])), device=where,
+        shard=parse_shard(given["shard"]), sample_options=_clip_options(given["frames"], given["clips"]),
+        relevance=given["relevance"], relevance_rule=given["relevance_rule"], **chosen, **rendering,
+    )  # fmt: skip
+    return make_atlas(request, None if given["quiet"] else _atlas_progress)
 
 
 def _clip_options(frames: int | None, clips: int | None) -> tuple:

@@ -82,11 +82,15 @@ def test_lrp_relevance_top_is_zennit_crps_relmax(tmp_path):
     attribution = CondAttribution(copy.deepcopy(tiny_net().eval()))
     composite = EpsilonPlusFlat(canonizers=[SequentialMergeBatchNorm()])
     result = attribution(inputs.requires_grad_(True), [{"y": [2]}] * len(paths), composite, record_layer=[LAYER])
-    order, values, neurons = ChannelConcept().reference_sampling(result.relevances[LAYER], LAYER, max_target="sum", abs_norm=False)
+    order, values, neurons = ChannelConcept().reference_sampling(
+        result.relevances[LAYER], LAYER, max_target="sum", abs_norm=False
+    )
     layer = document["layers"][0]
     for channel, item in enumerate(layer["items"]):
         assert [e["source"] for e in item["relevance_top"]] == [str(paths[i]) for i in order[:3, channel].tolist()]
-        assert [e["score"] for e in item["relevance_top"]] == pytest.approx(values[:3, channel].double().numpy(), rel=1e-4, abs=1e-6)
+        assert [e["score"] for e in item["relevance_top"]] == pytest.approx(
+            values[:3, channel].double().numpy(), rel=1e-4, abs=1e-6
+        )
         positions = [list(np.unravel_index(int(n), layer["grid"])) for n in neurons[:3, channel]]
         assert [e["position"] for e in item["relevance_top"]] == positions
     assert document["relevance"] == "2" and document["relevance_rule"] == "lrp"
@@ -100,7 +104,10 @@ def test_lrp_relevance_top_is_zennit_crps_relmax(tmp_path):
         (("--relevance", "1", "--relevance-rule", "occlusion"), "--relevance-rule occlusion: choose"),
         (("--rank", "relevance"), "--rank relevance: give max or mean"),
         (("--label-with", "open_clip:RN50"), "--label-with needs --vocabulary"),
-        (("--label-with", "timm:resnet18", "--vocabulary", "words.txt"), "--label-with timm:resnet18: names come from an open_clip"),
+        (
+            ("--label-with", "timm:resnet18", "--vocabulary", "words.txt"),
+            "--label-with timm:resnet18: names come from an open_clip",
+        ),
         (("--visualize", "-1"), "--visualize -1: give how many channels"),
         (("--visualize", "1", "--visualize-steps", "0"), "--visualize-steps 0: give a whole number of steps"),
         (("--visualize", "1", "--visualize-seconds", "-2"), "--visualize-seconds -2.0: give a positive number"),
@@ -108,7 +115,9 @@ def test_lrp_relevance_top_is_zennit_crps_relmax(tmp_path):
 )
 def test_bad_concept_options_are_refused_in_one_line_and_leave_no_folder(tmp_path, args, says):
     data = _photos(tmp_path / "photos", per_class=1)
-    result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYER, "--out", tmp_path / "atlas", *args)
+    result = hookviz_cli(
+        "atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYER, "--out", tmp_path / "atlas", *args
+    )
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines == [f"hookviz: error: {lines[0].removeprefix('hookviz: error: ')}"] and says in lines[0]
@@ -158,7 +167,7 @@ def test_label_with_names_each_channel_by_soft_wpmi_by_hand_on_a_seeded_random_o
         assert (label["score"], label["runner_up_score"]) == pytest.approx((row[first], row[second]), abs=1e-4)
         page = (out / item["page"]).read_text()
         assert f"channel {item['index']} · <span class=label>{WORDS[first]}</span>" in page and "runner-up" in page
-    assert "<th class=\"name\">name</th>" in (out / "index.html").read_text()
+    assert '<th class="name">name</th>' in (out / "index.html").read_text()
 
 
 @pytest.mark.slow  # open_clip's import
@@ -194,8 +203,8 @@ def test_visualize_puts_the_strongest_channels_input_on_their_pages_and_measures
         pixels = np.asarray(Image.open(tmp_path / "atlas" / found["image"]).convert("RGB"), dtype=np.float32) / 255
         mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
         tensor = torch.from_numpy(((pixels - mean) / std).astype(np.float32)).permute(2, 0, 1)[None]
-        kept = []
-        handle = model.features[3].register_forward_hook(lambda _m, _a, out: kept.append(out.detach()))
+        kept: list = []
+        handle = model.features[3].register_forward_hook(lambda _m, _a, out, into=kept: into.append(out.detach()))
         with torch.no_grad():
             model(tensor)
         handle.remove()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hookviz.atlas.collect import collect
 from hookviz.atlas.plan import AtlasPlan, plan_atlas
+from hookviz.atlas.relevance import check_relevance
 from hookviz.atlas.request import AtlasRequest
 from hookviz.atlas.state import STATE_FOLDER, AtlasState, load_state, state_path
 from hookviz.errors import OutputError, UsageError, arg, display_path
@@ -44,7 +45,7 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     """
     from hookviz.inputs.discovery import OUTPUT_MARKER
 
-    plan = plan_atlas(request, request.notes)  # a bad model, layer or source leaves no folder behind
+    plan = _planned(request)  # a bad model, layer, source or class leaves no folder behind
     _prepare_folder(request.out)
     (request.out / OUTPUT_MARKER).touch()
     path = state_path(request.out, request.shard)
@@ -107,7 +108,7 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, **renderin
         relevance_rule=recipe.get("relevance_rule", "gradient-x-activation"),
         **rendering,
     )
-    plan = plan_atlas(request, request.notes)
+    plan = _planned(request)
     if plan.recipe()["samples"] != recipe["samples"]:
         raise UsageError(
             f"{arg('merge', display_path(out))}: the sources no longer hold the samples the shards took; run them again"
@@ -115,6 +116,13 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, **renderin
     merged = _merged(states)
     render(plan, merged)
     return AtlasResult(out, True, merged.mapped, len(merged.failed))
+
+
+def _planned(request: AtlasRequest) -> AtlasPlan:
+    """The request's plan, its ``--relevance`` checked (a class the model lacks, a model LRP does not cover)."""
+    plan = plan_atlas(request, request.notes)
+    check_relevance(plan)
+    return plan
 
 
 def _prepare_folder(out: Path) -> None:

@@ -16,7 +16,7 @@ from hookviz.errors import UsageError, arg
 __all__ = ["prepare_concepts", "add_concepts"]
 
 
-def prepare_concepts(request, model, kind_name: str) -> Any:
+def prepare_concepts(request, kind_name: str) -> Any:
     """The ``ClipConcepts`` that will name the channels (``None`` without ``--label-with``).
 
     Raises:
@@ -25,7 +25,9 @@ def prepare_concepts(request, model, kind_name: str) -> Any:
         WeightsError: the CLIP model's weights are not cached (one line: where to put them).
     """
     if request.visualize and kind_name != "photo":
-        raise UsageError(f"{arg('visualize', request.visualize)}: feature visualisation optimises photos; this model takes {kind_name}s")
+        raise UsageError(
+            f"{arg('visualize', request.visualize)}: feature visualisation optimises photos; this model takes {kind_name}s"
+        )
     if request.label_with is None:
         return None
     from hookviz.concepts.naming import clip_concepts, read_vocabulary

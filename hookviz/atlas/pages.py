@@ -102,7 +102,9 @@ def index_html(document: dict) -> str:
     extra = _extra_columns(document)
     titles = {"relevance": f"relevance for {document.get('relevance')}", "label": "name"}
     columns = _COLUMNS + tuple(titles[c] for c in extra)
-    heading = "".join(f'<th class="{"name" if c in ("channel", "top class", "name") else ""}">{html.escape(c)}</th>' for c in columns)
+    heading = "".join(
+        f'<th class="{"name" if c in ("channel", "top class", "name") else ""}">{html.escape(c)}</th>' for c in columns
+    )
     sections = []
     for layer in document["layers"]:
         rows = "".join(_index_row(item, extra) for item in layer["items"])
@@ -261,7 +263,9 @@ def _visualization(item: dict) -> str:
     found = item.get("visualization")
     if not found:
         return ""
-    ratio = f"<b>{found['ratio']:.2f}x</b> its best example's" if found.get("ratio") is not None else "against no positive example's"
+    ratio = (
+        f"<b>{found['ratio']:.2f}x</b> its best example's" if found.get("ratio") is not None else "against no positive example's"
+    )
     stopped = f"; {html.escape(found['stopped'])}" if found.get("stopped") else ""
     return (
         f'<div class=visual><img src="../../{html.escape(found["image"])}" alt="the input optimised to excite it">'

@@ -4,7 +4,7 @@ forward passes run (``forward``): the collection and the crops share it."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from hookviz.atlas.dataset import Dataset
@@ -90,9 +90,8 @@ def plan_atlas(request: AtlasRequest, notes: list[str]) -> AtlasPlan:
         UsageError: an unknown model or layer, sources that name no sample.
     """
     from hookviz.anatomy.layers import resolve_layers
-    from hookviz.atlas.dataset import find_dataset
     from hookviz.atlas.concepts import prepare_concepts
-    from hookviz.atlas.relevance import check_relevance
+    from hookviz.atlas.dataset import find_dataset
     from hookviz.models.loading import load_model
     from hookviz.runs.cluster import shard_of
     from hookviz.samples import get_sample_kind, kind_settings, settled
@@ -110,6 +109,5 @@ def plan_atlas(request: AtlasRequest, notes: list[str]) -> AtlasPlan:
             f"{arg('shard', f'{request.shard[0]}/{request.shard[1]}' if request.shard else '')}: this slice holds no sample"
         )
     classes = TRUE if dataset.has_classes else PREDICTED if model.categories else None
-    plan = AtlasPlan(request, model, kind, settings, specs, dataset, ids, classes)
-    check_relevance(plan)
-    return replace(plan, concepts=prepare_concepts(request, model, model.sample_kind))
+    concepts = prepare_concepts(request, model.sample_kind)
+    return AtlasPlan(request, model, kind, settings, specs, dataset, ids, classes, concepts)

@@ -64,11 +64,11 @@ def check_relevance(plan: AtlasPlan) -> None:
         return
     categories = plan.model.categories or ()
     if not categories and request.relevance != "predicted" and not str(request.relevance).isdigit():
-        raise UsageError(
-            f"{arg('relevance', request.relevance)}: the model names no classes; give predicted or a class index"
-        )
+        raise UsageError(f"{arg('relevance', request.relevance)}: the model names no classes; give predicted or a class index")
     with torch.no_grad():  # one blank sample: the output's classes, before any work
-        blank = tuple(t.to(request.device) if hasattr(t, "to") else t for t in plan.kind.blank(plan.model.preprocessing, plan.settings))
+        blank = tuple(
+            t.to(request.device) if hasattr(t, "to") else t for t in plan.kind.blank(plan.model.preprocessing, plan.settings)
+        )
         logits, _ = class_logits(plan, plan.model.module(*blank))
     predicted_or_named(torch.zeros(1, logits.shape[1]), _class(request.relevance), categories)
     if request.relevance_rule == "lrp":
@@ -107,7 +107,8 @@ def lrp_relevance(plan: AtlasPlan, samples) -> dict[str, Any]:
     with torch.enable_grad(), frozen_parameters(module), within(module), record(module, list(plan.specs)) as recording:
         logits, picked = class_logits(plan, plan.forward(samples))
         pairs = recording.gradients(lrp_objective(logits, picked), inputs=False)
-        return {
-            capture.name: grad if grad is not None else torch.zeros_like(capture.output)
-            for capture, (_, grad) in zip(recording.captures, pairs)
-        }
+        captures = recording.captures
+    found: dict[str, Any] = {}
+    for capture, (_, grad) in zip(captures, pairs):
+        found[capture.name] = grad if grad is not None else torch.zeros_like(capture.output)  # type: ignore[arg-type]
+    return found

@@ -77,7 +77,9 @@ class AtlasRequest:
         if not 1 <= self.batch_size <= 4096:
             raise UsageError(f"{arg('batch_size', self.batch_size)}: give a number from 1 to 4096")
         if self.rank == RELEVANCE:
-            raise UsageError(f"{arg('rank', self.rank)}: give max or mean, and {arg('relevance', 'CLASS')} to rank by relevance too")
+            raise UsageError(
+                f"{arg('rank', self.rank)}: give max or mean, and {arg('relevance', 'CLASS')} to rank by relevance too"
+            )
         RANKINGS.get(self.rank)
         self._check_concepts()
 
@@ -90,9 +92,13 @@ class AtlasRequest:
             raise UsageError(f"{arg('relevance_rule', self.relevance_rule)}: choose {' or '.join(RELEVANCE_RULES)}")
         if (self.label_with is None) != (self.vocabulary is None):
             given, missing = ("label_with", "vocabulary") if self.vocabulary is None else ("vocabulary", "label_with")
-            raise UsageError(f"{arg(given)} needs {arg(missing)}: names come from a vocabulary (a text file of one concept a line) and an open_clip model")
+            raise UsageError(
+                f"{arg(given)} needs {arg(missing)}: names come from a vocabulary (a text file of one concept a line) and an open_clip model"
+            )
         if self.label_with is not None and not self.label_with.startswith("open_clip:"):
-            raise UsageError(f"{arg('label_with', self.label_with)}: names come from an open_clip model; give open_clip:ARCH (as open_clip:ViT-B-32)")
+            raise UsageError(
+                f"{arg('label_with', self.label_with)}: names come from an open_clip model; give open_clip:ARCH (as open_clip:ViT-B-32)"
+            )
         if self.visualize < 0:
             raise UsageError(f"{arg('visualize', self.visualize)}: give how many channels per layer to visualise, 0 or more")
         if self.visualize:
