@@ -32,7 +32,7 @@ figcaption{font-size:.75em;line-height:1.25;overflow:hidden;text-overflow:ellips
 .row{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start;margin-top:1em}
 nav a{margin-right:1em}
 .rankings{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1.5em;max-width:1400px}
-.rankings h2{margin-top:.4em}.label{color:#245;font-weight:600}
+.rankings .grid{grid-template-columns:repeat(var(--columns),1fr)}.rankings h2{margin-top:.4em}.label{color:#245;font-weight:600}
 .visual{display:flex;gap:1em;align-items:center;margin:.6em 0}.visual img{width:180px;height:180px;image-rendering:pixelated;border:1px solid #ddd}
 """
 
@@ -100,7 +100,7 @@ def _extra_columns(document: dict) -> tuple[str, ...]:
 
 def index_html(document: dict) -> str:
     extra = _extra_columns(document)
-    titles = {"relevance": f"relevance for {document.get('relevance')}", "label": "name"}
+    titles = {"relevance": "best relevance", "label": "name"}
     columns = _COLUMNS + tuple(titles[c] for c in extra)
     heading = "".join(
         f'<th class="{"name" if c in ("channel", "top class", "name") else ""}">{html.escape(c)}</th>' for c in columns
@@ -118,6 +118,12 @@ def index_html(document: dict) -> str:
         f"{'; classes: ' + document['classes_from'] if document['classes_from'] else ''}. "
         "Click a column's heading to sort by it; click a channel to see its examples."
     )
+    if document.get("relevance") is not None:
+        target = "its predicted class" if document["relevance"] == "predicted" else f"class {document['relevance']}"
+        note += (
+            f" <b>best relevance</b>: the channel's largest contribution to a sample's score for {html.escape(str(target))} "
+            f"({html.escape(str(document.get('relevance_rule')))})."
+        )
     body = f"<h1>Atlas of {html.escape(document['model'])}</h1><p class=note>{note}</p>" + "".join(sections)
     return _page(f"Atlas of {document['model']}", body, _SORT)
 
@@ -222,22 +228,25 @@ def _grid(examples: list[dict], side: str) -> str:
 def _examples(document: dict, item: dict) -> str:
     """The channel's top examples; with ``--relevance``, those by activation and those by relevance side by side."""
     top, relevant = item.get("top") or [], item.get("relevance_top")
-    note = (
-        "each cropped to what its peak unit sees, the map over it (brighter: stronger; outlined: the peak unit's cell). "
-        "<label><input type=checkbox id=plain> crops without the map</label>"
-    )
-    by_activation = f"by the {document['rank']} of its map"
+    toggle = "<label><input type=checkbox id=plain> crops without the map</label>"
     if relevant is None:
         side = "190px" if len(top) <= 9 else "150px"
-        return f"<p class=note>Its top {len(top)} of {document['samples']} samples {by_activation}, {note}</p>{_grid(top, side)}"
+        return (
+            f"<p class=note>Its top {len(top)} of {document['samples']} samples by the {document['rank']} of its map, each "
+            "cropped to what its peak unit sees, the map over it (brighter: stronger; outlined: the peak unit's cell). "
+            f"{toggle}</p>{_grid(top, side)}"
+        )
     target = "each sample's predicted class" if document["relevance"] == "predicted" else f"class {document['relevance']}"
-    side = "150px" if len(top) <= 9 else "96px"
+    rule = html.escape(str(document.get("relevance_rule")))
+    columns = min(max(int(np.ceil(np.sqrt(max(len(top), len(relevant))))), 2), 5)  # 9: 3 x 3, 25: 5 x 5
     return (
-        f"<p class=note>Two rankings of {document['samples']} samples, {note} A channel may fire often and matter little, "
-        "or matter where it fires less.</p><div class=rankings>"
-        f"<div><h2>Fires most: top {len(top)} {by_activation}</h2>{_grid(top, side)}</div>"
-        f"<div><h2>Matters most: top {len(relevant)} by its contribution to {html.escape(target)}'s score "
-        f"({html.escape(str(document.get('relevance_rule')))}; the crop at its most relevant unit)</h2>{_grid(relevant, side)}</div></div>"
+        f"<p class=note>Two rankings of {document['samples']} samples. <b>Fires most</b>: by the {document['rank']} "
+        f"of its map. <b>Matters most</b>: by its contribution to {html.escape(target)}'s score ({rule}, summed "
+        "over positions), each cropped at its most relevant unit. A channel may fire often and matter little, or "
+        f"matter where it fires less. Each crop is what its unit sees, the map over it. {toggle}</p>"
+        f'<div class=rankings style="--columns:{columns}">'
+        f"<div><h2>Fires most: its top {len(top)}</h2>{_grid(top, '0')}</div>"
+        f"<div><h2>Matters most: its top {len(relevant)}</h2>{_grid(relevant, '0')}</div></div>"
     )
 
 
