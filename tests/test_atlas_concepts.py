@@ -212,3 +212,25 @@ def test_visualize_puts_the_strongest_channels_input_on_their_pages_and_measures
         assert found["ratio"] == pytest.approx(found["activation"] / items[index]["top"][0]["score"], rel=1e-6)
         assert found["steps"] == 3 and pixels.shape == (224, 224, 3)
         assert f'src="../../{found["image"]}"' in (tmp_path / "atlas" / items[index]["page"]).read_text()
+
+
+@pytest.mark.slow
+def test_shards_relevance_rankings_merge_into_the_single_runs(tmp_path):
+    from hookviz.atlas import AtlasRequest, make_atlas, merge_atlas
+
+    data = _photos(tmp_path / "photos", per_class=2)
+
+    def request(out: Path, **given) -> AtlasRequest:
+        return AtlasRequest(model=TINY_NET, weights="none", layers=(LAYER,), sources=(str(data),), out=out, top=2,
+                            batch_size=2, relevance="predicted", **given)  # fmt: skip
+
+    make_atlas(request(tmp_path / "single"))
+    for shard in (1, 2):
+        make_atlas(request(tmp_path / "sharded", shard=(shard, 2)))
+    (tmp_path / "sharded" / "atlas.json").unlink()
+    merge_atlas(tmp_path / "sharded")
+    single, merged = (json.loads((tmp_path / name / "atlas.json").read_text()) for name in ("single", "sharded"))
+    assert merged["relevance"] == "predicted"
+    assert [item["relevance_top"] for item in merged["layers"][0]["items"]] == [
+        item["relevance_top"] for item in single["layers"][0]["items"]
+    ]
