@@ -115,7 +115,9 @@ def test_an_atlas_gets_the_visualisations_of_its_strongest_channels_and_their_ra
     )
     items = found["layers"][0]["items"]
     shown = [item["index"] for item in items if "visualization" in item]
-    assert shown == [1, 3] and len(said) == 2 and said[0].startswith("4 channel 1: ")
+    done = [line for line in said if ": step " not in line]
+    assert shown == [1, 3] and len(done) == 2 and done[0].startswith("4 channel 1: ")
+    assert said[:3] == [f"4 channel 1: step {step} of 4" for step in (1, 2, 3)]  # progress within a channel
     for channel in shown:
         record = items[channel]["visualization"]
         pixels = np.asarray(Image.open(tmp_path / record["image"]))

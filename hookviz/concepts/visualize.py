@@ -274,7 +274,8 @@ def visualize_atlas(
     channel than that example (measured as the atlas ranks: ``document["rank"]``).
 
     Args:
-        progress: told a line per channel done (``layer channel i: 2.4x its best example, 256 steps, 31 s``).
+        progress: told a line at each quarter of a channel's steps, and one per channel done
+            (``layer channel i: 2.4x its best example, 256 steps, 31 s``).
 
     Returns:
         A new document; ``document`` is left as it was.
@@ -292,8 +293,9 @@ def visualize_atlas(
         chosen = sorted(best, key=lambda i: (-best[i], i))[:count]
         for index in chosen:
             found = visualize_channel(
-                model, layer["name"], index, size=size, mean=mean, std=std, settings=settings, rank=rank, best_example=best[index]
-            )
+                model, layer["name"], index, size=size, mean=mean, std=std, settings=settings, rank=rank,
+                best_example=best[index], progress=_quarters(progress, f"{layer['name']} channel {index}"),
+            )  # fmt: skip
             relative = f"visualizations/{stem}/{index}.png"
             atomic_write(folder / relative, _png(found.image))
             items[index] = {**items[index], "visualization": _record(found, relative)}
@@ -301,6 +303,18 @@ def visualize_atlas(
                 progress(f"{layer['name']} channel {index}: {_said(found)}")
         layers.append({**layer, "items": items})
     return {**document, "layers": layers}
+
+
+def _quarters(progress: Callable[[str], None] | None, where: str) -> Callable[[int, int], None] | None:
+    """A step callback that tells ``progress`` a line at each quarter of the steps, the last left to the result's line."""
+    if progress is None:
+        return None
+
+    def told(step: int, steps: int) -> None:
+        if step < steps and step % max(1, steps // 4) == 0:
+            progress(f"{where}: step {step} of {steps}")
+
+    return told
 
 
 def _record(found: Visualization, image: str) -> dict:
