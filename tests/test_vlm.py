@@ -193,3 +193,24 @@ def test_each_bad_input_is_refused_in_one_line(case, line, llava, tmp_path):
     result = _run(folder, tmp_path, *args, photo=photo, prompt=prompt)
     assert result.exit_code != 0 and line in result.stderr, result.output
     assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) <= 2
+
+
+def test_hookviz_explain_takes_the_same_path_as_the_command(llava, photo):
+    from hookviz import explain
+    from hookviz.vlm.cams import layer_maps
+    from hookviz.vlm.conversation import answer_conversation
+    from hookviz.vlm.targets import choose_targets
+
+    folder, model, processor = llava
+    result = explain(f"hf:{folder}", SAMPLES / "cat.png", prompts=PROMPT, answer="a black cat", words="cat", cam="layercam")
+    talk = answer_conversation(model, processor, photo, PROMPT, "a black cat")
+    expected, _ = layer_maps(
+        model,
+        talk,
+        choose_targets(talk, processor.tokenizer, tokens="2"),
+        "model.vision_tower.encoder.layers.1",
+        [(GRID, GRID)],
+        ["layercam"],
+    )
+    assert result.conversation.text == "a black cat" and result.targets[0].tokens == (2,)
+    torch.testing.assert_close(result.maps[0].maps, expected["layercam"])
