@@ -3,9 +3,13 @@ scores of its answer tokens, and where the family says the image tokens sit."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from PIL import Image
+
+import hookviz
 
 from .conftest import SAMPLES
 from .vlm_models import GRID, IMAGE_TOKEN, save_llava
@@ -157,6 +161,11 @@ def test_run_writes_the_answer_transformers_generate_writes_and_each_tokens_file
     assert report["text"] == processor.decode(written, skip_special_tokens=True)
     assert [t["id"] for t in report["tokens"]] == written.tolist()
     assert report["prompt"] == PROMPT and report["objective"] == "logprob"
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(hookviz.__file__).parent / "schemas" / "vlm_report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**report, "answer": "dreamt"}, schema)
     tensors = np.load(tmp_path / "out" / "cat" / "tensors.npz")
     assert "model.vision_tower.encoder.layers.1/gradcam/token3" in tensors and "language/rollout/token0" in tensors
     assert sorted(p.name for p in (tmp_path / "out" / "cat").glob("*.png")) == [

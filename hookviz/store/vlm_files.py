@@ -12,10 +12,12 @@ import numpy as np
 
 from hookviz.store.files import atomic_write, write_json
 
-__all__ = ["REPORT_KIND", "tensor_key", "vlm_report", "write_vlm"]
+__all__ = ["REPORT_KIND", "SCHEMA", "tensor_key", "vlm_report", "write_vlm"]
 
 #: report.json's ``kind`` for a vision-language model's answer.
 REPORT_KIND = "vlm"
+#: Its schema (hookviz/schemas/vlm_report.schema.json).
+SCHEMA = "hookviz/vlm-report/1"
 
 
 def tensor_key(maps, target) -> str:
@@ -34,7 +36,7 @@ def vlm_report(explanation, image: str, model: str, weights: str, pictures: dict
     talk = explanation.conversation
     tokens = [
         {"index": k, "id": int(talk.answer_ids[k]), "token": talk.tokens[k], "probability": float(explanation.probabilities[k]),
-         explanation.objective: float(explanation.scores[k])}
+         "score": float(explanation.scores[k])}
         for k in range(len(talk.answer_ids))
     ]  # fmt: skip
     targets = [
@@ -48,7 +50,11 @@ def vlm_report(explanation, image: str, model: str, weights: str, pictures: dict
         }
         for k, target in enumerate(explanation.targets)
     ]
+    from hookviz import __version__
+
     return {
+        "schema": SCHEMA,
+        "hookviz": __version__,
         "kind": REPORT_KIND,
         "image": image,
         "model": model,
