@@ -223,3 +223,17 @@ def test_hookviz_explain_takes_the_same_path_as_the_command(llava, photo):
     )
     assert result.conversation.text == "a black cat" and result.targets[0].tokens == (2,)
     torch.testing.assert_close(result.maps[0].maps, expected["layercam"])
+
+
+def test_bfloat16_gives_the_float32_answer_and_maps_close_to_its(llava, photo):
+    import copy
+
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    _, model, processor = llava
+    request = VlmRequest(PROMPT, answer="a black cat", methods=("gradcam",), layers=("projector",))
+    full = explain_photo(model, processor, photo, request)
+    half = explain_photo(copy.deepcopy(model).to(torch.bfloat16), processor, photo, request)
+    assert half.conversation.text == full.conversation.text
+    a, b = full.maps[0].maps.flatten(), half.maps[0].maps.flatten()
+    assert torch.isfinite(b).all() and torch.corrcoef(torch.stack([a, b]))[0, 1] > 0.9
