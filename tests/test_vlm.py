@@ -182,6 +182,7 @@ def test_run_writes_the_answer_transformers_generate_writes_and_each_tokens_file
         ("no image token", "has no image token, so no photo can enter the prompt"),
         ("unreadable photo", "cat.png: cannot read it as a photo"),
         ("no vision tower", "is a language model without a vision tower (LlamaForCausalLM)"),
+        ("faithfulness", "--faithfulness: a vision-language model's run does not take it yet; drop it"),
     ],
 )
 def test_each_bad_input_is_refused_in_one_line(case, line, llava, tmp_path):
@@ -196,6 +197,8 @@ def test_each_bad_input_is_refused_in_one_line(case, line, llava, tmp_path):
     elif case == "unreadable photo":
         photo = tmp_path / "cat.png"
         photo.write_bytes((SAMPLES / "cat.png").read_bytes()[:200])
+    elif case == "faithfulness":
+        args = ["--faithfulness"]
     elif case == "no vision tower":
         folder = tmp_path / "llama"
         transformers.LlamaForCausalLM(llava[1].config.text_config).save_pretrained(folder)

@@ -112,6 +112,7 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
         raise UsageError(
             f"{arg('target', target.target)}: a vision-language model's targets are its answer's tokens; give --tokens or --words"
         )
+    _refuse_unmet(groups)
     steps = next((s.steps for s in target.settings if hasattr(s, "steps") and hasattr(s, "ig_baseline")), 16)
     return VlmRequest(
         str(model.prompts[0]),
@@ -134,3 +135,24 @@ def refuse_vlm_options(answer, max_new_tokens: int, tokens, words, dtype: str) -
     for name, value in given.items():
         if value is not None:
             raise UsageError(f"{arg(name, value)}: only a vision-language model (hf:FOLDER of a LLaVA...) takes it")
+
+
+def _refuse_unmet(groups: dict) -> None:
+    """Refuse, in one line each, the run's options a vision-language model's run does not honour
+    (never silently ignored)."""
+    options, checks, trust = groups["options"], groups["checks"], groups["trust"]
+    unmet = {
+        "skip_existing": options.skip_existing,
+        "shard": options.shard,
+        "tensorboard": options.tensorboard,
+        "labels": options.labels,
+        "fail_on": ",".join(checks.fail_on) or None,
+        "baseline": checks.baseline,
+        "faithfulness": trust.faithfulness,
+        "sanity": trust.sanity,
+        "top_channels": groups["pictures"].top_channels,
+    }
+    for name, value in unmet.items():
+        if value:
+            named = arg(name) if value is True else arg(name, value)
+            raise UsageError(f"{named}: a vision-language model's run does not take it yet; drop it")
