@@ -127,7 +127,10 @@ def _details(folder: str, report: Report, change: dict | None, base: str | None)
     for layer in report.layers:
         pictures = [[kind.label, layer.pictures[kind.name]] for kind in kinds() if layer.pictures.get(kind.name) in files]
         note = layer.cam.skipped if layer.cam is not None else None
-        layers.append({"name": layer.name, "type": layer.module_type or "", "note": note or "", "pictures": pictures})
+        found_layer = {"name": layer.name, "type": layer.module_type or "", "note": note or "", "pictures": pictures}
+        if layer.top_channels is not None:  # --top-channels: each channel's page of the atlas (#/channel/LAYER/INDEX)
+            found_layer["channels"] = _top_channels(layer.top_channels)
+        layers.append(found_layer)
     found: dict = {
         "image": report.image or folder,
         "heading": heading,
@@ -141,6 +144,16 @@ def _details(folder: str, report: Report, change: dict | None, base: str | None)
     if change is not None:
         found["change"] = _change(change)
         found["base"] = base
+    return found
+
+
+def _top_channels(record: dict) -> list:
+    """``[channel, share, concept]`` of each channel a layer's prediction rested on (``--top-channels``)."""
+    found = []
+    for channel in record.get("channels") or []:
+        if isinstance(channel, dict) and isinstance(channel.get("channel"), int):
+            label = channel.get("label")
+            found.append([channel["channel"], channel.get("share"), label if isinstance(label, str) else None])
     return found
 
 

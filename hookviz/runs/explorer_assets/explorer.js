@@ -353,6 +353,7 @@
     });
     box.appendChild(kindTabs);
     if (layer.note) box.appendChild(el('p', {cls: 'note', text: layer.note}));
+    if (layer.channels && layer.channels.length) box.appendChild(topChannels(layer));
     if (kind) {
       state.sel.kind = kind[0];
       var shown = el('div', {cls: 'shown-picture'});
@@ -363,6 +364,15 @@
       box.appendChild(shown);
     }
     return box;
+  }
+  function topChannels(layer) {  // --top-channels: each links its atlas page when the run has an atlas
+    var line = el('p', {cls: 'topchannels'}, [el('span', {text: 'channels the prediction rested on: '})]);
+    layer.channels.forEach(function (c, k) {
+      var text = c[0] + (c[2] ? ' (' + c[2] + ')' : '') + ' ' + fmt(c[1]);
+      line.appendChild(DATA.run.atlas ? el('a', {href: '#/channel/' + encodeURIComponent(layer.name) + '/' + c[0], 'data-channel': layer.name + '/' + c[0], text: text}) : el('span', {text: text}));
+      if (k < layer.channels.length - 1) line.appendChild(document.createTextNode(' \u00b7 '));
+    });
+    return line;
   }
   function figure(caption, src, id) {
     return el('figure', {}, [el('a', {href: src}, [el('img', {src: src, alt: caption, id: id || null})]), el('figcaption', {text: caption})]);
