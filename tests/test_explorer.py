@@ -360,3 +360,22 @@ def test_samples_parquet_holds_the_same_table_typed(generated):
     }
     assert table.column("confidence").to_pylist() == [float(row["confidence"]) for row in rows]
     assert table.column("correct").to_pylist() == [row["correct"] == "true" for row in rows]
+
+
+def test_show_run_refuses_a_folder_without_an_explorer_in_one_line_and_escapes_the_page(tmp_path):
+    import hookviz
+    from hookviz.errors import UsageError
+
+    with pytest.raises(UsageError, match="holds no run's explorer") as caught:
+        hookviz.show_run(tmp_path)
+    assert "\n" not in str(caught.value)
+    name = _hostile_run(tmp_path)
+    markup = hookviz.show_run(tmp_path, base="runs/x")._repr_html_()
+    assert markup.startswith('<iframe class="hookviz-explorer"') and markup.count("<") == 2 and markup.endswith("</iframe>")
+    assert "<script>window.__pwned" not in markup and "&lt;script&gt;" in markup
+    import html as html_module
+
+    document = html_module.unescape(markup[markup.index('srcdoc="') + 8 : -len('"></iframe>')])
+    assert 'window.HOOKVIZ_BASE="runs/x/";' in document and "explorer-data.js" not in document.split("<script>", 2)[1][:40]
+    assert document.count("</script>") == 4  # the base, the table, the one details file, the page's script: no name ends one
+    assert json.dumps(name)[1:-1] in document

@@ -216,3 +216,56 @@ def test_a_samples_top_channels_link_their_pages_of_the_runs_atlas(driver, tmp_p
     following = layer["items"][wanted[0] + 1]["index"] if wanted[0] + 1 < len(layer["items"]) else wanted[0]
     assert _sample(driver, f"act:1/{following}", "channel") == f"act:1/{following}"
     _within(driver, out, atlas)
+
+
+def test_a_runs_notebook_display_is_its_explorer_inline(driver, tmp_path, monkeypatch):
+    """``hookviz.run(...)`` as a cell's last line: one ``<iframe srcdoc>`` holding the same
+    explorer with its data inline, its pictures from the run folder, relative to the notebook."""
+    from html.parser import HTMLParser
+
+    import hookviz
+    from hookviz.options import LayerOptions, ModelOptions, PictureOptions, RunOptions
+
+    from .cli_helpers import TINY_NET
+
+    photos = _photos(tmp_path / "in", ["one.png", "two.png", "three.png"])
+    monkeypatch.chdir(tmp_path)  # the kernel's working folder: the notebook's
+    summary = hookviz.run(
+        sorted(photos.glob("*.png")),
+        ModelOptions(TINY_NET, "none"),
+        layers=LayerOptions(("features.3",)),
+        pictures=PictureOptions(pictures=("cam",)),
+        options=RunOptions(out=tmp_path / "out"),
+    )
+    markup = summary._repr_html_()
+
+    class Tags(HTMLParser):
+        tags: list = []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+
+    Tags().feed(markup)
+    assert Tags.tags == ["iframe"]  # the page and its data are the frame's text, not the notebook's
+    (tmp_path / "notebook.html").write_text(f"<!DOCTYPE html><html><body><h1>a notebook</h1>{markup}</body></html>")
+    driver.get("about:blank")
+    driver.get_log("performance")
+    driver.get((tmp_path / "notebook.html").as_uri())
+    driver.switch_to.frame(driver.find_element("css selector", "iframe.hookviz-explorer"))
+    try:
+        assert driver.execute_script("return window.hookvizExplorer.state.readyMs") is not None
+        _go(driver, "#/?q=tw")
+        assert listed(driver) == ["two"]
+        _go(driver, "#/?sort=-name")
+        assert listed(driver) == ["two", "three", "one"]
+        assert _shown(driver) == ["out/two/input.jpg", "out/three/input.jpg", "out/one/input.jpg"]
+        driver.find_element("css selector", "#list [data-sample=two]").click()
+        assert _sample(driver, "two") == "two"
+        assert "out/two/features.3.cam.png" in _shown(driver)
+        driver.find_element("tag name", "body").send_keys("j")
+        assert _sample(driver, "three") == "three"
+    finally:
+        driver.switch_to.default_content()
+    urls = _within(driver, tmp_path)
+    assert not [url for url in urls if "explorer-" in url]  # the data came inline
+    assert all(url.startswith((tmp_path / "out").as_uri()) for url in urls if not url.endswith("notebook.html"))

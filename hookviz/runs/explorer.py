@@ -38,12 +38,14 @@ from hookviz.store.files import atomic_write
 from hookviz.store.records import Report, RunRecord
 from hookviz.tasks import reported_task
 
-__all__ = ["DATA", "CHUNK", "SAMPLES_CSV", "SAMPLES_PARQUET", "ATLAS_DATA", "ExplorerRun", "write_explorer", "encoded_columns"]
+__all__ = ["DATA", "DATA_TAG", "CHUNK", "SAMPLES_CSV", "SAMPLES_PARQUET", "ATLAS_DATA", "ExplorerRun", "write_explorer", "encoded_columns"]
 
 DATA = "explorer-data.js"
 ATLAS_DATA = "explorer-atlas.js"
 SAMPLES_CSV = "samples.csv"
 SAMPLES_PARQUET = "samples.parquet"
+#: How the page loads its data (``hookviz.runs.explorer_embed`` puts the data there inline).
+DATA_TAG = f'<script src="{DATA}"></script>'
 #: Samples per details file.
 CHUNK = 500
 SCHEMA = "hookviz/explorer/1"
@@ -302,7 +304,7 @@ def _page(title: str, heading_html: str) -> str:
 <header id="run">{heading_html}</header>
 <noscript><p>This page needs JavaScript to list the samples: samples.csv lists them, and each folder holds a sample's pictures.</p></noscript>
 <main id="app"><p id="loading">Loading the run&hellip;</p></main>
-<script src="{DATA}"></script>
+{DATA_TAG}
 <script>{_asset("explorer.js")}</script>
 </body>
 </html>

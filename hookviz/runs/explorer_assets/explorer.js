@@ -4,6 +4,7 @@
 (function () {
   'use strict';
   var DATA = window.HOOKVIZ_DATA;
+  var BASE = window.HOOKVIZ_BASE || '';  // the run folder, where the page is not in it (a notebook's embed)
   var app = document.getElementById('app');
   var ROW = 84;
   var state = {cols: {}, n: 0, view: null, query: '', names: null, sel: {layer: null, kind: null}, lastList: ''};
@@ -14,6 +15,7 @@
       if (k === 'text') node.textContent = attrs[k];
       else if (k === 'cls') node.className = attrs[k];
       else if (k.slice(0, 2) === 'on') node.addEventListener(k.slice(2), attrs[k]);
+      else if ((k === 'src' || k === 'href') && attrs[k] && String(attrs[k]).charAt(0) !== '#') node.setAttribute(k, BASE + attrs[k]);
       else if (attrs[k] !== null && attrs[k] !== undefined) node.setAttribute(k, attrs[k]);
     }
     (children || []).forEach(function (c) { if (c) node.appendChild(typeof c === 'string' ? document.createTextNode(c) : c); });
@@ -453,6 +455,12 @@
     else if (parts[0] === 'channel') showChannel(decode(parts[1] || ''), decode(parts[2] || '0'));
     else showList(q);
   }
+  if (BASE) document.addEventListener('click', function (e) {  // in an srcdoc frame '#/...' resolves against the notebook's address
+    var a = e.target.closest ? e.target.closest('a[href^="#"]') : null;
+    if (!a || e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    e.preventDefault();
+    location.hash = a.getAttribute('href');
+  });
   document.addEventListener('keydown', function (e) {
     if (/^(INPUT|SELECT|TEXTAREA)$/.test(e.target.tagName)) return;
     var go = function (id) { var a = document.getElementById(id); if (a) { location.hash = a.getAttribute('href'); e.preventDefault(); } };
