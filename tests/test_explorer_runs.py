@@ -173,7 +173,9 @@ def test_a_diff_folder_shows_before_and_after_side_by_side(driver, tmp_path):
     assert driver.find_element("css selector", "select[data-filter=target_changed]").get_attribute("value") == "true"
     _go(driver, "#/sample/dog?target_changed=true")
     assert _sample(driver, "dog") == "dog"
-    captions = driver.execute_script("return Array.from(document.querySelectorAll('.shown-picture figcaption')).map(f => f.textContent)")
+    captions = driver.execute_script(
+        "return Array.from(document.querySelectorAll('.shown-picture figcaption')).map(f => f.textContent)"
+    )
     assert captions[:2] == ["before (baseline)", "after"]
     sources = _shown(driver)
     assert "../base/dog/features.3.cam.png" in sources and "dog/features.3.cam.png" in sources

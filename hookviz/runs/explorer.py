@@ -38,7 +38,17 @@ from hookviz.store.files import atomic_write
 from hookviz.store.records import Report, RunRecord
 from hookviz.tasks import reported_task
 
-__all__ = ["DATA", "DATA_TAG", "CHUNK", "SAMPLES_CSV", "SAMPLES_PARQUET", "ATLAS_DATA", "ExplorerRun", "write_explorer", "encoded_columns"]
+__all__ = [
+    "DATA",
+    "DATA_TAG",
+    "CHUNK",
+    "SAMPLES_CSV",
+    "SAMPLES_PARQUET",
+    "ATLAS_DATA",
+    "ExplorerRun",
+    "write_explorer",
+    "encoded_columns",
+]
 
 DATA = "explorer-data.js"
 ATLAS_DATA = "explorer-atlas.js"

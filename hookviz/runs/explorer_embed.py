@@ -58,7 +58,9 @@ def show_run(folder, base: str | None = None, height: int = 640) -> ExplorerView
     """
     path = Path(folder)
     if not ((path / "index.html").is_file() and (path / DATA).is_file()):
-        raise UsageError(f"{arg('folder', folder)}: holds no run's explorer (index.html, {DATA}); give a hookviz run --out folder")
+        raise UsageError(
+            f"{arg('folder', folder)}: holds no run's explorer (index.html, {DATA}); give a hookviz run --out folder"
+        )
     return ExplorerView(path, base, height)
 
 

@@ -197,10 +197,11 @@
     for (var j = 0; j < view.length; j++) { var i = view[j]; m[tIndex[tc.codes[i]] * (k + 1) + pIndex[pc.codes[i]]]++; }
     var table = el('table', {cls: 'confusion'}, [el('caption', {text: 'confusion: true class (rows) by predicted class (columns)'})]);
     var head = el('tr', {}, [el('th', {text: ''})]);
-    classes.concat(['other']).forEach(function (c) { head.appendChild(el('th', {text: c, title: c})); });
+    // columns by number, rows by number and name: class names cut to a column's width could not be told apart
+    classes.concat(['other']).forEach(function (c, j) { head.appendChild(el('th', {text: j < k ? String(j + 1) : 'other', title: c})); });
     table.appendChild(head);
     classes.concat(['other']).forEach(function (t, r) {
-      var row = el('tr', {}, [el('th', {text: t, title: t})]);
+      var row = el('tr', {}, [el('th', {cls: 'rowname', text: r < k ? (r + 1) + '. ' + t : t, title: t})]);
       classes.concat(['other']).forEach(function (p, c) {
         var count = m[r * (k + 1) + c];
         var cell = el('td', {cls: r === c && r < k ? 'diag' : (count ? 'off' : '')});
