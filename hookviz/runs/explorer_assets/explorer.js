@@ -371,7 +371,7 @@
   function topChannels(layer) {  // --top-channels: each links its atlas page when the run has an atlas
     var line = el('p', {cls: 'topchannels'}, [el('span', {text: 'channels the prediction rested on: '})]);
     layer.channels.forEach(function (c, k) {
-      var text = c[0] + (c[2] ? ' (' + c[2] + ')' : '') + ' ' + fmt(c[1]);
+      var text = 'channel ' + c[0] + (c[2] ? ' (' + c[2] + ')' : '') + ', share ' + fmt(c[1]);
       line.appendChild(DATA.run.atlas ? el('a', {href: '#/channel/' + encodeURIComponent(layer.name) + '/' + c[0], 'data-channel': layer.name + '/' + c[0], text: text}) : el('span', {text: text}));
       if (k < layer.channels.length - 1) line.appendChild(document.createTextNode(' \u00b7 '));
     });
@@ -434,7 +434,7 @@
     page.appendChild(table);
     page.appendChild(cropGrid('top samples', item.top || [], atlas.folder));
     if (item.relevance_top) page.appendChild(cropGrid('top by relevance', item.relevance_top, atlas.folder));
-    if ((st.classes || []).length) page.appendChild(el('table', {cls: 'classes'}, [el('caption', {text: 'by class'})].concat(st.classes.slice(0, 10).map(function (c) { return el('tr', {}, [el('td', {text: c['class']}), el('td', {text: fmt(c.mean_max)}), el('td', {text: String(c.count)})]); }))));
+    if ((st.classes || []).length) page.appendChild(el('table', {cls: 'classes'}, [el('caption', {text: 'by class'}), el('tr', {}, [el('th', {text: 'class'}), el('th', {text: 'mean max'}), el('th', {text: 'samples'})])].concat(st.classes.slice(0, 10).map(function (c) { return el('tr', {}, [el('td', {text: c['class']}), el('td', {text: fmt(c.mean_max)}), el('td', {text: String(c.count)})]); }))));
     if (item.page) page.appendChild(el('p', {}, [el('a', {href: atlas.folder + '/' + path(item.page), text: 'the atlas\u2019s page of this channel'})]));
     app.replaceChildren(page);
   }
