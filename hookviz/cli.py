@@ -22,6 +22,22 @@ from hookviz import __version__
 from hookviz.command_options import (
     LAYERS,
     MODEL,
+    AtlasData,
+    AtlasFromList,
+    AtlasLabel,
+    AtlasLabelWeights,
+    AtlasLayers,
+    AtlasMerge,
+    AtlasRank,
+    AtlasRelevance,
+    AtlasResume,
+    AtlasRule,
+    AtlasSeconds,
+    AtlasShard,
+    AtlasSteps,
+    AtlasVisualize,
+    AtlasVocabulary,
+    AtlasWeights,
     AtolOption,
     BaseArgument,
     DebugOption,
@@ -378,136 +394,42 @@ def layers(
         if crop is not None and not 1 <= crop <= MAX_SIDE:
             raise UsageError(f"--crop {crop}: must be from 1 to {MAX_SIDE}")
         options = ModelOptions(model, weights, trust_checkpoint=trust_checkpoint, prompts=given_prompts(prompt, prompts))
-        _print_layers(_listed_layers(options, crop, filter, type))
+        from hookviz.layer_listing import listed_layers, print_layers
+
+        print_layers(listed_layers(options, crop, filter, type))
 
     _guard(debug, action)
-
-
-def _listed_layers(options, crop: int | None, wanted: str | None, module_type: str | None) -> list:
-    """``hookviz layers``' rows: the model's modules traced at ``crop`` (or the size it takes),
-    those whose path holds or matches ``wanted`` and whose class is ``module_type``."""
-    import fnmatch
-
-    from hookviz.anatomy.layers import list_layers
-    from hookviz.models.loading import load_model
-
-    loaded = load_model(options, listing=True)  # a CLIP model's image tower is listed without prompts
-    if crop is not None:
-        size = (crop, crop)
-    else:  # the size the model insists on, else the one its weights expect (a 256-pixel timm ViT)
-        processing = loaded.preprocessing  # a transform object's: what it made of its probe photo
-        size = loaded.input_size or (processing.trace_size if processing.applies_transform else (processing.size,) * 2)
-    rows = list_layers(loaded.module, size, blank=_kind_blank(loaded, size))
-    if wanted:
-        rows = [r for r in rows if wanted in r.path or fnmatch.fnmatchcase(r.path, wanted)]
-    if module_type:
-        rows = [r for r in rows if r.module_type == module_type]
-    if not rows:
-        raise UsageError("no layer matches --filter/--type; run without them to see all")
-    return rows
-
-
-def _kind_blank(loaded, size: tuple[int, int]) -> tuple | None:
-    """The blank sample ``hookviz layers`` traces a model of another kind than photos on (a clip
-    model's frames: MViT takes 16, no fewer), at ``size``; ``None`` for a photo model."""
-    from dataclasses import replace
-
-    from hookviz.samples import get_sample_kind, kind_settings, settled
-
-    if loaded.sample_kind == "photo":
-        return None
-    kind = get_sample_kind(loaded.sample_kind)
-    settings = settled(kind, kind_settings(kind, (), loaded.name), loaded)
-    return kind.blank(replace(loaded.preprocessing, transform=None, mode="crop", size=size[0], resize=size[0]), settings)
-
-
-def _print_layers(rows: list) -> None:
-    width = max(len(r.path) for r in rows)
-    type_width = max(len(r.module_type) for r in rows)
-    typer.echo(f"{'path':<{width}}  {'type':<{type_width}}  {'output shape':<22}  {'params':>11}  calls")
-    for r in rows:
-        # in call order, as the layer's :0, :1 ... are numbered; a repeated shape once
-        shapes = list(dict.fromkeys("x".join(map(str, s)) if s else "-" for s in r.output_shapes))
-        shape = ", ".join(shapes) if shapes else "(not called)"
-        typer.echo(f"{r.path:<{width}}  {r.module_type:<{type_width}}  {shape:<22}  {r.parameters:>11,}  {r.calls}")
 
 
 # ----------------------------------------------------------------------------- atlas
 
 
-_AtlasData = Annotated[
-    Optional[list[str]],
-    typer.Argument(help="Photos, clips, folders or patterns (ImageFolder layout: true classes).", show_default=False),
-]
-_AtlasWeights = Annotated[
-    str, typer.Option("--weights", help="DEFAULT, none (random, seeded), a weights name or a state_dict file.")
-]
-_AtlasLayers = Annotated[Optional[list[str]], typer.Option("--layer", help="A layer to map (repeat for more).")]
-_AtlasRank = Annotated[str, typer.Option("--rank", help="Rank a channel's examples by the max or the mean of its map.")]
-_AtlasFromList = Annotated[
-    Optional[str], typer.Option("--from-list", help="Read more sources from FILE, one a line (- : stdin).")
-]
-_AtlasShard = Annotated[
-    Optional[str],
-    typer.Option("--shard", help="Take the K-th of N slices of the samples (K/N), or auto (torchrun, Slurm array)."),
-]
-_AtlasResume = Annotated[bool, typer.Option("--skip-existing", help="Resume from the state a killed run left in --out.")]
-_AtlasMerge = Annotated[
-    Optional[Path], typer.Option("--merge", help="Write the atlas of the finished shards in DIR, and nothing else.")
-]
-_AtlasRelevance = Annotated[
-    Optional[str],
-    typer.Option(
-        "--relevance",
-        help="Also rank each channel's examples by its contribution to CLASS's score (a name, an index, or predicted).",
-    ),
-]
-_AtlasRule = Annotated[
-    str, typer.Option("--relevance-rule", help="--relevance's contribution: gradient-x-activation or lrp (zennit).")
-]
-_AtlasLabel = Annotated[
-    Optional[str], typer.Option("--label-with", help="Name each channel by CLIP-Dissect with open_clip:ARCH[/TAG].")
-]
-_AtlasVocabulary = Annotated[
-    Optional[Path], typer.Option("--vocabulary", help="--label-with's concepts: a text file, one a line.")
-]
-_AtlasLabelWeights = Annotated[
-    str, typer.Option("--label-weights", help="--label-with's weights: DEFAULT (cached), none (random) or a file.")
-]
-_AtlasVisualize = Annotated[
-    int,
-    typer.Option("--visualize", help="Optimise an input to excite each of the N channels per layer with the best top example."),
-]
-_AtlasSteps = Annotated[int, typer.Option("--visualize-steps", help="--visualize: optimiser steps per channel, at most.")]
-_AtlasSeconds = Annotated[Optional[float], typer.Option("--visualize-seconds", help="--visualize: seconds per channel, at most.")]
-
-
 @app.command(cls=PanelledCommand)
 def atlas(
-    data: _AtlasData = None,
+    data: AtlasData = None,
     model: Annotated[Optional[str], typer.Option("--model", help="The model, as hookviz run takes it.")] = None,
-    weights: _AtlasWeights = "DEFAULT",
+    weights: AtlasWeights = "DEFAULT",
     seed: Annotated[int, typer.Option("--seed", help="Seeds random weights (--weights none).")] = 0,
-    layer: _AtlasLayers = None,
+    layer: AtlasLayers = None,
     top: Annotated[int, typer.Option("--top", help="Examples kept per channel.")] = 9,
-    rank: _AtlasRank = "max",
+    rank: AtlasRank = "max",
     out: Annotated[Optional[Path], typer.Option("--out", help="The atlas's folder.")] = None,
-    from_list: _AtlasFromList = None,
-    shard: _AtlasShard = None,
-    skip_existing: _AtlasResume = False,
-    merge: _AtlasMerge = None,
+    from_list: AtlasFromList = None,
+    shard: AtlasShard = None,
+    skip_existing: AtlasResume = False,
+    merge: AtlasMerge = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Samples per forward pass.")] = 32,
     frames: Annotated[Optional[int], typer.Option("--frames", help="Clips: frames per clip (default: the model's).")] = None,
     clips: Annotated[Optional[int], typer.Option("--clips", help="Clips: clips per video, each a sample (VIDEO#k).")] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")] = "cpu",
-    relevance: _AtlasRelevance = None,
-    relevance_rule: _AtlasRule = "gradient-x-activation",
-    label_with: _AtlasLabel = None,
-    vocabulary: _AtlasVocabulary = None,
-    label_weights: _AtlasLabelWeights = "DEFAULT",
-    visualize: _AtlasVisualize = 0,
-    visualize_steps: _AtlasSteps = 256,
-    visualize_seconds: _AtlasSeconds = None,
+    relevance: AtlasRelevance = None,
+    relevance_rule: AtlasRule = "gradient-x-activation",
+    label_with: AtlasLabel = None,
+    vocabulary: AtlasVocabulary = None,
+    label_weights: AtlasLabelWeights = "DEFAULT",
+    visualize: AtlasVisualize = 0,
+    visualize_steps: AtlasSteps = 256,
+    visualize_seconds: AtlasSeconds = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Print nothing but errors.")] = False,
     debug: DebugOption = False,
 ) -> None:

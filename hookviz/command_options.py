@@ -95,6 +95,23 @@ __all__ = [
     "JsonOutputOption",
     "QuietOption",
     "VerboseOption",
+    "AtlasOption",
+    "AtlasData",
+    "AtlasWeights",
+    "AtlasLayers",
+    "AtlasRank",
+    "AtlasFromList",
+    "AtlasShard",
+    "AtlasResume",
+    "AtlasMerge",
+    "AtlasRelevance",
+    "AtlasRule",
+    "AtlasLabel",
+    "AtlasVocabulary",
+    "AtlasLabelWeights",
+    "AtlasVisualize",
+    "AtlasSteps",
+    "AtlasSeconds",
 ]
 
 # The panels ``--help`` groups the options in (typer's ``rich_help_panel``), in the order ``hookviz
@@ -481,3 +498,50 @@ def default_pictures() -> str:
     from hookviz.render.kinds import default_groups
 
     return ",".join(default_groups())
+
+
+# ----------------------------------------------------------------------------- hookviz atlas
+
+AtlasData = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="Photos, clips, folders or patterns (ImageFolder layout: true classes).", show_default=False),
+]
+AtlasWeights = Annotated[
+    str, typer.Option("--weights", help="DEFAULT, none (random, seeded), a weights name or a state_dict file.")
+]
+AtlasLayers = Annotated[Optional[list[str]], typer.Option("--layer", help="A layer to map (repeat for more).")]
+AtlasRank = Annotated[str, typer.Option("--rank", help="Rank a channel's examples by the max or the mean of its map.")]
+AtlasFromList = Annotated[Optional[str], typer.Option("--from-list", help="Read more sources from FILE, one a line (- : stdin).")]
+AtlasShard = Annotated[
+    Optional[str],
+    typer.Option("--shard", help="Take the K-th of N slices of the samples (K/N), or auto (torchrun, Slurm array)."),
+]
+AtlasResume = Annotated[bool, typer.Option("--skip-existing", help="Resume from the state a killed run left in --out.")]
+AtlasMerge = Annotated[
+    Optional[Path], typer.Option("--merge", help="Write the atlas of the finished shards in DIR, and nothing else.")
+]
+AtlasRelevance = Annotated[
+    Optional[str],
+    typer.Option(
+        "--relevance",
+        help="Also rank each channel's examples by its contribution to CLASS's score (a name, an index, or predicted).",
+    ),
+]
+AtlasRule = Annotated[
+    str, typer.Option("--relevance-rule", help="--relevance's contribution: gradient-x-activation or lrp (zennit).")
+]
+AtlasLabel = Annotated[
+    Optional[str], typer.Option("--label-with", help="Name each channel by CLIP-Dissect with open_clip:ARCH[/TAG].")
+]
+AtlasVocabulary = Annotated[
+    Optional[Path], typer.Option("--vocabulary", help="--label-with's concepts: a text file, one a line.")
+]
+AtlasLabelWeights = Annotated[
+    str, typer.Option("--label-weights", help="--label-with's weights: DEFAULT (cached), none (random) or a file.")
+]
+AtlasVisualize = Annotated[
+    int,
+    typer.Option("--visualize", help="Optimise an input to excite each of the N channels per layer with the best top example."),
+]
+AtlasSteps = Annotated[int, typer.Option("--visualize-steps", help="--visualize: optimiser steps per channel, at most.")]
+AtlasSeconds = Annotated[Optional[float], typer.Option("--visualize-seconds", help="--visualize: seconds per channel, at most.")]

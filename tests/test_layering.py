@@ -45,6 +45,7 @@ ORDER = [
     "process",
     "command_options",
     "run_arguments",
+    "layer_listing",
     "cli",
     "__main__",
 ]
