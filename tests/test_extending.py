@@ -150,7 +150,7 @@ def _signals(folder, count=2, seed=0):
 
 
 @pytest.mark.slow  # a fresh interpreter and a render worker
-def test_the_signal_csv_example_plug_in_runs_end_to_end_and_its_cam_is_grad_cams(tmp_path):
+def test_the_signal_csv_example_plug_in_runs_end_to_end_and_its_cam_is_grad_cams(tmp_path, registries_restored):
     """tests/signal_plugin.py, a sample kind in 60 lines on the public helpers (find_files,
     signal_picture), through ``hookviz run``; its map equals Grad-CAM computed here with plain hooks."""
     import torch
