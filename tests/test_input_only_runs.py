@@ -23,6 +23,7 @@ def test_an_input_method_alone_records_no_layer_and_its_files_are_the_named_laye
     report = json.loads((tmp_path / "alone" / "photo" / "report.json").read_text())
     kept = json.loads((tmp_path / "named" / "photo" / "report.json").read_text())
     assert report["layers"] == [] and len(kept["layers"]) == 1
+    assert "· no layer ·" in (tmp_path / "alone" / "index.html").read_text()  # the page's heading, not "layers ·"
     assert report["pixel_maps"] == kept["pixel_maps"] and report["top5"] == kept["top5"]
     for name in ("pixel_maps.png", "input.jpg"):  # the map is the same with or without a layer beside it
         assert (tmp_path / "alone" / "photo" / name).read_bytes() == (tmp_path / "named" / "photo" / name).read_bytes()
