@@ -10,6 +10,8 @@ the bare module (hookviz reads its task from a dry pass first, at the input's si
 ``LoadedModel`` a source gives (``hookviz run --model``: its task known, no dry pass), and
 that same model with ``--cam none`` (the recording pass alone: the layer's summaries, its
 forward and backward pass). The method's own increment is the difference of the last two.
+``alone`` is the loaded model's explanation given no layer (the method alone: no layer is
+recorded, the prediction read from a pass without a graph), what ``hookviz run --cam lrp`` makes.
 Every time is the median of ``--repeats`` runs of the process's CPU time (one torch
 thread: on a machine shared with other jobs, CPU time moves less than wall time), after one
 warm run. Prints milliseconds per image and the ratios reference / hookviz (above 1:
@@ -33,7 +35,7 @@ from hookviz import InputOptions
 from hookviz.inputs.images import Preprocessing
 from hookviz.models.sources.base import LoadedModel
 
-HEADS = ("what", "ref", "bare", "r/bare", "loaded", "r/load", "none", "own", "r/own", "fwd+bwd")
+HEADS = ("what", "ref", "bare", "r/bare", "loaded", "r/load", "none", "own", "r/own", "alone", "r/alon", "fwd+bwd")
 
 
 def _timed(function, repeats: int) -> float:
@@ -69,10 +71,12 @@ def _row(what: str, method: str, model, x, explained: dict, reference, repeats: 
     whole = _timed(lambda: hookviz.explain(loaded, x[0], cam=method, **explained), repeats)
     alone = _timed(lambda: hookviz.explain(loaded, x[0], cam="none", **explained), repeats)
     own = whole - alone
+    unlayered = {key: value for key, value in explained.items() if key != "layers"}  # no layer: none recorded
+    single = _timed(lambda: hookviz.explain(loaded, x[0], cam=method, **unlayered), repeats)
     plain = _timed(lambda: _plain(twin, x, explained["target"]), repeats)
     print(
         f"{what:<34}{theirs:>8.0f}{bare:>8.0f}{theirs / bare:>7.2f}{whole:>8.0f}{theirs / whole:>7.2f}"
-        f"{alone:>8.0f}{own:>8.0f}{theirs / own:>7.2f}{plain:>8.0f}",
+        f"{alone:>8.0f}{own:>8.0f}{theirs / own:>7.2f}{single:>8.0f}{theirs / single:>7.2f}{plain:>8.0f}",
         flush=True,
     )
 

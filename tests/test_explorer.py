@@ -385,6 +385,33 @@ def test_samples_parquet_holds_the_same_table_typed(generated):
     assert table.column("correct").to_pylist() == [row["correct"] == "true" for row in rows]
 
 
+PARQUET_CHECK = """
+import io, sys
+from hookviz.runs.sample_table import SampleRow, SampleTable, write_parquet
+table = SampleTable([
+    SampleRow({"name": "cät", "confidence": 0.5, "correct": True, "dead": 3}, {"input:lrp:road": 0.25}),
+    SampleRow({"name": None, "confidence": None, "correct": False, "dead": None}, {}),
+    SampleRow({"name": "", "confidence": 7, "correct": None, "dead": 0}, {"input:lrp:road": None}),
+])
+stream = io.BytesIO()
+write_parquet(table, stream)
+print("pandas" in sys.modules)
+import pyarrow as pa, pyarrow.parquet as pq
+kinds = {"str": pa.string(), "float": pa.float64(), "int": pa.int64(), "bool": pa.bool_()}
+columns = table.columns()
+built = pa.Table.from_arrays([pa.array(table.column(n), type=kinds[k]) for n, k in columns], names=[n for n, _ in columns])
+print(pq.read_table(io.BytesIO(stream.getvalue())).equals(built))
+"""
+
+
+def test_samples_parquet_is_written_without_importing_pandas_and_holds_what_pa_array_would():
+    pytest.importorskip("pyarrow")
+    from tests.conftest import python_output
+
+    # pa.array imports pandas (0.4 s of CPU, ~45 MB at the end of a run) to ask whether a list is a pandas object
+    assert python_output(PARQUET_CHECK).split() == ["False", "True"]
+
+
 def test_show_run_refuses_a_folder_without_an_explorer_in_one_line_and_escapes_the_page(tmp_path):
     import hookviz
     from hookviz.errors import UsageError

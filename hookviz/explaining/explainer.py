@@ -106,7 +106,7 @@ class Explainer:
         own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
         declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         declared = _with_layout(declared, layers.layout)
-        specs, choice = _chosen_layers(model, task, layers, processing, declared, settings)
+        specs, choice = _chosen_layers(model, task, layers, processing, declared, settings, target)
         return cls(model, processing, specs, target, choice, inputs.max_pixels, declared, own, trust, settings)
 
     # -- what the pass reads
@@ -439,18 +439,36 @@ def _dry_output(module, kind, preprocessing: Preprocessing, settings=None):
     return dry_output(module, preprocessing.trace_size, preprocessing.channels, blank=kind.blank(preprocessing, settings))
 
 
-def _chosen_layers(model: LoadedModel, task, layers: LayerOptions, processing: Preprocessing, declared, settings=None):
-    """The layers to record, and why hookviz chose them when the caller named none (else ``None``)."""
+def _chosen_layers(
+    model: LoadedModel, task, layers: LayerOptions, processing: Preprocessing, declared, settings=None, target=TargetOptions()
+):
+    """The layers to record, and why hookviz chose them when the caller named none (else ``None``): none
+    where every method asked for maps the input without a layer's CAM (``lrp``), which no layer shows."""
     from hookviz.samples import get_sample_kind
 
     if layers.given:
         return tuple(resolve_layers(model.module, layers.layers, layers.layer_types)), None
+    unlayered = _input_only(target)
+    if unlayered:
+        maps = "maps" if len(unlayered) == 1 else "map"
+        return (), f"no layer recorded, as {', '.join(unlayered)} {maps} the input (name one with {arg('layers')} to record it)"
     if model.default_layers:  # the source knows them (a YOLO's neck outputs)
         specs = resolve_layers(model.module, model.default_layers)
         return tuple(specs), f"{', '.join(s.label for s in specs)}, {model.default_layers_reason}"
     root, blank = task.default_root(model.module), get_sample_kind(model.sample_kind).blank(processing, settings)
     spec, reason = default_layer(model.module, processing.trace_size, processing.channels, declared, root=root, blank=blank)
     return (spec,), f"{spec.label} ({spec.module_type}), {reason}"
+
+
+def _input_only(target: TargetOptions) -> tuple[str, ...]:
+    """The methods asked for, when each maps the input and reads no layer (``lrp``, ``integrated-gradients``;
+    not guided Grad-CAM, which takes a layer's CAM); else ``()``."""
+    from hookviz.methods import get_method
+
+    methods = [get_method(name) for name in target.methods]
+    if methods and all(m.resolution == "input" and not m.needs_gradients for m in methods):
+        return tuple(m.name for m in methods)
+    return ()
 
 
 def _with_layout(declared: DeclaredLayout | None, layout: str) -> DeclaredLayout | None:

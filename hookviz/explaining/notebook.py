@@ -95,7 +95,8 @@ def explain(model, image, layers: Sequence[str] | str | None = None, target: str
             tensor as ``torchvision.io.read_image`` returns it, uint16 for a 16-bit PNG), preprocessed as the model
             expects; or a float (C, H, W) tensor, taken as the model's input as it is (a note
             says so when its values look like raw pixels).
-        layers: layer paths or globs; the usual CAM layer when omitted.
+        layers: layer paths or globs; the usual CAM layer when omitted, none where every method asked for maps
+            the input (``cam="lrp"``).
         target: ``"top1"``, a class index, or a class name.
         keywords: ``ExplainArgs``' fields, and the settings that methods and tasks declare
             (``steps=8``, ``score_threshold=0.3``, ``target_image=...``).

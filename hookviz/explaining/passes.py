@@ -240,6 +240,11 @@ class Explanation:
         picture = picture_kind(kind)
         if picture.compares:
             raise UsageError(f"{arg('kind', kind)}: drawn from two runs compared (hookviz.diff_runs), not from one explanation")
+        if layer is None and not self.layers:
+            raise UsageError(
+                f"{arg('kind', kind)}: no layer was recorded ({', '.join(self.cam_methods)} maps the input); "
+                "save() draws its maps, and explain(..., layers=...) records a layer to draw"
+            )
         chosen = self[layer] if layer is not None else self.layers[0]
         return picture.figure(self, chosen, **options)
 
@@ -289,7 +294,6 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
     """
     import torch
 
-    from hookviz.anatomy.dataflow import ChannelOrders
     from hookviz.explaining.cams import cam_gradients, layer_maps, pixel_maps, sources_for
     from hookviz.explaining.contrast import contrast_sources
     from hookviz.explaining.recording import Recording
@@ -306,8 +310,9 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         evaluation(module) as was_training,
         frozen_parameters(module),
     ):
-        with Recording(module, explainer.layers) as recording, ChannelOrders(module) as orders:
-            with _measured(module, methods, samples) as measure:  # what a row costs the passes that follow
+        recorded = bool(explainer.layers)  # none: the methods' own passes are the run's (a plain pass reads the plan)
+        with Recording(module, explainer.layers) as recording, _followed(module, recorded) as orders:
+            with _measured(module, methods, samples) as measure, _graphed(recorded):  # what a row costs the passes after
                 output = samples.forward()
             skipped = recording.check_complete()
             plan = explainer.task.plan(output, options, explainer.model.categories, len(images), explainer.task_options)
@@ -330,6 +335,20 @@ def explain_batch(explainer, images: Sequence[PreparedImage], summaries: Summary
         layer_cams, pixels = _smoothed(explainer, plan, samples, sources, layouts, layer_cams, pixels)
     made = _Made(captures, layouts, layer_cams, pixels, plan, skipped, was_training)
     return [_image_explanation(explainer, image, i, made, summaries) for i, image in enumerate(images)]
+
+
+def _followed(module, recorded: bool):
+    """Each op's channel order followed through the pass (``ChannelOrders``), where a layer is recorded."""
+    from hookviz.anatomy.dataflow import ChannelOrders
+
+    return ChannelOrders(module) if recorded else contextlib.nullcontext()
+
+
+def _graphed(recorded: bool):
+    """The main pass keeps its graph where a layer's gradients are read from it; else it reads only the plan."""
+    import torch
+
+    return contextlib.nullcontext() if recorded else torch.no_grad()
 
 
 def _smoothed(explainer, plan, samples, sources, layouts, layer_cams, pixels):

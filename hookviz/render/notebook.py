@@ -102,7 +102,10 @@ def explanation_html(explanation, kinds=NOTEBOOK_KINDS) -> str:
                 blocks.append(_img(thumbnail(figure), "image/jpeg", layer.name, picture.name))
         if layer.cam_note:
             blocks.append(f"<p>{html.escape(layer.name)}: {html.escape(layer.cam_note)}</p>")
-    first = explanation.layers[0].name if explanation.layers else "layer4"
+    if not explanation.layers:  # an input method's run records none (lrp): its maps are files
+        blocks.append("<p style=\"margin:0.2em 0;color:#666\">Every picture as files: <code>result.save('folder')</code></p>")
+        return '<div class="hookviz-explanation">' + "".join(blocks) + "</div>"
+    first = explanation.layers[0].name
     blocks.append(
         f'<p style="margin:0.2em 0;color:#666">Thumbnails. Full size: <code>result.figure({html.escape(repr(first))}, '
         "'cam')</code>; every picture as files: <code>result.save('folder')</code></p>"

@@ -189,7 +189,7 @@ def _heading(run: RunRecord, documents: list[RunRecord], diff: dict | None) -> s
     interrupted = " · <b>interrupted</b>" if any(d.interrupted for d in documents) else ""
     not_done = f", {counts['not_done']} not done" if counts["not_done"] else ""
     return f"""<h1>hookviz: {_e(run.model or "")}</h1>
-<div class="meta">weights {_e(run.weights or "")} · layers {_e(", ".join(run.layers))} ·
+<div class="meta">weights {_e(run.weights or "")} · {_e("layers " + ", ".join(run.layers) if run.layers else "no layer")} ·
 {counts["done"]} done, {counts["skipped"]} skipped, {counts["failed"]} failed{not_done}{shards}{interrupted}<br>
 <code>{_e(" ".join(run.command))}</code></div>
 <details class="heading"><summary>the run's failures, notes and comparison</summary>

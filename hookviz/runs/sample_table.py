@@ -253,8 +253,30 @@ def write_parquet(table: SampleTable, stream) -> bool:
         import pyarrow.parquet as pq
     except ImportError:
         return False
-    types = {"str": pa.string(), "float": pa.float64(), "int": pa.int64(), "bool": pa.bool_()}
     columns = table.columns()
-    arrays = [pa.array(table.column(name), type=types[kind]) for name, kind in columns]
+    arrays = [_arrow_array(pa, table.column(name), kind) for name, kind in columns]
     pq.write_table(pa.Table.from_arrays(arrays, names=[name for name, _ in columns]), stream)
     return True
+
+
+def _arrow_array(pa, values: list, kind: str):
+    """One column as an arrow array built from its buffers (validity bits, then the values; a string's
+    offsets and bytes): ``pa.array`` would import pandas to ask whether the list is a pandas object,
+    0.4 s of CPU and 45 MB at the end of every run."""
+    import numpy as np
+
+    present = np.array([value is not None for value in values], dtype=bool)
+    validity = pa.py_buffer(np.packbits(present, bitorder="little").tobytes())
+    count = len(values)
+    nulls = count - int(present.sum())
+    if kind == "str":
+        encoded = [str(value).encode("utf-8") if value is not None else b"" for value in values]
+        offsets = np.cumsum([0, *map(len, encoded)], dtype=np.int32)
+        buffers = [validity, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(encoded))]
+        return pa.Array.from_buffers(pa.string(), count, buffers, null_count=nulls)
+    if kind == "bool":
+        data = np.packbits(np.array([bool(value) for value in values], dtype=bool), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), count, [validity, pa.py_buffer(data.tobytes())], null_count=nulls)
+    dtype, arrow = (np.float64, pa.float64()) if kind == "float" else (np.int64, pa.int64())
+    data = np.array([value if value is not None else 0 for value in values], dtype=dtype)
+    return pa.Array.from_buffers(arrow, count, [validity, pa.py_buffer(data.tobytes())], null_count=nulls)

@@ -55,6 +55,8 @@ class RunInterrupted(Exception):
 def start_line(explainer, device: str, batch_size: int, run_file: str) -> str:
     """What will run: the model, its weights, the device, the batch size and the layers."""
     line = f"model {explainer.model.name}, weights {explainer.model.weights}, on {device}, batches of up to {batch_size}; "
+    if explainer.layer_choice and not explainer.layers:
+        return line + f"no {arg('layers')} given: {explainer.layer_choice}"
     if explainer.layer_choice:
         return line + f"no {arg('layers')} given: using {explainer.layer_choice}"
     labels = [spec.label for spec in explainer.layers]
