@@ -42,8 +42,8 @@ class PredictionPanel:
 
 
 class Presentation(Protocol):
-    """How one task's explanations read. ``explanation`` is a ``hookviz.explaining.Explanation``
-    (its ``prediction`` is the task's ``ImagePrediction``); ``status`` a ``runs.runner.ImageStatus``;
+    """How one task's explanations read. ``explanation`` is a ``hookviz.explaining.passes.Explanation``
+    (its ``prediction`` is the task's ``ImagePrediction``); ``status`` a ``store.run_records.ImageStatus``;
     ``report`` a ``store.records.Report`` read back from report.json."""
 
     def headline(self, explanation) -> str:
@@ -157,7 +157,7 @@ def register_presentation(task: str):
     return wrap
 
 
-def presentation_of(task: str) -> Presentation:
+def presentation_of(task: str | None) -> Presentation:
     """How the task named ``task`` is shown: its registered presentation, else as classes are
-    (a report of another hookviz's task too)."""
-    return PRESENTATIONS.find(task) or CLASSES
+    (a report of another hookviz's task, or of none, too)."""
+    return (PRESENTATIONS.find(task) if task is not None else None) or CLASSES
