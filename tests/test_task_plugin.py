@@ -17,6 +17,12 @@ from .conftest import SAMPLES
 
 @pytest.fixture
 def multilabel(registries_restored):
+    import typer
+
+    from hookviz.cli import app
+
+    typer.main.get_command(app)  # --task's help lists the tasks once, cached: before the plug-in's, as later tests expect
+
     from . import multilabel_plugin
 
     if "multilabel" not in TASKS:  # an earlier test's registries_restored took it away
