@@ -204,9 +204,9 @@ class Progress:
             self._how_far(finished, total)
 
     def _result_line(self, status) -> None:
-        from hookviz.tasks import reported_task
+        from hookviz.render.presentation import presentation_of
 
-        line = reported_task(status.task).status_line(status)
+        line = presentation_of(status.task).status_line(status)
         if self.bar is not None and sys.stdout.isatty():
             self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)  # above the bar
         else:

@@ -554,16 +554,18 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture
 def registries_restored():
     """Whatever a test (or an example it runs) registers (methods, picture kinds, tasks,
-    checks, sample kinds) is gone after it, so that a test registering the same name elsewhere still can."""
+    checks, sample kinds, presentations) is gone after it, so that a test registering the same name elsewhere still can."""
     from hookviz.explaining.checks import CHECKS
     from hookviz.methods.base import METHODS
     from hookviz.models.sources import SOURCES
     from hookviz.render.kinds import KINDS
+    from hookviz.render.presentation import PRESENTATIONS
     from hookviz.samples import SAMPLE_KINDS, get_sample_kind
-    from hookviz.tasks.base import TASKS
+    from hookviz.tasks import TASKS
 
     get_sample_kind("photo")  # the built-in kind, registered before the snapshot
-    saved = [(registry, registry.snapshot()) for registry in (METHODS, CHECKS, KINDS, TASKS, SOURCES, SAMPLE_KINDS)]
+    registries = (METHODS, CHECKS, KINDS, TASKS, PRESENTATIONS, SOURCES, SAMPLE_KINDS)
+    saved = [(registry, registry.snapshot()) for registry in registries]
     yield
     for registry, before in saved:
         registry.restore(before)

@@ -1,7 +1,8 @@
-"""A plug-in from outside hookviz that adds one of each extension: a CAM method, a task and
-a picture kind, through the documented extension points only (``hookviz.methods``,
-``hookviz.tasks``, ``hookviz.render.kinds``). Importing it registers all three, so naming
-its factory on the command line is enough:
+"""A plug-in from outside hookviz that adds one of each extension: a CAM method, a task (with
+a presentation of its own) and a picture kind, through the documented extension points only
+(``hookviz.methods``, ``hookviz.tasks``, ``hookviz.render.presentation``,
+``hookviz.render.kinds``). Importing it registers them all, so naming its factory on the
+command line is enough:
 
     hookviz run --model tests.extension_plugin:brightness_net --cam peak --pictures toy ...
 
@@ -18,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from hookviz.methods import register_method
+from hookviz.render.presentation import ClassPresentation, register_presentation
 from hookviz.tasks import ClassScore, ImagePrediction, Plan, TaskBase, register_task
 from hookviz.tasks.base import stacked
 
@@ -71,6 +73,11 @@ class Regress(TaskBase):
 
     def scorer(self, plan, key, options):
         return lambda output, images: output.reshape(-1)
+
+
+@register_presentation("regress")
+class ValueShown(ClassPresentation):
+    """A value is told as a value, not as a class with a probability."""
 
     def headline(self, explanation) -> str:
         return f"value {explanation.target.logit:.4g}"

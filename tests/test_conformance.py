@@ -86,17 +86,19 @@ def tiny_detector() -> nn.Module:
 
 @pytest.fixture
 def plugin(registries_restored):
-    """The plug-in's method, task and picture kind, registered (again, where an earlier test's
-    ``registries_restored`` took them away: a module imported once registers once)."""
+    """The plug-in's method, task, presentation and picture kind, registered (again, where an earlier
+    test's ``registries_restored`` took them away: a module imported once registers once)."""
     from hookviz.methods.base import METHODS
     from hookviz.render.kinds import KINDS
-    from hookviz.tasks.base import TASKS
+    from hookviz.render.presentation import PRESENTATIONS
+    from hookviz.tasks import TASKS
 
     from . import extension_plugin, picture_plugin
 
     for registry, name, entry in (
         (METHODS, "peak", extension_plugin.peak),
         (TASKS, "regress", extension_plugin.Regress()),
+        (PRESENTATIONS, "regress", extension_plugin.ValueShown()),
         (KINDS, "toy", picture_plugin.KIND),  # the module's own: render workers unpickle it by name
     ):
         if name not in registry:

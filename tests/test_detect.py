@@ -337,7 +337,7 @@ def _drawn_labels(detections, score_threshold: float) -> tuple:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hookviz.tasks.detect import Detect
+    from hookviz.render.presentations.detect import DetectPresentation
 
     explanation = SimpleNamespace(
         prediction=SimpleNamespace(detections=tuple(detections), of_class=None, score_threshold=score_threshold),
@@ -346,7 +346,7 @@ def _drawn_labels(detections, score_threshold: float) -> tuple:
     figure, ax = plt.subplots(figsize=(5, 4))
     try:
         ax.imshow(explanation.image.shown)
-        Detect().draw_prediction(ax, explanation)
+        DetectPresentation().draw_prediction(ax, explanation)
         figure.canvas.draw()
         return ax.get_window_extent(), [text.get_text() for text in ax.texts], [t.get_window_extent() for t in ax.texts]
     finally:

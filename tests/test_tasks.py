@@ -22,11 +22,12 @@ from .conftest import ROOT, SAMPLES, tiny_net
 
 
 def _task_name_literals(root: Path) -> list[str]:
-    """Every string literal outside ``hookviz/tasks/`` that is a task's name (a comparison
-    such as ``explanation.task == "detect"``, or a list of tasks kept by hand)."""
+    """Every string literal outside ``hookviz/tasks/`` and the built-in tasks' presentations
+    (``hookviz/render/presentations/``, each registered under its task's name) that is a task's
+    name (a comparison such as ``explanation.task == "detect"``, or a list of tasks kept by hand)."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        if path.relative_to(root).parts[0] == "tasks":
+        if path.relative_to(root).parts[0] == "tasks" or path.relative_to(root).parts[:2] == ("render", "presentations"):
             continue
         for token in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
             if token.type != tokenize.STRING:
@@ -41,7 +42,7 @@ def _task_name_literals(root: Path) -> list[str]:
 
 
 def test_no_code_outside_the_tasks_names_a_task():
-    """What differs between tasks is asked of the task; only ``hookviz/tasks/`` spells a name."""
+    """What differs between tasks is asked of the task or its presentation; only they spell a name."""
     assert _task_name_literals(ROOT / "hookviz") == []
 
 
@@ -237,17 +238,12 @@ def test_a_layer_the_objective_never_reaches_is_said_in_the_tasks_words(model, k
     assert result["stem"].cam is not None
 
 
-def test_the_task_contract_in_the_docs_is_what_the_pipeline_reads_and_taskbase_gives_the_rest():
-    """docs/extending.md's table lists every member of the ``Task`` protocol, and says "none"
-    in its default column exactly where ``TaskBase`` gives none."""
+def _documented(section: str) -> tuple[set[str], set[str]]:
+    """The members a table of docs/extending.md's ``section`` lists, and those it says have no default."""
     import re
-    import typing
-    from pathlib import Path
 
-    from hookviz.tasks.base import Task
-
-    text = (Path(__file__).resolve().parent.parent / "docs" / "extending.md").read_text(encoding="utf-8")
-    table = text.split("## What a task implements", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
+    table = text.split(f"{section}\n", 1)[1].split("\n#", 1)[0]
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
     documented, without_default = set(), set()
     for cells in rows:
@@ -255,6 +251,28 @@ def test_the_task_contract_in_the_docs_is_what_the_pipeline_reads_and_taskbase_g
         documented.update(names)
         if cells[1].startswith("none: write"):
             without_default.update(names)
-    members = set(typing.get_type_hints(Task)) | {n for n, v in vars(Task).items() if callable(v) and not n.startswith("_")}
+    return documented, without_default
+
+
+def _members(protocol) -> set[str]:
+    import typing
+
+    return set(typing.get_type_hints(protocol)) | {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
+
+
+def test_the_task_contract_in_the_docs_is_what_the_pipeline_reads_and_taskbase_gives_the_rest():
+    """docs/extending.md's tables list every member of the ``Task`` protocol (what to explain) and
+    of the ``Presentation`` protocol (how it is shown), and say "none" in the default column exactly
+    where ``TaskBase`` gives none; ``ClassPresentation`` gives every member of its protocol."""
+    from hookviz.render.presentation import ClassPresentation, Presentation
+    from hookviz.tasks.computation import SHOWN_MEMBERS, Task
+
+    documented, without_default = _documented("## What a task implements")
+    members = _members(Task)
     assert documented == members
     assert without_default == {name for name in members if not hasattr(TaskBase, name)}
+    assert without_default == {"name", "words", "plan", "scorer", "probability_scorer", "contrast", "torchvision_preprocessing"}
+    shown, _ = _documented("### How a task is shown")
+    assert shown == _members(Presentation) == set(SHOWN_MEMBERS)
+    assert not shown & members
+    assert all(hasattr(ClassPresentation, name) for name in shown)

@@ -43,7 +43,7 @@ def _resolves(target: object, attributes: list[str]) -> bool:
 
 def test_docstrings_name_only_what_exists():
     """A ``package.module.name`` in a docstring or comment (``store.folders.plan_folders``,
-    ``tasks.base.Task``, ``hookviz.errors.UsageError``) names something that module holds:
+    ``tasks.computation.Task``, ``hookviz.errors.UsageError``) names something that module holds:
     modules moved and attributes were renamed, and the docstrings that named them sent a reader
     nowhere. (A bare ``module.name`` is left alone: ``options.out`` is as often a variable's.)"""
     import importlib

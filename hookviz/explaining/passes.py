@@ -164,6 +164,8 @@ class Explanation:
         trust: the ``TrustOptions`` its CAMs were measured with, as JSON (``{}``: none).
         prompts: the text prompts of a model with a text tower (its classes); ``()``: none.
         references: the ``identity.ReferenceIdentity`` of each reference an embedding was compared with.
+        cams_as_panels: every CAM of the image is a panel of ``layer.topk_cams`` (a detector's, one
+            per detection; the task's ``cams_as_panels``), none the main one with the top-K beside it.
     """
 
     image: PreparedImage
@@ -189,6 +191,7 @@ class Explanation:
     trust: dict = field(default_factory=dict, repr=False)
     prompts: tuple[str, ...] = ()
     references: tuple = field(default=(), repr=False)
+    cams_as_panels: bool = False
 
     def __getitem__(self, name: str) -> LayerResult:
         for layer in self.layers:
@@ -474,7 +477,8 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
     prediction = plan.predictions[i]
     keys = [key for key, _ in plan.cams]
     # The CAMs drawn as panels: every one (a detector's, one per detection), or those beyond the main one (top-K).
-    panels = keys if explainer.task.cams_as_panels else keys[1:]
+    as_panels = explainer.task.cams_as_panels
+    panels = keys if as_panels else keys[1:]
     declared = explainer.declared_layout
     unmapped = _no_layer_method(explainer.target.cam)
     layers = tuple(
@@ -503,6 +507,7 @@ def _explanation(explainer, image, i: int, captures, layouts, layer_cams, plan, 
         references=explainer.references,
         layer_choice=explainer.layer_choice,
         declared_layout=declared,
+        cams_as_panels=as_panels,
     )
 
 

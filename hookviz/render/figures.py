@@ -47,7 +47,7 @@ __all__ = [
     "over_photo",
     "photo_of",
     "empty",
-    "task_of",
+    "presented",
     "window_of",
     "flat",
     "clip_tiling",
@@ -470,11 +470,12 @@ def empty(ax, cax, text: str) -> None:
     cax.set_axis_off()
 
 
-def task_of(explanation):
-    """The task of ``explanation`` (``hookviz.tasks``): what its pictures say of the target."""
-    from hookviz.tasks import get_task
+def presented(explanation):
+    """How the task of ``explanation`` is shown (``hookviz.render.presentation``): what its
+    pictures say of the target."""
+    from hookviz.render.presentation import presentation_of
 
-    return get_task(explanation.task)
+    return presentation_of(explanation.task)
 
 
 def window_of(explanation):

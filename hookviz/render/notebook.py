@@ -65,7 +65,7 @@ def _img(data: bytes, mime: str, layer: str, kind: str) -> str:
 
 
 def _heading(explanation) -> str:
-    from hookviz.tasks import get_task
+    from hookviz.render.presentation import presentation_of
 
     target = explanation.target
     parts = [
@@ -77,7 +77,7 @@ def _heading(explanation) -> str:
         parts.append(f"target {html.escape(target.label)}, p={target.probability:.3f}")
     rows = [" · ".join(parts)]
     if explanation.prediction is not None:
-        rows += [html.escape(line) for line in get_task(explanation.task).prediction_lines(explanation)]
+        rows += [html.escape(line) for line in presentation_of(explanation.task).prediction_lines(explanation)]
     rows += [f"note: {html.escape(note)}" for note in explanation.notes]
     return "".join(f'<p style="margin:0.2em 0">{row}</p>' for row in rows)
 

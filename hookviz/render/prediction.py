@@ -1,19 +1,19 @@
 """``prediction.png``: what the model predicted, over the photo it saw (one per image, not
-per layer), as its task draws it (``Task.draw_prediction``): a segmentation's mask with a
+per layer), as its task's presentation draws it (``Presentation.draw_prediction``): a segmentation's mask with a
 legend of the classes present, a detector's boxes with labels and scores. A classifier has
 none (its top-5 is in every title and in the gallery)."""
 
 from __future__ import annotations
 
-from hookviz.render.figures import CHAR_INCHES, Sheet, photo_inches, png_bytes, task_of
+from hookviz.render.figures import CHAR_INCHES, Sheet, photo_inches, png_bytes, presented
 
 __all__ = ["prediction_figure", "prediction_png"]
 
 
 def prediction_figure(explanation):
     """The ``Figure``, or ``None`` where the task draws none."""
-    task = task_of(explanation)
-    panel = task.prediction_panel(explanation) if explanation.prediction is not None else None
+    shown = presented(explanation)
+    panel = shown.prediction_panel(explanation) if explanation.prediction is not None else None
     if panel is None:
         return None
     photo = explanation.image.shown
@@ -24,7 +24,7 @@ def prediction_figure(explanation):
     ax = sheet.axes((sheet_width - width - panel.legend) / 2, 0.9, width, height)
     ax.imshow(photo, interpolation="bilinear")
     ax.set_axis_off()
-    task.draw_prediction(ax, explanation)
+    shown.draw_prediction(ax, explanation)
     sheet.title(title)
     return sheet.figure
 

@@ -33,10 +33,10 @@ from hookviz.render import (
 )
 from hookviz.render.inputs import ATTRIBUTIONS_SUFFIX, INPUT_PREFIX, MAPS_SUFFIX
 from hookviz.render.kinds import kinds
+from hookviz.render.presentation import presentation_of
 from hookviz.runs.sample_table import FIXED_COLUMNS, SampleTable, imagefolder_classes, row_of, table_csv, write_parquet
 from hookviz.store.files import atomic_write
 from hookviz.store.records import Report, RunRecord
-from hookviz.tasks import reported_task
 
 __all__ = [
     "DATA",
@@ -134,7 +134,7 @@ def _details(folder: str, report: Report, change: dict | None, base: str | None)
     ]
     animated = [layer.pictures.get("animation") for layer in report.layers]
     animated = [name for name in animated if name in files]
-    heading, items = reported_task(report.task).gallery_list(report)
+    heading, items = presentation_of(report.task).gallery_list(report)
     layers = []
     for layer in report.layers:
         pictures = [[kind.label, layer.pictures[kind.name]] for kind in kinds() if layer.pictures.get(kind.name) in files]

@@ -1,13 +1,15 @@
 """Tasks: what a model's output means and what to explain in it, one module per task
-(see ``base`` for the interface): ``classify``, ``segment``, ``detect``, ``embed``; ``TASKS``
-imports them on first use. Every list of tasks hookviz shows (the ``task`` choices,
+(``computation`` is the interface, ``base`` the records it makes): ``classify``, ``segment``,
+``detect``, ``embed``; ``TASKS`` imports them on first use. How a task's prediction is shown
+is its presentation, ``hookviz.render.presentation``'s part. Every list of tasks hookviz shows (the ``task`` choices,
 their order, their words, the order in which a model's output is recognised, both by
 ``priority``) is read from ``TASKS``. Importing it is cheap: no task imports torch or numpy before it runs.
 """
 
 from hookviz.options.base import answers
-from hookviz.tasks.base import TASKS, ClassScore, Detection, ImagePrediction, Plan, PredictionPanel, Task, TaskBase, register_task
+from hookviz.tasks.base import ClassScore, Detection, ImagePrediction, Plan
 from hookviz.tasks.classify import ClassPrediction
+from hookviz.tasks.computation import TASKS, Task, TaskBase, register_task
 from hookviz.tasks.detect import DetectOptions, DetectPrediction
 from hookviz.tasks.embed import EmbedOptions, EmbedPrediction
 from hookviz.tasks.segment import ClassShare, SegmentPrediction
@@ -25,14 +27,12 @@ __all__ = [
     "EmbedPrediction",
     "ImagePrediction",
     "Plan",
-    "PredictionPanel",
     "SegmentPrediction",
     "Task",
     "TaskBase",
     "get_task",
     "recognise_task",
     "register_task",
-    "reported_task",
     "task_names",
     "task_words",
 ]
@@ -68,9 +68,3 @@ def task_words(name: str) -> str:
     """What a task is, in a word (``classification``); an unknown name as it is."""
     task = TASKS.find(name)
     return task.words if task is not None else name
-
-
-def reported_task(name) -> Task:
-    """The task a report.json names, or the default task for a name it does not know (a
-    report of another hookviz)."""
-    return TASKS.find(name) or TASKS[DEFAULT_TASK]

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hookviz.errors import UsageError, arg
-from hookviz.tasks.base import ClassScore, Contrast, ImagePrediction, Plan, TaskBase, focus_of, register_task, stacked
+from hookviz.tasks.base import ClassScore, Contrast, ImagePrediction, Plan, focus_of
+from hookviz.tasks.computation import TaskBase, register_task
 from hookviz.tasks.targets import class_target
 
 __all__ = ["Classify", "ClassPrediction", "SigmoidScores", "SoftmaxScores", "logits_of"]
@@ -192,9 +193,6 @@ class Classify(TaskBase):
     def recognises(self, output) -> bool:
         return True  # what no other task claims
 
-    def preprocessing(self, base, inputs):
-        return inputs.apply(base)
-
     def torchvision_preprocessing(self, transform, pretrained: bool):
         from hookviz.inputs.images import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 
@@ -216,9 +214,6 @@ class Classify(TaskBase):
     def bind(self, own, model, prepare, device: str, options):
         declared = {"sigmoid": SigmoidScores, "softmax": SoftmaxScores}.get(model.probabilities or "")
         return own if declared is None else declared()
-
-    def forward(self, module, inputs, device: str, options=None, task_options=None):
-        return stacked(module, inputs, device)
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
         import torch

@@ -24,8 +24,9 @@ from pathlib import Path
 from hookviz.errors import HookvizError, TargetError, UsageError, arg, describe
 from hookviz.options.declared import option
 from hookviz.samples.batch import ModelInputs
-from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, TaskBase, focus_of, probability_text, register_task, stacked
+from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, focus_of, stacked
 from hookviz.tasks.classify import _describe, _select
+from hookviz.tasks.computation import TaskBase, register_task
 
 __all__ = ["Embed", "EmbedOptions", "EmbedPrediction", "embedding_of", "headless", "OBJECTIVE"]
 
@@ -294,7 +295,6 @@ class Embed(TaskBase):
     probability = None  # a cosine similarity, to a reference the model embedded itself
     class_targets = False
     target_words = "a similarity to references it embedded"
-    measure = "cos"
 
     def recognises(self, output) -> bool:
         return False
@@ -302,9 +302,6 @@ class Embed(TaskBase):
     def chosen_by(self, options: EmbedOptions) -> bool:
         """A reference makes a model of no stated task, or a classifier, an embedding model."""
         return bool(options.target_images)
-
-    def preprocessing(self, base, inputs):
-        return inputs.apply(base)
 
     def torchvision_preprocessing(self, transform, pretrained: bool):
         from hookviz.tasks.classify import Classify
@@ -347,9 +344,6 @@ class Embed(TaskBase):
         )
         references = tuple(_identity(reference, name) for name, reference in zip(names, own.target_images))
         return replace(own, concepts=concepts, references=references)
-
-    def forward(self, module, inputs, device: str, options=None, task_options=None):
-        return stacked(module, inputs, device)
 
     def _similarities(self, output, options, task_options: EmbedOptions):
         import torch
@@ -402,23 +396,3 @@ class Embed(TaskBase):
 
     def objective_words(self, options, task_options=None) -> str:
         return "the cosine similarity"
-
-    def headline(self, explanation) -> str:
-        target = explanation.target
-        return "no target" if target is None else f"similarity to {target.name}: cos={target.logit:.3f}"
-
-    def objective_text(self, explanation) -> str:
-        return "objective: cosine similarity to the concept"
-
-    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
-        return f"{Path(focus.name).name if focus.name else focus.index}\ncos={focus.logit:.3f}", None
-
-    def panels_text(self, count: int) -> str:
-        return f"{count} reference{'s' if count != 1 else ''}"
-
-    def prediction_lines(self, explanation) -> list[str]:
-        return ["cosine similarity: " + " · ".join(f"{c.name} {c.logit:.3f}" for c in explanation.top5)]
-
-    def status_line(self, status) -> str:
-        found = " · ".join(f"{s['name']} {probability_text(s['score'])}" for s in status.top5)
-        return f"{status.image}: cosine similarity to {found}"

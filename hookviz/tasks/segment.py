@@ -15,21 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from hookviz.errors import UsageError, arg
-from hookviz.tasks.base import (
-    ClassScore,
-    ImagePrediction,
-    Plan,
-    PredictionPanel,
-    TaskBase,
-    class_colour,
-    focus_of,
-    probability_text,
-    register_task,
-    stacked,
-)
+from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, focus_of
+from hookviz.tasks.computation import TaskBase, register_task
 from hookviz.tasks.targets import class_target
 
-__all__ = ["Segment", "SegmentPrediction", "ClassShare", "segmentation_logits"]
+__all__ = ["BACKGROUND", "Segment", "SegmentPrediction", "ClassShare", "segmentation_logits"]
 
 BACKGROUND = 0  # torchvision's segmentation categories start with "__background__"
 
@@ -93,7 +83,6 @@ class Segment(TaskBase):
     words = "segmentation"
     priority = 10
     torchvision_module = "torchvision.models.segmentation"
-    measure = "mean p over its pixels"
 
     def recognises(self, output) -> bool:
         import torch
@@ -134,9 +123,6 @@ class Segment(TaskBase):
 
     def default_root(self, module) -> str | None:
         return "backbone" if hasattr(module, "backbone") else None
-
-    def forward(self, module, inputs, device: str, options=None, task_options=None):
-        return stacked(module, inputs, device)
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
 
@@ -189,70 +175,6 @@ class Segment(TaskBase):
             return (picked.double() * weights_t.to(logits.device)[rows]).flatten(1).sum(dim=1).float()
 
         return score
-
-    # -- what it shows
-
-    def prediction_panel(self, explanation) -> PredictionPanel:
-        count = sum(1 for share in explanation.prediction.classes if share.index != BACKGROUND)
-        heading = (
-            f"predicted mask: {count} class{'es' if count != 1 else ''} besides background"
-            if count
-            else "predicted mask: background only"
-        )
-        return PredictionPanel(heading, legend=2.6)
-
-    def draw_prediction(self, ax, explanation) -> None:
-        """The mask over the photo, and a legend of the classes present with their shares."""
-        import numpy as np
-        from matplotlib.patches import Patch
-
-        prediction = explanation.prediction
-        mask = prediction.mask
-        colours = np.zeros((*mask.shape, 4))
-        classes = [share for share in prediction.classes if share.index != BACKGROUND]
-        for share in classes:
-            colours[mask == share.index] = class_colour(share.index)[:3] + (0.55,)
-        ax.imshow(colours, interpolation="nearest")
-        handles = [
-            Patch(color=class_colour(share.index), label=f"{share.name or share.index}  {100 * share.fraction:.1f}%")
-            for share in classes[:14]
-        ]
-        background = next((share for share in prediction.classes if share.index == BACKGROUND), None)
-        if background is not None:
-            handles.append(
-                Patch(facecolor="none", edgecolor="0.5", label=f"{background.name or 0}  {100 * background.fraction:.1f}%")
-            )
-        ax.legend(
-            handles=handles,
-            loc="upper left",
-            bbox_to_anchor=(1.02, 1.0),
-            fontsize=8,
-            frameon=False,
-            title="predicted classes (share of pixels)",
-            title_fontsize=8,
-        )
-
-    def gallery_list(self, report) -> tuple[str, list[str]]:
-        heading, items = super().gallery_list(report)
-        classes = report.prediction.get("classes")
-        if isinstance(classes, list):
-            items = [
-                f"{c.get('name') or c.get('index')} ({100 * (c.get('fraction') or 0):.1f}% of pixels)"
-                for c in classes[:8]
-                if isinstance(c, dict)
-            ]
-        return heading, items
-
-    def status_line(self, status) -> str:
-        if status.target is None:
-            return super().status_line(status)
-        shares = " · ".join(
-            f"{s['name'] or s['index']} {100 * s['fraction']:.1f}% {probability_text(s['probability'])}" for s in status.top5
-        )
-        return (
-            f"{status.image}: target {status.target.get('name') or status.target.get('index')}; "
-            f"largest classes (share of pixels, mean probability there): {shares}"
-        )
 
 
 def _image(predicted, logits, fixed: int | None, classes: int, topk: int) -> dict:

@@ -1,5 +1,5 @@
 """``<layer>.cam.png``: the target's CAM over the photo the model saw, beside the photo
-alone; for a task whose every CAM is a panel (``Task.cams_as_panels``: a detector's, one per
+alone; for a task whose every CAM is a panel (``Explanation.cams_as_panels``: a detector's, one per
 detection, its box drawn over it), those panels side by side."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ __all__ = ["build", "reuse_key", "KIND"]
 
 def reuse_key(explanation, layer, options: dict):
     """The photo's size, the CAM's, and whether the photo is the whole one; ``None`` without a CAM."""
-    from hookviz.render.figures import photo_of, task_of
+    from hookviz.render.figures import photo_of
     from hookviz.render.kinds.cam_topk import panels_key
 
-    if task_of(explanation).cams_as_panels:
+    if explanation.cams_as_panels:
         return panels_key(explanation, layer)
     shape = None if layer.cam is None else (photo_of(explanation).shape, layer.cam.shape, explanation.image.whole is None)
     return usual_reuse_key(explanation, layer, shape)
@@ -36,12 +36,12 @@ def build(explanation, layer):
         clip_tiling,
         method_title,
         photo_of,
-        task_of,
+        presented,
         window_of,
     )
     from hookviz.render.kinds.cam_topk import panels
 
-    if task_of(explanation).cams_as_panels:
+    if explanation.cams_as_panels:
         return panels(explanation, layer)
     if layer.cam is None:
         return None
@@ -73,7 +73,7 @@ def build(explanation, layer):
         specific = class_specific(explanation.cam_method)
         target = f" for {explanation.target.label}" if specific else ", any class"
         overlay.update(photo, layer.cam, method + target, window_of(explanation), any_class=not specific)
-        sheet.title(f"{_heading(explanation, layer)}\n{task_of(explanation).headline(explanation)}")
+        sheet.title(f"{_heading(explanation, layer)}\n{presented(explanation).headline(explanation)}")
 
     update(explanation, layer)
     return sheet.figure, update, [plain, *overlay.changing, sheet.heading]

@@ -23,15 +23,11 @@ def panels_key(explanation, layer):
 
 
 def reuse_key(explanation, layer, options: dict):
-    from hookviz.render.figures import task_of
-
-    return None if task_of(explanation).cams_as_panels else panels_key(explanation, layer)
+    return None if explanation.cams_as_panels else panels_key(explanation, layer)
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import task_of
-
-    return None if task_of(explanation).cams_as_panels else panels(explanation, layer)
+    return None if explanation.cams_as_panels else panels(explanation, layer)
 
 
 def panels(explanation, layer):
@@ -46,7 +42,7 @@ def panels(explanation, layer):
         layer_text,
         method_title,
         photo_of,
-        task_of,
+        presented,
         window_of,
     )
 
@@ -74,11 +70,11 @@ def panels(explanation, layer):
         )
 
     def update(explanation, layer):
-        task, photo = task_of(explanation), photo_of(explanation)
+        shown, photo = presented(explanation), photo_of(explanation)
         for overlay, (focus, cam) in zip(overlays, layer.topk_cams):
-            title, box = task.cam_panel(explanation, focus)
+            title, box = shown.cam_panel(explanation, focus)
             overlay.update(photo, cam, title, window_of(explanation), box)
-        what = task.panels_text(len(layer.topk_cams))
+        what = shown.panels_text(len(layer.topk_cams))
         method = method_title(explanation, explanation.cam_method)
         sheet.title(f"{explanation.model} · {layer_text(layer)} · {method} of {what}")
 

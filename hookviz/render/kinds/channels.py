@@ -167,8 +167,8 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
         Sheet,
         ValueBar,
         layer_text,
+        presented,
         shape_text,
-        task_of,
     )
 
     tiles = _tiles_for(explanation, layer, which, channels)
@@ -209,7 +209,7 @@ def build(explanation, layer, which: str = "output", channels=None, scale: str =
         sheet.title(
             f"{explanation.model} · {layer_text(layer)} · {which} {shape_text(layer.shapes[which])} · "
             f"{len(tiles.indices)} of {tiles.total} channels{flat_note}{_what_tiles_show(layer, which)}\n"
-            f"{task_of(explanation).headline(explanation)}"
+            f"{presented(explanation).headline(explanation)}"
         )
 
     update(explanation, layer)

@@ -31,10 +31,10 @@ def reuse_key(explanation, layer, options: dict):
 
 def heading(explanation, layer, what: str, methods: str | None = None) -> str:
     """The title of a trust picture: model, layer, method (or ``methods``), what it shows, and the target."""
-    from hookviz.render.figures import layer_text, task_of
+    from hookviz.render.figures import layer_text, presented
 
     method = methods or explanation.cam_method
-    return f"{explanation.model} · {layer_text(layer)} · {method}: {what}\n{task_of(explanation).headline(explanation)}"
+    return f"{explanation.model} · {layer_text(layer)} · {method}: {what}\n{presented(explanation).headline(explanation)}"
 
 
 def build(explanation, layer):
@@ -100,12 +100,12 @@ def input_measured(explanation) -> list[tuple[str, object]]:
 def input_heading(explanation, what: str, methods: str) -> str:
     """The title of an input trust picture: model, the maps of the input and how they were
     reduced, methods, what it shows, and the target."""
-    from hookviz.render.figures import task_of
+    from hookviz.render.figures import presented
     from hookviz.trust.pixel_trust import REDUCTION
 
     return (
         f"{explanation.model} · maps of the input · {methods}: {what}\n"
-        f"each map measured as {REDUCTION} · {explanation.image.source.label} · {task_of(explanation).headline(explanation)}"
+        f"each map measured as {REDUCTION} · {explanation.image.source.label} · {presented(explanation).headline(explanation)}"
     )
 
 

@@ -33,11 +33,11 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def _heading(explanation, layer) -> str:
-    from hookviz.render.figures import layer_text, shape_text, task_of
+    from hookviz.render.figures import layer_text, presented, shape_text
 
     return (
         f"{explanation.model} · {layer_text(layer)} · output {shape_text(layer.shapes['output'])}\n"
-        f"{task_of(explanation).headline(explanation)}"
+        f"{presented(explanation).headline(explanation)}"
     )
 
 

@@ -15,7 +15,7 @@ def reuse_key(explanation, layer, options: dict):
 
 
 def build(explanation, layer):
-    from hookviz.render.figures import MapPanel, Sheet, layer_text, photo_inches, shape_text, task_of
+    from hookviz.render.figures import MapPanel, Sheet, layer_text, photo_inches, presented, shape_text
 
     width, height = photo_inches(explanation.image.shown, longest=3.9)
     left = 0.25 + max(width, 2.4) + 0.6  # room for the photo's title
@@ -45,7 +45,7 @@ def build(explanation, layer):
         )
 
     def update(explanation, layer):
-        task = task_of(explanation)
+        shown = presented(explanation)
         photo.set_data(explanation.image.shown)
         for label, panel in panels.items():
             values = layer.maps[label]
@@ -57,7 +57,7 @@ def build(explanation, layer):
             panel.update(values, title, unread, rank)
         sheet.title(
             f"{explanation.model} · {layer_text(layer)} · output {shape_text(layer.shapes['output'])}\n"
-            f"{task.headline(explanation)} · {task.objective_text(explanation)} · {explanation.image.source.label}"
+            f"{shown.headline(explanation)} · {shown.objective_text(explanation)} · {explanation.image.source.label}"
         )
 
     update(explanation, layer)
