@@ -52,11 +52,11 @@ class Sources:
         scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
         batch: the model's input batch (N, C, H, W), on its device, in its dtype (re-scoring
             a layer's output runs on it; ``needs_input`` hands it to the method).
-        input_gradients: per key, the ``input_gradient`` callable (``probing.InputGradients``).
+        input_gradients: per key, the ``input_gradient`` callable (``extra_passes.InputGradients``).
         options: the run's ``TargetOptions``.
         attention: per key, the ``attention`` callable (``hookviz.explaining.attention.AttentionPass``).
         objective: what is back-propagated, in words (the task's ``objective_words``).
-        hessians: per key, the ``hessian_vector`` callable (``probing.LayerHessian``), not yet at a layer.
+        hessians: per key, the ``hessian_vector`` callable (``extra_passes.LayerHessian``), not yet at a layer.
         contrast: per key, the ``contrast.ContrastGradients`` of its target (``Method.needs_contrast``).
         others: a sample of several inputs': the names of the inputs besides the main one, which an
             input method must map too; ``()`` for one input.
@@ -132,7 +132,7 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None, contras
     ``cost``, what a row of the main pass cost (a ``RowCost``; ``None``: ``RESCORING_BATCH`` rows a pass);
     ``contrast``: per key, its ``contrast.ContrastGradients``, where a method needs them."""
     from hookviz.budget import RowCost
-    from hookviz.explaining.probing import InputGradients, LayerHessian
+    from hookviz.explaining.extra_passes import InputGradients, LayerHessian
     from hookviz.input_format import formats_for
     from hookviz.methods import RESCORING_BATCH
     from hookviz.tasks.base import Rescoring
@@ -441,7 +441,7 @@ def _hessian_at(method, sources: Sources, key: str, context, layout):
 
 def _layer_gradients(input_gradients, context, layout):
     """``layer_gradient`` at the layer of ``context``, with the passes of ``input_gradients`` (its samples, scorer, rows a pass)."""
-    from hookviz.explaining.probing import LayerGradients
+    from hookviz.explaining.extra_passes import LayerGradients
 
     call = re.search(r":(\d+)$", context.layer)
     return LayerGradients(input_gradients, context.module, int(call[1]) if call else 0, layout)
@@ -465,7 +465,7 @@ def _method_context(method, capture, activation, sources: Sources):
 
 def _layer_rescoring(rescoring, batch, context, layout):
     """``score_layer`` for the layer of ``context``: its output (in ``layout``) replaced."""
-    from hookviz.explaining.probing import LayerRescoring
+    from hookviz.explaining.extra_passes import LayerRescoring
 
     call = re.search(r":(\d+)$", context.layer)
     return LayerRescoring(rescoring, batch, context.module, int(call[1]) if call else 0, layout)
