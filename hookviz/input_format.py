@@ -118,7 +118,7 @@ def formats_for(module) -> InputFormats:
 
 
 def channels_last_gradients(module) -> bool:
-    """Whether the passes with a graph (``explaining.probing.InputGradients``: integrated
+    """Whether the passes with a graph (``explaining.extra_passes.InputGradients``: integrated
     gradients' steps, saliency, relevance propagation) give ``module`` its 4-D input
     channels-last: where that format is expected faster (``formats_for``: a model with
     ``BatchNorm2d``). Their forward and backward passes ran 10-11% faster so on resnet18 (32

@@ -12,7 +12,7 @@ Example::
             passes.advance(len(chunk))
 
 A work begun with ``fed=True`` is advanced by the chunked passes beneath it instead
-(``tasks.base.Rescoring``, ``explaining.probing.InputGradients`` call ``passed(rows)``).
+(``tasks.base.Rescoring``, ``explaining.extra_passes.InputGradients`` call ``passed(rows)``).
 A work begun with ``whole=True`` counts the whole of what it does: the works begun inside it
 are counted as ever but told to no listener (``--smooth``'s noisy copies: the steps of
 integrated gradients within each copy would otherwise start over, "2 of 1026 steps", per copy).

@@ -13,7 +13,7 @@ import torch.nn as nn
 from hookviz import InputOptions, explain
 from hookviz.anatomy.attention import AttentionMaps, attention_recorded, attention_sites
 from hookviz.errors import UsageError
-from hookviz.methods import MethodContext, get_method
+from hookviz.methods import ExtraPasses, MethodContext, get_method
 from hookviz.methods.rollout import RolloutOptions, rolled_out
 
 SIDE = 64  # a 4x4 grid of 16-pixel patches
@@ -120,7 +120,12 @@ def test_every_rolled_out_row_sums_to_one(fusion, discard):
         return maps
 
     context = MethodContext(
-        torch.zeros(2, 8, 4, 4), None, model, "blocks.2.norm1", attention=tokens, settings=RolloutOptions(fusion, discard)
+        torch.zeros(2, 8, 4, 4),
+        None,
+        model,
+        "blocks.2.norm1",
+        settings=RolloutOptions(fusion, discard),
+        passes=ExtraPasses(attention=tokens),
     )
     found = get_method("rollout").compute(context)
     fused = [getattr(p, {"mean": "mean", "max": "amax", "min": "amin"}[fusion])(dim=1) for p in maps.probabilities]

@@ -718,7 +718,7 @@ def test_prompts_in_scripts_no_font_here_draws_are_said_once_not_per_glyph(tmp_p
     import subprocess
     import sys
 
-    from hookviz.glyphs import undrawable
+    from hookviz.fonts import undrawable
 
     folder, _, _ = _folder(tmp_path, "clip")
     prompts = tmp_path / "prompts.txt"

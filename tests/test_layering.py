@@ -22,7 +22,7 @@ ORDER = [
     "modelstate",
     "input_format",
     "options",
-    "glyphs",
+    "fonts",
     "lazy_dynamo",
     "interrupts",
     "anatomy",

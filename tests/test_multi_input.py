@@ -544,3 +544,33 @@ def test_a_plug_in_input_method_attributes_every_input_through_the_public_protoc
     assert set(found.inputs) == {"meta"}
     np.testing.assert_allclose(found.map, (image * image_grad)[0].detach().numpy(), rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(found.inputs["meta"], (vector * meta_grad)[0].detach().numpy(), rtol=1e-4, atol=1e-7)
+
+
+def test_a_plug_in_input_method_that_maps_the_main_input_only_is_refused_in_one_line(tmp_path, registries_restored):
+    """An input method of one's own that calls only ``ctx.input_gradient(batch)`` on a model of two
+    inputs would say the vector does not matter: it is refused in one line naming the input it left out."""
+    import hookviz
+    from hookviz.errors import UsageError
+    from hookviz.methods import register_method
+    from hookviz.options import InputOptions
+    from tests.multi_models import build_meta
+
+    @register_method("main-x-gradient", needs_gradients=False, needs_input=True, needs_input_gradients=True, resolution="input")
+    def main_x_gradient(ctx):
+        """The main input times its gradient."""
+        return ctx.inputs.float() * ctx.input_gradient(ctx.inputs)
+
+    photo = _photos(tmp_path / "rgb", keys=("001",)) / "001.png"
+    with pytest.raises(UsageError) as refused:
+        hookviz.explain(
+            build_meta(), {"image": photo, "meta": torch.tensor([0.5, -1.0, 2.0])}, layers=["features.1"],
+            cam="main-x-gradient", inputs=InputOptions(resize=32, crop=32),
+        )  # fmt: skip
+    assert "main-x-gradient' mapped the main input only, but the model takes meta too" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    torch.manual_seed(0)
+    plain = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3)
+    )
+    one = hookviz.explain(plain, photo, layers=["0"], cam="main-x-gradient", inputs=InputOptions(resize=32, crop=32))
+    assert one.pixel_maps["main-x-gradient"].map.shape == (3, 32, 32)  # one input: the main one is every input

@@ -665,7 +665,7 @@ def test_a_runs_steps_work_one_by_one(tmp_path):
     steps.submit(*results[0])
     assert len(steps.renderers.pending) == 1
     steps.collect(block_until=0)
-    assert steps.ledger.statuses[images[0]].status == "done" and (tmp_path / "out" / "im00" / "features.3.summary.png").exists()
+    assert steps.outcomes.statuses[images[0]].status == "done" and (tmp_path / "out" / "im00" / "features.3.summary.png").exists()
     summary = steps.finish()
     assert summary.count("done") == 1 and json.loads(summary.run_json.read_text())["counts"]["done"] == 1
 

@@ -52,12 +52,14 @@ class Sources:
         scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
         batch: the model's input batch (N, C, H, W), on its device, in its dtype (re-scoring
             a layer's output runs on it; ``needs_input`` hands it to the method).
-        input_gradients: per key, the ``input_gradient`` callable (``probing.InputGradients``).
+        input_gradients: per key, the ``input_gradient`` callable (``extra_passes.InputGradients``).
         options: the run's ``TargetOptions``.
         attention: per key, the ``attention`` callable (``hookviz.explaining.attention.AttentionPass``).
         objective: what is back-propagated, in words (the task's ``objective_words``).
-        hessians: per key, the ``hessian_vector`` callable (``probing.LayerHessian``), not yet at a layer.
+        hessians: per key, the ``hessian_vector`` callable (``extra_passes.LayerHessian``), not yet at a layer.
         contrast: per key, the ``contrast.ContrastGradients`` of its target (``Method.needs_contrast``).
+        others: a sample of several inputs': the names of the inputs besides the main one, which an
+            input method must map too; ``()`` for one input.
     """
 
     keys: tuple[str, ...]
@@ -71,6 +73,7 @@ class Sources:
     attention: Any = None
     hessians: Any = None
     contrast: Any = None
+    others: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None, contras
     ``cost``, what a row of the main pass cost (a ``RowCost``; ``None``: ``RESCORING_BATCH`` rows a pass);
     ``contrast``: per key, its ``contrast.ContrastGradients``, where a method needs them."""
     from hookviz.budget import RowCost
-    from hookviz.explaining.probing import InputGradients, LayerHessian
+    from hookviz.explaining.extra_passes import InputGradients, LayerHessian
     from hookviz.input_format import formats_for
     from hookviz.methods import RESCORING_BATCH
     from hookviz.tasks.base import Rescoring
@@ -159,7 +162,15 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None, contras
         hessians = {key: LayerHessian(samples, task.scorer(plan, key, options), chunk, batch) for key in keys}
     attention = _attention_passes(explainer, methods, plan, samples, keys)
     found = replace(sources, batch=batch, scores=scores, input_gradients=input_gradients, attention=attention)
-    return replace(found, hessians=hessians)
+    return replace(found, hessians=hessians, others=_other_inputs(samples, methods))
+
+
+def _other_inputs(samples, methods) -> tuple[str, ...]:
+    """The names of a sample of several inputs' inputs besides the main one, where an input method is asked."""
+    several = samples.samples and getattr(samples.samples[0], "positional", None) is not None
+    if not several or not any(m.resolution == "input" for m in methods):
+        return ()
+    return tuple(name for name in samples.inputs().rows if name != samples.main)
 
 
 def _attention_passes(explainer, methods, plan, samples, keys) -> dict | None:
@@ -258,6 +269,8 @@ class PixelMaps:
 def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
     """Each input-resolution method's maps of the batch, given the context of the first
     recorded layer that has a map (``layouts``: each capture's output layout)."""
+    from hookviz.methods import ExtraPasses
+
     order = tuple(m.name for m in methods)
     if not sources.keys:
         return PixelMaps(order, notes=dict.fromkeys(order, NOTHING_TO_EXPLAIN))
@@ -272,19 +285,33 @@ def pixel_maps(methods, captures, layouts, sources: Sources) -> PixelMaps:
         if context is None:
             notes[method.name] = why
             continue
-        given = replace(
-            context,
+        passes = ExtraPasses(
             input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
             score=sources.scores[key] if method.needs_rescoring else None,
             score_layer=_pixel_layer_rescoring(method, context, sources, layouts[position] if position is not None else None),
             layers=_every_layer(method, captures, layouts, sources) if method.needs_gradients else (),
             hessian_vector=_hessian_at(method, sources, key, context, layouts[position]) if position is not None else None,
         )
+        given = replace(context, passes=passes)
         maps[method.name] = _computed(method, given, tuple(sources.batch.shape), figures)
+        _check_every_input(method, sources, figures)
         if method.needs_gradients:
             layers[method.name] = context.layer
     inputs = {key[0]: figures.pop(key) for key in [k for k in figures if isinstance(k, tuple)]}
     return PixelMaps(order, maps, notes, layers, figures, inputs)
+
+
+def _check_every_input(method, sources: Sources, figures: dict) -> None:
+    """Refuse an input method that mapped the main input alone of a sample of several inputs: its
+    maps would say the other inputs do not matter (``methods.base.InputGradient``: map them all)."""
+    mapped = figures.get((method.name, INPUTS))
+    missing = [name for name in sources.others if not mapped or any(name not in row for row in mapped)]
+    if missing:
+        raise UsageError(
+            f"{arg('cam', method.name)} mapped the main input only, but the model takes {', '.join(missing)} too; "
+            "an input method maps every input of such a model (MapFigures' inputs, from ctx.input_gradient.others() "
+            "and .along(): docs/extending.md); choose integrated-gradients or guided-backprop"
+        )
 
 
 def _pixel_layer_rescoring(method, context, sources: Sources, layout):
@@ -303,7 +330,8 @@ def _pixel_context(method, captures, layouts, sources: Sources, position: int | 
             return None, "no map: no recorded layer has a map to take its CAM from"
         inputs = sources.batch if method.needs_input else None
         # no layer to give: activations None, as MethodContext's docstring says an input method may get
-        context = MethodContext(None, None, sources.module, "", inputs, options=sources.options, model=sources.module)  # type: ignore[arg-type]
+        settings = method.settings(sources.options)
+        context = MethodContext(None, None, sources.module, "", inputs, settings, sources.module)  # type: ignore[arg-type]
         return context, None
     capture, layout = captures[position], layouts[position]
     context = _method_context(method, capture, reshape(capture.output, layout), sources)
@@ -386,13 +414,12 @@ def method_map(method, capture, sources: Sources, key: str, position: int, layou
 def _key_map(method, context, sources: Sources, key: str, position: int, layout) -> np.ndarray:
     """``method``'s maps of one key's score (zeros where that score does not reach the layer)."""
     from hookviz.explaining.contrast import layer_contrast
+    from hookviz.methods import ExtraPasses
 
     grads = reshape(sources.gradients[key][position], layout) if method.needs_gradients else None
     if method.needs_gradients and grads is None:
         return np.zeros((context.activations.shape[0], *context.activations.shape[2:]), dtype=np.float32)
-    given = replace(
-        context,
-        gradients=None if grads is None else grads.float(),
+    passes = ExtraPasses(
         score=sources.scores[key] if method.needs_rescoring else None,
         score_layer=_layer_rescoring(sources.scores[key], sources.batch, context, layout) if method.needs_rescoring else None,
         input_gradient=sources.input_gradients[key] if method.needs_input_gradients else None,
@@ -401,7 +428,7 @@ def _key_map(method, context, sources: Sources, key: str, position: int, layout)
         contrast_gradient=layer_contrast(sources.contrast[key], position, layout) if method.needs_contrast else None,
         layer_gradient=_layer_gradients(sources.input_gradients[key], context, layout) if method.needs_layer_gradients else None,
     )
-    return _computed(method, given)
+    return _computed(method, replace(context, gradients=None if grads is None else grads.float(), passes=passes))
 
 
 def _hessian_at(method, sources: Sources, key: str, context, layout):
@@ -414,7 +441,7 @@ def _hessian_at(method, sources: Sources, key: str, context, layout):
 
 def _layer_gradients(input_gradients, context, layout):
     """``layer_gradient`` at the layer of ``context``, with the passes of ``input_gradients`` (its samples, scorer, rows a pass)."""
-    from hookviz.explaining.probing import LayerGradients
+    from hookviz.explaining.extra_passes import LayerGradients
 
     call = re.search(r":(\d+)$", context.layer)
     return LayerGradients(input_gradients, context.module, int(call[1]) if call else 0, layout)
@@ -431,14 +458,14 @@ def _method_context(method, capture, activation, sources: Sources):
         sources.module.get_submodule(path),
         capture.name,
         inputs,
-        options=sources.options,
-        model=sources.module,
+        method.settings(sources.options),
+        sources.module,
     )
 
 
 def _layer_rescoring(rescoring, batch, context, layout):
     """``score_layer`` for the layer of ``context``: its output (in ``layout``) replaced."""
-    from hookviz.explaining.probing import LayerRescoring
+    from hookviz.explaining.extra_passes import LayerRescoring
 
     call = re.search(r":(\d+)$", context.layer)
     return LayerRescoring(rescoring, batch, context.module, int(call[1]) if call else 0, layout)

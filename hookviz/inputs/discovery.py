@@ -158,7 +158,13 @@ def find_images(sources: Sequence[str], exclude: Sequence[Path] = (), notes: lis
     return _once(found)
 
 
-def find_files(sources: Sequence[str], suffixes: Collection[str], what: str, exclude: Sequence[Path] = ()) -> list[Path]:
+def find_files(
+    sources: Sequence[str],
+    suffixes: Collection[str],
+    what: str,
+    exclude: Sequence[Path] = (),
+    whole: Callable[[Path], bool] | None = None,
+) -> list[Path]:
     """The files the arguments name whose suffix is one of ``suffixes`` (``(".csv",)``, compared
     in lower case), as ``find_images`` finds photos: a file named outright is taken as it is (a
     missing one fails later, as its own sample's error); folders are searched recursively and
@@ -167,6 +173,8 @@ def find_files(sources: Sequence[str], suffixes: Collection[str], what: str, exc
 
     Args:
         what: one file in words, for the message when a source names none (``"signal (.csv)"``).
+        whole: a folder for which ``whole(folder)`` holds is one sample itself, not searched further
+            (a folder of a clip's frames); ``None``: every folder is searched.
 
     Raises:
         NothingFound: a folder or pattern holds no such file.
@@ -182,8 +190,8 @@ def find_files(sources: Sequence[str], suffixes: Collection[str], what: str, exc
             continue
         if path.is_dir():
             _refuse_excluded(path, excluded, source)
-        files = _files_below(path, excluded) if path.is_dir() else _pattern_files(source, excluded)
-        matches = sorted(p for p in files if p.suffix.lower() in wanted)
+        files = _files_below(path, excluded, whole) if path.is_dir() else _pattern_files(source, excluded)
+        matches = sorted(p for p in files if p.suffix.lower() in wanted or (whole is not None and p.is_dir()))
         if not matches:
             raise NothingFound(f"{display_path(source)}: names no {what} (hidden and output folders are skipped)")
         found.extend(matches)
@@ -263,12 +271,18 @@ def _walk(top: Path, excluded: _Excluded, source: str, notes: list[str] | None) 
     return sorted(matches)
 
 
-def _files_below(top: Path, excluded: _Excluded) -> list[Path]:
-    """Every file below ``top`` but hidden ones, hookviz output folders' and ``excluded``'s."""
+def _files_below(top: Path, excluded: _Excluded, whole: Callable[[Path], bool] | None = None) -> list[Path]:
+    """Every file below ``top`` but hidden ones, hookviz output folders' and ``excluded``'s; each
+    folder ``whole`` takes (``top`` too) in their place, not searched further."""
+    if whole is not None and whole(top):
+        return [top]
     files = []
     for folder, subfolders, names in os.walk(top):
         here = Path(folder)
         subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and not excluded.folder(here / d))
+        if whole is not None:
+            files += [here / d for d in subfolders if whole(here / d)]
+            subfolders[:] = [d for d in subfolders if here / d not in files]
         files += [here / f for f in names if not f.startswith(".")]
     return files
 

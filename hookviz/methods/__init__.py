@@ -24,6 +24,7 @@ from hookviz.methods.base import (
     METHODS,
     RESCORING_BATCH,
     RESOLUTIONS,
+    ExtraPasses,
     InputGradient,
     MapFigures,
     Method,
@@ -36,6 +37,7 @@ from hookviz.methods.base import (
 
 __all__ = [
     "METHODS",
+    "ExtraPasses",
     "InputGradient",
     "MapFigures",
     "RESCORING_BATCH",

@@ -12,7 +12,7 @@ negative values by setting the channel to its minimum less 1e7 rather than to ze
 The layer's output is replaced (``ctx.score_layer``) under ``torch.inference_mode``, in
 batches within the memory budget (``hookviz.budget``), counted as work (``hookviz.workload``);
 ``score_layer`` runs only the model after the layer for them where it can (see
-``hookviz.explaining.probing``). A channel that is already zero everywhere would not change
+``hookviz.explaining.extra_passes``). A channel that is already zero everywhere would not change
 the score: it is not scored again, and its weight is zero.
 """
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METHODS",
+    "ExtraPasses",
     "InputGradient",
     "MapFigures",
     "RESCORING_BATCH",
@@ -111,8 +112,83 @@ class InputGradient(Protocol):
 
 
 @dataclass(frozen=True)
+class ExtraPasses:
+    """The extra passes a method declared (``Method.needs_*``), each ``None`` unless declared: the
+    pass builds only what a method asks for, so a method never pays for another's passes.
+
+    Attributes:
+        score: ``needs_rescoring``: ``score(batch, images=None)`` runs the model on ``batch``
+            (M, C, *spatial, as ``ctx.inputs``) under ``torch.inference_mode`` (at most
+            ``RESCORING_BATCH`` rows a pass, fewer where the memory budget, ``hookviz.budget``, holds
+            fewer) and returns, per row, the score of the target of image ``images[row]`` (default:
+            row ``i`` is image ``i``) as the task defines it: a classifier's class logit, the mean logit
+            of a segmentation class over its predicted pixels, a detection's matched box score. It
+            returns (M,) float32; 0 for an image with nothing to explain.
+        score_layer: ``needs_rescoring``: ``score_layer(activations, images)`` runs the model on the
+            input of image ``images[row]`` with this layer's output replaced by ``activations[row]``
+            (channels first, as ``ctx.activations``; the pass lays it out as the layer does), and
+            returns each row's target score, as ``score`` does.
+        input_gradient: ``needs_input_gradients``: an ``InputGradient``, called as
+            ``input_gradient(batch, images=None, guided=False, within=None, from_scores=False, with_scores=False)``:
+            d(row's target score)/d(row) for each row of ``batch`` (M, C, *spatial, as ``ctx.inputs``), the
+            same shape, float32, from forward and backward passes of ``RESCORING_BATCH`` rows at most,
+            within the memory budget; with ``guided=True`` every ``nn.ReLU`` passes back only
+            positive gradients (guided backprop), through hooks removed when it returns (it
+            raises UsageError when the model has no ``nn.ReLU`` to guide). ``within(model)``:
+            a context manager entered around the passes (relevance propagation's rules);
+            ``from_scores=True``: each row's backward pass starts at its score, not 1;
+            ``with_scores=True``: it returns ``(gradients, scores)``. A sample of several inputs:
+            its ``others()`` and ``along()`` (see ``InputGradient``).
+        layer_gradient: ``needs_layer_gradients``: ``layer_gradient(batch, images=None)``: for each row
+            of a new input ``batch`` (M, C, *spatial) (noisy copies of the images, as Smooth Grad-CAM++
+            makes), ``(activations, gradients)`` at this layer, each (M, C, *spatial) float32 as
+            ``ctx.activations`` and ``ctx.gradients`` lie, from forward and backward passes within the
+            memory budget.
+        attention: ``needs_attention``: ``attention(gradients=None)`` returns the batch's
+            ``hookviz.anatomy.attention.AttentionMaps`` (every attention block's probabilities, and with
+            ``gradients="target"`` or ``"layers"`` their gradients), from one extra forward pass (and
+            one backward pass with gradients).
+        hessian_vector: ``needs_hessian``: ``hessian_vector(vectors)``, for ``vectors`` (N, C, *spatial)
+            shaped as ``ctx.activations``: ``(gradients, products)``, each (N, C, *spatial) float32: per
+            image ``n``, the gradient of its target score and ``H_n @ vectors[n]``, ``H_n`` that score's
+            Hessian with respect to this layer's output (channels first) (ShapleyCAM's ``H A``). The
+            score is the one ``score`` returns (a segmentation's mean logit over the class's pixels,
+            where ``gradients`` are of their sum): use the two together. The main pass keeps no graph
+            of its gradients, so each call runs its own forward pass with the layer's output made a
+            leaf, a backward pass that keeps its graph and a second backward pass through it
+            (``RESCORING_BATCH`` rows a pass at most, within the memory budget); zeros where the
+            gradient does not depend on the layer's output (a network that is piecewise linear after
+            the layer, as ReLU networks are, has ``H = 0``).
+        contrast_gradient: ``needs_contrast``: ``contrast_gradient(spec)`` for a
+            ``hookviz.tasks.base.Contrast``: d(contrast score)/d(activations), (N, C, *spatial) float32
+            as ``gradients``, where the contrast score is the target's score set against the classes
+            nearest it as the task defines it (``Task.contrast``: Finer-CAM's objective), from one more
+            backward pass of the main pass's graph per ``spec`` (zeros where the score does not reach
+            the layer); it returns ``None`` where the model has fewer than 2 classes to compare.
+        layers: an ``input`` method that ``needs_gradients``: the context (activations, gradients,
+            module, layer) of every recorded layer that has a map and a gradient, in the forward
+            pass's order, the first being this context's own layer (RefineCAM multiplies their
+            maps); ``()`` otherwise.
+    """
+
+    score: Callable[..., torch.Tensor] | None = None
+    score_layer: Callable[..., torch.Tensor] | None = None
+    input_gradient: InputGradient | None = None
+    layer_gradient: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    attention: Callable[..., Any] | None = None
+    hessian_vector: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    contrast_gradient: Callable[..., torch.Tensor | None] | None = None
+    layers: tuple[MethodContext, ...] = ()
+
+    def __repr__(self) -> str:
+        given = [f.name for f in dataclass_fields(self) if getattr(self, f.name) not in (None, ())]
+        return f"ExtraPasses({', '.join(given) or 'none'})"
+
+
+@dataclass(frozen=True)
 class MethodContext:
-    """What the pass knows about one layer of one batch, for one target (one CAM key).
+    """What the pass knows about one layer of one batch, for one target (one CAM key): what
+    every method reads, and the extra passes the method declared (``passes``).
 
     Attributes:
         activations: the layer's output as a map, (N, C, *spatial), float32, channels first
@@ -125,66 +201,15 @@ class MethodContext:
         inputs: the model's main input batch, as the model took it (its device and dtype):
             (N, C, H, W) for photos, (N, C, L) for signals, (N, C, T, H, W) for clips; ``None``
             unless the method ``needs_input``. A sample of several inputs: see ``InputGradient``.
-        score: ``None`` unless the method ``needs_rescoring``; else
-            ``score(batch, images=None)`` runs the model on ``batch`` (M, C, H, W) under
-            ``torch.inference_mode`` (at most ``RESCORING_BATCH`` rows a pass, fewer where the
-            memory budget, ``hookviz.budget``, holds fewer) and returns, per
-            row, the score of the target of image ``images[row]`` (default: row ``i`` is
-            image ``i``) as the task defines it: a classifier's class logit, the mean logit of
-            a segmentation class over its predicted pixels, a detection's matched box score.
-            It returns (M,) float32; 0 for an image with nothing to explain.
-        score_layer: ``None`` unless the method ``needs_rescoring``; else
-            ``score_layer(activations, images)`` runs the model on the input of image
-            ``images[row]`` with this layer's output replaced by ``activations[row]``
-            (channels first, as ``ctx.activations``; the pass lays it out as the layer does),
-            and returns each row's target score, as ``score`` does.
-        input_gradient: ``None`` unless the method ``needs_input_gradients``; else an
-            ``InputGradient``, called as
-            ``input_gradient(batch, images=None, guided=False, within=None, from_scores=False, with_scores=False)``:
-            d(row's target score)/d(row) for each row of ``batch`` (M, C, *spatial, as ``inputs``), the
-            same shape, float32, from forward and backward passes of ``RESCORING_BATCH`` rows at most,
-            within the memory budget; with ``guided=True`` every ``nn.ReLU`` passes back only
-            positive gradients (guided backprop), through hooks removed when it returns (it
-            raises UsageError when the model has no ``nn.ReLU`` to guide). ``within(model)``:
-            a context manager entered around the passes (relevance propagation's rules);
-            ``from_scores=True``: each row's backward pass starts at its score, not 1;
-            ``with_scores=True``: it returns ``(gradients, scores)``.
-        layer_gradient: ``None`` unless the method ``needs_layer_gradients``; else
-            ``layer_gradient(batch, images=None)``: for each row of a new input ``batch`` (M, C, H, W)
-            (noisy copies of the images, as Smooth Grad-CAM++ makes), ``(activations, gradients)``
-            at this layer, each (M, C, *spatial) float32 as ``ctx.activations`` and ``ctx.gradients``
-            lie, from forward and backward passes within the memory budget.
-        options: the run's ``TargetOptions``.
         settings: the run's values of the method's own option group (``Method.options``: integrated
-            gradients' ``IGOptions``), or ``None`` for a method without one.
-        attention: ``None`` unless the method ``needs_attention``; else ``attention(gradients=None)``
-            returns the batch's ``hookviz.anatomy.attention.AttentionMaps`` (every attention
-            block's probabilities, and with ``gradients="target"`` or ``"layers"`` their
-            gradients), from one extra forward pass (and one backward pass with gradients).
+            gradients' ``IGOptions``); ``None`` for a method without one (``Method.compute`` then gives
+            a method that has one its defaults).
         model: the model the pass explains (``nn.Module``), for a method that reads its parameters (CAM reads
             the classifier's weights, FullGrad every layer's bias) or hooks it within ``input_gradient``'s
             ``within``; a method must never change it (its mode, flags or parameters). ``None`` where a caller
             builds its own context without one.
-        layers: for an ``input`` method that ``needs_gradients``, the context (activations, gradients, module,
-            layer) of every recorded layer that has a map and a gradient, in the forward pass's order, the first
-            being this context's own layer (RefineCAM multiplies their maps); ``()`` otherwise.
-        hessian_vector: ``None`` unless the method ``needs_hessian``; else
-            ``hessian_vector(vectors)``, for ``vectors`` (N, C, *spatial) shaped as ``ctx.activations``:
-            ``(gradients, products)``, each (N, C, *spatial) float32: per image ``n``, the gradient of
-            its target score and ``H_n @ vectors[n]``, ``H_n`` that score's Hessian with respect to
-            this layer's output (channels first) (ShapleyCAM's ``H A``). The score is the one
-            ``score`` returns (a segmentation's mean logit over the class's pixels, where
-            ``gradients`` are of their sum): use the two together. The main pass keeps no graph of its gradients, so each call runs its own
-            forward pass with the layer's output made a leaf, a backward pass that keeps its graph
-            and a second backward pass through it (``RESCORING_BATCH`` rows a pass at most, within
-            the memory budget); zeros where the gradient does not depend on the layer's output (a
-            network that is piecewise linear after the layer, as ReLU networks are, has ``H = 0``).
-        contrast_gradient: ``None`` unless the method ``needs_contrast``; else ``contrast_gradient(spec)``
-            for a ``hookviz.tasks.base.Contrast``: d(contrast score)/d(activations), (N, C, *spatial)
-            float32 as ``gradients``, where the contrast score is the target's score set against the classes
-            nearest it as the task defines it (``Task.contrast``: Finer-CAM's objective), from one more
-            backward pass of the main pass's graph per ``spec`` (zeros where the score does not reach the
-            layer); it returns ``None`` where the model has fewer than 2 classes to compare.
+        passes: the extra passes the method declared (``ExtraPasses``); each is also read as
+            ``ctx.<name>`` (``ctx.score``, ``ctx.input_gradient``, ...), ``None`` where not declared.
     """
 
     activations: torch.Tensor
@@ -192,22 +217,54 @@ class MethodContext:
     module: torch.nn.Module
     layer: str
     inputs: torch.Tensor | None = None
-    score: Callable[..., torch.Tensor] | None = None
-    score_layer: Callable[..., torch.Tensor] | None = None
-    input_gradient: InputGradient | None = None
-    options: Any = None
     settings: Any = None
-    attention: Callable[..., Any] | None = None
     model: Any = None
-    layers: tuple = ()
-    hessian_vector: Callable[..., torch.Tensor] | None = None
-    contrast_gradient: Callable[..., Any] | None = None
-    layer_gradient: Callable[..., Any] | None = None
+    passes: ExtraPasses = ExtraPasses()
+
+    @property
+    def score(self) -> Callable[..., torch.Tensor] | None:
+        """``passes.score`` (``needs_rescoring``)."""
+        return self.passes.score
+
+    @property
+    def score_layer(self) -> Callable[..., torch.Tensor] | None:
+        """``passes.score_layer`` (``needs_rescoring``)."""
+        return self.passes.score_layer
+
+    @property
+    def input_gradient(self) -> InputGradient | None:
+        """``passes.input_gradient`` (``needs_input_gradients``)."""
+        return self.passes.input_gradient
+
+    @property
+    def layer_gradient(self) -> Callable[..., tuple[torch.Tensor, torch.Tensor]] | None:
+        """``passes.layer_gradient`` (``needs_layer_gradients``)."""
+        return self.passes.layer_gradient
+
+    @property
+    def attention(self) -> Callable[..., Any] | None:
+        """``passes.attention`` (``needs_attention``)."""
+        return self.passes.attention
+
+    @property
+    def hessian_vector(self) -> Callable[..., tuple[torch.Tensor, torch.Tensor]] | None:
+        """``passes.hessian_vector`` (``needs_hessian``)."""
+        return self.passes.hessian_vector
+
+    @property
+    def contrast_gradient(self) -> Callable[..., torch.Tensor | None] | None:
+        """``passes.contrast_gradient`` (``needs_contrast``)."""
+        return self.passes.contrast_gradient
+
+    @property
+    def layers(self) -> tuple[MethodContext, ...]:
+        """``passes.layers`` (an ``input`` method that ``needs_gradients``)."""
+        return self.passes.layers
 
     def __repr__(self) -> str:
         shape = "none" if self.activations is None else "x".join(map(str, self.activations.shape))
-        names = ("gradients", "inputs", "score", "input_gradient", "attention", "hessian_vector")
-        given = [name for name in names if getattr(self, name) is not None]
+        given = [name for name in ("gradients", "inputs") if getattr(self, name) is not None]
+        given += [f.name for f in dataclass_fields(self.passes) if getattr(self.passes, f.name) not in (None, ())]
         return f"MethodContext({self.layer!r}, activations {shape}, with {', '.join(given) or 'nothing else'})"
 
 
@@ -301,12 +358,12 @@ class Method:
             check_group(self.options, f"method {self.name!r}")
 
     def compute(self, ctx: MethodContext) -> torch.Tensor:
-        """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, H, W) for an ``input`` one;
-        ``ctx.settings`` is the run's values of the method's option group, unless the context
-        already holds them (a caller that builds its own context)."""
-        if ctx.settings is not None:
+        """The raw map of ``ctx``: (N, *spatial) for a ``layer`` method, (N, C, *spatial) for an ``input`` one;
+        ``ctx.settings`` is the run's values of the method's option group, its defaults where the
+        context holds none (a caller that builds its own context)."""
+        if ctx.settings is not None or self.options is None:
             return self.function(ctx)
-        return self.function(replace(ctx, settings=self.settings(ctx.options)))
+        return self.function(replace(ctx, settings=self.settings(None)))
 
     def settings(self, options) -> Any:
         """The method's option group as the run's ``TargetOptions`` (``options``) hold it (its

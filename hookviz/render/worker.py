@@ -17,7 +17,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from hookviz.glyphs import GLYPH_WARNINGS, text_families
+from hookviz.fonts import GLYPH_WARNINGS, text_families
 from hookviz.render.figures import ACTIVATION_CMAP, Sheet, encode, png_bytes
 
 __all__ = [
@@ -39,7 +39,7 @@ def configure_worker() -> None:
     Text is drawn without FreeType's hinting: at 100 dpi it looks the same, and glyphs (the
     channel grid alone has 64 labels) render about twice as fast as with the autohinter.
     Fonts are read from memory (below); an installed font that has what the default lacks
-    (CJK, Devanagari) is fallen back to (``glyphs.text_families``).
+    (CJK, Devanagari) is fallen back to (``fonts.text_families``).
     """
     global _worker_cache
     # Fonts from memory first: the text settings load the default font, and matplotlib keeps
@@ -67,7 +67,7 @@ def drawing_here() -> Iterator[None]:
 def _text_settings() -> None:
     """How a render worker draws text, in matplotlib's (process-wide) settings and warning
     filters: no hinting, a fallback font for what the default lacks (CJK, Devanagari), and
-    no warning per missing glyph (the run says it once: ``glyphs.undrawn_note``)."""
+    no warning per missing glyph (the run says it once: ``fonts.undrawn_note``)."""
     matplotlib.rcParams["text.hinting"] = "no_hinting"
     families = text_families()
     if len(families) > 1:

@@ -40,7 +40,7 @@ from hookviz.options import (
 )
 from hookviz.runs import workers
 from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard_of
-from hookviz.runs.ledger import Ledger
+from hookviz.runs.outcomes import ImageOutcomes
 from hookviz.runs.request import RunRequest
 from hookviz.runs.sample_table import label_of, read_labels
 from hookviz.runs.stopping import RunState, Stopped, stoppable
@@ -121,7 +121,7 @@ def run(
 
 class Run:
     """One run over many images (see ``run`` for the arguments), kept in four parts: what it
-    was asked (``asked``), what became of its images (``ledger``), its renderers and what they
+    was asked (``asked``), what became of its images (``outcomes``), its renderers and what they
     hold (``renderers``), and its phase and how it ends (``state``)."""
 
     def __init__(
@@ -147,7 +147,7 @@ class Run:
         sample_options = with_sources(sample_options, sources if sources is not None else images)
         given = (tuple(images), model, layers, inputs, target, pictures, options, checks, tuple(task_options), trust, on_start)
         self.asked = RunRequest(*given, tuple(sample_options), None if sources is None else tuple(sources))
-        self.ledger = Ledger(len(self.asked.selected), on_status)
+        self.outcomes = ImageOutcomes(len(self.asked.selected), on_status)
         self.renderers = workers.Renderers()
         self.state = RunState()
         self.names = output_names(self.asked.images)  # each image's folder (``_resume`` settles them)
@@ -214,17 +214,17 @@ class Run:
         under its real name, and the temporary files they and this process began are deleted.
         The process must end right after (``os._exit``)."""
         self.state.interrupt()
-        self.ledger.silence()  # nothing more is printed or logged
+        self.outcomes.silence()  # nothing more is printed or logged
         self.renderers.board = None
         finished = [item for item in self.renderers.pending if item[2].done() and not workers.broken(item[2])]
         killed = self.renderers.pool.kill(release=True)  # the rest fail now, as not done
         for path, explanation, future in finished:
             with contextlib.suppress(HookvizError):
-                self.ledger.report(path, self._saved(path, explanation, future))
+                self.outcomes.report(path, self._saved(path, explanation, future))
         from hookviz.store.files import remove_reports_since
 
         unclaimed = [self.asked.out / self.names[item[0]] for item in self.renderers.pending if item not in finished]
-        remove_reports_since(unclaimed, self.ledger.started)  # a killed worker's, whose result never came back
+        remove_reports_since(unclaimed, self.outcomes.started)  # a killed worker's, whose result never came back
         self.renderers.pending = []
         summary = self._describe()
         if self.explainer is not None:  # the files the killed workers and the stopped writes began
@@ -239,7 +239,7 @@ class Run:
         wanted = self.asked.options.workers or cpu_share()
         limit = 2 * (os.cpu_count() or 1)
         if wanted > limit:
-            self.ledger.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")
+            self.outcomes.notes.append(f"{arg('workers', wanted)}: using {limit}, twice this machine's {os.cpu_count()} CPUs")
         # No more render processes than images: a one-photo smoke check on a 64-core
         # machine starts none (its pictures are drawn here: nothing else to do meanwhile).
         self.renderers.workers = max(1, min(wanted, limit, len(self.asked.selected)))
@@ -314,11 +314,11 @@ class Run:
 
     def _find_samples(self, kind, settings) -> None:
         """The run's samples as the model's ``kind`` finds them (``RunRequest.found_by``), before the output folder is made."""
-        self.ledger.trust.kind = kind.name  # before --skip-existing reads the kept reports' measures
-        asked = self.asked.found_by(kind, self.ledger.notes, settings)
+        self.outcomes.trust.kind = kind.name  # before --skip-existing reads the kept reports' measures
+        asked = self.asked.found_by(kind, self.outcomes.notes, settings)
         if asked is not self.asked:
             check_out(asked.out, asked.images)
-            self.asked, self.names, self.ledger.total = asked, output_names(asked.images), len(asked.selected)
+            self.asked, self.names, self.outcomes.total = asked, output_names(asked.images), len(asked.selected)
 
     def _resume(self) -> list[Path]:
         """Give each selected image its folder and return those still to do (``store.folders.plan_folders``;
@@ -333,12 +333,12 @@ class Run:
         for path in folders.done:
             report = folders.reports[path]
             if self.asked.checks.fail_on:  # judged as a fresh run would judge it: a resumed CI run fails alike
-                self.ledger.findings.extend(
+                self.outcomes.findings.extend(
                     report_checks(report, display_path(path), self.asked.checks.fail_on, self.asked.checks.dead_fraction)
                 )
-            self.ledger.trust.add_report(report)  # and ranked with the others
+            self.outcomes.trust.add_report(report)  # and ranked with the others
             status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)")
-            self.ledger.report(path, replace(status, task=report.task or status.task))
+            self.outcomes.report(path, replace(status, task=report.task or status.task))
         return list(folders.todo)
 
     def batches(self) -> Iterator[list[tuple[Path, object]]]:
@@ -353,7 +353,7 @@ class Run:
             batch = []
             for path, prepared in items:
                 if isinstance(prepared, ImageError):
-                    self.ledger.report(path, self._failed(path, str(prepared)))
+                    self.outcomes.report(path, self._failed(path, str(prepared)))
                     continue
                 batch.append((path, prepared))
                 if len(batch) >= wanted:
@@ -419,23 +419,23 @@ class Run:
     def submit(self, path: Path, result) -> None:
         """Hand one explanation to the render workers (or record why the image failed)."""
         if isinstance(result, str):
-            self.ledger.report(path, self._failed(path, result))
+            self.outcomes.report(path, self._failed(path, result))
             return
         # --fail-on nonfinite says each such map as a finding; its note would say it twice
         said = set(nonfinite_notes(result)) if "nonfinite" in self.asked.checks.fail_on else set()
         for note in (*result.notes, *(n for layer in result.layers for n in (layer.notes or ()))):
             if note not in said:
-                self.ledger.note(note)
+                self.outcomes.note(note)
         for layer in result.layers:
             # (an image with nothing to explain says so once, in its own note)
             if result.target is None:
                 continue
             for method, cam_note in layer.cam_notes.items():
                 note = f"{layer.name}: {cam_note}" if method == result.cam_method else f"{layer.name} ({method}): {cam_note}"
-                self.ledger.note(note)
+                self.outcomes.note(note)
         if self.asked.checks.fail_on:
-            self.ledger.findings.extend(run_checks(result, self.asked.checks.fail_on, self.asked.checks.dead_fraction))
-        self.ledger.trust.add(result)
+            self.outcomes.findings.extend(run_checks(result, self.asked.checks.fail_on, self.asked.checks.dead_fraction))
+        self.outcomes.trust.add(result)
         portable = workers.portable(result)
         self.renderers.pending.append((path, portable, self._send(path, portable)))
 
@@ -457,16 +457,16 @@ class Run:
                 self._restart_workers()
                 continue
             path, explanation, future = self.renderers.pending.pop(0)
-            self.ledger.report(path, self._saved(path, explanation, future))
+            self.outcomes.report(path, self._saved(path, explanation, future))
 
     def _restart_workers(self) -> None:
         """A render worker died (the OOM killer, ``kill -9``): its image fails, a fresh pool draws the rest."""
         lost, killed = self.renderers.pool.restart()
         sweep_stale_files(self.asked.out, writers=killed)  # the files the old pool's workers began
         dead = [path for path, _, _ in self.renderers.pending if self.asked.step_of[path] in lost]
-        self.ledger.notes += [workers.killed_note([display_path(path) for path in dead])] if dead else []
+        self.outcomes.notes += [workers.killed_note([display_path(path) for path in dead])] if dead else []
         for path in dead:
-            self.ledger.report(path, self._failed(path, f"{display_path(path)}: {workers.killed_reason()}"))
+            self.outcomes.report(path, self._failed(path, f"{display_path(path)}: {workers.killed_reason()}"))
         left = [(path, explanation, future) for path, explanation, future in self.renderers.pending if path not in dead]
         self.renderers.pending = [(path, e, self._send(path, e) if workers.broken(f) else f) for path, e, f in left]
 
@@ -526,18 +526,18 @@ class Run:
         reason = self.state.unfinished_reason
         if reason is not None:
             for path in self.asked.selected:
-                self.ledger.statuses.setdefault(path, self._status(path, "not_done", reason))
-        trust = self.ledger.trust.to_json()
-        statuses = tuple(self.ledger.statuses[p] for p in self.asked.selected if p in self.ledger.statuses)
+                self.outcomes.statuses.setdefault(path, self._status(path, "not_done", reason))
+        trust = self.outcomes.trust.to_json()
+        statuses = tuple(self.outcomes.statuses[p] for p in self.asked.selected if p in self.outcomes.statuses)
         if self.labels:
             statuses = tuple(replace(s, label=label_of(self.labels, s.image, s.output)) for s in statuses)
         summary = RunSummary(
             statuses=statuses,
-            findings=tuple(self.ledger.findings),
+            findings=tuple(self.outcomes.findings),
             run_json=self.asked.run_json,
             interrupted=self.state.interrupted,
             layers=tuple(spec.label for spec in self.explainer.layers) if self.explainer else (),
-            notes=(*self.ledger.notes, *(trust["summary"] if trust else ())),
+            notes=(*self.outcomes.notes, *(trust["summary"] if trust else ())),
             trust=trust,
         )
         if self.explainer is None:
@@ -548,7 +548,7 @@ class Run:
             device=self.device,
             options=self.asked.options,
             checks=self.asked.checks,
-            started=self.ledger.started,
+            started=self.outcomes.started,
             error=self.state.error,
             images=len(self.asked.selected),
         )

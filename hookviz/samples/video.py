@@ -16,7 +16,6 @@ videos are clips and the photos beside them are left out, with one note.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from hookviz.errors import ImageError, UsageError, arg, display_path
-from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
+from hookviz.inputs.discovery import IMAGE_SUFFIXES, find_files, is_output_folder
 from hookviz.inputs.identity import PhotoIdentity
 from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
 from hookviz.inputs.parts import part_key, split_part
@@ -163,18 +162,16 @@ class Video(SampleKindBase):
         return replace(settings, frames=frames, start=start, end=end, clips=clips)
 
     def find(self, sources, exclude=(), notes=None) -> list[Path]:
-        excluded = {Path(os.path.realpath(path)) for path in exclude}
-        found: dict[Path, Path] = {}
-        for source in sources:
-            matches = _clips_in(Path(source), excluded, notes)
-            if not matches:
-                words = self.words.removeprefix("a ")
+        words = self.words.removeprefix("a ")
+        for source in sources:  # a file named outright is taken as it is, if a video or a photo (refused as it loads)
+            path = Path(source)
+            if path.is_file() and path.suffix.lower() not in VIDEO_SUFFIXES and path.suffix.lower() not in IMAGE_SUFFIXES:
                 raise UsageError(f"{display_path(source)}: names no {words} (hidden and output folders are skipped)")
-            for path in matches:
-                found.setdefault(Path(os.path.realpath(path)), path)
-        if any(path.suffix.lower() in VIDEO_SUFFIXES and path.is_file() for path in found.values()):
+        found = find_files(sources, VIDEO_SUFFIXES, words, exclude, whole=_holds_frames)  # a folder of frames is a clip
+        _note_photos_beside_videos(found, notes)
+        if any(path.suffix.lower() in VIDEO_SUFFIXES and path.is_file() for path in found):
             require_av()
-        return list(found.values())
+        return found
 
     def split(self, paths, settings: VideoOptions) -> list[Path]:
         """With ``--clips K`` over 1, K keys per video or folder of frames (``walk.mp4#1`` to ``#K``,
@@ -231,39 +228,17 @@ class Video(SampleKindBase):
             raise ImageError(f"{display_path(path)}: cannot be read ({exc.strerror or exc})") from None
 
 
-def _clips_in(top: Path, excluded: set[Path], notes: list[str] | None = None) -> list[Path]:
-    """The clips ``top`` names: itself (a video file, or a folder of frames), else the video files
-    and folders of frames below it, a folder of frames not searched further. A folder that holds
-    video files is a folder of videos, not of frames: its photos are left out, with a note."""
-    if Path(os.path.realpath(top)) in excluded or (top.is_dir() and is_output_folder(top)):
-        return []
-    if top.is_file():  # a photo named outright is kept, to be refused in one line as the run goes on
-        suffix = top.suffix.lower()
-        return [top] if suffix in VIDEO_SUFFIXES or suffix in IMAGE_SUFFIXES else []
-    if _holds_frames(top):
-        return [top]
-    found = []
-    for folder, subfolders, names in os.walk(top):
-        here = Path(folder)
-        kept = []
-        for name in sorted(d for d in subfolders if not d.startswith(".")):
-            sub = here / name
-            if Path(os.path.realpath(sub)) in excluded or is_output_folder(sub):
-                continue
-            if _holds_frames(sub):
-                found.append(sub)  # a clip: not searched further
-            else:
-                kept.append(name)
-        subfolders[:] = kept
-        videos = [here / n for n in sorted(names) if not n.startswith(".") and Path(n).suffix.lower() in VIDEO_SUFFIXES]
-        photos = len(frames_of(here)) if videos else 0
-        if photos and notes is not None:
-            notes.append(
+def _note_photos_beside_videos(found: list[Path], notes: list[str] | None) -> None:
+    """A folder that holds video files is a folder of videos, not of frames: its photos are left
+    out, with a note."""
+    folders = dict.fromkeys(p.parent for p in found if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file())
+    for here in folders if notes is not None else ():
+        photos = len(frames_of(here))
+        if photos:
+            notes.append(  # type: ignore[union-attr]
                 f"{display_path(here)}: holds videos and {photos} photo{'s' if photos > 1 else ''}: each video is a clip "
                 "and the photos are left out (a folder of frames holds photos alone: move them into a folder of their own)"
             )
-        found += videos
-    return sorted(found)
 
 
 def _holds_frames(folder: Path) -> bool:

@@ -299,8 +299,8 @@ def one_prompt_note(prompts: Sequence[str], probabilities: str) -> tuple[str, ..
 
 def prompts_notes(prompts: Sequence[str], probabilities: str) -> tuple[str, ...]:
     """What a run over ``prompts`` says once: that one prompt ranks nothing (``one_prompt_note``),
-    and which prompts hold characters no font here can draw (``glyphs.undrawn_note``)."""
-    from hookviz.glyphs import undrawn_note
+    and which prompts hold characters no font here can draw (``fonts.undrawn_note``)."""
+    from hookviz.fonts import undrawn_note
 
     return one_prompt_note(prompts, probabilities) + undrawn_note(prompts)
 

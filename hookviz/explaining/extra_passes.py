@@ -1,4 +1,4 @@
-"""Probing: the extra passes a CAM method may ask the pass for, beyond re-scoring altered
+"""The extra passes (``methods.base.ExtraPasses``) a CAM method may ask the pass for, beyond re-scoring altered
 inputs (``tasks.base.Rescoring``): re-scoring with a layer's output replaced (Ablation-CAM),
 and the gradient of the target's score with respect to the input, plain or guided (guided
 backprop, integrated gradients), and Hessian-vector products of that score at a layer (ShapleyCAM).

@@ -11,10 +11,10 @@ from pathlib import Path
 from hookviz.explaining.checks import Finding
 from hookviz.store.records import ImageStatus
 
-__all__ = ["Ledger"]
+__all__ = ["ImageOutcomes"]
 
 
-class Ledger:
+class ImageOutcomes:
     """The run's record as it goes. ``on_status`` is called with (status, images finished,
     ``total``) after each image; statuses come from the run's thread and, when it writes
     the files itself, from its writer thread, so they are counted under a lock."""
