@@ -63,8 +63,10 @@ def image_token(processor) -> str:
     """
     from hookviz.errors import UnknownModelError
 
-    token = getattr(processor, "image_token", None) or getattr(getattr(processor, "tokenizer", None), "image_token", None)
-    if not token:
+    tokenizer = getattr(processor, "tokenizer", None)
+    token = getattr(processor, "image_token", None) or getattr(tokenizer, "image_token", None)
+    unknown = tokenizer is not None and token and tokenizer.convert_tokens_to_ids(str(token)) == tokenizer.unk_token_id
+    if not token or unknown:
         raise UnknownModelError(
             f"the processor {type(processor).__name__} has no image token, so no photo can enter the prompt; "
             "save the model's own processor (with its image token) next to it"
