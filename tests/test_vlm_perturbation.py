@@ -141,3 +141,29 @@ def test_masks_of_another_size_or_an_unknown_baseline_are_refused_in_one_line(ll
         feature_ablation(*llava, torch.zeros(40, 32, dtype=torch.long))
     with pytest.raises(UsageError, match="grey.*: choose white, black, mean"):
         feature_ablation(*llava, torch.zeros(32, 40, dtype=torch.long), baseline="grey")
+
+
+def test_run_maps_each_token_by_occlusion_and_feature_ablation_through_the_cli(tmp_path):
+    import json
+
+    import numpy as np
+
+    from .cli_helpers import hookviz_run
+
+    folder = tmp_path / "llava"
+    save_llava(folder)
+    result = hookviz_run(
+        SAMPLES / "cat.png",
+        *("--prompt", PROMPT, "--answer", "a black cat", "--cam", "occlusion,feature-ablation", "--save-tensors"),
+        model=f"hf:{folder}",
+        weights=None,
+        out=tmp_path / "out",
+    )
+    assert result.exit_code == 0, result.output
+    tensors = np.load(tmp_path / "out" / "cat" / "tensors.npz")
+    photo = Image.open(SAMPLES / "cat.png")
+    assert photo.size == (451, 300)  # CLIP's processor sees its centre square, so the maps keep that square
+    for method in ("occlusion", "feature-ablation"):
+        maps = [tensors[f"photo/{method}/token{k}"] for k in range(3)]
+        assert all(m.shape == (300, 300) and np.isfinite(m).all() and np.abs(m).max() > 0 for m in maps)
+    assert json.loads((tmp_path / "out" / "cat" / "report.json").read_text())["text"] == "a black cat"

@@ -21,6 +21,8 @@ __all__ = ["TokenMaps", "VlmExplanation", "VlmRequest", "explain_photo", "resolv
 
 #: Methods of a vision-language model that are not layer methods of ``hookviz.methods``.
 PIXEL_METHOD, TOKEN_METHODS = "integrated-gradients", ("rollout", "chefer")
+#: Methods that perturb the photo (``hookviz.vlm.perturbation``): maps at the photo's own pixels.
+PERTURBATION_METHODS = ("occlusion", "feature-ablation")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class VlmRequest:
         if not str(self.prompt).strip():
             raise UsageError(f"{arg('prompts', self.prompt)}: give the question to ask about the photo")
         for name in self.methods:
-            if name != PIXEL_METHOD and name not in TOKEN_METHODS:
+            if name != PIXEL_METHOD and name not in TOKEN_METHODS + PERTURBATION_METHODS:
                 cams.check_layer_method(name)
 
 
@@ -108,12 +110,14 @@ def explain_photo(model, processor, photo, request: VlmRequest) -> VlmExplanatio
     with torch.no_grad():
         probabilities = token_scores(model, talk, objective="logprob")[0].exp()
     maps, scores = _maps(model, family, talk, targets, request)
+    order = {name: k for k, name in enumerate(request.methods)}
+    maps = tuple(sorted(maps + _perturbed(model, processor, talk, photo, targets, request), key=lambda m: order[m.method]))
     return VlmExplanation(talk, targets, probabilities, scores, request.objective, family.name, maps, _seen(processor, talk))
 
 
 def _maps(model, family, talk, targets, request) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
     made: list[TokenMaps] = []
-    layered = [m for m in request.methods if m != PIXEL_METHOD and m not in TOKEN_METHODS]
+    layered = [m for m in request.methods if m != PIXEL_METHOD and m not in TOKEN_METHODS + PERTURBATION_METHODS]
     grids = [family.vision_grid(model, talk.inputs), family.image_tokens(model, talk.inputs)[0].grid]
     scores = None
     for layer in (request.layers or ("vision",)) if layered else ():
@@ -134,6 +138,28 @@ def _maps(model, family, talk, targets, request) -> tuple[tuple[TokenMaps, ...],
             scores = token_scores(model, talk, objective=request.objective)[0]
     order = {name: k for k, name in enumerate(request.methods)}
     return tuple(sorted(made, key=lambda m: order[m.method])), scores
+
+
+def _perturbed(model, processor, talk, photo, targets, request) -> tuple[TokenMaps, ...]:
+    """The perturbation methods' maps of every target ((K, H, W) at the photo's pixels, a
+    target's drops summed over its tokens): occlusion by windows of a quarter of the photo's
+    shorter side moving by half a window, feature ablation over 16 SLIC superpixels, each
+    switched off to white (captum's ``ImageMaskInput`` default). The maps keep the part of the
+    photo the model sees (``perturbation.seen_region``), as the pictures show it."""
+    from hookviz.vlm import perturbation
+
+    made = []
+    for method in (m for m in request.methods if m in PERTURBATION_METHODS):
+        if method == "occlusion":
+            window = max(1, min(photo.height, photo.width) // 4)
+            found = perturbation.occlusion(
+                model, processor, talk, photo, window, max(1, window // 2), objective=request.objective
+            )
+        else:
+            found = perturbation.feature_ablation(model, processor, talk, photo, objective=request.objective)
+        maps = torch.stack([found.maps[list(target.tokens)].sum(0) for target in targets])
+        made.append(TokenMaps(method, "photo", maps[(slice(None), *perturbation.seen_region(processor, photo))]))
+    return tuple(made)
 
 
 def _seen(processor, talk: Conversation) -> np.ndarray:

@@ -30,7 +30,7 @@ from hookviz.budget import measuring
 from hookviz.errors import UsageError, arg
 from hookviz.vlm.scoring import token_scores
 
-__all__ = ["BASELINES", "Perturbation", "feature_ablation", "occlusion", "perturb", "superpixels", "windows"]
+__all__ = ["BASELINES", "Perturbation", "feature_ablation", "occlusion", "perturb", "seen_region", "superpixels", "windows"]
 
 #: The colour a switched-off feature takes: captum's white, black, or the photo's mean colour.
 BASELINES = ("white", "black", "mean")
@@ -159,3 +159,17 @@ def occlusion(
     flat = features.flatten(1).float()
     maps = (drops @ flat) / flat.sum(0).clamp(min=1)
     return Perturbation(scores, drops, maps.reshape(len(drops), photo.height, photo.width), features)
+
+
+def seen_region(processor, photo) -> tuple[slice, slice]:
+    """The rows and columns of ``photo`` the model sees: the centre crop of a processor that
+    scales the shorter side then crops (CLIP's, LLaVA's), else the whole photo (a processor
+    that scales it whole: Qwen2-VL's, SigLIP's, Idefics3's)."""
+    images = getattr(processor, "image_processor", processor)
+    crop, size = getattr(images, "crop_size", None), getattr(images, "size", None)
+    if not getattr(images, "do_center_crop", False) or not crop or not size or "shortest_edge" not in size:
+        return slice(None), slice(None)
+    scale = float(size["shortest_edge"]) / min(photo.height, photo.width)
+    height, width = min(photo.height, round(crop["height"] / scale)), min(photo.width, round(crop["width"] / scale))
+    top, left = (photo.height - height) // 2, (photo.width - width) // 2
+    return slice(top, top + height), slice(left, left + width)
