@@ -97,12 +97,8 @@ def test_one_pass_scores_every_token_of_a_batch_of_masks_and_batching_changes_no
 
 
 def _conversation(name, tmp_path):
-    """A family's tiny model, processor, a conversation answering ``ANSWER`` and the photo.
-
-    The conversation's inputs carry the processor's per-token extras over the answer too
-    (Qwen2-VL's ``mm_token_type_ids``; PaliGemma's ``token_type_ids``, 1 over the answer as over
-    a suffix), and no training ``labels``."""
-    from hookviz.vlm.conversation import Conversation, answer_conversation
+    """A family's tiny model, processor, a conversation answering ``ANSWER`` and the photo."""
+    from hookviz.vlm.conversation import answer_conversation
 
     from . import vlm_families
 
@@ -110,17 +106,10 @@ def _conversation(name, tmp_path):
     model = transformers.AutoModelForImageTextToText.from_pretrained(folder).eval()
     processor = transformers.AutoProcessor.from_pretrained(folder)
     photo = vlm_families.photo()
-    talk = answer_conversation(model, processor, photo, PROMPT, ANSWER)
-    inputs, length = dict(talk.inputs), talk.inputs["input_ids"].shape[1]
-    inputs.pop("labels", None)
-    for key, value in (("mm_token_type_ids", 0), ("token_type_ids", 1)):
-        if key in inputs and inputs[key].shape[1] < length:
-            more = torch.full((1, length - inputs[key].shape[1]), value, dtype=inputs[key].dtype)
-            inputs[key] = torch.cat([inputs[key], more], dim=1)
-    return model, processor, Conversation(inputs, talk.answer_ids, talk.answer_positions, talk.tokens, PROMPT, talk.text), photo
+    return model, processor, answer_conversation(model, processor, photo, PROMPT, ANSWER), photo
 
 
-@pytest.mark.parametrize("name", ["qwen2_vl", "idefics3"])
+@pytest.mark.parametrize("name", ["qwen2_vl", "paligemma", "idefics3"])
 def test_a_familys_masks_batched_score_as_each_alone(name, tmp_path, monkeypatch):
     from hookviz.vlm.perturbation import feature_ablation
 

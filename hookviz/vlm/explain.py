@@ -157,8 +157,9 @@ def _perturbed(model, processor, talk, photo, targets, request) -> tuple[TokenMa
             )
         else:
             found = perturbation.feature_ablation(model, processor, talk, photo, objective=request.objective)
-        maps = torch.stack([found.maps[list(target.tokens)].sum(0) for target in targets])
-        made.append(TokenMaps(method, "photo", maps[(slice(None), *perturbation.seen_region(processor, photo))]))
+        rows, cols = perturbation.seen_region(processor, photo)
+        maps = torch.stack([found.maps[list(target.tokens)].sum(0)[rows, cols] for target in targets])
+        made.append(TokenMaps(method, "photo", maps))
     return tuple(made)
 
 
