@@ -118,3 +118,21 @@ def test_a_change_under_one_patch_reaches_only_the_towers_token_there(name, tmp_
         before, after = (_inputs(processor, pixels) for pixels in _photos(size, grid, cell))
         changed = _changed(_seen(model, layers["vision"], before, True), _seen(model, layers["vision"], after, True))
         assert changed - set(range(grid[0] * grid[1], 10**6)) == {int(order[cell[0] * grid[1] + cell[1]])}, (cell, changed)
+
+
+def test_a_tower_layers_map_is_laid_out_by_the_familys_vision_order(tmp_path):
+    """Qwen2-VL's tower runs merge block by merge block: as_grid puts each patch's features on
+    its own cell (before, they were read row by row and scrambled the map)."""
+    from hookviz.vlm.cams import as_grid
+    from hookviz.vlm.families.base import family_of
+
+    model, processor, size = _load("qwen2_vl", tmp_path)
+    inputs = _inputs(processor, _photos(size, (1, 1), (0, 0))[0])
+    family = family_of(model)
+    rows, cols = family.vision_grid(model, inputs)
+    order = family.vision_order(model, inputs)
+    cells = torch.arange(rows * cols, dtype=torch.float32)
+    tower = torch.empty(rows * cols, 1)
+    tower[order, 0] = cells  # the tower's token at index order[k] sits over cell k
+    laid = as_grid(tower, [(rows, cols)], "model.visual.blocks.1", [order])
+    assert torch.equal(laid.reshape(-1), cells)

@@ -119,10 +119,13 @@ def _maps(model, family, talk, targets, request) -> tuple[tuple[TokenMaps, ...],
     made: list[TokenMaps] = []
     layered = [m for m in request.methods if m != PIXEL_METHOD and m not in TOKEN_METHODS + PERTURBATION_METHODS]
     grids = [family.vision_grid(model, talk.inputs), family.image_tokens(model, talk.inputs)[0].grid]
+    # the tower's and the projector's tokens, where they run otherwise than row by row (Qwen2-VL, Idefics3)
+    orders = [getattr(family, kind, None) for kind in ("vision_order", "projector_order")]
+    orders = [order(model, talk.inputs) if order else None for order in orders]
     scores = None
     for layer in (request.layers or ("vision",)) if layered else ():
         name = resolve_layer(model, family, layer)
-        by_method, scores = cams.layer_maps(model, talk, targets, name, grids, layered, request.objective)
+        by_method, scores = cams.layer_maps(model, talk, targets, name, grids, layered, request.objective, orders)
         made += [TokenMaps(method, name, by_method[method]) for method in layered]
     image = family.image_tokens(model, talk.inputs)[0]
     for method in request.methods:

@@ -91,6 +91,12 @@ class Idefics3:
         indices = torch.arange(len(tiles) * patches * patches)
         return _mosaic(list(indices.reshape(len(tiles), -1)), rows, patches)
 
+    def projector_order(self, model, inputs: Mapping) -> torch.Tensor:
+        """For each of the first photo's image tokens, row by row over its grid, its index among
+        the connector's tokens flattened over (tiles, tokens): the global tile's left out."""
+        tiles, rows, side = self._layout(model, inputs["input_ids"][0])
+        return _mosaic(list(torch.arange(len(tiles) * side * side).reshape(len(tiles), -1)), rows, side)
+
     def default_layers(self, model) -> dict[str, str]:
         tower = part(model, "model.vision_model", "vision_model")
         connector = part(model, "model.connector", "connector")
