@@ -240,3 +240,13 @@ def test_bfloat16_gives_the_float32_answer_and_maps_close_to_its(llava, photo):
     assert half.conversation.text == full.conversation.text
     a, b = full.maps[0].maps.flatten(), half.maps[0].maps.flatten()
     assert torch.isfinite(b).all() and torch.corrcoef(torch.stack([a, b]))[0, 1] > 0.9
+
+
+def test_logprob_for_a_model_that_writes_no_text_is_refused_in_one_line(tmp_path):
+    from .cli_helpers import hookviz_run
+
+    result = hookviz_run(SAMPLES / "cat.png", "--objective", "logprob", out=tmp_path / "out")
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    assert result.stderr.strip() == (
+        "hookviz: error: --objective logprob: only a vision-language model's answer tokens take it; choose logit or ce"
+    )

@@ -5,24 +5,30 @@ layers asked (Grad-CAM family), on the pixels (integrated gradients) or over the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from hookviz.errors import UsageError, arg
+from hookviz.registry import Registry, built_in
 from hookviz.vlm import attention, cams
 from hookviz.vlm.conversation import Conversation, answer_conversation, converse
 from hookviz.vlm.families.base import family_of, part
 from hookviz.vlm.scoring import OBJECTIVES, token_scores
 from hookviz.vlm.targets import Target, choose_targets
 
-__all__ = ["TokenMaps", "VlmExplanation", "VlmRequest", "explain_photo", "resolve_layer"]
+__all__ = ["MAP_MAKERS", "Making", "TokenMaps", "VlmExplanation", "VlmRequest", "explain_photo", "resolve_layer"]
 
-#: Methods of a vision-language model that are not layer methods of ``hookviz.methods``.
-PIXEL_METHOD, TOKEN_METHODS = "integrated-gradients", ("rollout", "chefer")
-#: Methods that perturb the photo (``hookviz.vlm.perturbation``): maps at the photo's own pixels.
-PERTURBATION_METHODS = ("occlusion", "feature-ablation")
+#: The methods of a vision-language model that are no layer method of ``hookviz.methods``, by
+#: ``--cam`` name: ``maker(making) -> TokenMaps`` (a ``Making``). Built-ins: integrated gradients,
+#: rollout, Chefer's relevancy; a module named in ``modules`` (or a plug-in) adds its own with
+#: ``MAP_MAKERS.register(name)`` (perturbation: occlusion, feature ablation).
+MAP_MAKERS: Registry[Callable[..., Any]] = Registry(
+    "cam", "vision-language method", modules=built_in("hookviz.vlm", "explain perturbation")
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ class VlmRequest:
         if not str(self.prompt).strip():
             raise UsageError(f"{arg('prompts', self.prompt)}: give the question to ask about the photo")
         for name in self.methods:
-            if name != PIXEL_METHOD and name not in TOKEN_METHODS + PERTURBATION_METHODS:
+            if name not in MAP_MAKERS.names():
                 cams.check_layer_method(name)
 
 
@@ -98,6 +104,25 @@ def resolve_layer(model, family, name: str) -> str:
     return chosen
 
 
+@dataclass(frozen=True)
+class Making:
+    """What a ``MAP_MAKERS`` method is given: the model, its processor and family, the photo (PIL),
+    the conversation, the targets and the request."""
+
+    model: Any
+    processor: Any
+    family: Any
+    photo: Any
+    conversation: Conversation
+    targets: tuple[Target, ...]
+    request: VlmRequest
+
+    @property
+    def image(self):
+        """The photo's image tokens (``families.ImageTokens``)."""
+        return self.family.image_tokens(self.model, self.conversation.inputs)[0]
+
+
 def explain_photo(model, processor, photo, request: VlmRequest) -> VlmExplanation:
     """``request`` explained on ``photo`` (a PIL image) by ``model`` with its ``processor``."""
     family = family_of(model)
@@ -109,33 +134,26 @@ def explain_photo(model, processor, photo, request: VlmRequest) -> VlmExplanatio
     targets = choose_targets(talk, tokenizer, request.tokens, request.words)
     with torch.no_grad():
         probabilities = token_scores(model, talk, objective="logprob")[0].exp()
-    maps, scores = _maps(model, family, talk, targets, request)
-    order = {name: k for k, name in enumerate(request.methods)}
-    maps = tuple(sorted(maps + _perturbed(model, processor, talk, photo, targets, request), key=lambda m: order[m.method]))
+    making = Making(model, processor, family, photo, talk, targets, request)
+    maps, scores = _maps(making)
     return VlmExplanation(talk, targets, probabilities, scores, request.objective, family.name, maps, _seen(processor, talk))
 
 
-def _maps(model, family, talk, targets, request) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
+def _maps(making: Making) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
+    model, family, talk, request = making.model, making.family, making.conversation, making.request
+    makers = dict(MAP_MAKERS.items())
     made: list[TokenMaps] = []
-    layered = [m for m in request.methods if m != PIXEL_METHOD and m not in TOKEN_METHODS + PERTURBATION_METHODS]
-    grids = [family.vision_grid(model, talk.inputs), family.image_tokens(model, talk.inputs)[0].grid]
+    layered = [m for m in request.methods if m not in makers]
+    grids = [family.vision_grid(model, talk.inputs), making.image.grid]
     # the tower's and the projector's tokens, where they run otherwise than row by row (Qwen2-VL, Idefics3)
     orders = [getattr(family, kind, None) for kind in ("vision_order", "projector_order")]
     orders = [order(model, talk.inputs) if order else None for order in orders]
     scores = None
     for layer in (request.layers or ("vision",)) if layered else ():
         name = resolve_layer(model, family, layer)
-        by_method, scores = cams.layer_maps(model, talk, targets, name, grids, layered, request.objective, orders)
+        by_method, scores = cams.layer_maps(model, talk, making.targets, name, grids, layered, request.objective, orders)
         made += [TokenMaps(method, name, by_method[method]) for method in layered]
-    image = family.image_tokens(model, talk.inputs)[0]
-    for method in request.methods:
-        if method == PIXEL_METHOD:
-            pixels = cams.integrated_gradients(model, talk, targets, request.steps, request.objective)
-            made.append(TokenMaps(method, "pixels", pixels.sum(1)))
-        elif method == "rollout":
-            made.append(TokenMaps(method, "language", attention.rollout(model, talk, targets, image)))
-        elif method == "chefer":
-            made.append(TokenMaps(method, "language", attention.chefer(model, talk, targets, image, request.objective)))
+    made += [makers[method](making) for method in request.methods if method in makers]
     if scores is None:
         with torch.no_grad():
             scores = token_scores(model, talk, objective=request.objective)[0]
@@ -143,27 +161,22 @@ def _maps(model, family, talk, targets, request) -> tuple[tuple[TokenMaps, ...],
     return tuple(sorted(made, key=lambda m: order[m.method])), scores
 
 
-def _perturbed(model, processor, talk, photo, targets, request) -> tuple[TokenMaps, ...]:
-    """The perturbation methods' maps of every target ((K, H, W) at the photo's pixels, a
-    target's drops summed over its tokens): occlusion by windows of a quarter of the photo's
-    shorter side moving by half a window, feature ablation over 16 SLIC superpixels, each
-    switched off to white (captum's ``ImageMaskInput`` default). The maps keep the part of the
-    photo the model sees (``perturbation.seen_region``), as the pictures show it."""
-    from hookviz.vlm import perturbation
+@MAP_MAKERS.register("integrated-gradients")
+def _integrated_gradients(making: Making) -> TokenMaps:
+    request = making.request
+    pixels = cams.integrated_gradients(making.model, making.conversation, making.targets, request.steps, request.objective)
+    return TokenMaps("integrated-gradients", "pixels", pixels.sum(1))
 
-    made = []
-    for method in (m for m in request.methods if m in PERTURBATION_METHODS):
-        if method == "occlusion":
-            window = max(1, min(photo.height, photo.width) // 4)
-            found = perturbation.occlusion(
-                model, processor, talk, photo, window, max(1, window // 2), objective=request.objective
-            )
-        else:
-            found = perturbation.feature_ablation(model, processor, talk, photo, objective=request.objective)
-        rows, cols = perturbation.seen_region(processor, photo)
-        maps = torch.stack([found.maps[list(target.tokens)].sum(0)[rows, cols] for target in targets])
-        made.append(TokenMaps(method, "photo", maps))
-    return tuple(made)
+
+@MAP_MAKERS.register("rollout")
+def _rollout(making: Making) -> TokenMaps:
+    return TokenMaps("rollout", "language", attention.rollout(making.model, making.conversation, making.targets, making.image))
+
+
+@MAP_MAKERS.register("chefer")
+def _chefer(making: Making) -> TokenMaps:
+    maps = attention.chefer(making.model, making.conversation, making.targets, making.image, making.request.objective)
+    return TokenMaps("chefer", "language", maps)
 
 
 def _seen(processor, talk: Conversation) -> np.ndarray:

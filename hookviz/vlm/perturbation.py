@@ -28,6 +28,7 @@ import torch
 
 from hookviz.budget import measuring
 from hookviz.errors import UsageError, arg
+from hookviz.vlm.explain import MAP_MAKERS, TokenMaps
 from hookviz.vlm.scoring import token_scores
 
 __all__ = ["BASELINES", "Perturbation", "feature_ablation", "occlusion", "perturb", "seen_region", "superpixels", "windows"]
@@ -173,3 +174,30 @@ def seen_region(processor, photo) -> tuple[slice, slice]:
     height, width = min(photo.height, round(crop["height"] / scale)), min(photo.width, round(crop["width"] / scale))
     top, left = (photo.height - height) // 2, (photo.width - width) // 2
     return slice(top, top + height), slice(left, left + width)
+
+
+def _token_maps(making, method: str, found: Perturbation):
+    """``found``'s maps of ``making``'s targets (a target's drops summed over its tokens), kept to
+    the part of the photo the model sees (``seen_region``), as the pictures show it."""
+    rows, cols = seen_region(making.processor, making.photo)
+    maps = torch.stack([found.maps[list(target.tokens)].sum(0)[rows, cols] for target in making.targets])
+    return TokenMaps(method, "photo", maps)
+
+
+@MAP_MAKERS.register("occlusion")
+def _occlusion(making):
+    """Occlusion by windows of a quarter of the photo's shorter side moving by half a window,
+    each switched off to white (captum's ``ImageMaskInput`` default)."""
+    photo = making.photo
+    window = max(1, min(photo.height, photo.width) // 4)
+    talk, objective = making.conversation, making.request.objective
+    found = occlusion(making.model, making.processor, talk, photo, window, max(1, window // 2), objective=objective)
+    return _token_maps(making, "occlusion", found)
+
+
+@MAP_MAKERS.register("feature-ablation")
+def _feature_ablation(making):
+    """Feature ablation over 16 SLIC superpixels, each switched off to white."""
+    talk, objective = making.conversation, making.request.objective
+    found = feature_ablation(making.model, making.processor, talk, making.photo, objective=objective)
+    return _token_maps(making, "feature-ablation", found)
