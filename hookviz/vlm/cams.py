@@ -40,15 +40,19 @@ def recorded(module: torch.nn.Module) -> Iterator[list]:
         handle.remove()
 
 
-def as_grid(output: torch.Tensor, grids: list[tuple[int, int]], layer: str) -> torch.Tensor:
+def as_grid(output: torch.Tensor, grids: list[tuple[int, int]], layer: str, orders=()) -> torch.Tensor:
     """A layer's output (1, n, C) or (n, C) as (1, C, rows, cols) on the first of ``grids`` it fills
-    (a class token before the grid dropped).
+    (a class token before the grid dropped). ``orders[i]``, where given, picks grid i's tokens
+    row by row from a layer whose tokens run otherwise (a family's ``vision_order``: Qwen2-VL's
+    merge blocks, Idefics3's tiles, their global tile left out).
 
     Raises:
         UnknownLayerError: its tokens fill none of the grids.
     """
     tokens = output.reshape(-1, output.shape[-1])
-    for rows, cols in grids:
+    for (rows, cols), order in zip(grids, [*orders, *[None] * len(grids)]):
+        if order is not None and order.numel() == rows * cols and tokens.shape[0] > int(order.max()):
+            return tokens[order.to(tokens.device)].reshape(1, rows, cols, -1).permute(0, 3, 1, 2)
         if tokens.shape[0] in (rows * cols, rows * cols + 1):
             kept = tokens[tokens.shape[0] - rows * cols :]
             return kept.reshape(1, rows, cols, -1).permute(0, 3, 1, 2)
@@ -71,7 +75,7 @@ def check_layer_method(name: str) -> None:
         )
 
 
-def layer_maps(model, conversation, targets, module_name: str, grids, methods, objective: str = "logit"):
+def layer_maps(model, conversation, targets, module_name: str, grids, methods, objective: str = "logit", orders=()):
     """``{method: (K, rows, cols)}``: each method's map of each of the K ``targets`` at the module
     ``module_name``, from one forward pass and K backward passes; and the scores (T,)."""
     module = model.get_submodule(module_name)
@@ -80,12 +84,14 @@ def layer_maps(model, conversation, targets, module_name: str, grids, methods, o
     if not outputs:
         raise UnknownLayerError(f"{arg('layers', module_name)}: the forward pass never ran it; choose another layer")
     raw = outputs[-1]
-    activations = as_grid(raw, grids, module_name).detach().float()
+    activations = as_grid(raw, grids, module_name, orders).detach().float()
     found: dict[str, list[torch.Tensor]] = {name: [] for name in methods}
     for target in targets:
         (gradient,) = torch.autograd.grad(scores[list(target.tokens)].sum(), raw, retain_graph=True, allow_unused=True)
         gradient = torch.zeros_like(raw) if gradient is None else gradient
-        context = MethodContext(activations, as_grid(gradient, grids, module_name).float(), module, module_name, model=model)
+        context = MethodContext(
+            activations, as_grid(gradient, grids, module_name, orders).float(), module, module_name, model=model
+        )
         for name in methods:
             method = get_method(name)
             settings = method.options() if method.options is not None else None

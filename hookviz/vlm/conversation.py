@@ -105,12 +105,20 @@ def _check_length(model, length: int, answer: int, what: str) -> None:
         )
 
 
+#: Per-token inputs a processor makes over the prompt, and their value over the answer: the
+#: attention mask (1), Qwen2-VL's ``mm_token_type_ids`` (0: text), PaliGemma's ``token_type_ids``
+#: (1: a suffix, read causally, as generate reads what it writes).
+ANSWER_VALUES = {"attention_mask": 1, "mm_token_type_ids": 0, "token_type_ids": 1}
+
+
 def _joined(inputs: Mapping[str, torch.Tensor], answer_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    joined = dict(inputs)
+    """Prompt and answer as one sequence; PaliGemma's training ``labels`` left out."""
+    joined = {key: value for key, value in inputs.items() if key != "labels"}
     joined["input_ids"] = torch.cat([inputs["input_ids"], answer_ids[None].to(inputs["input_ids"])], dim=1)
-    if "attention_mask" in inputs:
-        ones = torch.ones(1, len(answer_ids), dtype=inputs["attention_mask"].dtype)
-        joined["attention_mask"] = torch.cat([inputs["attention_mask"], ones], dim=1)
+    for key, value in ANSWER_VALUES.items():
+        if key in inputs:
+            more = torch.full((1, len(answer_ids)), value, dtype=inputs[key].dtype)
+            joined[key] = torch.cat([inputs[key], more], dim=1)
     return joined
 
 

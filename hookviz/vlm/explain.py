@@ -26,7 +26,9 @@ __all__ = ["MAP_MAKERS", "Making", "TokenMaps", "VlmExplanation", "VlmRequest", 
 #: ``--cam`` name: ``maker(making) -> TokenMaps`` (a ``Making``). Built-ins: integrated gradients,
 #: rollout, Chefer's relevancy; a module named in ``modules`` (or a plug-in) adds its own with
 #: ``MAP_MAKERS.register(name)`` (perturbation: occlusion, feature ablation).
-MAP_MAKERS: Registry[Callable[..., Any]] = Registry("cam", "vision-language method", modules=built_in("hookviz.vlm", "explain"))
+MAP_MAKERS: Registry[Callable[..., Any]] = Registry(
+    "cam", "vision-language method", modules=built_in("hookviz.vlm", "explain perturbation")
+)
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,13 @@ def _maps(making: Making) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
     made: list[TokenMaps] = []
     layered = [m for m in request.methods if m not in makers]
     grids = [family.vision_grid(model, talk.inputs), making.image.grid]
+    # the tower's and the projector's tokens, where they run otherwise than row by row (Qwen2-VL, Idefics3)
+    orders = [getattr(family, kind, None) for kind in ("vision_order", "projector_order")]
+    orders = [order(model, talk.inputs) if order else None for order in orders]
     scores = None
     for layer in (request.layers or ("vision",)) if layered else ():
         name = resolve_layer(model, family, layer)
-        by_method, scores = cams.layer_maps(model, talk, making.targets, name, grids, layered, request.objective)
+        by_method, scores = cams.layer_maps(model, talk, making.targets, name, grids, layered, request.objective, orders)
         made += [TokenMaps(method, name, by_method[method]) for method in layered]
     made += [makers[method](making) for method in request.methods if method in makers]
     if scores is None:

@@ -62,7 +62,9 @@ class VlmFamily(Protocol):
         ...
 
 
-VLM_FAMILIES: Registry[Any] = Registry("model", "vision-language family", modules=built_in("hookviz.vlm.families", "llava"))
+VLM_FAMILIES: Registry[Any] = Registry(
+    "model", "vision-language family", modules=built_in("hookviz.vlm.families", "llava qwen2_vl paligemma idefics3")
+)
 
 
 def register_vlm_family(family_class):

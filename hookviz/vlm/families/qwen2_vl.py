@@ -1,0 +1,65 @@
+"""Qwen2-VL and Qwen2.5-VL (``Qwen2VLForConditionalGeneration``, ``Qwen2_5_VLForConditionalGeneration``):
+dynamic resolution. The processor scales a photo to a multiple of the patch side times the merge
+(14 x 2 pixels) and cuts it into a (t, h, w) grid of patches, which it reports as
+``image_grid_thw``; the tower reads the patches in merge blocks (each 2 x 2 block of neighbours
+one after the other, the blocks row by row), and its merger makes each block one token of the
+language model, so a photo's tokens form an (h / 2, w / 2) grid, row by row, where the prompt
+had its image pad token.
+
+A CAM at a tower block sees the tower's order; ``vision_order`` gives, for each cell of the
+(h, w) patch grid row by row, the tower's token there."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from hookviz.vlm.families.base import ImageTokens, model_type, part, positions_of, qualified_name, register_vlm_family
+
+__all__ = ["Qwen2Vl"]
+
+CLASSES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration")
+
+
+def _merge(model) -> int:
+    return int(model.config.vision_config.spatial_merge_size)
+
+
+def _grids(inputs: Mapping) -> list[tuple[int, int]]:
+    """Each image's (h, w) patch grid, as ``image_grid_thw`` gives it (a photo's t is 1)."""
+    return [(int(h), int(w)) for _t, h, w in inputs["image_grid_thw"].tolist()]
+
+
+@register_vlm_family
+class Qwen2Vl:
+    name = "qwen2_vl"
+
+    def matches(self, model) -> bool:
+        return type(model).__name__ in CLASSES or model_type(model) in ("qwen2_vl", "qwen2_5_vl")
+
+    def vision_grid(self, model, inputs: Mapping) -> tuple[int, int]:
+        return _grids(inputs)[0]
+
+    def vision_order(self, model, inputs: Mapping) -> torch.Tensor:
+        """(h * w,) long: for each patch of the first image's grid, row by row, its index among
+        the tower's tokens (which run merge block by merge block)."""
+        (height, width), merge = self.vision_grid(model, inputs), _merge(model)
+        rows, cols = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+        block = (rows // merge) * (width // merge) + cols // merge
+        return (block * merge * merge + (rows % merge) * merge + cols % merge).flatten()
+
+    def image_tokens(self, model, inputs: Mapping) -> list[ImageTokens]:
+        merge, found = _merge(model), []
+        token = int(model.config.image_token_id)
+        for positions, (height, width) in zip(positions_of(inputs["input_ids"], token), _grids(inputs)):
+            found.append(ImageTokens(positions, (height // merge, width // merge)))
+        return found
+
+    def default_layers(self, model) -> dict[str, str]:
+        tower = part(model, "model.visual", "visual")
+        return {"vision": qualified_name(model, tower.blocks[-1]), "projector": qualified_name(model, tower.merger)}
+
+    def language_layers(self, model) -> list[str]:
+        language = part(model, "model.language_model", "model")
+        return [qualified_name(model, layer) for layer in language.layers]

@@ -1,0 +1,138 @@
+"""Each vision-language family's image tokens and grids sit over the right place in the photo.
+
+On the tiny models of ``tests/vlm_families.py`` with the tower's attention cut (its output
+projections zeroed, so each patch's features depend on that patch's pixels alone), changing the
+pixels under one cell of a family's grid changes the language model's input only at the image
+token the family puts over that cell, and the tower's output only at the patch ``vision_order``
+puts there. A wrong order (columns for rows, Qwen2-VL's merge blocks read as rows, Idefics3's
+tiles one after the other) moves the change elsewhere and fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests import vlm_families
+
+#: family -> (builder's keywords, photo (height, width) the processor keeps as it is, the tower).
+CASES = {
+    "qwen2_vl": ({}, (24, 48), "model.visual"),
+    "paligemma": ({}, (16, 16), "model.vision_tower"),
+    "idefics3": ({"smolvlm": True}, (32, 48), "model.vision_model"),
+}
+
+
+def _load(name: str, tmp_path):
+    import transformers
+
+    keywords, size, tower = CASES[name]
+    folder = vlm_families.BUILDERS[name](tmp_path / name, **keywords)
+    model = transformers.AutoModelForImageTextToText.from_pretrained(folder).eval()
+    processor = transformers.AutoProcessor.from_pretrained(folder)
+    with torch.no_grad():  # each patch's features from its own pixels only
+        for part, module in model.get_submodule(tower).named_modules():
+            if part.endswith(("attn.proj", "self_attn.out_proj")):
+                module.weight.zero_()
+                module.bias.zero_()
+    return model, processor, size
+
+
+def _inputs(processor, pixels):
+    from PIL import Image
+
+    if processor.chat_template:
+        chat = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the photo."}]}]
+        text = processor.apply_chat_template(chat, add_generation_prompt=True)
+    else:
+        text = "<image>describe the photo"
+    return dict(processor(text=text, images=Image.fromarray(pixels), return_tensors="pt"))
+
+
+def _seen(model, layer: str, inputs, output: bool) -> torch.Tensor:
+    """``layer``'s first input (the decoder layer's hidden states) or output, tokens flattened."""
+    seen = []
+
+    def keep(_module, args, kwargs, result=None):
+        value = (result[0] if isinstance(result, tuple) else result) if output else (args[0] if args else kwargs["hidden_states"])
+        seen.append(value.detach().reshape(-1, value.shape[-1]))
+
+    module = model.get_submodule(layer)
+    hook = (
+        module.register_forward_hook(keep, with_kwargs=True)
+        if output
+        else module.register_forward_pre_hook(keep, with_kwargs=True)
+    )
+    with torch.no_grad(), hook:
+        model(**inputs)
+    return seen[0]
+
+
+def _changed(before: torch.Tensor, after: torch.Tensor) -> set[int]:
+    return set(torch.nonzero((before - after).abs().amax(-1) > 1e-5).flatten().tolist())
+
+
+def _photos(size, grid, cell):
+    """A seeded photo, and the same with the pixels under ``cell`` of ``grid`` over the photo changed."""
+    import numpy as np
+
+    pixels = np.random.default_rng(0).integers(0, 256, (*size, 3), dtype=np.uint8)
+    changed = pixels.copy()
+    (height, width), (rows, cols) = size, grid
+    row, col = cell
+    under = (slice(row * height // rows, (row + 1) * height // rows), slice(col * width // cols, (col + 1) * width // cols))
+    changed[under] = 255 - changed[under]
+    return pixels, changed
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_change_under_one_cell_reaches_only_the_token_over_it(name, tmp_path):
+    from hookviz.vlm.families.base import family_of
+
+    model, processor, size = _load(name, tmp_path)
+    family = family_of(model)
+    assert family.name == name
+    first = _inputs(processor, _photos(size, (1, 1), (0, 0))[0])
+    tokens = family.image_tokens(model, first)[0]
+    image_token = int(getattr(model.config, "image_token_id", None) or model.config.image_token_index)
+    everything = set(torch.nonzero(first["input_ids"][0] == image_token).flatten().tolist())
+    other_images = everything - set(tokens.positions.tolist())  # Idefics3's global tile sees the whole photo
+    decoder = family.language_layers(model)[0]
+    for cell in [(1, 2), (tokens.grid[0] - 1, 0)]:
+        before, after = (_inputs(processor, pixels) for pixels in _photos(size, tokens.grid, cell))
+        changed = _changed(_seen(model, decoder, before, False), _seen(model, decoder, after, False)) - other_images
+        assert changed == {int(tokens.positions[cell[0] * tokens.grid[1] + cell[1]])}, (cell, changed)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_change_under_one_patch_reaches_only_the_towers_token_there(name, tmp_path):
+    from hookviz.vlm.families.base import family_of
+
+    model, processor, size = _load(name, tmp_path)
+    family = family_of(model)
+    first = _inputs(processor, _photos(size, (1, 1), (0, 0))[0])
+    grid, order = family.vision_grid(model, first), family.vision_order(model, first)
+    layers = family.default_layers(model)
+    assert {type(model.get_submodule(layers[key])).__name__ for key in ("vision", "projector")} and family.language_layers(model)
+    assert sorted(order.tolist()) == list(range(grid[0] * grid[1]))
+    for cell in [(1, 2), (grid[0] - 1, grid[1] - 3)]:
+        before, after = (_inputs(processor, pixels) for pixels in _photos(size, grid, cell))
+        changed = _changed(_seen(model, layers["vision"], before, True), _seen(model, layers["vision"], after, True))
+        assert changed - set(range(grid[0] * grid[1], 10**6)) == {int(order[cell[0] * grid[1] + cell[1]])}, (cell, changed)
+
+
+def test_a_tower_layers_map_is_laid_out_by_the_familys_vision_order(tmp_path):
+    """Qwen2-VL's tower runs merge block by merge block: as_grid puts each patch's features on
+    its own cell (before, they were read row by row and scrambled the map)."""
+    from hookviz.vlm.cams import as_grid
+    from hookviz.vlm.families.base import family_of
+
+    model, processor, size = _load("qwen2_vl", tmp_path)
+    inputs = _inputs(processor, _photos(size, (1, 1), (0, 0))[0])
+    family = family_of(model)
+    rows, cols = family.vision_grid(model, inputs)
+    order = family.vision_order(model, inputs)
+    cells = torch.arange(rows * cols, dtype=torch.float32)
+    tower = torch.empty(rows * cols, 1)
+    tower[order, 0] = cells  # the tower's token at index order[k] sits over cell k
+    laid = as_grid(tower, [(rows, cols)], "model.visual.blocks.1", [order])
+    assert torch.equal(laid.reshape(-1), cells)
