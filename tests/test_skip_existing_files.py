@@ -74,15 +74,15 @@ def test_a_frame_replaced_by_an_older_copy_of_its_size_redoes_the_clip(tmp_path)
 
 
 def test_the_identity_of_several_files_keeps_each_one_and_reads_back(tmp_path):
-    from hookviz.inputs.identity import Match, PhotoIdentity, match_files
+    from hookviz.inputs.identity import Match, SampleIdentity, match_files
 
     files = [tmp_path / "a.png", tmp_path / "a.npy"]
     files[0].write_bytes(b"photo")
     files[1].write_bytes(b"depth-1")
     os.utime(files[0], ns=(0, files[1].stat().st_mtime_ns + 10**9))  # the photo is the newest
-    recorded = PhotoIdentity.of_files(files)
-    assert PhotoIdentity.from_json(json.loads(json.dumps(recorded.to_json()))) == recorded
+    recorded = SampleIdentity.of_files(files)
+    assert SampleIdentity.from_json(json.loads(json.dumps(recorded.to_json()))) == recorded
     assert [entry["size"] for entry in recorded.to_json()["files"]] == [5, 7] and match_files(recorded, files) == Match.SAME
     _older_copy(files[1], lambda p: p.write_bytes(b"depth-2"))
     assert match_files(recorded, files) == Match.CHANGED
-    assert "files" not in PhotoIdentity.of_files(files[:1]).to_json()  # a photo's stays as it was
+    assert "files" not in SampleIdentity.of_files(files[:1]).to_json()  # a photo's stays as it was

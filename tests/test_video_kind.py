@@ -168,9 +168,9 @@ def test_a_folder_of_frames_is_prepared_as_its_photos(tmp_path):
     processing = Preprocessing(resize=24, size=24)
     sample = kind.prepare(loaded, processing, BIG, settings)
     assert sample.tensor.shape == (3, 4, 24, 24) and sample.times == loaded.times and sample.main == "clip"
-    from hookviz.inputs.images import LoadedImage, prepare
+    from hookviz.inputs.images import LoadedSample, prepare
 
-    third = prepare(LoadedImage(None, Image.fromarray(moving_square(4))), processing, BIG)
+    third = prepare(LoadedSample(None, Image.fromarray(moving_square(4))), processing, BIG)
     assert np.allclose(sample.tensor[:, 2].numpy(), third.tensor.numpy())  # each frame as the photo path makes it
     assert sample.shown.shape == (49, 49, 3)  # 2 x 2 tiles of 24 and a 1-pixel gap
 

@@ -17,7 +17,7 @@ from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.anatomy.layers import LayerSpec, default_layer, resolve_layers
 from hookviz.errors import UsageError, arg
 from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
-from hookviz.inputs.images import PreparedImage, Preprocessing
+from hookviz.inputs.images import PreparedSample, Preprocessing
 from hookviz.models.sources.base import LoadedModel
 from hookviz.options import InputOptions, LayerOptions, TargetOptions, TrustOptions
 from hookviz.options.declared import asked_of
@@ -158,7 +158,7 @@ class Explainer:
 
     # -- explaining
 
-    def prepare(self, image) -> PreparedImage:
+    def prepare(self, image) -> PreparedSample:
         """A photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, a uint8 tensor as
         ``torchvision.io.read_image`` returns it) preprocessed as the model expects, or a float
         (C, H, W) tensor (a signal's (C, L), a clip's (C, T, H, W)) taken as the model's input as it is. A model of another sample kind
@@ -171,7 +171,7 @@ class Explainer:
         from hookviz.explaining.tensor_inputs import as_signal, from_signal
         from hookviz.samples.photo import prepared_photo
 
-        if isinstance(image, PreparedImage) or _is_sample(image):
+        if isinstance(image, PreparedSample) or _is_sample(image):
             return image
         if isinstance(image, Mapping):
             return self._inputs(image)
@@ -251,7 +251,7 @@ class Explainer:
 
         return SampleBatch(samples, self.task, self.model.module, self.device, self.target, self.task_options)
 
-    def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
+    def explain_batch(self, images: Sequence[PreparedSample], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
         """Explain prepared images in one forward and backward pass (see ``explaining.passes.explain_batch``),
         then measure how far to trust each CAM when ``trust`` asks (``hookviz.trust``)."""
         explanations = explain_batch(self, images, summaries)

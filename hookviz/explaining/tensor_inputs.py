@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from hookviz.errors import UsageError, arg
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.samples.shown import signal_picture
 
 __all__ = ["as_signal", "from_signal"]
@@ -35,7 +35,7 @@ def as_signal(image, channels: int):
     return tensor if tensor.dim() in (2, 4) and not batch_of_one_photo else None
 
 
-def from_signal(tensor, preprocessing: Preprocessing) -> PreparedImage:
+def from_signal(tensor, preprocessing: Preprocessing) -> PreparedSample:
     """A (C, L) signal or a (C, T, H, W) clip taken as the model's input as it is. What
     pictures draw it on: the signal as one grey band per channel (its own min to max), the
     clip's frames as they were before normalisation, tiled as its maps are (``anatomy.slices``)."""
@@ -54,4 +54,4 @@ def from_signal(tensor, preprocessing: Preprocessing) -> PreparedImage:
         frames = np.repeat(frames, 3, axis=3) if channels == 1 else frames[..., :3]
         tiles = tiling(tuple(frames.shape[:3]))
         shown = tiles.flat(frames[list(tiles.indices)], np.uint8(140))
-    return PreparedImage(LoadedImage(None, Image.fromarray(np.ascontiguousarray(shown))), tensor, shown)
+    return PreparedSample(LoadedSample(None, Image.fromarray(np.ascontiguousarray(shown))), tensor, shown)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hookviz.errors import UsageError, arg
-from hookviz.inputs.identity import Match, PhotoIdentity, match_files
+from hookviz.inputs.identity import Match, SampleIdentity, match_files
 from hookviz.registry import Registry, built_in
 
 __all__ = [
@@ -36,12 +36,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Sample:
-    """One sample as the model sees it (a photo's is ``hookviz.inputs.images.PreparedImage``,
+    """One sample as the model sees it (a photo's is ``hookviz.inputs.images.PreparedSample``,
     which has the same members).
 
     Attributes:
         source: what was decoded: its ``path``, ``label``, ``notes`` and ``identity`` (the
-            ``PhotoIdentity`` report.json keeps), as a ``LoadedImage`` has them.
+            ``SampleIdentity`` report.json keeps), as a ``LoadedSample`` has them.
         tensors: the model's inputs by name, each without a batch dimension.
         shown: what its overlays are drawn over, (H, W, 3) uint8, at the main input's size.
         whole: the whole picture, when a CAM is drawn on it instead (``mode="whole"``).
@@ -108,16 +108,16 @@ class SampleKind(Protocol):
         """
 
     def prepare(self, loaded, preprocessing, max_pixels: int, settings):
-        """The decoded sample as the model's inputs: a ``Sample`` (or ``PreparedImage``)."""
+        """The decoded sample as the model's inputs: a ``Sample`` (or ``PreparedSample``)."""
 
     def blank(self, preprocessing, settings) -> tuple:
         """The model's positional inputs for a blank sample, a batch of one (the dry pass
         that recognises the task and finds the default layer), as ``settings`` shape one."""
 
-    def identity(self, path: Path) -> PhotoIdentity:
+    def identity(self, path: Path) -> SampleIdentity:
         """What report.json keeps of the sample's files (``--skip-existing`` compares it)."""
 
-    def match(self, recorded: PhotoIdentity | None, path: Path) -> Match:
+    def match(self, recorded: SampleIdentity | None, path: Path) -> Match:
         """How the sample at ``path`` relates to the one a report was made from."""
 
 
@@ -149,10 +149,10 @@ class SampleKindBase:
     def split(self, paths: Sequence[Path], settings) -> list[Path]:
         return list(paths)
 
-    def identity(self, path: Path) -> PhotoIdentity:
-        return PhotoIdentity.of_files(self.files(path))
+    def identity(self, path: Path) -> SampleIdentity:
+        return SampleIdentity.of_files(self.files(path))
 
-    def match(self, recorded: PhotoIdentity | None, path: Path) -> Match:
+    def match(self, recorded: SampleIdentity | None, path: Path) -> Match:
         return match_files(recorded, self.files(path))
 
 

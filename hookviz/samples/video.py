@@ -25,8 +25,8 @@ import numpy as np
 
 from hookviz.errors import ImageError, UsageError, arg, display_path
 from hookviz.inputs.discovery import IMAGE_SUFFIXES, is_output_folder
-from hookviz.inputs.identity import PhotoIdentity
-from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
+from hookviz.inputs.identity import SampleIdentity
+from hookviz.inputs.images import LoadedSample, Preprocessing, load_image, prepare
 from hookviz.inputs.parts import part_key, split_part
 from hookviz.options.declared import option
 from hookviz.samples.base import Sample, SampleKindBase, register_sample_kind
@@ -80,13 +80,13 @@ class Clip(Sample):
 @dataclass(frozen=True)
 class LoadedClip:
     """A decoded clip: its frames (T, H, W, 3) uint8 and their ``times``; ``decoded``: how many
-    frames the decoder decoded for it. Has a ``LoadedImage``'s ``path``, ``label``, ``notes``, ``identity``."""
+    frames the decoder decoded for it. Has a ``LoadedSample``'s ``path``, ``label``, ``notes``, ``identity``."""
 
     path: Path
     frames: np.ndarray = field(repr=False)
     times: tuple[float, ...]
     notes: tuple[str, ...] = ()
-    identity: PhotoIdentity | None = None
+    identity: SampleIdentity | None = None
     decoded: int = 0
 
     @property
@@ -215,7 +215,7 @@ class Video(SampleKindBase):
     def prepare(self, loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: int, settings=None) -> Clip:
         tensor = _clip_tensor(loaded, preprocessing, max_pixels)
         shown = _shown(tensor, preprocessing)
-        source = LoadedImage(loaded.path, _first_frame(loaded), loaded.notes, loaded.identity)
+        source = LoadedSample(loaded.path, _first_frame(loaded), loaded.notes, loaded.identity)
         return Clip(source, {self.main: tensor}, shown, main=self.main, times=loaded.times)
 
     def blank(self, preprocessing: Preprocessing, settings: VideoOptions) -> tuple:
@@ -224,7 +224,7 @@ class Video(SampleKindBase):
         frames = int(settings.frames or DEFAULT_FRAMES) if settings is not None else DEFAULT_FRAMES
         return (torch.zeros(1, preprocessing.channels, frames, *preprocessing.trace_size),)
 
-    def _identity(self, path: Path) -> PhotoIdentity | None:
+    def _identity(self, path: Path) -> SampleIdentity | None:
         try:
             return self.identity(path)
         except OSError as exc:
@@ -319,8 +319,8 @@ def _clip_tensor(loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: i
             what = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise ImageError(f"{loaded.label}: {transform.origin} returned {what}, not a (C, T, H, W) float tensor")
         return tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
-    prepared = [prepare(LoadedImage(loaded.path, Image.fromarray(frame)), preprocessing, max_pixels) for frame in loaded.frames]
-    tensors: list = [frame.tensor for frame in prepared]  # PreparedImage types its tensor loosely
+    prepared = [prepare(LoadedSample(loaded.path, Image.fromarray(frame)), preprocessing, max_pixels) for frame in loaded.frames]
+    tensors: list = [frame.tensor for frame in prepared]  # PreparedSample types its tensor loosely
     return torch.stack(tensors, dim=1)
 
 

@@ -4,7 +4,7 @@ Only ``report_records`` (``report.json``) and ``run_records`` (``run.json``) kno
 ``documents`` holds what the two share, and this module gathers their names. Each record is
 a frozen dataclass with ``to_json`` (the document written) and ``from_json`` (a document read back, as forgiving as a file
 that an older hookviz wrote, or a person edited, needs). Values whose class elsewhere owns
-their JSON (``PhotoIdentity``, ``Layout``) are read back as those classes; the few that
+their JSON (``SampleIdentity``, ``Layout``) are read back as those classes; the few that
 only their writer interprets (the preprocessing, a task's prediction details, statistics)
 stay JSON values.
 

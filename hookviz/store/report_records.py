@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hookviz.anatomy.featuremaps import Layout
-from hookviz.inputs.identity import PhotoIdentity, ReferenceIdentity
+from hookviz.inputs.identity import SampleIdentity, ReferenceIdentity
 from hookviz.store.documents import (
     REPORT_SCHEMA,
     SCHEMA_KEY,
@@ -328,7 +328,7 @@ class Report:
 
     hookviz: str | None = None
     image: str | None = None
-    photo: PhotoIdentity | None = None
+    photo: SampleIdentity | None = None
     task: str | None = None
     notes: tuple[str, ...] = ()
     model: str | None = None
@@ -406,7 +406,7 @@ class Report:
         return cls(
             hookviz=read_text(document.get("hookviz")),
             image=read_text(document.get("image")),
-            photo=PhotoIdentity.from_json(document.get("photo")),
+            photo=SampleIdentity.from_json(document.get("photo")),
             task=read_text(document.get("task")),
             notes=read_texts(document.get("notes")),
             model=read_text(document.get("model")),
