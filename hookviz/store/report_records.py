@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hookviz.anatomy.featuremaps import Layout
-from hookviz.inputs.identity import SampleIdentity, ReferenceIdentity
+from hookviz.inputs.identity import ReferenceIdentity, SampleIdentity
 from hookviz.store.documents import (
     REPORT_SCHEMA,
     SCHEMA_KEY,
