@@ -117,15 +117,15 @@ def test_deep_colour_big_frames_and_a_variable_rate_are_decoded_with_a_note(tmp_
 def test_the_options_settle_against_the_model(tmp_path):
     kind = get_sample_kind("video")
     model = type("Loaded", (), {"module": VideoNet(frames=6)})()
-    assert kind.settle(VideoOptions(), model).frames == 6  # the model's own
-    assert kind.settle(VideoOptions(), type("Loaded", (), {"module": VideoNet()})()).frames == 16
-    settled = kind.settle(VideoOptions(frames="8", start="1.5", end="3"), model)  # the command line gives text
+    assert kind.settings_for_model(VideoOptions(), model).frames == 6  # the model's own
+    assert kind.settings_for_model(VideoOptions(), type("Loaded", (), {"module": VideoNet()})()).frames == 16
+    settled = kind.settings_for_model(VideoOptions(frames="8", start="1.5", end="3"), model)  # the command line gives text
     assert (settled.frames, settled.start, settled.end) == (8, 1.5, 3.0)
     for given, words in (({"frames": 0}, "1 to 1024"), ({"frames": "x"}, "give a whole number"), ({"start": -1}, "0 or more")):
         with pytest.raises(UsageError, match=words):
-            kind.settle(VideoOptions(**given), model)
+            kind.settings_for_model(VideoOptions(**given), model)
     with pytest.raises(UsageError, match="must be after"):
-        kind.settle(VideoOptions(start=2, end=1), model)
+        kind.settings_for_model(VideoOptions(start=2, end=1), model)
 
 
 def test_the_options_group_is_registered_and_its_names_are_its_own():

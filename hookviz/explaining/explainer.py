@@ -85,14 +85,14 @@ class Explainer:
                 task's or sample kind's options.
         """
         from hookviz.anatomy.geometry import declared_layout
-        from hookviz.samples import get_sample_kind, kind_settings, settled
+        from hookviz.samples import get_sample_kind, kind_settings, settings_for_model
         from hookviz.tasks import get_task
         from hookviz.tasks.targets import parse_target
 
         _refuse_raw_yolo(model)
         model = _chosen_kind(_uncompiled(model), sample_options)
         kind = get_sample_kind(model.sample_kind)
-        settings = settled(kind, kind_settings(kind, sample_options, model.name), model)
+        settings = settings_for_model(kind, kind_settings(kind, sample_options, model.name), model)
         processing = _run_processing(model, preprocessing, settings)
         model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing), settings)
         task = get_task(model.task)
@@ -168,7 +168,7 @@ class Explainer:
             ImageError: the file cannot be read or used.
             UsageError: an array or tensor of a shape that is neither, or an array of pixels of another dtype.
         """
-        from hookviz.explaining.tensor_inputs import as_signal, from_signal
+        from hookviz.explaining.tensor_inputs import sample_of_tensor, signal_or_clip
         from hookviz.samples.photo import prepared_photo
 
         if isinstance(image, PreparedSample) or _is_sample(image):
@@ -177,9 +177,9 @@ class Explainer:
             return self._inputs(image)
         if self.kind.name != "photo":
             return self._sample(image)
-        signal = as_signal(image, self.preprocessing.channels)
+        signal = signal_or_clip(image, self.preprocessing.channels)
         if signal is not None:  # a signal's or a clip's float tensor: the model's input as it is
-            return from_signal(signal, self.preprocessing)
+            return sample_of_tensor(signal, self.preprocessing)
         self.check_photos()
         return prepared_photo(image, self.preprocessing, self.max_pixels)
 
@@ -221,7 +221,7 @@ class Explainer:
 
     def _inputs(self, given: Mapping):
         """A sample of several inputs from ``given`` (forward argument name or position: a path or a value in memory)."""
-        from hookviz.samples import get_sample_kind, settled
+        from hookviz.samples import get_sample_kind, settings_for_model
         from hookviz.samples.multi import MULTI, MultiOptions
 
         if self.model.sample_kind != MULTI:
@@ -230,7 +230,7 @@ class Explainer:
                 "(or hookviz.run), or bind the inputs with input=..."
             )
         base = self.sample_settings if isinstance(self.sample_settings, MultiOptions) else MultiOptions()
-        settings = settled(get_sample_kind(MULTI), replace(base, input=tuple(given.items()), sources=()), self.model)
+        settings = settings_for_model(get_sample_kind(MULTI), replace(base, input=tuple(given.items()), sources=()), self.model)
         bound = get_sample_kind(MULTI).bind(settings)  # type: ignore[attr-defined]  # the multi kind binds
         return bound.prepare(bound.loaded_in_memory(self.max_pixels), self.preprocessing, self.max_pixels)
 

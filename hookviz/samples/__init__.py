@@ -9,8 +9,8 @@ from hookviz.samples.base import (
     get_sample_kind,
     kind_settings,
     register_sample_kind,
-    settled,
-    split,
+    sample_keys,
+    settings_for_model,
 )
 from hookviz.samples.batch import ModelInputs, SampleBatch
 from hookviz.samples.multi import MultiOptions  # registers the multi-input kind, so its flags exist
@@ -28,6 +28,6 @@ __all__ = [
     "get_sample_kind",
     "kind_settings",
     "register_sample_kind",
-    "settled",
-    "split",
+    "sample_keys",
+    "settings_for_model",
 ]

@@ -29,8 +29,8 @@ __all__ = [
     "register_sample_kind",
     "get_sample_kind",
     "kind_settings",
-    "settled",
-    "split",
+    "settings_for_model",
+    "sample_keys",
 ]
 
 
@@ -83,7 +83,7 @@ class SampleKind(Protocol):
             UsageError: a source names no sample.
         """
 
-    def settle(self, settings, model):
+    def settings_for_model(self, settings, model):
         """The run's ``settings`` with what depends on ``model`` (a ``LoadedModel``) filled in
         (a clip's frame count); ``SampleKindBase``'s returns them as they are.
 
@@ -91,8 +91,8 @@ class SampleKind(Protocol):
             UsageError: a value the kind refuses, naming the option.
         """
 
-    def split(self, paths: Sequence[Path], settings) -> list[Path]:
-        """The samples ``find``'s ``paths`` hold as ``settings`` ask (a video's ``--clips K``: K
+    def sample_keys(self, paths: Sequence[Path], settings) -> list[Path]:
+        """The key paths of the samples ``find``'s ``paths`` hold as ``settings`` ask (a video's ``--clips K``: K
         keys per file, ``hookviz.inputs.parts``); ``SampleKindBase``'s: ``paths`` themselves."""
 
     def files(self, path: Path) -> list[Path]:
@@ -143,10 +143,10 @@ class SampleKindBase:
     def files(self, path: Path) -> list[Path]:
         return [path]
 
-    def settle(self, settings, model):
+    def settings_for_model(self, settings, model):
         return settings
 
-    def split(self, paths: Sequence[Path], settings) -> list[Path]:
+    def sample_keys(self, paths: Sequence[Path], settings) -> list[Path]:
         return list(paths)
 
     def identity(self, path: Path) -> SampleIdentity:
@@ -219,17 +219,17 @@ def kind_settings(kind: SampleKind, given: Sequence, model: str):
     return settings
 
 
-def settled(kind: SampleKind, settings, model):
-    """``settings`` as ``kind`` settles them for ``model`` (a ``LoadedModel``): its ``settle``
-    fills in what depends on the model (a clip's frame count).
+def settings_for_model(kind: SampleKind, settings, model):
+    """``settings`` with what depends on ``model`` (a ``LoadedModel``) filled in by ``kind``'s
+    ``settings_for_model`` (a clip's frame count); ``None`` for a kind without settings.
 
     Raises:
         UsageError: a value the kind refuses, naming the option.
     """
-    return settings if settings is None else kind.settle(settings, model)
+    return settings if settings is None else kind.settings_for_model(settings, model)
 
 
-def split(kind: SampleKind, paths: Sequence[Path], settings) -> list[Path]:
-    """The samples that ``paths`` (``kind.find``'s) hold as ``settings`` ask: the kind's ``split``
-    (a video's ``--clips``: one key per clip)."""
-    return list(paths) if settings is None else list(kind.split(paths, settings))
+def sample_keys(kind: SampleKind, paths: Sequence[Path], settings) -> list[Path]:
+    """The key paths of the samples that ``paths`` (``kind.find``'s) hold as ``settings`` ask: the
+    kind's ``sample_keys`` (a video's ``--clips``: one key per clip)."""
+    return list(paths) if settings is None else list(kind.sample_keys(paths, settings))

@@ -81,7 +81,7 @@ class Multi(SampleKindBase):
     main = "image"
     options_type = MultiOptions
 
-    def settle(self, settings: MultiOptions, model) -> MultiOptions:
+    def settings_for_model(self, settings: MultiOptions, model) -> MultiOptions:
         """``settings`` with each binding resolved against ``model``'s forward, and the shape of every tensor input's first file.
 
         Raises:
@@ -136,7 +136,9 @@ class BoundInputs(SampleKindBase):
 
     def __init__(self, settings: MultiOptions):
         if not settings.bound:
-            raise UsageError(f"{arg('input')}: the inputs are not bound to a model yet (settle them first)")
+            raise UsageError(
+                f"{arg('input')}: the inputs are not bound to a model yet (have the kind fill in its settings for the model first)"
+            )
         self.settings = settings
         self.bindings: tuple[Binding, ...] = settings.bound
         self.main = self.bindings[0].name

@@ -51,7 +51,7 @@ MAX_CLIPS = 1024
 class VideoOptions:
     """The video kind's settings: ``--frames``, ``--frame-stride``, ``--start``, ``--end``, ``--clips`` on the
     command line, the same names in ``explain()``. ``frames``, ``start`` and ``end`` are ``None``
-    until the run settles them (``Video.settle``): the model's own frame count, the video's start and end."""
+    until the run fills them in for the model (``Video.settings_for_model``): the model's own frame count, the video's start and end."""
 
     frames: int | None = option(
         None, help=f"Frames per clip (default: the model's own, else {DEFAULT_FRAMES}), spread evenly over the span."
@@ -137,7 +137,7 @@ class Video(SampleKindBase):
     main = "clip"
     options_type = VideoOptions
 
-    def settle(self, settings: VideoOptions, model) -> VideoOptions:
+    def settings_for_model(self, settings: VideoOptions, model) -> VideoOptions:
         """``settings`` with numbers for text, the model's frame count for ``frames`` when not given.
 
         Raises:
@@ -176,7 +176,7 @@ class Video(SampleKindBase):
             require_av()
         return list(found.values())
 
-    def split(self, paths, settings: VideoOptions) -> list[Path]:
+    def sample_keys(self, paths, settings: VideoOptions) -> list[Path]:
         """With ``--clips K`` over 1, K keys per video or folder of frames (``walk.mp4#1`` to ``#K``,
         ``hookviz.inputs.parts``); a photo stays itself, to be refused as the run goes on."""
         clips, cut = int(settings.clips), []
