@@ -42,7 +42,7 @@ def test_a_depth_file_replaced_by_an_older_copy_of_its_size_redoes_the_sample(tm
     _older_copy(depth / "a.npy", lambda p: np.save(p, np.full((HEIGHT, WIDTH), 0.5, np.float32)))
     again = _rgbd_run(rgb, depth, out, "--skip-existing", layer=("fusion",))
     assert "1 skipped" in again.stderr and "a.png" in again.stdout and "b.png" not in again.stdout, again.output
-    files = json.loads((out / "a" / "report.json").read_text())["photo"]["files"]
+    files = json.loads((out / "a" / "report.json").read_text())["sample_identity"]["files"]
     assert [entry["path"].rsplit("/", 2)[-2:] for entry in files] == [["rgb", "a.png"], ["depth", "a.npy"]]
     assert files[1]["mtime_ns"] == (depth / "a.npy").stat().st_mtime_ns
 
@@ -70,7 +70,7 @@ def test_a_frame_replaced_by_an_older_copy_of_its_size_redoes_the_clip(tmp_path)
     again = run("--skip-existing")
     assert again.exit_code == 0 and "1 of 1 images done" in again.stderr and "skipped" not in again.stderr, again.output
     report = json.loads((out / "jump" / "report.json").read_text())
-    assert len(report["photo"]["files"]) == 4 and report["photo"]["files"][1]["path"].endswith("jump/f2.png")
+    assert len(report["sample_identity"]["files"]) == 4 and report["sample_identity"]["files"][1]["path"].endswith("jump/f2.png")
 
 
 def test_the_identity_of_several_files_keeps_each_one_and_reads_back(tmp_path):

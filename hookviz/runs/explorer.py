@@ -129,7 +129,7 @@ def _details(folder: str, report: Report, change: dict | None, base: str | None)
         note = layer.cam.skipped if layer.cam is not None else None
         layers.append({"name": layer.name, "type": layer.module_type or "", "note": note or "", "pictures": pictures})
     found: dict = {
-        "image": report.image or folder,
+        "image": report.sample or folder,
         "heading": heading,
         "items": items,
         "notes": list(report.notes),

@@ -8,7 +8,7 @@ their JSON (``SampleIdentity``, ``Layout``) are read back as those classes; the 
 only their writer interprets (the preprocessing, a task's prediction details, statistics)
 stay JSON values.
 
-Each file names its schema: ``"schema": "hookviz/report/2"`` or ``"hookviz/run/1"``. A
+Each file names its schema: ``"schema": "hookviz/report/3"`` or ``"hookviz/run/1"``. A
 file without one was written before hookviz kept it (version 0) and is read as it always
 was; one of a newer version than this hookviz knows is refused with one line
 (``SchemaError``). The schemas are published as JSON Schema in ``hookviz/schemas/``

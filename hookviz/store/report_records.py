@@ -322,13 +322,18 @@ class Report:
         declared_layout: ``featuremaps.DeclaredLayout`` as JSON, or ``None``.
         logits: how many scores the model gave, and how many were NaN or infinite (``logits_count``,
             ``logits_nonfinite``).
+        sample: the sample as the run was given it (a photo's path, a clip's ``VIDEO#k``); ``None``
+            for one given in memory. ``sample_identity``: what it was made from (``--skip-existing``
+            compares it).
         fingerprint: ``fingerprints.description()``: its file and how it was made.
         schema: the version it was written in (0: before reports named one).
+        older_words: it keeps its sample under schema 2's keys, ``image`` and ``photo`` (schemas 0
+            to 2): ``--skip-existing`` redoes it once, so that a run folder holds one schema.
     """
 
     hookviz: str | None = None
-    image: str | None = None
-    photo: SampleIdentity | None = None
+    sample: str | None = None
+    sample_identity: SampleIdentity | None = None
     task: str | None = None
     notes: tuple[str, ...] = ()
     model: str | None = None
@@ -351,6 +356,7 @@ class Report:
     fingerprint: dict | None = None
     schema: int = 1
     times: tuple[float, ...] | None = None
+    older_words: bool = field(default=False, compare=False)
 
     @property
     def logits_count(self) -> int | None:
@@ -365,8 +371,8 @@ class Report:
         return {
             SCHEMA_KEY: REPORT_SCHEMA,
             "hookviz": self.hookviz,
-            "image": self.image,
-            "photo": self.photo.to_json() if self.photo is not None else None,
+            "sample": self.sample,
+            "sample_identity": self.sample_identity.to_json() if self.sample_identity is not None else None,
             "task": self.task,
             "notes": list(self.notes),
             "model": self.model,
@@ -403,10 +409,11 @@ class Report:
         if schema is None:
             return None
         logits = read_mapping(document.get("logits"))
+        older_words = "sample_identity" not in document  # schema 2 and older: "image" and "photo"
         return cls(
             hookviz=read_text(document.get("hookviz")),
-            image=read_text(document.get("image")),
-            photo=SampleIdentity.from_json(document.get("photo")),
+            sample=read_text(document.get("image" if older_words else "sample")),
+            sample_identity=SampleIdentity.from_json(document.get("photo" if older_words else "sample_identity")),
             task=read_text(document.get("task")),
             notes=read_texts(document.get("notes")),
             model=read_text(document.get("model")),
@@ -429,6 +436,7 @@ class Report:
             fingerprint=document.get("fingerprint") if isinstance(document.get("fingerprint"), dict) else None,
             schema=schema,
             times=_times(document.get("times")),
+            older_words=older_words,
         )
 
     # -- what readers ask of it
