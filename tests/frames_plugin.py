@@ -64,6 +64,7 @@ class Frames(SampleKindBase):
 
     name = "frames"
     words = "a clip: a folder of frames 000.png, 001.png, ..."
+    noun = "clip"
     main = "clip"
     options_type = ClipOptions
 

@@ -34,6 +34,7 @@ class LoadedSignal:
 class CsvSignal(SampleKindBase):
     name = "csv-signal"
     words = "a signal (a .csv file: a header row, then one column per channel)"
+    noun = "signal"
 
     def find(self, sources, exclude=(), notes=None):
         return find_files(sources, (".csv",), "signal (.csv file)", exclude)

@@ -29,6 +29,7 @@ __all__ = [
     "register_sample_kind",
     "get_sample_kind",
     "kind_settings",
+    "counted_noun",
     "settings_for_model",
     "sample_keys",
 ]
@@ -64,6 +65,8 @@ class SampleKind(Protocol):
     """Attributes:
     name: how a model declares it (``LoadedModel.sample_kind``).
     words: what one sample is, in words for messages (``a photo``).
+    noun: one sample in one word, whose plural adds an s, as messages count them (``photo``,
+        ``clip``, ``signal``; ``SampleKindBase``'s: ``sample``).
     main: the name of the input maps are made of.
     options_type: its option group (a frozen dataclass, ``hookviz.options.declared``), or
         ``None``: its fields are ``hookviz run`` flags (the Images panel) and ``explain()``
@@ -72,6 +75,7 @@ class SampleKind(Protocol):
 
     name: str
     words: str
+    noun: str
     main: str
     options_type: type | None
 
@@ -127,6 +131,7 @@ class SampleKindBase:
 
     name: str
     words: str
+    noun = "sample"
     main = "image"
     options_type: type | None = None
 
@@ -217,6 +222,12 @@ def kind_settings(kind: SampleKind, given: Sequence, model: str):
     settings = own[0] if own else kind.options_type()
     check_values(settings)
     return settings
+
+
+def counted_noun(kind: SampleKind) -> str:
+    """What a run's lines that count its samples call one (``2 of 2 signals done``): a photo an
+    ``image``, as those lines always have; another kind by its ``noun``."""
+    return "image" if kind.name == "photo" else kind.noun
 
 
 def settings_for_model(kind: SampleKind, settings, model):

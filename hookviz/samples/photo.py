@@ -27,6 +27,7 @@ class Photo(SampleKindBase):
 
     name = PHOTO
     words = "a photo"
+    noun = "photo"
 
     def load(self, path: Path, max_pixels: int, settings=None) -> LoadedSample:
         return load_image(path, max_pixels)

@@ -134,6 +134,7 @@ class Video(SampleKindBase):
 
     name = VIDEO
     words = "a clip: a video file (mp4, mkv, webm, mov, avi) or a folder of frames"
+    noun = "clip"
     main = "clip"
     options_type = VideoOptions
 
