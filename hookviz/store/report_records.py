@@ -327,8 +327,7 @@ class Report:
             compares it).
         fingerprint: ``fingerprints.description()``: its file and how it was made.
         schema: the version it was written in (0: before reports named one).
-        older_words: it keeps its sample under schema 2's keys, ``image`` and ``photo`` (schemas 0
-            to 2): ``--skip-existing`` redoes it once, so that a run folder holds one schema.
+        (A report of schema 2 and older keeps its sample as ``image`` and ``photo``: read as these.)
     """
 
     hookviz: str | None = None
@@ -356,7 +355,6 @@ class Report:
     fingerprint: dict | None = None
     schema: int = 1
     times: tuple[float, ...] | None = None
-    older_words: bool = field(default=False, compare=False)
 
     @property
     def logits_count(self) -> int | None:
@@ -409,11 +407,11 @@ class Report:
         if schema is None:
             return None
         logits = read_mapping(document.get("logits"))
-        older_words = "sample_identity" not in document  # schema 2 and older: "image" and "photo"
+        words_of_2 = "sample_identity" not in document  # schema 2 and older: "image" and "photo"
         return cls(
             hookviz=read_text(document.get("hookviz")),
-            sample=read_text(document.get("image" if older_words else "sample")),
-            sample_identity=SampleIdentity.from_json(document.get("photo" if older_words else "sample_identity")),
+            sample=read_text(document.get("image" if words_of_2 else "sample")),
+            sample_identity=SampleIdentity.from_json(document.get("photo" if words_of_2 else "sample_identity")),
             task=read_text(document.get("task")),
             notes=read_texts(document.get("notes")),
             model=read_text(document.get("model")),
@@ -436,10 +434,16 @@ class Report:
             fingerprint=document.get("fingerprint") if isinstance(document.get("fingerprint"), dict) else None,
             schema=schema,
             times=_times(document.get("times")),
-            older_words=older_words,
         )
 
     # -- what readers ask of it
+
+    @property
+    def older_words(self) -> bool:
+        """Whether it was written in schema 1 or 2, whose words for the sample were ``image`` and
+        ``photo``: ``--skip-existing`` redoes it once, so that a run folder holds one schema (a
+        report without a schema, of an older hookviz, is resumed as it always was)."""
+        return self.schema in (1, 2)
 
     @property
     def layers_by_name(self) -> dict[str, LayerRecord]:
