@@ -68,7 +68,7 @@ def test_a_frame_replaced_by_an_older_copy_of_its_size_redoes_the_clip(tmp_path)
     assert run("--skip-existing").stderr.count("1 skipped") == 1
     _older_copy(clip / "f2.png", lambda p: _stored_png(p, 255 - moving_square(1)))
     again = run("--skip-existing")
-    assert again.exit_code == 0 and "1 of 1 images done" in again.stderr and "skipped" not in again.stderr, again.output
+    assert again.exit_code == 0 and "1 of 1 clips done" in again.stderr and "skipped" not in again.stderr, again.output
     report = json.loads((out / "jump" / "report.json").read_text())
     assert len(report["sample_identity"]["files"]) == 4 and report["sample_identity"]["files"][1]["path"].endswith("jump/f2.png")
 

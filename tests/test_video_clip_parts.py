@@ -96,7 +96,7 @@ def test_three_clips_are_three_rows_and_a_second_run_redoes_none(tmp_path):
     encode(clips / "walk.mp4", frames=30)
     out = tmp_path / "out"
     first = _run(clips, out, "--frames", "4", "--clips", "3")
-    assert "3 of 3 images done" in first.stderr, first.stderr
+    assert "3 of 3 clips done" in first.stderr, first.stderr
     reports = [json.loads((out / f"walk.clip-{k}" / "report.json").read_text()) for k in (1, 2, 3)]
     assert [r["sample"].rsplit("/", 1)[-1] for r in reports] == ["walk.mp4#1", "walk.mp4#2", "walk.mp4#3"]
     starts = [r["times"][0] for r in reports]
@@ -105,7 +105,7 @@ def test_three_clips_are_three_rows_and_a_second_run_redoes_none(tmp_path):
     gallery = "".join(explorer_pictures(out))
     assert all(f"walk.clip-{k}/" in gallery for k in (1, 2, 3))
     again = _run(clips, out, "--frames", "4", "--clips", "3", "--skip-existing")
-    assert "0 of 3 images done, 3 skipped" in again.stderr, again.stderr
+    assert "0 of 3 clips done, 3 skipped" in again.stderr, again.stderr
 
 
 def _run(folder, out, *extra):

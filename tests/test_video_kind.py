@@ -200,7 +200,7 @@ def test_a_video_model_runs_end_to_end_and_redoes_a_clip_when_the_options_change
     (clips / "broken.avi").write_bytes(b"RIFF not a video")
     out = tmp_path / "out"
     first = _run(clips, out, "--frames", "4", "--frame-stride", "2")
-    assert "broken.avi" in first.stderr and "2 of 3 images done" in first.stderr, first.stderr
+    assert "broken.avi" in first.stderr and "2 of 3 clips done" in first.stderr, first.stderr
     report = json.loads((out / "walk.mp4" / "report.json").read_text()) if (out / "walk.mp4").exists() else None
     report = report or json.loads(next(out.glob("walk*/report.json")).read_text())
     assert report["asked"]["target"]["sample"] == {"frames": 4, "frame_stride": 2, "start": 0.0, "end": None, "clips": 1}
