@@ -19,6 +19,7 @@ filter (set in the address and applied, with the list redrawn).
 from __future__ import annotations
 
 import argparse
+import io
 import random
 import shutil
 import statistics
@@ -123,13 +124,23 @@ def _details(name: str, predicted: str, confidence: float, truth: str) -> dict:
 
 def _pictures(out: Path, count: int) -> None:
     """A 64x64 JPEG per sample, a colour of its own, and its layers' pictures (the same few)."""
-    from PIL import Image
+    from PIL import Image, ImageDraw
 
+    drawn = {}  # each layer's pictures, drawn once (a sample page showed broken images without them)
+    for layer in ("layer3", "layer4"):
+        for k, file in enumerate(("summary", "cam", "faithfulness")):
+            image = Image.new("RGB", (320, 200), (240, 240 - 40 * k, 200 + 20 * k))
+            ImageDraw.Draw(image).text((12, 90), f"generated {layer} {file}", fill=(20, 20, 20))
+            buffer = io.BytesIO()
+            image.save(buffer, format="png")
+            drawn[f"{layer}.{file}.png"] = buffer.getvalue()
     for i in range(count):
         folder = out / f"sample-{i:06d}"
         folder.mkdir(parents=True, exist_ok=True)
         colour = ((i * 37) % 256, (i * 91) % 256, (i * 53) % 256)
         Image.new("RGB", (64, 64), colour).save(folder / "input.jpg", quality=80)
+        for file, data in drawn.items():
+            (folder / file).write_bytes(data)
 
 
 def chromium():

@@ -9,7 +9,8 @@ when one of these is first used.
   one image, returning an ``Explanation`` with ``.save(dir)`` and ``.figure()``.
 * ``Explainer.create(load_model(...), ...)``: the same, kept for many images.
 * ``load_model(name, weights)``, ``list_models()``, ``list_layers(model)``.
-* ``run(images, ModelOptions(...), ...)``: ``hookviz run`` as a function.
+* ``run(images, ModelOptions(...), ...)``: ``hookviz run`` as a function; in a notebook its
+  result shows the run's explorer, as ``show_run(folder)`` shows a run folder's.
 * ``diff_runs(base, new)``: ``hookviz diff`` as a function; a ``RunDiff`` comes back.
 * ``hookviz.trust``: how far to trust a map (deletion and insertion, ROAD, the randomisation
   check); ``explain(..., faithfulness=True, sanity=True)`` and ``run(..., trust=TrustOptions(...))``.
@@ -43,6 +44,7 @@ _LAZY = {
     "RunOptions": ("options", "RunOptions"),
     "CheckOptions": ("options", "CheckOptions"),
     "run": ("runs.runner", "run"),
+    "show_run": ("runs.explorer_embed", "show_run"),
     "diff_runs": ("compare.diffing", "diff_runs"),
     "RunDiff": ("compare.measures", "RunDiff"),
     "Tolerances": ("options", "Tolerances"),

@@ -21,6 +21,7 @@ from .options import (
     Tolerances as Tolerances,
     TrustOptions as TrustOptions,
 )
+from .runs.explorer_embed import show_run as show_run
 from .runs.runner import run as run
 from .tasks import DetectOptions as DetectOptions, EmbedOptions as EmbedOptions
 

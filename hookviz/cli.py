@@ -132,10 +132,37 @@ def _run(args: RunArgs, declared: dict) -> None:
     paths = _guard(shown.debug, lambda: _photos_in(sources, groups["options"].out, found))
     for note in () if shown.quiet else found:
         typer.echo(f"hookviz: note: {note}", err=True)
+    if _guard(shown.debug, lambda: _vision_language(paths, groups, args)):
+        return
     _guard(
         shown.debug,
         lambda: _execute(paths, sources, groups, json_output=shown.json_output, quiet=shown.quiet, verbose=shown.verbose),
     )
+
+
+def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
+    """A vision-language model's run (``hookviz.runs.vlm_run``), when the model is one; ``False`` otherwise
+    (its options refused for another model)."""
+    from hookviz.runs import vlm_run
+
+    v = args.vlm
+    if not vlm_run.is_vision_language_name(groups["model"].name):
+        vlm_run.refuse_vlm_options(v.answer, v.max_new_tokens, v.tokens, v.words, v.dtype)
+        return False
+    from hookviz.models.loading import load_model
+
+    request = vlm_run.request_of(groups, v.answer, v.max_new_tokens, v.tokens, v.words)
+    out = groups["options"].out
+    done = vlm_run.run_photos(
+        load_model(groups["model"]), paths, request, out, save_tensors=groups["options"].save_tensors, dtype=v.dtype
+    )
+    for image, folder, reason in done.statuses:
+        if not args.output.quiet:
+            typer.echo(reason or f"{image}: explained in {folder}", err=bool(reason))
+    if done.failed:
+        typer.echo(f"hookviz: {len(done.failed)} of {len(done.statuses)} images failed; reasons in {done.run_json}", err=True)
+        raise typer.Exit(1)
+    return True
 
 
 # The command's parameters are RunArgs' fields and the settings that methods and tasks declare.

@@ -55,6 +55,11 @@ __all__ = [
     "cam_completions",
     "TargetOption",
     "ObjectiveOption",
+    "AnswerOption",
+    "MaxNewTokensOption",
+    "TokensOption",
+    "WordsOption",
+    "DtypeOption",
     "TopkOption",
     "OutputKeyOption",
     "TrustCheckpointOption",
@@ -141,7 +146,10 @@ SeedOption = Annotated[int, typer.Option(help="Seed for random initialisation (-
 PromptOption = Annotated[
     Optional[list[str]],
     typer.Option(
-        "--prompt", help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable.", rich_help_panel=MODEL
+        "--prompt",
+        help="CLIP models (open_clip:ARCH): a text prompt, one class each; repeatable. A vision-language model "
+        "(hf:FOLDER of a LLaVA): the question about the photo, whose answer is explained token by token.",
+        rich_help_panel=MODEL,
     ),
 ]
 PromptsFileOption = Annotated[
@@ -233,8 +241,36 @@ LayoutOption = Annotated[
 # from registries each time typer builds the command).
 TargetOption = Annotated[str, typer.Option(help="top1, a class index, or a class name (tabby).", rich_help_panel=TARGET)]
 ObjectiveOption = Annotated[
-    str, typer.Option(help="logit: back-propagate the target's logit; ce: cross-entropy.", rich_help_panel=TARGET)
+    str,
+    typer.Option(
+        help="logit: back-propagate the target's logit; ce: cross-entropy; logprob: a vision-language model's token's "
+        "log-probability.",
+        rich_help_panel=TARGET,
+    ),
 ]
+AnswerOption = Annotated[
+    Optional[str],
+    typer.Option(help="Vision-language model: explain this answer (teacher forcing) instead of its own.", rich_help_panel=TARGET),
+]
+MaxNewTokensOption = Annotated[
+    int,
+    typer.Option(help="Vision-language model: at most this many tokens of its answer, written greedily.", rich_help_panel=TARGET),
+]
+TokensOption = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Vision-language model: explain these answer tokens (indices from 0: 3,5); default every one.",
+        rich_help_panel=TARGET,
+    ),
+]
+WordsOption = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Vision-language model: explain these words of the answer (cat,black), a word's tokens summed.",
+        rich_help_panel=TARGET,
+    ),
+]
+DtypeOption = Annotated[str, typer.Option(help="Vision-language model: compute in float32 or bfloat16.", rich_help_panel=MODEL)]
 TopkOption = Annotated[
     int,
     typer.Option(help=f"Also draw the CAMs of the top K classes side by side (K at most {MAX_TOPK}).", rich_help_panel=TARGET),

@@ -19,6 +19,7 @@ from hookviz.command_options import (
     METHODS,
     MODEL,
     PICTURES,
+    AnswerOption,
     AtlasOption,
     AtolOption,
     BaselineOption,
@@ -28,6 +29,7 @@ from hookviz.command_options import (
     DeadFractionOption,
     DebugOption,
     DeviceOption,
+    DtypeOption,
     FailOnOption,
     FaithfulnessOption,
     FromListOption,
@@ -38,6 +40,7 @@ from hookviz.command_options import (
     LayerOption,
     LayerTypeOption,
     LayoutOption,
+    MaxNewTokensOption,
     MaxPixelsOption,
     MeanOption,
     MinCamCorrOption,
@@ -63,11 +66,13 @@ from hookviz.command_options import (
     StdOption,
     TargetOption,
     TensorboardOption,
+    TokensOption,
     TopChannelsOption,
     TopkOption,
     TrustCheckpointOption,
     VerboseOption,
     WeightsOption,
+    WordsOption,
     WorkersOption,
     cam_completions,
     cam_help,
@@ -112,6 +117,17 @@ class TargetArgs:
     topk: TopkOption = 1
     output_key: OutputKeyOption = None
     cam: Annotated[str, typer.Option(help=cam_help(), autocompletion=cam_completions, rich_help_panel=METHODS)] = "gradcam"
+
+
+@dataclass(frozen=True)
+class VlmArgs:
+    """What a vision-language model is asked beside ``--prompt`` (the ``Target`` and ``Model`` panels)."""
+
+    answer: AnswerOption = None
+    max_new_tokens: MaxNewTokensOption = 16
+    tokens: TokensOption = None
+    words: WordsOption = None
+    dtype: DtypeOption = "float32"
 
 
 @dataclass(frozen=True)
@@ -193,6 +209,7 @@ class RunArgs:
     model: ModelArgs
     layers: LayerArgs
     target: TargetArgs
+    vlm: VlmArgs
     trust: TrustArgs
     pictures: PictureArgs
     images: ImageArgs

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 
 def explorer_samples(out: Path) -> dict[str, dict | None]:
@@ -44,3 +47,72 @@ def explorer_text(out: Path) -> str:
     parts = [(out / "index.html").read_text(encoding="utf-8"), (out / "samples.csv").read_text(encoding="utf-8")]
     parts += [json.dumps(d, ensure_ascii=False) for d in explorer_samples(out).values()]
     return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- in headless Chromium
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+#: Skips a test where Debian's chromium and chromium-driver are not installed.
+browser = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+)
+
+
+def chromium(profile: Path):
+    """A headless Chromium (selenium) that logs its requests; the caller quits it."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    found = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    found.implicitly_wait(5)  # a sample's details load after its route
+    return found
+
+
+def open_explorer(driver, page: Path, route: str = "#/") -> bool:
+    """Open ``page`` (a run's index.html) at ``route``; whether the explorer started."""
+    driver.get("about:blank")
+    driver.get_log("performance")  # what came before
+    driver.get(page.as_uri() + route)
+    return driver.execute_script("return window.hookvizExplorer && window.hookvizExplorer.state.readyMs") is not None
+
+
+def listed(driver) -> list[str]:
+    """The ``data-sample`` of each row drawn in the list, top to bottom."""
+    rows = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#list [data-sample]')).map(a => [a.getAttribute('data-sample'), a.offsetTop]);"
+    )
+    return [name for name, _ in sorted(rows, key=lambda row: row[1])]
+
+
+def requested(driver) -> list[str]:
+    """Every URL the page asked for since ``open_explorer``."""
+    messages = [json.loads(entry["message"])["message"] for entry in driver.get_log("performance")]
+    return [m["params"]["request"]["url"] for m in messages if m["method"] == "Network.requestWillBeSent"]
+
+
+def loaded_images(driver) -> list[list]:
+    """``[src, naturalWidth]`` of every image on the page, once each has loaded or failed (10 s at most)."""
+    import time
+
+    script = "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth]);"
+    deadline = time.time() + 10
+    found = driver.execute_script(script)
+    while not all(complete for _, complete, _ in found) and time.time() < deadline:
+        time.sleep(0.05)
+        found = driver.execute_script(script)
+    return [[src, width] for src, _, width in found]

@@ -208,7 +208,15 @@ def _hostile_run(out: Path) -> str:
                 "objective": "logit",
                 "photos": [],
                 "clip": None,
-                "layers": [],
+                "layers": [
+                    {
+                        "name": "<b>l</b>",
+                        "type": "",
+                        "note": "",
+                        "pictures": [],
+                        "channels": [[3, 0.5, "<img src=x onerror=window.__pwned=5>"]],
+                    }
+                ],
             }
         )
         found.thumbs.append("")
@@ -226,8 +234,23 @@ def test_names_from_users_files_are_text_and_cannot_run_script(driver, tmp_path)
     driver.execute_script("location.hash = arguments[0]", "#/sample/" + quote(name, safe=""))
     assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == name
     assert '"><svg onload=window.__pwned=3>' in driver.find_element("css selector", ".notes").text
+    assert "<img src=x onerror=window.__pwned=5>" in driver.find_element("css selector", ".topchannels").text
     assert driver.execute_script("return window.__pwned") is None
     assert driver.execute_script("return document.querySelectorAll('#app script, #app svg, #app img[src=x]').length") == 0
+    # the same run in a notebook's frame (hookviz.show_run)
+    import hookviz
+
+    (tmp_path / "notebook.html").write_text("<!DOCTYPE html><body>" + hookviz.show_run(tmp_path)._repr_html_() + "</body>")
+    driver.get((tmp_path / "notebook.html").as_uri())
+    driver.switch_to.frame(driver.find_element("css selector", "iframe.hookviz-explorer"))
+    try:
+        driver.execute_script("location.hash = arguments[0]; window.hookvizExplorer.route();", "#/sample/" + quote(name, safe=""))
+        assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == name
+        assert driver.execute_script("return window.__pwned") is None
+        assert driver.execute_script("return document.querySelectorAll('#app script, #app svg, #app img[src=x]').length") == 0
+    finally:
+        driver.switch_to.default_content()
+    assert driver.execute_script("return window.__pwned") is None
 
 
 def _atlas(out: Path) -> None:
@@ -360,3 +383,22 @@ def test_samples_parquet_holds_the_same_table_typed(generated):
     }
     assert table.column("confidence").to_pylist() == [float(row["confidence"]) for row in rows]
     assert table.column("correct").to_pylist() == [row["correct"] == "true" for row in rows]
+
+
+def test_show_run_refuses_a_folder_without_an_explorer_in_one_line_and_escapes_the_page(tmp_path):
+    import hookviz
+    from hookviz.errors import UsageError
+
+    with pytest.raises(UsageError, match="holds no run's explorer") as caught:
+        hookviz.show_run(tmp_path)
+    assert "\n" not in str(caught.value)
+    name = _hostile_run(tmp_path)
+    markup = hookviz.show_run(tmp_path, base="runs/x")._repr_html_()
+    assert markup.startswith('<iframe class="hookviz-explorer"') and markup.count("<") == 2 and markup.endswith("</iframe>")
+    assert "<script>window.__pwned" not in markup and "&lt;script&gt;" in markup
+    import html as html_module
+
+    document = html_module.unescape(markup[markup.index('srcdoc="') + 8 : -len('"></iframe>')])
+    assert 'window.HOOKVIZ_BASE="runs/x/";' in document and "explorer-data.js" not in document.split("<script>", 2)[1][:40]
+    assert document.count("</script>") == 4  # the base, the table, the one details file, the page's script: no name ends one
+    assert json.dumps(name)[1:-1] in document

@@ -31,6 +31,7 @@ ORDER = [
     "tasks",
     "models",
     "methods",
+    "vlm",
     "trust",
     "explaining",
     "render",

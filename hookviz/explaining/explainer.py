@@ -489,6 +489,10 @@ def _check_asked(task, model: LoadedModel, target: TargetOptions, trust: TrustOp
     index or output key the output lacks."""
     from hookviz.explaining.trust import check as check_trust
 
+    if target.objective == "logprob":
+        raise UsageError(
+            f"{arg('objective', 'logprob')}: only a vision-language model's answer tokens take it; choose logit or ce"
+        )
     task.check(target)
     if dry is not None:  # a class index or output key the output lacks fails now, not at the first batch
         task.check_output(dry, target, model.categories)

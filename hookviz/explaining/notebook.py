@@ -45,7 +45,10 @@ class ExplainArgs:
         sanity: also run the cascading randomisation check on each CAM (``layer.trust.sanity``).
         weights: for a model name: what ``load_model`` loads (``DEFAULT``, ``none``, a file).
         prompts: for the name of a model with a text tower (``open_clip:ViT-B-32``): its
-            classes, as ``--prompt`` (``hookviz.options.read_prompts`` reads a file of them).
+            classes, as ``--prompt`` (``hookviz.options.read_prompts`` reads a file of them);
+            for a vision-language model (``hf:FOLDER`` of a LLaVA), the one question about the photo.
+        answer, max_new_tokens, tokens, words: a vision-language model's, as the ``hookviz run``
+            options of the same names; it returns a ``hookviz.vlm.explain.VlmExplanation``.
 
     A detector's ``score_threshold`` and ``max_detections`` choose which detections are
     explained, ``box_objective`` what explains each (``score``, or ``score+iou``:
@@ -69,6 +72,10 @@ class ExplainArgs:
     sanity: bool = False
     weights: str = "DEFAULT"
     prompts: Sequence[str] | str = ()
+    answer: str | None = None
+    max_new_tokens: int = 16
+    tokens: str | None = None
+    words: str | None = None
 
 
 def explain(model, image, layers: Sequence[str] | str | None = None, target: str | int = "top1", **keywords: Any) -> Explanation:
@@ -110,6 +117,8 @@ def explain(model, image, layers: Sequence[str] | str | None = None, target: str
         args, layers, target, keywords
     )  # before a named model loads: what no model could take is refused first
     loaded = _model_to_explain(model, args.categories, args.task, args.weights, args.prompts)
+    if getattr(loaded, "processor", None) is not None:  # a vision-language model: token by token
+        return _explain_answer(loaded, image, args, groups)  # type: ignore[return-value]
     explainer = Explainer.create(loaded, inputs=args.inputs or InputOptions(), preprocessing=args.preprocessing, **groups)
     return explainer.explain(image)
 
@@ -167,3 +176,30 @@ def _model_to_explain(model, categories, task: str, weights: str, prompts) -> Lo
     if task != "auto":
         loaded = replace(loaded, task=ModelOptions(loaded.name, task=task).task)
     return loaded
+
+
+def _explain_answer(loaded, image, args: ExplainArgs, groups: dict):
+    """A vision-language model's answer about ``image`` (a path or a PIL image), explained token
+    by token (``hookviz.vlm``), as ``hookviz run`` explains it."""
+    from PIL import Image
+
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    target = groups["target"]
+    prompts = [args.prompts] if isinstance(args.prompts, str) else list(args.prompts)
+    if len(prompts) != 1:
+        raise UsageError(f"{arg('prompts', prompts)}: a vision-language model answers one prompt; give one")
+    steps = next((s.steps for s in target.settings if hasattr(s, "ig_baseline")), 16)
+    request = VlmRequest(
+        str(prompts[0]),
+        args.answer,
+        args.max_new_tokens,
+        args.tokens,
+        args.words,
+        target.methods or ("gradcam",),
+        tuple(groups["layers"].layers),
+        target.objective,
+        steps if isinstance(steps, int) else 16,
+    )
+    photo = Image.open(image).convert("RGB") if not isinstance(image, Image.Image) else image.convert("RGB")
+    return explain_photo(loaded.module, loaded.processor, photo, request)

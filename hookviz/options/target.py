@@ -13,7 +13,8 @@ __all__ = ["MAX_TOPK", "OBJECTIVES", "BOX_OBJECTIVES", "TargetOptions"]
 
 #: At most this many classes get a CAM of their own (``--topk``): each is a panel of one picture.
 MAX_TOPK = 20
-OBJECTIVES = ("logit", "ce")
+#: ``logprob``: a vision-language model's token's log-probability (other tasks refuse it).
+OBJECTIVES = ("logit", "ce", "logprob")
 #: What explains a detection (``--box-objective``): its matched box's score alone, or that
 #: score plus the box's IoU with the detection, as pytorch-grad-cam's FasterRCNNBoxScoreTarget.
 BOX_OBJECTIVES = ("score", "score+iou")

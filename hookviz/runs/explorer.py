@@ -38,12 +38,24 @@ from hookviz.store.files import atomic_write
 from hookviz.store.records import Report, RunRecord
 from hookviz.tasks import reported_task
 
-__all__ = ["DATA", "CHUNK", "SAMPLES_CSV", "SAMPLES_PARQUET", "ATLAS_DATA", "ExplorerRun", "write_explorer", "encoded_columns"]
+__all__ = [
+    "DATA",
+    "DATA_TAG",
+    "CHUNK",
+    "SAMPLES_CSV",
+    "SAMPLES_PARQUET",
+    "ATLAS_DATA",
+    "ExplorerRun",
+    "write_explorer",
+    "encoded_columns",
+]
 
 DATA = "explorer-data.js"
 ATLAS_DATA = "explorer-atlas.js"
 SAMPLES_CSV = "samples.csv"
 SAMPLES_PARQUET = "samples.parquet"
+#: How the page loads its data (``hookviz.runs.explorer_embed`` puts the data there inline).
+DATA_TAG = f'<script src="{DATA}"></script>'
 #: Samples per details file.
 CHUNK = 500
 SCHEMA = "hookviz/explorer/1"
@@ -127,7 +139,10 @@ def _details(folder: str, report: Report, change: dict | None, base: str | None)
     for layer in report.layers:
         pictures = [[kind.label, layer.pictures[kind.name]] for kind in kinds() if layer.pictures.get(kind.name) in files]
         note = layer.cam.skipped if layer.cam is not None else None
-        layers.append({"name": layer.name, "type": layer.module_type or "", "note": note or "", "pictures": pictures})
+        found_layer = {"name": layer.name, "type": layer.module_type or "", "note": note or "", "pictures": pictures}
+        if layer.top_channels is not None:  # --top-channels: each channel's page of the atlas (#/channel/LAYER/INDEX)
+            found_layer["channels"] = _top_channels(layer.top_channels)
+        layers.append(found_layer)
     found: dict = {
         "image": report.sample or folder,
         "heading": heading,
@@ -141,6 +156,16 @@ def _details(folder: str, report: Report, change: dict | None, base: str | None)
     if change is not None:
         found["change"] = _change(change)
         found["base"] = base
+    return found
+
+
+def _top_channels(record: dict) -> list:
+    """``[channel, share, concept]`` of each channel a layer's prediction rested on (``--top-channels``)."""
+    found = []
+    for channel in record.get("channels") or []:
+        if isinstance(channel, dict) and isinstance(channel.get("channel"), int):
+            label = channel.get("label")
+            found.append([channel["channel"], channel.get("share"), label if isinstance(label, str) else None])
     return found
 
 
@@ -289,7 +314,7 @@ def _page(title: str, heading_html: str) -> str:
 <header id="run">{heading_html}</header>
 <noscript><p>This page needs JavaScript to list the samples: samples.csv lists them, and each folder holds a sample's pictures.</p></noscript>
 <main id="app"><p id="loading">Loading the run&hellip;</p></main>
-<script src="{DATA}"></script>
+{DATA_TAG}
 <script>{_asset("explorer.js")}</script>
 </body>
 </html>

@@ -35,6 +35,16 @@ class RunSummary:
     def count(self, status: str) -> int:
         return sum(1 for s in self.statuses if s.status == status)
 
+    def _repr_html_(self) -> str | None:
+        """In a notebook: the run's explorer (``hookviz.runs.explorer_embed``), when it wrote one."""
+        from hookviz.runs.explorer import DATA
+        from hookviz.runs.explorer_embed import explorer_html
+
+        folder = self.run_json.parent
+        if not ((folder / "index.html").is_file() and (folder / DATA).is_file()):
+            return None  # Jupyter then shows repr()
+        return explorer_html(folder)
+
 
 class RunInterrupted(Exception):
     """Ctrl-C or SIGTERM stopped the run; ``summary`` holds what was finished."""

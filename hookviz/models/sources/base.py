@@ -87,6 +87,8 @@ class LoadedModel:
             decides (a softmax, or a binary classifier's sigmoid over its one logit).
         prompts: the text prompts a model with a text tower was loaded with (its categories;
             report.json keeps them, ``--skip-existing`` compares them); ``()`` for other models.
+        processor: a vision-language model's processor (tokenizer, image processor, chat
+            template; ``hookviz.vlm``), with ``task`` ``describe``; ``None`` for other models.
         sample_kind: what one of its samples is (``hookviz.samples.SAMPLE_KINDS``): ``photo``,
             or the kind a factory's module names in its ``hookviz_sample_kind`` attribute.
     """
@@ -109,6 +111,7 @@ class LoadedModel:
     probabilities: str | None = None
     prompts: tuple[str, ...] = ()
     sample_kind: str = "photo"
+    processor: "object" = None
 
     def __repr__(self) -> str:
         return f"LoadedModel({self.name!r}, weights={self.weights!r}, source={self.source!r}, task={self.task!r})"

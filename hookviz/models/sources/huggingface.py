@@ -135,6 +135,12 @@ class HuggingFaceSource:
             raise UnknownModelError(f"{arg('model', name)}: give a repository, such as hf:google/vit-base-patch16-224")
         kind = weights_kind(weights)
         where = _Where(name, repo, pretrained=kind == "default")
+        from hookviz.models.sources import hf_vlm
+
+        listed = hf_vlm.read_config(where)
+        if hf_vlm.is_vision_language(listed):  # LLaVA and the others: explained token by token (hookviz.vlm)
+            return hf_vlm.load(where, weights, seed, prompts)
+        hf_vlm.refuse_text_only(where, listed, prompts)
         config = where.config()
         from hookviz.models.sources import hf_clip
         from hookviz.models.sources.hf_backbones import is_backbone, load_backbone

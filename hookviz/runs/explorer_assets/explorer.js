@@ -4,6 +4,7 @@
 (function () {
   'use strict';
   var DATA = window.HOOKVIZ_DATA;
+  var BASE = window.HOOKVIZ_BASE || '';  // the run folder, where the page is not in it (a notebook's embed)
   var app = document.getElementById('app');
   var ROW = 84;
   var state = {cols: {}, n: 0, view: null, query: '', names: null, sel: {layer: null, kind: null}, lastList: ''};
@@ -14,6 +15,7 @@
       if (k === 'text') node.textContent = attrs[k];
       else if (k === 'cls') node.className = attrs[k];
       else if (k.slice(0, 2) === 'on') node.addEventListener(k.slice(2), attrs[k]);
+      else if ((k === 'src' || k === 'href') && attrs[k] && String(attrs[k]).charAt(0) !== '#') node.setAttribute(k, BASE + attrs[k]);
       else if (attrs[k] !== null && attrs[k] !== undefined) node.setAttribute(k, attrs[k]);
     }
     (children || []).forEach(function (c) { if (c) node.appendChild(typeof c === 'string' ? document.createTextNode(c) : c); });
@@ -195,10 +197,11 @@
     for (var j = 0; j < view.length; j++) { var i = view[j]; m[tIndex[tc.codes[i]] * (k + 1) + pIndex[pc.codes[i]]]++; }
     var table = el('table', {cls: 'confusion'}, [el('caption', {text: 'confusion: true class (rows) by predicted class (columns)'})]);
     var head = el('tr', {}, [el('th', {text: ''})]);
-    classes.concat(['other']).forEach(function (c) { head.appendChild(el('th', {text: c, title: c})); });
+    // columns by number, rows by number and name: class names cut to a column's width could not be told apart
+    classes.concat(['other']).forEach(function (c, j) { head.appendChild(el('th', {text: j < k ? String(j + 1) : 'other', title: c})); });
     table.appendChild(head);
     classes.concat(['other']).forEach(function (t, r) {
-      var row = el('tr', {}, [el('th', {text: t, title: t})]);
+      var row = el('tr', {}, [el('th', {cls: 'rowname', text: r < k ? (r + 1) + '. ' + t : t, title: t})]);
       classes.concat(['other']).forEach(function (p, c) {
         var count = m[r * (k + 1) + c];
         var cell = el('td', {cls: r === c && r < k ? 'diag' : (count ? 'off' : '')});
@@ -353,6 +356,7 @@
     });
     box.appendChild(kindTabs);
     if (layer.note) box.appendChild(el('p', {cls: 'note', text: layer.note}));
+    if (layer.channels && layer.channels.length) box.appendChild(topChannels(layer));
     if (kind) {
       state.sel.kind = kind[0];
       var shown = el('div', {cls: 'shown-picture'});
@@ -363,6 +367,15 @@
       box.appendChild(shown);
     }
     return box;
+  }
+  function topChannels(layer) {  // --top-channels: each links its atlas page when the run has an atlas
+    var line = el('p', {cls: 'topchannels'}, [el('span', {text: 'channels the prediction rested on: '})]);
+    layer.channels.forEach(function (c, k) {
+      var text = 'channel ' + c[0] + (c[2] ? ' (' + c[2] + ')' : '') + ', share ' + fmt(c[1]);
+      line.appendChild(DATA.run.atlas ? el('a', {href: '#/channel/' + encodeURIComponent(layer.name) + '/' + c[0], 'data-channel': layer.name + '/' + c[0], text: text}) : el('span', {text: text}));
+      if (k < layer.channels.length - 1) line.appendChild(document.createTextNode(' \u00b7 '));
+    });
+    return line;
   }
   function figure(caption, src, id) {
     return el('figure', {}, [el('a', {href: src}, [el('img', {src: src, alt: caption, id: id || null})]), el('figcaption', {text: caption})]);
@@ -421,7 +434,7 @@
     page.appendChild(table);
     page.appendChild(cropGrid('top samples', item.top || [], atlas.folder));
     if (item.relevance_top) page.appendChild(cropGrid('top by relevance', item.relevance_top, atlas.folder));
-    if ((st.classes || []).length) page.appendChild(el('table', {cls: 'classes'}, [el('caption', {text: 'by class'})].concat(st.classes.slice(0, 10).map(function (c) { return el('tr', {}, [el('td', {text: c['class']}), el('td', {text: fmt(c.mean_max)}), el('td', {text: String(c.count)})]); }))));
+    if ((st.classes || []).length) page.appendChild(el('table', {cls: 'classes'}, [el('caption', {text: 'by class'}), el('tr', {}, [el('th', {text: 'class'}), el('th', {text: 'mean max'}), el('th', {text: 'samples'})])].concat(st.classes.slice(0, 10).map(function (c) { return el('tr', {}, [el('td', {text: c['class']}), el('td', {text: fmt(c.mean_max)}), el('td', {text: String(c.count)})]); }))));
     if (item.page) page.appendChild(el('p', {}, [el('a', {href: atlas.folder + '/' + path(item.page), text: 'the atlas\u2019s page of this channel'})]));
     app.replaceChildren(page);
   }
@@ -443,6 +456,12 @@
     else if (parts[0] === 'channel') showChannel(decode(parts[1] || ''), decode(parts[2] || '0'));
     else showList(q);
   }
+  if (BASE) document.addEventListener('click', function (e) {  // in an srcdoc frame '#/...' resolves against the notebook's address
+    var a = e.target.closest ? e.target.closest('a[href^="#"]') : null;
+    if (!a || e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    e.preventDefault();
+    location.hash = a.getAttribute('href');
+  });
   document.addEventListener('keydown', function (e) {
     if (/^(INPUT|SELECT|TEXTAREA)$/.test(e.target.tagName)) return;
     var go = function (id) { var a = document.getElementById(id); if (a) { location.hash = a.getAttribute('href'); e.preventDefault(); } };

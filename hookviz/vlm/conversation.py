@@ -1,0 +1,169 @@
+"""A prompt about a photo, turned into the model's inputs and an answer to explain: the answer
+the model writes greedily (``max_new_tokens``), or one given (teacher forcing). Either way the
+result holds the whole sequence, prompt and answer, so that one forward pass over it gives
+every answer token's logit (``scoring.token_scores``): no token is ever generated again.
+
+The prompt goes through the processor's chat template when it has one (a user turn of the
+image and the text, then the assistant's turn opened); without one, the image token, a new
+line and the prompt, as LLaVA's model cards write it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from hookviz.errors import ImageError, UsageError, arg, first_line
+
+__all__ = ["Conversation", "answer_conversation", "chat_text", "converse", "model_inputs"]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A prompt, a photo's inputs and the answer to explain, as one sequence.
+
+    Attributes:
+        inputs: the processor's tensors over prompt and answer (``input_ids``,
+            ``attention_mask``, ``pixel_values`` and any family's extras), batch of one.
+        answer_ids: (T,) the answer's token ids.
+        answer_positions: (T,) the positions whose logits predict each answer token.
+        tokens: each answer token as the tokenizer writes it alone.
+        prompt: the prompt as the caller gave it.
+        text: the answer's text, decoded.
+        generated: whether the model wrote the answer (``False``: given, teacher forcing).
+    """
+
+    inputs: Mapping[str, torch.Tensor] = field(repr=False)
+    answer_ids: torch.Tensor
+    answer_positions: torch.Tensor
+    tokens: tuple[str, ...]
+    prompt: str
+    text: str
+    generated: bool = True
+
+    @property
+    def prompt_length(self) -> int:
+        return int(self.answer_positions[0]) + 1 if len(self.answer_positions) else int(self.inputs["input_ids"].shape[1])
+
+
+def chat_text(processor, prompt: str) -> str:
+    """``prompt`` as the model reads it: through the chat template, or after the image token."""
+    if getattr(processor, "chat_template", None):
+        turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+        return processor.apply_chat_template(turn, add_generation_prompt=True)
+    return f"{image_token(processor)}\n{prompt}"
+
+
+def image_token(processor) -> str:
+    """The processor's image token.
+
+    Raises:
+        UnknownModelError: it has none (a processor for text alone).
+    """
+    from hookviz.errors import UnknownModelError
+
+    tokenizer = getattr(processor, "tokenizer", None)
+    token = getattr(processor, "image_token", None) or getattr(tokenizer, "image_token", None)
+    unknown = tokenizer is not None and token and tokenizer.convert_tokens_to_ids(str(token)) == tokenizer.unk_token_id
+    if not token or unknown:
+        raise UnknownModelError(
+            f"the processor {type(processor).__name__} has no image token, so no photo can enter the prompt; "
+            "save the model's own processor (with its image token) next to it"
+        )
+    return str(token)
+
+
+def model_inputs(model, processor, photo, prompt: str) -> dict[str, torch.Tensor]:
+    """The processor's tensors for ``photo`` (a PIL image) and ``prompt``, floats in the model's dtype.
+
+    Raises:
+        ImageError: the processor cannot take the photo.
+    """
+    text = chat_text(processor, prompt)
+    image_token(processor)
+    try:
+        made = processor(images=photo, text=text, return_tensors="pt")
+    except (ValueError, TypeError, RuntimeError, IndexError) as exc:
+        raise ImageError(f"the processor {type(processor).__name__} cannot take this photo ({first_line(exc)})") from None
+    dtype = next(model.parameters()).dtype
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in made.items() if isinstance(v, torch.Tensor)}
+
+
+def _context(model) -> int | None:
+    config = getattr(model.config, "text_config", model.config)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if value else None
+
+
+def _check_length(model, length: int, answer: int, what: str) -> None:
+    limit = _context(model)
+    if limit is not None and length + answer > limit:
+        raise UsageError(
+            f"{arg('prompt')}: the prompt and the photo make {length} tokens{what}, more than the model's context "
+            f"of {limit}; shorten the prompt or {arg('max_new_tokens')}"
+        )
+
+
+def _joined(inputs: Mapping[str, torch.Tensor], answer_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    joined = dict(inputs)
+    joined["input_ids"] = torch.cat([inputs["input_ids"], answer_ids[None].to(inputs["input_ids"])], dim=1)
+    if "attention_mask" in inputs:
+        ones = torch.ones(1, len(answer_ids), dtype=inputs["attention_mask"].dtype)
+        joined["attention_mask"] = torch.cat([inputs["attention_mask"], ones], dim=1)
+    return joined
+
+
+def _made(processor, prompt: str, inputs, answer_ids: torch.Tensor, generated: bool) -> Conversation:
+    tokenizer = getattr(processor, "tokenizer", processor)
+    length = int(inputs["input_ids"].shape[1])
+    return Conversation(
+        _joined(inputs, answer_ids),
+        answer_ids,
+        torch.arange(length - 1, length - 1 + len(answer_ids)),
+        tuple(tokenizer.decode([int(i)]) for i in answer_ids),
+        prompt,
+        tokenizer.decode(answer_ids.tolist(), skip_special_tokens=True),
+        generated,
+    )
+
+
+def converse(model, processor, photo, prompt: str, max_new_tokens: int = 16) -> Conversation:
+    """The answer the model writes to ``prompt`` about ``photo``, greedily, up to its end token
+    (not kept) or ``max_new_tokens``.
+
+    Raises:
+        UsageError: the prompt and answer would not fit the model's context; the model wrote nothing.
+    """
+    inputs = model_inputs(model, processor, photo, prompt)
+    _check_length(model, int(inputs["input_ids"].shape[1]), max_new_tokens, f" and {max_new_tokens} to write")
+    with torch.no_grad():
+        written = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    answer = written[0, inputs["input_ids"].shape[1] :]
+    ends = _end_ids(model)
+    stop = next((k for k, token in enumerate(answer.tolist()) if token in ends), len(answer))
+    if stop == 0:
+        raise UsageError(f"{arg('prompt', prompt)}: the model ended its answer before writing a token; give {arg('answer')}")
+    return _made(processor, prompt, inputs, answer[:stop].cpu(), True)
+
+
+def _end_ids(model) -> set[int]:
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ids is None:
+        return set()
+    return {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
+
+
+def answer_conversation(model, processor, photo, prompt: str, answer: str) -> Conversation:
+    """``answer`` as the model's reply to ``prompt`` about ``photo`` (teacher forcing).
+
+    Raises:
+        UsageError: the answer tokenizes to nothing, or does not fit the model's context.
+    """
+    inputs = model_inputs(model, processor, photo, prompt)
+    tokenizer = getattr(processor, "tokenizer", processor)
+    ids = torch.tensor(tokenizer(answer, add_special_tokens=False)["input_ids"], dtype=torch.long)
+    if ids.numel() == 0:
+        raise UsageError(f"{arg('answer', answer)} tokenizes to nothing; give the answer's words")
+    _check_length(model, int(inputs["input_ids"].shape[1]), len(ids), f" and the answer {len(ids)}")
+    return _made(processor, prompt, inputs, ids, False)

@@ -1,0 +1,186 @@
+"""A vision-language model's answer about a photo, explained token by token: the conversation
+(``conversation``), the targets (``targets``), then each method's map of every target, at the
+layers asked (Grad-CAM family), on the pixels (integrated gradients) or over the image tokens
+(rollout, Chefer's relevancy)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from hookviz.errors import UsageError, arg
+from hookviz.registry import Registry, built_in
+from hookviz.vlm import attention, cams
+from hookviz.vlm.conversation import Conversation, answer_conversation, converse
+from hookviz.vlm.families.base import family_of, part
+from hookviz.vlm.scoring import OBJECTIVES, token_scores
+from hookviz.vlm.targets import Target, choose_targets
+
+__all__ = ["MAP_MAKERS", "Making", "TokenMaps", "VlmExplanation", "VlmRequest", "explain_photo", "resolve_layer"]
+
+#: The methods of a vision-language model that are no layer method of ``hookviz.methods``, by
+#: ``--cam`` name: ``maker(making) -> TokenMaps`` (a ``Making``). Built-ins: integrated gradients,
+#: rollout, Chefer's relevancy; a module named in ``modules`` (or a plug-in) adds its own with
+#: ``MAP_MAKERS.register(name)`` (perturbation: occlusion, feature ablation).
+MAP_MAKERS: Registry[Callable[..., Any]] = Registry("cam", "vision-language method", modules=built_in("hookviz.vlm", "explain"))
+
+
+@dataclass(frozen=True)
+class VlmRequest:
+    """What to explain: the prompt, the answer (``None``: the model writes it, greedily, up to
+    ``max_new_tokens``), the tokens (``tokens`` indices or ``words``), the methods, the layers
+    (``vision``, ``projector`` or a module's name; none: the family's vision layer), the
+    objective (``logit`` or ``logprob``) and integrated gradients' ``steps``."""
+
+    prompt: str
+    answer: str | None = None
+    max_new_tokens: int = 16
+    tokens: str | None = None
+    words: str | None = None
+    methods: tuple[str, ...] = ("gradcam",)
+    layers: tuple[str, ...] = ()
+    objective: str = "logit"
+    steps: int = 16
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise UsageError(f"{arg('objective', self.objective)}: a vision-language model takes {' or '.join(OBJECTIVES)}")
+        if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= 4096:
+            raise UsageError(f"{arg('max_new_tokens', self.max_new_tokens)}: give 1 to 4096 tokens")
+        if not str(self.prompt).strip():
+            raise UsageError(f"{arg('prompts', self.prompt)}: give the question to ask about the photo")
+        for name in self.methods:
+            if name not in MAP_MAKERS.names():
+                cams.check_layer_method(name)
+
+
+@dataclass(frozen=True)
+class TokenMaps:
+    """One method's maps of every target: (K, rows, cols) over the photo's grid (integrated
+    gradients: (K, H, W), the channels summed) at ``layer`` (``pixels``, ``language``)."""
+
+    method: str
+    layer: str
+    maps: torch.Tensor = field(repr=False)
+
+
+@dataclass(frozen=True)
+class VlmExplanation:
+    """The conversation, its targets, every answer token's probability and score, and the maps."""
+
+    conversation: Conversation
+    targets: tuple[Target, ...]
+    probabilities: torch.Tensor
+    scores: torch.Tensor
+    objective: str
+    family: str
+    maps: tuple[TokenMaps, ...]
+    photo: np.ndarray = field(repr=False)  # (H, W, 3) in [0, 1]: the pixels as the model saw them
+
+
+def resolve_layer(model, family, name: str) -> str:
+    """``vision``, ``projector`` or a module's qualified name, as a module's name of the vision
+    tower or the projector.
+
+    Raises:
+        UnknownLayerError: no such module, or one outside both.
+    """
+    from hookviz.errors import UnknownLayerError
+
+    defaults = family.default_layers(model)
+    chosen = defaults.get(name, name)
+    modules = dict(model.named_modules())
+    if chosen not in modules:
+        raise UnknownLayerError(
+            f"{arg('layers', name)}: the model has no such module; give vision, projector or a module of them "
+            f"(the vision layer is {defaults['vision']})"
+        )
+    return chosen
+
+
+@dataclass(frozen=True)
+class Making:
+    """What a ``MAP_MAKERS`` method is given: the model, its processor and family, the photo (PIL),
+    the conversation, the targets and the request."""
+
+    model: Any
+    processor: Any
+    family: Any
+    photo: Any
+    conversation: Conversation
+    targets: tuple[Target, ...]
+    request: VlmRequest
+
+    @property
+    def image(self):
+        """The photo's image tokens (``families.ImageTokens``)."""
+        return self.family.image_tokens(self.model, self.conversation.inputs)[0]
+
+
+def explain_photo(model, processor, photo, request: VlmRequest) -> VlmExplanation:
+    """``request`` explained on ``photo`` (a PIL image) by ``model`` with its ``processor``."""
+    family = family_of(model)
+    if request.answer is not None:
+        talk = answer_conversation(model, processor, photo, request.prompt, request.answer)
+    else:
+        talk = converse(model, processor, photo, request.prompt, request.max_new_tokens)
+    tokenizer = getattr(processor, "tokenizer", processor)
+    targets = choose_targets(talk, tokenizer, request.tokens, request.words)
+    with torch.no_grad():
+        probabilities = token_scores(model, talk, objective="logprob")[0].exp()
+    making = Making(model, processor, family, photo, talk, targets, request)
+    maps, scores = _maps(making)
+    return VlmExplanation(talk, targets, probabilities, scores, request.objective, family.name, maps, _seen(processor, talk))
+
+
+def _maps(making: Making) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
+    model, family, talk, request = making.model, making.family, making.conversation, making.request
+    makers = dict(MAP_MAKERS.items())
+    made: list[TokenMaps] = []
+    layered = [m for m in request.methods if m not in makers]
+    grids = [family.vision_grid(model, talk.inputs), making.image.grid]
+    scores = None
+    for layer in (request.layers or ("vision",)) if layered else ():
+        name = resolve_layer(model, family, layer)
+        by_method, scores = cams.layer_maps(model, talk, making.targets, name, grids, layered, request.objective)
+        made += [TokenMaps(method, name, by_method[method]) for method in layered]
+    made += [makers[method](making) for method in request.methods if method in makers]
+    if scores is None:
+        with torch.no_grad():
+            scores = token_scores(model, talk, objective=request.objective)[0]
+    order = {name: k for k, name in enumerate(request.methods)}
+    return tuple(sorted(made, key=lambda m: order[m.method])), scores
+
+
+@MAP_MAKERS.register("integrated-gradients")
+def _integrated_gradients(making: Making) -> TokenMaps:
+    request = making.request
+    pixels = cams.integrated_gradients(making.model, making.conversation, making.targets, request.steps, request.objective)
+    return TokenMaps("integrated-gradients", "pixels", pixels.sum(1))
+
+
+@MAP_MAKERS.register("rollout")
+def _rollout(making: Making) -> TokenMaps:
+    return TokenMaps("rollout", "language", attention.rollout(making.model, making.conversation, making.targets, making.image))
+
+
+@MAP_MAKERS.register("chefer")
+def _chefer(making: Making) -> TokenMaps:
+    maps = attention.chefer(making.model, making.conversation, making.targets, making.image, making.request.objective)
+    return TokenMaps("chefer", "language", maps)
+
+
+def _seen(processor, talk: Conversation) -> np.ndarray:
+    """The photo as the model saw it: the pixel values unnormalised, (H, W, 3) in [0, 1]."""
+    images = part(processor, "image_processor") or processor
+    pixels = talk.inputs["pixel_values"].float()
+    pixels = pixels.reshape(-1, *pixels.shape[-3:])[0]
+    mean = torch.tensor(getattr(images, "image_mean", None) or [0.0, 0.0, 0.0]).view(-1, 1, 1)
+    std = torch.tensor(getattr(images, "image_std", None) or [1.0, 1.0, 1.0]).view(-1, 1, 1)
+    if pixels.shape[0] != 3:
+        return np.full((*pixels.shape[-2:], 3), 0.5, dtype=np.float32)
+    return (pixels * std + mean).clamp(0, 1).permute(1, 2, 0).numpy()
