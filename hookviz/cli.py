@@ -223,6 +223,7 @@ def _photos_in(sources: list[str], out: Path, notes: list[str]) -> list[Path]:
 def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
     from hookviz.models.loading import prompt_progress
     from hookviz.runs.runner import Run, RunInterrupted, shard_of
+    from hookviz.samples import counted_noun
     from hookviz.workload import listening
 
     count = len(shard_of(paths, groups["options"].shard))
@@ -231,7 +232,7 @@ def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, ve
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         # the model's sample kind may find other samples in the sources than these photos: count those
-        start = lambda line: progress.start(line, len(run.asked.selected))  # noqa: E731
+        start = lambda line: progress.start(line, len(run.asked.selected), counted_noun(run.explainer.kind))  # noqa: E731
         stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=start, sources=sources)
         # ten thousand prompts take minutes before the first image; so may the work inside a photo
         with prompt_progress(progress.prompts), listening(progress):
@@ -257,10 +258,11 @@ def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, ve
     if failed:
         names = ", ".join(s.image for s in summary.failed[:10]) + (", ..." if failed > 10 else "")
         typer.echo(
-            f"hookviz: {failed} of {len(summary.statuses)} images failed: {names}; reasons in {summary.run_json}", err=True
+            f"hookviz: {failed} of {len(summary.statuses)} {summary.noun}s failed: {names}; reasons in {summary.run_json}",
+            err=True,
         )
     if not quiet and not json_output:
-        counts = [f"{done} of {len(summary.statuses)} images done"]
+        counts = [f"{done} of {len(summary.statuses)} {summary.noun}s done"]
         counts += [f"{skipped} skipped (done by an earlier run)"] if skipped else []
         counts += [f"{failed} failed"] if failed else []
         counts += [f"{summary.count('not_done')} not done"] if summary.count("not_done") else []

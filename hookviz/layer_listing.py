@@ -39,12 +39,12 @@ def _kind_blank(loaded, size: tuple[int, int]) -> tuple | None:
     model's frames: MViT takes 16, no fewer), at ``size``; ``None`` for a photo model."""
     from dataclasses import replace
 
-    from hookviz.samples import get_sample_kind, kind_settings, settled
+    from hookviz.samples import get_sample_kind, kind_settings, settings_for_model
 
     if loaded.sample_kind == "photo":
         return None
     kind = get_sample_kind(loaded.sample_kind)
-    settings = settled(kind, kind_settings(kind, (), loaded.name), loaded)
+    settings = settings_for_model(kind, kind_settings(kind, (), loaded.name), loaded)
     return kind.blank(replace(loaded.preprocessing, transform=None, mode="crop", size=size[0], resize=size[0]), settings)
 
 

@@ -77,10 +77,10 @@ def stopped_line(summary, doing: str | None = None) -> str:
     """The line a stopped run ends with; ``doing``: what it was doing before its first image
     (``Progress.stopped_while``), when it was stopped then: it has nothing to resume."""
     if doing is not None:
-        return f"hookviz: interrupted while {doing}: stopped before any image was explained; this run wrote nothing to resume"
-    where = f"see {summary.run_json}" if summary.run_json.exists() else "stopped before any image was explained"
+        return f"hookviz: interrupted while {doing}: stopped before any {summary.noun} was explained; this run wrote nothing to resume"
+    where = f"see {summary.run_json}" if summary.run_json.exists() else f"stopped before any {summary.noun} was explained"
     return (
-        f"hookviz: interrupted: {counted(summary.count('done'), 'image')} written, {len(summary.failed)} failed, "
+        f"hookviz: interrupted: {counted(summary.count('done'), summary.noun)} written, {len(summary.failed)} failed, "
         f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)"
     )
 
@@ -120,6 +120,7 @@ class Progress:
         self.work_said = 0.0
         self.every = progress_every()
         self.begun = False  # the images began (``start``)
+        self.noun = "image"  # what the lines call a sample (``start``)
         self.encoded = (0, 0)  # a text tower's prompts: (encoded, all)
         self.prompts_started = self.started
 
@@ -131,9 +132,11 @@ class Progress:
             stdout_closed()
             self.stdout_lines = False
 
-    def start(self, line: str, total: int | None = None) -> None:
+    def start(self, line: str, total: int | None = None, noun: str = "image") -> None:
         """The images begin (``line`` says how); ``total``: how many there are, when the run
-        found other samples than it was counted with (the model's sample kind's)."""
+        found other samples than it was counted with (the model's sample kind's); ``noun``: what
+        the lines call one (``samples.counted_noun``)."""
+        self.noun = noun
         if total is not None and total != self.total:
             self.total = total
             self.stdout_lines = self.asked_lines and (self.verbose or total <= FEW_IMAGES)
@@ -144,7 +147,7 @@ class Progress:
             return
         typer.echo(f"hookviz: {line}", err=True)
         if sys.stderr.isatty() and self.total > 1:
-            self._show_bar("images", self.total)
+            self._show_bar(f"{noun}s", self.total)
 
     def _show_bar(self, what: str, total: int) -> None:
         self.bar = _rich_bar()
@@ -219,7 +222,7 @@ class Progress:
         self.said = now
         worked = finished - self.skipped  # images found done already took no time
         left = f", about {duration((now - self.started) / worked * (total - finished))} left" if worked else ""
-        typer.echo(f"hookviz: {finished} of {total} images, {self.failed} failed{left}", err=True)
+        typer.echo(f"hookviz: {finished} of {total} {self.noun}s, {self.failed} failed{left}", err=True)
 
     # -- work inside one photo (hookviz.workload): a bar on a terminal, else a line now and then
 
@@ -245,7 +248,7 @@ class Progress:
         """Says once when the work is heavy; how it is shown: ``quiet``, ``lines`` or ``("bar", task)``."""
         if whole / work.photos > _seconds("HEAVY_AFTER") and work.label not in self.heavy:
             self.heavy.add(work.label)
-            a_photo = f"{round(work.total / work.photos)} {work.unit} a photo, about {duration(whole / work.photos)} a photo here"
+            a_photo = f"{round(work.total / work.photos)} {work.unit} a {self.noun}, about {duration(whole / work.photos)} a {self.noun} here"
             self._work_line(f"hookviz: {work.label}: {a_photo}")
         if whole <= _seconds("WORK_SHOWN_AFTER"):
             return "quiet"

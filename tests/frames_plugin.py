@@ -27,7 +27,7 @@ from PIL import Image
 from hookviz.anatomy.slices import tiling
 from hookviz.errors import ImageError, arg, display_path
 from hookviz.inputs.discovery import find_folders
-from hookviz.inputs.images import LoadedImage, load_image, prepare
+from hookviz.inputs.images import LoadedSample, load_image, prepare
 from hookviz.options.declared import option
 from hookviz.samples import Sample, SampleKindBase, register_sample_kind
 from tests.video_clips import Conv3dNet
@@ -64,6 +64,7 @@ class Frames(SampleKindBase):
 
     name = "frames"
     words = "a clip: a folder of frames 000.png, 001.png, ..."
+    noun = "clip"
     main = "clip"
     options_type = ClipOptions
 
@@ -86,7 +87,7 @@ class Frames(SampleKindBase):
         sizes = {frame.rgb.size for frame in taken}
         if len(sizes) > 1:
             raise ImageError(f"{display_path(path)}: its frames differ in size ({', '.join(map(str, sorted(sizes)))})")
-        return LoadedImage(path, taken[0].rgb, identity=self.identity(path)), taken
+        return LoadedSample(path, taken[0].rgb, identity=self.identity(path)), taken
 
     def prepare(self, loaded, preprocessing, max_pixels: int, settings: ClipOptions) -> Sample:
         clip, frames = loaded
@@ -95,7 +96,7 @@ class Frames(SampleKindBase):
         shown_frames = np.stack([frame.shown for frame in prepared])
         tiles = tiling(tuple(shown_frames.shape[:3]))
         shown = np.ascontiguousarray(tiles.flat(shown_frames[list(tiles.indices)], np.uint8(140)))
-        source = LoadedImage(clip.path, Image.fromarray(shown), clip.notes, clip.identity)
+        source = LoadedSample(clip.path, Image.fromarray(shown), clip.notes, clip.identity)
         return Sample(source, {"clip": tensor}, shown, main="clip")
 
     def blank(self, preprocessing, settings: ClipOptions) -> tuple:

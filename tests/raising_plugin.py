@@ -22,6 +22,7 @@ class RaisingPhoto(SampleKindBase):
 
     name = "raising-photo"
     words = "a photo"
+    noun = "photo"
 
     def load(self, path: Path, max_pixels: int, settings):
         if path.name.startswith("exit"):

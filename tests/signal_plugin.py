@@ -1,8 +1,7 @@
 """An example plug-in, written against the helpers docs/extending.md lists: a sample kind for 1-D
 signals in CSV files (a header row, then one column per channel) and a Conv1d model that takes them.
 
-    HOOKVIZ_PLUGINS=tests.signal_plugin hookviz run signals/ --model tests.signal_plugin:signal_net
-"""
+    HOOKVIZ_PLUGINS=tests.signal_plugin hookviz run signals/ --model tests.signal_plugin:signal_net"""
 
 from __future__ import annotations
 
@@ -34,6 +33,7 @@ class LoadedSignal:
 class CsvSignal(SampleKindBase):
     name = "csv-signal"
     words = "a signal (a .csv file: a header row, then one column per channel)"
+    noun = "signal"
 
     def find(self, sources, exclude=(), notes=None):
         return find_files(sources, (".csv",), "signal (.csv file)", exclude)

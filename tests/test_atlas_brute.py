@@ -130,7 +130,7 @@ def test_atlas_of_photos_is_the_brute_force_top_k(tmp_path):
 @pytest.mark.slow
 def test_atlas_of_clips_is_the_brute_force_top_k(tmp_path):
     from hookviz.models.loading import load_model
-    from hookviz.samples import VideoOptions, get_sample_kind, kind_settings, settled, split
+    from hookviz.samples import VideoOptions, get_sample_kind, kind_settings, sample_keys, settings_for_model
     from tests.video_clips import encode
 
     (tmp_path / "clips").mkdir()
@@ -160,9 +160,9 @@ def test_atlas_of_clips_is_the_brute_force_top_k(tmp_path):
     document = _valid(json.loads((tmp_path / "atlas" / "atlas.json").read_text()))
     loaded = load_model("tests.video_clips:video_net", "none")
     kind = get_sample_kind("video")
-    settings = settled(kind, kind_settings(kind, (VideoOptions(frames=6, clips=2),), loaded.name), loaded)
+    settings = settings_for_model(kind, kind_settings(kind, (VideoOptions(frames=6, clips=2),), loaded.name), loaded)
     maps = {}
-    for path in split(kind, sorted((tmp_path / "clips").glob("*.mp4")), settings):  # walk0.mp4#1, walk0.mp4#2, ...
+    for path in sample_keys(kind, sorted((tmp_path / "clips").glob("*.mp4")), settings):  # walk0.mp4#1, walk0.mp4#2, ...
         clip = kind.prepare(kind.load(path, 10**9, settings), loaded.preprocessing, 10**9, settings)
         maps[path] = _plain_maps(loaded.module, "features.2", clip.tensor)
     layer = document["layers"][0]

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import torchvision
 
 from hookviz import Explainer, LayerOptions, TargetOptions, explain
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.models.loading import LoadedModel
 
 from .conftest import assert_same_cam, hand_gradcam, tiny_convnext
@@ -30,7 +30,7 @@ def batch():
 def _hookviz_cams(model, x, layer, method, target):
     from PIL import Image
 
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((224, 224, 3), np.uint8)) for t in x]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((224, 224, 3), np.uint8)) for t in x]
     results = _explainer(model, layer, TargetOptions(target=str(target), cam=method)).explain_batch(images)
     return np.stack([r.layers[0].cam for r in results])
 
@@ -81,7 +81,7 @@ def test_cam_explains_the_logit_whatever_the_objective(resnet50, batch):
     logit = _hookviz_cams(resnet50, batch[:1], "layer4", "gradcam", 3)
     from PIL import Image
 
-    image = PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), batch[0], np.zeros((224, 224, 3), np.uint8))
+    image = PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), batch[0], np.zeros((224, 224, 3), np.uint8))
     ce = _explainer(resnet50, "layer4", TargetOptions(target="3", objective="ce")).explain_batch([image])[0]
     np.testing.assert_allclose(ce.layers[0].cam, logit[0], rtol=1e-5, atol=1e-7)
     # ...while grad_output follows the cross-entropy objective: d CE / d layer4, by plain hooks.

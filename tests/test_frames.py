@@ -170,10 +170,10 @@ def test_a_plugin_clip_kind_runs_end_to_end(tmp_path):
     clips, out = _clips(tmp_path / "clips"), tmp_path / "out"
     first = _run(clips, out, "--clip-frames", "4", "--faithfulness")
     assert _validate_run_folder(out) == 3  # two reports and the run file, each valid against its schema
-    assert "walk: target" in first.stdout and "2 of 2 images done" in first.stderr
+    assert "walk: target" in first.stdout and "2 of 2 clips done" in first.stderr
     for name in ("walk", "jump"):
         report = json.loads((out / name / "report.json").read_text())
-        assert report["image"].endswith(name) and report["asked"]["target"]["sample"] == {"clip_frames": 4}
+        assert report["sample"].endswith(name) and report["asked"]["target"]["sample"] == {"clip_frames": 4}
         layer = report["layers"][0]
         assert report["preprocessing"]["input_size"] == [4, SIDE, SIDE] and layer["shapes"]["output"] == [1, 8, 4, 16, 16]
         curves = layer["trust"]["faithfulness"]["deletion_insertion"]

@@ -92,7 +92,7 @@ def test_a_plugin_kind_raising_systemexit_or_keyboardinterrupt_fails_those_sampl
     env = {**os.environ, "HOOKVIZ_PLUGINS": "tests.raising_plugin", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 1, done.stderr
-    assert "1 of 3 images done" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "1 of 3 photos done" in done.stderr and "Traceback" not in done.stderr, done.stderr
     statuses = {
         entry["image"].rsplit("/", 1)[-1]: entry for entry in json.loads((tmp_path / "out" / "run.json").read_text())["images"]
     }

@@ -17,7 +17,7 @@ from PIL import Image
 import hookviz
 from hookviz import Explainer, LayerOptions, TargetOptions
 from hookviz.errors import UsageError
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.methods import lrp as lrp_module
 from hookviz.methods.lrp import LrpSettings
 from hookviz.models.loading import LoadedModel
@@ -31,7 +31,7 @@ TARGET = 8
 def relevance_maps(model, batch, layer: str, method: str, target: int = TARGET, settings=()):
     """hookviz's maps of ``batch`` by ``method`` (N, C, H, W), and each image's figures;
     ``settings``: the method's option groups, as the command and explain() hand them on."""
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("seeded", model, "seeded", None, Preprocessing())
     options = TargetOptions(target=str(target), cam=method, settings=tuple(settings))
     results = Explainer.create(loaded, layers=LayerOptions((layer,)), target=options).explain_batch(images)

@@ -16,7 +16,7 @@ from PIL import Image
 from torch import nn
 
 from hookviz import Explainer, LayerOptions, TargetOptions
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.models.loading import LoadedModel
 
 SIDE = 112
@@ -38,7 +38,7 @@ def batch():
 
 def ours(model, batch, layer: str, method: str, target: int) -> np.ndarray:
     """hookviz's raw maps of ``batch``, one per photo."""
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     explainer = Explainer.create(loaded, layers=LayerOptions((layer,)), target=TargetOptions(target=str(target), cam=method))
     return np.stack([result.layers[0].cam for result in explainer.explain_batch(images)])
@@ -179,7 +179,7 @@ def test_ablationcam_equals_pytorch_grad_cams_where_the_score_is_positive(resnet
 
 def pixel_maps(model, batch, layer: str, method: str, target: int, **options) -> np.ndarray:
     """hookviz's raw (C, H, W) maps of ``batch`` by an input-resolution method, one per photo."""
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     target_options = TargetOptions(target=str(target), cam=method, **options)
     results = Explainer.create(loaded, layers=LayerOptions((layer,)), target=target_options).explain_batch(images)

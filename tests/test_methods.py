@@ -14,7 +14,7 @@ from PIL import Image
 from torch import nn
 
 from hookviz import Explainer, LayerOptions, TargetOptions, UsageError, explain
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.methods import (
     METHODS,
     MethodContext,
@@ -285,8 +285,8 @@ def test_a_method_gets_only_what_it_declares_and_without_gradients_explains_a_la
 # ----------------------------------------------------------------------------- re-scoring
 
 
-def _prepared(tensors) -> list[PreparedImage]:
-    return [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((64, 64, 3), np.uint8)) for t in tensors]
+def _prepared(tensors) -> list[PreparedSample]:
+    return [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((64, 64, 3), np.uint8)) for t in tensors]
 
 
 def test_rescoring_scores_each_images_class_logit_on_the_bare_model_and_leaves_it_as_it_was():

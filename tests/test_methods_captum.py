@@ -27,7 +27,7 @@ from torch import nn
 
 import hookviz
 from hookviz import Explainer, LayerOptions, TargetOptions, UsageError
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.methods.deeplift import DeepLiftOptions, deeplift_maps
 from hookviz.methods.deeplift_shap import DeepLiftShapOptions, draw_baselines, generator
 from hookviz.methods.gradient_shap import GradientShapOptions, draws
@@ -62,7 +62,7 @@ def _quiet_captum():
 
 def pixel_maps(model, batch, method: str, target: int = TARGET, **options) -> np.ndarray:
     """hookviz's raw (C, H, W) maps of ``batch`` by ``method``, one per photo, through the explainer."""
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("model", model, "seeded", None, Preprocessing())
     layer = next(name for name, module in model.named_modules() if isinstance(module, nn.Conv2d))
     target_options = TargetOptions(target=str(target), cam=method, **options)

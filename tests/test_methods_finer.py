@@ -31,11 +31,11 @@ def ours(model, batch, layers: tuple[str, ...], target: int, **settings) -> list
     """hookviz's raw finer-cam maps of ``batch``, one (N, h, w) stack per layer."""
     from PIL import Image
 
-    from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+    from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
     from hookviz.methods.finer_cam import FinerOptions
     from hookviz.models.loading import LoadedModel
 
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     options = TargetOptions(target=str(target), cam="finer-cam", settings=(FinerOptions(**settings),))
     explainer = Explainer.create(loaded, layers=LayerOptions(layers), target=options)
@@ -164,10 +164,10 @@ def test_each_top_class_is_set_against_its_own_nearest_classes(resnet18, batch):
     """With ``--topk 2`` the second class's map is pytorch-grad-cam's FinerCAM of that class."""
     from PIL import Image
 
-    from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+    from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
     from hookviz.models.loading import LoadedModel
 
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", resnet18, "seeded", None, Preprocessing())
     options = TargetOptions(cam="finer-cam", topk=2)
     results = Explainer.create(loaded, layers=LayerOptions(("layer4",)), target=options).explain_batch(images)

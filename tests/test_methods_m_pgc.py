@@ -131,11 +131,11 @@ def _ours_with(model, batch, layer, method, TargetOptions, Explainer, LayerOptio
     """hookviz's raw maps with the method's option groups set (``TargetOptions.settings``)."""
     from PIL import Image
 
-    from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+    from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
     from hookviz.models.loading import LoadedModel
 
     side = batch.shape[-1]
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((side, side, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((side, side, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     target = TargetOptions(target=str(POSITIVE), cam=method, settings=groups)
     explainer = Explainer.create(loaded, layers=LayerOptions((layer,)), target=target)

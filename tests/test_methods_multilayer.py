@@ -186,10 +186,12 @@ def _refine(model, photos, layers) -> np.ndarray:
     from PIL import Image
 
     from hookviz import Explainer, LayerOptions, TargetOptions
-    from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+    from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
     from hookviz.models.loading import LoadedModel
 
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in photos]
+    images = [
+        PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in photos
+    ]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     target = TargetOptions(target=str(POSITIVE), cam="refine-cam")
     explainer = Explainer.create(loaded, layers=LayerOptions(tuple(layers)), target=target)

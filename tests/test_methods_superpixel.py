@@ -20,7 +20,7 @@ import torchvision
 from PIL import Image
 
 from hookviz import Explainer, LayerOptions, TargetOptions
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.methods.superpixels import SuperpixelOptions, segments
 from hookviz.models.loading import LoadedModel
 
@@ -46,7 +46,7 @@ def batch():
 
 
 def ours(model, batch, method: str, settings: SuperpixelOptions) -> np.ndarray:
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     target = TargetOptions(target=str(TARGET), cam=method, settings=(settings,))
     results = Explainer.create(loaded, layers=LayerOptions(("layer4",)), target=target).explain_batch(images)

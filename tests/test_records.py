@@ -229,7 +229,7 @@ def test_a_report_of_a_newer_schema_stops_a_resumed_run_in_one_line(base, weight
     assert "Traceback" not in result.output and (out / "cat" / "report.json").read_bytes() == before
 
 
-def test_a_report_of_schema_1_is_read_and_its_image_redone_once(base, weights, tmp_path):
+def test_a_report_of_schema_1_is_read_and_its_sample_redone_once(base, weights, tmp_path):
     """Schema 1 kept integrated gradients' settings beside the target; such a report is read,
     and its image is redone once (what it was asked is not what schema 2 asks)."""
     out = _copy(base, tmp_path)
@@ -238,15 +238,56 @@ def test_a_report_of_schema_1_is_read_and_its_image_redone_once(base, weights, t
         settings = document["asked"]["target"].pop("settings")
         assert settings == {"gradcam": {"time_weights": "clip"}}  # the Grad-CAM family's group, gradcam asked; schema 1 had none
         document["asked"]["target"].update(steps=32, ig_baseline="zero")
+        _in_schema_2_words(document)
         document.update(schema="hookviz/report/1")
 
     _rewrite(out / "cat" / "report.json", older)
     args = ("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--out", out, "--skip-existing")
     first = invoke(*args)
     assert first.exit_code == 0 and "Traceback" not in first.output, first.output
-    assert json.loads((out / "cat" / "report.json").read_text())["schema"] == "hookviz/report/2"
+    assert json.loads((out / "cat" / "report.json").read_text())["schema"] == REPORT_SCHEMA
     second = json.loads(invoke(*args, "--json").stdout)
     assert second["counts"]["skipped"] == len(PHOTOS), second["counts"]
+
+
+def _in_schema_2_words(document) -> None:
+    """A report as schema 2 wrote it: its sample under ``image`` and ``photo``."""
+    document["image"] = document.pop("sample")
+    document["photo"] = document.pop("sample_identity")
+    document.update(schema="hookviz/report/2")
+
+
+def test_reports_of_schema_2_are_read_compared_and_listed_and_their_samples_redone_once(base, weights, tmp_path):
+    """Schema 2 named the sample ``image`` and its files ``photo``: read as schema 3's ``sample``
+    and ``sample_identity`` by the records, ``hookviz diff``, ``--baseline`` and the explorer;
+    ``--skip-existing`` redoes each such sample once, so the folder ends in one schema."""
+    from hookviz.runs.gallery import write_gallery
+    from hookviz.store.records import read_report, read_run
+
+    from .explorer_helpers import explorer_samples
+
+    out = _copy(base, tmp_path)
+    for path in out.glob("*/report.json"):
+        _rewrite(path, _in_schema_2_words)
+    old, new = read_report(out / "cat" / "report.json"), read_report(base / "cat" / "report.json")
+    assert (old.schema, old.older_words, new.older_words) == (2, True, False)
+    assert old.sample == new.sample == str(SAMPLES / "cat.png") and old.sample_identity == new.sample_identity is not None
+    result = invoke("diff", out, base, "--out", tmp_path / "diff.json", "--pictures", "none")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "diff.json").read_text())["compared"]["images"] == 2
+    args = ("run", *PHOTOS, *TINY, "--weights", weights["b"], "--pictures", "none", "-q")
+    result = invoke(*args, "--out", tmp_path / "against", "--baseline", out)
+    assert result.exit_code == 0 and json.loads((tmp_path / "against" / "run.json").read_text())["diff"]["images"] == 2
+    write_gallery(out, read_run(out / "run.json"))
+    assert {name: found["image"] for name, found in explorer_samples(out).items()} == {
+        name: str(SAMPLES / f"{name}.png") for name in ("cat", "coffee")
+    }
+    args = ("run", *PHOTOS, *TINY, "--weights", weights["a"], "--pictures", "none", "--topk", "2", "--save-tensors")
+    first = json.loads(invoke(*args, "--out", out, "--skip-existing", "--json").stdout)
+    assert (first["counts"]["done"], first["counts"]["skipped"]) == (2, 0), first["counts"]
+    assert _validate_run_folder(out) == 3 and all("photo" not in json.loads(p.read_text()) for p in out.glob("*/report.json"))
+    second = json.loads(invoke(*args, "--out", out, "--skip-existing", "--json").stdout)
+    assert second["counts"]["skipped"] == 2, second["counts"]
 
 
 def test_a_run_file_of_a_newer_schema_stops_a_diff_in_one_line(base, tmp_path):

@@ -224,7 +224,7 @@ def _sha256(path: Path) -> str:
 def _photo_of(summary, out: Path, image: Path) -> dict:
     """The ``photo`` that the report of ``image`` (in ``summary``) records."""
     status = next(s for s in summary.statuses if s.image == str(image))
-    return json.loads((out / status.output / "report.json").read_text())["photo"]
+    return json.loads((out / status.output / "report.json").read_text())["sample_identity"]
 
 
 def test_skip_existing_never_keeps_another_photos_results_under_the_same_file_name(tmp_path):

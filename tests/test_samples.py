@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from hookviz.inputs.identity import Match, PhotoIdentity, match_files
+from hookviz.inputs.identity import Match, SampleIdentity, match_files
 from hookviz.inputs.images import Preprocessing
 from hookviz.methods.integrated_gradients import IGOptions
 from hookviz.samples import SAMPLE_KINDS, Sample, SampleBatch, get_sample_kind
@@ -93,12 +93,12 @@ def test_a_sample_of_two_files_changes_when_either_does(tmp_path):
     photo, vector = tmp_path / "a.png", tmp_path / "a.npy"
     Image.new("RGB", (8, 8)).save(photo)
     np.save(vector, np.arange(4, dtype=np.float32))
-    recorded = PhotoIdentity.of_files([photo, vector])
-    assert PhotoIdentity.of_files([photo]) == PhotoIdentity.of(photo)
+    recorded = SampleIdentity.of_files([photo, vector])
+    assert SampleIdentity.of_files([photo]) == SampleIdentity.of(photo)
     assert match_files(recorded, [photo, vector]) is Match.SAME
     np.save(vector, np.arange(4, dtype=np.float32) + 1)  # the photo is as it was: the vector alone tells
     assert match_files(recorded, [photo, vector]) is Match.CHANGED
-    assert PhotoIdentity.of_files([photo, vector]).sha256 != recorded.sha256
+    assert SampleIdentity.of_files([photo, vector]).sha256 != recorded.sha256
 
 
 def test_the_photo_is_the_built_in_kind():

@@ -1,13 +1,16 @@
 """Every kind of sample's report.json, run.json and diff.json against the shipped schemas
 (issue 37): a photo, a clip (a torchvision video classifier by name, whose report keeps the
 frames it used, and a factory's clip model), a sample of several inputs, and the plug-in kinds
-of tests/sample_plugin.py and tests/frames_plugin.py. Each is run twice, the second time with
-``--baseline`` the first, so that a diff.json is written and checked too."""
+of tests/sample_plugin.py, tests/frames_plugin.py and tests/signal_plugin.py. Each is run twice,
+the second time with ``--baseline`` the first, so that a diff.json is written and checked too; what
+the runs say of a kind other than the photo calls its samples by the kind's own noun, never photos
+or images (issue 38)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -23,7 +26,8 @@ from .test_records import _validate_run_folder, _validator
 from .video_clips import encode
 
 #: The sample kinds the cases below cover: the built-in ones and the plug-ins' (a new kind is added here, with a case).
-COVERED = {"photo", "video", "multi", "photo+vector", "frames"}
+COVERED = {"photo", "video", "multi", "photo+vector", "frames", "csv-signal"}
+PLUG_INS = ("photo+vector", "frames", "csv-signal")
 
 
 def _photo(folder, out, *extra):
@@ -64,7 +68,7 @@ def _plugin_run(model: str, plugin: str, source, out, *extra):
     command += ["--pictures", "cam", "--out", str(out), *map(str, extra)]
     env = {**os.environ, "HOOKVIZ_PLUGINS": plugin, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
-    return type("Result", (), {"exit_code": done.returncode, "output": done.stderr})
+    return type("Result", (), {"exit_code": done.returncode, "output": done.stdout + done.stderr})
 
 
 def _photo_and_vector(folder, out, *extra):
@@ -87,6 +91,17 @@ def _frames(folder, out, *extra):
     return _plugin_run("tests.frames_plugin:clip_net", "tests.frames_plugin", clip, out, "--layer", "features.3", *extra)
 
 
+def _signals(folder, out, *extra):
+    signals = folder / "signals"
+    if not signals.exists():
+        signals.mkdir()
+        rng = np.random.default_rng(0)
+        for k in range(2):
+            np.savetxt(signals / f"s{k}.csv", rng.normal(size=(64, 2)), delimiter=",", header="x,y", comments="", fmt="%.6f")
+    model, plugin = "tests.signal_plugin:signal_net", "tests.signal_plugin"
+    return _plugin_run(model, plugin, signals, out, "--weights", "none", "--layer", "3", "--faithfulness", *extra)
+
+
 CASES = {
     "photo": _photo,
     "video (torchvision, by name)": _torchvision_clip,
@@ -94,16 +109,19 @@ CASES = {
     "multi": _several_inputs,
     "photo+vector": _photo_and_vector,
     "frames": _frames,
+    "csv-signal": _signals,
 }
+
+#: A kind's own words, which may name the photo its sample holds (``SampleKind.words``).
+OWN_WORDS = ("a photo and the inputs bound to it with --input", "a photo and the vector of its .npy file")
 
 
 def test_the_cases_cover_every_sample_kind():
     from hookviz.samples import SAMPLE_KINDS, get_sample_kind
 
     get_sample_kind("photo")
-    own = {name for name, kind in SAMPLE_KINDS.items() if type(kind).__module__.startswith("hookviz.")}
-    built_in = own - {"photo+vector", "frames"}  # a test's plug-in (tests/signal_plugin.py) is not hookviz's
-    assert built_in | {"photo+vector", "frames"} == COVERED
+    built_in = {name for name in SAMPLE_KINDS if name not in PLUG_INS}
+    assert built_in | set(PLUG_INS) == COVERED
     assert {name.split(" ")[0] for name in CASES} == COVERED
 
 
@@ -121,7 +139,7 @@ def test_a_clips_preprocessing_with_its_frames_is_valid():
 
 @pytest.mark.slow  # two runs each: 3 s (a photo) to 30 s (a plug-in's, two fresh interpreters) of CPU, measured
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_kinds_report_run_and_diff_are_valid_against_the_schemas(tmp_path, case):
+def test_every_kinds_files_are_valid_and_its_runs_call_its_samples_by_its_noun(tmp_path, case):
     first, second = tmp_path / "first", tmp_path / "second"
     done = CASES[case](tmp_path, first)
     assert done.exit_code == 0, done.output
@@ -129,6 +147,21 @@ def test_every_kinds_report_run_and_diff_are_valid_against_the_schemas(tmp_path,
     assert again.exit_code == 0, again.output
     assert _validate_run_folder(first) >= 2
     assert _validate_run_folder(second) >= 3 and (second / "diff.json").exists()
+    said = _said(tmp_path, (done.output, again.output), first, second)
+    if case != "photo":
+        assert not re.findall(r"\b(?:photo|image)s?\b", said, re.IGNORECASE), said
+    if case == "csv-signal":
+        assert "faithfulness: on these 2 signals, " in said and "2 of 2 signals done" in said, said
     if case.startswith("video (torchvision"):
         report = json.loads(next(first.glob("*/report.json")).read_text())
         assert report["preprocessing"]["frames"] == 4 and report["preprocessing"]["input_size"] == [4, 32, 32]
+
+
+def _said(tmp_path, outputs, *runs) -> str:
+    """What the runs said: their output and the notes of their reports and run files, the
+    folders' paths and the kind's own words left out."""
+    documents = [json.loads(p.read_text()) for out in runs for p in [out / "run.json", *out.glob("*/report.json")]]
+    said = "\n".join([*outputs, *(note for document in documents for note in document.get("notes", []))])
+    for words in (str(tmp_path), *OWN_WORDS):
+        said = said.replace(words, "")
+    return said

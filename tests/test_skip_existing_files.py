@@ -42,7 +42,7 @@ def test_a_depth_file_replaced_by_an_older_copy_of_its_size_redoes_the_sample(tm
     _older_copy(depth / "a.npy", lambda p: np.save(p, np.full((HEIGHT, WIDTH), 0.5, np.float32)))
     again = _rgbd_run(rgb, depth, out, "--skip-existing", layer=("fusion",))
     assert "1 skipped" in again.stderr and "a.png" in again.stdout and "b.png" not in again.stdout, again.output
-    files = json.loads((out / "a" / "report.json").read_text())["photo"]["files"]
+    files = json.loads((out / "a" / "report.json").read_text())["sample_identity"]["files"]
     assert [entry["path"].rsplit("/", 2)[-2:] for entry in files] == [["rgb", "a.png"], ["depth", "a.npy"]]
     assert files[1]["mtime_ns"] == (depth / "a.npy").stat().st_mtime_ns
 
@@ -68,21 +68,21 @@ def test_a_frame_replaced_by_an_older_copy_of_its_size_redoes_the_clip(tmp_path)
     assert run("--skip-existing").stderr.count("1 skipped") == 1
     _older_copy(clip / "f2.png", lambda p: _stored_png(p, 255 - moving_square(1)))
     again = run("--skip-existing")
-    assert again.exit_code == 0 and "1 of 1 images done" in again.stderr and "skipped" not in again.stderr, again.output
+    assert again.exit_code == 0 and "1 of 1 clips done" in again.stderr and "skipped" not in again.stderr, again.output
     report = json.loads((out / "jump" / "report.json").read_text())
-    assert len(report["photo"]["files"]) == 4 and report["photo"]["files"][1]["path"].endswith("jump/f2.png")
+    assert len(report["sample_identity"]["files"]) == 4 and report["sample_identity"]["files"][1]["path"].endswith("jump/f2.png")
 
 
 def test_the_identity_of_several_files_keeps_each_one_and_reads_back(tmp_path):
-    from hookviz.inputs.identity import Match, PhotoIdentity, match_files
+    from hookviz.inputs.identity import Match, SampleIdentity, match_files
 
     files = [tmp_path / "a.png", tmp_path / "a.npy"]
     files[0].write_bytes(b"photo")
     files[1].write_bytes(b"depth-1")
     os.utime(files[0], ns=(0, files[1].stat().st_mtime_ns + 10**9))  # the photo is the newest
-    recorded = PhotoIdentity.of_files(files)
-    assert PhotoIdentity.from_json(json.loads(json.dumps(recorded.to_json()))) == recorded
+    recorded = SampleIdentity.of_files(files)
+    assert SampleIdentity.from_json(json.loads(json.dumps(recorded.to_json()))) == recorded
     assert [entry["size"] for entry in recorded.to_json()["files"]] == [5, 7] and match_files(recorded, files) == Match.SAME
     _older_copy(files[1], lambda p: p.write_bytes(b"depth-2"))
     assert match_files(recorded, files) == Match.CHANGED
-    assert "files" not in PhotoIdentity.of_files(files[:1]).to_json()  # a photo's stays as it was
+    assert "files" not in SampleIdentity.of_files(files[:1]).to_json()  # a photo's stays as it was

@@ -19,7 +19,7 @@ import torchvision
 from PIL import Image
 
 from hookviz import Explainer, LayerOptions, TargetOptions
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.methods.integrated_gradients import IGOptions
 from hookviz.methods.smoothing import SmoothOptions, noise_draws
 from hookviz.models.loading import LoadedModel
@@ -44,7 +44,7 @@ def image():
 
 def explained(model, batch, method: str, *settings, layer: str = "layer3"):
     """hookviz's explanations of ``batch`` (one per image) by ``method`` with ``settings``."""
-    images = [PreparedImage(LoadedImage(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
+    images = [PreparedSample(LoadedSample(None, Image.new("RGB", (8, 8))), t, np.zeros((SIDE, SIDE, 3), np.uint8)) for t in batch]
     loaded = LoadedModel("resnet18", model, "seeded", None, Preprocessing())
     target = TargetOptions(target=str(TARGET), cam=method, settings=settings)
     return Explainer.create(loaded, layers=LayerOptions((layer,)), target=target).explain_batch(images)

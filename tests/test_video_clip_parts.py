@@ -15,7 +15,7 @@ from PIL import Image
 
 from hookviz.errors import ImageError, UsageError
 from hookviz.inputs.parts import part_key, part_stem, split_part
-from hookviz.samples import VideoOptions, get_sample_kind, split
+from hookviz.samples import VideoOptions, get_sample_kind, sample_keys
 from hookviz.samples.video_decode import ClipPlan, decode_clip
 from hookviz.store.folders import output_names
 
@@ -49,18 +49,18 @@ def test_a_span_shorter_than_its_clips_is_refused_in_one_line(tmp_path):
     assert [round(t * 30) for t in few.times] == [2 + round(i) for i in np.linspace(0, 1, 3)] and "repeat" in few.notes[0]
 
 
-def test_the_option_is_settled_and_split_into_keys(tmp_path):
+def test_the_option_is_filled_in_for_the_model_and_gives_a_key_per_clip(tmp_path):
     kind = get_sample_kind("video")
     model = type("Loaded", (), {"module": VideoNet(frames=4)})()
-    assert kind.settle(VideoOptions(clips="3"), model).clips == 3  # the command line gives text
+    assert kind.settings_for_model(VideoOptions(clips="3"), model).clips == 3  # the command line gives text
     for clips in (0, 2000, "x"):
         with pytest.raises(UsageError, match=r"^clips="):
-            kind.settle(VideoOptions(clips=clips), model)
+            kind.settings_for_model(VideoOptions(clips=clips), model)
     (tmp_path / "in").mkdir()
     video = encode(tmp_path / "in" / "walk.mp4")
     photo = tmp_path / "in" / "cat.png"
     Image.fromarray(moving_square(0)).save(photo)
-    keys = split(kind, [video, photo], VideoOptions(clips=2))
+    keys = sample_keys(kind, [video, photo], VideoOptions(clips=2))
     assert keys == [tmp_path / "in" / "walk.mp4#1", tmp_path / "in" / "walk.mp4#2", photo]  # a photo is refused later
     assert kind.files(keys[1]) == [video] and kind.identity(keys[1]) == kind.identity(video)
     assert list(output_names(keys).values()) == ["walk.clip-1", "walk.clip-2", "cat"]
@@ -96,16 +96,16 @@ def test_three_clips_are_three_rows_and_a_second_run_redoes_none(tmp_path):
     encode(clips / "walk.mp4", frames=30)
     out = tmp_path / "out"
     first = _run(clips, out, "--frames", "4", "--clips", "3")
-    assert "3 of 3 images done" in first.stderr, first.stderr
+    assert "3 of 3 clips done" in first.stderr, first.stderr
     reports = [json.loads((out / f"walk.clip-{k}" / "report.json").read_text()) for k in (1, 2, 3)]
-    assert [r["image"].rsplit("/", 1)[-1] for r in reports] == ["walk.mp4#1", "walk.mp4#2", "walk.mp4#3"]
+    assert [r["sample"].rsplit("/", 1)[-1] for r in reports] == ["walk.mp4#1", "walk.mp4#2", "walk.mp4#3"]
     starts = [r["times"][0] for r in reports]
     assert np.allclose(starts, [0, 10 / 30, 20 / 30], atol=1e-3) and len(set(starts)) == 3
     assert all(r["asked"]["target"]["sample"]["clips"] == 3 for r in reports)
     gallery = "".join(explorer_pictures(out))
     assert all(f"walk.clip-{k}/" in gallery for k in (1, 2, 3))
     again = _run(clips, out, "--frames", "4", "--clips", "3", "--skip-existing")
-    assert "0 of 3 images done, 3 skipped" in again.stderr, again.stderr
+    assert "0 of 3 clips done, 3 skipped" in again.stderr, again.stderr
 
 
 def _run(folder, out, *extra):

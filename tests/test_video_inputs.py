@@ -81,7 +81,7 @@ def test_a_photo_given_to_a_video_model_is_refused_in_one_line_and_the_clip_is_e
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     (line,) = _refusals(done.stderr, "still.png")
     assert "is a photo, not a clip" in line and "give a video file, or a folder of frames" in line
-    assert "1 of 2 images done" in done.stderr, done.stderr
+    assert "1 of 2 clips done" in done.stderr, done.stderr
 
 
 @pytest.mark.slow  # a fresh interpreter

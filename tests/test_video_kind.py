@@ -117,15 +117,15 @@ def test_deep_colour_big_frames_and_a_variable_rate_are_decoded_with_a_note(tmp_
 def test_the_options_settle_against_the_model(tmp_path):
     kind = get_sample_kind("video")
     model = type("Loaded", (), {"module": VideoNet(frames=6)})()
-    assert kind.settle(VideoOptions(), model).frames == 6  # the model's own
-    assert kind.settle(VideoOptions(), type("Loaded", (), {"module": VideoNet()})()).frames == 16
-    settled = kind.settle(VideoOptions(frames="8", start="1.5", end="3"), model)  # the command line gives text
+    assert kind.settings_for_model(VideoOptions(), model).frames == 6  # the model's own
+    assert kind.settings_for_model(VideoOptions(), type("Loaded", (), {"module": VideoNet()})()).frames == 16
+    settled = kind.settings_for_model(VideoOptions(frames="8", start="1.5", end="3"), model)  # the command line gives text
     assert (settled.frames, settled.start, settled.end) == (8, 1.5, 3.0)
     for given, words in (({"frames": 0}, "1 to 1024"), ({"frames": "x"}, "give a whole number"), ({"start": -1}, "0 or more")):
         with pytest.raises(UsageError, match=words):
-            kind.settle(VideoOptions(**given), model)
+            kind.settings_for_model(VideoOptions(**given), model)
     with pytest.raises(UsageError, match="must be after"):
-        kind.settle(VideoOptions(start=2, end=1), model)
+        kind.settings_for_model(VideoOptions(start=2, end=1), model)
 
 
 def test_the_options_group_is_registered_and_its_names_are_its_own():
@@ -168,9 +168,9 @@ def test_a_folder_of_frames_is_prepared_as_its_photos(tmp_path):
     processing = Preprocessing(resize=24, size=24)
     sample = kind.prepare(loaded, processing, BIG, settings)
     assert sample.tensor.shape == (3, 4, 24, 24) and sample.times == loaded.times and sample.main == "clip"
-    from hookviz.inputs.images import LoadedImage, prepare
+    from hookviz.inputs.images import LoadedSample, prepare
 
-    third = prepare(LoadedImage(None, Image.fromarray(moving_square(4))), processing, BIG)
+    third = prepare(LoadedSample(None, Image.fromarray(moving_square(4))), processing, BIG)
     assert np.allclose(sample.tensor[:, 2].numpy(), third.tensor.numpy())  # each frame as the photo path makes it
     assert sample.shown.shape == (49, 49, 3)  # 2 x 2 tiles of 24 and a 1-pixel gap
 
@@ -200,7 +200,7 @@ def test_a_video_model_runs_end_to_end_and_redoes_a_clip_when_the_options_change
     (clips / "broken.avi").write_bytes(b"RIFF not a video")
     out = tmp_path / "out"
     first = _run(clips, out, "--frames", "4", "--frame-stride", "2")
-    assert "broken.avi" in first.stderr and "2 of 3 images done" in first.stderr, first.stderr
+    assert "broken.avi" in first.stderr and "2 of 3 clips done" in first.stderr, first.stderr
     report = json.loads((out / "walk.mp4" / "report.json").read_text()) if (out / "walk.mp4").exists() else None
     report = report or json.loads(next(out.glob("walk*/report.json")).read_text())
     assert report["asked"]["target"]["sample"] == {"frames": 4, "frame_stride": 2, "start": 0.0, "end": None, "clips": 1}

@@ -27,10 +27,10 @@ class Dataset:
 
 
 def find_dataset(kind, settings, sources, exclude, notes: list[str]) -> Dataset:
-    """The samples ``sources`` hold for sample ``kind`` (its ``find`` and ``split``, as ``hookviz run`` finds them)."""
-    from hookviz.samples import split
+    """The samples ``sources`` hold for sample ``kind`` (its ``find`` and ``sample_keys``, as ``hookviz run`` finds them)."""
+    from hookviz.samples import sample_keys
 
-    paths = split(kind, kind.find(list(sources), exclude=list(exclude), notes=notes), settings)
+    paths = sample_keys(kind, kind.find(list(sources), exclude=list(exclude), notes=notes), settings)
     return Dataset(tuple(paths), folder_classes(sources, paths))
 
 

@@ -94,13 +94,13 @@ def plan_atlas(request: AtlasRequest, notes: list[str]) -> AtlasPlan:
     from hookviz.atlas.dataset import find_dataset
     from hookviz.models.loading import load_model
     from hookviz.runs.cluster import shard_of
-    from hookviz.samples import get_sample_kind, kind_settings, settled
+    from hookviz.samples import get_sample_kind, kind_settings, settings_for_model
 
     model = load_model(request.model, request.weights, request.seed)
     if request.device != "cpu":
         model.module.to(request.device)  # type: ignore[attr-defined]
     kind = get_sample_kind(model.sample_kind)
-    settings = settled(kind, kind_settings(kind, request.sample_options, model.name), model)
+    settings = settings_for_model(kind, kind_settings(kind, request.sample_options, model.name), model)
     dataset = find_dataset(kind, settings, request.sources, [request.out], notes)
     specs = tuple(resolve_layers(model.module, list(request.layers)))
     ids = tuple(shard_of(range(len(dataset.paths)), request.shard))

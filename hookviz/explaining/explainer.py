@@ -17,7 +17,7 @@ from hookviz.anatomy.featuremaps import DeclaredLayout
 from hookviz.anatomy.layers import LayerSpec, default_layer, resolve_layers
 from hookviz.errors import UsageError, arg
 from hookviz.explaining.passes import Explanation, SummaryOptions, explain_batch
-from hookviz.inputs.images import PreparedImage, Preprocessing
+from hookviz.inputs.images import PreparedSample, Preprocessing
 from hookviz.models.sources.base import LoadedModel
 from hookviz.options import InputOptions, LayerOptions, TargetOptions, TrustOptions
 from hookviz.options.declared import asked_of
@@ -85,14 +85,14 @@ class Explainer:
                 task's or sample kind's options.
         """
         from hookviz.anatomy.geometry import declared_layout
-        from hookviz.samples import get_sample_kind, kind_settings, settled
+        from hookviz.samples import get_sample_kind, kind_settings, settings_for_model
         from hookviz.tasks import get_task
         from hookviz.tasks.targets import parse_target
 
         _refuse_raw_yolo(model)
         model = _chosen_kind(_uncompiled(model), sample_options)
         kind = get_sample_kind(model.sample_kind)
-        settings = settled(kind, kind_settings(kind, sample_options, model.name), model)
+        settings = settings_for_model(kind, kind_settings(kind, sample_options, model.name), model)
         processing = _run_processing(model, preprocessing, settings)
         model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing), settings)
         task = get_task(model.task)
@@ -158,7 +158,7 @@ class Explainer:
 
     # -- explaining
 
-    def prepare(self, image) -> PreparedImage:
+    def prepare(self, image) -> PreparedSample:
         """A photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, a uint8 tensor as
         ``torchvision.io.read_image`` returns it) preprocessed as the model expects, or a float
         (C, H, W) tensor (a signal's (C, L), a clip's (C, T, H, W)) taken as the model's input as it is. A model of another sample kind
@@ -168,18 +168,18 @@ class Explainer:
             ImageError: the file cannot be read or used.
             UsageError: an array or tensor of a shape that is neither, or an array of pixels of another dtype.
         """
-        from hookviz.explaining.tensor_inputs import as_signal, from_signal
+        from hookviz.explaining.tensor_inputs import sample_of_tensor, signal_or_clip
         from hookviz.samples.photo import prepared_photo
 
-        if isinstance(image, PreparedImage) or _is_sample(image):
+        if isinstance(image, PreparedSample) or _is_sample(image):
             return image
         if isinstance(image, Mapping):
             return self._inputs(image)
         if self.kind.name != "photo":
             return self._sample(image)
-        signal = as_signal(image, self.preprocessing.channels)
+        signal = signal_or_clip(image, self.preprocessing.channels)
         if signal is not None:  # a signal's or a clip's float tensor: the model's input as it is
-            return from_signal(signal, self.preprocessing)
+            return sample_of_tensor(signal, self.preprocessing)
         self.check_photos()
         return prepared_photo(image, self.preprocessing, self.max_pixels)
 
@@ -221,7 +221,7 @@ class Explainer:
 
     def _inputs(self, given: Mapping):
         """A sample of several inputs from ``given`` (forward argument name or position: a path or a value in memory)."""
-        from hookviz.samples import get_sample_kind, settled
+        from hookviz.samples import get_sample_kind, settings_for_model
         from hookviz.samples.multi import MULTI, MultiOptions
 
         if self.model.sample_kind != MULTI:
@@ -230,7 +230,7 @@ class Explainer:
                 "(or hookviz.run), or bind the inputs with input=..."
             )
         base = self.sample_settings if isinstance(self.sample_settings, MultiOptions) else MultiOptions()
-        settings = settled(get_sample_kind(MULTI), replace(base, input=tuple(given.items()), sources=()), self.model)
+        settings = settings_for_model(get_sample_kind(MULTI), replace(base, input=tuple(given.items()), sources=()), self.model)
         bound = get_sample_kind(MULTI).bind(settings)  # type: ignore[attr-defined]  # the multi kind binds
         return bound.prepare(bound.loaded_in_memory(self.max_pixels), self.preprocessing, self.max_pixels)
 
@@ -251,7 +251,7 @@ class Explainer:
 
         return SampleBatch(samples, self.task, self.model.module, self.device, self.target, self.task_options)
 
-    def explain_batch(self, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
+    def explain_batch(self, images: Sequence[PreparedSample], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
         """Explain prepared images in one forward and backward pass (see ``explaining.passes.explain_batch``),
         then measure how far to trust each CAM when ``trust`` asks (``hookviz.trust``)."""
         explanations = explain_batch(self, images, summaries)

@@ -20,7 +20,7 @@ import numpy as np
 from hookviz.anatomy.featuremaps import DeclaredLayout, Layout, layout_hint, layout_of, shape_text
 from hookviz.errors import UsageError, arg
 from hookviz.explaining.summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
-from hookviz.inputs.images import PreparedImage, Preprocessing
+from hookviz.inputs.images import PreparedSample, Preprocessing
 from hookviz.options import ChannelSelection, PictureOptions
 from hookviz.tasks import DEFAULT_TASK, ClassScore, ImagePrediction
 from hookviz.trust.records import LayerTrust
@@ -168,7 +168,7 @@ class Explanation:
             per detection; the task's ``cams_as_panels``), none the main one with the top-K beside it.
     """
 
-    image: PreparedImage
+    image: PreparedSample
     model: str
     weights: str
     preprocessing: Preprocessing
@@ -279,7 +279,7 @@ def full_precision(device: str) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
-def explain_batch(explainer, images: Sequence[PreparedImage], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
+def explain_batch(explainer, images: Sequence[PreparedSample], summaries: SummaryOptions = SummaryOptions()) -> list[Explanation]:
     """Run one forward and backward pass over ``images`` (samples: ``hookviz.samples``) and explain each of them.
 
     Each image gets its own target (``top1`` is per image). Parameters get no gradients;

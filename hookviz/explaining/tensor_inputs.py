@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from hookviz.errors import UsageError, arg
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing
 from hookviz.samples.shown import signal_picture
 
-__all__ = ["as_signal", "from_signal"]
+__all__ = ["signal_or_clip", "sample_of_tensor"]
 
 
-def as_signal(image, channels: int):
+def signal_or_clip(image, channels: int):
     """``image`` as a (C, L) signal or (C, T, H, W) clip tensor on the CPU, or ``None`` when it is
     no float tensor of those shapes (a photo's, taken by the photo kind).
 
@@ -35,7 +35,7 @@ def as_signal(image, channels: int):
     return tensor if tensor.dim() in (2, 4) and not batch_of_one_photo else None
 
 
-def from_signal(tensor, preprocessing: Preprocessing) -> PreparedImage:
+def sample_of_tensor(tensor, preprocessing: Preprocessing) -> PreparedSample:
     """A (C, L) signal or a (C, T, H, W) clip taken as the model's input as it is. What
     pictures draw it on: the signal as one grey band per channel (its own min to max), the
     clip's frames as they were before normalisation, tiled as its maps are (``anatomy.slices``)."""
@@ -54,4 +54,5 @@ def from_signal(tensor, preprocessing: Preprocessing) -> PreparedImage:
         frames = np.repeat(frames, 3, axis=3) if channels == 1 else frames[..., :3]
         tiles = tiling(tuple(frames.shape[:3]))
         shown = tiles.flat(frames[list(tiles.indices)], np.uint8(140))
-    return PreparedImage(LoadedImage(None, Image.fromarray(np.ascontiguousarray(shown))), tensor, shown)
+    noun = "signal" if tensor.dim() == 2 else "clip"
+    return PreparedSample(LoadedSample(None, Image.fromarray(np.ascontiguousarray(shown)), noun=noun), tensor, shown)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hookviz.errors import display_path
 
-__all__ = ["file_sha256", "PhotoIdentity", "ReferenceIdentity", "Match", "match_photo", "match_files"]
+__all__ = ["file_sha256", "SampleIdentity", "ReferenceIdentity", "Match", "match_photo", "match_files"]
 
 _CHUNK = 1 << 20
 #: Digests remembered, the most recent first out: a run over a million photos keeps a few.
@@ -59,8 +59,9 @@ def file_sha256(path: Path) -> str:
 
 
 @dataclass(frozen=True)
-class PhotoIdentity:
-    """What a report records of the photo it was made from (``report.json``'s ``photo``)."""
+class SampleIdentity:
+    """What a report records of the files its sample was made from (``report.json``'s
+    ``sample_identity``): a photo's file, a clip's, a photo and the files bound to it."""
 
     path: str
     size: int
@@ -70,13 +71,13 @@ class PhotoIdentity:
     files: tuple[tuple[str, int, int], ...] = ()
 
     @classmethod
-    def of(cls, path: Path) -> "PhotoIdentity":
+    def of(cls, path: Path) -> "SampleIdentity":
         """Raises OSError when the file cannot be read."""
         stat = os.stat(path)
         return cls(display_path(os.path.realpath(path)), stat.st_size, stat.st_mtime_ns, file_sha256(path))
 
     @classmethod
-    def of_files(cls, paths) -> "PhotoIdentity":
+    def of_files(cls, paths) -> "SampleIdentity":
         """A sample's identity: its one file's (``of``); of several (a photo and the vector paired
         with it), the first's path, their total size, the latest modification time, one
         SHA-256 of their digests, in order, and each one's path, size and time: rewriting or
@@ -97,7 +98,7 @@ class PhotoIdentity:
         return entry
 
     @classmethod
-    def from_json(cls, entry) -> "PhotoIdentity | None":
+    def from_json(cls, entry) -> "SampleIdentity | None":
         """The identity a report recorded, or ``None`` (a report of an older hookviz, or damaged)."""
         if not isinstance(entry, dict):
             return None
@@ -110,18 +111,18 @@ class PhotoIdentity:
 @dataclass(frozen=True)
 class ReferenceIdentity:
     """What a report records of a reference an embedding was compared with (``--target-image``):
-    its name, the photos it stands for (a folder's, each as ``PhotoIdentity``) and one SHA-256
+    its name, the photos it stands for (a folder's, each as ``SampleIdentity``) and one SHA-256
     of its content (a photo's bytes; a folder's photos' digests, in order; from Python, an
     embedding's or an in-memory image's values), which ``--skip-existing`` compares."""
 
     name: str
     sha256: str
-    photos: tuple[PhotoIdentity, ...] = ()
+    photos: tuple[SampleIdentity, ...] = ()
 
     @classmethod
     def of_photos(cls, name: str, paths) -> "ReferenceIdentity":
         """Raises OSError when a photo cannot be read."""
-        photos = tuple(PhotoIdentity.of(Path(path)) for path in paths)
+        photos = tuple(SampleIdentity.of(Path(path)) for path in paths)
         if len(photos) == 1:
             return cls(name, photos[0].sha256, photos)
         return cls(name, hashlib.sha256(" ".join(p.sha256 for p in photos).encode()).hexdigest(), photos)
@@ -140,7 +141,7 @@ class ReferenceIdentity:
             return None
         photos = entry.get("photos")
         photos = photos if isinstance(photos, list) else []
-        return cls(entry["name"], entry["sha256"], tuple(p for p in map(PhotoIdentity.from_json, photos) if p is not None))
+        return cls(entry["name"], entry["sha256"], tuple(p for p in map(SampleIdentity.from_json, photos) if p is not None))
 
 
 class Match(Enum):
@@ -152,7 +153,7 @@ class Match(Enum):
     UNKNOWN = "unknown"  # the report records no photo, or this one cannot be read
 
 
-def match_photo(recorded: PhotoIdentity | None, path: Path, digest) -> Match:
+def match_photo(recorded: SampleIdentity | None, path: Path, digest) -> Match:
     """Compare the photo at ``path`` with ``recorded``.
 
     Args:
@@ -174,8 +175,8 @@ def match_photo(recorded: PhotoIdentity | None, path: Path, digest) -> Match:
     return Match.CHANGED if recorded.path == here else Match.OTHER
 
 
-def match_files(recorded: PhotoIdentity | None, paths) -> Match:
-    """``match_photo`` for a sample of several files (``PhotoIdentity.of_files``): the same when
+def match_files(recorded: SampleIdentity | None, paths) -> Match:
+    """``match_photo`` for a sample of several files (``SampleIdentity.of_files``): the same when
     each file's path, size and time is the one recorded, else by their digests (a report that
     records no file's own, of an older hookviz, by their digests)."""
     paths = [Path(p) for p in paths]
@@ -202,7 +203,7 @@ def _stats(paths) -> tuple[tuple[str, int, int], ...]:
 
 
 def _files_from_json(entries) -> tuple[tuple[str, int, int], ...]:
-    """The files a report recorded (``PhotoIdentity.files``); ``()`` where it records none or a damaged list."""
+    """The files a report recorded (``SampleIdentity.files``); ``()`` where it records none or a damaged list."""
     if not isinstance(entries, list):
         return ()
     files: list[tuple[str, int, int]] = []
@@ -217,3 +218,7 @@ def _files_from_json(entries) -> tuple[tuple[str, int, int], ...]:
 def _joined(paths) -> str:
     """One SHA-256 of the files' own digests, in order."""
     return hashlib.sha256(" ".join(file_sha256(p) for p in paths).encode()).hexdigest()
+
+
+#: Its name in hookviz 0.2, for plug-ins written against it (to go in 0.3).
+PhotoIdentity = SampleIdentity

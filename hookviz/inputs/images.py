@@ -19,15 +19,15 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from hookviz.errors import ImageError, UsageError, arg, display_path, first_line, hint
-from hookviz.inputs.identity import PhotoIdentity
+from hookviz.inputs.identity import SampleIdentity
 from hookviz.options import DEFAULT_MAX_PIXELS
 
 __all__ = [
     "HEIF_SUFFIXES",
     "MODES",
     "Preprocessing",
-    "LoadedImage",
-    "PreparedImage",
+    "LoadedSample",
+    "PreparedSample",
     "load_image",
     "photo_of_array",
     "prepare",
@@ -85,7 +85,7 @@ class InputTransform(Protocol):
         """The library's object itself."""
         ...
 
-    def prepare(self, image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
+    def prepare(self, image: LoadedSample, preprocessing: Preprocessing) -> PreparedSample:
         """``image`` made the model's input by the transform itself."""
         ...
 
@@ -165,32 +165,36 @@ class Preprocessing:
 
 
 @dataclass(frozen=True)
-class LoadedImage:
-    """A decoded photo: upright, RGB, 8 bits per channel; ``identity`` tells a file's photo
-    from another of the same name (``None`` for a photo given in memory)."""
+class LoadedSample:
+    """A decoded sample as its overlays are drawn: a photo (upright, RGB, 8 bits per channel), a
+    clip's first frame, a signal's picture. ``identity`` tells a file's sample from another of the
+    same name (``None`` for a sample given in memory); ``noun`` names one given in memory in its
+    ``label`` (``<in-memory signal>``)."""
 
     path: Path | None
     rgb: Image.Image
     notes: tuple[str, ...] = ()
-    identity: PhotoIdentity | None = None
+    identity: SampleIdentity | None = None
+    noun: str = field(default="image", compare=False)
 
     @property
     def label(self) -> str:
-        return display_path(self.path) if self.path is not None else "<in-memory image>"
+        return display_path(self.path) if self.path is not None else f"<in-memory {self.noun}>"
 
 
 @dataclass(frozen=True)
-class PreparedImage:
-    """A photo as the model sees it: the photo's sample (``hookviz.samples``), one input named ``image``.
+class PreparedSample:
+    """A sample of one input as the model sees it (``hookviz.samples.Sample``'s members), its input
+    named ``image``: a photo's, or a signal's or clip's tensor given in memory.
 
     Attributes:
-        source: the decoded photo.
-        tensor: the normalised (3, size, size) float32 input.
-        shown: the same pixels before normalisation, (size, size, 3) uint8, for overlays.
+        source: the decoded sample (``LoadedSample``).
+        tensor: the model's input: a photo's normalised (3, size, size) float32 tensor.
+        shown: what overlays are drawn over: a photo's pixels before normalisation, (size, size, 3) uint8.
         whole: the whole photo (uint8), on which a ``mode="whole"`` CAM is drawn.
     """
 
-    source: LoadedImage
+    source: LoadedSample
     tensor: "object"  # torch.Tensor; annotated loosely so this module imports without torch
     shown: np.ndarray
     whole: np.ndarray | None = field(default=None, repr=False)
@@ -207,7 +211,7 @@ class PreparedImage:
 # ----------------------------------------------------------------------------- decoding
 
 
-def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImage:
+def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedSample:
     """Decode a file (or take a PIL image) and return it upright in RGB.
 
     Raises:
@@ -231,7 +235,7 @@ def load_image(source: "str | os.PathLike | Image.Image", max_pixels: int = DEFA
         # Read again for its digest, from the page cache (a 5 MB, 12 MP JPEG: ~15 ms, 2% of
         # decoding it), once decoding succeeded: the file is never held whole in memory, and a
         # broken one costs nothing more.
-        return replace(loaded, identity=PhotoIdentity.of(path))
+        return replace(loaded, identity=SampleIdentity.of(path))
     except Image.DecompressionBombError:
         cap = 2 * (Image.MAX_IMAGE_PIXELS or 0)
         if max_pixels < cap:
@@ -311,7 +315,7 @@ def _is_heif(path: Path) -> bool:
     return False
 
 
-def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedImage:
+def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedSample:
     label = display_path(path) if path is not None else "<image>"
     width, height = im.size
     if width * height > max_pixels:
@@ -334,7 +338,7 @@ def _to_loaded(path: Path | None, im: Image.Image, max_pixels: int) -> LoadedIma
     im.load()
     im = ImageOps.exif_transpose(im)
     rgb, value_notes = _rgb(im, label)
-    return LoadedImage(path=path, rgb=rgb, notes=(*notes, *value_notes))
+    return LoadedSample(path=path, rgb=rgb, notes=(*notes, *value_notes))
 
 
 def _rgb(im: Image.Image, label: str) -> tuple[Image.Image, tuple[str, ...]]:
@@ -388,7 +392,7 @@ def _gray_to_uint8(array: np.ndarray, mode: str, label: str) -> tuple[np.ndarray
 # ----------------------------------------------------------------------------- preprocessing
 
 
-def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = DEFAULT_MAX_PIXELS) -> PreparedImage:
+def prepare(image: LoadedSample, preprocessing: Preprocessing, max_pixels: int = DEFAULT_MAX_PIXELS) -> PreparedSample:
     """Resize, crop and normalise a decoded photo into the model's input tensor, or have the
     weights' transform object make it where ``preprocessing`` applies it (``applies_transform``).
 
@@ -417,10 +421,10 @@ def prepare(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int = 
     channels = preprocessing.channels
     tensor = F.normalize(tensor, list(preprocessing.mean[:channels]), list(preprocessing.std[:channels]))
     whole = np.asarray(image.rgb, dtype=np.uint8) if preprocessing.mode == "whole" else None
-    return PreparedImage(source=image, tensor=tensor, shown=shown, whole=whole)
+    return PreparedSample(source=image, tensor=tensor, shown=shown, whole=whole)
 
 
-def _resized(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int) -> Image.Image:
+def _resized(image: LoadedSample, preprocessing: Preprocessing, max_pixels: int) -> Image.Image:
     from torchvision.transforms import functional as F
 
     mode = preprocessing.mode
@@ -438,3 +442,8 @@ def _resized(image: LoadedImage, preprocessing: Preprocessing, max_pixels: int) 
         )
     shorter = F.resize(image.rgb, preprocessing.resize, F.InterpolationMode(preprocessing.interpolation))
     return F.center_crop(shorter, preprocessing.size) if mode == "crop" else shorter
+
+
+#: Their names in hookviz 0.2, for plug-ins written against it (to go in 0.3).
+LoadedImage = LoadedSample
+PreparedImage = PreparedSample

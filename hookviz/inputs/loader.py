@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from hookviz.errors import HookvizError, ImageError, describe, display_path
-from hookviz.inputs.images import PreparedImage, load_image, prepare
+from hookviz.inputs.images import PreparedSample, load_image, prepare
 
 __all__ = ["ImageLoader"]
 
@@ -50,7 +50,7 @@ class _Decoded:
 
 
 class ImageLoader:
-    """Iterating yields ``(path, PreparedImage or ImageError)`` in the order of ``paths``.
+    """Iterating yields ``(path, PreparedSample or ImageError)`` in the order of ``paths``.
 
     Args:
         paths: the photos, in order.
@@ -105,7 +105,7 @@ class ImageLoader:
         with self._changed:
             return len(self._items)
 
-    def __iter__(self) -> Iterator[tuple[Path, PreparedImage | ImageError]]:
+    def __iter__(self) -> Iterator[tuple[Path, PreparedSample | ImageError]]:
         while True:
             with self._changed:
                 while not self._items and not self._stopping():
@@ -164,7 +164,7 @@ class ImageLoader:
         except BaseException as exc:
             return self._raised_in_thread(exc, f"{display_path(path)}: could not decode")
 
-    def _prepared(self, path: Path, image, preprocessing) -> PreparedImage | ImageError:
+    def _prepared(self, path: Path, image, preprocessing) -> PreparedSample | ImageError:
         try:
             return self.kind.prepare(image, preprocessing, self._max_pixels, self.settings)
         except ImageError as exc:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from hookviz.errors import ImageError, UnknownModelError, arg, describe
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, prepare
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing, prepare
 
 __all__ = ["WeightsTransform", "TRANSFORM_MODE", "applied_preprocessing", "apply_transform", "normalisation_of"]
 
@@ -58,7 +58,7 @@ class WeightsTransform:
     def __repr__(self) -> str:
         return f"WeightsTransform({self.origin!r}, applied={self.applied})"
 
-    def prepare(self, image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
+    def prepare(self, image: LoadedSample, preprocessing: Preprocessing) -> PreparedSample:
         """The photo made the model's input by this object, its overlay the output
         denormalised with ``preprocessing``'s mean and std (see the module's docstring).
 
@@ -73,7 +73,7 @@ class WeightsTransform:
         values = np.nan_to_num(tensor.numpy() * std + mean)  # NaN shown black, as a tensor input's
         pixels = (np.clip(values, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
         shown = np.repeat(pixels, 3, axis=2) if channels == 1 else np.ascontiguousarray(pixels)
-        return PreparedImage(source=image, tensor=tensor, shown=shown)
+        return PreparedSample(source=image, tensor=tensor, shown=shown)
 
 
 def applied_preprocessing(function, origin: str, model_name: str) -> tuple[Preprocessing, tuple[str, ...]]:
@@ -108,7 +108,7 @@ def applied_preprocessing(function, origin: str, model_name: str) -> tuple[Prepr
     return processing, (f"photos are preprocessed by {origin}; overlays show its output {how}",)
 
 
-def apply_transform(image: LoadedImage, preprocessing: Preprocessing) -> PreparedImage:
+def apply_transform(image: LoadedSample, preprocessing: Preprocessing) -> PreparedSample:
     """The photo made the model's input by the weights' transform object itself, its overlay
     the output denormalised with ``preprocessing``'s mean and std (see the module's docstring).
 

@@ -144,7 +144,7 @@ def _details(folder: str, report: Report, change: dict | None, base: str | None)
             found_layer["channels"] = _top_channels(layer.top_channels)
         layers.append(found_layer)
     found: dict = {
-        "image": report.image or folder,
+        "image": report.sample or folder,
         "heading": heading,
         "items": items,
         "notes": list(report.notes),

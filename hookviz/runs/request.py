@@ -44,19 +44,19 @@ class RunRequest:
 
     def found_by(self, kind, notes: list[str], settings=None) -> "RunRequest":
         """This request with its samples as the model's sample ``kind`` finds them in ``sources``
-        (``SampleKind.find``, then ``samples.split`` as the kind's ``settings`` ask: a video's
+        (``SampleKind.find``, then ``samples.sample_keys`` as the kind's ``settings`` ask: a video's
         ``--clips``): the same request when no sources were given (the caller named the samples),
         or when the kind is a photo and its photos were found already.
 
         Raises:
             UsageError: a source names no sample of that kind.
         """
-        from hookviz.samples import split
+        from hookviz.samples import sample_keys
 
         if self.sources is None or (kind.name == "photo" and self.images):
             return self
         found = kind.find(list(self.sources), exclude=[self.out], notes=notes)
-        return replace(self, images=tuple(split(kind, found, settings)))
+        return replace(self, images=tuple(sample_keys(kind, found, settings)))
 
     @cached_property
     def selected(self) -> list[Path]:

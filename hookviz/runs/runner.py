@@ -314,7 +314,7 @@ class Run:
 
     def _find_samples(self, kind, settings) -> None:
         """The run's samples as the model's ``kind`` finds them (``RunRequest.found_by``), before the output folder is made."""
-        self.outcomes.trust.kind = kind.name  # before --skip-existing reads the kept reports' measures
+        self.outcomes.trust.noun = kind.noun  # before --skip-existing reads the kept reports' measures
         asked = self.asked.found_by(kind, self.outcomes.notes, settings)
         if asked is not self.asked:
             check_out(asked.out, asked.images)
@@ -522,6 +522,7 @@ class Run:
     def _describe(self) -> RunSummary:
         """The summary, written to the run file and the gallery (once the output folder exists)."""
         from hookviz.runs.gallery import write_gallery
+        from hookviz.samples.base import counted_noun
 
         reason = self.state.unfinished_reason
         if reason is not None:
@@ -539,6 +540,7 @@ class Run:
             layers=tuple(spec.label for spec in self.explainer.layers) if self.explainer else (),
             notes=(*self.outcomes.notes, *(trust["summary"] if trust else ())),
             trust=trust,
+            noun=counted_noun(self.explainer.kind) if self.explainer else "image",
         )
         if self.explainer is None:
             return summary  # stopped before the output folder was made: nothing to describe

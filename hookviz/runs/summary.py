@@ -25,6 +25,8 @@ class RunSummary:
     layers: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     trust: dict | None = None
+    #: What the lines that count the samples call one (``samples.counted_noun``).
+    noun: str = "image"
 
     @property
     def failed(self) -> list[ImageStatus]:

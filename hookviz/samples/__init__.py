@@ -6,11 +6,12 @@ from hookviz.samples.base import (
     Sample,
     SampleKind,
     SampleKindBase,
+    counted_noun,
     get_sample_kind,
     kind_settings,
     register_sample_kind,
-    settled,
-    split,
+    sample_keys,
+    settings_for_model,
 )
 from hookviz.samples.batch import ModelInputs, SampleBatch
 from hookviz.samples.multi import MultiOptions  # registers the multi-input kind, so its flags exist
@@ -26,8 +27,9 @@ __all__ = [
     "SampleKindBase",
     "VideoOptions",
     "get_sample_kind",
+    "counted_noun",
     "kind_settings",
     "register_sample_kind",
-    "settled",
-    "split",
+    "sample_keys",
+    "settings_for_model",
 ]

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hookviz.errors import UsageError, arg
-from hookviz.inputs.identity import Match, PhotoIdentity, match_files
+from hookviz.inputs.identity import Match, SampleIdentity, match_files
 from hookviz.registry import Registry, built_in
 
 __all__ = [
@@ -29,19 +29,20 @@ __all__ = [
     "register_sample_kind",
     "get_sample_kind",
     "kind_settings",
-    "settled",
-    "split",
+    "counted_noun",
+    "settings_for_model",
+    "sample_keys",
 ]
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One sample as the model sees it (a photo's is ``hookviz.inputs.images.PreparedImage``,
+    """One sample as the model sees it (a photo's is ``hookviz.inputs.images.PreparedSample``,
     which has the same members).
 
     Attributes:
         source: what was decoded: its ``path``, ``label``, ``notes`` and ``identity`` (the
-            ``PhotoIdentity`` report.json keeps), as a ``LoadedImage`` has them.
+            ``SampleIdentity`` report.json keeps), as a ``LoadedSample`` has them.
         tensors: the model's inputs by name, each without a batch dimension.
         shown: what its overlays are drawn over, (H, W, 3) uint8, at the main input's size.
         whole: the whole picture, when a CAM is drawn on it instead (``mode="whole"``).
@@ -64,6 +65,8 @@ class SampleKind(Protocol):
     """Attributes:
     name: how a model declares it (``LoadedModel.sample_kind``).
     words: what one sample is, in words for messages (``a photo``).
+    noun: one sample in one word, whose plural adds an s, as messages count them (``photo``,
+        ``clip``, ``signal``; ``SampleKindBase``'s: ``sample``).
     main: the name of the input maps are made of.
     options_type: its option group (a frozen dataclass, ``hookviz.options.declared``), or
         ``None``: its fields are ``hookviz run`` flags (the Images panel) and ``explain()``
@@ -72,6 +75,7 @@ class SampleKind(Protocol):
 
     name: str
     words: str
+    noun: str
     main: str
     options_type: type | None
 
@@ -83,7 +87,7 @@ class SampleKind(Protocol):
             UsageError: a source names no sample.
         """
 
-    def settle(self, settings, model):
+    def settings_for_model(self, settings, model):
         """The run's ``settings`` with what depends on ``model`` (a ``LoadedModel``) filled in
         (a clip's frame count); ``SampleKindBase``'s returns them as they are.
 
@@ -91,8 +95,8 @@ class SampleKind(Protocol):
             UsageError: a value the kind refuses, naming the option.
         """
 
-    def split(self, paths: Sequence[Path], settings) -> list[Path]:
-        """The samples ``find``'s ``paths`` hold as ``settings`` ask (a video's ``--clips K``: K
+    def sample_keys(self, paths: Sequence[Path], settings) -> list[Path]:
+        """The key paths of the samples ``find``'s ``paths`` hold as ``settings`` ask (a video's ``--clips K``: K
         keys per file, ``hookviz.inputs.parts``); ``SampleKindBase``'s: ``paths`` themselves."""
 
     def files(self, path: Path) -> list[Path]:
@@ -108,16 +112,16 @@ class SampleKind(Protocol):
         """
 
     def prepare(self, loaded, preprocessing, max_pixels: int, settings):
-        """The decoded sample as the model's inputs: a ``Sample`` (or ``PreparedImage``)."""
+        """The decoded sample as the model's inputs: a ``Sample`` (or ``PreparedSample``)."""
 
     def blank(self, preprocessing, settings) -> tuple:
         """The model's positional inputs for a blank sample, a batch of one (the dry pass
         that recognises the task and finds the default layer), as ``settings`` shape one."""
 
-    def identity(self, path: Path) -> PhotoIdentity:
+    def identity(self, path: Path) -> SampleIdentity:
         """What report.json keeps of the sample's files (``--skip-existing`` compares it)."""
 
-    def match(self, recorded: PhotoIdentity | None, path: Path) -> Match:
+    def match(self, recorded: SampleIdentity | None, path: Path) -> Match:
         """How the sample at ``path`` relates to the one a report was made from."""
 
 
@@ -127,6 +131,7 @@ class SampleKindBase:
 
     name: str
     words: str
+    noun = "sample"
     main = "image"
     options_type: type | None = None
 
@@ -143,16 +148,16 @@ class SampleKindBase:
     def files(self, path: Path) -> list[Path]:
         return [path]
 
-    def settle(self, settings, model):
+    def settings_for_model(self, settings, model):
         return settings
 
-    def split(self, paths: Sequence[Path], settings) -> list[Path]:
+    def sample_keys(self, paths: Sequence[Path], settings) -> list[Path]:
         return list(paths)
 
-    def identity(self, path: Path) -> PhotoIdentity:
-        return PhotoIdentity.of_files(self.files(path))
+    def identity(self, path: Path) -> SampleIdentity:
+        return SampleIdentity.of_files(self.files(path))
 
-    def match(self, recorded: PhotoIdentity | None, path: Path) -> Match:
+    def match(self, recorded: SampleIdentity | None, path: Path) -> Match:
         return match_files(recorded, self.files(path))
 
 
@@ -219,17 +224,23 @@ def kind_settings(kind: SampleKind, given: Sequence, model: str):
     return settings
 
 
-def settled(kind: SampleKind, settings, model):
-    """``settings`` as ``kind`` settles them for ``model`` (a ``LoadedModel``): its ``settle``
-    fills in what depends on the model (a clip's frame count).
+def counted_noun(kind: SampleKind) -> str:
+    """What a run's lines that count its samples call one (``2 of 2 signals done``): a photo an
+    ``image``, as those lines always have; another kind by its ``noun``."""
+    return "image" if kind.name == "photo" else kind.noun
+
+
+def settings_for_model(kind: SampleKind, settings, model):
+    """``settings`` with what depends on ``model`` (a ``LoadedModel``) filled in by ``kind``'s
+    ``settings_for_model`` (a clip's frame count); ``None`` for a kind without settings.
 
     Raises:
         UsageError: a value the kind refuses, naming the option.
     """
-    return settings if settings is None else kind.settle(settings, model)
+    return settings if settings is None else kind.settings_for_model(settings, model)
 
 
-def split(kind: SampleKind, paths: Sequence[Path], settings) -> list[Path]:
-    """The samples that ``paths`` (``kind.find``'s) hold as ``settings`` ask: the kind's ``split``
-    (a video's ``--clips``: one key per clip)."""
-    return list(paths) if settings is None else list(kind.split(paths, settings))
+def sample_keys(kind: SampleKind, paths: Sequence[Path], settings) -> list[Path]:
+    """The key paths of the samples that ``paths`` (``kind.find``'s) hold as ``settings`` ask: the
+    kind's ``sample_keys`` (a video's ``--clips``: one key per clip)."""
+    return list(paths) if settings is None else list(kind.sample_keys(paths, settings))

@@ -57,7 +57,7 @@ class SampleBatch:
     """The samples of one pass, and the model and task that explain them.
 
     Args:
-        samples: ``Sample``s (or photos' ``PreparedImage``s), all of one kind.
+        samples: ``Sample``s (or photos' ``PreparedSample``s), all of one kind.
         task: the model's task (``hookviz.tasks.Task``): its ``forward`` runs the model.
         module, device: the model, and where it runs.
         options, task_options: the run's ``TargetOptions`` and the task's own option group.

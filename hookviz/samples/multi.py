@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from hookviz.errors import ImageError, UsageError, arg, display_path
-from hookviz.inputs.identity import Match, PhotoIdentity, match_files
-from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
+from hookviz.inputs.identity import Match, SampleIdentity, match_files
+from hookviz.inputs.images import LoadedSample, Preprocessing, load_image, prepare
 from hookviz.samples.base import Sample, SampleKindBase, register_sample_kind
 from hookviz.samples.multi_bindings import MULTI, Binding, MultiOptions, parse_bindings, resolve
 from hookviz.samples.multi_files import (
@@ -81,7 +81,7 @@ class Multi(SampleKindBase):
     main = "image"
     options_type = MultiOptions
 
-    def settle(self, settings: MultiOptions, model) -> MultiOptions:
+    def settings_for_model(self, settings: MultiOptions, model) -> MultiOptions:
         """``settings`` with each binding resolved against ``model``'s forward, and the shape of every tensor input's first file.
 
         Raises:
@@ -136,7 +136,9 @@ class BoundInputs(SampleKindBase):
 
     def __init__(self, settings: MultiOptions):
         if not settings.bound:
-            raise UsageError(f"{arg('input')}: the inputs are not bound to a model yet (settle them first)")
+            raise UsageError(
+                f"{arg('input')}: the inputs are not bound to a model yet (have the kind fill in its settings for the model first)"
+            )
         self.settings = settings
         self.bindings: tuple[Binding, ...] = settings.bound
         self.main = self.bindings[0].name
@@ -197,10 +199,10 @@ class BoundInputs(SampleKindBase):
         found = [path] + [self._partner(b, path) for b in self.bindings[1:] if not b.in_memory]
         return [p for p in found if p is not None]
 
-    def identity(self, path: Path) -> PhotoIdentity:
-        return PhotoIdentity.of_files(self.files(path))
+    def identity(self, path: Path) -> SampleIdentity:
+        return SampleIdentity.of_files(self.files(path))
 
-    def match(self, recorded: PhotoIdentity | None, path: Path) -> Match:
+    def match(self, recorded: SampleIdentity | None, path: Path) -> Match:
         return match_files(recorded, self.files(path))
 
     # -- reading
@@ -260,13 +262,13 @@ class BoundInputs(SampleKindBase):
         inputs = {self.main: main}
         for binding in self.bindings[1:]:
             inputs[binding.name] = self._read(binding, key_file, max_pixels)
-        return _Loaded(main[1] if isinstance(main[1], LoadedImage) else None, inputs, key_file)
+        return _Loaded(main[1] if isinstance(main[1], LoadedSample) else None, inputs, key_file)
 
     def _read(self, binding: Binding, key_file: Path | None, max_pixels: int):
         label = repr(binding.given)
         if binding.in_memory:
             if _is_pil(binding.value):
-                return PHOTO_INPUT, LoadedImage(None, binding.value.convert("RGB")), None, ()
+                return PHOTO_INPUT, LoadedSample(None, binding.value.convert("RGB")), None, ()
             array = checked_array(np.asarray(_array_of(binding.value, binding)), f"{arg('input', binding.given)}")
             return TENSOR_INPUT, self._shaped(array, binding, f"{arg('input', binding.given)}"), None, ()
         key = self._key(key_file) if key_file is not None else ""
@@ -308,7 +310,7 @@ class BoundInputs(SampleKindBase):
         main = loaded.inputs[self.main][1]
         photo = (
             prepare(main, preprocessing, max_pixels)
-            if isinstance(main, LoadedImage)
+            if isinstance(main, LoadedSample)
             else prepared_photo(main, preprocessing, max_pixels)
         )
         tensors, kinds, features, files, views = (
@@ -386,7 +388,7 @@ def _identity(file: Path | None) -> dict | None:
     if file is None:
         return None
     try:
-        return PhotoIdentity.of(file).to_json()
+        return SampleIdentity.of(file).to_json()
     except OSError:
         return None
 

@@ -29,7 +29,7 @@ MULTI = "multi"
 class MultiOptions:
     """The multi-input kind's settings: ``--input`` and ``--aligned`` (``explain()``: a mapping as
     its image, or ``input=`` and ``aligned=``). ``sources``: the positional images, the first input
-    (set by the run, not a flag); ``bound``: the bindings resolved against the model (``settle``)."""
+    (set by the run, not a flag); ``bound``: the bindings resolved against the model (``Multi.settings_for_model``)."""
 
     input: tuple | None = option(
         None,

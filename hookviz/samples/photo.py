@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from hookviz.errors import UsageError, arg
-from hookviz.inputs.images import LoadedImage, PreparedImage, Preprocessing, load_image, photo_of_array, prepare
+from hookviz.inputs.images import LoadedSample, PreparedSample, Preprocessing, load_image, photo_of_array, prepare
 from hookviz.samples.base import SampleKindBase, register_sample_kind
 
 __all__ = ["Photo", "PHOTO", "prepared_photo"]
@@ -27,11 +27,12 @@ class Photo(SampleKindBase):
 
     name = PHOTO
     words = "a photo"
+    noun = "photo"
 
-    def load(self, path: Path, max_pixels: int, settings=None) -> LoadedImage:
+    def load(self, path: Path, max_pixels: int, settings=None) -> LoadedSample:
         return load_image(path, max_pixels)
 
-    def prepare(self, loaded: LoadedImage, preprocessing: Preprocessing, max_pixels: int, settings=None) -> PreparedImage:
+    def prepare(self, loaded: LoadedSample, preprocessing: Preprocessing, max_pixels: int, settings=None) -> PreparedSample:
         return prepare(loaded, preprocessing, max_pixels)
 
     def blank(self, preprocessing: Preprocessing, settings=None) -> tuple:
@@ -40,7 +41,7 @@ class Photo(SampleKindBase):
         return (torch.zeros(1, preprocessing.channels, *preprocessing.trace_size),)
 
 
-def prepared_photo(image, preprocessing: Preprocessing, max_pixels: int) -> PreparedImage:
+def prepared_photo(image, preprocessing: Preprocessing, max_pixels: int) -> PreparedSample:
     """A photo (a path, a PIL image, an H x W x 3 uint8 array or float one in 0..1, a uint8 tensor as
     ``torchvision.io.read_image`` returns it) preprocessed as ``preprocessing`` says, or a float
     (C, H, W) tensor taken as the model's input as it is.
@@ -98,7 +99,7 @@ def _photo_of(tensor):
     return Image.fromarray(array[..., 0] if array.ndim == 3 and array.shape[-1] == 1 else array)
 
 
-def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
+def _from_tensor(image, preprocessing: Preprocessing) -> PreparedSample:
     from PIL import Image
 
     tensor = image.detach().float().cpu()
@@ -126,7 +127,7 @@ def _from_tensor(image, preprocessing: Preprocessing) -> PreparedImage:
     # NaN pixels (a model input gone wrong) are shown black rather than cast to garbage
     pixels = (np.clip(np.nan_to_num(tensor.numpy() * std + mean), 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 0)
     shown = np.repeat(pixels, 3, axis=2) if channels == 1 else pixels
-    return PreparedImage(LoadedImage(None, Image.fromarray(shown), _raw_pixels_note(tensor, mean, std)), tensor, shown)
+    return PreparedSample(LoadedSample(None, Image.fromarray(shown), _raw_pixels_note(tensor, mean, std)), tensor, shown)
 
 
 def _raw_pixels_note(tensor, mean: np.ndarray, std: np.ndarray) -> tuple[str, ...]:

@@ -24,8 +24,8 @@ import numpy as np
 
 from hookviz.errors import ImageError, UsageError, arg, display_path
 from hookviz.inputs.discovery import IMAGE_SUFFIXES, find_files, is_output_folder
-from hookviz.inputs.identity import PhotoIdentity
-from hookviz.inputs.images import LoadedImage, Preprocessing, load_image, prepare
+from hookviz.inputs.identity import SampleIdentity
+from hookviz.inputs.images import LoadedSample, Preprocessing, load_image, prepare
 from hookviz.inputs.parts import part_key, split_part
 from hookviz.options.declared import option
 from hookviz.samples.base import Sample, SampleKindBase, register_sample_kind
@@ -50,7 +50,7 @@ MAX_CLIPS = 1024
 class VideoOptions:
     """The video kind's settings: ``--frames``, ``--frame-stride``, ``--start``, ``--end``, ``--clips`` on the
     command line, the same names in ``explain()``. ``frames``, ``start`` and ``end`` are ``None``
-    until the run settles them (``Video.settle``): the model's own frame count, the video's start and end."""
+    until the run fills them in for the model (``Video.settings_for_model``): the model's own frame count, the video's start and end."""
 
     frames: int | None = option(
         None, help=f"Frames per clip (default: the model's own, else {DEFAULT_FRAMES}), spread evenly over the span."
@@ -79,13 +79,13 @@ class Clip(Sample):
 @dataclass(frozen=True)
 class LoadedClip:
     """A decoded clip: its frames (T, H, W, 3) uint8 and their ``times``; ``decoded``: how many
-    frames the decoder decoded for it. Has a ``LoadedImage``'s ``path``, ``label``, ``notes``, ``identity``."""
+    frames the decoder decoded for it. Has a ``LoadedSample``'s ``path``, ``label``, ``notes``, ``identity``."""
 
     path: Path
     frames: np.ndarray = field(repr=False)
     times: tuple[float, ...]
     notes: tuple[str, ...] = ()
-    identity: PhotoIdentity | None = None
+    identity: SampleIdentity | None = None
     decoded: int = 0
 
     @property
@@ -133,10 +133,11 @@ class Video(SampleKindBase):
 
     name = VIDEO
     words = "a clip: a video file (mp4, mkv, webm, mov, avi) or a folder of frames"
+    noun = "clip"
     main = "clip"
     options_type = VideoOptions
 
-    def settle(self, settings: VideoOptions, model) -> VideoOptions:
+    def settings_for_model(self, settings: VideoOptions, model) -> VideoOptions:
         """``settings`` with numbers for text, the model's frame count for ``frames`` when not given.
 
         Raises:
@@ -173,7 +174,7 @@ class Video(SampleKindBase):
             require_av()
         return found
 
-    def split(self, paths, settings: VideoOptions) -> list[Path]:
+    def sample_keys(self, paths, settings: VideoOptions) -> list[Path]:
         """With ``--clips K`` over 1, K keys per video or folder of frames (``walk.mp4#1`` to ``#K``,
         ``hookviz.inputs.parts``); a photo stays itself, to be refused as the run goes on."""
         clips, cut = int(settings.clips), []
@@ -212,7 +213,7 @@ class Video(SampleKindBase):
     def prepare(self, loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: int, settings=None) -> Clip:
         tensor = _clip_tensor(loaded, preprocessing, max_pixels)
         shown = _shown(tensor, preprocessing)
-        source = LoadedImage(loaded.path, _first_frame(loaded), loaded.notes, loaded.identity)
+        source = LoadedSample(loaded.path, _first_frame(loaded), loaded.notes, loaded.identity)
         return Clip(source, {self.main: tensor}, shown, main=self.main, times=loaded.times)
 
     def blank(self, preprocessing: Preprocessing, settings: VideoOptions) -> tuple:
@@ -221,7 +222,7 @@ class Video(SampleKindBase):
         frames = int(settings.frames or DEFAULT_FRAMES) if settings is not None else DEFAULT_FRAMES
         return (torch.zeros(1, preprocessing.channels, frames, *preprocessing.trace_size),)
 
-    def _identity(self, path: Path) -> PhotoIdentity | None:
+    def _identity(self, path: Path) -> SampleIdentity | None:
         try:
             return self.identity(path)
         except OSError as exc:
@@ -294,8 +295,8 @@ def _clip_tensor(loaded: LoadedClip, preprocessing: Preprocessing, max_pixels: i
             what = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise ImageError(f"{loaded.label}: {transform.origin} returned {what}, not a (C, T, H, W) float tensor")
         return tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
-    prepared = [prepare(LoadedImage(loaded.path, Image.fromarray(frame)), preprocessing, max_pixels) for frame in loaded.frames]
-    tensors: list = [frame.tensor for frame in prepared]  # PreparedImage types its tensor loosely
+    prepared = [prepare(LoadedSample(loaded.path, Image.fromarray(frame)), preprocessing, max_pixels) for frame in loaded.frames]
+    tensors: list = [frame.tensor for frame in prepared]  # PreparedSample types its tensor loosely
     return torch.stack(tensors, dim=1)
 
 

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 #: The schema of the files this hookviz writes.
-REPORT_SCHEMA = "hookviz/report/2"
+REPORT_SCHEMA = "hookviz/report/3"
 RUN_SCHEMA = "hookviz/run/1"
 SCHEMA_KEY = "schema"
 _NAMED = re.compile(r"^hookviz/(\w+)/(\d+)$")

@@ -250,8 +250,8 @@ def report_of(
     logits_nonfinite = int(np.size(explanation.logits) - np.isfinite(explanation.logits).sum())
     return Report(
         hookviz=__version__,
-        image=display_path(source.path) if source.path is not None else None,
-        photo=source.identity,
+        sample=display_path(source.path) if source.path is not None else None,
+        sample_identity=source.identity,
         task=explanation.task,
         notes=tuple(explanation.notes),
         model=explanation.model,

@@ -120,7 +120,7 @@ def place(
     for candidate in candidates:
         there = present is None or candidate.lower() in present
         report = read_report(out / candidate / REPORT) if there else None
-        found = Match.UNKNOWN if report is None else matches(report.photo, path)
+        found = Match.UNKNOWN if report is None else matches(report.sample_identity, path)
         if found in (Match.SAME, Match.CHANGED):
             return Placement(candidate, report, found)
         if found is Match.UNKNOWN and free is None:  # nothing there, or a report of an older hookviz
@@ -173,8 +173,9 @@ class Recipe:
     def made(self, folder: Path, report: Report) -> bool:
         """Whether ``report`` (``folder``'s) is of this recipe's results: the same model, weights,
         preprocessing and target options, listing every layer of this recipe with every
-        picture it draws (and tensors.npz when asked), each file there."""
-        if not self._same(report):
+        picture it draws (and tensors.npz when asked), each file there, in this hookviz's words
+        (a report that keeps its sample as ``image`` and ``photo``, schema 2's, is redone once)."""
+        if report.older_words or not self._same(report):
             return False
         if FINGERPRINT not in report.files or not looks_whole(folder / FINGERPRINT):
             return False  # written before hookviz kept fingerprints, or damaged since: a later comparison needs one

@@ -4,11 +4,11 @@ Only ``report_records`` (``report.json``) and ``run_records`` (``run.json``) kno
 ``documents`` holds what the two share, and this module gathers their names. Each record is
 a frozen dataclass with ``to_json`` (the document written) and ``from_json`` (a document read back, as forgiving as a file
 that an older hookviz wrote, or a person edited, needs). Values whose class elsewhere owns
-their JSON (``PhotoIdentity``, ``Layout``) are read back as those classes; the few that
+their JSON (``SampleIdentity``, ``Layout``) are read back as those classes; the few that
 only their writer interprets (the preprocessing, a task's prediction details, statistics)
 stay JSON values.
 
-Each file names its schema: ``"schema": "hookviz/report/2"`` or ``"hookviz/run/1"``. A
+Each file names its schema: ``"schema": "hookviz/report/3"`` or ``"hookviz/run/1"``. A
 file without one was written before hookviz kept it (version 0) and is read as it always
 was; one of a newer version than this hookviz knows is refused with one line
 (``SchemaError``). The schemas are published as JSON Schema in ``hookviz/schemas/``

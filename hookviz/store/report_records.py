@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hookviz.anatomy.featuremaps import Layout
-from hookviz.inputs.identity import PhotoIdentity, ReferenceIdentity
+from hookviz.inputs.identity import ReferenceIdentity, SampleIdentity
 from hookviz.store.documents import (
     REPORT_SCHEMA,
     SCHEMA_KEY,
@@ -322,13 +322,17 @@ class Report:
         declared_layout: ``featuremaps.DeclaredLayout`` as JSON, or ``None``.
         logits: how many scores the model gave, and how many were NaN or infinite (``logits_count``,
             ``logits_nonfinite``).
+        sample: the sample as the run was given it (a photo's path, a clip's ``VIDEO#k``); ``None``
+            for one given in memory. ``sample_identity``: what it was made from (``--skip-existing``
+            compares it).
         fingerprint: ``fingerprints.description()``: its file and how it was made.
         schema: the version it was written in (0: before reports named one).
+        (A report of schema 2 and older keeps its sample as ``image`` and ``photo``: read as these.)
     """
 
     hookviz: str | None = None
-    image: str | None = None
-    photo: PhotoIdentity | None = None
+    sample: str | None = None
+    sample_identity: SampleIdentity | None = None
     task: str | None = None
     notes: tuple[str, ...] = ()
     model: str | None = None
@@ -365,8 +369,8 @@ class Report:
         return {
             SCHEMA_KEY: REPORT_SCHEMA,
             "hookviz": self.hookviz,
-            "image": self.image,
-            "photo": self.photo.to_json() if self.photo is not None else None,
+            "sample": self.sample,
+            "sample_identity": self.sample_identity.to_json() if self.sample_identity is not None else None,
             "task": self.task,
             "notes": list(self.notes),
             "model": self.model,
@@ -403,10 +407,11 @@ class Report:
         if schema is None:
             return None
         logits = read_mapping(document.get("logits"))
+        words_of_2 = "sample_identity" not in document  # schema 2 and older: "image" and "photo"
         return cls(
             hookviz=read_text(document.get("hookviz")),
-            image=read_text(document.get("image")),
-            photo=PhotoIdentity.from_json(document.get("photo")),
+            sample=read_text(document.get("image" if words_of_2 else "sample")),
+            sample_identity=SampleIdentity.from_json(document.get("photo" if words_of_2 else "sample_identity")),
             task=read_text(document.get("task")),
             notes=read_texts(document.get("notes")),
             model=read_text(document.get("model")),
@@ -432,6 +437,13 @@ class Report:
         )
 
     # -- what readers ask of it
+
+    @property
+    def older_words(self) -> bool:
+        """Whether it was written in schema 1 or 2, whose words for the sample were ``image`` and
+        ``photo``: ``--skip-existing`` redoes it once, so that a run folder holds one schema (a
+        report without a schema, of an older hookviz, is resumed as it always was)."""
+        return self.schema in (1, 2)
 
     @property
     def layers_by_name(self) -> dict[str, LayerRecord]:

@@ -37,7 +37,7 @@ class ImageFiles:
 
     @property
     def image(self) -> str:
-        return self.report.image or self.output
+        return self.report.sample or self.output
 
     @property
     def layer_names(self) -> list[str]:

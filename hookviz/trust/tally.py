@@ -81,9 +81,9 @@ class TrustTally:
     """Adds up each image's ``LayerTrust`` per (method, layer); ``to_json`` ranks the maps by
     their mean deletion area, the faster the class goes the better."""
 
-    def __init__(self, kind: str = "photo") -> None:
+    def __init__(self, noun: str = "photo") -> None:
         self._sums: dict[tuple[str, str], _Sums] = {}
-        self.kind = kind  # the samples' kind (``hookviz.samples``): what the sentences call them
+        self.noun = noun  # what the sentences call a sample: its kind's ``noun`` (``hookviz.samples``)
 
     def add(self, explanation) -> None:
         for layer in explanation.layers:
@@ -125,12 +125,8 @@ class TrustTally:
         return {
             "ranking": "by mean deletion area, lowest (the class goes fastest) first",
             "maps": maps,
-            "summary": _sentences(maps, NOUNS.get(self.kind, "sample")),
+            "summary": _sentences(maps, self.noun),
         }
-
-
-#: What the sentences call a sample of each kind (``hookviz.samples``); another kind's is a ``sample``.
-NOUNS = {"photo": "photo", "video": "clip", "multi": "sample"}
 
 
 def _ranking(measured: list[dict], noun: str = "photo") -> str:
