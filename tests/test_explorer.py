@@ -253,6 +253,30 @@ def test_names_from_users_files_are_text_and_cannot_run_script(driver, tmp_path)
     assert driver.execute_script("return window.__pwned") is None
 
 
+def _rows_under(out: Path, data: Path, images: list[str]) -> None:
+    """A run folder's explorer listing ``images`` (paths below ``data``, absolute, as a run records them)."""
+    found = ExplorerRun()
+    for image in images:
+        values = {"name": Path(image).stem, "image": str(data / image), "status": "done", "task": "classify"}
+        found.table.rows.append(SampleRow(values, {}))
+        found.details.append(None)
+        found.thumbs.append("")
+    write_explorer(out, found, {"title": "paths", "layers": []}, None, "<h1>paths</h1>")
+
+
+@browser
+@pytest.mark.slow
+def test_the_name_filter_finds_a_name_or_a_path_in_the_data_not_the_folders_above_it(driver, tmp_path):
+    """``q`` searches each sample's name and its path as it lies in the data (``tabby/walk.png``):
+    not the folders above the data, which every sample shares (a run given ``/tmp/pytest-.../holiday``
+    listed every sample for ``q=holiday``, or ``q=tmp``)."""
+    _rows_under(tmp_path, tmp_path / "holiday", ["tabby/walk.png", "tabby/jump.png", "espresso/cup.png"])
+    for query, expected in (("holiday", []), ("tmp", []), ("tabby", ["jump", "walk"]), ("cup", ["cup"]), ("SO/c", ["cup"])):
+        assert _open(driver, tmp_path, "#/?q=" + quote(query))
+        assert sorted(_listed(driver)) == expected, query
+    assert driver.find_element("css selector", "#list [data-sample=cup]").get_attribute("title") == "espresso/cup.png"
+
+
 def _atlas(out: Path) -> None:
     """A small atlas folder written by hand after ATLAS_CONTRACT.md (what ``hookviz atlas`` writes)."""
     from PIL import Image

@@ -34,7 +34,15 @@ from hookviz.render import (
 from hookviz.render.inputs import ATTRIBUTIONS_SUFFIX, INPUT_PREFIX, MAPS_SUFFIX
 from hookviz.render.kinds import kinds
 from hookviz.render.presentation import presentation_of
-from hookviz.runs.sample_table import FIXED_COLUMNS, SampleTable, imagefolder_classes, row_of, table_csv, write_parquet
+from hookviz.runs.sample_table import (
+    FIXED_COLUMNS,
+    SampleTable,
+    data_root,
+    imagefolder_classes,
+    row_of,
+    table_csv,
+    write_parquet,
+)
 from hookviz.store.files import atomic_write
 from hookviz.store.records import Report, RunRecord
 
@@ -267,7 +275,12 @@ def write_explorer(out: Path, found: ExplorerRun, run_info: dict, atlas: dict | 
         atomic_write(out / ATLAS_DATA, _script("window.HOOKVIZ_ATLAS", atlas))
     data = {
         "schema": SCHEMA,
-        "run": {**run_info, "atlas": atlas is not None, "fixed": [name for name, _ in FIXED_COLUMNS]},
+        "run": {
+            **run_info,
+            "atlas": atlas is not None,
+            "fixed": [name for name, _ in FIXED_COLUMNS],
+            "root": data_root([image or "" for image in found.table.column("image")]),
+        },
         "count": len(found.details),
         "chunk": CHUNK,
         "columns": encoded_columns(found.table),

@@ -43,6 +43,9 @@
     return col.data[i];
   }
   function nameOf(i) { return value(state.cols.name, i); }
+  // a sample's path as it lies in the data (tabby/1.png): its path as given, less the folder that holds them all
+  function shownPath(image) { var root = DATA.run.root || ''; return root && image.slice(0, root.length) === root ? image.slice(root.length) : image; }
+  function inData() { return state.inData || (state.inData = {type: 'str', data: state.cols.image.data.map(shownPath)}); }
   function indexOf(name) {
     if (!state.names) { state.names = new Map(); for (var i = 0; i < state.n; i++) state.names.set(nameOf(i), i); }
     return state.names.has(name) ? state.names.get(name) : -1;
@@ -77,7 +80,7 @@
     Object.keys(params).forEach(function (k) {
       var col = state.cols[k], mask = null;
       if (k === 'q') {
-        var a = test(state.cols.name, params.q), b = test(state.cols.image, params.q);
+        var a = test(state.cols.name, params.q), b = test(inData(), params.q);
         mask = a; for (i = 0; i < n; i++) mask[i] = a[i] | b[i];
       } else if (col) mask = test(col, params[k]);
       if (mask) for (i = 0; i < n; i++) keep[i] &= mask[i];
@@ -142,7 +145,7 @@
   function classOptions(name) { var col = state.cols[name]; return col.values.filter(function (v) { return v !== ''; }).sort().map(function (v) { return [v, v]; }); }
   function filters(params) {
     var box = el('form', {cls: 'filters', onsubmit: function (e) { e.preventDefault(); }});
-    var search = el('input', {type: 'search', name: 'q', placeholder: 'name contains', value: params.q || '', 'data-filter': 'q',
+    var search = el('input', {type: 'search', name: 'q', placeholder: 'name or path in the data', value: params.q || '', 'data-filter': 'q',
       onchange: function () { var p = parseQuery(state.query); p.q = search.value; setQuery(p); }});
     box.appendChild(el('label', {}, ['name ', search]));
     if (state.cols.true_class.values.some(function (v) { return v; })) box.appendChild(control(params, 'true_class', 'true class', classOptions('true_class')));
@@ -214,7 +217,7 @@
   }
   function rowNode(i, top, q) {
     var name = nameOf(i), thumb = state.thumbs.values[state.thumbs.codes[i]];
-    var a = el('a', {cls: 'row', 'data-sample': name, href: '#/sample/' + encodeURIComponent(name) + (q ? '?' + q : ''), style: 'top:' + top + 'px'});
+    var a = el('a', {cls: 'row', 'data-sample': name, title: inData().data[i], href: '#/sample/' + encodeURIComponent(name) + (q ? '?' + q : ''), style: 'top:' + top + 'px'});
     a.appendChild(thumb ? el('img', {src: path(name, thumb), alt: '', loading: 'lazy'}) : el('span', {cls: 'nothumb', text: '\u2014'}));
     var pred = value(state.cols.predicted, i), conf = value(state.cols.confidence, i), truth = value(state.cols.true_class, i), ok = value(state.cols.correct, i);
     var lines = [el('b', {text: name})];
