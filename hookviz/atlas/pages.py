@@ -143,7 +143,7 @@ def _figure(rank: int, example: dict) -> str:
         f'<figure><img class=map src="../../{html.escape(example["overlay"])}" alt="">'
         f'<img class=raw src="../../{html.escape(example["crop"])}" alt="">'
         f"<figcaption><span class=score>#{rank + 1} · {example['score']:.3g}</span><br>"
-        f'<span title="{html.escape(source)}">{html.escape(Path(source).name)}</span><br>'
+        f'<span title="{html.escape(source)}">{html.escape(example.get("shown") or Path(source).name)}</span><br>'
         f'<span title="crop {box[2] - box[0]}×{box[3] - box[1]} px at ({box[0]}, {box[1]})">at ({where}){frame}</span>'
         "</figcaption></figure>"
     )

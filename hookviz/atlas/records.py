@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from hookviz.atlas.crops import Example
+from hookviz.atlas.dataset import shown_path, source_folders
 from hookviz.atlas.fields import ReceptiveField
 from hookviz.atlas.plan import AtlasPlan
 from hookviz.atlas.sketch import ALPHA
@@ -43,6 +44,7 @@ class AtlasWriter:
 
         self.out, self.plan, self.state, self.fields, self.stems = out, plan, state, fields, stems
         self.examples: dict[tuple[str, str, int, int], dict] = {}
+        self.folders = source_folders(plan.request.sources)
         self.maps: dict[str, np.ndarray] = {}
         self._colours = (matplotlib.colormaps["inferno"](np.linspace(0.45, 1, 256))[:, :3] * 255).astype(np.float32)
 
@@ -103,7 +105,12 @@ class AtlasWriter:
         for ranking, top in layer.tops.items():
             key = "top" if ranking == self.plan.request.rank else f"{ranking}_top"
             item[key] = [
-                {"source": str(self.plan.dataset.paths[sample]), "score": score, **self.examples[(name, ranking, channel, rank)]}
+                {
+                    "source": str(self.plan.dataset.paths[sample]),
+                    "shown": shown_path(self.plan.dataset.paths[sample], self.folders),
+                    "score": score,
+                    **self.examples[(name, ranking, channel, rank)],
+                }
                 for rank, (sample, score, _peak) in enumerate(top.ranked(channel))
             ]
         item["page"] = f"channels/{self.stems[name]}/{channel}.html"

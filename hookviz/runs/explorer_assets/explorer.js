@@ -444,7 +444,8 @@
   function cropGrid(title, top, folder) {
     var grid = el('div', {cls: 'crops'}, [el('h3', {text: title})]);
     top.forEach(function (t) {
-      grid.appendChild(el('figure', {}, [el('img', {src: folder + '/' + path(t.crop), alt: String(t.source)}), el('figcaption', {text: String(t.source) + ' \u00b7 ' + fmt(t.score)})]));
+      var shown = t.shown || String(t.source).split(/[\\/]/).pop();  // as it lies in the data (an older atlas: its file name)
+      grid.appendChild(el('figure', {title: String(t.source)}, [el('img', {src: folder + '/' + path(t.crop), alt: shown}), el('figcaption', {text: shown + ' \u00b7 ' + fmt(t.score)})]));
     });
     return grid;
   }
