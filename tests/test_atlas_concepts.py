@@ -65,6 +65,26 @@ def test_relevance_ranks_by_gradient_x_activation_summed_over_positions_as_plain
     assert (tmp_path / "atlas" / first["relevance_top"][0]["overlay"]).is_file()
     page = (tmp_path / "atlas" / first["page"]).read_text()
     assert "Fires most" in page and "Matters most" in page and "relevance/0.map.png" in page  # both rankings, side by side
+    assert "#1 · relevance " in page and "#1 · max " in page  # each crop labelled with what ranks it
+    # a crop ranked by relevance shows the relevance it is ranked by: atlas.npz holds the cells under it,
+    # a block of the plain autograd relevance map around its most relevant unit (not the activation's)
+    planes = relevance.reshape(*relevance.shape[:2], *layer["grid"]).numpy()
+    with np.load(tmp_path / "atlas" / "atlas.npz") as saved:
+        for channel, item in enumerate(layer["items"]):
+            for k, example in enumerate(item["relevance_top"]):
+                plane = planes[paths.index(Path(example["source"])), channel]
+                assert _holds(plane, saved[f"{LAYER}/{channel}/relevance/{k}"], example["position"]), (channel, k)
+
+
+def _holds(plane: np.ndarray, cells: np.ndarray, position: list[int]) -> bool:
+    """Whether ``cells`` is the block of ``plane`` at some place that covers ``position``."""
+    (height, width), (row, column) = cells.shape, position
+    return any(
+        np.allclose(plane[top : top + height, left : left + width], cells, rtol=1e-4, atol=1e-6)
+        for top in range(max(row - height + 1, 0), row + 1)
+        for left in range(max(column - width + 1, 0), column + 1)
+        if top + height <= plane.shape[0] and left + width <= plane.shape[1]
+    )
 
 
 @pytest.mark.slow
@@ -94,6 +114,12 @@ def test_lrp_relevance_top_is_zennit_crps_relmax(tmp_path):
         positions = [list(np.unravel_index(int(n), layer["grid"])) for n in neurons[:3, channel]]
         assert [e["position"] for e in item["relevance_top"]] == positions
     assert document["relevance"] == "2" and document["relevance_rule"] == "lrp"
+    planes = result.relevances[LAYER].detach().numpy()  # the crops show zennit-crp's relevance too
+    with np.load(tmp_path / "atlas" / "atlas.npz") as saved:
+        for channel, item in enumerate(layer["items"]):
+            for k, example in enumerate(item["relevance_top"]):
+                plane = planes[paths.index(Path(example["source"])), channel]
+                assert _holds(plane, saved[f"{LAYER}/{channel}/relevance/{k}"], example["position"]), (channel, k)
 
 
 @pytest.mark.parametrize(

@@ -211,7 +211,7 @@ def test_a_samples_top_channels_link_their_pages_of_the_runs_atlas(driver, tmp_p
     layer = json.loads((atlas / "atlas.json").read_text())["layers"][0]
     item = layer["items"][wanted[0]]
     crops = loaded_images(driver)
-    assert [src for src, _ in crops] == ["../atlas/" + t["crop"] for t in item["top"]] and all(width for _, width in crops)
+    assert [src for src, _ in crops] == ["../atlas/" + t["overlay"] for t in item["top"]] and all(width for _, width in crops)
     # each crop captioned with its path as it lies in the data (a/p0.png), not where the data lies (/tmp/...)
     captions = [f.text for f in driver.find_elements("css selector", ".crops figcaption")]
     shown = [str(Path(t["source"]).relative_to(photos).as_posix()) for t in item["top"]]

@@ -435,17 +435,17 @@
       table.appendChild(el('tr', {}, [el('th', {text: r[0]}), el('td', {text: fmt(r[1])})]));
     });
     page.appendChild(table);
-    page.appendChild(cropGrid('top samples', item.top || [], atlas.folder));
-    if (item.relevance_top) page.appendChild(cropGrid('top by relevance', item.relevance_top, atlas.folder));
+    page.appendChild(cropGrid(item.relevance_top ? 'fires most: top samples by activation' : 'top samples', item.top || [], atlas.folder, atlas.rank || 'score'));
+    if (item.relevance_top) page.appendChild(cropGrid('matters most: top samples by relevance (red: for the class, blue: against)', item.relevance_top, atlas.folder, 'relevance'));
     if ((st.classes || []).length) page.appendChild(el('table', {cls: 'classes'}, [el('caption', {text: 'by class'}), el('tr', {}, [el('th', {text: 'class'}), el('th', {text: 'mean max'}), el('th', {text: 'samples'})])].concat(st.classes.slice(0, 10).map(function (c) { return el('tr', {}, [el('td', {text: c['class']}), el('td', {text: fmt(c.mean_max)}), el('td', {text: String(c.count)})]); }))));
     if (item.page) page.appendChild(el('p', {}, [el('a', {href: atlas.folder + '/' + path(item.page), text: 'the atlas\u2019s page of this channel'})]));
     app.replaceChildren(page);
   }
-  function cropGrid(title, top, folder) {
+  function cropGrid(title, top, folder, measure) {  // each crop with what it is ranked by over it (its overlay), when the atlas drew one
     var grid = el('div', {cls: 'crops'}, [el('h3', {text: title})]);
     top.forEach(function (t) {
       var shown = t.shown || String(t.source).split(/[\\/]/).pop();  // as it lies in the data (an older atlas: its file name)
-      grid.appendChild(el('figure', {title: String(t.source)}, [el('img', {src: folder + '/' + path(t.crop), alt: shown}), el('figcaption', {text: shown + ' \u00b7 ' + fmt(t.score)})]));
+      grid.appendChild(el('figure', {title: String(t.source)}, [el('img', {src: folder + '/' + path(t.overlay || t.crop), alt: shown}), el('figcaption', {text: shown + ' \u00b7 ' + measure + ' ' + fmt(t.score)})]));
     });
     return grid;
   }
