@@ -121,6 +121,36 @@ def test_filters_and_sort_in_the_address_list_what_they_say(driver, generated):
 
 @browser
 @pytest.mark.slow
+def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_is_listed(driver, generated):
+    """A map's faithfulness range and randomisation verdict, a health check and notes filter the list,
+    a figure sorts it; the confusion table counts the listed samples, and its cell lists them."""
+    from urllib.parse import parse_qs
+
+    rows = {row["name"]: row for row in explorer_rows(generated)}
+    figure, verdict = "layer3:gradcam:deletion_auc", "layer4:gradcam:sanity"
+    route = f"#/?{quote(figure)}=0.2..0.6&{quote(verdict)}=passes&dead=0&notes=0&sort=-{quote(figure)}"
+    assert _open(driver, generated, route)
+    kept = [n for n, r in rows.items() if 0.2 <= float(r[figure]) <= 0.6 and r[verdict] == "passes" and r["dead"] == "0"]
+    kept = sorted((n for n in kept if rows[n]["notes"] == "0"), key=lambda n: -float(rows[n][figure]))
+    assert kept and driver.find_element("id", "shown").get_attribute("data-count") == str(len(kept))
+    assert _listed(driver) == kept[: len(_listed(driver))]
+    cell = driver.find_element("css selector", "table.confusion td.diag a")
+    wanted = {k: v[0] for k, v in parse_qs(cell.get_attribute("href").split("?", 1)[1]).items()}
+    klass = wanted["true_class"]
+    assert wanted["predicted"] == klass
+    both = [n for n in kept if rows[n]["true_class"] == rows[n]["predicted"] == klass]
+    assert int(cell.text) == len(both)
+    cell.click()  # the cell lists its samples, the other filters kept (drawn once the address changed)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 5).until(lambda d: "predicted=" in d.execute_script("return location.hash"))
+    driver.execute_script("window.hookvizExplorer.route()")
+    assert driver.find_element("id", "shown").get_attribute("data-count") == str(len(both))
+    assert sorted(_listed(driver)) == sorted(both)
+
+
+@browser
+@pytest.mark.slow
 def test_a_sample_route_steps_with_the_keyboard_in_the_lists_order(driver, generated):
     from selenium.webdriver.common.keys import Keys
 
