@@ -304,7 +304,8 @@ def test_the_name_filter_finds_a_name_or_a_path_in_the_data_not_the_folders_abov
     for query, expected in (("holiday", []), ("tmp", []), ("tabby", ["jump", "walk"]), ("cup", ["cup"]), ("SO/c", ["cup"])):
         assert _open(driver, tmp_path, "#/?q=" + quote(query))
         assert sorted(_listed(driver)) == expected, query
-    assert driver.find_element("css selector", "#list [data-sample=cup]").get_attribute("title") == "espresso/cup.png"
+    row = driver.find_element("css selector", "#list [data-sample=cup]")
+    assert row.get_attribute("title") == "espresso/cup.png" and "cup espresso/cup.png" in row.text  # where it lies, shown
 
 
 def _atlas(out: Path) -> None:

@@ -147,7 +147,7 @@
     var box = el('form', {cls: 'filters', onsubmit: function (e) { e.preventDefault(); }});
     var search = el('input', {type: 'search', name: 'q', placeholder: 'name or path in the data', value: params.q || '', 'data-filter': 'q',
       onchange: function () { var p = parseQuery(state.query); p.q = search.value; setQuery(p); }});
-    box.appendChild(el('label', {}, ['name ', search]));
+    box.appendChild(el('label', {}, ['name or path ', search]));
     if (state.cols.true_class.values.some(function (v) { return v; })) box.appendChild(control(params, 'true_class', 'true class', classOptions('true_class')));
     box.appendChild(control(params, 'predicted', 'predicted', classOptions('predicted')));
     box.appendChild(control(params, 'correct', 'right or wrong', [['true', 'right'], ['false', 'wrong'], ['none', 'no true class']]));
@@ -220,7 +220,9 @@
     var a = el('a', {cls: 'row', 'data-sample': name, title: inData().data[i], href: '#/sample/' + encodeURIComponent(name) + (q ? '?' + q : ''), style: 'top:' + top + 'px'});
     a.appendChild(thumb ? el('img', {src: path(name, thumb), alt: '', loading: 'lazy'}) : el('span', {cls: 'nothumb', text: '\u2014'}));
     var pred = value(state.cols.predicted, i), conf = value(state.cols.confidence, i), truth = value(state.cols.true_class, i), ok = value(state.cols.correct, i);
-    var lines = [el('b', {text: name})];
+    var where = inData().data[i], stem = where.replace(/^.*[\\/]/, '').replace(/\.[^.]*$/, '');
+    // the path in the data beside a name that does not say it (a name made distinct: 0-9bb521ea for cat/0.png)
+    var lines = [where && (stem !== name || where.indexOf(stem) !== 0) ? el('span', {}, [el('b', {text: name}), el('span', {cls: 'path', text: ' ' + where})]) : el('b', {text: name})];
     var l2 = [];
     if (pred) l2.push('predicted ' + pred + (isNaN(conf) ? '' : ' (' + conf.toFixed(3) + ')'));
     if (truth) l2.push('true ' + truth);
