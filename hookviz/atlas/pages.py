@@ -28,11 +28,11 @@ figure{margin:0;background:#fff;border:1px solid #ddd;padding:4px;text-align:cen
 figure img{width:100%;aspect-ratio:1;object-fit:contain;image-rendering:pixelated;background:#222}
 figure.plain img.map{display:none}figure.plain img.raw{display:block}figure img.raw{display:none}
 figcaption{font-size:.75em;line-height:1.25;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-.score{font-weight:600;font-size:1.05em}
+.score{font-weight:600;font-size:1.05em;white-space:normal}
 .row{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start;margin-top:1em}
 nav a{margin-right:1em}
 .rankings{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1.5em;max-width:1400px}
-.rankings .grid{grid-template-columns:repeat(var(--columns),1fr)}.rankings h2{margin-top:.4em}.label{color:#245;font-weight:600}
+.rankings .grid{grid-template-columns:repeat(var(--columns),minmax(0,1fr))}.rankings h2{margin-top:.4em}.label{color:#245;font-weight:600}
 .visual{display:flex;gap:1em;align-items:center;margin:.6em 0}.visual img{width:180px;height:180px;image-rendering:pixelated;border:1px solid #ddd}
 """
 
