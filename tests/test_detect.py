@@ -91,7 +91,7 @@ def test_score_iou_cams_equal_pytorch_grad_cams_box_score_target_and_score_cams_
     iou = hookviz.explain(model, small_photo, box_objective="score+iou", **common)
     assert iou.task == "detect" and len(iou.prediction.detections) == 2
     assert model.roi_heads.score_thresh == 0.05  # lowered for the pass only
-    assert [focus for focus, _ in iou.layers[0].topk_cams] == list(iou.prediction.detections)
+    assert [target for target, _ in iou.layers[0].topk_cams] == list(iou.prediction.detections)
     targets = [FasterRCNNBoxScoreTarget([d.index], [np.array(d.box)]) for d in iou.prediction.detections]
     nudged = [FasterRCNNBoxScoreTarget([d.index], [np.array(d.box) + 0.5]) for d in iou.prediction.detections]
     with _score_thresh(model, 0.001):

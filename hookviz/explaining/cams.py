@@ -139,8 +139,8 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None, contras
 
     module, task, options, device = explainer.model.module, explainer.task, explainer.target, explainer.device
     keys = tuple(key for key, _ in plan.cams)
-    own = explainer.task_options
-    sources = Sources(keys, module, gradients, options=options, objective=task.objective_words(options, own), contrast=contrast)
+    objective = task.objective_words(options, explainer.task_options)
+    sources = Sources(keys, module, gradients, options=options, objective=objective, contrast=contrast)
     batch = None
     if any(
         m.needs_input or m.needs_rescoring or m.needs_input_gradients or m.needs_hessian or m.resolution == "input"
@@ -227,7 +227,7 @@ def image_cams(found: LayerMaps, i: int, prediction, keys, panels) -> ImageCams:
     """Image ``i``'s maps of one layer; ``panels``: the keys whose main maps are drawn as
     panels (every one for a detector, those beyond the target's for the top-K)."""
     main_key = keys[0] if keys else None
-    nothing = bool(keys) and prediction.focus.get(main_key) is None
+    nothing = bool(keys) and prediction.cam_targets.get(main_key) is None
     cams, notes = {}, {}
     for name in found.order:
         if name in found.maps and nothing:
@@ -372,7 +372,9 @@ def _each_cam(maps_by_key, prediction, panels, i: int) -> tuple:
     detection's (the first included: a detector's picture shows one panel per detection)."""
     if not maps_by_key:
         return ()
-    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in panels if prediction.focus.get(k) is not None)
+    return tuple(
+        (prediction.cam_targets[k], maps_by_key[k][i].copy()) for k in panels if prediction.cam_targets.get(k) is not None
+    )
 
 
 def zero_gradient_note(objective: str) -> str:

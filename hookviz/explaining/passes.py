@@ -516,7 +516,7 @@ def _image_pixels(pixels, i: int, plan) -> dict:
     from hookviz.explaining.cams import NOTHING_TO_EXPLAIN
 
     keys = [key for key, _ in plan.cams]
-    nothing = not keys or plan.predictions[i].focus.get(keys[0]) is None
+    nothing = not keys or plan.predictions[i].cam_targets.get(keys[0]) is None
     found = {}
     for name in pixels.order:
         layer = pixels.layers.get(name)
