@@ -269,8 +269,8 @@ def _flags(parameter: inspect.Parameter) -> set[str]:
 @functools.cache
 def _hints(group: type, extras: bool = True) -> dict:
     """A dataclass's type hints, read once: typer asks for the signature several times, and each
-    reading compiles every string annotation of the class again (once per field, it cost ~30 ms
-    of every run's start, before the render workers start)."""
+    reading compiles every string annotation of the class again (once per field: ~30 ms of a
+    run's start, before the render workers start, were it read each time)."""
     return typing.get_type_hints(group, include_extras=extras)
 
 
