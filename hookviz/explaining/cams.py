@@ -50,7 +50,7 @@ class Sources:
     Attributes:
         gradients: per key, per recorded call, d(key's score)/d(output).
         scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
-        batch: the model's input batch (N, C, H, W), on its device, in its dtype (re-scoring
+        batch: the model's main input batch (N, C, *spatial), on its device, in its dtype (re-scoring
             a layer's output runs on it; ``needs_input`` hands it to the method).
         input_gradients: per key, the ``input_gradient`` callable (``extra_passes.InputGradients``).
         options: the run's ``TargetOptions``.
@@ -251,7 +251,7 @@ class PixelMaps:
 
     Attributes:
         order: the input methods' names, as asked.
-        maps: per method that made maps, (N, C, H, W).
+        maps: per method that made maps, (N, C, *spatial) as the main input.
         notes: per method that made none, why.
         layers: per method that used a layer's map (guided Grad-CAM), which.
         figures: per method that gave figures about its maps (``MapFigures``), one dict per image.

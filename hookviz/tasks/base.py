@@ -182,7 +182,7 @@ def targets_of_cam(plan: Plan, key: str) -> list:
 
 @dataclass(frozen=True)
 class Rescoring:
-    """``score(batch, images=None)``: the model run on new inputs (M, C, H, W) under
+    """``score(batch, images=None)``: the model run on new main inputs (M, C, *spatial) under
     ``torch.inference_mode``, ``chunk`` rows a pass (within the memory budget, ``hookviz.budget``),
     each row scored by ``scorer`` for the image ``images[row]`` stands for (default: row ``i`` is
     image ``i``). Returns (M,) float32. Each pass feeds the work it is part of (``hookviz.workload``).

@@ -107,7 +107,7 @@ class Task(Protocol):
 
     def forward(self, module, inputs, device: str, options=None, task_options=None):
         """Run the model on a batch's ``inputs`` (a ``hookviz.samples.ModelInputs``: per input
-        name, one tensor per row; ``inputs.stacked()`` is the main one as an (N, C, H, W) batch)
+        name, one tensor per row; ``inputs.stacked()`` is the main one as an (N, C, *spatial) batch)
         with the ``TargetOptions`` and the task's own options; return its output."""
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
