@@ -255,7 +255,7 @@ def declared_parameters(command_parameters: list[inspect.Parameter]) -> list[ins
 def _flags(parameter: inspect.Parameter) -> set[str]:
     """The flags a typer parameter answers to (``--out``, ``-o``, ``--no-crop``): those its
     ``typer.Option`` names, else typer's own from its name."""
-    infos = [m for m in getattr(parameter.annotation, "__metadata__", ()) if isinstance(m, typer.models.ParameterInfo)]
+    infos = [meta for meta in getattr(parameter.annotation, "__metadata__", ()) if isinstance(meta, typer.models.ParameterInfo)]
     # In Annotated form typer keeps the first flag as the OptionInfo's default ("--out", "-o")
     first = [info.default for info in infos if isinstance(info.default, str) and info.default.startswith("-")]
     declared = [*first, *(d for info in infos for d in (info.param_decls or ()))]
