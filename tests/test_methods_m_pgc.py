@@ -104,7 +104,7 @@ def test_pytorch_grad_cams_kpca_cam_maps_where_the_layer_is_least_active(resnet1
     _, agreement = _signed_like_hookviz(raw, activations)
     assert (agreement < -0.5).all()
     mine = ours(resnet18, batch, "layer4", "kpca-cam", POSITIVE)
-    assert all(correlation(own, a.mean(0)) > 0.3 for own, a in zip(mine, activations))
+    assert all(correlation(hookviz_map, a.mean(0)) > 0.3 for hookviz_map, a in zip(mine, activations))
 
 
 KPCA_CASES = [
