@@ -64,7 +64,8 @@ def cut_examples(plan: AtlasPlan, state: AtlasState, fields: dict[str, Receptive
             for sample in samples:
                 if isinstance(sample, ImageError):  # it was read in the first pass: it changed since
                     raise sample
-            maps = _chunk_maps(plan, samples)
+            relevant = any(slot[1] == RELEVANCE for sample_id, _item in chunk for slot in wanted[sample_id])
+            maps = _chunk_maps(plan, samples, relevant)
             for row, (sample_id, _item) in enumerate(chunk):
                 for layer, ranking, channel, rank, peak in wanted[sample_id]:
                     plane = maps[(layer, ranking if ranking == RELEVANCE else "")][row, channel]
@@ -73,9 +74,9 @@ def cut_examples(plan: AtlasPlan, state: AtlasState, fields: dict[str, Receptive
         loader.stop()
 
 
-def _chunk_maps(plan: AtlasPlan, samples) -> dict:
-    """``(layer, "")``: each layer's maps over ``samples``; ``(layer, RELEVANCE)``: its relevance maps
-    for the class asked, as the collection's pass computed them (``hookviz.atlas.relevance``)."""
+def _chunk_maps(plan: AtlasPlan, samples, relevant: bool) -> dict:
+    """``(layer, "")``: each layer's maps over ``samples``; with ``relevant``, ``(layer, RELEVANCE)``:
+    its relevance maps for the class asked, as the collection's pass computed them (``hookviz.atlas.relevance``)."""
     import contextlib
 
     import torch
@@ -85,13 +86,13 @@ def _chunk_maps(plan: AtlasPlan, samples) -> dict:
     from hookviz.explaining.recording import record
     from hookviz.modelstate import frozen_parameters
 
-    gradient = plan.gradient
+    gradient = relevant and plan.gradient
     frozen = frozen_parameters(plan.model.module) if gradient else contextlib.nullcontext()
     with torch.set_grad_enabled(gradient), frozen, record(plan.model.module, list(plan.specs)) as recording:
         output = plan.forward(samples)
         found = {(name, ""): maps.detach() for name, maps in layer_maps(recording)}
         relevance = gradient_relevance(plan, output, recording) if gradient else {}
-    if plan.request.relevance is not None and not gradient:
+    if relevant and not plan.gradient:
         relevance = lrp_relevance(plan, samples)
     found.update({(name, RELEVANCE): maps.detach() for name, maps in relevance.items()})
     return found

@@ -17,7 +17,6 @@ from hookviz.atlas.plan import AtlasPlan
 from hookviz.atlas.request import RELEVANCE
 from hookviz.atlas.sketch import ALPHA
 from hookviz.atlas.state import AtlasState
-from hookviz.render.figures import GRADIENT_CMAP
 
 __all__ = ["AtlasWriter", "SCHEMA", "crop_name"]
 
@@ -26,6 +25,10 @@ SCHEMA = "hookviz/atlas/1"
 #: How opaque the map lies over a crop where the channel fires most; below ``HEAT_FLOOR`` of
 #: the channel's largest value over the dataset the crop shows as it is, so that where it fires stands out.
 HEAT_ALPHA, HEAT_FLOOR = 0.7, 0.25
+
+#: Relevance's colours over a crop ranked by it: signed, red for the class and blue against, as
+#: hookviz's pictures draw gradients (``hookviz.render.figures.GRADIENT_CMAP``, not imported: 0.25 s).
+RELEVANCE_CMAP = "RdBu_r"
 
 #: The outline of the peak unit's own cell in the overlay.
 PEAK_COLOUR = (0, 230, 255)
@@ -50,7 +53,7 @@ class AtlasWriter:
         self.folders = source_folders(plan.request.sources)
         self.maps: dict[str, np.ndarray] = {}
         self._colours = (matplotlib.colormaps["inferno"](np.linspace(0.45, 1, 256))[:, :3] * 255).astype(np.float32)
-        self._signed = (matplotlib.colormaps[GRADIENT_CMAP](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
+        self._signed: np.ndarray | None = None  # relevance's colours, made when a crop ranked by relevance comes
 
     def take(self, layer: str, ranking: str, channel: int, rank: int, example: Example) -> None:
         crop = crop_name(self.stems[layer], channel, ranking, self.plan.request.rank, rank)
@@ -81,6 +84,10 @@ class AtlasWriter:
 
     def _relevance_overlay(self, example: Example) -> np.ndarray:
         """The crop under its relevance, on the scale of its most relevant unit (the peak, 1: deep red; -1: deep blue)."""
+        if self._signed is None:
+            import matplotlib
+
+            self._signed = (matplotlib.colormaps[RELEVANCE_CMAP](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
         peak = float(example.peak_value)
         scale = peak if np.isfinite(peak) and peak > 0 else float(np.nanmax(np.abs(example.heat), initial=0.0)) or 1.0
         level = np.clip(np.nan_to_num(example.heat) / scale, -1, 1)
