@@ -168,9 +168,15 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     from hookviz.models.loading import load_model
 
     request = vlm_run.request_of(groups, v.answer, v.max_new_tokens, v.tokens, v.words)
-    out = groups["options"].out
+    options = groups["options"]
     done = vlm_run.run_photos(
-        load_model(groups["model"]), paths, request, out, save_tensors=groups["options"].save_tensors, dtype=v.dtype
+        load_model(groups["model"]),
+        paths,
+        request,
+        options.out,
+        save_tensors=options.save_tensors,
+        dtype=v.dtype,
+        command=options.command,
     )
     for image, folder, reason in done.statuses:
         if not args.output.quiet:
