@@ -250,3 +250,25 @@ def test_logprob_for_a_model_that_writes_no_text_is_refused_in_one_line(tmp_path
     assert result.stderr.strip() == (
         "hookviz: error: --objective logprob: only a vision-language model's answer tokens take it; choose logit or ce"
     )
+
+
+def test_hookviz_diff_of_a_vision_language_run_is_refused_in_one_line(tmp_path):
+    """Its run.json is a run record (the explorer reads it) whose reports are no run's of layers:
+    refused by name, where it stopped on 'truncated or not a report' of its first photo."""
+    import json
+
+    from hookviz.store.records import ImageStatus, RunRecord
+
+    from .cli_helpers import hookviz_cli
+
+    for name in ("base", "new"):
+        (tmp_path / name / "cat").mkdir(parents=True)
+        (tmp_path / name / "cat" / "report.json").write_text(json.dumps({"schema": "hookviz/vlm-report/1", "kind": "vlm"}))
+        record = RunRecord(
+            hookviz="0", model="hf:llava", task="describe", images=(ImageStatus("cat.png", "cat", "done", task="describe"),)
+        )
+        (tmp_path / name / "run.json").write_text(json.dumps(record.to_json()))
+    result = hookviz_cli("diff", tmp_path / "base", tmp_path / "new")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().endswith("a vision-language model's run; hookviz diff does not compare those yet")
+    assert len(result.stderr.strip().splitlines()) == 1
