@@ -272,3 +272,25 @@ def test_hookviz_diff_of_a_vision_language_run_is_refused_in_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().endswith("a vision-language model's run; hookviz diff does not compare those yet")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_two_photos_of_one_stem_get_folders_of_their_own(llava, tmp_path):
+    """As in any run (``store.folders.output_names``): they shared ``OUT/cat``, the second's files over the first's."""
+    import json
+
+    from .cli_helpers import hookviz_run
+
+    for side in ("left", "right"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "cat.png").write_bytes((SAMPLES / "cat.png").read_bytes())
+    out = tmp_path / "out"
+    result = hookviz_run(
+        tmp_path / "left" / "cat.png", tmp_path / "right" / "cat.png", "--prompt", PROMPT, "--answer", "a cat", "--tokens", "1",
+        model=f"hf:{llava[0]}", weights=None, out=out,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    run = json.loads((out / "run.json").read_text())
+    folders = [entry["output"] for entry in run["images"]]
+    assert len(set(folders)) == 2 and all(name.startswith("cat-") for name in folders)
+    images = {json.loads((out / name / "report.json").read_text())["image"] for name in folders}
+    assert images == {entry["image"] for entry in run["images"]} and len(images) == 2
