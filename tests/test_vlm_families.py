@@ -202,3 +202,54 @@ def test_a_photo_qwen2_vls_processor_cannot_take_is_refused_in_one_line(families
     model, processor = families["qwen2_vl"]
     with pytest.raises(ImageError, match=r"^the processor Qwen2VLProcessor cannot take this photo \(absolute aspect ratio"):
         explain_photo(model, processor, Image.new("RGB", (300, 1)), VlmRequest("describe"))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_pictures_show_the_photo_the_model_saw(name, families):
+    """Qwen2-VL's processor gives patches, Idefics3's tiles: the pictures showed a grey panel of
+    the patches' shape (Qwen2-VL) or the first tile alone (Idefics3) under maps of the whole photo."""
+    import numpy as np
+    from PIL import Image
+
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    from .conftest import SAMPLES
+
+    model, processor = families[name]
+    photo = Image.open(SAMPLES / "cat.png").convert("RGB").resize((72, 48))  # 2:3, as the tiny models take it
+    seen = explain_photo(model, processor, photo, VlmRequest("describe the photo", answer="a cat", methods=())).photo
+    if name != "paligemma":  # SigLIP squashes every photo to its square
+        assert seen.shape[1] / seen.shape[0] == pytest.approx(1.5, abs=0.1), seen.shape
+    expected = np.asarray(photo.resize(seen.shape[1::-1], Image.BICUBIC), dtype=np.float32) / 255
+    assert np.abs(seen - expected).mean() < 0.03
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_integrated_gradients_equal_captums_on_each_familys_pixel_values(name, families):
+    """Each point of the path is a photo, Idefics3's tiles or Qwen2-VL's patches, one after the other
+    along the first axis, as captum expands them (the path failed to broadcast on Qwen2-VL's patches,
+    and its map on Idefics3's tiles)."""
+    captum = pytest.importorskip("captum.attr")
+    from hookviz.vlm.cams import integrated_gradients
+    from hookviz.vlm.conversation import answer_conversation
+    from hookviz.vlm.explain import VlmRequest, explain_photo, laid_out
+    from hookviz.vlm.families.base import family_of
+    from hookviz.vlm.scoring import token_scores
+    from hookviz.vlm.targets import Target
+
+    model, processor = families[name]
+    talk = answer_conversation(model, processor, vlm_families.photo(), "describe the photo", "a cat")
+    ours = integrated_gradients(model, talk, [Target((1,), "cat")], steps=4, objective="logprob")[0]
+
+    def forward(pixels):
+        return token_scores(model, talk, pixels, "logprob")[:, 1]
+
+    theirs = captum.IntegratedGradients(forward).attribute(talk.inputs["pixel_values"], n_steps=4)
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-6)
+    if (
+        name != "idefics3"
+    ):  # laid on the photo, every value is kept (Qwen2-VL's two temporal copies summed); Idefics3's global tile is not on it
+        torch.testing.assert_close(laid_out(family_of(model), model, talk.inputs, ours, summed=True).sum(), ours.sum())
+    request = VlmRequest("describe the photo", answer="a cat", tokens="1", methods=("integrated-gradients",), steps=2)
+    explained = explain_photo(model, processor, vlm_families.photo(), request)
+    assert explained.maps[0].maps.shape[1:] == explained.photo.shape[:2] and explained.maps[0].maps.abs().sum() > 0
