@@ -56,7 +56,7 @@ class Qwen2Vl:
         attribution to the pixel values) their sum."""
         (height, width), merge = self.vision_grid(model, inputs), _merge(model)
         vision = model.config.vision_config
-        side, channels = int(vision.patch_size), int(getattr(vision, "in_channels", None) or getattr(vision, "in_chans", 3))
+        side, channels = int(vision.patch_size), int(getattr(vision, "in_channels", 3))
         patches = inputs["pixel_values"][: height * width].reshape(
             height // merge, width // merge, merge, merge, channels, -1, side, side
         )
