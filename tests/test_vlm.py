@@ -286,10 +286,11 @@ def test_two_photos_of_one_stem_get_folders_of_their_own(llava, tmp_path):
     out = tmp_path / "out"
     result = hookviz_run(
         tmp_path / "left" / "cat.png", tmp_path / "right" / "cat.png", "--prompt", PROMPT, "--answer", "a cat", "--tokens", "1",
-        model=f"hf:{llava[0]}", weights=None, out=out,
+        "--cam", "gradcam,rollout", model=f"hf:{llava[0]}", weights=None, out=out,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     run = json.loads((out / "run.json").read_text())
+    assert run["layers"] == ["model.vision_tower.encoder.layers.1"]  # the model's layers, not rollout's 'language'
     folders = [entry["output"] for entry in run["images"]]
     assert len(set(folders)) == 2 and all(name.startswith("cat-") for name in folders)
     images = {json.loads((out / name / "report.json").read_text())["image"] for name in folders}

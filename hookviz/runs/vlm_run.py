@@ -74,6 +74,7 @@ def run_photos(
     started = time.time()
     model = _dtype(loaded, dtype)
     family_of(model, loaded.name)
+    modules = dict(model.named_modules())
     names = output_names([Path(path) for path in paths])
     statuses: list[tuple[str, str, str | None]] = []
     entries: list[ImageStatus] = []
@@ -85,7 +86,7 @@ def run_photos(
             written = write_vlm(
                 explanation, folder, image=shown, model=loaded.name, weights=loaded.weights, save_tensors=save_tensors
             )
-            layers.update((m.layer, None) for m in explanation.maps if m.layer not in ("pixels", "language"))
+            layers.update((m.layer, None) for m in explanation.maps if m.layer in modules)  # not pixels, language, photo
             statuses.append((shown, str(folder), None))
             entries.append(ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task))
         except ImageError as exc:
