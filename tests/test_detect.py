@@ -91,17 +91,17 @@ def test_score_iou_cams_equal_pytorch_grad_cams_box_score_target_and_score_cams_
     iou = hookviz.explain(model, small_photo, box_objective="score+iou", **common)
     assert iou.task == "detect" and len(iou.prediction.detections) == 2
     assert model.roi_heads.score_thresh == 0.05  # lowered for the pass only
-    assert [focus for focus, _ in iou.layers[0].topk_cams] == list(iou.prediction.detections)
+    assert [target for target, _ in iou.layers[0].topk_cams] == list(iou.prediction.detections)
     targets = [FasterRCNNBoxScoreTarget([d.index], [np.array(d.box)]) for d in iou.prediction.detections]
     nudged = [FasterRCNNBoxScoreTarget([d.index], [np.array(d.box) + 0.5]) for d in iou.prediction.detections]
     with _score_thresh(model, 0.001):
         theirs = _pytorch_grad_cams(model, small_photo, targets + nudged)
         output, activations = _forward(model, small_photo)
-        own = [_gradcam(activations, output["scores"][k]) for k in range(2)]
+        by_hand = [_gradcam(activations, output["scores"][k]) for k in range(2)]
     for (_, ours), reference in zip(iou.layers[0].topk_cams, theirs):
         assert _close(ours, reference)
     score = hookviz.explain(model, small_photo, **common)
-    for (_, ours), reference in zip(score.layers[0].topk_cams, own):
+    for (_, ours), reference in zip(score.layers[0].topk_cams, by_hand):
         assert _close(ours, reference)
     # Why the two objectives give the same CAMs here: given the detection's own box, the IoU is 1
     # and has no gradient. Half a pixel off, as a box rounded to whole pixels is, it has one, and
