@@ -136,7 +136,7 @@ def _record(loaded, entries: tuple, layers: tuple[str, ...], command, started: f
         model=loaded.name,
         weights=loaded.weights,
         task=loaded.task,
-        device="cpu",
+        device=str(next(loaded.module.parameters()).device),
         layers=layers,
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         seconds=round(time.time() - started, 3),
