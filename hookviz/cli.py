@@ -238,7 +238,9 @@ def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, ve
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         # the model's sample kind may find other samples in the sources than these photos: count those
-        start = lambda line: progress.start(line, len(run.asked.selected), counted_noun(run.explainer.kind))  # noqa: E731
+        start = lambda line: progress.start(  # noqa: E731
+            line, len(run.asked.selected), counted_noun(run.explainer.kind), run.explainer.kind.noun
+        )
         stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=start, sources=sources)
         # ten thousand prompts take minutes before the first image; so may the work inside a photo
         with prompt_progress(progress.prompts), listening(progress):
