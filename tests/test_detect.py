@@ -232,8 +232,22 @@ def test_a_factory_model_is_recognised_from_its_output(tmp_path):
     assert result.exit_code == 2 and "not (batch, classes) logits" in result.stderr
 
 
+@pytest.fixture
+def constant_init(monkeypatch):
+    """torch.nn.init's random fills replaced by a constant: a listing shows paths, types, shapes
+    and parameter counts, none of which depend on the values, and drawing a detector's random
+    weights costs more than half of its listing's CPU."""
+
+    def fill(tensor, *args, **kwargs):
+        with torch.no_grad():
+            return tensor.fill_(0.01)
+
+    for name in ("kaiming_uniform_", "kaiming_normal_", "normal_", "uniform_", "xavier_uniform_", "trunc_normal_"):
+        monkeypatch.setattr(torch.nn.init, name, fill)
+
+
 @pytest.mark.slow
-def test_models_lists_every_task_and_layers_works_for_each(tmp_path):
+def test_models_lists_every_task_and_layers_works_for_each(tmp_path, constant_init):
     listing = hookviz_cli("models").stdout.splitlines()
     heading = {line.split(":")[0]: i for i, line in enumerate(listing) if line.startswith("#")}
     assert list(heading).index("# torchvision segmentation") > list(heading).index("# factory")  # grouped by task
