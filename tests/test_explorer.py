@@ -75,6 +75,22 @@ def _showing(driver, name: str) -> bool:
     return True
 
 
+def _lists_first(driver, route: str, name: str) -> bool:
+    """Whether the list at ``route`` is drawn with ``name`` first within 5 s (a key's route is drawn after its event)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def drawn(d) -> bool:
+        shown = _listed(d)
+        return d.execute_script("return location.hash") == route and bool(shown) and shown[0] == name
+
+    try:
+        WebDriverWait(driver, 5, poll_frequency=0.02).until(drawn)
+    except TimeoutException:
+        return False
+    return True
+
+
 def _listed(driver) -> list[str]:
     rows = driver.execute_script(
         "return Array.from(document.querySelectorAll('#list [data-sample]')).map(a => [a.getAttribute('data-sample'), a.offsetTop]);"
@@ -184,7 +200,7 @@ def test_a_sample_route_steps_with_the_keyboard_in_the_lists_order(driver, gener
     body.send_keys("2")
     assert driver.find_element("id", "picture").get_attribute("src").endswith(f"{order[2]}/layer4.cam.png")
     body.send_keys(Keys.ESCAPE)
-    assert driver.execute_script("return location.hash") == "#/?sort=-confidence" and _listed(driver)[0] == order[0]
+    assert _lists_first(driver, "#/?sort=-confidence", order[0])
 
 
 @browser
