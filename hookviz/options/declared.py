@@ -26,10 +26,10 @@ an entry's group), so a kind of owner with options of its own is one more line t
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import math
 import sys
+import weakref
 from dataclasses import MISSING, dataclass
 from typing import Any
 
@@ -114,10 +114,18 @@ class Setting:
     words: tuple = ()
 
 
-@functools.cache
+_SETTINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def settings_of(group: type) -> tuple[Setting, ...]:
     """The settings of ``group`` (a dataclass): its fields that a caller sets (``init`` and ``compare``).
     Read once per group (a dataclass's fields do not change; the command's start asks ~800 times)."""
+    if group not in _SETTINGS:
+        _SETTINGS[group] = _read_settings(group)
+    return _SETTINGS[group]
+
+
+def _read_settings(group: type) -> tuple[Setting, ...]:
     found = []
     for entry in dataclasses.fields(group):
         if not (entry.init and entry.compare):
