@@ -40,7 +40,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from regress import ROOT, SAMPLES, bytecode, measure
+try:
+    from bench.regress import ROOT, SAMPLES, bytecode, measure
+except ImportError:  # run as a script: bench/ is the path's first entry
+    from regress import ROOT, SAMPLES, bytecode, measure  # type: ignore[no-redef]
 
 TARGETS = {"seeds": 1.8, "scorecam": 1.5}
 
@@ -102,10 +105,7 @@ def compare(name: str, what: str, loop: list[str], hookviz_args: list[str], work
     pairs = list(zip(figures["loop"], figures["hookviz"]))
     wall = statistics.median(loop_[0] / ours[0] for loop_, ours in pairs)
     cpu = statistics.median(loop_[1] / ours[1] for loop_, ours in pairs)
-    print(
-        f"loop/hookviz, median of {len(pairs)} pairs: wall {wall:.2f}x, cpu {cpu:.2f}x"
-        f"  (target at least {TARGETS[name]}x)"
-    )
+    print(f"loop/hookviz, median of {len(pairs)} pairs: wall {wall:.2f}x, cpu {cpu:.2f}x  (target at least {TARGETS[name]}x)")
 
 
 def main() -> None:

@@ -29,9 +29,7 @@ tqdm.tqdm.__init__ = partialmethod(tqdm.tqdm.__init__, disable=True)  # type: ig
 def main(out: Path, paths: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     crop = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224)])
-    normalise = transforms.Compose(
-        [transforms.ToTensor(), transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
-    )
+    normalise = transforms.Compose([transforms.ToTensor(), transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None).eval()
     with ScoreCAM(model=model, target_layers=[model.layer4[-1]]) as cam:
