@@ -70,13 +70,13 @@ def _row(what: str, method: str, model, x, explained: dict, reference, repeats: 
     bare = _timed(lambda: hookviz.explain(model, x[0], cam=method, **explained), repeats)
     whole = _timed(lambda: hookviz.explain(loaded, x[0], cam=method, **explained), repeats)
     alone = _timed(lambda: hookviz.explain(loaded, x[0], cam="none", **explained), repeats)
-    own = whole - alone
+    method_alone = whole - alone
     unlayered = {key: value for key, value in explained.items() if key != "layers"}  # no layer: none recorded
     single = _timed(lambda: hookviz.explain(loaded, x[0], cam=method, **unlayered), repeats)
     plain = _timed(lambda: _plain(twin, x, explained["target"]), repeats)
     print(
         f"{what:<34}{theirs:>8.0f}{bare:>8.0f}{theirs / bare:>7.2f}{whole:>8.0f}{theirs / whole:>7.2f}"
-        f"{alone:>8.0f}{own:>8.0f}{theirs / own:>7.2f}{single:>8.0f}{theirs / single:>7.2f}{plain:>8.0f}",
+        f"{alone:>8.0f}{method_alone:>8.0f}{theirs / method_alone:>7.2f}{single:>8.0f}{theirs / single:>7.2f}{plain:>8.0f}",
         flush=True,
     )
 

@@ -170,9 +170,15 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     from hookviz.models.loading import load_model
 
     request = vlm_run.request_of(groups, v.answer, v.max_new_tokens, v.tokens, v.words)
-    out = groups["options"].out
+    options = groups["options"]
     done = vlm_run.run_photos(
-        load_model(groups["model"]), paths, request, out, save_tensors=groups["options"].save_tensors, dtype=v.dtype
+        load_model(groups["model"]),
+        paths,
+        request,
+        options.out,
+        save_tensors=options.save_tensors,
+        dtype=v.dtype,
+        command=options.command,
     )
     for image, folder, reason in done.statuses:
         if not args.output.quiet:
@@ -234,7 +240,9 @@ def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, ve
     previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         # the model's sample kind may find other samples in the sources than these photos: count those
-        start = lambda line: progress.start(line, len(run.asked.selected), counted_noun(run.explainer.kind))  # noqa: E731
+        start = lambda line: progress.start(  # noqa: E731
+            line, len(run.asked.selected), counted_noun(run.explainer.kind), run.explainer.kind.noun
+        )
         stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=start, sources=sources)
         # ten thousand prompts take minutes before the first image; so may the work inside a photo
         with prompt_progress(progress.prompts), listening(progress):

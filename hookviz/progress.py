@@ -120,7 +120,8 @@ class Progress:
         self.work_said = 0.0
         self.every = progress_every()
         self.begun = False  # the images began (``start``)
-        self.noun = "image"  # what the lines call a sample (``start``)
+        self.noun = "image"  # what the lines that count samples call one (``start``)
+        self.one = "photo"  # what a line about one sample calls it: its kind's ``noun`` (``start``)
         self.encoded = (0, 0)  # a text tower's prompts: (encoded, all)
         self.prompts_started = self.started
 
@@ -132,11 +133,12 @@ class Progress:
             stdout_closed()
             self.stdout_lines = False
 
-    def start(self, line: str, total: int | None = None, noun: str = "image") -> None:
+    def start(self, line: str, total: int | None = None, noun: str = "image", one: str = "photo") -> None:
         """The images begin (``line`` says how); ``total``: how many there are, when the run
         found other samples than it was counted with (the model's sample kind's); ``noun``: what
-        the lines call one (``samples.counted_noun``)."""
-        self.noun = noun
+        the lines that count them call one (``samples.counted_noun``); ``one``: what a line about
+        one of them calls it (the kind's ``noun``: ``2048 masked passes a photo``)."""
+        self.noun, self.one = noun, one
         if total is not None and total != self.total:
             self.total = total
             self.stdout_lines = self.asked_lines and (self.verbose or total <= FEW_IMAGES)
@@ -248,7 +250,7 @@ class Progress:
         """Says once when the work is heavy; how it is shown: ``quiet``, ``lines`` or ``("bar", task)``."""
         if whole / work.photos > _seconds("HEAVY_AFTER") and work.label not in self.heavy:
             self.heavy.add(work.label)
-            a_photo = f"{round(work.total / work.photos)} {work.unit} a {self.noun}, about {duration(whole / work.photos)} a {self.noun} here"
+            a_photo = f"{round(work.total / work.photos)} {work.unit} a {self.one}, about {duration(whole / work.photos)} a {self.one} here"
             self._work_line(f"hookviz: {work.label}: {a_photo}")
         if whole <= _seconds("WORK_SHOWN_AFTER"):
             return "quiet"

@@ -217,24 +217,26 @@ class RunArgs:
     output: OutputArgs
 
 
-def declared_parameters(own: list[inspect.Parameter]) -> list[inspect.Parameter]:
+def declared_parameters(command_parameters: list[inspect.Parameter]) -> list[inspect.Parameter]:
     """A command's parameters for the settings each method and task declares
     (``hookviz.options.declared``), once per setting, in the panel of the first owner's kind.
 
     Raises:
-        UsageError: a setting whose name or flag one of the command's ``own`` parameters has
+        UsageError: a setting whose name or flag one of the ``command_parameters`` has
             already, or whose flag another setting has (one flag would mean two things).
     """
     from hookviz.errors import UsageError
     from hookviz.options.declared import owners, settings_of
 
     parameters: dict[str, inspect.Parameter] = {}
-    flags = {flag: "an option of the command" for parameter in own for flag in _flags(parameter)}
+    flags = {flag: "an option of the command" for parameter in command_parameters for flag in _flags(parameter)}
     for owner in owners():
         for setting in settings_of(owner.group):
             if setting.keyword in parameters:
                 continue
-            taken = "an option of the command" if setting.keyword in {p.name for p in own} else flags.get(setting.flag)
+            taken = (
+                "an option of the command" if setting.keyword in {p.name for p in command_parameters} else flags.get(setting.flag)
+            )
             if taken:
                 where = f"{owner.words} ({owner.group.__module__}.{owner.group.__qualname__})"
                 raise UsageError(f"{where}: its setting {setting.flag} is {taken} already; rename it")
@@ -253,22 +255,22 @@ def declared_parameters(own: list[inspect.Parameter]) -> list[inspect.Parameter]
 def _flags(parameter: inspect.Parameter) -> set[str]:
     """The flags a typer parameter answers to (``--out``, ``-o``, ``--no-crop``): those its
     ``typer.Option`` names, else typer's own from its name."""
-    infos = [m for m in getattr(parameter.annotation, "__metadata__", ()) if isinstance(m, typer.models.ParameterInfo)]
+    infos = [meta for meta in getattr(parameter.annotation, "__metadata__", ()) if isinstance(meta, typer.models.ParameterInfo)]
     # In Annotated form typer keeps the first flag as the OptionInfo's default ("--out", "-o")
     first = [info.default for info in infos if isinstance(info.default, str) and info.default.startswith("-")]
     declared = [*first, *(d for info in infos for d in (info.param_decls or ()))]
     if infos and not isinstance(infos[0], typer.models.OptionInfo):
         return set()  # an argument: no flag
-    own = "--" + parameter.name.replace("_", "-")
-    names = declared or ([f"{own}/--no-{own[2:]}"] if _is_bool(parameter.annotation) else [own])
+    from_name = "--" + parameter.name.replace("_", "-")
+    names = declared or ([f"{from_name}/--no-{from_name[2:]}"] if _is_bool(parameter.annotation) else [from_name])
     return {flag.strip() for name in names for flag in name.split("/") if flag.strip().startswith("-")}
 
 
 @functools.cache
 def _hints(group: type, extras: bool = True) -> dict:
     """A dataclass's type hints, read once: typer asks for the signature several times, and each
-    reading compiles every string annotation of the class again (once per field, it cost ~30 ms
-    of every run's start, before the render workers start)."""
+    reading compiles every string annotation of the class again (once per field: ~30 ms of a
+    run's start, before the render workers start, were it read each time)."""
     return typing.get_type_hints(group, include_extras=extras)
 
 
@@ -290,7 +292,7 @@ class TypedCommand:
 
     @property
     def __signature__(self) -> inspect.Signature:
-        own = [
+        command_parameters = [
             inspect.Parameter(
                 f.name,
                 inspect.Parameter.KEYWORD_ONLY,
@@ -300,7 +302,7 @@ class TypedCommand:
             for group in self._groups()
             for f in fields(group)
         ]
-        return inspect.Signature([*own, *declared_parameters(own)])
+        return inspect.Signature([*command_parameters, *declared_parameters(command_parameters)])
 
     def _groups(self) -> list[type]:
         hints = _hints(self.args, extras=False)

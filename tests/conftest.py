@@ -508,8 +508,8 @@ _over_limit: list[tuple[float, str]] = []
 def _cpu_seconds() -> float:
     import resource
 
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    itself, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return itself.ru_utime + itself.ru_stime + children.ru_utime + children.ru_stime
 
 
 _CPU_KEY = pytest.StashKey[float]()

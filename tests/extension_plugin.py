@@ -68,7 +68,9 @@ class Regress(TaskBase):
         predictions = []
         for i in range(count):
             score = ClassScore(0, "value", float(numbers[i]), float("nan"))
-            predictions.append(ValuePrediction(target=score, top5=(score,), focus={"value": score}, value=float(numbers[i])))
+            predictions.append(
+                ValuePrediction(target=score, top5=(score,), cam_targets={"value": score}, value=float(numbers[i]))
+            )
         return Plan(values.sum(), [("value", None)] if options.cam != "none" else [], predictions, numbers.reshape(count, 1))
 
     def scorer(self, plan, key, options):
@@ -82,8 +84,8 @@ class ValueShown(ClassPresentation):
     def headline(self, explanation) -> str:
         return f"value {explanation.target.logit:.4g}"
 
-    def cam_panel(self, explanation, focus):
-        return f"value {focus.logit:.4g}", None
+    def cam_panel(self, explanation, target):
+        return f"value {target.logit:.4g}", None
 
     def status_line(self, status) -> str:
         return f"{status.image}: value {status.target.get('score'):.4g}"

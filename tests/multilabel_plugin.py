@@ -30,13 +30,13 @@ class MultiLabel(TaskBase):
         predictions = []
         for i, classes in enumerate(chosen):
             scores = [ClassScore(k, None, float(logits[i, k]), float(probabilities[i, k])) for k in classes]
-            predictions.append(ImagePrediction(target=scores[0], top5=tuple(scores[:5]), focus=dict(zip(keys, scores))))
+            predictions.append(ImagePrediction(target=scores[0], top5=tuple(scores[:5]), cam_targets=dict(zip(keys, scores))))
         sums = [sum(output[i, c[j]] for i, c in enumerate(chosen) if j < len(c)) for j in range(len(keys))]
         cams = [(keys[0], None), *zip(keys[1:], sums[1:])] if options.cam != "none" else []  # None: the objective's
         return Plan(sums[0], cams, predictions, logits)
 
     def scorer(self, plan, key, options):
-        classes = torch.tensor([p.focus[key].index if key in p.focus else -1 for p in plan.predictions])
+        classes = torch.tensor([p.cam_targets[key].index if key in p.cam_targets else -1 for p in plan.predictions])
 
         def score(output, images):  # each row's label logit; 0 for an image without that label
             chosen = classes.to(output.device)[images.to(output.device)]

@@ -98,12 +98,12 @@ class PairClassify(TaskBase):
         predictions = []
         for i in range(count):
             top = tuple(ClassScore(int(k), f"class {k}", float(logits[i, k]), float(probabilities[i, k])) for k in ranked[i])
-            predictions.append(PairPrediction(target=top[0], top5=top, focus={"target": top[0]}))
+            predictions.append(PairPrediction(target=top[0], top5=top, cam_targets={"target": top[0]}))
         objective = output[torch.arange(count), targets].sum()
         return Plan(objective, [("target", None)] if options.cam != "none" else [], predictions, logits.cpu().numpy())
 
     def scorer(self, plan, key, options):
-        classes = torch.tensor([prediction.focus[key].index for prediction in plan.predictions])
+        classes = torch.tensor([prediction.cam_targets[key].index for prediction in plan.predictions])
         return lambda output, images: output[torch.arange(len(output)), classes[images.cpu()].to(output.device)]
 
     def probability_scorer(self, targets, options, task_options=None):

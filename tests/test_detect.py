@@ -91,17 +91,17 @@ def test_score_iou_cams_equal_pytorch_grad_cams_box_score_target_and_score_cams_
     iou = hookviz.explain(model, small_photo, box_objective="score+iou", **common)
     assert iou.task == "detect" and len(iou.prediction.detections) == 2
     assert model.roi_heads.score_thresh == 0.05  # lowered for the pass only
-    assert [focus for focus, _ in iou.layers[0].topk_cams] == list(iou.prediction.detections)
+    assert [target for target, _ in iou.layers[0].topk_cams] == list(iou.prediction.detections)
     targets = [FasterRCNNBoxScoreTarget([d.index], [np.array(d.box)]) for d in iou.prediction.detections]
     nudged = [FasterRCNNBoxScoreTarget([d.index], [np.array(d.box) + 0.5]) for d in iou.prediction.detections]
     with _score_thresh(model, 0.001):
         theirs = _pytorch_grad_cams(model, small_photo, targets + nudged)
         output, activations = _forward(model, small_photo)
-        own = [_gradcam(activations, output["scores"][k]) for k in range(2)]
+        by_hand = [_gradcam(activations, output["scores"][k]) for k in range(2)]
     for (_, ours), reference in zip(iou.layers[0].topk_cams, theirs):
         assert _close(ours, reference)
     score = hookviz.explain(model, small_photo, **common)
-    for (_, ours), reference in zip(score.layers[0].topk_cams, own):
+    for (_, ours), reference in zip(score.layers[0].topk_cams, by_hand):
         assert _close(ours, reference)
     # Why the two objectives give the same CAMs here: given the detection's own box, the IoU is 1
     # and has no gradient. Half a pixel off, as a box rounded to whole pixels is, it has one, and
@@ -232,8 +232,22 @@ def test_a_factory_model_is_recognised_from_its_output(tmp_path):
     assert result.exit_code == 2 and "not (batch, classes) logits" in result.stderr
 
 
+@pytest.fixture
+def constant_init(monkeypatch):
+    """torch.nn.init's random fills replaced by a constant: a listing shows paths, types, shapes
+    and parameter counts, none of which depend on the values, and drawing a detector's random
+    weights costs more than half of its listing's CPU."""
+
+    def fill(tensor, *args, **kwargs):
+        with torch.no_grad():
+            return tensor.fill_(0.01)
+
+    for name in ("kaiming_uniform_", "kaiming_normal_", "normal_", "uniform_", "xavier_uniform_", "trunc_normal_"):
+        monkeypatch.setattr(torch.nn.init, name, fill)
+
+
 @pytest.mark.slow
-def test_models_lists_every_task_and_layers_works_for_each(tmp_path):
+def test_models_lists_every_task_and_layers_works_for_each(tmp_path, constant_init):
     listing = hookviz_cli("models").stdout.splitlines()
     heading = {line.split(":")[0]: i for i, line in enumerate(listing) if line.startswith("#")}
     assert list(heading).index("# torchvision segmentation") > list(heading).index("# factory")  # grouped by task

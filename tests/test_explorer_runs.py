@@ -271,3 +271,50 @@ def test_a_runs_notebook_display_is_its_explorer_inline(driver, tmp_path, monkey
     urls = _within(driver, tmp_path)
     assert not [url for url in urls if "explorer-" in url]  # the data came inline
     assert all(url.startswith((tmp_path / "out").as_uri()) for url in urls if not url.endswith("notebook.html"))
+
+
+def test_a_vision_language_run_lists_each_photo_with_its_answer_and_shows_each_token(driver, tmp_path):
+    """A tiny LLaVA's run: a row per photo (its prompt, its answer as what it predicted, the tokens
+    explained), a photo it cannot read listed last as failed; a photo's page shows the strip, then a
+    tab per token whose picture and caption carry the token and its probability (report.json's)."""
+    import json
+
+    import hookviz
+
+    from .vlm_models import save_llava
+
+    pytest.importorskip("transformers")
+    save_llava(tmp_path / "llava")
+    photos = _photos(tmp_path / "in", ["two.png"])
+    (photos / "bad.png").write_bytes(b"not a photo")
+    out = tmp_path / "out"
+    result = hookviz_run(
+        photos, "--prompt", "describe the photo .", "--answer", "a black cat", "--tokens", "0,2",
+        model=f"hf:{tmp_path / 'llava'}", weights=None, out=out,
+    )  # fmt: skip
+    assert result.exit_code == 1 and "bad.png: cannot read it as a photo" in result.stderr, result.output
+    report = json.loads((out / "two" / "report.json").read_text())
+    rows = {row["name"]: row for row in explorer_rows(out)}
+    assert [rows[n]["status"] for n in ("two", "bad")] == ["done", "failed"]
+    assert (rows["two"]["prompt"], rows["two"]["predicted"], rows["two"]["target"]) == (
+        "describe the photo .", "a black cat", "a · cat"
+    )  # fmt: skip
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = Path(hookviz.__file__).parent / "schemas"
+    jsonschema.validate(json.loads((out / "run.json").read_text()), json.loads((schema / "run.schema.json").read_text()))
+    jsonschema.validate(report, json.loads((schema / "vlm_report.schema.json").read_text()))
+    assert open_explorer(driver, out / "index.html", "#/")
+    assert listed(driver) == ["two", "bad"]  # the failure last
+    row = driver.find_element("css selector", "#list [data-sample=two]").text
+    assert "prompt describe the photo ." in row and "answered a black cat" in row and "explained a · cat" in row
+    assert _shown(driver) == ["two/input.jpg"]  # the photo as the model saw it
+    _go(driver, "#/sample/two")
+    assert _sample(driver, "two") == "two"
+    assert _shown(driver) == ["two/input.jpg", "two/tokens.png"]  # the strip first
+    cat = report["targets"][1]
+    tab = f"'cat' p={cat['probability']:.3f}"
+    driver.find_element("css selector", f'.tabs.kinds button[data-kind="{tab}"]').click()
+    assert driver.find_element("css selector", ".shown-picture figcaption").text == f"tokens · {tab}"
+    assert "two/token2.png" in _shown(driver)
+    assert "answer: a black cat" in driver.find_element("css selector", ".numbers").text
+    _within(driver, out)

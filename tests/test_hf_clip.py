@@ -687,13 +687,13 @@ def test_a_run_stopped_while_encoding_its_prompts_says_there_is_nothing_to_resum
     from hookviz.models.sources import clip_logits
 
     monkeypatch.setattr(clip_logits, "TEXT_BATCH", 4, raising=False)
-    own, parts = clip_logits._text_features, []
+    original, parts = clip_logits._text_features, []
 
     def interrupted(model, tokens):
         parts.append(len(tokens["input_ids"]))
         if len(parts) == 2:
             os.kill(os.getpid(), signal.SIGINT)  # taken in hand by the command's handler, in this thread
-        return own(model, tokens)
+        return original(model, tokens)
 
     monkeypatch.setattr(clip_logits, "_text_features", interrupted)
     folder, _, _ = _folder(tmp_path, "clip")

@@ -52,8 +52,8 @@ def pytorch_grad_cam(model, batch, layer: str, reference: str, target: int) -> t
 
     raw = []
     with getattr(pytorch_grad_cam, reference)(model=model, target_layers=[model.get_submodule(layer)]) as cam:
-        own = cam.get_cam_image
-        cam.get_cam_image = lambda *args, **kwargs: raw.append(own(*args, **kwargs)) or raw[-1]
+        original = cam.get_cam_image
+        cam.get_cam_image = lambda *args, **kwargs: raw.append(original(*args, **kwargs)) or raw[-1]
         scaled = cam(input_tensor=batch, targets=[ClassifierOutputTarget(target)] * len(batch))
     return scaled, raw[0]
 
@@ -87,8 +87,8 @@ def test_gradient_methods_equal_pytorch_grad_cam(resnet18, batch, method, refere
     theirs = np.maximum(raw, 0)
     assert mine.shape == theirs.shape == (2, 4, 4) and theirs.max() > 0
     assert relative(mine, theirs) < 1e-3
-    for own, public in zip(scaled_like_pytorch_grad_cam(mine), scaled):
-        assert correlation(own, public) >= 0.999
+    for hookviz_map, public in zip(scaled_like_pytorch_grad_cam(mine), scaled):
+        assert correlation(hookviz_map, public) >= 0.999
 
 
 def _mean_agreement(model, batch, layer: str) -> np.ndarray:
@@ -113,10 +113,10 @@ def _mean_agreement(model, batch, layer: str) -> np.ndarray:
 def test_eigencam_equals_pytorch_grad_cams_up_to_the_sign_it_leaves_to_the_svd(resnet18, batch, layer):
     mine = ours(resnet18, batch, layer, "eigencam", POSITIVE)
     projections, agreement = _mean_agreement(resnet18, batch, layer)
-    for own, projection, agrees in zip(mine, projections, agreement):
+    for hookviz_map, projection, agrees in zip(mine, projections, agreement):
         # hookviz's sign is the one under which the map agrees with the mean activation
         expected = np.maximum(projection if agrees > 0 else -projection, 0)
-        assert relative(own, expected) < 1e-3
+        assert relative(hookviz_map, expected) < 1e-3
     if layer == "layer1.0":
         # pytorch-grad-cam keeps the SVD's sign: for two noise photos alike, one map is where
         # the layer is most active and the other where it is least (LAPACK's choice here).
@@ -136,8 +136,8 @@ def test_scorecam_equals_pytorch_grad_cams_but_for_its_upsampling(resnet18, batc
     mine = ours(resnet18, batch, "layer1", "scorecam", POSITIVE)
     # hookviz upsamples each mask as the paper's code and torch-cam do (bilinear, corners not
     # aligned); pytorch-grad-cam aligns the corners (UpsamplingBilinear2d): the maps correlate
-    for own, public in zip(scaled_like_pytorch_grad_cam(mine), scaled):
-        assert correlation(own, public) >= 0.999
+    for hookviz_map, public in zip(scaled_like_pytorch_grad_cam(mine), scaled):
+        assert correlation(hookviz_map, public) >= 0.999
     # ... and with its upsampling, they are equal
     monkeypatch.setattr(
         scorecam, "upsampled", lambda maps, size: F.interpolate(maps, size=tuple(size), mode="bilinear", align_corners=True)

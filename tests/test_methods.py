@@ -1155,9 +1155,9 @@ def test_a_layer_method_that_needs_input_gradients_gets_them_for_each_cam_key():
     target = TargetOptions(cam="toy-input-gradient-at-layer", topk=2)
     results = Explainer.create(loaded, layers=LayerOptions(("features.3",)), target=target).explain_batch(_prepared(batch))
     for i, result in enumerate(results):
-        for focus, cam in [(result.target, result.layers[0].cam), *result.layers[0].topk_cams]:
+        for target, cam in [(result.target, result.layers[0].cam), *result.layers[0].topk_cams]:
             image = batch[i : i + 1].clone().requires_grad_(True)
-            (gradient,) = torch.autograd.grad(model(image)[0, focus.index], image)
+            (gradient,) = torch.autograd.grad(model(image)[0, target.index], image)
             wanted = F.adaptive_avg_pool2d(gradient.abs().sum(dim=1, keepdim=True), (16, 16))[0, 0]
             np.testing.assert_allclose(cam, wanted.numpy(), rtol=1e-4, atol=1e-7)
 

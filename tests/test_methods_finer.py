@@ -49,8 +49,8 @@ def pytorch_grad_cams(model, batch, layer: str, target: int, **forward) -> tuple
 
     raw = []
     with FinerCAM(model, [model.get_submodule(layer)]) as cam:
-        own = cam.base_cam.get_cam_image
-        cam.base_cam.get_cam_image = lambda *args, **kwargs: raw.append(own(*args, **kwargs)) or raw[-1]
+        original = cam.base_cam.get_cam_image
+        cam.base_cam.get_cam_image = lambda *args, **kwargs: raw.append(original(*args, **kwargs)) or raw[-1]
         scaled = cam(batch, target_idx=target, **forward)
     return scaled, np.maximum(raw[0], 0)
 
@@ -69,16 +69,16 @@ def test_finer_cam_equals_pytorch_grad_cams_finer_cam(resnet18, batch):  # noqa:
     scaled, theirs = pytorch_grad_cams(resnet18, batch, "layer4", POSITIVE)
     assert mine.shape == theirs.shape == (2, 4, 4) and theirs.max() > 0
     assert relative(mine, theirs) < 1e-3
-    for own, public in zip(scaled_like_pytorch_grad_cam(mine), scaled):
-        assert correlation(own, public) >= 0.999
+    for hookviz_map, public in zip(scaled_like_pytorch_grad_cam(mine), scaled):
+        assert correlation(hookviz_map, public) >= 0.999
 
 
 def test_finer_cams_settings_equal_pytorch_grad_cams_at_two_layers(resnet18, batch):  # noqa: F811
     """Two comparison classes and alpha 0.5, at layer3 and layer4 (one contrast pass serves both)."""
     mine = ours(resnet18, batch, ("layer3", "layer4"), POSITIVE, finer_classes=2, finer_alpha=0.5)
-    for layer, own in zip(("layer3", "layer4"), mine):
+    for layer, hookviz_map in zip(("layer3", "layer4"), mine):
         _, theirs = pytorch_grad_cams(resnet18, batch, layer, POSITIVE, alpha=0.5, comparison_categories=[1, 2])
-        assert theirs.max() > 0 and relative(own, theirs) < 1e-3
+        assert theirs.max() > 0 and relative(hookviz_map, theirs) < 1e-3
 
 
 def test_mean_weighting_equals_torch_cams_finer_cam(resnet18, batch):  # noqa: F811
@@ -146,11 +146,11 @@ def test_other_methods_keep_no_graph_for_contrast(monkeypatch):
     from tests.conftest import tiny_net
 
     kept = []
-    own = Recording.gradients
+    original = Recording.gradients
 
     def counted(self, objective, **kwargs):
         kept.append(kwargs.get("retain_graph", False))
-        return own(self, objective, **kwargs)
+        return original(self, objective, **kwargs)
 
     monkeypatch.setattr(Recording, "gradients", counted)
     hookviz.explain(tiny_net(), torch.rand(3, 32, 32), layers=["features.1", "features.3"], cam="gradcam")

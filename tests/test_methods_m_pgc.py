@@ -43,10 +43,10 @@ def reference(model, batch, layer: str, reference: str, target: int, **kwargs):
 
     seen = []
     with getattr(pytorch_grad_cam, reference)(model=model, target_layers=[model.get_submodule(layer)], **kwargs) as cam:
-        own = cam.get_cam_image
+        original = cam.get_cam_image
 
         def spy(input_tensor, target_layer, targets, activations, grads, eigen_smooth=False):
-            seen.append((own(input_tensor, target_layer, targets, activations, grads, eigen_smooth), activations, grads))
+            seen.append((original(input_tensor, target_layer, targets, activations, grads, eigen_smooth), activations, grads))
             return seen[-1][0]
 
         cam.get_cam_image = spy
@@ -104,7 +104,7 @@ def test_pytorch_grad_cams_kpca_cam_maps_where_the_layer_is_least_active(resnet1
     _, agreement = _signed_like_hookviz(raw, activations)
     assert (agreement < -0.5).all()
     mine = ours(resnet18, batch, "layer4", "kpca-cam", POSITIVE)
-    assert all(correlation(own, a.mean(0)) > 0.3 for own, a in zip(mine, activations))
+    assert all(correlation(hookviz_map, a.mean(0)) > 0.3 for hookviz_map, a in zip(mine, activations))
 
 
 KPCA_CASES = [
@@ -292,8 +292,8 @@ def test_shapley_cam_of_a_segmentation_equals_pytorch_grad_cams():
     assert 0 < mask.mean() < 1
     raw = []
     with ShapleyCAM(model=_Out(model), target_layers=[model.features]) as cam:
-        own = cam.get_cam_image
-        cam.get_cam_image = lambda *args, **kwargs: raw.append(own(*args, **kwargs)) or raw[-1]
+        original = cam.get_cam_image
+        cam.get_cam_image = lambda *args, **kwargs: raw.append(original(*args, **kwargs)) or raw[-1]
         cam(input_tensor=x[None], targets=[SemanticSegmentationTarget(result.target.index, mask)])
     theirs = np.maximum(raw[0][0], 0)
     assert theirs.max() > 0

@@ -114,7 +114,7 @@ def test_fullgrad_equals_pytorch_grad_cams(resnet18, batch):  # noqa: F811
     assert theirs.shape == summed.shape and theirs.max() > 0
     # pytorch-grad-cam scales its sum to 0..1 per image: so scaled, ours equals it
     assert relative(scale_cam_image(summed), theirs) < 1e-3
-    assert all(correlation(own, public) >= 0.999 for own, public in zip(summed, theirs))
+    assert all(correlation(hookviz_map, public) >= 0.999 for hookviz_map, public in zip(summed, theirs))
 
 
 class _BiasFree(nn.Module):
@@ -211,7 +211,7 @@ def test_refine_cam_equals_pytorch_grad_cams(resnet18, batch):  # noqa: F811
     theirs = RefineCAM(resnet18, [resnet18.get_submodule(name) for name in LAYERS])(batch, [ClassifierOutputTarget(POSITIVE)] * 2)
     assert mine.shape == theirs.shape == (2, SIDE, SIDE) and theirs.max() > 0
     assert relative(scale_cam_image(mine), theirs) < 1e-3
-    assert all(correlation(own, public) >= 0.999 for own, public in zip(mine, theirs))
+    assert all(correlation(hookviz_map, public) >= 0.999 for hookviz_map, public in zip(mine, theirs))
 
 
 @pytest.mark.slow
@@ -224,7 +224,7 @@ def test_refine_cam_differs_from_torch_cams_whose_gradcam_plus_plus_never_divide
         theirs = extractor(POSITIVE, resnet18(batch))[0].detach()
     assert theirs.shape == (2, 14, 14)  # the largest layer's map, not the input's
     resized = F.interpolate(theirs[:, None], size=(SIDE, SIDE), mode="bilinear")[:, 0].numpy()
-    assert all(correlation(own, public) < 0.999 for own, public in zip(mine, resized))
+    assert all(correlation(hookviz_map, public) < 0.999 for hookviz_map, public in zip(mine, resized))
     # its base: alpha[idx][mask].div_(...) divides a copy, so the weights are sum(g^2 ReLU(g))
     seen = {}
 

@@ -39,8 +39,8 @@ def _sample(value: float) -> Sample:
 
 def test_a_batch_gives_each_row_its_samples_other_inputs_and_the_tasks_options():
     samples = SampleBatch([_sample(1.0), _sample(2.0)], _Twice(), torch.nn.Identity(), "cpu", None, task_options="own")
-    sums, own = samples.forward()
-    assert own == "own" and sums["image"].tolist() == [4.0, 8.0] and sums["vector"].tolist() == [30.0, 60.0]
+    sums, task_options = samples.forward()
+    assert task_options == "own" and sums["image"].tolist() == [4.0, 8.0] and sums["vector"].tolist() == [30.0, 60.0]
     # rows standing for samples 1, 0, 1, with their main input altered: the vectors follow the rows
     altered = torch.stack([torch.full((1, 2, 2), v) for v in (0.5, 0.25, 0.0)])
     sums, _ = samples.forward(torch.tensor([1, 0, 1]), altered)
@@ -82,11 +82,11 @@ def test_every_pass_runs_the_task_with_its_own_options(registries_restored):
         target=TargetOptions(cam="gradcam,scorecam,integrated-gradients", settings=(IGOptions(steps=4),)),
         trust=TrustOptions(faithfulness=True),
     )
-    own = SoftmaxScores()
-    explainer = replace(explainer, task_options=own)
+    task_options = SoftmaxScores()
+    explainer = replace(explainer, task_options=task_options)
     explanation = explainer.explain_batch([explainer.prepare(SAMPLES / "cat.png")])[0]
     assert explanation["features.3"].trust.deletion is not None
-    assert len(seen) >= 5 and all(options is own for options in seen)
+    assert len(seen) >= 5 and all(options is task_options for options in seen)
 
 
 def test_a_sample_of_two_files_changes_when_either_does(tmp_path):

@@ -119,8 +119,8 @@ def test_the_options_settle_against_the_model(tmp_path):
     model = type("Loaded", (), {"module": VideoNet(frames=6)})()
     assert kind.settings_for_model(VideoOptions(), model).frames == 6  # the model's own
     assert kind.settings_for_model(VideoOptions(), type("Loaded", (), {"module": VideoNet()})()).frames == 16
-    settled = kind.settings_for_model(VideoOptions(frames="8", start="1.5", end="3"), model)  # the command line gives text
-    assert (settled.frames, settled.start, settled.end) == (8, 1.5, 3.0)
+    for_model = kind.settings_for_model(VideoOptions(frames="8", start="1.5", end="3"), model)  # the command line gives text
+    assert (for_model.frames, for_model.start, for_model.end) == (8, 1.5, 3.0)
     for given, words in (({"frames": 0}, "1 to 1024"), ({"frames": "x"}, "give a whole number"), ({"start": -1}, "0 or more")):
         with pytest.raises(UsageError, match=words):
             kind.settings_for_model(VideoOptions(**given), model)

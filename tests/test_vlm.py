@@ -132,7 +132,7 @@ def test_integrated_gradients_equal_captums_on_the_pixel_values(llava, photo):
             return token_scores(model, talk, pixels, "logprob")[:, list(tokens)].sum(-1)
 
         theirs = captum.IntegratedGradients(forward).attribute(talk.inputs["pixel_values"], n_steps=8)
-        torch.testing.assert_close(ours[k], theirs[0], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(ours[k], theirs, rtol=1e-4, atol=1e-6)
         assert theirs.abs().sum() > 0
 
 
@@ -250,3 +250,48 @@ def test_logprob_for_a_model_that_writes_no_text_is_refused_in_one_line(tmp_path
     assert result.stderr.strip() == (
         "hookviz: error: --objective logprob: only a vision-language model's answer tokens take it; choose logit or ce"
     )
+
+
+def test_hookviz_diff_of_a_vision_language_run_is_refused_in_one_line(tmp_path):
+    """Its run.json is a run record (the explorer reads it) whose reports are no run's of layers:
+    refused by name, where it stopped on 'truncated or not a report' of its first photo."""
+    import json
+
+    from hookviz.store.records import ImageStatus, RunRecord
+
+    from .cli_helpers import hookviz_cli
+
+    for name in ("base", "new"):
+        (tmp_path / name / "cat").mkdir(parents=True)
+        (tmp_path / name / "cat" / "report.json").write_text(json.dumps({"schema": "hookviz/vlm-report/1", "kind": "vlm"}))
+        record = RunRecord(
+            hookviz="0", model="hf:llava", task="describe", images=(ImageStatus("cat.png", "cat", "done", task="describe"),)
+        )
+        (tmp_path / name / "run.json").write_text(json.dumps(record.to_json()))
+    result = hookviz_cli("diff", tmp_path / "base", tmp_path / "new")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().endswith("a vision-language model's run; hookviz diff does not compare those yet")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_two_photos_of_one_stem_get_folders_of_their_own(llava, tmp_path):
+    """As in any run (``store.folders.output_names``): they shared ``OUT/cat``, the second's files over the first's."""
+    import json
+
+    from .cli_helpers import hookviz_run
+
+    for side in ("left", "right"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "cat.png").write_bytes((SAMPLES / "cat.png").read_bytes())
+    out = tmp_path / "out"
+    result = hookviz_run(
+        tmp_path / "left" / "cat.png", tmp_path / "right" / "cat.png", "--prompt", PROMPT, "--answer", "a cat", "--tokens", "1",
+        "--cam", "gradcam,rollout", model=f"hf:{llava[0]}", weights=None, out=out,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    run = json.loads((out / "run.json").read_text())
+    assert run["layers"] == ["model.vision_tower.encoder.layers.1"]  # the model's layers, not rollout's 'language'
+    folders = [entry["output"] for entry in run["images"]]
+    assert len(set(folders)) == 2 and all(name.startswith("cat-") for name in folders)
+    images = {json.loads((out / name / "report.json").read_text())["image"] for name in folders}
+    assert images == {entry["image"] for entry in run["images"]} and len(images) == 2

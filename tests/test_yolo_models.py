@@ -78,7 +78,7 @@ def test_each_box_cam_is_the_gradcam_of_its_anchors_class_score(yolo, photo):
         assert detection.score == pytest.approx(float(found["scores"][j]))
         assert f"detection {j + 1}: its score is read at anchor {anchor}, on the stride-{stride} map" in result.notes
         for layer in result.layers:
-            ours = next(cam for focus, cam in layer.topk_cams if focus is detection)
+            ours = next(cam for target, cam in layer.topk_cams if target is detection)
             theirs = _anchor_gradcam(yolo, photo, layer.name, anchor, label)
             assert ours.shape == theirs.shape
             assert np.abs(ours - theirs).max() <= 1e-4 * max(np.abs(theirs).max(), 1e-12)

@@ -158,3 +158,20 @@ def idefics3(folder: Path, seed: int = 0, smolvlm: bool = False) -> Path:
 
 
 BUILDERS = {"qwen2_vl": qwen2_vl, "paligemma": paligemma, "idefics3": idefics3}
+
+
+def without_image_token(processor):
+    """``processor`` (of a family here) remade over a tokenizer without its image token: Qwen2-VL's
+    then reads its image pad as ``<unk>``; PaliGemma's and Idefics3's add an ``<image>`` of their own,
+    a token the model reads as a word."""
+    image = str(processor.image_token)
+    specials = [t for t in processor.tokenizer.all_special_tokens if t != image and t not in ("<unk>", "<pad>", "<bos>", "<eos>")]
+    tokenizer = word_tokenizer(specials)
+    kind = type(processor)
+    if "Qwen2VL" in kind.__name__:
+        return kind(processor.image_processor, tokenizer, processor.video_processor, chat_template=processor.chat_template)
+    if "PaliGemma" in kind.__name__:
+        return kind(processor.image_processor, tokenizer)
+    return kind(
+        processor.image_processor, tokenizer, image_seq_len=processor.image_seq_len, chat_template=processor.chat_template
+    )

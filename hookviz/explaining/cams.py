@@ -50,7 +50,7 @@ class Sources:
     Attributes:
         gradients: per key, per recorded call, d(key's score)/d(output).
         scores: per key, the ``score`` callable that re-runs the model (``tasks.base.Rescoring``).
-        batch: the model's input batch (N, C, H, W), on its device, in its dtype (re-scoring
+        batch: the model's main input batch (N, C, *spatial), on its device, in its dtype (re-scoring
             a layer's output runs on it; ``needs_input`` hands it to the method).
         input_gradients: per key, the ``input_gradient`` callable (``extra_passes.InputGradients``).
         options: the run's ``TargetOptions``.
@@ -139,8 +139,8 @@ def sources_for(explainer, methods, plan, samples, gradients, cost=None, contras
 
     module, task, options, device = explainer.model.module, explainer.task, explainer.target, explainer.device
     keys = tuple(key for key, _ in plan.cams)
-    own = explainer.task_options
-    sources = Sources(keys, module, gradients, options=options, objective=task.objective_words(options, own), contrast=contrast)
+    objective = task.objective_words(options, explainer.task_options)
+    sources = Sources(keys, module, gradients, options=options, objective=objective, contrast=contrast)
     batch = None
     if any(
         m.needs_input or m.needs_rescoring or m.needs_input_gradients or m.needs_hessian or m.resolution == "input"
@@ -227,7 +227,7 @@ def image_cams(found: LayerMaps, i: int, prediction, keys, panels) -> ImageCams:
     """Image ``i``'s maps of one layer; ``panels``: the keys whose main maps are drawn as
     panels (every one for a detector, those beyond the target's for the top-K)."""
     main_key = keys[0] if keys else None
-    nothing = bool(keys) and prediction.focus.get(main_key) is None
+    nothing = bool(keys) and prediction.cam_targets.get(main_key) is None
     cams, notes = {}, {}
     for name in found.order:
         if name in found.maps and nothing:
@@ -251,7 +251,7 @@ class PixelMaps:
 
     Attributes:
         order: the input methods' names, as asked.
-        maps: per method that made maps, (N, C, H, W).
+        maps: per method that made maps, (N, C, *spatial) as the main input.
         notes: per method that made none, why.
         layers: per method that used a layer's map (guided Grad-CAM), which.
         figures: per method that gave figures about its maps (``MapFigures``), one dict per image.
@@ -372,7 +372,9 @@ def _each_cam(maps_by_key, prediction, panels, i: int) -> tuple:
     detection's (the first included: a detector's picture shows one panel per detection)."""
     if not maps_by_key:
         return ()
-    return tuple((prediction.focus[k], maps_by_key[k][i].copy()) for k in panels if prediction.focus.get(k) is not None)
+    return tuple(
+        (prediction.cam_targets[k], maps_by_key[k][i].copy()) for k in panels if prediction.cam_targets.get(k) is not None
+    )
 
 
 def zero_gradient_note(objective: str) -> str:

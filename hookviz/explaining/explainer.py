@@ -96,18 +96,19 @@ class Explainer:
         processing = _run_processing(model, preprocessing, settings)
         model, dry = _recognised(_chosen_task(model, task_options), inputs.apply(processing), settings)
         task = get_task(model.task)
-        own = _own_options(task, task_options, model.name)
+        task_group = _task_group(task, task_options, model.name)
         _check_asked(task, model, target, trust, dry)
         if not processing.applies_transform:  # the object is applied as it is (inputs.apply refused overrides)
             processing = task.preprocessing(processing, inputs)
         _check_input_size(model, processing, inputs)
         parse_target(target.target, model.categories)  # a class name or index the model lacks fails now
         reader = cls(model, processing, (), target, max_pixels=inputs.max_pixels, sample_settings=settings)
-        own = task.bind(own, model, reader.prepare, reader.device, target)  # before the layers' dry pass: it fails fast
+        # bound before the layers' dry pass: it fails fast
+        task_group = task.bind(task_group, model, reader.prepare, reader.device, target)
         declared = model.declared_layout if model.declared_layout is not None else declared_layout(model.module)
         declared = _with_layout(declared, layers.layout)
         specs, choice = _chosen_layers(model, task, layers, processing, declared, settings, target)
-        return cls(model, processing, specs, target, choice, inputs.max_pixels, declared, own, trust, settings)
+        return cls(model, processing, specs, target, choice, inputs.max_pixels, declared, task_group, trust, settings)
 
     # -- what the pass reads
 
@@ -122,8 +123,8 @@ class Explainer:
         """What was asked of the task, as report.json keeps it (what ``--skip-existing``
         compares): the target options (with the methods' settings under ``settings``, by the
         methods that declare them), the task's own, and the sample kind's under ``sample``."""
-        own = self.task_options
-        asked = {} if own is None else asked_of(own)
+        task_options = self.task_options
+        asked = {} if task_options is None else asked_of(task_options)
         settings = self.sample_settings
         sample = {} if settings is None else {"sample": asked_of(settings)}
         return {**self.target.asked(), **asked, **sample}
@@ -269,7 +270,7 @@ class Explainer:
         return f"Explainer({self.model!r}, layers={[s.label for s in self.layers]}, target={self.target.target!r})"
 
 
-def _own_options(task, given: Sequence, model: str):
+def _task_group(task, given: Sequence, model: str):
     """The option group of ``task`` among ``given`` (its defaults when none is).
 
     Raises:
@@ -287,10 +288,10 @@ def _own_options(task, given: Sequence, model: str):
             _refuse_others(options, task, model)
     if task.options_type is None:
         return None
-    own = [options for options in given if isinstance(options, task.options_type)]
-    if len(own) > 1:
-        raise UsageError(f"{arg('task_options')}: {len(own)} {task.options_type.__name__}s; give one")
-    return own[0] if own else task.options_type()
+    of_task = [options for options in given if isinstance(options, task.options_type)]
+    if len(of_task) > 1:
+        raise UsageError(f"{arg('task_options')}: {len(of_task)} {task.options_type.__name__}s; give one")
+    return of_task[0] if of_task else task.options_type()
 
 
 def _refuse_others(options, task, model: str) -> None:

@@ -43,7 +43,7 @@ class LayerRescoring:
 
     Attributes:
         rescoring: the key's ``Rescoring`` (the model, the task, the target's scorer).
-        inputs: the batch's inputs (N, C, H, W), on the model's device.
+        inputs: the batch's main input (N, C, *spatial), on the model's device.
         layer: the layer's module, and ``call``, which of its calls in a forward pass.
         layout: how the layer's output lies (the map ``activations`` are read back into).
     """
@@ -270,7 +270,7 @@ class LayerHessian:
 
     Attributes:
         samples, scorer, chunk: as ``InputGradients``' (``chunk``: rows a pass with a graph may hold).
-        inputs: the batch's main input (N, C, H, W), on the model's device.
+        inputs: the batch's main input (N, C, *spatial), on the model's device.
         layer, call, layout: the layer's module, which of its calls, how its output lies.
     """
 
@@ -374,7 +374,7 @@ def _leaf_output(layer, call: int, layout: Layout, leaves: list, shift=None) -> 
 
 @dataclass(frozen=True)
 class LayerGradients:
-    """``layer_gradient(batch, images=None)``: for each row of ``batch`` (M, C, H, W), standing
+    """``layer_gradient(batch, images=None)``: for each row of ``batch`` (M, C, *spatial), standing
     for image ``images[row]``, the layer's output (its ``call``-th in a pass) and d(row's target
     score)/d(that output), both read in ``layout`` (channels first), (M, C, *spatial) float32.
 

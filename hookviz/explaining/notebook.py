@@ -112,8 +112,8 @@ def explain(model, image, layers: Sequence[str] | str | None = None, target: str
         if keywords.get("input"):
             raise UsageError(f"{arg('input')}: the image is a mapping of inputs already; give one or the other")
         keywords["input"] = tuple(image.items())
-    own = {name: keywords.pop(name) for name in [f.name for f in fields(ExplainArgs)] if name in keywords}
-    args = ExplainArgs(**own)
+    explain_args = {name: keywords.pop(name) for name in [f.name for f in fields(ExplainArgs)] if name in keywords}
+    args = ExplainArgs(**explain_args)
     groups = _option_groups(
         args, layers, target, keywords
     )  # before a named model loads: what no model could take is refused first

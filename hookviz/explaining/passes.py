@@ -53,12 +53,14 @@ class LayerResult:
     Attributes:
         shapes: the shape of each of the four tensors (batch dimension 1), ``None`` if absent.
         stats: min/max/mean/std/nonfinite/zero_fraction of each tensor.
-        maps: each tensor summed over channels into one map.
+        maps: each tensor summed over channels into one map, a float32 numpy array (*spatial),
+            ``None`` for a tensor absent or without a spatial layout. Every array here is numpy, as
+            picture builders get it.
         profiles: each tensor's per-channel means, (C,), ``None`` without a spatial layout
             (what a baseline's fingerprint keeps beside the maps).
         tiles: the channels shown in the grids, for ``output`` and ``grad_output``.
         histograms: value histograms of ``output`` and ``grad_output`` (for TensorBoard).
-        cam: the raw map (h, w) for the target's logit, or ``None`` (see ``cam_note``).
+        cam: the raw map (*spatial, at the layer's resolution) of the target's score, or ``None`` (see ``cam_note``).
         topk_cams: one ``(class, map)`` pair per top class when ``topk`` > 1.
         cams: each layer method's raw map of the target, by method name (``cam`` is the
             first's); ``cam_notes``: per method, why it made no map, or what to know about it.
@@ -516,7 +518,7 @@ def _image_pixels(pixels, i: int, plan) -> dict:
     from hookviz.explaining.cams import NOTHING_TO_EXPLAIN
 
     keys = [key for key, _ in plan.cams]
-    nothing = not keys or plan.predictions[i].focus.get(keys[0]) is None
+    nothing = not keys or plan.predictions[i].cam_targets.get(keys[0]) is None
     found = {}
     for name in pixels.order:
         layer = pixels.layers.get(name)

@@ -9,7 +9,8 @@ products of the score at the layer) and a
 A method's ``resolution`` says what kind of map it makes. A ``layer`` method (Grad-CAM)
 makes one map per image at the layer's resolution, (N, *spatial), and runs once per
 recorded layer. An ``input`` method (guided backprop, integrated gradients) makes one map
-per image at the input's resolution with the input's channels, (N, C, H, W), and runs
+per image at the input's resolution with the input's channels, (N, C, *spatial) as the
+input is (a photo's (N, C, H, W), a signal's (N, C, L), a clip's (N, C, T, H, W)), and runs
 once per batch, given the context of the first recorded layer that has a map, in the
 forward pass's order (guided Grad-CAM combines that layer's Grad-CAM with guided backprop). The pass
 (``hookviz.explaining.passes``) owns hooks, gradients and the model; it hands each method only what
@@ -17,6 +18,12 @@ it declares, so a method that needs no gradient also explains a layer the target
 never reaches. Like pytorch-grad-cam's ``get_cam_weights(input, layer, targets, activations,
 grads)`` with its ``uses_gradients`` flag, a method never learns the task: ``ctx.score`` is
 the task's own word on what the target's score is (see ``hookviz.tasks.base``).
+
+A sample may be several inputs (a photo and a vector, an RGB image and its depth). ``ctx.inputs``
+is the main one; an ``input`` method maps the others too, as captum attributes a tuple of inputs:
+it reads them with ``ctx.input_gradient.others()``, moves them with the main one in
+``ctx.input_gradient.along(...)`` (``InputGradient``) and returns ``MapFigures(maps, figures,
+inputs)``. One that maps the main input alone of such a model is refused in one line.
 
 Example, a method of one's own, then ``hookviz run --cam activation-sum`` in that process::
 
@@ -275,7 +282,7 @@ class MapFigures:
     keeps beside the map's statistics (``report.json``: ``pixel_maps.<method>.figures``).
 
     Attributes:
-        maps: (N, C, H, W), as the method's maps.
+        maps: (N, C, *spatial), the input's shape, as the method's maps.
         figures: one dict per image, of names to numbers (a float; NaN is written null).
         inputs: a sample of several inputs' (``hookviz.samples.multi``): one dict per image, of
             each other input's name to its map (numpy, at its own shape); ``()``: none.
@@ -297,7 +304,7 @@ class Method:
         name: what ``--cam`` / ``cam=`` calls it.
         function: ``function(ctx) -> tensor``: the raw map, never resized or normalised; for
             a ``layer`` method (N, *spatial) at the layer's resolution, after a ReLU where the
-            method has one; for an ``input`` method (N, C, H, W), the input's shape, or
+            method has one; for an ``input`` method (N, C, *spatial), the input's shape, or
             those maps with figures about each (``MapFigures``).
         needs_gradients: ``ctx.gradients`` is given (the pass back-propagates each CAM's
             target); a layer the target does not reach then gets no CAM.
@@ -312,7 +319,7 @@ class Method:
         check: ``check(model)`` raises UsageError for a model the method cannot explain
             (guided backprop, a model without ``nn.ReLU``); ``Explainer.create`` calls it
             before any image is read. ``None``: every model.
-        caveat: ``caveat(input, settings)`` for one image's input (1, C, H, W) and the run's values
+        caveat: ``caveat(input, settings)`` for one sample's main input (1, C, *spatial) and the run's values
             of its option group (``options``; ``None`` without one): what a reader of that image's
             map must know (an integrated gradients baseline equal to the input makes it zero),
             said in a note, or ``None``.

@@ -53,8 +53,8 @@ def refine_cam(ctx: MethodContext):
                 f"{arg('cam', 'refine-cam')}: {layer.layer}'s maps have {layer.activations.dim() - 2} spatial dimensions and "
                 f"the input {len(size)}, so they cannot be resized to it; choose gradcam++ for this layer"
             )
-        own = scaled(gradcam_plus_plus.function(layer))
-        resized = scaled(upsampled(own[:, None], size)[:, 0])
+        layer_map = scaled(gradcam_plus_plus.function(layer))
+        resized = scaled(upsampled(layer_map[:, None], size)[:, 0])
         product = resized if product is None else product * resized
     assert product is not None
     spread = (product / inputs.shape[1]).to(torch.float32)[:, None]

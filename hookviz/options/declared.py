@@ -213,8 +213,8 @@ def asked_of(instance) -> dict:
     compares): the group's own ``asked()`` where it defines one (values that JSON needs in
     another form: a detection's objective by name, a file by its identity), else each field's
     value (``dataclasses.asdict``)."""
-    own = getattr(type(instance), "asked", None)
-    return own(instance) if callable(own) else dataclasses.asdict(instance)
+    asked = getattr(type(instance), "asked", None)
+    return asked(instance) if callable(asked) else dataclasses.asdict(instance)
 
 
 def given_values(instance):
@@ -295,8 +295,8 @@ def build(values: dict[str, Any], kind: str | None = None, *, keyword: str = "op
         raise UsageError(f"{arg(unknown[0])}: no {keyword} of that name{did_you_mean(unknown[0], sorted(names))}")
     made = []
     for group in declared:
-        own = {s.name: values[s.keyword] for s in settings_of(group) if s.keyword in values}
-        instance = group(**own)
+        given = {s.name: values[s.keyword] for s in settings_of(group) if s.keyword in values}
+        instance = group(**given)
         check_values(instance)
         made.append(instance)
     return tuple(made)

@@ -36,19 +36,19 @@ def render_png(kind, explanation, layer, cache=None, **options) -> bytes | None:
     gives that file's bytes.
 
     With a ``cache`` (the render workers' ``worker.FigureCache``), the figure is kept and
-    reused for the next image of the same layer and anatomy: a long run then only redraws
+    reused for the next image of the same layer and reuse key: a long run then only redraws
     data, which is about a third cheaper. Without one, the figure is built, drawn and dropped.
     """
     from hookviz.render.worker import Reused
 
     if not kind.draws(layer, explanation):  # a map of a rank it does not draw: report.json says so (``kind.unfit``)
         return None
-    anatomy = kind.reuse_key(explanation, layer, options)
-    if anatomy is None:
+    reuse_key = kind.reuse_key(explanation, layer, options)
+    if reuse_key is None:
         return None
     if kind.encode is not None:
         return kind.encode(explanation, layer, **options)
-    key = (kind.name, anatomy)
+    key = (kind.name, reuse_key)
     entry = cache.take(key) if cache is not None else None
     if entry is None:
         built = kind.build(explanation, layer, **options)

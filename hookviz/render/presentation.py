@@ -52,8 +52,8 @@ class Presentation(Protocol):
     def objective_text(self, explanation) -> str:
         """What the summary's gradient panels are the gradients of, in words."""
 
-    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
-        """The title of the CAM panel of ``focus`` (a value of the prediction's ``focus``), and
+    def cam_panel(self, explanation, target) -> tuple[str, tuple | None]:
+        """The title of the CAM panel of ``target`` (a value of the prediction's ``cam_targets``), and
         the box drawn over it (``None``: none)."""
 
     def panels_text(self, count: int) -> str:
@@ -104,8 +104,8 @@ class ClassPresentation:
     def objective_text(self, explanation) -> str:
         return f"objective {explanation.objective}"
 
-    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
-        return f"{focus.label}\np={focus.probability:.3f}", None
+    def cam_panel(self, explanation, target) -> tuple[str, tuple | None]:
+        return f"{target.label}\np={target.probability:.3f}", None
 
     def panels_text(self, count: int) -> str:
         return f"the top {count} class{'es' if count != 1 else ''}"

@@ -1,6 +1,6 @@
 """Render workers: the settings of a process that only draws, and figure reuse.
 
-A worker keeps each layer's figure for the next image of the same anatomy
+A worker keeps each layer's figure for the next image of the same reuse key
 (``FigureCache``) and redraws only what changes; text is drawn without hinting, from fonts
 held in memory. None of this touches a caller's process: only ``configure_worker`` turns it
 on, and only hookviz's own render workers call it.
@@ -43,8 +43,8 @@ def configure_worker() -> None:
     """
     global _worker_cache
     # Fonts from memory first: the text settings load the default font, and matplotlib keeps
-    # each font it loads; loaded before, DejaVu Sans stayed read through file calls (the
-    # pictures cost ~15% more CPU per image, from the fallback fonts' change to issue 42).
+    # each font it loads; one loaded before this stays read through file calls (~15% more
+    # CPU per picture).
     _read_fonts_from_memory()
     _text_settings()
     _worker_cache = FigureCache()

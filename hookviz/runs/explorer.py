@@ -24,6 +24,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from hookviz.models.sources.hf_vlm import TASK as VLM_TASK
 from hookviz.render import (
     INPUT_PICTURE,
     PIXEL_FAITHFULNESS_PICTURE,
@@ -34,9 +35,11 @@ from hookviz.render import (
 from hookviz.render.inputs import ATTRIBUTIONS_SUFFIX, INPUT_PREFIX, MAPS_SUFFIX
 from hookviz.render.kinds import kinds
 from hookviz.render.presentation import presentation_of
-from hookviz.runs.sample_table import FIXED_COLUMNS, SampleTable, imagefolder_classes, row_of, table_csv, write_parquet
+from hookviz.runs.sample_table import SampleTable, imagefolder_classes, row_of, table_csv, write_parquet
+from hookviz.runs.vlm_rows import vlm_details, vlm_row
 from hookviz.store.files import atomic_write
 from hookviz.store.records import Report, RunRecord
+from hookviz.store.vlm_files import VlmReport
 
 __all__ = [
     "DATA",
@@ -70,17 +73,28 @@ class ExplorerRun:
         self.thumbs: list[str] = []
 
     def add(
-        self, entry, report: Report | None, true_class: str | None, change: dict | None, dead_fraction: float, base: str | None
+        self,
+        entry,
+        report: Report | VlmReport | None,
+        true_class: str | None,
+        change: dict | None,
+        dead_fraction: float,
+        base: str | None,
     ):
-        self.table.rows.append(row_of(entry, report, true_class, change, dead_fraction))
-        details = _details(entry.output, report, change, base) if report is not None else None
+        if isinstance(report, VlmReport) or (report is None and entry.task == VLM_TASK):
+            self.table.rows.append(vlm_row(entry, report))
+            details = vlm_details(report) if report is not None else None
+        else:
+            self.table.rows.append(row_of(entry, report, true_class, change, dead_fraction))
+            details = _details(entry.output, report, change, base) if report is not None else None
         self.details.append(details)
         self.thumbs.append(_thumb(details))
 
 
 def explorer_run(out: Path, documents: list[RunRecord], diff: dict | None, labels: dict[str, str], read) -> ExplorerRun:
     """The rows of every sample of ``documents`` (shards of one run), the most changed first
-    when the run is compared (``diff``); ``read(folder)`` gives a sample's report or ``None``."""
+    when the run is compared (``diff``); ``read(folder)`` gives a sample's report (a
+    ``VlmReport`` for a vision-language model's photo) or ``None``."""
     changes = {e.get("output"): e for e in (diff or {}).get("images", []) if isinstance(e, dict)}
     order = {output: rank for rank, output in enumerate(changes)}
     entries, seen = [], set()
@@ -267,7 +281,7 @@ def write_explorer(out: Path, found: ExplorerRun, run_info: dict, atlas: dict | 
         atomic_write(out / ATLAS_DATA, _script("window.HOOKVIZ_ATLAS", atlas))
     data = {
         "schema": SCHEMA,
-        "run": {**run_info, "atlas": atlas is not None, "fixed": [name for name, _ in FIXED_COLUMNS]},
+        "run": {**run_info, "atlas": atlas is not None, "fixed": [name for name, _ in found.table.value_columns()]},
         "count": len(found.details),
         "chunk": CHUNK,
         "columns": encoded_columns(found.table),

@@ -23,6 +23,7 @@ from pathlib import Path
 from hookviz.errors import SchemaError
 from hookviz.store.files import DIFF, REPORT
 from hookviz.store.records import ImageStatus, Report, RunRecord, read_report, read_run
+from hookviz.store.vlm_files import VlmReport, read_vlm_report
 
 __all__ = ["GALLERY", "write_gallery", "run_documents", "read_atlas"]
 
@@ -66,9 +67,10 @@ def run_documents(out: Path) -> list[RunRecord]:
     return documents
 
 
-def _report(path: Path) -> Report | None:
+def _report(path: Path) -> Report | VlmReport | None:
+    """A sample's report.json: a run's, or a vision-language model's photo's (``None``: neither)."""
     try:
-        return read_report(path)
+        return read_report(path) or read_vlm_report(path)
     except SchemaError:  # another shard's, of a newer hookviz: not shown
         return None
 

@@ -21,6 +21,7 @@ from pathlib import Path, PurePath
 from hookviz.store.records import ImageStatus, Report
 
 __all__ = [
+    "ANSWER_COLUMNS",
     "FIXED_COLUMNS",
     "FIGURES",
     "SampleRow",
@@ -55,6 +56,12 @@ FIXED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("failure", "str"),
 )
 
+#: The columns of a vision-language model's photos, present only in a table that has one (after
+#: the fixed columns): the prompt. Its answer is ``predicted``, its tokens explained ``target``.
+ANSWER_COLUMNS: tuple[tuple[str, str], ...] = (("prompt", "str"),)
+
+_VALUE_NAMES = frozenset(name for name, _ in (*FIXED_COLUMNS, *ANSWER_COLUMNS))
+
 #: Each map's figures, as columns ``LAYER:METHOD:FIGURE`` (the input's maps: layer ``input``).
 FIGURES: tuple[tuple[str, str], ...] = (
     ("deletion_auc", "float"),
@@ -83,11 +90,16 @@ class SampleTable:
         names = dict.fromkeys(name for row in self.rows for name in row.figures)
         return [(name, kinds[name.rsplit(":", 1)[1]]) for name in names]
 
+    def value_columns(self) -> list[tuple[str, str]]:
+        """The columns of ``SampleRow.values``: the fixed ones, and the answer's where a row has them."""
+        extra = [(name, kind) for name, kind in ANSWER_COLUMNS if any(name in row.values for row in self.rows)]
+        return [*FIXED_COLUMNS, *extra]
+
     def columns(self) -> list[tuple[str, str]]:
-        return [*FIXED_COLUMNS, *self.figure_columns()]
+        return [*self.value_columns(), *self.figure_columns()]
 
     def column(self, name: str) -> list:
-        fixed = name in dict(FIXED_COLUMNS)
+        fixed = name in _VALUE_NAMES
         return [(row.values if fixed else row.figures).get(name) for row in self.rows]
 
 
@@ -240,7 +252,7 @@ def table_csv(table: SampleTable) -> bytes:
     stream = io.StringIO()
     writer = csv.writer(stream, lineterminator="\n")
     writer.writerow(columns)
-    fixed = dict(FIXED_COLUMNS)
+    fixed = _VALUE_NAMES
     for row in table.rows:
         writer.writerow([_cell((row.values if name in fixed else row.figures).get(name)) for name in columns])
     return stream.getvalue().encode("utf-8")

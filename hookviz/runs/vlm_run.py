@@ -1,6 +1,7 @@
 """``hookviz run`` of a vision-language model (``hf:FOLDER`` of a LLaVA...): each photo's answer
 to the prompt explained token by token (``hookviz.vlm.explain``), its files written in
-OUT/<photo stem>/ (``hookviz.store.vlm_files``), and OUT/run.json listing what became of each."""
+OUT/<photo stem>/ (``hookviz.store.vlm_files``), OUT/run.json listing what became of each, and
+OUT/index.html, the explorer (``hookviz.runs.gallery``), a row per photo."""
 
 from __future__ import annotations
 
@@ -50,49 +51,99 @@ def _dtype(loaded, dtype: str):
     return loaded.module.to(getattr(torch, dtype))
 
 
-def run_photos(loaded, paths, request, out: Path, *, save_tensors: bool = False, dtype: str = "float32", on_photo=None) -> VlmRun:
-    """Explain each photo of ``paths`` by ``loaded`` (a ``LoadedModel`` of task ``describe``).
-    A photo that fails (unreadable, or one the processor cannot take) is listed with its reason; the others go on.
+def run_photos(
+    loaded, paths, request, out: Path, *, save_tensors: bool = False, dtype: str = "float32", on_photo=None, command=()
+) -> VlmRun:
+    """Explain each photo of ``paths`` by ``loaded`` (a ``LoadedModel`` of task ``describe``), then
+    describe the run in OUT/run.json and OUT/index.html (the explorer, a row per photo) as any
+    run's. A photo that fails (unreadable, or one the processor cannot take) is listed with its
+    reason; the others go on. ``command``: the command line run.json records.
 
     Raises:
         UsageError: a request no photo could meet (an answer of no tokens, a prompt past the context).
     """
-    from PIL import Image
+    import time
 
+    from hookviz.runs.gallery import write_gallery
+    from hookviz.store.folders import output_names
+    from hookviz.store.records import ImageStatus
     from hookviz.store.vlm_files import write_vlm
     from hookviz.vlm.explain import explain_photo
     from hookviz.vlm.families.base import family_of
 
+    started = time.time()
     model = _dtype(loaded, dtype)
     family_of(model, loaded.name)
+    modules = dict(model.named_modules())
+    names = output_names([Path(path) for path in paths])
     statuses: list[tuple[str, str, str | None]] = []
+    entries: list[ImageStatus] = []
+    layers: dict[str, None] = {}
     for path in paths:
-        folder = out / Path(path).stem
+        folder, shown = out / names[Path(path)], display_path(path)
         try:
-            try:
-                with Image.open(path) as opened:
-                    photo = opened.convert("RGB")
-            except (OSError, ValueError) as exc:
-                raise ImageError(f"cannot read it as a photo ({describe(exc)})") from None
-            explanation = explain_photo(model, loaded.processor, photo, request)
-            shown = display_path(path)
-            write_vlm(explanation, folder, image=shown, model=loaded.name, weights=loaded.weights, save_tensors=save_tensors)
-            statuses.append((display_path(path), str(folder), None))
+            explanation = explain_photo(model, loaded.processor, _photo(path), request)
+            written = write_vlm(
+                explanation, folder, image=shown, model=loaded.name, weights=loaded.weights, save_tensors=save_tensors
+            )
+            layers.update((m.layer, None) for m in explanation.maps if m.layer in modules)  # not pixels, language, photo
+            statuses.append((shown, str(folder), None))
+            entries.append(ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task))
         except ImageError as exc:
-            statuses.append((display_path(path), str(folder), f"{display_path(path)}: {exc}"))
+            statuses.append((shown, str(folder), f"{shown}: {exc}"))
+            entries.append(ImageStatus(shown, folder.name, "failed", f"{shown}: {exc}", task=loaded.task))
         if on_photo is not None:
             on_photo(statuses[-1])
-    document = {
-        "kind": "vlm",
-        "model": loaded.name,
-        "weights": loaded.weights,
-        "prompt": request.prompt,
-        "dtype": dtype,
-        "images": [{"image": image, "output": folder, "status": "failed" if reason else "done", "reason": reason}
-                   for image, folder, reason in statuses],
-    }  # fmt: skip
-    run_json = write_json(out / "run.json", document)
+    record = _record(loaded, tuple(entries), tuple(layers), command, started)
+    run_json = write_json(out / "run.json", record.to_json())
+    write_gallery(out, record)
     return VlmRun(tuple(statuses), run_json)
+
+
+def _photo(path):
+    """The photo at ``path`` in RGB.
+
+    Raises:
+        ImageError: it cannot be read as one.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as opened:
+            return opened.convert("RGB")
+    except (OSError, ValueError) as exc:
+        raise ImageError(f"cannot read it as a photo ({describe(exc)})") from None
+
+
+def _record(loaded, entries: tuple, layers: tuple[str, ...], command, started: float):
+    """run.json's record of the run: as a run of another model writes it (``store.run_records``)."""
+    import platform
+    import time
+
+    import torch
+    import torchvision
+
+    from hookviz import __version__
+    from hookviz.options.checks import CheckOptions
+    from hookviz.store.records import Checks, Counts, RunRecord
+
+    return RunRecord(
+        hookviz=__version__,
+        torch=torch.__version__,
+        torchvision=torchvision.__version__,
+        python=platform.python_version(),
+        command=tuple(display_path(a) for a in command),
+        model=loaded.name,
+        weights=loaded.weights,
+        task=loaded.task,
+        device=str(next(loaded.module.parameters()).device),
+        layers=layers,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        seconds=round(time.time() - started, 3),
+        counts=Counts(len(entries), *(sum(e.status == s for e in entries) for s in ("done", "failed", "skipped", "not_done"))),
+        images=entries,
+        checks=Checks(dead_fraction=CheckOptions().dead_fraction),  # none run: their options are refused
+    )
 
 
 def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):

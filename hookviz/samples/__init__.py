@@ -14,8 +14,8 @@ from hookviz.samples.base import (
     settings_for_model,
 )
 from hookviz.samples.batch import ModelInputs, SampleBatch
-from hookviz.samples.multi import MultiOptions  # registers the multi-input kind, so its flags exist
-from hookviz.samples.video import VideoOptions  # registers the video kind, so its flags exist
+from hookviz.samples.multi import MultiOptions
+from hookviz.samples.video import VideoOptions
 
 __all__ = [
     "SAMPLE_KINDS",

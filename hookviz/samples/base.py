@@ -205,21 +205,21 @@ def kind_settings(kind: SampleKind, given: Sequence, model: str):
     from hookviz.options.declared import check_values, groups, refuse_given
 
     declared = tuple(groups("sample kind"))
-    own = []
+    of_kind = []
     for options in given:
         if not isinstance(options, declared):
             names = ", ".join(group.__name__ for group in declared) or "none is registered"
             raise UsageError(f"{arg('sample_options', type(options).__name__)}: expected a sample kind's option group ({names})")
         if kind.options_type is not None and type(options) is kind.options_type:
-            own.append(options)
+            of_kind.append(options)
             continue
         what = f"{model} takes {kind.words} (sample kind {kind.name!r})"
         refuse_given(options, what, "drop {option}, or explain a model of sample kind '{taker}'")
     if kind.options_type is None:
         return None
-    if len(own) > 1:
-        raise UsageError(f"{arg('sample_options')}: {len(own)} {kind.options_type.__name__}s; give one")
-    settings = own[0] if own else kind.options_type()
+    if len(of_kind) > 1:
+        raise UsageError(f"{arg('sample_options')}: {len(of_kind)} {kind.options_type.__name__}s; give one")
+    settings = of_kind[0] if of_kind else kind.options_type()
     check_values(settings)
     return settings
 

@@ -77,7 +77,7 @@ class SampleBatch:
         return self.samples[0].main if self.samples else "image"
 
     def main_input(self):
-        """The main input of every sample, (N, C, H, W) on the model's device in its dtype:
+        """The main input of every sample, (N, C, *spatial) on the model's device in its dtype:
         what methods that read or alter the input are handed."""
         from hookviz.modelstate import model_dtype
 

@@ -91,11 +91,11 @@ class Multi(SampleKindBase):
         if not bindings:
             raise UsageError(f"{arg('input')}: {model.name} takes several inputs: bind them with {arg('input', 'NAME=PATH')}")
         bound = resolve(bindings, model.module, model.name, tuple(settings.aligned or ()))
-        settled = dataclasses.replace(settings, bound=bound)
-        inputs = BoundInputs(settled)
+        with_bindings = dataclasses.replace(settings, bound=bound)
+        inputs = BoundInputs(with_bindings)
         if not bound[0].in_memory:
             inputs.find()  # no photos, or a folder that pairs none: refused before the model runs
-        return dataclasses.replace(settled, shapes=inputs.reference_shapes())
+        return dataclasses.replace(with_bindings, shapes=inputs.reference_shapes())
 
     def bind(self, settings: MultiOptions) -> "BoundInputs":
         return BoundInputs(settings)

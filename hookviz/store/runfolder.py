@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from hookviz.errors import ComparisonError, arg, display_path, first_line
+from hookviz.models.sources.hf_vlm import TASK as VLM_TASK
 from hookviz.store.files import REPORT, TENSORS
 from hookviz.store.fingerprints import FORMAT, Fingerprint, looks_whole, read_fingerprint
 from hookviz.store.records import LayerRecord, Report, RunRecord, read_report
@@ -181,6 +182,10 @@ def open_run(path, argument: str, documents: list[RunRecord] | None = None) -> R
         raise ComparisonError(f"{arg(argument, display_path(path))}: {reason}; give the --out folder of a hookviz run")
     if documents is None:
         documents = _run_documents(path, argument)
+    if documents[0].task == VLM_TASK:
+        raise ComparisonError(
+            f"{arg(argument, display_path(path))}: a vision-language model's run; hookviz diff does not compare those yet"
+        )
     images: dict[str, ImageFiles] = {}
     failed: list[str] = []
     for document in documents:

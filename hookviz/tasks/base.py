@@ -27,7 +27,7 @@ __all__ = [
     "Plan",
     "Rescoring",
     "Window",
-    "focus_of",
+    "targets_of_cam",
     "shown_name",
     "stacked",
 ]
@@ -129,7 +129,7 @@ class ImagePrediction:
         target: what the main CAM explains (``None``: nothing to explain, such as an image
             with no detection above the threshold).
         top5: the best classes (or detections), best first, as class scores.
-        focus: per CAM key of the plan, what that CAM explains for this image: a
+        cam_targets: per CAM key of the plan, what that CAM explains for this image: a
             ``ClassScore`` or a ``Detection`` (``None``: nothing, its CAM is left out).
         notes: what the report should say about the choice.
         window: where the photo lies in the model's input, when the model padded it (a
@@ -138,7 +138,7 @@ class ImagePrediction:
 
     target: ClassScore | None
     top5: tuple[ClassScore, ...]
-    focus: dict = field(default_factory=dict)
+    cam_targets: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     window: Window | None = None
 
@@ -175,14 +175,14 @@ def stacked(module, inputs, device: str):
     return module(*args, **keywords)
 
 
-def focus_of(plan: Plan, key: str) -> list:
+def targets_of_cam(plan: Plan, key: str) -> list:
     """Per image of the plan, what CAM ``key`` explains (``None``: nothing)."""
-    return [prediction.focus.get(key) for prediction in plan.predictions]
+    return [prediction.cam_targets.get(key) for prediction in plan.predictions]
 
 
 @dataclass(frozen=True)
 class Rescoring:
-    """``score(batch, images=None)``: the model run on new inputs (M, C, H, W) under
+    """``score(batch, images=None)``: the model run on new main inputs (M, C, *spatial) under
     ``torch.inference_mode``, ``chunk`` rows a pass (within the memory budget, ``hookviz.budget``),
     each row scored by ``scorer`` for the image ``images[row]`` stands for (default: row ``i`` is
     image ``i``). Returns (M,) float32. Each pass feeds the work it is part of (``hookviz.workload``).

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hookviz.errors import UsageError, arg
-from hookviz.tasks.base import ClassScore, Contrast, ImagePrediction, Plan, focus_of
+from hookviz.tasks.base import ClassScore, Contrast, ImagePrediction, Plan, targets_of_cam
 from hookviz.tasks.computation import TaskBase, register_task
 from hookviz.tasks.targets import class_target
 
@@ -211,9 +211,9 @@ class Classify(TaskBase):
     def check_output(self, output, options, categories: Sequence[str] | None) -> None:
         class_target(options.target, categories, logits_of(output, options.output_key).shape[1])
 
-    def bind(self, own, model, prepare, device: str, options):
+    def bind(self, task_options, model, prepare, device: str, options):
         declared = {"sigmoid": SigmoidScores, "softmax": SoftmaxScores}.get(model.probabilities or "")
-        return own if declared is None else declared()
+        return task_options if declared is None else declared()
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
         import torch
@@ -254,13 +254,13 @@ class Classify(TaskBase):
 
         predictions = []
         for i in range(count):
-            focus = {"target": score(i, targets[i])}
-            focus.update({f"top{k + 1}": score(i, top[i, k]) for k in range(topk)} if options.topk > 1 else {})
+            cam_targets = {"target": score(i, targets[i])}
+            cam_targets.update({f"top{k + 1}": score(i, top[i, k]) for k in range(topk)} if options.topk > 1 else {})
             predictions.append(
                 ClassPrediction(
-                    target=focus["target"],
+                    target=cam_targets["target"],
                     top5=tuple(score(i, j) for j in top[i, :5]),
-                    focus=focus,
+                    cam_targets=cam_targets,
                     notes=notes,
                     objective=_OBJECTIVES[options.objective],
                     probabilities=_kind(detached, task_options),
@@ -272,7 +272,7 @@ class Classify(TaskBase):
         """The logit of the class CAM ``key`` explains in each image (see ``Task.scorer``)."""
         import torch
 
-        classes = torch.tensor([-1 if focus is None else focus.index for focus in focus_of(plan, key)])
+        classes = torch.tensor([-1 if target is None else target.index for target in targets_of_cam(plan, key)])
 
         def score(output, images):
             logits = logits_of(output, options.output_key)
@@ -290,10 +290,10 @@ class Classify(TaskBase):
         logits = logits_of(output, options.output_key)
         if logits.shape[1] < 2:
             return None
-        focus = focus_of(plan, key)
-        rows = torch.tensor([i for i, found in enumerate(focus) if found is not None], dtype=torch.long, device=logits.device)
+        explained = targets_of_cam(plan, key)
+        rows = torch.tensor([i for i, found in enumerate(explained) if found is not None], dtype=torch.long, device=logits.device)
         chosen = logits[rows]
-        targets = torch.tensor([found.index for found in focus if found is not None], device=logits.device)[:, None]
+        targets = torch.tensor([found.index for found in explained if found is not None], device=logits.device)[:, None]
         target = chosen.gather(1, targets)
         distances = (chosen.detach() - target.detach()).abs().scatter(1, targets, float("inf"))
         nearest = distances.topk(min(spec.comparisons, logits.shape[1] - 1), dim=1, largest=False).indices

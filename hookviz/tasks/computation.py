@@ -89,11 +89,11 @@ class Task(Protocol):
     def check(self, options) -> None:
         """Raise UsageError for ``TargetOptions`` this task cannot honour."""
 
-    def chosen_by(self, own) -> bool:
-        """Whether the caller's option group of this task (``own``) makes a model of no stated
+    def chosen_by(self, task_options) -> bool:
+        """Whether the caller's option group of this task (``task_options``) makes a model of no stated
         task (or the default task's) this task's: an embedding's ``target_image``."""
 
-    def bind(self, own, model, prepare, device: str, options):
+    def bind(self, task_options, model, prepare, device: str, options):
         """The task's own options made ready for ``model`` (a ``LoadedModel`` on ``device``):
         what they name computed once (an embedding task's reference embeddings); ``prepare``
         reads and preprocesses a photo as the explained ones are.
@@ -107,7 +107,7 @@ class Task(Protocol):
 
     def forward(self, module, inputs, device: str, options=None, task_options=None):
         """Run the model on a batch's ``inputs`` (a ``hookviz.samples.ModelInputs``: per input
-        name, one tensor per row; ``inputs.stacked()`` is the main one as an (N, C, H, W) batch)
+        name, one tensor per row; ``inputs.stacked()`` is the main one as an (N, C, *spatial) batch)
         with the ``TargetOptions`` and the task's own options; return its output."""
 
     def plan(self, output, options, categories: Sequence[str] | None, count: int, task_options=None) -> Plan:
@@ -118,13 +118,13 @@ class Task(Protocol):
         """
 
     def scorer(self, plan: Plan, key: str, options) -> Callable:
-        """How the target of CAM ``key`` (what ``plan.predictions[i].focus[key]`` is) scores on
+        """How the target of CAM ``key`` (what ``plan.predictions[i].cam_targets[key]`` is) scores on
         a new input: a callable ``scorer(output, images)`` that takes the model's output (as
         ``forward`` returns it) on a batch of M inputs and, for each row, the image of the plan
         it stands for (a (M,) long tensor), and returns (M,) scores: a classifier's class logit,
         a segmentation class's mean logit over the pixels first predicted as it, the score of a
         detector's box that matches the detection; 0 where the image has nothing to explain.
-        On the plan's own inputs it gives the focus's own score (``ClassScore.logit``,
+        On the plan's own inputs it gives the target's own score (``ClassScore.logit``,
         ``Detection.score``)."""
 
     def contrast(self, output, plan: Plan, key: str, options, spec: Contrast):
@@ -184,7 +184,7 @@ class TaskBase:
     def default_root(self, module) -> str | None:
         return None
 
-    def chosen_by(self, own) -> bool:
+    def chosen_by(self, task_options) -> bool:
         return False
 
     def check(self, options) -> None:
@@ -194,8 +194,8 @@ class TaskBase:
         """Raise UsageError for ``TargetOptions`` that the model's raw ``output`` (of a dry pass)
         cannot honour: a class index past its classes, an ``output_key`` it lacks."""
 
-    def bind(self, own, model, prepare, device: str, options):
-        return own
+    def bind(self, task_options, model, prepare, device: str, options):
+        return task_options
 
     def objective_name(self, options, task_options=None) -> str:
         return options.objective

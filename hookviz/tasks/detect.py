@@ -30,7 +30,7 @@ from hookviz.hooks import HookSet
 from hookviz.modelstate import model_dtype
 from hookviz.options import BOX_OBJECTIVES
 from hookviz.options.declared import check_values, option
-from hookviz.tasks.base import ClassScore, Detection, ImagePrediction, Plan, Window, focus_of
+from hookviz.tasks.base import ClassScore, Detection, ImagePrediction, Plan, Window, targets_of_cam
 from hookviz.tasks.computation import TaskBase, register_task
 from hookviz.tasks.targets import parse_target
 
@@ -236,11 +236,11 @@ class Detect(TaskBase):
         return None
 
     def forward(self, module, inputs, device: str, options=None, task_options=None):
-        own = task_options or DetectOptions()
+        detect_options = task_options or DetectOptions()
         images = [tensor.to(device=device, dtype=model_dtype(module)) for tensor in inputs.tensors()]
         sizes: dict = {}
         transform = getattr(module, "transform", None)
-        with HookSet() as hooks, _score_thresholds(module, own.score_threshold):
+        with HookSet() as hooks, _score_thresholds(module, detect_options.score_threshold):
             if transform is not None:
                 hooks.add(transform.register_forward_hook(lambda _m, _i, out: sizes.update(batch=out[0])))
             detections = module(images)
@@ -255,11 +255,11 @@ class Detect(TaskBase):
         import numpy as np
         import torch
 
-        own = task_options or DetectOptions()
+        detect_options = task_options or DetectOptions()
         fixed = parse_target(options.target, categories)
-        chosen = [_chosen(result, own, fixed) for result in output.detections]
+        chosen = [_chosen(result, detect_options, fixed) for result in output.detections]
         scores = [
-            [box_objective(result, result["boxes"][k], int(result["labels"][k]), own.box_objective) for k in keep]
+            [box_objective(result, result["boxes"][k], int(result["labels"][k]), detect_options.box_objective) for k in keep]
             for result, keep in zip(output.detections, chosen)
         ]
         most = max((len(s) for s in scores), default=0)
@@ -270,19 +270,21 @@ class Detect(TaskBase):
                 cams = [("det1", None)]  # one detection per image: the objective is its score
             else:
                 cams = [(f"det{j + 1}", sum(image[j] for image in scores if j < len(image))) for j in range(most)]
-        said = _OBJECTIVE_TEXT[own.box_objective] + (f"; {output.scores_are}" if output.scores_are else "")
+        said = _OBJECTIVE_TEXT[detect_options.box_objective] + (f"; {output.scores_are}" if output.scores_are else "")
         predictions = [
-            _prediction(result, keep, output.windows[i] if output.windows else None, categories, own, fixed, most, said)
+            _prediction(
+                result, keep, output.windows[i] if output.windows else None, categories, detect_options, fixed, most, said
+            )
             for i, (result, keep) in enumerate(zip(output.detections, chosen))
         ]
         logits = [np.asarray([float(s.detach()) for s in image], dtype=np.float32) for image in scores]
-        return DetectPlan(objective, cams, predictions, logits, own.box_objective)
+        return DetectPlan(objective, cams, predictions, logits, detect_options.box_objective)
 
     def scorer(self, plan: Plan, key: str, options):
         """The objective (``DetectOptions.box_objective``) of the detection the CAM ``key`` explains
         in each image, as the plan scores it (0 when no output box matches); boxes under ``score_threshold`` are not in the output, so they score 0
         (see ``Task.scorer``)."""
-        focus = focus_of(plan, key)
+        explained = targets_of_cam(plan, key)
         objective = plan.box_objective  # type: ignore[attr-defined]  # Detect.plan makes a DetectPlan
 
         def score(output, images):
@@ -290,7 +292,7 @@ class Detect(TaskBase):
 
             values = []
             for result, image in zip(output.detections, images.tolist()):
-                detection = focus[image]
+                detection = explained[image]
                 if detection is None:
                     values.append(result["scores"].new_zeros(()))
                     continue
@@ -384,7 +386,7 @@ def _prediction(
         for k in keep
     )
     scores = tuple(ClassScore(d.index, d.name, d.score, d.score) for d in detections)
-    focus = {f"det{j + 1}": (detections[j] if j < len(detections) else None) for j in range(max(most, 1))}
+    cam_targets = {f"det{j + 1}": (detections[j] if j < len(detections) else None) for j in range(max(most, 1))}
     what = "" if fixed is None else f" of class {names[fixed] if names and fixed < len(names) else fixed}"
     notes: tuple[str, ...] = () if detections else (_none_found(what, options.score_threshold),)
     if "anchors" in result and "strides" in result:  # a detector that says where each score was read (a YOLO)
@@ -396,7 +398,7 @@ def _prediction(
     return DetectPrediction(
         target=scores[0] if scores else None,
         top5=scores[:5],
-        focus=focus,
+        cam_targets=cam_targets,
         notes=notes,
         window=window,
         detections=detections,

@@ -24,7 +24,7 @@ from pathlib import Path
 from hookviz.errors import HookvizError, TargetError, UsageError, arg, describe
 from hookviz.options.declared import option
 from hookviz.samples.batch import ModelInputs
-from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, focus_of, stacked
+from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, stacked, targets_of_cam
 from hookviz.tasks.classify import _describe, _select
 from hookviz.tasks.computation import TaskBase, register_task
 
@@ -324,26 +324,26 @@ class Embed(TaskBase):
                 f"{arg('topk', options.topk)}: an embedding model draws one CAM per {arg('target_image')}; drop {arg('topk')}"
             )
 
-    def bind(self, own: EmbedOptions, model, prepare, device: str, options) -> EmbedOptions:
-        """``own`` with each reference's embedding computed by ``model``'s module on ``device``;
+    def bind(self, task_options: EmbedOptions, model, prepare, device: str, options) -> EmbedOptions:
+        """``task_options`` with each reference's embedding computed by ``model``'s module on ``device``;
         ``prepare`` reads and preprocesses a photo as the explained ones are.
 
         Raises:
             UsageError: no reference, or one that is not a photo.
         """
-        if not own.target_images:
+        if not task_options.target_images:
             raise UsageError(
                 f"{arg('model', model.name)}: its output is an embedding, not class logits; explain its similarity "
                 f"to a reference photo with {arg('target_image', 'REF')}"
             )
-        _check_paths(own.target_images)
-        names = [_name(reference, k) for k, reference in enumerate(own.target_images)]
+        _check_paths(task_options.target_images)
+        names = [_name(reference, k) for k, reference in enumerate(task_options.target_images)]
         concepts = tuple(
             (name, _concept(model.module, prepare, reference, device, options, name))
-            for name, reference in zip(names, own.target_images)
+            for name, reference in zip(names, task_options.target_images)
         )
-        references = tuple(_identity(reference, name) for name, reference in zip(names, own.target_images))
-        return replace(own, concepts=concepts, references=references)
+        references = tuple(_identity(reference, name) for name, reference in zip(names, task_options.target_images))
+        return replace(task_options, concepts=concepts, references=references)
 
     def _similarities(self, output, options, task_options: EmbedOptions):
         import torch
@@ -376,14 +376,14 @@ class Embed(TaskBase):
             ranked = sorted(scores, key=lambda score: -score.logit if score.logit == score.logit else float("inf"))
             predictions.append(
                 EmbedPrediction(
-                    target=scores[0], top5=tuple(ranked[:5]), focus=dict(zip(keys, scores)), notes=_identical_notes(scores)
+                    target=scores[0], top5=tuple(ranked[:5]), cam_targets=dict(zip(keys, scores)), notes=_identical_notes(scores)
                 )
             )
         return EmbedPlan(objective, cams, predictions, values, task_options)
 
     def scorer(self, plan: Plan, key: str, options):
         """The cosine similarity to the concept CAM ``key`` explains (see ``Task.scorer``)."""
-        concept = next((focus.index for focus in focus_of(plan, key) if focus is not None), 0)
+        concept = next((target.index for target in targets_of_cam(plan, key) if target is not None), 0)
         bound = plan.task_options  # type: ignore[attr-defined]
 
         def score(output, images):

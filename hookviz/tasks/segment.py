@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from hookviz.errors import UsageError, arg
-from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, focus_of
+from hookviz.tasks.base import ClassScore, ImagePrediction, Plan, targets_of_cam
 from hookviz.tasks.computation import TaskBase, register_task
 from hookviz.tasks.targets import class_target
 
@@ -159,12 +159,12 @@ class Segment(TaskBase):
         import torch
 
         classes, weights = [], []
-        for prediction, focus in zip(plan.predictions, focus_of(plan, key)):
+        for prediction, target in zip(plan.predictions, targets_of_cam(plan, key)):
             assert isinstance(prediction, SegmentPrediction)  # a segmentation's plan holds nothing else
-            mask = torch.from_numpy(prediction.mask == (-1 if focus is None else focus.index))
-            if focus is not None and not bool(mask.any()):
+            mask = torch.from_numpy(prediction.mask == (-1 if target is None else target.index))
+            if target is not None and not bool(mask.any()):
                 mask = torch.ones_like(mask)
-            classes.append(0 if focus is None else focus.index)
+            classes.append(0 if target is None else target.index)
             weights.append(mask.double() / max(int(mask.sum()), 1))  # zero weights: nothing to explain
         classes_t, weights_t = torch.tensor(classes), torch.stack(weights)
 
@@ -225,9 +225,9 @@ def _prediction(image: dict, predicted, logits, probabilities, names, options) -
     else:
         objective = f"the sum of {name}'s logits over all pixels (no pixel is predicted as {name})"
         notes = (f"no pixel is predicted as {name}: its objective is the sum of its logits over all pixels",)
-    focus = {"target": target}
+    cam_targets = {"target": target}
     if options.topk > 1:
-        focus.update({f"top{k + 1}": score(c) for k, c in enumerate(image["present"][: options.topk])})
+        cam_targets.update({f"top{k + 1}": score(c) for k, c in enumerate(image["present"][: options.topk])})
     classes = tuple(
         ClassShare(int(c), names[c] if names else None, round(float(counts[c]) / total, 6))
         for c in np.argsort(-counts, kind="stable")
@@ -236,7 +236,7 @@ def _prediction(image: dict, predicted, logits, probabilities, names, options) -
     return SegmentPrediction(
         target=target,
         top5=tuple(score(c) for c in image["present"][:5]),
-        focus=focus,
+        cam_targets=cam_targets,
         notes=notes,
         mask=predicted.to("cpu").numpy().astype(np.int16),
         classes=classes,

@@ -107,17 +107,20 @@ def _with(context: MethodContext, settings) -> MethodContext:
 
 
 def integrated_gradients(model, conversation, targets, steps: int = 16, objective: str = "logit") -> torch.Tensor:
-    """(K, C, H, W): integrated gradients of each target on the pixel values, from zeros
-    (captum's default baseline and Gauss-Legendre rule): one forward pass of the ``steps`` points
-    of the path and one backward pass per target."""
+    """(K, *pixel values' shape): integrated gradients of each target on the pixel values, from
+    zeros (captum's default baseline and Gauss-Legendre rule): one forward pass of the ``steps``
+    points of the path, one after the other along the first axis (as captum and
+    ``scoring.token_scores`` batch them: a photo, Idefics3's tiles or Qwen2-VL's patches per
+    point), and one backward pass per target."""
     pixels = conversation.inputs["pixel_values"]
     nodes, weights = gauss_legendre(steps)
-    alphas = torch.tensor(nodes, dtype=pixels.dtype).view(-1, *([1] * (pixels.dim() - 1)))
-    path = (alphas * pixels).detach().requires_grad_(True)  # the baseline is zero: b + a (x - b) = a x
+    alphas = torch.tensor(nodes, dtype=pixels.dtype).view(-1, *([1] * pixels.dim()))
+    # the baseline is zero: b + a (x - b) = a x
+    path = (alphas * pixels[None]).reshape(-1, *pixels.shape[1:]).detach().requires_grad_(True)
     scores = token_scores(model, conversation, path, objective=objective)  # (steps, T)
-    rule = torch.tensor(weights, dtype=torch.float32).view(-1, *([1] * (pixels.dim() - 1)))
+    rule = torch.tensor(weights, dtype=torch.float32).view(-1, *([1] * pixels.dim()))
     maps = []
     for target in targets:
         (gradient,) = torch.autograd.grad(scores[:, list(target.tokens)].sum(), path, retain_graph=True)
-        maps.append((pixels.float() * (gradient.float() * rule).sum(0, keepdim=True))[0])
+        maps.append(pixels.float() * (gradient.float().reshape(steps, *pixels.shape) * rule).sum(0))
     return torch.stack(maps).detach()

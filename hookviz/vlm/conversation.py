@@ -74,6 +74,30 @@ def image_token(processor) -> str:
     return str(token)
 
 
+def _check_image_token(model, processor) -> None:
+    """The processor's image token is the model's (PaliGemma's and Idefics3's processors add an
+    image token of their own to a tokenizer without one: a token the model reads as a word, or
+    past its vocabulary).
+
+    Raises:
+        UnknownModelError: the processor has no image token, or another than the model's.
+    """
+    from hookviz.errors import UnknownModelError
+
+    token = image_token(processor)
+    config = model.config
+    wanted = getattr(config, "image_token_id", None)
+    wanted = wanted if wanted is not None else getattr(config, "image_token_index", None)
+    tokenizer = getattr(processor, "tokenizer", None)
+    found = tokenizer.convert_tokens_to_ids(token) if tokenizer is not None else None
+    if wanted is not None and found is not None and int(found) != int(wanted):
+        raise UnknownModelError(
+            f"the processor {type(processor).__name__} has no image token of the model's (its {token} is token {found}, "
+            f"the model's image token is {wanted}), so no photo can enter the prompt; "
+            "save the model's own processor (with its image token) next to it"
+        )
+
+
 def model_inputs(model, processor, photo, prompt: str) -> dict[str, torch.Tensor]:
     """The processor's tensors for ``photo`` (a PIL image) and ``prompt``, floats in the model's dtype.
 
@@ -81,7 +105,7 @@ def model_inputs(model, processor, photo, prompt: str) -> dict[str, torch.Tensor
         ImageError: the processor cannot take the photo.
     """
     text = chat_text(processor, prompt)
-    image_token(processor)
+    _check_image_token(model, processor)
     try:
         made = processor(images=photo, text=text, return_tensors="pt")
     except (ValueError, TypeError, RuntimeError, IndexError) as exc:

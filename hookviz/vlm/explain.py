@@ -20,7 +20,7 @@ from hookviz.vlm.families.base import family_of, part
 from hookviz.vlm.scoring import OBJECTIVES, token_scores
 from hookviz.vlm.targets import Target, choose_targets
 
-__all__ = ["MAP_MAKERS", "Making", "TokenMaps", "VlmExplanation", "VlmRequest", "explain_photo", "resolve_layer"]
+__all__ = ["MAP_MAKERS", "Making", "TokenMaps", "VlmExplanation", "VlmRequest", "explain_photo", "laid_out", "resolve_layer"]
 
 #: The methods of a vision-language model that are no layer method of ``hookviz.methods``, by
 #: ``--cam`` name: ``maker(making) -> TokenMaps`` (a ``Making``). Built-ins: integrated gradients,
@@ -136,7 +136,8 @@ def explain_photo(model, processor, photo, request: VlmRequest) -> VlmExplanatio
         probabilities = token_scores(model, talk, objective="logprob")[0].exp()
     making = Making(model, processor, family, photo, talk, targets, request)
     maps, scores = _maps(making)
-    return VlmExplanation(talk, targets, probabilities, scores, request.objective, family.name, maps, _seen(processor, talk))
+    seen = _seen(processor, family, model, talk)
+    return VlmExplanation(talk, targets, probabilities, scores, request.objective, family.name, maps, seen)
 
 
 def _maps(making: Making) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
@@ -164,8 +165,10 @@ def _maps(making: Making) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
 @MAP_MAKERS.register("integrated-gradients")
 def _integrated_gradients(making: Making) -> TokenMaps:
     request = making.request
-    pixels = cams.integrated_gradients(making.model, making.conversation, making.targets, request.steps, request.objective)
-    return TokenMaps("integrated-gradients", "pixels", pixels.sum(1))
+    talk = making.conversation
+    pixels = cams.integrated_gradients(making.model, talk, making.targets, request.steps, request.objective)
+    maps = torch.stack([laid_out(making.family, making.model, talk.inputs, values, summed=True) for values in pixels])
+    return TokenMaps("integrated-gradients", "pixels", maps.sum(1))
 
 
 @MAP_MAKERS.register("rollout")
@@ -179,11 +182,21 @@ def _chefer(making: Making) -> TokenMaps:
     return TokenMaps("chefer", "language", maps)
 
 
-def _seen(processor, talk: Conversation) -> np.ndarray:
+def laid_out(family, model, inputs, values: torch.Tensor, summed: bool = False) -> torch.Tensor:
+    """(C, H, W): ``values`` (of the shape of ``inputs``' pixel values: the pixels, or with
+    ``summed`` an attribution to them, a pixel's copies summed) as the photo, laid out by the
+    family where its processor gives them otherwise than as one photo (Qwen2-VL's patches,
+    Idefics3's tiles: ``photo_pixels``)."""
+    layout = getattr(family, "photo_pixels", None)
+    if layout is None:
+        return values.reshape(-1, *values.shape[-3:])[0]
+    return layout(model, {**inputs, "pixel_values": values}, summed)
+
+
+def _seen(processor, family, model, talk: Conversation) -> np.ndarray:
     """The photo as the model saw it: the pixel values unnormalised, (H, W, 3) in [0, 1]."""
     images = part(processor, "image_processor") or processor
-    pixels = talk.inputs["pixel_values"].float()
-    pixels = pixels.reshape(-1, *pixels.shape[-3:])[0]
+    pixels = laid_out(family, model, talk.inputs, talk.inputs["pixel_values"].float())
     mean = torch.tensor(getattr(images, "image_mean", None) or [0.0, 0.0, 0.0]).view(-1, 1, 1)
     std = torch.tensor(getattr(images, "image_std", None) or [1.0, 1.0, 1.0]).view(-1, 1, 1)
     if pixels.shape[0] != 3:

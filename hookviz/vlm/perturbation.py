@@ -95,14 +95,14 @@ def perturb(model, processor, conversation, photo, features: torch.Tensor, basel
         raise UsageError(
             f"the features are {tuple(features.shape)}; give (K, {pixels.shape[0]}, {pixels.shape[1]}), masks of the photo's size"
         )
-    own = conversation.inputs["pixel_values"]
+    original = conversation.inputs["pixel_values"]
     with torch.inference_mode(), measuring(model, 1) as measure:
         scores = token_scores(model, conversation, objective=objective)[0]
-    rows = measure.cost.rows(own.device, len(features), gradients=False)
+    rows = measure.cost.rows(original.device, len(features), gradients=False)
     drops = []
     with torch.inference_mode():
         for start in range(0, len(features), rows):
-            values = _pixel_values(processor, pixels, fill, features[start : start + rows]).to(own.device, own.dtype)
+            values = _pixel_values(processor, pixels, fill, features[start : start + rows]).to(original.device, original.dtype)
             drops.append(scores - token_scores(model, conversation, values, objective=objective))
     return scores.float().cpu(), torch.cat(drops).T.float().cpu()
 

@@ -71,8 +71,8 @@ def panels(explanation, layer):
 
     def update(explanation, layer):
         shown, photo = presented(explanation), photo_of(explanation)
-        for overlay, (focus, cam) in zip(overlays, layer.topk_cams):
-            title, box = shown.cam_panel(explanation, focus)
+        for overlay, (target, cam) in zip(overlays, layer.topk_cams):
+            title, box = shown.cam_panel(explanation, target)
             overlay.update(photo, cam, title, window_of(explanation), box)
         what = shown.panels_text(len(layer.topk_cams))
         method = method_title(explanation, explanation.cam_method)

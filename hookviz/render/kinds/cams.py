@@ -63,7 +63,7 @@ def build(explanation, layer):
         ax, cax = sheet.axes(left, top, panel, side), sheet.axes(left + panel + 0.12, top, 0.13, side)
         if name in layer.cams:
             overlays[name] = Overlay(sheet.figure, ax, cax, photo, layer.cams[name], clip_tiling(explanation))
-        else:  # the same for every image of this anatomy: drawn once
+        else:  # the same for every image of this reuse key: drawn once
             ax.set_title(fitted(name, panel), fontsize=9, parse_math=False)
             empty(ax, cax, fitted(layer.cam_notes[name].replace("; ", ";\n"), panel))
 

@@ -22,7 +22,7 @@ def _comparable(layer) -> bool:
 
 
 def reuse_key(image, layer, options: dict):
-    """Every diff picture has one anatomy (it is redrawn whole); ``None`` with nothing to compare."""
+    """Every diff picture has one reuse key (it is redrawn whole); ``None`` with nothing to compare."""
     return "diff" if _comparable(layer) else None
 
 

@@ -18,9 +18,9 @@ class DetectPresentation(ClassPresentation):
         count = len(explanation.prediction.detections)
         return f"gradients of the sum of the {count} detection scores" if count else "no gradients: nothing to explain"
 
-    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
-        rank = explanation.prediction.detections.index(focus) + 1
-        return f"{rank}. {focus.name or 'class'} ({focus.index})\nscore {focus.score:.3f}", focus.box
+    def cam_panel(self, explanation, target) -> tuple[str, tuple | None]:
+        rank = explanation.prediction.detections.index(target) + 1
+        return f"{rank}. {target.name or 'class'} ({target.index})\nscore {target.score:.3f}", target.box
 
     def panels_text(self, count: int) -> str:
         return f"{count} detection{'s' if count != 1 else ''}"

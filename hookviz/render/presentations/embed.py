@@ -19,8 +19,8 @@ class EmbedPresentation(ClassPresentation):
     def objective_text(self, explanation) -> str:
         return "objective: cosine similarity to the concept"
 
-    def cam_panel(self, explanation, focus) -> tuple[str, tuple | None]:
-        return f"{Path(focus.name).name if focus.name else focus.index}\ncos={focus.logit:.3f}", None
+    def cam_panel(self, explanation, target) -> tuple[str, tuple | None]:
+        return f"{Path(target.name).name if target.name else target.index}\ncos={target.logit:.3f}", None
 
     def panels_text(self, count: int) -> str:
         return f"{count} reference{'s' if count != 1 else ''}"

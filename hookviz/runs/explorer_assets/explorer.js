@@ -218,12 +218,15 @@
     a.appendChild(thumb ? el('img', {src: path(name, thumb), alt: '', loading: 'lazy'}) : el('span', {cls: 'nothumb', text: '\u2014'}));
     var pred = value(state.cols.predicted, i), conf = value(state.cols.confidence, i), truth = value(state.cols.true_class, i), ok = value(state.cols.correct, i);
     var lines = [el('b', {text: name})];
-    var l2 = [];
-    if (pred) l2.push('predicted ' + pred + (isNaN(conf) ? '' : ' (' + conf.toFixed(3) + ')'));
+    var l2 = [], prompt = state.cols.prompt ? value(state.cols.prompt, i) : '';  // a vision-language model's photo: its prompt, its answer
+    if (pred) l2.push((prompt ? 'answered ' : 'predicted ') + pred + (isNaN(conf) ? '' : ' (' + (prompt ? 'p=' + fmt(conf) : conf.toFixed(3)) + ')'));
     if (truth) l2.push('true ' + truth);
     var status = value(state.cols.status, i);
     if (status !== 'done') l2.push(status);
+    if (prompt) lines.push(el('span', {cls: 'prompt', text: 'prompt ' + prompt}));
     lines.push(el('span', {text: l2.join(' \u00b7 ')}));
+    var explained = prompt ? value(state.cols.target, i) : '';
+    if (explained) lines.push(el('span', {cls: 'explained', text: 'explained ' + explained}));
     var flags = [];
     if (ok === false) flags.push(['wrong', 'bad']);
     if (ok === true) flags.push(['right', 'good']);

@@ -37,7 +37,14 @@ class ImageTokens:
 
 
 class VlmFamily(Protocol):
-    """A vision-language architecture, as hookviz reads it."""
+    """A vision-language architecture, as hookviz reads it.
+
+    A family whose processor or tower does not go row by row over one photo adds, each
+    ``(model, inputs)``: ``vision_order`` and ``projector_order`` (for each cell of the grid, row
+    by row, the tower's or the projector's token there: Qwen2-VL's merge blocks, Idefics3's
+    tiles), and ``photo_pixels`` (the pixel values, or with ``summed`` an attribution to them, laid
+    out as the photo, (C, H, W): Qwen2-VL's patches, Idefics3's tiles side by side).
+    """
 
     name: str  # "llava", "qwen2_vl", "paligemma", "idefics3"
 

@@ -97,6 +97,15 @@ class Idefics3:
         tiles, rows, side = self._layout(model, inputs["input_ids"][0])
         return _mosaic(list(torch.arange(len(tiles) * side * side).reshape(len(tiles), -1)), rows, side)
 
+    def photo_pixels(self, model, inputs: Mapping, summed: bool = False) -> torch.Tensor:
+        """(C, H, W): the first photo's tiles side by side (its global tile, another scale of the
+        photo, left out; ``summed`` changes nothing: each pixel of a tile is in it once)."""
+        tiles, rows, _side = self._layout(model, inputs["input_ids"][0])
+        pixels = inputs["pixel_values"][0][: len(tiles)]  # (tiles, C, S, S), row by row
+        count, channels, height, width = pixels.shape
+        laid = pixels.reshape(rows, count // rows, channels, height, width).permute(2, 0, 3, 1, 4)
+        return laid.reshape(channels, rows * height, count // rows * width)
+
     def default_layers(self, model) -> dict[str, str]:
         tower = part(model, "model.vision_model", "vision_model")
         connector = part(model, "model.connector", "connector")

@@ -49,6 +49,20 @@ class Qwen2Vl:
         block = (rows // merge) * (width // merge) + cols // merge
         return (block * merge * merge + (rows % merge) * merge + cols % merge).flatten()
 
+    def photo_pixels(self, model, inputs: Mapping, summed: bool = False) -> torch.Tensor:
+        """(C, H, W): the first image's pixel values laid back as a photo. The processor gives
+        each patch as a row of (C, temporal, P, P) values, merge block by merge block; a photo's
+        temporal copies are the same pixels: the first is taken, or with ``summed`` (an
+        attribution to the pixel values) their sum."""
+        (height, width), merge = self.vision_grid(model, inputs), _merge(model)
+        vision = model.config.vision_config
+        side, channels = int(vision.patch_size), int(getattr(vision, "in_channels", 3))
+        patches = inputs["pixel_values"][: height * width].reshape(
+            height // merge, width // merge, merge, merge, channels, -1, side, side
+        )
+        patches = patches.sum(5) if summed else patches[:, :, :, :, :, 0]
+        return patches.permute(4, 0, 2, 5, 1, 3, 6).reshape(channels, height * side, width * side)
+
     def image_tokens(self, model, inputs: Mapping) -> list[ImageTokens]:
         merge, found = _merge(model), []
         token = int(model.config.image_token_id)
