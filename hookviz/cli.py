@@ -418,6 +418,7 @@ def layers(
 
 @app.command(cls=PanelledCommand)
 def atlas(
+    context: typer.Context,
     data: AtlasData = None,
     model: Annotated[Optional[str], typer.Option("--model", help="The model, as hookviz run takes it.")] = None,
     weights: AtlasWeights = "DEFAULT",
@@ -458,6 +459,9 @@ def atlas(
         hookviz atlas --model efficientnet_lite0 --layer _blocks.9 --top 9 photos/ --out atlas
     """
     given = dict(locals())
+    given["written"] = {
+        name for name in context.params if getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    }
     result = _guard(debug, lambda: _make_atlas(given))
     if not quiet:
         typer.echo("", err=True)
@@ -469,21 +473,22 @@ def atlas(
 def _make_atlas(given: dict):
     """``hookviz atlas``'s work, from its arguments (``given``, by parameter name)."""
     from hookviz.atlas import AtlasRequest, make_atlas, merge_atlas, parse_shard
+    from hookviz.atlas.request import RENDERING
     from hookviz.runs.cluster import resolve_device
 
     where = resolve_device(given["device"])
-    rendering = {name: given[name] for name in ("label_with", "vocabulary", "label_weights", "visualize")}
-    rendering.update(visualize_steps=given["visualize_steps"], visualize_seconds=given["visualize_seconds"])
-    rendering["say"] = None if given["quiet"] else _atlas_say
-    if given["merge"] is not None:
-        return merge_atlas(given["merge"], where, given["batch_size"], **rendering)
+    rendering = {name: given[name] for group in RENDERING for name in group}
+    say = None if given["quiet"] else _atlas_say
+    if given["merge"] is not None:  # the shards' naming and visualising, but for the options written here
+        written = {name: value for name, value in rendering.items() if name in given["written"]}
+        return merge_atlas(given["merge"], where, given["batch_size"], say=say, **written)
     if given["model"] is None or given["out"] is None:
         raise UsageError("give --model and --out (or --merge DIR to merge shards)")
     chosen = {name: given[name] for name in ("model", "out", "weights", "seed", "top", "rank", "skip_existing", "batch_size")}
     request = AtlasRequest(
         layers=tuple(given["layer"] or ()), sources=tuple(_sources(given["data"], given["from_list"])), device=where,
         shard=parse_shard(given["shard"]), sample_options=_clip_options(given["frames"], given["clips"]),
-        relevance=given["relevance"], relevance_rule=given["relevance_rule"], **chosen, **rendering,
+        relevance=given["relevance"], relevance_rule=given["relevance_rule"], say=say, **chosen, **rendering,
     )  # fmt: skip
     return make_atlas(request, None if given["quiet"] else _atlas_progress)
 

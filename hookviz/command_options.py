@@ -531,7 +531,11 @@ AtlasShard = Annotated[
 ]
 AtlasResume = Annotated[bool, typer.Option("--skip-existing", help="Resume from the state a killed run left in --out.")]
 AtlasMerge = Annotated[
-    Optional[Path], typer.Option("--merge", help="Write the atlas of the finished shards in DIR, and nothing else.")
+    Optional[Path],
+    typer.Option(
+        "--merge",
+        help="Write the atlas of the finished shards in DIR, named and visualised as the shards were run, and nothing else.",
+    ),
 ]
 AtlasRelevance = Annotated[
     Optional[str],

@@ -301,3 +301,25 @@ def test_a_shard_refuses_another_atlas_shards_before_its_work(tmp_path):
                          "--shard", "2/2", "--out", tmp_path / "atlas")  # fmt: skip
     assert result.exit_code == 2 and "another atlas" in result.output
     assert not (tmp_path / "atlas" / ".atlas-state" / "state-2-of-2.npz").exists()
+
+
+def test_a_slurm_array_with_shard_auto_over_a_from_list_maps_the_listed_samples(tmp_path):
+    """``--from-list FILE`` and ``--shard auto`` in a Slurm array, as ``hookviz run`` takes them: each
+    task its shard, the last one writes the atlas of the samples listed, each shown by its file name."""
+    data = _photos(tmp_path / "photos", per_class=2)
+    listed = [data / "apples" / "0.png", data / "sky" / "0.png", data / "sky" / "1.png"]
+    (tmp_path / "list.txt").write_text("".join(f"{path}\n" for path in listed))
+    for task in (1, 2):
+        env = {"SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "1"}
+        result = hookviz_cli("atlas", "--from-list", tmp_path / "list.txt", "--model", TINY_NET, "--weights", "none",
+                             "--layer", "features.0", "--top", 3, "--shard", "auto", "--out", tmp_path / "atlas", env=env)  # fmt: skip
+        assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "atlas" / ".atlas-state").glob("state-*")) == [
+        "state-1-of-2.npz",
+        "state-2-of-2.npz",
+    ]
+    document = json.loads((tmp_path / "atlas" / "atlas.json").read_text())
+    assert document["samples"] == 3
+    examples = [example for item in document["layers"][0]["items"] for example in item["top"]]
+    assert {example["source"] for example in examples} == {str(path) for path in listed}
+    assert {(example["source"], example["shown"]) for example in examples} == {(str(p), p.name) for p in listed}

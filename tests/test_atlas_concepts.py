@@ -65,6 +65,26 @@ def test_relevance_ranks_by_gradient_x_activation_summed_over_positions_as_plain
     assert (tmp_path / "atlas" / first["relevance_top"][0]["overlay"]).is_file()
     page = (tmp_path / "atlas" / first["page"]).read_text()
     assert "Fires most" in page and "Matters most" in page and "relevance/0.map.png" in page  # both rankings, side by side
+    assert "#1 · relevance " in page and "#1 · max " in page  # each crop labelled with what ranks it
+    # a crop ranked by relevance shows the relevance it is ranked by: atlas.npz holds the cells under it,
+    # a block of the plain autograd relevance map around its most relevant unit (not the activation's)
+    planes = relevance.reshape(*relevance.shape[:2], *layer["grid"]).numpy()
+    with np.load(tmp_path / "atlas" / "atlas.npz") as saved:
+        for channel, item in enumerate(layer["items"]):
+            for k, example in enumerate(item["relevance_top"]):
+                plane = planes[paths.index(Path(example["source"])), channel]
+                assert _holds(plane, saved[f"{LAYER}/{channel}/relevance/{k}"], example["position"]), (channel, k)
+
+
+def _holds(plane: np.ndarray, cells: np.ndarray, position: list[int]) -> bool:
+    """Whether ``cells`` is the block of ``plane`` at some place that covers ``position``."""
+    (height, width), (row, column) = cells.shape, position
+    return any(
+        np.allclose(plane[top : top + height, left : left + width], cells, rtol=1e-4, atol=1e-6)
+        for top in range(max(row - height + 1, 0), row + 1)
+        for left in range(max(column - width + 1, 0), column + 1)
+        if top + height <= plane.shape[0] and left + width <= plane.shape[1]
+    )
 
 
 @pytest.mark.slow
@@ -94,6 +114,12 @@ def test_lrp_relevance_top_is_zennit_crps_relmax(tmp_path):
         positions = [list(np.unravel_index(int(n), layer["grid"])) for n in neurons[:3, channel]]
         assert [e["position"] for e in item["relevance_top"]] == positions
     assert document["relevance"] == "2" and document["relevance_rule"] == "lrp"
+    planes = result.relevances[LAYER].detach().numpy()  # the crops show zennit-crp's relevance too
+    with np.load(tmp_path / "atlas" / "atlas.npz") as saved:
+        for channel, item in enumerate(layer["items"]):
+            for k, example in enumerate(item["relevance_top"]):
+                plane = planes[paths.index(Path(example["source"])), channel]
+                assert _holds(plane, saved[f"{LAYER}/{channel}/relevance/{k}"], example["position"]), (channel, k)
 
 
 @pytest.mark.parametrize(
@@ -234,3 +260,47 @@ def test_shards_relevance_rankings_merge_into_the_single_runs(tmp_path):
     assert [item["relevance_top"] for item in merged["layers"][0]["items"]] == [
         item["relevance_top"] for item in single["layers"][0]["items"]
     ]
+
+
+@pytest.mark.slow  # four small atlases, two optimisations of 2 steps
+def test_merge_names_and_visualises_as_the_shards_were_run_and_refuses_a_line_that_contradicts_them(tmp_path):
+    """``hookviz atlas --merge DIR`` writes the atlas the last shard writes: with the shards'
+    ``--visualize`` (and naming) options, where it took its own command line's (none: the merged
+    atlas lost its pictures and names); a different value is refused in one line, and shards run
+    with different ones need the merge to choose."""
+    data = _photos(tmp_path / "photos", per_class=1)
+    out = tmp_path / "atlas"
+
+    def shard(k: int, *args: object):
+        result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYER, "--top", 2,
+                             "--shard", f"{k}/2", "--out", out, "--quiet", *args)  # fmt: skip
+        assert result.exit_code == 0, result.output
+
+    def merged(*args: object):
+        (out / "atlas.json").unlink(missing_ok=True)
+        return hookviz_cli("atlas", "--merge", out, "--quiet", *args)
+
+    def visualised() -> list:
+        items = json.loads((out / "atlas.json").read_text())["layers"][0]["items"]
+        return [(item["index"], item["visualization"]["steps"]) for item in items if "visualization" in item]
+
+    for k in (1, 2):
+        shard(k, "--visualize", 1, "--visualize-steps", 2)
+    by_last_shard = visualised()
+    assert len(by_last_shard) == 1
+    result = merged()
+    assert result.exit_code == 0, result.output
+    assert visualised() == by_last_shard
+    for args, says in (
+        (("--visualize", 3), "--visualize 3: the shards were run with --visualize 1"),
+        (("--visualize-steps", 5), "--visualize-steps 5: the shards were run with --visualize-steps 2"),
+    ):
+        result = merged(*args)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and says in lines[0], result.output
+    shard(2, "--skip-existing")  # shard 2 again, without --visualize
+    result = merged()
+    assert result.exit_code == 2 and "the shards were run with different --visualize (shard 1: 1, shard 2: 0)" in result.output
+    result = merged("--visualize", 0)
+    assert result.exit_code == 0, result.output
+    assert visualised() == []

@@ -62,6 +62,19 @@ def _open(driver, out: Path, route: str = "#/"):
     return driver.execute_script("return window.hookvizExplorer.state.readyMs") is not None
 
 
+def _showing(driver, name: str) -> bool:
+    """Whether the sample page shows ``name`` within 5 s (a key's route is drawn after its event)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    script = "const s = document.querySelector('.sample'); return s && s.getAttribute('data-sample');"
+    try:
+        WebDriverWait(driver, 5, poll_frequency=0.02).until(lambda d: d.execute_script(script) == name)
+    except TimeoutException:
+        return False
+    return True
+
+
 def _listed(driver) -> list[str]:
     rows = driver.execute_script(
         "return Array.from(document.querySelectorAll('#list [data-sample]')).map(a => [a.getAttribute('data-sample'), a.offsetTop]);"
@@ -121,6 +134,36 @@ def test_filters_and_sort_in_the_address_list_what_they_say(driver, generated):
 
 @browser
 @pytest.mark.slow
+def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_is_listed(driver, generated):
+    """A map's faithfulness range and randomisation verdict, a health check and notes filter the list,
+    a figure sorts it; the confusion table counts the listed samples, and its cell lists them."""
+    from urllib.parse import parse_qs
+
+    rows = {row["name"]: row for row in explorer_rows(generated)}
+    figure, verdict = "layer3:gradcam:deletion_auc", "layer4:gradcam:sanity"
+    route = f"#/?{quote(figure)}=0.2..0.6&{quote(verdict)}=passes&dead=0&notes=0&sort=-{quote(figure)}"
+    assert _open(driver, generated, route)
+    kept = [n for n, r in rows.items() if 0.2 <= float(r[figure]) <= 0.6 and r[verdict] == "passes" and r["dead"] == "0"]
+    kept = sorted((n for n in kept if rows[n]["notes"] == "0"), key=lambda n: -float(rows[n][figure]))
+    assert kept and driver.find_element("id", "shown").get_attribute("data-count") == str(len(kept))
+    assert _listed(driver) == kept[: len(_listed(driver))]
+    cell = driver.find_element("css selector", "table.confusion td.diag a")
+    wanted = {k: v[0] for k, v in parse_qs(cell.get_attribute("href").split("?", 1)[1]).items()}
+    klass = wanted["true_class"]
+    assert wanted["predicted"] == klass
+    both = [n for n in kept if rows[n]["true_class"] == rows[n]["predicted"] == klass]
+    assert int(cell.text) == len(both)
+    cell.click()  # the cell lists its samples, the other filters kept (drawn once the address changed)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 5).until(lambda d: "predicted=" in d.execute_script("return location.hash"))
+    driver.execute_script("window.hookvizExplorer.route()")
+    assert driver.find_element("id", "shown").get_attribute("data-count") == str(len(both))
+    assert sorted(_listed(driver)) == sorted(both)
+
+
+@browser
+@pytest.mark.slow
 def test_a_sample_route_steps_with_the_keyboard_in_the_lists_order(driver, generated):
     from selenium.webdriver.common.keys import Keys
 
@@ -128,12 +171,13 @@ def test_a_sample_route_steps_with_the_keyboard_in_the_lists_order(driver, gener
     order = [r["name"] for r in sorted(rows, key=lambda r: -float(r["confidence"]))]
     assert _open(driver, generated, f"#/sample/{order[3]}?sort=-confidence")
     body = driver.find_element("tag name", "body")
-    assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == order[3]
+    assert _showing(driver, order[3])
     body.send_keys(Keys.ARROW_RIGHT)
-    assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == order[4]
+    assert _showing(driver, order[4])
     body.send_keys(Keys.ARROW_LEFT)
+    assert _showing(driver, order[3])  # each key's route drawn before the next key (a loaded machine is slow)
     body.send_keys(Keys.ARROW_LEFT)
-    assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == order[2]
+    assert _showing(driver, order[2])
     # the layers switch in place, the picture follows
     assert driver.find_element("id", "picture").get_attribute("src").endswith(f"{order[2]}/layer3.summary.png")
     body.send_keys(Keys.ARROW_DOWN)
@@ -251,6 +295,31 @@ def test_names_from_users_files_are_text_and_cannot_run_script(driver, tmp_path)
     finally:
         driver.switch_to.default_content()
     assert driver.execute_script("return window.__pwned") is None
+
+
+def _rows_under(out: Path, data: Path, images: list[str]) -> None:
+    """A run folder's explorer listing ``images`` (paths below ``data``, absolute, as a run records them)."""
+    found = ExplorerRun()
+    for image in images:
+        values = {"name": Path(image).stem, "image": str(data / image), "status": "done", "task": "classify"}
+        found.table.rows.append(SampleRow(values, {}))
+        found.details.append(None)
+        found.thumbs.append("")
+    write_explorer(out, found, {"title": "paths", "layers": []}, None, "<h1>paths</h1>")
+
+
+@browser
+@pytest.mark.slow
+def test_the_name_filter_finds_a_name_or_a_path_in_the_data_not_the_folders_above_it(driver, tmp_path):
+    """``q`` searches each sample's name and its path as it lies in the data (``tabby/walk.png``):
+    not the folders above the data, which every sample shares (a run given ``/tmp/pytest-.../holiday``
+    listed every sample for ``q=holiday``, or ``q=tmp``)."""
+    _rows_under(tmp_path, tmp_path / "holiday", ["tabby/walk.png", "tabby/jump.png", "espresso/cup.png"])
+    for query, expected in (("holiday", []), ("tmp", []), ("tabby", ["jump", "walk"]), ("cup", ["cup"]), ("SO/c", ["cup"])):
+        assert _open(driver, tmp_path, "#/?q=" + quote(query))
+        assert sorted(_listed(driver)) == expected, query
+    row = driver.find_element("css selector", "#list [data-sample=cup]")
+    assert row.get_attribute("title") == "espresso/cup.png" and "cup espresso/cup.png" in row.text  # where it lies, shown
 
 
 def _atlas(out: Path) -> None:

@@ -211,7 +211,14 @@ def test_a_samples_top_channels_link_their_pages_of_the_runs_atlas(driver, tmp_p
     layer = json.loads((atlas / "atlas.json").read_text())["layers"][0]
     item = layer["items"][wanted[0]]
     crops = loaded_images(driver)
-    assert [src for src, _ in crops] == ["../atlas/" + t["crop"] for t in item["top"]] and all(width for _, width in crops)
+    assert [src for src, _ in crops] == ["../atlas/" + t["overlay"] for t in item["top"]] and all(width for _, width in crops)
+    # each crop captioned with its path as it lies in the data (a/p0.png), not where the data lies (/tmp/...)
+    captions = [f.text for f in driver.find_elements("css selector", ".crops figcaption")]
+    shown = [str(Path(t["source"]).relative_to(photos).as_posix()) for t in item["top"]]
+    assert [c.split(" \u00b7 ")[0] for c in captions] == shown and str(tmp_path) not in " ".join(captions)
+    assert [t["shown"] for t in item["top"]] == shown  # atlas.json's, which the atlas's own pages show too
+    page = (atlas / item["page"]).read_text()
+    assert all(f">{name}</span>" in page for name in shown)
     mean = driver.find_element("xpath", "//table[@class='figures']//th[text()='mean']/following-sibling::td").text
     assert float(mean) == pytest.approx(item["stats"]["mean"], rel=1e-3)
     driver.find_element("tag name", "body").send_keys("j")

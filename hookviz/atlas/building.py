@@ -13,7 +13,7 @@ from pathlib import Path
 from hookviz.atlas.collect import collect
 from hookviz.atlas.plan import AtlasPlan, plan_atlas
 from hookviz.atlas.relevance import check_relevance
-from hookviz.atlas.request import AtlasRequest
+from hookviz.atlas.request import RENDERING, AtlasRequest
 from hookviz.atlas.state import STATE_FOLDER, AtlasState, load_state, state_path
 from hookviz.errors import OutputError, UsageError, arg, display_path
 
@@ -52,6 +52,10 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     state = _resumed(plan, path) if request.skip_existing else None
     if state is None:
         state = AtlasState(plan.recipe(), request.shard)
+    if state.rendering != request.rendering():  # what --merge takes: this command line's, a resumed one's too
+        state.rendering = request.rendering()
+        if state.finished:
+            state.save(path)
     if request.shard is not None:  # another atlas's shards in the folder: said now, not after the work
         _shard_states(request.out, request.shard[1], plan.recipe(), but=request.shard[0])
     if not state.finished:
@@ -69,13 +73,17 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     return AtlasResult(request.out, True, state.mapped, len(state.failed))
 
 
-def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, **rendering) -> AtlasResult:
-    """Write the atlas of the shards' states in ``out`` (``hookviz atlas --merge DIR``);
-    ``rendering``: ``AtlasRequest``'s fields that only its rendering reads (``label_with``,
-    ``vocabulary``, ``label_weights``, ``visualize``, ``visualize_steps``, ``visualize_seconds``).
+def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, say=None, **given) -> AtlasResult:
+    """Write the atlas of the shards' states in ``out`` (``hookviz atlas --merge DIR``), named and
+    visualised as the shards were run (the options of ``RENDERING`` each state records), so that it
+    is the atlas the last shard writes. ``given``: those options given for the merge: one the
+    shards set must be what they set; one they left off (no ``label_with``, ``visualize`` 0) may be
+    given, to add names or pictures; one the shards disagree on must be given. ``say``: as
+    ``AtlasRequest.say``.
 
     Raises:
-        UsageError: no states there, states of different requests, or shards not finished.
+        UsageError: no states there, states of different requests, shards not finished, an option
+            given that contradicts the shards', or one they disagree on not given.
     """
     folder = out / STATE_FOLDER
     found = sorted(folder.glob("state-*-of-*.npz")) if folder.is_dir() else []
@@ -106,7 +114,8 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, **renderin
         batch_size=batch_size,
         relevance=recipe.get("relevance"),
         relevance_rule=recipe.get("relevance_rule", "gradient-x-activation"),
-        **rendering,
+        say=say,
+        **_merge_rendering(out, states, given),
     )
     plan = _planned(request)
     if plan.recipe()["samples"] != recipe["samples"]:
@@ -116,6 +125,49 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, **renderin
     merged = _merged(states)
     render(plan, merged)
     return AtlasResult(out, True, merged.mapped, len(merged.failed))
+
+
+def _merge_rendering(out: Path, states: list[AtlasState], given: dict) -> dict:
+    """The naming and visualising options of a merge: the shards' (``merge_atlas`` says when ``given`` ones count).
+
+    Raises:
+        UsageError: a given option contradicts the shards', or the shards disagree on one not given.
+    """
+    shards = [(state.shard[0] if state.shard else 1, state.rendering) for state in states]
+    recorded = [(number, record) for number, record in shards if record is not None]
+    if len(recorded) < len(shards):  # states of an older hookviz: what the merge is given
+        return given
+    chosen = dict(given)
+    for group in RENDERING:
+        if not any(record[group[0]] for _, record in recorded):
+            continue  # the shards left it off: the merge may add it
+        for name in group:
+            on = [(number, record[name]) for number, record in recorded if name == group[0] or record[group[0]]]
+            values = dict.fromkeys(_comparable(name, value) for _, value in on)
+            if len(values) > 1 and name not in given:
+                listed = ", ".join(f"shard {number}: {value}" for number, value in on)
+                raise UsageError(
+                    f"{arg('merge', display_path(out))}: the shards were run with different {arg(name)} ({listed}); "
+                    f"give {arg(name)} to choose"
+                )
+            if len(values) == 1 and name in given and _comparable(name, given[name]) not in values:
+                raise UsageError(
+                    f"{arg(name, given[name])}: the shards were run with {arg(name, on[0][1])}, and --merge writes "
+                    f"the atlas they make; drop {arg(name)}, or run the shards again with it"
+                )
+            chosen.setdefault(name, on[0][1])
+            if not chosen[group[0]]:
+                break  # the merge turns the group off: its other options do not count
+    if chosen.get("vocabulary") is not None:
+        chosen["vocabulary"] = Path(chosen["vocabulary"])
+    return chosen
+
+
+def _comparable(name: str, value):
+    """An option's value as two command lines are compared: files by their absolute path."""
+    if value is not None and (name == "vocabulary" or (name == "label_weights" and os.path.isfile(value))):
+        return os.path.abspath(value)
+    return value
 
 
 def _planned(request: AtlasRequest) -> AtlasPlan:

@@ -11,6 +11,7 @@ import numpy as np
 
 from hookviz.atlas.fields import ReceptiveField
 from hookviz.atlas.plan import AtlasPlan
+from hookviz.atlas.request import RELEVANCE
 from hookviz.atlas.state import AtlasState
 from hookviz.errors import ImageError
 
@@ -21,7 +22,8 @@ __all__ = ["Example", "cut_examples", "frame_pixels"]
 class Example:
     """One of a channel's top examples, cut: ``position`` in the layer's grid, ``box`` ``[x0, y0,
     x1, y1]`` in input pixels (``frame``: the clip's frame it is cut from), ``pixels`` the crop
-    (h, w, 3) uint8, ``heat`` the channel's map upsampled over the crop, ``cells`` the map's own
+    (h, w, 3) uint8, ``heat`` the channel's map (its relevance map, for an example ranked by
+    relevance) upsampled over the crop, ``cells`` the map's own
     values over the grid cells whose centres fall in the box, ``cell`` the peak cell's own
     footprint ``[x0, y0, x1, y1]`` in the crop's pixels."""
 
@@ -32,6 +34,8 @@ class Example:
     heat: np.ndarray = field(repr=False)
     cells: np.ndarray = field(repr=False)
     cell: tuple[int, int, int, int] = (0, 0, 0, 0)
+    #: The map's value at the peak unit.
+    peak_value: float = 0.0
 
 
 def _wanted(state: AtlasState) -> dict[int, list[tuple[str, str, int, int, int]]]:
@@ -46,30 +50,52 @@ def _wanted(state: AtlasState) -> dict[int, list[tuple[str, str, int, int, int]]
 
 
 def cut_examples(plan: AtlasPlan, state: AtlasState, fields: dict[str, ReceptiveField], take) -> None:
-    """Cut every top example of ``state``; ``take(layer, ranking, channel, rank, example)`` gets each."""
-    import torch
-
-    from hookviz.atlas.collect import _chunks, layer_maps
-    from hookviz.explaining.recording import record
+    """Cut every top example of ``state``; ``take(layer, ranking, channel, rank, example)`` gets each.
+    An example ranked by relevance (``--relevance``) carries the channel's relevance map, what it
+    is ranked by; the others its activation."""
+    from hookviz.atlas.collect import _chunks
 
     wanted = _wanted(state)
     ids = sorted(wanted)
     loader = plan.loader(ids, 2 * plan.request.batch_size)
     try:
-        with torch.no_grad(), record(plan.model.module, list(plan.specs)) as recording:
-            for chunk in _chunks(zip(ids, loader), plan.request.batch_size):
-                samples = [sample for _, (_path, sample) in chunk]
-                for sample in samples:
-                    if isinstance(sample, ImageError):  # it was read in the first pass: it changed since
-                        raise sample
-                plan.forward(samples)
-                maps = dict(layer_maps(recording))
-                for row, (sample_id, _item) in enumerate(chunk):
-                    for layer, ranking, channel, rank, peak in wanted[sample_id]:
-                        example = _cut(maps[layer][row, channel].float().cpu(), peak, samples[row], fields[layer], plan)
-                        take(layer, ranking, channel, rank, example)
+        for chunk in _chunks(zip(ids, loader), plan.request.batch_size):
+            samples = [sample for _, (_path, sample) in chunk]
+            for sample in samples:
+                if isinstance(sample, ImageError):  # it was read in the first pass: it changed since
+                    raise sample
+            relevant = any(slot[1] == RELEVANCE for sample_id, _item in chunk for slot in wanted[sample_id])
+            maps = _chunk_maps(plan, samples, relevant)
+            for row, (sample_id, _item) in enumerate(chunk):
+                for layer, ranking, channel, rank, peak in wanted[sample_id]:
+                    plane = maps[(layer, ranking if ranking == RELEVANCE else "")][row, channel]
+                    take(layer, ranking, channel, rank, _cut(plane.float().cpu(), peak, samples[row], fields[layer], plan))
     finally:
         loader.stop()
+
+
+def _chunk_maps(plan: AtlasPlan, samples, relevant: bool) -> dict:
+    """``(layer, "")``: each layer's maps over ``samples``; with ``relevant``, ``(layer, RELEVANCE)``:
+    its relevance maps for the class asked, as the collection's pass computed them (``hookviz.atlas.relevance``)."""
+    import contextlib
+
+    import torch
+
+    from hookviz.atlas.collect import layer_maps
+    from hookviz.atlas.relevance import gradient_relevance, lrp_relevance
+    from hookviz.explaining.recording import record
+    from hookviz.modelstate import frozen_parameters
+
+    gradient = relevant and plan.gradient
+    frozen = frozen_parameters(plan.model.module) if gradient else contextlib.nullcontext()
+    with torch.set_grad_enabled(gradient), frozen, record(plan.model.module, list(plan.specs)) as recording:
+        output = plan.forward(samples)
+        found = {(name, ""): maps.detach() for name, maps in layer_maps(recording)}
+        relevance = gradient_relevance(plan, output, recording) if gradient else {}
+    if relevant and not plan.gradient:
+        relevance = lrp_relevance(plan, samples)
+    found.update({(name, RELEVANCE): maps.detach() for name, maps in relevance.items()})
+    return found
 
 
 def _cut(channel_map, peak: int, sample, field_: ReceptiveField, plan: AtlasPlan) -> Example:
@@ -98,6 +124,7 @@ def _cut(channel_map, peak: int, sample, field_: ReceptiveField, plan: AtlasPlan
         heat=heat[y0:y1, x0:x1].numpy(),
         cells=plane[rows, columns].numpy().astype(np.float32),
         cell=_footprint(position[-2:], grid[-2:], size[-2:], (x0, y0)),
+        peak_value=float(channel_map[position]),
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hookviz.inputs.parts import split_part
 
-__all__ = ["Dataset", "find_dataset", "folder_classes"]
+__all__ = ["Dataset", "find_dataset", "folder_classes", "source_folders", "shown_path"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +52,18 @@ def _below(path: str, folder: str) -> tuple[str, ...]:
     """``path``'s parts below ``folder`` (both absolute), ``()`` when it is not below it."""
     prefix = folder.rstrip(os.sep) + os.sep
     return tuple(path[len(prefix) :].split(os.sep)) if path.startswith(prefix) else ()
+
+
+def source_folders(sources) -> list[str]:
+    """The folders among ``sources``, absolute (as ``shown_path`` takes them)."""
+    return [os.path.abspath(source) for source in sources if os.path.isdir(source)]
+
+
+def shown_path(path, folders: list[str]) -> str:
+    """A sample as a page shows it: its path below the source folder that holds it, as it lies
+    in the data (``tabby/walk.png``), else (a file or a pattern given) its file name."""
+    from hookviz.errors import display_path
+
+    whole = os.path.abspath(path)
+    parts = next((found for found in (_below(whole, folder) for folder in folders) if found), ())
+    return display_path("/".join(parts) if parts else os.path.basename(whole))

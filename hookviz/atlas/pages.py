@@ -28,11 +28,11 @@ figure{margin:0;background:#fff;border:1px solid #ddd;padding:4px;text-align:cen
 figure img{width:100%;aspect-ratio:1;object-fit:contain;image-rendering:pixelated;background:#222}
 figure.plain img.map{display:none}figure.plain img.raw{display:block}figure img.raw{display:none}
 figcaption{font-size:.75em;line-height:1.25;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-.score{font-weight:600;font-size:1.05em}
+.score{font-weight:600;font-size:1.05em;white-space:normal}
 .row{display:flex;flex-wrap:wrap;gap:2em;align-items:flex-start;margin-top:1em}
 nav a{margin-right:1em}
 .rankings{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1.5em;max-width:1400px}
-.rankings .grid{grid-template-columns:repeat(var(--columns),1fr)}.rankings h2{margin-top:.4em}.label{color:#245;font-weight:600}
+.rankings .grid{grid-template-columns:repeat(var(--columns),minmax(0,1fr))}.rankings h2{margin-top:.4em}.label{color:#245;font-weight:600}
 .visual{display:flex;gap:1em;align-items:center;margin:.6em 0}.visual img{width:180px;height:180px;image-rendering:pixelated;border:1px solid #ddd}
 """
 
@@ -134,7 +134,7 @@ document.getElementById('plain').addEventListener('change',function(e){
 """
 
 
-def _figure(rank: int, example: dict) -> str:
+def _figure(rank: int, example: dict, measure: str = "") -> str:
     source = example["source"]
     where = ", ".join(map(str, example["position"]))
     frame = f" · frame {example['frame']}" if example.get("frame") is not None else ""
@@ -142,8 +142,8 @@ def _figure(rank: int, example: dict) -> str:
     return (
         f'<figure><img class=map src="../../{html.escape(example["overlay"])}" alt="">'
         f'<img class=raw src="../../{html.escape(example["crop"])}" alt="">'
-        f"<figcaption><span class=score>#{rank + 1} · {example['score']:.3g}</span><br>"
-        f'<span title="{html.escape(source)}">{html.escape(Path(source).name)}</span><br>'
+        f"<figcaption><span class=score>#{rank + 1} · {measure}{example['score']:.3g}</span><br>"
+        f'<span title="{html.escape(source)}">{html.escape(example.get("shown") or Path(source).name)}</span><br>'
         f'<span title="crop {box[2] - box[0]}×{box[3] - box[1]} px at ({box[0]}, {box[1]})">at ({where}){frame}</span>'
         "</figcaption></figure>"
     )
@@ -221,8 +221,10 @@ def channel_html(document: dict, layer: dict, item: dict, state: AtlasState) -> 
     return _page(f"{layer['name']} channel {index}", body, _TOGGLE)
 
 
-def _grid(examples: list[dict], side: str) -> str:
-    return f'<div class=grid style="--side:{side}">{"".join(_figure(rank, e) for rank, e in enumerate(examples))}</div>'
+def _grid(examples: list[dict], side: str, measure: str = "") -> str:
+    """The examples' figures; ``measure`` names their score in each caption (``relevance ``)."""
+    figures = "".join(_figure(rank, e, measure) for rank, e in enumerate(examples))
+    return f'<div class=grid style="--side:{side}">{figures}</div>'
 
 
 def _examples(document: dict, item: dict) -> str:
@@ -243,10 +245,12 @@ def _examples(document: dict, item: dict) -> str:
         f"<p class=note>Two rankings of {document['samples']} samples. <b>Fires most</b>: by the {document['rank']} "
         f"of its map. <b>Matters most</b>: by its contribution to {html.escape(target)}'s score ({rule}, summed "
         "over positions), each cropped at its most relevant unit. A channel may fire often and matter little, or "
-        f"matter where it fires less. Each crop is what its unit sees, the map over it. {toggle}</p>"
+        f"matter where it fires less. Each crop is what its unit sees, with what it is ranked by over it: its "
+        "activation (dark to yellow) where it fires most, its relevance where it matters most (red: for the class, "
+        f"blue: against, on the scale of the crop's most relevant unit). {toggle}</p>"
         f'<div class=rankings style="--columns:{columns}">'
-        f"<div><h2>Fires most: its top {len(top)}</h2>{_grid(top, '0')}</div>"
-        f"<div><h2>Matters most: its top {len(relevant)}</h2>{_grid(relevant, '0')}</div></div>"
+        f"<div><h2>Fires most: its top {len(top)} by activation</h2>{_grid(top, '0', document['rank'] + ' ')}</div>"
+        f"<div><h2>Matters most: its top {len(relevant)} by relevance</h2>{_grid(relevant, '0', 'relevance ')}</div></div>"
     )
 
 

@@ -1,6 +1,7 @@
 """The atlas's files: the crops (``crops/<layer>/<i>/<k>.png``, and ``<k>.map.png`` with the
-channel's map over it), ``atlas.json`` (schema ``hookviz/atlas/1``, in
-``hookviz/schemas/atlas.schema.json``) and ``atlas.npz`` (the crops' maps, ``<layer>/<i>/<k>``)."""
+channel's map over it, or its relevance for one ranked by relevance), ``atlas.json`` (schema
+``hookviz/atlas/1``, in ``hookviz/schemas/atlas.schema.json``) and ``atlas.npz`` (the crops' maps,
+``<layer>/<i>/<k>``, and the relevance under those ranked by it, ``<layer>/<i>/relevance/<k>``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from hookviz.atlas.crops import Example
+from hookviz.atlas.dataset import shown_path, source_folders
 from hookviz.atlas.fields import ReceptiveField
 from hookviz.atlas.plan import AtlasPlan
+from hookviz.atlas.request import RELEVANCE
 from hookviz.atlas.sketch import ALPHA
 from hookviz.atlas.state import AtlasState
 
@@ -22,6 +25,10 @@ SCHEMA = "hookviz/atlas/1"
 #: How opaque the map lies over a crop where the channel fires most; below ``HEAT_FLOOR`` of
 #: the channel's largest value over the dataset the crop shows as it is, so that where it fires stands out.
 HEAT_ALPHA, HEAT_FLOOR = 0.7, 0.25
+
+#: Relevance's colours over a crop ranked by it: signed, red for the class and blue against, as
+#: hookviz's pictures draw gradients (``hookviz.render.figures.GRADIENT_CMAP``, not imported: 0.25 s).
+RELEVANCE_CMAP = "RdBu_r"
 
 #: The outline of the peak unit's own cell in the overlay.
 PEAK_COLOUR = (0, 230, 255)
@@ -43,14 +50,20 @@ class AtlasWriter:
 
         self.out, self.plan, self.state, self.fields, self.stems = out, plan, state, fields, stems
         self.examples: dict[tuple[str, str, int, int], dict] = {}
+        self.folders = source_folders(plan.request.sources)
         self.maps: dict[str, np.ndarray] = {}
         self._colours = (matplotlib.colormaps["inferno"](np.linspace(0.45, 1, 256))[:, :3] * 255).astype(np.float32)
+        self._signed: np.ndarray | None = None  # relevance's colours, made when a crop ranked by relevance comes
 
     def take(self, layer: str, ranking: str, channel: int, rank: int, example: Example) -> None:
         crop = crop_name(self.stems[layer], channel, ranking, self.plan.request.rank, rank)
-        high = self.state.layers[layer].statistics.high[channel]
         _png(self.out / crop, example.pixels)
-        _png(self.out / crop.replace(".png", ".map.png"), self._overlay(example, high))
+        if ranking == RELEVANCE:  # what it is ranked by: the channel's relevance, for (red) or against (blue) the class
+            overlay = self._relevance_overlay(example)
+            self.maps[f"{layer}/{channel}/{RELEVANCE}/{rank}"] = example.cells
+        else:
+            overlay = self._overlay(example, self.state.layers[layer].statistics.high[channel])
+        _png(self.out / crop.replace(".png", ".map.png"), overlay)
         self.examples[(layer, ranking, channel, rank)] = {
             "position": list(example.position),
             "box": list(example.box),
@@ -66,6 +79,20 @@ class AtlasWriter:
         level = np.clip(np.nan_to_num(example.heat) / scale, 0, 1)
         colour = self._colours[(level * 255).astype(np.int64)]
         alpha = (HEAT_ALPHA * np.clip((level - HEAT_FLOOR) / (1 - HEAT_FLOOR), 0, 1))[..., None]
+        blended = (example.pixels * (1 - alpha) + colour * alpha).round().astype(np.uint8)
+        return _outlined(blended, example.cell)
+
+    def _relevance_overlay(self, example: Example) -> np.ndarray:
+        """The crop under its relevance, on the scale of its most relevant unit (the peak, 1: deep red; -1: deep blue)."""
+        if self._signed is None:
+            import matplotlib
+
+            self._signed = (matplotlib.colormaps[RELEVANCE_CMAP](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.float32)
+        peak = float(example.peak_value)
+        scale = peak if np.isfinite(peak) and peak > 0 else float(np.nanmax(np.abs(example.heat), initial=0.0)) or 1.0
+        level = np.clip(np.nan_to_num(example.heat) / scale, -1, 1)
+        colour = self._signed[((level + 1) / 2 * 255).round().astype(np.int64)]
+        alpha = (HEAT_ALPHA * np.clip((np.abs(level) - HEAT_FLOOR) / (1 - HEAT_FLOOR), 0, 1))[..., None]
         blended = (example.pixels * (1 - alpha) + colour * alpha).round().astype(np.uint8)
         return _outlined(blended, example.cell)
 
@@ -103,7 +130,12 @@ class AtlasWriter:
         for ranking, top in layer.tops.items():
             key = "top" if ranking == self.plan.request.rank else f"{ranking}_top"
             item[key] = [
-                {"source": str(self.plan.dataset.paths[sample]), "score": score, **self.examples[(name, ranking, channel, rank)]}
+                {
+                    "source": str(self.plan.dataset.paths[sample]),
+                    "shown": shown_path(self.plan.dataset.paths[sample], self.folders),
+                    "score": score,
+                    **self.examples[(name, ranking, channel, rank)],
+                }
                 for rank, (sample, score, _peak) in enumerate(top.ranked(channel))
             ]
         item["page"] = f"channels/{self.stems[name]}/{channel}.html"

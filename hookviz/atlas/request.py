@@ -8,10 +8,15 @@ from pathlib import Path
 
 from hookviz.errors import UsageError, arg
 
-__all__ = ["AtlasRequest", "MAX_TOP", "RELEVANCE", "parse_shard"]
+__all__ = ["AtlasRequest", "MAX_TOP", "RELEVANCE", "RENDERING", "parse_shard"]
 
 #: The most examples a channel may keep.
 MAX_TOP = 100
+
+#: The options only the atlas's later steps read (naming, visualising), by group: the first of a
+#: group says whether the group is on (``--label-with``, ``--visualize``). A shard records them and
+#: ``hookviz atlas --merge`` takes them from the shards (``AtlasRequest.rendering``).
+RENDERING = (("label_with", "vocabulary", "label_weights"), ("visualize", "visualize_steps", "visualize_seconds"))
 
 #: The ranking ``--relevance`` adds (``hookviz.atlas.ranking.RANKINGS``), kept as ``relevance_top``.
 RELEVANCE = "relevance"
@@ -118,6 +123,18 @@ class AtlasRequest:
     def rankings(self) -> tuple[str, ...]:
         """The rankings the run keeps: ``rank``, and ``relevance`` when asked."""
         return (self.rank, RELEVANCE) if self.relevance is not None else (self.rank,)
+
+    def rendering(self) -> dict:
+        """The options of ``RENDERING``, as a state records them (files as absolute paths, so that
+        a merge run elsewhere finds them)."""
+        import os
+
+        found = {name: getattr(self, name) for group in RENDERING for name in group}
+        if found["vocabulary"] is not None:
+            found["vocabulary"] = os.path.abspath(found["vocabulary"])
+        if os.path.isfile(found["label_weights"]):
+            found["label_weights"] = os.path.abspath(found["label_weights"])
+        return found
 
     def recipe(self) -> dict:
         """What must match for two runs' states to be parts of one atlas (the shard aside)."""

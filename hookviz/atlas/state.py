@@ -48,7 +48,10 @@ class LayerState:
 class AtlasState:
     """``recipe``: the request's (``AtlasRequest.recipe``) and the samples' digest; ``done``:
     how many of this part's samples were taken (in order); ``failed``: samples that could not
-    be read, each with its one line; ``finished``: every sample of the part was taken."""
+    be read, each with its one line; ``finished``: every sample of the part was taken;
+    ``rendering``: the options of the atlas's later steps it was run with (naming, visualising:
+    ``AtlasRequest.rendering``), which ``hookviz atlas --merge`` takes; ``None``: not recorded
+    (a state of an older hookviz)."""
 
     recipe: dict
     shard: tuple[int, int] | None
@@ -56,6 +59,7 @@ class AtlasState:
     done: int = 0
     failed: list[tuple[int, str]] = field(default_factory=list)
     finished: bool = False
+    rendering: dict | None = None
 
     @property
     def mapped(self) -> int:
@@ -77,7 +81,7 @@ class AtlasState:
         arrays: dict[str, np.ndarray] = {}
         layers: list[dict] = []
         header: dict[str, Any] = {"recipe": self.recipe, "shard": self.shard, "done": self.done, "failed": self.failed}
-        header.update(finished=self.finished, layers=layers)
+        header.update(finished=self.finished, layers=layers, rendering=self.rendering)
         for number, layer in enumerate(self.layers.values()):
             stats = layer.statistics
             layers.append(
@@ -115,6 +119,7 @@ def load_state(path: Path) -> AtlasState:
         header = json.loads(bytes(saved["header"]).decode())
         shard = tuple(header["shard"]) if header["shard"] else None
         state = AtlasState(header["recipe"], shard, done=header["done"], finished=header["finished"])  # type: ignore[arg-type]
+        state.rendering = header.get("rendering")
         state.failed = [(int(i), str(line)) for i, line in header["failed"]]
         for number, entry in enumerate(header["layers"]):
             state.layers[entry["name"]] = _layer(saved, number, entry)

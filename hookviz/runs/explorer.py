@@ -35,7 +35,7 @@ from hookviz.render import (
 from hookviz.render.inputs import ATTRIBUTIONS_SUFFIX, INPUT_PREFIX, MAPS_SUFFIX
 from hookviz.render.kinds import kinds
 from hookviz.render.presentation import presentation_of
-from hookviz.runs.sample_table import SampleTable, imagefolder_classes, row_of, table_csv, write_parquet
+from hookviz.runs.sample_table import SampleTable, data_root, imagefolder_classes, row_of, table_csv, write_parquet
 from hookviz.runs.vlm_rows import vlm_details, vlm_row
 from hookviz.store.files import atomic_write
 from hookviz.store.records import Report, RunRecord
@@ -281,7 +281,12 @@ def write_explorer(out: Path, found: ExplorerRun, run_info: dict, atlas: dict | 
         atomic_write(out / ATLAS_DATA, _script("window.HOOKVIZ_ATLAS", atlas))
     data = {
         "schema": SCHEMA,
-        "run": {**run_info, "atlas": atlas is not None, "fixed": [name for name, _ in found.table.value_columns()]},
+        "run": {
+            **run_info,
+            "atlas": atlas is not None,
+            "fixed": [name for name, _ in found.table.value_columns()],
+            "root": data_root([image or "" for image in found.table.column("image")]),
+        },
         "count": len(found.details),
         "chunk": CHUNK,
         "columns": encoded_columns(found.table),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -27,6 +28,7 @@ __all__ = [
     "SampleRow",
     "SampleTable",
     "imagefolder_classes",
+    "data_root",
     "read_labels",
     "label_of",
     "table_csv",
@@ -112,6 +114,19 @@ def imagefolder_classes(images: Sequence[str]) -> dict[str, str]:
     if len(folders) < 2 or len({folder.parent for folder in folders}) != 1 or any(not f.name for f in folders):
         return {}
     return {image: parent.name for image, parent in parents.items()}
+
+
+def data_root(images: Sequence[str]) -> str:
+    """The folder that holds every one of ``images`` (as given), with its separator: what the
+    explorer strips off a sample's path to show and search it as it lies in the data
+    (``tabby/1.png``, not ``/tmp/run/photos/tabby/1.png``); ``""``: none (no image, or paths
+    relative to different places)."""
+    parents = [os.path.dirname(image) for image in images]
+    try:
+        root = os.path.commonpath(parents) if parents else ""
+    except ValueError:  # absolute and relative paths mixed, or another drive
+        return ""
+    return root if not root or root.endswith(("/", os.sep)) else root + os.sep
 
 
 def read_labels(path: Path) -> dict[str, str]:

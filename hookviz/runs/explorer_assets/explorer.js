@@ -43,6 +43,9 @@
     return col.data[i];
   }
   function nameOf(i) { return value(state.cols.name, i); }
+  // a sample's path as it lies in the data (tabby/1.png): its path as given, less the folder that holds them all
+  function shownPath(image) { var root = DATA.run.root || ''; return root && image.slice(0, root.length) === root ? image.slice(root.length) : image; }
+  function inData() { return state.inData || (state.inData = {type: 'str', data: state.cols.image.data.map(shownPath)}); }
   function indexOf(name) {
     if (!state.names) { state.names = new Map(); for (var i = 0; i < state.n; i++) state.names.set(nameOf(i), i); }
     return state.names.has(name) ? state.names.get(name) : -1;
@@ -77,7 +80,7 @@
     Object.keys(params).forEach(function (k) {
       var col = state.cols[k], mask = null;
       if (k === 'q') {
-        var a = test(state.cols.name, params.q), b = test(state.cols.image, params.q);
+        var a = test(state.cols.name, params.q), b = test(inData(), params.q);
         mask = a; for (i = 0; i < n; i++) mask[i] = a[i] | b[i];
       } else if (col) mask = test(col, params[k]);
       if (mask) for (i = 0; i < n; i++) keep[i] &= mask[i];
@@ -142,9 +145,9 @@
   function classOptions(name) { var col = state.cols[name]; return col.values.filter(function (v) { return v !== ''; }).sort().map(function (v) { return [v, v]; }); }
   function filters(params) {
     var box = el('form', {cls: 'filters', onsubmit: function (e) { e.preventDefault(); }});
-    var search = el('input', {type: 'search', name: 'q', placeholder: 'name contains', value: params.q || '', 'data-filter': 'q',
+    var search = el('input', {type: 'search', name: 'q', placeholder: 'name or path in the data', value: params.q || '', 'data-filter': 'q',
       onchange: function () { var p = parseQuery(state.query); p.q = search.value; setQuery(p); }});
-    box.appendChild(el('label', {}, ['name ', search]));
+    box.appendChild(el('label', {}, ['name or path ', search]));
     if (state.cols.true_class.values.some(function (v) { return v; })) box.appendChild(control(params, 'true_class', 'true class', classOptions('true_class')));
     box.appendChild(control(params, 'predicted', 'predicted', classOptions('predicted')));
     box.appendChild(control(params, 'correct', 'right or wrong', [['true', 'right'], ['false', 'wrong'], ['none', 'no true class']]));
@@ -214,10 +217,12 @@
   }
   function rowNode(i, top, q) {
     var name = nameOf(i), thumb = state.thumbs.values[state.thumbs.codes[i]];
-    var a = el('a', {cls: 'row', 'data-sample': name, href: '#/sample/' + encodeURIComponent(name) + (q ? '?' + q : ''), style: 'top:' + top + 'px'});
+    var a = el('a', {cls: 'row', 'data-sample': name, title: inData().data[i], href: '#/sample/' + encodeURIComponent(name) + (q ? '?' + q : ''), style: 'top:' + top + 'px'});
     a.appendChild(thumb ? el('img', {src: path(name, thumb), alt: '', loading: 'lazy'}) : el('span', {cls: 'nothumb', text: '\u2014'}));
     var pred = value(state.cols.predicted, i), conf = value(state.cols.confidence, i), truth = value(state.cols.true_class, i), ok = value(state.cols.correct, i);
-    var lines = [el('b', {text: name})];
+    var where = inData().data[i], stem = where.replace(/^.*[\\/]/, '').replace(/\.[^.]*$/, '');
+    // the path in the data beside a name that does not say it (a name made distinct: 0-9bb521ea for cat/0.png)
+    var lines = [where && (stem !== name || where.indexOf(stem) !== 0) ? el('span', {}, [el('b', {text: name}), el('span', {cls: 'path', text: ' ' + where})]) : el('b', {text: name})];
     var l2 = [], prompt = state.cols.prompt ? value(state.cols.prompt, i) : '';  // a vision-language model's photo: its prompt, its answer
     if (pred) l2.push((prompt ? 'answered ' : 'predicted ') + pred + (isNaN(conf) ? '' : ' (' + (prompt ? 'p=' + fmt(conf) : conf.toFixed(3)) + ')'));
     if (truth) l2.push('true ' + truth);
@@ -435,16 +440,17 @@
       table.appendChild(el('tr', {}, [el('th', {text: r[0]}), el('td', {text: fmt(r[1])})]));
     });
     page.appendChild(table);
-    page.appendChild(cropGrid('top samples', item.top || [], atlas.folder));
-    if (item.relevance_top) page.appendChild(cropGrid('top by relevance', item.relevance_top, atlas.folder));
+    page.appendChild(cropGrid(item.relevance_top ? 'fires most: top samples by activation' : 'top samples', item.top || [], atlas.folder, atlas.rank || 'score'));
+    if (item.relevance_top) page.appendChild(cropGrid('matters most: top samples by relevance (red: for the class, blue: against)', item.relevance_top, atlas.folder, 'relevance'));
     if ((st.classes || []).length) page.appendChild(el('table', {cls: 'classes'}, [el('caption', {text: 'by class'}), el('tr', {}, [el('th', {text: 'class'}), el('th', {text: 'mean max'}), el('th', {text: 'samples'})])].concat(st.classes.slice(0, 10).map(function (c) { return el('tr', {}, [el('td', {text: c['class']}), el('td', {text: fmt(c.mean_max)}), el('td', {text: String(c.count)})]); }))));
     if (item.page) page.appendChild(el('p', {}, [el('a', {href: atlas.folder + '/' + path(item.page), text: 'the atlas\u2019s page of this channel'})]));
     app.replaceChildren(page);
   }
-  function cropGrid(title, top, folder) {
+  function cropGrid(title, top, folder, measure) {  // each crop with what it is ranked by over it (its overlay), when the atlas drew one
     var grid = el('div', {cls: 'crops'}, [el('h3', {text: title})]);
     top.forEach(function (t) {
-      grid.appendChild(el('figure', {}, [el('img', {src: folder + '/' + path(t.crop), alt: String(t.source)}), el('figcaption', {text: String(t.source) + ' \u00b7 ' + fmt(t.score)})]));
+      var shown = t.shown || String(t.source).split(/[\\/]/).pop();  // as it lies in the data (an older atlas: its file name)
+      grid.appendChild(el('figure', {title: String(t.source)}, [el('img', {src: folder + '/' + path(t.overlay || t.crop), alt: shown}), el('figcaption', {text: shown + ' \u00b7 ' + measure + ' ' + fmt(t.score)})]));
     });
     return grid;
   }
