@@ -50,6 +50,7 @@ from hookviz.command_options import (
     ModelOption,
     NewArgument,
     PanelledCommand,
+    PlainGroup,
     PromptOption,
     PromptsFileOption,
     RtolOption,
@@ -65,6 +66,7 @@ __all__ = ["app", "main", "console_main", "exit_code_for"]
 
 app = typer.Typer(
     name="hookviz",
+    cls=PlainGroup,
     help="See what a PyTorch vision model computes inside: feature maps, gradients and CAMs.",
     no_args_is_help=True,
     add_completion=True,

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
+from hookviz.command_values import plain_values
 from hookviz.options import MAX_SIDE, MAX_TOPK, Tolerances
 from hookviz.progress import FEW_IMAGES
 
@@ -133,9 +134,21 @@ def help_panels(command: Any, ctx: Any) -> dict[str, list[tuple[str, str]]]:
     return {title: records for title, records in panels.items() if records}
 
 
+class PlainGroup(TyperGroup):
+    """The ``hookviz`` group, whose own options' plain values are taken without typer's pydantic
+    adapters, as its commands' are (``command_values``)."""
+
+    def get_params(self, ctx: Any) -> list:
+        return plain_values(super().get_params(ctx))  # its --help and completion options too
+
+
 class PanelledCommand(TyperCommand):
     """A command whose plain-text ``--help`` (NO_COLOR, a dumb terminal: ``process.plain_text_only``)
-    lists its options under their panels' titles too, as rich's boxes do."""
+    lists its options under their panels' titles too, as rich's boxes do; its parameters'
+    plain values are taken without typer's pydantic adapters (``command_values``)."""
+
+    def get_params(self, ctx: Any) -> list:
+        return plain_values(super().get_params(ctx))  # its --help and completion options too
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
         for title, records in help_panels(self, ctx).items():

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from hookviz.errors import UsageError, arg, did_you_mean
 
-__all__ = ["Registry", "built_in"]
+__all__ = ["Registry", "built_in", "registering_built_in"]
 
 T = TypeVar("T")
 
@@ -28,6 +28,16 @@ T = TypeVar("T")
 def built_in(package: str, names: str) -> tuple[str, ...]:
     """The modules ``names`` (separated by white space) of ``package``, for ``Registry(modules=...)``."""
     return tuple(f"{package}.{name}" for name in names.split())
+
+
+#: Every registry's built-in modules (``Registry(modules=...)``).
+_BUILT_IN_MODULES: set[str] = set()
+
+
+def registering_built_in() -> bool:
+    """Whether a registry's built-in module is being imported on this thread (its entries are
+    registering), rather than a plug-in or a caller registering its own."""
+    return _importing(_BUILT_IN_MODULES) is not None
 
 
 def _importing(modules) -> str | None:
@@ -67,6 +77,7 @@ class Registry(Generic[T]):
         self.extra_choices = extra_choices
         self.order = order
         self.modules = modules
+        _BUILT_IN_MODULES.update(modules)
         self._entries: dict[str, T] = {}
         self._ranks: dict[str, int] = {}  # an entry's place: its module's in ``modules``, a plug-in's after them
         self._loaded = not modules
@@ -152,6 +163,10 @@ class Registry(Generic[T]):
         """The entry called ``name``, or ``None``."""
         self._load()
         return self._entries.get(name)
+
+    def registered(self) -> dict[str, T]:
+        """The entries registered so far, without importing the built-in modules."""
+        return dict(self._entries)
 
     def snapshot(self) -> dict[str, T]:
         """The entries as they are now, for ``restore`` (tests that register their own)."""

@@ -43,6 +43,7 @@ ORDER = [
     "plugins",
     "progress",
     "process",
+    "command_values",
     "command_options",
     "run_arguments",
     "layer_listing",

@@ -147,3 +147,18 @@ def test_every_built_in_option_group_names_settings_no_other_owner_takes():
     assert {"integrated-gradients", "detect", "video", "multi"} <= {name for names in found.values() for name in names}
     for group, names in found.items():
         check_group(group, f"owner {names[0]!r}")
+
+
+def test_registering_the_tasks_imports_no_method():
+    """A render worker unpickles a task's prediction, so it imports the tasks; their checks at
+    registration compare with the owners registered so far, and import none of the 40 method
+    modules (a plug-in's task is still compared with every owner: the test above)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hookviz.tasks as t; t.TASKS.names(); print('hookviz.methods.scorecam' in sys.modules); "
+        "from hookviz.methods import METHODS; METHODS.names(); print('hookviz.methods.scorecam' in sys.modules)"
+    )
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert shown.split() == ["False", "True"]  # after the tasks, none; after the methods' registry, all

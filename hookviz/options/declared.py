@@ -28,11 +28,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import sys
+import weakref
 from dataclasses import MISSING, dataclass
 from typing import Any
 
 from hookviz.errors import UsageError, arg, did_you_mean, spell_flag
 from hookviz.options.base import ask
+from hookviz.registry import registering_built_in
 
 __all__ = [
     "OWNERS",
@@ -111,8 +114,18 @@ class Setting:
     words: tuple = ()
 
 
+_SETTINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def settings_of(group: type) -> tuple[Setting, ...]:
-    """The settings of ``group`` (a dataclass): its fields that a caller sets (``init`` and ``compare``)."""
+    """The settings of ``group`` (a dataclass): its fields that a caller sets (``init`` and ``compare``).
+    Read once per group (a dataclass's fields do not change; the command's start asks ~800 times)."""
+    if group not in _SETTINGS:
+        _SETTINGS[group] = _read_settings(group)
+    return _SETTINGS[group]
+
+
+def _read_settings(group: type) -> tuple[Setting, ...]:
     found = []
     for entry in dataclasses.fields(group):
         if not (entry.init and entry.compare):
@@ -183,7 +196,11 @@ def check_group(group, owner: str) -> None:
     lacking = [f.name for f in dataclasses.fields(group) if f.init and f.default is MISSING and f.default_factory is MISSING]
     if lacking:
         raise UsageError(f"{owner}: {group.__name__}.{lacking[0]} has no default; every setting needs one")
-    taken = {s.name: " and ".join(who) for other, who in groups().items() if other is not group for s in settings_of(other)}
+    # A built-in owner is compared with the owners registered so far (each pair of built-ins is
+    # compared when the later one registers, so registering the tasks imports no method: a render
+    # worker imports the tasks, never the methods); a plug-in's or a caller's with every owner.
+    known = groups(registered=registering_built_in())
+    taken = {s.name: " and ".join(who) for other, who in known.items() if other is not group for s in settings_of(other)}
     taken |= {name: "the run's own options" for name in ask("run_settings")}
     for setting in settings_of(group):
         if setting.name in taken:
@@ -230,24 +247,31 @@ class Owner:
         return f"{self.kind} {self.name!r}"
 
 
-def owners(kind: str | None = None) -> list[Owner]:
-    """Every registered owner with a group (of ``kind`` only, when given), in registry order."""
+def owners(kind: str | None = None, *, registered: bool = False) -> list[Owner]:
+    """Every registered owner with a group (of ``kind`` only, when given), in registry order.
+    ``registered``: only those registered so far, importing no registry and no built-in
+    module (``check_group``'s comparison, made as each owner registers)."""
     found = []
     for owner_kind, module, registry, attribute, panel in OWNERS:
         if kind is not None and owner_kind != kind:
             continue
-        entries = getattr(importlib.import_module(module), registry)
-        for name in entries.names():
-            group = getattr(entries.get(name), attribute, None)
+        if registered:
+            entries = getattr(sys.modules.get(module), registry, None)
+            items = list(entries.registered().items()) if entries is not None else []
+        else:
+            items = getattr(importlib.import_module(module), registry).items()
+        for name, entry in items:
+            group = getattr(entry, attribute, None)
             if group is not None:
                 found.append(Owner(owner_kind, name, group, panel))
     return found
 
 
-def groups(kind: str | None = None) -> dict[type, tuple[str, ...]]:
-    """Each declared group (of ``kind``'s owners, when given), once, with its owners' names."""
+def groups(kind: str | None = None, *, registered: bool = False) -> dict[type, tuple[str, ...]]:
+    """Each declared group (of ``kind``'s owners, when given), once, with its owners' names
+    (``registered``: of the owners registered so far, as ``owners``)."""
     found: dict[type, tuple[str, ...]] = {}
-    for owner in owners(kind):
+    for owner in owners(kind, registered=registered):
         found[owner.group] = (*found.get(owner.group, ()), owner.name)
     return found
 
