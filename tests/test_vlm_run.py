@@ -129,3 +129,14 @@ def test_max_pixels_refuses_a_larger_photo(llava, tmp_path):
     assert result.exit_code == 1, result.output
     assert "cat.png: 451x300 is 135,300 pixels, above --max-pixels 1,000" in result.stderr
     assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["failed"] == 1
+
+
+def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava, tmp_path):
+    result = _run(llava, tmp_path / "out", "--answer", "a cat", "--tokens", "7")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        "hookviz: error: --tokens 7: '7' is no token of the answer; give indices from 0 to 1 (the answer: 'a cat')"
+    ]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["error"] == result.stderr.strip().removeprefix("hookviz: error: ")
+    assert [(e["status"], e["error"]) for e in run["images"]] == [("not_done", "the run stopped on an error")]

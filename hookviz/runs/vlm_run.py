@@ -198,8 +198,14 @@ class VlmRunner:
         if self.loaded is None:
             return summary  # stopped before the model loaded: nothing to describe
         record = _record(self.loaded, summary, self.options.command, self.started, self.state.error)
-        write_json(summary.run_json, record.to_json())
-        write_gallery(self.out, record)
+        try:
+            write_json(summary.run_json, record.to_json())
+            write_gallery(self.out, record)
+        except OSError as exc:
+            raise HookvizError(
+                f"could not write {display_path(summary.run_json)} or index.html ({exc.strerror or describe(exc)}); "
+                "each photo whose report.json exists is complete"
+            ) from None
         return summary
 
 
