@@ -160,33 +160,62 @@ def _run(args: RunArgs, declared: dict) -> None:
 
 def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     """A vision-language model's run (``hookviz.runs.vlm_run``), when the model is one; ``False`` otherwise
-    (its options refused for another model)."""
+    (its options refused for another model). Ctrl-C and SIGTERM stop it as they stop any run."""
+    from hookviz.run_arguments import given_options
     from hookviz.runs import vlm_run
 
-    v = args.vlm
+    v, shown = args.vlm, args.output
     if not vlm_run.is_vision_language_name(groups["model"].name):
         vlm_run.refuse_vlm_options(v.answer, v.max_new_tokens, v.tokens, v.words, v.dtype)
         return False
-    from hookviz.models.loading import load_model
-
     request = vlm_run.request_of(groups, v.answer, v.max_new_tokens, v.tokens, v.words)
+    vlm_run.refuse_unmet(given_options(args), groups)
     options = groups["options"]
-    done = vlm_run.run_photos(
-        load_model(groups["model"]),
-        paths,
-        request,
-        options.out,
-        save_tensors=options.save_tensors,
-        dtype=v.dtype,
-        command=options.command,
-    )
-    for image, folder, reason in done.statuses:
-        if not args.output.quiet:
-            typer.echo(reason or f"{image}: explained in {folder}", err=bool(reason))
-    if done.failed:
-        typer.echo(f"hookviz: {len(done.failed)} of {len(done.statuses)} images failed; reasons in {done.run_json}", err=True)
+    chosen = vlm_run.VlmOptions(v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command)
+    progress = Progress(len(paths), quiet=True, stdout_lines=False)  # what Stopper reads: whether the photos began
+
+    def said(status) -> None:
+        if status.error:
+            typer.echo(status.error, err=True)
+        elif not (shown.quiet or shown.json_output):
+            typer.echo(f"{status.image}: explained in {options.out / status.output}")
+
+    with _stopped_by_signals(progress) as stopper:
+        stopper.run = run = vlm_run.VlmRunner(
+            groups["model"], paths, request, options.out, options=chosen, on_start=lambda: progress.start(""), on_photo=said
+        )
+        summary = run.execute()
+    if shown.json_output:
+        progress.say(summary.run_json.read_text(encoding="utf-8"), nl=False)
+    if summary.failed:
+        typer.echo(
+            f"hookviz: {len(summary.failed)} of {len(summary.statuses)} images failed; reasons in {summary.run_json}", err=True
+        )
         raise typer.Exit(1)
     return True
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(progress: Progress):
+    """Ctrl-C and SIGTERM handed to the run set as the ``Stopper``'s ``run`` in the block; a run
+    that ends interrupted (``RunInterrupted``) says so in one line and exits 130."""
+    from hookviz.runs.summary import RunInterrupted
+
+    stopper = Stopper(progress)
+    previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopper
+    except RunInterrupted as stop:
+        progress.close()
+        typer.echo(stopped_line(stop.summary, progress.stopped_while()), err=True)
+        raise typer.Exit(130) from None
+    finally:
+        # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and
+        # a KeyboardInterrupt thrown into its last steps (exit handlers) would print a traceback.
+        # In the command's own process, a run that ended has nothing left to stop either.
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_IGN if stopper.signals or handler is on_signal else handler)
+        progress.close()
 
 
 # The command's parameters are RunArgs' fields and the settings that methods and tasks declare.
@@ -230,15 +259,13 @@ def _photos_in(sources: list[str], out: Path, notes: list[str]) -> list[Path]:
 
 def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
     from hookviz.models.loading import prompt_progress
-    from hookviz.runs.runner import Run, RunInterrupted, shard_of
+    from hookviz.runs.runner import Run, shard_of
     from hookviz.samples import counted_noun
     from hookviz.workload import listening
 
     count = len(shard_of(paths, groups["options"].shard))
     progress = Progress(count, quiet=quiet or json_output, stdout_lines=not (quiet or json_output), verbose=verbose)
-    stopper = Stopper(progress)
-    previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _stopped_by_signals(progress) as stopper:
         # the model's sample kind may find other samples in the sources than these photos: count those
         start = lambda line: progress.start(  # noqa: E731
             line, len(run.asked.selected), counted_noun(run.explainer.kind), run.explainer.kind.noun
@@ -247,17 +274,6 @@ def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, ve
         # ten thousand prompts take minutes before the first image; so may the work inside a photo
         with prompt_progress(progress.prompts), listening(progress):
             summary = run.execute()
-    except RunInterrupted as stop:
-        progress.close()
-        typer.echo(stopped_line(stop.summary, progress.stopped_while()), err=True)
-        raise typer.Exit(130) from None
-    finally:
-        # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and
-        # a KeyboardInterrupt thrown into its last steps (exit handlers) would print a traceback.
-        # In the command's own process, a run that ended has nothing left to stop either.
-        for number, handler in previous.items():
-            signal.signal(number, signal.SIG_IGN if stopper.signals or handler is on_signal else handler)
-        progress.close()
     for note in summary.notes:
         if not quiet:
             typer.echo(f"hookviz: note: {note}", err=True)

@@ -20,6 +20,7 @@ from hookviz.progress import Progress, stopped_line
 
 if TYPE_CHECKING:
     from hookviz.runs.runner import Run
+    from hookviz.runs.vlm_run import VlmRunner
 
 __all__ = [
     "Stopper",
@@ -52,7 +53,7 @@ class Stopper:
     is half-written under its real name (every file is renamed into place when whole)."""
 
     def __init__(self, progress: Progress):
-        self.run: Run | None = None
+        self.run: Run | VlmRunner | None = None
         self.progress = progress
         self.signals = 0
 

@@ -82,7 +82,7 @@ from hookviz.command_options import (
 )
 from hookviz.options import DEFAULT_MAX_PIXELS, Tolerances
 
-__all__ = ["RunArgs", "TypedCommand", "declared_parameters", "given_prompts", "option_groups"]
+__all__ = ["RunArgs", "TypedCommand", "declared_parameters", "given_options", "given_prompts", "option_groups"]
 
 
 @dataclass(frozen=True)
@@ -378,6 +378,19 @@ def option_groups(o: RunArgs, declared: dict[str, Any]) -> dict:
         ),
         trust=TrustOptions(faithfulness=checks.faithfulness, sanity=checks.sanity),
     )
+
+
+def given_options(o: RunArgs) -> dict[str, Any]:
+    """``o``'s options given another value than their default, by field name (an option given
+    several times, or none, as typer hands it: a list, ``None``)."""
+    given = {}
+    for group in fields(o):
+        values = getattr(o, group.name)
+        for f in fields(values):
+            value, default = getattr(values, f.name), f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc,operator]
+            if value != default and not (default is None and isinstance(value, (list, tuple)) and not value):
+                given[f.name] = value
+    return given
 
 
 def _target(t: TargetArgs, settings: tuple) -> Any:

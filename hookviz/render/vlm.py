@@ -32,7 +32,10 @@ def _row_label(maps) -> str:
 
 def _answer_line(explanation) -> str:
     chosen = {k for target in explanation.targets for k in target.tokens}
-    words = [f"[{t.strip()}]" if k in chosen else t.strip() for k, t in enumerate(explanation.conversation.tokens)]
+    special = set(explanation.conversation.special) - chosen  # left out, as the answer's text leaves them out
+    words = [
+        f"[{t.strip()}]" if k in chosen else t.strip() for k, t in enumerate(explanation.conversation.tokens) if k not in special
+    ]
     return f"{explanation.conversation.prompt!r} -> " + " ".join(words)
 
 

@@ -1,32 +1,50 @@
 """``hookviz run`` of a vision-language model (``hf:FOLDER`` of a LLaVA...): each photo's answer
 to the prompt explained token by token (``hookviz.vlm.explain``), its files written in
 OUT/<photo stem>/ (``hookviz.store.vlm_files``), OUT/run.json listing what became of each, and
-OUT/index.html, the explorer (``hookviz.runs.gallery``), a row per photo."""
+OUT/index.html, the explorer (``hookviz.runs.gallery``), a row per photo. Ctrl-C stops it as it
+stops any run (``runs.stopping``). The run's options it does not honour are refused in one line
+each (``refuse_unmet``), never silently ignored."""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hookviz.errors import HookvizError, ImageError, UsageError, arg, describe, display_path
+from hookviz.options import DEFAULT_MAX_PIXELS
+from hookviz.runs.stopping import RunState, Stopped, stoppable
+from hookviz.runs.summary import RunInterrupted, RunSummary
 from hookviz.store.files import write_json
+from hookviz.store.records import ImageStatus
 
-__all__ = ["DTYPES", "VlmRun", "is_vision_language_name", "run_photos"]
+if TYPE_CHECKING:
+    from hookviz.models.sources.base import LoadedModel
+
+__all__ = ["DTYPES", "HONOURED", "VlmOptions", "VlmRunner", "is_vision_language_name", "refuse_unmet", "request_of"]
 
 #: What a vision-language model computes in (``--dtype``).
 DTYPES = ("float32", "bfloat16")
 
+#: ``hookviz run``'s options a vision-language model's run honours; any other given is refused
+#: (``refuse_unmet``). ``--device`` only as ``cpu`` or ``auto`` (which is the CPU for it).
+HONOURED = frozenset(
+    "images model weights seed prompt prompts layer cam objective answer max_new_tokens tokens words dtype "
+    "from_list max_pixels device out save_tensors json_output quiet verbose debug".split()
+)
+
 
 @dataclass(frozen=True)
-class VlmRun:
-    """What became of each photo: (photo, output folder, ``None`` or the reason it failed)."""
+class VlmOptions:
+    """How a vision-language model's run goes: what the model computes in (``dtype``), the
+    largest photo taken (``max_pixels``), whether tensors.npz is written, the command line run.json records."""
 
-    statuses: tuple[tuple[str, str, str | None], ...]
-    run_json: Path
-
-    @property
-    def failed(self) -> list[tuple[str, str, str | None]]:
-        return [status for status in self.statuses if status[2] is not None]
+    dtype: str = "float32"
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    save_tensors: bool = False
+    command: tuple[str, ...] = ()
 
 
 def is_vision_language_name(name: str) -> bool:
@@ -51,71 +69,168 @@ def _dtype(loaded, dtype: str):
     return loaded.module.to(getattr(torch, dtype))
 
 
-def run_photos(
-    loaded, paths, request, out: Path, *, save_tensors: bool = False, dtype: str = "float32", on_photo=None, command=()
-) -> VlmRun:
-    """Explain each photo of ``paths`` by ``loaded`` (a ``LoadedModel`` of task ``describe``), then
-    describe the run in OUT/run.json and OUT/index.html (the explorer, a row per photo) as any
-    run's. A photo that fails (unreadable, or one the processor cannot take) is listed with its
-    reason; the others go on. ``command``: the command line run.json records.
+class VlmRunner:
+    """``hookviz run`` of a vision-language model over ``paths``: the model loaded from ``model`` (a
+    ``ModelOptions``), each photo's answer to ``request`` explained in OUT/<photo stem>/, then
+    OUT/run.json and OUT/index.html. A photo that fails (unreadable, or one the processor cannot
+    take) is listed with its reason; the others go on. ``on_start()`` is called once the model is
+    loaded, ``on_photo(status)`` after each photo.
 
-    Raises:
-        UsageError: a request no photo could meet (an answer of no tokens, a prompt past the context).
-    """
-    import time
+    It stops as a run of another model does (``runner.Run``, through ``process.Stopper``):
+    ``request_stop`` (a first Ctrl-C or SIGTERM) ends the photo being explained at the model's
+    next module (its files are written whole or not at all), and run.json then lists the photos
+    finished and the others as not done; while the model loads, the run ends there and then
+    (nothing written); ``abandon`` (a second signal) describes the run at once."""
 
-    from hookviz.runs.gallery import write_gallery
-    from hookviz.store.folders import output_names
-    from hookviz.store.records import ImageStatus
-    from hookviz.store.vlm_files import write_vlm
-    from hookviz.vlm.explain import explain_photo
-    from hookviz.vlm.families.base import family_of
+    def __init__(self, model, paths, request, out: Path, *, options: VlmOptions = VlmOptions(), on_start=None, on_photo=None):
+        from hookviz.store.folders import output_names
 
-    started = time.time()
-    model = _dtype(loaded, dtype)
-    family_of(model, loaded.name)
-    modules = dict(model.named_modules())
-    names = output_names([Path(path) for path in paths])
-    statuses: list[tuple[str, str, str | None]] = []
-    entries: list[ImageStatus] = []
-    layers: dict[str, None] = {}
-    for path in paths:
-        folder, shown = out / names[Path(path)], display_path(path)
+        self.model_options, self.request, self.out, self.options = model, request, Path(out), options
+        self.paths = [Path(path) for path in paths]
+        self.names = output_names(self.paths)
+        self.on_start, self.on_photo = on_start, on_photo
+        self.state = RunState()
+        self.statuses: dict[Path, ImageStatus] = {}
+        self.layers: dict[str, None] = {}
+        self.loaded: LoadedModel | None = None
+        self.started = time.time()
+
+    def execute(self) -> RunSummary:
+        """Every photo explained; the summary (run.json written too).
+
+        Raises:
+            UsageError: a request no photo could meet (an answer of no tokens, a prompt past the context).
+            RunInterrupted: Ctrl-C or SIGTERM; the files of the photos finished are complete.
+        """
         try:
-            explanation = explain_photo(model, loaded.processor, _photo(path), request)
+            model, loaded = self._load()
+            self.state.begin_batches()
+            for path in self.paths:
+                if self.state.stop_asked:
+                    break
+                self._explain(model, loaded, path)
+        except KeyboardInterrupt:  # while the model loads (``process.Stopper``); later a stop is asked for
+            self.state.request_stop()
+        except Exception as error:
+            self.state.fail(str(error) if isinstance(error, HookvizError) else describe(error))
+            raise
+        finally:
+            self.state.begin_finishing()
+            summary = self._describe()
+        if self.state.interrupted:
+            raise RunInterrupted(summary)
+        return summary
+
+    def request_stop(self) -> None:
+        """Stop soon (safe from a signal handler: it only sets a flag)."""
+        self.state.request_stop()
+
+    def abandon(self) -> RunSummary:
+        """End the run now, from a signal handler (a second Ctrl-C): run.json says which photos
+        were finished, and the temporary files this process began are deleted (every file is
+        renamed into place when whole). The process must end right after (``os._exit``)."""
+        from hookviz.store.files import sweep_stale_files
+
+        self.state.interrupt()
+        self.on_photo = None  # nothing more is printed
+        summary = self._describe()
+        if self.loaded is not None:
+            sweep_stale_files(self.out, writers={os.getpid()})
+        return summary
+
+    def _load(self):
+        from hookviz.models.loading import load_model
+        from hookviz.vlm.families.base import family_of
+
+        loaded = load_model(self.model_options)
+        model = _dtype(loaded, self.options.dtype)
+        family_of(model, loaded.name)
+        self.modules = set(dict(model.named_modules()))
+        self.loaded = loaded  # from now on the run is described in OUT
+        if self.on_start is not None:
+            self.on_start()
+        return model, loaded
+
+    def _explain(self, model, loaded: LoadedModel, path: Path) -> None:
+        """One photo explained and written (or failed); none when a stop cut its passes short."""
+        from hookviz.store.vlm_files import write_vlm
+        from hookviz.vlm.explain import explain_photo
+
+        folder, shown = self.out / self.names[path], display_path(path)
+        try:
+            with stoppable(model, self.state.stopping):
+                explanation = explain_photo(model, loaded.processor, _photo(path, self.options.max_pixels), self.request)
             written = write_vlm(
-                explanation, folder, image=shown, model=loaded.name, weights=loaded.weights, save_tensors=save_tensors
+                explanation,
+                folder,
+                image=shown,
+                model=loaded.name,
+                weights=loaded.weights,
+                save_tensors=self.options.save_tensors,
             )
-            layers.update((m.layer, None) for m in explanation.maps if m.layer in modules)  # not pixels, language, photo
-            statuses.append((shown, str(folder), None))
-            entries.append(ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task))
+        except Stopped:  # abandoned midway: not done
+            return
         except ImageError as exc:
-            statuses.append((shown, str(folder), f"{shown}: {exc}"))
-            entries.append(ImageStatus(shown, folder.name, "failed", f"{shown}: {exc}", task=loaded.task))
-        if on_photo is not None:
-            on_photo(statuses[-1])
-    record = _record(loaded, tuple(entries), tuple(layers), command, started)
-    run_json = write_json(out / "run.json", record.to_json())
-    write_gallery(out, record)
-    return VlmRun(tuple(statuses), run_json)
+            self._report(path, ImageStatus(shown, folder.name, "failed", f"{shown}: {exc}", task=loaded.task))
+            return
+        self.layers.update((m.layer, None) for m in explanation.maps if m.layer in self.modules)  # not pixels, language, photo
+        self._report(path, ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task))
+
+    def _report(self, path: Path, status: ImageStatus) -> None:
+        self.statuses[path] = status
+        if self.on_photo is not None:
+            self.on_photo(status)
+
+    def _describe(self) -> RunSummary:
+        """The summary, written to run.json and index.html once the model has loaded."""
+        from hookviz.runs.gallery import write_gallery
+
+        reason = self.state.unfinished_reason
+        task = self.loaded.task if self.loaded is not None else "describe"
+        statuses = [
+            self.statuses.get(path) or ImageStatus(display_path(path), self.names[path], "not_done", reason, task=task)
+            for path in self.paths
+            if path in self.statuses or reason is not None
+        ]
+        summary = RunSummary(
+            tuple(statuses), (), self.out / "run.json", self.state.interrupted, tuple(self.layers), resumable=False
+        )
+        if self.loaded is None:
+            return summary  # stopped before the model loaded: nothing to describe
+        record = _record(self.loaded, summary, self.options.command, self.started, self.state.error)
+        try:
+            write_json(summary.run_json, record.to_json())
+            write_gallery(self.out, record)
+        except OSError as exc:
+            raise HookvizError(
+                f"could not write {display_path(summary.run_json)} or index.html ({exc.strerror or describe(exc)}); "
+                "each photo whose report.json exists is complete"
+            ) from None
+        return summary
 
 
-def _photo(path):
+def _photo(path, max_pixels: int):
     """The photo at ``path`` in RGB.
 
     Raises:
-        ImageError: it cannot be read as one.
+        ImageError: it cannot be read as one, or it has more than ``max_pixels`` pixels.
     """
     from PIL import Image
 
     try:
         with Image.open(path) as opened:
+            width, height = opened.size
+            if width * height > max_pixels:
+                raise ImageError(
+                    f"{width}x{height} is {width * height:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')} "
+                    "(a decompression bomb?); raise it if you trust the file"
+                )
             return opened.convert("RGB")
     except (OSError, ValueError) as exc:
         raise ImageError(f"cannot read it as a photo ({describe(exc)})") from None
 
 
-def _record(loaded, entries: tuple, layers: tuple[str, ...], command, started: float):
+def _record(loaded, summary: RunSummary, command, started: float, error: str | None):
     """run.json's record of the run: as a run of another model writes it (``store.run_records``)."""
     import platform
     import time
@@ -137,11 +252,13 @@ def _record(loaded, entries: tuple, layers: tuple[str, ...], command, started: f
         weights=loaded.weights,
         task=loaded.task,
         device=str(next(loaded.module.parameters()).device),
-        layers=layers,
+        layers=summary.layers,
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         seconds=round(time.time() - started, 3),
-        counts=Counts(len(entries), *(sum(e.status == s for e in entries) for s in ("done", "failed", "skipped", "not_done"))),
-        images=entries,
+        interrupted=summary.interrupted,
+        error=error,
+        counts=Counts(len(summary.statuses), *(summary.count(s) for s in ("done", "failed", "skipped", "not_done"))),
+        images=summary.statuses,
         checks=Checks(dead_fraction=CheckOptions().dead_fraction),  # none run: their options are refused
     )
 
@@ -163,7 +280,6 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
         raise UsageError(
             f"{arg('target', target.target)}: a vision-language model's targets are its answer's tokens; give --tokens or --words"
         )
-    _refuse_unmet(groups)
     steps = next((s.steps for s in target.settings if hasattr(s, "steps") and hasattr(s, "ig_baseline")), 16)
     return VlmRequest(
         str(model.prompts[0]),
@@ -173,7 +289,7 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
         words,
         target.methods or ("gradcam",),
         tuple(groups["layers"].layers),
-        "logit" if target.objective == "ce" else target.objective,
+        target.objective,  # ce is refused: a token's cross-entropy is its -logprob
         steps if isinstance(steps, int) else 16,
     )
 
@@ -188,22 +304,24 @@ def refuse_vlm_options(answer, max_new_tokens: int, tokens, words, dtype: str) -
             raise UsageError(f"{arg(name, value)}: only a vision-language model (hf:FOLDER of a LLaVA...) takes it")
 
 
-def _refuse_unmet(groups: dict) -> None:
-    """Refuse, in one line each, the run's options a vision-language model's run does not honour
-    (never silently ignored)."""
-    options, checks, trust = groups["options"], groups["checks"], groups["trust"]
-    unmet = {
-        "skip_existing": options.skip_existing,
-        "shard": options.shard,
-        "tensorboard": options.tensorboard,
-        "labels": options.labels,
-        "fail_on": ",".join(checks.fail_on) or None,
-        "baseline": checks.baseline,
-        "faithfulness": trust.faithfulness,
-        "sanity": trust.sanity,
-        "top_channels": groups["pictures"].top_channels,
-    }
-    for name, value in unmet.items():
-        if value:
-            named = arg(name) if value is True else arg(name, value)
-            raise UsageError(f"{named}: a vision-language model's run does not take it yet; drop it")
+def refuse_unmet(given: dict, groups: dict) -> None:
+    """Refuse, in one line naming it, each option given that a vision-language model's run does not
+    honour (never silently ignored): ``given``, the run's options given other than their defaults
+    (option name -> value); and the settings methods, tasks and sample kinds declare, in ``groups``
+    (``--steps`` is honoured, with integrated gradients).
+
+    Raises:
+        UsageError: the first such option.
+    """
+    from hookviz.options.declared import given_values
+
+    device = given.get("device", "cpu")
+    if device not in ("cpu", "auto"):
+        raise UsageError(f"{arg('device', device)}: a vision-language model's run computes on the CPU yet; drop it")
+    unmet = [(name, value) for name, value in given.items() if name not in HONOURED]
+    methods = groups["target"].methods or ()
+    for group in (*groups["target"].settings, *groups["task_options"], *groups["sample_options"]):
+        unmet += [(n, v) for n, v, _ in given_values(group) if not (n == "steps" and "integrated-gradients" in methods)]
+    for name, value in unmet:
+        named = arg(name, value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else arg(name)
+        raise UsageError(f"{named}: a vision-language model's run does not take it yet; drop it")

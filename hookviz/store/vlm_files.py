@@ -53,7 +53,7 @@ def vlm_report(explanation, image: str, model: str, weights: str, pictures: dict
     talk = explanation.conversation
     tokens = [
         {"index": k, "id": int(talk.answer_ids[k]), "token": talk.tokens[k], "probability": float(explanation.probabilities[k]),
-         "score": float(explanation.scores[k])}
+         "score": float(explanation.scores[k]), **({"special": True} if k in talk.special else {})}
         for k in range(len(talk.answer_ids))
     ]  # fmt: skip
     targets = [

@@ -16,7 +16,7 @@ import torch
 
 from hookviz.errors import ImageError, UsageError, arg, first_line
 
-__all__ = ["Conversation", "answer_conversation", "chat_text", "converse", "model_inputs"]
+__all__ = ["Conversation", "answer_conversation", "chat_text", "converse", "model_inputs", "special_tokens"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,11 @@ class Conversation:
         answer_positions: (T,) the positions whose logits predict each answer token.
         tokens: each answer token as the tokenizer writes it alone.
         prompt: the prompt as the caller gave it.
-        text: the answer's text, decoded.
+        text: the answer's text, decoded without its special tokens (as transformers'
+            ``batch_decode(..., skip_special_tokens=True)`` writes it).
         generated: whether the model wrote the answer (``False``: given, teacher forcing).
+        special: the indices of the answer's special tokens (``<pad>``, ``<s>``, an image token:
+            those the text leaves out), which are explained only when asked for by index.
     """
 
     inputs: Mapping[str, torch.Tensor] = field(repr=False)
@@ -41,6 +44,7 @@ class Conversation:
     prompt: str
     text: str
     generated: bool = True
+    special: tuple[int, ...] = ()
 
     @property
     def prompt_length(self) -> int:
@@ -146,6 +150,13 @@ def _joined(inputs: Mapping[str, torch.Tensor], answer_ids: torch.Tensor) -> dic
     return joined
 
 
+def special_tokens(tokenizer, answer_ids) -> tuple[int, ...]:
+    """The indices of the tokens of ``answer_ids`` that decoding with ``skip_special_tokens``
+    leaves out (the tokenizer decides, as in transformers' ``batch_decode``)."""
+    ids = [int(i) for i in answer_ids]
+    return tuple(k for k, i in enumerate(ids) if tokenizer.decode([i], skip_special_tokens=True) == "" != tokenizer.decode([i]))
+
+
 def _made(processor, prompt: str, inputs, answer_ids: torch.Tensor, generated: bool) -> Conversation:
     tokenizer = getattr(processor, "tokenizer", processor)
     length = int(inputs["input_ids"].shape[1])
@@ -157,6 +168,7 @@ def _made(processor, prompt: str, inputs, answer_ids: torch.Tensor, generated: b
         prompt,
         tokenizer.decode(answer_ids.tolist(), skip_special_tokens=True),
         generated,
+        special_tokens(tokenizer, answer_ids),
     )
 
 

@@ -37,11 +37,14 @@ def token_spans(tokenizer, answer_ids) -> list[tuple[int, int]]:
 
 
 def choose_targets(conversation, tokenizer, tokens: str | None = None, words: str | None = None) -> tuple[Target, ...]:
-    """The targets: ``tokens`` (answer indices from 0, separated by commas), ``words`` (words of the
-    answer, separated by commas; each is all its tokens), or else every answer token alone.
+    """The targets: ``tokens`` (answer indices from 0, separated by commas: every token of the
+    answer counts, its special tokens too), ``words`` (words of the answer, separated by commas;
+    each is all its tokens), or else every answer token alone but its special tokens (``<pad>``:
+    those the answer's text leaves out).
 
     Raises:
-        UsageError: an index past the answer, a word not in it, or both options given.
+        UsageError: an index past the answer, a word not in it, both options given, or an answer
+            of special tokens alone (nothing to explain by default).
     """
     count = len(conversation.answer_ids)
     if tokens and words:
@@ -49,7 +52,13 @@ def choose_targets(conversation, tokenizer, tokens: str | None = None, words: st
     if words:
         return tuple(_word(conversation, tokenizer, word.strip()) for word in str(words).split(",") if word.strip())
     if not tokens:
-        return tuple(Target((k,), conversation.tokens[k]) for k in range(count))
+        kept = tuple(Target((k,), conversation.tokens[k]) for k in range(count) if k not in conversation.special)
+        if not kept:
+            raise UsageError(
+                f"the answer {' '.join(conversation.tokens)!r} is special tokens alone, which are not explained by default; "
+                f"give {arg('answer')}, or {arg('tokens')} to explain them"
+            )
+        return kept
     chosen = []
     for part in str(tokens).split(","):
         if not part.strip().isdigit() or int(part) >= count:

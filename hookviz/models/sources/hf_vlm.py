@@ -65,8 +65,13 @@ def load(where, weights: str, seed: int, prompts: Sequence[str] | None) -> Loade
     where.refuse_custom_code(_CODE_MAPS)
     if prompts is not None and len(prompts) > 1:
         raise UsageError(f"{arg('prompts', list(map(str, prompts)))}: a vision-language model answers one prompt; give one")
-    processor = _processor(where)
     kind = weights_kind(weights)
+    if kind == "other":  # a file, or a source's own name: loaded, it would pass for the folder's weights
+        raise UsageError(
+            f"{arg('weights', weights)}: a vision-language model loads the weights saved with it (DEFAULT) or random ones "
+            f"(none); save the weights into the model's folder with save_pretrained"
+        )
+    processor = _processor(where)
     try:
         with seeded(seed), weights_only_loads(), quiet():
             if kind == "none":

@@ -1,0 +1,142 @@
+"""``hookviz run`` of a vision-language model as a user meets it (the tiny LLaVA of
+tests/vlm_models.py): Ctrl-C midway, ``--json``, the special tokens of an answer, and the run's
+options it does not honour, each refused in one line."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from .cli_helpers import hookviz_run
+from .conftest import SAMPLES, no_partial_files
+from .vlm_models import save_llava
+
+transformers = pytest.importorskip("transformers")
+
+PROMPT = "describe the photo ."
+
+
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("llava")
+    save_llava(folder)
+    return folder
+
+
+def _run(folder, out, *args, photos=(SAMPLES / "cat.png",)):
+    return hookviz_run(list(photos), "--prompt", PROMPT, *args, model=f"hf:{folder}", weights=None, out=out)
+
+
+def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(llava, tmp_path, monkeypatch):
+    """As a run of another model stops: the photo being explained is abandoned at the model's next
+    module, run.json and index.html describe the run, exit status 130, one line."""
+    import os
+
+    from hookviz.vlm import explain
+
+    real, calls = explain.explain_photo, []
+
+    def explain_photo(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # Ctrl-C as the second photo begins
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(explain, "explain_photo", explain_photo)
+    out, previous = tmp_path / "out", signal.getsignal(signal.SIGINT)
+    try:
+        result = _run(llava, out, "--answer", "a cat", photos=(SAMPLES / "cat.png", SAMPLES / "coffee.png"))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.exit_code == 130, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"hookviz: interrupted: 1 image written, 0 failed, 1 not done; see {out / 'run.json'}"
+    ]
+    run = json.loads((out / "run.json").read_text())
+    assert run["interrupted"] is True and run["counts"] == {"images": 2, "done": 1, "failed": 0, "skipped": 0, "not_done": 1}
+    assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [
+        ("cat", "done", None),
+        ("coffee", "not_done", "interrupted"),
+    ]
+    assert (out / "cat" / "report.json").exists() and not (out / "coffee").exists()
+    assert (out / "index.html").exists() and no_partial_files(out)
+
+
+def test_json_prints_the_run_file_as_a_run_of_another_model_does(llava, tmp_path):
+    result = _run(llava, tmp_path / "out", "--answer", "a cat", "--json")
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert printed == json.loads((tmp_path / "out" / "run.json").read_text())
+    assert printed["task"] == "describe" and printed["counts"]["done"] == 1
+
+
+def test_special_tokens_of_the_answer_are_left_out_of_its_text_and_not_explained_by_default(tmp_path):
+    """Generated ids a tokenizer calls special (here ``<s>``) are what transformers'
+    ``batch_decode(skip_special_tokens=True)`` leaves out; ``--tokens`` indexes every generated token."""
+    import torch
+    from PIL import Image
+
+    folder = tmp_path / "llava"
+    model, processor = save_llava(folder, seed=1)  # a seed whose greedy answer holds <s>
+    photo = Image.open(SAMPLES / "cat.png").convert("RGB")
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": PROMPT}]}], add_generation_prompt=True
+    )
+    inputs = processor(images=photo, text=text, return_tensors="pt")
+    with torch.no_grad():
+        written = model.generate(**inputs, max_new_tokens=6, do_sample=False)[:, inputs["input_ids"].shape[1] :]
+    special = [k for k, i in enumerate(written[0].tolist()) if i in processor.tokenizer.all_special_ids]
+    assert special, "the tiny model's answer holds no special token: choose another seed"
+
+    result = _run(folder, tmp_path / "out", "--max-new-tokens", "6", "--cam", "rollout")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "cat" / "report.json").read_text())
+    assert report["text"] == processor.batch_decode(written, skip_special_tokens=True)[0]
+    assert [t["id"] for t in report["tokens"]] == written[0].tolist()
+    assert [k for k, t in enumerate(report["tokens"]) if t.get("special")] == special
+    assert [t["tokens"] for t in report["targets"]] == [[k] for k in range(6) if k not in special]
+
+    asked = _run(folder, tmp_path / "asked", "--max-new-tokens", "6", "--cam", "rollout", "--tokens", str(special[0]))
+    assert asked.exit_code == 0, asked.output
+    (target,) = json.loads((tmp_path / "asked" / "cat" / "report.json").read_text())["targets"]
+    assert target["tokens"] == [special[0]] and target["label"] == report["tokens"][special[0]]["token"]
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--resize", "64"], "--resize 64: a vision-language model's run does not take it yet; drop it"),
+        (["--pictures", "none"], "--pictures none: a vision-language model's run does not take it yet; drop it"),
+        (["--layer-type", "Linear"], "--layer-type: a vision-language model's run does not take it yet; drop it"),
+        (["--task", "classify"], "--task classify: a vision-language model's run does not take it yet; drop it"),
+        (["--cam", "occlusion", "--occlusion-window", "8"], "--occlusion-window 8: a vision-language model's run does not"),
+        (["--device", "cuda"], "--device cuda: a vision-language model's run computes on the CPU yet; drop it"),
+        (["--objective", "ce"], "--objective ce: a vision-language model takes logit or logprob"),
+        (["--weights", "model.pt"], "--weights model.pt: a vision-language model loads the weights saved with it (DEFAULT)"),
+    ],
+)
+def test_an_option_the_run_does_not_honour_is_refused_in_one_line(llava, tmp_path, args, line):
+    result = _run(llava, tmp_path / "out", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"hookviz: error: {line}") and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_max_pixels_refuses_a_larger_photo(llava, tmp_path):
+    result = _run(llava, tmp_path / "out", "--max-pixels", "1000")
+    assert result.exit_code == 1, result.output
+    assert "cat.png: 451x300 is 135,300 pixels, above --max-pixels 1,000" in result.stderr
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["failed"] == 1
+
+
+def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava, tmp_path):
+    result = _run(llava, tmp_path / "out", "--answer", "a cat", "--tokens", "7")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        "hookviz: error: --tokens 7: '7' is no token of the answer; give indices from 0 to 1 (the answer: 'a cat')"
+    ]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["error"] == result.stderr.strip().removeprefix("hookviz: error: ")
+    assert [(e["status"], e["error"]) for e in run["images"]] == [("not_done", "the run stopped on an error")]
