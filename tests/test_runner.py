@@ -390,6 +390,24 @@ def test_a_worker_whose_parent_died_removes_the_file_it_was_writing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_render_workers_draw_below_the_runs_priority():
+    """A run's end waits for its passes; its pictures only have to keep up: a render worker
+    runs at a lower priority than the run (``os.nice``), and the run's own is left as it is."""
+    import os
+
+    from hookviz.runs.workers import render_pool
+
+    before = os.nice(0)
+    if before >= 19:
+        pytest.skip("this process runs at the lowest priority already")
+    pool = render_pool(1)
+    try:
+        assert pool.submit(0, os.nice, 0).result(timeout=120) > before
+    finally:
+        pool.shutdown()
+    assert os.nice(0) == before
+
+
 def test_no_graph_is_built_before_the_first_recorded_layer(photo):
     """Back-propagation stops at the earliest recorded tensor: layers before it run without autograd."""
     import torch

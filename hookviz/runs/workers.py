@@ -28,6 +28,7 @@ __all__ = [
     "kill_workers",
     "killed_note",
     "killed_reason",
+    "lower_priority",
     "portable",
     "render_pool",
     "signals_held",
@@ -37,6 +38,12 @@ __all__ = [
 
 #: Fresh pools that may die one after another, no image drawn in between, before the run stops.
 DEATHS = 3
+
+#: How far below the run's own a render worker's scheduling priority is (``os.nice``). The
+#: run's passes are what the end waits for; pictures only have to keep up. On a machine with
+#: fewer free cores than the workers and the passes' threads (2 cores: the passes' 2 threads
+#: and 2 workers), the workers then draw in the time the passes leave, instead of slowing them.
+NICENESS = 10
 
 
 @dataclass
@@ -252,6 +259,7 @@ def init_worker(parent: int, slots=None) -> None:
     # They were held back while this process started; ignored from now on.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    lower_priority()
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     if slots is not None:
@@ -260,6 +268,13 @@ def init_worker(parent: int, slots=None) -> None:
     from hookviz.render.worker import configure_worker
 
     configure_worker()
+
+
+def lower_priority() -> None:
+    """This worker's scheduling priority ``NICENESS`` below its parent's, where the system has
+    priorities (``os.nice``; not on Windows). Only this process's: the run's own is left as is."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.nice(NICENESS)
 
 
 def _claim(slots) -> None:
