@@ -242,6 +242,99 @@ def test_ten_thousand_samples_draw_only_the_rows_on_screen(driver, tmp_path):
     assert "sample-005000" in _listed(driver) and len(_listed(driver)) < 40
 
 
+FAILURES = ("CUDA out of memory", "cannot read the image: truncated file")
+
+
+def _compared_run(out: Path) -> None:
+    """A compared run of 60 generated samples: some failed (two messages), some not done, the
+    others with a change from the baseline (its size, a changed target, drift findings)."""
+    import random
+
+    rng = random.Random(40)
+    found = ExplorerRun()
+    for i in range(60):
+        status = "failed" if i % 7 == 3 else ("not_done" if i % 11 == 5 else "done")
+        done = status == "done"
+        values = {
+            "name": f"s{i:02d}",
+            "image": f"s{i:02d}.png",
+            "status": status,
+            "task": "classify",
+            "predicted": "tabby" if done else "",
+            "confidence": rng.random() if done else None,
+            "drift": rng.random() if done else None,
+            "target_changed": rng.random() < 0.3 if done else None,
+            "drift_findings": rng.randrange(3) if done else None,
+            "notes": 0,
+            "failure": FAILURES[i % 2] if status == "failed" else "",
+        }
+        found.table.rows.append(SampleRow(values, {}))
+        found.details.append(None)
+        found.thumbs.append("")
+    write_explorer(out, found, {"title": "compared", "layers": [], "compared": True}, None, "<h1>compared</h1>")
+
+
+def _set_range(driver, key: str, low: str, high: str) -> None:
+    """Type ``low`` and ``high`` into the page's range boxes of ``key`` (each applies as it loses focus)."""
+    from selenium.webdriver.common.keys import Keys
+
+    for side, text in (("min", low), ("max", high)):
+        box = driver.find_element("css selector", f"input[data-filter='{key}:{side}']")
+        box.clear()
+        box.send_keys(text, Keys.TAB)
+
+
+def _view(driver) -> list[str]:
+    """Every sample the list holds (drawn on screen or not), in its order."""
+    return driver.execute_script("const s = window.hookvizExplorer.state; return Array.from(s.view, i => s.cols.name.data[i]);")
+
+
+def _count_is(driver, expected: list[str]) -> bool:
+    """Whether the list says it holds ``expected``'s samples, within 5 s (its route is drawn after the change)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, 5, poll_frequency=0.02).until(
+            lambda d: d.find_element("id", "shown").get_attribute("data-count") == str(len(expected))
+        )
+    except TimeoutException:
+        return False
+    return True
+
+
+@browser
+@pytest.mark.slow
+def test_the_failures_and_drift_filters_set_in_the_page_list_what_samples_csv_says(driver, tmp_path):
+    """Issue 40 item 2: failures and the drift against the baseline, set with the page's own controls."""
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    _compared_run(tmp_path)
+    rows = {row["name"]: row for row in explorer_rows(tmp_path)}
+    assert _open(driver, tmp_path, "#/")
+    Select(driver.find_element("css selector", "select[data-filter=status]")).select_by_value("failed")
+    failed = [n for n, r in rows.items() if r["status"] == "failed"]
+    assert failed and _count_is(driver, failed) and _view(driver) == failed
+    box = driver.find_element("css selector", "input[data-filter=failure]")
+    box.send_keys("MEMORY", Keys.TAB)
+    oom = [n for n in failed if "memory" in rows[n]["failure"].lower()]
+    assert 0 < len(oom) < len(failed) and _count_is(driver, oom) and _view(driver) == oom
+    assert "status=failed" in driver.execute_script("return location.hash")
+    # the drift: a range of the largest relative change, a changed target, drift findings
+    driver.find_element("css selector", "a.clear").click()
+    _set_range(driver, "drift", "0.25", "0.8")
+    Select(driver.find_element("css selector", "select[data-filter=target_changed]")).select_by_value("false")
+    Select(driver.find_element("css selector", "select[data-filter=drift_findings]")).select_by_value("1..")
+    drifted = [
+        n
+        for n, r in rows.items()
+        if r["drift"] and 0.25 <= float(r["drift"]) <= 0.8 and r["target_changed"] == "false" and int(r["drift_findings"]) >= 1
+    ]
+    assert drifted and _count_is(driver, drifted) and _view(driver) == drifted
+    assert all(not rows[n]["failure"] for n in drifted)
+
+
 def _hostile_run(out: Path) -> str:
     name = "<img src=x onerror=window.__pwned=1>"
     found = ExplorerRun()

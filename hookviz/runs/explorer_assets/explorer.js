@@ -142,16 +142,20 @@
     }
     return el('div', {cls: 'range'}, [el('span', {text: labelText}), el('span', {cls: 'pair'}, [input(0), input(1)])]);
   }
+  function searchBox(params, key, labelText, placeholder) {  // a text the column holds (any case)
+    var search = el('input', {type: 'search', name: key, placeholder: placeholder, value: params[key] || '', 'data-filter': key,
+      onchange: function () { var p = parseQuery(state.query); p[key] = search.value; setQuery(p); }});
+    return el('label', {}, [labelText + ' ', search]);
+  }
   function classOptions(name) { var col = state.cols[name]; return col.values.filter(function (v) { return v !== ''; }).sort().map(function (v) { return [v, v]; }); }
   function filters(params) {
     var box = el('form', {cls: 'filters', onsubmit: function (e) { e.preventDefault(); }});
-    var search = el('input', {type: 'search', name: 'q', placeholder: 'name or path in the data', value: params.q || '', 'data-filter': 'q',
-      onchange: function () { var p = parseQuery(state.query); p.q = search.value; setQuery(p); }});
-    box.appendChild(el('label', {}, ['name or path ', search]));
+    box.appendChild(searchBox(params, 'q', 'name or path', 'name or path in the data'));
     if (state.cols.true_class.values.some(function (v) { return v; })) box.appendChild(control(params, 'true_class', 'true class', classOptions('true_class')));
     box.appendChild(control(params, 'predicted', 'predicted', classOptions('predicted')));
     box.appendChild(control(params, 'correct', 'right or wrong', [['true', 'right'], ['false', 'wrong'], ['none', 'no true class']]));
     box.appendChild(control(params, 'status', 'status', state.cols.status.values.map(function (v) { return [v, v]; })));
+    if (state.cols.failure.data.some(function (t) { return t; })) box.appendChild(searchBox(params, 'failure', 'failure', 'words of its message'));
     box.appendChild(range(params, 'confidence', 'confidence (top-1 probability)'));
     [['dead', 'dead layers'], ['zero_grad', 'layers without gradient'], ['nonfinite', 'non-finite values'], ['notes', 'notes'], ['drift_findings', 'drift findings']].forEach(function (h) {
       box.appendChild(control(params, h[0], h[1], [['1..', 'some'], ['0', 'none']]));
