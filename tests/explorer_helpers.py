@@ -20,6 +20,12 @@ def explorer_samples(out: Path) -> dict[str, dict | None]:
     return dict(zip(names, details, strict=True))
 
 
+def explorer_data(out: Path) -> dict:
+    """``explorer-data.js``: the run and the sample table as the page reads them."""
+    text = (out / "explorer-data.js").read_text(encoding="ascii")
+    return json.loads(text[text.index("=") + 1 :].rstrip().rstrip(";"))
+
+
 def explorer_rows(out: Path) -> list[dict]:
     """``samples.csv``'s rows, in the list's order."""
     with open(out / "samples.csv", encoding="utf-8", newline="") as stream:

@@ -15,7 +15,7 @@ from bench.explorer_scale import generate
 from hookviz.runs.explorer import ExplorerRun, write_explorer
 from hookviz.runs.sample_table import SampleRow, imagefolder_classes
 
-from .explorer_helpers import explorer_rows
+from .explorer_helpers import explorer_data, explorer_rows, explorer_samples
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -122,6 +122,14 @@ def test_an_imagefolder_layout_gives_true_classes_and_a_flat_folder_none():
     }
     assert imagefolder_classes(["photos/a.png", "photos/b.png"]) == {}
     assert imagefolder_classes(["x/tabby/1.png", "y/espresso/2.png"]) == {}  # not one root
+
+
+def test_the_page_names_a_sample_below_its_data_and_an_absolute_path_outside_it_by_its_file_name():
+    from hookviz.runs.sample_table import paths_in_data
+
+    assert paths_in_data(["/home/them/photos/tabby/1.png", "/home/them/photos/cup.png", None]) == ["tabby/1.png", "cup.png", ""]
+    assert paths_in_data(["/home/them/photos/tabby/1.png", "/home/them/photos/espresso/2.png"]) == ["tabby/1.png", "espresso/2.png"]
+    assert paths_in_data(["/home/them/1.png", "given/2.png"]) == ["1.png", "given/2.png"]  # no folder holds both
 
 
 @browser
@@ -528,6 +536,14 @@ def test_an_imagefolder_run_takes_its_class_folders_as_true_classes(tmp_path):
     result = hookviz_run(tmp_path / "data", "--pictures", "summary", layer="features.3", out=tmp_path / "out")
     assert result.exit_code == 0, result.output
     assert {row["name"]: row["true_class"] for row in explorer_rows(tmp_path / "out")} == {"a": "tabby", "b": "espresso"}
+    # the page names each photo as it lies in the data, as its list shows it: a run folder copied to a
+    # colleague or published does not show (or leak) the folders above the data (/home/them/...)
+    data, details = explorer_data(tmp_path / "out"), explorer_samples(tmp_path / "out")
+    images = next(column["data"] for column in data["columns"] if column["name"] == "image")
+    assert sorted(images) == ["espresso/b.png", "tabby/a.png"]
+    assert {name: d["image"] for name, d in details.items()} == {"a": "tabby/a.png", "b": "espresso/b.png"}
+    page = "".join(p.read_text() for p in (tmp_path / "out").glob("*.js")) + (tmp_path / "out" / "index.html").read_text()
+    assert str(tmp_path / "data") not in page.replace("\\\\", "\\")
 
 
 @pytest.mark.parametrize("text", [None, "image,label\nonly-a-name\n"])

@@ -43,7 +43,8 @@
     return col.data[i];
   }
   function nameOf(i) { return value(state.cols.name, i); }
-  // a sample's path as it lies in the data (tabby/1.png): its path as given, less the folder that holds them all
+  // a sample's path as it lies in the data (tabby/1.png): the data's image column (a run folder written before
+  // it was: its path as given, less the folder that holds them all, its run's root)
   function shownPath(image) { var root = DATA.run.root || ''; return root && image.slice(0, root.length) === root ? image.slice(root.length) : image; }
   function inData() { return state.inData || (state.inData = {type: 'str', data: state.cols.image.data.map(shownPath)}); }
   function indexOf(name) {
