@@ -5,7 +5,6 @@ page that is not blank, a list that draws only what is on screen, escaped names,
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from urllib.parse import quote
 
@@ -15,38 +14,7 @@ from bench.explorer_scale import generate
 from hookviz.runs.explorer import ExplorerRun, write_explorer
 from hookviz.runs.sample_table import SampleRow, imagefolder_classes
 
-from .explorer_helpers import explorer_data, explorer_rows, explorer_samples
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-browser = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-)
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('profile')}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    found = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    found.implicitly_wait(5)  # a sample's details load after its route
-    yield found
-    found.quit()
+from .explorer_helpers import browser, explorer_data, explorer_rows, explorer_samples, listed, open_explorer, showing
 
 
 @pytest.fixture(scope="module")
@@ -56,32 +24,13 @@ def generated(tmp_path_factory):
     return out
 
 
-def _open(driver, out: Path, route: str = "#/"):
-    driver.get("about:blank")
-    driver.get((out / "index.html").as_uri() + route)
-    return driver.execute_script("return window.hookvizExplorer.state.readyMs") is not None
-
-
-def _showing(driver, name: str) -> bool:
-    """Whether the sample page shows ``name`` within 5 s (a key's route is drawn after its event)."""
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    script = "const s = document.querySelector('.sample'); return s && s.getAttribute('data-sample');"
-    try:
-        WebDriverWait(driver, 5, poll_frequency=0.02).until(lambda d: d.execute_script(script) == name)
-    except TimeoutException:
-        return False
-    return True
-
-
 def _lists_first(driver, route: str, name: str) -> bool:
     """Whether the list at ``route`` is drawn with ``name`` first within 5 s (a key's route is drawn after its event)."""
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
     def drawn(d) -> bool:
-        shown = _listed(d)
+        shown = listed(d)
         return d.execute_script("return location.hash") == route and bool(shown) and shown[0] == name
 
     try:
@@ -89,13 +38,6 @@ def _lists_first(driver, route: str, name: str) -> bool:
     except TimeoutException:
         return False
     return True
-
-
-def _listed(driver) -> list[str]:
-    rows = driver.execute_script(
-        "return Array.from(document.querySelectorAll('#list [data-sample]')).map(a => [a.getAttribute('data-sample'), a.offsetTop]);"
-    )
-    return [name for name, _ in sorted(rows, key=lambda row: row[1])]
 
 
 def test_samples_csv_holds_the_explorers_columns_one_row_per_sample(generated):
@@ -128,7 +70,10 @@ def test_the_page_names_a_sample_below_its_data_and_an_absolute_path_outside_it_
     from hookviz.runs.sample_table import paths_in_data
 
     assert paths_in_data(["/home/them/photos/tabby/1.png", "/home/them/photos/cup.png", None]) == ["tabby/1.png", "cup.png", ""]
-    assert paths_in_data(["/home/them/photos/tabby/1.png", "/home/them/photos/espresso/2.png"]) == ["tabby/1.png", "espresso/2.png"]
+    assert paths_in_data(["/home/them/photos/tabby/1.png", "/home/them/photos/espresso/2.png"]) == [
+        "tabby/1.png",
+        "espresso/2.png",
+    ]
     assert paths_in_data(["/home/them/1.png", "given/2.png"]) == ["1.png", "given/2.png"]  # no folder holds both
 
 
@@ -137,15 +82,15 @@ def test_the_page_names_a_sample_below_its_data_and_an_absolute_path_outside_it_
 def test_filters_and_sort_in_the_address_list_what_they_say(driver, generated):
     rows = {row["name"]: row for row in explorer_rows(generated)}
     wanted = rows["sample-000007"]["predicted"]
-    assert _open(driver, generated, f"#/?predicted={quote(wanted)}&sort=-confidence")
+    assert open_explorer(driver, generated / "index.html", f"#/?predicted={quote(wanted)}&sort=-confidence")
     expected = sorted((n for n, r in rows.items() if r["predicted"] == wanted), key=lambda n: -float(rows[n]["confidence"]))
-    assert _listed(driver) == expected and expected
+    assert listed(driver) == expected and expected
     assert driver.find_element("id", "shown").get_attribute("data-count") == str(len(expected))
     # a range and right/wrong, set from the page's own controls
     driver.execute_script("location.hash = '#/?correct=false&confidence=0.5..0.9&sort=name'")
     count = sum(r["correct"] == "false" and 0.5 <= float(r["confidence"]) <= 0.9 for r in rows.values())
     assert int(driver.find_element("id", "shown").get_attribute("data-count")) == count
-    shown = _listed(driver)
+    shown = listed(driver)
     assert shown == sorted(shown) and all(rows[n]["correct"] == "false" for n in shown)
     select = driver.find_element("css selector", "select[data-filter=correct]")
     assert select.get_attribute("value") == "false"
@@ -153,12 +98,12 @@ def test_filters_and_sort_in_the_address_list_what_they_say(driver, generated):
 
     Select(select).select_by_value("true")
     assert "correct=true" in driver.execute_script("return location.hash")
-    assert all(rows[n]["correct"] == "true" for n in _listed(driver))
+    assert all(rows[n]["correct"] == "true" for n in listed(driver))
 
 
 @browser
 @pytest.mark.slow
-def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_is_listed(driver, generated):
+def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_islisted(driver, generated):
     """A map's faithfulness range and randomisation verdict, a health check and notes filter the list,
     a figure sorts it; the confusion table counts the listed samples, and its cell lists them."""
     from urllib.parse import parse_qs
@@ -166,11 +111,11 @@ def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_
     rows = {row["name"]: row for row in explorer_rows(generated)}
     figure, verdict = "layer3:gradcam:deletion_auc", "layer4:gradcam:sanity"
     route = f"#/?{quote(figure)}=0.2..0.6&{quote(verdict)}=passes&dead=0&notes=0&sort=-{quote(figure)}"
-    assert _open(driver, generated, route)
+    assert open_explorer(driver, generated / "index.html", route)
     kept = [n for n, r in rows.items() if 0.2 <= float(r[figure]) <= 0.6 and r[verdict] == "passes" and r["dead"] == "0"]
     kept = sorted((n for n in kept if rows[n]["notes"] == "0"), key=lambda n: -float(rows[n][figure]))
     assert kept and driver.find_element("id", "shown").get_attribute("data-count") == str(len(kept))
-    assert _listed(driver) == kept[: len(_listed(driver))]
+    assert listed(driver) == kept[: len(listed(driver))]
     cell = driver.find_element("css selector", "table.confusion td.diag a")
     wanted = {k: v[0] for k, v in parse_qs(cell.get_attribute("href").split("?", 1)[1]).items()}
     klass = wanted["true_class"]
@@ -183,7 +128,7 @@ def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_
     WebDriverWait(driver, 5).until(lambda d: "predicted=" in d.execute_script("return location.hash"))
     driver.execute_script("window.hookvizExplorer.route()")
     assert driver.find_element("id", "shown").get_attribute("data-count") == str(len(both))
-    assert sorted(_listed(driver)) == sorted(both)
+    assert sorted(listed(driver)) == sorted(both)
 
 
 @browser
@@ -193,15 +138,15 @@ def test_a_sample_route_steps_with_the_keyboard_in_the_lists_order(driver, gener
 
     rows = explorer_rows(generated)
     order = [r["name"] for r in sorted(rows, key=lambda r: -float(r["confidence"]))]
-    assert _open(driver, generated, f"#/sample/{order[3]}?sort=-confidence")
+    assert open_explorer(driver, generated / "index.html", f"#/sample/{order[3]}?sort=-confidence")
     body = driver.find_element("tag name", "body")
-    assert _showing(driver, order[3])
+    assert showing(driver, order[3]) == order[3]
     body.send_keys(Keys.ARROW_RIGHT)
-    assert _showing(driver, order[4])
+    assert showing(driver, order[4]) == order[4]
     body.send_keys(Keys.ARROW_LEFT)
-    assert _showing(driver, order[3])  # each key's route drawn before the next key (a loaded machine is slow)
+    assert showing(driver, order[3]) == order[3]  # each key's route drawn before the next key (a loaded machine is slow)
     body.send_keys(Keys.ARROW_LEFT)
-    assert _showing(driver, order[2])
+    assert showing(driver, order[2]) == order[2]
     # the layers switch in place, the picture follows
     assert driver.find_element("id", "picture").get_attribute("src").endswith(f"{order[2]}/layer3.summary.png")
     body.send_keys(Keys.ARROW_DOWN)
@@ -217,7 +162,7 @@ def test_the_page_asks_for_nothing_outside_its_folder_and_is_not_blank(driver, g
     from PIL import Image
 
     driver.get_log("performance")  # what came before
-    assert _open(driver, generated, "#/?sort=name")
+    assert open_explorer(driver, generated / "index.html", "#/?sort=name")
     driver.execute_script("location.hash = '#/sample/sample-000001'")
     driver.find_element("css selector", ".sample")
     driver.save_screenshot(str(tmp_path / "sample.png"))
@@ -226,7 +171,7 @@ def test_the_page_asks_for_nothing_outside_its_folder_and_is_not_blank(driver, g
     folder = generated.as_uri() + "/"
     assert urls and all(url.startswith(folder) for url in urls), [u for u in urls if not u.startswith(folder)]
     assert any(url.endswith("explorer-samples-0.js") for url in urls)
-    _open(driver, generated, "#/")
+    open_explorer(driver, generated / "index.html", "#/")
     driver.save_screenshot(str(tmp_path / "list.png"))
     for name in ("list.png", "sample.png"):
         with Image.open(tmp_path / name) as shot:
@@ -239,15 +184,15 @@ def test_the_page_asks_for_nothing_outside_its_folder_and_is_not_blank(driver, g
 @pytest.mark.slow
 def test_ten_thousand_samples_draw_only_the_rows_on_screen(driver, tmp_path):
     generate(tmp_path, 10_000, pictures=False)
-    assert _open(driver, tmp_path)
+    assert open_explorer(driver, tmp_path / "index.html")
     assert driver.find_element("id", "shown").get_attribute("data-count") == "10000"
-    drawn = len(_listed(driver))
+    drawn = len(listed(driver))
     assert 5 < drawn < 40
     driver.execute_script(
         "document.getElementById('list').scrollTop = 84 * 5000;"
         "document.getElementById('list').dispatchEvent(new Event('scroll'));"
     )
-    assert "sample-005000" in _listed(driver) and len(_listed(driver)) < 40
+    assert "sample-005000" in listed(driver) and len(listed(driver)) < 40
 
 
 FAILURES = ("CUDA out of memory", "cannot read the image: truncated file")
@@ -320,7 +265,7 @@ def test_the_failures_and_drift_filters_set_in_the_page_list_what_samples_csv_sa
 
     _compared_run(tmp_path)
     rows = {row["name"]: row for row in explorer_rows(tmp_path)}
-    assert _open(driver, tmp_path, "#/")
+    assert open_explorer(driver, tmp_path / "index.html", "#/")
     Select(driver.find_element("css selector", "select[data-filter=status]")).select_by_value("failed")
     failed = [n for n, r in rows.items() if r["status"] == "failed"]
     assert failed and _count_is(driver, failed) and _view(driver) == failed
@@ -389,8 +334,8 @@ def _hostile_run(out: Path) -> str:
 @pytest.mark.slow
 def test_names_from_users_files_are_text_and_cannot_run_script(driver, tmp_path):
     name = _hostile_run(tmp_path)
-    assert _open(driver, tmp_path, "#/?true_class=" + quote("<script>window.__pwned=2</script>"))
-    assert _listed(driver) == [name]
+    assert open_explorer(driver, tmp_path / "index.html", "#/?true_class=" + quote("<script>window.__pwned=2</script>"))
+    assert listed(driver) == [name]
     assert driver.find_element("css selector", "#list [data-sample] b").text == name
     driver.execute_script("location.hash = arguments[0]", "#/sample/" + quote(name, safe=""))
     assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == name
@@ -433,8 +378,8 @@ def test_the_name_filter_finds_a_name_or_a_path_in_the_data_not_the_folders_abov
     listed every sample for ``q=holiday``, or ``q=tmp``)."""
     _rows_under(tmp_path, tmp_path / "holiday", ["tabby/walk.png", "tabby/jump.png", "espresso/cup.png"])
     for query, expected in (("holiday", []), ("tmp", []), ("tabby", ["jump", "walk"]), ("cup", ["cup"]), ("SO/c", ["cup"])):
-        assert _open(driver, tmp_path, "#/?q=" + quote(query))
-        assert sorted(_listed(driver)) == expected, query
+        assert open_explorer(driver, tmp_path / "index.html", "#/?q=" + quote(query))
+        assert sorted(listed(driver)) == expected, query
     row = driver.find_element("css selector", "#list [data-sample=cup]")
     assert row.get_attribute("title") == "espresso/cup.png" and "cup espresso/cup.png" in row.text  # where it lies, shown
 
@@ -491,7 +436,7 @@ def test_an_atlas_channel_has_its_own_address(driver, tmp_path):
     atlas = read_atlas(tmp_path)
     assert atlas is not None and atlas["folder"] == "atlas"
     write_explorer(tmp_path, found, {"title": "atlas", "layers": ["layer3"]}, atlas, "<h1>atlas</h1>")
-    assert _open(driver, tmp_path, "#/channel/layer3/1")
+    assert open_explorer(driver, tmp_path / "index.html", "#/channel/layer3/1")
     page = driver.find_element("css selector", ".channel")
     assert page.get_attribute("data-channel") == "layer3/1" and "stripes 1" in page.text
     crops = driver.execute_script(
@@ -501,7 +446,7 @@ def test_an_atlas_channel_has_its_own_address(driver, tmp_path):
     assert [src for src, _ in crops] == ["atlas/crops/layer3/1/0.png", "atlas/crops/layer3/1/1.png"]
     assert all(width == 32 for _, width in crops)
     driver.find_element("tag name", "body").send_keys("j")
-    assert driver.find_element("css selector", ".channel").get_attribute("data-channel") == "layer3/2"
+    assert showing(driver, "layer3/2", "channel") == "layer3/2"  # drawn after the key
 
 
 def _photos(folder: Path, names: list[str]) -> None:
