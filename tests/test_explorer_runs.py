@@ -85,7 +85,7 @@ def test_a_run_of_clips_lists_each_clip_with_its_animation(driver, tmp_path):
     _within(driver, out)
 
 
-def test_a_model_of_several_inputs_shows_each_input_of_ashowing(driver, tmp_path):
+def test_a_model_of_several_inputs_shows_each_input_of_a_sample(driver, tmp_path):
     from hookviz.tasks.segment import Segment
 
     rgb = _photos(tmp_path / "rgb", ["a/001.png", "a/002.png", "b/003.png"])
