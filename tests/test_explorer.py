@@ -14,7 +14,17 @@ from bench.explorer_scale import generate
 from hookviz.runs.explorer import ExplorerRun, write_explorer
 from hookviz.runs.sample_table import SampleRow, imagefolder_classes
 
-from .explorer_helpers import browser, explorer_data, explorer_rows, explorer_samples, listed, open_explorer, showing
+from .explorer_helpers import (
+    browser,
+    explorer_data,
+    explorer_rows,
+    explorer_samples,
+    listed,
+    loaded_images,
+    open_explorer,
+    requested,
+    showing,
+)
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +188,26 @@ def test_the_page_asks_for_nothing_outside_its_folder_and_is_not_blank(driver, g
             colours = shot.convert("RGB").getcolors(maxcolors=1 << 20)
         assert colours is not None and len(colours) > 50  # text, thumbnails, controls: not a blank page
         assert max(count for count, _ in colours) < 0.95 * shot.width * shot.height
+
+
+@browser
+@pytest.mark.slow
+def test_a_zipped_run_folder_opens_where_it_is_unzipped(driver, generated, tmp_path):
+    """Issue 40 item 1: a run folder sent as a zip works from wherever it is unpacked: its list, a
+    sample's pictures, every request inside the unpacked folder (none to where the run was made)."""
+    import shutil
+
+    out = tmp_path / "unzipped"
+    shutil.unpack_archive(shutil.make_archive(str(tmp_path / "run"), "zip", generated), out)
+    assert open_explorer(driver, out / "index.html", "#/?sort=-name")
+    assert listed(driver)[:2] == ["sample-000299", "sample-000298"]
+    driver.execute_script("location.hash = '#/sample/sample-000298?sort=-name'")
+    assert showing(driver, "sample-000298") == "sample-000298"
+    images = loaded_images(driver)
+    assert images and [src for src, width in images if not width] == []
+    assert "sample-000298/layer3.summary.png" in [src for src, _ in images]
+    urls = requested(driver)
+    assert urls and [url for url in urls if not url.startswith(out.as_uri() + "/")] == []
 
 
 @browser
