@@ -113,7 +113,7 @@ def test_filters_and_sort_in_the_address_list_what_they_say(driver, generated):
 
 @browser
 @pytest.mark.slow
-def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_islisted(driver, generated):
+def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_is_listed(driver, generated):
     """A map's faithfulness range and randomisation verdict, a health check and notes filter the list,
     a figure sorts it; the confusion table counts the listed samples, and its cell lists them."""
     from urllib.parse import parse_qs
@@ -206,6 +206,15 @@ def test_a_zipped_run_folder_opens_where_it_is_unzipped(driver, generated, tmp_p
     images = loaded_images(driver)
     assert images and [src for src, width in images if not width] == []
     assert "sample-000298/layer3.summary.png" in [src for src, _ in images]
+    # its numbers beside its pictures: the prediction's list, the objective, its row's figures (issue 40 item 3)
+    row = next(r for r in explorer_rows(generated) if r["name"] == "sample-000298")
+    numbers = driver.find_element("css selector", ".numbers")
+    assert [li.text for li in numbers.find_elements("css selector", ".top5 li")] == [
+        f"{row['predicted']} ({float(row['confidence']):.3f})"
+    ]
+    assert "objective: logit" in numbers.text
+    figure = numbers.find_element("xpath", ".//th[text()='layer3:gradcam:deletion_auc']/following-sibling::td")
+    assert float(figure.text) == pytest.approx(float(row["layer3:gradcam:deletion_auc"]), rel=1e-3)
     urls = requested(driver)
     assert urls and [url for url in urls if not url.startswith(out.as_uri() + "/")] == []
 
