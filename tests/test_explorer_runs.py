@@ -195,6 +195,8 @@ def test_a_samples_top_channels_link_their_pages_of_the_runs_atlas(driver, tmp_p
     shown = [str(Path(t["source"]).relative_to(photos).as_posix()) for t in item["top"]]
     assert [c.split(" \u00b7 ")[0] for c in captions] == shown and str(tmp_path) not in " ".join(captions)
     assert [t["shown"] for t in item["top"]] == shown  # atlas.json's, which the atlas's own pages show too
+    assert [f.get_attribute("title") for f in driver.find_elements("css selector", ".crops figure")] == shown
+    assert str(tmp_path) not in (out / "explorer-atlas.js").read_text()  # nor in the page's data (a published run)
     page = (atlas / item["page"]).read_text()
     assert all(f">{name}</span>" in page for name in shown)
     mean = driver.find_element("xpath", "//table[@class='figures']//th[text()='mean']/following-sibling::td").text

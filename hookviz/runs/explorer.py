@@ -281,7 +281,7 @@ def write_explorer(out: Path, found: ExplorerRun, run_info: dict, atlas: dict | 
         )
     _remove_stale_chunks(out, chunks)
     if atlas is not None:
-        atomic_write(out / ATLAS_DATA, _script("window.HOOKVIZ_ATLAS", atlas))
+        atomic_write(out / ATLAS_DATA, _script("window.HOOKVIZ_ATLAS", _page_atlas(atlas)))
     data = {
         "schema": SCHEMA,
         "run": {**run_info, "atlas": atlas is not None, "fixed": [name for name, _ in found.table.value_columns()]},
@@ -294,6 +294,34 @@ def write_explorer(out: Path, found: ExplorerRun, run_info: dict, atlas: dict | 
     atomic_write(out / SAMPLES_CSV, table_csv(found.table))
     _write_parquet(out, found.table)
     return atomic_write(out / "index.html", _page(run_info.get("title") or "", heading_html).encode("utf-8"))
+
+
+def _page_atlas(atlas: dict) -> dict:
+    """The atlas as the page holds it: each example by its path as it lies in the data (``shown``),
+    not its source path, and not its failed samples' paths, so that a published run folder names
+    no folder above the data (atlas.json keeps them)."""
+    layers = []
+    for layer in atlas.get("layers") or []:
+        if isinstance(layer, dict):
+            items = [_page_item(item) if isinstance(item, dict) else item for item in layer.get("items") or []]
+            layer = {**layer, "items": items}
+        layers.append(layer)
+    return {**{key: value for key, value in atlas.items() if key != "failed"}, "layers": layers}
+
+
+def _page_item(item: dict) -> dict:
+    found = dict(item)
+    for key in ("top", "relevance_top"):
+        if isinstance(item.get(key), list):
+            found[key] = [_page_example(example) if isinstance(example, dict) else example for example in item[key]]
+    return found
+
+
+def _page_example(example: dict) -> dict:
+    """An example without its source: ``shown``, or (an atlas written before it had one) its file name."""
+    found = {key: value for key, value in example.items() if key != "source"}
+    found["shown"] = example.get("shown") or str(example.get("source") or "").replace("\\", "/").rsplit("/", 1)[-1]
+    return found
 
 
 def _write_parquet(out: Path, table: SampleTable) -> None:

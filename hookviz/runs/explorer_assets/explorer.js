@@ -455,7 +455,7 @@
     var grid = el('div', {cls: 'crops'}, [el('h3', {text: title})]);
     top.forEach(function (t) {
       var shown = t.shown || String(t.source).split(/[\\/]/).pop();  // as it lies in the data (an older atlas: its file name)
-      grid.appendChild(el('figure', {title: String(t.source)}, [el('img', {src: folder + '/' + path(t.overlay || t.crop), alt: shown}), el('figcaption', {text: shown + ' \u00b7 ' + measure + ' ' + fmt(t.score)})]));
+      grid.appendChild(el('figure', {title: shown}, [el('img', {src: folder + '/' + path(t.overlay || t.crop), alt: shown}), el('figcaption', {text: shown + ' \u00b7 ' + measure + ' ' + fmt(t.score)})]));
     });
     return grid;
   }
