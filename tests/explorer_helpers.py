@@ -90,6 +90,20 @@ def showing(driver, expected: str, what: str = "sample") -> str | None:
     return found
 
 
+def listing(driver, route: str) -> list[str]:
+    """``listed`` once the page's address is ``route`` and its list is drawn (a key's or a link's
+    route is drawn after its event): 5 s at most, ``[]`` when it is not."""
+    import time
+
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        found = listed(driver) if driver.execute_script("return location.hash") == route else []
+        if found:
+            return found
+        time.sleep(0.02)
+    return []
+
+
 def listed(driver) -> list[str]:
     """The ``data-sample`` of each row drawn in the list, top to bottom."""
     rows = driver.execute_script(

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from .cli_helpers import hookviz_cli, hookviz_run
-from .explorer_helpers import browser, explorer_rows, listed, loaded_images, open_explorer, requested, showing
+from .explorer_helpers import browser, explorer_rows, listed, listing, loaded_images, open_explorer, requested, showing
 
 pytestmark = [browser, pytest.mark.slow]  # runs of the CLI, then headless Chromium: seconds of CPU each
 
@@ -159,7 +159,7 @@ def test_a_diff_folder_shows_before_and_after_side_by_side(driver, tmp_path):
     assert "../base/dog/features.3.cam.png" in sources and "dog/features.3.cam.png" in sources
     assert "target 0 \u2192 1" in driver.find_element("css selector", ".numbers").text
     driver.find_element("tag name", "body").send_keys("\ue00c")  # Escape: back to the list, its filter kept
-    assert driver.execute_script("return location.hash") == "#/?target_changed=true" and listed(driver)
+    assert listing(driver, "#/?target_changed=true")  # drawn after the key
     _within(driver, new, base)
 
 
