@@ -259,6 +259,16 @@ def _set_range(driver, key: str, low: str, high: str) -> None:
         box = driver.find_element("css selector", f"input[data-filter='{key}:{side}']")
         box.clear()
         box.send_keys(text, Keys.TAB)
+        _settled(driver)
+
+
+def _settled(driver) -> None:
+    """Wait (5 s at most) until the list is drawn for the address a control set: the next control
+    starts from the list's filters, which follow the address when its route has run."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    script = "const h = location.hash, at = h.indexOf('?'); return window.hookvizExplorer.state.query === (at < 0 ? '' : h.slice(at + 1));"
+    WebDriverWait(driver, 5, poll_frequency=0.02).until(lambda d: d.execute_script(script))
 
 
 def _view(driver) -> list[str]:
@@ -300,8 +310,10 @@ def test_the_failures_and_drift_filters_set_in_the_page_list_what_samples_csv_sa
     assert "status=failed" in driver.execute_script("return location.hash")
     # the drift: a range of the largest relative change, a changed target, drift findings
     driver.find_element("css selector", "a.clear").click()
+    assert _count_is(driver, list(rows))  # the clear list drawn before the next control reads the address
     _set_range(driver, "drift", "0.25", "0.8")
     Select(driver.find_element("css selector", "select[data-filter=target_changed]")).select_by_value("false")
+    _settled(driver)
     Select(driver.find_element("css selector", "select[data-filter=drift_findings]")).select_by_value("1..")
     drifted = [
         n
