@@ -121,6 +121,8 @@
   }
 
   // ---------------------------------------------------------------- the list
+  // the list's filters as the address holds them now: a control changed before the last one's route has run keeps it
+  function addressQuery() { var h = location.hash, at = h.indexOf('?'); return at < 0 ? '' : h.slice(at + 1); }
   function setQuery(params) {
     var q = new URLSearchParams();
     Object.keys(params).forEach(function (k) { if (params[k] !== '' && params[k] !== undefined) q.set(k, params[k]); });
@@ -129,7 +131,7 @@
   }
   function control(params, key, labelText, options) {
     var current = params[key] || '';
-    var select = el('select', {name: key, 'data-filter': key, onchange: function () { var p = parseQuery(state.query); p[key] = select.value; setQuery(p); }});
+    var select = el('select', {name: key, 'data-filter': key, onchange: function () { var p = parseQuery(addressQuery()); p[key] = select.value; setQuery(p); }});
     select.appendChild(el('option', {value: '', text: 'any'}));
     options.forEach(function (o) { var opt = el('option', {value: o[0], text: o[1]}); if (o[0] === current) opt.selected = true; select.appendChild(opt); });
     return el('label', {}, [labelText + ' ', select]);
@@ -138,14 +140,14 @@
     var parts = (params[key] || '').split('..');
     function input(side) {
       var box = el('input', {type: 'number', step: 'any', 'data-filter': key + (side ? ':max' : ':min'), placeholder: side ? 'max' : 'min', value: parts.length === 2 ? parts[side] : '',
-        onchange: function () { var p = parseQuery(state.query); var lo = box.parentNode.children[0].value, hi = box.parentNode.children[1].value; p[key] = (lo || hi) ? lo + '..' + hi : ''; setQuery(p); }});
+        onchange: function () { var p = parseQuery(addressQuery()); var lo = box.parentNode.children[0].value, hi = box.parentNode.children[1].value; p[key] = (lo || hi) ? lo + '..' + hi : ''; setQuery(p); }});
       return box;
     }
     return el('div', {cls: 'range'}, [el('span', {text: labelText}), el('span', {cls: 'pair'}, [input(0), input(1)])]);
   }
   function searchBox(params, key, labelText, placeholder) {  // a text the column holds (any case)
     var search = el('input', {type: 'search', name: key, placeholder: placeholder, value: params[key] || '', 'data-filter': key,
-      onchange: function () { var p = parseQuery(state.query); p[key] = search.value; setQuery(p); }});
+      onchange: function () { var p = parseQuery(addressQuery()); p[key] = search.value; setQuery(p); }});
     return el('label', {}, [labelText + ' ', search]);
   }
   function classOptions(name) { var col = state.cols[name]; return col.values.filter(function (v) { return v !== ''; }).sort().map(function (v) { return [v, v]; }); }
@@ -167,7 +169,7 @@
       if (c.type === 'str') box.appendChild(control(params, c.name, c.name, [['passes', 'passes'], ['fails', 'fails']]));
       else box.appendChild(range(params, c.name, c.name));
     });
-    var sort = el('select', {name: 'sort', 'data-filter': 'sort', onchange: function () { var p = parseQuery(state.query); p.sort = sort.value; setQuery(p); }});
+    var sort = el('select', {name: 'sort', 'data-filter': 'sort', onchange: function () { var p = parseQuery(addressQuery()); p.sort = sort.value; setQuery(p); }});
     sort.appendChild(el('option', {value: '', text: 'run order'}));
     DATA.columns.forEach(function (c) {
       [['', ' \u2191'], ['-', ' \u2193']].forEach(function (d) { var opt = el('option', {value: d[0] + c.name, text: c.name + d[1]}); if (params.sort === d[0] + c.name) opt.selected = true; sort.appendChild(opt); });
