@@ -362,6 +362,7 @@ def test_a_slurm_array_with_shard_auto_over_a_from_list_maps_the_listed_samples(
     assert {(example["source"], example["shown"]) for example in examples} == {(str(p), p.name) for p in listed}
 
 
+@pytest.mark.slow  # encodes two videos, three clip atlases and a merge
 def test_clip_shards_agree_on_frames_and_merge_with_them(tmp_path):
     """A clip's ``--frames`` and ``--clips`` make the samples: a shard run with other ``--frames`` is
     refused (it was not compared), and ``--merge`` takes them from the shards (it planned the
@@ -384,3 +385,25 @@ def test_clip_shards_agree_on_frames_and_merge_with_them(tmp_path):
     result = hookviz_cli("atlas", "--merge", tmp_path / "atlas", "--quiet")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "atlas" / "atlas.json").read_text()) == json.loads(written)
+
+
+def test_torchrun_processes_each_take_their_shard_and_the_last_writes_the_atlas(tmp_path):
+    """Under torchrun (``RANK``/``WORLD_SIZE``, no ``--shard`` typed) each process takes its own
+    slice, as ``hookviz run`` does, and the last to finish writes the atlas of all the samples."""
+    data = _photos(tmp_path / "photos", per_class=1)
+    said = []
+    for rank in (1, 0):
+        env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}
+        result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYERS[0], "--top", 2,
+                             "--out", tmp_path / "atlas", env=env)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        said.append(result.output)
+    assert "1 samples done; the atlas is written when shard 1 end" in said[0] and "atlas of 2 samples" in said[1]
+    states = sorted(p.name for p in (tmp_path / "atlas" / ".atlas-state").glob("state-*"))
+    assert states == ["state-1-of-2.npz", "state-2-of-2.npz"]
+    examples = {
+        e["source"]
+        for item in json.loads((tmp_path / "atlas" / "atlas.json").read_text())["layers"][0]["items"]
+        for e in item["top"]
+    }
+    assert examples == {str(path) for path in data.rglob("*.png")}

@@ -27,8 +27,9 @@ _RENDERING = "rendering"
 @dataclass(frozen=True)
 class AtlasResult:
     """``out``: the folder; ``written``: whether atlas.json was written (a shard that is not the
-    last leaves it to the others); ``samples``: this part's samples mapped (as atlas.json counts them), ``failed``: those that could not be read; ``waiting``:
-    the shards not finished yet."""
+    last leaves it to the others); ``samples``: the samples mapped (as atlas.json counts them),
+    ``failed``: those that could not be read, both the atlas's when it was written (by the last
+    shard: every shard's), else this part's; ``waiting``: the shards not finished yet."""
 
     out: Path
     written: bool
@@ -67,11 +68,12 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     states, waiting = _shard_states(request.out, request.shard, (path, state))
     if waiting or not _claim(request.out):
         return AtlasResult(request.out, False, state.mapped, len(state.failed), waiting)
+    merged = _merged(states)
     try:
-        render(plan, _merged(states))
+        render(plan, merged)
     finally:
         (request.out / STATE_FOLDER / _RENDERING).unlink(missing_ok=True)
-    return AtlasResult(request.out, True, state.mapped, len(state.failed))
+    return AtlasResult(request.out, True, merged.mapped, len(merged.failed))  # the atlas's, as --merge says them
 
 
 def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, say=None, **given) -> AtlasResult:
