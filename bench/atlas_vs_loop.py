@@ -122,7 +122,7 @@ def streamed_memory(command: list[str]) -> list[tuple[int, float]]:
     done = [0]
 
     def progress() -> None:
-        for line in iter(lambda: process.stderr.read(64), b""):  # type: ignore[union-attr]
+        for line in iter(lambda: process.stderr.read(64), b""):
             found = re.findall(rb"atlas: (\d+)/", line)
             done[0] = int(found[-1]) if found else done[0]
 
