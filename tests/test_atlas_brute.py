@@ -407,3 +407,29 @@ def test_torchrun_processes_each_take_their_shard_and_the_last_writes_the_atlas(
         for e in item["top"]
     }
     assert examples == {str(path) for path in data.rglob("*.png")}
+
+
+def test_every_page_shows_its_channels_examples_histogram_and_classes_and_every_link_resolves(tmp_path):
+    """The pages a person reads: the index has a row per channel, sortable by a value in each cell,
+    linking its channel's page; each page shows its K crops (each a file there), the histogram of its
+    maximum and its classes; no link or picture points at nothing."""
+    import re
+
+    data = _photos(tmp_path / "photos", per_class=2)
+    make_atlas(_request(data, tmp_path / "atlas"))
+    out = tmp_path / "atlas"
+    document = json.loads((out / "atlas.json").read_text())
+    index = (out / "index.html").read_text()
+    for layer in document["layers"]:
+        for item in layer["items"]:
+            assert f'<a href="{item["page"]}">{item["index"]}</a>' in index
+            page = out / item["page"]
+            text = page.read_text()
+            crops = re.findall(r'<img class=(?:map|raw) src="([^"]+)"', text)
+            assert len(crops) == 2 * len(item["top"]) == 2 * 3  # each crop bare and with the map over it
+            assert "<svg" in text and ">apples<" in text and ">sky<" in text
+            for link in crops + re.findall(r'<a href="([^"#]+)"', text):
+                assert (page.parent / link).resolve().is_file(), (page, link)
+    assert index.count("<tr><td data-v=") == sum(layer["channels"] for layer in document["layers"])
+    for link in re.findall(r'(?:src|href)="([^"#]+)"', index):
+        assert (out / link).is_file(), link
