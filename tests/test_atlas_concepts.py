@@ -306,7 +306,10 @@ def test_merge_names_and_visualises_as_the_shards_were_run_and_refuses_a_line_th
     state.rendering = {**state.rendering, "visualize": 0}
     state.save(second)
     result = merged()
-    assert result.exit_code == 2 and "the shards were run with different --visualize (shard 1: 1, shard 2: 0)" in result.output
+    assert (
+        result.exit_code == 2
+        and "the shards were run with different --visualize (state-1-of-2.npz: 1, state-2-of-2.npz: 0)" in result.output
+    )
     result = merged("--visualize", 0)
     assert result.exit_code == 0, result.output
     assert visualised() == []

@@ -149,10 +149,11 @@ def _merge_rendering(out: Path, states: list[AtlasState], given: dict) -> dict:
             on = [(number, record[name]) for number, record in recorded if name == group[0] or record[group[0]]]
             values = dict.fromkeys(comparable(name, value) for _, value in on)
             if len(values) > 1 and name not in given:
-                listed = ", ".join(f"shard {number}: {value}" for number, value in on)
+                count = states[0].shard[1] if states[0].shard else 1
+                listed = ", ".join(f"{state_path(out, (number, count)).name}: {value}" for number, value in on)
                 raise UsageError(
                     f"{arg('merge', display_path(out))}: the shards were run with different {arg(name)} ({listed}); "
-                    f"give {arg(name)} to choose"
+                    f"give {arg(name)} to choose, or run those that differ again with the others' options"
                 )
             if len(values) == 1 and name in given and comparable(name, given[name]) not in values:
                 raise UsageError(
