@@ -338,6 +338,9 @@ def test_shards_run_with_other_options_are_refused_by_the_last_shard_and_by_merg
     assert "run the shards that differ again with the same options" in line and not (out / "atlas.json").exists()
     alike = shard(out, "--top", 3)  # run again with shard 1's options: the atlas
     assert alike.exit_code == 0 and (out / "atlas.json").is_file(), alike.output
+    assert "--visualize: " in _one_line(shard(out, "--top", 3, "--skip-existing", "--visualize", 1, "--visualize-steps", 2))
+    merged = hookviz_cli("atlas", "--merge", out, "--quiet")  # the refused shard's state was left as it was
+    assert merged.exit_code == 0, merged.output
 
 
 def test_a_slurm_array_with_shard_auto_over_a_from_list_maps_the_listed_samples(tmp_path):

@@ -54,12 +54,12 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     state = _resumed(plan, path) if request.skip_existing else None
     if state is None:
         state = AtlasState(plan.recipe(), request.shard)
-    if state.rendering != request.rendering():  # what --merge takes: this command line's, a resumed one's too
-        state.rendering = request.rendering()
-        if state.finished:
-            state.save(path)
-    if request.shard is not None:  # shards run otherwise in the folder: said now, not after the work
+    recorded = state.rendering
+    state.rendering = request.rendering()  # what --merge takes: this command line's, a resumed one's too
+    if request.shard is not None:  # shards run otherwise in the folder: said now, not after the work (nor saved)
         _shard_states(request.out, request.shard, (path, state), but=request.shard[0])
+    if state.rendering != recorded and state.finished:
+        state.save(path)
     if not state.finished:
         collect(plan, state, lambda s: s.save(path), on_batch)
     if request.shard is None:
