@@ -243,9 +243,11 @@ def _merge_states(out: Path, count: int) -> tuple[list[AtlasState], tuple[int, .
 
 def _sample_options(recipe: dict) -> tuple:
     """The sample kinds' options a recipe records (``AtlasRequest.recipe``): a clip's ``--frames``..."""
+    from dataclasses import fields
+
     from hookviz.samples import VideoOptions
 
-    known = {"model", "weights", "seed", "layers", "top", "rank", "relevance", "relevance_rule", "sources", "samples"}
+    known = {item.name for item in fields(AtlasRequest)} | {"samples"}  # the rest: AtlasRequest._sample_settings
     given = {name: value for name, value in recipe.items() if name not in known}
     return (VideoOptions(**given),) if given else ()
 
