@@ -140,3 +140,39 @@ def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava, tm
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["error"] == result.stderr.strip().removeprefix("hookviz: error: ")
     assert [(e["status"], e["error"]) for e in run["images"]] == [("not_done", "the run stopped on an error")]
+
+
+def test_the_run_holds_its_out_as_any_run_does(llava, tmp_path, monkeypatch):
+    """A run writing into --out now (here held as a run holds it) refuses this one in one line before
+    the model loads, nothing written; while this one explains, another run is refused in turn; at
+    its end the folder is free, and marked as a run's output."""
+    from hookviz.errors import OutputError
+    from hookviz.inputs.discovery import OUTPUT_MARKER
+    from hookviz.store.outfolder import FolderLock
+    from hookviz.vlm import explain
+
+    out = tmp_path / "out"
+    out.mkdir()
+    other = FolderLock(out)
+    assert other.acquire()
+    refused = _run(llava, out, "--answer", "a cat")
+    other.release()
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.strip().splitlines() == [
+        f"hookviz: error: --out {out}: another hookviz run is writing into this folder now; wait for it to end, "
+        "or choose another --out (shards of one run share a folder with --shard K/N)"
+    ]
+    assert sorted(p.name for p in out.iterdir()) == [".hookviz-run.lock"]
+
+    real, seen = explain.explain_photo, []
+
+    def explain_photo(*args, **kwargs):
+        with pytest.raises(OutputError, match="another hookviz run is writing into this folder now"):
+            FolderLock(out).acquire()
+        seen.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(explain, "explain_photo", explain_photo)
+    result = _run(llava, out, "--answer", "a cat")
+    assert result.exit_code == 0 and seen == [1], result.output
+    assert FolderLock(out).acquire() and (out / OUTPUT_MARKER).exists()

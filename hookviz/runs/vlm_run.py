@@ -84,12 +84,14 @@ class VlmRunner:
 
     def __init__(self, model, paths, request, out: Path, *, options: VlmOptions = VlmOptions(), on_start=None, on_photo=None):
         from hookviz.store.folders import output_names
+        from hookviz.store.outfolder import FolderLock
 
         self.model_options, self.request, self.out, self.options = model, request, Path(out), options
         self.paths = [Path(path) for path in paths]
         self.names = output_names(self.paths)
         self.on_start, self.on_photo = on_start, on_photo
         self.state = RunState()
+        self.hold = FolderLock(self.out)  # no other run writes into out meanwhile
         self.statuses: dict[Path, ImageStatus] = {}
         self.layers: dict[str, None] = {}
         self.loaded: LoadedModel | None = None
@@ -102,7 +104,12 @@ class VlmRunner:
             UsageError: a request no photo could meet (an answer of no tokens, a prompt past the context).
             RunInterrupted: Ctrl-C or SIGTERM; the files of the photos finished are complete.
         """
+        from hookviz.store.outfolder import check_out
+
         try:
+            check_out(self.out, self.paths)
+            if self.out.is_dir():  # refused before the model loads, when a run is there now
+                self.hold.acquire(create=False)
             model, loaded = self._load()
             self.state.begin_batches()
             for path in self.paths:
@@ -115,8 +122,11 @@ class VlmRunner:
             self.state.fail(str(error) if isinstance(error, HookvizError) else describe(error))
             raise
         finally:
-            self.state.begin_finishing()
-            summary = self._describe()
+            try:
+                self.state.begin_finishing()
+                summary = self._describe()
+            finally:
+                self.hold.release()
         if self.state.interrupted:
             raise RunInterrupted(summary)
         return summary
@@ -140,12 +150,16 @@ class VlmRunner:
 
     def _load(self):
         from hookviz.models.loading import load_model
+        from hookviz.store.files import sweep_stale_files
+        from hookviz.store.outfolder import claim_out
         from hookviz.vlm.families.base import family_of
 
         loaded = load_model(self.model_options)
         model = _dtype(loaded, self.options.dtype)
         family_of(model, loaded.name)
         self.modules = set(dict(model.named_modules()))
+        claim_out(self.out, self.hold)  # as any run holds its folder: no other writes there meanwhile
+        sweep_stale_files(self.out)
         self.loaded = loaded  # from now on the run is described in OUT
         if self.on_start is not None:
             self.on_start()
