@@ -176,3 +176,30 @@ def test_the_run_holds_its_out_as_any_run_does(llava, tmp_path, monkeypatch):
     result = _run(llava, out, "--answer", "a cat")
     assert result.exit_code == 0 and seen == [1], result.output
     assert FolderLock(out).acquire() and (out / OUTPUT_MARKER).exists()
+
+
+def test_a_photo_turned_by_its_exif_orientation_is_seen_upright(llava, tmp_path):
+    """As a photo run reads it (``inputs.images.load_image``): a camera's photo stored on its side
+    with EXIF orientation 6 gives the answer and maps of the same photo stored upright."""
+    import numpy as np
+    from PIL import Image
+
+    upright = Image.open(SAMPLES / "cat.png").convert("RGB").crop((60, 0, 360, 200))
+    upright.save(tmp_path / "upright.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: turn a quarter clockwise to show it
+    upright.transpose(Image.Transpose.ROTATE_90).save(tmp_path / "turned.png", exif=exif)
+    photos = (tmp_path / "upright.png", tmp_path / "turned.png")
+    result = _run(llava, tmp_path / "out", "--max-new-tokens", "2", "--save-tensors", photos=photos)
+    assert result.exit_code == 0, result.output
+    reports = [json.loads((tmp_path / "out" / name / "report.json").read_text()) for name in ("upright", "turned")]
+    assert reports[0]["text"] == reports[1]["text"]
+    with np.load(tmp_path / "out" / "upright" / "tensors.npz") as a, np.load(tmp_path / "out" / "turned" / "tensors.npz") as b:
+        assert sorted(a.files) == sorted(b.files) and a.files
+        for key in a.files:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
+
+    import hookviz
+
+    seen = hookviz.explain(f"hf:{llava}", tmp_path / "turned.png", prompts=PROMPT, answer="a cat").photo
+    assert np.allclose(seen, hookviz.explain(f"hf:{llava}", upright, prompts=PROMPT, answer="a cat").photo)

@@ -167,13 +167,19 @@ class VlmRunner:
 
     def _explain(self, model, loaded: LoadedModel, path: Path) -> None:
         """One photo explained and written (or failed); none when a stop cut its passes short."""
+        from hookviz.inputs.images import load_image
         from hookviz.store.vlm_files import write_vlm
         from hookviz.vlm.explain import explain_photo
 
         folder, shown = self.out / self.names[path], display_path(path)
         try:
+            photo = load_image(path, self.options.max_pixels).rgb  # upright (EXIF), RGB, as a photo run reads it
+        except ImageError as exc:  # its message names the photo
+            self._report(path, ImageStatus(shown, folder.name, "failed", str(exc), task=loaded.task))
+            return
+        try:
             with stoppable(model, self.state.stopping):
-                explanation = explain_photo(model, loaded.processor, _photo(path, self.options.max_pixels), self.request)
+                explanation = explain_photo(model, loaded.processor, photo, self.request)
             written = write_vlm(
                 explanation,
                 folder,
@@ -221,27 +227,6 @@ class VlmRunner:
                 "each photo whose report.json exists is complete"
             ) from None
         return summary
-
-
-def _photo(path, max_pixels: int):
-    """The photo at ``path`` in RGB.
-
-    Raises:
-        ImageError: it cannot be read as one, or it has more than ``max_pixels`` pixels.
-    """
-    from PIL import Image
-
-    try:
-        with Image.open(path) as opened:
-            width, height = opened.size
-            if width * height > max_pixels:
-                raise ImageError(
-                    f"{width}x{height} is {width * height:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')} "
-                    "(a decompression bomb?); raise it if you trust the file"
-                )
-            return opened.convert("RGB")
-    except (OSError, ValueError) as exc:
-        raise ImageError(f"cannot read it as a photo ({describe(exc)})") from None
 
 
 def _record(loaded, summary: RunSummary, command, started: float, error: str | None):
