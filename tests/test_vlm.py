@@ -228,6 +228,31 @@ def test_hookviz_explain_takes_the_same_path_as_the_command(llava, photo):
     torch.testing.assert_close(result.maps[0].maps, expected["layercam"])
 
 
+def test_integrated_gradients_take_one_default_of_steps_in_the_api_and_the_command(llava, photo, tmp_path):
+    """``--steps``'s default is ``VlmRequest``'s: ``explain_photo``, ``hookviz.explain`` and ``hookviz run``
+    give one map; ``--steps auto``, which a vision-language model does not take, is refused in one line."""
+    import numpy as np
+
+    from hookviz import explain
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    folder, model, processor = llava
+    request = VlmRequest(PROMPT, answer="a cat", tokens="1", methods=("integrated-gradients",))
+    direct = explain_photo(model, processor, photo, request).maps[0].maps
+    given = dict(prompts=PROMPT, answer="a cat", tokens="1", cam="integrated-gradients")
+    torch.testing.assert_close(explain(f"hf:{folder}", SAMPLES / "cat.png", **given).maps[0].maps, direct)
+    result = _run(folder, tmp_path, "--answer", "a cat", "--tokens", "1", "--cam", "integrated-gradients", "--save-tensors")
+    assert result.exit_code == 0, result.output
+    with np.load(tmp_path / "out" / "cat" / "tensors.npz") as saved:
+        np.testing.assert_allclose(saved["pixels/integrated-gradients/token1"], direct[0].numpy(), rtol=1e-5, atol=1e-7)
+
+    auto = _run(folder, tmp_path, "--answer", "a cat", "--cam", "integrated-gradients", "--steps", "auto")
+    assert auto.exit_code == 2 and auto.stderr.strip().splitlines() == [
+        "hookviz: error: --steps auto: a vision-language model's integrated gradients take a number of steps "
+        "(32 by default), not auto"
+    ]
+
+
 def test_bfloat16_gives_the_float32_answer_and_maps_close_to_its(llava, photo):
     import copy
 

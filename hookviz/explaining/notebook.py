@@ -182,13 +182,12 @@ def _model_to_explain(model, categories, task: str, weights: str, prompts) -> Lo
 def _explain_answer(loaded, image, args: ExplainArgs, groups: dict):
     """A vision-language model's answer about ``image`` (a path or a PIL image), explained token
     by token (``hookviz.vlm``), as ``hookviz run`` explains it."""
-    from hookviz.vlm.explain import VlmRequest, explain_photo
+    from hookviz.vlm.explain import VlmRequest, explain_photo, steps_of
 
     target = groups["target"]
     prompts = [args.prompts] if isinstance(args.prompts, str) else list(args.prompts)
     if len(prompts) != 1:
         raise UsageError(f"{arg('prompts', prompts)}: a vision-language model answers one prompt; give one")
-    steps = next((s.steps for s in target.settings if hasattr(s, "ig_baseline")), 16)
     request = VlmRequest(
         str(prompts[0]),
         args.answer,
@@ -198,7 +197,7 @@ def _explain_answer(loaded, image, args: ExplainArgs, groups: dict):
         target.methods or ("gradcam",),
         tuple(groups["layers"].layers),
         target.objective,
-        steps if isinstance(steps, int) else 16,
+        steps_of(target.settings),
     )
     photo = load_image(image, (args.inputs or InputOptions()).max_pixels).rgb  # upright, RGB, as any photo is read
     return explain_photo(loaded.module, loaded.processor, photo, request)

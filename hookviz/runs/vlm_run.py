@@ -268,7 +268,7 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
     Raises:
         UsageError: no prompt, or options a vision-language model cannot take.
     """
-    from hookviz.vlm.explain import VlmRequest
+    from hookviz.vlm.explain import VlmRequest, steps_of
 
     model, target = groups["model"], groups["target"]
     if not model.prompts:
@@ -279,7 +279,6 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
         raise UsageError(
             f"{arg('target', target.target)}: a vision-language model's targets are its answer's tokens; give --tokens or --words"
         )
-    steps = next((s.steps for s in target.settings if hasattr(s, "steps") and hasattr(s, "ig_baseline")), 16)
     return VlmRequest(
         str(model.prompts[0]),
         answer,
@@ -289,7 +288,7 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
         target.methods or ("gradcam",),
         tuple(groups["layers"].layers),
         target.objective,  # ce is refused: a token's cross-entropy is its -logprob
-        steps if isinstance(steps, int) else 16,
+        steps_of(target.settings),
     )
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from hookviz.errors import UsageError, arg
+from hookviz.methods.integrated_gradients import DEFAULT_STEPS, MAX_STEPS, IGOptions
 from hookviz.registry import Registry, built_in
 from hookviz.vlm import attention, cams
 from hookviz.vlm.conversation import Conversation, answer_conversation, converse
@@ -20,7 +21,17 @@ from hookviz.vlm.families.base import family_of, part
 from hookviz.vlm.scoring import OBJECTIVES, token_scores
 from hookviz.vlm.targets import Target, choose_targets
 
-__all__ = ["MAP_MAKERS", "Making", "TokenMaps", "VlmExplanation", "VlmRequest", "explain_photo", "laid_out", "resolve_layer"]
+__all__ = [
+    "MAP_MAKERS",
+    "Making",
+    "TokenMaps",
+    "VlmExplanation",
+    "VlmRequest",
+    "explain_photo",
+    "laid_out",
+    "resolve_layer",
+    "steps_of",
+]
 
 #: The methods of a vision-language model that are no layer method of ``hookviz.methods``, by
 #: ``--cam`` name: ``maker(making) -> TokenMaps`` (a ``Making``). Built-ins: integrated gradients,
@@ -36,7 +47,8 @@ class VlmRequest:
     """What to explain: the prompt, the answer (``None``: the model writes it, greedily, up to
     ``max_new_tokens``), the tokens (``tokens`` indices or ``words``), the methods, the layers
     (``vision``, ``projector`` or a module's name; none: the family's vision layer), the
-    objective (``logit`` or ``logprob``) and integrated gradients' ``steps``."""
+    objective (``logit`` or ``logprob``) and integrated gradients' ``steps`` (``DEFAULT_STEPS``, as
+    ``--steps``'s default)."""
 
     prompt: str
     answer: str | None = None
@@ -46,9 +58,14 @@ class VlmRequest:
     methods: tuple[str, ...] = ("gradcam",)
     layers: tuple[str, ...] = ()
     objective: str = "logit"
-    steps: int = 16
+    steps: int = DEFAULT_STEPS
 
     def __post_init__(self):
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
+            raise UsageError(
+                f"{arg('steps', self.steps)}: a vision-language model's integrated gradients take 1 to {MAX_STEPS} steps "
+                f"({DEFAULT_STEPS} by default)"
+            )
         if self.objective not in OBJECTIVES:
             raise UsageError(f"{arg('objective', self.objective)}: a vision-language model takes {' or '.join(OBJECTIVES)}")
         if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= 4096:
@@ -82,6 +99,22 @@ class VlmExplanation:
     family: str
     maps: tuple[TokenMaps, ...]
     photo: np.ndarray = field(repr=False)  # (H, W, 3) in [0, 1]: the pixels as the model saw them
+
+
+def steps_of(settings) -> int:
+    """Integrated gradients' steps among a run's method ``settings`` (``IGOptions``: ``--steps``,
+    ``steps=``), or ``DEFAULT_STEPS``.
+
+    Raises:
+        UsageError: ``--steps auto``, which a vision-language model does not take.
+    """
+    steps = next((s.steps for s in settings if isinstance(s, IGOptions)), DEFAULT_STEPS)
+    if not isinstance(steps, int):
+        raise UsageError(
+            f"{arg('steps', steps)}: a vision-language model's integrated gradients take a number of steps "
+            f"({DEFAULT_STEPS} by default), not auto"
+        )
+    return steps
 
 
 def resolve_layer(model, family, name: str) -> str:
