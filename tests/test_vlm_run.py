@@ -203,3 +203,24 @@ def test_a_photo_turned_by_its_exif_orientation_is_seen_upright(llava, tmp_path)
 
     seen = hookviz.explain(f"hf:{llava}", tmp_path / "turned.png", prompts=PROMPT, answer="a cat").photo
     assert np.allclose(seen, hookviz.explain(f"hf:{llava}", upright, prompts=PROMPT, answer="a cat").photo)
+
+
+def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(tmp_path):
+    """As a photo that cannot be used in a run of another model: that photo failed with its reason
+    (one line, run.json), the next explained, exit status 1."""
+    from PIL import Image
+
+    folder = tmp_path / "llava"
+    save_llava(folder, seed=1)  # a seed whose answer about a red square is <unk> alone
+    Image.new("RGB", (32, 32), (255, 0, 0)).save(tmp_path / "red.png")
+    out = tmp_path / "out"
+    result = _run(folder, out, "--max-new-tokens", "2", photos=(tmp_path / "red.png", SAMPLES / "cat.png"))
+    assert result.exit_code == 1, result.output
+    reason = (
+        f"{tmp_path / 'red.png'}: the answer '<unk> <unk>' is special tokens alone, which are not explained by default; "
+        "give --answer, or --tokens to explain them"
+    )
+    assert result.stderr.strip().splitlines() == [reason, f"hookviz: 1 of 2 images failed; reasons in {out / 'run.json'}"]
+    run = json.loads((out / "run.json").read_text())
+    assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
+    assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()

@@ -72,8 +72,9 @@ def _dtype(loaded, dtype: str):
 class VlmRunner:
     """``hookviz run`` of a vision-language model over ``paths``: the model loaded from ``model`` (a
     ``ModelOptions``), each photo's answer to ``request`` explained in OUT/<photo stem>/, then
-    OUT/run.json and OUT/index.html. A photo that fails (unreadable, or one the processor cannot
-    take) is listed with its reason; the others go on. ``on_start()`` is called once the model is
+    OUT/run.json and OUT/index.html. A photo that fails (unreadable, one the processor cannot
+    take, or an answer of nothing to explain: any ``HookvizError`` but a ``UsageError``, as in a
+    run of another model) is listed with its reason; the others go on. ``on_start()`` is called once the model is
     loaded, ``on_photo(status)`` after each photo.
 
     It stops as a run of another model does (``runner.Run``, through ``process.Stopper``):
@@ -190,7 +191,9 @@ class VlmRunner:
             )
         except Stopped:  # abandoned midway: not done
             return
-        except ImageError as exc:
+        except UsageError:  # what no photo could meet: the run stops
+            raise
+        except HookvizError as exc:  # this photo's (one the processor cannot take, an answer of nothing to explain)
             self._report(path, ImageStatus(shown, folder.name, "failed", f"{shown}: {exc}", task=loaded.task))
             return
         self.layers.update((m.layer, None) for m in explanation.maps if m.layer in self.modules)  # not pixels, language, photo
