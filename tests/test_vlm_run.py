@@ -112,7 +112,6 @@ def test_special_tokens_of_the_answer_are_left_out_of_its_text_and_not_explained
         (["--layer-type", "Linear"], "--layer-type: a vision-language model's run does not take it yet; drop it"),
         (["--task", "classify"], "--task classify: a vision-language model's run does not take it yet; drop it"),
         (["--cam", "occlusion", "--occlusion-window", "8"], "--occlusion-window 8: a vision-language model's run does not"),
-        (["--device", "cuda"], "--device cuda: a vision-language model's run computes on the CPU yet; drop it"),
         (["--objective", "ce"], "--objective ce: a vision-language model takes logit or logprob"),
         (["--weights", "model.pt"], "--weights model.pt: a vision-language model loads the weights saved with it (DEFAULT)"),
     ],
@@ -224,3 +223,25 @@ def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(t
     run = json.loads((out / "run.json").read_text())
     assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
     assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava, tmp_path, monkeypatch, cuda):
+    """Without CUDA, the line of a run of another model; with it, the run's own (it computes on the CPU)."""
+    import torch
+
+    from .cli_helpers import TINY_NET
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
+    result = _run(llava, tmp_path / "out", "--device", "cuda")
+    assert result.exit_code == 2, result.output
+    if cuda:
+        line = "hookviz: error: --device cuda: a vision-language model's run computes on the CPU yet; drop it"
+    else:
+        photo_run = hookviz_run(SAMPLES / "cat.png", "--device", "cuda", model=TINY_NET, out=tmp_path / "photo")
+        assert photo_run.exit_code == 2, photo_run.output
+        line = "hookviz: error: --device cuda: no CUDA device is available here; use --device cpu"
+        assert photo_run.stderr.strip().splitlines() == [line]
+    assert result.stderr.strip().splitlines() == [line]
+    assert not (tmp_path / "out").exists()

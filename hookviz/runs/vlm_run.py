@@ -315,8 +315,10 @@ def refuse_unmet(given: dict, groups: dict) -> None:
         UsageError: the first such option.
     """
     from hookviz.options.declared import given_values
+    from hookviz.runs.cluster import resolve_device
 
     device = given.get("device", "cpu")
+    resolve_device(device)  # one that is not here: refused as any run refuses it
     if device not in ("cpu", "auto"):
         raise UsageError(f"{arg('device', device)}: a vision-language model's run computes on the CPU yet; drop it")
     unmet = [(name, value) for name, value in given.items() if name not in HONOURED]
