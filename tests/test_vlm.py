@@ -180,7 +180,7 @@ def test_run_writes_the_answer_transformers_generate_writes_and_each_tokens_file
         ("long prompt", "--prompt: the prompt and the photo make "),
         ("empty answer", "--answer '   ' tokenizes to nothing; give the answer's words"),
         ("no image token", "has no image token, so no photo can enter the prompt"),
-        ("unreadable photo", "cat.png: cannot read it as a photo"),
+        ("unreadable photo", "cat.png: image data is corrupt or truncated"),
         ("no vision tower", "is a language model without a vision tower (LlamaForCausalLM)"),
         ("faithfulness", "--faithfulness: a vision-language model's run does not take it yet; drop it"),
     ],
