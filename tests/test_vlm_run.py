@@ -245,3 +245,19 @@ def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava, tmp_path, m
         assert photo_run.stderr.strip().splitlines() == [line]
     assert result.stderr.strip().splitlines() == [line]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_options_too(llava, tmp_path):
+    """Remote code stays refused, in its own words: not as another model given --answer."""
+    import shutil
+
+    folder = tmp_path / "custom"
+    shutil.copytree(llava, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
+    result = _run(folder, tmp_path / "out", "--answer", "a cat")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"hookviz: error: --model hf:{folder}: {folder} needs its own Python code (auto_map in config.json), which "
+        "hookviz never runs; load the model yourself and pass the module to hookviz.explain"
+    ]

@@ -52,13 +52,22 @@ def is_vision_language_name(name: str) -> bool:
     vision-language model's (read as JSON: nothing is loaded)."""
     if not isinstance(name, str) or not name.startswith("hf:"):
         return False
+    try:
+        return _reads_as_vision_language(name)
+    except HookvizError:
+        return False  # the model's own load says what is wrong, in its words
+
+
+def _reads_as_vision_language(name: str) -> bool:
+    """Whether the ``hf:`` model ``name``'s config.json is a vision-language model's.
+
+    Raises:
+        HookvizError: it cannot be read (no such folder, a folder naming its own code...).
+    """
     from hookviz.models.sources.hf_vlm import is_vision_language, read_config
     from hookviz.models.sources.huggingface import _Where
 
-    try:
-        return is_vision_language(read_config(_Where(name, name[3:].strip(), pretrained=False)))
-    except HookvizError:
-        return False  # the model's own load says what is wrong, in its words
+    return is_vision_language(read_config(_Where(name, name[3:].strip(), pretrained=False)))
 
 
 def _dtype(loaded, dtype: str):
@@ -295,13 +304,16 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
     )
 
 
-def refuse_vlm_options(answer, max_new_tokens: int, tokens, words, dtype: str) -> None:
-    """Refuse a vision-language model's options given for another model."""
+def refuse_vlm_options(answer, max_new_tokens: int, tokens, words, dtype: str, model: str = "") -> None:
+    """Refuse a vision-language model's options given for another model ``model``; an ``hf:`` one
+    whose config cannot be read says why first (a folder naming its own code is no other model)."""
     given = {"answer": answer, "tokens": tokens, "words": words}
     given |= {"max_new_tokens": max_new_tokens} if max_new_tokens != 16 else {}
     given |= {"dtype": dtype} if dtype != "float32" else {}
     for name, value in given.items():
         if value is not None:
+            if model.startswith("hf:"):
+                _reads_as_vision_language(model)
             raise UsageError(f"{arg(name, value)}: only a vision-language model (hf:FOLDER of a LLaVA...) takes it")
 
 
