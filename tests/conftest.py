@@ -551,6 +551,18 @@ def pytest_terminal_summary(terminalreporter):
     )
 
 
+@pytest.fixture(scope="session")
+def llava_folder(tmp_path_factory):
+    """A folder holding the tiny LLaVA and its processor (tests/vlm_models.py, seed 0), saved
+    once a session for the vision-language tests: read it, never write into it."""
+    pytest.importorskip("transformers")
+    from .vlm_models import save_llava
+
+    folder = tmp_path_factory.mktemp("llava")
+    save_llava(folder)
+    return folder
+
+
 @pytest.fixture
 def registries_restored():
     """Whatever a test (or an example it runs) registers (methods, picture kinds, tasks,

@@ -12,7 +12,7 @@ from PIL import Image
 import hookviz
 
 from .conftest import SAMPLES
-from .vlm_models import GRID, IMAGE_TOKEN, save_llava
+from .vlm_models import GRID, IMAGE_TOKEN, load_llava, save_llava
 
 transformers = pytest.importorskip("transformers")
 
@@ -20,12 +20,9 @@ PROMPT = "describe the photo ."
 
 
 @pytest.fixture(scope="module")
-def llava(tmp_path_factory):
+def llava(llava_folder):
     """(folder, model, processor) of the tiny LLaVA, loaded back from its folder."""
-    folder = tmp_path_factory.mktemp("llava")
-    save_llava(folder)
-    model = transformers.LlavaForConditionalGeneration.from_pretrained(folder).eval()
-    return folder, model, transformers.AutoProcessor.from_pretrained(folder)
+    return (llava_folder, *load_llava(llava_folder))
 
 
 @pytest.fixture(scope="module")

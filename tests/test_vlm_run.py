@@ -18,18 +18,11 @@ transformers = pytest.importorskip("transformers")
 PROMPT = "describe the photo ."
 
 
-@pytest.fixture(scope="module")
-def llava(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("llava")
-    save_llava(folder)
-    return folder
-
-
 def _run(folder, out, *args, photos=(SAMPLES / "cat.png",)):
     return hookviz_run(list(photos), "--prompt", PROMPT, *args, model=f"hf:{folder}", weights=None, out=out)
 
 
-def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(llava, tmp_path, monkeypatch):
+def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(llava_folder, tmp_path, monkeypatch):
     """As a run of another model stops: the photo being explained is abandoned at the model's next
     module, run.json and index.html describe the run, exit status 130, one line."""
     import os
@@ -47,7 +40,7 @@ def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(
     monkeypatch.setattr(explain, "explain_photo", explain_photo)
     out, previous = tmp_path / "out", signal.getsignal(signal.SIGINT)
     try:
-        result = _run(llava, out, "--answer", "a cat", photos=(SAMPLES / "cat.png", SAMPLES / "coffee.png"))
+        result = _run(llava_folder, out, "--answer", "a cat", photos=(SAMPLES / "cat.png", SAMPLES / "coffee.png"))
     finally:
         signal.signal(signal.SIGINT, previous)
     assert result.exit_code == 130, result.output
@@ -64,8 +57,8 @@ def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(
     assert (out / "index.html").exists() and no_partial_files(out)
 
 
-def test_json_prints_the_run_file_as_a_run_of_another_model_does(llava, tmp_path):
-    result = _run(llava, tmp_path / "out", "--answer", "a cat", "--json")
+def test_json_prints_the_run_file_as_a_run_of_another_model_does(llava_folder, tmp_path):
+    result = _run(llava_folder, tmp_path / "out", "--answer", "a cat", "--json")
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     assert printed == json.loads((tmp_path / "out" / "run.json").read_text())
@@ -116,22 +109,22 @@ def test_special_tokens_of_the_answer_are_left_out_of_its_text_and_not_explained
         (["--weights", "model.pt"], "--weights model.pt: a vision-language model loads the weights saved with it (DEFAULT)"),
     ],
 )
-def test_an_option_the_run_does_not_honour_is_refused_in_one_line(llava, tmp_path, args, line):
-    result = _run(llava, tmp_path / "out", *args)
+def test_an_option_the_run_does_not_honour_is_refused_in_one_line(llava_folder, tmp_path, args, line):
+    result = _run(llava_folder, tmp_path / "out", *args)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"hookviz: error: {line}") and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
-def test_max_pixels_refuses_a_larger_photo(llava, tmp_path):
-    result = _run(llava, tmp_path / "out", "--max-pixels", "1000")
+def test_max_pixels_refuses_a_larger_photo(llava_folder, tmp_path):
+    result = _run(llava_folder, tmp_path / "out", "--max-pixels", "1000")
     assert result.exit_code == 1, result.output
     assert "cat.png: 451x300 is 135,300 pixels, above --max-pixels 1,000" in result.stderr
     assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["failed"] == 1
 
 
-def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava, tmp_path):
-    result = _run(llava, tmp_path / "out", "--answer", "a cat", "--tokens", "7")
+def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava_folder, tmp_path):
+    result = _run(llava_folder, tmp_path / "out", "--answer", "a cat", "--tokens", "7")
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
         "hookviz: error: --tokens 7: '7' is no token of the answer; give indices from 0 to 1 (the answer: 'a cat')"
