@@ -134,7 +134,7 @@ def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava_fol
     assert [(e["status"], e["error"]) for e in run["images"]] == [("not_done", "the run stopped on an error")]
 
 
-def test_the_run_holds_its_out_as_any_run_does(llava, tmp_path, monkeypatch):
+def test_the_run_holds_its_out_as_any_run_does(llava_folder, tmp_path, monkeypatch):
     """A run writing into --out now (here held as a run holds it) refuses this one in one line before
     the model loads, nothing written; while this one explains, another run is refused in turn; at
     its end the folder is free, and marked as a run's output."""
@@ -147,7 +147,7 @@ def test_the_run_holds_its_out_as_any_run_does(llava, tmp_path, monkeypatch):
     out.mkdir()
     other = FolderLock(out)
     assert other.acquire()
-    refused = _run(llava, out, "--answer", "a cat")
+    refused = _run(llava_folder, out, "--answer", "a cat")
     other.release()
     assert refused.exit_code == 2, refused.output
     assert refused.stderr.strip().splitlines() == [
@@ -165,12 +165,12 @@ def test_the_run_holds_its_out_as_any_run_does(llava, tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(explain, "explain_photo", explain_photo)
-    result = _run(llava, out, "--answer", "a cat")
+    result = _run(llava_folder, out, "--answer", "a cat")
     assert result.exit_code == 0 and seen == [1], result.output
     assert FolderLock(out).acquire() and (out / OUTPUT_MARKER).exists()
 
 
-def test_a_photo_turned_by_its_exif_orientation_is_seen_upright(llava, tmp_path):
+def test_a_photo_turned_by_its_exif_orientation_is_seen_upright(llava_folder, tmp_path):
     """As a photo run reads it (``inputs.images.load_image``): a camera's photo stored on its side
     with EXIF orientation 6 gives the answer and maps of the same photo stored upright."""
     import numpy as np
@@ -182,7 +182,7 @@ def test_a_photo_turned_by_its_exif_orientation_is_seen_upright(llava, tmp_path)
     exif[0x0112] = 6  # orientation: turn a quarter clockwise to show it
     upright.transpose(Image.Transpose.ROTATE_90).save(tmp_path / "turned.png", exif=exif)
     photos = (tmp_path / "upright.png", tmp_path / "turned.png")
-    result = _run(llava, tmp_path / "out", "--max-new-tokens", "2", "--save-tensors", photos=photos)
+    result = _run(llava_folder, tmp_path / "out", "--max-new-tokens", "2", "--save-tensors", photos=photos)
     assert result.exit_code == 0, result.output
     reports = [json.loads((tmp_path / "out" / name / "report.json").read_text()) for name in ("upright", "turned")]
     assert reports[0]["text"] == reports[1]["text"]
@@ -193,8 +193,8 @@ def test_a_photo_turned_by_its_exif_orientation_is_seen_upright(llava, tmp_path)
 
     import hookviz
 
-    seen = hookviz.explain(f"hf:{llava}", tmp_path / "turned.png", prompts=PROMPT, answer="a cat").photo
-    assert np.allclose(seen, hookviz.explain(f"hf:{llava}", upright, prompts=PROMPT, answer="a cat").photo)
+    seen = hookviz.explain(f"hf:{llava_folder}", tmp_path / "turned.png", prompts=PROMPT, answer="a cat").photo
+    assert np.allclose(seen, hookviz.explain(f"hf:{llava_folder}", upright, prompts=PROMPT, answer="a cat").photo)
 
 
 def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(tmp_path):
@@ -219,7 +219,7 @@ def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(t
 
 
 @pytest.mark.parametrize("cuda", [False, True])
-def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava, tmp_path, monkeypatch, cuda):
+def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava_folder, tmp_path, monkeypatch, cuda):
     """Without CUDA, the line of a run of another model; with it, the run's own (it computes on the CPU)."""
     import torch
 
@@ -227,7 +227,7 @@ def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava, tmp_path, m
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
-    result = _run(llava, tmp_path / "out", "--device", "cuda")
+    result = _run(llava_folder, tmp_path / "out", "--device", "cuda")
     assert result.exit_code == 2, result.output
     if cuda:
         line = "hookviz: error: --device cuda: a vision-language model's run computes on the CPU yet; drop it"
@@ -240,12 +240,12 @@ def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava, tmp_path, m
     assert not (tmp_path / "out").exists()
 
 
-def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_options_too(llava, tmp_path):
+def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_options_too(llava_folder, tmp_path):
     """Remote code stays refused, in its own words: not as another model given --answer."""
     import shutil
 
     folder = tmp_path / "custom"
-    shutil.copytree(llava, folder)
+    shutil.copytree(llava_folder, folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
     result = _run(folder, tmp_path / "out", "--answer", "a cat")
