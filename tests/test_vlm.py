@@ -250,6 +250,34 @@ def test_integrated_gradients_take_one_default_of_steps_in_the_api_and_the_comma
     ]
 
 
+def test_gradcam_of_every_token_costs_one_forward_pass_and_a_backward_pass_per_token(llava, photo, monkeypatch):
+    """The probabilities report.json keeps come from the CAMs' own forward pass (and equal a forward
+    pass's of their own): one forward pass of the model and K backward passes for K tokens, whatever
+    the layer methods."""
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    _, model, processor = llava
+    passes = {"forward": 0, "backward": 0}
+    grad = torch.autograd.grad
+
+    def counted(*args, **kwargs):
+        passes["backward"] += 1
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", counted)
+    handle = model.register_forward_pre_hook(lambda *_: passes.__setitem__("forward", passes["forward"] + 1))
+    try:
+        request = VlmRequest(PROMPT, answer="a black cat", methods=("gradcam", "layercam"))
+        result = explain_photo(model, processor, photo, request)
+    finally:
+        handle.remove()
+    assert len(result.targets) == 3 and passes == {"forward": 1, "backward": 3}
+    with torch.no_grad():
+        logits = model(**result.conversation.inputs).logits[0, result.conversation.answer_positions].float()
+    expected = torch.log_softmax(logits, -1).gather(-1, result.conversation.answer_ids[:, None]).squeeze(-1).exp()
+    torch.testing.assert_close(result.probabilities, expected)
+
+
 def test_bfloat16_gives_the_float32_answer_and_maps_close_to_its(llava, photo):
     import copy
 
