@@ -112,6 +112,38 @@ def test_each_tokens_gradcam_is_the_hand_computed_one_and_its_gradient_the_finit
         torch.testing.assert_close((changed[0] - changed[1]) / 2e-2, float(gradient.norm()), rtol=2e-2, atol=1e-5)
 
 
+def test_a_word_of_several_tokens_is_explained_as_their_sum(llava, photo):
+    """``--words tabby`` where a subword tokenizer writes tab ##by: one target of both tokens, whose
+    Grad-CAM is the hand-computed one of their logits' sum."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    from .vlm_models import PATCH, WORDS
+
+    _, model, processor = llava
+    vocabulary = [{"grey": "tab", "tabby": "##by"}.get(word, word) for word in WORDS]  # the model's ids kept
+    core = Tokenizer(models.WordPiece(vocab={w: i for i, w in enumerate(vocabulary)}, unk_token="<unk>"))
+    core.pre_tokenizer, core.decoder = pre_tokenizers.WhitespaceSplit(), decoders.WordPiece(prefix="##")
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        extra_special_tokens={"image_token": "<image>"},
+    )  # fmt: skip
+    subwords = transformers.LlavaProcessor(
+        image_processor=processor.image_processor, tokenizer=tokenizer, patch_size=PATCH,
+        vision_feature_select_strategy="default", chat_template=processor.chat_template, num_additional_image_tokens=1,
+    )  # fmt: skip
+    layer = "model.vision_tower.encoder.layers.0"
+    request = VlmRequest(PROMPT, answer="a tabby cat", words="tabby", methods=("gradcam",), layers=(layer,))
+    result = explain_photo(model, subwords, photo, request)
+    talk = result.conversation
+    assert talk.text == "a tabby cat" and talk.tokens == ("a", "tab", "##by", "cat")
+    assert [(t.tokens, t.label) for t in result.targets] == [((1, 2), "tabby")]
+    expected, _, _ = _hand_gradcam(model, talk.inputs, talk.answer_ids, layer, (1, 2))
+    torch.testing.assert_close(result.maps[0].maps[0], expected, rtol=1e-4, atol=1e-6)
+
+
 def test_integrated_gradients_equal_captums_on_the_pixel_values(llava, photo):
     captum = pytest.importorskip("captum.attr")
     from hookviz.vlm.cams import integrated_gradients
