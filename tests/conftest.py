@@ -156,6 +156,16 @@ def tiny():
     return tiny_net().eval()
 
 
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """A headless Chromium (``tests.explorer_helpers.chromium``) for a module's browser tests."""
+    from .explorer_helpers import chromium
+
+    found = chromium(tmp_path_factory.mktemp("profile"))
+    yield found
+    found.quit()
+
+
 @pytest.fixture(scope="session")
 def lite0():
     from hookviz.models.loading import load_model
