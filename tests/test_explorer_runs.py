@@ -279,7 +279,7 @@ def test_a_vision_language_run_lists_each_photo_with_its_answer_and_shows_each_t
         photos, "--prompt", "describe the photo .", "--answer", "a black cat", "--tokens", "0,2",
         model=f"hf:{tmp_path / 'llava'}", weights=None, out=out,
     )  # fmt: skip
-    assert result.exit_code == 1 and "bad.png: cannot read it as a photo" in result.stderr, result.output
+    assert result.exit_code == 1 and "bad.png: not an image format PIL can read" in result.stderr, result.output
     report = json.loads((out / "two" / "report.json").read_text())
     rows = {row["name"]: row for row in explorer_rows(out)}
     assert [rows[n]["status"] for n in ("two", "bad")] == ["done", "failed"]
