@@ -8,7 +8,9 @@ pages, atlas.json), in a process of its own. Each is run ``REPEATS`` times, alte
 figures are medians of the processes' CPU time (user + system, children included): the machine is
 shared, and wall time measures the neighbours. Both run with one intra-op thread
 (``OMP_NUM_THREADS=1``): on a loaded machine OpenMP's waiting workers spin, and that spinning
-counted as CPU time (10 times the work, measured) would say nothing of either. Peak RSS is the process's own (``wait4``).
+counted as CPU time (10 times the work, measured) would say nothing of either. Peak RSS is the process's own (``wait4``);
+the atlas's resident memory is also read while it runs (``/proc``, a run of its own), against the
+samples its progress line says are done, to show whether it grows as the samples stream.
 
 The photos are generated (48 x 64 PNGs, an ImageFolder of two classes) and the model is small
 (``small_net``: four convolutions, random weights), so that a run takes seconds.
@@ -24,12 +26,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYER = "3"
 BATCH = 32
 REPEATS = 3
+#: Seconds between two readings of a process's resident memory.
+POLL = 0.05
+#: The parts of the samples done at which the streamed memory is given.
+STREAMED = (0.1, 0.25, 0.5, 0.75, 0.99)
 
 
 def small_net():
@@ -102,6 +109,39 @@ def measure(command: list[str]) -> tuple[float, float]:
     return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
+def streamed_memory(command: list[str]) -> list[tuple[int, float]]:
+    """(samples done, RSS in MiB) of the atlas ``command`` (run without ``--quiet``), read every
+    ``POLL`` seconds from ``/proc`` while it runs, the samples done from its progress line: whether
+    the memory grows as the samples stream, which the peak alone does not say (the peak is the
+    pages', after the stream). Empty where ``/proc`` is not."""
+    import re
+    import threading
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    done = [0]
+
+    def progress() -> None:
+        for line in iter(lambda: process.stderr.read(64), b""):
+            found = re.findall(rb"atlas: (\d+)/", line)
+            done[0] = int(found[-1]) if found else done[0]
+
+    reader = threading.Thread(target=progress, daemon=True)
+    reader.start()
+    readings = []
+    status = Path(f"/proc/{process.pid}/status")
+    while process.poll() is None:
+        try:
+            rss = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            break
+        readings.append((done[0], rss / 1024))
+        time.sleep(POLL)
+    process.wait()
+    reader.join()
+    return readings
+
+
 def atlas_command(folder: Path, out: Path) -> list[str]:
     return [
         sys.executable,
@@ -144,6 +184,11 @@ def memory(work: Path, counts: list[int]) -> None:
         print(
             f"{count} photos: peak RSS atlas {rss:.0f} MiB (CPU {cpu:.1f} s), bare loop {loop_rss:.0f} MiB (CPU {loop_cpu:.1f} s)"
         )
+        readings = streamed_memory([part for part in atlas_command(folder, work / f"atlas-rss-{count}") if part != "--quiet"])
+        marks = [(part, max((rss for done, rss in readings if done <= part * count), default=0.0)) for part in STREAMED]
+        if readings:
+            listed = ", ".join(f"{int(part * count)}: {value:.0f}" for part, value in marks)
+            print(f"  atlas RSS as the samples stream (most by samples done, MiB): {listed}")
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.chromium import chromium  # noqa: E402
 from hookviz.runs.explorer import DATA, ExplorerRun, write_explorer  # noqa: E402
 from hookviz.runs.sample_table import SampleRow  # noqa: E402
 
@@ -141,27 +142,6 @@ def _pictures(out: Path, count: int) -> None:
         Image.new("RGB", (64, 64), colour).save(folder / "input.jpg", quality=80)
         for file, data in drawn.items():
             (folder / file).write_bytes(data)
-
-
-def chromium():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
 
 
 def measure(driver, page: Path, repeat: int) -> tuple[float, dict[str, float]]:

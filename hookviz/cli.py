@@ -166,7 +166,7 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
 
     v, shown = args.vlm, args.output
     if not vlm_run.is_vision_language_name(groups["model"].name):
-        vlm_run.refuse_vlm_options(v.answer, v.max_new_tokens, v.tokens, v.words, v.dtype)
+        vlm_run.refuse_vlm_options(v.answer, v.max_new_tokens, v.tokens, v.words, v.dtype, groups["model"].name)
         return False
     request = vlm_run.request_of(groups, v.answer, v.max_new_tokens, v.tokens, v.words)
     vlm_run.refuse_unmet(given_options(args), groups)

@@ -31,6 +31,7 @@ __all__ = [
     "ImageError",
     "RecordingError",
     "ModelRunError",
+    "AnswerError",
     "MethodError",
     "arg",
     "spell_flag",
@@ -96,6 +97,11 @@ class RecordingError(HookvizError):
 
 class ModelRunError(HookvizError):
     """The model itself failed on some input; a run fails those images and goes on."""
+
+
+class AnswerError(HookvizError):
+    """A vision-language model's own answer about one photo holds nothing to explain (special
+    tokens alone, or no token before its end); a run fails that photo and goes on (exit code 1)."""
 
 
 class MethodError(HookvizError):

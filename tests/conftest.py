@@ -156,6 +156,16 @@ def tiny():
     return tiny_net().eval()
 
 
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """A headless Chromium (``tests.explorer_helpers.chromium``) for a module's browser tests."""
+    from .explorer_helpers import chromium
+
+    found = chromium(tmp_path_factory.mktemp("profile"))
+    yield found
+    found.quit()
+
+
 @pytest.fixture(scope="session")
 def lite0():
     from hookviz.models.loading import load_model
@@ -549,6 +559,18 @@ def pytest_terminal_summary(terminalreporter):
         f"Each used more than {UNMARKED_CPU_LIMIT:g} s of CPU (setup and call) without @pytest.mark.slow: "
         "mark it slow or make it smaller, unless this machine is slow or busy (HOOKVIZ_TEST_CPU_LIMIT)."
     )
+
+
+@pytest.fixture(scope="session")
+def llava_folder(tmp_path_factory):
+    """A folder holding the tiny LLaVA and its processor (tests/vlm_models.py, seed 0), saved
+    once a session for the vision-language tests: read it, never write into it."""
+    pytest.importorskip("transformers")
+    from .vlm_models import save_llava
+
+    folder = tmp_path_factory.mktemp("llava")
+    save_llava(folder)
+    return folder
 
 
 @pytest.fixture

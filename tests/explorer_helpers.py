@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+
+from bench.chromium import CHROMEDRIVER, CHROMIUM, chromium as headless_chromium
 
 
 def explorer_samples(out: Path) -> dict[str, dict | None]:
@@ -18,6 +19,12 @@ def explorer_samples(out: Path) -> dict[str, dict | None]:
         text = (out / f"explorer-samples-{k}.js").read_text(encoding="ascii")
         details += json.loads(text[text.index("]=") + 2 :].rstrip().rstrip(";"))
     return dict(zip(names, details, strict=True))
+
+
+def explorer_data(out: Path) -> dict:
+    """``explorer-data.js``: the run and the sample table as the page reads them."""
+    text = (out / "explorer-data.js").read_text(encoding="ascii")
+    return json.loads(text[text.index("=") + 1 :].rstrip().rstrip(";"))
 
 
 def explorer_rows(out: Path) -> list[dict]:
@@ -51,36 +58,13 @@ def explorer_text(out: Path) -> str:
 
 # ---------------------------------------------------------------- in headless Chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 #: Skips a test where Debian's chromium and chromium-driver are not installed.
 browser = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-)
 
 
 def chromium(profile: Path):
     """A headless Chromium (selenium) that logs its requests; the caller quits it."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    found = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    found.implicitly_wait(5)  # a sample's details load after its route
-    return found
+    return headless_chromium(profile, log_requests=True, wait=5)  # a sample's details load after its route
 
 
 def open_explorer(driver, page: Path, route: str = "#/") -> bool:
@@ -89,6 +73,35 @@ def open_explorer(driver, page: Path, route: str = "#/") -> bool:
     driver.get_log("performance")  # what came before
     driver.get(page.as_uri() + route)
     return driver.execute_script("return window.hookvizExplorer && window.hookvizExplorer.state.readyMs") is not None
+
+
+def showing(driver, expected: str, what: str = "sample") -> str | None:
+    """The sample (or ``what="channel"``) the page shows, once it is ``expected`` (a key's or a
+    link's route is drawn after its event): 5 s at most."""
+    import time
+
+    script = f"const s = document.querySelector('.{what}'); return s && s.getAttribute('data-{what}');"
+    deadline, found = time.time() + 5, None
+    while time.time() < deadline:
+        found = driver.execute_script(script)
+        if found == expected:
+            break
+        time.sleep(0.02)
+    return found
+
+
+def listing(driver, route: str) -> list[str]:
+    """``listed`` once the page's address is ``route`` and its list is drawn (a key's or a link's
+    route is drawn after its event): 5 s at most, ``[]`` when it is not."""
+    import time
+
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        found = listed(driver) if driver.execute_script("return location.hash") == route else []
+        if found:
+            return found
+        time.sleep(0.02)
+    return []
 
 
 def listed(driver) -> list[str]:

@@ -87,6 +87,22 @@ def test_statistics_of_parts_add_up_to_one_pass():
         assert a["classes"][0]["class"] == best
 
 
+@pytest.mark.parametrize(
+    "class_means, expected",
+    [
+        ({"cat": 0.5, "dog": 0.3, "car": 0.1}, (0.5 - 0.2) / (0.5 + 0.2)),  # Morcos et al. as written
+        ({"cat": 0.5, "dog": 0.3, "car": -0.82}, (0.5 - 0.15) / (0.5 + 0.15)),  # was 3.17, above its bound of 1
+        ({"cat": -0.1, "dog": -0.3}, None),  # no class fires
+        ({"cat": 0.4}, None),  # one class selects nothing
+    ],
+)
+def test_selectivity_stays_between_0_and_1_on_a_layer_whose_values_go_negative(class_means, expected):
+    stats = ChannelStatistics(1)
+    for name, value in class_means.items():
+        stats.update(np.array([[value - 0.1], [value + 0.1]]), np.zeros((2, 1)), [name, name])
+    assert stats.summary(0)["selectivity"] == (None if expected is None else pytest.approx(expected))
+
+
 def _field(model: nn.Module, layer: str, size: int = 64):
     (spec,) = resolve_layers(model, [layer])
     return receptive_field(model.eval(), spec, (torch.zeros(1, 3, size, size),))

@@ -299,8 +299,48 @@ def test_a_shard_refuses_another_atlas_shards_before_its_work(tmp_path):
     make_atlas(_request(data, tmp_path / "atlas", shard=(1, 2)))
     result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "features.0", "--top", 5,
                          "--shard", "2/2", "--out", tmp_path / "atlas")  # fmt: skip
-    assert result.exit_code == 2 and "another atlas" in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "--layer features.0 --layer features.3" in lines[0] and "state-1-of-2.npz" in lines[0]
     assert not (tmp_path / "atlas" / ".atlas-state" / "state-2-of-2.npz").exists()
+
+
+def _one_line(result, exit_code: int = 2) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == exit_code and len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def test_shards_run_with_other_options_are_refused_by_the_last_shard_and_by_merge(tmp_path):
+    """Shards that disagree cannot merge exactly: the last shard refused none (it rendered with its
+    own --visualize, or refused --top as "another atlas" without saying which option), and
+    ``--merge`` said no more; now both name the option, the state files and what to do."""
+    data = _photos(tmp_path / "photos", per_class=1)
+    out = tmp_path / "atlas"
+    make_atlas(_request(data, out, shard=(1, 2)))  # --top 3, --visualize 0
+
+    def shard(folder: Path, *args: object):
+        return hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYERS[0], "--layer", LAYERS[1],
+                           "--batch-size", 2, "--shard", "2/2", "--out", folder, *args)  # fmt: skip
+
+    line = _one_line(shard(out, "--top", 5))
+    assert line.startswith("hookviz: error: --top: state-1-of-2.npz in ") and "was run with --top 3" in line
+    assert "this shard (state-2-of-2.npz) with --top 5" in line and "run this shard again with --top 3" in line
+    line = _one_line(shard(out, "--top", 3, "--visualize", 1, "--visualize-steps", 2))
+    assert "--visualize: state-1-of-2.npz" in line and "was run with --visualize 0" in line and "--skip-existing" in line
+    assert not (out / "atlas.json").exists()
+    alone = shard(tmp_path / "other", "--top", 5)
+    assert alone.exit_code == 0 and "the atlas is written when shard 1 end" in alone.output, alone.output
+    other = tmp_path / "other" / ".atlas-state" / "state-2-of-2.npz"
+    (out / ".atlas-state" / "state-2-of-2.npz").write_bytes(other.read_bytes())  # shard 2 run with --top 5 elsewhere
+    line = _one_line(hookviz_cli("atlas", "--merge", out))
+    assert "the shards were run with different --top: --top 3 (state-1-of-2.npz); --top 5 (state-2-of-2.npz)" in line
+    assert "run the shards that differ again with the same options" in line and not (out / "atlas.json").exists()
+    alike = shard(out, "--top", 3)  # run again with shard 1's options: the atlas
+    assert alike.exit_code == 0 and (out / "atlas.json").is_file(), alike.output
+    assert "--visualize: " in _one_line(shard(out, "--top", 3, "--skip-existing", "--visualize", 1, "--visualize-steps", 2))
+    merged = hookviz_cli("atlas", "--merge", out, "--quiet")  # the refused shard's state was left as it was
+    assert merged.exit_code == 0, merged.output
 
 
 def test_a_slurm_array_with_shard_auto_over_a_from_list_maps_the_listed_samples(tmp_path):
@@ -323,3 +363,76 @@ def test_a_slurm_array_with_shard_auto_over_a_from_list_maps_the_listed_samples(
     examples = [example for item in document["layers"][0]["items"] for example in item["top"]]
     assert {example["source"] for example in examples} == {str(path) for path in listed}
     assert {(example["source"], example["shown"]) for example in examples} == {(str(p), p.name) for p in listed}
+
+
+@pytest.mark.slow  # encodes two videos, three clip atlases and a merge
+def test_clip_shards_agree_on_frames_and_merge_with_them(tmp_path):
+    """A clip's ``--frames`` and ``--clips`` make the samples: a shard run with other ``--frames`` is
+    refused (it was not compared), and ``--merge`` takes them from the shards (it planned the
+    model's default and refused the shards' samples as gone)."""
+    from tests.video_clips import encode
+
+    (tmp_path / "clips").mkdir()
+    for i in range(2):
+        encode(tmp_path / "clips" / f"walk{i}.mp4", frames=8)
+
+    def atlas(*args: object):
+        return hookviz_cli("atlas", tmp_path / "clips", "--model", "tests.video_clips:video_net", "--weights", "none",
+                           "--layer", "features.2", "--top", 2, "--clips", 2, "--out", tmp_path / "atlas", *args)  # fmt: skip
+
+    assert atlas("--frames", 4, "--shard", "1/2").exit_code == 0
+    assert "--frames: state-1-of-2.npz" in _one_line(atlas("--frames", 3, "--shard", "2/2"))
+    assert atlas("--frames", 4, "--shard", "2/2").exit_code == 0
+    written = (tmp_path / "atlas" / "atlas.json").read_text()
+    (tmp_path / "atlas" / "atlas.json").unlink()
+    result = hookviz_cli("atlas", "--merge", tmp_path / "atlas", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "atlas" / "atlas.json").read_text()) == json.loads(written)
+
+
+def test_torchrun_processes_each_take_their_shard_and_the_last_writes_the_atlas(tmp_path):
+    """Under torchrun (``RANK``/``WORLD_SIZE``, no ``--shard`` typed) each process takes its own
+    slice, as ``hookviz run`` does, and the last to finish writes the atlas of all the samples."""
+    data = _photos(tmp_path / "photos", per_class=1)
+    said = []
+    for rank in (1, 0):
+        env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}
+        result = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", LAYERS[0], "--top", 2,
+                             "--out", tmp_path / "atlas", env=env)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        said.append(result.output)
+    assert "1 samples done; the atlas is written when shard 1 end" in said[0] and "atlas of 2 samples" in said[1]
+    states = sorted(p.name for p in (tmp_path / "atlas" / ".atlas-state").glob("state-*"))
+    assert states == ["state-1-of-2.npz", "state-2-of-2.npz"]
+    examples = {
+        e["source"]
+        for item in json.loads((tmp_path / "atlas" / "atlas.json").read_text())["layers"][0]["items"]
+        for e in item["top"]
+    }
+    assert examples == {str(path) for path in data.rglob("*.png")}
+
+
+def test_every_page_shows_its_channels_examples_histogram_and_classes_and_every_link_resolves(tmp_path):
+    """The pages a person reads: the index has a row per channel, sortable by a value in each cell,
+    linking its channel's page; each page shows its K crops (each a file there), the histogram of its
+    maximum and its classes; no link or picture points at nothing."""
+    import re
+
+    data = _photos(tmp_path / "photos", per_class=2)
+    make_atlas(_request(data, tmp_path / "atlas"))
+    out = tmp_path / "atlas"
+    document = json.loads((out / "atlas.json").read_text())
+    index = (out / "index.html").read_text()
+    for layer in document["layers"]:
+        for item in layer["items"]:
+            assert f'<a href="{item["page"]}">{item["index"]}</a>' in index
+            page = out / item["page"]
+            text = page.read_text()
+            crops = re.findall(r'<img class=(?:map|raw) src="([^"]+)"', text)
+            assert len(crops) == 2 * len(item["top"]) == 2 * 3  # each crop bare and with the map over it
+            assert "<svg" in text and ">apples<" in text and ">sky<" in text
+            for link in crops + re.findall(r'<a href="([^"#]+)"', text):
+                assert (page.parent / link).resolve().is_file(), (page, link)
+    assert index.count("<tr><td data-v=") == sum(layer["channels"] for layer in document["layers"])
+    for link in re.findall(r'(?:src|href)="([^"#]+)"', index):
+        assert (out / link).is_file(), link

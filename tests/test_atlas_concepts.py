@@ -298,9 +298,18 @@ def test_merge_names_and_visualises_as_the_shards_were_run_and_refuses_a_line_th
         result = merged(*args)
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert result.exit_code == 2 and len(lines) == 1 and says in lines[0], result.output
-    shard(2, "--skip-existing")  # shard 2 again, without --visualize
+    from hookviz.atlas.state import load_state, state_path
+
+    # shard 2 ended without --visualize as shard 1 ended (shards started together: a shard refuses it when it sees the other)
+    second = state_path(out, (2, 2))
+    state = load_state(second)
+    state.rendering = {**state.rendering, "visualize": 0}
+    state.save(second)
     result = merged()
-    assert result.exit_code == 2 and "the shards were run with different --visualize (shard 1: 1, shard 2: 0)" in result.output
+    assert (
+        result.exit_code == 2
+        and "the shards were run with different --visualize (state-1-of-2.npz: 1, state-2-of-2.npz: 0)" in result.output
+    )
     result = merged("--visualize", 0)
     assert result.exit_code == 0, result.output
     assert visualised() == []

@@ -17,9 +17,9 @@ from PIL import Image
 import hookviz
 from hookviz.render.kinds import picture_kind
 
-from .explorer_helpers import explorer_samples
+from .explorer_helpers import browser, explorer_samples
 from .test_frames import _clips, _run
-from .test_gallery import CHROMEDRIVER, CHROMIUM, _loaded_images
+from .test_gallery import _loaded_images
 from .video_clips import Conv3dNet
 
 LAYER = "features.2"
@@ -133,7 +133,7 @@ def test_clip_pictures_skip_other_ranks_with_a_note_and_photos_silently(clips):
 
 
 @pytest.mark.slow  # a run of a fresh interpreter, and headless Chromium
-@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+@browser
 def test_a_clips_gallery_row_plays_its_animation(tmp_path):
     clips, out = _clips(tmp_path / "clips", frames=16), tmp_path / "out"
     _run(clips, out, "--clip-frames", "16")

@@ -5,7 +5,6 @@ page that is not blank, a list that draws only what is on screen, escaped names,
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from urllib.parse import quote
 
@@ -15,38 +14,18 @@ from bench.explorer_scale import generate
 from hookviz.runs.explorer import ExplorerRun, write_explorer
 from hookviz.runs.sample_table import SampleRow, imagefolder_classes
 
-from .explorer_helpers import explorer_rows
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-browser = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
+from .explorer_helpers import (
+    browser,
+    explorer_data,
+    explorer_rows,
+    explorer_samples,
+    listed,
+    listing,
+    loaded_images,
+    open_explorer,
+    requested,
+    showing,
 )
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('profile')}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    found = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    found.implicitly_wait(5)  # a sample's details load after its route
-    yield found
-    found.quit()
 
 
 @pytest.fixture(scope="module")
@@ -54,48 +33,6 @@ def generated(tmp_path_factory):
     out = tmp_path_factory.mktemp("generated")
     generate(out, 300, pictures=True)
     return out
-
-
-def _open(driver, out: Path, route: str = "#/"):
-    driver.get("about:blank")
-    driver.get((out / "index.html").as_uri() + route)
-    return driver.execute_script("return window.hookvizExplorer.state.readyMs") is not None
-
-
-def _showing(driver, name: str) -> bool:
-    """Whether the sample page shows ``name`` within 5 s (a key's route is drawn after its event)."""
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    script = "const s = document.querySelector('.sample'); return s && s.getAttribute('data-sample');"
-    try:
-        WebDriverWait(driver, 5, poll_frequency=0.02).until(lambda d: d.execute_script(script) == name)
-    except TimeoutException:
-        return False
-    return True
-
-
-def _lists_first(driver, route: str, name: str) -> bool:
-    """Whether the list at ``route`` is drawn with ``name`` first within 5 s (a key's route is drawn after its event)."""
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    def drawn(d) -> bool:
-        shown = _listed(d)
-        return d.execute_script("return location.hash") == route and bool(shown) and shown[0] == name
-
-    try:
-        WebDriverWait(driver, 5, poll_frequency=0.02).until(drawn)
-    except TimeoutException:
-        return False
-    return True
-
-
-def _listed(driver) -> list[str]:
-    rows = driver.execute_script(
-        "return Array.from(document.querySelectorAll('#list [data-sample]')).map(a => [a.getAttribute('data-sample'), a.offsetTop]);"
-    )
-    return [name for name, _ in sorted(rows, key=lambda row: row[1])]
 
 
 def test_samples_csv_holds_the_explorers_columns_one_row_per_sample(generated):
@@ -124,20 +61,31 @@ def test_an_imagefolder_layout_gives_true_classes_and_a_flat_folder_none():
     assert imagefolder_classes(["x/tabby/1.png", "y/espresso/2.png"]) == {}  # not one root
 
 
+def test_the_page_names_a_sample_below_its_data_and_an_absolute_path_outside_it_by_its_file_name():
+    from hookviz.runs.sample_table import paths_in_data
+
+    assert paths_in_data(["/home/them/photos/tabby/1.png", "/home/them/photos/cup.png", None]) == ["tabby/1.png", "cup.png", ""]
+    assert paths_in_data(["/home/them/photos/tabby/1.png", "/home/them/photos/espresso/2.png"]) == [
+        "tabby/1.png",
+        "espresso/2.png",
+    ]
+    assert paths_in_data(["/home/them/1.png", "given/2.png"]) == ["1.png", "given/2.png"]  # no folder holds both
+
+
 @browser
 @pytest.mark.slow  # headless Chromium
 def test_filters_and_sort_in_the_address_list_what_they_say(driver, generated):
     rows = {row["name"]: row for row in explorer_rows(generated)}
     wanted = rows["sample-000007"]["predicted"]
-    assert _open(driver, generated, f"#/?predicted={quote(wanted)}&sort=-confidence")
+    assert open_explorer(driver, generated / "index.html", f"#/?predicted={quote(wanted)}&sort=-confidence")
     expected = sorted((n for n, r in rows.items() if r["predicted"] == wanted), key=lambda n: -float(rows[n]["confidence"]))
-    assert _listed(driver) == expected and expected
+    assert listed(driver) == expected and expected
     assert driver.find_element("id", "shown").get_attribute("data-count") == str(len(expected))
     # a range and right/wrong, set from the page's own controls
     driver.execute_script("location.hash = '#/?correct=false&confidence=0.5..0.9&sort=name'")
     count = sum(r["correct"] == "false" and 0.5 <= float(r["confidence"]) <= 0.9 for r in rows.values())
     assert int(driver.find_element("id", "shown").get_attribute("data-count")) == count
-    shown = _listed(driver)
+    shown = listed(driver)
     assert shown == sorted(shown) and all(rows[n]["correct"] == "false" for n in shown)
     select = driver.find_element("css selector", "select[data-filter=correct]")
     assert select.get_attribute("value") == "false"
@@ -145,7 +93,7 @@ def test_filters_and_sort_in_the_address_list_what_they_say(driver, generated):
 
     Select(select).select_by_value("true")
     assert "correct=true" in driver.execute_script("return location.hash")
-    assert all(rows[n]["correct"] == "true" for n in _listed(driver))
+    assert all(rows[n]["correct"] == "true" for n in listed(driver))
 
 
 @browser
@@ -158,11 +106,11 @@ def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_
     rows = {row["name"]: row for row in explorer_rows(generated)}
     figure, verdict = "layer3:gradcam:deletion_auc", "layer4:gradcam:sanity"
     route = f"#/?{quote(figure)}=0.2..0.6&{quote(verdict)}=passes&dead=0&notes=0&sort=-{quote(figure)}"
-    assert _open(driver, generated, route)
+    assert open_explorer(driver, generated / "index.html", route)
     kept = [n for n, r in rows.items() if 0.2 <= float(r[figure]) <= 0.6 and r[verdict] == "passes" and r["dead"] == "0"]
     kept = sorted((n for n in kept if rows[n]["notes"] == "0"), key=lambda n: -float(rows[n][figure]))
     assert kept and driver.find_element("id", "shown").get_attribute("data-count") == str(len(kept))
-    assert _listed(driver) == kept[: len(_listed(driver))]
+    assert listed(driver) == kept[: len(listed(driver))]
     cell = driver.find_element("css selector", "table.confusion td.diag a")
     wanted = {k: v[0] for k, v in parse_qs(cell.get_attribute("href").split("?", 1)[1]).items()}
     klass = wanted["true_class"]
@@ -175,7 +123,7 @@ def test_figures_verdicts_and_health_filter_and_the_confusion_table_counts_what_
     WebDriverWait(driver, 5).until(lambda d: "predicted=" in d.execute_script("return location.hash"))
     driver.execute_script("window.hookvizExplorer.route()")
     assert driver.find_element("id", "shown").get_attribute("data-count") == str(len(both))
-    assert sorted(_listed(driver)) == sorted(both)
+    assert sorted(listed(driver)) == sorted(both)
 
 
 @browser
@@ -185,22 +133,22 @@ def test_a_sample_route_steps_with_the_keyboard_in_the_lists_order(driver, gener
 
     rows = explorer_rows(generated)
     order = [r["name"] for r in sorted(rows, key=lambda r: -float(r["confidence"]))]
-    assert _open(driver, generated, f"#/sample/{order[3]}?sort=-confidence")
+    assert open_explorer(driver, generated / "index.html", f"#/sample/{order[3]}?sort=-confidence")
     body = driver.find_element("tag name", "body")
-    assert _showing(driver, order[3])
+    assert showing(driver, order[3]) == order[3]
     body.send_keys(Keys.ARROW_RIGHT)
-    assert _showing(driver, order[4])
+    assert showing(driver, order[4]) == order[4]
     body.send_keys(Keys.ARROW_LEFT)
-    assert _showing(driver, order[3])  # each key's route drawn before the next key (a loaded machine is slow)
+    assert showing(driver, order[3]) == order[3]  # each key's route drawn before the next key (a loaded machine is slow)
     body.send_keys(Keys.ARROW_LEFT)
-    assert _showing(driver, order[2])
+    assert showing(driver, order[2]) == order[2]
     # the layers switch in place, the picture follows
     assert driver.find_element("id", "picture").get_attribute("src").endswith(f"{order[2]}/layer3.summary.png")
     body.send_keys(Keys.ARROW_DOWN)
     body.send_keys("2")
     assert driver.find_element("id", "picture").get_attribute("src").endswith(f"{order[2]}/layer4.cam.png")
     body.send_keys(Keys.ESCAPE)
-    assert _lists_first(driver, "#/?sort=-confidence", order[0])
+    assert listing(driver, "#/?sort=-confidence")[:1] == [order[0]]
 
 
 @browser
@@ -209,7 +157,7 @@ def test_the_page_asks_for_nothing_outside_its_folder_and_is_not_blank(driver, g
     from PIL import Image
 
     driver.get_log("performance")  # what came before
-    assert _open(driver, generated, "#/?sort=name")
+    assert open_explorer(driver, generated / "index.html", "#/?sort=name")
     driver.execute_script("location.hash = '#/sample/sample-000001'")
     driver.find_element("css selector", ".sample")
     driver.save_screenshot(str(tmp_path / "sample.png"))
@@ -218,7 +166,7 @@ def test_the_page_asks_for_nothing_outside_its_folder_and_is_not_blank(driver, g
     folder = generated.as_uri() + "/"
     assert urls and all(url.startswith(folder) for url in urls), [u for u in urls if not u.startswith(folder)]
     assert any(url.endswith("explorer-samples-0.js") for url in urls)
-    _open(driver, generated, "#/")
+    open_explorer(driver, generated / "index.html", "#/")
     driver.save_screenshot(str(tmp_path / "list.png"))
     for name in ("list.png", "sample.png"):
         with Image.open(tmp_path / name) as shot:
@@ -229,17 +177,150 @@ def test_the_page_asks_for_nothing_outside_its_folder_and_is_not_blank(driver, g
 
 @browser
 @pytest.mark.slow
+def test_a_zipped_run_folder_opens_where_it_is_unzipped(driver, generated, tmp_path):
+    """Issue 40 item 1: a run folder sent as a zip works from wherever it is unpacked: its list, a
+    sample's pictures, every request inside the unpacked folder (none to where the run was made)."""
+    import shutil
+
+    out = tmp_path / "unzipped"
+    shutil.unpack_archive(shutil.make_archive(str(tmp_path / "run"), "zip", generated), out)
+    assert open_explorer(driver, out / "index.html", "#/?sort=-name")
+    assert listed(driver)[:2] == ["sample-000299", "sample-000298"]
+    driver.execute_script("location.hash = '#/sample/sample-000298?sort=-name'")
+    assert showing(driver, "sample-000298") == "sample-000298"
+    images = loaded_images(driver)
+    assert images and [src for src, width in images if not width] == []
+    assert "sample-000298/layer3.summary.png" in [src for src, _ in images]
+    # its numbers beside its pictures: the prediction's list, the objective, its row's figures (issue 40 item 3)
+    row = next(r for r in explorer_rows(generated) if r["name"] == "sample-000298")
+    numbers = driver.find_element("css selector", ".numbers")
+    assert [li.text for li in numbers.find_elements("css selector", ".top5 li")] == [
+        f"{row['predicted']} ({float(row['confidence']):.3f})"
+    ]
+    assert "objective: logit" in numbers.text
+    figure = numbers.find_element("xpath", ".//th[text()='layer3:gradcam:deletion_auc']/following-sibling::td")
+    assert float(figure.text) == pytest.approx(float(row["layer3:gradcam:deletion_auc"]), rel=1e-3)
+    urls = requested(driver)
+    assert urls and [url for url in urls if not url.startswith(out.as_uri() + "/")] == []
+
+
+@browser
+@pytest.mark.slow
 def test_ten_thousand_samples_draw_only_the_rows_on_screen(driver, tmp_path):
     generate(tmp_path, 10_000, pictures=False)
-    assert _open(driver, tmp_path)
+    assert open_explorer(driver, tmp_path / "index.html")
     assert driver.find_element("id", "shown").get_attribute("data-count") == "10000"
-    drawn = len(_listed(driver))
+    drawn = len(listed(driver))
     assert 5 < drawn < 40
     driver.execute_script(
         "document.getElementById('list').scrollTop = 84 * 5000;"
         "document.getElementById('list').dispatchEvent(new Event('scroll'));"
     )
-    assert "sample-005000" in _listed(driver) and len(_listed(driver)) < 40
+    assert "sample-005000" in listed(driver) and len(listed(driver)) < 40
+
+
+FAILURES = ("CUDA out of memory", "cannot read the image: truncated file")
+
+
+def _compared_run(out: Path) -> None:
+    """A compared run of 60 generated samples: some failed (two messages), some not done, the
+    others with a change from the baseline (its size, a changed target, drift findings)."""
+    import random
+
+    rng = random.Random(40)
+    found = ExplorerRun()
+    for i in range(60):
+        status = "failed" if i % 7 == 3 else ("not_done" if i % 11 == 5 else "done")
+        done = status == "done"
+        values = {
+            "name": f"s{i:02d}",
+            "image": f"s{i:02d}.png",
+            "status": status,
+            "task": "classify",
+            "predicted": "tabby" if done else "",
+            "confidence": rng.random() if done else None,
+            "drift": rng.random() if done else None,
+            "target_changed": rng.random() < 0.3 if done else None,
+            "drift_findings": rng.randrange(3) if done else None,
+            "notes": 0,
+            "failure": FAILURES[i % 2] if status == "failed" else "",
+        }
+        found.table.rows.append(SampleRow(values, {}))
+        found.details.append(None)
+        found.thumbs.append("")
+    write_explorer(out, found, {"title": "compared", "layers": [], "compared": True}, None, "<h1>compared</h1>")
+
+
+def _set_range(driver, key: str, low: str, high: str) -> None:
+    """Type ``low`` and ``high`` into the page's range boxes of ``key`` (each applies as it loses focus)."""
+    from selenium.webdriver.common.keys import Keys
+
+    for side, text in (("min", low), ("max", high)):
+        box = driver.find_element("css selector", f"input[data-filter='{key}:{side}']")
+        box.clear()
+        box.send_keys(text, Keys.TAB)
+
+
+def _view(driver) -> list[str]:
+    """Every sample the list holds (drawn on screen or not), in its order."""
+    return driver.execute_script("const s = window.hookvizExplorer.state; return Array.from(s.view, i => s.cols.name.data[i]);")
+
+
+def _count_is(driver, expected: list[str]) -> bool:
+    """Whether the list says it holds ``expected``'s samples, within 5 s (its route is drawn after the change)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, 5, poll_frequency=0.02).until(
+            lambda d: d.find_element("id", "shown").get_attribute("data-count") == str(len(expected))
+        )
+    except TimeoutException:
+        return False
+    return True
+
+
+@browser
+@pytest.mark.slow
+def test_the_failures_and_drift_filters_set_in_the_page_list_what_samples_csv_says(driver, tmp_path):
+    """Issue 40 item 2: failures and the drift against the baseline, set with the page's own controls."""
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    _compared_run(tmp_path)
+    rows = {row["name"]: row for row in explorer_rows(tmp_path)}
+    assert open_explorer(driver, tmp_path / "index.html", "#/")
+    Select(driver.find_element("css selector", "select[data-filter=status]")).select_by_value("failed")
+    failed = [n for n, r in rows.items() if r["status"] == "failed"]
+    assert failed and _count_is(driver, failed) and _view(driver) == failed
+    box = driver.find_element("css selector", "input[data-filter=failure]")
+    box.send_keys("MEMORY", Keys.TAB)
+    oom = [n for n in failed if "memory" in rows[n]["failure"].lower()]
+    assert 0 < len(oom) < len(failed) and _count_is(driver, oom) and _view(driver) == oom
+    assert "status=failed" in driver.execute_script("return location.hash")
+    # the drift: a range of the largest relative change, a changed target, drift findings
+    driver.find_element("css selector", "a.clear").click()
+    assert _count_is(driver, list(rows))  # the clear list drawn before the next control reads the address
+    _set_range(driver, "drift", "0.25", "0.8")
+    Select(driver.find_element("css selector", "select[data-filter=target_changed]")).select_by_value("false")
+    Select(driver.find_element("css selector", "select[data-filter=drift_findings]")).select_by_value("1..")
+    drifted = [
+        n
+        for n, r in rows.items()
+        if r["drift"] and 0.25 <= float(r["drift"]) <= 0.8 and r["target_changed"] == "false" and int(r["drift_findings"]) >= 1
+    ]
+    assert drifted and _count_is(driver, drifted) and _view(driver) == drifted
+    assert all(not rows[n]["failure"] for n in drifted)
+    # two controls changed at once (a user's own browser test): the second keeps the first
+    driver.find_element("css selector", "a.clear").click()
+    assert _count_is(driver, list(rows))
+    driver.execute_script(
+        "for (const [key, value] of [['target_changed', 'true'], ['drift_findings', '0']]) {"
+        "  const box = document.querySelector(`[data-filter=${key}]`); box.value = value;"
+        "  box.dispatchEvent(new Event('change')); }"
+    )
+    changed = [n for n, r in rows.items() if r["target_changed"] == "true" and r["drift_findings"] == "0"]
+    assert changed and _count_is(driver, changed) and _view(driver) == changed
 
 
 def _hostile_run(out: Path) -> str:
@@ -288,8 +369,8 @@ def _hostile_run(out: Path) -> str:
 @pytest.mark.slow
 def test_names_from_users_files_are_text_and_cannot_run_script(driver, tmp_path):
     name = _hostile_run(tmp_path)
-    assert _open(driver, tmp_path, "#/?true_class=" + quote("<script>window.__pwned=2</script>"))
-    assert _listed(driver) == [name]
+    assert open_explorer(driver, tmp_path / "index.html", "#/?true_class=" + quote("<script>window.__pwned=2</script>"))
+    assert listed(driver) == [name]
     assert driver.find_element("css selector", "#list [data-sample] b").text == name
     driver.execute_script("location.hash = arguments[0]", "#/sample/" + quote(name, safe=""))
     assert driver.find_element("css selector", ".sample").get_attribute("data-sample") == name
@@ -332,8 +413,8 @@ def test_the_name_filter_finds_a_name_or_a_path_in_the_data_not_the_folders_abov
     listed every sample for ``q=holiday``, or ``q=tmp``)."""
     _rows_under(tmp_path, tmp_path / "holiday", ["tabby/walk.png", "tabby/jump.png", "espresso/cup.png"])
     for query, expected in (("holiday", []), ("tmp", []), ("tabby", ["jump", "walk"]), ("cup", ["cup"]), ("SO/c", ["cup"])):
-        assert _open(driver, tmp_path, "#/?q=" + quote(query))
-        assert sorted(_listed(driver)) == expected, query
+        assert open_explorer(driver, tmp_path / "index.html", "#/?q=" + quote(query))
+        assert sorted(listed(driver)) == expected, query
     row = driver.find_element("css selector", "#list [data-sample=cup]")
     assert row.get_attribute("title") == "espresso/cup.png" and "cup espresso/cup.png" in row.text  # where it lies, shown
 
@@ -390,7 +471,7 @@ def test_an_atlas_channel_has_its_own_address(driver, tmp_path):
     atlas = read_atlas(tmp_path)
     assert atlas is not None and atlas["folder"] == "atlas"
     write_explorer(tmp_path, found, {"title": "atlas", "layers": ["layer3"]}, atlas, "<h1>atlas</h1>")
-    assert _open(driver, tmp_path, "#/channel/layer3/1")
+    assert open_explorer(driver, tmp_path / "index.html", "#/channel/layer3/1")
     page = driver.find_element("css selector", ".channel")
     assert page.get_attribute("data-channel") == "layer3/1" and "stripes 1" in page.text
     crops = driver.execute_script(
@@ -400,7 +481,7 @@ def test_an_atlas_channel_has_its_own_address(driver, tmp_path):
     assert [src for src, _ in crops] == ["atlas/crops/layer3/1/0.png", "atlas/crops/layer3/1/1.png"]
     assert all(width == 32 for _, width in crops)
     driver.find_element("tag name", "body").send_keys("j")
-    assert driver.find_element("css selector", ".channel").get_attribute("data-channel") == "layer3/2"
+    assert showing(driver, "layer3/2", "channel") == "layer3/2"  # drawn after the key
 
 
 def _photos(folder: Path, names: list[str]) -> None:
@@ -435,6 +516,14 @@ def test_an_imagefolder_run_takes_its_class_folders_as_true_classes(tmp_path):
     result = hookviz_run(tmp_path / "data", "--pictures", "summary", layer="features.3", out=tmp_path / "out")
     assert result.exit_code == 0, result.output
     assert {row["name"]: row["true_class"] for row in explorer_rows(tmp_path / "out")} == {"a": "tabby", "b": "espresso"}
+    # the page names each photo as it lies in the data, as its list shows it: a run folder copied to a
+    # colleague or published does not show (or leak) the folders above the data (/home/them/...)
+    data, details = explorer_data(tmp_path / "out"), explorer_samples(tmp_path / "out")
+    images = next(column["data"] for column in data["columns"] if column["name"] == "image")
+    assert sorted(images) == ["espresso/b.png", "tabby/a.png"]
+    assert {name: d["image"] for name, d in details.items()} == {"a": "tabby/a.png", "b": "espresso/b.png"}
+    page = "".join(p.read_text() for p in (tmp_path / "out").glob("*.js")) + (tmp_path / "out" / "index.html").read_text()
+    assert str(tmp_path / "data") not in page.replace("\\\\", "\\")
 
 
 @pytest.mark.parametrize("text", [None, "image,label\nonly-a-name\n"])

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from .cli_helpers import hookviz_cli, hookviz_run
-from .explorer_helpers import browser, chromium, explorer_rows, listed, loaded_images, open_explorer, requested
+from .explorer_helpers import browser, explorer_rows, listed, listing, loaded_images, open_explorer, requested, showing
 
 pytestmark = [browser, pytest.mark.slow]  # runs of the CLI, then headless Chromium: seconds of CPU each
 
@@ -23,28 +23,6 @@ def drawn_here(monkeypatch):
     from hookviz.runs import workers
 
     monkeypatch.setattr(workers, "render_pool", lambda processes, draws=False: workers.RenderPool(0, draws))
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    found = chromium(tmp_path_factory.mktemp("profile"))
-    yield found
-    found.quit()
-
-
-def _sample(driver, expected: str, what: str = "sample") -> str | None:
-    """The sample (or ``what="channel"``) shown, once it is ``expected`` (a key's or a link's
-    route runs after the event): 5 s at most."""
-    import time
-
-    script = f"const s = document.querySelector('.{what}'); return s && s.getAttribute('data-{what}');"
-    deadline, found = time.time() + 5, None
-    while time.time() < deadline:
-        found = driver.execute_script(script)
-        if found == expected:
-            break
-        time.sleep(0.02)
-    return found
 
 
 def _go(driver, route: str) -> None:
@@ -94,15 +72,15 @@ def test_a_run_of_clips_lists_each_clip_with_its_animation(driver, tmp_path):
     thumbs = _shown(driver)
     assert thumbs == [f"{name}/features.animation.webp" for name in ("walk", "run", "jump")]  # each row's clip, animated
     driver.find_element("css selector", "#list [data-sample=run]").click()
-    assert _sample(driver, "run") == "run" and driver.execute_script("return location.hash") == "#/sample/run?sort=-name"
+    assert showing(driver, "run") == "run" and driver.execute_script("return location.hash") == "#/sample/run?sort=-name"
     assert driver.find_element("css selector", "img.clip").get_attribute("src").endswith("run/features.animation.webp")
     body = driver.find_element("tag name", "body")
     body.send_keys("j")  # the next one listed
-    assert _sample(driver, "jump") == "jump" and not driver.find_elements("id", "next")
+    assert showing(driver, "jump") == "jump" and not driver.find_elements("id", "next")
     body.send_keys("k")
-    assert _sample(driver, "run") == "run"
+    assert showing(driver, "run") == "run"
     body.send_keys("k")
-    assert _sample(driver, "walk") == "walk" and not driver.find_elements("id", "prev")
+    assert showing(driver, "walk") == "walk" and not driver.find_elements("id", "prev")
     assert "walk/features.cam.png" in _shown(driver)
     _within(driver, out)
 
@@ -125,13 +103,13 @@ def test_a_model_of_several_inputs_shows_each_input_of_a_sample(driver, tmp_path
     assert open_explorer(driver, out / "index.html", "#/?true_class=a")  # the class folders are the true classes
     assert listed(driver) == ["001", "002"]
     _go(driver, "#/sample/002?true_class=a")
-    assert _sample(driver, "002") == "002"
+    assert showing(driver, "002") == "002"
     shown = _shown(driver)
     assert {"002/input.jpg", "002/input.depth.jpg", "002/fusion.cam.png"} <= set(shown)  # the depth beside the photo
     alts = driver.execute_script("return Array.from(document.querySelectorAll('.photos img')).map(i => i.alt)")
     assert "input.depth.jpg" in alts
     driver.find_element("tag name", "body").send_keys("\ue012")  # the left arrow
-    assert _sample(driver, "001") == "001" and not driver.find_elements("id", "prev")
+    assert showing(driver, "001") == "001" and not driver.find_elements("id", "prev")
     _within(driver, out)
 
 
@@ -155,7 +133,7 @@ def test_the_shards_of_a_run_open_as_one_run(driver, tmp_path):
     body = driver.find_element("tag name", "body")
     for name in ("p2", "p3"):  # the next one, whichever shard wrote it
         body.send_keys("j")
-        assert _sample(driver, name) == name
+        assert showing(driver, name) == name
         assert f"{name}/features.3.cam.png" in _shown(driver)
     _within(driver, out)
 
@@ -172,7 +150,7 @@ def test_a_diff_folder_shows_before_and_after_side_by_side(driver, tmp_path):
     assert sorted(listed(driver)) == ["cat", "dog"]  # the target changed for both
     assert driver.find_element("css selector", "select[data-filter=target_changed]").get_attribute("value") == "true"
     _go(driver, "#/sample/dog?target_changed=true")
-    assert _sample(driver, "dog") == "dog"
+    assert showing(driver, "dog") == "dog"
     captions = driver.execute_script(
         "return Array.from(document.querySelectorAll('.shown-picture figcaption')).map(f => f.textContent)"
     )
@@ -181,7 +159,7 @@ def test_a_diff_folder_shows_before_and_after_side_by_side(driver, tmp_path):
     assert "../base/dog/features.3.cam.png" in sources and "dog/features.3.cam.png" in sources
     assert "target 0 \u2192 1" in driver.find_element("css selector", ".numbers").text
     driver.find_element("tag name", "body").send_keys("\ue00c")  # Escape: back to the list, its filter kept
-    assert driver.execute_script("return location.hash") == "#/?target_changed=true" and listed(driver)
+    assert listing(driver, "#/?target_changed=true")  # drawn after the key
     _within(driver, new, base)
 
 
@@ -203,11 +181,11 @@ def test_a_samples_top_channels_link_their_pages_of_the_runs_atlas(driver, tmp_p
     wanted = [c["channel"] for c in report["layers"][0]["top_channels"]["channels"]]
     assert len(wanted) == 2
     assert open_explorer(driver, out / "index.html", "#/sample/p2")
-    assert _sample(driver, "p2") == "p2"
+    assert showing(driver, "p2") == "p2"
     links = driver.find_elements("css selector", ".topchannels a[data-channel]")
     assert [a.get_attribute("href").rsplit("#", 1)[1] for a in links] == [f"/channel/act%3A1/{c}" for c in wanted]
     links[0].click()
-    assert _sample(driver, f"act:1/{wanted[0]}", "channel") == f"act:1/{wanted[0]}"
+    assert showing(driver, f"act:1/{wanted[0]}", "channel") == f"act:1/{wanted[0]}"
     layer = json.loads((atlas / "atlas.json").read_text())["layers"][0]
     item = layer["items"][wanted[0]]
     crops = loaded_images(driver)
@@ -217,13 +195,15 @@ def test_a_samples_top_channels_link_their_pages_of_the_runs_atlas(driver, tmp_p
     shown = [str(Path(t["source"]).relative_to(photos).as_posix()) for t in item["top"]]
     assert [c.split(" \u00b7 ")[0] for c in captions] == shown and str(tmp_path) not in " ".join(captions)
     assert [t["shown"] for t in item["top"]] == shown  # atlas.json's, which the atlas's own pages show too
+    assert [f.get_attribute("title") for f in driver.find_elements("css selector", ".crops figure")] == shown
+    assert str(tmp_path) not in (out / "explorer-atlas.js").read_text()  # nor in the page's data (a published run)
     page = (atlas / item["page"]).read_text()
     assert all(f">{name}</span>" in page for name in shown)
     mean = driver.find_element("xpath", "//table[@class='figures']//th[text()='mean']/following-sibling::td").text
     assert float(mean) == pytest.approx(item["stats"]["mean"], rel=1e-3)
     driver.find_element("tag name", "body").send_keys("j")
     following = layer["items"][wanted[0] + 1]["index"] if wanted[0] + 1 < len(layer["items"]) else wanted[0]
-    assert _sample(driver, f"act:1/{following}", "channel") == f"act:1/{following}"
+    assert showing(driver, f"act:1/{following}", "channel") == f"act:1/{following}"
     _within(driver, out, atlas)
 
 
@@ -269,10 +249,10 @@ def test_a_runs_notebook_display_is_its_explorer_inline(driver, tmp_path, monkey
         assert listed(driver) == ["two", "three", "one"]
         assert _shown(driver) == ["out/two/input.jpg", "out/three/input.jpg", "out/one/input.jpg"]
         driver.find_element("css selector", "#list [data-sample=two]").click()
-        assert _sample(driver, "two") == "two"
+        assert showing(driver, "two") == "two"
         assert "out/two/features.3.cam.png" in _shown(driver)
         driver.find_element("tag name", "body").send_keys("j")
-        assert _sample(driver, "three") == "three"
+        assert showing(driver, "three") == "three"
     finally:
         driver.switch_to.default_content()
     urls = _within(driver, tmp_path)
@@ -299,7 +279,7 @@ def test_a_vision_language_run_lists_each_photo_with_its_answer_and_shows_each_t
         photos, "--prompt", "describe the photo .", "--answer", "a black cat", "--tokens", "0,2",
         model=f"hf:{tmp_path / 'llava'}", weights=None, out=out,
     )  # fmt: skip
-    assert result.exit_code == 1 and "bad.png: cannot read it as a photo" in result.stderr, result.output
+    assert result.exit_code == 1 and "bad.png: not an image format PIL can read" in result.stderr, result.output
     report = json.loads((out / "two" / "report.json").read_text())
     rows = {row["name"]: row for row in explorer_rows(out)}
     assert [rows[n]["status"] for n in ("two", "bad")] == ["done", "failed"]
@@ -316,7 +296,7 @@ def test_a_vision_language_run_lists_each_photo_with_its_answer_and_shows_each_t
     assert "prompt describe the photo ." in row and "answered a black cat" in row and "explained a · cat" in row
     assert _shown(driver) == ["two/input.jpg"]  # the photo as the model saw it
     _go(driver, "#/sample/two")
-    assert _sample(driver, "two") == "two"
+    assert showing(driver, "two") == "two"
     assert _shown(driver) == ["two/input.jpg", "two/tokens.png"]  # the strip first
     cat = report["targets"][1]
     tab = f"'cat' p={cat['probability']:.3f}"

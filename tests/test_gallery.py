@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.chromium import chromium
 from hookviz.options import LayerOptions, ModelOptions, RunOptions, TargetOptions
 from hookviz.runs.runner import run
 
-from .explorer_helpers import explorer_pictures, explorer_rows, explorer_text
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
+from .explorer_helpers import browser, explorer_pictures, explorer_rows, explorer_text
 
 
 @pytest.fixture(scope="module")
@@ -57,27 +55,7 @@ def test_gallery_lists_every_image_layer_picture_and_failure(gallery_run):
 def _loaded_images(page: Path, profile: Path, screenshot: Path, routes: tuple[str, ...] = ("#/",)) -> list:
     """``[src, complete, naturalWidth]`` of every image the explorer at ``page`` shows in headless
     Chromium: its list (``routes``) and, for each sample route, every picture of every layer, switched in place."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1400,3000",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.implicitly_wait(5)
+    driver = chromium(profile, height=3000, wait=5)
     images: dict = {}
     try:
         for route in routes:
@@ -110,7 +88,7 @@ def _collect(driver, images: dict) -> None:
 
 
 @pytest.mark.slow  # over 1.4 s of CPU, measured
-@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+@browser
 def test_gallery_renders_in_headless_chromium_without_broken_images(gallery_run, tmp_path):
     out, _ = gallery_run
     routes = ("#/", "#/sample/cat", "#/sample/coffee")
@@ -121,7 +99,7 @@ def test_gallery_renders_in_headless_chromium_without_broken_images(gallery_run,
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="needs Debian's chromium and chromium-driver")
+@browser
 def test_a_compared_run_shows_its_diff_pictures_in_headless_chromium(gallery_run, tmp_path):
     from hookviz.compare.diffing import diff_runs
 

@@ -12,7 +12,7 @@ from PIL import Image
 import hookviz
 
 from .conftest import SAMPLES
-from .vlm_models import GRID, IMAGE_TOKEN, save_llava
+from .vlm_models import GRID, IMAGE_TOKEN, load_llava, save_llava
 
 transformers = pytest.importorskip("transformers")
 
@@ -20,12 +20,9 @@ PROMPT = "describe the photo ."
 
 
 @pytest.fixture(scope="module")
-def llava(tmp_path_factory):
+def llava(llava_folder):
     """(folder, model, processor) of the tiny LLaVA, loaded back from its folder."""
-    folder = tmp_path_factory.mktemp("llava")
-    save_llava(folder)
-    model = transformers.LlavaForConditionalGeneration.from_pretrained(folder).eval()
-    return folder, model, transformers.AutoProcessor.from_pretrained(folder)
+    return (llava_folder, *load_llava(llava_folder))
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +112,38 @@ def test_each_tokens_gradcam_is_the_hand_computed_one_and_its_gradient_the_finit
         torch.testing.assert_close((changed[0] - changed[1]) / 2e-2, float(gradient.norm()), rtol=2e-2, atol=1e-5)
 
 
+def test_a_word_of_several_tokens_is_explained_as_their_sum(llava, photo):
+    """``--words tabby`` where a subword tokenizer writes tab ##by: one target of both tokens, whose
+    Grad-CAM is the hand-computed one of their logits' sum."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    from .vlm_models import PATCH, WORDS
+
+    _, model, processor = llava
+    vocabulary = [{"grey": "tab", "tabby": "##by"}.get(word, word) for word in WORDS]  # the model's ids kept
+    core = Tokenizer(models.WordPiece(vocab={w: i for i, w in enumerate(vocabulary)}, unk_token="<unk>"))
+    core.pre_tokenizer, core.decoder = pre_tokenizers.WhitespaceSplit(), decoders.WordPiece(prefix="##")
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>",
+        extra_special_tokens={"image_token": "<image>"},
+    )  # fmt: skip
+    subwords = transformers.LlavaProcessor(
+        image_processor=processor.image_processor, tokenizer=tokenizer, patch_size=PATCH,
+        vision_feature_select_strategy="default", chat_template=processor.chat_template, num_additional_image_tokens=1,
+    )  # fmt: skip
+    layer = "model.vision_tower.encoder.layers.0"
+    request = VlmRequest(PROMPT, answer="a tabby cat", words="tabby", methods=("gradcam",), layers=(layer,))
+    result = explain_photo(model, subwords, photo, request)
+    talk = result.conversation
+    assert talk.text == "a tabby cat" and talk.tokens == ("a", "tab", "##by", "cat")
+    assert [(t.tokens, t.label) for t in result.targets] == [((1, 2), "tabby")]
+    expected, _, _ = _hand_gradcam(model, talk.inputs, talk.answer_ids, layer, (1, 2))
+    torch.testing.assert_close(result.maps[0].maps[0], expected, rtol=1e-4, atol=1e-6)
+
+
 def test_integrated_gradients_equal_captums_on_the_pixel_values(llava, photo):
     captum = pytest.importorskip("captum.attr")
     from hookviz.vlm.cams import integrated_gradients
@@ -180,7 +209,7 @@ def test_run_writes_the_answer_transformers_generate_writes_and_each_tokens_file
         ("long prompt", "--prompt: the prompt and the photo make "),
         ("empty answer", "--answer '   ' tokenizes to nothing; give the answer's words"),
         ("no image token", "has no image token, so no photo can enter the prompt"),
-        ("unreadable photo", "cat.png: cannot read it as a photo"),
+        ("unreadable photo", "cat.png: image data is corrupt or truncated"),
         ("no vision tower", "is a language model without a vision tower (LlamaForCausalLM)"),
         ("faithfulness", "--faithfulness: a vision-language model's run does not take it yet; drop it"),
     ],
@@ -226,6 +255,59 @@ def test_hookviz_explain_takes_the_same_path_as_the_command(llava, photo):
     )
     assert result.conversation.text == "a black cat" and result.targets[0].tokens == (2,)
     torch.testing.assert_close(result.maps[0].maps, expected["layercam"])
+
+
+def test_integrated_gradients_take_one_default_of_steps_in_the_api_and_the_command(llava, photo, tmp_path):
+    """``--steps``'s default is ``VlmRequest``'s: ``explain_photo``, ``hookviz.explain`` and ``hookviz run``
+    give one map; ``--steps auto``, which a vision-language model does not take, is refused in one line."""
+    import numpy as np
+
+    from hookviz import explain
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    folder, model, processor = llava
+    request = VlmRequest(PROMPT, answer="a cat", tokens="1", methods=("integrated-gradients",))
+    direct = explain_photo(model, processor, photo, request).maps[0].maps
+    given = dict(prompts=PROMPT, answer="a cat", tokens="1", cam="integrated-gradients")
+    torch.testing.assert_close(explain(f"hf:{folder}", SAMPLES / "cat.png", **given).maps[0].maps, direct)
+    result = _run(folder, tmp_path, "--answer", "a cat", "--tokens", "1", "--cam", "integrated-gradients", "--save-tensors")
+    assert result.exit_code == 0, result.output
+    with np.load(tmp_path / "out" / "cat" / "tensors.npz") as saved:
+        np.testing.assert_allclose(saved["pixels/integrated-gradients/token1"], direct[0].numpy(), rtol=1e-5, atol=1e-7)
+
+    auto = _run(folder, tmp_path, "--answer", "a cat", "--cam", "integrated-gradients", "--steps", "auto")
+    assert auto.exit_code == 2 and auto.stderr.strip().splitlines() == [
+        "hookviz: error: --steps auto: a vision-language model's integrated gradients take a number of steps "
+        "(32 by default), not auto"
+    ]
+
+
+def test_gradcam_of_every_token_costs_one_forward_pass_and_a_backward_pass_per_token(llava, photo, monkeypatch):
+    """The probabilities report.json keeps come from the CAMs' own forward pass (and equal a forward
+    pass's of their own): one forward pass of the model and K backward passes for K tokens, whatever
+    the layer methods."""
+    from hookviz.vlm.explain import VlmRequest, explain_photo
+
+    _, model, processor = llava
+    passes = {"forward": 0, "backward": 0}
+    grad = torch.autograd.grad
+
+    def counted(*args, **kwargs):
+        passes["backward"] += 1
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", counted)
+    handle = model.register_forward_pre_hook(lambda *_: passes.__setitem__("forward", passes["forward"] + 1))
+    try:
+        request = VlmRequest(PROMPT, answer="a black cat", methods=("gradcam", "layercam"))
+        result = explain_photo(model, processor, photo, request)
+    finally:
+        handle.remove()
+    assert len(result.targets) == 3 and passes == {"forward": 1, "backward": 3}
+    with torch.no_grad():
+        logits = model(**result.conversation.inputs).logits[0, result.conversation.answer_positions].float()
+    expected = torch.log_softmax(logits, -1).gather(-1, result.conversation.answer_ids[:, None]).squeeze(-1).exp()
+    torch.testing.assert_close(result.probabilities, expected)
 
 
 def test_bfloat16_gives_the_float32_answer_and_maps_close_to_its(llava, photo):

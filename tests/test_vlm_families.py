@@ -128,6 +128,27 @@ def test_a_change_under_one_patch_reaches_only_the_towers_token_there(name, fold
         assert changed - set(range(grid[0] * grid[1], 10**6)) == {int(order[cell[0] * grid[1] + cell[1]])}, (cell, changed)
 
 
+def test_qwen2_5_vls_tower_and_merger_run_window_by_window_and_are_laid_back_row_by_row(tmp_path):
+    """Qwen2.5-VL's tower reads its merge blocks window by window through its blocks and its merger:
+    a change under one patch reaches the tower's token and the merger's token ``vision_order`` and
+    ``projector_order`` name there (the cell chosen lies elsewhere in the window order than row by row)."""
+    from hookviz.vlm.families.base import family_of
+
+    model, processor, size = _load("qwen2_vl", {"qwen2_vl": vlm_families.qwen2_5_vl(tmp_path / "qwen2_5_vl")})
+    family = family_of(model)
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration" and family.name == "qwen2_vl"
+    first = _inputs(processor, _photos(size, (1, 1), (0, 0))[0])
+    (rows, cols), layers = family.vision_grid(model, first), family.default_layers(model)
+    towers, merged = family.vision_order(model, first), family.projector_order(model, first)
+    for row, col in [(0, 4)]:
+        block = (row // 2) * (cols // 2) + col // 2
+        assert int(merged[block]) != block  # elsewhere than row by row
+        before, after = (_inputs(processor, pixels) for pixels in _photos(size, (rows, cols), (row, col)))
+        for layer, order, cell in ((layers["vision"], towers, row * cols + col), (layers["projector"], merged, block)):
+            changed = _changed(_seen(model, layer, before, True), _seen(model, layer, after, True))
+            assert changed == {int(order[cell])}, (layer, (row, col), changed)
+
+
 def test_a_tower_layers_map_is_laid_out_by_the_familys_vision_order(folders):
     """Qwen2-VL's tower runs merge block by merge block: as_grid puts each patch's features on
     its own cell (before, they were read row by row and scrambled the map)."""

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from .conftest import SAMPLES
-from .vlm_models import save_llava
+from .vlm_models import load_llava
 
 transformers = pytest.importorskip("transformers")
 captum_attr = pytest.importorskip("captum.attr")
@@ -21,14 +21,11 @@ ANSWER = "a black cat sits on the mat"
 
 
 @pytest.fixture(scope="module")
-def llava(tmp_path_factory):
+def llava(llava_folder):
     """(model, processor, conversation, photo) of the tiny LLaVA explaining ``ANSWER`` about a 40 x 32 photo."""
     from hookviz.vlm.conversation import answer_conversation
 
-    folder = tmp_path_factory.mktemp("llava")
-    save_llava(folder)
-    model = transformers.LlavaForConditionalGeneration.from_pretrained(folder).eval()
-    processor = transformers.AutoProcessor.from_pretrained(folder)
+    model, processor = load_llava(llava_folder)
     photo = Image.open(SAMPLES / "cat.png").convert("RGB").resize((40, 32))
     return model, processor, answer_conversation(model, processor, photo, PROMPT, ANSWER), photo
 
@@ -132,19 +129,17 @@ def test_masks_of_another_size_or_an_unknown_baseline_are_refused_in_one_line(ll
         feature_ablation(*llava, torch.zeros(32, 40, dtype=torch.long), baseline="grey")
 
 
-def test_run_maps_each_token_by_occlusion_and_feature_ablation_through_the_cli(tmp_path):
+def test_run_maps_each_token_by_occlusion_and_feature_ablation_through_the_cli(llava_folder, tmp_path):
     import json
 
     import numpy as np
 
     from .cli_helpers import hookviz_run
 
-    folder = tmp_path / "llava"
-    save_llava(folder)
     result = hookviz_run(
         SAMPLES / "cat.png",
         *("--prompt", PROMPT, "--answer", "a black cat", "--cam", "occlusion,feature-ablation", "--save-tensors"),
-        model=f"hf:{folder}",
+        model=f"hf:{llava_folder}",
         weights=None,
         out=tmp_path / "out",
     )

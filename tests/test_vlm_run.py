@@ -18,18 +18,11 @@ transformers = pytest.importorskip("transformers")
 PROMPT = "describe the photo ."
 
 
-@pytest.fixture(scope="module")
-def llava(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("llava")
-    save_llava(folder)
-    return folder
-
-
 def _run(folder, out, *args, photos=(SAMPLES / "cat.png",)):
     return hookviz_run(list(photos), "--prompt", PROMPT, *args, model=f"hf:{folder}", weights=None, out=out)
 
 
-def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(llava, tmp_path, monkeypatch):
+def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(llava_folder, tmp_path, monkeypatch):
     """As a run of another model stops: the photo being explained is abandoned at the model's next
     module, run.json and index.html describe the run, exit status 130, one line."""
     import os
@@ -47,7 +40,7 @@ def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(
     monkeypatch.setattr(explain, "explain_photo", explain_photo)
     out, previous = tmp_path / "out", signal.getsignal(signal.SIGINT)
     try:
-        result = _run(llava, out, "--answer", "a cat", photos=(SAMPLES / "cat.png", SAMPLES / "coffee.png"))
+        result = _run(llava_folder, out, "--answer", "a cat", photos=(SAMPLES / "cat.png", SAMPLES / "coffee.png"))
     finally:
         signal.signal(signal.SIGINT, previous)
     assert result.exit_code == 130, result.output
@@ -64,8 +57,8 @@ def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(
     assert (out / "index.html").exists() and no_partial_files(out)
 
 
-def test_json_prints_the_run_file_as_a_run_of_another_model_does(llava, tmp_path):
-    result = _run(llava, tmp_path / "out", "--answer", "a cat", "--json")
+def test_json_prints_the_run_file_as_a_run_of_another_model_does(llava_folder, tmp_path):
+    result = _run(llava_folder, tmp_path / "out", "--answer", "a cat", "--json")
     assert result.exit_code == 0, result.output
     printed = json.loads(result.stdout)
     assert printed == json.loads((tmp_path / "out" / "run.json").read_text())
@@ -112,27 +105,26 @@ def test_special_tokens_of_the_answer_are_left_out_of_its_text_and_not_explained
         (["--layer-type", "Linear"], "--layer-type: a vision-language model's run does not take it yet; drop it"),
         (["--task", "classify"], "--task classify: a vision-language model's run does not take it yet; drop it"),
         (["--cam", "occlusion", "--occlusion-window", "8"], "--occlusion-window 8: a vision-language model's run does not"),
-        (["--device", "cuda"], "--device cuda: a vision-language model's run computes on the CPU yet; drop it"),
         (["--objective", "ce"], "--objective ce: a vision-language model takes logit or logprob"),
         (["--weights", "model.pt"], "--weights model.pt: a vision-language model loads the weights saved with it (DEFAULT)"),
     ],
 )
-def test_an_option_the_run_does_not_honour_is_refused_in_one_line(llava, tmp_path, args, line):
-    result = _run(llava, tmp_path / "out", *args)
+def test_an_option_the_run_does_not_honour_is_refused_in_one_line(llava_folder, tmp_path, args, line):
+    result = _run(llava_folder, tmp_path / "out", *args)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"hookviz: error: {line}") and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 
-def test_max_pixels_refuses_a_larger_photo(llava, tmp_path):
-    result = _run(llava, tmp_path / "out", "--max-pixels", "1000")
+def test_max_pixels_refuses_a_larger_photo(llava_folder, tmp_path):
+    result = _run(llava_folder, tmp_path / "out", "--max-pixels", "1000")
     assert result.exit_code == 1, result.output
     assert "cat.png: 451x300 is 135,300 pixels, above --max-pixels 1,000" in result.stderr
     assert json.loads((tmp_path / "out" / "run.json").read_text())["counts"]["failed"] == 1
 
 
-def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava, tmp_path):
-    result = _run(llava, tmp_path / "out", "--answer", "a cat", "--tokens", "7")
+def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava_folder, tmp_path):
+    result = _run(llava_folder, tmp_path / "out", "--answer", "a cat", "--tokens", "7")
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
         "hookviz: error: --tokens 7: '7' is no token of the answer; give indices from 0 to 1 (the answer: 'a cat')"
@@ -140,3 +132,125 @@ def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava, tm
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["error"] == result.stderr.strip().removeprefix("hookviz: error: ")
     assert [(e["status"], e["error"]) for e in run["images"]] == [("not_done", "the run stopped on an error")]
+
+
+def test_the_run_holds_its_out_as_any_run_does(llava_folder, tmp_path, monkeypatch):
+    """A run writing into --out now (here held as a run holds it) refuses this one in one line before
+    the model loads, nothing written; while this one explains, another run is refused in turn; at
+    its end the folder is free, and marked as a run's output."""
+    from hookviz.errors import OutputError
+    from hookviz.inputs.discovery import OUTPUT_MARKER
+    from hookviz.store.outfolder import FolderLock
+    from hookviz.vlm import explain
+
+    out = tmp_path / "out"
+    out.mkdir()
+    other = FolderLock(out)
+    assert other.acquire()
+    refused = _run(llava_folder, out, "--answer", "a cat")
+    other.release()
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.strip().splitlines() == [
+        f"hookviz: error: --out {out}: another hookviz run is writing into this folder now; wait for it to end, "
+        "or choose another --out (shards of one run share a folder with --shard K/N)"
+    ]
+    assert sorted(p.name for p in out.iterdir()) == [".hookviz-run.lock"]
+
+    real, seen = explain.explain_photo, []
+
+    def explain_photo(*args, **kwargs):
+        with pytest.raises(OutputError, match="another hookviz run is writing into this folder now"):
+            FolderLock(out).acquire()
+        seen.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(explain, "explain_photo", explain_photo)
+    result = _run(llava_folder, out, "--answer", "a cat")
+    assert result.exit_code == 0 and seen == [1], result.output
+    assert FolderLock(out).acquire() and (out / OUTPUT_MARKER).exists()
+
+
+def test_a_photo_turned_by_its_exif_orientation_is_seen_upright(llava_folder, tmp_path):
+    """As a photo run reads it (``inputs.images.load_image``): a camera's photo stored on its side
+    with EXIF orientation 6 gives the answer and maps of the same photo stored upright."""
+    import numpy as np
+    from PIL import Image
+
+    upright = Image.open(SAMPLES / "cat.png").convert("RGB").crop((60, 0, 360, 200))
+    upright.save(tmp_path / "upright.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: turn a quarter clockwise to show it
+    upright.transpose(Image.Transpose.ROTATE_90).save(tmp_path / "turned.png", exif=exif)
+    photos = (tmp_path / "upright.png", tmp_path / "turned.png")
+    result = _run(llava_folder, tmp_path / "out", "--max-new-tokens", "2", "--save-tensors", photos=photos)
+    assert result.exit_code == 0, result.output
+    reports = [json.loads((tmp_path / "out" / name / "report.json").read_text()) for name in ("upright", "turned")]
+    assert reports[0]["text"] == reports[1]["text"]
+    with np.load(tmp_path / "out" / "upright" / "tensors.npz") as a, np.load(tmp_path / "out" / "turned" / "tensors.npz") as b:
+        assert sorted(a.files) == sorted(b.files) and a.files
+        for key in a.files:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
+
+    import hookviz
+
+    seen = hookviz.explain(f"hf:{llava_folder}", tmp_path / "turned.png", prompts=PROMPT, answer="a cat").photo
+    assert np.allclose(seen, hookviz.explain(f"hf:{llava_folder}", upright, prompts=PROMPT, answer="a cat").photo)
+
+
+def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(tmp_path):
+    """As a photo that cannot be used in a run of another model: that photo failed with its reason
+    (one line, run.json), the next explained, exit status 1."""
+    from PIL import Image
+
+    folder = tmp_path / "llava"
+    save_llava(folder, seed=1)  # a seed whose answer about a red square is <unk> alone
+    Image.new("RGB", (32, 32), (255, 0, 0)).save(tmp_path / "red.png")
+    out = tmp_path / "out"
+    result = _run(folder, out, "--max-new-tokens", "2", photos=(tmp_path / "red.png", SAMPLES / "cat.png"))
+    assert result.exit_code == 1, result.output
+    reason = (
+        f"{tmp_path / 'red.png'}: the answer '<unk> <unk>' is special tokens alone, which are not explained by default; "
+        "give --answer, or --tokens to explain them"
+    )
+    assert result.stderr.strip().splitlines() == [reason, f"hookviz: 1 of 2 images failed; reasons in {out / 'run.json'}"]
+    run = json.loads((out / "run.json").read_text())
+    assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
+    assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava_folder, tmp_path, monkeypatch, cuda):
+    """Without CUDA, the line of a run of another model; with it, the run's own (it computes on the CPU)."""
+    import torch
+
+    from .cli_helpers import TINY_NET
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
+    result = _run(llava_folder, tmp_path / "out", "--device", "cuda")
+    assert result.exit_code == 2, result.output
+    if cuda:
+        line = "hookviz: error: --device cuda: a vision-language model's run computes on the CPU yet; drop it"
+    else:
+        photo_run = hookviz_run(SAMPLES / "cat.png", "--device", "cuda", model=TINY_NET, out=tmp_path / "photo")
+        assert photo_run.exit_code == 2, photo_run.output
+        line = "hookviz: error: --device cuda: no CUDA device is available here; use --device cpu"
+        assert photo_run.stderr.strip().splitlines() == [line]
+    assert result.stderr.strip().splitlines() == [line]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_options_too(llava_folder, tmp_path):
+    """Remote code stays refused, in its own words: not as another model given --answer."""
+    import shutil
+
+    folder = tmp_path / "custom"
+    shutil.copytree(llava_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
+    result = _run(folder, tmp_path / "out", "--answer", "a cat")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"hookviz: error: --model hf:{folder}: {folder} needs its own Python code (auto_map in config.json), which "
+        "hookviz never runs; load the model yourself and pass the module to hookviz.explain"
+    ]

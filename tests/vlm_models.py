@@ -95,6 +95,14 @@ def processor(image_token: bool = True, chat_template: bool = True):
     )
 
 
+def load_llava(folder: Path):
+    """(model, processor) loaded back from a folder ``save_llava`` filled, the model in eval mode."""
+    import transformers
+
+    model = transformers.LlavaForConditionalGeneration.from_pretrained(folder).eval()
+    return model, transformers.AutoProcessor.from_pretrained(folder)
+
+
 def save_llava(folder: Path, seed: int = 0, image_token: bool = True, chat_template: bool = True):
     """The tiny LLaVA and its processor saved into ``folder``; returns (model, processor)."""
     model, made = tiny_llava(seed), processor(image_token, chat_template)

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hookviz.atlas.agreement import comparable, first_difference, refuse_merge, refuse_shard
 from hookviz.atlas.collect import collect
 from hookviz.atlas.plan import AtlasPlan, plan_atlas
 from hookviz.atlas.relevance import check_relevance
@@ -26,8 +27,9 @@ _RENDERING = "rendering"
 @dataclass(frozen=True)
 class AtlasResult:
     """``out``: the folder; ``written``: whether atlas.json was written (a shard that is not the
-    last leaves it to the others); ``samples``: this part's samples mapped (as atlas.json counts them), ``failed``: those that could not be read; ``waiting``:
-    the shards not finished yet."""
+    last leaves it to the others); ``samples``: the samples mapped (as atlas.json counts them),
+    ``failed``: those that could not be read, both the atlas's when it was written (by the last
+    shard: every shard's), else this part's; ``waiting``: the shards not finished yet."""
 
     out: Path
     written: bool
@@ -52,25 +54,26 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
     state = _resumed(plan, path) if request.skip_existing else None
     if state is None:
         state = AtlasState(plan.recipe(), request.shard)
-    if state.rendering != request.rendering():  # what --merge takes: this command line's, a resumed one's too
-        state.rendering = request.rendering()
-        if state.finished:
-            state.save(path)
-    if request.shard is not None:  # another atlas's shards in the folder: said now, not after the work
-        _shard_states(request.out, request.shard[1], plan.recipe(), but=request.shard[0])
+    recorded = state.rendering
+    state.rendering = request.rendering()  # what --merge takes: this command line's, a resumed one's too
+    if request.shard is not None:  # shards run otherwise in the folder: said now, not after the work (nor saved)
+        _shard_states(request.out, request.shard, (path, state), but=request.shard[0])
+    if state.rendering != recorded and state.finished:
+        state.save(path)
     if not state.finished:
         collect(plan, state, lambda s: s.save(path), on_batch)
     if request.shard is None:
         render(plan, state)
         return AtlasResult(request.out, True, state.mapped, len(state.failed))
-    states, waiting = _shard_states(request.out, request.shard[1], plan.recipe())
+    states, waiting = _shard_states(request.out, request.shard, (path, state))
     if waiting or not _claim(request.out):
         return AtlasResult(request.out, False, state.mapped, len(state.failed), waiting)
+    merged = _merged(states)
     try:
-        render(plan, _merged(states))
+        render(plan, merged)
     finally:
         (request.out / STATE_FOLDER / _RENDERING).unlink(missing_ok=True)
-    return AtlasResult(request.out, True, state.mapped, len(state.failed))
+    return AtlasResult(request.out, True, merged.mapped, len(merged.failed))  # the atlas's, as --merge says them
 
 
 def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, say=None, **given) -> AtlasResult:
@@ -93,7 +96,7 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, say=None, 
         )
     first = load_state(found[0])
     count = first.shard[1] if first.shard else 1
-    states, waiting = _shard_states(out, count, first.recipe)
+    states, waiting = _merge_states(out, count)
     if waiting:
         raise UsageError(
             f"{arg('merge', display_path(out))}: shard{'s' if len(waiting) > 1 else ''} "
@@ -114,6 +117,7 @@ def merge_atlas(out: Path, device: str = "cpu", batch_size: int = 32, say=None, 
         batch_size=batch_size,
         relevance=recipe.get("relevance"),
         relevance_rule=recipe.get("relevance_rule", "gradient-x-activation"),
+        sample_options=_sample_options(recipe),
         say=say,
         **_merge_rendering(out, states, given),
     )
@@ -143,14 +147,15 @@ def _merge_rendering(out: Path, states: list[AtlasState], given: dict) -> dict:
             continue  # the shards left it off: the merge may add it
         for name in group:
             on = [(number, record[name]) for number, record in recorded if name == group[0] or record[group[0]]]
-            values = dict.fromkeys(_comparable(name, value) for _, value in on)
+            values = dict.fromkeys(comparable(name, value) for _, value in on)
             if len(values) > 1 and name not in given:
-                listed = ", ".join(f"shard {number}: {value}" for number, value in on)
+                count = states[0].shard[1] if states[0].shard else 1
+                listed = ", ".join(f"{state_path(out, (number, count)).name}: {value}" for number, value in on)
                 raise UsageError(
                     f"{arg('merge', display_path(out))}: the shards were run with different {arg(name)} ({listed}); "
-                    f"give {arg(name)} to choose"
+                    f"give {arg(name)} to choose, or run those that differ again with the others' options"
                 )
-            if len(values) == 1 and name in given and _comparable(name, given[name]) not in values:
+            if len(values) == 1 and name in given and comparable(name, given[name]) not in values:
                 raise UsageError(
                     f"{arg(name, given[name])}: the shards were run with {arg(name, on[0][1])}, and --merge writes "
                     f"the atlas they make; drop {arg(name)}, or run the shards again with it"
@@ -161,13 +166,6 @@ def _merge_rendering(out: Path, states: list[AtlasState], given: dict) -> dict:
     if chosen.get("vocabulary") is not None:
         chosen["vocabulary"] = Path(chosen["vocabulary"])
     return chosen
-
-
-def _comparable(name: str, value):
-    """An option's value as two command lines are compared: files by their absolute path."""
-    if value is not None and (name == "vocabulary" or (name == "label_weights" and os.path.isfile(value))):
-        return os.path.abspath(value)
-    return value
 
 
 def _planned(request: AtlasRequest) -> AtlasPlan:
@@ -203,27 +201,55 @@ def _resumed(plan: AtlasPlan, path: Path) -> AtlasState | None:
     return state
 
 
-def _shard_states(out: Path, count: int, recipe: dict, but: int = 0) -> tuple[list[AtlasState], tuple[int, ...]]:
-    """The finished shards' states in ``out`` and the numbers of those not finished (shard ``but`` left out).
+def _shard_states(
+    out: Path, shard: tuple[int, int], mine: tuple[Path, AtlasState], but: int = 0
+) -> tuple[list[AtlasState], tuple[int, ...]]:
+    """The finished shards' states in ``out`` and the numbers of those not finished (shard ``but``
+    left out); ``mine``: this shard's state file and state, which every other must agree with.
 
     Raises:
-        UsageError: a state there is of another request or other samples.
+        UsageError: a state there was run with other options (``hookviz.atlas.agreement``).
     """
     states, waiting = [], []
-    for k in range(1, count + 1):
-        path = state_path(out, (k, count))
+    for k in range(1, shard[1] + 1):
+        path = state_path(out, (k, shard[1]))
         if k == but:
             continue
         state = load_state(path) if path.exists() else None
-        if state is not None and state.recipe != recipe:
-            raise UsageError(
-                f"{display_path(path)}: a shard of another atlas (other arguments or samples); remove it or use another --out"
-            )
+        differing = None if state is None else first_difference([mine[1], state], rendering=True)
+        if differing is not None:
+            raise refuse_shard(differing, mine, (path, state))  # type: ignore[arg-type]
         if state is None or not state.finished:
             waiting.append(k)
         else:
             states.append(state)
     return states, tuple(waiting)
+
+
+def _merge_states(out: Path, count: int) -> tuple[list[AtlasState], tuple[int, ...]]:
+    """The finished states of ``count`` shards in ``out``, and the numbers of those not finished.
+
+    Raises:
+        UsageError: shards run with options that make other atlases (``hookviz.atlas.agreement``).
+    """
+    paths = [state_path(out, (k, count)) for k in range(1, count + 1)]
+    present = [(path, load_state(path)) for path in paths if path.exists()]
+    differing = first_difference([state for _, state in present])
+    if differing is not None:
+        raise refuse_merge(out, differing, present)
+    finished = {path: state for path, state in present if state.finished}
+    return list(finished.values()), tuple(k for k, path in enumerate(paths, 1) if path not in finished)
+
+
+def _sample_options(recipe: dict) -> tuple:
+    """The sample kinds' options a recipe records (``AtlasRequest.recipe``): a clip's ``--frames``..."""
+    from dataclasses import fields
+
+    from hookviz.samples import VideoOptions
+
+    known = {item.name for item in fields(AtlasRequest)} | {"samples"}  # the rest: AtlasRequest._sample_settings
+    given = {name: value for name, value in recipe.items() if name not in known}
+    return (VideoOptions(**given),) if given else ()
 
 
 def _claim(out: Path) -> bool:

@@ -3,9 +3,9 @@
 A ranking turns a batch of one layer's maps, ``(B, C, *grid)``, into a ``ChannelScores``: per
 sample and channel the score that ranks the sample among the channel's top examples, and the
 grid position the example is shown at (its crop). A new way to rank is one new entry, as the
-channel's relevance for a class (``relevance``, ``--relevance``) is: ``RANKINGS.register(NAME)``
-on an object with ``name``, ``words``, ``needs_gradient`` (its ``score`` reads the relevance
-maps of ``ScoreContext.relevance``) and ``score(maps, context)``.
+channel's relevance for a class (``relevance``, ``--relevance``) is: ``@register_ranking`` on a
+class with ``name``, ``words``, ``needs_gradient`` (its ``score`` reads the relevance maps of
+``ScoreContext.relevance``) and ``score(maps, context)``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from hookviz.registry import Registry
 
-__all__ = ["ChannelScores", "ScoreContext", "Ranking", "RANKINGS", "peak_positions"]
+__all__ = ["ChannelScores", "ScoreContext", "Ranking", "RANKINGS", "register_ranking", "peak_positions"]
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,22 @@ class Ranking(Protocol):
 RANKINGS: Registry[Ranking] = Registry("rank", "ranking")
 
 
+def register_ranking(ranking_class):
+    """Class decorator: adds an instance of ``ranking_class`` to ``RANKINGS`` under its ``name``.
+
+    Raises:
+        UsageError: another ranking has that name, or it could not be typed as one word.
+    """
+    RANKINGS.add(ranking_class.name, ranking_class())
+    return ranking_class
+
+
 def peak_positions(flat):
     """Per sample and channel, the flat grid index of the map's largest value (the first, on ties)."""
     return flat.argmax(dim=2)
 
 
+@register_ranking
 class _SpatialMax:
     """The map's largest value: where in the sample the channel fires most."""
 
@@ -75,6 +86,7 @@ class _SpatialMax:
         return ChannelScores(values.double().cpu().numpy(), peaks.cpu().numpy().astype(np.int64))
 
 
+@register_ranking
 class _SpatialMean:
     """The map's mean: how much of the sample makes the channel fire; shown at its peak."""
 
@@ -87,6 +99,7 @@ class _SpatialMean:
         return ChannelScores(flat.mean(dim=2).double().cpu().numpy(), peaks.cpu().numpy().astype(np.int64))
 
 
+@register_ranking
 class _Relevance:
     """The channel's contribution to a class's score (``--relevance``): its relevance map summed
     over positions (zennit-crp's "RelMax", summed), shown at its most relevant unit."""
@@ -97,8 +110,3 @@ class _Relevance:
     def score(maps, context: ScoreContext) -> ChannelScores:
         flat = context.relevance.detach().flatten(2).double()
         return ChannelScores(flat.sum(dim=2).cpu().numpy(), flat.argmax(dim=2).cpu().numpy().astype(np.int64))
-
-
-RANKINGS.add("max", _SpatialMax())
-RANKINGS.add("mean", _SpatialMean())
-RANKINGS.add("relevance", _Relevance())

@@ -148,7 +148,20 @@ class AtlasRequest:
         }
         if self.relevance is not None:
             recipe.update(relevance=str(self.relevance), relevance_rule=self.relevance_rule)
+        recipe.update(self._sample_settings())
         return recipe
+
+    def _sample_settings(self) -> dict:
+        """The sample kinds' options given otherwise than by default (``--frames``, ``--clips``...),
+        by name: they change what a sample is made of, so shards must share them."""
+        from dataclasses import fields
+
+        return {
+            item.name: getattr(group, item.name)
+            for group in self.sample_options
+            for item in fields(group)
+            if getattr(group, item.name) != item.default
+        }
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

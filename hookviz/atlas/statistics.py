@@ -84,12 +84,14 @@ class ChannelStatistics:
         return sorted(rows, key=lambda row: (-row["mean_max"], row["class"]))
 
     def _selectivity(self, channel: int) -> float | None:
-        """Morcos et al. (2018): (mean max of its best class - mean over the other classes) / their sum."""
-        rows = self._classes(channel)
-        if len(rows) < 2:
+        """Morcos et al. (2018): (mean max of its best class - mean over the other classes) / their sum,
+        each class's mean taken as 0 where it is below 0: the formula is for units that fire (values
+        above 0, as after a ReLU), and a layer whose values go negative would otherwise give figures
+        above 1. Between 0 and 1; ``None`` with fewer than two classes or where no class fires."""
+        means = np.maximum([row["mean_max"] for row in self._classes(channel)], 0.0)
+        if means.size < 2:
             return None
-        best = rows[0]["mean_max"]
-        rest = float(np.mean([row["mean_max"] for row in rows[1:]]))
+        best, rest = float(means[0]), float(np.mean(means[1:]))
         return None if best + rest <= 0 else (best - rest) / (best + rest)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -108,21 +108,35 @@ def _replaced_output(layer, call: int, layout: Layout, replacement, rows: int) -
     with its map (channels first) replaced by ``replacement``'s row (kept with ``None``);
     the rest of the output (a class token, a tuple's other items) stays as the layer made it.
     A pass of ``rows`` inputs (whole passes) gets each input's own output instead."""
-    seen = [0]
 
-    def hook(_module, _args, output):
-        index = seen[0]
-        seen[0] += 1
-        tensor = _first_float(output) if index == call else None
-        if tensor is None:
-            return None
+    def replaced(tensor):
         copy = tensor.clone() if len(tensor) == rows else tensor[:1].expand(rows, *tensor.shape[1:]).clone()
         if replacement is not None:
             view = reshape(copy, layout)
             if view is None or tuple(view.shape) != tuple(replacement.shape) or not _shares(view, copy):
                 raise ValueError(f"score_layer: maps of shape {tuple(replacement.shape)} do not fit this layer's output")
             view.copy_(replacement)
-        return _replace_first(output, tensor, copy)
+        return copy
+
+    with _on_call(layer, call, replaced):
+        yield
+
+
+@contextlib.contextmanager
+def _on_call(layer, call: int, change: Callable[[Any], Any]) -> Iterator[None]:
+    """Within the block, the ``call``-th output of ``layer`` (counted from the block's start)
+    has its first float tensor handed to ``change``, which returns the tensor to stand in its
+    place (the rest of the output stays as the layer made it) or ``None`` to leave the output
+    as it is; an output with no float tensor is left too. The hook is removed when the block
+    ends, on error too."""
+    seen = [0]
+
+    def hook(_module, _args, output):
+        index = seen[0]
+        seen[0] += 1
+        tensor = _first_float(output) if index == call else None
+        copy = None if tensor is None else change(tensor)
+        return None if copy is None else _replace_first(output, tensor, copy)
 
     with HookSet() as hooks:
         hooks.add(layer.register_forward_hook(hook))
@@ -350,14 +364,8 @@ def _leaf_output(layer, call: int, layout: Layout, leaves: list, shift=None) -> 
     """For one forward pass, the ``call``-th output of ``layer`` becomes a copy whose map
     (channels first, in ``layout``) is written from a new leaf that requires grad, appended to
     ``leaves`` (the map moved by ``shift`` when given); the rest of the output stays as the layer made it."""
-    seen = [0]
 
-    def hook(_module, _args, output):
-        index = seen[0]
-        seen[0] += 1
-        tensor = _first_float(output) if index == call else None
-        if tensor is None:
-            return None
+    def leafed(tensor):
         copy = tensor.detach().clone()
         view = reshape(copy, layout)
         if view is None or not _shares(view, copy):
@@ -365,10 +373,9 @@ def _leaf_output(layer, call: int, layout: Layout, leaves: list, shift=None) -> 
         leaf = (view.detach().clone() if shift is None else view.detach() + shift.to(view.dtype)).requires_grad_(True)
         view.copy_(leaf)  # autograd follows the copy: the layer's output is now a function of the leaf
         leaves.append(leaf)
-        return _replace_first(output, tensor, copy)
+        return copy
 
-    with HookSet() as hooks:
-        hooks.add(layer.register_forward_hook(hook))
+    with _on_call(layer, call, leafed):
         yield
 
 

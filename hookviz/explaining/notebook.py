@@ -13,7 +13,7 @@ from typing import Any
 from hookviz.errors import UsageError, arg, did_you_mean
 from hookviz.explaining.explainer import Explainer, check_named_task
 from hookviz.explaining.passes import Explanation
-from hookviz.inputs.images import Preprocessing
+from hookviz.inputs.images import Preprocessing, load_image
 from hookviz.models.sources.base import LoadedModel
 from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
 
@@ -182,15 +182,12 @@ def _model_to_explain(model, categories, task: str, weights: str, prompts) -> Lo
 def _explain_answer(loaded, image, args: ExplainArgs, groups: dict):
     """A vision-language model's answer about ``image`` (a path or a PIL image), explained token
     by token (``hookviz.vlm``), as ``hookviz run`` explains it."""
-    from PIL import Image
-
-    from hookviz.vlm.explain import VlmRequest, explain_photo
+    from hookviz.vlm.explain import VlmRequest, explain_photo, steps_of
 
     target = groups["target"]
     prompts = [args.prompts] if isinstance(args.prompts, str) else list(args.prompts)
     if len(prompts) != 1:
         raise UsageError(f"{arg('prompts', prompts)}: a vision-language model answers one prompt; give one")
-    steps = next((s.steps for s in target.settings if hasattr(s, "ig_baseline")), 16)
     request = VlmRequest(
         str(prompts[0]),
         args.answer,
@@ -200,7 +197,7 @@ def _explain_answer(loaded, image, args: ExplainArgs, groups: dict):
         target.methods or ("gradcam",),
         tuple(groups["layers"].layers),
         target.objective,
-        steps if isinstance(steps, int) else 16,
+        steps_of(target.settings),
     )
-    photo = Image.open(image).convert("RGB") if not isinstance(image, Image.Image) else image.convert("RGB")
+    photo = load_image(image, (args.inputs or InputOptions()).max_pixels).rgb  # upright, RGB, as any photo is read
     return explain_photo(loaded.module, loaded.processor, photo, request)

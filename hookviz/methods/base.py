@@ -211,10 +211,10 @@ class MethodContext:
         settings: the run's values of the method's own option group (``Method.options``: integrated
             gradients' ``IGOptions``); ``None`` for a method without one (``Method.compute`` then gives
             a method that has one its defaults).
-        model: the model the pass explains (``nn.Module``), for a method that reads its parameters (CAM reads
-            the classifier's weights, FullGrad every layer's bias) or hooks it within ``input_gradient``'s
-            ``within``; a method must never change it (its mode, flags or parameters). ``None`` where a caller
-            builds its own context without one.
+        model: the model the pass explains (``nn.Module``), given to every method, read-only: for a
+            method that reads its parameters (CAM reads the classifier's weights, FullGrad every layer's
+            bias) or hooks it within ``input_gradient``'s ``within``; a method must never change it (its
+            mode, flags or parameters). ``None`` where a caller builds its own context without one.
         passes: the extra passes the method declared (``ExtraPasses``); each is also read as
             ``ctx.<name>`` (``ctx.score``, ``ctx.input_gradient``, ...), ``None`` where not declared.
     """

@@ -37,6 +37,7 @@ from hookviz.workload import passed, work
 __all__ = [
     "AUTO_LADDER",
     "AUTO_TOLERANCE",
+    "DEFAULT_STEPS",
     "IGOptions",
     "IG_BASELINES",
     "MAX_STEPS",
@@ -51,6 +52,9 @@ __all__ = [
 IG_BASELINES = ("zero", "blur", "mean")
 #: At most this many steps (``--steps``): each is a forward and backward pass of every image.
 MAX_STEPS = 1024
+#: The steps of the integral when none are asked for: ``--steps``, ``steps=`` of ``hookviz.explain``,
+#: and a vision-language model's (``hookviz.vlm.explain.VlmRequest``).
+DEFAULT_STEPS = 32
 #: ``--steps auto``: the rules tried, fewest steps first, until one's completeness error is
 #: under ``AUTO_TOLERANCE`` of the score's change (the last rung is kept when none is; all of
 #: them together cost about as much as ``MAX_STEPS`` steps).
@@ -72,7 +76,7 @@ class IGOptions:
     """
 
     steps: int | str = option(
-        32,
+        DEFAULT_STEPS,
         help=f"Integrated gradients: steps of the integral (Gauss-Legendre, as captum's; 1 to {MAX_STEPS}), or auto "
         "(the fewest of 4, 8, 16, ... whose completeness error is under 1% of the score's change).",
         low=1,
@@ -95,7 +99,7 @@ class IGOptions:
         if steps != "auto" and (isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS):
             raise UsageError(
                 f"{arg('steps', self.steps)}: integrated gradients takes 1 to {MAX_STEPS} steps (each a forward and "
-                "backward pass of every image; 32 by default), or auto"
+                f"backward pass of every image; {DEFAULT_STEPS} by default), or auto"
             )
         set_field(self, "steps", steps)
         self.baselines()  # first: a value of no baseline is refused naming the baselines, None too

@@ -35,7 +35,7 @@ from hookviz.render import (
 from hookviz.render.inputs import ATTRIBUTIONS_SUFFIX, INPUT_PREFIX, MAPS_SUFFIX
 from hookviz.render.kinds import kinds
 from hookviz.render.presentation import presentation_of
-from hookviz.runs.sample_table import SampleTable, data_root, imagefolder_classes, row_of, table_csv, write_parquet
+from hookviz.runs.sample_table import SampleTable, imagefolder_classes, paths_in_data, row_of, table_csv, write_parquet
 from hookviz.runs.vlm_rows import vlm_details, vlm_row
 from hookviz.store.files import atomic_write
 from hookviz.store.records import Report, RunRecord
@@ -230,12 +230,13 @@ def _number(value) -> str:
     return "n/a" if value is None else format(value, ".3g")
 
 
-def encoded_columns(table: SampleTable) -> list[dict]:
+def encoded_columns(table: SampleTable, images: list[str] | None = None) -> list[dict]:
     """The table column by column for the page: numbers as arrays (``null``: none), text
-    repeated across samples as ``values`` and a code per sample, other text as an array."""
+    repeated across samples as ``values`` and a code per sample, other text as an array;
+    ``images``: what the page shows as the ``image`` column (``None``: the table's)."""
     columns = []
     for name, kind in table.columns():
-        values = table.column(name)
+        values = images if name == "image" and images is not None else table.column(name)
         column: dict = {"name": name, "type": kind}
         if kind == "str":
             distinct = list(dict.fromkeys(v or "" for v in values))
@@ -270,32 +271,57 @@ def _script(target: str, document) -> bytes:
 
 def write_explorer(out: Path, found: ExplorerRun, run_info: dict, atlas: dict | None, heading_html: str) -> Path:
     """Write the page, its data files and the sample table into ``out``; return the page's path."""
-    chunks = math.ceil(len(found.details) / CHUNK)
+    shown = paths_in_data(found.table.column("image"))  # the page names a sample as it lies in the data
+    details = [d if d is None else {**d, "image": where or d["image"]} for d, where in zip(found.details, shown, strict=True)]
+    chunks = math.ceil(len(details) / CHUNK)
     for k in range(chunks):
         atomic_write(
             out / f"explorer-samples-{k}.js",
-            _script(f"(window.HOOKVIZ_SAMPLES=window.HOOKVIZ_SAMPLES||{{}})[{k}]", found.details[k * CHUNK : (k + 1) * CHUNK]),
+            _script(f"(window.HOOKVIZ_SAMPLES=window.HOOKVIZ_SAMPLES||{{}})[{k}]", details[k * CHUNK : (k + 1) * CHUNK]),
         )
     _remove_stale_chunks(out, chunks)
     if atlas is not None:
-        atomic_write(out / ATLAS_DATA, _script("window.HOOKVIZ_ATLAS", atlas))
+        atomic_write(out / ATLAS_DATA, _script("window.HOOKVIZ_ATLAS", _page_atlas(atlas)))
     data = {
         "schema": SCHEMA,
-        "run": {
-            **run_info,
-            "atlas": atlas is not None,
-            "fixed": [name for name, _ in found.table.value_columns()],
-            "root": data_root([image or "" for image in found.table.column("image")]),
-        },
+        "run": {**run_info, "atlas": atlas is not None, "fixed": [name for name, _ in found.table.value_columns()]},
         "count": len(found.details),
         "chunk": CHUNK,
-        "columns": encoded_columns(found.table),
+        "columns": encoded_columns(found.table, shown),
         "thumbs": _coded(found.thumbs),
     }
     atomic_write(out / DATA, _script("window.HOOKVIZ_DATA", data))
     atomic_write(out / SAMPLES_CSV, table_csv(found.table))
     _write_parquet(out, found.table)
     return atomic_write(out / "index.html", _page(run_info.get("title") or "", heading_html).encode("utf-8"))
+
+
+def _page_atlas(atlas: dict) -> dict:
+    """The atlas as the page holds it: each example by its path as it lies in the data (``shown``),
+    not its source path, and not its failed samples' paths, so that a published run folder names
+    no folder above the data (atlas.json keeps them)."""
+    layers = []
+    for layer in atlas.get("layers") or []:
+        if isinstance(layer, dict):
+            items = [_page_item(item) if isinstance(item, dict) else item for item in layer.get("items") or []]
+            layer = {**layer, "items": items}
+        layers.append(layer)
+    return {**{key: value for key, value in atlas.items() if key != "failed"}, "layers": layers}
+
+
+def _page_item(item: dict) -> dict:
+    found = dict(item)
+    for key in ("top", "relevance_top"):
+        if isinstance(item.get(key), list):
+            found[key] = [_page_example(example) if isinstance(example, dict) else example for example in item[key]]
+    return found
+
+
+def _page_example(example: dict) -> dict:
+    """An example without its source: ``shown``, or (an atlas written before it had one) its file name."""
+    found = {key: value for key, value in example.items() if key != "source"}
+    found["shown"] = example.get("shown") or str(example.get("source") or "").replace("\\", "/").rsplit("/", 1)[-1]
+    return found
 
 
 def _write_parquet(out: Path, table: SampleTable) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hookviz.budget import check_environment, recorded_bytes, rows_within
-from hookviz.errors import HookvizError, ImageError, OutputError, UsageError, arg, describe, display_path, first_line
+from hookviz.errors import HookvizError, ImageError, UsageError, arg, describe, display_path, first_line
 from hookviz.explaining.checks import nonfinite_notes, report_checks, run_checks
 from hookviz.explaining.passes import SummaryOptions
 from hookviz.explaining.trust import check_options as check_trust_options
@@ -53,7 +53,7 @@ from hookviz.store.files import (
     sweep_stale_files,
     write_json,
 )
-from hookviz.store.outfolder import FolderLock, check_out
+from hookviz.store.outfolder import FolderLock, check_out, claim_out
 from hookviz.store.records import ImageStatus, RunRecord
 
 if TYPE_CHECKING:
@@ -286,16 +286,7 @@ class Run:
         explainer.check_photos()  # a model of signals or clips given photos: refused once, before any image
         self._find_samples(explainer.kind, explainer.sample_settings)
         out = self.asked.out
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            from hookviz.inputs.discovery import OUTPUT_MARKER
-
-            self.hold.acquire()  # before anything is written there
-            (out / OUTPUT_MARKER).touch()
-        except OSError as exc:
-            raise OutputError(
-                f"{arg('out', out)}: cannot write there ({exc.strerror or type(exc).__name__}); choose another folder"
-            ) from None
+        claim_out(out, self.hold)
         self.explainer = explainer  # set once the folder exists: ``finish`` then describes the run in it
         sweep_stale_files(out)
         if self.asked.options.tensorboard is not None:

@@ -29,6 +29,7 @@ __all__ = [
     "SampleTable",
     "imagefolder_classes",
     "data_root",
+    "paths_in_data",
     "read_labels",
     "label_of",
     "table_csv",
@@ -127,6 +128,19 @@ def data_root(images: Sequence[str]) -> str:
     except ValueError:  # absolute and relative paths mixed, or another drive
         return ""
     return root if not root or root.endswith(("/", os.sep)) else root + os.sep
+
+
+def paths_in_data(images: Sequence[str | None]) -> list[str]:
+    """Each of ``images`` as the explorer names it: its path as given less ``data_root`` of them all
+    (``tabby/1.png``); an absolute path outside that folder, its file name. A run folder copied
+    or published does not show the folders above the data (``/home/them/...``)."""
+    given = [image or "" for image in images]
+    root = data_root([image for image in given if image])
+    return [image[len(root) :] if root and image.startswith(root) else _unrooted(image) for image in given]
+
+
+def _unrooted(image: str) -> str:
+    return os.path.basename(image) if os.path.isabs(image) or PurePath(image).anchor else image
 
 
 def read_labels(path: Path) -> dict[str, str]:

@@ -52,13 +52,22 @@ def is_vision_language_name(name: str) -> bool:
     vision-language model's (read as JSON: nothing is loaded)."""
     if not isinstance(name, str) or not name.startswith("hf:"):
         return False
+    try:
+        return _reads_as_vision_language(name)
+    except HookvizError:
+        return False  # the model's own load says what is wrong, in its words
+
+
+def _reads_as_vision_language(name: str) -> bool:
+    """Whether the ``hf:`` model ``name``'s config.json is a vision-language model's.
+
+    Raises:
+        HookvizError: it cannot be read (no such folder, a folder naming its own code...).
+    """
     from hookviz.models.sources.hf_vlm import is_vision_language, read_config
     from hookviz.models.sources.huggingface import _Where
 
-    try:
-        return is_vision_language(read_config(_Where(name, name[3:].strip(), pretrained=False)))
-    except HookvizError:
-        return False  # the model's own load says what is wrong, in its words
+    return is_vision_language(read_config(_Where(name, name[3:].strip(), pretrained=False)))
 
 
 def _dtype(loaded, dtype: str):
@@ -72,8 +81,9 @@ def _dtype(loaded, dtype: str):
 class VlmRunner:
     """``hookviz run`` of a vision-language model over ``paths``: the model loaded from ``model`` (a
     ``ModelOptions``), each photo's answer to ``request`` explained in OUT/<photo stem>/, then
-    OUT/run.json and OUT/index.html. A photo that fails (unreadable, or one the processor cannot
-    take) is listed with its reason; the others go on. ``on_start()`` is called once the model is
+    OUT/run.json and OUT/index.html. A photo that fails (unreadable, one the processor cannot
+    take, or an answer of nothing to explain: any ``HookvizError`` but a ``UsageError``, as in a
+    run of another model) is listed with its reason; the others go on. ``on_start()`` is called once the model is
     loaded, ``on_photo(status)`` after each photo.
 
     It stops as a run of another model does (``runner.Run``, through ``process.Stopper``):
@@ -84,12 +94,14 @@ class VlmRunner:
 
     def __init__(self, model, paths, request, out: Path, *, options: VlmOptions = VlmOptions(), on_start=None, on_photo=None):
         from hookviz.store.folders import output_names
+        from hookviz.store.outfolder import FolderLock
 
         self.model_options, self.request, self.out, self.options = model, request, Path(out), options
         self.paths = [Path(path) for path in paths]
         self.names = output_names(self.paths)
         self.on_start, self.on_photo = on_start, on_photo
         self.state = RunState()
+        self.hold = FolderLock(self.out)  # no other run writes into out meanwhile
         self.statuses: dict[Path, ImageStatus] = {}
         self.layers: dict[str, None] = {}
         self.loaded: LoadedModel | None = None
@@ -102,7 +114,12 @@ class VlmRunner:
             UsageError: a request no photo could meet (an answer of no tokens, a prompt past the context).
             RunInterrupted: Ctrl-C or SIGTERM; the files of the photos finished are complete.
         """
+        from hookviz.store.outfolder import check_out
+
         try:
+            check_out(self.out, self.paths)
+            if self.out.is_dir():  # refused before the model loads, when a run is there now
+                self.hold.acquire(create=False)
             model, loaded = self._load()
             self.state.begin_batches()
             for path in self.paths:
@@ -115,8 +132,11 @@ class VlmRunner:
             self.state.fail(str(error) if isinstance(error, HookvizError) else describe(error))
             raise
         finally:
-            self.state.begin_finishing()
-            summary = self._describe()
+            try:
+                self.state.begin_finishing()
+                summary = self._describe()
+            finally:
+                self.hold.release()
         if self.state.interrupted:
             raise RunInterrupted(summary)
         return summary
@@ -140,12 +160,16 @@ class VlmRunner:
 
     def _load(self):
         from hookviz.models.loading import load_model
+        from hookviz.store.files import sweep_stale_files
+        from hookviz.store.outfolder import claim_out
         from hookviz.vlm.families.base import family_of
 
         loaded = load_model(self.model_options)
         model = _dtype(loaded, self.options.dtype)
         family_of(model, loaded.name)
         self.modules = set(dict(model.named_modules()))
+        claim_out(self.out, self.hold)  # as any run holds its folder: no other writes there meanwhile
+        sweep_stale_files(self.out)
         self.loaded = loaded  # from now on the run is described in OUT
         if self.on_start is not None:
             self.on_start()
@@ -153,13 +177,19 @@ class VlmRunner:
 
     def _explain(self, model, loaded: LoadedModel, path: Path) -> None:
         """One photo explained and written (or failed); none when a stop cut its passes short."""
+        from hookviz.inputs.images import load_image
         from hookviz.store.vlm_files import write_vlm
         from hookviz.vlm.explain import explain_photo
 
         folder, shown = self.out / self.names[path], display_path(path)
         try:
+            photo = load_image(path, self.options.max_pixels).rgb  # upright (EXIF), RGB, as a photo run reads it
+        except ImageError as exc:  # its message names the photo
+            self._report(path, ImageStatus(shown, folder.name, "failed", str(exc), task=loaded.task))
+            return
+        try:
             with stoppable(model, self.state.stopping):
-                explanation = explain_photo(model, loaded.processor, _photo(path, self.options.max_pixels), self.request)
+                explanation = explain_photo(model, loaded.processor, photo, self.request)
             written = write_vlm(
                 explanation,
                 folder,
@@ -170,7 +200,9 @@ class VlmRunner:
             )
         except Stopped:  # abandoned midway: not done
             return
-        except ImageError as exc:
+        except UsageError:  # what no photo could meet: the run stops
+            raise
+        except HookvizError as exc:  # this photo's (one the processor cannot take, an answer of nothing to explain)
             self._report(path, ImageStatus(shown, folder.name, "failed", f"{shown}: {exc}", task=loaded.task))
             return
         self.layers.update((m.layer, None) for m in explanation.maps if m.layer in self.modules)  # not pixels, language, photo
@@ -207,27 +239,6 @@ class VlmRunner:
                 "each photo whose report.json exists is complete"
             ) from None
         return summary
-
-
-def _photo(path, max_pixels: int):
-    """The photo at ``path`` in RGB.
-
-    Raises:
-        ImageError: it cannot be read as one, or it has more than ``max_pixels`` pixels.
-    """
-    from PIL import Image
-
-    try:
-        with Image.open(path) as opened:
-            width, height = opened.size
-            if width * height > max_pixels:
-                raise ImageError(
-                    f"{width}x{height} is {width * height:,} pixels, above {arg('max_pixels', f'{max_pixels:,}')} "
-                    "(a decompression bomb?); raise it if you trust the file"
-                )
-            return opened.convert("RGB")
-    except (OSError, ValueError) as exc:
-        raise ImageError(f"cannot read it as a photo ({describe(exc)})") from None
 
 
 def _record(loaded, summary: RunSummary, command, started: float, error: str | None):
@@ -269,7 +280,7 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
     Raises:
         UsageError: no prompt, or options a vision-language model cannot take.
     """
-    from hookviz.vlm.explain import VlmRequest
+    from hookviz.vlm.explain import VlmRequest, steps_of
 
     model, target = groups["model"], groups["target"]
     if not model.prompts:
@@ -280,7 +291,6 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
         raise UsageError(
             f"{arg('target', target.target)}: a vision-language model's targets are its answer's tokens; give --tokens or --words"
         )
-    steps = next((s.steps for s in target.settings if hasattr(s, "steps") and hasattr(s, "ig_baseline")), 16)
     return VlmRequest(
         str(model.prompts[0]),
         answer,
@@ -290,17 +300,20 @@ def request_of(groups: dict, answer, max_new_tokens: int, tokens, words):
         target.methods or ("gradcam",),
         tuple(groups["layers"].layers),
         target.objective,  # ce is refused: a token's cross-entropy is its -logprob
-        steps if isinstance(steps, int) else 16,
+        steps_of(target.settings),
     )
 
 
-def refuse_vlm_options(answer, max_new_tokens: int, tokens, words, dtype: str) -> None:
-    """Refuse a vision-language model's options given for another model."""
+def refuse_vlm_options(answer, max_new_tokens: int, tokens, words, dtype: str, model: str = "") -> None:
+    """Refuse a vision-language model's options given for another model ``model``; an ``hf:`` one
+    whose config cannot be read says why first (a folder naming its own code is no other model)."""
     given = {"answer": answer, "tokens": tokens, "words": words}
     given |= {"max_new_tokens": max_new_tokens} if max_new_tokens != 16 else {}
     given |= {"dtype": dtype} if dtype != "float32" else {}
     for name, value in given.items():
         if value is not None:
+            if model.startswith("hf:"):
+                _reads_as_vision_language(model)
             raise UsageError(f"{arg(name, value)}: only a vision-language model (hf:FOLDER of a LLaVA...) takes it")
 
 
@@ -314,8 +327,10 @@ def refuse_unmet(given: dict, groups: dict) -> None:
         UsageError: the first such option.
     """
     from hookviz.options.declared import given_values
+    from hookviz.runs.cluster import resolve_device
 
     device = given.get("device", "cpu")
+    resolve_device(device)  # one that is not here: refused as any run refuses it
     if device not in ("cpu", "auto"):
         raise UsageError(f"{arg('device', device)}: a vision-language model's run computes on the CPU yet; drop it")
     unmet = [(name, value) for name, value in given.items() if name not in HONOURED]

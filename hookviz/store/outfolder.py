@@ -22,7 +22,7 @@ from pathlib import Path
 from hookviz.errors import OutputError, arg, display_path
 from hookviz.store.files import existing_ancestor
 
-__all__ = ["check_out", "FolderLock", "LOCK_FILE"]
+__all__ = ["check_out", "claim_out", "FolderLock", "LOCK_FILE"]
 
 #: The file the lock is taken on, hidden in the output folder (discovery skips it).
 LOCK_FILE = ".hookviz-run.lock"
@@ -48,6 +48,25 @@ def check_out(out: Path, images: Sequence[Path] = ()) -> None:
         raise OutputError(
             f"{arg('out', out)}: cannot write into {display_path(probe)} (permission denied); choose another folder"
         )
+
+
+def claim_out(out: Path, hold: FolderLock) -> None:
+    """Create ``out``, hold it with ``hold`` before anything is written there, and mark it a run's
+    output folder (which later runs skip): what every run does once its model is loaded.
+
+    Raises:
+        OutputError: it cannot be created or written, or another run is writing there now.
+    """
+    from hookviz.inputs.discovery import OUTPUT_MARKER
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        hold.acquire()  # before anything is written there
+        (out / OUTPUT_MARKER).touch()
+    except OSError as exc:
+        raise OutputError(
+            f"{arg('out', out)}: cannot write there ({exc.strerror or type(exc).__name__}); choose another folder"
+        ) from None
 
 
 def _check_holds_no_photo(out: Path, images: Sequence[Path]) -> None:

@@ -36,9 +36,9 @@ __all__ = ["Task", "TaskBase", "TASKS", "SHOWN_MEMBERS", "register_task"]
 
 class Task(Protocol):
     """What to explain in a model's output. Members in four groups: the task's name and where
-    it applies (``name`` .. ``cams_as_panels``, ``recognises``, ``preprocessing``,
+    it applies (``name`` .. ``torchvision_module``, ``recognises``, ``preprocessing``,
     ``torchvision_preprocessing``, ``default_root``, ``forward``); what to explain (``plan``,
-    ``scorer``, ``objective_name``, ``objective_words``); what else it can score
+    ``cams_as_panels``, ``scorer``, ``objective_name``, ``objective_words``); what else it can score
     (``probability`` and ``probability_scorer``, ``contrasts`` and ``contrast``,
     ``class_targets``, ``target_words``); and what it accepts (``options_type``, ``check``,
     ``check_output``, ``chosen_by``, ``bind``).
@@ -53,7 +53,9 @@ class Task(Protocol):
         torchvision_module: where torchvision keeps its models, or ``None``.
         cams_as_panels: the plan's CAMs are peers, none of them the main one (a detector's, one
             per detection): each image keeps them all as its panels (``Explanation.cams_as_panels``),
-            instead of the main CAM and the top-K beside it.
+            instead of the main CAM and the top-K beside it. It decides what an explanation records
+            (``LayerResult.topk_cams``: report.json's ``cam_topk``, tensors.npz's ``cam_1`` ...),
+            before anything is drawn, so it is the task's, not its presentation's.
     """
 
     name: str

@@ -16,7 +16,7 @@ import torch
 
 from hookviz.errors import UnknownLayerError, UsageError, arg
 from hookviz.methods.base import MethodContext, get_method
-from hookviz.methods.integrated_gradients import gauss_legendre
+from hookviz.methods.integrated_gradients import DEFAULT_STEPS, gauss_legendre
 from hookviz.vlm.scoring import token_scores
 
 __all__ = ["LAYER_KINDS", "as_grid", "check_layer_method", "integrated_gradients", "layer_maps", "recorded"]
@@ -106,7 +106,7 @@ def _with(context: MethodContext, settings) -> MethodContext:
     return replace(context, settings=settings)
 
 
-def integrated_gradients(model, conversation, targets, steps: int = 16, objective: str = "logit") -> torch.Tensor:
+def integrated_gradients(model, conversation, targets, steps: int = DEFAULT_STEPS, objective: str = "logit") -> torch.Tensor:
     """(K, *pixel values' shape): integrated gradients of each target on the pixel values, from
     zeros (captum's default baseline and Gauss-Legendre rule): one forward pass of the ``steps``
     points of the path, one after the other along the first axis (as captum and

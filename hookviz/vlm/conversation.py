@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hookviz.errors import ImageError, UsageError, arg, first_line
+from hookviz.errors import AnswerError, ImageError, UsageError, arg, first_line
 
 __all__ = ["Conversation", "answer_conversation", "chat_text", "converse", "model_inputs", "special_tokens"]
 
@@ -177,7 +177,8 @@ def converse(model, processor, photo, prompt: str, max_new_tokens: int = 16) -> 
     (not kept) or ``max_new_tokens``.
 
     Raises:
-        UsageError: the prompt and answer would not fit the model's context; the model wrote nothing.
+        UsageError: the prompt and answer would not fit the model's context.
+        AnswerError: the model wrote nothing before its end token.
     """
     inputs = model_inputs(model, processor, photo, prompt)
     _check_length(model, int(inputs["input_ids"].shape[1]), max_new_tokens, f" and {max_new_tokens} to write")
@@ -187,7 +188,7 @@ def converse(model, processor, photo, prompt: str, max_new_tokens: int = 16) -> 
     ends = _end_ids(model)
     stop = next((k for k, token in enumerate(answer.tolist()) if token in ends), len(answer))
     if stop == 0:
-        raise UsageError(f"{arg('prompt', prompt)}: the model ended its answer before writing a token; give {arg('answer')}")
+        raise AnswerError(f"{arg('prompt', prompt)}: the model ended its answer before writing a token; give {arg('answer')}")
     return _made(processor, prompt, inputs, answer[:stop].cpu(), True)
 
 

@@ -13,14 +13,25 @@ import numpy as np
 import torch
 
 from hookviz.errors import UsageError, arg
+from hookviz.methods.integrated_gradients import DEFAULT_STEPS, MAX_STEPS, IGOptions
 from hookviz.registry import Registry, built_in
 from hookviz.vlm import attention, cams
 from hookviz.vlm.conversation import Conversation, answer_conversation, converse
 from hookviz.vlm.families.base import family_of, part
-from hookviz.vlm.scoring import OBJECTIVES, token_scores
+from hookviz.vlm.scoring import OBJECTIVES, answer_logits, picked
 from hookviz.vlm.targets import Target, choose_targets
 
-__all__ = ["MAP_MAKERS", "Making", "TokenMaps", "VlmExplanation", "VlmRequest", "explain_photo", "laid_out", "resolve_layer"]
+__all__ = [
+    "MAP_MAKERS",
+    "Making",
+    "TokenMaps",
+    "VlmExplanation",
+    "VlmRequest",
+    "explain_photo",
+    "laid_out",
+    "resolve_layer",
+    "steps_of",
+]
 
 #: The methods of a vision-language model that are no layer method of ``hookviz.methods``, by
 #: ``--cam`` name: ``maker(making) -> TokenMaps`` (a ``Making``). Built-ins: integrated gradients,
@@ -36,7 +47,8 @@ class VlmRequest:
     """What to explain: the prompt, the answer (``None``: the model writes it, greedily, up to
     ``max_new_tokens``), the tokens (``tokens`` indices or ``words``), the methods, the layers
     (``vision``, ``projector`` or a module's name; none: the family's vision layer), the
-    objective (``logit`` or ``logprob``) and integrated gradients' ``steps``."""
+    objective (``logit`` or ``logprob``) and integrated gradients' ``steps`` (``DEFAULT_STEPS``, as
+    ``--steps``'s default)."""
 
     prompt: str
     answer: str | None = None
@@ -46,9 +58,14 @@ class VlmRequest:
     methods: tuple[str, ...] = ("gradcam",)
     layers: tuple[str, ...] = ()
     objective: str = "logit"
-    steps: int = 16
+    steps: int = DEFAULT_STEPS
 
     def __post_init__(self):
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
+            raise UsageError(
+                f"{arg('steps', self.steps)}: a vision-language model's integrated gradients take 1 to {MAX_STEPS} steps "
+                f"({DEFAULT_STEPS} by default)"
+            )
         if self.objective not in OBJECTIVES:
             raise UsageError(f"{arg('objective', self.objective)}: a vision-language model takes {' or '.join(OBJECTIVES)}")
         if not isinstance(self.max_new_tokens, int) or not 1 <= self.max_new_tokens <= 4096:
@@ -82,6 +99,22 @@ class VlmExplanation:
     family: str
     maps: tuple[TokenMaps, ...]
     photo: np.ndarray = field(repr=False)  # (H, W, 3) in [0, 1]: the pixels as the model saw them
+
+
+def steps_of(settings) -> int:
+    """Integrated gradients' steps among a run's method ``settings`` (``IGOptions``: ``--steps``,
+    ``steps=``), or ``DEFAULT_STEPS``.
+
+    Raises:
+        UsageError: ``--steps auto``, which a vision-language model does not take.
+    """
+    steps = next((s.steps for s in settings if isinstance(s, IGOptions)), DEFAULT_STEPS)
+    if not isinstance(steps, int):
+        raise UsageError(
+            f"{arg('steps', steps)}: a vision-language model's integrated gradients take a number of steps "
+            f"({DEFAULT_STEPS} by default), not auto"
+        )
+    return steps
 
 
 def resolve_layer(model, family, name: str) -> str:
@@ -132,15 +165,16 @@ def explain_photo(model, processor, photo, request: VlmRequest) -> VlmExplanatio
         talk = converse(model, processor, photo, request.prompt, request.max_new_tokens)
     tokenizer = getattr(processor, "tokenizer", processor)
     targets = choose_targets(talk, tokenizer, request.tokens, request.words)
-    with torch.no_grad():
-        probabilities = token_scores(model, talk, objective="logprob")[0].exp()
     making = Making(model, processor, family, photo, talk, targets, request)
-    maps, scores = _maps(making)
+    maps, scores, logits = _maps(making)
+    probabilities = picked(logits, talk, "logprob")[0].exp()
     seen = _seen(processor, family, model, talk)
     return VlmExplanation(talk, targets, probabilities, scores, request.objective, family.name, maps, seen)
 
 
-def _maps(making: Making) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
+def _maps(making: Making) -> tuple[tuple[TokenMaps, ...], torch.Tensor, torch.Tensor]:
+    """The maps, every answer token's score, and the answer's logits (1, T, V): those of the first
+    layer method's forward pass, or of one forward pass of their own (report.json's probabilities)."""
     model, family, talk, request = making.model, making.family, making.conversation, making.request
     makers = dict(MAP_MAKERS.items())
     made: list[TokenMaps] = []
@@ -149,17 +183,21 @@ def _maps(making: Making) -> tuple[tuple[TokenMaps, ...], torch.Tensor]:
     # the tower's and the projector's tokens, where they run otherwise than row by row (Qwen2-VL, Idefics3)
     orders = [getattr(family, kind, None) for kind in ("vision_order", "projector_order")]
     orders = [order(model, talk.inputs) if order else None for order in orders]
-    scores = None
+    scores = logits = None
     for layer in (request.layers or ("vision",)) if layered else ():
         name = resolve_layer(model, family, layer)
-        by_method, scores = cams.layer_maps(model, talk, making.targets, name, grids, layered, request.objective, orders)
+        with cams.recorded(model) as answered:  # its logits give the probabilities too: no pass of their own
+            by_method, scores = cams.layer_maps(model, talk, making.targets, name, grids, layered, request.objective, orders)
+        logits = answered[-1].logits.detach().float() if logits is None else logits
         made += [TokenMaps(method, name, by_method[method]) for method in layered]
     made += [makers[method](making) for method in request.methods if method in makers]
-    if scores is None:
+    if logits is None:
         with torch.no_grad():
-            scores = token_scores(model, talk, objective=request.objective)[0]
+            logits = answer_logits(model, talk)
+    if scores is None:
+        scores = picked(logits, talk, request.objective)[0]
     order = {name: k for k, name in enumerate(request.methods)}
-    return tuple(sorted(made, key=lambda m: order[m.method])), scores
+    return tuple(sorted(made, key=lambda m: order[m.method])), scores, logits
 
 
 @MAP_MAKERS.register("integrated-gradients")

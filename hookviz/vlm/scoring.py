@@ -9,7 +9,7 @@ import torch
 
 from hookviz.errors import UsageError, arg
 
-__all__ = ["OBJECTIVES", "token_scores"]
+__all__ = ["OBJECTIVES", "answer_logits", "picked", "token_scores"]
 
 #: What a token's score is: its logit, or its log-probability (a log-softmax over the vocabulary).
 OBJECTIVES = ("logit", "logprob")
@@ -25,13 +25,23 @@ def token_scores(model, conversation, pixel_values: torch.Tensor | None = None, 
     """
     if objective not in OBJECTIVES:
         raise UsageError(f"{arg('objective', objective)} is not one of {', '.join(OBJECTIVES)}")
+    return picked(answer_logits(model, conversation, pixel_values), conversation, objective)
+
+
+def answer_logits(model, conversation, pixel_values: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, T, V): the logits that predict each of the conversation's T answer tokens, for each of
+    the B ``pixel_values`` (default: the conversation's own photo), in float32; one forward pass."""
     inputs = dict(conversation.inputs)
     if pixel_values is not None:
         count = pixel_values.shape[0] // max(conversation.inputs["pixel_values"].shape[0], 1)
         inputs = {k: _repeat(v, count) for k, v in inputs.items() if k != "pixel_values"}
         inputs["pixel_values"] = pixel_values
     positions = conversation.answer_positions
-    logits = model(**inputs, logits_to_keep=positions.to(inputs["input_ids"].device)).logits.float()  # (B, T, V)
+    return model(**inputs, logits_to_keep=positions.to(inputs["input_ids"].device)).logits.float()
+
+
+def picked(logits: torch.Tensor, conversation, objective: str) -> torch.Tensor:
+    """(B, T): the ``objective`` of each answer token from ``answer_logits``' (B, T, V)."""
     ids = conversation.answer_ids.to(logits.device)
     if objective == "logprob":
         logits = torch.log_softmax(logits, dim=-1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hookviz.errors import UsageError, arg
+from hookviz.errors import AnswerError, UsageError, arg
 
 __all__ = ["Target", "choose_targets", "token_spans"]
 
@@ -43,8 +43,9 @@ def choose_targets(conversation, tokenizer, tokens: str | None = None, words: st
     those the answer's text leaves out).
 
     Raises:
-        UsageError: an index past the answer, a word not in it, both options given, or an answer
-            of special tokens alone (nothing to explain by default).
+        UsageError: an index past the answer, a word not in it, both options given, or a given
+            answer of special tokens alone (nothing to explain by default).
+        AnswerError: the model's own answer is special tokens alone.
     """
     count = len(conversation.answer_ids)
     if tokens and words:
@@ -53,8 +54,8 @@ def choose_targets(conversation, tokenizer, tokens: str | None = None, words: st
         return tuple(_word(conversation, tokenizer, word.strip()) for word in str(words).split(",") if word.strip())
     if not tokens:
         kept = tuple(Target((k,), conversation.tokens[k]) for k in range(count) if k not in conversation.special)
-        if not kept:
-            raise UsageError(
+        if not kept:  # the model's own answer fails its photo alone; a given one would fail every photo
+            raise (AnswerError if conversation.generated else UsageError)(
                 f"the answer {' '.join(conversation.tokens)!r} is special tokens alone, which are not explained by default; "
                 f"give {arg('answer')}, or {arg('tokens')} to explain them"
             )

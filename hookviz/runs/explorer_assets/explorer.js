@@ -43,7 +43,8 @@
     return col.data[i];
   }
   function nameOf(i) { return value(state.cols.name, i); }
-  // a sample's path as it lies in the data (tabby/1.png): its path as given, less the folder that holds them all
+  // a sample's path as it lies in the data (tabby/1.png): the data's image column (a run folder written before
+  // it was: its path as given, less the folder that holds them all, its run's root)
   function shownPath(image) { var root = DATA.run.root || ''; return root && image.slice(0, root.length) === root ? image.slice(root.length) : image; }
   function inData() { return state.inData || (state.inData = {type: 'str', data: state.cols.image.data.map(shownPath)}); }
   function indexOf(name) {
@@ -120,6 +121,8 @@
   }
 
   // ---------------------------------------------------------------- the list
+  // the list's filters as the address holds them now: a control changed before the last one's route has run keeps it
+  function addressQuery() { var h = location.hash, at = h.indexOf('?'); return at < 0 ? '' : h.slice(at + 1); }
   function setQuery(params) {
     var q = new URLSearchParams();
     Object.keys(params).forEach(function (k) { if (params[k] !== '' && params[k] !== undefined) q.set(k, params[k]); });
@@ -128,7 +131,7 @@
   }
   function control(params, key, labelText, options) {
     var current = params[key] || '';
-    var select = el('select', {name: key, 'data-filter': key, onchange: function () { var p = parseQuery(state.query); p[key] = select.value; setQuery(p); }});
+    var select = el('select', {name: key, 'data-filter': key, onchange: function () { var p = parseQuery(addressQuery()); p[key] = select.value; setQuery(p); }});
     select.appendChild(el('option', {value: '', text: 'any'}));
     options.forEach(function (o) { var opt = el('option', {value: o[0], text: o[1]}); if (o[0] === current) opt.selected = true; select.appendChild(opt); });
     return el('label', {}, [labelText + ' ', select]);
@@ -137,21 +140,25 @@
     var parts = (params[key] || '').split('..');
     function input(side) {
       var box = el('input', {type: 'number', step: 'any', 'data-filter': key + (side ? ':max' : ':min'), placeholder: side ? 'max' : 'min', value: parts.length === 2 ? parts[side] : '',
-        onchange: function () { var p = parseQuery(state.query); var lo = box.parentNode.children[0].value, hi = box.parentNode.children[1].value; p[key] = (lo || hi) ? lo + '..' + hi : ''; setQuery(p); }});
+        onchange: function () { var p = parseQuery(addressQuery()); var lo = box.parentNode.children[0].value, hi = box.parentNode.children[1].value; p[key] = (lo || hi) ? lo + '..' + hi : ''; setQuery(p); }});
       return box;
     }
     return el('div', {cls: 'range'}, [el('span', {text: labelText}), el('span', {cls: 'pair'}, [input(0), input(1)])]);
   }
+  function searchBox(params, key, labelText, placeholder) {  // a text the column holds (any case)
+    var search = el('input', {type: 'search', name: key, placeholder: placeholder, value: params[key] || '', 'data-filter': key,
+      onchange: function () { var p = parseQuery(addressQuery()); p[key] = search.value; setQuery(p); }});
+    return el('label', {}, [labelText + ' ', search]);
+  }
   function classOptions(name) { var col = state.cols[name]; return col.values.filter(function (v) { return v !== ''; }).sort().map(function (v) { return [v, v]; }); }
   function filters(params) {
     var box = el('form', {cls: 'filters', onsubmit: function (e) { e.preventDefault(); }});
-    var search = el('input', {type: 'search', name: 'q', placeholder: 'name or path in the data', value: params.q || '', 'data-filter': 'q',
-      onchange: function () { var p = parseQuery(state.query); p.q = search.value; setQuery(p); }});
-    box.appendChild(el('label', {}, ['name or path ', search]));
+    box.appendChild(searchBox(params, 'q', 'name or path', 'name or path in the data'));
     if (state.cols.true_class.values.some(function (v) { return v; })) box.appendChild(control(params, 'true_class', 'true class', classOptions('true_class')));
     box.appendChild(control(params, 'predicted', 'predicted', classOptions('predicted')));
     box.appendChild(control(params, 'correct', 'right or wrong', [['true', 'right'], ['false', 'wrong'], ['none', 'no true class']]));
     box.appendChild(control(params, 'status', 'status', state.cols.status.values.map(function (v) { return [v, v]; })));
+    if (state.cols.failure.data.some(function (t) { return t; })) box.appendChild(searchBox(params, 'failure', 'failure', 'words of its message'));
     box.appendChild(range(params, 'confidence', 'confidence (top-1 probability)'));
     [['dead', 'dead layers'], ['zero_grad', 'layers without gradient'], ['nonfinite', 'non-finite values'], ['notes', 'notes'], ['drift_findings', 'drift findings']].forEach(function (h) {
       box.appendChild(control(params, h[0], h[1], [['1..', 'some'], ['0', 'none']]));
@@ -162,7 +169,7 @@
       if (c.type === 'str') box.appendChild(control(params, c.name, c.name, [['passes', 'passes'], ['fails', 'fails']]));
       else box.appendChild(range(params, c.name, c.name));
     });
-    var sort = el('select', {name: 'sort', 'data-filter': 'sort', onchange: function () { var p = parseQuery(state.query); p.sort = sort.value; setQuery(p); }});
+    var sort = el('select', {name: 'sort', 'data-filter': 'sort', onchange: function () { var p = parseQuery(addressQuery()); p.sort = sort.value; setQuery(p); }});
     sort.appendChild(el('option', {value: '', text: 'run order'}));
     DATA.columns.forEach(function (c) {
       [['', ' \u2191'], ['-', ' \u2193']].forEach(function (d) { var opt = el('option', {value: d[0] + c.name, text: c.name + d[1]}); if (params.sort === d[0] + c.name) opt.selected = true; sort.appendChild(opt); });
@@ -450,7 +457,7 @@
     var grid = el('div', {cls: 'crops'}, [el('h3', {text: title})]);
     top.forEach(function (t) {
       var shown = t.shown || String(t.source).split(/[\\/]/).pop();  // as it lies in the data (an older atlas: its file name)
-      grid.appendChild(el('figure', {title: String(t.source)}, [el('img', {src: folder + '/' + path(t.overlay || t.crop), alt: shown}), el('figcaption', {text: shown + ' \u00b7 ' + measure + ' ' + fmt(t.score)})]));
+      grid.appendChild(el('figure', {title: shown}, [el('img', {src: folder + '/' + path(t.overlay || t.crop), alt: shown}), el('figcaption', {text: shown + ' \u00b7 ' + measure + ' ' + fmt(t.score)})]));
     });
     return grid;
   }

@@ -7,7 +7,9 @@ language model, so a photo's tokens form an (h / 2, w / 2) grid, row by row, whe
 had its image pad token.
 
 A CAM at a tower block sees the tower's order; ``vision_order`` gives, for each cell of the
-(h, w) patch grid row by row, the tower's token there."""
+(h, w) patch grid row by row, the tower's token there. Qwen2.5-VL's tower (window attention)
+reads the merge blocks window by window, not row by row, through its blocks and its merger (put
+back in order only after it): ``vision_order`` and ``projector_order`` follow its windows."""
 
 from __future__ import annotations
 
@@ -24,6 +26,25 @@ CLASSES = ("Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneratio
 
 def _merge(model) -> int:
     return int(model.config.vision_config.spatial_merge_size)
+
+
+def _block_places(model, inputs: Mapping) -> torch.Tensor | None:
+    """Qwen2.5-VL: for each merge block of the first image, row by row, its place among the tower's
+    blocks, which run window by window (transformers' own window index); ``None`` for Qwen2-VL,
+    whose tower reads them row by row."""
+    vision = model.config.vision_config
+    window = getattr(vision, "window_size", None)
+    if not window:
+        return None
+    grid = inputs["image_grid_thw"][:1]
+    merge, patch = _merge(model), int(vision.patch_size)
+    try:
+        from transformers.vision_utils import get_vision_window_index
+    except ImportError:  # transformers 4: the tower's own method
+        index, _ = part(model, "model.visual", "visual").get_window_index(grid)
+    else:
+        index, _ = get_vision_window_index(grid, spatial_merge_size=merge, window_size=int(window), patch_size=patch)
+    return torch.argsort(torch.as_tensor(index))
 
 
 def _grids(inputs: Mapping) -> list[tuple[int, int]]:
@@ -47,7 +68,17 @@ class Qwen2Vl:
         (height, width), merge = self.vision_grid(model, inputs), _merge(model)
         rows, cols = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
         block = (rows // merge) * (width // merge) + cols // merge
+        places = _block_places(model, inputs)
+        if places is not None:  # Qwen2.5-VL: the blocks window by window
+            block = places[block]
         return (block * merge * merge + (rows % merge) * merge + cols % merge).flatten()
+
+    def projector_order(self, model, inputs: Mapping) -> torch.Tensor:
+        """(h/2 * w/2,) long: for each of the first image's tokens, row by row, its index among the
+        merger's outputs (Qwen2.5-VL's run window by window; Qwen2-VL's row by row)."""
+        (height, width), merge = self.vision_grid(model, inputs), _merge(model)
+        places = _block_places(model, inputs)
+        return places if places is not None else torch.arange((height // merge) * (width // merge))
 
     def photo_pixels(self, model, inputs: Mapping, summed: bool = False) -> torch.Tensor:
         """(C, H, W): the first image's pixel values laid back as a photo. The processor gives
