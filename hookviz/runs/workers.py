@@ -43,6 +43,7 @@ DEATHS = 3
 #: run's passes are what the end waits for; pictures only have to keep up. On a machine with
 #: fewer free cores than the workers and the passes' threads (2 cores: the passes' 2 threads
 #: and 2 workers), the workers then draw in the time the passes leave, instead of slowing them.
+#: (On a machine busy with other people's work at the usual priority, they yield to it too.)
 NICENESS = 10
 
 
