@@ -218,6 +218,32 @@ def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(t
     assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
 
 
+def test_the_model_raising_on_a_photo_fails_that_photo_and_the_run_goes_on(llava_folder, tmp_path, monkeypatch):
+    """A RuntimeError from inside the model's forward (foreign code) costs that photo, as in a run
+    of another model: its line and run.json give the photo and the model's error, the next photo
+    is explained, exit status 1 (it stopped the whole run, with a traceback's last line)."""
+    from PIL import Image
+    from transformers.models.clip import modeling_clip
+
+    real = modeling_clip.CLIPVisionEmbeddings.forward
+
+    def forward(self, pixel_values, *args, **kwargs):
+        if float(pixel_values.flatten(2).std(-1).max()) == 0.0:  # the plain red photo's, flat in each channel
+            raise RuntimeError("the vision tower cannot take a flat photo")
+        return real(self, pixel_values, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_clip.CLIPVisionEmbeddings, "forward", forward)
+    Image.new("RGB", (32, 32), (255, 0, 0)).save(tmp_path / "red.png")
+    out = tmp_path / "out"
+    result = _run(llava_folder, out, "--answer", "a cat", photos=(tmp_path / "red.png", SAMPLES / "cat.png"))
+    assert result.exit_code == 1, result.output
+    reason = f"{tmp_path / 'red.png'}: the model failed on it (RuntimeError: the vision tower cannot take a flat photo)"
+    assert reason in result.stderr.splitlines()[0]
+    run = json.loads((out / "run.json").read_text())
+    assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
+    assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
+
+
 @pytest.mark.parametrize("cuda", [False, True])
 def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava_folder, tmp_path, monkeypatch, cuda):
     """Without CUDA, the line of a run of another model; with it, the run's own (it computes on the CPU)."""
