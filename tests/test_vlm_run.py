@@ -212,7 +212,11 @@ def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(t
         f"{tmp_path / 'red.png'}: the answer '<unk> <unk>' is special tokens alone, which are not explained by default; "
         "give --answer, or --tokens to explain them"
     )
-    assert result.stderr.strip().splitlines() == [reason, f"hookviz: 1 of 2 images failed; reasons in {out / 'run.json'}"]
+    assert result.stderr.strip().splitlines() == [
+        f"hookviz: failed: {reason}",
+        f"hookviz: 1 of 2 images failed: {tmp_path / 'red.png'}; reasons in {out / 'run.json'}",
+        f"hookviz: 1 of 2 images done, 1 failed; results in {out}/",
+    ]
     run = json.loads((out / "run.json").read_text())
     assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
     assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
@@ -238,10 +242,32 @@ def test_the_model_raising_on_a_photo_fails_that_photo_and_the_run_goes_on(llava
     result = _run(llava_folder, out, "--answer", "a cat", photos=(tmp_path / "red.png", SAMPLES / "cat.png"))
     assert result.exit_code == 1, result.output
     reason = f"{tmp_path / 'red.png'}: the model failed on it (RuntimeError: the vision tower cannot take a flat photo)"
-    assert reason in result.stderr.splitlines()[0]
+    assert result.stderr.splitlines()[0] == f"hookviz: failed: {reason}"
     run = json.loads((out / "run.json").read_text())
     assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
     assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_runs_closing_lines_are_a_photo_runs(llava_folder, tmp_path, quiet):
+    """A photo that fails and one explained: the lines on stderr are those a run of another model
+    gives for the same photos (the failed photo's line, the photos that failed named, how many were
+    done and where), and so is the exit status; --quiet leaves out what it leaves out there."""
+    from .cli_helpers import hookviz_run
+
+    broken = tmp_path / "broken.png"
+    broken.write_bytes((SAMPLES / "cat.png").read_bytes()[:200])
+    photos, flags = (broken, SAMPLES / "cat.png"), ("--quiet",) if quiet else ()
+    vlm = _run(llava_folder, tmp_path / "out", "--answer", "a cat", *flags, photos=photos)
+    photo = hookviz_run(list(photos), *flags, layer="features.3", out=tmp_path / "out")
+    assert vlm.exit_code == photo.exit_code == 1, (vlm.output, photo.output)
+    lines = photo.stderr.strip().splitlines()
+    assert vlm.stderr.strip().splitlines() == lines[-(2 if quiet else 3) :]
+    assert lines[-1] == (
+        f"hookviz: 1 of 2 images failed: {broken}; reasons in {tmp_path / 'out' / 'run.json'}"
+        if quiet
+        else f"hookviz: 1 of 2 images done, 1 failed; results in {tmp_path / 'out'}/"
+    )
 
 
 @pytest.mark.parametrize("cuda", [False, True])
