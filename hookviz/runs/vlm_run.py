@@ -201,7 +201,12 @@ class VlmRunner:
             return
         try:
             written = write_vlm(
-                explanation, folder, image=shown, model=loaded.name, weights=loaded.weights, save_tensors=self.options.save_tensors
+                explanation,
+                folder,
+                image=shown,
+                model=loaded.name,
+                weights=loaded.weights,
+                save_tensors=self.options.save_tensors,
             )
         except HookvizError as exc:  # an error of its own files; any other (the disk's) stops the run, as before
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
