@@ -270,6 +270,44 @@ def test_a_runs_closing_lines_are_a_photo_runs(llava_folder, tmp_path, quiet):
     )
 
 
+def test_a_photo_superpixels_cannot_cut_fails_saying_only_what_the_run_takes(llava_folder, tmp_path, monkeypatch):
+    """Feature ablation over SLIC superpixels: a photo of fewer pixels than its 16 superpixels, and
+    one SLIC finds a single superpixel in, each fail alone, in a line that names none of the
+    options a vision-language model's run refuses (--superpixels, --superpixel-compactness); the
+    tiny photo stopped the whole run, naming --superpixels."""
+    import numpy as np
+    from PIL import Image
+    from skimage import segmentation
+
+    real = segmentation.slic
+
+    def slic(image, *args, **kwargs):  # SLIC finding one superpixel in a flat photo
+        return (
+            np.zeros(image.shape[:2], dtype=int)
+            if float(np.ptp(image, axis=(0, 1)).max()) == 0.0
+            else real(image, *args, **kwargs)
+        )
+
+    monkeypatch.setattr(segmentation, "slic", slic)
+    Image.new("RGB", (3, 3), (0, 0, 255)).save(tmp_path / "tiny.png")
+    Image.new("RGB", (32, 32), (255, 0, 0)).save(tmp_path / "red.png")
+    out, photos = tmp_path / "out", (tmp_path / "tiny.png", tmp_path / "red.png", SAMPLES / "cat.png")
+    result = _run(llava_folder, out, "--answer", "a cat", "--cam", "feature-ablation", photos=photos)
+    assert result.exit_code == 1, result.output
+    run = json.loads((out / "run.json").read_text())
+    assert [(e["output"], e["status"]) for e in run["images"]] == [("tiny", "failed"), ("red", "failed"), ("cat", "done")]
+    tiny, red = (e["error"] for e in run["images"][:2])
+    assert tiny == (
+        f"{tmp_path / 'tiny.png'}: --cam feature-ablation: this 3x3 input has fewer pixels than the 16 superpixels "
+        "it is cut into; give a larger photo, or another --cam"
+    )
+    assert red == (
+        f"{tmp_path / 'red.png'}: --cam feature-ablation: SLIC finds only one superpixel in this 32x32 input, so there "
+        "is nothing to compare; give a larger photo, or another --cam"
+    )
+    assert f"hookviz: failed: {tiny}" in result.stderr.splitlines() and "--superpixel" not in result.stderr
+
+
 @pytest.mark.parametrize("cuda", [False, True])
 def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava_folder, tmp_path, monkeypatch, cuda):
     """Without CUDA, the line of a run of another model; with it, the run's own (it computes on the CPU)."""
