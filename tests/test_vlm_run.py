@@ -332,17 +332,22 @@ def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava_folder, tmp_
     assert not (tmp_path / "out").exists()
 
 
-def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_options_too(llava_folder, tmp_path):
-    """Remote code stays refused, in its own words: not as another model given --answer."""
+@pytest.mark.parametrize(
+    "filename", ["config.json", "preprocessor_config.json", "processor_config.json", "tokenizer_config.json"]
+)
+def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_options_too(llava_folder, tmp_path, filename):
+    """Remote code stays refused, in its own words: not as another model given --answer, whichever
+    of the files transformers reads names it (a file the folder lacks is written with that alone)."""
     import shutil
 
     folder = tmp_path / "custom"
     shutil.copytree(llava_folder, folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
+    path = folder / filename
+    document = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**document, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
     result = _run(folder, tmp_path / "out", "--answer", "a cat")
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
-        f"hookviz: error: --model hf:{folder}: {folder} needs its own Python code (auto_map in config.json), which "
+        f"hookviz: error: --model hf:{folder}: {folder} needs its own Python code (auto_map in {filename}), which "
         "hookviz never runs; load the model yourself and pass the module to hookviz.explain"
     ]
