@@ -175,9 +175,8 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     progress = Progress(len(paths), quiet=True, stdout_lines=False)  # what Stopper reads: whether the photos began
 
     def said(status) -> None:
-        if status.error:
-            typer.echo(status.error, err=True)
-        elif not (shown.quiet or shown.json_output):
+        progress.update(status, len(run.statuses), len(paths))  # a failed photo's line, as a photo run says it
+        if status.status == "done" and not (shown.quiet or shown.json_output):
             typer.echo(f"{status.image}: explained in {options.out / status.output}")
 
     with _stopped_by_signals(progress) as stopper:
@@ -185,13 +184,7 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
             groups["model"], paths, request, options.out, options=chosen, on_start=lambda: progress.start(""), on_photo=said
         )
         summary = run.execute()
-    if shown.json_output:
-        progress.say(summary.run_json.read_text(encoding="utf-8"), nl=False)
-    if summary.failed:
-        typer.echo(
-            f"hookviz: {len(summary.failed)} of {len(summary.statuses)} images failed; reasons in {summary.run_json}", err=True
-        )
-        raise typer.Exit(1)
+    _end_of_run(summary, progress, options.out, quiet=shown.quiet, json_output=shown.json_output)
     return True
 
 
@@ -274,6 +267,12 @@ def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, ve
         # ten thousand prompts take minutes before the first image; so may the work inside a photo
         with prompt_progress(progress.prompts), listening(progress):
             summary = run.execute()
+    _end_of_run(summary, progress, groups["options"].out, quiet=quiet, json_output=json_output)
+
+
+def _end_of_run(summary, progress: Progress, out: Path, *, quiet: bool, json_output: bool) -> None:
+    """A run's closing lines, whatever its model (``--json``'s run file, its notes and findings, the
+    photos that failed, how many were done), and its exit status: 1 when a photo failed, 3 on a finding."""
     for note in summary.notes:
         if not quiet:
             typer.echo(f"hookviz: note: {note}", err=True)
@@ -292,7 +291,7 @@ def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, ve
         counts += [f"{skipped} skipped (done by an earlier run)"] if skipped else []
         counts += [f"{failed} failed"] if failed else []
         counts += [f"{summary.count('not_done')} not done"] if summary.count("not_done") else []
-        typer.echo(f"hookviz: {', '.join(counts)}; results in {groups['options'].out}/", err=True)
+        typer.echo(f"hookviz: {', '.join(counts)}; results in {out}/", err=True)
     if failed:
         raise typer.Exit(1)
     if summary.findings:

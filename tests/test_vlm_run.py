@@ -212,10 +212,102 @@ def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(t
         f"{tmp_path / 'red.png'}: the answer '<unk> <unk>' is special tokens alone, which are not explained by default; "
         "give --answer, or --tokens to explain them"
     )
-    assert result.stderr.strip().splitlines() == [reason, f"hookviz: 1 of 2 images failed; reasons in {out / 'run.json'}"]
+    assert result.stderr.strip().splitlines() == [
+        f"hookviz: failed: {reason}",
+        f"hookviz: 1 of 2 images failed: {tmp_path / 'red.png'}; reasons in {out / 'run.json'}",
+        f"hookviz: 1 of 2 images done, 1 failed; results in {out}/",
+    ]
     run = json.loads((out / "run.json").read_text())
     assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
     assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
+
+
+def test_the_model_raising_on_a_photo_fails_that_photo_and_the_run_goes_on(llava_folder, tmp_path, monkeypatch):
+    """A RuntimeError from inside the model's forward (foreign code) costs that photo, as in a run
+    of another model: its line and run.json give the photo and the model's error, the next photo
+    is explained, exit status 1 (it stopped the whole run, with a traceback's last line)."""
+    from PIL import Image
+    from transformers.models.clip import modeling_clip
+
+    real = modeling_clip.CLIPVisionEmbeddings.forward
+
+    def forward(self, pixel_values, *args, **kwargs):
+        if float(pixel_values.flatten(2).std(-1).max()) == 0.0:  # the plain red photo's, flat in each channel
+            raise RuntimeError("the vision tower cannot take a flat photo")
+        return real(self, pixel_values, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_clip.CLIPVisionEmbeddings, "forward", forward)
+    Image.new("RGB", (32, 32), (255, 0, 0)).save(tmp_path / "red.png")
+    out = tmp_path / "out"
+    result = _run(llava_folder, out, "--answer", "a cat", photos=(tmp_path / "red.png", SAMPLES / "cat.png"))
+    assert result.exit_code == 1, result.output
+    reason = f"{tmp_path / 'red.png'}: the model failed on it (RuntimeError: the vision tower cannot take a flat photo)"
+    assert result.stderr.splitlines()[0] == f"hookviz: failed: {reason}"
+    run = json.loads((out / "run.json").read_text())
+    assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
+    assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
+
+
+def test_a_runs_closing_lines_are_a_photo_runs(llava_folder, tmp_path):
+    """A photo that fails and one explained: the lines on stderr are those a run of another model
+    gives for the same photos (the failed photo's line, the photos that failed named, how many were
+    done and where), and so is the exit status."""
+    from .cli_helpers import hookviz_run
+
+    broken = tmp_path / "broken.png"
+    broken.write_bytes((SAMPLES / "cat.png").read_bytes()[:200])
+    photos = (broken, SAMPLES / "cat.png")
+    vlm = _run(llava_folder, tmp_path / "out", "--answer", "a cat", photos=photos)
+    photo = hookviz_run(list(photos), "--pictures", "none", layer="features.3", out=tmp_path / "out")
+    assert vlm.exit_code == photo.exit_code == 1, (vlm.output, photo.output)
+    lines = photo.stderr.strip().splitlines()
+    assert (
+        vlm.stderr.strip().splitlines()
+        == lines[-3:]
+        == [
+            next(line for line in lines if line.startswith(f"hookviz: failed: {broken}: image data is corrupt or truncated")),
+            f"hookviz: 1 of 2 images failed: {broken}; reasons in {tmp_path / 'out' / 'run.json'}",
+            f"hookviz: 1 of 2 images done, 1 failed; results in {tmp_path / 'out'}/",
+        ]
+    )
+
+
+def test_a_photo_superpixels_cannot_cut_fails_saying_only_what_the_run_takes(llava_folder, tmp_path, monkeypatch):
+    """Feature ablation over SLIC superpixels: a photo of fewer pixels than its 16 superpixels, and
+    one SLIC finds a single superpixel in, each fail alone, in a line that names none of the
+    options a vision-language model's run refuses (--superpixels, --superpixel-compactness); the
+    tiny photo stopped the whole run, naming --superpixels."""
+    import numpy as np
+    from PIL import Image
+    from skimage import segmentation
+
+    real = segmentation.slic
+
+    def slic(image, *args, **kwargs):  # SLIC finding one superpixel in a flat photo
+        return (
+            np.zeros(image.shape[:2], dtype=int)
+            if float(np.ptp(image, axis=(0, 1)).max()) == 0.0
+            else real(image, *args, **kwargs)
+        )
+
+    monkeypatch.setattr(segmentation, "slic", slic)
+    Image.new("RGB", (3, 3), (0, 0, 255)).save(tmp_path / "tiny.png")
+    Image.new("RGB", (32, 32), (255, 0, 0)).save(tmp_path / "red.png")
+    out, photos = tmp_path / "out", (tmp_path / "tiny.png", tmp_path / "red.png", SAMPLES / "cat.png")
+    result = _run(llava_folder, out, "--answer", "a cat", "--cam", "feature-ablation", photos=photos)
+    assert result.exit_code == 1, result.output
+    run = json.loads((out / "run.json").read_text())
+    assert [(e["output"], e["status"]) for e in run["images"]] == [("tiny", "failed"), ("red", "failed"), ("cat", "done")]
+    tiny, red = (e["error"] for e in run["images"][:2])
+    assert tiny == (
+        f"{tmp_path / 'tiny.png'}: --cam feature-ablation: this 3x3 input has fewer pixels than the 16 superpixels "
+        "it is cut into; give a larger photo, or another --cam"
+    )
+    assert red == (
+        f"{tmp_path / 'red.png'}: --cam feature-ablation: SLIC finds only one superpixel in this 32x32 input, so there "
+        "is nothing to compare; give a larger photo, or another --cam"
+    )
+    assert f"hookviz: failed: {tiny}" in result.stderr.splitlines() and "--superpixel" not in result.stderr
 
 
 @pytest.mark.parametrize("cuda", [False, True])
@@ -240,17 +332,22 @@ def test_device_cuda_is_refused_in_the_line_a_photo_run_gives(llava_folder, tmp_
     assert not (tmp_path / "out").exists()
 
 
-def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_options_too(llava_folder, tmp_path):
-    """Remote code stays refused, in its own words: not as another model given --answer."""
+@pytest.mark.parametrize(
+    "filename", ["config.json", "preprocessor_config.json", "processor_config.json", "tokenizer_config.json"]
+)
+def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_options_too(llava_folder, tmp_path, filename):
+    """Remote code stays refused, in its own words: not as another model given --answer, whichever
+    of the files transformers reads names it (a file the folder lacks is written with that alone)."""
     import shutil
 
     folder = tmp_path / "custom"
     shutil.copytree(llava_folder, folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
+    path = folder / filename
+    document = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**document, "auto_map": {"AutoConfig": "configuration_x.MyConfig"}}))
     result = _run(folder, tmp_path / "out", "--answer", "a cat")
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
-        f"hookviz: error: --model hf:{folder}: {folder} needs its own Python code (auto_map in config.json), which "
+        f"hookviz: error: --model hf:{folder}: {folder} needs its own Python code (auto_map in {filename}), which "
         "hookviz never runs; load the model yourself and pass the module to hookviz.explain"
     ]

@@ -184,7 +184,7 @@ def idefics3(folder: Path, seed: int = 0, smolvlm: bool = False) -> Path:
     return _save(folder, model, processor)
 
 
-BUILDERS = {"qwen2_vl": qwen2_vl, "paligemma": paligemma, "idefics3": idefics3}
+BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "paligemma": paligemma, "idefics3": idefics3}
 
 
 def without_image_token(processor):
@@ -195,7 +195,7 @@ def without_image_token(processor):
     specials = [t for t in processor.tokenizer.all_special_tokens if t != image and t not in ("<unk>", "<pad>", "<bos>", "<eos>")]
     tokenizer = word_tokenizer(specials)
     kind = type(processor)
-    if "Qwen2VL" in kind.__name__:
+    if kind.__name__.startswith(("Qwen2VL", "Qwen2_5_VL")):
         return kind(processor.image_processor, tokenizer, processor.video_processor, chat_template=processor.chat_template)
     if "PaliGemma" in kind.__name__:
         return kind(processor.image_processor, tokenizer)

@@ -100,15 +100,22 @@ def photos(ctx: MethodContext, method: str):
     return inputs, settings
 
 
-def segments(image, settings: SuperpixelOptions, method: str):
+def segments(image, settings: SuperpixelOptions, method: str, remedy: str | None = None):
     """One photo's (1, C, H, W) superpixels: an (H, W) long tensor of labels 0..K-1 (K >= 2), on
     the photo's device. ImageError in one line when SLIC cannot cut it into two or more: that
-    photo fails, and a run goes on with the others."""
+    photo fails, and a run goes on with the others. ``remedy``: what to do, said by a caller that
+    takes none of ``SuperpixelOptions``' flags (a vision-language model's run); the photo then
+    fails alone when it has fewer pixels than the superpixels asked for too."""
     import numpy as np
     import torch
 
     segmentation = require("skimage.segmentation", method, "superpixels")
     height, width = image.shape[-2:]
+    if remedy is not None and settings.superpixels > height * width:
+        raise ImageError(
+            f"{arg('cam', method)}: this {height}x{width} input has fewer pixels than the {settings.superpixels} "
+            f"superpixels it is cut into; {remedy}"
+        )
     if settings.superpixels > height * width:
         raise UsageError(
             f"{arg('superpixels', settings.superpixels)}: the input has only {height}x{width} pixels; "
@@ -130,8 +137,12 @@ def segments(image, settings: SuperpixelOptions, method: str):
     if int(numbered.max()) < 1:  # this photo's fault, not the run's: it fails alone (issue 37)
         raise ImageError(
             f"{arg('cam', method)}: SLIC finds only one superpixel in this {height}x{width} input, so there is nothing to "
-            f"compare; give a higher {arg('superpixel_compactness')} (squarer superpixels: 100 cuts even noise), "
-            f"more {arg('superpixels')} or a larger input"
+            "compare; "
+            + (
+                remedy
+                or f"give a higher {arg('superpixel_compactness')} (squarer superpixels: 100 cuts even noise), "
+                f"more {arg('superpixels')} or a larger input"
+            )
         )
     return torch.as_tensor(numbered, dtype=torch.long, device=image.device)
 

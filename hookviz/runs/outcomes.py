@@ -8,10 +8,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hookviz.errors import HookvizError, describe, display_path
 from hookviz.explaining.checks import Finding
 from hookviz.store.records import ImageStatus
 
-__all__ = ["ImageOutcomes"]
+__all__ = ["ImageOutcomes", "failure_reason"]
+
+
+def failure_reason(path: Path, error: Exception) -> str:
+    """Why ``path`` failed when explaining it raised ``error``: a hookviz error's own message, or
+    any other's (the model is foreign code: its failure costs this photo, not the run) as the
+    model's, each after the photo's name."""
+    reason = str(error) if isinstance(error, HookvizError) else f"the model failed on it ({describe(error)})"
+    return f"{display_path(path)}: {reason}"
 
 
 class ImageOutcomes:

@@ -40,7 +40,7 @@ from hookviz.options import (
 )
 from hookviz.runs import workers
 from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard_of
-from hookviz.runs.outcomes import ImageOutcomes
+from hookviz.runs.outcomes import ImageOutcomes, failure_reason
 from hookviz.runs.request import RunRequest
 from hookviz.runs.sample_table import label_of, read_labels
 from hookviz.runs.stopping import RunState, Stopped, stoppable
@@ -384,9 +384,7 @@ class Run:
         except Exception as exc:  # the model is foreign code: its failure costs these images, not the run
             if len(batch) > 1:
                 return [result for item in batch for result in self.explain([item])]
-            path = batch[0][0]
-            reason = str(exc) if isinstance(exc, HookvizError) else f"the model failed on it ({describe(exc)})"
-            return [(path, f"{display_path(path)}: {reason}")]
+            return [(batch[0][0], failure_reason(batch[0][0], exc))]
         if not self.sized:
             self._size_batches(explanations[0])
         if self.asked.pictures.top_channels and self.explainer is not None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from hookviz.errors import HookvizError, ImageError, UsageError, arg, describe, display_path
 from hookviz.options import DEFAULT_MAX_PIXELS
+from hookviz.runs.outcomes import failure_reason
 from hookviz.runs.stopping import RunState, Stopped, stoppable
 from hookviz.runs.summary import RunInterrupted, RunSummary
 from hookviz.store.files import write_json
@@ -82,8 +83,9 @@ class VlmRunner:
     """``hookviz run`` of a vision-language model over ``paths``: the model loaded from ``model`` (a
     ``ModelOptions``), each photo's answer to ``request`` explained in OUT/<photo stem>/, then
     OUT/run.json and OUT/index.html. A photo that fails (unreadable, one the processor cannot
-    take, or an answer of nothing to explain: any ``HookvizError`` but a ``UsageError``, as in a
-    run of another model) is listed with its reason; the others go on. ``on_start()`` is called once the model is
+    take, an answer of nothing to explain, the model raising on it: any error but a ``UsageError``,
+    in the words of a run of another model, ``outcomes.failure_reason``) is listed with its reason;
+    the others go on. ``on_start()`` is called once the model is
     loaded, ``on_photo(status)`` after each photo.
 
     It stops as a run of another model does (``runner.Run``, through ``process.Stopper``):
@@ -190,6 +192,14 @@ class VlmRunner:
         try:
             with stoppable(model, self.state.stopping):
                 explanation = explain_photo(model, loaded.processor, photo, self.request)
+        except Stopped:  # abandoned midway: not done
+            return
+        except UsageError:  # what no photo could meet: the run stops
+            raise
+        except Exception as exc:  # this photo's (one the processor cannot take, the model raising on it): as a photo run's
+            self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
+            return
+        try:
             written = write_vlm(
                 explanation,
                 folder,
@@ -198,12 +208,8 @@ class VlmRunner:
                 weights=loaded.weights,
                 save_tensors=self.options.save_tensors,
             )
-        except Stopped:  # abandoned midway: not done
-            return
-        except UsageError:  # what no photo could meet: the run stops
-            raise
-        except HookvizError as exc:  # this photo's (one the processor cannot take, an answer of nothing to explain)
-            self._report(path, ImageStatus(shown, folder.name, "failed", f"{shown}: {exc}", task=loaded.task))
+        except HookvizError as exc:  # an error of its own files; any other (the disk's) stops the run, as before
+            self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
             return
         self.layers.update((m.layer, None) for m in explanation.maps if m.layer in self.modules)  # not pixels, language, photo
         self._report(path, ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task))

@@ -115,7 +115,9 @@ def superpixels(photo, count: int = 16, compactness: float = 10.0) -> torch.Tens
     from hookviz.methods.superpixels import SuperpixelOptions, segments
 
     pixels = torch.as_tensor(np.array(photo.convert("RGB")), dtype=torch.float32).permute(2, 0, 1)[None] / 255
-    return segments(pixels, SuperpixelOptions(superpixels=count, superpixel_compactness=compactness), "feature-ablation")
+    settings = SuperpixelOptions(superpixels=count, superpixel_compactness=compactness)
+    # a vision-language model's run takes no --superpixels or --superpixel-compactness: the photo fails, saying what it takes
+    return segments(pixels, settings, "feature-ablation", remedy="give a larger photo, or another --cam")
 
 
 def windows(size: tuple[int, int], window: int, stride: int) -> torch.Tensor:
