@@ -101,8 +101,12 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> Path
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.parent / f".{path.name}~{_HOST}~{os.getpid()}~{secrets.token_hex(4)}.part"
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    _UNFINISHED.add(temporary)
+    _UNFINISHED.add(temporary)  # before it exists: a worker ending at once (``remove_unfinished``) sees it then
+    try:
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except BaseException:
+        _UNFINISHED.discard(temporary)
+        raise
     try:
         with os.fdopen(handle, "wb") as stream:
             if callable(data):
