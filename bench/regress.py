@@ -23,7 +23,9 @@ The last release is the tag ``v<version>`` of the newest version CHANGELOG.md li
 tag is missing (tags do not travel with every copy of the repository), the commit
 ``bench/releases.txt`` records for that version. The older commit is checked out as a
 temporary ``git worktree`` (removed afterwards) and run with ``PYTHONPATH`` pointing at it,
-with this same Python; its own ``python -m hookviz`` must accept the commands' options.
+with this same Python, both sides in the temporary folder (``python -m`` puts the current folder
+before ``PYTHONPATH``; each side's import is checked before it is timed); its own ``python -m hookviz``
+must accept the commands' options.
 Run it before every stop: a change that makes the default run more than 3% slower says why,
 in its commit and in docs/performance.md.
 
@@ -84,13 +86,13 @@ def _git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=check)
 
 
-def measure(command: list[str], env: dict) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process and its children) of one run of ``command``.
+def measure(command: list[str], env: dict, cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its children) of one run of ``command`` in ``cwd``.
 
     Only this process starts children meanwhile, so the growth of RUSAGE_CHILDREN is the run's."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -160,16 +162,29 @@ def _describe(ref: str) -> str:
     return _git("log", "-1", "--format=%h %cs", ref, check=False).stdout.strip()
 
 
+def check_sides(sides: dict[str, Path], work: Path, base: dict) -> None:
+    """Stop unless each side's ``python -m hookviz`` imports that side's code. ``-m`` puts the
+    current folder before ``PYTHONPATH``: run from a checkout, both sides ran that checkout's code
+    (every ratio 1 but for noise), so the commands run in ``work``, which holds no hookviz."""
+    for side, code in sides.items():
+        probe = [sys.executable, "-c", "import hookviz; print(hookviz.__file__)"]
+        found = subprocess.run(probe, env={**base, "PYTHONPATH": str(code)}, cwd=work, capture_output=True, text=True)
+        where = Path(found.stdout.strip() or "?").resolve()
+        if not where.is_relative_to(code.resolve()):
+            raise SystemExit(f"the {side} side imports hookviz from {where}, not from {code}: nothing compared")
+
+
 def compare(name: str, what: str, hookviz_args: list[str], old: Path, work: Path, runs: int, base: dict) -> None:
     """Run new and old in turn (after one warm-up run each) and print medians and pair ratios."""
     sides = {"new": ROOT, "old": old}
+    check_sides(sides, work, base)
     figures: dict[str, list[tuple[float, float]]] = {"new": [], "old": []}
     for turn in range(runs + 1):
         for side, code in sides.items():
             out = work / f"out-{name}-{side}"
             shutil.rmtree(out, ignore_errors=True)
             env = {**base, "PYTHONPATH": str(code)}
-            taken = measure([sys.executable, "-m", "hookviz", *hookviz_args, "--out", str(out)], env)
+            taken = measure([sys.executable, "-m", "hookviz", *hookviz_args, "--out", str(out)], env, work)
             if turn:  # the first turn warms the disk caches of both
                 figures[side].append(taken)
     print(f"\n{name}: {what}")

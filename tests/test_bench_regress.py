@@ -64,3 +64,20 @@ def test_both_sides_run_with_bytecode_caches_unless_asked_as_is(monkeypatch, tmp
     cached = regress.bytecode(tmp_path, as_is=False)
     assert "PYTHONDONTWRITEBYTECODE" not in cached and cached["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pycache")
     assert regress.bytecode(tmp_path, as_is=True)["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_each_side_runs_its_own_code_only_outside_a_checkout(tmp_path):
+    # `python -m` puts the current folder before PYTHONPATH: run from the repository, the old side ran the new code
+    import os
+
+    import pytest
+
+    old = tmp_path / "old"
+    (old / "hookviz").mkdir(parents=True)
+    (old / "hookviz" / "__init__.py").write_text("", encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    sides, env = {"new": regress.ROOT, "old": old}, dict(os.environ)
+    regress.check_sides(sides, work, env)
+    with pytest.raises(SystemExit, match=r"^the old side imports hookviz from .*, not from .*: nothing compared$"):
+        regress.check_sides(sides, regress.ROOT, env)
