@@ -574,7 +574,9 @@ import pyarrow as pa, pyarrow.parquet as pq
 kinds = {"str": pa.string(), "float": pa.float64(), "int": pa.int64(), "bool": pa.bool_()}
 columns = table.columns()
 built = pa.Table.from_arrays([pa.array(table.column(n), type=kinds[k]) for n, k in columns], names=[n for n, _ in columns])
-print(pq.read_table(io.BytesIO(stream.getvalue())).equals(built))
+print(pq.read_table(io.BytesIO(stream.getvalue())).equals(built), flush=True)
+import os
+os._exit(0)  # as the hookviz command ends: arrow's thread pool can abort a normal exit (apache/arrow#34314)
 """
 
 
