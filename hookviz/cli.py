@@ -1,24 +1,24 @@
 """The ``hookviz`` command: a thin layer over the library.
 
 Each command parses its options, calls one library function and maps the library's
-errors to exit codes in one place (``_exit_code_for``): 0 every image done, 1 some
-images failed, 2 usage error, 3 a ``--fail-on`` check failed, 130 interrupted.
+errors to exit codes in one place (``command_errors``): 0 every image done, 1 some
+images failed, 2 usage error, 3 a ``--fail-on`` check failed, 130 interrupted. The run
+command's steps are ``run_command``'s.
 Heavy modules (torch, matplotlib) are imported inside the commands, so ``--help``
 answers at once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from hookviz import __version__
+from hookviz import __version__, run_command
+from hookviz.command_errors import exit_code_for, guard
 from hookviz.command_options import (
     LAYERS,
     MODEL,
@@ -55,12 +55,12 @@ from hookviz.command_options import (
     PromptsFileOption,
     RtolOption,
 )
-from hookviz.errors import HookvizError, UsageError, command_line_spelling, describe, hint
-from hookviz.interrupts import Interrupted, on_signal
+from hookviz.errors import HookvizError, UsageError
+from hookviz.interrupts import Interrupted
 from hookviz.options import MAX_SIDE, Tolerances
-from hookviz.process import Stopper, exit_with, open_heif, plain_text_only, prepare
-from hookviz.progress import Progress, stdout_closed, stopped_line
-from hookviz.run_arguments import RunArgs, TypedCommand, given_prompts, option_groups
+from hookviz.process import exit_with, plain_text_only, prepare
+from hookviz.run_arguments import RunArgs, TypedCommand, given_prompts
+from hookviz.run_command import given_sources, say_findings
 
 __all__ = ["app", "main", "console_main", "exit_code_for"]
 
@@ -92,218 +92,10 @@ def _main(
     """See what a PyTorch vision model computes inside: feature maps, gradients and CAMs."""
 
 
-def _fail(message: str, code: int) -> None:
-    typer.echo(f"hookviz: error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def exit_code_for(error: BaseException) -> int:
-    """The one place errors become exit codes: 2 usage, 1 anything else (3 and 130 are a
-    run's own outcomes, set where the run ends)."""
-    if isinstance(error, HookvizError):
-        return error.exit_code
-    return 1
-
-
-def _guard(debug: bool, action):
-    """Run ``action``; turn hookviz's errors into one line (naming command-line flags) and an exit code."""
-    with command_line_spelling():
-        try:
-            return action()
-        except typer.Exit:
-            raise
-        except BrokenPipeError:
-            stdout_closed()
-            raise typer.Exit(0) from None
-        except HookvizError as error:
-            if debug:
-                raise
-            _fail(str(error), exit_code_for(error))
-        except Exception as error:  # a bug or a foreign model's failure: one line, unless --debug
-            if debug:
-                raise
-            _fail(f"{describe(error)}{hint('debug')}", 1)
-
-
 # ----------------------------------------------------------------------------- run
 
-
-def _run(args: RunArgs, declared: dict) -> None:
-    """Record LAYERS of MODEL on IMAGES and write pictures and reports.
-
-    Per image, in OUT/<image stem>/: <layer>.summary.png, <layer>.channels.png,
-    <layer>.cam.png, input.jpg, report.json (and tensors.npz with --save-tensors);
-    OUT/run.json describes the whole run and OUT/index.html shows it in a browser.
-    --baseline BASE ends the run by comparing it with BASE (OUT/diff.json);
-    --fail-on drift then exits 3 past --rtol, --atol or --min-cam-corr.
-    --faithfulness and --sanity measure how far to trust each CAM.
-
-    Example:
-
-        hookviz run --model resnet50 --layer layer3.-1 cat.png
-    """
-    shown = args.output
-    groups = _guard(shown.debug, lambda: option_groups(args, declared))
-    found: list[str] = []  # notes on what the folders held
-    bound = bool(declared.get("input"))  # --input binds the inputs: the positional images may be among them
-    sources = _guard(shown.debug, lambda: _sources(args.model.images, args.images.from_list, bound))
-    paths = _guard(shown.debug, lambda: _photos_in(sources, groups["options"].out, found))
-    for note in () if shown.quiet else found:
-        typer.echo(f"hookviz: note: {note}", err=True)
-    if _guard(shown.debug, lambda: _vision_language(paths, groups, args)):
-        return
-    _guard(
-        shown.debug,
-        lambda: _execute(paths, sources, groups, json_output=shown.json_output, quiet=shown.quiet, verbose=shown.verbose),
-    )
-
-
-def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
-    """A vision-language model's run (``hookviz.runs.vlm_run``), when the model is one; ``False`` otherwise
-    (its options refused for another model). Ctrl-C and SIGTERM stop it as they stop any run."""
-    from hookviz.run_arguments import given_options
-    from hookviz.runs import vlm_run
-
-    v, shown = args.vlm, args.output
-    if not vlm_run.is_vision_language_name(groups["model"].name):
-        vlm_run.refuse_vlm_options(v.answer, v.max_new_tokens, v.tokens, v.words, v.dtype, groups["model"].name)
-        return False
-    request = vlm_run.request_of(groups, v.answer, v.max_new_tokens, v.tokens, v.words)
-    vlm_run.refuse_unmet(given_options(args), groups)
-    options = groups["options"]
-    chosen = vlm_run.VlmOptions(v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command)
-    progress = Progress(len(paths), quiet=True, stdout_lines=False)  # what Stopper reads: whether the photos began
-
-    def said(status) -> None:
-        progress.update(status, len(run.statuses), len(paths))  # a failed photo's line, as a photo run says it
-        if status.status == "done" and not (shown.quiet or shown.json_output):
-            typer.echo(f"{status.image}: explained in {options.out / status.output}")
-
-    with _stopped_by_signals(progress) as stopper:
-        stopper.run = run = vlm_run.VlmRunner(
-            groups["model"], paths, request, options.out, options=chosen, on_start=lambda: progress.start(""), on_photo=said
-        )
-        summary = run.execute()
-    _end_of_run(summary, progress, options.out, quiet=shown.quiet, json_output=shown.json_output)
-    return True
-
-
-@contextlib.contextmanager
-def _stopped_by_signals(progress: Progress):
-    """Ctrl-C and SIGTERM handed to the run set as the ``Stopper``'s ``run`` in the block; a run
-    that ends interrupted (``RunInterrupted``) says so in one line and exits 130."""
-    from hookviz.runs.summary import RunInterrupted
-
-    stopper = Stopper(progress)
-    previous = {number: signal.signal(number, stopper) for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stopper
-    except RunInterrupted as stop:
-        progress.close()
-        typer.echo(stopped_line(stop.summary, progress.stopped_while()), err=True)
-        raise typer.Exit(130) from None
-    finally:
-        # Once a stop was asked for, further Ctrl-C's only mean "stop": the command is ending, and
-        # a KeyboardInterrupt thrown into its last steps (exit handlers) would print a traceback.
-        # In the command's own process, a run that ended has nothing left to stop either.
-        for number, handler in previous.items():
-            signal.signal(number, signal.SIG_IGN if stopper.signals or handler is on_signal else handler)
-        progress.close()
-
-
 # The command's parameters are RunArgs' fields and the settings that methods and tasks declare.
-run = app.command("run", cls=PanelledCommand)(TypedCommand(RunArgs, _run))
-
-
-def _sources(images: list[str] | None, from_list: str | None, bound: bool = False) -> list[str]:
-    """The files, folders and patterns given, then those of ``--from-list`` (none, when ``--input`` binds every input)."""
-    from hookviz.inputs.discovery import read_list
-
-    sources = list(images or [])
-    if from_list:
-        try:
-            stream = sys.stdin if from_list == "-" else open(from_list, encoding="utf-8", errors="surrogateescape")
-        except OSError as exc:
-            raise UsageError(f"--from-list {from_list}: cannot read ({exc.strerror})") from None
-        with stream if stream is not sys.stdin else contextlib.nullcontext(stream):
-            sources += read_list(stream)
-    if not sources and not bound:
-        raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
-    return sources
-
-
-def _photos_in(sources: list[str], out: Path, notes: list[str]) -> list[Path]:
-    """The photos ``sources`` name, found while torch imports (the loader decodes them
-    meanwhile); none yet where they name none but a plug-in's sample kind may find its own
-    there: the run finds the samples of the model's kind once it is loaded (``Run``'s ``sources``)."""
-    open_heif()  # before discovery reads the suffixes PIL knows
-    from hookviz.inputs.discovery import NothingFound, find_images
-    from hookviz.samples import SAMPLE_KINDS
-
-    if not sources:
-        return []
-    try:
-        return find_images(sources, exclude=[out], notes=notes)
-    except NothingFound:  # an --out among the photos is refused at once, whatever the model
-        if any(name != "photo" for name in SAMPLE_KINDS.names()):
-            return []
-        raise
-
-
-def _execute(paths, sources, groups: dict, *, json_output: bool, quiet: bool, verbose: bool) -> None:
-    from hookviz.models.loading import prompt_progress
-    from hookviz.runs.runner import Run, shard_of
-    from hookviz.samples import counted_noun
-    from hookviz.workload import listening
-
-    count = len(shard_of(paths, groups["options"].shard))
-    progress = Progress(count, quiet=quiet or json_output, stdout_lines=not (quiet or json_output), verbose=verbose)
-    with _stopped_by_signals(progress) as stopper:
-        # the model's sample kind may find other samples in the sources than these photos: count those
-        start = lambda line: progress.start(  # noqa: E731
-            line, len(run.asked.selected), counted_noun(run.explainer.kind), run.explainer.kind.noun
-        )
-        stopper.run = run = Run(paths, **groups, on_status=progress.update, on_start=start, sources=sources)
-        # ten thousand prompts take minutes before the first image; so may the work inside a photo
-        with prompt_progress(progress.prompts), listening(progress):
-            summary = run.execute()
-    _end_of_run(summary, progress, groups["options"].out, quiet=quiet, json_output=json_output)
-
-
-def _end_of_run(summary, progress: Progress, out: Path, *, quiet: bool, json_output: bool) -> None:
-    """A run's closing lines, whatever its model (``--json``'s run file, its notes and findings, the
-    photos that failed, how many were done), and its exit status: 1 when a photo failed, 3 on a finding."""
-    for note in summary.notes:
-        if not quiet:
-            typer.echo(f"hookviz: note: {note}", err=True)
-    if json_output:
-        progress.say(summary.run_json.read_text(encoding="utf-8"), nl=False)
-    _say_findings(summary.findings)
-    done, skipped, failed = summary.count("done"), summary.count("skipped"), len(summary.failed)
-    if failed:
-        names = ", ".join(s.image for s in summary.failed[:10]) + (", ..." if failed > 10 else "")
-        typer.echo(
-            f"hookviz: {failed} of {len(summary.statuses)} {summary.noun}s failed: {names}; reasons in {summary.run_json}",
-            err=True,
-        )
-    if not quiet and not json_output:
-        counts = [f"{done} of {len(summary.statuses)} {summary.noun}s done"]
-        counts += [f"{skipped} skipped (done by an earlier run)"] if skipped else []
-        counts += [f"{failed} failed"] if failed else []
-        counts += [f"{summary.count('not_done')} not done"] if summary.count("not_done") else []
-        typer.echo(f"hookviz: {', '.join(counts)}; results in {out}/", err=True)
-    if failed:
-        raise typer.Exit(1)
-    if summary.findings:
-        raise typer.Exit(3)
-
-
-def _say_findings(findings) -> None:
-    """One line per finding on stderr, naming image, layer and (for drift) the figure."""
-    for finding in findings:
-        where = f" {finding.layer}" if finding.layer else ""
-        figure = f" [{finding.figure}]" if finding.figure else ""
-        typer.echo(f"hookviz: check {finding.check} failed: {finding.image}{where}{figure}: {finding.detail}", err=True)
+run = app.command("run", cls=PanelledCommand)(TypedCommand(RunArgs, run_command.run))
 
 
 # ----------------------------------------------------------------------------- diff
@@ -348,7 +140,7 @@ def diff(
         return diff_runs(base, new, out=out, tolerances=tolerances, fail_on=fail_on or (), pictures=pictures == "diff")
 
     try:
-        result = _guard(debug, action)
+        result = guard(debug, action)
     except (KeyboardInterrupt, Interrupted):
         typer.echo(f"hookviz: interrupted: the comparison was not finished; {out or new / 'diff.json'} not written", err=True)
         raise typer.Exit(130) from None
@@ -367,7 +159,7 @@ def _say_diff(result, path: Path, *, quiet: bool, json_output: bool) -> None:
 
         typer.echo(json.dumps(result.to_json(), indent=2))
     if result.checked:
-        _say_findings(result.findings)
+        say_findings(result.findings)
     if not quiet:
         verdict = f"{len(result.findings)} drift findings" if result.findings else "no drift beyond the tolerances"
         count = len(result.images)
@@ -425,7 +217,7 @@ def layers(
 
         print_layers(listed_layers(options, crop, filter, type))
 
-    _guard(debug, action)
+    guard(debug, action)
 
 
 # ----------------------------------------------------------------------------- atlas
@@ -477,7 +269,7 @@ def atlas(
     given["written"] = {
         name for name in context.params if getattr(context.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
     }
-    result = _guard(debug, lambda: _make_atlas(given))
+    result = guard(debug, lambda: _make_atlas(given))
     if not quiet:
         typer.echo("", err=True)
         _say_atlas(result)
@@ -501,7 +293,7 @@ def _make_atlas(given: dict):
         raise UsageError("give --model and --out (or --merge DIR to merge shards)")
     chosen = {name: given[name] for name in ("model", "out", "weights", "seed", "top", "rank", "skip_existing", "batch_size")}
     request = AtlasRequest(
-        layers=tuple(given["layer"] or ()), sources=tuple(_sources(given["data"], given["from_list"])), device=where,
+        layers=tuple(given["layer"] or ()), sources=tuple(given_sources(given["data"], given["from_list"])), device=where,
         shard=parse_shard(given["shard"]), sample_options=_clip_options(given["frames"], given["clips"]),
         relevance=given["relevance"], relevance_rule=given["relevance_rule"], say=say, **chosen, **rendering,
     )  # fmt: skip
@@ -569,7 +361,7 @@ def models(
             for name, description in listing.names:
                 typer.echo(f"{name}  ({description})" if description else name)
 
-    _guard(False, action)
+    guard(False, action)
 
 
 def main() -> None:

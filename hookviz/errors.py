@@ -1,7 +1,7 @@
 """The one family of errors hookviz raises on purpose, and how their messages name arguments.
 
 Every message names the argument or file at fault and says what to do, in one line.
-The CLI maps each class to an exit code in one place (``cli.exit_code_for``); the
+The CLI maps each class to an exit code in one place (``command_errors.exit_code_for``); the
 library never prints or exits.
 
 A message names an argument the way its caller wrote it: ``--layer features.9`` when

@@ -43,10 +43,12 @@ ORDER = [
     "plugins",
     "progress",
     "process",
+    "command_errors",
     "command_values",
     "command_options",
     "run_arguments",
     "layer_listing",
+    "run_command",
     "cli",
     "__main__",
 ]
