@@ -87,43 +87,35 @@ def _save(folder: Path, model, processor) -> Path:
 
 def qwen2_vl(folder: Path, seed: int = 0) -> Path:
     """A Qwen2-VL (2-block tower of 4-pixel patches merged 2 x 2, 2-layer Qwen2) saved in ``folder``."""
-    import transformers
+    import transformers as t
 
-    tokenizer = word_tokenizer(
-        ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-    )
-    ids = tokenizer.convert_tokens_to_ids
     vision = {"depth": 2, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "patch_size": 4, "spatial_merge_size": 2}
-    text = {**TEXT, "vocab_size": len(tokenizer), "bos_token_id": ids("<bos>"), "eos_token_id": ids("<|im_end|>")}
-    text |= {"pad_token_id": ids("<pad>"), "rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]}}
-    config = transformers.Qwen2VLConfig(
-        vision_config=vision,
-        text_config=text,
-        image_token_id=ids("<|image_pad|>"),
-        video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"),
-        vision_end_token_id=ids("<|vision_end|>"),
-    )
-    images = transformers.Qwen2VLImageProcessor(patch_size=4, merge_size=2, min_pixels=8 * 8, max_pixels=64 * 64)
-    videos = transformers.Qwen2VLVideoProcessor(patch_size=4, merge_size=2)
-    processor = transformers.Qwen2VLProcessor(images, tokenizer, videos, chat_template=QWEN2_VL_TEMPLATE)
-    return _save(folder, _seeded(lambda: transformers.Qwen2VLForConditionalGeneration(config), seed), processor)
+    return _qwen(folder, seed, vision, (t.Qwen2VLConfig, t.Qwen2VLProcessor, t.Qwen2VLForConditionalGeneration))
 
 
 def qwen2_5_vl(folder: Path, seed: int = 0) -> Path:
     """A Qwen2.5-VL as ``qwen2_vl``'s, its tower's first block attending within windows of 2 x 2 merge
     blocks (16 pixels), so that the tower's tokens run window by window."""
+    import transformers as t
+
+    vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4, "spatial_merge_size": 2}
+    vision |= {"out_hidden_size": 32, "window_size": 16, "fullatt_block_indexes": [1]}
+    return _qwen(folder, seed, vision, (t.Qwen2_5_VLConfig, t.Qwen2_5_VLProcessor, t.Qwen2_5_VLForConditionalGeneration))
+
+
+def _qwen(folder: Path, seed: int, vision: dict, classes: tuple) -> Path:
+    """A Qwen2-VL or Qwen2.5-VL (``classes``: its config, processor and model classes) of ``vision``'s
+    tower and a 2-layer Qwen2, with Qwen2-VL's image processor, saved in ``folder``."""
     import transformers
 
     tokenizer = word_tokenizer(
         ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
     )
     ids = tokenizer.convert_tokens_to_ids
-    vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4, "spatial_merge_size": 2}
-    vision |= {"out_hidden_size": 32, "window_size": 16, "fullatt_block_indexes": [1]}
     text = {**TEXT, "vocab_size": len(tokenizer), "bos_token_id": ids("<bos>"), "eos_token_id": ids("<|im_end|>")}
     text |= {"pad_token_id": ids("<pad>"), "rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]}}
-    config = transformers.Qwen2_5_VLConfig(
+    config_class, processor_class, model_class = classes
+    config = config_class(
         vision_config=vision,
         text_config=text,
         image_token_id=ids("<|image_pad|>"),
@@ -133,8 +125,8 @@ def qwen2_5_vl(folder: Path, seed: int = 0) -> Path:
     )
     images = transformers.Qwen2VLImageProcessor(patch_size=4, merge_size=2, min_pixels=8 * 8, max_pixels=64 * 64)
     videos = transformers.Qwen2VLVideoProcessor(patch_size=4, merge_size=2)
-    processor = transformers.Qwen2_5_VLProcessor(images, tokenizer, videos, chat_template=QWEN2_VL_TEMPLATE)
-    return _save(folder, _seeded(lambda: transformers.Qwen2_5_VLForConditionalGeneration(config), seed), processor)
+    processor = processor_class(images, tokenizer, videos, chat_template=QWEN2_VL_TEMPLATE)
+    return _save(folder, _seeded(lambda: model_class(config), seed), processor)
 
 
 def paligemma(folder: Path, seed: int = 0) -> Path:
