@@ -93,7 +93,7 @@ def compare(name: str, what: str, loop: list[str], hookviz_args: list[str], work
         for side, command in commands.items():
             out = work / f"out-{name}-{side}"
             shutil.rmtree(out, ignore_errors=True)
-            taken = measure(command(out), env)
+            taken = measure(command(out), env, work)
             if turn:  # the first turn writes the bytecode caches and warms the disk caches
                 figures[side].append(taken)
     print(f"\n{name}: {what}")
