@@ -5,10 +5,12 @@ replaced by a fresh one; and what a run has with them (``Renderers``)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -269,6 +271,21 @@ def init_worker(parent: int, slots=None) -> None:
     from hookviz.render.worker import configure_worker
 
     configure_worker()
+    atexit.register(end_at_once)  # registered last, it is the first exit handler to run
+
+
+def end_at_once() -> None:
+    """A render worker's end, once the pool has sent it away: its streams flushed, the process
+    ends without tearing the interpreter down, as multiprocessing's forked children end
+    (``os._exit`` once the process's own clean-up has run, which it has by the time exit
+    handlers run). Freeing every module and the figures a worker keeps took ~0.1 s of CPU per
+    worker, and the run waited for it before writing its gallery (``RenderPool.shutdown``: 90 to
+    130 ms against 5 ms). Nothing is lost: a job's files are complete when it returns, its
+    result is written to the pool's queue at once, and its errors travel back with it."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def lower_priority() -> None:
