@@ -52,22 +52,27 @@ def test_a_render_worker_ends_through_end_at_once():
         pool.shutdown()
 
 
-def test_end_at_once_skips_the_teardown_and_keeps_the_output(tmp_path):
-    """An exit handler registered before it never runs (the interpreter is not torn down);
-    what one registered after it (so run before it) wrote, unflushed, still comes out."""
+def test_end_at_once_comes_after_the_later_exit_handlers_and_skips_the_teardown(tmp_path):
+    """The exit handlers registered after it run first, once; what one wrote, unflushed, still
+    comes out; the interpreter is not torn down (an object still held would be freed then)."""
     import os
     import subprocess
 
-    marker = tmp_path / "torn-down"
+    ran, freed = tmp_path / "ran", tmp_path / "freed"
     code = (
-        "import atexit, pathlib, sys\n"
+        "import atexit, os, pathlib, sys\n"
         "from hookviz.runs.workers import end_at_once\n"
-        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'the interpreter was torn down')\n"
+        "class Held:\n"
+        "    def __init__(self, path): self.fd, self.write = os.open(path, os.O_WRONLY | os.O_CREAT), os.write\n"
+        "    def __del__(self): self.write(self.fd, b'freed at teardown')\n"
+        f"held = Held({str(freed)!r})\n"
         "atexit.register(end_at_once)\n"
+        f"atexit.register(lambda: open({str(ran)!r}, 'a').write('ran '))\n"
         "atexit.register(sys.stdout.write, 'written at exit, never flushed')\n"
     )
     env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}  # stdout buffered, as usual
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "written at exit, never flushed"
-    assert not marker.exists()
+    assert ran.read_text() == "ran "
+    assert freed.read_bytes() == b""

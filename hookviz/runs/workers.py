@@ -257,6 +257,7 @@ def signals_held():
 
 
 def init_worker(parent: int, slots=None) -> None:
+    atexit.register(end_at_once)  # exit handlers run newest first: registered now, it runs after any a job registers
     # Ctrl-C and SIGTERM go to the whole process group (a terminal, `timeout`, `scancel`):
     # the parent decides how to stop, and lets workers finish the file they are writing.
     # They were held back while this process started; ignored from now on.
@@ -271,17 +272,19 @@ def init_worker(parent: int, slots=None) -> None:
     from hookviz.render.worker import configure_worker
 
     configure_worker()
-    atexit.register(end_at_once)  # registered last, it is the first exit handler to run
 
 
 def end_at_once() -> None:
-    """A render worker's end, once the pool has sent it away: its streams flushed, the process
-    ends without tearing the interpreter down, as multiprocessing's forked children end
-    (``os._exit`` once the process's own clean-up has run, which it has by the time exit
-    handlers run). Freeing every module and the figures a worker keeps took ~0.1 s of CPU per
-    worker, and the run waited for it before writing its gallery (``RenderPool.shutdown``: 90 to
-    130 ms against 5 ms). Nothing is lost: a job's files are complete when it returns, its
-    result is written to the pool's queue at once, and its errors travel back with it."""
+    """A render worker's end, once the pool has sent it away: after the exit handlers registered
+    since the worker started (a plug-in's), logging flushed and the streams flushed, the process
+    ends without tearing the interpreter down, as ``process.exit_with`` ends the command's
+    process and multiprocessing's forked children end. Freeing every module and the figures a
+    worker keeps took ~0.1 s of CPU per worker, and the run waited for it before writing its
+    gallery (``RenderPool.shutdown``: 90 to 130 ms, now ~5 ms). Nothing is lost: a job's files
+    are complete when it returns, its result is on the pool's queue at once, and its errors
+    travel back with it."""
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
