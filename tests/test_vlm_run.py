@@ -1,6 +1,6 @@
 """``hookviz run`` of a vision-language model as a user meets it (the tiny LLaVA of
-tests/vlm_models.py): Ctrl-C midway, ``--json``, the special tokens of an answer, and the run's
-options it does not honour, each refused in one line."""
+tests/vlm_models.py): Ctrl-C midway, ``--json``, the special tokens of an answer, the run's
+options it does not honour, each refused in one line, and the disk's errors."""
 
 from __future__ import annotations
 
@@ -351,3 +351,40 @@ def test_a_folder_naming_its_own_code_is_refused_for_that_with_the_models_option
         f"hookviz: error: --model hf:{folder}: {folder} needs its own Python code (auto_map in {filename}), which "
         "hookviz never runs; load the model yourself and pass the module to hookviz.explain"
     ]
+
+
+@pytest.mark.parametrize("error", ["full", "refused"])
+def test_a_disk_error_is_told_as_a_photo_run_tells_it(llava_folder, tmp_path, monkeypatch, error):
+    """A full disk stops the run in one line naming --out and the photo, saying what to do (it gave
+    a bare 'OSError: [Errno 28]'); a photo's folder it may not write fails that photo, and the run
+    goes on (it stopped the run)."""
+    import errno
+    import os
+
+    import hookviz.store.vlm_files as vlm_files
+
+    real = vlm_files.atomic_write
+
+    def failing(path, data):
+        if path.parent.name == "cat":
+            code = errno.ENOSPC if error == "full" else errno.EACCES
+            raise OSError(code, os.strerror(code), str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(vlm_files, "atomic_write", failing)
+    out = tmp_path / "out"
+    result = _run(llava_folder, out, "--answer", "a cat", photos=(SAMPLES / "cat.png", SAMPLES / "coffee.png"))
+    assert result.exit_code == 1, result.output
+    run = json.loads((out / "run.json").read_text())
+    if error == "full":
+        line = (
+            f"hookviz: error: --out {out}: no space left on the device ({SAMPLES / 'cat.png'} was not written); "
+            "free some space, then run again (each photo whose report.json exists is complete)"
+        )
+        assert result.stderr.strip().splitlines() == [line]
+        assert [e["status"] for e in run["images"]] == ["not_done", "not_done"]
+    else:
+        reason = f"{SAMPLES / 'cat.png'}: writing results failed ([Errno 13] Permission denied: '{out / 'cat'}"
+        assert result.stderr.splitlines()[0].startswith(f"hookviz: failed: {reason}")
+        assert [e["status"] for e in run["images"]] == ["failed", "done"]
+    no_partial_files(out)

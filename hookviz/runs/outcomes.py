@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hookviz.errors import HookvizError, describe, display_path
+from hookviz.errors import HookvizError, arg, describe, display_path, first_line
 from hookviz.explaining.checks import Finding
 from hookviz.store.records import ImageStatus
 
-__all__ = ["ImageOutcomes", "failure_reason"]
+__all__ = ["ImageOutcomes", "failure_reason", "writing_failure"]
 
 
 def failure_reason(path: Path, error: Exception) -> str:
@@ -21,6 +22,24 @@ def failure_reason(path: Path, error: Exception) -> str:
     model's, each after the photo's name."""
     reason = str(error) if isinstance(error, HookvizError) else f"the model failed on it ({describe(error)})"
     return f"{display_path(path)}: {reason}"
+
+
+def writing_failure(path: Path, out: Path, error: OSError, *, resumable: bool = True) -> str:
+    """Why ``path`` failed when writing its files raised ``error`` (a folder it may not write, a
+    name too long), for its status; a full disk stops the run instead: every photo after it
+    would fail the same way. ``resumable``: the run takes ``--skip-existing``.
+
+    Raises:
+        HookvizError: no space left on the device, or the disk quota reached.
+    """
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        then = (
+            "rerun with --skip-existing to resume" if resumable else "run again (each photo whose report.json exists is complete)"
+        )
+        raise HookvizError(
+            f"{arg('out', out)}: no space left on the device ({display_path(path)} was not written); free some space, then {then}"
+        ) from None
+    return f"{display_path(path)}: writing results failed ({first_line(error)})"
 
 
 class ImageOutcomes:

@@ -15,7 +15,6 @@ loader, before torch is even imported), ``load`` (model and explainer), ``batche
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -40,7 +39,7 @@ from hookviz.options import (
 )
 from hookviz.runs import workers
 from hookviz.runs.cluster import cpu_share, resolve_device, run_file_name, shard_of
-from hookviz.runs.outcomes import ImageOutcomes, failure_reason
+from hookviz.runs.outcomes import ImageOutcomes, failure_reason, writing_failure
 from hookviz.runs.request import RunRequest
 from hookviz.runs.sample_table import label_of, read_labels
 from hookviz.runs.stopping import RunState, Stopped, stoppable
@@ -466,13 +465,8 @@ class Run:
                 self.renderers.board.add(self.asked.step_of[path], explanation, files)
         except HookvizError as exc:
             return self._failed(path, str(exc))
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # every image after this one would fail the same way
-                raise HookvizError(
-                    f"{arg('out', self.asked.out)}: no space left on the device ({display_path(path)} was not "
-                    "written); free some space, then rerun with --skip-existing to resume"
-                ) from None
-            return self._failed(path, f"{display_path(path)}: writing results failed ({first_line(exc)})")
+        except OSError as exc:  # a full disk stops the run: every image after this one would fail the same way
+            return self._failed(path, writing_failure(path, self.asked.out, exc))
         except Exception as exc:  # a rendering bug must cost this image, not the whole run
             return self._failed(path, f"{display_path(path)}: saving failed ({describe(exc)})")
         target = explanation.target.to_json() if explanation.target is not None else None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from hookviz.errors import HookvizError, ImageError, UsageError, arg, describe, display_path
 from hookviz.options import DEFAULT_MAX_PIXELS
-from hookviz.runs.outcomes import failure_reason
+from hookviz.runs.outcomes import failure_reason, writing_failure
 from hookviz.runs.stopping import RunState, Stopped, stoppable
 from hookviz.runs.summary import RunInterrupted, RunSummary
 from hookviz.store.files import write_json
@@ -208,8 +208,12 @@ class VlmRunner:
                 weights=loaded.weights,
                 save_tensors=self.options.save_tensors,
             )
-        except HookvizError as exc:  # an error of its own files; any other (the disk's) stops the run, as before
+        except HookvizError as exc:  # an error of its own files
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
+            return
+        except OSError as exc:  # the disk's: as in a photo run (a full disk stops the run)
+            reason = writing_failure(path, self.out, exc, resumable=False)
+            self._report(path, ImageStatus(shown, folder.name, "failed", reason, task=loaded.task))
             return
         self.layers.update((m.layer, None) for m in explanation.maps if m.layer in self.modules)  # not pixels, language, photo
         self._report(path, ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task))
