@@ -548,7 +548,8 @@ AtlasRule = Annotated[
     str, typer.Option("--relevance-rule", help="--relevance's contribution: gradient-x-activation or lrp (zennit).")
 ]
 AtlasLabel = Annotated[
-    Optional[str], typer.Option("--label-with", help="Name each channel by CLIP-Dissect with open_clip:ARCH[/TAG].")
+    Optional[str],
+    typer.Option("--label-with", help="Name each channel by CLIP-Dissect with open_clip:ARCH or open_clip:ARCH/TAG."),
 ]
 AtlasVocabulary = Annotated[
     Optional[Path], typer.Option("--vocabulary", help="--label-with's concepts: a text file, one a line.")

@@ -478,6 +478,30 @@ def test_run_help_groups_every_option_in_a_panel(columns, monkeypatch):
             assert [panel for panel, text in panels.items() if re.search(where, text, re.M)] == [option.rich_help_panel]
 
 
+def test_every_commands_help_is_shown_and_its_texts_are_not_read_as_markup():
+    """``hookviz atlas --help`` ended in rich's MarkupError traceback: --label-with's help said
+    ``open_clip:ARCH[/TAG]``, which rich read as a closing tag. Every help text of every command
+    must come out as written."""
+    import typer.main
+    from rich.text import Text
+
+    def texts(command, path):
+        yield path, command.help or ""
+        yield from ((f"{path} {p.opts[0]}", getattr(p, "help", None) or "") for p in command.params)
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from texts(sub, f"{path} {name}")
+
+    def read(text: str) -> str:
+        try:
+            return Text.from_markup(text).plain
+        except Exception as error:  # rich's MarkupError
+            return f"{type(error).__name__}: {error}"
+
+    assert [(where, read(text)) for where, text in texts(typer.main.get_command(app), "hookviz") if read(text) != text] == []
+    result = hookviz_cli("atlas", "--help")
+    assert result.exit_code == 0 and "open_clip:ARCH/TAG" in result.output, result.output
+
+
 @pytest.mark.slow
 def test_help_does_not_import_torch():
     code = (
