@@ -121,6 +121,8 @@ def given_sources(images: list[str] | None, from_list: str | None, bound: bool =
             sources += read_list(stream)
     if not sources and not bound:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
+    if "" in sources:  # a path reads '' as the working folder: an unset "$PHOTO" would explain all of it
+        raise UsageError("an empty image argument (''): give an image file, a folder (. for this one) or a pattern")
     return sources
 
 

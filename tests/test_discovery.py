@@ -172,3 +172,17 @@ def test_the_common_suffixes_are_known_without_loading_every_format_of_pil():
     )
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert shown.split() == ["True"] * 6
+
+
+@pytest.mark.parametrize("command", ["run", "atlas"])
+def test_an_empty_image_argument_is_refused_not_read_as_the_working_folder(command, tmp_path, monkeypatch):
+    """``hookviz run "$PHOTO"`` with the variable unset gave an empty argument, which a path reads
+    as the working folder: the run explained every photo below it."""
+    _photos(tmp_path, "a.png")
+    monkeypatch.chdir(tmp_path)
+    result = hookviz_cli(command, "", *TINY, "--out", "out")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        "hookviz: error: an empty image argument (''): give an image file, a folder (. for this one) or a pattern"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
