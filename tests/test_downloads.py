@@ -97,3 +97,31 @@ def test_a_factory_that_fails_otherwise_is_reported_as_before(factory):
     assert result.stderr.strip() == (
         "hookviz: error: --model downloading_factory:build: the factory raised OSError: the factory's own failure"
     )
+
+
+def test_torchvision_weights_spelt_as_torchvision_writes_them_are_its_weights(tmp_path, monkeypatch):
+    """``--weights ResNet18_Weights.IMAGENET1K_V1`` (torchvision's own spelling, as
+    ``get_weight`` takes it) was read as a file's name: "no such file"."""
+    import torch.hub
+    import torchvision
+
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError("no network here")
+
+    monkeypatch.setattr(torch.hub, "urlopen", no_network)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+    url = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.url
+    target = tmp_path / "torch-home" / "hub" / "checkpoints" / url.rsplit("/", 1)[-1]
+    for weights in ("ResNet18_Weights.IMAGENET1K_V1", "ResNet18_Weights.DEFAULT"):
+        result = hookviz_cli("layers", "--model", "resnet18", "--weights", weights)
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"hookviz: error: --weights {weights}: resnet18's pretrained weights are not in the torch hub cache and "
+            f"downloading them failed (<urlopen error no network here>); fetch {url} elsewhere and copy it to {target}, "
+            "or pass --weights PATH (a local state_dict) or --weights none"
+        )
+    result = hookviz_cli("layers", "--model", "resnet18", "--weights", "ResNet18_Weights.IMAGENET1K_V9")
+    assert result.stderr.strip() == (
+        "hookviz: error: --weights ResNet18_Weights.IMAGENET1K_V9: not a file, nor one of DEFAULT, none, IMAGENET1K_V1"
+    )
+    assert not target.exists()

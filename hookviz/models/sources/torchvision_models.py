@@ -86,16 +86,14 @@ class TorchvisionSource:
         task = task_of(name)
         enum = models.get_model_weights(name)
         kind = weights_kind(weights)
-        members = list(enum.__members__)
-        if kind == "default" or weights in members:
-            entry = enum.DEFAULT if kind == "default" else enum[weights]
+        member = weights if kind == "default" else weights_member(enum, weights)
+        if member is not None:
+            entry = enum.DEFAULT if kind == "default" else enum[member]
             with seeded(seed):
                 model = _pretrained(name, weights, entry)
             categories = tuple(entry.meta.get("categories") or ()) or None
-            return self._loaded(name, task, model, f"{weights} ({entry})", categories, preprocessing_of(entry, task, True))
-        if kind == "other" and not Path(weights).exists() and not any(c in weights for c in "/\\."):
-            names = ", ".join(m for m in members if m != "DEFAULT")
-            raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {names}")
+            return self._loaded(name, task, model, f"{member} ({entry})", categories, preprocessing_of(entry, task, True))
+        refuse_unknown_weights(enum, weights, kind)
         with seeded(seed):
             model = _untrained(name, None if kind == "none" else weights)
         loaded = random_or_file(model, weights, seed)
@@ -120,6 +118,23 @@ class TorchvisionSource:
             declared_attention=torchvision_attention(model),
             **weights,
         )
+
+
+def weights_member(enum, weights: str) -> str | None:
+    """The member of the weights enum that ``weights`` names (``IMAGENET1K_V1``, or as torchvision
+    spells it, ``ResNet18_Weights.IMAGENET1K_V1``, as its ``get_weight`` takes it); ``None`` for
+    any other value (a file)."""
+    member = weights.removeprefix(f"{enum.__name__}.")
+    return member if member in enum.__members__ else None
+
+
+def refuse_unknown_weights(enum, weights: str, kind: str) -> None:
+    """Refuse a ``--weights`` that names no file and none of the enum's members: a bare word
+    (``IMAGENET1K_V9``), or one spelt as the enum's (``ResNet18_Weights.IMAGENET1K_V9``)."""
+    as_member = weights.startswith(f"{enum.__name__}.") or not any(c in weights for c in "/\\.")
+    if kind == "other" and as_member and not Path(weights).exists():
+        names = ", ".join(m for m in enum.__members__ if m != "DEFAULT")
+        raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {names}")
 
 
 def _untrained(name: str, weights_file: str | None):

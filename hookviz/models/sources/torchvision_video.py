@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from pathlib import Path
 
-from hookviz.errors import WeightsError, arg
 from hookviz.inputs.images import Preprocessing
 from hookviz.lazy_dynamo import import_torchvision
 from hookviz.models.sources.base import LoadedModel, random_or_file, register_source, seeded, weights_kind
@@ -121,19 +119,18 @@ class TorchvisionVideoSource:
         return DEFAULT_TASK
 
     def load(self, name: str, weights: str, seed: int, trust_checkpoint: bool = False) -> LoadedModel:
-        from hookviz.models.sources.torchvision_models import _pretrained
+        from hookviz.models.sources.torchvision_models import _pretrained, refuse_unknown_weights, weights_member
 
         models = import_torchvision().models
         enum = models.get_model_weights(name)
-        kind, members = weights_kind(weights), list(enum.__members__)
-        if kind == "default" or weights in members:
-            entry = enum.DEFAULT if kind == "default" else enum[weights]
+        kind = weights_kind(weights)
+        member = weights if kind == "default" else weights_member(enum, weights)
+        if member is not None:
+            entry = enum.DEFAULT if kind == "default" else enum[member]
             with seeded(seed):
                 model = _pretrained(name, weights, entry)
-            return self._loaded(name, model, f"{weights} ({entry})", entry, video_preprocessing(entry, True))
-        if kind == "other" and not Path(weights).exists() and not any(c in weights for c in "/\\."):
-            names = ", ".join(m for m in members if m != "DEFAULT")
-            raise WeightsError(f"{arg('weights', weights)}: not a file, nor one of DEFAULT, none, {names}")
+            return self._loaded(name, model, f"{member} ({entry})", entry, video_preprocessing(entry, True))
+        refuse_unknown_weights(enum, weights, kind)
         with seeded(seed):
             model = models.get_model(name, weights=None)
         loaded = random_or_file(model, weights, seed)
