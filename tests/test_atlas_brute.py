@@ -272,6 +272,21 @@ def test_an_unknown_layer_leaves_no_folder(tmp_path):
     assert not (tmp_path / "atlas").exists()
 
 
+@pytest.mark.parametrize("device", ["", "tpu", "meta"])
+def test_atlas_refuses_a_device_as_run_does_in_one_line(tmp_path, device):
+    """atlas took --device to torch unchecked: '' and tpu ended in torch's RuntimeError (exit 1), and
+    meta in "Cannot copy out of meta tensor" after marking --out as an output folder."""
+    data = _photos(tmp_path / "photos", per_class=1)
+    result = hookviz_cli(
+        "atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "features.0", "--out", tmp_path / "atlas",
+        "--device", device,
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    shown = device or "''"
+    assert result.stderr.strip() == f"hookviz: error: --device {shown}: choose auto, cpu, cuda, cuda:N or mps"
+    assert not (tmp_path / "atlas").exists()
+
+
 def test_a_shard_run_again_renders_again(tmp_path):
     data = _photos(tmp_path / "photos", per_class=1)
     for _ in range(2):

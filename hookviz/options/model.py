@@ -12,7 +12,16 @@ from pathlib import Path
 from hookviz.errors import UsageError, arg
 from hookviz.options.base import ask, set_field
 
-__all__ = ["task_choices", "ModelOptions", "Prompt", "prompt_lines", "prompt_place", "prompts_given_as", "read_prompts"]
+__all__ = [
+    "task_choices",
+    "check_device",
+    "ModelOptions",
+    "Prompt",
+    "prompt_lines",
+    "prompt_place",
+    "prompts_given_as",
+    "read_prompts",
+]
 
 
 def task_choices() -> tuple[str, ...]:
@@ -56,12 +65,17 @@ class ModelOptions:
             raise UsageError(f"{arg('model', self.name)}: give a model name; {_list_models_hint()}")
         if not self.weights or not str(self.weights).strip():
             raise UsageError(f"{arg('weights', self.weights)}: give DEFAULT, none or a file")
-        if not _DEVICE.match(self.device):
-            raise UsageError(f"{arg('device', self.device)}: choose auto, cpu, cuda, cuda:N or mps")
+        check_device(self.device)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise UsageError(f"{arg('seed', self.seed)}: a seed is a whole number from 0 to 2**63 - 1")
         if self.task not in task_choices():
             raise UsageError(f"{arg('task', self.task)}: choose {', '.join(task_choices())}")
+
+
+def check_device(device: str) -> None:
+    """Refuse a ``--device`` that is none of ``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``."""
+    if not _DEVICE.match(device):
+        raise UsageError(f"{arg('device', device)}: choose auto, cpu, cuda, cuda:N or mps")
 
 
 class Prompt(str):

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from hookviz.errors import UsageError, arg
 from hookviz.options.launchers import launcher_shard, whole_number
+from hookviz.options.model import check_device
 
 __all__ = [
     "AUTO",
@@ -103,6 +104,7 @@ def resolve_device(device: str) -> str:
     exists. Raises UsageError for one that does not."""
     import torch
 
+    check_device(device)  # as a run's ModelOptions does: torch's own words for another are a traceback's
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     if device == "auto":
         return auto_cuda_device(torch.cuda.device_count()) if torch.cuda.is_available() else "mps" if mps else "cpu"
