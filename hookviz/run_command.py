@@ -70,10 +70,10 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     chosen = vlm_run.VlmOptions(v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command)
     progress = Progress(len(paths), quiet=True, stdout_lines=False)  # what Stopper reads: whether the photos began
 
-    def said(status) -> None:
+    def said(status, line: str | None) -> None:
         progress.update(status, len(runner.statuses), len(paths))  # a failed photo's line, as a photo run says it
-        if status.status == "done" and not (shown.quiet or shown.json_output):
-            typer.echo(f"{status.image}: explained in {options.out / status.output}")
+        if status.status == "done" and line and not (shown.quiet or shown.json_output):
+            typer.echo(f"{status.image}: {line}")  # as a photo run says its target and top-5
 
     with _stopped_by_signals(progress) as stopper:
         stopper.run = runner = vlm_run.VlmRunner(

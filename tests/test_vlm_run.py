@@ -388,3 +388,14 @@ def test_a_disk_error_is_told_as_a_photo_run_tells_it(llava_folder, tmp_path, mo
         assert result.stderr.splitlines()[0].startswith(f"hookviz: failed: {reason}")
         assert [e["status"] for e in run["images"]] == ["failed", "done"]
     no_partial_files(out)
+
+
+def test_a_photo_done_says_its_answer_and_the_tokens_explained(llava_folder, tmp_path):
+    """As a photo run says each photo's target and top-5 (it said only the folder it wrote)."""
+    out = tmp_path / "out"
+    result = _run(llava_folder, out, "--answer", "a cat", "--words", "cat")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "cat" / "report.json").read_text())
+    (target,) = report["targets"]
+    line = f"{SAMPLES / 'cat.png'}: answer {json.dumps(report['text'])}; explained: {json.dumps(target['label'])}"
+    assert line in result.stdout.splitlines()

@@ -7,6 +7,7 @@ each (``refuse_unmet``), never silently ignored."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ class VlmRunner:
     take, an answer of nothing to explain, the model raising on it: any error but a ``UsageError``,
     in the words of a run of another model, ``outcomes.failure_reason``) is listed with its reason;
     the others go on. ``on_start()`` is called once the model is
-    loaded, ``on_photo(status)`` after each photo.
+    loaded, ``on_photo(status, line)`` after each photo (``line``: what a photo done says, else ``None``).
 
     It stops as a run of another model does (``runner.Run``, through ``process.Stopper``):
     ``request_stop`` (a first Ctrl-C or SIGTERM) ends the photo being explained at the model's
@@ -216,12 +217,15 @@ class VlmRunner:
             self._report(path, ImageStatus(shown, folder.name, "failed", reason, task=loaded.task))
             return
         self.layers.update((m.layer, None) for m in explanation.maps if m.layer in self.modules)  # not pixels, language, photo
-        self._report(path, ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task))
+        done = ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task)
+        self._report(path, done, answer_line(explanation))
 
-    def _report(self, path: Path, status: ImageStatus) -> None:
+    def _report(self, path: Path, status: ImageStatus, line: str | None = None) -> None:
+        """Record ``status``, and tell the caller (``on_photo(status, line)``; ``line``: what a
+        photo done says, its answer and the tokens explained)."""
         self.statuses[path] = status
         if self.on_photo is not None:
-            self.on_photo(status)
+            self.on_photo(status, line)
 
     def _describe(self) -> RunSummary:
         """The summary, written to run.json and index.html once the model has loaded."""
@@ -249,6 +253,13 @@ class VlmRunner:
                 "each photo whose report.json exists is complete"
             ) from None
         return summary
+
+
+def answer_line(explanation) -> str:
+    """What a photo done says after its name, as a photo run says its target and top-5: the answer
+    and the tokens explained (``answer "a cat"; explained: "cat"``)."""
+    explained = " · ".join(json.dumps(target.label, ensure_ascii=False) for target in explanation.targets)
+    return f"answer {json.dumps(explanation.conversation.text, ensure_ascii=False)}; explained: {explained}"
 
 
 def _record(loaded, summary: RunSummary, command, started: float, error: str | None):
