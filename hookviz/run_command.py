@@ -70,6 +70,11 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     chosen = vlm_run.VlmOptions(v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command)
     progress = Progress(len(paths), quiet=True, stdout_lines=False)  # what Stopper reads: whether the photos began
 
+    def started(line: str) -> None:
+        progress.start("")
+        if not (shown.quiet or shown.json_output):
+            typer.echo(f"hookviz: {line}", err=True)  # as a photo run's first line
+
     def said(status, line: str | None) -> None:
         progress.update(status, len(runner.statuses), len(paths))  # a failed photo's line, as a photo run says it
         if status.status == "done" and line and not (shown.quiet or shown.json_output):
@@ -77,7 +82,7 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
 
     with _stopped_by_signals(progress) as stopper:
         stopper.run = runner = vlm_run.VlmRunner(
-            groups["model"], paths, request, options.out, options=chosen, on_start=lambda: progress.start(""), on_photo=said
+            groups["model"], paths, request, options.out, options=chosen, on_start=started, on_photo=said
         )
         summary = runner.execute()
     _end_of_run(summary, progress, options.out, quiet=shown.quiet, json_output=shown.json_output)

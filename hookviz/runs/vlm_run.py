@@ -87,7 +87,7 @@ class VlmRunner:
     take, an answer of nothing to explain, the model raising on it: any error but a ``UsageError``,
     in the words of a run of another model, ``outcomes.failure_reason``) is listed with its reason;
     the others go on. ``on_start()`` is called once the model is
-    loaded, ``on_photo(status, line)`` after each photo (``line``: what a photo done says, else ``None``).
+    loaded (``on_start(line)``: what will run), ``on_photo(status, line)`` after each photo (``line``: what a photo done says, else ``None``).
 
     It stops as a run of another model does (``runner.Run``, through ``process.Stopper``):
     ``request_stop`` (a first Ctrl-C or SIGTERM) ends the photo being explained at the model's
@@ -169,13 +169,13 @@ class VlmRunner:
 
         loaded = load_model(self.model_options)
         model = _dtype(loaded, self.options.dtype)
-        family_of(model, loaded.name)
+        family = family_of(model, loaded.name)
         self.modules = set(dict(model.named_modules()))
         claim_out(self.out, self.hold)  # as any run holds its folder: no other writes there meanwhile
         sweep_stale_files(self.out)
         self.loaded = loaded  # from now on the run is described in OUT
         if self.on_start is not None:
-            self.on_start()
+            self.on_start(start_line(loaded, model, family, self.request, self.options.dtype))
         return model, loaded
 
     def _explain(self, model, loaded: LoadedModel, path: Path) -> None:
@@ -253,6 +253,18 @@ class VlmRunner:
                 "each photo whose report.json exists is complete"
             ) from None
         return summary
+
+
+def start_line(loaded, model, family, request, dtype: str) -> str:
+    """What will run, as a photo run's first line says it: the model, its weights, the device and
+    dtype, the answer (given, or written by the model), the methods and where they look."""
+    from hookviz.vlm.explain import MAP_MAKERS, resolve_layer
+
+    answer = "the answer given" if request.answer is not None else f"the model's answer (up to {request.max_new_tokens} tokens)"
+    line = f"model {loaded.name}, weights {loaded.weights}, on cpu in {dtype}; {answer} explained by {', '.join(request.methods)}"
+    if all(method in MAP_MAKERS for method in request.methods):  # none looks at a layer of the vision tower
+        return line
+    return line + "; layers: " + ", ".join(resolve_layer(model, family, layer) for layer in request.layers or ("vision",))
 
 
 def answer_line(explanation) -> str:
