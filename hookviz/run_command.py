@@ -67,7 +67,9 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     request = vlm_run.request_of(groups, v.answer, v.max_new_tokens, v.tokens, v.words)
     vlm_run.refuse_unmet(given_options(args), groups)
     options = groups["options"]
-    chosen = vlm_run.VlmOptions(v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command)
+    chosen = vlm_run.VlmOptions(
+        v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command, options.skip_existing
+    )
     progress = Progress(len(paths), quiet=True, stdout_lines=False)  # what Stopper reads: whether the photos began
 
     def started(line: str) -> None:

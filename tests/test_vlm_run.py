@@ -412,3 +412,34 @@ def test_a_run_says_what_it_runs_and_each_photo_its_answer_and_the_tokens_explai
     assert result.stderr.splitlines()[0] == first
     quiet = _run(llava_folder, tmp_path / "quiet", "--answer", "a cat", "-q")
     assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == "", quiet.output
+
+
+def test_skip_existing_skips_the_photos_done_by_the_same_recipe_and_redoes_the_others(llava_folder, tmp_path):
+    """A killed run resumed: a photo whose folder holds its result by the same recipe is skipped
+    (its files untouched); one whose token picture is gone, whose photo changed, or whose report
+    came from another prompt is explained again."""
+    import shutil
+
+    photos = [tmp_path / "cat.png", tmp_path / "coffee.png"]
+    for photo in photos:
+        shutil.copy(SAMPLES / photo.name, photo)
+    out = tmp_path / "out"
+
+    def run(prompt=PROMPT):
+        args = ("--prompt", prompt, "--answer", "a cat", "--skip-existing")
+        result = hookviz_run(photos, *args, model=f"hf:{llava_folder}", weights=None, out=out)
+        assert result.exit_code == 0, result.output
+        statuses = [e["status"] for e in json.loads((out / "run.json").read_text())["images"]]
+        return statuses, result
+
+    assert run()[0] == ["done", "done"]
+    kept = (out / "cat" / "token0.png").stat().st_mtime_ns
+    statuses, result = run()
+    assert statuses == ["skipped", "skipped"] and "2 skipped" in _said(result)[-1]
+    assert (out / "cat" / "token0.png").stat().st_mtime_ns == kept
+    assert json.loads((out / "run.json").read_text())["layers"]  # the skipped photos' layers, as the run's
+    (out / "coffee" / "token1.png").unlink()
+    assert run()[0] == ["skipped", "done"]
+    photos[0].write_bytes((SAMPLES / "coffee.png").read_bytes())  # another photo under the same name
+    assert run()[0] == ["done", "skipped"]
+    assert run("what is this ?")[0] == ["done", "done"]

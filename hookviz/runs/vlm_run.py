@@ -34,19 +34,22 @@ DTYPES = ("float32", "bfloat16")
 #: (``refuse_unmet``). ``--device`` only as ``cpu`` or ``auto`` (which is the CPU for it).
 HONOURED = frozenset(
     "images model weights seed prompt prompts layer cam objective answer max_new_tokens tokens words dtype "
-    "from_list max_pixels device out save_tensors json_output quiet verbose debug".split()
+    "from_list max_pixels device out save_tensors skip_existing json_output quiet verbose debug".split()
 )
 
 
 @dataclass(frozen=True)
 class VlmOptions:
     """How a vision-language model's run goes: what the model computes in (``dtype``), the
-    largest photo taken (``max_pixels``), whether tensors.npz is written, the command line run.json records."""
+    largest photo taken (``max_pixels``), whether tensors.npz is written, the command line run.json
+    records, and whether a photo done already by the same recipe is skipped (``skip_existing``,
+    ``runs.vlm_resume``)."""
 
     dtype: str = "float32"
     max_pixels: int = DEFAULT_MAX_PIXELS
     save_tensors: bool = False
     command: tuple[str, ...] = ()
+    skip_existing: bool = False
 
 
 def is_vision_language_name(name: str) -> bool:
@@ -128,7 +131,8 @@ class VlmRunner:
             for path in self.paths:
                 if self.state.stop_asked:
                     break
-                self._explain(model, loaded, path)
+                if not self._done_already(loaded, path):
+                    self._explain(model, loaded, path)
         except KeyboardInterrupt:  # while the model loads (``process.Stopper``); later a stop is asked for
             self.state.request_stop()
         except Exception as error:
@@ -178,8 +182,30 @@ class VlmRunner:
             self.on_start(start_line(loaded, model, family, self.request, self.options.dtype))
         return model, loaded
 
+    def _done_already(self, loaded: LoadedModel, path: Path) -> bool:
+        """With ``skip_existing``, whether ``path``'s folder holds its result by this run's recipe
+        (``runs.vlm_resume``): then it is skipped, its layers counted as the run's."""
+        from hookviz.runs.vlm_resume import VlmRecipe
+
+        if not self.options.skip_existing:
+            return False
+        recipe = VlmRecipe(loaded.name, loaded.weights, self._recipe(), self.options.save_tensors)
+        report = recipe.made(self.out / self.names[path], path)
+        if report is None:
+            return False
+        self.layers.update((m["layer"], None) for m in report.get("maps") or () if m.get("layer") in self.modules)
+        status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)", task=loaded.task)
+        self._report(path, status)
+        return True
+
+    def _recipe(self) -> dict:
+        from hookviz.runs.vlm_resume import recipe_of
+
+        return recipe_of(self.request, self.options.dtype, self.options.max_pixels)
+
     def _explain(self, model, loaded: LoadedModel, path: Path) -> None:
         """One photo explained and written (or failed); none when a stop cut its passes short."""
+        from hookviz.inputs.identity import file_sha256
         from hookviz.inputs.images import load_image
         from hookviz.store.vlm_files import write_vlm
         from hookviz.vlm.explain import explain_photo
@@ -201,6 +227,7 @@ class VlmRunner:
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
             return
         try:
+            recipe = {**self._recipe(), "photo_sha256": file_sha256(path)}  # what --skip-existing compares
             written = write_vlm(
                 explanation,
                 folder,
@@ -208,6 +235,7 @@ class VlmRunner:
                 model=loaded.name,
                 weights=loaded.weights,
                 save_tensors=self.options.save_tensors,
+                recipe=recipe,
             )
         except HookvizError as exc:  # an error of its own files
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
