@@ -67,17 +67,24 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     request = vlm_run.request_of(groups, v.answer, v.max_new_tokens, v.tokens, v.words)
     vlm_run.refuse_unmet(given_options(args), groups)
     options = groups["options"]
-    chosen = vlm_run.VlmOptions(v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command)
+    chosen = vlm_run.VlmOptions(
+        v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command, options.skip_existing
+    )
     progress = Progress(len(paths), quiet=True, stdout_lines=False)  # what Stopper reads: whether the photos began
 
-    def said(status) -> None:
+    def started(line: str) -> None:
+        progress.start("")
+        if not (shown.quiet or shown.json_output):
+            typer.echo(f"hookviz: {line}", err=True)  # as a photo run's first line
+
+    def said(status, line: str | None) -> None:
         progress.update(status, len(runner.statuses), len(paths))  # a failed photo's line, as a photo run says it
-        if status.status == "done" and not (shown.quiet or shown.json_output):
-            typer.echo(f"{status.image}: explained in {options.out / status.output}")
+        if status.status == "done" and line and not (shown.quiet or shown.json_output):
+            typer.echo(f"{status.image}: {line}")  # as a photo run says its target and top-5
 
     with _stopped_by_signals(progress) as stopper:
         stopper.run = runner = vlm_run.VlmRunner(
-            groups["model"], paths, request, options.out, options=chosen, on_start=lambda: progress.start(""), on_photo=said
+            groups["model"], paths, request, options.out, options=chosen, on_start=started, on_photo=said
         )
         summary = runner.execute()
     _end_of_run(summary, progress, options.out, quiet=shown.quiet, json_output=shown.json_output)

@@ -127,6 +127,11 @@ def test_the_shards_of_a_run_open_as_one_run(driver, tmp_path):
     assert open_explorer(driver, out / "index.html", "#/?predicted=" + wanted + "&sort=-confidence")
     assert listed(driver) == [r["name"] for r in expected]
     assert driver.find_element("id", "shown").get_attribute("data-count") == str(len(expected))
+    classes = "return document.querySelectorAll('.counts table.classes tr').length"
+    assert driver.execute_script(classes) == 2  # the headings and the one class predicted
+    _go(driver, "#/?predicted=no-such-class")
+    assert driver.find_element("id", "shown").get_attribute("data-count") == "0"
+    assert driver.execute_script(classes) == 0  # no table of bare headings
     _go(driver, "#/?sort=name")
     assert listed(driver) == ["p0", "p1", "p2", "p3"]
     driver.find_element("css selector", "#list [data-sample=p1]").click()

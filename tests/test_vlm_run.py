@@ -22,6 +22,13 @@ def _run(folder, out, *args, photos=(SAMPLES / "cat.png",)):
     return hookviz_run(list(photos), "--prompt", PROMPT, *args, model=f"hf:{folder}", weights=None, out=out)
 
 
+def _said(result) -> list[str]:
+    """The lines on stderr after the run's first, which says what runs (as a photo run's does)."""
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[0].startswith("hookviz: model hf:"), result.stderr
+    return lines[1:]
+
+
 def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(llava_folder, tmp_path, monkeypatch):
     """As a run of another model stops: the photo being explained is abandoned at the model's next
     module, run.json and index.html describe the run, exit status 130, one line."""
@@ -44,9 +51,7 @@ def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(
     finally:
         signal.signal(signal.SIGINT, previous)
     assert result.exit_code == 130, result.output
-    assert result.stderr.strip().splitlines() == [
-        f"hookviz: interrupted: 1 image written, 0 failed, 1 not done; see {out / 'run.json'}"
-    ]
+    assert _said(result) == [f"hookviz: interrupted: 1 image written, 0 failed, 1 not done; see {out / 'run.json'}"]
     run = json.loads((out / "run.json").read_text())
     assert run["interrupted"] is True and run["counts"] == {"images": 2, "done": 1, "failed": 0, "skipped": 0, "not_done": 1}
     assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [
@@ -126,11 +131,11 @@ def test_max_pixels_refuses_a_larger_photo(llava_folder, tmp_path):
 def test_a_run_stopped_on_an_error_says_it_in_one_line_and_in_run_json(llava_folder, tmp_path):
     result = _run(llava_folder, tmp_path / "out", "--answer", "a cat", "--tokens", "7")
     assert result.exit_code == 2, result.output
-    assert result.stderr.strip().splitlines() == [
+    assert _said(result) == [
         "hookviz: error: --tokens 7: '7' is no token of the answer; give indices from 0 to 1 (the answer: 'a cat')"
     ]
     run = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert run["error"] == result.stderr.strip().removeprefix("hookviz: error: ")
+    assert run["error"] == _said(result)[0].removeprefix("hookviz: error: ")
     assert [(e["status"], e["error"]) for e in run["images"]] == [("not_done", "the run stopped on an error")]
 
 
@@ -212,7 +217,7 @@ def test_an_answer_of_special_tokens_alone_fails_its_photo_and_the_run_goes_on(t
         f"{tmp_path / 'red.png'}: the answer '<unk> <unk>' is special tokens alone, which are not explained by default; "
         "give --answer, or --tokens to explain them"
     )
-    assert result.stderr.strip().splitlines() == [
+    assert _said(result) == [
         f"hookviz: failed: {reason}",
         f"hookviz: 1 of 2 images failed: {tmp_path / 'red.png'}; reasons in {out / 'run.json'}",
         f"hookviz: 1 of 2 images done, 1 failed; results in {out}/",
@@ -242,7 +247,7 @@ def test_the_model_raising_on_a_photo_fails_that_photo_and_the_run_goes_on(llava
     result = _run(llava_folder, out, "--answer", "a cat", photos=(tmp_path / "red.png", SAMPLES / "cat.png"))
     assert result.exit_code == 1, result.output
     reason = f"{tmp_path / 'red.png'}: the model failed on it (RuntimeError: the vision tower cannot take a flat photo)"
-    assert result.stderr.splitlines()[0] == f"hookviz: failed: {reason}"
+    assert _said(result)[0] == f"hookviz: failed: {reason}"
     run = json.loads((out / "run.json").read_text())
     assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [("red", "failed", reason), ("cat", "done", None)]
     assert run["error"] is None and not (out / "red").exists() and (out / "cat" / "report.json").exists()
@@ -262,7 +267,7 @@ def test_a_runs_closing_lines_are_a_photo_runs(llava_folder, tmp_path):
     assert vlm.exit_code == photo.exit_code == 1, (vlm.output, photo.output)
     lines = photo.stderr.strip().splitlines()
     assert (
-        vlm.stderr.strip().splitlines()
+        _said(vlm)
         == lines[-3:]
         == [
             next(line for line in lines if line.startswith(f"hookviz: failed: {broken}: image data is corrupt or truncated")),
@@ -381,10 +386,60 @@ def test_a_disk_error_is_told_as_a_photo_run_tells_it(llava_folder, tmp_path, mo
             f"hookviz: error: --out {out}: no space left on the device ({SAMPLES / 'cat.png'} was not written); "
             "free some space, then run again (each photo whose report.json exists is complete)"
         )
-        assert result.stderr.strip().splitlines() == [line]
+        assert _said(result) == [line]
         assert [e["status"] for e in run["images"]] == ["not_done", "not_done"]
     else:
         reason = f"{SAMPLES / 'cat.png'}: writing results failed ([Errno 13] Permission denied: '{out / 'cat'}"
-        assert result.stderr.splitlines()[0].startswith(f"hookviz: failed: {reason}")
+        assert _said(result)[0].startswith(f"hookviz: failed: {reason}")
         assert [e["status"] for e in run["images"]] == ["failed", "done"]
     no_partial_files(out)
+
+
+def test_a_run_says_what_it_runs_and_each_photo_its_answer_and_the_tokens_explained(llava_folder, tmp_path):
+    """As a photo run says its model, weights and layers first, then each photo's target and top-5
+    (it said nothing first, then only the folder each photo was written to)."""
+    out = tmp_path / "out"
+    result = _run(llava_folder, out, "--answer", "a cat", "--words", "cat")
+    assert result.exit_code == 0, result.output
+    run, report = (json.loads((out / name).read_text()) for name in ("run.json", "cat/report.json"))
+    (target,) = report["targets"]
+    line = f"{SAMPLES / 'cat.png'}: answer {json.dumps(report['text'])}; explained: {json.dumps(target['label'])}"
+    assert line in result.stdout.splitlines()
+    first = (
+        f"hookviz: model hf:{llava_folder}, weights {run['weights']}, on cpu in float32; the answer given explained by "
+        f"gradcam; layers: {run['layers'][0]}"
+    )
+    assert result.stderr.splitlines()[0] == first
+    quiet = _run(llava_folder, tmp_path / "quiet", "--answer", "a cat", "-q")
+    assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == "", quiet.output
+
+
+def test_skip_existing_skips_the_photos_done_by_the_same_recipe_and_redoes_the_others(llava_folder, tmp_path):
+    """A killed run resumed: a photo whose folder holds its result by the same recipe is skipped
+    (its files untouched); one whose token picture is gone, whose photo changed, or whose report
+    came from another prompt is explained again."""
+    import shutil
+
+    photos = [tmp_path / "cat.png", tmp_path / "coffee.png"]
+    for photo in photos:
+        shutil.copy(SAMPLES / photo.name, photo)
+    out = tmp_path / "out"
+
+    def run(prompt=PROMPT):
+        args = ("--prompt", prompt, "--answer", "a cat", "--skip-existing")
+        result = hookviz_run(photos, *args, model=f"hf:{llava_folder}", weights=None, out=out)
+        assert result.exit_code == 0, result.output
+        statuses = [e["status"] for e in json.loads((out / "run.json").read_text())["images"]]
+        return statuses, result
+
+    assert run()[0] == ["done", "done"]
+    kept = (out / "cat" / "token0.png").stat().st_mtime_ns
+    statuses, result = run()
+    assert statuses == ["skipped", "skipped"] and "2 skipped" in _said(result)[-1]
+    assert (out / "cat" / "token0.png").stat().st_mtime_ns == kept
+    assert json.loads((out / "run.json").read_text())["layers"]  # the skipped photos' layers, as the run's
+    (out / "coffee" / "token1.png").unlink()
+    assert run()[0] == ["skipped", "done"]
+    photos[0].write_bytes((SAMPLES / "coffee.png").read_bytes())  # another photo under the same name
+    assert run()[0] == ["done", "skipped"]
+    assert run("what is this ?")[0] == ["done", "done"]

@@ -7,6 +7,7 @@ each (``refuse_unmet``), never silently ignored."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -33,19 +34,22 @@ DTYPES = ("float32", "bfloat16")
 #: (``refuse_unmet``). ``--device`` only as ``cpu`` or ``auto`` (which is the CPU for it).
 HONOURED = frozenset(
     "images model weights seed prompt prompts layer cam objective answer max_new_tokens tokens words dtype "
-    "from_list max_pixels device out save_tensors json_output quiet verbose debug".split()
+    "from_list max_pixels device out save_tensors skip_existing json_output quiet verbose debug".split()
 )
 
 
 @dataclass(frozen=True)
 class VlmOptions:
     """How a vision-language model's run goes: what the model computes in (``dtype``), the
-    largest photo taken (``max_pixels``), whether tensors.npz is written, the command line run.json records."""
+    largest photo taken (``max_pixels``), whether tensors.npz is written, the command line run.json
+    records, and whether a photo done already by the same recipe is skipped (``skip_existing``,
+    ``runs.vlm_resume``)."""
 
     dtype: str = "float32"
     max_pixels: int = DEFAULT_MAX_PIXELS
     save_tensors: bool = False
     command: tuple[str, ...] = ()
+    skip_existing: bool = False
 
 
 def is_vision_language_name(name: str) -> bool:
@@ -86,7 +90,7 @@ class VlmRunner:
     take, an answer of nothing to explain, the model raising on it: any error but a ``UsageError``,
     in the words of a run of another model, ``outcomes.failure_reason``) is listed with its reason;
     the others go on. ``on_start()`` is called once the model is
-    loaded, ``on_photo(status)`` after each photo.
+    loaded (``on_start(line)``: what will run), ``on_photo(status, line)`` after each photo (``line``: what a photo done says, else ``None``).
 
     It stops as a run of another model does (``runner.Run``, through ``process.Stopper``):
     ``request_stop`` (a first Ctrl-C or SIGTERM) ends the photo being explained at the model's
@@ -127,7 +131,8 @@ class VlmRunner:
             for path in self.paths:
                 if self.state.stop_asked:
                     break
-                self._explain(model, loaded, path)
+                if not self._done_already(loaded, path):
+                    self._explain(model, loaded, path)
         except KeyboardInterrupt:  # while the model loads (``process.Stopper``); later a stop is asked for
             self.state.request_stop()
         except Exception as error:
@@ -168,17 +173,39 @@ class VlmRunner:
 
         loaded = load_model(self.model_options)
         model = _dtype(loaded, self.options.dtype)
-        family_of(model, loaded.name)
+        family = family_of(model, loaded.name)
         self.modules = set(dict(model.named_modules()))
         claim_out(self.out, self.hold)  # as any run holds its folder: no other writes there meanwhile
         sweep_stale_files(self.out)
         self.loaded = loaded  # from now on the run is described in OUT
         if self.on_start is not None:
-            self.on_start()
+            self.on_start(start_line(loaded, model, family, self.request, self.options.dtype))
         return model, loaded
+
+    def _done_already(self, loaded: LoadedModel, path: Path) -> bool:
+        """With ``skip_existing``, whether ``path``'s folder holds its result by this run's recipe
+        (``runs.vlm_resume``): then it is skipped, its layers counted as the run's."""
+        from hookviz.runs.vlm_resume import VlmRecipe
+
+        if not self.options.skip_existing:
+            return False
+        recipe = VlmRecipe(loaded.name, loaded.weights, self._recipe(), self.options.save_tensors)
+        report = recipe.made(self.out / self.names[path], path)
+        if report is None:
+            return False
+        self.layers.update((m["layer"], None) for m in report.get("maps") or () if m.get("layer") in self.modules)
+        status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)", task=loaded.task)
+        self._report(path, status)
+        return True
+
+    def _recipe(self) -> dict:
+        from hookviz.runs.vlm_resume import recipe_of
+
+        return recipe_of(self.request, self.options.dtype, self.options.max_pixels)
 
     def _explain(self, model, loaded: LoadedModel, path: Path) -> None:
         """One photo explained and written (or failed); none when a stop cut its passes short."""
+        from hookviz.inputs.identity import file_sha256
         from hookviz.inputs.images import load_image
         from hookviz.store.vlm_files import write_vlm
         from hookviz.vlm.explain import explain_photo
@@ -200,6 +227,7 @@ class VlmRunner:
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
             return
         try:
+            recipe = {**self._recipe(), "photo_sha256": file_sha256(path)}  # what --skip-existing compares
             written = write_vlm(
                 explanation,
                 folder,
@@ -207,6 +235,7 @@ class VlmRunner:
                 model=loaded.name,
                 weights=loaded.weights,
                 save_tensors=self.options.save_tensors,
+                recipe=recipe,
             )
         except HookvizError as exc:  # an error of its own files
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
@@ -216,12 +245,15 @@ class VlmRunner:
             self._report(path, ImageStatus(shown, folder.name, "failed", reason, task=loaded.task))
             return
         self.layers.update((m.layer, None) for m in explanation.maps if m.layer in self.modules)  # not pixels, language, photo
-        self._report(path, ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task))
+        done = ImageStatus(shown, folder.name, "done", None, files=tuple(p.name for p in written), task=loaded.task)
+        self._report(path, done, answer_line(explanation))
 
-    def _report(self, path: Path, status: ImageStatus) -> None:
+    def _report(self, path: Path, status: ImageStatus, line: str | None = None) -> None:
+        """Record ``status``, and tell the caller (``on_photo(status, line)``; ``line``: what a
+        photo done says, its answer and the tokens explained)."""
         self.statuses[path] = status
         if self.on_photo is not None:
-            self.on_photo(status)
+            self.on_photo(status, line)
 
     def _describe(self) -> RunSummary:
         """The summary, written to run.json and index.html once the model has loaded."""
@@ -249,6 +281,25 @@ class VlmRunner:
                 "each photo whose report.json exists is complete"
             ) from None
         return summary
+
+
+def start_line(loaded, model, family, request, dtype: str) -> str:
+    """What will run, as a photo run's first line says it: the model, its weights, the device and
+    dtype, the answer (given, or written by the model), the methods and where they look."""
+    from hookviz.vlm.explain import MAP_MAKERS, resolve_layer
+
+    answer = "the answer given" if request.answer is not None else f"the model's answer (up to {request.max_new_tokens} tokens)"
+    line = f"model {loaded.name}, weights {loaded.weights}, on cpu in {dtype}; {answer} explained by {', '.join(request.methods)}"
+    if all(method in MAP_MAKERS for method in request.methods):  # none looks at a layer of the vision tower
+        return line
+    return line + "; layers: " + ", ".join(resolve_layer(model, family, layer) for layer in request.layers or ("vision",))
+
+
+def answer_line(explanation) -> str:
+    """What a photo done says after its name, as a photo run says its target and top-5: the answer
+    and the tokens explained (``answer "a cat"; explained: "cat"``)."""
+    explained = " · ".join(json.dumps(target.label, ensure_ascii=False) for target in explanation.targets)
+    return f"answer {json.dumps(explanation.conversation.text, ensure_ascii=False)}; explained: {explained}"
 
 
 def _record(loaded, summary: RunSummary, command, started: float, error: str | None):

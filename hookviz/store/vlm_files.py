@@ -48,8 +48,11 @@ def _map_figures(values: np.ndarray) -> dict:
     return {"min": float(values.min()), "max": float(values.max()), "peak": [int(i) for i in where], "shape": list(values.shape)}
 
 
-def vlm_report(explanation, image: str, model: str, weights: str, pictures: dict[int, str], tensors: bool) -> dict:
-    """report.json's document (``pictures``: each target's picture file, by its index)."""
+def vlm_report(
+    explanation, image: str, model: str, weights: str, pictures: dict[int, str], tensors: bool, recipe: dict | None = None
+) -> dict:
+    """report.json's document (``pictures``: each target's picture file, by its index; ``recipe``:
+    how it was made, which ``--skip-existing`` compares, ``runs.vlm_resume``)."""
     talk = explanation.conversation
     tokens = [
         {"index": k, "id": int(talk.answer_ids[k]), "token": talk.tokens[k], "probability": float(explanation.probabilities[k]),
@@ -86,11 +89,15 @@ def vlm_report(explanation, image: str, model: str, weights: str, pictures: dict
         "maps": [{"method": m.method, "layer": m.layer, "grid": list(m.maps.shape[1:])} for m in explanation.maps],
         "pictures": {"strip": STRIP, "tokens": [pictures[k] for k in sorted(pictures)], "photo": PHOTO},
         "tensors": "tensors.npz" if tensors else None,
+        **({"recipe": recipe} if recipe is not None else {}),
     }
 
 
-def write_vlm(explanation, folder: Path, *, image: str, model: str, weights: str, save_tensors: bool = False) -> list[Path]:
-    """Every file of ``explanation`` in ``folder``, each written whole or not at all; report.json last."""
+def write_vlm(
+    explanation, folder: Path, *, image: str, model: str, weights: str, save_tensors: bool = False, recipe: dict | None = None
+) -> list[Path]:
+    """Every file of ``explanation`` in ``folder``, each written whole or not at all; report.json
+    last (with ``recipe``, how it was made: ``vlm_report``)."""
     from hookviz.render.vlm import strip_png, token_png
 
     written = [atomic_write(folder / PHOTO, _jpeg(explanation.photo)), atomic_write(folder / STRIP, strip_png(explanation))]
@@ -107,7 +114,7 @@ def write_vlm(explanation, folder: Path, *, image: str, model: str, weights: str
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
         written.append(atomic_write(folder / "tensors.npz", buffer.getvalue()))
-    document = vlm_report(explanation, image, model, weights, pictures, save_tensors)
+    document = vlm_report(explanation, image, model, weights, pictures, save_tensors, recipe)
     written.append(write_json(folder / "report.json", document))
     return written
 

@@ -194,7 +194,7 @@
         hasTrue ? el('td', {}, [link(params, {true_class: name}, String(t >= 0 ? byTrue[t] : 0))]) : null,
         el('td', {}, [link(params, {predicted: name}, String(p >= 0 ? byPred[p] : 0))])]));
     });
-    box.appendChild(table);
+    if (names.length) box.appendChild(table);  // none listed has a class: no table of headings alone
     if (hasTrue) box.appendChild(confusion(view, params, top(tc, byTrue, 8).map(function (c) { return tc.values[c]; })));
     return box;
   }
