@@ -125,7 +125,12 @@ def given_sources(images: list[str] | None, from_list: str | None, bound: bool =
         except OSError as exc:
             raise UsageError(f"--from-list {from_list}: cannot read ({exc.strerror})") from None
         with stream if stream is not sys.stdin else contextlib.nullcontext(stream):
-            sources += read_list(stream)
+            listed = read_list(stream)
+        if any("\0" in line for line in listed):  # a binary file: every path test would raise ValueError
+            raise UsageError(
+                f"--from-list {from_list}: holds a NUL byte, which no path has; give a text file of paths, one a line"
+            )
+        sources += listed
     if not sources and not bound:
         raise UsageError("no images given: pass image files, folders or patterns (or --from-list FILE)")
     if "" in sources:  # a path reads '' as the working folder: an unset "$PHOTO" would explain all of it

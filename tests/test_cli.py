@@ -1215,6 +1215,18 @@ def test_from_list_reads_names_that_are_not_utf8(cli, tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def test_a_from_list_holding_a_nul_byte_is_refused_in_one_line(tmp_path):
+    """A binary file given as --from-list ended in "ValueError: embedded null byte" (exit 1)."""
+    listing = tmp_path / "list.bin"
+    listing.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\n")
+    result = hookviz_cli("run", "--from-list", listing, *TINY, "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        f"hookviz: error: --from-list {listing}: holds a NUL byte, which no path has; give a text file of paths, one a line"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("encoding", ["cp1252", "latin-1"])
 def test_a_name_the_console_cannot_spell_never_ends_the_run(tmp_path, photo, encoding):
