@@ -287,6 +287,32 @@ def test_atlas_refuses_a_device_as_run_does_in_one_line(tmp_path, device):
     assert not (tmp_path / "atlas").exists()
 
 
+def test_atlas_and_run_never_write_into_each_others_folder(tmp_path):
+    """Each writes its own index.html: an atlas with the --out of a run replaced the run's gallery,
+    and a run with an atlas's --out the atlas's page."""
+    data = _photos(tmp_path / "photos", per_class=1)
+    ran, mapped = tmp_path / "ran", tmp_path / "mapped"
+    for folder, made in ((ran, "run.json"), (mapped, "atlas.json")):
+        folder.mkdir()
+        (folder / made).write_text('{"hookviz": "0.2.0"}')
+        (folder / "index.html").write_text("its own page")
+    atlas = hookviz_cli("atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "features.0", "--out", ran)
+    run = hookviz_cli("run", data, "--model", TINY_NET, "--weights", "none", "--layer", "features.0", "--out", mapped)
+    assert (atlas.exit_code, run.exit_code) == (2, 2), atlas.output + run.output
+    assert atlas.stderr.strip() == (
+        f"hookviz: error: --out {ran}: holds a hookviz run's results (run.json), whose gallery the atlas's "
+        "index.html would replace; choose another --out"
+    )
+    assert run.stderr.strip() == (
+        f"hookviz: error: --out {mapped}: holds an atlas (atlas.json), whose page the run's index.html would "
+        "replace; choose another --out"
+    )
+    assert [sorted(p.name for p in folder.iterdir()) for folder in (ran, mapped)] == [
+        ["index.html", "run.json"],
+        ["atlas.json", "index.html"],
+    ]
+
+
 def test_a_shard_run_again_renders_again(tmp_path):
     data = _photos(tmp_path / "photos", per_class=1)
     for _ in range(2):

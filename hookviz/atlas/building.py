@@ -184,6 +184,12 @@ def _prepare_folder(out: Path) -> None:
         raise OutputError(f"{arg('out', display_path(out))}: cannot create it ({exc.strerror})") from None
     if not os.access(out, os.W_OK):
         raise OutputError(f"{arg('out', display_path(out))}: cannot write there; choose another folder")
+    run = next((p.name for p in (out / "run.json", *sorted(out.glob("run-*-of-*.json"))) if p.is_file()), None)
+    if run is not None:  # each writes its own index.html
+        raise OutputError(
+            f"{arg('out', display_path(out))}: holds a hookviz run's results ({run}), whose gallery the atlas's "
+            f"index.html would replace; choose another {arg('out')}"
+        )
 
 
 def _resumed(plan: AtlasPlan, path: Path) -> AtlasState | None:

@@ -33,8 +33,13 @@ _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 def check_out(out: Path, images: Sequence[Path] = ()) -> None:
     """Raises OutputError when ``out`` could not be created or written, or when it holds one
     of ``images`` (a run marks its folder as output, which later runs skip: the photos there
-    would be left out of them); creates nothing."""
+    would be left out of them), or an atlas (``hookviz atlas --out``); creates nothing."""
     _check_holds_no_photo(out, images)
+    if (out / "atlas.json").is_file():  # each writes its own index.html
+        raise OutputError(
+            f"{arg('out', display_path(out))}: holds an atlas (atlas.json), whose page the run's index.html would "
+            f"replace; choose another {arg('out')}"
+        )
     dangling = next((p for p in (out, *out.parents) if p.is_symlink() and not p.exists()), None)
     if dangling is not None:
         raise OutputError(
