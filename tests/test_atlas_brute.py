@@ -313,6 +313,27 @@ def test_atlas_and_run_never_write_into_each_others_folder(tmp_path):
     ]
 
 
+def test_an_atlas_refuses_a_folder_another_atlas_is_writing_now(tmp_path):
+    """Two atlases with one --out side by side both wrote its state, pages and atlas.json at once."""
+    from hookviz.store.outfolder import FolderLock
+
+    data = _photos(tmp_path / "photos", per_class=1)
+    (tmp_path / "atlas").mkdir()
+    other = FolderLock(tmp_path / "atlas")
+    assert other.acquire()  # as the other atlas holds it while it works
+    try:
+        result = hookviz_cli(
+            "atlas", data, "--model", TINY_NET, "--weights", "none", "--layer", "features.0", "--out", tmp_path / "atlas"
+        )
+    finally:
+        other.release()
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().startswith(
+        f"hookviz: error: --out {tmp_path / 'atlas'}: another hookviz run is writing into this folder now; wait for it"
+    )
+    assert sorted(p.name for p in (tmp_path / "atlas").iterdir()) == [".hookviz-run.lock"]
+
+
 def test_a_shard_run_again_renders_again(tmp_path):
     data = _photos(tmp_path / "photos", per_class=1)
     for _ in range(2):

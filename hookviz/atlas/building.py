@@ -17,6 +17,7 @@ from hookviz.atlas.relevance import check_relevance
 from hookviz.atlas.request import RENDERING, AtlasRequest
 from hookviz.atlas.state import STATE_FOLDER, AtlasState, load_state, state_path
 from hookviz.errors import OutputError, UsageError, arg, display_path
+from hookviz.store.outfolder import FolderLock
 
 __all__ = ["AtlasResult", "make_atlas", "merge_atlas"]
 
@@ -43,13 +44,23 @@ def make_atlas(request: AtlasRequest, on_batch=None) -> AtlasResult:
 
     Raises:
         UsageError: a bad model, layer or source; ``--skip-existing`` over another atlas's state.
-        OutputError: the folder cannot be written.
+        OutputError: the folder cannot be written, or another atlas (or run) is writing there now.
     """
     from hookviz.inputs.discovery import OUTPUT_MARKER
 
     plan = _planned(request)  # a bad model, layer, source or class leaves no folder behind
     _prepare_folder(request.out)
-    (request.out / OUTPUT_MARKER).touch()
+    hold = FolderLock(request.out, request.shard)
+    hold.acquire()  # as a run holds its --out: another atlas writing there now is refused before any file is written
+    try:
+        (request.out / OUTPUT_MARKER).touch()
+        return _made(plan, request, on_batch)
+    finally:
+        hold.release()
+
+
+def _made(plan: AtlasPlan, request: AtlasRequest, on_batch) -> AtlasResult:
+    """``make_atlas``'s work, once it holds ``request.out``."""
     path = state_path(request.out, request.shard)
     state = _resumed(plan, path) if request.skip_existing else None
     if state is None:
