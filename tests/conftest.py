@@ -56,6 +56,15 @@ def tiny_net() -> nn.Module:
     return TinyNet()
 
 
+def scripted_tiny_net():
+    """``tiny_net`` compiled by ``torch.jit.script``: a TorchScript module, which takes no Python hooks."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.script is deprecated
+        return torch.jit.script(tiny_net())
+
+
 class _TokenMixer(nn.Module):
     """Mixes a map's pixels as tokens, (B, HW, C), and reshapes them back into a channels-last
     map, as Swin's window attention does: no op says that map's order."""

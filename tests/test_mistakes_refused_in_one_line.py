@@ -3,7 +3,10 @@ refused in one line naming the file or argument, never run on silently."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 from PIL import Image
 
 from hookviz.tasks.segment import Segment
@@ -107,3 +110,21 @@ def test_the_attributions_chart_labels_a_non_finite_value_without_warnings(recwa
     explanation = SimpleNamespace(pixel_maps={"saliency": pixel}, image=SimpleNamespace(features={"meta": ("a", "b", "c")}))
     assert attribution_chart(explanation, "meta").startswith(b"\x89PNG")
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
+
+
+def test_a_torchscript_model_is_refused_in_one_line_by_the_command_and_by_explain(tmp_path):
+    """A scripted model ended in torch's "register_forward_pre_hook is not supported on ScriptModules"
+    (a RuntimeError, exit 1): TorchScript takes no Python hooks, so no layer of it can be recorded."""
+    import hookviz
+    from hookviz.errors import UsageError
+    from tests.conftest import scripted_tiny_net
+
+    says = (
+        "a TorchScript module (torch.jit.script or torch.jit.trace) takes no Python hooks, so none of its layers can "
+        "be recorded; give the nn.Module it was made from"
+    )
+    result = hookviz_run(_photos(tmp_path / "rgb", ["a"]), model="tests.conftest:scripted_tiny_net", out=tmp_path / "o")
+    _one_line(result, f"--model tests.conftest:scripted_tiny_net: {says}")
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(UsageError, match=f"^model='RecursiveScriptModule': {re.escape(says)}$"):
+        hookviz.explain(scripted_tiny_net(), np.zeros((20, 24, 3), np.uint8))

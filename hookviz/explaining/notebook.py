@@ -14,7 +14,7 @@ from hookviz.errors import UsageError, arg, did_you_mean
 from hookviz.explaining.explainer import Explainer, check_named_task
 from hookviz.explaining.passes import Explanation
 from hookviz.inputs.images import Preprocessing, load_image
-from hookviz.models.sources.base import LoadedModel
+from hookviz.models.sources.base import LoadedModel, refuse_torchscript
 from hookviz.options import InputOptions, LayerOptions, ModelOptions, TargetOptions, TrustOptions
 
 __all__ = ["ExplainArgs", "explain"]
@@ -169,6 +169,7 @@ def _model_to_explain(model, categories, task: str, weights: str, prompts) -> Lo
     elif not isinstance(model, nn.Module):
         raise UsageError(f"{arg('model', type(model).__name__)}: expected a torch.nn.Module, a LoadedModel or a model name")
     else:
+        refuse_torchscript(model, arg("model", type(model).__name__))
         loaded = LoadedModel(
             type(model).__name__, model, "as given", tuple(categories) if categories else None, Preprocessing(), task="auto"
         )

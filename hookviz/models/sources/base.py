@@ -45,6 +45,7 @@ __all__ = [
     "prompt_progress",
     "prompts_encoded",
     "refuse_same_tokens",
+    "refuse_torchscript",
 ]
 
 
@@ -202,6 +203,18 @@ def seeded(seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
+
+
+def refuse_torchscript(model, label: str) -> None:
+    """Refuse a TorchScript module (``torch.jit.script`` or ``trace``), named ``label``: it takes
+    no Python hooks, so none of its layers can be recorded (torch says so only as a RuntimeError)."""
+    import torch
+
+    if isinstance(model, torch.jit.ScriptModule):
+        raise UsageError(
+            f"{label}: a TorchScript module (torch.jit.script or torch.jit.trace) takes no Python hooks, so none of "
+            "its layers can be recorded; give the nn.Module it was made from"
+        )
 
 
 def reset_parameters(model) -> None:

@@ -29,6 +29,7 @@ from hookviz.models.sources.base import (
     LoadedModel,
     load_weights_file,
     prefixes,
+    refuse_torchscript,
     register_source,
     reset_parameters,
     seeded,
@@ -88,6 +89,7 @@ class FactorySource:
                     f"{arg('model', name)}: the factory returned {type(model).__name__}, not a torch.nn.Module "
                     "(or a (module, transform) pair)"
                 )
+            refuse_torchscript(model, arg("model", name))
             if kind == "none":
                 import torch
 
