@@ -128,3 +128,18 @@ def test_a_torchscript_model_is_refused_in_one_line_by_the_command_and_by_explai
     assert not (tmp_path / "o").exists()
     with pytest.raises(UsageError, match=f"^model='RecursiveScriptModule': {re.escape(says)}$"):
         hookviz.explain(scripted_tiny_net(), np.zeros((20, 24, 3), np.uint8))
+
+
+def test_explain_refuses_a_batch_of_photos_in_one_line():
+    """A (N, C, H, W) batch was taken as a clip (C, T, H, W) and ended in conv2d's RuntimeError."""
+    import torch
+
+    import hookviz
+    from hookviz.errors import UsageError
+    from tests.conftest import tiny_net
+
+    with pytest.raises(UsageError) as refused:
+        hookviz.explain(tiny_net(), torch.rand(2, 3, 16, 16))
+    assert str(refused.value) == (
+        "image='2x3x16x16': a batch of 2 images (N, C, H, W); explain takes one at a time: pass image[0], image[1], ..."
+    )

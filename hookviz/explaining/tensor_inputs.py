@@ -17,7 +17,7 @@ def signal_or_clip(image, channels: int):
     no float tensor of those shapes (a photo's, taken by the photo kind).
 
     Raises:
-        UsageError: a 5-D tensor that is not a batch of one clip.
+        UsageError: a 5-D tensor that is not a batch of one clip, or a batch of photos (N, C, H, W).
     """
     import torch
 
@@ -31,6 +31,12 @@ def signal_or_clip(image, channels: int):
                 f"not {tuple(tensor.shape)}; explain one clip at a time"
             )
         tensor = tensor[0]
+    if tensor.dim() == 4 and tensor.shape[0] not in (1, channels) and tensor.shape[1] == channels:
+        # no clip of the model's channels: a batch of photos, which the model would fail on as a clip
+        raise UsageError(
+            f"{arg('image', 'x'.join(map(str, tensor.shape)))}: a batch of {tensor.shape[0]} images (N, C, H, W); "
+            "explain takes one at a time: pass image[0], image[1], ..."
+        )
     batch_of_one_photo = tensor.dim() == 4 and tensor.shape[0] == 1 and tensor.shape[1] == channels
     return tensor if tensor.dim() in (2, 4) and not batch_of_one_photo else None
 
