@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Stopper",
+    "closed_streams_to_devnull",
     "exit_with",
     "open_heif",
     "plain_text_only",
@@ -42,7 +43,26 @@ def prepare() -> None:
     # sooner with this, and one without pictures no later. A value you set is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     lazy_dynamo.enable()  # import torchvision without torch._dynamo: ~1 s of every run
+    closed_streams_to_devnull()
     print_what_cannot_be_encoded()
+
+
+def closed_streams_to_devnull() -> None:
+    """A command started with a standard stream closed (``hookviz run ... >&- 2>&-``, a daemon's)
+    gets os.devnull there: Python made the stream ``None``, which every line printed and the exit's
+    flush would fail on, and the next file opened would take its number (a library's message to
+    descriptor 2 would land in an output file). Only this process's streams: a library caller's
+    are left as they are."""
+    for number, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(number)
+        except OSError:  # closed
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != number:
+                os.dup2(null, number)
+                os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(number, "r" if number == 0 else "w", encoding="utf-8", closefd=False))
 
 
 class Stopper:

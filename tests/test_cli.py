@@ -974,6 +974,21 @@ def test_listing_into_a_closed_pipe_is_quiet(tmp_path):
         assert completed.stdout.count("\n") == 1 and completed.stderr == "", completed.stderr
 
 
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_command_started_with_stdout_or_stderr_closed_ends_as_it_would(closed):
+    """``hookviz ... >&-`` or ``2>&-`` (a daemon's): Python makes the closed stream None, and every
+    command ended in an AttributeError (exit 1): with stdout closed in exit_with's flush after its
+    work, with stderr closed before any (a run's progress line, the help's boxes)."""
+    import os
+
+    root = Path(__file__).resolve().parent.parent
+    completed = subprocess.run(
+        [sys.executable, "-m", "hookviz", "--version"], capture_output=True, cwd=root, preexec_fn=lambda: os.close(closed)
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.startswith(b"hookviz ") if closed == 2 else completed.stderr == b""
+
+
 @pytest.mark.slow
 def test_a_vision_transformer_is_explained_at_its_last_blocks_first_norm(cli, photo, tmp_path):
     result = invoke(
