@@ -79,10 +79,9 @@ def stopped_line(summary, doing: str | None = None) -> str:
     if doing is not None:
         return f"hookviz: interrupted while {doing}: stopped before any {summary.noun} was explained; this run wrote nothing to resume"
     where = f"see {summary.run_json}" if summary.run_json.exists() else f"stopped before any {summary.noun} was explained"
-    resume = " (rerun with --skip-existing to resume)" if getattr(summary, "resumable", True) else ""
     return (
         f"hookviz: interrupted: {counted(summary.count('done'), summary.noun)} written, {len(summary.failed)} failed, "
-        f"{summary.count('not_done')} not done; {where}{resume}"
+        f"{summary.count('not_done')} not done; {where} (rerun with --skip-existing to resume)"
     )
 
 

@@ -68,7 +68,7 @@ def _vision_language(paths, groups: dict, args: RunArgs) -> bool:
     vlm_run.refuse_unmet(given_options(args), groups)
     options = groups["options"]
     chosen = vlm_run.VlmOptions(
-        v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command, options.skip_existing
+        v.dtype, groups["inputs"].max_pixels, options.save_tensors, options.command, options.skip_existing, options.shard
     )
     progress = Progress(len(paths), quiet=True, stdout_lines=False)  # what Stopper reads: whether the photos began
 

@@ -31,7 +31,8 @@ def _said(result) -> list[str]:
 
 def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(llava_folder, tmp_path, monkeypatch):
     """As a run of another model stops: the photo being explained is abandoned at the model's next
-    module, run.json and index.html describe the run, exit status 130, one line."""
+    module, run.json and index.html describe the run, exit status 130, one line; --skip-existing
+    then does only the photo left."""
     import os
 
     from hookviz.vlm import explain
@@ -51,7 +52,10 @@ def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(
     finally:
         signal.signal(signal.SIGINT, previous)
     assert result.exit_code == 130, result.output
-    assert _said(result) == [f"hookviz: interrupted: 1 image written, 0 failed, 1 not done; see {out / 'run.json'}"]
+    assert _said(result) == [
+        f"hookviz: interrupted: 1 image written, 0 failed, 1 not done; see {out / 'run.json'} "
+        "(rerun with --skip-existing to resume)"
+    ]
     run = json.loads((out / "run.json").read_text())
     assert run["interrupted"] is True and run["counts"] == {"images": 2, "done": 1, "failed": 0, "skipped": 0, "not_done": 1}
     assert [(e["output"], e["status"], e["error"]) for e in run["images"]] == [
@@ -60,6 +64,12 @@ def test_ctrl_c_midway_writes_the_photos_finished_and_marks_the_run_interrupted(
     ]
     assert (out / "cat" / "report.json").exists() and not (out / "coffee").exists()
     assert (out / "index.html").exists() and no_partial_files(out)
+    resumed = _run(
+        llava_folder, out, "--answer", "a cat", "--skip-existing", photos=(SAMPLES / "cat.png", SAMPLES / "coffee.png")
+    )
+    assert resumed.exit_code == 0, resumed.output
+    run = json.loads((out / "run.json").read_text())
+    assert [(e["output"], e["status"]) for e in run["images"]] == [("cat", "skipped"), ("coffee", "done")]
 
 
 def test_json_prints_the_run_file_as_a_run_of_another_model_does(llava_folder, tmp_path):
@@ -384,7 +394,7 @@ def test_a_disk_error_is_told_as_a_photo_run_tells_it(llava_folder, tmp_path, mo
     if error == "full":
         line = (
             f"hookviz: error: --out {out}: no space left on the device ({SAMPLES / 'cat.png'} was not written); "
-            "free some space, then run again (each photo whose report.json exists is complete)"
+            "free some space, then rerun with --skip-existing to resume"
         )
         assert _said(result) == [line]
         assert [e["status"] for e in run["images"]] == ["not_done", "not_done"]
@@ -443,3 +453,25 @@ def test_skip_existing_skips_the_photos_done_by_the_same_recipe_and_redoes_the_o
     photos[0].write_bytes((SAMPLES / "coffee.png").read_bytes())  # another photo under the same name
     assert run()[0] == ["done", "skipped"]
     assert run("what is this ?")[0] == ["done", "done"]
+
+
+def test_shards_explain_their_slice_each_into_one_folder_and_open_as_one_run(llava_folder, tmp_path):
+    """--shard K/N as a run of another model takes it: the K-th round-robin slice of the photos,
+    each in the folder the whole list gives it, its own run-K-of-N.json; the gallery and the
+    explorer show every shard's photos."""
+    from .explorer_helpers import explorer_rows
+
+    photos = [tmp_path / name for name in ("a.png", "b.png", "c.png")]
+    for photo, source in zip(photos, ("cat.png", "coffee.png", "cat.png")):
+        photo.write_bytes((SAMPLES / source).read_bytes())
+    out = tmp_path / "out"
+    for shard in ("2/2", "1/2"):
+        result = hookviz_run(
+            photos, "--prompt", PROMPT, "--answer", "a cat", "--shard", shard, model=f"hf:{llava_folder}", weights=None, out=out
+        )
+        assert result.exit_code == 0, result.output
+    runs = {name: json.loads((out / name).read_text()) for name in ("run-1-of-2.json", "run-2-of-2.json")}
+    assert [e["output"] for e in runs["run-1-of-2.json"]["images"]] == ["a", "c"]
+    assert [e["output"] for e in runs["run-2-of-2.json"]["images"]] == ["b"]
+    assert [r["shard"] for r in runs.values()] == [[1, 2], [2, 2]] and not (out / "run.json").exists()
+    assert sorted(row["name"] for row in explorer_rows(out)) == ["a", "b", "c"]

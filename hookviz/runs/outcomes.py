@@ -24,20 +24,18 @@ def failure_reason(path: Path, error: Exception) -> str:
     return f"{display_path(path)}: {reason}"
 
 
-def writing_failure(path: Path, out: Path, error: OSError, *, resumable: bool = True) -> str:
+def writing_failure(path: Path, out: Path, error: OSError) -> str:
     """Why ``path`` failed when writing its files raised ``error`` (a folder it may not write, a
     name too long), for its status; a full disk stops the run instead: every photo after it
-    would fail the same way. ``resumable``: the run takes ``--skip-existing``.
+    would fail the same way.
 
     Raises:
         HookvizError: no space left on the device, or the disk quota reached.
     """
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        then = (
-            "rerun with --skip-existing to resume" if resumable else "run again (each photo whose report.json exists is complete)"
-        )
         raise HookvizError(
-            f"{arg('out', out)}: no space left on the device ({display_path(path)} was not written); free some space, then {then}"
+            f"{arg('out', out)}: no space left on the device ({display_path(path)} was not written); free some space, "
+            "then rerun with --skip-existing to resume"
         ) from None
     return f"{display_path(path)}: writing results failed ({first_line(error)})"
 

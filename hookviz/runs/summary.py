@@ -27,8 +27,6 @@ class RunSummary:
     trust: dict | None = None
     #: What the lines that count the samples call one (``samples.counted_noun``).
     noun: str = "image"
-    #: Whether ``--skip-existing`` resumes it (a vision-language model's run does not take it yet).
-    resumable: bool = True
 
     @property
     def failed(self) -> list[ImageStatus]:

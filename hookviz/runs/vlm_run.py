@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ DTYPES = ("float32", "bfloat16")
 #: (``refuse_unmet``). ``--device`` only as ``cpu`` or ``auto`` (which is the CPU for it).
 HONOURED = frozenset(
     "images model weights seed prompt prompts layer cam objective answer max_new_tokens tokens words dtype "
-    "from_list max_pixels device out save_tensors skip_existing json_output quiet verbose debug".split()
+    "from_list max_pixels device out save_tensors skip_existing shard json_output quiet verbose debug".split()
 )
 
 
@@ -42,14 +42,16 @@ HONOURED = frozenset(
 class VlmOptions:
     """How a vision-language model's run goes: what the model computes in (``dtype``), the
     largest photo taken (``max_pixels``), whether tensors.npz is written, the command line run.json
-    records, and whether a photo done already by the same recipe is skipped (``skip_existing``,
-    ``runs.vlm_resume``)."""
+    records, whether a photo done already by the same recipe is skipped (``skip_existing``,
+    ``runs.vlm_resume``), and the ``(K, N)`` slice of the photos this process explains (``shard``:
+    its own run file, ``run-K-of-N.json``, beside the other shards' in one folder)."""
 
     dtype: str = "float32"
     max_pixels: int = DEFAULT_MAX_PIXELS
     save_tensors: bool = False
     command: tuple[str, ...] = ()
     skip_existing: bool = False
+    shard: tuple[int, int] | None = None
 
 
 def is_vision_language_name(name: str) -> bool:
@@ -99,15 +101,18 @@ class VlmRunner:
     (nothing written); ``abandon`` (a second signal) describes the run at once."""
 
     def __init__(self, model, paths, request, out: Path, *, options: VlmOptions = VlmOptions(), on_start=None, on_photo=None):
+        from hookviz.runs.cluster import run_file_name, shard_of
         from hookviz.store.folders import output_names
         from hookviz.store.outfolder import FolderLock
 
         self.model_options, self.request, self.out, self.options = model, request, Path(out), options
-        self.paths = [Path(path) for path in paths]
-        self.names = output_names(self.paths)
+        every = [Path(path) for path in paths]
+        self.names = output_names(every)  # of the whole list: each shard gives a photo the same folder
+        self.paths = shard_of(every, options.shard)
+        self.run_json = self.out / run_file_name(options.shard)
         self.on_start, self.on_photo = on_start, on_photo
         self.state = RunState()
-        self.hold = FolderLock(self.out)  # no other run writes into out meanwhile
+        self.hold = FolderLock(self.out, options.shard)  # no other run (or this shard) writes into out meanwhile
         self.statuses: dict[Path, ImageStatus] = {}
         self.layers: dict[str, None] = {}
         self.loaded: LoadedModel | None = None
@@ -241,7 +246,7 @@ class VlmRunner:
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
             return
         except OSError as exc:  # the disk's: as in a photo run (a full disk stops the run)
-            reason = writing_failure(path, self.out, exc, resumable=False)
+            reason = writing_failure(path, self.out, exc)
             self._report(path, ImageStatus(shown, folder.name, "failed", reason, task=loaded.task))
             return
         self.layers.update((m.layer, None) for m in explanation.maps if m.layer in self.modules)  # not pixels, language, photo
@@ -266,12 +271,12 @@ class VlmRunner:
             for path in self.paths
             if path in self.statuses or reason is not None
         ]
-        summary = RunSummary(
-            tuple(statuses), (), self.out / "run.json", self.state.interrupted, tuple(self.layers), resumable=False
-        )
+        summary = RunSummary(tuple(statuses), (), self.run_json, self.state.interrupted, tuple(self.layers))
         if self.loaded is None:
             return summary  # stopped before the model loaded: nothing to describe
-        record = _record(self.loaded, summary, self.options.command, self.started, self.state.error)
+        record = replace(
+            _record(self.loaded, summary, self.options.command, self.started, self.state.error), shard=self.options.shard
+        )
         try:
             write_json(summary.run_json, record.to_json())
             write_gallery(self.out, record)
