@@ -143,3 +143,21 @@ def test_explain_refuses_a_batch_of_photos_in_one_line():
     assert str(refused.value) == (
         "image='2x3x16x16': a batch of 2 images (N, C, H, W); explain takes one at a time: pass image[0], image[1], ..."
     )
+
+
+def test_explanation_save_refuses_an_empty_folder_name_and_one_it_cannot_make(tmp_path, monkeypatch):
+    """``save("")`` wrote into the working folder, as a path reads ''; a folder below a file ended in
+    a bare NotADirectoryError."""
+    import hookviz
+    from hookviz.errors import OutputError, UsageError
+    from tests.conftest import tiny_net
+
+    monkeypatch.chdir(tmp_path)
+    result = hookviz.explain(tiny_net(), np.zeros((20, 24, 3), np.uint8), layers="features.3")
+    with pytest.raises(UsageError, match=r"^directory='': give a folder name, such as 'out'$"):
+        result.save("", pictures="none")
+    (tmp_path / "notes.txt").write_text("")
+    below_a_file = tmp_path / "notes.txt" / "out"
+    with pytest.raises(OutputError, match=rf"^directory={re.escape(repr(below_a_file))}: cannot create it \(Not a directory\)"):
+        result.save(below_a_file, pictures="none")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

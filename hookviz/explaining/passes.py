@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from hookviz.anatomy.featuremaps import DeclaredLayout, Layout, layout_hint, layout_of, shape_text
-from hookviz.errors import UsageError, arg
+from hookviz.errors import OutputError, UsageError, arg
 from hookviz.explaining.summaries import TENSOR_KEYS, channel_profile, channel_sum, channel_tiles, histogram, tensor_stats
 from hookviz.inputs.images import PreparedSample, Preprocessing
 from hookviz.options import ChannelSelection, PictureOptions
@@ -226,11 +226,21 @@ class Explanation:
         """
         from hookviz.store.files import save_explanation
 
+        if not str(directory).strip():  # a path reads '' as the working folder
+            raise UsageError(f"{arg('directory', directory)}: give a folder name, such as 'out'")
         if pictures is None:
             pictures = PictureOptions(**picture_options)
         elif not isinstance(pictures, PictureOptions):
             pictures = PictureOptions(pictures=pictures, **picture_options)
-        return save_explanation(self, Path(directory), pictures, save_tensors=save_tensors)
+        folder = Path(directory)
+        if not folder.exists():
+            try:
+                folder.mkdir(parents=True)
+            except OSError as exc:
+                raise OutputError(
+                    f"{arg('directory', folder)}: cannot create it ({exc.strerror}); choose another folder"
+                ) from None
+        return save_explanation(self, folder, pictures, save_tensors=save_tensors)
 
     def figure(self, layer: str | None = None, kind: str = "summary", **options):
         """A matplotlib ``Figure`` for one layer (the first by default) of a picture kind
