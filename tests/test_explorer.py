@@ -539,6 +539,21 @@ def test_a_labels_file_that_cannot_be_read_is_refused_in_one_line(tmp_path, text
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out" / "run.json").exists()
 
 
+def test_a_labels_file_giving_one_image_two_classes_is_refused_in_one_line(tmp_path):
+    """The last row won silently: samples.csv called the image right or wrong by a class the file also denied."""
+    from .cli_helpers import hookviz_run
+
+    _photos(tmp_path / "in", ["one.png"])
+    labels = tmp_path / "labels.csv"
+    labels.write_text("image,label\none.png,tabby\ntwo.png,espresso\none.png,espresso\none.png,espresso\n")
+    result = hookviz_run(tmp_path / "in", "--labels", labels, layer="features.3", out=tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        f"hookviz: error: --labels {labels}: rows 1 and 3 give one.png two classes (tabby, espresso); keep one"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_samples_parquet_holds_the_same_table_typed(generated):
     pq = pytest.importorskip("pyarrow.parquet")
 

@@ -148,7 +148,7 @@ def read_labels(path: Path) -> dict[str, str]:
     stem or its folder in the run; a header row ``image,label`` or ``image,class`` is skipped).
 
     Raises:
-        UsageError: the file cannot be read, or a row has no class.
+        UsageError: the file cannot be read, a row has no class, or two rows give one image two classes.
     """
     from hookviz.errors import UsageError, arg
 
@@ -159,11 +159,19 @@ def read_labels(path: Path) -> dict[str, str]:
         raise UsageError(f"{arg('labels', path)}: cannot be read as a CSV of image,class rows ({exc})") from None
     if rows and [c.strip().lower() for c in rows[0][:2]] in (["image", "label"], ["image", "class"]):
         rows = rows[1:]
-    labels = {}
+    labels: dict[str, str] = {}
+    first: dict[str, int] = {}  # each image's first row
     for number, row in enumerate(rows, 1):
         if len(row) < 2 or not row[0].strip() or not row[1].strip():
             raise UsageError(f"{arg('labels', path)}: row {number} is not image,class ({','.join(row)[:80]})")
-        labels[row[0].strip()] = row[1].strip()
+        image, label = row[0].strip(), row[1].strip()
+        if labels.get(image, label) != label:  # the last would win silently
+            raise UsageError(
+                f"{arg('labels', path)}: rows {first[image]} and {number} give {image} two classes "
+                f"({labels[image]}, {label}); keep one"
+            )
+        labels[image] = label
+        first.setdefault(image, number)
     return labels
 
 
