@@ -121,4 +121,6 @@ def interrupted_line(argv: list[str] | None = None) -> str:
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["run"]:
         return "hookviz: interrupted: stopped before any image was explained"
+    if argv[1:2] == ["atlas"] and "--merge" not in argv:  # its state is saved batch by batch
+        return "hookviz: interrupted: rerun the same command with --skip-existing to go on from the samples mapped so far"
     return "hookviz: interrupted"

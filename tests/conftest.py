@@ -56,6 +56,13 @@ def tiny_net() -> nn.Module:
     return TinyNet()
 
 
+def interrupting_factory():
+    """A factory interrupted while it builds the model (as Ctrl-C while a large model loads)."""
+    from hookviz.interrupts import Interrupted
+
+    raise Interrupted
+
+
 def scripted_tiny_net():
     """``tiny_net`` compiled by ``torch.jit.script``: a TorchScript module, which takes no Python hooks."""
     import warnings

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 # The signal's handler runs inside the weakref callback: the exception it raises there is
 # "unraisable". The loop after it stands for the rest of start-up.
 SWALLOWED = textwrap.dedent(
@@ -139,3 +141,20 @@ def test_the_runs_own_handler_also_waits_for_torchs_import(tmp_path):
     )
     done = _import_stopped(tmp_path, "SIGINT", handler, "KeyboardInterrupt")
     assert (done.returncode, done.stdout.strip(), done.stderr) == (130, "stopped; torch imported: True", ""), done
+
+
+@pytest.mark.slow
+def test_an_interrupted_atlas_says_how_to_go_on(tmp_path):
+    """It said only "hookviz: interrupted", though its state is saved batch by batch and
+    --skip-existing goes on from it."""
+    from PIL import Image
+
+    Image.new("RGB", (16, 16)).save(tmp_path / "a.png")
+    root = str(Path(__file__).resolve().parent.parent)
+    command = [sys.executable, "-m", "hookviz", "atlas", str(tmp_path / "a.png"), "--model",
+               "tests.conftest:interrupting_factory", "--weights", "none", "--layer", "x", "--out", str(tmp_path / "o")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=root)
+    assert (done.returncode, done.stderr) == (
+        130,
+        "hookviz: interrupted: rerun the same command with --skip-existing to go on from the samples mapped so far\n",
+    ), done
