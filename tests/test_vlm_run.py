@@ -475,3 +475,20 @@ def test_shards_explain_their_slice_each_into_one_folder_and_open_as_one_run(lla
     assert [e["output"] for e in runs["run-2-of-2.json"]["images"]] == ["b"]
     assert [r["shard"] for r in runs.values()] == [[1, 2], [2, 2]] and not (out / "run.json").exists()
     assert sorted(row["name"] for row in explorer_rows(out)) == ["a", "b", "c"]
+
+
+def test_another_photo_of_the_same_name_never_takes_an_earlier_runs_folder(llava_folder, tmp_path):
+    """As in a photo run: a second run into the same --out with another cat.png (another folder)
+    writes its own folder, and the first photo's results stay (they were overwritten)."""
+    first, second = tmp_path / "a" / "cat.png", tmp_path / "b" / "cat.png"
+    for photo, source in ((first, "cat.png"), (second, "coffee.png")):
+        photo.parent.mkdir()
+        photo.write_bytes((SAMPLES / source).read_bytes())
+    out = tmp_path / "out"
+    for photo in (first, second):
+        result = _run(llava_folder, out, "--answer", "a cat", photos=(photo,))
+        assert result.exit_code == 0, result.output
+    folders = {json.loads(r.read_text())["image"]: r.parent.name for r in out.glob("*/report.json")}
+    assert folders[str(first)] == "cat" and folders[str(second)] not in ("cat", None)
+    again = _run(llava_folder, out, "--answer", "a cat", "--skip-existing", photos=(first, second))
+    assert [e["status"] for e in json.loads((out / "run.json").read_text())["images"]] == ["skipped", "skipped"], again.output

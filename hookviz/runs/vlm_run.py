@@ -132,11 +132,12 @@ class VlmRunner:
             if self.out.is_dir():  # refused before the model loads, when a run is there now
                 self.hold.acquire(create=False)
             model, loaded = self._load()
+            todo = self._plan(loaded)
             self.state.begin_batches()
             for path in self.paths:
                 if self.state.stop_asked:
                     break
-                if not self._done_already(loaded, path):
+                if path in todo:
                     self._explain(model, loaded, path)
         except KeyboardInterrupt:  # while the model loads (``process.Stopper``); later a stop is asked for
             self.state.request_stop()
@@ -187,21 +188,22 @@ class VlmRunner:
             self.on_start(start_line(loaded, model, family, self.request, self.options.dtype))
         return model, loaded
 
-    def _done_already(self, loaded: LoadedModel, path: Path) -> bool:
-        """With ``skip_existing``, whether ``path``'s folder holds its result by this run's recipe
-        (``runs.vlm_resume``): then it is skipped, its layers counted as the run's."""
-        from hookviz.runs.vlm_resume import VlmRecipe
+    def _plan(self, loaded: LoadedModel) -> set[Path]:
+        """Each photo's folder, never another photo's; with ``skip_existing``, the photos done
+        already by this run's recipe are skipped, their layers counted as the run's
+        (``runs.vlm_resume``). Returns the photos left to explain."""
+        from hookviz.runs.vlm_resume import VlmRecipe, plan_vlm_folders
 
-        if not self.options.skip_existing:
-            return False
         recipe = VlmRecipe(loaded.name, loaded.weights, self._recipe(), self.options.save_tensors)
-        report = recipe.made(self.out / self.names[path], path)
-        if report is None:
-            return False
-        self.layers.update((m["layer"], None) for m in report.get("maps") or () if m.get("layer") in self.modules)
-        status = ImageStatus(display_path(path), self.names[path], "skipped", "already done (skip_existing)", task=loaded.task)
-        self._report(path, status)
-        return True
+        folders = plan_vlm_folders(self.out, self.paths, self.names, recipe if self.options.skip_existing else None)
+        self.names.update(folders.names)
+        for path in folders.done:
+            self.layers.update((layer, None) for layer in folders.reports[path].layers if layer in self.modules)
+            skipped = ImageStatus(
+                display_path(path), self.names[path], "skipped", "already done (skip_existing)", task=loaded.task
+            )
+            self._report(path, skipped)
+        return set(folders.todo)
 
     def _recipe(self) -> dict:
         from hookviz.runs.vlm_resume import recipe_of
@@ -210,8 +212,8 @@ class VlmRunner:
 
     def _explain(self, model, loaded: LoadedModel, path: Path) -> None:
         """One photo explained and written (or failed); none when a stop cut its passes short."""
-        from hookviz.inputs.identity import file_sha256
         from hookviz.inputs.images import load_image
+        from hookviz.runs.vlm_resume import made_by
         from hookviz.store.vlm_files import write_vlm
         from hookviz.vlm.explain import explain_photo
 
@@ -232,7 +234,7 @@ class VlmRunner:
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
             return
         try:
-            recipe = {**self._recipe(), "photo_sha256": file_sha256(path)}  # what --skip-existing compares
+            made = made_by(path, self._recipe())  # what --skip-existing compares
             written = write_vlm(
                 explanation,
                 folder,
@@ -240,7 +242,7 @@ class VlmRunner:
                 model=loaded.name,
                 weights=loaded.weights,
                 save_tensors=self.options.save_tensors,
-                recipe=recipe,
+                made=made,
             )
         except HookvizError as exc:  # an error of its own files
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hookviz.errors import display_path
 from hookviz.inputs.identity import Match, file_sha256, match_photo
@@ -98,7 +98,13 @@ class Placement:
 
 
 def place(
-    out: Path, path: Path, name: str, taken: Collection[str] = (), present: Collection[str] | None = None, match=None
+    out: Path,
+    path: Path,
+    name: str,
+    taken: Collection[str] = (),
+    present: Collection[str] | None = None,
+    match=None,
+    read=read_report,
 ) -> Placement:
     """The folder for the photo at ``path`` in ``out``, which earlier runs may have filled.
 
@@ -111,7 +117,9 @@ def place(
     (lower case: another image's of this run) is never used. ``present``, the lower-case
     names of the folders in ``out`` when the caller listed them, spares looking into the others.
     ``match(recorded, path)`` tells how the sample at ``path`` relates to a report's (its sample
-    kind's ``match``; by default a photo's: ``identity.match_photo``).
+    kind's ``match``; by default a photo's: ``identity.match_photo``); ``read(path)`` reads a
+    report.json as the run writes them, with its ``sample_identity`` (by default a photo run's,
+    ``read_report``; a vision-language model's run reads its own, ``read_vlm_report``).
     """
     matches = match or (lambda recorded, here: match_photo(recorded, here, file_sha256))
     names = (name, plain_name(path), distinct_name(path))
@@ -119,7 +127,7 @@ def place(
     free = None
     for candidate in candidates:
         there = present is None or candidate.lower() in present
-        report = read_report(out / candidate / REPORT) if there else None
+        report = read(out / candidate / REPORT) if there else None
         found = Match.UNKNOWN if report is None else matches(report.sample_identity, path)
         if found in (Match.SAME, Match.CHANGED):
             return Placement(candidate, report, found)
@@ -239,6 +247,12 @@ def _names_spec(name: str, spec) -> bool:
     return path == spec.path and (spec.call is None or call == str(spec.call))
 
 
+class MadeBy(Protocol):
+    """What tells a result done already (``Recipe``, or a vision-language model's run's)."""
+
+    def made(self, folder: Path, report) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Folders:
     """Where each photo of a run goes (``names``), and which of them are ``done`` already or
@@ -251,9 +265,12 @@ class Folders:
     reports: dict = field(default_factory=dict)
 
 
-def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recipe: Recipe | None = None, match=None) -> Folders:
+def plan_folders(
+    out: Path, paths: Sequence[Path], names: dict[Path, str], recipe: MadeBy | None = None, match=None, read=read_report
+) -> Folders:
     """Give each photo of ``paths`` its folder in ``out`` (``place``: never another photo's),
-    starting from ``names`` (``output_names`` of the run's full list); ``match``: as ``place``'s.
+    starting from ``names`` (``output_names`` of the run's full list); ``match``, ``read``: as
+    ``place``'s (``recipe``: anything with ``made(folder, report)``, for the reports ``read`` reads).
 
     With a ``recipe`` (``--skip-existing``), a photo whose folder holds a complete result of
     this photo made by this recipe is done already; the others are still to do.
@@ -266,7 +283,7 @@ def plan_folders(out: Path, paths: Sequence[Path], names: dict[Path, str], recip
     present = {entry.lower() for entry in os.listdir(out)}  # one listing, not a look per image
     done, todo, reports = [], [], {}
     for path in paths:
-        placement = place(out, path, names[path], taken=taken, present=present, match=match)
+        placement = place(out, path, names[path], taken=taken, present=present, match=match, read=read)
         names[path] = placement.name
         report = placement.report if placement.match is Match.SAME else None
         if recipe is not None and report is not None and recipe.made(out / placement.name, report):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hookviz.inputs.identity import SampleIdentity
 from hookviz.store.documents import read_document, read_int, read_mapping, read_number, read_text
 from hookviz.store.files import atomic_write, write_json
 
@@ -49,10 +50,11 @@ def _map_figures(values: np.ndarray) -> dict:
 
 
 def vlm_report(
-    explanation, image: str, model: str, weights: str, pictures: dict[int, str], tensors: bool, recipe: dict | None = None
+    explanation, image: str, model: str, weights: str, pictures: dict[int, str], tensors: bool, made: dict | None = None
 ) -> dict:
-    """report.json's document (``pictures``: each target's picture file, by its index; ``recipe``:
-    how it was made, which ``--skip-existing`` compares, ``runs.vlm_resume``)."""
+    """report.json's document (``pictures``: each target's picture file, by its index; ``made``:
+    the photo's ``sample_identity`` and the run's ``recipe``, which ``--skip-existing`` compares,
+    ``runs.vlm_resume``)."""
     talk = explanation.conversation
     tokens = [
         {"index": k, "id": int(talk.answer_ids[k]), "token": talk.tokens[k], "probability": float(explanation.probabilities[k]),
@@ -89,15 +91,15 @@ def vlm_report(
         "maps": [{"method": m.method, "layer": m.layer, "grid": list(m.maps.shape[1:])} for m in explanation.maps],
         "pictures": {"strip": STRIP, "tokens": [pictures[k] for k in sorted(pictures)], "photo": PHOTO},
         "tensors": "tensors.npz" if tensors else None,
-        **({"recipe": recipe} if recipe is not None else {}),
+        **(made or {}),
     }
 
 
 def write_vlm(
-    explanation, folder: Path, *, image: str, model: str, weights: str, save_tensors: bool = False, recipe: dict | None = None
+    explanation, folder: Path, *, image: str, model: str, weights: str, save_tensors: bool = False, made: dict | None = None
 ) -> list[Path]:
     """Every file of ``explanation`` in ``folder``, each written whole or not at all; report.json
-    last (with ``recipe``, how it was made: ``vlm_report``)."""
+    last (with ``made``: the photo's identity and the run's recipe, ``vlm_report``)."""
     from hookviz.render.vlm import strip_png, token_png
 
     written = [atomic_write(folder / PHOTO, _jpeg(explanation.photo)), atomic_write(folder / STRIP, strip_png(explanation))]
@@ -114,7 +116,7 @@ def write_vlm(
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
         written.append(atomic_write(folder / "tensors.npz", buffer.getvalue()))
-    document = vlm_report(explanation, image, model, weights, pictures, save_tensors, recipe)
+    document = vlm_report(explanation, image, model, weights, pictures, save_tensors, made)
     written.append(write_json(folder / "report.json", document))
     return written
 
@@ -147,7 +149,10 @@ class VlmTarget:
 class VlmReport:
     """A photo's report.json of a vision-language model's answer, read back (what the explorer
     shows): the photo, the prompt, the answer's text, every answer token's probability, the
-    targets, the pictures written (``strip``, ``photo``: ``None`` where a report names none)."""
+    targets, the pictures written (``strip``, ``photo``: ``None`` where a report names none); and
+    what ``--skip-existing`` compares (``runs.vlm_resume``): the weights, the layers of its maps,
+    its tensors.npz, the photo's ``sample_identity`` and the run's ``recipe`` (``None`` in a
+    report of a hookviz before them)."""
 
     image: str
     model: str | None
@@ -158,6 +163,11 @@ class VlmReport:
     targets: tuple[VlmTarget, ...]
     strip: str | None
     photo: str | None
+    weights: str | None = None
+    layers: tuple[str, ...] = ()
+    tensors: str | None = None
+    sample_identity: SampleIdentity | None = None
+    recipe: dict | None = None
 
     @property
     def answer_probability(self) -> float | None:
@@ -183,6 +193,13 @@ class VlmReport:
             targets=tuple(t for t in map(_target, document.get("targets") or ()) if t is not None),
             strip=read_text(pictures.get("strip")),
             photo=read_text(pictures.get("photo")),
+            weights=read_text(document.get("weights")),
+            layers=tuple(
+                m["layer"] for m in document.get("maps") or () if isinstance(m, dict) and isinstance(m.get("layer"), str)
+            ),
+            tensors=read_text(document.get("tensors")),
+            sample_identity=SampleIdentity.from_json(document.get("sample_identity")),
+            recipe=document["recipe"] if isinstance(document.get("recipe"), dict) else None,
         )
 
 
