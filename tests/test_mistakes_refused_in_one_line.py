@@ -161,3 +161,10 @@ def test_explanation_save_refuses_an_empty_folder_name_and_one_it_cannot_make(tm
     with pytest.raises(OutputError, match=rf"^directory={re.escape(repr(below_a_file))}: cannot create it \(Not a directory\)"):
         result.save(below_a_file, pictures="none")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_an_empty_pictures_option_is_refused_not_read_as_none(tmp_path):
+    """``--pictures "$PICTURES"`` with the variable unset wrote no picture at all, silently."""
+    result = hookviz_run(_photos(tmp_path / "rgb", ["a"]), "--pictures", "", out=tmp_path / "o")
+    _one_line(result, "--pictures '': give picture kinds separated by commas (summary,cam), or none")
+    assert not (tmp_path / "o").exists()

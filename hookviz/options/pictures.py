@@ -114,6 +114,8 @@ class PictureOptions:
 
     def __post_init__(self):
         pictures = self.pictures
+        if isinstance(pictures, str) and not pictures.strip():  # an unset "$PICTURES": not none, silently
+            raise UsageError(f"{arg('pictures', pictures)}: give picture kinds separated by commas (summary,cam), or none")
         if isinstance(pictures, str):
             pictures = tuple(p.strip() for p in pictures.split(",") if p.strip())
         pictures = tuple(dict.fromkeys(pictures or ()))
