@@ -150,3 +150,18 @@ def test_an_atlas_folder_without_atlas_json_is_refused_before_the_run(photo, tmp
 
     result = hookviz_run(photo, "--top-channels", "2", "--atlas", tmp_path, layer="act:1", out=tmp_path / "o")
     assert result.exit_code == 2 and "holds no atlas.json" in result.output and "Traceback" not in result.output
+
+
+def test_an_atlas_without_top_channels_is_refused_not_ignored(photo, tmp_path):
+    """--atlas alone showed nothing and said nothing: only --top-channels N draws its examples."""
+    from .cli_helpers import hookviz_run
+
+    atlas = tmp_path / "atlas"
+    atlas.mkdir()
+    (atlas / "atlas.json").write_text("{}")
+    result = hookviz_run(photo, "--atlas", atlas, layer="act:1", out=tmp_path / "o")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        f"hookviz: error: --atlas {atlas}: its examples are shown beside --top-channels N's channels; add --top-channels N"
+    )
+    assert not (tmp_path / "o").exists()

@@ -135,7 +135,8 @@ class PictureOptions:
 
 
 def _check_top_channels(options: PictureOptions) -> None:
-    """Raise UsageError for a count below 0, an atlas folder without atlas.json, or an unknown rule."""
+    """Raise UsageError for a count below 0, an atlas folder without atlas.json or without a count,
+    or an unknown rule."""
     count = options.top_channels
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise UsageError(f"{arg('top_channels', count)}: give how many channels to show, 1 or more (0: none)")
@@ -145,6 +146,11 @@ def _check_top_channels(options: PictureOptions) -> None:
         return
     atlas = Path(options.atlas)
     set_field(options, "atlas", atlas)
+    if count == 0:  # else it would be read by nothing, silently
+        raise UsageError(
+            f"{arg('atlas', str(atlas))}: its examples are shown beside {arg('top_channels', 'N')}'s channels; "
+            f"add {arg('top_channels', 'N')}"
+        )
     if not (atlas / "atlas.json").is_file():
         raise UsageError(f"{arg('atlas', str(atlas))}: holds no atlas.json; make the atlas first (hookviz atlas --out {atlas})")
 
