@@ -168,3 +168,18 @@ def test_an_empty_pictures_option_is_refused_not_read_as_none(tmp_path):
     result = hookviz_run(_photos(tmp_path / "rgb", ["a"]), "--pictures", "", out=tmp_path / "o")
     _one_line(result, "--pictures '': give picture kinds separated by commas (summary,cam), or none")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_target_named_among_class_names_that_do_not_fit_the_output_says_so():
+    """explain(categories=[...]) with fewer names than the model has classes dropped them silently,
+    and a target by name was refused with "this model has no class names", though it was given some."""
+    import hookviz
+    from hookviz.errors import TargetError
+    from tests.conftest import tiny_net
+
+    with pytest.raises(TargetError) as refused:
+        hookviz.explain(tiny_net(), np.zeros((20, 24, 3), np.uint8), categories=["cat", "dog"], target="cat")
+    assert str(refused.value) == (
+        "target='cat': the model's output has 5 classes but there are 2 class names, so no name is used; "
+        "give one name per class, or a class index"
+    )

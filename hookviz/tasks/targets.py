@@ -71,9 +71,15 @@ def class_target(text: str, categories: Sequence[str] | None, classes: int) -> t
     class ``text`` names in them (``None`` for ``top1``).
 
     Raises:
-        TargetError: a name the model lacks, or an index past its ``classes``.
+        TargetError: a name the model lacks (or class names not one per class), or an index past its ``classes``.
     """
     names = list(categories) if categories is not None and len(categories) == classes else None
+    given = str(text).strip()
+    if names is None and categories and given.lower() not in ("top1", "top-1", "top") and not re.fullmatch(r"-?\d+", given):
+        raise TargetError(  # not "this model has no class names": it was given some
+            f"{arg('target', text)}: the model's output has {classes} classes but there are {len(categories)} class "
+            "names, so no name is used; give one name per class, or a class index"
+        )
     fixed = parse_target(text, names)
     if fixed is not None and fixed >= classes:
         raise TargetError(f"{arg('target', text)}: class index out of range (the model has 0..{classes - 1})")
