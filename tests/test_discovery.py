@@ -186,3 +186,16 @@ def test_an_empty_image_argument_is_refused_not_read_as_the_working_folder(comma
         "hookviz: error: an empty image argument (''): give an image file, a folder (. for this one) or a pattern"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
+
+
+def test_a_link_to_itself_among_the_photos_fails_alone(tmp_path):
+    """``ln -s loop.png loop.png`` in a folder of photos ended the whole run at once in
+    "RuntimeError: Symlink loop" (Path.resolve raises it): it is one photo that cannot be read."""
+    _photos(tmp_path / "photos", "a.png")
+    (tmp_path / "photos" / "loop.png").symlink_to("loop.png")
+    result = hookviz_run(tmp_path / "photos", "--pictures", "none", layer="features.3", out=tmp_path / "out")
+    assert result.exit_code == 1, result.output
+    failed = [line for line in result.stderr.splitlines() if line.startswith("hookviz: failed:")]
+    assert failed == [f"hookviz: failed: {tmp_path / 'photos' / 'loop.png'}: no such file"], result.stderr
+    document = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert document["counts"]["done"] == 1 and (tmp_path / "out" / "a" / "report.json").is_file()

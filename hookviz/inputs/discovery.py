@@ -122,7 +122,7 @@ class _Excluded:
 def _resolved(path: Path) -> Path:
     try:
         return path.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symbolic link that points at itself (Python < 3.13)
         return path.absolute()
 
 

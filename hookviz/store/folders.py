@@ -77,7 +77,8 @@ def plain_name(path: Path) -> str | None:
 
 def distinct_name(path: Path) -> str:
     """The folder name of an image whose stem is taken: the stem and a short hash of its full path."""
-    return f"{_safe(_stem(path))[:120]}-{_digest(display_path(path.resolve()))}"
+    # realpath, as Path.resolve but for a link to itself, which it raises RuntimeError for (Python < 3.13)
+    return f"{_safe(_stem(path))[:120]}-{_digest(display_path(Path(os.path.realpath(path))))}"
 
 
 def _stem(path: Path) -> str:
