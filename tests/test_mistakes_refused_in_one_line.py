@@ -183,3 +183,37 @@ def test_a_target_named_among_class_names_that_do_not_fit_the_output_says_so():
         "target='cat': the model's output has 5 classes but there are 2 class names, so no name is used; "
         "give one name per class, or a class index"
     )
+
+
+@pytest.mark.parametrize("cam", [5, None, 2.5])
+def test_explain_refuses_a_cam_that_is_no_name_in_one_line(cam):
+    """``explain(cam=5)`` ended in a bare TypeError ('int' object is not iterable)."""
+    import torch
+
+    import hookviz
+    from hookviz.errors import UsageError
+    from tests.conftest import tiny_net
+
+    with pytest.raises(UsageError) as refused:
+        hookviz.explain(tiny_net().eval(), torch.rand(3, 16, 16), cam=cam)
+    assert str(refused.value) == f"cam={cam!r}: give a method's name, names separated by commas, or a list of names"
+
+
+@pytest.mark.slow  # two runs of the command: ~2 s
+def test_a_baseline_or_a_diff_folder_that_links_to_itself_is_refused_in_one_line(tmp_path):
+    """``--baseline`` or ``hookviz diff`` given a link to itself (``ln -s loop loop``) ended in
+    'RuntimeError: Symlink loop' (Path.resolve); it is no run's folder, said as for a missing one."""
+    from .cli_helpers import hookviz_cli
+
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    photos = _photos(tmp_path / "in")
+    run = hookviz_run(photos, "-q", "--baseline", loop, out=tmp_path / "out")
+    assert run.exit_code == 2 and run.stderr.strip().splitlines() == [
+        f"hookviz: error: --baseline {loop}: no such folder; give the --out folder of a hookviz run"
+    ], run.output
+    assert hookviz_run(photos, "-q", out=tmp_path / "done").exit_code == 0
+    for pair in ((loop, tmp_path / "done"), (tmp_path / "done", loop)):
+        result = hookviz_cli("diff", *pair)
+        assert result.exit_code == 2 and "Symlink loop" not in result.output and "Traceback" not in result.output, result.output
+        assert len(result.stderr.strip().splitlines()) == 1 and "no such folder" in result.stderr, result.output

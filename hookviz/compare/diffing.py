@@ -24,6 +24,7 @@ run's image folders as it goes, ``save_diff`` writes ``diff.json``; ``diff_runs`
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -372,6 +373,13 @@ def _draw(new_path: Path, image: ImageDiff) -> ImageDiff:
     return replace(image, layers=tuple(layers))
 
 
+def _real(path) -> Path:
+    """``path`` with every link followed, as ``Path.resolve`` gives it, but a link to itself
+    (``ln -s loop loop``) given back as far as it goes instead of raising RuntimeError: the
+    folder is then refused as no run's, in one line."""
+    return Path(os.path.realpath(path))
+
+
 def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fail_on=(), pictures: bool = True) -> RunDiff:
     """``hookviz diff BASE NEW``: compare two runs' output folders and write ``diff.json``
     (``NEW/diff.json``, or ``out``), the ``<layer>.diff.png`` pictures into NEW's image
@@ -389,16 +397,16 @@ def diff_runs(base, new, *, out=None, tolerances: Tolerances = Tolerances(), fai
     checks = parse_checks(fail_on)
     if any(name != "drift" for name in checks):
         raise UsageError(f"{arg('fail_on', ','.join(checks))}: a diff checks drift only; the others are checks of `hookviz run`")
-    same = Path(base).resolve() == Path(new).resolve()  # refused below, by name: one hold, not two that clash
+    same = _real(base) == _real(new)  # refused below, by name: one hold, not two that clash
     with _held(base, "base"), contextlib.nullcontext() if same else _held(new, "new"):
         return _diffed(open_run(base, "base"), open_run(new, "new"), out, tolerances, checks, pictures)
 
 
 def _diffed(before: RunFolder, after: RunFolder, out, tolerances: Tolerances, checks, pictures: bool) -> RunDiff:
-    if before.path.resolve() == after.path.resolve():
+    if _real(before.path) == _real(after.path):
         raise ComparisonError(f"{before.named} and {after.named} are the same folder; compare two runs")
     path = Path(out) if out is not None else after.path / DIFF
-    if before.path.resolve() in (path.resolve(), *path.resolve().parents):
+    if _real(before.path) in (_real(path), *_real(path).parents):
         raise UsageError(
             f"{arg('out', display_path(path))}: inside {before.named}, which a diff never writes into; choose another place"
         )
@@ -453,14 +461,14 @@ class Baseline:
                 "or a Slurm array's tasks) has finished, "
                 f"run `hookviz diff {display_path(baseline)} {display_path(out)}`"
             )
-        base, mine = baseline.resolve(), out.resolve()
+        base, mine = _real(baseline), _real(out)
         if base == mine or base in mine.parents or mine in base.parents:
             raise UsageError(
                 f"{arg('baseline', display_path(baseline))}: overlaps {arg('out', display_path(out))}; "
                 f"a run never writes into its baseline: choose another {arg('out')}"
             )
         logs = options.tensorboard
-        if logs is not None and (logs.resolve() == base or base in logs.resolve().parents):
+        if logs is not None and (_real(logs) == base or base in _real(logs).parents):
             raise UsageError(
                 f"{arg('tensorboard', display_path(logs))}: is inside {arg('baseline', display_path(baseline))}; "
                 f"a run never writes into its baseline: choose another {arg('tensorboard')} folder"

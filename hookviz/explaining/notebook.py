@@ -137,6 +137,8 @@ def _option_groups(g: ExplainArgs, layers, target, declared: dict) -> dict:
         raise UsageError(f"{arg(unknown)}: explain() takes no such keyword{did_you_mean(unknown, known)}")
     task_options, sample_options = build(declared, "task"), build(declared, "sample kind")
     check_named_task(g.task, task_options)
+    if not isinstance(g.cam, (str, list, tuple)):
+        raise UsageError(f"{arg('cam', g.cam)}: give a method's name, names separated by commas, or a list of names")
     cam = g.cam if isinstance(g.cam, str) else ",".join(map(str, g.cam))
     output_key = None if g.output_key is None else str(g.output_key)
     target_options = TargetOptions(str(target), g.objective, cam, g.topk, output_key, build(declared, "method"))
