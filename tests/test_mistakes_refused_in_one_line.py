@@ -217,3 +217,13 @@ def test_a_baseline_or_a_diff_folder_that_links_to_itself_is_refused_in_one_line
         result = hookviz_cli("diff", *pair)
         assert result.exit_code == 2 and "Symlink loop" not in result.output and "Traceback" not in result.output, result.output
         assert len(result.stderr.strip().splitlines()) == 1 and "no such folder" in result.stderr, result.output
+
+
+def test_task_detect_of_a_model_that_takes_one_tensor_is_refused_in_one_line(tmp_path):
+    """A classifier given --task detect failed every photo with conv2d's TypeError (exit 1), where
+    --task segment was refused up front; it is refused in one line (exit 2)."""
+    result = hookviz_run(_photos(tmp_path / "in"), "-q", "--task", "detect", out=tmp_path / "out")
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
+        "hookviz: error: --task detect: the model does not take a list of photos, as a detector does; "
+        "for a classifier or segmenter, pass --task classify or segment, or leave it out"
+    ], result.output

@@ -160,6 +160,26 @@ class DetectorOutput:
     scores_are: str | None = None
 
 
+def _called_with_a_list(module, images: list):
+    """``module(images)``, as a detector takes photos: a list of tensors. A model that takes one
+    tensor (a classifier's, a segmenter's) fails on the list itself (conv2d's TypeError got
+    ``(list, ...)``, ``'list' object has no attribute ...``): refused in one line, not a failure
+    of each photo with the model's words.
+
+    Raises:
+        UsageError: the model cannot take a list of photos.
+    """
+    try:
+        return module(images)
+    except (TypeError, AttributeError) as error:
+        if "(list," not in str(error) and "'list' object" not in str(error):
+            raise
+        raise UsageError(
+            f"{arg('task', 'detect')}: the model does not take a list of photos, as a detector does; "
+            f"for a classifier or segmenter, pass {arg('task')} classify or segment, or leave it out"
+        ) from None
+
+
 def _is_detections(output) -> bool:
     return (
         isinstance(output, (list, tuple))
@@ -243,7 +263,7 @@ class Detect(TaskBase):
         with HookSet() as hooks, _score_thresholds(module, detect_options.score_threshold):
             if transform is not None:
                 hooks.add(transform.register_forward_hook(lambda _m, _i, out: sizes.update(batch=out[0])))
-            detections = module(images)
+            detections = _called_with_a_list(module, images)
         if not _is_detections(detections):
             raise UsageError(
                 "the model's output is not a list of dicts with boxes, labels and scores; "
