@@ -102,6 +102,7 @@ class VlmRunner:
 
     def __init__(self, model, paths, request, out: Path, *, options: VlmOptions = VlmOptions(), on_start=None, on_photo=None):
         from hookviz.runs.cluster import run_file_name, shard_of
+        from hookviz.runs.vlm_resume import recipe_of
         from hookviz.store.folders import output_names
         from hookviz.store.outfolder import FolderLock
 
@@ -110,6 +111,7 @@ class VlmRunner:
         self.names = output_names(every)  # of the whole list: each shard gives a photo the same folder
         self.paths = shard_of(every, options.shard)
         self.run_json = self.out / run_file_name(options.shard)
+        self.recipe = recipe_of(request, options.dtype, options.max_pixels)  # what each report keeps of how it was made
         self.on_start, self.on_photo = on_start, on_photo
         self.state = RunState()
         self.hold = FolderLock(self.out, options.shard)  # no other run (or this shard) writes into out meanwhile
@@ -194,8 +196,10 @@ class VlmRunner:
         (``runs.vlm_resume``). Returns the photos left to explain."""
         from hookviz.runs.vlm_resume import VlmRecipe, plan_vlm_folders
 
-        recipe = VlmRecipe(loaded.name, loaded.weights, self._recipe(), self.options.save_tensors)
-        folders = plan_vlm_folders(self.out, self.paths, self.names, recipe if self.options.skip_existing else None)
+        recipe = (
+            VlmRecipe(loaded.name, loaded.weights, self.recipe, self.options.save_tensors) if self.options.skip_existing else None
+        )
+        folders = plan_vlm_folders(self.out, self.paths, self.names, recipe)
         self.names.update(folders.names)
         for path in folders.done:
             self.layers.update((layer, None) for layer in folders.reports[path].layers if layer in self.modules)
@@ -204,11 +208,6 @@ class VlmRunner:
             )
             self._report(path, skipped)
         return set(folders.todo)
-
-    def _recipe(self) -> dict:
-        from hookviz.runs.vlm_resume import recipe_of
-
-        return recipe_of(self.request, self.options.dtype, self.options.max_pixels)
 
     def _explain(self, model, loaded: LoadedModel, path: Path) -> None:
         """One photo explained and written (or failed); none when a stop cut its passes short."""
@@ -234,7 +233,7 @@ class VlmRunner:
             self._report(path, ImageStatus(shown, folder.name, "failed", failure_reason(path, exc), task=loaded.task))
             return
         try:
-            made = made_by(path, self._recipe())  # what --skip-existing compares
+            made = made_by(path, self.recipe)  # what --skip-existing compares
             written = write_vlm(
                 explanation,
                 folder,

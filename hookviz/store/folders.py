@@ -120,7 +120,8 @@ def place(
     ``match(recorded, path)`` tells how the sample at ``path`` relates to a report's (its sample
     kind's ``match``; by default a photo's: ``identity.match_photo``); ``read(path)`` reads a
     report.json as the run writes them, with its ``sample_identity`` (by default a photo run's,
-    ``read_report``; a vision-language model's run reads its own, ``read_vlm_report``).
+    ``read_report``; a vision-language model's run reads its own and a photo run's,
+    ``runs.vlm_resume``).
     """
     matches = match or (lambda recorded, here: match_photo(recorded, here, file_sha256))
     names = (name, plain_name(path), distinct_name(path))
